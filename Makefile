@@ -1,0 +1,34 @@
+# Set-up and checks. Every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: sample test lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Run the main job (batch context packing) on the bundled sample.
+sample: $(STAMP)
+	$(BIN)/cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl --out out/sample --as-of 2026-01-01T00:00:00Z
+
+lint: $(STAMP)
+	$(BIN)/ruff check python tests benchmarks
+	$(BIN)/ruff format --check python tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## The whole test suite: lint, format, types, unit, property and end-to-end tests, doctests.
+test: lint typecheck
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_pack.py
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,91 @@
+"""The error tree of Cognoxium.
+
+Every error raised on purpose by the package derives from
+:class:`CognoxiumError` and from the built-in exception that fits it, so code
+that catches ``ValueError`` or ``LookupError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetError",
+    "CognoxiumError",
+    "PlanError",
+    "ProfileError",
+    "RecordError",
+    "SchemaError",
+]
+
+
+class CognoxiumError(Exception):
+    """Root of every error raised by Cognoxium."""
+
+
+class RecordError(CognoxiumError, ValueError):
+    """A record could not be turned into a ``ContextItem``.
+
+    Parameters
+    ----------
+    message
+        What was wrong.
+    source
+        The file (or other origin) of the record, if any.
+    line
+        The 1-based line number in ``source`` (JSONL) or the 0-based row
+        index (tables), if known.
+    field
+        The dotted name of the offending field, if known.
+
+    Examples
+    --------
+    >>> str(RecordError("expected a string", source="a.jsonl", line=3, field="role"))
+    'a.jsonl:3: field role: expected a string'
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.line = line
+        self.field = field
+        where = ":".join(str(p) for p in (source, line) if p is not None)
+        prefix = f"{where}: " if where else ""
+        fieldpart = f"field {field}: " if field else ""
+        super().__init__(f"{prefix}{fieldpart}{message}")
+
+
+class SchemaError(CognoxiumError, ValueError):
+    """A table does not match the canonical context-item schema."""
+
+
+class PlanError(CognoxiumError, ValueError):
+    """A frame operation was given arguments that cannot make a valid plan."""
+
+
+class BudgetError(CognoxiumError, ValueError):
+    """The required items alone do not fit the token budget.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    costs
+        The required items' ids mapped to their token costs.
+    budget
+        The token budget, in tokens.
+    """
+
+    def __init__(self, message: str, *, costs: dict[str, int], budget: int) -> None:
+        self.costs = dict(costs)
+        self.budget = budget
+        super().__init__(message)
+
+
+class ProfileError(CognoxiumError, LookupError):
+    """A token profile is unknown or its encoder files are not as published."""
