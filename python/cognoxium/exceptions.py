@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "BudgetError",
     "CognoxiumError",
+    "PackError",
     "PlanError",
     "ProfileError",
     "RecordError",
@@ -68,7 +69,11 @@ class PlanError(CognoxiumError, ValueError):
     """A frame operation was given arguments that cannot make a valid plan."""
 
 
-class BudgetError(CognoxiumError, ValueError):
+class PackError(CognoxiumError, ValueError):
+    """A pack cannot honour its contract (for example a required item in a group that cannot be packed)."""
+
+
+class BudgetError(PackError):
     """The required items alone do not fit the token budget.
 
     Parameters

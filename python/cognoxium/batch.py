@@ -1,0 +1,431 @@
+"""Batch packing: many pack requests over one store of context items.
+
+A batch is a list of :class:`Request` objects (read from JSONL with
+:func:`read_requests`) and a store (a frame of the canonical schema).
+:func:`run_batch` packs every request and writes two JSONL files, one line per
+request, in request order:
+
+``packs.jsonl``
+    ``{"budget", "ids", "request_id", "used_tokens"}``: the token budget, the
+    ids of the included items in pack (conversational) order and the tokens
+    the pack uses.
+``manifests.jsonl``
+    The pack manifest exactly as :meth:`~cognoxium.packing.PackManifest.to_json`
+    writes it (canonical JSON: sorted keys, compact, UTF-8), with the request
+    id as its ``label``.
+
+Work is shared across requests: the scope of each distinct ``where`` clause
+is filtered once, and the ranking layer caches its BM25 index per scope, and
+token counts per content hash, so no item is tokenized twice in a batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import polars as pl
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
+
+from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
+from cognoxium.frame import CognitionFrame
+from cognoxium.io import atomic_write
+from cognoxium.items import canonical_json
+from cognoxium.packing import pack
+from cognoxium.tokens import TokenProfile
+
+__all__ = ["RANK_METHODS", "BatchStats", "RankMethod", "Request", "read_requests", "run_batch"]
+
+RankMethod = Literal["bm25", "recency", "none"]
+"""How :func:`run_batch` ranks a request's scope before packing."""
+
+RANK_METHODS: tuple[str, ...] = ("bm25", "recency", "none")
+"""The accepted values of :data:`RankMethod`."""
+
+
+class Request(BaseModel):
+    """One pack request of a batch.
+
+    Parameters
+    ----------
+    id
+        The request's identity, unique within a batch; written as
+        ``request_id`` in the outputs.
+    budget
+        The token budget (an integer >= 0, in tokens).
+    query
+        Text to rank the scope by (BM25); ``None`` for no query.
+    where
+        A Polars SQL predicate over the item columns that selects the scope
+        (``metadata.<key>`` reaches a metadata field), for example
+        ``"metadata.topic = 'billing' AND role <> 'tool'"``; ``None`` for the
+        whole store.
+    as_of
+        The UTC time at which validity and expiry are evaluated; ``None`` to
+        use the batch's time. A timestamp must carry a timezone.
+
+    Notes
+    -----
+    Extra fields (such as ``evidence`` in an evaluation set) are allowed and
+    kept, in :attr:`model_extra`, but not used by packing. A request is
+    immutable.
+
+    Examples
+    --------
+    >>> r = Request.model_validate({"id": "r1", "budget": 512, "query": "refund",
+    ...                             "evidence": ["t3"]})
+    >>> r.budget, r.where, r.model_extra
+    (512, None, {'evidence': ['t3']})
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    id: str = Field(min_length=1)
+    budget: StrictInt = Field(ge=0)
+    query: str | None = None
+    where: str | None = None
+    as_of: AwareDatetime | None = None
+
+    _source: str | None = PrivateAttr(default=None)
+    _line: int | None = PrivateAttr(default=None)
+
+    @field_validator("as_of")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    @field_validator("where")
+    @classmethod
+    def _non_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank; omit it (or use null) for the whole store")
+        return value
+
+    def error(self, message: str, *, field: str | None = None) -> RecordError:
+        """Return a :class:`~cognoxium.exceptions.RecordError` about this request.
+
+        The error names the file and line the request was read from, when
+        known (see :func:`read_requests`), and the request id.
+        """
+        return RecordError(
+            f"request {self.id!r}: {message}", source=self._source, line=self._line, field=field
+        )
+
+
+def _located(request: Request, source: str, line: int) -> Request:
+    request._source = source
+    request._line = line
+    return request
+
+
+def read_requests(path: str | os.PathLike[str]) -> list[Request]:
+    """Read pack requests from a JSONL file, one JSON object per line.
+
+    Blank lines are skipped. Reading is all or nothing.
+
+    Parameters
+    ----------
+    path
+        The file.
+
+    Returns
+    -------
+    list of Request
+        In file order.
+
+    Raises
+    ------
+    RecordError
+        At the first bad line (invalid JSON, not an object, an invalid or
+        missing field, a duplicate id), naming the file, the 1-based line and
+        the field.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "requests.jsonl"
+    >>> _ = p.write_text('{"id": "a", "budget": 64}\\n{"id": "b", "budget": -1}\\n')
+    >>> read_requests(p)
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: ...requests.jsonl:2: field budget: Input should be greater than or equal to 0
+    """
+    source = str(path)
+    requests: list[Request] = []
+    seen: dict[str, int] = {}
+    try:
+        handle = Path(path).open(encoding="utf-8")
+    except OSError as exc:
+        raise RecordError(f"cannot read the requests file: {exc.strerror}", source=source) from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordError(
+                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
+                ) from None
+            if not isinstance(record, dict):
+                raise RecordError("a request must be a JSON object", source=source, line=number)
+            try:
+                request = Request.model_validate(record)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                name = ".".join(str(part) for part in first["loc"]) or None
+                raise RecordError(first["msg"], source=source, line=number, field=name) from None
+            if request.id in seen:
+                raise RecordError(
+                    f"duplicate request id {request.id!r} (first on line {seen[request.id]})",
+                    source=source,
+                    line=number,
+                    field="id",
+                )
+            seen[request.id] = number
+            requests.append(_located(request, source, number))
+    return requests
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """Throughput and latency of one :func:`run_batch` call.
+
+    Attributes
+    ----------
+    requests
+        Number of requests packed.
+    seconds
+        Wall time of the whole batch, in seconds (scopes, ranking, packing,
+        writing).
+    packs_per_s
+        ``requests / seconds``.
+    p50_ms, p95_ms
+        Median and 95th percentile of the per-pack latency, in milliseconds:
+        ranking, packing and serialising one request (linear interpolation
+        between order statistics; 0 for an empty batch).
+    latencies_ms
+        The per-pack latencies, in request order, in milliseconds.
+    """
+
+    requests: int
+    seconds: float
+    packs_per_s: float
+    p50_ms: float
+    p95_ms: float
+    latencies_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The summary figures (without ``latencies_ms``) as a dict."""
+        out = asdict(self)
+        del out["latencies_ms"]
+        return out
+
+
+def _scope_expr(where: str | None) -> str:
+    return "<all>" if where is None else where
+
+
+def _scopes(
+    store: CognitionFrame, requests: Sequence[Request]
+) -> dict[str | None, CognitionFrame]:
+    """Filter the store once per distinct ``where``; each scope is materialised once."""
+    scopes: dict[str | None, CognitionFrame] = {}
+    for request in requests:
+        if request.where in scopes:
+            continue
+        try:
+            frame = store if request.where is None else store.filter(request.where)
+            scopes[request.where] = CognitionFrame(frame.collect())
+        except (PlanError, pl.exceptions.PolarsError) as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise request.error(
+                f"invalid where clause {_scope_expr(request.where)!r}: {detail}", field="where"
+            ) from None
+    return scopes
+
+
+def _ranked(scope: CognitionFrame, request: Request, rank: RankMethod) -> CognitionFrame:
+    if rank == "bm25" and request.query is not None and request.query.strip():
+        return scope.rank("bm25", query=request.query)
+    if rank == "recency":
+        return scope.rank("recency")
+    return scope
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    """Give a callback that advances a rich progress bar, shown only on a terminal."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("packing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("packing", total=total)
+        yield lambda: bar.advance(task)
+
+
+def run_batch(
+    store: pl.DataFrame | CognitionFrame,
+    requests: Sequence[Request],
+    *,
+    out_dir: str | os.PathLike[str],
+    profile: str | TokenProfile = "cl100k_base",
+    rank: RankMethod = "bm25",
+    as_of: datetime | None = None,
+    progress: bool = False,
+) -> BatchStats:
+    """Pack every request over one store and write the packs and manifests.
+
+    For each request, in order: the scope is the store filtered by the
+    request's ``where`` (computed once per distinct clause); it is ranked by
+    ``rank`` (``"bm25"`` by the request's query, when it has one; ``"recency"``
+    always; ``"none"`` never); then it is packed under the request's token
+    budget (see :func:`cognoxium.packing.pack`).
+
+    Parameters
+    ----------
+    store
+        The items, a frame of the canonical schema.
+    requests
+        The requests; ids should be unique.
+    out_dir
+        Directory for ``packs.jsonl`` and ``manifests.jsonl`` (created if
+        missing). Both files are written atomically: on any error neither is
+        replaced.
+    profile
+        Token profile name or object.
+    rank
+        ``"bm25"``, ``"recency"`` or ``"none"``.
+    as_of
+        UTC time at which expiry is evaluated for requests without their own
+        ``as_of``. ``None`` means the current time, read once for the whole
+        batch; give a fixed time for byte-identical manifests.
+    progress
+        Show a progress bar on standard error, when it is a terminal.
+
+    Returns
+    -------
+    BatchStats
+        Throughput and per-pack latency.
+
+    Raises
+    ------
+    RecordError
+        If a request's ``where`` clause is not a valid predicate over the
+        items, naming the request (and its file and line, when read by
+        :func:`read_requests`) and the field ``where``.
+    BudgetError
+        If a request's required items alone exceed its budget; the message
+        names the request and the items.
+    PlanError
+        If ``rank`` is not one of :data:`RANK_METHODS`.
+
+    Examples
+    --------
+    >>> import tempfile, json, pathlib
+    >>> from cognoxium.schema import records_to_frame
+    >>> store = records_to_frame([
+    ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
+    ...      "created_at": "2025-01-01T00:00:00Z", "metadata": {"topic": "billing"}},
+    ...     {"id": "b", "role": "user", "text": "the app crashes",
+    ...      "created_at": "2025-01-02T00:00:00Z", "metadata": {"topic": "bugs"}}])
+    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> reqs = [Request(id="r1", budget=100, query="invoice",
+    ...                 where="metadata.topic = 'billing'")]
+    >>> stats = run_batch(store, reqs, out_dir=out,
+    ...                   as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> stats.requests
+    1
+    >>> line = json.loads((out / "packs.jsonl").read_text())
+    >>> line["request_id"], line["ids"], line["budget"]
+    ('r1', ['a'], 100)
+    """
+    if rank not in RANK_METHODS:
+        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    started = time.perf_counter()
+    default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
+    frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
+    scopes = _scopes(frame, requests)
+    out = Path(out_dir)
+    latencies: list[float] = []
+    with (
+        atomic_write(out / "packs.jsonl") as packs_file,
+        atomic_write(out / "manifests.jsonl") as manifests_file,
+        _progress(len(requests), progress) as advance,
+    ):
+        for request in requests:
+            t0 = time.perf_counter()
+            ranked = _ranked(scopes[request.where], request, rank)
+            when = request.as_of if request.as_of is not None else default_as_of
+            try:
+                result = pack(
+                    ranked.collect(), request.budget, profile=profile, as_of=when, label=request.id
+                )
+            except BudgetError as exc:
+                raise BudgetError(
+                    f"request {request.id!r}: {exc}", costs=exc.costs, budget=exc.budget
+                ) from None
+            except (PackError, PlanError, pl.exceptions.PolarsError) as exc:
+                raise request.error(f"cannot pack: {exc}") from None
+            manifest = result.manifest.to_json()
+            # to_json is canonical JSON on one line (json.dumps escapes newlines).
+            latencies.append((time.perf_counter() - t0) * 1000.0)
+            packs_file.write(
+                canonical_json(
+                    {
+                        "budget": result.budget,
+                        "ids": list(result.ids),
+                        "request_id": request.id,
+                        "used_tokens": result.used_tokens,
+                    }
+                )
+            )
+            packs_file.write("\n")
+            manifests_file.write(manifest)
+            manifests_file.write("\n")
+            advance()
+    seconds = time.perf_counter() - started
+    return BatchStats(
+        requests=len(requests),
+        seconds=seconds,
+        packs_per_s=len(requests) / seconds if seconds > 0 else 0.0,
+        p50_ms=_percentile(latencies, 50),
+        p95_ms=_percentile(latencies, 95),
+        latencies_ms=tuple(latencies),
+    )

