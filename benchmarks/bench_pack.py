@@ -56,26 +56,43 @@ def synthetic_items(n: int, seed: int = 7) -> pl.DataFrame:
     lengths = np.clip(rng.lognormal(mean=3.2, sigma=0.7, size=n).astype(np.int64), 1, 600)
     words = np.array(_WORDS, dtype=object)[rng.integers(0, len(_WORDS), size=int(lengths.sum()))]
     bounds = np.concatenate([[0], np.cumsum(lengths)])
-    texts = [" ".join(words[bounds[i]:bounds[i + 1]]) for i in range(n)]
-    return conform(pl.DataFrame({
-        "id": [f"m{i:07d}" for i in range(n)],
-        "role": np.where(np.arange(n) % 2 == 0, "user", "assistant"),
-        "text": texts,
-        "priority": rng.integers(0, 10, size=n),
-        "created_at": pl.datetime_range(T0, T0 + timedelta(seconds=n - 1), "1s",
-                                        time_unit="us", time_zone="UTC", eager=True),
-    }))
+    texts = [" ".join(words[bounds[i] : bounds[i + 1]]) for i in range(n)]
+    return conform(
+        pl.DataFrame(
+            {
+                "id": [f"m{i:07d}" for i in range(n)],
+                "role": np.where(np.arange(n) % 2 == 0, "user", "assistant"),
+                "text": texts,
+                "priority": rng.integers(0, 10, size=n),
+                "created_at": pl.datetime_range(
+                    T0,
+                    T0 + timedelta(seconds=n - 1),
+                    "1s",
+                    time_unit="us",
+                    time_zone="UTC",
+                    eager=True,
+                ),
+            }
+        )
+    )
 
 
 def reference_selection(df: pl.DataFrame, counts: np.ndarray, budget: int) -> list[str]:
     """Count-everything packer (no groups, no required items): the design's order, greedy skip."""
     prof = get_profile("cl100k_base")
     framing = {role: prof.framing(chat) for role, chat in CHAT_ROLES.items()}
-    frame = df.select("id", "rank", "priority", pl.col("role").cast(pl.String)).with_columns(
-        cost=pl.Series(counts) + pl.col("role").replace_strict(framing, return_dtype=pl.Int64),
-        row=pl.int_range(pl.len()),
-    ).sort(["rank", "priority", "cost", "id"], descending=[True, True, False, False],
-           nulls_last=True)
+    frame = (
+        df.select("id", "rank", "priority", pl.col("role").cast(pl.String))
+        .with_columns(
+            cost=pl.Series(counts) + pl.col("role").replace_strict(framing, return_dtype=pl.Int64),
+            row=pl.int_range(pl.len()),
+        )
+        .sort(
+            ["rank", "priority", "cost", "id"],
+            descending=[True, True, False, False],
+            nulls_last=True,
+        )
+    )
     remaining = budget - prof.tokens_per_pack
     chosen = []
     for row, cost in frame.select("row", "cost").iter_rows():
@@ -109,13 +126,14 @@ pack(df, {BUDGET}, as_of=datetime(2030, 1, 1, tzinfo=UTC))
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({{"rss_before_mb": base / 1024, "rss_peak_mb": peak / 1024}}))
 """
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def locomo_packs_per_s(path: str) -> dict[str, float] | None:
-    from cognoxium.locomo import run_locomo  # noqa: PLC0415
+    from cognoxium.locomo import run_locomo
 
     with tempfile.TemporaryDirectory() as tmp:
         report = run_locomo(path, Path(tmp), budgets=[2048], rank="bm25", profile="cl100k_base")
@@ -137,8 +155,12 @@ def main() -> None:
     tok_s, encoded = timed(lambda: prof.encoding.encode_ordinary_batch(texts))
     counts = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
     del encoded
-    results |= {"build_s": build_s, "arrow_mb": arrow_bytes / 2**20,
-                "tokenize_all_s": tok_s, "mean_tokens": float(counts.mean())}
+    results |= {
+        "build_s": build_s,
+        "arrow_mb": arrow_bytes / 2**20,
+        "tokenize_all_s": tok_s,
+        "mean_tokens": float(counts.mean()),
+    }
 
     by_recency = df.with_columns(pl.col("created_at").dt.epoch("s").cast(pl.Float64).alias("rank"))
     by_priority = df  # rank null: priority desc, then tokens asc, then id
@@ -156,7 +178,8 @@ def main() -> None:
             "used_tokens": first.used_tokens,
             "same_selection_as_reference": first.ids == expected,
             "repeat_same_manifest": first.manifest.to_json() == repeat.manifest.to_json()
-            if args.items <= 100_000 else first.ids == repeat.ids,
+            if args.items <= 100_000
+            else first.ids == repeat.ids,
         }
         print(name, json.dumps(results[name]), flush=True)
 
@@ -180,8 +203,10 @@ def main() -> None:
         write_parquet(df, parquet)
         memory = measure_memory(parquet)
     growth = memory["rss_peak_mb"] - memory["rss_before_mb"]
-    results["memory"] = memory | {"growth_mb": growth,
-                                  "growth_over_arrow": growth / (arrow_bytes / 2**20)}
+    results["memory"] = memory | {
+        "growth_mb": growth,
+        "growth_over_arrow": growth / (arrow_bytes / 2**20),
+    }
 
     locomo = os.environ.get("COGNOXIUM_LOCOMO")
     if locomo and Path(locomo).exists():

@@ -24,8 +24,9 @@ WORDS = ["refund", "window", "is", "30", "days", "朗琴", "👨‍👩‍👧�
 @st.composite
 def pack_frames(draw: st.DrawFn) -> pl.DataFrame:
     n = draw(st.integers(0, 14))
-    groups = draw(st.lists(st.sampled_from([None, None, None, "g1", "g2", "g3"]),
-                           min_size=n, max_size=n))
+    groups = draw(
+        st.lists(st.sampled_from([None, None, None, "g1", "g2", "g3"]), min_size=n, max_size=n)
+    )
     items = []
     for i in range(n):
         words = draw(st.lists(st.sampled_from(WORDS), max_size=30))
@@ -36,23 +37,31 @@ def pack_frames(draw: st.DrawFn) -> pl.DataFrame:
         elif kind == "json":
             payload = {"kind": "json", "value": {"words": words}}
         elif kind == "reference":
-            payload = {"kind": "reference", "uri": f"https://example.org/{i}", "title": words[0]
-                       if words else None}
+            payload = {
+                "kind": "reference",
+                "uri": f"https://example.org/{i}",
+                "title": words[0] if words else None,
+            }
         else:
             payload = {"kind": "binary", "data": b"\x00\x01"}
-        expiry = draw(st.sampled_from([None, None, None, AS_OF - timedelta(days=1),
-                                       AS_OF + timedelta(days=1)]))
-        items.append(ContextItem(
-            id=draw(st.sampled_from(["a", "b", "c"])) + str(i),
-            role=draw(st.sampled_from(list(CHAT_ROLES))),
-            payload=payload,
-            retention=draw(st.sampled_from(["required", "preferred", "optional", "optional"])),
-            priority=draw(st.integers(0, 2)),
-            rank=draw(st.sampled_from([None, 0.5, 1.0, 2.0])),
-            created_at=T0 + timedelta(minutes=i),
-            expires_at=expiry,
-            group_id=groups[i],
-        ))
+        expiry = draw(
+            st.sampled_from(
+                [None, None, None, AS_OF - timedelta(days=1), AS_OF + timedelta(days=1)]
+            )
+        )
+        items.append(
+            ContextItem(
+                id=draw(st.sampled_from(["a", "b", "c"])) + str(i),
+                role=draw(st.sampled_from(list(CHAT_ROLES))),
+                payload=payload,
+                retention=draw(st.sampled_from(["required", "preferred", "optional", "optional"])),
+                priority=draw(st.integers(0, 2)),
+                rank=draw(st.sampled_from([None, 0.5, 1.0, 2.0])),
+                created_at=T0 + timedelta(minutes=i),
+                expires_at=expiry,
+                group_id=groups[i],
+            )
+        )
     return items_to_frame(items)
 
 
@@ -64,7 +73,8 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
     cost: dict[str, int] = {}
     for r in rows:
         cost[r["id"]] = len(prof.encoding.encode_ordinary(r["content"] or "")) + prof.framing(
-            CHAT_ROLES[r["role"]])
+            CHAT_ROLES[r["role"]]
+        )
         if r["payload_kind"] == "binary":
             reasons[r["id"]] = "not_packable"
         elif r["expires_at"] is not None and r["expires_at"] <= AS_OF:
@@ -132,9 +142,12 @@ def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: i
     req = df.filter(pl.col("retention") == "required").get_column("id").to_list()
     assert all(i in ids or i in reasons for i in req)
     # Groups are atomic.
-    by_group = entries.join(df.select("id", "group_id"), on="id", suffix="_df").filter(
-        pl.col("group_id").is_not_null()).group_by("group_id").agg(
-        pl.col("decision").n_unique().alias("decisions"))
+    by_group = (
+        entries.join(df.select("id", "group_id"), on="id", suffix="_df")
+        .filter(pl.col("group_id").is_not_null())
+        .group_by("group_id")
+        .agg(pl.col("decision").n_unique().alias("decisions"))
+    )
     assert (by_group.get_column("decisions") == 1).all()
     # Pack order is input order.
     assert included.get_column("position").is_sorted()
@@ -161,8 +174,12 @@ def _frame(**columns: list[object]) -> pl.DataFrame:
 
 
 def test_empty_frame_gives_empty_pack_with_valid_manifest() -> None:
-    df = conform(pl.DataFrame({"id": [], "role": [], "text": []},
-                              schema={"id": pl.String, "role": pl.String, "text": pl.String}))
+    df = conform(
+        pl.DataFrame(
+            {"id": [], "role": [], "text": []},
+            schema={"id": pl.String, "role": pl.String, "text": pl.String},
+        )
+    )
     result = pack(df, 0, as_of=AS_OF)
     assert result.ids == []
     assert result.used_tokens == 0
@@ -171,8 +188,12 @@ def test_empty_frame_gives_empty_pack_with_valid_manifest() -> None:
 
 
 def test_required_over_budget_names_ids_and_costs() -> None:
-    df = _frame(id=["sys", "q"], role=["system", "user"], text=["word " * 1300, "hi"],
-                retention=["required", "optional"])
+    df = _frame(
+        id=["sys", "q"],
+        role=["system", "user"],
+        text=["word " * 1300, "hi"],
+        retention=["required", "optional"],
+    )
     with pytest.raises(BudgetError) as info:
         pack(df, 1000, as_of=AS_OF)
     assert set(info.value.costs) == {"sys"}
@@ -181,9 +202,12 @@ def test_required_over_budget_names_ids_and_costs() -> None:
 
 
 def test_required_question_packed_and_large_document_excluded() -> None:
-    df = _frame(id=["doc", "q"], role=["document", "user"],
-                text=["lorem " * 5000, "What is the refund window for orders?"],
-                retention=["optional", "required"])
+    df = _frame(
+        id=["doc", "q"],
+        role=["document", "user"],
+        text=["lorem " * 5000, "What is the refund window for orders?"],
+        retention=["optional", "required"],
+    )
     result = pack(df, 1000, as_of=AS_OF)
     assert result.ids == ["q"]
     reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
@@ -191,8 +215,12 @@ def test_required_question_packed_and_large_document_excluded() -> None:
 
 
 def test_skip_and_continue_then_input_order() -> None:
-    df = _frame(id=["a", "b", "c"], role=["user", "assistant", "user"],
-                text=["one two", "word " * 50, "three"], rank=[1.0, 3.0, 2.0])
+    df = _frame(
+        id=["a", "b", "c"],
+        role=["user", "assistant", "user"],
+        text=["one two", "word " * 50, "three"],
+        rank=[1.0, 3.0, 2.0],
+    )
     result = pack(df, 20, as_of=AS_OF)
     # b ranks first but does not fit; c and a do; the pack keeps input order.
     assert result.ids == ["a", "c"]
@@ -200,9 +228,13 @@ def test_skip_and_continue_then_input_order() -> None:
 
 
 def test_tool_call_group_leaves_together() -> None:
-    df = _frame(id=["call", "result", "q"], role=["assistant", "tool", "user"],
-                text=["call c1 " * 10, "result " * 40, "question?"],
-                group_id=["c1", "c1", None], rank=[5.0, 0.0, 1.0])
+    df = _frame(
+        id=["call", "result", "q"],
+        role=["assistant", "tool", "user"],
+        text=["call c1 " * 10, "result " * 40, "question?"],
+        group_id=["c1", "c1", None],
+        rank=[5.0, 0.0, 1.0],
+    )
     result = pack(df, 40, as_of=AS_OF)
     assert result.ids == ["q"]
     reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
@@ -210,11 +242,18 @@ def test_tool_call_group_leaves_together() -> None:
 
 
 def test_expired_and_binary_are_excluded_with_reasons() -> None:
-    df = conform(pl.DataFrame({
-        "id": ["old", "bin", "ok"], "role": ["user", "tool", "user"],
-        "text": ["stale", None, "fresh"], "binary": [None, b"\x00", None],
-        "expires_at": [AS_OF - timedelta(seconds=1), None, AS_OF + timedelta(seconds=1)],
-        "created_at": [T0] * 3}))
+    df = conform(
+        pl.DataFrame(
+            {
+                "id": ["old", "bin", "ok"],
+                "role": ["user", "tool", "user"],
+                "text": ["stale", None, "fresh"],
+                "binary": [None, b"\x00", None],
+                "expires_at": [AS_OF - timedelta(seconds=1), None, AS_OF + timedelta(seconds=1)],
+                "created_at": [T0] * 3,
+            }
+        )
+    )
     result = pack(df, 100, as_of=AS_OF)
     reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
     assert reasons == {"old": "expired", "bin": "not_packable", "ok": "selected"}
@@ -240,13 +279,17 @@ def test_bad_budget_and_naive_as_of_raise() -> None:
 
 def test_large_frame_counts_only_what_can_matter() -> None:
     n = 20_000
-    df = conform(pl.DataFrame({
-        "id": [f"m{i:05d}" for i in range(n)],
-        "role": ["user", "assistant"] * (n // 2),
-        "text": [f"message {i} " + "word " * (i % 37) for i in range(n)],
-        "created_at": [T0 + timedelta(seconds=i) for i in range(n)],
-        "rank": [float(i) for i in range(n)],
-    }))
+    df = conform(
+        pl.DataFrame(
+            {
+                "id": [f"m{i:05d}" for i in range(n)],
+                "role": ["user", "assistant"] * (n // 2),
+                "text": [f"message {i} " + "word " * (i % 37) for i in range(n)],
+                "created_at": [T0 + timedelta(seconds=i) for i in range(n)],
+                "rank": [float(i) for i in range(n)],
+            }
+        )
+    )
     clear_cache()
     result = pack(df, 2048, as_of=AS_OF)
     totals = result.manifest.totals
@@ -254,4 +297,5 @@ def test_large_frame_counts_only_what_can_matter() -> None:
     assert totals.counted + totals.not_counted == n
     assert result.used_tokens <= 2048
     assert result.manifest.to_polars().filter(pl.col("tokens").is_null())[
-        "decision"].unique().to_list() == ["excluded"]
+        "decision"
+    ].unique().to_list() == ["excluded"]

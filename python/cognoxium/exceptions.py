@@ -70,7 +70,10 @@ class PlanError(CognoxiumError, ValueError):
 
 
 class PackError(CognoxiumError, ValueError):
-    """A pack cannot honour its contract (for example a required item in a group that cannot be packed)."""
+    """A pack cannot honour its contract.
+
+    For example: a negative budget, or a required item in a group that cannot be packed.
+    """
 
 
 class BudgetError(PackError):

@@ -22,7 +22,14 @@ import pyarrow.parquet as pq
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.schema import conform, frame_to_items, item_to_record, records_to_frame, to_arrow
 
-__all__ = ["atomic_write", "read_items", "read_jsonl", "read_parquet", "write_jsonl", "write_parquet"]
+__all__ = [
+    "atomic_write",
+    "read_items",
+    "read_jsonl",
+    "read_parquet",
+    "write_jsonl",
+    "write_parquet",
+]
 
 
 @contextmanager
@@ -52,8 +59,9 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 yield number, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise RecordError(f"invalid JSON: {exc.msg} at column {exc.colno}",
-                                  source=str(path), line=number) from None
+                raise RecordError(
+                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=str(path), line=number
+                ) from None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
@@ -89,8 +97,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
     except RecordError as exc:
         # records_to_frame numbers records from 1; map back to file lines.
         if exc.line is not None and 1 <= exc.line <= len(lines):
-            raise RecordError(exc.message, source=str(source), line=lines[exc.line - 1][0],
-                              field=exc.field) from None
+            raise RecordError(
+                exc.message, source=str(source), line=lines[exc.line - 1][0], field=exc.field
+            ) from None
         raise
 
 
@@ -98,8 +107,9 @@ def write_jsonl(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
     """Write items as JSONL records, atomically. Only the item columns are written."""
     with atomic_write(path) as handle:
         for item in frame_to_items(df):
-            handle.write(json.dumps(item_to_record(item), ensure_ascii=False,
-                                    separators=(",", ":")))
+            handle.write(
+                json.dumps(item_to_record(item), ensure_ascii=False, separators=(",", ":"))
+            )
             handle.write("\n")
 
 

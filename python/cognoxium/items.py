@@ -104,8 +104,9 @@ def canonical_json(value: Any) -> str:
     '{"a":[true,null,"é"],"b":1}'
     """
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
     except TypeError as exc:
         raise ValueError(f"not JSON-serialisable: {exc}") from None
 
@@ -118,8 +119,10 @@ def content_hash(kind: str, canonical: bytes) -> str:
 
     Examples
     --------
+    >>> content_hash("text", b"hello") == hashlib.sha256(b"text" + bytes(1) + b"hello").hexdigest()
+    True
     >>> content_hash("text", b"hello")[:16]
-    'd5e1c34cfd2ab8c4'
+    '306f89347195cc05'
     """
     return hashlib.sha256(kind.encode("ascii") + b"\x00" + canonical).hexdigest()
 
@@ -199,9 +202,9 @@ class Reference(BaseModel):
 
     def canonical_bytes(self) -> bytes:
         """UTF-8 bytes of the canonical JSON of uri, title and digest."""
-        return canonical_json(
-            {"digest": self.digest, "title": self.title, "uri": self.uri}
-        ).encode("utf-8")
+        return canonical_json({"digest": self.digest, "title": self.title, "uri": self.uri}).encode(
+            "utf-8"
+        )
 
 
 Payload = Annotated[Text | Json | Binary | Reference, Field(discriminator="kind")]
@@ -280,7 +283,7 @@ class ContextItem(BaseModel):
     >>> item = ContextItem(id="t1", role="user", text="hello",
     ...                    created_at="2024-05-01T12:00:00Z")
     >>> item.payload.kind, item.retention.value, item.content_hash[:12]
-    ('text', 'optional', '1c1ef8d0ef9d')
+    ('text', 'optional', '306f89347195')
     """
 
     model_config = _FROZEN

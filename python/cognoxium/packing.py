@@ -164,9 +164,7 @@ class PackManifest(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain JSON-ready data, entries included."""
         data = self.model_dump(mode="json")
-        data["entries"] = self._entries.with_columns(
-            pl.col("rank").fill_nan(None)
-        ).to_dicts()
+        data["entries"] = self._entries.with_columns(pl.col("rank").fill_nan(None)).to_dicts()
         return data
 
     def to_json(self) -> str:
@@ -254,8 +252,15 @@ class ContextPack:
 class _Costs:
     """Exact unit costs, counted lazily in batches."""
 
-    def __init__(self, profile: TokenProfile, hashes: np.ndarray, texts: np.ndarray,
-                 framing: np.ndarray, members: list[np.ndarray] | None, n_units: int) -> None:
+    def __init__(
+        self,
+        profile: TokenProfile,
+        hashes: np.ndarray,
+        texts: np.ndarray,
+        framing: np.ndarray,
+        members: list[np.ndarray] | None,
+        n_units: int,
+    ) -> None:
         self.profile = profile
         self.hashes = hashes
         self.texts = texts
@@ -294,8 +299,20 @@ def _as_utc(value: datetime | None) -> datetime:
 
 
 def _input_fingerprint(df: pl.DataFrame) -> str:
-    columns = ["id", "content_hash", "role", "retention", "priority", "rank", "trust",
-               "sensitivity", "created_at", "valid_from", "expires_at", "group_id"]
+    columns = [
+        "id",
+        "content_hash",
+        "role",
+        "retention",
+        "priority",
+        "rank",
+        "trust",
+        "sensitivity",
+        "created_at",
+        "valid_from",
+        "expires_at",
+        "group_id",
+    ]
     lines = df.select(
         pl.concat_str(
             [pl.col(c).cast(pl.String).fill_null("\x00") for c in columns], separator="\x1f"
@@ -375,12 +392,18 @@ def pack(
         packed_text_expr().alias("content"),
         role.replace_strict(CHAT_ROLES, return_dtype=pl.String).alias("chat_role"),
         role.replace_strict(framing_of, return_dtype=pl.Int64).alias("framing"),
-        pl.col("retention").cast(pl.String).replace_strict(_TIERS, return_dtype=pl.Int64)
+        pl.col("retention")
+        .cast(pl.String)
+        .replace_strict(_TIERS, return_dtype=pl.Int64)
         .alias("tier"),
-        pl.when(kind == "binary").then(pl.lit(Reason.NOT_PACKABLE.value))
-        .when(pl.col("expires_at") <= when).then(pl.lit(Reason.EXPIRED.value))
-        .when(pl.col("valid_from") > when).then(pl.lit(Reason.NOT_YET_VALID.value))
-        .otherwise(None).alias("excluded"),
+        pl.when(kind == "binary")
+        .then(pl.lit(Reason.NOT_PACKABLE.value))
+        .when(pl.col("expires_at") <= when)
+        .then(pl.lit(Reason.EXPIRED.value))
+        .when(pl.col("valid_from") > when)
+        .then(pl.lit(Reason.NOT_YET_VALID.value))
+        .otherwise(None)
+        .alias("excluded"),
         (pl.col("group_id").is_not_null() & (pl.len().over("group_id") > 1)).alias("grouped"),
     ).with_columns(
         (prof.lower_bound(pl.col("content")).cast(pl.Int64) + pl.col("framing")).alias("lb")
@@ -393,10 +416,15 @@ def pack(
 
     # Units: a row, or all rows of one group. unit_of_row maps rows to units.
     if grouped.any():
-        first = df.select(
-            pl.when(pl.col("group_id").is_null()).then(pl.int_range(pl.len()))
-            .otherwise(pl.int_range(pl.len()).min().over("group_id"))
-        ).to_series().to_numpy()
+        first = (
+            df.select(
+                pl.when(pl.col("group_id").is_null())
+                .then(pl.int_range(pl.len()))
+                .otherwise(pl.int_range(pl.len()).min().over("group_id"))
+            )
+            .to_series()
+            .to_numpy()
+        )
         _, unit_of_row = np.unique(first, return_inverse=True)
     else:
         unit_of_row = np.arange(n)
@@ -405,32 +433,46 @@ def pack(
     if grouped.any():
         order_rows = np.argsort(unit_of_row, kind="stable")
         bounds = np.searchsorted(unit_of_row[order_rows], np.arange(n_units + 1))
-        members = [order_rows[bounds[u]:bounds[u + 1]] for u in range(n_units)]
+        members = [order_rows[bounds[u] : bounds[u + 1]] for u in range(n_units)]
         # A group with an excluded member is excluded whole.
         bad_units = np.unique(unit_of_row[reason != None])  # noqa: E711
         bad_rows = np.isin(unit_of_row, bad_units) & (reason == None)  # noqa: E711
         required_lost = bad_rows & (tier == 0)
         if required_lost.any():
             lost = sorted(ids[required_lost].tolist())
-            raise PackError(f"required items {lost} are in groups with a member that cannot be "
-                            "packed (expired, not yet valid or binary); fix the group or its "
-                            "retention")
+            raise PackError(
+                f"required items {lost} are in groups with a member that cannot be "
+                "packed (expired, not yet valid or binary); fix the group or its "
+                "retention"
+            )
         reason[bad_rows] = Reason.GROUP_INCOMPLETE.value
 
     eligible_row = reason == None  # noqa: E711
-    units = pl.DataFrame({
-        "unit": unit_of_row,
-        "tier": tier,
-        "rank": df.get_column("rank").fill_null(float("-inf")).to_numpy(),
-        "priority": df.get_column("priority").to_numpy(),
-        "lb": cols.get_column("lb").to_numpy(),
-        "id": df.get_column("id"),
-        "eligible": eligible_row,
-    }).filter("eligible").group_by("unit", maintain_order=True).agg(
-        pl.col("tier").min(), pl.col("rank").max(), pl.col("priority").max(),
-        pl.col("lb").sum(), pl.col("id").min(),
-    ).sort(["tier", "rank", "priority", "lb", "id"],
-           descending=[False, True, True, False, False])
+    units = (
+        pl.DataFrame(
+            {
+                "unit": unit_of_row,
+                "tier": tier,
+                "rank": df.get_column("rank").fill_null(float("-inf")).to_numpy(),
+                "priority": df.get_column("priority").to_numpy(),
+                "lb": cols.get_column("lb").to_numpy(),
+                "id": df.get_column("id"),
+                "eligible": eligible_row,
+            }
+        )
+        .filter("eligible")
+        .group_by("unit", maintain_order=True)
+        .agg(
+            pl.col("tier").min(),
+            pl.col("rank").max(),
+            pl.col("priority").max(),
+            pl.col("lb").sum(),
+            pl.col("id").min(),
+        )
+        .sort(
+            ["tier", "rank", "priority", "lb", "id"], descending=[False, True, True, False, False]
+        )
+    )
 
     order = units.get_column("unit").to_numpy()
     unit_tier = np.full(n_units, 3, dtype=np.int64)
@@ -452,20 +494,22 @@ def pack(
     required_cost = int(costs.unit_cost[required].sum())
     if n_req and required_cost + overhead > budget:
         req_rows = costs.rows_of(required)
-        detail = {str(ids[r]): int(costs.row_tokens[r]) for r in sorted(req_rows, key=lambda r: ids[r])}
+        detail = {
+            str(ids[r]): int(costs.row_tokens[r]) for r in sorted(req_rows, key=lambda r: ids[r])
+        }
         raise BudgetError(
             f"required items need {required_cost + overhead} tokens "
             f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
             f"{budget}: {detail}; raise the budget or lower their retention",
-            costs=detail, budget=budget,
+            costs=detail,
+            budget=budget,
         )
     included = np.zeros(n_units, dtype=bool)
     included[required] = True
     remaining = budget - overhead - required_cost
 
     seg = order[n_req:]
-    included_units = _select(seg, unit_tier, units.slice(n_req), unit_lb, unit_id, costs,
-                             remaining)
+    included_units = _select(seg, unit_tier, units.slice(n_req), unit_lb, unit_id, costs, remaining)
     included[included_units] = True
 
     # Per-row decisions.
@@ -487,24 +531,33 @@ def pack(
     selected_rows = np.flatnonzero(row_included)
     pack_position = np.full(n, -1, dtype=np.int64)
     pack_position[selected_rows] = np.arange(len(selected_rows))
-    entries = pl.DataFrame({
-        "position": np.arange(n, dtype=np.int64),
-        "id": df.get_column("id"),
-        "content_hash": df.get_column("content_hash"),
-        "role": df.get_column("role").cast(pl.String),
-        "group_id": df.get_column("group_id"),
-        "tier": df.get_column("retention").cast(pl.String),
-        "rank": df.get_column("rank"),
-        "priority": df.get_column("priority"),
-        "decision": np.where(row_included, Decision.INCLUDED.value, Decision.EXCLUDED.value),
-        "reason": reason.astype(str),
-        "tokens": row_tokens,
-        "pack_position": pack_position,
-    }).with_columns(
-        pl.when(pl.col("tokens") >= 0).then(pl.col("tokens")).alias("tokens"),
-        pl.when(pl.col("pack_position") >= 0).then(pl.col("pack_position"))
-        .alias("pack_position"),
-    ).cast(dict(_ENTRY_SCHEMA.items()))  # type: ignore[arg-type]
+    entries = (
+        pl.DataFrame(
+            {
+                "position": np.arange(n, dtype=np.int64),
+                "id": df.get_column("id"),
+                "content_hash": df.get_column("content_hash"),
+                "role": df.get_column("role").cast(pl.String),
+                "group_id": df.get_column("group_id"),
+                "tier": df.get_column("retention").cast(pl.String),
+                "rank": df.get_column("rank"),
+                "priority": df.get_column("priority"),
+                "decision": np.where(
+                    row_included, Decision.INCLUDED.value, Decision.EXCLUDED.value
+                ),
+                "reason": reason.astype(str),
+                "tokens": row_tokens,
+                "pack_position": pack_position,
+            }
+        )
+        .with_columns(
+            pl.when(pl.col("tokens") >= 0).then(pl.col("tokens")).alias("tokens"),
+            pl.when(pl.col("pack_position") >= 0)
+            .then(pl.col("pack_position"))
+            .alias("pack_position"),
+        )
+        .cast(dict(_ENTRY_SCHEMA.items()))
+    )
 
     by_reason = entries.get_column("reason").value_counts(sort=False)
     counted = int((row_tokens >= 0).sum())
@@ -516,8 +569,13 @@ def pack(
         not_counted=n - counted,
         by_reason={str(r): int(c) for r, c in sorted(by_reason.iter_rows())},
     )
-    settings = {"as_of": when.isoformat(), "budget": budget, "profile": prof.name,
-                "tiers": list(_TIERS), "chat_roles": CHAT_ROLES}
+    settings = {
+        "as_of": when.isoformat(),
+        "budget": budget,
+        "profile": prof.name,
+        "tiers": list(_TIERS),
+        "chat_roles": CHAT_ROLES,
+    }
     manifest = PackManifest(
         label=label,
         budget=budget,
@@ -537,12 +595,25 @@ def pack(
 
     chosen = cols.select("chat_role", "content")[selected_rows]
     messages = [{"role": r, "content": c} for r, c in chosen.iter_rows()]
-    return ContextPack(frame=df[selected_rows], messages=messages, used_tokens=used,
-                       remaining_tokens=budget - used, budget=budget, manifest=manifest)
+    return ContextPack(
+        frame=df[selected_rows],
+        messages=messages,
+        used_tokens=used,
+        remaining_tokens=budget - used,
+        budget=budget,
+        manifest=manifest,
+    )
 
 
-def _select(seg: np.ndarray, unit_tier: np.ndarray, keys: pl.DataFrame, unit_lb: np.ndarray,
-            unit_id: np.ndarray, costs: _Costs, remaining: int) -> list[int]:
+def _select(
+    seg: np.ndarray,
+    unit_tier: np.ndarray,
+    keys: pl.DataFrame,
+    unit_lb: np.ndarray,
+    unit_id: np.ndarray,
+    costs: _Costs,
+    remaining: int,
+) -> list[int]:
     """Greedy skip-and-continue selection over units sorted by (tier, rank, priority, lb, id).
 
     Within a block of equal (tier, rank, priority) the exact order is cost asc,
@@ -572,8 +643,8 @@ def _select(seg: np.ndarray, unit_tier: np.ndarray, keys: pl.DataFrame, unit_lb:
         need = batch
         j = pos
         while j < m and need > 0:
-            window = seg[j:j + 4 * batch]
-            ok = (seg_lb[j:j + 4 * batch] <= remaining) & (costs.unit_cost[window] < 0)
+            window = seg[j : j + 4 * batch]
+            ok = (seg_lb[j : j + 4 * batch] <= remaining) & (costs.unit_cost[window] < 0)
             take = window[ok][:need]
             picked.append(take)
             need -= len(take)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -128,7 +128,7 @@ COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
 
 _PL_TS = pl.Datetime("us", "UTC")
 POLARS_SCHEMA = pl.Schema(
-    {
+    {  # type: ignore[arg-type]
         "id": pl.String,
         "role": pl.Enum(_ENUMS["role"]),
         "payload_kind": pl.Enum(_ENUMS["payload_kind"]),
@@ -340,7 +340,9 @@ def records_to_frame(
 # arbitrary tables -> canonical frame (vectorised)
 
 
-def _fail_rows(df: pl.DataFrame, bad: pl.Expr, column: str, message: str, source: str | None) -> None:
+def _fail_rows(
+    df: pl.DataFrame, bad: pl.Expr, column: str, message: str, source: str | None
+) -> None:
     index = df.with_row_index("__row").filter(bad).select("__row").head(1)
     if index.height:
         row = int(index.item())
@@ -356,7 +358,9 @@ def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Se
             mapping[text] = canonical_json(json.loads(text))
         except ValueError as exc:
             row = int(values.eq(text).arg_true()[0])
-            raise RecordError(f"invalid JSON ({exc})", source=source, line=row, field=column) from None
+            raise RecordError(
+                f"invalid JSON ({exc})", source=source, line=row, field=column
+            ) from None
     return values.replace_strict(mapping, default=None, return_dtype=pl.String)
 
 
@@ -431,6 +435,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     if not payload_cols and df.height:
         raise SchemaError("a payload column is required: one of text, json, binary, ref_uri")
     n = df.height
+    infer_kind = "payload_kind" not in df.columns
 
     fill: list[pl.Series] = []
     for name, dtype in POLARS_SCHEMA.items():
@@ -443,37 +448,63 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
         elif name in ("sources", "parents"):
             fill.append(pl.Series(name, [[]] * n, dtype))
         elif name in _DEFAULTS:
-            fill.append(pl.Series(name, [_DEFAULTS[name]] * n, pl.String if
-                                  isinstance(dtype, pl.Enum) or name == "metadata" else dtype))
+            fill.append(
+                pl.Series(
+                    name,
+                    [_DEFAULTS[name]] * n,
+                    pl.String if isinstance(dtype, pl.Enum) or name == "metadata" else dtype,
+                )
+            )
         else:
             fill.append(pl.Series(name, [None] * n, dtype))
     df = df.with_columns(fill)
 
-    if "payload_kind" not in data.schema.names if isinstance(data, pa.Table) else (
-        "payload_kind" not in data.columns
-    ):
-        kind = pl.when(pl.col("text").is_not_null()).then(pl.lit("text"))
-        kind = kind.when(pl.col("json").is_not_null()).then(pl.lit("json"))
-        kind = kind.when(pl.col("binary").is_not_null()).then(pl.lit("binary"))
-        kind = kind.when(pl.col("ref_uri").is_not_null()).then(pl.lit("reference"))
-        df = df.with_columns(kind.otherwise(None).alias("payload_kind"))
+    if infer_kind:
+        inferred = (
+            pl.when(pl.col("text").is_not_null())
+            .then(pl.lit("text"))
+            .when(pl.col("json").is_not_null())
+            .then(pl.lit("json"))
+            .when(pl.col("binary").is_not_null())
+            .then(pl.lit("binary"))
+            .when(pl.col("ref_uri").is_not_null())
+            .then(pl.lit("reference"))
+            .otherwise(None)
+        )
+        df = df.with_columns(inferred.alias("payload_kind"))
 
     for name, values in _ENUMS.items():
         col = pl.col(name).cast(pl.String)
-        _fail_rows(df, col.is_null() | ~col.is_in(values), name,
-                   f"must be one of {list(values)}", source)
+        _fail_rows(
+            df, col.is_null() | ~col.is_in(values), name, f"must be one of {list(values)}", source
+        )
     for name in ("id", "metadata", "priority"):
         _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
 
     kinds = pl.col("payload_kind").cast(pl.String)
     for kind, column in _PAYLOAD_COLUMN.items():
-        _fail_rows(df, (kinds == kind) & pl.col(column).is_null(), column,
-                   f"a {kind} payload needs a value in column {column!r}", source)
-        _fail_rows(df, (kinds != kind) & pl.col(column).is_not_null(), column,
-                   f"column {column!r} must be null unless payload_kind is {kind!r}", source)
+        _fail_rows(
+            df,
+            (kinds == kind) & pl.col(column).is_null(),
+            column,
+            f"a {kind} payload needs a value in column {column!r}",
+            source,
+        )
+        _fail_rows(
+            df,
+            (kinds != kind) & pl.col(column).is_not_null(),
+            column,
+            f"column {column!r} must be null unless payload_kind is {kind!r}",
+            source,
+        )
     for column in ("ref_title", "ref_digest"):
-        _fail_rows(df, (kinds != "reference") & pl.col(column).is_not_null(), column,
-                   "must be null unless payload_kind is 'reference'", source)
+        _fail_rows(
+            df,
+            (kinds != "reference") & pl.col(column).is_not_null(),
+            column,
+            "must be null unless payload_kind is 'reference'",
+            source,
+        )
 
     try:
         df = df.select(
@@ -485,7 +516,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
                 for name in POLARS_SCHEMA
             ]
         )
-        df = df.cast(dict(POLARS_SCHEMA.items()))  # type: ignore[arg-type]
+        df = df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"cannot cast to the item schema: {exc}") from None
     _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
@@ -495,17 +526,21 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
         _canonical_text(df["json"], "json", source),
         _canonical_text(df["metadata"], "metadata", source),
     )
-    _fail_rows(df, ~pl.col("metadata").str.starts_with("{"), "metadata",
-               "must be a JSON object", source)
+    _fail_rows(
+        df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
+    )
 
     computed = pl.Series("content_hash", _hashes(df), pl.String)
     given = df["content_hash"]
     mismatch = given.is_not_null() & (given != computed)
     if mismatch.any():
         row = int(mismatch.arg_true()[0])
-        raise RecordError(f"content_hash {given[row]!r} does not match the payload "
-                          f"(computed {computed[row]!r})", source=source, line=row,
-                          field="content_hash")
+        raise RecordError(
+            f"content_hash {given[row]!r} does not match the payload (computed {computed[row]!r})",
+            source=source,
+            line=row,
+            field="content_hash",
+        )
     return df.with_columns(computed)
 
 
@@ -513,13 +548,17 @@ def to_arrow(df: pl.DataFrame) -> pa.Table:
     """Export a frame of the canonical schema as an Arrow table of :data:`SCHEMA`.
 
     Columns beyond :data:`COLUMNS` follow, in their order, with Polars' types.
+
+    Raises
+    ------
+    SchemaError
+        If an item column is missing.
     """
+    missing = [name for name in COLUMNS if name not in df.columns]
+    if missing:
+        raise SchemaError(f"missing item columns {missing}")
     table = df.to_arrow()
     extra = [name for name in df.columns if name not in POLARS_SCHEMA]
     fields = [SCHEMA.field(name) for name in COLUMNS] + [table.schema.field(n) for n in extra]
     target = pa.schema(fields, metadata=SCHEMA.metadata)
     return table.select(list(COLUMNS) + extra).cast(target)
-
-
-def _as_sequence(values: Sequence[Any]) -> list[Any]:
-    return list(values)

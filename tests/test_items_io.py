@@ -1,0 +1,211 @@
+"""Items, the canonical schema and JSONL/Parquet I/O: round trips and typed errors."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
+from cognoxium.items import ContextItem, Json, Reference, Text, canonical_json, content_hash
+from cognoxium.schema import (
+    COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    conform,
+    frame_to_items,
+    item_to_record,
+    items_to_frame,
+    to_arrow,
+)
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+timestamps = st.datetimes(
+    min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+).map(lambda d: d.replace(microsecond=d.microsecond))
+payloads = st.one_of(
+    st.builds(lambda t: {"kind": "text", "text": t}, st.text(max_size=30)),
+    st.builds(lambda v: {"kind": "json", "value": v}, json_values),
+    st.builds(lambda b: {"kind": "binary", "data": b}, st.binary(max_size=20)),
+    st.builds(
+        lambda u, t, d: {"kind": "reference", "uri": u, "title": t, "digest": d},
+        st.text(min_size=1, max_size=10),
+        st.none() | st.text(max_size=10),
+        st.none() | st.text(max_size=10),
+    ),
+)
+
+
+@st.composite
+def items(draw: st.DrawFn) -> list[ContextItem]:
+    n = draw(st.integers(0, 6))
+    out = []
+    for i in range(n):
+        out.append(
+            ContextItem(
+                id=f"i{i}",
+                role=draw(
+                    st.sampled_from(
+                        ["system", "user", "assistant", "tool", "document", "memory", "developer"]
+                    )
+                ),
+                payload=draw(payloads),
+                sources=draw(
+                    st.lists(
+                        st.builds(
+                            lambda u, k, r: {"uri": u, "kind": k, "retrieved_at": r},
+                            st.text(max_size=6),
+                            st.none() | st.text(max_size=4),
+                            st.none() | timestamps,
+                        ),
+                        max_size=2,
+                    )
+                ),
+                trust=draw(st.sampled_from(["trusted", "untrusted"])),
+                sensitivity=draw(
+                    st.sampled_from(["public", "internal", "confidential", "restricted"])
+                ),
+                retention=draw(st.sampled_from(["required", "preferred", "optional"])),
+                priority=draw(st.integers(-5, 5)),
+                rank=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
+                created_at=draw(timestamps),
+                valid_from=draw(st.none() | timestamps),
+                expires_at=draw(st.none() | timestamps),
+                parents=draw(st.lists(st.text(min_size=1, max_size=4), max_size=2)),
+                group_id=draw(st.none() | st.sampled_from(["g1", "g2"])),
+                metadata=draw(st.dictionaries(st.text(max_size=5), json_values, max_size=3)),
+            )
+        )
+    return out
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=items())
+def test_round_trips_are_lossless(values: list[ContextItem], tmp_path: Path) -> None:
+    df = items_to_frame(values)
+    assert frame_to_items(df) == values
+    table = to_arrow(df)
+    assert table.schema.equals(SCHEMA, check_metadata=True)
+    assert conform(table).equals(df)
+    write_parquet(df, tmp_path / "items.parquet")
+    assert read_parquet(tmp_path / "items.parquet").equals(df)
+    write_jsonl(df, tmp_path / "items.jsonl")
+    assert read_jsonl(tmp_path / "items.jsonl").equals(df)
+    assert frame_to_items(read_items(tmp_path / "items.jsonl")) == values
+
+
+def test_schema_columns_and_version() -> None:
+    assert COLUMNS[:3] == ("id", "role", "payload_kind")
+    assert SCHEMA.metadata == {b"cognoxium.schema_version": str(SCHEMA_VERSION).encode()}
+    assert pa.types.is_dictionary(SCHEMA.field("role").type)
+    assert "group_id" in COLUMNS
+    assert "metadata" in COLUMNS
+
+
+def test_json_payload_is_canonical_and_hash_covers_kind() -> None:
+    a = ContextItem(id="a", role="tool", payload=Json(value={"b": 1, "a": "é"}), created_at=T0)
+    assert a.payload.canonical == '{"a":"é","b":1}'  # type: ignore[union-attr]
+    assert a.content_hash == content_hash("json", '{"a":"é","b":1}'.encode())
+    text = ContextItem(id="t", role="tool", payload=Text(text='{"a":"é","b":1}'), created_at=T0)
+    assert text.content_hash != a.content_hash
+    assert canonical_json({"z": [1.5, None]}) == '{"z":[1.5,null]}'
+
+
+def test_item_rejects_unknown_fields_naive_times_and_bad_hash() -> None:
+    with pytest.raises(ValidationError, match="extra"):
+        ContextItem(role="user", text="x", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="timezone"):
+        ContextItem(role="user", text="x", created_at=datetime(2024, 1, 1))
+    with pytest.raises(ValidationError, match="content_hash"):
+        ContextItem.model_validate({"role": "user", "text": "x", "content_hash": "0" * 64})
+    with pytest.raises(ValidationError):
+        ContextItem(role="user", payload=Reference(uri=""))
+
+
+def test_defaults_are_documented_values() -> None:
+    item = ContextItem(role="user", text="x")
+    assert item.trust.value == "untrusted"
+    assert item.retention.value == "optional"
+    assert item.sensitivity.value == "internal"
+    assert item.created_at.tzinfo is not None
+    assert len(item.id) == 36
+    assert datetime.now(UTC) - item.created_at < timedelta(minutes=1)
+
+
+def test_jsonl_bad_record_names_line_and_field(tmp_path: Path) -> None:
+    good = json.dumps(item_to_record(ContextItem(id="a", role="user", text="x", created_at=T0)))
+    path = tmp_path / "bad.jsonl"
+    path.write_text(good + "\n\n" + good.replace('"user"', '"narrator"') + "\n")
+    with pytest.raises(RecordError) as info:
+        read_jsonl(path)
+    assert info.value.line == 3
+    assert info.value.field == "role"
+    assert str(path) in str(info.value)
+    path.write_text(good + "\n{not json\n")
+    with pytest.raises(RecordError, match="invalid JSON") as info2:
+        read_jsonl(path)
+    assert info2.value.line == 2
+
+
+def test_conform_errors_name_row_and_column() -> None:
+    with pytest.raises(SchemaError, match="unknown columns"):
+        conform(pl.DataFrame({"role": ["user"], "text": ["x"], "colour": ["red"]}))
+    with pytest.raises(SchemaError, match="role"):
+        conform(pl.DataFrame({"text": ["x"]}))
+    with pytest.raises(RecordError) as info:
+        conform(
+            pl.DataFrame({"role": ["user", "user"], "text": ["x", None], "created_at": [T0, T0]})
+        )
+    assert (info.value.line, info.value.field) == (1, "payload_kind")
+    with pytest.raises(RecordError, match="content_hash") as info3:
+        conform(
+            pl.DataFrame(
+                {"role": ["user"], "text": ["x"], "content_hash": ["bad"], "created_at": [T0]}
+            )
+        )
+    assert info3.value.field == "content_hash"
+    with pytest.raises(RecordError, match="JSON object"):
+        conform(
+            pl.DataFrame({"role": ["user"], "text": ["x"], "metadata": ["[1]"], "created_at": [T0]})
+        )
+
+
+def test_failed_write_leaves_no_file(tmp_path: Path) -> None:
+    df = items_to_frame([ContextItem(id="a", role="user", text="x", created_at=T0)])
+    target = tmp_path / "out.parquet"
+    with pytest.raises(SchemaError, match="missing item columns"):
+        write_parquet(df.with_columns(pl.lit(1).alias("extra")).drop("id"), target)
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_items_rejects_unknown_suffix(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="unsupported"):
+        read_items(tmp_path / "items.csv")
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"role": ["user"], "text": ["hi"], "shade": [1]}), path)
+    with pytest.raises(SchemaError, match="unknown columns"):
+        read_parquet(path)
