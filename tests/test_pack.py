@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError
@@ -118,6 +118,8 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(df=pack_frames(), budget=st.integers(0, 200))
 def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: int) -> None:
+    note(str(df.select("id", "role", "payload_kind", "text", "retention", "rank", "priority",
+                       "expires_at", "group_id").to_dicts()))
     try:
         expected = reference_pack(df, budget)
     except BudgetError:
@@ -191,7 +193,7 @@ def test_required_over_budget_names_ids_and_costs() -> None:
     df = _frame(
         id=["sys", "q"],
         role=["system", "user"],
-        text=["word " * 1300, "hi"],
+        text=[" ".join(["word"] * 1300), "hi"],
         retention=["required", "optional"],
     )
     with pytest.raises(BudgetError) as info:

@@ -417,10 +417,12 @@ def pack(
     # Units: a row, or all rows of one group. unit_of_row maps rows to units.
     if grouped.any():
         first = (
-            df.select(
+            df.select("group_id")
+            .with_row_index("row")
+            .select(
                 pl.when(pl.col("group_id").is_null())
-                .then(pl.int_range(pl.len()))
-                .otherwise(pl.int_range(pl.len()).min().over("group_id"))
+                .then(pl.col("row"))
+                .otherwise(pl.col("row").min().over("group_id"))
             )
             .to_series()
             .to_numpy()
