@@ -209,3 +209,15 @@ def test_read_items_rejects_unknown_suffix(tmp_path: Path) -> None:
     pq.write_table(pa.table({"role": ["user"], "text": ["hi"], "shade": [1]}), path)
     with pytest.raises(SchemaError, match="unknown columns"):
         read_parquet(path)
+
+
+def test_written_files_get_the_usual_mode(tmp_path: Path) -> None:
+    import os
+
+    df = items_to_frame([ContextItem(id="a", role="user", text="x", created_at=T0)])
+    umask = os.umask(0o022)
+    try:
+        write_jsonl(df, tmp_path / "a.jsonl")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a.jsonl").stat().st_mode & 0o777 == 0o644

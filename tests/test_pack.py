@@ -118,8 +118,21 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(df=pack_frames(), budget=st.integers(0, 200))
 def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: int) -> None:
-    note(str(df.select("id", "role", "payload_kind", "text", "retention", "rank", "priority",
-                       "expires_at", "group_id").to_dicts()))
+    note(
+        str(
+            df.select(
+                "id",
+                "role",
+                "payload_kind",
+                "text",
+                "retention",
+                "rank",
+                "priority",
+                "expires_at",
+                "group_id",
+            ).to_dicts()
+        )
+    )
     try:
         expected = reference_pack(df, budget)
     except BudgetError:
@@ -301,3 +314,24 @@ def test_large_frame_counts_only_what_can_matter() -> None:
     assert result.manifest.to_polars().filter(pl.col("tokens").is_null())[
         "decision"
     ].unique().to_list() == ["excluded"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=2, max_size=40),
+    priorities=st.lists(st.integers(0, 1), min_size=40, max_size=40),
+    budget=st.integers(5, 200),
+)
+def test_ties_are_broken_by_cost_then_id(
+    lengths: list[int], priorities: list[int], budget: int
+) -> None:
+    n = len(lengths)
+    df = _frame(
+        id=[f"t{(i * 17) % 41:02d}" for i in range(n)],
+        role=["user"] * n,
+        text=[" ".join(["word"] * k) for k in lengths],
+        priority=priorities[:n],
+    )
+    expected = reference_pack(df, budget)
+    assert expected is not None
+    assert pack(df, budget, as_of=AS_OF).ids == expected[0]

@@ -1,0 +1,73 @@
+"""Cognoxium: a lazy, dataframe-style query engine over LLM context.
+
+Build a :class:`CognitionFrame` over :class:`ContextItem` records, transform it
+lazily (filter, select, with_columns, join, sort, limit, dedupe, rank), and
+:meth:`~CognitionFrame.pack` it under a token budget into a
+:class:`ContextPack` whose :class:`PackManifest` explains every decision.
+"""
+
+from cognoxium.exceptions import (
+    BudgetError,
+    CognoxiumError,
+    PackError,
+    PlanError,
+    ProfileError,
+    RecordError,
+    SchemaError,
+)
+from cognoxium.frame import CognitionFrame, GroupBy, OptFlags
+from cognoxium.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
+from cognoxium.items import (
+    Binary,
+    ContextItem,
+    Json,
+    Reference,
+    Retention,
+    Role,
+    Sensitivity,
+    Source,
+    Text,
+    Trust,
+)
+from cognoxium.packing import ContextPack, ManifestEntry, PackManifest, pack
+from cognoxium.schema import SCHEMA, SCHEMA_VERSION
+from cognoxium.tokens import TokenProfile, get_profile
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "Binary",
+    "BudgetError",
+    "CognitionFrame",
+    "CognoxiumError",
+    "ContextItem",
+    "ContextPack",
+    "GroupBy",
+    "Json",
+    "ManifestEntry",
+    "OptFlags",
+    "PackError",
+    "PackManifest",
+    "PlanError",
+    "ProfileError",
+    "RecordError",
+    "Reference",
+    "Retention",
+    "Role",
+    "SchemaError",
+    "Sensitivity",
+    "Source",
+    "Text",
+    "TokenProfile",
+    "Trust",
+    "__version__",
+    "get_profile",
+    "pack",
+    "read_items",
+    "read_jsonl",
+    "read_parquet",
+    "write_jsonl",
+    "write_parquet",
+]

@@ -48,7 +48,6 @@ from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
 from cognoxium.frame import CognitionFrame
 from cognoxium.io import atomic_write
 from cognoxium.items import canonical_json
-from cognoxium.packing import pack
 from cognoxium.tokens import TokenProfile
 
 __all__ = ["RANK_METHODS", "BatchStats", "RankMethod", "Request", "read_requests", "run_batch"]
@@ -165,42 +164,43 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     >>> read_requests(p)
     Traceback (most recent call last):
     ...
-    cognoxium.exceptions.RecordError: ...requests.jsonl:2: field budget: Input should be greater than or equal to 0
+    cognoxium.exceptions.RecordError: ...requests.jsonl:2: field budget: Input should be ...
     """
     source = str(path)
     requests: list[Request] = []
     seen: dict[str, int] = {}
     try:
-        handle = Path(path).open(encoding="utf-8")
-    except OSError as exc:
-        raise RecordError(f"cannot read the requests file: {exc.strerror}", source=source) from None
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(
-                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
-                ) from None
-            if not isinstance(record, dict):
-                raise RecordError("a request must be a JSON object", source=source, line=number)
-            try:
-                request = Request.model_validate(record)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                name = ".".join(str(part) for part in first["loc"]) or None
-                raise RecordError(first["msg"], source=source, line=number, field=name) from None
-            if request.id in seen:
-                raise RecordError(
-                    f"duplicate request id {request.id!r} (first on line {seen[request.id]})",
-                    source=source,
-                    line=number,
-                    field="id",
-                )
-            seen[request.id] = number
-            requests.append(_located(request, source, number))
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise RecordError(f"cannot read the requests file: {detail}", source=source) from None
+    # Split on newlines only: JSON text may hold U+2028 and other line breaks.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RecordError(
+                f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
+            ) from None
+        if not isinstance(record, dict):
+            raise RecordError("a request must be a JSON object", source=source, line=number)
+        try:
+            request = Request.model_validate(record)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = ".".join(str(part) for part in first["loc"]) or None
+            raise RecordError(first["msg"], source=source, line=number, field=name) from None
+        if request.id in seen:
+            raise RecordError(
+                f"duplicate request id {request.id!r} (first on line {seen[request.id]})",
+                source=source,
+                line=number,
+                field="id",
+            )
+        seen[request.id] = number
+        requests.append(_located(request, source, number))
     return requests
 
 
@@ -239,25 +239,21 @@ class BatchStats:
         return out
 
 
-def _scope_expr(where: str | None) -> str:
-    return "<all>" if where is None else where
-
-
-def _scopes(
-    store: CognitionFrame, requests: Sequence[Request]
-) -> dict[str | None, CognitionFrame]:
+def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, CognitionFrame]:
     """Filter the store once per distinct ``where``; each scope is materialised once."""
     scopes: dict[str | None, CognitionFrame] = {}
     for request in requests:
         if request.where in scopes:
             continue
+        if request.where is None:
+            scopes[None] = CognitionFrame(store.collect())
+            continue
         try:
-            frame = store if request.where is None else store.filter(request.where)
-            scopes[request.where] = CognitionFrame(frame.collect())
+            scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
         except (PlanError, pl.exceptions.PolarsError) as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise request.error(
-                f"invalid where clause {_scope_expr(request.where)!r}: {detail}", field="where"
+                f"invalid where clause {request.where!r}: {detail}", field="where"
             ) from None
     return scopes
 
@@ -323,7 +319,7 @@ def run_batch(
     store
         The items, a frame of the canonical schema.
     requests
-        The requests; ids should be unique.
+        The requests, with unique ids.
     out_dir
         Directory for ``packs.jsonl`` and ``manifests.jsonl`` (created if
         missing). Both files are written atomically: on any error neither is
@@ -347,9 +343,9 @@ def run_batch(
     Raises
     ------
     RecordError
-        If a request's ``where`` clause is not a valid predicate over the
-        items, naming the request (and its file and line, when read by
-        :func:`read_requests`) and the field ``where``.
+        If two requests share an id, or a request's ``where`` clause is not a
+        valid predicate over the items; the error names the request (and its
+        file and line, when read by :func:`read_requests`) and the field.
     BudgetError
         If a request's required items alone exceed its budget; the message
         names the request and the items.
@@ -378,6 +374,11 @@ def run_batch(
     """
     if rank not in RANK_METHODS:
         raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    seen: set[str] = set()
+    for request in requests:
+        if request.id in seen:
+            raise request.error("duplicate request id", field="id")
+        seen.add(request.id)
     started = time.perf_counter()
     default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
@@ -394,9 +395,7 @@ def run_batch(
             ranked = _ranked(scopes[request.where], request, rank)
             when = request.as_of if request.as_of is not None else default_as_of
             try:
-                result = pack(
-                    ranked.collect(), request.budget, profile=profile, as_of=when, label=request.id
-                )
+                result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)
             except BudgetError as exc:
                 raise BudgetError(
                     f"request {request.id!r}: {exc}", costs=exc.costs, budget=exc.budget

@@ -99,6 +99,20 @@ CATEGORY_NAMES: dict[int, str] = {
 ANSWERABLE_CATEGORIES: frozenset[int] = frozenset({1, 2, 3, 4})
 """Categories whose questions have an answer in the conversation (5 is adversarial)."""
 
+_COUNTS: tuple[str, ...] = (
+    "conversations",
+    "sessions",
+    "turns",
+    "turns_with_image",
+    "observations",
+    "session_summaries",
+    "observation_evidence_malformed",
+    "observation_evidence_missing",
+    "questions",
+    "questions_without_evidence",
+    "question_evidence_malformed",
+    "question_evidence_missing",
+)
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _OBSERVATION_KEY = re.compile(r"session_(\d+)_observation")
 _SUMMARY_KEY = re.compile(r"session_(\d+)_summary")
@@ -163,9 +177,7 @@ def parse_session_time(text: str) -> datetime:
     if not 1 <= hour <= 12:
         raise ValueError(f"hour must be 1..12 in a 12-hour time: {text!r}")
     hour = hour % 12 + (12 if match.group(3).lower() == "p" else 0)
-    return datetime(
-        int(match.group(6)), month, int(match.group(4)), hour, minute, tzinfo=UTC
-    )
+    return datetime(int(match.group(6)), month, int(match.group(4)), hour, minute, tzinfo=UTC)
 
 
 def normalize_evidence(raw: object, *, known: Iterable[str]) -> tuple[list[str], int, int]:
@@ -242,7 +254,9 @@ def _read_json(path: str | os.PathLike[str]) -> Any:
         with Path(path).open(encoding="utf-8") as handle:
             return json.load(handle)
     except OSError as exc:
-        raise RecordError(f"cannot read the LoCoMo file: {exc.strerror}", source=str(path)) from None
+        raise RecordError(
+            f"cannot read the LoCoMo file: {exc.strerror}", source=str(path)
+        ) from None
     except json.JSONDecodeError as exc:
         raise RecordError(
             f"invalid JSON: {exc.msg} at column {exc.colno}", source=str(path), line=exc.lineno
@@ -266,7 +280,9 @@ def _numbered(keys: Iterable[str], pattern: re.Pattern[str]) -> list[tuple[int, 
     return sorted(found)
 
 
-def _import_conversation(sample: Any, index: int, source: str, counts: Counter[str]) -> _Conversation:
+def _import_conversation(
+    sample: Any, index: int, source: str, counts: Counter[str]
+) -> _Conversation:
     where = f"[{index}]"
     if not isinstance(sample, dict):
         raise RecordError("a conversation must be a JSON object", source=source, field=where)
@@ -316,13 +332,15 @@ def _import_conversation(sample: Any, index: int, source: str, counts: Counter[s
             match = _EVIDENCE_ID.fullmatch(raw_id.strip())
             if match is None:
                 raise RecordError(
-                    f"dia_id {raw_id!r} is not D<session>:<turn>", source=source,
+                    f"dia_id {raw_id!r} is not D<session>:<turn>",
+                    source=source,
                     field=f"{twhere}.dia_id",
                 )
             dia_id = f"D{int(match.group(1))}:{int(match.group(2))}"
             if dia_id in dia_ids:
                 raise RecordError(
-                    f"duplicate dia_id {dia_id!r} in {sample_id}", source=source,
+                    f"duplicate dia_id {dia_id!r} in {sample_id}",
+                    source=source,
                     field=f"{twhere}.dia_id",
                 )
             dia_ids.add(dia_id)
@@ -393,9 +411,7 @@ def _import_conversation(sample: Any, index: int, source: str, counts: Counter[s
                         "text": fact[0],
                         "created_at": times[number],
                         "parents": [f"{sample_id}:{p}" for p in parents],
-                        "sources": [
-                            {"uri": f"locomo://{sample_id}/{key}", "kind": "observation"}
-                        ],
+                        "sources": [{"uri": f"locomo://{sample_id}/{key}", "kind": "observation"}],
                         "metadata": {
                             "conversation": sample_id,
                             "session": number,
@@ -432,9 +448,7 @@ def _import_conversation(sample: Any, index: int, source: str, counts: Counter[s
     qa = sample.get("qa") or []
     if not isinstance(qa, list):
         raise RecordError("expected a list", source=source, field=f"{where}.qa")
-    latest = max(
-        times[n] + timedelta(seconds=max(len(turns_of[n]) - 1, 0)) for n in times
-    )
+    latest = max(times[n] + timedelta(seconds=max(len(turns_of[n]) - 1, 0)) for n in times)
     counts["conversations"] += 1
     counts["sessions"] += len(times)
     return _Conversation(
@@ -449,15 +463,16 @@ def _import_conversation(sample: Any, index: int, source: str, counts: Counter[s
 def _import(data: Any, source: str) -> _Import:
     if not isinstance(data, list):
         raise RecordError("expected a JSON list of conversations", source=source)
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter(dict.fromkeys(_COUNTS, 0))
     conversations = [
         _import_conversation(sample, index, source, counts) for index, sample in enumerate(data)
     ]
     seen: set[str] = set()
     for conv in conversations:
         if conv.sample_id in seen:
-            raise RecordError(f"duplicate sample_id {conv.sample_id!r}", source=source,
-                              field="sample_id")
+            raise RecordError(
+                f"duplicate sample_id {conv.sample_id!r}", source=source, field="sample_id"
+            )
         seen.add(conv.sample_id)
     return _Import(conversations=conversations, source=source, counts=counts)
 
@@ -684,18 +699,19 @@ def evaluate(
         for position in positions:
             request = requests[position]
             extra = request.model_extra or {}
-            if "evidence" not in extra or "category" not in extra:
-                raise request.error("needs the fields evidence and category", field="evidence")
-            record = by_id.get(request.id)
-            if record is None:
+            for name in ("evidence", "category"):
+                if name not in extra:
+                    raise request.error("an evaluation request needs this field", field=name)
+            packed = by_id.get(request.id)
+            if packed is None:
                 raise request.error("has no pack", field="id")
-            if "used_tokens" in record:
-                used.append(int(record["used_tokens"]))
+            if "used_tokens" in packed:
+                used.append(int(packed["used_tokens"]))
             evidence = set(extra["evidence"])
             if not evidence:
                 excluded += 1
                 continue
-            found = len(evidence.intersection(record["ids"]))
+            found = len(evidence.intersection(packed["ids"]))
             category = int(extra["category"])
             recall.setdefault(category, []).append(found / len(evidence))
             hits.setdefault(category, []).append(1.0 if found == len(evidence) else 0.0)
@@ -802,8 +818,12 @@ def run_locomo(
     counts = imported.counts
     report: dict[str, Any] = {
         "source": {"file": Path(path).name, "sha256": _sha256(path)},
-        "settings": {"budgets": list(budgets), "rank": rank, "profile": profile,
-                     "scope": "turns of the question's conversation"},
+        "settings": {
+            "budgets": list(budgets),
+            "rank": rank,
+            "profile": profile,
+            "scope": "turns of the question's conversation",
+        },
         "import": {
             "items": items.height,
             **{key: counts[key] for key in sorted(counts)},

@@ -248,46 +248,87 @@ class ContextPack:
 # ---------------------------------------------------------------------------
 # the algorithm
 
+_REASONS: tuple[Reason, ...] = tuple(Reason)
+_CODE = {reason: code for code, reason in enumerate(_REASONS)}
+_NONE = -1
 
-class _Costs:
-    """Exact unit costs, counted lazily in batches."""
+
+class _Units:
+    """Packing units (an ungrouped row, or all rows of one group) and their lazily known costs.
+
+    ``bound`` holds each unit's proven lower bound on its cost and ``cost`` its
+    exact cost, both in tokens, or -1 while not yet computed. Both are filled
+    in batches, only for the units that the selection reaches.
+    """
 
     def __init__(
         self,
         profile: TokenProfile,
-        hashes: np.ndarray,
-        texts: np.ndarray,
+        content: pl.Series,
+        hashes: pl.Series,
         framing: np.ndarray,
-        members: list[np.ndarray] | None,
+        unit_of_row: np.ndarray | None,
         n_units: int,
     ) -> None:
         self.profile = profile
+        self.content = content
         self.hashes = hashes
-        self.texts = texts
         self.framing = framing
-        self.members = members
-        self.row_tokens = np.full(len(texts), -1, dtype=np.int64)
-        self.unit_cost = np.full(n_units, -1, dtype=np.int64)
+        self.grouped = unit_of_row is not None
+        if unit_of_row is not None:
+            self.sorted_rows = np.argsort(unit_of_row, kind="stable")
+            self.offsets = np.searchsorted(unit_of_row[self.sorted_rows], np.arange(n_units + 1))
+        self.row_tokens = np.full(len(content), _NONE, dtype=np.int64)
+        self.cost = np.full(n_units, _NONE, dtype=np.int64)
+        self.bound = np.full(n_units, _NONE, dtype=np.int64)
+        self.batch = 256
 
-    def rows_of(self, units: np.ndarray) -> np.ndarray:
-        if self.members is None:
-            return units
-        if len(units) == 0:
-            return units
-        return np.concatenate([self.members[u] for u in units])
+    def rows_of(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The member rows of ``units`` (unit by unit) and where each unit's run starts."""
+        if not self.grouped:
+            return units, np.arange(len(units))
+        lengths = self.offsets[units + 1] - self.offsets[units]
+        starts = np.cumsum(lengths) - lengths
+        within = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+        return self.sorted_rows[np.repeat(self.offsets[units], lengths) + within], starts
 
-    def count(self, units: np.ndarray) -> None:
-        units = units[self.unit_cost[units] < 0]
+    def _per_unit(self, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        return values if not self.grouped else np.add.reduceat(values, starts)
+
+    def ensure_bounds(self, units: np.ndarray) -> None:
+        units = units[self.bound[units] == _NONE]
         if len(units) == 0:
             return
-        rows = self.rows_of(units)
-        counts = self.profile.count_cached(self.hashes[rows].tolist(), self.texts[rows].tolist())
-        self.row_tokens[rows] = np.asarray(counts, dtype=np.int64) + self.framing[rows]
-        if self.members is None:
-            self.unit_cost[units] = self.row_tokens[units]
-        else:
-            for u in units:
-                self.unit_cost[u] = int(self.row_tokens[self.members[u]].sum())
+        rows, starts = self.rows_of(units)
+        texts = self.content.gather(rows).to_frame("text")
+        bound = texts.select(self.profile.lower_bound(pl.col("text"))).to_series().to_numpy()
+        self.bound[units] = self._per_unit(bound.astype(np.int64) + self.framing[rows], starts)
+
+    def count(self, units: np.ndarray) -> None:
+        units = units[self.cost[units] == _NONE]
+        if len(units) == 0:
+            return
+        rows, starts = self.rows_of(units)
+        counts = self.profile.count_cached(
+            self.hashes.gather(rows).to_list(), self.content.gather(rows).to_list()
+        )
+        self.row_tokens[rows] = counts + self.framing[rows]
+        self.cost[units] = self._per_unit(self.row_tokens[rows], starts)
+
+    def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:
+        """Count the next batch of uncounted units, from ``pos`` on, that may still fit."""
+        picked: list[np.ndarray] = []
+        need = self.batch
+        stop = len(order)
+        while pos < stop and need > 0:
+            span = order[pos : pos + 4 * self.batch]
+            self.ensure_bounds(span)
+            take = span[(self.bound[span] <= remaining) & (self.cost[span] == _NONE)][:need]
+            picked.append(take)
+            need -= len(take)
+            pos += len(span)
+        self.count(np.concatenate(picked))
+        self.batch = min(self.batch * 2, 8192)
 
 
 def _as_utc(value: datetime | None) -> datetime:
@@ -298,25 +339,32 @@ def _as_utc(value: datetime | None) -> datetime:
     return value.astimezone(UTC)
 
 
+_FINGERPRINT_COLUMNS = (
+    "id",
+    "content_hash",
+    "role",
+    "retention",
+    "priority",
+    "rank",
+    "trust",
+    "sensitivity",
+    "created_at",
+    "valid_from",
+    "expires_at",
+    "group_id",
+)
+
+
 def _input_fingerprint(df: pl.DataFrame) -> str:
-    columns = [
-        "id",
-        "content_hash",
-        "role",
-        "retention",
-        "priority",
-        "rank",
-        "trust",
-        "sensitivity",
-        "created_at",
-        "valid_from",
-        "expires_at",
-        "group_id",
+    """sha256 over the ordered rows' identity, content hash and packing-relevant fields."""
+    parts = [
+        pl.col(c).dt.epoch("us").cast(pl.String)
+        if isinstance(df.schema[c], pl.Datetime)
+        else pl.col(c).cast(pl.String)
+        for c in _FINGERPRINT_COLUMNS
     ]
     lines = df.select(
-        pl.concat_str(
-            [pl.col(c).cast(pl.String).fill_null("\x00") for c in columns], separator="\x1f"
-        ).alias("line")
+        pl.concat_str([p.fill_null("\x00") for p in parts], separator="\x1f").alias("line")
     ).get_column("line")
     digest = hashlib.sha256()
     step = 65536
@@ -324,6 +372,115 @@ def _input_fingerprint(df: pl.DataFrame) -> str:
         digest.update("\x1e".join(lines.slice(start, step).to_list()).encode("utf-8"))
         digest.update(b"\x1d")
     return digest.hexdigest()
+
+
+def _blocks(keys: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive) of each position's run of equal sort keys."""
+    m = keys.height
+    if m == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    change = np.zeros(m, dtype=bool)
+    change[0] = True
+    for name in keys.columns:
+        values = keys.get_column(name).to_numpy()
+        change[1:] |= values[1:] != values[:-1]
+    heads = np.flatnonzero(change)
+    lengths = np.diff(np.append(heads, m))
+    return np.repeat(heads, lengths), np.repeat(np.append(heads[1:], m), lengths)
+
+
+def _select(
+    units: _Units,
+    order: np.ndarray,
+    block_start: np.ndarray,
+    block_end: np.ndarray,
+    cheap: np.ndarray,
+    unit_ids: pl.Series,
+    remaining: int,
+) -> list[int]:
+    """Greedy skip-and-continue over ``order`` (units sorted by tier, rank desc, priority desc).
+
+    Within a block of equal keys the design's order is cost asc, id asc; see
+    :func:`_select_block`. ``cheap`` is a lower bound of each unit's cost that
+    is known for every unit (framing plus the byte bound); its suffix minimum
+    ends the scan as soon as nothing left can fit.
+    """
+    chosen: list[int] = []
+    m = len(order)
+    if m == 0:
+        return chosen
+    suffix_min = np.minimum.accumulate(cheap[order][::-1])[::-1]
+    window = 512
+    pos = 0
+    while pos < m and suffix_min[pos] <= remaining:
+        span = order[pos : pos + window]
+        units.ensure_bounds(span)
+        hits = np.flatnonzero(units.bound[span] <= remaining)
+        if len(hits) == 0:
+            pos += len(span)
+            window = min(window * 2, 65536)
+            continue
+        pos += int(hits[0])
+        if block_end[pos] - block_start[pos] > 1:
+            remaining = _select_block(
+                units, order[pos : block_end[pos]], unit_ids, remaining, chosen
+            )
+            pos = int(block_end[pos])
+            continue
+        u = order[pos]
+        if units.cost[u] == _NONE:
+            units.prefetch(order, pos, remaining)
+        if units.cost[u] <= remaining:
+            chosen.append(int(u))
+            remaining -= int(units.cost[u])
+        pos += 1
+    return chosen
+
+
+def _select_block(
+    units: _Units, block: np.ndarray, unit_ids: pl.Series, remaining: int, chosen: list[int]
+) -> int:
+    """Select within a block of equal (tier, rank, priority), in cost asc, id asc order.
+
+    Units are visited by (lower bound, id); a min-heap of counted units
+    releases one only when no uncounted unit of the block can precede it: the
+    next uncounted unit's (lower bound, id) is past the released (cost, id).
+    Returns the remaining budget.
+    """
+    units.ensure_bounds(block)
+    block = block[units.bound[block] <= remaining]
+    if len(block) == 0:
+        return remaining
+    keyed = (
+        pl.DataFrame({"unit": block, "bound": units.bound[block], "id": unit_ids.gather(block)})
+        .with_columns(pl.col("id").rank("ordinal").alias("id_rank"))
+        .sort(["bound", "id"])
+    )
+    seq = keyed.get_column("unit").to_numpy()
+    seq_bound = keyed.get_column("bound").to_numpy()
+    seq_id = keyed.get_column("id_rank").to_numpy()
+    k = len(seq)
+    heap: list[tuple[int, int, int]] = []
+    i = 0
+    while True:
+        if i < k and seq_bound[i] > remaining:
+            i = k  # sorted by bound: nothing further in the block can fit
+        if heap and (i == k or (heap[0][0], heap[0][1]) < (seq_bound[i], seq_id[i])):
+            cost, _, u = heapq.heappop(heap)
+            if cost <= remaining:
+                chosen.append(u)
+                remaining -= cost
+            continue
+        if i == k:
+            break
+        if units.cost[seq[i]] == _NONE:
+            stop = min(k, i + units.batch)
+            units.count(seq[i:stop][seq_bound[i:stop] <= remaining])
+            units.batch = min(units.batch * 2, 8192)
+        heapq.heappush(heap, (int(units.cost[seq[i]]), int(seq_id[i]), int(seq[i])))
+        i += 1
+    return remaining
 
 
 def pack(
@@ -376,7 +533,7 @@ def pack(
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 3}))
     >>> p = pack(df, 100, as_of=datetime(2024, 6, 1, tzinfo=UTC))
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
-    (['sys', 'q'], 22, {'over_budget': 1, 'required': 2})
+    (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
     """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
         raise PackError(f"budget must be a non-negative whole number of tokens, got {budget!r}")
@@ -388,34 +545,49 @@ def pack(
     framing_of = {role: prof.framing(chat) for role, chat in CHAT_ROLES.items()}
     role = pl.col("role").cast(pl.String)
     kind = pl.col("payload_kind").cast(pl.String)
+    width = prof.longest_token_bytes
     cols = df.select(
         packed_text_expr().alias("content"),
-        role.replace_strict(CHAT_ROLES, return_dtype=pl.String).alias("chat_role"),
         role.replace_strict(framing_of, return_dtype=pl.Int64).alias("framing"),
         pl.col("retention")
         .cast(pl.String)
         .replace_strict(_TIERS, return_dtype=pl.Int64)
         .alias("tier"),
         pl.when(kind == "binary")
-        .then(pl.lit(Reason.NOT_PACKABLE.value))
+        .then(_CODE[Reason.NOT_PACKABLE])
         .when(pl.col("expires_at") <= when)
-        .then(pl.lit(Reason.EXPIRED.value))
+        .then(_CODE[Reason.EXPIRED])
         .when(pl.col("valid_from") > when)
-        .then(pl.lit(Reason.NOT_YET_VALID.value))
-        .otherwise(None)
+        .then(_CODE[Reason.NOT_YET_VALID])
+        .otherwise(_NONE)
         .alias("excluded"),
         (pl.col("group_id").is_not_null() & (pl.len().over("group_id") > 1)).alias("grouped"),
     ).with_columns(
-        (prof.lower_bound(pl.col("content")).cast(pl.Int64) + pl.col("framing")).alias("lb")
+        # A bound known for every row at no real cost: framing + ceil(bytes / longest token).
+        (
+            pl.col("framing")
+            + (pl.col("content").str.len_bytes().cast(pl.Int64) + width - 1) // width
+        ).alias("cheap"),
+        pl.col("excluded").cast(pl.Int64),
+    )
+    reason = cols.get_column("excluded").to_numpy().copy()
+    tier = cols.get_column("tier").to_numpy()
+    framing = cols.get_column("framing").to_numpy()
+    eligible = reason == _NONE
+    rank = df.get_column("rank").fill_nan(None).fill_null(float("-inf"))
+    keys = pl.DataFrame(
+        {
+            "tier": tier,
+            "rank": rank,
+            "priority": df.get_column("priority"),
+            "cheap": cols.get_column("cheap"),
+            "id": df.get_column("id"),
+        }
     )
 
-    reason = cols.get_column("excluded").to_numpy().astype(object)
-    tier = cols.get_column("tier").to_numpy()
-    ids = df.get_column("id").to_numpy().astype(object)
-    grouped = cols.get_column("grouped").to_numpy()
-
-    # Units: a row, or all rows of one group. unit_of_row maps rows to units.
-    if grouped.any():
+    grouped = bool(cols.get_column("grouped").any())
+    if grouped:
+        # Units: a row, or all rows of one group (numbered by their first row).
         first = (
             df.select("group_id")
             .with_row_index("row")
@@ -428,77 +600,79 @@ def pack(
             .to_numpy()
         )
         _, unit_of_row = np.unique(first, return_inverse=True)
-    else:
-        unit_of_row = np.arange(n)
-    n_units = int(unit_of_row.max()) + 1 if n else 0
-    members: list[np.ndarray] | None = None
-    if grouped.any():
-        order_rows = np.argsort(unit_of_row, kind="stable")
-        bounds = np.searchsorted(unit_of_row[order_rows], np.arange(n_units + 1))
-        members = [order_rows[bounds[u] : bounds[u + 1]] for u in range(n_units)]
+        n_units = int(unit_of_row.max()) + 1
         # A group with an excluded member is excluded whole.
-        bad_units = np.unique(unit_of_row[reason != None])  # noqa: E711
-        bad_rows = np.isin(unit_of_row, bad_units) & (reason == None)  # noqa: E711
-        required_lost = bad_rows & (tier == 0)
-        if required_lost.any():
-            lost = sorted(ids[required_lost].tolist())
+        broken = np.isin(unit_of_row, np.unique(unit_of_row[~eligible])) & eligible
+        lost = broken & (tier == 0)
+        if lost.any():
+            ids = sorted(df.get_column("id").filter(pl.Series(lost)).to_list())
             raise PackError(
-                f"required items {lost} are in groups with a member that cannot be "
-                "packed (expired, not yet valid or binary); fix the group or its "
-                "retention"
+                f"required items {ids} are in groups with a member that cannot be packed "
+                "(expired, not yet valid or binary); fix the group or its retention"
             )
-        reason[bad_rows] = Reason.GROUP_INCOMPLETE.value
-
-    eligible_row = reason == None  # noqa: E711
-    units = (
-        pl.DataFrame(
-            {
-                "unit": unit_of_row,
-                "tier": tier,
-                "rank": df.get_column("rank").fill_null(float("-inf")).to_numpy(),
-                "priority": df.get_column("priority").to_numpy(),
-                "lb": cols.get_column("lb").to_numpy(),
-                "id": df.get_column("id"),
-                "eligible": eligible_row,
-            }
+        reason[broken] = _CODE[Reason.GROUP_INCOMPLETE]
+        eligible &= ~broken
+        unit_keys = (
+            keys.with_columns(unit=unit_of_row, eligible=eligible)
+            .filter("eligible")
+            .group_by("unit")
+            .agg(
+                pl.col("tier").min(),
+                pl.col("rank").max(),
+                pl.col("priority").max(),
+                pl.col("cheap").sum(),
+                pl.col("id").min(),
+            )
+            .sort("unit")
         )
-        .filter("eligible")
-        .group_by("unit", maintain_order=True)
-        .agg(
-            pl.col("tier").min(),
-            pl.col("rank").max(),
-            pl.col("priority").max(),
-            pl.col("lb").sum(),
-            pl.col("id").min(),
+        unit_index = unit_keys.get_column("unit").to_numpy()
+    else:
+        unit_of_row = None
+        n_units = n
+        unit_keys = keys.filter(pl.Series(eligible))
+        unit_index = np.flatnonzero(eligible)
+    sort_keys = ["tier", "rank", "priority"]
+    ordering = (
+        unit_keys.select(
+            pl.arg_sort_by(sort_keys, descending=[False, True, True], maintain_order=True)
         )
-        .sort(
-            ["tier", "rank", "priority", "lb", "id"], descending=[False, True, True, False, False]
-        )
+        .to_series()
+        .to_numpy()
     )
+    sorted_keys = unit_keys.select(sort_keys)[ordering]
+    order = unit_index[ordering]
+    cheap = np.zeros(n_units, dtype=np.int64)
+    cheap[unit_index] = unit_keys.get_column("cheap").to_numpy()
+    unit_ids = pl.Series("id", [None] * n_units, pl.String) if grouped else df.get_column("id")
+    if grouped:
+        unit_ids = unit_ids.scatter(unit_index, unit_keys.get_column("id"))
 
-    order = units.get_column("unit").to_numpy()
-    unit_tier = np.full(n_units, 3, dtype=np.int64)
-    unit_tier[order] = units.get_column("tier").to_numpy()
-    unit_lb = np.zeros(n_units, dtype=np.int64)
-    unit_lb[order] = units.get_column("lb").to_numpy()
-    unit_id = np.empty(n_units, dtype=object)
-    unit_id[order] = units.get_column("id").to_numpy()
-
-    hashes = df.get_column("content_hash").to_numpy().astype(object)
-    texts = cols.get_column("content").fill_null("").to_numpy().astype(object)
-    costs = _Costs(prof, hashes, texts, cols.get_column("framing").to_numpy(), members, n_units)
+    units = _Units(
+        prof,
+        cols.get_column("content"),
+        df.get_column("content_hash"),
+        framing,
+        unit_of_row,
+        n_units,
+    )
     overhead = prof.tokens_per_pack
 
-    # Required units go in first.
-    n_req = int((units.get_column("tier") == 0).sum())
+    # Required units go in first, whole.
+    n_req = int((sorted_keys.get_column("tier") == 0).sum())
     required = order[:n_req]
-    costs.count(required)
-    required_cost = int(costs.unit_cost[required].sum())
+    units.count(required)
+    required_cost = int(units.cost[required].sum())
     if n_req and required_cost + overhead > budget:
-        req_rows = costs.rows_of(required)
-        detail = {
-            str(ids[r]): int(costs.row_tokens[r]) for r in sorted(req_rows, key=lambda r: ids[r])
-        }
+        rows, _ = units.rows_of(required)
+        detail = dict(
+            sorted(
+                zip(
+                    df.get_column("id").gather(rows).to_list(),
+                    units.row_tokens[rows].tolist(),
+                    strict=True,
+                )
+            )
+        )
         raise BudgetError(
             f"required items need {required_cost + overhead} tokens "
             f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
@@ -506,33 +680,40 @@ def pack(
             costs=detail,
             budget=budget,
         )
+    block_start, block_end = _blocks(sorted_keys.slice(n_req))
+    chosen = _select(
+        units,
+        order[n_req:],
+        block_start,
+        block_end,
+        cheap,
+        unit_ids,
+        budget - overhead - required_cost,
+    )
     included = np.zeros(n_units, dtype=bool)
     included[required] = True
-    remaining = budget - overhead - required_cost
-
-    seg = order[n_req:]
-    included_units = _select(seg, unit_tier, units.slice(n_req), unit_lb, unit_id, costs, remaining)
-    included[included_units] = True
+    included[np.asarray(chosen, dtype=np.int64)] = True
 
     # Per-row decisions.
-    row_included = included[unit_of_row] & eligible_row
-    row_tokens = costs.row_tokens
-    used_items = int(row_tokens[row_included].sum())
-    pack_overhead = overhead if row_included.any() else 0
-    used = used_items + pack_overhead
-    over = eligible_row & ~row_included
-    if members is not None:
-        sizes = np.array([len(m) for m in members])[unit_of_row]
-        reason[over & (sizes > 1)] = Reason.GROUP_OVER_BUDGET.value
-        reason[over & (sizes <= 1)] = Reason.OVER_BUDGET.value
+    if unit_of_row is None:
+        row_included = included & eligible
+        in_group = np.zeros(n, dtype=bool)
     else:
-        reason[over] = Reason.OVER_BUDGET.value
-    reason[row_included & (tier == 0)] = Reason.REQUIRED.value
-    reason[row_included & (tier != 0)] = Reason.SELECTED.value
+        row_included = included[unit_of_row] & eligible
+        in_group = cols.get_column("grouped").to_numpy()
+    over = eligible & ~row_included
+    reason[over & in_group] = _CODE[Reason.GROUP_OVER_BUDGET]
+    reason[over & ~in_group] = _CODE[Reason.OVER_BUDGET]
+    reason[row_included & (tier == 0)] = _CODE[Reason.REQUIRED]
+    reason[row_included & (tier != 0)] = _CODE[Reason.SELECTED]
+    row_tokens = units.row_tokens
+    pack_overhead = overhead if row_included.any() else 0
+    used = int(row_tokens[row_included].sum()) + pack_overhead
 
-    selected_rows = np.flatnonzero(row_included)
-    pack_position = np.full(n, -1, dtype=np.int64)
-    pack_position[selected_rows] = np.arange(len(selected_rows))
+    selected = np.flatnonzero(row_included)
+    pack_position = np.full(n, _NONE, dtype=np.int64)
+    pack_position[selected] = np.arange(len(selected))
+    reasons = pl.Series("reason", [r.value for r in _REASONS], pl.String)
     entries = (
         pl.DataFrame(
             {
@@ -542,12 +723,12 @@ def pack(
                 "role": df.get_column("role").cast(pl.String),
                 "group_id": df.get_column("group_id"),
                 "tier": df.get_column("retention").cast(pl.String),
-                "rank": df.get_column("rank"),
+                "rank": df.get_column("rank").fill_nan(None),
                 "priority": df.get_column("priority"),
-                "decision": np.where(
-                    row_included, Decision.INCLUDED.value, Decision.EXCLUDED.value
+                "decision": pl.Series([Decision.EXCLUDED.value, Decision.INCLUDED.value]).gather(
+                    row_included.astype(np.int64)
                 ),
-                "reason": reason.astype(str),
+                "reason": reasons.gather(reason),
                 "tokens": row_tokens,
                 "pack_position": pack_position,
             }
@@ -561,15 +742,15 @@ def pack(
         .cast(dict(_ENTRY_SCHEMA.items()))
     )
 
-    by_reason = entries.get_column("reason").value_counts(sort=False)
     counted = int((row_tokens >= 0).sum())
+    by_reason = np.bincount(reason, minlength=len(_REASONS))
     totals = ManifestTotals(
         items=n,
-        included=len(selected_rows),
-        excluded=n - len(selected_rows),
+        included=len(selected),
+        excluded=n - len(selected),
         counted=counted,
         not_counted=n - counted,
-        by_reason={str(r): int(c) for r, c in sorted(by_reason.iter_rows())},
+        by_reason={r.value: int(c) for r, c in sorted(zip(_REASONS, by_reason, strict=True)) if c},
     )
     settings = {
         "as_of": when.isoformat(),
@@ -595,97 +776,17 @@ def pack(
     )
     manifest._entries = entries
 
-    chosen = cols.select("chat_role", "content")[selected_rows]
-    messages = [{"role": r, "content": c} for r, c in chosen.iter_rows()]
+    chat_roles = df.get_column("role").gather(selected).cast(pl.String).replace_strict(CHAT_ROLES)
+    contents = cols.get_column("content").gather(selected)
+    messages = [
+        {"role": r, "content": c}
+        for r, c in zip(chat_roles.to_list(), contents.to_list(), strict=True)
+    ]
     return ContextPack(
-        frame=df[selected_rows],
+        frame=df[selected],
         messages=messages,
         used_tokens=used,
         remaining_tokens=budget - used,
         budget=budget,
         manifest=manifest,
     )
-
-
-def _select(
-    seg: np.ndarray,
-    unit_tier: np.ndarray,
-    keys: pl.DataFrame,
-    unit_lb: np.ndarray,
-    unit_id: np.ndarray,
-    costs: _Costs,
-    remaining: int,
-) -> list[int]:
-    """Greedy skip-and-continue selection over units sorted by (tier, rank, priority, lb, id).
-
-    Within a block of equal (tier, rank, priority) the exact order is cost asc,
-    id asc; a heap releases a counted unit only once no uncounted unit of the
-    block can precede it (its lower bound and id are past the unit's).
-    """
-    m = len(seg)
-    chosen: list[int] = []
-    if m == 0:
-        return chosen
-    seg_lb = unit_lb[seg]
-    suffix_min = np.minimum.accumulate(seg_lb[::-1])[::-1]
-    tier = keys.get_column("tier").to_numpy()
-    rank = keys.get_column("rank").to_numpy()
-    prio = keys.get_column("priority").to_numpy()
-    change = np.ones(m, dtype=bool)
-    change[1:] = (tier[1:] != tier[:-1]) | (rank[1:] != rank[:-1]) | (prio[1:] != prio[:-1])
-    starts = np.flatnonzero(change)
-    block_end = np.empty(m, dtype=np.int64)
-    ends = np.append(starts[1:], m)
-    block_end[starts] = ends
-    batch = 256
-
-    def prefetch(pos: int) -> None:
-        nonlocal batch
-        picked: list[np.ndarray] = []
-        need = batch
-        j = pos
-        while j < m and need > 0:
-            window = seg[j : j + 4 * batch]
-            ok = (seg_lb[j : j + 4 * batch] <= remaining) & (costs.unit_cost[window] < 0)
-            take = window[ok][:need]
-            picked.append(take)
-            need -= len(take)
-            j += 4 * batch
-        costs.count(np.concatenate(picked))
-        batch = min(batch * 2, 8192)
-
-    pos = 0
-    while pos < m:
-        if suffix_min[pos] > remaining:
-            break
-        end = int(block_end[pos])
-        if end - pos == 1:
-            u = seg[pos]
-            if seg_lb[pos] <= remaining:
-                if costs.unit_cost[u] < 0:
-                    prefetch(pos)
-                if costs.unit_cost[u] <= remaining:
-                    chosen.append(int(u))
-                    remaining -= int(costs.unit_cost[u])
-            pos += 1
-            continue
-        heap: list[tuple[int, str, int]] = []
-        i = pos
-        while True:
-            if i < end and seg_lb[i] > remaining:
-                i = end  # sorted by lower bound: nothing further in the block can fit
-            if heap and (i == end or (heap[0][0], heap[0][1]) < (int(seg_lb[i]), unit_id[seg[i]])):
-                cost, _, u = heapq.heappop(heap)
-                if cost <= remaining:
-                    chosen.append(u)
-                    remaining -= cost
-                continue
-            if i == end:
-                break
-            u = seg[i]
-            if costs.unit_cost[u] < 0:
-                prefetch(i)
-            heapq.heappush(heap, (int(costs.unit_cost[u]), unit_id[u], int(u)))
-            i += 1
-        pos = end
-    return chosen

@@ -1,0 +1,210 @@
+"""Lowering: a logical plan to a Polars LazyFrame.
+
+One handler per node type, registered in :data:`HANDLERS`; a handler turns one
+node, given its children already lowered, into a LazyFrame. Lowering never
+optimizes: it runs the plan as given (Polars' own optimizer still runs on the
+result). Scorers run batched over whole columns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import polars as pl
+
+from cognoxium._plan import (
+    Dedupe,
+    Filter,
+    Join,
+    Limit,
+    Node,
+    Rank,
+    Scan,
+    Select,
+    Sort,
+    TopK,
+    WithColumns,
+)
+from cognoxium.exceptions import PlanError
+from cognoxium.ranking import bm25_scores, packed_text_expr, recency_expr
+from cognoxium.schema import POLARS_SCHEMA
+
+__all__ = ["HANDLERS", "lower", "lower_node", "register"]
+
+Handler = Callable[..., pl.LazyFrame]
+"""``handler(node, *inputs) -> LazyFrame``, one input per child of ``node``."""
+
+HANDLERS: dict[type[Node], Handler] = {}
+"""The lowering handler of each node type."""
+
+_N = TypeVar("_N", bound=Handler)
+
+_METADATA_TEXT = "__cognoxium_metadata_text"
+
+
+def register(node_type: type[Node]) -> Callable[[_N], _N]:
+    """Register the decorated function as the handler of ``node_type``."""
+
+    def decorate(handler: _N) -> _N:
+        HANDLERS[node_type] = handler
+        return handler
+
+    return decorate
+
+
+def lower_node(node: Node, inputs: Sequence[pl.LazyFrame]) -> pl.LazyFrame:
+    """Lower one node over its already-lowered children.
+
+    Raises
+    ------
+    PlanError
+        If no handler is registered for the node's type.
+    """
+    handler = HANDLERS.get(type(node))
+    if handler is None:
+        raise PlanError(
+            f"no lowering for plan node {type(node).__name__}; register a handler "
+            "in cognoxium._lowering"
+        )
+    return handler(node, *inputs)
+
+
+def lower(plan: Node) -> pl.LazyFrame:
+    """Lower a whole plan to a Polars LazyFrame, as given (no optimization).
+
+    Raises
+    ------
+    PlanError
+        If the plan holds a node type with no handler.
+    """
+    return lower_node(plan, [lower(child) for child in plan.children])
+
+
+@register(Scan)
+def _scan(node: Scan) -> pl.LazyFrame:
+    lf = node.source.frame.lazy()
+    return lf if node.columns is None else lf.select(node.columns)
+
+
+@register(Filter)
+def _filter(node: Filter, lf: pl.LazyFrame) -> pl.LazyFrame:
+    if node.metadata_dtype is None:
+        return lf.filter(node.predicate.expr)
+    # metadata.<key> in SQL is struct field access: run the predicate over the
+    # decoded struct, then restore the JSON text in its place.
+    decoded = lf.rename({"metadata": _METADATA_TEXT}).with_columns(
+        pl.col(_METADATA_TEXT).str.json_decode(node.metadata_dtype).alias("metadata")
+    )
+    return decoded.filter(node.predicate.expr).drop("metadata").rename({_METADATA_TEXT: "metadata"})
+
+
+@register(Select)
+def _select(node: Select, lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.select([e.expr for e in node.exprs])
+
+
+@register(WithColumns)
+def _with_columns(node: WithColumns, lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.with_columns([e.expr for e in node.exprs])
+
+
+@register(Join)
+def _join(node: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
+    how: Any = node.how
+    order: Any = "left" if node.how in ("semi", "anti") else "left_right"
+    return left.join(right, on=list(node.on), how=how, suffix="_right", maintain_order=order)
+
+
+@register(Sort)
+def _sort(node: Sort, lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.sort(
+        [e.expr for e in node.by],
+        descending=list(node.descending),
+        nulls_last=list(node.nulls_last),
+        maintain_order=True,
+    )
+
+
+@register(Limit)
+def _limit(node: Limit, lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.slice(node.offset, node.n)
+
+
+@register(TopK)
+def _top_k(node: TopK, lf: pl.LazyFrame) -> pl.LazyFrame:
+    # Polars runs a stable sort followed by a slice as a partial (top-k) sort.
+    return lf.sort(
+        [e.expr for e in node.by],
+        descending=list(node.descending),
+        nulls_last=list(node.nulls_last),
+        maintain_order=True,
+    ).head(node.k)
+
+
+def _merge_agg(name: str, dtype: pl.DataType) -> pl.Expr:
+    """How Dedupe(merge=True) combines one column over a group of duplicates."""
+    col = pl.col(name)
+    canonical = POLARS_SCHEMA.get(name)
+    if canonical is None or dtype != canonical:
+        return col.first()
+    if name in ("trust", "sensitivity", "priority", "valid_from"):
+        return col.max()  # untrusted > trusted; restricted is the highest sensitivity
+    if name in ("retention", "expires_at"):
+        return col.min()  # required is the strongest retention
+    if name in ("sources", "parents"):
+        union = (
+            col.list.explode(keep_nulls=False, empty_as_null=False)
+            .unique(maintain_order=True)
+            .implode()
+        )
+        return pl.when(pl.len() > 1).then(union).otherwise(col.first())
+    return col.first()
+
+
+@register(Dedupe)
+def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
+    by = list(node.by)
+    if not node.merge:
+        return lf.unique(subset=by, keep="first", maintain_order=True)
+    schema = lf.collect_schema()
+    aggs = [_merge_agg(name, dtype) for name, dtype in schema.items() if name not in by]
+    return lf.group_by(by, maintain_order=True).agg(aggs).select(schema.names())
+
+
+def _scope_key(hashes: pl.Series) -> tuple[str, str]:
+    """Identity of a BM25 corpus: the digest of its ordered content hashes."""
+    joined = hashes.cast(pl.String).fill_null("").str.join("\n").item()
+    return ("content_hash", hashlib.sha256(str(joined).encode("utf-8")).hexdigest())
+
+
+def _with_rank(schema: pl.Schema) -> pl.Schema:
+    out = pl.Schema(schema)
+    out["rank"] = pl.Float64()
+    return out
+
+
+@register(Rank)
+def _rank(node: Rank, lf: pl.LazyFrame) -> pl.LazyFrame:
+    if node.method == "priority":
+        return lf.with_columns(pl.col("priority").cast(pl.Float64).alias("rank"))
+    if node.method == "recency":
+        return lf.with_columns(recency_expr(half_life=node.half_life, reference=node.reference))
+    query = node.query or ""
+
+    def score(df: pl.DataFrame) -> pl.DataFrame:
+        texts = df.select(packed_text_expr()).to_series()
+        scores = bm25_scores(texts, query, cache_key=_scope_key(df.get_column("content_hash")))
+        return df.with_columns(pl.Series("rank", scores, dtype=pl.Float64))
+
+    # The whole input in one call: BM25's IDF depends on every row reaching
+    # the node, so no filter, projection or slice may pass it.
+    return lf.map_batches(
+        score,
+        schema=_with_rank(lf.collect_schema()),
+        predicate_pushdown=False,
+        projection_pushdown=False,
+        slice_pushdown=False,
+        streamable=False,
+    )

@@ -1,0 +1,741 @@
+"""Logical plan nodes of a :class:`~cognoxium.frame.CognitionFrame`.
+
+A plan is a tree of immutable nodes. Every node is a frozen, slotted,
+keyword-only dataclass holding only hashable values, so plans compare and hash
+structurally: two frames built by the same calls have equal plans. Polars
+expressions are held in :class:`Expression`, which compares by the
+expression's serialized form.
+
+Every node checks itself when it is built: it resolves its output schema by
+lowering itself over empty frames of its inputs' schemas, so a bad plan (an
+unknown column, a non-boolean predicate, a negative limit) raises
+:class:`~cognoxium.exceptions.PlanError` at the call that made it, not at
+``collect()``.
+
+Barrier nodes (``barrier = True``) are never crossed by an optimizer rule:
+nothing is moved from one side of them to the other. Redact, quarantine and
+demote are barriers. Filters additionally never cross :class:`Rank`,
+:class:`Dedupe`, :class:`Limit` or :class:`TopK`, because each of those
+depends on which rows reach it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import reduce
+from typing import Any, ClassVar, Final
+
+import polars as pl
+
+from cognoxium.exceptions import PlanError
+
+__all__ = [
+    "JOIN_HOWS",
+    "RANK_METHODS",
+    "Dedupe",
+    "Expression",
+    "Filter",
+    "Join",
+    "Limit",
+    "Node",
+    "Rank",
+    "Scan",
+    "Select",
+    "Sort",
+    "Source",
+    "TopK",
+    "WithColumns",
+    "format_plan",
+    "rewrite",
+    "walk",
+]
+
+JOIN_HOWS: Final = ("inner", "left", "full", "semi", "anti")
+"""Join strategies a :class:`Join` accepts."""
+
+RANK_METHODS: Final = ("bm25", "recency", "priority")
+"""Scorers a :class:`Rank` accepts."""
+
+_RANK_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "bm25": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
+    "recency": ("created_at",),
+    "priority": ("priority",),
+}
+
+
+# ---------------------------------------------------------------------------
+# expressions
+
+# Function nodes of a serialized expression that map each row to one value
+# computed from that row alone. Anything not listed counts as not elementwise,
+# which only ever makes the optimizer more careful.
+_ELEMENTWISE_FUNCTIONS: Final = frozenset(
+    {
+        "Abs",
+        "AsStruct",
+        "Ceil",
+        "Clip",
+        "Coalesce",
+        "Exp",
+        "FillNull",
+        "Floor",
+        "Log",
+        "Log1p",
+        "MaxHorizontal",
+        "MeanHorizontal",
+        "MinHorizontal",
+        "Negate",
+        "Round",
+        "RoundSF",
+        "Sign",
+        "SumHorizontal",
+        "Boolean.AllHorizontal",
+        "Boolean.AnyHorizontal",
+        "Boolean.IsBetween",
+        "Boolean.IsFinite",
+        "Boolean.IsIn",
+        "Boolean.IsInfinite",
+        "Boolean.IsNan",
+        "Boolean.IsNotNan",
+        "Boolean.IsNotNull",
+        "Boolean.IsNull",
+        "Boolean.Not",
+    }
+)
+_NAMESPACES: Final = frozenset(
+    {
+        "Boolean",
+        "Sql",
+        "StringExpr",
+        "TemporalExpr",
+        "StructExpr",
+        "ListExpr",
+        "Pow",
+        "Trigonometry",
+    }
+)
+_ELEMENTWISE_NAMESPACES: Final = frozenset(
+    {"StringExpr", "TemporalExpr", "StructExpr", "ListExpr", "Pow", "Trigonometry"}
+)
+_NOT_ELEMENTWISE: Final = frozenset(
+    {
+        "StringExpr.ConcatVertical",  # str.join aggregates
+        "StringExpr.Strptime",  # may infer its format from the data
+        "StringExpr.ToDecimal",  # infers its scale from the data
+        "StructExpr.SelectFields",  # several outputs
+    }
+)
+
+
+def _function_id(function: Any) -> str:
+    if isinstance(function, str):
+        return function
+    if isinstance(function, dict) and len(function) == 1:
+        ((name, body),) = function.items()
+        if name in _NAMESPACES:
+            if isinstance(body, str):
+                return f"{name}.{body}"
+            if isinstance(body, dict) and len(body) == 1:
+                return f"{name}.{next(iter(body))}"
+            return f"{name}.?"
+        return str(name)
+    return "?"
+
+
+def _is_literal(node: Any) -> bool:
+    return isinstance(node, dict) and set(node) == {"Literal"}
+
+
+def _is_elementwise(node: Any) -> bool:
+    """Whether a serialized expression maps each row to a value of that row alone."""
+    if not isinstance(node, dict) or len(node) != 1:
+        return False  # "Len", "Element" and other bare nodes
+    ((kind, body),) = node.items()
+    if kind == "Column":
+        return True
+    if kind == "Literal":
+        return isinstance(body, dict) and set(body) <= {"Dyn", "Scalar"}
+    if kind == "Alias":
+        return _is_elementwise(body[0])
+    if kind == "KeepName":
+        return _is_elementwise(body)
+    if kind in ("RenameAlias", "Cast"):
+        return _is_elementwise(body["expr"])
+    if kind == "BinaryExpr":
+        return _is_elementwise(body["left"]) and _is_elementwise(body["right"])
+    if kind == "Ternary":
+        return all(_is_elementwise(body[k]) for k in ("predicate", "truthy", "falsy"))
+    if kind == "Eval":
+        # list.eval runs inside each row's list
+        return body.get("variant") == "List" and _is_elementwise(body["expr"])
+    if kind == "Function":
+        fid = _function_id(body["function"])
+        inputs = body["input"]
+        if fid in ("Boolean.IsIn", "Sql.IsIn"):
+            return _is_elementwise(inputs[0]) and all(
+                _is_literal(i) or _is_elementwise(i) for i in inputs[1:]
+            )
+        namespace = fid.partition(".")[0]
+        known = fid in _ELEMENTWISE_FUNCTIONS or (
+            namespace in _ELEMENTWISE_NAMESPACES and fid not in _NOT_ELEMENTWISE
+        )
+        return known and all(_is_elementwise(i) for i in inputs)
+    return False
+
+
+def _has_key(node: Any, key: str) -> bool:
+    if isinstance(node, dict):
+        return key in node or any(_has_key(v, key) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_key(v, key) for v in node)
+    return False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Expression:
+    """A Polars expression held so that plan nodes stay hashable and comparable.
+
+    Two expressions are equal when their serialized forms are equal (the
+    same tree, literals and names). An expression that cannot be serialized
+    (one calling a Python function) is equal only to itself.
+
+    Attributes
+    ----------
+    expr
+        The Polars expression.
+    key
+        The serialized form (JSON text), or the ``id`` of ``expr`` when it
+        cannot be serialized.
+    columns
+        The input columns it reads (``expr.meta.root_names()``).
+    elementwise
+        Whether every output row depends on the same input row only (no
+        aggregation, window, sort, shift or Python function). Decided
+        conservatively: ``False`` when unsure.
+    exact_columns
+        Whether ``columns`` is known to be everything it reads (no selector
+        such as ``pl.all()``).
+
+    Examples
+    --------
+    >>> a = Expression.of(pl.col("priority") > 1)
+    >>> a == Expression.of(pl.col("priority") > 1), a.columns, a.elementwise
+    (True, ('priority',), True)
+    >>> Expression.of(pl.col("priority") > pl.col("priority").mean()).elementwise
+    False
+    """
+
+    expr: pl.Expr
+    key: str | int
+    columns: tuple[str, ...]
+    elementwise: bool
+    exact_columns: bool
+
+    @classmethod
+    def of(cls, value: pl.Expr | str) -> Expression:
+        """Wrap a Polars expression, or a column name.
+
+        Raises
+        ------
+        PlanError
+            If ``value`` is neither.
+        """
+        if isinstance(value, str):
+            value = pl.col(value)
+        if not isinstance(value, pl.Expr):
+            raise PlanError(f"expected a Polars expression or a column name, got {value!r}")
+        try:
+            columns = tuple(value.meta.root_names())
+        except pl.exceptions.PolarsError:
+            columns = ()
+        try:
+            text = value.meta.serialize(format="json")
+        except (pl.exceptions.PolarsError, TypeError, ValueError):
+            return cls(value, id(value), columns, False, False)
+        assert isinstance(text, str)
+        tree = json.loads(text)
+        return cls(
+            value,
+            text,
+            columns,
+            _is_elementwise(tree),
+            not _has_key(tree, "Selector"),
+        )
+
+    def conjuncts(self) -> tuple[Expression, ...]:
+        """The operands of a top-level chain of ``&`` (SQL ``AND``), in order.
+
+        Returns ``(self,)`` when the expression is not such a chain.
+
+        Examples
+        --------
+        >>> e = Expression.of((pl.col("a") > 1) & (pl.col("b") == "x") & pl.col("c"))
+        >>> [str(p) for p in e.conjuncts()]
+        ['[(col("a")) > (dyn int: 1)]', '[(col("b")) == ("x")]', 'col("c")']
+        """
+        if not isinstance(self.key, str):
+            return (self,)
+        parts: list[Any] = []
+
+        def split(node: Any) -> None:
+            body = node.get("BinaryExpr") if isinstance(node, dict) and len(node) == 1 else None
+            if isinstance(body, dict) and body.get("op") == "And":
+                split(body["left"])
+                split(body["right"])
+            else:
+                parts.append(node)
+
+        split(json.loads(self.key))
+        if len(parts) == 1:
+            return (self,)
+        return tuple(
+            Expression.of(pl.Expr.deserialize(io.StringIO(json.dumps(part)), format="json"))
+            for part in parts
+        )
+
+    @staticmethod
+    def all_of(parts: Sequence[Expression]) -> Expression:
+        """The ``&`` of one or more expressions, left to right.
+
+        Raises
+        ------
+        PlanError
+            If ``parts`` is empty.
+        """
+        if not parts:
+            raise PlanError("all_of needs at least one expression")
+        if len(parts) == 1:
+            return parts[0]
+        return Expression.of(reduce(lambda a, b: a & b, (p.expr for p in parts)))
+
+    def is_column(self, name: str) -> bool:
+        """Whether this is exactly ``pl.col(name)``, unaliased."""
+        return self.key == Expression.of(pl.col(name)).key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Expression) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+    def __repr__(self) -> str:
+        return f"Expression({self.expr})"
+
+
+def _exprs(values: tuple[Expression, ...]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+# ---------------------------------------------------------------------------
+# nodes
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Source:
+    """An in-memory table scanned by :class:`Scan`; equal only to itself.
+
+    Attributes
+    ----------
+    frame
+        The rows, usually in the canonical item schema.
+    cache
+        Facts derived from ``frame`` (for example the inferred metadata struct
+        type), computed once.
+    """
+
+    frame: pl.DataFrame
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        return f"Source({self.frame.height} rows × {self.frame.width} columns)"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().split("\n", 1)[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """Base of every plan node: children, output schema and self-checks.
+
+    Attributes
+    ----------
+    schema
+        The output columns and their types, resolved when the node is built.
+    barrier
+        Class attribute: no optimizer rule moves a node across this one.
+    child_fields
+        Class attribute: the names of the fields holding child nodes.
+    """
+
+    barrier: ClassVar[bool] = False
+    child_fields: ClassVar[tuple[str, ...]] = ("input",)
+    schema: pl.Schema = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        self._check()
+        object.__setattr__(self, "schema", self._resolve_schema())
+
+    def _check(self) -> None:
+        """Raise PlanError for arguments that no schema resolution would catch."""
+
+    def _resolve_schema(self) -> pl.Schema:
+        from cognoxium._lowering import lower_node
+
+        inputs = [pl.LazyFrame(schema=child.schema) for child in self.children]
+        try:
+            return lower_node(self, inputs).collect_schema()
+        except pl.exceptions.PolarsError as exc:
+            raise PlanError(f"{type(self).__name__}: {_first_line(exc)}") from None
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        """The child nodes, in ``child_fields`` order."""
+        return tuple(getattr(self, name) for name in self.child_fields)
+
+    def with_children(self, children: Sequence[Node]) -> Node:
+        """Return this node over ``children``; the same object if they are the same."""
+        if len(children) != len(self.child_fields):
+            raise PlanError(f"{type(self).__name__} takes {len(self.child_fields)} children")
+        if all(new is old for new, old in zip(children, self.children, strict=True)):
+            return self
+        changes: dict[str, Any] = dict(zip(self.child_fields, children, strict=True))
+        return replace(self, **changes)
+
+    def label(self) -> str:
+        """One line describing this node (without its children)."""
+        return type(self).__name__
+
+    def _require(self, columns: Sequence[str], what: str) -> None:
+        schema = self.children[0].schema
+        missing = [c for c in columns if c not in schema]
+        if missing:
+            raise PlanError(
+                f"{type(self).__name__}: {what} needs columns {missing}, "
+                f"which the input does not have (it has {schema.names()})"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan(Node):
+    """Read the rows of an in-memory table, in their stored order.
+
+    ``columns`` (set only by the optimizer, which keeps the table's order)
+    narrows the output to those columns, in that order. Nulls and ties: rows are passed
+    through unchanged.
+    """
+
+    child_fields = ()
+    source: Source
+    columns: tuple[str, ...] | None = None
+
+    def _check(self) -> None:
+        if not isinstance(self.source, Source):
+            raise PlanError(f"Scan needs a Source, got {type(self.source).__name__}")
+        if self.columns is not None:
+            names = self.source.frame.columns
+            if not self.columns or len(set(self.columns)) != len(self.columns):
+                raise PlanError("Scan columns must be distinct and not empty")
+            missing = [c for c in self.columns if c not in names]
+            if missing:
+                raise PlanError(f"Scan: unknown columns {missing}")
+
+    def label(self) -> str:
+        frame = self.source.frame
+        cols = (
+            f"{frame.width} columns"
+            if self.columns is None
+            else "columns [" + ", ".join(self.columns) + "]"
+        )
+        return f"Scan {frame.height} rows; {cols}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Filter(Node):
+    """Keep the rows where ``predicate`` is true, in input order.
+
+    A null predicate value drops the row (SQL semantics). With
+    ``metadata_dtype`` set (SQL predicates naming ``metadata.<key>``), the
+    ``metadata`` JSON text is decoded to that struct type while the predicate
+    runs, so ``metadata.<key>`` reaches the object's fields; the output keeps
+    the JSON text.
+    """
+
+    input: Node
+    predicate: Expression
+    metadata_dtype: pl.DataType | None = None
+
+    def label(self) -> str:
+        decode = " (metadata as struct)" if self.metadata_dtype is not None else ""
+        return f"Filter {self.predicate}{decode}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Select(Node):
+    """Evaluate ``exprs`` over the input and keep only their outputs.
+
+    Row order follows the expressions (column selections keep input order);
+    nulls pass through the expressions as Polars defines.
+    """
+
+    input: Node
+    exprs: tuple[Expression, ...]
+
+    def _check(self) -> None:
+        if not self.exprs:
+            raise PlanError("select needs at least one expression")
+
+    def label(self) -> str:
+        return f"Select {_exprs(self.exprs)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WithColumns(Node):
+    """Add or replace columns computed by ``exprs``; other columns and row order are kept."""
+
+    input: Node
+    exprs: tuple[Expression, ...]
+
+    def _check(self) -> None:
+        if not self.exprs:
+            raise PlanError("with_columns needs at least one expression")
+
+    def label(self) -> str:
+        return f"WithColumns {_exprs(self.exprs)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join(Node):
+    """Join ``input`` (left) with ``other`` (right) on equal ``on`` columns.
+
+    Output order is left order, then right order for rows of one left row.
+    Right columns whose names clash with left ones get the suffix
+    ``_right``. Null keys never match.
+    """
+
+    child_fields = ("input", "other")
+    input: Node
+    other: Node
+    on: tuple[str, ...]
+    how: str = "inner"
+
+    def _check(self) -> None:
+        if self.how not in JOIN_HOWS:
+            raise PlanError(f"unknown join strategy {self.how!r}; use one of {list(JOIN_HOWS)}")
+        if not self.on:
+            raise PlanError("join needs at least one key column in 'on'")
+
+    def label(self) -> str:
+        return f"Join {self.how} on [{', '.join(self.on)}]"
+
+
+def _check_keys(node: Sort | TopK) -> None:
+    if not node.by:
+        raise PlanError(f"{type(node).__name__} needs at least one key")
+    if not len(node.by) == len(node.descending) == len(node.nulls_last):
+        raise PlanError(
+            f"{type(node).__name__}: 'descending' and 'nulls_last' need one value per key "
+            f"({len(node.by)} keys)"
+        )
+
+
+def _keys(node: Sort | TopK) -> str:
+    parts = []
+    for key, desc, nulls_last in zip(node.by, node.descending, node.nulls_last, strict=True):
+        parts.append(f"{key} {'desc' if desc else 'asc'}{' nulls last' if nulls_last else ''}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sort(Node):
+    """Sort rows by ``by`` (then by later keys); stable: ties keep input order.
+
+    Nulls sort first unless ``nulls_last`` is set for that key.
+    """
+
+    input: Node
+    by: tuple[Expression, ...]
+    descending: tuple[bool, ...]
+    nulls_last: tuple[bool, ...]
+
+    def _check(self) -> None:
+        _check_keys(self)
+
+    def label(self) -> str:
+        return f"Sort by {_keys(self)}"
+
+
+def _check_count(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{name} must be a non-negative whole number, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limit(Node):
+    """Keep ``n`` rows starting at row ``offset`` (0-based), in input order."""
+
+    input: Node
+    n: int
+    offset: int = 0
+
+    def _check(self) -> None:
+        _check_count(self.n, "limit n")
+        _check_count(self.offset, "limit offset")
+
+    def label(self) -> str:
+        return f"Limit {self.n}" + (f" offset {self.offset}" if self.offset else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopK(Node):
+    """The first ``k`` rows of a stable :class:`Sort` by the same keys (made by the optimizer).
+
+    Same order, null and tie behaviour as ``Limit(Sort(...), k)``: ties keep
+    input order, nulls first unless ``nulls_last``.
+    """
+
+    input: Node
+    by: tuple[Expression, ...]
+    descending: tuple[bool, ...]
+    nulls_last: tuple[bool, ...]
+    k: int
+
+    def _check(self) -> None:
+        _check_keys(self)
+        _check_count(self.k, "top-k k")
+
+    def label(self) -> str:
+        return f"TopK {self.k} by {_keys(self)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dedupe(Node):
+    """Keep the first row of each distinct ``by`` value, in input order.
+
+    With ``merge`` (the default) the kept row absorbs its duplicates
+    conservatively: the least trust, the highest sensitivity, the strongest
+    retention, the earliest ``expires_at``, the latest ``valid_from``, the
+    highest priority, and the union of ``sources`` and ``parents`` (first-seen
+    order). Every other column is the first occurrence's. Null keys count as
+    equal to each other.
+    """
+
+    input: Node
+    by: tuple[str, ...] = ("content_hash",)
+    merge: bool = True
+
+    def _check(self) -> None:
+        if not self.by:
+            raise PlanError("dedupe needs at least one key column")
+        self._require(self.by, "dedupe")
+
+    def label(self) -> str:
+        return f"Dedupe by [{', '.join(self.by)}]" + (" merge" if self.merge else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rank(Node):
+    """Write a ``rank`` column (float64, higher is better) scoring every row; order is kept.
+
+    ``bm25`` scores the packed text of each row against ``query`` with BM25
+    over exactly the rows reaching this node (0.0 when no term matches).
+    ``recency`` is exponential decay with ``half_life`` seconds from
+    ``reference`` (default: the latest ``created_at`` among the rows), or
+    epoch seconds without a half-life. ``priority`` is the priority as a
+    float. Ties are left as ties; a null input gives a null rank.
+    """
+
+    input: Node
+    method: str
+    query: str | None = None
+    half_life: float | None = None
+    reference: datetime | None = None
+
+    def _check(self) -> None:
+        if self.method not in RANK_METHODS:
+            raise PlanError(f"unknown rank method {self.method!r}; use one of {list(RANK_METHODS)}")
+        if self.method == "bm25":
+            if not isinstance(self.query, str) or not self.query.strip():
+                raise PlanError("rank('bm25') needs a non-empty query")
+        elif self.query is not None:
+            raise PlanError(f"rank({self.method!r}) takes no query")
+        if self.method != "recency" and (self.half_life is not None or self.reference is not None):
+            raise PlanError(f"rank({self.method!r}) takes no half_life or reference")
+        if self.half_life is not None and (
+            isinstance(self.half_life, bool)
+            or not isinstance(self.half_life, int | float)
+            or not math.isfinite(self.half_life)
+            or self.half_life <= 0
+        ):
+            raise PlanError(f"half_life must be positive seconds, got {self.half_life!r}")
+        if self.reference is not None:
+            if not isinstance(self.reference, datetime) or self.reference.utcoffset() is None:
+                raise PlanError(
+                    f"reference must be a timezone-aware datetime, got {self.reference!r}"
+                )
+            object.__setattr__(self, "reference", self.reference.astimezone(UTC))
+        self._require(_RANK_COLUMNS[self.method], f"rank({self.method!r})")
+
+    def label(self) -> str:
+        parts = [self.method]
+        if self.query is not None:
+            parts.append(f"query={self.query!r}")
+        if self.half_life is not None:
+            parts.append(f"half_life={self.half_life:g}s")
+        if self.reference is not None:
+            parts.append(f"reference={self.reference.isoformat()}")
+        return "Rank " + " ".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# traversal
+
+
+def walk(plan: Node) -> Iterator[Node]:
+    """Yield every node of ``plan``, parents before children (pre-order)."""
+    yield plan
+    for child in plan.children:
+        yield from walk(child)
+
+
+def rewrite(plan: Node, rule: Callable[[Node], Node]) -> Node:
+    """Apply a local rewrite bottom-up, again wherever it changes something.
+
+    ``rule`` maps one node (whose children are already rewritten) to a
+    replacement, or returns it unchanged. The result is ``plan`` itself when
+    no node changed.
+    """
+    node = plan.with_children([rewrite(child, rule) for child in plan.children])
+    out = rule(node)
+    return node if out is node else rewrite(out, rule)
+
+
+def format_plan(plan: Node) -> str:
+    """Render ``plan`` as an indented tree, one node per line, root first.
+
+    Examples
+    --------
+    >>> src = Scan(source=Source(pl.DataFrame({"a": [3, 1, 2]})))
+    >>> print(format_plan(Limit(input=Filter(input=src, predicate=Expression.of(pl.col("a") > 1)),
+    ...                         n=1)))
+    Limit 1
+      Filter [(col("a")) > (dyn int: 1)]
+        Scan 3 rows; 1 columns
+    """
+    lines: list[str] = []
+
+    def visit(node: Node, depth: int) -> None:
+        lines.append("  " * depth + node.label())
+        for child in node.children:
+            visit(child, depth + 1)
+
+    visit(plan, 0)
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""The ``cognoxium`` command line: batch packing and the LoCoMo evaluation.
+
+Commands
+--------
+``cognoxium pack ITEMS REQUESTS --out DIR``
+    Pack every request of a JSONL file over a store of items (see
+    :func:`cognoxium.batch.run_batch`).
+``cognoxium locomo PATH --out DIR``
+    Import LoCoMo, pack a context per question and budget and report evidence
+    recall (see :func:`cognoxium.locomo.run_locomo`).
+
+Exit codes
+----------
+0
+    Success.
+1
+    Usage error: an unknown command or option, a bad option value, a missing
+    file.
+2
+    Bad input: a record, request or table is invalid; the message names the
+    file, the line and the field.
+3
+    Infeasible budget: a request's required items alone exceed its token
+    budget.
+
+Errors are printed to standard error as one message, without a traceback.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from cognoxium.exceptions import BudgetError, CognoxiumError
+from cognoxium.tokens import PROFILE_NAMES
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "main"]
+
+EXIT_OK = 0
+"""Success."""
+EXIT_USAGE = 1
+"""Usage error (unknown option, bad option value, missing file)."""
+EXIT_BAD_INPUT = 2
+"""Invalid input records or requests."""
+EXIT_BUDGET = 3
+"""A request's required items alone exceed its token budget."""
+
+
+def _usage_exit(exc: typer.TyperException) -> None:
+    # Typer's command-line errors (click's UsageError, BadParameter, ...) carry
+    # their exit code; click uses 2 for usage errors, this CLI uses 2 for bad input.
+    if hasattr(exc, "exit_code"):
+        exc.exit_code = EXIT_USAGE
+
+
+class _Group(TyperGroup):
+    """A command group whose usage errors exit with :data:`EXIT_USAGE` (click uses 2)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except typer.TyperException as exc:
+            _usage_exit(exc)
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.TyperException as exc:
+            _usage_exit(exc)
+            raise
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="cognoxium",
+    help="Cognoxium: pack LLM context under token budgets, with a manifest for every decision.",
+    epilog=(
+        "Examples:\n\n"
+        "  cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
+        "--out out/sample --as-of 2026-01-01T00:00:00Z\n\n"
+        "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
+        "--budgets 1024,2048\n\n"
+        "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class Rank(StrEnum):
+    """Ranking methods of the command line."""
+
+    BM25 = "bm25"
+    RECENCY = "recency"
+    NONE = "none"
+
+
+def _profile(value: str) -> str:
+    if value not in PROFILE_NAMES:
+        raise typer.BadParameter(
+            f"unknown token profile {value!r}; use one of {list(PROFILE_NAMES)}"
+        )
+    return value
+
+
+def _as_of(value: str) -> datetime:
+    if value.strip().lower() == "now":
+        return datetime.now(UTC)
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"not an ISO 8601 time: {value!r}; use for example 2026-01-01T00:00:00Z, or now"
+        ) from None
+    if parsed.tzinfo is None:
+        raise typer.BadParameter(
+            f"{value!r} has no timezone; add one, for example 2026-01-01T00:00:00Z"
+        )
+    return parsed.astimezone(UTC)
+
+
+def _budgets(value: str) -> list[int]:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        budgets = [int(p) for p in parts]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected comma-separated whole numbers of tokens, got {value!r}"
+        ) from None
+    if not budgets or any(b < 0 for b in budgets):
+        raise typer.BadParameter(f"expected one or more budgets >= 0, got {value!r}")
+    if len(set(budgets)) != len(budgets):
+        raise typer.BadParameter(f"duplicate budgets in {value!r}")
+    return budgets
+
+
+def _fail(exc: CognoxiumError, code: int) -> NoReturn:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+_EXISTING_FILE: dict[str, Any] = {
+    "exists": True,
+    "dir_okay": False,
+    "readable": True,
+    "resolve_path": False,
+}
+
+
+@app.command(
+    "pack",
+    epilog=(
+        "Example:\n\n"
+        "  cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
+        "--out out/sample --as-of 2026-01-01T00:00:00Z\n\n"
+        'Each request is a JSON object per line: {"id", "budget", "query", "where", '
+        '"as_of"}; where is a Polars SQL predicate over the item columns, and '
+        "metadata.<key> reaches a metadata field."
+    ),
+)
+def pack_command(
+    items: Annotated[
+        Path, typer.Argument(help="Items: a .jsonl or .parquet file.", **_EXISTING_FILE)
+    ],
+    requests: Annotated[
+        Path,
+        typer.Argument(help="Requests: a .jsonl file, one request per line.", **_EXISTING_FILE),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="Output directory for packs.jsonl and manifests.jsonl."),
+    ],
+    profile: Annotated[
+        str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
+    ] = "cl100k_base",
+    rank: Annotated[Rank, typer.Option(help="How to rank each request's scope.")] = Rank.BM25,
+    as_of: Annotated[
+        str,
+        typer.Option(
+            "--as-of",
+            help=(
+                "UTC time at which expiry is evaluated for requests without their own as_of: "
+                "an ISO 8601 time with a timezone, or 'now' (the default). Give a fixed time "
+                "for byte-identical manifests."
+            ),
+        ),
+    ] = "now",
+    progress: Annotated[
+        bool, typer.Option(help="Show a progress bar (only on a terminal).")
+    ] = True,
+) -> None:
+    """Pack every request of REQUESTS over the items of ITEMS.
+
+    Writes DIR/packs.jsonl (request_id, included ids in order, used_tokens,
+    budget) and DIR/manifests.jsonl (one canonical manifest per request).
+    A request's own as_of wins over --as-of.
+    """
+    from cognoxium.batch import read_requests, run_batch
+    from cognoxium.io import read_items
+
+    when = _as_of(as_of)
+    try:
+        store = read_items(items)
+        batch = read_requests(requests)
+        stats = run_batch(
+            store,
+            batch,
+            out_dir=out,
+            profile=profile,
+            rank=rank.value,
+            as_of=when,
+            progress=progress,
+        )
+    except BudgetError as exc:
+        _fail(exc, EXIT_BUDGET)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    typer.echo(
+        f"{stats.requests} requests in {stats.seconds:.2f} s: "
+        f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
+    )
+    typer.echo(f"wrote {out / 'packs.jsonl'} and {out / 'manifests.jsonl'}")
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
+    """The overall figures and the per-category recall, one row per budget."""
+    from cognoxium.locomo import CATEGORY_NAMES
+
+    rows = sorted(report["budgets"].items(), key=lambda kv: int(kv[0]))
+    overall = Table(title="LoCoMo evidence recall (mean per question)")
+    for header in ("budget", "recall 1-4", "recall all", "all found 1-4", "tokens", "packs/s"):
+        overall.add_column(header, justify="right")
+    for budget, row in rows:
+        overall.add_row(
+            budget,
+            _fmt(row["recall_answerable"]),
+            _fmt(row["recall_all"]),
+            _fmt(row["hit_rate_answerable"]),
+            _fmt(row.get("mean_used_tokens"), ".0f"),
+            _fmt(row.get("packs_per_s"), ".1f"),
+        )
+    per_category = Table(title="Recall per question category")
+    per_category.add_column("budget", justify="right")
+    for category, name in CATEGORY_NAMES.items():
+        per_category.add_column(f"{category} {name}", justify="right")
+    for budget, row in rows:
+        per = row["per_category"]
+        per_category.add_row(
+            budget, *[_fmt(per.get(str(c), {}).get("recall")) for c in CATEGORY_NAMES]
+        )
+    return overall, per_category
+
+
+@app.command(
+    "locomo",
+    epilog=(
+        "Example:\n\n"
+        "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
+        "--budgets 512,1024,2048,4096 --rank bm25"
+    ),
+)
+def locomo_command(
+    path: Annotated[Path, typer.Argument(help="The LoCoMo JSON file.", **_EXISTING_FILE)],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output directory: items.parquet, requests.jsonl, packs.jsonl, "
+            "manifests.jsonl, report.json.",
+        ),
+    ],
+    budgets: Annotated[
+        str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
+    ] = "512,1024,2048,4096",
+    rank: Annotated[Rank, typer.Option(help="How to rank each question's scope.")] = Rank.BM25,
+    profile: Annotated[
+        str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
+    ] = "cl100k_base",
+    progress: Annotated[
+        bool, typer.Option(help="Show a progress bar (only on a terminal).")
+    ] = True,
+) -> None:
+    """Pack a context for every LoCoMo question at each budget and report evidence recall.
+
+    Each question's scope is the dialog turns of its conversation, ranked by
+    the question; its as_of is the conversation's latest turn time, so runs
+    are deterministic.
+    """
+    from cognoxium.locomo import run_locomo
+
+    # The callback has already turned the text into a list of budgets.
+    chosen: list[int] = budgets  # type: ignore[assignment]
+    try:
+        report = run_locomo(path, out, chosen, rank=rank.value, profile=profile, progress=progress)
+    except BudgetError as exc:
+        _fail(exc, EXIT_BUDGET)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    console = Console(highlight=False)
+    for table in _report_tables(report):
+        console.print(table)
+    imported = report["import"]
+    batch = report["batch"]
+    console.print(
+        f"{imported['questions']} questions x {len(chosen)} budgets = {batch['requests']} packs "
+        f"in {batch['seconds']:.1f} s ({batch['packs_per_s']:.1f} packs/s, "
+        f"p50 {batch['p50_ms']:.2f} ms, p95 {batch['p95_ms']:.2f} ms); "
+        f"{imported.get('questions_without_evidence', 0)} questions without valid evidence "
+        f"excluded; evidence ids dropped: {imported.get('question_evidence_malformed', 0)} "
+        f"malformed, {imported.get('question_evidence_missing', 0)} naming no turn"
+    )
+    console.print(f"wrote {out / 'report.json'}")
+
+
+def main() -> None:
+    """Run the ``cognoxium`` command line (the console-script entry point)."""
+    app(prog_name="cognoxium")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

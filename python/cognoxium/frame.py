@@ -1,0 +1,863 @@
+"""CognitionFrame: a lazy, dataframe-style query over context items.
+
+A frame holds one private logical plan. Every method returns a new frame whose
+plan has one more node; nothing runs until :meth:`CognitionFrame.collect`,
+an export (``to_*``), :meth:`CognitionFrame.count` or
+:meth:`CognitionFrame.pack`. Arguments are checked when the plan is built, so
+a bad call fails where it was made. Before running, the plan goes through the
+optimizer (see :class:`~cognoxium._optimizer.OptFlags`), then lowers to a
+Polars LazyFrame.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from cognoxium import io
+from cognoxium._lowering import lower
+from cognoxium._optimizer import OptFlags, optimize
+from cognoxium._plan import (
+    Dedupe,
+    Expression,
+    Filter,
+    Join,
+    Limit,
+    Node,
+    Rank,
+    Scan,
+    Select,
+    Sort,
+    Source,
+    TopK,
+    WithColumns,
+    format_plan,
+)
+from cognoxium.exceptions import PlanError, SchemaError
+from cognoxium.items import ContextItem
+from cognoxium.ranking import _half_life_seconds
+from cognoxium.schema import (
+    conform,
+    frame_to_items,
+    item_to_record,
+    items_to_frame,
+    records_to_frame,
+    to_arrow,
+)
+
+if TYPE_CHECKING:
+    from cognoxium.packing import ContextPack
+    from cognoxium.tokens import TokenProfile
+
+__all__ = ["CognitionFrame", "GroupBy", "OptFlags"]
+
+
+# ---------------------------------------------------------------------------
+# input
+
+
+def _from_iterable(data: Iterable[Any]) -> pl.DataFrame:
+    rows = list(data)
+    if all(isinstance(row, ContextItem) for row in rows):
+        return items_to_frame(rows)
+    if all(isinstance(row, Mapping) for row in rows):
+        return records_to_frame(rows)
+    kinds = sorted({type(row).__name__ for row in rows})
+    raise SchemaError(
+        f"expected ContextItems or record mappings, got a mix of {kinds}; give one kind per frame"
+    )
+
+
+def _to_frame(data: Any) -> pl.DataFrame:
+    if isinstance(data, pl.DataFrame | pa.Table):
+        return conform(data)
+    if isinstance(data, pl.LazyFrame):
+        return conform(data.collect())
+    if isinstance(data, Mapping):
+        raise SchemaError("got a single record; give a list of records")
+    if isinstance(data, str | bytes | os.PathLike) or not isinstance(data, Iterable):
+        raise SchemaError(
+            f"cannot build a CognitionFrame from {type(data).__name__}; give ContextItems, "
+            "records, an Arrow table or a Polars frame (read files with "
+            "CognitionFrame.read_jsonl or read_parquet)"
+        )
+    return _from_iterable(data)
+
+
+# ---------------------------------------------------------------------------
+# SQL predicates over metadata
+
+
+def _metadata_fields(tree: Any, found: set[str]) -> None:
+    """Collect the fields of ``metadata`` a serialized expression reads as a struct."""
+    if isinstance(tree, list):
+        for value in tree:
+            _metadata_fields(value, found)
+        return
+    if not isinstance(tree, dict):
+        return
+    function = tree.get("Function")
+    if isinstance(function, dict) and function.get("input") == [{"Column": "metadata"}]:
+        op = function.get("function")
+        if isinstance(op, dict) and isinstance(op.get("StructExpr"), dict):
+            name = op["StructExpr"].get("FieldByName")
+            if isinstance(name, str):
+                found.add(name)
+    for value in tree.values():
+        _metadata_fields(value, found)
+
+
+def _metadata_passes(node: Node) -> Node | None:
+    """The child ``metadata`` comes from unchanged, or None if ``node`` computes it."""
+    child = node.children[0] if node.children else None
+    if child is None or "metadata" not in child.schema:
+        return None
+    if isinstance(node, Filter | Sort | Limit | TopK | Dedupe | Rank | Join):
+        return child
+    if isinstance(node, Select) and any(e.is_column("metadata") for e in node.exprs):
+        return child
+    if isinstance(node, WithColumns):
+        for e in node.exprs:
+            try:
+                name = e.expr.meta.output_name()
+            except pl.exceptions.PolarsError:
+                return None
+            if not e.exact_columns or name == "metadata":
+                return None
+        return child
+    return None
+
+
+def _infer_struct(values: pl.Series) -> pl.Struct:
+    if values.dtype != pl.String:
+        raise PlanError(f"metadata.<key> needs 'metadata' to hold JSON text, it is {values.dtype}")
+    texts = values.drop_nulls().unique()
+    if texts.is_empty():
+        return pl.Struct([])
+    try:
+        dtype = texts.str.json_decode(infer_schema_length=None).dtype
+    except pl.exceptions.PolarsError as exc:
+        raise PlanError(f"cannot decode the metadata JSON: {exc}") from None
+    if not isinstance(dtype, pl.Struct):
+        raise PlanError(f"metadata must hold JSON objects, found {dtype}")
+    return dtype
+
+
+def _metadata_dtype(plan: Node) -> pl.Struct:
+    """The struct type of ``metadata`` reaching ``plan``, inferred from the data.
+
+    Follows ``metadata`` down to the scan it comes from and infers from all
+    of that table's metadata (a superset of the rows reaching ``plan``, so
+    every key is covered); if a node computes ``metadata``, runs the plan up
+    to that node instead.
+    """
+    if "metadata" not in plan.schema:
+        raise PlanError(
+            f"metadata.<key> needs a 'metadata' column; the frame has {plan.schema.names()}"
+        )
+    node = plan
+    while not isinstance(node, Scan):
+        child = _metadata_passes(node)
+        if child is None:
+            return _infer_struct(lower(node).select("metadata").collect().to_series())
+        node = child
+    cached = node.source.cache.get("metadata_dtype")
+    if not isinstance(cached, pl.Struct):
+        cached = _infer_struct(node.source.frame.get_column("metadata"))
+        node.source.cache["metadata_dtype"] = cached
+    return cached
+
+
+def _sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
+    try:
+        expr = pl.sql_expr(sql)
+    except pl.exceptions.PolarsError as exc:
+        raise PlanError(f"cannot parse SQL predicate {sql!r}: {exc}") from None
+    assert isinstance(expr, pl.Expr)
+    fields: set[str] = set()
+    try:
+        text = expr.meta.serialize(format="json")
+    except pl.exceptions.PolarsError:
+        text = None
+    if isinstance(text, str):
+        _metadata_fields(json.loads(text), fields)
+    if not fields:
+        return expr, None
+    dtype = _metadata_dtype(plan)
+    known = {f.name for f in dtype.fields}
+    extra = [pl.Field(name, pl.Null()) for name in sorted(fields - known)]
+    return expr, pl.Struct([*dtype.fields, *extra]) if extra else dtype
+
+
+# ---------------------------------------------------------------------------
+# argument helpers
+
+
+def _expr(value: pl.Expr | str, what: str) -> Expression:
+    if not isinstance(value, pl.Expr | str):
+        raise PlanError(f"{what} takes Polars expressions or column names, got {value!r}")
+    return Expression.of(value)
+
+
+def _projection(
+    what: str, exprs: Sequence[pl.Expr | str], named: Mapping[str, Any]
+) -> tuple[Expression, ...]:
+    out = [_expr(e, what) for e in exprs]
+    for name, value in named.items():
+        expr = value if isinstance(value, pl.Expr) else pl.lit(value)
+        out.append(Expression.of(expr.alias(name)))
+    if not out:
+        raise PlanError(f"{what} needs at least one expression")
+    return tuple(out)
+
+
+def _flags(value: bool | Sequence[bool], n: int, name: str) -> tuple[bool, ...]:
+    if isinstance(value, bool):
+        return (value,) * n
+    flags = tuple(value)
+    if len(flags) != n or not all(isinstance(v, bool) for v in flags):
+        raise PlanError(f"{name} needs a bool or one bool per sort key ({n} keys), got {value!r}")
+    return flags
+
+
+# ---------------------------------------------------------------------------
+# the frame
+
+
+class CognitionFrame:
+    """A lazy query over context items.
+
+    Parameters
+    ----------
+    data
+        :class:`~cognoxium.items.ContextItem` objects, JSON records (mappings
+        in the JSONL record form), a PyArrow table, or a Polars DataFrame or
+        LazyFrame with item columns. Everything is validated into the
+        canonical schema (:mod:`cognoxium.schema`), and row order is kept.
+
+    Raises
+    ------
+    RecordError
+        On an invalid record or value, naming its row and field.
+    SchemaError
+        On unknown or missing columns, or input of another type.
+
+    See Also
+    --------
+    from_items, from_records, from_arrow, from_polars, read_jsonl, read_parquet
+
+    Examples
+    --------
+    >>> cf = CognitionFrame([
+    ...     {"id": "a", "role": "user", "text": "What is the refund window?",
+    ...      "priority": 1, "created_at": "2024-05-01T10:00:00Z"},
+    ...     {"id": "b", "role": "document", "text": "Refunds are accepted for 30 days.",
+    ...      "priority": 2, "created_at": "2024-05-01T09:00:00Z",
+    ...      "metadata": {"source": "faq"}},
+    ...     {"id": "c", "role": "assistant", "text": "Let me check.",
+    ...      "created_at": "2024-05-01T10:01:00Z"},
+    ... ])
+    >>> cf.filter(pl.col("priority") > 0).sort("priority", descending=True).to_polars()["id"]
+    shape: (2,)
+    Series: 'id' [str]
+    [
+        "b"
+        "a"
+    ]
+    """
+
+    __slots__ = ("_plan",)
+    _plan: Node
+
+    def __init__(self, data: Any) -> None:
+        if isinstance(data, CognitionFrame):
+            self._plan = data._plan
+        else:
+            self._plan = Scan(source=Source(_to_frame(data)))
+
+    @classmethod
+    def _wrap(cls, plan: Node) -> CognitionFrame:
+        frame = object.__new__(cls)
+        frame._plan = plan
+        return frame
+
+    # -- constructors -------------------------------------------------------
+
+    @classmethod
+    def from_items(cls, items: Iterable[ContextItem]) -> CognitionFrame:
+        """Build a frame from validated items, in order.
+
+        Raises
+        ------
+        SchemaError
+            If an element is not a :class:`~cognoxium.items.ContextItem`.
+
+        Examples
+        --------
+        >>> item = ContextItem(id="a", role="user", text="hi", created_at="2024-01-01T00:00:00Z")
+        >>> CognitionFrame.from_items([item]).count()
+        1
+        """
+        rows = list(items)
+        bad = [type(r).__name__ for r in rows if not isinstance(r, ContextItem)]
+        if bad:
+            raise SchemaError(f"from_items takes ContextItems, got {sorted(set(bad))}")
+        return cls._wrap(Scan(source=Source(items_to_frame(rows))))
+
+    @classmethod
+    def from_records(
+        cls, records: Iterable[Mapping[str, Any]], *, source: str | None = None
+    ) -> CognitionFrame:
+        """Validate JSON records (the JSONL record form) into a frame; all or nothing.
+
+        Raises
+        ------
+        RecordError
+            At the first invalid record, naming its 1-based position and field.
+
+        Examples
+        --------
+        >>> CognitionFrame.from_records([{"role": "user", "text": "hi"}]).count()
+        1
+        """
+        return cls._wrap(Scan(source=Source(records_to_frame(records, source=source))))
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> CognitionFrame:
+        """Validate an Arrow table of item columns into a frame (see :func:`.schema.conform`).
+
+        Raises
+        ------
+        SchemaError, RecordError
+            If its columns or values are not valid items.
+        """
+        if not isinstance(table, pa.Table):
+            raise SchemaError(f"from_arrow takes a pyarrow.Table, got {type(table).__name__}")
+        return cls._wrap(Scan(source=Source(conform(table))))
+
+    @classmethod
+    def from_polars(cls, df: pl.DataFrame | pl.LazyFrame) -> CognitionFrame:
+        """Validate a Polars frame of item columns into a frame (see :func:`.schema.conform`).
+
+        Raises
+        ------
+        SchemaError, RecordError
+            If its columns or values are not valid items.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame.from_polars(pl.DataFrame({"role": ["user"], "text": ["hi"]}))
+        >>> cf.select("role", "payload_kind", "trust").to_polars().row(0)
+        ('user', 'text', 'untrusted')
+        """
+        if isinstance(df, pl.LazyFrame):
+            df = df.collect()
+        if not isinstance(df, pl.DataFrame):
+            raise SchemaError(f"from_polars takes a Polars frame, got {type(df).__name__}")
+        return cls._wrap(Scan(source=Source(conform(df))))
+
+    @classmethod
+    def read_jsonl(cls, path: str | os.PathLike[str]) -> CognitionFrame:
+        """Read items from a JSONL file (see :func:`cognoxium.io.read_jsonl`).
+
+        Raises
+        ------
+        RecordError
+            At the first invalid line, naming the file, line and field.
+        """
+        return cls._wrap(Scan(source=Source(io.read_jsonl(path))))
+
+    @classmethod
+    def read_parquet(cls, path: str | os.PathLike[str]) -> CognitionFrame:
+        """Read and validate items from a Parquet file (see :func:`cognoxium.io.read_parquet`).
+
+        Raises
+        ------
+        SchemaError, RecordError
+            If the file is unreadable or its rows are not valid items.
+        """
+        return cls._wrap(Scan(source=Source(io.read_parquet(path))))
+
+    # -- plan building ------------------------------------------------------
+
+    def filter(self, *predicates: pl.Expr | str) -> CognitionFrame:
+        """Keep the rows where every predicate is true; order is kept, null counts as false.
+
+        Parameters
+        ----------
+        *predicates
+            Boolean Polars expressions, or Polars SQL predicates (strings,
+            parsed by :func:`polars.sql_expr`). In SQL, ``metadata.<key>``
+            reads a field of the metadata JSON object: the column is decoded
+            to a struct for that filter, with the struct type inferred from
+            the data (a key no item has reads as null). With expressions, read
+            metadata with ``pl.col("metadata").str.json_path_match("$.key")``
+            (a string, or null).
+
+        Raises
+        ------
+        PlanError
+            If there is no predicate, the SQL does not parse, a column is
+            unknown or a predicate is not boolean.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([
+        ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"conversation": "c1"}},
+        ...     {"id": "b", "role": "user", "text": "yo", "metadata": {"conversation": "c2"}},
+        ...     {"id": "c", "role": "tool", "text": "{}", "metadata": {"conversation": "c1"}},
+        ... ])
+        >>> cf.filter("role = 'user' AND metadata.conversation = 'c1'").to_polars()["id"].to_list()
+        ['a']
+        >>> conv = pl.col("metadata").str.json_path_match("$.conversation")
+        >>> cf.filter(conv == "c1").to_polars()["id"].to_list()
+        ['a', 'c']
+        """
+        if not predicates:
+            raise PlanError("filter needs at least one predicate")
+        plan = self._plan
+        for predicate in predicates:
+            if isinstance(predicate, str):
+                expr, dtype = _sql_predicate(predicate, plan)
+            elif isinstance(predicate, pl.Expr):
+                expr, dtype = predicate, None
+            else:
+                raise PlanError(
+                    f"filter takes Polars expressions or SQL strings, got {predicate!r}"
+                )
+            plan = Filter(input=plan, predicate=Expression.of(expr), metadata_dtype=dtype)
+        return self._wrap(plan)
+
+    def select(self, *exprs: pl.Expr | str, **named: Any) -> CognitionFrame:
+        """Keep only the given columns or expressions (``name=expr`` to name one).
+
+        Selecting away item columns is allowed, but exports to items and
+        :meth:`pack` need all of them.
+
+        Raises
+        ------
+        PlanError
+            On an unknown column, a duplicate output name or no expression.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hello"}])
+        >>> cf.select("id", n=pl.col("text").str.len_chars()).to_polars().row(0)
+        ('a', 5)
+        """
+        return self._wrap(Select(input=self._plan, exprs=_projection("select", exprs, named)))
+
+    def with_columns(self, *exprs: pl.Expr | str, **named: Any) -> CognitionFrame:
+        """Add or replace columns (``name=expr`` to name one; other values become literals).
+
+        Raises
+        ------
+        PlanError
+            On an unknown column or no expression.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi", "priority": 2}])
+        >>> cf.with_columns(double=pl.col("priority") * 2).to_polars()["double"].to_list()
+        [4]
+        """
+        return self._wrap(
+            WithColumns(input=self._plan, exprs=_projection("with_columns", exprs, named))
+        )
+
+    def join(
+        self,
+        other: CognitionFrame | pl.DataFrame,
+        on: str | Sequence[str],
+        how: str = "inner",
+    ) -> CognitionFrame:
+        """Join with another frame (or a plain Polars table of annotations) on equal keys.
+
+        Parameters
+        ----------
+        other
+            A CognitionFrame, or a Polars DataFrame (taken as is, not validated:
+            for example per-id scores).
+        on
+            Key column(s) present on both sides. Null keys never match.
+        how
+            ``"inner"``, ``"left"``, ``"full"``, ``"semi"`` or ``"anti"``.
+
+        Returns
+        -------
+        CognitionFrame
+            Rows in left order (then right order within one left row); right
+            columns whose names clash get the suffix ``_right``.
+
+        Raises
+        ------
+        PlanError
+            On an unknown strategy or a key missing on either side.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"},
+        ...                      {"id": "b", "role": "user", "text": "yo"}])
+        >>> scores = pl.DataFrame({"id": ["b"], "score": [0.9]})
+        >>> cf.join(scores, on="id").select("id", "score").to_polars().row(0)
+        ('b', 0.9)
+        """
+        if isinstance(other, CognitionFrame):
+            right = other._plan
+        elif isinstance(other, pl.DataFrame):
+            right = Scan(source=Source(other))
+        else:
+            raise PlanError(f"join takes a CognitionFrame or a Polars DataFrame, got {other!r}")
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        return self._wrap(Join(input=self._plan, other=right, on=keys, how=how))
+
+    def sort(
+        self,
+        by: pl.Expr | str | Sequence[pl.Expr | str],
+        *more_by: pl.Expr | str,
+        descending: bool | Sequence[bool] = False,
+        nulls_last: bool | Sequence[bool] = False,
+    ) -> CognitionFrame:
+        """Sort rows by one or more keys; stable, so ties keep their input order.
+
+        Parameters
+        ----------
+        by, *more_by
+            Column names or expressions, most significant first.
+        descending
+            One flag for all keys, or one per key.
+        nulls_last
+            Put nulls last (default first), for all keys or per key.
+
+        Raises
+        ------
+        PlanError
+            On an unknown column or flags that do not match the keys.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i, "priority": p}
+        ...                      for i, p in [("a", 1), ("b", 2), ("c", 1)]])
+        >>> cf.sort("priority", descending=True).to_polars()["id"].to_list()
+        ['b', 'a', 'c']
+        """
+        first = [by] if isinstance(by, pl.Expr | str) else list(by)
+        keys = tuple(_expr(k, "sort") for k in [*first, *more_by])
+        if not keys:
+            raise PlanError("sort needs at least one key")
+        return self._wrap(
+            Sort(
+                input=self._plan,
+                by=keys,
+                descending=_flags(descending, len(keys), "descending"),
+                nulls_last=_flags(nulls_last, len(keys), "nulls_last"),
+            )
+        )
+
+    def limit(self, n: int, offset: int = 0) -> CognitionFrame:
+        """Keep ``n`` rows starting at row ``offset`` (0-based), in order.
+
+        Raises
+        ------
+        PlanError
+            If ``n`` or ``offset`` is negative or not a whole number.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i} for i in "abcd"])
+        >>> cf.limit(2, offset=1).to_polars()["id"].to_list()
+        ['b', 'c']
+        """
+        return self._wrap(Limit(input=self._plan, n=n, offset=offset))
+
+    def head(self, n: int = 5) -> CognitionFrame:
+        """The first ``n`` rows (``limit(n)``)."""
+        return self.limit(n)
+
+    def dedupe(
+        self, by: str | Sequence[str] = "content_hash", *, merge: bool = True
+    ) -> CognitionFrame:
+        """Drop exact duplicates, keeping each first occurrence where it is.
+
+        Parameters
+        ----------
+        by
+            Key column(s); the content hash by default (exact duplicates).
+        merge
+            Fold each duplicate's policy into the kept row conservatively:
+            least trust, highest sensitivity, strongest retention, earliest
+            expiry, latest ``valid_from``, highest priority, union of
+            ``sources`` and ``parents``. With ``merge=False`` later
+            duplicates are just dropped.
+
+        Raises
+        ------
+        PlanError
+            On an unknown key column.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([
+        ...     {"id": "a", "role": "document", "text": "same", "retention": "optional"},
+        ...     {"id": "b", "role": "document", "text": "other"},
+        ...     {"id": "c", "role": "document", "text": "same", "retention": "required"},
+        ... ])
+        >>> cf.dedupe().select("id", "retention").to_polars().rows()
+        [('a', 'required'), ('b', 'optional')]
+        """
+        keys = (by,) if isinstance(by, str) else tuple(by)
+        return self._wrap(Dedupe(input=self._plan, by=keys, merge=merge))
+
+    def rank(
+        self,
+        method: str,
+        *,
+        query: str | None = None,
+        half_life: float | timedelta | None = None,
+        reference: datetime | None = None,
+    ) -> CognitionFrame:
+        """Score every row into the ``rank`` column (float64, higher is better); order is kept.
+
+        Parameters
+        ----------
+        method
+            ``"bm25"``: Okapi BM25 of each item's packed text (text, canonical
+            JSON, or "title uri" of a reference; binary is empty) against
+            ``query``, over exactly the rows reaching this step (IDF included);
+            0.0 where no query term occurs. ``"recency"``: exponential decay
+            ``exp(-ln 2 · age / half_life)``, age in seconds before
+            ``reference`` (default: the latest ``created_at`` of these rows);
+            without ``half_life``, the ``created_at`` Unix time in seconds.
+            ``"priority"``: the priority as a float.
+        query
+            The BM25 query (required for, and only for, ``"bm25"``).
+        half_life
+            Recency half-life, in seconds or as a timedelta.
+        reference
+            Recency reference time (timezone-aware; converted to UTC).
+
+        Raises
+        ------
+        PlanError
+            On an unknown method, a missing or misplaced argument, a
+            non-positive half-life, or input without the columns it reads.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([
+        ...     {"id": "a", "role": "document", "text": "Shipping takes five days."},
+        ...     {"id": "b", "role": "document", "text": "Refunds within 30 days of purchase."},
+        ...     {"id": "c", "role": "document", "text": "Our office is in Lyon."},
+        ... ])
+        >>> ranked = cf.rank("bm25", query="refund purchase").sort("rank", descending=True)
+        >>> ranked.to_polars()["id"].to_list()
+        ['b', 'a', 'c']
+        """
+        seconds = _half_life_seconds(half_life)
+        return self._wrap(
+            Rank(
+                input=self._plan,
+                method=method,
+                query=query,
+                half_life=seconds,
+                reference=reference,
+            )
+        )
+
+    # -- inspection ---------------------------------------------------------
+
+    @property
+    def schema(self) -> pl.Schema:
+        """The output columns and their Polars types (resolved without running the plan)."""
+        return pl.Schema(self._plan.schema)
+
+    @property
+    def columns(self) -> list[str]:
+        """The output column names."""
+        return self._plan.schema.names()
+
+    def _optimized(self, optimizations: OptFlags | None) -> Node:
+        return optimize(self._plan, OptFlags() if optimizations is None else optimizations)
+
+    def explain(self, optimized: bool = True, *, optimizations: OptFlags | None = None) -> str:
+        """Show the plan as an indented tree, one node per line, root first.
+
+        Parameters
+        ----------
+        optimized
+            Show the plan after the optimizer (the default) or as built.
+        optimizations
+            Which optimizer rules run; all by default.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i} for i in "abc"])
+        >>> q = cf.sort("id", descending=True).filter(pl.col("role") == "user").limit(2)
+        >>> print(q.explain(optimized=False))
+        Limit 2
+          Filter [(col("role")) == ("user")]
+            Sort by col("id") desc
+              Scan 3 rows; 22 columns
+        >>> print(q.explain())
+        TopK 2 by col("id") desc
+          Filter [(col("role")) == ("user")]
+            Scan 3 rows; 22 columns
+        """
+        plan = self._optimized(optimizations) if optimized else self._plan
+        return format_plan(plan)
+
+    def lazy(
+        self, optimized: bool = True, *, optimizations: OptFlags | None = None
+    ) -> pl.LazyFrame:
+        """The plan as a Polars LazyFrame (optimized by our rules unless ``optimized=False``)."""
+        plan = self._optimized(optimizations) if optimized else self._plan
+        return lower(plan)
+
+    def collect(self, optimizations: OptFlags | None = None) -> pl.DataFrame:
+        """Run the plan and return the rows as a Polars DataFrame.
+
+        Parameters
+        ----------
+        optimizations
+            Which optimizer rules run; all by default, ``OptFlags.none()``
+            for the plan exactly as built. The result is the same either way.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> cf.collect(OptFlags.none()).shape
+        (1, 22)
+        """
+        return self.lazy(optimizations=optimizations).collect()
+
+    def to_polars(self) -> pl.DataFrame:
+        """Run the plan; the same as :meth:`collect` with all optimizations."""
+        return self.collect()
+
+    def to_arrow(self) -> pa.Table:
+        """Run the plan and export an Arrow table of the canonical schema (extra columns follow).
+
+        Raises
+        ------
+        KeyError, polars.exceptions.ColumnNotFoundError
+            If an item column was selected away.
+        """
+        return to_arrow(self.collect())
+
+    def to_items(self) -> list[ContextItem]:
+        """Run the plan and return validated items (columns beyond the item columns are ignored).
+
+        Raises
+        ------
+        RecordError
+            If a row is not a valid item (naming its 0-based row index).
+        """
+        return frame_to_items(self.collect())
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """Run the plan and return JSON records (see :func:`~cognoxium.schema.item_to_record`).
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi",
+        ...                       "created_at": "2024-01-01T00:00:00Z"}])
+        >>> rec = cf.to_records()[0]
+        >>> rec["id"], rec["text"], rec["created_at"]
+        ('a', 'hi', '2024-01-01T00:00:00Z')
+        """
+        return [item_to_record(item) for item in self.to_items()]
+
+    def count(self) -> int:
+        """Run the plan and return its number of rows.
+
+        Examples
+        --------
+        >>> CognitionFrame([{"role": "user", "text": t} for t in "ab"]).count()
+        2
+        """
+        return int(self.lazy().select(pl.len()).collect().item())
+
+    def group_by(self, *keys: pl.Expr | str) -> GroupBy:
+        """Group rows by keys, for an eager :meth:`GroupBy.agg`.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"role": r, "text": t} for r, t in
+        ...                      [("user", "a"), ("tool", "b"), ("user", "c")]])
+        >>> cf.group_by("role").agg(pl.len().alias("n")).rows()
+        [('user', 2), ('tool', 1)]
+        """
+        if not keys:
+            raise PlanError("group_by needs at least one key")
+        return GroupBy(self, tuple(_expr(k, "group_by").expr for k in keys))
+
+    def pack(
+        self,
+        budget: int,
+        *,
+        profile: str | TokenProfile = "cl100k_base",
+        as_of: datetime | None = None,
+        **kwargs: Any,
+    ) -> ContextPack:
+        """Run the plan and pack the rows under a token budget.
+
+        Delegates to :func:`cognoxium.packing.pack` (see it for the packing
+        rules, the manifest and the errors), passing any other keyword on.
+
+        Parameters
+        ----------
+        budget
+            The token budget, in tokens.
+        profile
+            The token profile (a name or a TokenProfile).
+        as_of
+            The UTC time validity is evaluated at; give it for reproducible
+            manifests.
+        """
+        from cognoxium.packing import pack
+
+        return pack(self.collect(), budget, profile=profile, as_of=as_of, **kwargs)
+
+    def __repr__(self) -> str:
+        chain: list[str] = []
+        node: Node | None = self._plan
+        while node is not None:
+            chain.append(node.label().split(" ", 1)[0])
+            node = node.children[0] if node.children else None
+        scan = self._plan
+        while scan.children:
+            scan = scan.children[0]
+        return f"<CognitionFrame {' <- '.join(chain)}: {scan.label()}>"
+
+
+class GroupBy:
+    """Rows of a :class:`CognitionFrame` grouped by keys; :meth:`agg` runs eagerly."""
+
+    __slots__ = ("_frame", "_keys")
+
+    def __init__(self, frame: CognitionFrame, keys: tuple[pl.Expr, ...]) -> None:
+        self._frame = frame
+        self._keys = keys
+
+    def agg(self, *aggs: pl.Expr | str, **named: pl.Expr) -> pl.DataFrame:
+        """Run the plan and aggregate each group; groups in order of first appearance.
+
+        Parameters
+        ----------
+        *aggs, **named
+            Polars aggregation expressions (``name=expr`` to name one).
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per group: the keys, then the aggregates.
+        """
+        exprs = [pl.col(a) if isinstance(a, str) else a for a in aggs]
+        exprs += [expr.alias(name) for name, expr in named.items()]
+        return self._frame.collect().group_by(list(self._keys), maintain_order=True).agg(exprs)

@@ -1,0 +1,305 @@
+"""Batch packing: reading requests, run_batch outputs, shared work across requests."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium.batch import BatchStats, Request, read_requests, run_batch
+from cognoxium.exceptions import BudgetError, PlanError, RecordError
+from cognoxium.frame import CognitionFrame
+from cognoxium.items import canonical_json
+from cognoxium.ranking import bm25_cache_clear, bm25_cache_info
+from cognoxium.schema import records_to_frame
+
+AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def store() -> pl.DataFrame:
+    def item(id_: str, role: str, text: str, day: int, topic: str, **kw: Any) -> dict[str, Any]:
+        return {
+            "id": id_,
+            "role": role,
+            "text": text,
+            "created_at": f"2025-03-{day:02d}T10:00:00Z",
+            "metadata": {"topic": topic, "conversation": "c1"},
+            **kw,
+        }
+
+    return records_to_frame(
+        [
+            item(
+                "policy",
+                "system",
+                "Answer politely and cite sources.",
+                1,
+                "policy",
+                retention="required",
+                trust="trusted",
+            ),
+            item("u1", "user", "My invoice shows a double charge for March.", 2, "billing"),
+            item(
+                "a1",
+                "assistant",
+                "I have refunded the duplicate charge on your invoice.",
+                3,
+                "billing",
+            ),
+            item("u2", "user", "The mobile app crashes when I open settings.", 4, "bugs"),
+            item(
+                "a2",
+                "assistant",
+                "Please update the app to version 5.1, which fixes the crash.",
+                5,
+                "bugs",
+            ),
+            item(
+                "promo",
+                "document",
+                "Spring sale: half price on yearly plans.",
+                6,
+                "billing",
+                expires_at="2025-04-01T00:00:00Z",
+            ),
+            item("long", "document", "refund " * 400, 7, "billing"),
+        ]
+    )
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# ---------------------------------------------------------------------------
+# read_requests
+
+
+def test_read_requests_keeps_extras_and_skips_blank_lines(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            '{"id": "r1", "budget": 64, "query": "refund", "evidence": ["u1"], "category": 4}',
+            "",
+            '{"id": "r2", "budget": 0, "where": "role = \'user\'", '
+            '"as_of": "2025-01-01T01:00:00+01:00"}',
+        ],
+    )
+    first, second = read_requests(path)
+    assert (first.id, first.budget, first.query, first.where, first.as_of) == (
+        "r1",
+        64,
+        "refund",
+        None,
+        None,
+    )
+    assert first.model_extra == {"evidence": ["u1"], "category": 4}
+    assert second.as_of == datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "field", "message"),
+    [
+        ('{"id": "r2", "budget": -5}', "budget", "greater than or equal to 0"),
+        ('{"id": "r2", "budget": "64"}', "budget", "valid integer"),
+        ('{"id": "r2", "budget": 1.5}', "budget", "valid integer"),
+        ('{"id": "r2"}', "budget", "Field required"),
+        ('{"budget": 5}', "id", "Field required"),
+        ('{"id": "", "budget": 5}', "id", "at least 1 character"),
+        ('{"id": "r2", "budget": 5, "as_of": "2025-01-01T00:00:00"}', "as_of", "timezone"),
+        ('{"id": "r2", "budget": 5, "where": "  "}', "where", "must not be blank"),
+        ('{"id": "r2", "budget": 5, "query": 7}', "query", "valid string"),
+        ('{"id": "r1", "budget": 5}', "id", "duplicate request id 'r1' (first on line 1)"),
+        ('["r2", 5]', None, "must be a JSON object"),
+        ('{"id": "r2", "budget": 5', None, "invalid JSON"),
+    ],
+)
+def test_read_requests_names_file_line_and_field(
+    tmp_path: Path, bad_line: str, field: str | None, message: str
+) -> None:
+    path = write_lines(
+        tmp_path / "r.jsonl", ['{"id": "r1", "budget": 64}', bad_line, '{"id": "r3", "budget": 64}']
+    )
+    with pytest.raises(RecordError) as info:
+        read_requests(path)
+    error = info.value
+    assert (error.source, error.line, error.field) == (str(path), 2, field)
+    assert message in str(error)
+    assert str(error).startswith(f"{path}:2: ")
+
+
+def test_read_requests_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="cannot read the requests file"):
+        read_requests(tmp_path / "absent.jsonl")
+
+
+# ---------------------------------------------------------------------------
+# run_batch
+
+
+def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path) -> None:
+    requests = [
+        Request(
+            id="billing", budget=200, query="refund invoice", where="metadata.topic = 'billing'"
+        ),
+        Request(
+            id="bugs", budget=200, query="crash", where="metadata.topic = 'bugs' OR role = 'system'"
+        ),
+        Request(id="all", budget=4000),
+    ]
+    stats = run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    assert isinstance(stats, BatchStats)
+    assert stats.requests == 3
+    assert len(stats.latencies_ms) == 3
+    assert 0 < stats.p50_ms <= stats.p95_ms
+    assert stats.packs_per_s > 0
+
+    packs = read_jsonl(tmp_path / "packs.jsonl")
+    assert [p["request_id"] for p in packs] == ["billing", "bugs", "all"]
+    assert all(set(p) == {"budget", "ids", "request_id", "used_tokens"} for p in packs)
+    assert packs[0]["ids"] == ["u1", "a1"]  # promo expired, "long" over budget
+    assert packs[1]["ids"] == ["policy", "u2", "a2"]  # conversational order kept
+    assert packs[2]["ids"] == ["policy", "u1", "a1", "u2", "a2", "long"]
+
+    raw = (tmp_path / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(raw) == 3
+    for line, pack in zip(raw, packs, strict=True):
+        manifest = json.loads(line)
+        assert line == canonical_json(manifest)  # canonical JSON, one per line
+        assert manifest["label"] == pack["request_id"]
+        assert manifest["used_tokens"] == pack["used_tokens"] <= pack["budget"]
+        included = sorted(
+            (e for e in manifest["entries"] if e["decision"] == "included"),
+            key=lambda e: e["pack_position"],
+        )
+        assert [e["id"] for e in included] == pack["ids"]
+    scope = {e["id"] for e in json.loads(raw[0])["entries"]}
+    assert scope == {"u1", "a1", "promo", "long"}
+    reasons = {e["id"]: e["reason"] for e in json.loads(raw[2])["entries"]}
+    assert reasons["promo"] == "expired"
+
+
+def test_run_batch_is_deterministic_with_a_fixed_as_of(tmp_path: Path) -> None:
+    requests = [Request(id=f"r{b}", budget=b, query="refund crash") for b in (30, 60, 120, 500)]
+    run_batch(store(), requests, out_dir=tmp_path / "a", as_of=AS_OF)
+    run_batch(store(), requests, out_dir=tmp_path / "b", as_of=AS_OF)
+    for name in ("packs.jsonl", "manifests.jsonl"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_request_as_of_wins_over_the_batch_as_of(tmp_path: Path) -> None:
+    requests = [
+        Request(
+            id="old", budget=500, where="id = 'promo'", as_of=datetime(2025, 3, 15, tzinfo=UTC)
+        ),
+        Request(id="new", budget=500, where="id = 'promo'"),
+    ]
+    run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    old, new = read_jsonl(tmp_path / "packs.jsonl")
+    assert old["ids"] == ["promo"]
+    assert new["ids"] == []
+    manifests = read_jsonl(tmp_path / "manifests.jsonl")
+    assert manifests[0]["as_of"].startswith("2025-03-15T00:00:00")
+    assert manifests[1]["as_of"].startswith("2026-01-01T00:00:00")
+
+
+def test_rank_methods_change_the_selection(tmp_path: Path) -> None:
+    # Budget for the policy and one short turn: the ranking decides which turn.
+    request = Request(
+        id="r", budget=30, query="crash settings app", where="role IN ('user', 'system')"
+    )
+    chosen = {}
+    for method in ("bm25", "recency", "none"):
+        run_batch(store(), [request], out_dir=tmp_path / method, rank=method, as_of=AS_OF)
+        chosen[method] = read_jsonl(tmp_path / method / "packs.jsonl")[0]["ids"]
+    assert chosen["bm25"] == ["policy", "u2"]
+    assert chosen["recency"] == ["policy", "u2"]  # u2 is the most recent user turn
+    assert chosen["none"] == ["policy", "u1"]  # unranked: ties broken by cost, then id
+    manifest = read_jsonl(tmp_path / "none" / "manifests.jsonl")[0]
+    assert all(e["rank"] is None for e in manifest["entries"])
+    with pytest.raises(PlanError, match="unknown rank method"):
+        run_batch(store(), [request], out_dir=tmp_path / "x", rank="bogus")  # type: ignore[arg-type]
+
+
+def test_scopes_are_filtered_once_per_distinct_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[object] = []
+    original = CognitionFrame.filter
+
+    def counting(self: CognitionFrame, predicate: Any) -> CognitionFrame:
+        calls.append(predicate)
+        return original(self, predicate)
+
+    monkeypatch.setattr(CognitionFrame, "filter", counting)
+    billing = "metadata.topic = 'billing'"
+    bugs = "metadata.topic = 'bugs'"
+    requests = [
+        Request(id=f"r{i}", budget=100, query=q, where=w)
+        for i, (q, w) in enumerate(
+            [
+                ("refund", billing),
+                ("crash", bugs),
+                ("invoice", billing),
+                ("settings", bugs),
+                ("charge", billing),
+            ]
+        )
+    ]
+    bm25_cache_clear()
+    run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    assert calls == [billing, bugs]
+    info = bm25_cache_info()
+    assert (info.misses, info.hits) == (2, 3)  # one BM25 index per scope
+
+
+def test_bad_where_names_the_request_line_and_field(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            '{"id": "ok", "budget": 64}',
+            '{"id": "bad", "budget": 64, "where": "no_such_column = 1"}',
+        ],
+    )
+    with pytest.raises(RecordError) as info:
+        run_batch(store(), read_requests(path), out_dir=tmp_path / "out", as_of=AS_OF)
+    assert (info.value.source, info.value.line, info.value.field) == (str(path), 2, "where")
+    assert "request 'bad'" in str(info.value)
+    assert not (tmp_path / "out" / "packs.jsonl").exists()
+
+
+def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "packs.jsonl").write_text("previous\n")
+    requests = [Request(id="fine", budget=500), Request(id="tight", budget=5)]
+    with pytest.raises(BudgetError, match="request 'tight'") as info:
+        run_batch(store(), requests, out_dir=out, as_of=AS_OF)
+    assert "policy" in info.value.costs
+    assert (out / "packs.jsonl").read_text() == "previous\n"  # untouched
+    assert not (out / "manifests.jsonl").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["packs.jsonl"]  # no temporary files left
+
+
+def test_duplicate_request_ids_are_rejected(tmp_path: Path) -> None:
+    requests = [Request(id="same", budget=100), Request(id="same", budget=200)]
+    with pytest.raises(RecordError, match="duplicate request id") as info:
+        run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    assert info.value.field == "id"
+    assert not (tmp_path / "packs.jsonl").exists()
+
+
+def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
+    stats = run_batch(store(), [], out_dir=tmp_path, as_of=AS_OF)
+    assert (stats.requests, stats.p50_ms, stats.p95_ms) == (0, 0.0, 0.0)
+    assert (tmp_path / "packs.jsonl").read_text() == ""
+    assert (tmp_path / "manifests.jsonl").read_text() == ""

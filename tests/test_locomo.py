@@ -1,0 +1,511 @@
+"""The LoCoMo importer, requests and evaluation; end to end on the real data when present."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium.batch import Request
+from cognoxium.exceptions import RecordError
+from cognoxium.locomo import (
+    evaluate,
+    load_locomo,
+    locomo_requests,
+    normalize_evidence,
+    parse_session_time,
+    run_locomo,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+LOCOMO = Path(
+    os.environ.get(
+        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
+    )
+)
+
+
+def tiny() -> list[dict[str, Any]]:
+    """A LoCoMo-shaped conversation written for these tests (not from LoCoMo)."""
+    return [
+        {
+            "sample_id": "t-1",
+            "conversation": {
+                "speaker_a": "Ann",
+                "speaker_b": "Bo",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": [
+                    {"speaker": "Ann", "dia_id": "D1:1", "text": "I started a pottery class."},
+                    {
+                        "speaker": "Bo",
+                        "dia_id": "D1:2",
+                        "text": "Look at my new bike!",
+                        "img_url": ["https://img.example/bike.jpg"],
+                        "blip_caption": "a photo of a red bicycle",
+                        "query": "red bike",
+                    },
+                    {
+                        "speaker": "Ann",
+                        "dia_id": "D1:3",
+                        "text": "Nice. Here is my first bowl.",
+                        "blip_caption": "a photo of a clay bowl",
+                    },
+                ],
+                "session_2_date_time": "12:05 am on 19 June, 2023",
+                "session_2": [
+                    {"speaker": "Bo", "dia_id": "D2:1", "text": "I rode 50 km yesterday."},
+                    {"speaker": "Ann", "dia_id": "D2:2", "text": "My bowl cracked in the kiln."},
+                ],
+            },
+            "observation": {
+                "session_1_observation": {
+                    "Ann": [
+                        ["Ann takes a pottery class.", "D1:1"],
+                        ["Ann made a clay bowl.", ["D1:3", "D9:9"]],
+                    ],
+                    "Bo": [["Bo has a red bike.", "D1:2, D1:2; D:1:3"]],
+                },
+                "session_2_observation": {"Ann": [["Ann's bowl cracked.", "D2:2"]]},
+            },
+            "session_summary": {
+                "session_1_summary": "Ann and Bo talked about pottery and a bike.",
+                "session_2_summary": "Bo cycled; Ann's bowl cracked.",
+            },
+            "event_summary": {},
+            "qa": [
+                {
+                    "question": "What class did Ann start?",
+                    "answer": "pottery",
+                    "evidence": ["D1:1"],
+                    "category": 4,
+                },
+                {
+                    "question": "What did Ann make and what happened to it?",
+                    "answer": "a bowl",
+                    "evidence": ["D1:3; D2:2"],
+                    "category": 1,
+                },
+                {
+                    "question": "When did Bo ride 50 km?",
+                    "answer": "18 June 2023",
+                    "evidence": ["D"],
+                    "category": 2,
+                },
+                {
+                    "question": "What colour is Ann's bike?",
+                    "adversarial_answer": "red",
+                    "evidence": ["D:1:2", "D7:7"],
+                    "category": 5,
+                },
+            ],
+        }
+    ]
+
+
+@pytest.fixture
+def tiny_path(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(tiny()), encoding="utf-8")
+    return path
+
+
+def meta(df: pl.DataFrame, item_id: str) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(df.filter(pl.col("id") == item_id)["metadata"].item())
+    return value
+
+
+# ---------------------------------------------------------------------------
+# importer
+
+
+def test_turn_items_have_ids_roles_text_and_order(tiny_path: Path) -> None:
+    df = load_locomo(tiny_path)
+    turns = df.filter(pl.col("metadata").str.contains('"kind":"turn"'))
+    assert turns["id"].to_list() == ["t-1:D1:1", "t-1:D1:2", "t-1:D1:3", "t-1:D2:1", "t-1:D2:2"]
+    assert turns["role"].cast(pl.String).to_list() == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert turns["text"][0] == "Ann: I started a pottery class."
+    assert (
+        turns["text"][1] == "Bo: Look at my new bike! [shares an image: a photo of a red bicycle]"
+    )
+    assert (
+        turns["text"][2]
+        == "Ann: Nice. Here is my first bowl. [shares an image: a photo of a clay bowl]"
+    )
+    assert meta(df, "t-1:D1:2") == {
+        "conversation": "t-1",
+        "dia_id": "D1:2",
+        "kind": "turn",
+        "session": 1,
+        "speaker": "Bo",
+    }
+
+
+def test_turn_times_are_session_time_plus_turn_index_seconds(tiny_path: Path) -> None:
+    df = load_locomo(tiny_path)
+    times = dict(zip(df["id"].to_list(), df["created_at"].to_list(), strict=True))
+    assert times["t-1:D1:1"] == datetime(2023, 5, 8, 13, 56, 0, tzinfo=UTC)
+    assert times["t-1:D1:3"] == datetime(2023, 5, 8, 13, 56, 2, tzinfo=UTC)
+    assert times["t-1:D2:1"] == datetime(2023, 6, 19, 0, 5, 0, tzinfo=UTC)
+    assert times["t-1:D2:2"] == datetime(2023, 6, 19, 0, 5, 1, tzinfo=UTC)
+
+
+def test_image_turns_carry_their_reference_as_a_source(tiny_path: Path) -> None:
+    df = load_locomo(tiny_path)
+    sources = dict(zip(df["id"].to_list(), df["sources"].to_list(), strict=True))
+    assert [(s["uri"], s["kind"], s["title"]) for s in sources["t-1:D1:2"]] == [
+        ("locomo://t-1/D1:2", "conversation_turn", None),
+        ("https://img.example/bike.jpg", "image", "a photo of a red bicycle"),
+    ]
+    # A caption without an image url is in the text but adds no image source.
+    assert [s["kind"] for s in sources["t-1:D1:3"]] == ["conversation_turn"]
+
+
+def test_derived_items_have_parents_times_and_kinds(tiny_path: Path) -> None:
+    df = load_locomo(tiny_path)
+    assert df["id"].to_list() == [
+        "t-1:D1:1",
+        "t-1:D1:2",
+        "t-1:D1:3",
+        "t-1:S1:observation:1",
+        "t-1:S1:observation:2",
+        "t-1:S1:observation:3",
+        "t-1:S1:summary",
+        "t-1:D2:1",
+        "t-1:D2:2",
+        "t-1:S2:observation:1",
+        "t-1:S2:summary",
+    ]
+    parents = dict(zip(df["id"].to_list(), df["parents"].to_list(), strict=True))
+    assert parents["t-1:S1:observation:1"] == ["t-1:D1:1"]
+    assert parents["t-1:S1:observation:2"] == ["t-1:D1:3"]  # D9:9 names no turn: dropped
+    assert parents["t-1:S1:observation:3"] == ["t-1:D1:2", "t-1:D1:3"]  # split, deduped
+    assert parents["t-1:S1:summary"] == ["t-1:D1:1", "t-1:D1:2", "t-1:D1:3"]
+    assert parents["t-1:S2:summary"] == ["t-1:D2:1", "t-1:D2:2"]
+    derived = df.filter(pl.col("id").str.contains(":S"))
+    assert set(derived["role"].cast(pl.String).to_list()) == {"memory"}
+    assert meta(df, "t-1:S1:observation:3") == {
+        "conversation": "t-1",
+        "kind": "observation",
+        "session": 1,
+        "speaker": "Bo",
+    }
+    assert meta(df, "t-1:S2:summary")["kind"] == "session_summary"
+    times = dict(zip(df["id"].to_list(), df["created_at"].to_list(), strict=True))
+    assert times["t-1:S2:observation:1"] == datetime(2023, 6, 19, 0, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+        ("12:05 am on 19 June, 2023", datetime(2023, 6, 19, 0, 5, tzinfo=UTC)),
+        ("12:30 pm on 1 Jan, 2024", datetime(2024, 1, 1, 12, 30, tzinfo=UTC)),
+        ("9:01 AM on 29 February, 2024", datetime(2024, 2, 29, 9, 1, tzinfo=UTC)),
+    ],
+)
+def test_parse_session_time(text: str, expected: datetime) -> None:
+    assert parse_session_time(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "13:00 pm on 8 May, 2023",
+        "1:56 on 8 May, 2023",
+        "1:56 pm on 30 February, 2023",
+        "1:56 pm on 8 Mayo, 2023",
+        "",
+    ],
+)
+def test_parse_session_time_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"LoCoMo date|12-hour|day is out of range"):
+        parse_session_time(text)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("D1:1", (["D1:1"], 0, 0)),
+        (["D8:6; D9:17"], (["D8:6", "D9:17"], 0, 0)),
+        ("D8:6, D9:17 D8:6", (["D8:6", "D9:17"], 0, 0)),
+        (["D:9:17"], (["D9:17"], 0, 0)),
+        (["D08:06"], (["D8:6"], 0, 0)),
+        (["D"], ([], 1, 0)),
+        (["D10:19"], ([], 0, 1)),
+        ([], ([], 0, 0)),
+        ([None, 3], ([], 2, 0)),
+    ],
+)
+def test_normalize_evidence(raw: object, expected: tuple[list[str], int, int]) -> None:
+    assert normalize_evidence(raw, known={"D1:1", "D8:6", "D9:17"}) == expected
+
+
+def test_bad_shapes_raise_record_errors_naming_the_field(tmp_path: Path) -> None:
+    data = tiny()
+    data[0]["conversation"]["session_2_date_time"] = "yesterday"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError) as info:
+        load_locomo(path)
+    assert info.value.field == "[0].conversation.session_2_date_time"
+    assert info.value.source == str(path)
+
+    data = tiny()
+    data[0]["conversation"]["session_1"][1]["speaker"] = "Cy"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="neither speaker_a") as info:
+        load_locomo(path)
+    assert info.value.field == "[0].conversation.session_1[1].speaker"
+
+    path.write_text("[{")
+    with pytest.raises(RecordError, match="invalid JSON") as info:
+        load_locomo(path)
+    assert info.value.line == 1
+
+
+# ---------------------------------------------------------------------------
+# requests and evaluation
+
+
+def test_requests_per_question_and_budget(tiny_path: Path) -> None:
+    requests = locomo_requests(tiny_path, [256, 1024])
+    assert [r.id for r in requests] == [
+        "t-1:q0:b256",
+        "t-1:q1:b256",
+        "t-1:q2:b256",
+        "t-1:q3:b256",
+        "t-1:q0:b1024",
+        "t-1:q1:b1024",
+        "t-1:q2:b1024",
+        "t-1:q3:b1024",
+    ]
+    first = requests[0]
+    assert first.query == "What class did Ann start?"
+    assert first.where == "metadata.conversation = 't-1' AND metadata.kind = 'turn'"
+    assert first.as_of == datetime(2023, 6, 19, 0, 5, 1, tzinfo=UTC)  # the latest turn
+    evidence = [r.model_extra["evidence"] for r in requests[:4] if r.model_extra]
+    assert evidence == [["t-1:D1:1"], ["t-1:D1:3", "t-1:D2:2"], [], ["t-1:D1:2"]]
+    assert [r.model_extra["category"] for r in requests[:4] if r.model_extra] == [4, 1, 2, 5]
+
+
+def test_evaluate_recall_hit_rate_and_exclusions(tiny_path: Path) -> None:
+    requests = locomo_requests(tiny_path, [256])
+    packs = [
+        {"request_id": "t-1:q0:b256", "ids": ["t-1:D1:1"], "used_tokens": 10},
+        {"request_id": "t-1:q1:b256", "ids": ["t-1:D1:3"], "used_tokens": 20},
+        {"request_id": "t-1:q2:b256", "ids": [], "used_tokens": 0},
+        {"request_id": "t-1:q3:b256", "ids": [], "used_tokens": 30},
+    ]
+    out = evaluate(packs, requests)["budgets"]["256"]
+    assert out["questions"] == 4
+    assert out["excluded_no_evidence"] == 1
+    assert out["evaluated"] == 3
+    assert out["recall_answerable"] == pytest.approx((1.0 + 0.5) / 2)
+    assert out["recall_all"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)
+    assert out["hit_rate_answerable"] == pytest.approx(0.5)
+    assert out["hit_rate_all"] == pytest.approx(1 / 3)
+    assert out["per_category"] == {
+        "1": {"questions": 1, "recall": 0.5, "hit_rate": 0.0},
+        "4": {"questions": 1, "recall": 1.0, "hit_rate": 1.0},
+        "5": {"questions": 1, "recall": 0.0, "hit_rate": 0.0},
+    }
+    assert out["mean_used_tokens"] == pytest.approx(15.0)
+
+
+def test_evaluate_needs_a_pack_per_request() -> None:
+    request = Request.model_validate({"id": "x", "budget": 1, "evidence": ["a"], "category": 1})
+    with pytest.raises(RecordError, match="has no pack"):
+        evaluate([], [request])
+
+
+def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = run_locomo(tiny_path, out, [20, 4096], rank="bm25")
+    assert {p.name for p in out.iterdir()} >= {
+        "items.parquet",
+        "requests.jsonl",
+        "packs.jsonl",
+        "manifests.jsonl",
+        "report.json",
+    }
+    assert json.loads((out / "report.json").read_text()) == report
+    imported = report["import"]
+    assert imported["turns"] == 5
+    assert imported["observations"] == 4
+    assert imported["session_summaries"] == 2
+    assert imported["question_evidence_malformed"] == 1  # "D"
+    assert imported["question_evidence_missing"] == 1  # "D7:7"
+    assert imported["observation_evidence_missing"] == 1  # "D9:9"
+    assert imported["questions_without_evidence"] == 1
+    # At 4096 tokens the whole conversation fits: every evidence turn is found.
+    assert report["budgets"]["4096"]["recall_all"] == 1.0
+    assert report["budgets"]["20"]["recall_all"] < 1.0  # room for one turn only
+    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    assert all(
+        not set(p["ids"]) - {f"t-1:D{s}:{t}" for s, t in [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2)]}
+        for p in packs
+    )
+
+
+# ---------------------------------------------------------------------------
+# end to end on the real data
+
+
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+
+def _independent_evidence(path: Path) -> dict[str, tuple[set[str], int]]:
+    """Request-id prefix '<sample>:q<i>' -> (qualified evidence, category), from the raw JSON."""
+    out: dict[str, tuple[set[str], int]] = {}
+    for sample in json.loads(path.read_text(encoding="utf-8")):
+        sid = sample["sample_id"]
+        conv = sample["conversation"]
+        turns = {
+            turn["dia_id"]
+            for key, value in conv.items()
+            if re.fullmatch(r"session_\d+", key)
+            for turn in value
+        }
+        for index, qa in enumerate(sample["qa"]):
+            found = set()
+            for raw in qa["evidence"]:
+                for part in re.split(r"[;,\s]+", raw):
+                    m = _EVIDENCE.fullmatch(part)
+                    if m and f"D{int(m[1])}:{int(m[2])}" in turns:
+                        found.add(f"{sid}:D{int(m[1])}:{int(m[2])}")
+            out[f"{sid}:q{index}"] = (found, qa["category"])
+    return out
+
+
+def _turns_by_conversation(path: Path) -> dict[str, set[str]]:
+    return {
+        sample["sample_id"]: {
+            f"{sample['sample_id']}:{turn['dia_id']}"
+            for key, value in sample["conversation"].items()
+            if re.fullmatch(r"session_\d+", key)
+            for turn in value
+        }
+        for sample in json.loads(path.read_text(encoding="utf-8"))
+    }
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cognoxium.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.skipif(
+    not LOCOMO.is_file(),
+    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
+)
+def test_locomo_end_to_end(tmp_path: Path) -> None:
+    budgets = (1024, 2048)
+    first = tmp_path / "first"
+    run = _cli(
+        "locomo",
+        str(LOCOMO),
+        "--out",
+        str(first),
+        "--rank",
+        "bm25",
+        "--budgets",
+        ",".join(map(str, budgets)),
+        "--no-progress",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "recall 1-4" in run.stdout
+    report = json.loads((first / "report.json").read_text(encoding="utf-8"))
+
+    # Report figures equal a recomputation from packs.jsonl and the raw JSON.
+    evidence = _independent_evidence(LOCOMO)
+    packs = [json.loads(line) for line in (first / "packs.jsonl").read_text().splitlines()]
+    assert len(packs) == len(evidence) * len(budgets)
+    for budget in budgets:
+        recalls: dict[int, list[float]] = {}
+        hits: list[float] = []
+        excluded = 0
+        for record in packs:
+            if record["budget"] != budget:
+                continue
+            key, suffix = record["request_id"].rsplit(":b", 1)
+            assert int(suffix) == budget
+            wanted, category = evidence[key]
+            if not wanted:
+                excluded += 1
+                continue
+            found = len(wanted & set(record["ids"]))
+            recalls.setdefault(category, []).append(found / len(wanted))
+            if category != 5:
+                hits.append(float(found == len(wanted)))
+        answerable = [v for c in (1, 2, 3, 4) for v in recalls.get(c, [])]
+        every = [v for values in recalls.values() for v in values]
+        figures = report["budgets"][str(budget)]
+        assert figures["excluded_no_evidence"] == excluded
+        assert figures["recall_answerable"] == pytest.approx(sum(answerable) / len(answerable))
+        assert figures["recall_all"] == pytest.approx(sum(every) / len(every))
+        assert figures["hit_rate_answerable"] == pytest.approx(sum(hits) / len(hits))
+        for category, values in recalls.items():
+            assert figures["per_category"][str(category)]["recall"] == pytest.approx(
+                sum(values) / len(values)
+            )
+    assert report["budgets"]["2048"]["recall_answerable"] >= 0.65
+
+    # Every manifest: token totals add up, and each in-scope turn appears exactly once.
+    turns = _turns_by_conversation(LOCOMO)
+    packs_by_id = {p["request_id"]: p for p in packs}
+    manifests = (first / "manifests.jsonl").read_bytes()
+    lines = manifests.decode("utf-8").splitlines()
+    assert len(lines) == len(packs)
+    for line in lines:
+        manifest = json.loads(line)
+        pack = packs_by_id[manifest["label"]]
+        entries = manifest["entries"]
+        included = [e for e in entries if e["decision"] == "included"]
+        assert manifest["used_tokens"] <= manifest["budget"] == pack["budget"]
+        assert (
+            manifest["used_tokens"]
+            == pack["used_tokens"]
+            == (sum(e["tokens"] for e in included) + manifest["pack_overhead_tokens"])
+        )
+        ids = [e["id"] for e in entries]
+        assert len(ids) == len(set(ids))
+        assert set(ids) == turns[manifest["label"].split(":q")[0]]
+        assert [e["id"] for e in sorted(included, key=lambda e: e["pack_position"])] == pack["ids"]
+
+    # A second run writes byte-identical manifests.
+    second = tmp_path / "second"
+    again = _cli(
+        "locomo",
+        str(LOCOMO),
+        "--out",
+        str(second),
+        "--rank",
+        "bm25",
+        "--budgets",
+        ",".join(map(str, budgets)),
+        "--no-progress",
+    )
+    assert again.returncode == 0, again.stderr
+    assert (second / "manifests.jsonl").read_bytes() == manifests
+    # The manifests take hundreds of MB: do not leave them in pytest's kept temp dirs.
+    for directory in (first, second):
+        (directory / "manifests.jsonl").unlink()

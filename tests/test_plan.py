@@ -1,0 +1,302 @@
+"""Plan nodes: structural equality, self-checks at construction, schemas, traversal, lowering."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass
+from datetime import UTC, datetime, timedelta, timezone
+
+import polars as pl
+import pytest
+
+from cognoxium import _lowering
+from cognoxium._plan import (
+    Dedupe,
+    Expression,
+    Filter,
+    Join,
+    Limit,
+    Node,
+    Rank,
+    Scan,
+    Select,
+    Sort,
+    Source,
+    TopK,
+    WithColumns,
+    format_plan,
+    rewrite,
+    walk,
+)
+from cognoxium.exceptions import PlanError
+from cognoxium.items import ContextItem
+from cognoxium.schema import POLARS_SCHEMA, items_to_frame
+
+E = Expression.of
+
+
+@pytest.fixture(scope="module")
+def scan() -> Scan:
+    items = [
+        ContextItem(
+            id=f"i{k}",
+            role="user",
+            text=text,
+            priority=k,
+            created_at=datetime(2024, 1, 1, tzinfo=UTC) + timedelta(hours=k),
+        )
+        for k, text in enumerate(["refund policy", "shipping days", "refund window"])
+    ]
+    return Scan(source=Source(items_to_frame(items)))
+
+
+def sort(node: Node, *keys: str, desc: bool = False) -> Sort:
+    return Sort(
+        input=node,
+        by=tuple(E(k) for k in keys),
+        descending=(desc,) * len(keys),
+        nulls_last=(False,) * len(keys),
+    )
+
+
+# -- Expression ---------------------------------------------------------------
+
+
+def test_expression_equality_is_structural() -> None:
+    a, b = E(pl.col("priority") > 1), E(pl.col("priority") > 1)
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a != E(pl.col("priority") > 2)
+    assert E("id") == E(pl.col("id"))
+
+
+def test_expression_reads_root_columns() -> None:
+    e = E((pl.col("priority") > 1) & pl.col("text").str.contains("x"))
+    assert e.columns == ("priority", "text")
+    assert e.exact_columns
+
+
+@pytest.mark.parametrize(
+    ("expr", "elementwise"),
+    [
+        (pl.col("priority") * 2 + 1, True),
+        (pl.col("text").str.contains("refund"), True),
+        (pl.col("role").is_in(["user", "tool"]), True),
+        (pl.col("metadata").str.json_path_match("$.a") == "x", True),
+        (pl.when(pl.col("priority") > 1).then(1).otherwise(0), True),
+        (pl.col("created_at").dt.year() == 2024, True),
+        (pl.sql_expr("role IN ('user', 'tool') AND text LIKE 'r%'"), True),
+        (pl.col("priority") > pl.col("priority").mean(), False),
+        (pl.col("priority").shift(1) > 0, False),
+        (pl.col("priority").rank() > 1, False),
+        (pl.col("priority").max().over("role") == pl.col("priority"), False),
+        (pl.col("priority").cum_sum() > 1, False),
+        (pl.col("id").is_first_distinct(), False),
+        (pl.len() > 1, False),
+        (pl.col("text").str.join(","), False),
+    ],
+)
+def test_elementwise_is_conservative(expr: pl.Expr, elementwise: bool) -> None:
+    assert E(expr).elementwise is elementwise
+
+
+def test_python_function_expression_is_equal_only_to_itself() -> None:
+    expr = pl.col("priority").map_batches(lambda s: s * 2, return_dtype=pl.Int64)
+    wrapped = E(expr)
+    assert wrapped == wrapped
+    assert wrapped != E(pl.col("priority").map_batches(lambda s: s * 2, return_dtype=pl.Int64))
+    assert not wrapped.elementwise
+    assert not wrapped.exact_columns
+
+
+def test_selectors_do_not_have_exact_columns() -> None:
+    assert not E(pl.all()).exact_columns
+    assert not E(pl.exclude("id")).exact_columns
+
+
+def test_conjuncts_split_and_rebuild() -> None:
+    e = E(pl.sql_expr("role = 'user' AND priority > 1 AND text LIKE '%a%'"))
+    parts = e.conjuncts()
+    assert [p.columns for p in parts] == [("role",), ("priority",), ("text",)]
+    assert E(pl.col("priority") > 1).conjuncts() == (E(pl.col("priority") > 1),)
+    assert Expression.all_of(parts).columns == ("role", "priority", "text")
+    with pytest.raises(PlanError):
+        Expression.all_of([])
+
+
+def test_expression_of_rejects_non_expressions() -> None:
+    with pytest.raises(PlanError, match="expected a Polars expression"):
+        Expression.of(3)  # type: ignore[arg-type]
+
+
+# -- nodes ----------------------------------------------------------------------
+
+
+def test_nodes_are_frozen_slotted_and_structurally_equal(scan: Scan) -> None:
+    a = Filter(input=scan, predicate=E(pl.col("priority") > 0))
+    b = Filter(input=scan, predicate=E(pl.col("priority") > 0))
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a != Filter(input=scan, predicate=E(pl.col("priority") > 1))
+    assert not hasattr(a, "__dict__")
+    with pytest.raises(FrozenInstanceError):
+        a.predicate = E("id")  # type: ignore[misc]
+
+
+def test_nodes_are_keyword_only(scan: Scan) -> None:
+    with pytest.raises(TypeError):
+        Limit(scan, 3)  # type: ignore[misc]
+
+
+def test_sources_compare_by_identity() -> None:
+    df = pl.DataFrame({"a": [1]})
+    assert Scan(source=Source(df)) != Scan(source=Source(df))
+    source = Source(df)
+    assert Scan(source=source) == Scan(source=source)
+
+
+def test_schema_is_resolved_at_construction(scan: Scan) -> None:
+    assert scan.schema == POLARS_SCHEMA
+    node = WithColumns(input=scan, exprs=(E((pl.col("priority") * 2).alias("p2")),))
+    assert node.schema["p2"] == pl.Int64
+    selected = Select(input=node, exprs=(E("id"), E("p2")))
+    assert selected.schema.names() == ["id", "p2"]
+    ranked = Rank(input=selected.input, method="priority")
+    assert ranked.schema["rank"] == pl.Float64
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda s: Select(input=s, exprs=(E("nope"),)), "nope"),
+        (lambda s: Select(input=s, exprs=()), "at least one"),
+        (lambda s: WithColumns(input=s, exprs=(E(pl.col("nope") + 1),)), "nope"),
+        (lambda s: Filter(input=s, predicate=E(pl.col("priority") + 1)), "Boolean"),
+        (lambda s: Filter(input=s, predicate=E(pl.col("nope") > 1)), "nope"),
+        (lambda s: Limit(input=s, n=-1), "non-negative"),
+        (lambda s: Limit(input=s, n=1, offset=-2), "non-negative"),
+        (lambda s: Limit(input=s, n=True), "non-negative"),
+        (
+            lambda s: Sort(input=s, by=(E("nope"),), descending=(False,), nulls_last=(False,)),
+            "nope",
+        ),
+        (lambda s: Sort(input=s, by=(E("id"),), descending=(), nulls_last=(False,)), "one value"),
+        (lambda s: Sort(input=s, by=(), descending=(), nulls_last=()), "at least one"),
+        (
+            lambda s: TopK(input=s, by=(E("id"),), descending=(False,), nulls_last=(False,), k=-1),
+            "non-negative",
+        ),
+        (lambda s: Dedupe(input=s, by=("nope",)), "nope"),
+        (lambda s: Dedupe(input=s, by=()), "at least one"),
+        (lambda s: Join(input=s, other=s, on=("id",), how="sideways"), "unknown join"),
+        (lambda s: Join(input=s, other=s, on=("nope",)), "nope"),
+        (lambda s: Join(input=s, other=s, on=()), "at least one"),
+        (lambda s: Rank(input=s, method="magic"), "unknown rank method"),
+        (lambda s: Rank(input=s, method="bm25"), "needs a non-empty query"),
+        (lambda s: Rank(input=s, method="bm25", query="   "), "needs a non-empty query"),
+        (lambda s: Rank(input=s, method="priority", query="x"), "takes no query"),
+        (lambda s: Rank(input=s, method="priority", half_life=3.0), "takes no half_life"),
+        (lambda s: Rank(input=s, method="recency", half_life=0.0), "positive"),
+        (lambda s: Rank(input=s, method="recency", half_life=float("inf")), "positive"),
+        (lambda s: Rank(input=s, method="recency", reference=datetime(2024, 1, 1)), "timezone"),
+        (
+            lambda s: Rank(input=Select(input=s, exprs=(E("id"),)), method="bm25", query="x"),
+            "needs columns",
+        ),
+        (lambda s: Scan(source=s.source, columns=("nope",)), "unknown columns"),
+    ],
+)
+def test_bad_nodes_fail_at_construction(scan: Scan, build: object, message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        build(scan)  # type: ignore[operator]
+
+
+def test_rank_reference_is_normalised_to_utc(scan: Scan) -> None:
+    plus2 = timezone(timedelta(hours=2))
+    node = Rank(
+        input=scan,
+        method="recency",
+        half_life=60.0,
+        reference=datetime(2024, 1, 1, 2, tzinfo=plus2),
+    )
+    assert node.reference == datetime(2024, 1, 1, tzinfo=UTC)
+    assert node.reference is not None
+    assert node.reference.tzinfo == UTC
+
+
+def test_with_children_returns_self_when_unchanged(scan: Scan) -> None:
+    node = Limit(input=scan, n=1)
+    assert node.with_children([scan]) is node
+    other = Scan(source=scan.source, columns=("id",))
+    changed = node.with_children([other])
+    assert changed == Limit(input=other, n=1)
+    with pytest.raises(PlanError, match="takes 1 children"):
+        node.with_children([])
+
+
+def test_walk_and_rewrite(scan: Scan) -> None:
+    plan = Limit(input=sort(Filter(input=scan, predicate=E(pl.col("priority") > 0)), "id"), n=2)
+    assert [type(n).__name__ for n in walk(plan)] == ["Limit", "Sort", "Filter", "Scan"]
+    assert rewrite(plan, lambda n: n) is plan
+
+    def bump(node: Node) -> Node:
+        if isinstance(node, Limit) and node.n == 2:
+            return Limit(input=node.input, n=3)
+        return node
+
+    assert rewrite(plan, bump) == Limit(input=plan.input, n=3)
+
+
+def test_format_plan_is_an_indented_tree(scan: Scan) -> None:
+    join = Join(input=Limit(input=scan, n=1), other=Dedupe(input=scan), on=("id",))
+    assert format_plan(join).splitlines() == [
+        "Join inner on [id]",
+        "  Limit 1",
+        "    Scan 3 rows; 22 columns",
+        "  Dedupe by [content_hash] merge",
+        "    Scan 3 rows; 22 columns",
+    ]
+    rank = Rank(input=scan, method="bm25", query="refund")
+    assert rank.label() == "Rank bm25 query='refund'"
+
+
+# -- lowering ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unknown(Node):
+    """A node type with no lowering handler."""
+
+    input: Node
+
+
+def test_unknown_node_fails_naming_it(scan: Scan) -> None:
+    with pytest.raises(PlanError, match="no lowering for plan node Unknown"):
+        Unknown(input=scan)
+
+
+def test_every_node_type_has_one_handler() -> None:
+    for node_type in (Scan, Filter, Select, WithColumns, Join, Sort, Limit, TopK, Dedupe, Rank):
+        assert node_type in _lowering.HANDLERS
+
+
+def test_lowering_runs_the_plan_as_given(scan: Scan) -> None:
+    plan = Limit(input=sort(scan, "priority", desc=True), n=2, offset=1)
+    out = _lowering.lower(plan).collect()
+    assert out["id"].to_list() == ["i1", "i0"]
+
+
+def test_topk_equals_stable_sort_then_limit() -> None:
+    df = pl.DataFrame({"k": [2, None, 1, 2, None, 1, 2], "i": range(7)})
+    source = Source(df)
+    for desc in (False, True):
+        for nulls_last in (False, True):
+            by, d, nl = (E("k"),), (desc,), (nulls_last,)
+            top = TopK(input=Scan(source=source), by=by, descending=d, nulls_last=nl, k=4)
+            ref = df.sort("k", descending=desc, nulls_last=nulls_last, maintain_order=True).head(4)
+            assert _lowering.lower(top).collect()["i"].to_list() == ref["i"].to_list()
+
+
+def test_scan_with_columns_projects_them_in_order(scan: Scan) -> None:
+    narrowed = Scan(source=scan.source, columns=("text", "id"))
+    assert narrowed.schema.names() == ["text", "id"]
+    assert _lowering.lower(narrowed).collect().columns == ["text", "id"]
