@@ -125,8 +125,8 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
         If the file's columns or values are not valid items.
     """
     try:
-        table = pq.read_table(path)
-    except (OSError, ValueError) as exc:
+        table = pl.read_parquet(path)
+    except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     return conform(table, source=str(path))
 

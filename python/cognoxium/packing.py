@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.items import ContextItem, canonical_json
 from cognoxium.ranking import packed_text_expr
-from cognoxium.schema import frame_to_items
+from cognoxium.schema import POLARS_SCHEMA, frame_to_items
 from cognoxium.tokens import TokenProfile, get_profile
 
 __all__ = [
@@ -186,17 +186,18 @@ _ENTRY_SCHEMA = pl.Schema(
         "position": pl.Int64,
         "id": pl.String,
         "content_hash": pl.String,
-        "role": pl.String,
+        "role": POLARS_SCHEMA["role"],
         "group_id": pl.String,
-        "tier": pl.String,
+        "tier": POLARS_SCHEMA["retention"],
         "rank": pl.Float64,
         "priority": pl.Int64,
-        "decision": pl.String,
-        "reason": pl.String,
+        "decision": pl.Enum([d.value for d in Decision]),
+        "reason": pl.Enum([r.value for r in Reason]),
         "tokens": pl.Int64,
         "pack_position": pl.Int64,
     }
 )
+"""Columns of :meth:`PackManifest.to_polars`; enumerations as ``pl.Enum``."""
 
 
 def _entries_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -356,21 +357,31 @@ _FINGERPRINT_COLUMNS = (
 
 
 def _input_fingerprint(df: pl.DataFrame) -> str:
-    """sha256 over the ordered rows' identity, content hash and packing-relevant fields."""
-    parts = [
-        pl.col(c).dt.epoch("us").cast(pl.String)
-        if isinstance(df.schema[c], pl.Datetime)
-        else pl.col(c).cast(pl.String)
-        for c in _FINGERPRINT_COLUMNS
-    ]
-    lines = df.select(
-        pl.concat_str([p.fill_null("\x00") for p in parts], separator="\x1f").alias("line")
-    ).get_column("line")
-    digest = hashlib.sha256()
+    """sha256 over the ordered rows' identity, content hash and packing-relevant fields.
+
+    Column by column: numbers and times as little-endian int64/float64 bytes
+    with a null mask, enumerations as their values' codes, strings as their
+    lengths followed by their UTF-8 bytes, in chunks (so no second copy of
+    the frame is ever made).
+    """
+    digest = hashlib.sha256(f"rows={df.height}".encode())
     step = 65536
-    for start in range(0, len(lines), step):
-        digest.update("\x1e".join(lines.slice(start, step).to_list()).encode("utf-8"))
-        digest.update(b"\x1d")
+    for name in _FINGERPRINT_COLUMNS:
+        column = df.get_column(name)
+        digest.update(f"\x1d{name}\x1e".encode())
+        digest.update(column.is_null().to_numpy().tobytes())
+        if isinstance(column.dtype, pl.Enum):
+            column = column.cast(pl.String)
+        if column.dtype == pl.String:
+            for start in range(0, len(column), step):
+                part = column.slice(start, step).fill_null("")
+                digest.update(part.str.len_bytes().to_numpy().astype("<u4").tobytes())
+                digest.update("".join(part.to_list()).encode("utf-8"))
+            continue
+        if isinstance(column.dtype, pl.Datetime):
+            column = column.dt.epoch("us")
+        dtype = "<f8" if column.dtype.is_float() else "<i8"
+        digest.update(column.fill_null(0).to_numpy().astype(dtype).tobytes())
     return digest.hexdigest()
 
 
@@ -546,8 +557,10 @@ def pack(
     role = pl.col("role").cast(pl.String)
     kind = pl.col("payload_kind").cast(pl.String)
     width = prof.longest_token_bytes
+    all_text = bool((df.get_column("payload_kind") == "text").all())
+    content = pl.col("text").fill_null("") if all_text else packed_text_expr()
     cols = df.select(
-        packed_text_expr().alias("content"),
+        content.alias("content"),
         role.replace_strict(framing_of, return_dtype=pl.Int64).alias("framing"),
         pl.col("retention")
         .cast(pl.String)
@@ -629,7 +642,7 @@ def pack(
     else:
         unit_of_row = None
         n_units = n
-        unit_keys = keys.filter(pl.Series(eligible))
+        unit_keys = keys if eligible.all() else keys.filter(pl.Series(eligible))
         unit_index = np.flatnonzero(eligible)
     sort_keys = ["tier", "rank", "priority"]
     ordering = (
@@ -713,16 +726,16 @@ def pack(
     selected = np.flatnonzero(row_included)
     pack_position = np.full(n, _NONE, dtype=np.int64)
     pack_position[selected] = np.arange(len(selected))
-    reasons = pl.Series("reason", [r.value for r in _REASONS], pl.String)
+    reasons = pl.Series("reason", [r.value for r in _REASONS], _ENTRY_SCHEMA["reason"])
     entries = (
         pl.DataFrame(
             {
                 "position": np.arange(n, dtype=np.int64),
                 "id": df.get_column("id"),
                 "content_hash": df.get_column("content_hash"),
-                "role": df.get_column("role").cast(pl.String),
+                "role": df.get_column("role"),
                 "group_id": df.get_column("group_id"),
-                "tier": df.get_column("retention").cast(pl.String),
+                "tier": df.get_column("retention"),
                 "rank": df.get_column("rank").fill_nan(None),
                 "priority": df.get_column("priority"),
                 "decision": pl.Series([Decision.EXCLUDED.value, Decision.INCLUDED.value]).gather(
