@@ -250,6 +250,8 @@ class ContextPack:
 # the algorithm
 
 _REASONS: tuple[Reason, ...] = tuple(Reason)
+_SMALL_BLOCK = 4096  # blocks up to this many units are ordered in Python
+_EAGER_BOUNDS = 50_000  # frames up to this many rows get every lower bound at once
 _CODE = {reason: code for code, reason in enumerate(_REASONS)}
 _NONE = -1
 
@@ -359,29 +361,40 @@ _FINGERPRINT_COLUMNS = (
 def _input_fingerprint(df: pl.DataFrame) -> str:
     """sha256 over the ordered rows' identity, content hash and packing-relevant fields.
 
-    Column by column: numbers and times as little-endian int64/float64 bytes
-    with a null mask, enumerations as their values' codes, strings as their
-    lengths followed by their UTF-8 bytes, in chunks (so no second copy of
-    the frame is ever made).
+    Column by column: a null mask, then numbers and times as little-endian
+    int64/float64 bytes, enumerations as their codes in the schema's fixed
+    value order, and strings as their UTF-8 byte lengths followed by their
+    bytes, joined in chunks (so no second copy of a large frame is made).
     """
-    digest = hashlib.sha256(f"rows={df.height}".encode())
-    step = 65536
+    exprs: list[pl.Expr] = []
+    strings: list[str] = []
+    schema = df.schema
     for name in _FINGERPRINT_COLUMNS:
-        column = df.get_column(name)
+        col = pl.col(name)
+        dtype = schema[name]
+        exprs.append(col.is_null().alias(f"{name}:null"))
+        if dtype == pl.String:
+            strings.append(name)
+            exprs.append(col.fill_null("").str.len_bytes().alias(f"{name}:len"))
+        elif isinstance(dtype, pl.Enum):
+            exprs.append(col.to_physical().cast(pl.Int64).fill_null(-1).alias(name))
+        elif isinstance(dtype, pl.Datetime):
+            exprs.append(col.dt.epoch("us").fill_null(0).alias(name))
+        else:
+            exprs.append(col.fill_null(0).alias(name))
+    parts = df.select(exprs)
+    digest = hashlib.sha256(f"rows={df.height}".encode())
+    for name in parts.columns:
+        values = parts.get_column(name).to_numpy()
         digest.update(f"\x1d{name}\x1e".encode())
-        digest.update(column.is_null().to_numpy().tobytes())
-        if isinstance(column.dtype, pl.Enum):
-            column = column.cast(pl.String)
-        if column.dtype == pl.String:
-            for start in range(0, len(column), step):
-                part = column.slice(start, step).fill_null("")
-                digest.update(part.str.len_bytes().to_numpy().astype("<u4").tobytes())
-                digest.update("".join(part.to_list()).encode("utf-8"))
-            continue
-        if isinstance(column.dtype, pl.Datetime):
-            column = column.dt.epoch("us")
-        dtype = "<f8" if column.dtype.is_float() else "<i8"
-        digest.update(column.fill_null(0).to_numpy().astype(dtype).tobytes())
+        digest.update(values.astype("<f8" if values.dtype.kind == "f" else "<i8").tobytes())
+    step = 65536
+    for name in strings:
+        digest.update(f"\x1d{name}:bytes\x1e".encode())
+        column = df.get_column(name)
+        for start in range(0, len(column), step):
+            values = column.slice(start, step).fill_null("").to_list()
+            digest.update("".join(values).encode("utf-8"))
     return digest.hexdigest()
 
 
@@ -463,16 +476,31 @@ def _select_block(
     block = block[units.bound[block] <= remaining]
     if len(block) == 0:
         return remaining
-    keyed = (
-        pl.DataFrame({"unit": block, "bound": units.bound[block], "id": unit_ids.gather(block)})
-        .with_columns(pl.col("id").rank("ordinal").alias("id_rank"))
-        .sort(["bound", "id"])
-    )
-    seq = keyed.get_column("unit").to_numpy()
-    seq_bound = keyed.get_column("bound").to_numpy()
-    seq_id = keyed.get_column("id_rank").to_numpy()
+    if len(block) <= _SMALL_BLOCK:
+        # Few units: Python's sort beats building a frame. Ids compare as
+        # strings, whose code-point order is the UTF-8 byte order Polars sorts by.
+        keyed = sorted(
+            zip(
+                units.bound[block].tolist(),
+                unit_ids.gather(block).to_list(),
+                block.tolist(),
+                strict=True,
+            )
+        )
+        seq_bound = [k[0] for k in keyed]
+        seq_id: Any = [k[1] for k in keyed]
+        seq: Any = [k[2] for k in keyed]
+    else:
+        frame = (
+            pl.DataFrame({"unit": block, "bound": units.bound[block], "id": unit_ids.gather(block)})
+            .with_columns(pl.col("id").rank("ordinal").alias("id_rank"))
+            .sort(["bound", "id"])
+        )
+        seq = frame.get_column("unit").to_numpy()
+        seq_bound = frame.get_column("bound").to_list()
+        seq_id = frame.get_column("id_rank").to_list()
     k = len(seq)
-    heap: list[tuple[int, int, int]] = []
+    heap: list[tuple[int, Any, int]] = []
     i = 0
     while True:
         if i < k and seq_bound[i] > remaining:
@@ -487,9 +515,10 @@ def _select_block(
             break
         if units.cost[seq[i]] == _NONE:
             stop = min(k, i + units.batch)
-            units.count(seq[i:stop][seq_bound[i:stop] <= remaining])
+            batch = np.asarray(seq[i:stop], dtype=np.int64)
+            units.count(batch[np.asarray(seq_bound[i:stop]) <= remaining])
             units.batch = min(units.batch * 2, 8192)
-        heapq.heappush(heap, (int(units.cost[seq[i]]), int(seq_id[i]), int(seq[i])))
+        heapq.heappush(heap, (int(units.cost[seq[i]]), seq_id[i], int(seq[i])))
         i += 1
     return remaining
 
@@ -668,6 +697,8 @@ def pack(
         unit_of_row,
         n_units,
     )
+    if n <= _EAGER_BOUNDS:
+        units.ensure_bounds(unit_index)
     overhead = prof.tokens_per_pack
 
     # Required units go in first, whole.
