@@ -179,14 +179,15 @@ def test_conform_errors_name_row_and_column() -> None:
         conform(
             pl.DataFrame({"role": ["user", "user"], "text": ["x", None], "created_at": [T0, T0]})
         )
-    assert (info.value.line, info.value.field) == (1, "payload_kind")
+    assert (info.value.row, info.value.field) == (1, "text")
+    assert "no payload" in str(info.value)
     with pytest.raises(RecordError, match="content_hash") as info3:
         conform(
             pl.DataFrame(
                 {"role": ["user"], "text": ["x"], "content_hash": ["bad"], "created_at": [T0]}
             )
         )
-    assert info3.value.field == "content_hash"
+    assert (info3.value.row, info3.value.field) == (0, "content_hash")
     with pytest.raises(RecordError, match="JSON object"):
         conform(
             pl.DataFrame({"role": ["user"], "text": ["x"], "metadata": ["[1]"], "created_at": [T0]})
@@ -221,3 +222,47 @@ def test_written_files_get_the_usual_mode(tmp_path: Path) -> None:
     finally:
         os.umask(umask)
     assert (tmp_path / "a.jsonl").stat().st_mode & 0o777 == 0o644
+
+
+def test_table_errors_name_the_file_and_the_row(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    pq.write_table(pa.table({"role": ["user", "narrator"], "text": ["a", "b"]}), path)
+    with pytest.raises(RecordError) as info:
+        read_parquet(path)
+    assert (info.value.source, info.value.row, info.value.line) == (str(path), 1, None)
+    assert str(info.value).startswith(f"{path}: row 1: field role:")
+    pq.write_table(pa.table({"role": ["user"], "text": ["a"], "shade": [1]}), path)
+    with pytest.raises(SchemaError, match=str(path)):
+        read_parquet(path)
+
+
+def test_record_without_content_says_text_or_payload(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"id": "a", "role": "user"}\n')
+    with pytest.raises(RecordError, match=r"'text'.*'payload'") as info:
+        read_jsonl(path)
+    assert (info.value.line, info.value.field) == (1, "text")
+
+
+def test_duplicate_ids_are_rejected_everywhere(tmp_path: Path) -> None:
+    record = {"id": "a", "role": "user", "text": "x", "created_at": "2024-01-01T00:00:00Z"}
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [record, {**record, "id": "b"}, record]))
+    with pytest.raises(RecordError, match="duplicate id 'a' \\(first on line 1\\)") as info:
+        read_jsonl(path)
+    assert (info.value.line, info.value.field) == (3, "id")
+    with pytest.raises(RecordError, match="duplicate id") as info2:
+        conform(
+            pl.DataFrame(
+                {
+                    "id": ["a", "b", "b"],
+                    "role": ["user"] * 3,
+                    "text": ["x"] * 3,
+                    "created_at": [T0] * 3,
+                }
+            )
+        )
+    assert (info2.value.row, info2.value.field) == (2, "id")
+    item = ContextItem(id="a", role="user", text="x", created_at=T0)
+    with pytest.raises(RecordError, match="duplicate id"):
+        items_to_frame([item, item])

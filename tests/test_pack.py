@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.items import ContextItem
 from cognoxium.packing import CHAT_ROLES, PackManifest, pack
 from cognoxium.ranking import packed_text_expr
@@ -335,3 +335,22 @@ def test_ties_are_broken_by_cost_then_id(
     expected = reference_pack(df, budget)
     assert expected is not None
     assert pack(df, budget, as_of=AS_OF).ids == expected[0]
+
+
+def test_items_created_after_as_of_are_not_yet_valid() -> None:
+    df = _frame(id=["old", "new"], role=["user", "user"], text=["a", "b"])
+    df = df.with_columns(
+        pl.Series("created_at", [T0, AS_OF + timedelta(microseconds=1)], df.schema["created_at"])
+    )
+    reasons = dict(pack(df, 100, as_of=AS_OF).manifest.to_polars().select("id", "reason").rows())
+    assert reasons == {"old": "selected", "new": "not_yet_valid"}
+    at_creation = pack(df, 100, as_of=AS_OF + timedelta(microseconds=1))
+    assert at_creation.ids == ["old", "new"]
+
+
+def test_pack_rejects_missing_columns_and_duplicate_ids() -> None:
+    df = _frame(id=["a", "b"], role=["user", "user"], text=["x", "y"])
+    with pytest.raises(SchemaError, match="payload_kind"):
+        pack(df.select("id", "role", "text"), 100, as_of=AS_OF)
+    with pytest.raises(PackError, match=r"duplicate ids \['a'\]"):
+        pack(pl.concat([df, df.head(1)]), 100, as_of=AS_OF)

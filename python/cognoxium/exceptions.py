@@ -32,15 +32,19 @@ class RecordError(CognoxiumError, ValueError):
     source
         The file (or other origin) of the record, if any.
     line
-        The 1-based line number in ``source`` (JSONL) or the 0-based row
-        index (tables), if known.
+        The 1-based line number in ``source`` (JSONL) or the 1-based record
+        number of a sequence of records, if known.
+    row
+        The 0-based row index of a table (Arrow, Polars, Parquet), if known.
     field
-        The dotted name of the offending field, if known.
+        The dotted name of the offending field or column, if known.
 
     Examples
     --------
     >>> str(RecordError("expected a string", source="a.jsonl", line=3, field="role"))
     'a.jsonl:3: field role: expected a string'
+    >>> str(RecordError("must not be null", source="a.parquet", row=0, field="id"))
+    'a.parquet: row 0: field id: must not be null'
     """
 
     def __init__(
@@ -49,13 +53,17 @@ class RecordError(CognoxiumError, ValueError):
         *,
         source: str | None = None,
         line: int | None = None,
+        row: int | None = None,
         field: str | None = None,
     ) -> None:
         self.message = message
         self.source = source
         self.line = line
+        self.row = row
         self.field = field
         where = ":".join(str(p) for p in (source, line) if p is not None)
+        if row is not None:
+            where = f"{where}: row {row}" if where else f"row {row}"
         prefix = f"{where}: " if where else ""
         fieldpart = f"field {field}: " if field else ""
         super().__init__(f"{prefix}{fieldpart}{message}")

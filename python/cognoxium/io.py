@@ -125,7 +125,7 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
         If the file's columns or values are not valid items.
     """
     try:
-        table = pl.read_parquet(path)
+        table = pl.read_parquet(Path(path))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     return conform(table, source=str(path))

@@ -2,8 +2,10 @@
 
 The algorithm follows the design ("pack(budget)"):
 
-1. Expired, not-yet-valid and non-packable (Binary) items are excluded, each
-   with its reason; a group with such a member is excluded whole.
+1. Items that are not valid at ``as_of`` and non-packable (Binary) items are
+   excluded, each with its reason; a group with such a member is excluded
+   whole. An item is valid when ``max(created_at, valid_from) <= as_of <
+   expires_at``: packing as of a past time never sees items made after it.
 2. Each item costs the tokens of its rendered content under the token
    profile, plus the per-message framing of the chat format.
 3. Required items go in first; if they alone exceed the budget,
@@ -37,10 +39,10 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.items import ContextItem, canonical_json
 from cognoxium.ranking import packed_text_expr
-from cognoxium.schema import POLARS_SCHEMA, frame_to_items
+from cognoxium.schema import COLUMNS, POLARS_SCHEMA, frame_to_items
 from cognoxium.tokens import TokenProfile, get_profile
 
 __all__ = [
@@ -183,18 +185,18 @@ class PackManifest(BaseModel):
 
 _ENTRY_SCHEMA = pl.Schema(
     {
-        "position": pl.Int64,
-        "id": pl.String,
-        "content_hash": pl.String,
+        "position": pl.Int64(),
+        "id": pl.String(),
+        "content_hash": pl.String(),
         "role": POLARS_SCHEMA["role"],
-        "group_id": pl.String,
+        "group_id": pl.String(),
         "tier": POLARS_SCHEMA["retention"],
-        "rank": pl.Float64,
-        "priority": pl.Int64,
+        "rank": pl.Float64(),
+        "priority": pl.Int64(),
         "decision": pl.Enum([d.value for d in Decision]),
         "reason": pl.Enum([r.value for r in Reason]),
-        "tokens": pl.Int64,
-        "pack_position": pl.Int64,
+        "tokens": pl.Int64(),
+        "pack_position": pl.Int64(),
     }
 )
 """Columns of :meth:`PackManifest.to_polars`; enumerations as ``pl.Enum``."""
@@ -393,8 +395,8 @@ def _input_fingerprint(df: pl.DataFrame) -> str:
         digest.update(f"\x1d{name}:bytes\x1e".encode())
         column = df.get_column(name)
         for start in range(0, len(column), step):
-            values = column.slice(start, step).fill_null("").to_list()
-            digest.update("".join(values).encode("utf-8"))
+            chunk = column.slice(start, step).fill_null("").to_list()
+            digest.update("".join(chunk).encode("utf-8"))
     return digest.hexdigest()
 
 
@@ -543,7 +545,8 @@ def pack(
     profile
         A :class:`~cognoxium.tokens.TokenProfile` or the name of a built-in one.
     as_of
-        UTC time at which validity is evaluated; defaults to now, which is
+        UTC time at which validity is evaluated (items created or valid from
+        after it, or expired by it, are excluded); defaults to now, which is
         not reproducible: give it for byte-identical manifests.
     label
         Free text recorded in the manifest (a request id, for example).
@@ -560,8 +563,10 @@ def pack(
         If the required items alone exceed the budget; it names their ids and
         costs, and nothing is packed.
     PackError
-        If ``budget`` is negative, ``as_of`` is naive, or a required item is in
-        a group that cannot be packed.
+        If ``budget`` is negative, ``as_of`` is naive, two rows share an id, or
+        a required item is in a group that cannot be packed.
+    SchemaError
+        If ``df`` lacks an item column.
 
     Examples
     --------
@@ -581,6 +586,18 @@ def pack(
     prof = profile if isinstance(profile, TokenProfile) else get_profile(profile)
     when = _as_utc(as_of)
     n = df.height
+    missing = [name for name in COLUMNS if name not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"pack needs the item columns; missing {missing} (select them back, or use "
+            "with_columns instead of select)"
+        )
+    repeated = df.get_column("id").filter(df.get_column("id").is_duplicated()).unique()
+    if repeated.len():
+        raise PackError(
+            f"duplicate ids {sorted(repeated.to_list())[:5]}: each item in a pack needs its own "
+            "id (dedupe the frame, or give the copies distinct ids)"
+        )
 
     framing_of = {role: prof.framing(chat) for role, chat in CHAT_ROLES.items()}
     role = pl.col("role").cast(pl.String)
@@ -599,7 +616,7 @@ def pack(
         .then(_CODE[Reason.NOT_PACKABLE])
         .when(pl.col("expires_at") <= when)
         .then(_CODE[Reason.EXPIRED])
-        .when(pl.col("valid_from") > when)
+        .when((pl.col("valid_from") > when) | (pl.col("created_at") > when))
         .then(_CODE[Reason.NOT_YET_VALID])
         .otherwise(_NONE)
         .alias("excluded"),

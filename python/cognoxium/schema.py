@@ -221,6 +221,12 @@ def items_to_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
     >>> df.select("id", "role", "text").row(0)
     ('a', 'user', 'hi')
     """
+    df = _items_frame(items)
+    _check_unique_ids(df, None, None)
+    return df
+
+
+def _items_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
     rows = [_item_row(item) for item in items]
     return pl.DataFrame(rows, schema=POLARS_SCHEMA, orient="row" if not rows else None)
 
@@ -276,7 +282,7 @@ def frame_to_items(df: pl.DataFrame) -> list[ContextItem]:
         try:
             items.append(ContextItem.model_validate(_row_to_item_data(row)))
         except ValidationError as exc:
-            raise _record_error(exc, None, index) from None
+            raise _record_error(exc, None, row=index) from None
     return items
 
 
@@ -300,10 +306,34 @@ def item_to_record(item: ContextItem) -> dict[str, Any]:
     return record
 
 
-def _record_error(exc: ValidationError, source: str | None, line: int | None) -> RecordError:
+def _record_error(
+    exc: ValidationError, source: str | None, *, line: int | None = None, row: int | None = None
+) -> RecordError:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or None
-    return RecordError(first["msg"], source=source, line=line, field=field)
+    return RecordError(first["msg"], source=source, line=line, row=row, field=field)
+
+
+def _check_unique_ids(df: pl.DataFrame, source: str | None, first_line: int | None) -> None:
+    """Raise at the first row whose id an earlier row already has."""
+    repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true()).to_series()
+    if repeated.len():
+        row = int(repeated[0])
+        item_id = df.get_column("id")[row]
+        first = int(df.select((pl.col("id") == item_id).arg_true().first()).item())
+        if first_line is None:
+            raise RecordError(
+                f"duplicate id {item_id!r} (first at row {first})",
+                source=source,
+                row=row,
+                field="id",
+            )
+        raise RecordError(
+            f"duplicate id {item_id!r} (first on line {first + first_line})",
+            source=source,
+            line=row + first_line,
+            field="id",
+        )
 
 
 def records_to_frame(
@@ -329,11 +359,21 @@ def records_to_frame(
     for line, record in enumerate(records, start=first_line):
         if not isinstance(record, Mapping):
             raise RecordError("a record must be a JSON object", source=source, line=line)
+        if "text" not in record and "payload" not in record:
+            raise RecordError(
+                "no content: give 'text' for plain text, or 'payload' = "
+                '{"kind": "json"|"binary"|"reference", ...}',
+                source=source,
+                line=line,
+                field="text",
+            )
         try:
             items.append(ContextItem.model_validate(record))
         except ValidationError as exc:
-            raise _record_error(exc, source, line) from None
-    return items_to_frame(items)
+            raise _record_error(exc, source, line=line) from None
+    df = _items_frame(items)
+    _check_unique_ids(df, source, first_line)
+    return df
 
 
 # ---------------------------------------------------------------------------
@@ -346,7 +386,7 @@ def _fail_rows(
     index = df.with_row_index("__row").filter(bad).select("__row").head(1)
     if index.height:
         row = int(index.item())
-        raise RecordError(message, source=source, line=row, field=column)
+        raise RecordError(message, source=source, row=row, field=column)
 
 
 def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Series:
@@ -359,7 +399,7 @@ def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Se
         except ValueError as exc:
             row = int(values.eq(text).arg_true()[0])
             raise RecordError(
-                f"invalid JSON ({exc})", source=source, line=row, field=column
+                f"invalid JSON ({exc})", source=source, row=row, field=column
             ) from None
     return values.replace_strict(mapping, default=None, return_dtype=pl.String)
 
@@ -404,7 +444,7 @@ def _checked_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
                 f"content_hash {stated[at]!r} does not match the payload "
                 f"(computed {computed[at]!r})",
                 source=source,
-                line=start + at,
+                row=start + at,
                 field="content_hash",
             )
         if not complete:
@@ -453,20 +493,23 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     >>> df.select("id", "payload_kind", "retention").rows()
     [('a', 'text', 'optional'), ('b', 'text', 'optional')]
     """
+    where = f"{source}: " if source else ""
     df = pl.from_arrow(data) if isinstance(data, pa.Table) else data
     if not isinstance(df, pl.DataFrame):
-        raise SchemaError("expected a table, got a single column")
+        raise SchemaError(f"{where}expected a table, got a single column")
     unknown = [c for c in df.columns if c not in POLARS_SCHEMA]
     if unknown:
         raise SchemaError(
-            f"unknown columns {unknown}; the item columns are {list(COLUMNS)} "
+            f"{where}unknown columns {unknown}; the item columns are {list(COLUMNS)} "
             "(put free-form fields in 'metadata')"
         )
     if "role" not in df.columns:
-        raise SchemaError("column 'role' is required")
+        raise SchemaError(f"{where}column 'role' is required")
     payload_cols = [c for c in ("text", "json", "binary", "ref_uri") if c in df.columns]
     if not payload_cols and df.height:
-        raise SchemaError("a payload column is required: one of text, json, binary, ref_uri")
+        raise SchemaError(
+            f"{where}a payload column is required: one of text, json, binary, ref_uri"
+        )
     n = df.height
     infer_kind = "payload_kind" not in df.columns
 
@@ -499,6 +542,13 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
             .otherwise(None)
         )
         df = df.with_columns(inferred.alias("payload_kind"))
+        _fail_rows(
+            df,
+            pl.col("payload_kind").is_null(),
+            "text",
+            "no payload: one of the columns text, json, binary, ref_uri must hold a value",
+            source,
+        )
 
     for name, values in _ENUMS.items():
         col = pl.col(name).cast(pl.String)
@@ -507,6 +557,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
         )
     for name in ("id", "metadata", "priority"):
         _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
+    _check_unique_ids(df, source, None)
 
     kinds = pl.col("payload_kind").cast(pl.String)
     for kind, column in _PAYLOAD_COLUMN.items():
@@ -545,7 +596,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
         )
         df = df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"cannot cast to the item schema: {exc}") from None
+        raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
     _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
     _fail_rows(df, pl.col("rank").is_nan(), "rank", "must not be NaN", source)
 
