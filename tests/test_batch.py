@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from pydantic import ValidationError
 
 from cognoxium.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.exceptions import BudgetError, PlanError, RecordError
@@ -84,11 +85,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 # read_requests
 
 
-def test_read_requests_keeps_extras_and_skips_blank_lines(tmp_path: Path) -> None:
+def test_read_requests_reads_evaluation_fields_and_skips_blank_lines(tmp_path: Path) -> None:
     path = write_lines(
         tmp_path / "r.jsonl",
         [
-            '{"id": "r1", "budget": 64, "query": "refund", "evidence": ["u1"], "category": 4}',
+            '{"id": "r1", "budget": 64, "query": "refund", "evidence": ["u1", "a1"], '
+            '"labels": {"category": 4, "tags": ["x", null], "note": {"by": "qa"}}}',
             "",
             '{"id": "r2", "budget": 0, "where": "role = \'user\'", '
             '"as_of": "2025-01-01T01:00:00+01:00"}',
@@ -102,8 +104,44 @@ def test_read_requests_keeps_extras_and_skips_blank_lines(tmp_path: Path) -> Non
         None,
         None,
     )
-    assert first.model_extra == {"evidence": ["u1"], "category": 4}
+    assert first.evidence == ["u1", "a1"]
+    assert first.labels == {"category": 4, "tags": ["x", None], "note": {"by": "qa"}}
+    assert (second.evidence, second.labels) == ([], {})  # both default to empty
     assert second.as_of == datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def test_request_has_exactly_its_documented_fields() -> None:
+    assert list(Request.model_fields) == [
+        "id",
+        "budget",
+        "query",
+        "where",
+        "as_of",
+        "evidence",
+        "labels",
+    ]
+    # Built in Python, an unknown field is refused just as in a file.
+    with pytest.raises(ValidationError, match="qurey"):
+        Request.model_validate({"id": "r", "budget": 1, "qurey": "refund"})
+    with pytest.raises(ValidationError, match="category"):
+        Request(id="r", budget=1, category=4)  # type: ignore[call-arg]
+    # labels hold JSON only, so every request can be written back as a JSON line.
+    with pytest.raises(ValidationError, match="labels"):
+        Request(id="r", budget=1, labels={"when": object()})
+
+
+def test_request_round_trips_through_json() -> None:
+    request = Request(
+        id="r",
+        budget=8,
+        query="q",
+        where="role = 'user'",
+        as_of=datetime(2025, 1, 1, tzinfo=UTC),
+        evidence=["a", "b"],
+        labels={"category": 2, "nested": {"ok": [1, 2.5, None, True]}},
+    )
+    dumped = json.loads(json.dumps(request.model_dump(mode="json")))
+    assert Request.model_validate(dumped) == request
 
 
 @pytest.mark.parametrize(
@@ -121,6 +159,19 @@ def test_read_requests_keeps_extras_and_skips_blank_lines(tmp_path: Path) -> Non
         ('{"id": "r1", "budget": 5}', "id", "duplicate request id 'r1' (first on line 1)"),
         ('["r2", 5]', None, "must be a JSON object"),
         ('{"id": "r2", "budget": 5', None, "invalid JSON"),
+        (
+            '{"id": "r2", "budget": 5, "qurey": "refund"}',
+            "qurey",
+            "unknown field 'qurey'; did you mean 'query'? a request has the fields id, budget, "
+            "query, where, as_of, evidence, labels (put other data under 'labels')",
+        ),
+        # The misspelt field is named, not the real one it leaves missing.
+        ('{"id": "r2", "budjet": 5}', "budjet", "unknown field 'budjet'; did you mean 'budget'?"),
+        ('{"id": "r2", "budget": 5, "category": 4}', "category", "put other data under 'labels'"),
+        ('{"id": "r2", "budget": 5, "x": 1, "y": 2}', "x", "unknown fields 'x', 'y'"),
+        ('{"id": "r2", "budget": 5, "evidence": "u1"}', "evidence", "valid list"),
+        ('{"id": "r2", "budget": 5, "evidence": [""]}', "evidence.0", "at least 1 character"),
+        ('{"id": "r2", "budget": 5, "labels": ["x"]}', "labels", "valid dictionary"),
     ],
 )
 def test_read_requests_names_file_line_and_field(
@@ -275,6 +326,51 @@ def test_bad_where_names_the_request_line_and_field(tmp_path: Path) -> None:
     assert (info.value.source, info.value.line, info.value.field) == (str(path), 2, "where")
     assert "request 'bad'" in str(info.value)
     assert not (tmp_path / "out" / "packs.jsonl").exists()
+
+
+def test_where_with_a_metadata_key_no_item_has_names_the_request_line_and_field(
+    tmp_path: Path,
+) -> None:
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            '{"id": "ok", "budget": 64, "where": "metadata.topic = \'billing\'"}',
+            '{"id": "typo", "budget": 64, "where": "metadata.topik = \'billing\'"}',
+        ],
+    )
+    with pytest.raises(RecordError) as info:
+        run_batch(store(), read_requests(path), out_dir=tmp_path / "out", as_of=AS_OF)
+    error = info.value
+    assert (error.source, error.line, error.field) == (str(path), 2, "where")
+    assert str(error) == (
+        f"{path}:2: field where: request 'typo': invalid where clause "
+        "\"metadata.topik = 'billing'\": no item has the metadata key 'topik' "
+        "(in SQL predicate \"metadata.topik = 'billing'\"), so it would read as null for "
+        "every row; did you mean 'topic'? the metadata keys are ['conversation', 'topic']"
+    )
+    assert not (tmp_path / "out" / "packs.jsonl").exists()
+
+
+def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
+    extra = records_to_frame(
+        [
+            {
+                "id": "urgent",
+                "role": "user",
+                "text": "Please call me back today.",
+                "created_at": "2025-03-08T10:00:00Z",
+                "metadata": {"topic": "bugs", "conversation": "c1", "urgent": True},
+            }
+        ]
+    )
+    requests = [
+        Request(id="yes", budget=500, where="metadata.urgent"),
+        Request(id="null", budget=500, where="metadata.urgent IS NULL AND role = 'user'"),
+    ]
+    run_batch(pl.concat([store(), extra]), requests, out_dir=tmp_path, as_of=AS_OF)
+    yes, null = read_jsonl(tmp_path / "packs.jsonl")
+    assert yes["ids"] == ["urgent"]
+    assert null["ids"] == ["u1", "u2"]  # the key reads as null where it is absent
 
 
 def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -108,6 +110,34 @@ def test_bad_where_exits_2(tmp_path: Path) -> None:
     assert f"{requests}:1: field where: request 'w': invalid where clause" in stderr
 
 
+def test_unknown_request_field_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "a", "budget": 64, "qurey": "refund"}\n')
+    code, stdout, stderr = pack(
+        str(SAMPLE / "items.jsonl"), str(requests), "--out", str(tmp_path / "out"), "--as-of", AS_OF
+    )
+    assert code == EXIT_BAD_INPUT
+    assert stderr.startswith(
+        f"error: {requests}:1: field qurey: unknown field 'qurey'; did you mean 'query'?"
+    )
+    assert "Traceback" not in stderr + stdout
+
+
+def test_where_with_a_metadata_key_no_item_has_exits_2(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        '{"id": "w", "budget": 64}\n{"id": "t", "budget": 64, "where": "metadata.topik = 1"}\n'
+    )
+    code, _, stderr = pack(
+        str(SAMPLE / "items.jsonl"), str(requests), "--out", str(tmp_path / "out"), "--as-of", AS_OF
+    )
+    assert code == EXIT_BAD_INPUT
+    assert stderr.startswith(f"error: {requests}:2: field where: request 't': invalid where clause")
+    assert "no item has the metadata key 'topik'" in stderr
+    assert "did you mean 'topic'? the metadata keys are ['collection', 'conversation', " in stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_infeasible_budget_exits_3(tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     requests.write_text('{"id": "small", "budget": 64}\n{"id": "tiny", "budget": 8}\n')
@@ -158,6 +188,150 @@ def test_missing_file_and_missing_out_exit_1(tmp_path: Path) -> None:
     assert "--out" in stderr
     result = runner.invoke(app, ["unpack"])
     assert result.exit_code == EXIT_USAGE
+
+
+def one_line_error(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["pack", "locomo"])
+def test_out_that_is_a_file_exits_2_naming_it(tmp_path: Path, command: str) -> None:
+    data = tmp_path / "tiny.json"
+    data.write_text("[]")
+    args = {
+        "pack": [str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--as-of", AS_OF],
+        "locomo": [str(data)],
+    }[command]
+    taken = tmp_path / "taken"
+    taken.write_text("keep me\n")
+    for out, error in ((taken, "File exists"), (taken / "sub", "Not a directory")):
+        result = runner.invoke(app, [command, *args, "--out", str(out), "--no-progress"])
+        assert result.exit_code == EXIT_BAD_INPUT
+        assert one_line_error(result.stderr) == (
+            f"error: cannot write {out}: {error}; --out must be a directory "
+            "(or a path where one can be made), not a file"
+        )
+        assert "Traceback" not in result.stdout
+    assert taken.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize(
+    ("target", "error", "expected"),
+    [
+        # An error naming its path, while reading the items.
+        (
+            "cognoxium.io.read_items",
+            OSError(errno.EIO, "Input/output error", "ITEMS"),
+            "error: cannot read ITEMS: Input/output error",
+        ),
+        # An error naming no path, while writing: the output directory is named.
+        (
+            "cognoxium.batch.run_batch",
+            OSError(errno.ENOSPC, "No space left on device"),
+            "error: cannot write OUT: No space left on device",
+        ),
+        (
+            "cognoxium.batch.run_batch",
+            PermissionError(errno.EACCES, "Permission denied", "OUT/packs.jsonl"),
+            "error: cannot write OUT/packs.jsonl: Permission denied",
+        ),
+    ],
+)
+def test_os_errors_exit_2_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, error: OSError, expected: str
+) -> None:
+    items, out = SAMPLE / "items.jsonl", tmp_path / "out"
+    if isinstance(error.filename, str):
+        error.filename = error.filename.replace("ITEMS", str(items)).replace("OUT", str(out))
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(target, fail)
+    code, stdout, stderr = pack(str(items), str(SAMPLE / "requests.jsonl"), "--out", str(out))
+    assert code == EXIT_BAD_INPUT
+    assert one_line_error(stderr) == expected.replace("ITEMS", str(items)).replace("OUT", str(out))
+    assert "Traceback" not in stdout
+
+
+def test_locomo_read_and_write_errors_exit_2_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, out = tmp_path / "tiny.json", tmp_path / "out"
+    data.write_text("[]")
+
+    def unreadable(path: Path) -> str:
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr("cognoxium.locomo._sha256", unreadable)
+    result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr) == f"error: cannot read {data}: Input/output error"
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("cognoxium.locomo.run_batch", full)
+    result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr) == f"error: cannot write {out}: No space left on device"
+
+
+def test_items_that_are_not_utf8_exit_2(tmp_path: Path) -> None:
+    items = tmp_path / "items.jsonl"
+    items.write_bytes(b'{"id": "a", "role": "user", "text": "caf\xe9"}\n')
+    code, _, stderr = pack(str(items), str(SAMPLE / "requests.jsonl"), "--out", str(tmp_path / "o"))
+    assert code == EXIT_BAD_INPUT
+    assert one_line_error(stderr).startswith(f"error: {items}:1: not UTF-8 text")
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == EXIT_OK
+    assert result.stdout == f"cognoxium {version('cognoxium')}\n"
+
+
+@pytest.mark.parametrize(
+    ("budgets", "message"),
+    [
+        ("2048,,4096", "entry 2 of '2048,,4096' is empty"),
+        ("512,", "entry 2 of '512,' is empty"),
+        ("", "entry 1 of '' is empty"),
+        ("1k", "budget '1k' (entry 1 of '1k') is not a whole number of tokens"),
+        ("512,1.5", "budget '1.5' (entry 2 of '512,1.5') is not a whole number of tokens"),
+        ("1_000", "budget '1_000' (entry 1 of '1_000') is not a whole number of tokens"),
+        ("512,-5", "budget '-5' (entry 2 of '512,-5') is negative"),
+        ("-5", "budget '-5' (entry 1 of '-5') is negative"),
+        ("512,1024,512", "budget '512' (entry 3 of '512,1024,512') repeats entry 1"),
+        ("512, 0512", "budget '0512' (entry 2 of '512, 0512') repeats entry 1"),
+    ],
+)
+def test_bad_budgets_are_usage_errors_naming_the_entry(
+    tmp_path: Path, budgets: str, message: str
+) -> None:
+    data = tmp_path / "tiny.json"
+    data.write_text("[]")
+    result = runner.invoke(
+        app, ["locomo", str(data), "--out", str(tmp_path / "o"), f"--budgets={budgets}"]
+    )
+    assert result.exit_code == EXIT_USAGE
+    # rich draws the message in a box, wrapped to the terminal width
+    assert message in " ".join(result.stderr.replace("│", " ").split())
+    assert not (tmp_path / "o").exists()
+
+
+def test_good_budgets_allow_spaces_and_zero(tmp_path: Path) -> None:
+    data = tmp_path / "tiny.json"
+    data.write_text("[]")
+    out = tmp_path / "o"
+    result = runner.invoke(
+        app, ["locomo", str(data), "--out", str(out), "--budgets", " 0, 64 ", "--no-progress"]
+    )
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert json.loads((out / "report.json").read_text())["settings"]["budgets"] == [0, 64]
 
 
 def test_locomo_budgets_are_checked(tmp_path: Path) -> None:

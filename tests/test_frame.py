@@ -227,7 +227,8 @@ def test_sql_reaches_metadata_fields(cf: CognitionFrame) -> None:
     assert ids(cf.filter("metadata.conversation = 'c1'")) == ["q1", "a1"]
     assert ids(cf.filter("metadata.turn >= 2")) == ["a1", "doc"]
     assert ids(cf.filter("metadata.conversation = 'c2' AND metadata.turn IS NULL")) == ["tool"]
-    assert ids(cf.filter("metadata.nobody_has_this = 'x'")) == []
+    # "turn" is a key some items lack: it reads as null for them
+    assert ids(cf.filter("metadata.turn IS NULL")) == ["sys", "tool"]
     # metadata keeps its JSON text in the output
     out = cf.filter("metadata.conversation = 'c1'").collect()
     assert out["metadata"].to_list() == [
@@ -262,6 +263,111 @@ def test_bad_filters_fail_at_the_call(
 ) -> None:
     with pytest.raises(PlanError, match=message):
         cf.filter(*predicates)
+
+
+@pytest.mark.parametrize(
+    ("sql", "unknown", "suggestion"),
+    [
+        ("metadata.nokey = 1", "key 'nokey'", ""),
+        ("metadata.nokey IS NULL", "key 'nokey'", ""),
+        ("role = 'user' AND metadata.nokey = 'x'", "key 'nokey'", ""),
+        ("metadata.conversation = 'c1' OR metadata.nokey = 1", "key 'nokey'", ""),
+        ("metadata.nokey.deeper = 1", "key 'nokey'", ""),
+        ("metadata.nokey = 1 AND metadata.other = 2", "keys 'nokey', 'other'", ""),
+        ("metadata.Conversation = 'c1'", "key 'Conversation'", "did you mean 'conversation'? "),
+        ("metadata.trun > 1", "key 'trun'", "did you mean 'turn'? "),
+    ],
+)
+def test_sql_metadata_key_no_item_has_fails_at_the_call(
+    cf: CognitionFrame, sql: str, unknown: str, suggestion: str
+) -> None:
+    with pytest.raises(PlanError) as info:
+        cf.filter(sql)
+    assert str(info.value) == (
+        f"no item has the metadata {unknown} (in SQL predicate {sql!r}), so it would read "
+        f"as null for every row; {suggestion}the metadata keys are ['conversation', 'turn']"
+    )
+    # the same after other steps: the keys come from the frame's source
+    with pytest.raises(PlanError, match="the metadata keys are"):
+        cf.sort("id").filter(pl.col("role") == "user").limit(3).filter(sql)
+
+
+def test_sql_metadata_keys_come_from_the_whole_source(cf: CognitionFrame) -> None:
+    # "sys" has no metadata, but other items of the source have "turn": not an error
+    assert ids(cf.filter(pl.col("id") == "sys").filter("metadata.turn = 1")) == []
+    # a step that computes metadata: the keys are those of its output
+    derived = cf.with_columns(metadata=pl.lit('{"x":1}'))
+    assert ids(derived.filter("metadata.x = 1")) == [i.id for i in ITEMS]
+    with pytest.raises(PlanError, match=r"'conversation'.*the metadata keys are \['x'\]"):
+        derived.filter("metadata.conversation = 'c1'")
+    # items whose metadata is empty have no keys at all
+    bare = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+    with pytest.raises(PlanError, match="no item has any metadata key"):
+        bare.filter("metadata.topic = 'x'")
+    # a source without rows has no keys to check against: any key reads as null
+    assert CognitionFrame([]).filter("metadata.topic = 'x'").count() == 0
+
+
+_CONV = pl.col("metadata").struct.field("conversation")
+_HINT = "hint: metadata is a JSON string column, not a struct:"
+_READ = 'read a key with pl.col("metadata").str.json_path_match("$.{key}") (a string, or null)'
+_SQL = "or filter with a SQL predicate such as \"metadata.{key} = '...'\""
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda f: f.filter(_CONV == "c1"),
+            f"Filter: StructFieldNotFoundError: conversation; {_HINT} "
+            f"{_READ.format(key='conversation')}, {_SQL.format(key='conversation')}",
+        ),
+        (
+            lambda f: f.select("id", _CONV),
+            f"Select: StructFieldNotFoundError: conversation; {_HINT} "
+            f"{_READ.format(key='conversation')}",
+        ),
+        (
+            lambda f: f.with_columns(c=_CONV),
+            f"WithColumns: StructFieldNotFoundError: conversation; {_HINT} "
+            f"{_READ.format(key='conversation')}",
+        ),
+        (
+            lambda f: f.sort(_CONV),
+            f"Sort: StructFieldNotFoundError: conversation; {_HINT} "
+            f"{_READ.format(key='conversation')}",
+        ),
+        (
+            lambda f: f.with_columns(pl.col("metadata").struct.unnest()),
+            "WithColumns: InvalidOperationError: struct.field operation not supported for "
+            f"dtype `str`; {_HINT} {_READ.format(key='<key>')}",
+        ),
+    ],
+)
+def test_metadata_read_as_a_struct_fails_with_the_polars_error_and_a_hint(
+    cf: CognitionFrame, build: Any, message: str
+) -> None:
+    with pytest.raises(PlanError) as info:
+        build(cf)
+    assert str(info.value) == message.format("metadata is a JSON string column, not a struct:")
+    assert isinstance(info.value.__cause__, pl.exceptions.PolarsError)
+
+
+def test_the_hinted_metadata_reads_work(cf: CognitionFrame) -> None:
+    by_path = cf.filter(pl.col("metadata").str.json_path_match("$.conversation") == "c1")
+    assert ids(by_path) == ids(cf.filter("metadata.conversation = 'c1'")) == ["q1", "a1"]
+    # decoded to a struct first, struct access works
+    dtype = pl.Struct({"conversation": pl.String, "turn": pl.Int64})
+    decoded = cf.with_columns(pl.col("metadata").str.json_decode(dtype))
+    assert ids(decoded.filter(_CONV == "c1")) == ["q1", "a1"]
+
+
+def test_no_metadata_hint_for_other_polars_errors(cf: CognitionFrame) -> None:
+    with pytest.raises(PlanError) as info:
+        cf.filter(pl.col("priority") + 1)
+    assert str(info.value) == (
+        "Filter: InvalidOperationError: filter predicate must be of type `Boolean`, got `Int64`"
+    )
 
 
 def test_sql_metadata_needs_a_metadata_column(cf: CognitionFrame) -> None:
@@ -619,6 +725,46 @@ def test_pack_collects_and_delegates(cf: CognitionFrame, monkeypatch: pytest.Mon
     assert df["id"].to_list() == ["sys", "q1", "doc"]
     assert budget == 100
     assert kwargs == {"profile": "cl100k_base", "as_of": as_of, "label": "r1"}
+
+
+@pytest.mark.parametrize(
+    ("narrow", "kept"),
+    [
+        (lambda f: f.select("id", "role"), ["id", "role"]),
+        (lambda f: f.select(pl.all().exclude("metadata", "priority")), None),
+        (lambda f: f.select("id", "role", score=pl.col("priority") * 2), ["id", "role"]),
+    ],
+)
+@pytest.mark.parametrize("what", ["pack", "to_items", "to_records", "to_arrow"])
+def test_pack_and_item_exports_need_the_item_columns(
+    cf: CognitionFrame, monkeypatch: pytest.MonkeyPatch, narrow: Any, kept: Any, what: str
+) -> None:
+    frame = narrow(cf)
+    kept = kept if kept is not None else [c for c in COLUMNS if c not in ("metadata", "priority")]
+    missing = [c for c in COLUMNS if c not in kept]
+
+    def no_run(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the plan ran before its columns were checked")
+
+    monkeypatch.setattr(CognitionFrame, "collect", no_run)
+    monkeypatch.setattr(cognoxium.packing, "pack", no_run)
+    call = {
+        "pack": lambda: frame.pack(100, as_of=T0),
+        "to_items": frame.to_items,
+        "to_records": frame.to_records,
+        "to_arrow": frame.to_arrow,
+    }[what]
+    with pytest.raises(SchemaError) as info:
+        call()
+    assert str(info.value) == (
+        f"{what} needs the item columns; the frame lacks {missing}: select them back, "
+        "or use with_columns instead of select to add columns"
+    )
+
+
+def test_pack_carries_columns_added_with_with_columns(cf: CognitionFrame) -> None:
+    packed = cf.with_columns(score=pl.col("priority") * 2).pack(10_000, as_of=T0 + timedelta(1))
+    assert packed.ids == ["sys", "q1", "a1", "doc", "tool"]
 
 
 def test_pack_end_to_end(cf: CognitionFrame) -> None:

@@ -266,3 +266,11 @@ def test_duplicate_ids_are_rejected_everywhere(tmp_path: Path) -> None:
     item = ContextItem(id="a", role="user", text="x", created_at=T0)
     with pytest.raises(RecordError, match="duplicate id"):
         items_to_frame([item, item])
+
+
+def test_jsonl_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b'{"role": "user", "text": "ok"}\n{"role": "user", "text": "\xff"}\n')
+    with pytest.raises(RecordError, match="not UTF-8") as info:
+        read_jsonl(path)
+    assert info.value.line == 2

@@ -13,8 +13,10 @@ from typing import Any
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
-from cognoxium.batch import Request
+from cognoxium.batch import Request, read_requests
+from cognoxium.cli import app
 from cognoxium.exceptions import RecordError
 from cognoxium.locomo import (
     evaluate,
@@ -297,9 +299,17 @@ def test_requests_per_question_and_budget(tiny_path: Path) -> None:
     assert first.query == "What class did Ann start?"
     assert first.where == "metadata.conversation = 't-1' AND metadata.kind = 'turn'"
     assert first.as_of == datetime(2023, 6, 19, 0, 5, 1, tzinfo=UTC)  # the latest turn
-    evidence = [r.model_extra["evidence"] for r in requests[:4] if r.model_extra]
+    evidence = [r.evidence for r in requests[:4]]
     assert evidence == [["t-1:D1:1"], ["t-1:D1:3", "t-1:D2:2"], [], ["t-1:D1:2"]]
-    assert [r.model_extra["category"] for r in requests[:4] if r.model_extra] == [4, 1, 2, 5]
+    assert [r.labels for r in requests[:4]] == [
+        {"category": 4},
+        {"category": 1},
+        {"category": 2},
+        {"category": 5},
+    ]
+    assert [(r.evidence, r.labels) for r in requests[4:]] == [
+        (r.evidence, r.labels) for r in requests[:4]
+    ]
 
 
 def test_evaluate_recall_hit_rate_and_exclusions(tiny_path: Path) -> None:
@@ -327,9 +337,63 @@ def test_evaluate_recall_hit_rate_and_exclusions(tiny_path: Path) -> None:
 
 
 def test_evaluate_needs_a_pack_per_request() -> None:
-    request = Request.model_validate({"id": "x", "budget": 1, "evidence": ["a"], "category": 1})
+    request = Request(id="x", budget=1, evidence=["a"], labels={"category": 1})
     with pytest.raises(RecordError, match="has no pack"):
         evaluate([], [request])
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{}, {"category": "1"}, {"category": True}, {"category": 1.0}, {"Category": 1}],
+)
+def test_evaluate_needs_an_integer_category_label(labels: dict[str, Any]) -> None:
+    request = Request(id="x", budget=1, evidence=["a"], labels=labels)
+    with pytest.raises(RecordError) as info:
+        evaluate([{"request_id": "x", "ids": ["a"]}], [request])
+    assert info.value.field == "labels.category"
+    assert str(info.value).startswith(
+        "field labels.category: request 'x': an evaluation request needs an integer "
+        "question category, got "
+    )
+
+
+def test_evaluate_excludes_requests_without_evidence() -> None:
+    requests = [
+        Request(id="none", budget=8, labels={"category": 1}),  # evidence defaults to empty
+        Request(id="some", budget=8, evidence=["a", "b"], labels={"category": 1}),
+    ]
+    packs = [{"request_id": "none", "ids": ["a"]}, {"request_id": "some", "ids": ["b"]}]
+    out = evaluate(packs, requests)["budgets"]["8"]
+    assert (out["questions"], out["evaluated"], out["excluded_no_evidence"]) == (2, 1, 1)
+    assert out["recall_all"] == 0.5
+
+
+def test_requests_file_reads_back_as_the_requests(tiny_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_locomo(tiny_path, out, [64])
+    lines = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert lines[1] == {
+        "id": "t-1:q1:b64",
+        "budget": 64,
+        "query": "What did Ann make and what happened to it?",
+        "where": "metadata.conversation = 't-1' AND metadata.kind = 'turn'",
+        "as_of": "2023-06-19T00:05:01Z",
+        "evidence": ["t-1:D1:3", "t-1:D2:2"],
+        "labels": {"category": 1},
+    }
+    # The file is valid input for `cognoxium pack` (no unknown fields).
+    read = [r.model_dump() for r in read_requests(out / "requests.jsonl")]
+    assert read == [r.model_dump() for r in locomo_requests(tiny_path, [64])]
+
+
+def test_locomo_command_explains_the_report_columns(tiny_path: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["locomo", str(tiny_path), "--out", str(tmp_path / "o"), "--no-progress"]
+    )
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    for caption in CAPTIONS:
+        assert caption in text
 
 
 def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:
@@ -403,6 +467,17 @@ def _turns_by_conversation(path: Path) -> dict[str, set[str]]:
     }
 
 
+CAPTIONS = (
+    "recall 1-4 = mean per-question evidence recall (share of a question's evidence turns "
+    "that are packed) over categories 1-4; recall all = the same over all categories; "
+    "all found 1-4 = share of questions of categories 1-4 whose evidence is all packed; "
+    "tokens = mean tokens used per pack; packs/s = packs per second of packing. "
+    "Questions without valid evidence are excluded.",
+    "Mean per-question evidence recall of each LoCoMo question category "
+    "(5 adversarial: questions the conversation does not answer); - = no question.",
+)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cognoxium.cli", *args],
@@ -433,10 +508,18 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "recall 1-4" in run.stdout
+    assert all(caption in " ".join(run.stdout.split()) for caption in CAPTIONS)
     report = json.loads((first / "report.json").read_text(encoding="utf-8"))
 
     # Report figures equal a recomputation from packs.jsonl and the raw JSON.
     evidence = _independent_evidence(LOCOMO)
+    # The requests carry the evidence and, under labels, the category of the raw JSON.
+    written = [json.loads(line) for line in (first / "requests.jsonl").read_text().splitlines()]
+    assert len(written) == len(evidence) * len(budgets)
+    for request in written:
+        wanted, category = evidence[request["id"].rsplit(":b", 1)[0]]
+        assert set(request) == {"id", "budget", "query", "where", "as_of", "evidence", "labels"}
+        assert (set(request["evidence"]), request["labels"]) == (wanted, {"category": category})
     packs = [json.loads(line) for line in (first / "packs.jsonl").read_text().splitlines()]
     assert len(packs) == len(evidence) * len(budgets)
     for budget in budgets:

@@ -354,3 +354,11 @@ def test_pack_rejects_missing_columns_and_duplicate_ids() -> None:
         pack(df.select("id", "role", "text"), 100, as_of=AS_OF)
     with pytest.raises(PackError, match=r"duplicate ids \['a'\]"):
         pack(pl.concat([df, df.head(1)]), 100, as_of=AS_OF)
+
+
+def test_pack_rejects_item_columns_of_the_wrong_type() -> None:
+    df = _frame(id=["a"], role=["user"], text=["x"])
+    with pytest.raises(SchemaError, match="priority"):
+        pack(df.with_columns(priority=pl.lit("high")), 100, as_of=AS_OF)
+    with pytest.raises(SchemaError, match="retention"):
+        pack(df.with_columns(pl.col("retention").cast(pl.String)), 100, as_of=AS_OF)

@@ -179,7 +179,19 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
             lambda s: Sort(input=s, by=(E("nope"),), descending=(False,), nulls_last=(False,)),
             "nope",
         ),
+        (
+            lambda s: Sort(
+                input=s, by=(E(pl.col("text") + 1),), descending=(False,), nulls_last=(False,)
+            ),
+            "arithmetic on dtypes str",
+        ),
         (lambda s: Sort(input=s, by=(E("id"),), descending=(), nulls_last=(False,)), "one value"),
+        (
+            lambda s: TopK(
+                input=s, by=(E(pl.col("nope")),), descending=(False,), nulls_last=(False,), k=1
+            ),
+            "nope",
+        ),
         (lambda s: Sort(input=s, by=(), descending=(), nulls_last=()), "at least one"),
         (
             lambda s: TopK(input=s, by=(E("id"),), descending=(False,), nulls_last=(False,), k=-1),
@@ -208,6 +220,71 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
 def test_bad_nodes_fail_at_construction(scan: Scan, build: object, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         build(scan)  # type: ignore[operator]
+
+
+def _keys(*exprs: pl.Expr) -> dict[str, object]:
+    n = len(exprs)
+    return {
+        "by": tuple(E(e) for e in exprs),
+        "descending": (False,) * n,
+        "nulls_last": (False,) * n,
+    }
+
+
+_STRUCT = pl.col("metadata").struct.field("topic")
+
+
+@pytest.mark.parametrize(
+    ("build", "polars_op"),
+    [
+        (
+            lambda s: Filter(input=s, predicate=E(pl.col("priority") + 1)),
+            lambda lf: lf.filter(pl.col("priority") + 1),
+        ),
+        (
+            lambda s: Filter(input=s, predicate=E(pl.col("nope") > 1)),
+            lambda lf: lf.filter(pl.col("nope") > 1),
+        ),
+        (
+            lambda s: Filter(input=s, predicate=E(_STRUCT == "x")),
+            lambda lf: lf.filter(_STRUCT == "x"),
+        ),
+        (
+            lambda s: Select(input=s, exprs=(E(pl.col("text") + 1),)),
+            lambda lf: lf.select(pl.col("text") + 1),
+        ),
+        (
+            lambda s: WithColumns(input=s, exprs=(E(_STRUCT),)),
+            lambda lf: lf.with_columns(_STRUCT),
+        ),
+        (
+            lambda s: Sort(input=s, **_keys(pl.col("created_at") + "x")),
+            lambda lf: lf.select(pl.col("created_at") + "x"),
+        ),
+        (
+            lambda s: TopK(input=s, k=2, **_keys(_STRUCT)),
+            lambda lf: lf.select(_STRUCT),
+        ),
+        (
+            lambda s: Join(input=s, other=Select(input=s, exprs=(E("text"),)), on=("id",)),
+            lambda lf: lf.join(lf.select("text"), on="id"),
+        ),
+    ],
+)
+def test_construction_errors_carry_the_polars_error(
+    scan: Scan, build: object, polars_op: object
+) -> None:
+    # The same operation straight on Polars gives the error the PlanError must carry.
+    with pytest.raises(pl.exceptions.PolarsError) as direct:
+        polars_op(pl.LazyFrame(schema=scan.schema)).collect_schema()  # type: ignore[operator]
+    polars_text = str(direct.value).strip().splitlines()[0]
+    with pytest.raises(PlanError) as info:
+        build(scan)  # type: ignore[operator]
+    message = str(info.value)
+    node = message.split(":", 1)[0]
+    assert message.startswith(f"{node}: {type(direct.value).__name__}: {polars_text}")
+    assert "Resolved plan until failure" not in message  # Polars' plan dump is left out
+    assert type(info.value.__cause__) is type(direct.value)  # the full error is chained
 
 
 def test_rank_reference_is_normalised_to_utc(scan: Scan) -> None:

@@ -25,7 +25,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, ClassVar, Final
@@ -51,6 +51,7 @@ __all__ = [
     "TopK",
     "WithColumns",
     "format_plan",
+    "polars_error_text",
     "rewrite",
     "walk",
 ]
@@ -188,6 +189,37 @@ def _is_elementwise(node: Any) -> bool:
     return False
 
 
+def _struct_access(node: Any, column: str, fields: list[str]) -> bool:
+    """Whether a serialized expression applies a struct operation to ``column`` directly.
+
+    Appends the field names it reads by name (``struct.field``) to ``fields``.
+    """
+    if isinstance(node, list):
+        children: list[Any] = node
+    elif isinstance(node, dict):
+        children = list(node.values())
+    else:
+        return False
+    used = False
+    for child in children:  # every child, not just up to the first use: fields are collected
+        used = _struct_access(child, column, fields) or used
+    if not isinstance(node, dict):
+        return used
+    function = node.get("Function")
+    if isinstance(function, dict) and function.get("input", [None])[:1] == [{"Column": column}]:
+        op = function.get("function")
+        if isinstance(op, dict) and "StructExpr" in op:
+            used = True
+            body = op["StructExpr"]
+            name = body.get("FieldByName") if isinstance(body, dict) else None
+            if isinstance(name, str) and name not in fields:
+                fields.append(name)
+    struct_eval = node.get("StructEval")
+    if isinstance(struct_eval, dict) and struct_eval.get("expr") == {"Column": column}:
+        used = True
+    return used
+
+
 def _has_key(node: Any, key: str) -> bool:
     if isinstance(node, dict):
         return key in node or any(_has_key(v, key) for v in node.values())
@@ -313,6 +345,33 @@ class Expression:
             return parts[0]
         return Expression.of(reduce(lambda a, b: a & b, (p.expr for p in parts)))
 
+    def struct_fields(self, column: str) -> tuple[str, ...] | None:
+        """How this expression reads ``column`` as a struct.
+
+        Returns
+        -------
+        tuple of str or None
+            ``None`` when no struct operation (``struct.field``,
+            ``struct.unnest``, ...) is applied to ``column`` itself;
+            otherwise the fields read by name, in first-seen order (empty
+            for operations that name no field). Also ``None`` for an
+            expression that cannot be serialized.
+
+        Examples
+        --------
+        >>> meta = pl.col("metadata").struct
+        >>> Expression.of(meta.field("topic") == "x").struct_fields("metadata")
+        ('topic',)
+        >>> Expression.of(meta.unnest()).struct_fields("metadata")
+        ()
+        >>> Expression.of(pl.col("text") == "x").struct_fields("metadata") is None
+        True
+        """
+        if not isinstance(self.key, str):
+            return None
+        fields: list[str] = []
+        return tuple(fields) if _struct_access(json.loads(self.key), column, fields) else None
+
     def is_column(self, name: str) -> bool:
         """Whether this is exactly ``pl.col(name)``, unaliased."""
         return self.key == Expression.of(pl.col(name)).key
@@ -358,8 +417,30 @@ class Source:
         return f"Source({self.frame.height} rows × {self.frame.width} columns)"
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().split("\n", 1)[0]
+# Where Polars' own message ends and its dump of the plan and context begins.
+_POLARS_TRAILERS: Final = (
+    "Resolved plan until failure:",
+    "This error occurred with the following context stack:",
+    "Error originated just after this operation:",
+)
+
+
+def polars_error_text(exc: BaseException) -> str:
+    """Polars' own message of ``exc`` on one line: its type and text, without the plan dump.
+
+    Examples
+    --------
+    >>> try:
+    ...     pl.LazyFrame({"a": [1]}).filter(pl.col("a")).collect()
+    ... except pl.exceptions.PolarsError as exc:
+    ...     print(polars_error_text(exc))
+    InvalidOperationError: filter predicate must be of type `Boolean`, got `Int64`
+    """
+    text = str(exc)
+    for trailer in _POLARS_TRAILERS:
+        text = text.split(trailer, 1)[0]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {' '.join(lines)}" if lines else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -392,9 +473,50 @@ class Node:
 
         inputs = [pl.LazyFrame(schema=child.schema) for child in self.children]
         try:
+            for probe in self._probes(inputs):
+                probe.collect_schema()
             return lower_node(self, inputs).collect_schema()
         except pl.exceptions.PolarsError as exc:
-            raise PlanError(f"{type(self).__name__}: {_first_line(exc)}") from None
+            raise PlanError(
+                f"{type(self).__name__}: {polars_error_text(exc)}{self._metadata_hint()}"
+            ) from exc
+
+    def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
+        """Extra queries whose schema must resolve, for checks lowering alone would defer."""
+        return ()
+
+    def _expressions(self) -> Iterator[Expression]:
+        """The expressions this node holds, in field order."""
+        for f in fields(self):
+            value = getattr(self, f.name, None)
+            values = value if isinstance(value, tuple) else (value,)
+            yield from (v for v in values if isinstance(v, Expression))
+
+    def _metadata_hint(self) -> str:
+        """A hint for expressions that read the JSON text column ``metadata`` as a struct."""
+        if not self.children or self.children[0].schema.get("metadata") != pl.String():
+            return ""
+        if getattr(self, "metadata_dtype", None) is not None:
+            return ""  # a SQL filter decodes metadata to a struct itself
+        names: list[str] = []
+        used = False
+        for expr in self._expressions():
+            access = expr.struct_fields("metadata")
+            if access is not None:
+                used = True
+                names.extend(access)
+        if not used:
+            return ""
+        key = names[0] if names else "<key>"
+        sql = (
+            f", or filter with a SQL predicate such as \"metadata.{key} = '...'\""
+            if isinstance(self, Filter)
+            else ""
+        )
+        return (
+            "; hint: metadata is a JSON string column, not a struct: read a key with "
+            f'pl.col("metadata").str.json_path_match("$.{key}") (a string, or null){sql}'
+        )
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -547,6 +669,12 @@ def _check_keys(node: Sort | TopK) -> None:
         )
 
 
+def _key_probe(node: Sort | TopK, lf: pl.LazyFrame) -> pl.LazyFrame:
+    # Polars resolves a sort's schema without typing its keys: type them here,
+    # so a bad key fails when the node is built, not at collect().
+    return lf.select([e.expr.alias(f"__key{i}") for i, e in enumerate(node.by)])
+
+
 def _keys(node: Sort | TopK) -> str:
     parts = []
     for key, desc, nulls_last in zip(node.by, node.descending, node.nulls_last, strict=True):
@@ -568,6 +696,9 @@ class Sort(Node):
 
     def _check(self) -> None:
         _check_keys(self)
+
+    def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
+        return (_key_probe(self, inputs[0]),)
 
     def label(self) -> str:
         return f"Sort by {_keys(self)}"
@@ -611,6 +742,9 @@ class TopK(Node):
     def _check(self) -> None:
         _check_keys(self)
         _check_count(self.k, "top-k k")
+
+    def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
+        return (_key_probe(self, inputs[0]),)
 
     def label(self) -> str:
         return f"TopK {self.k} by {_keys(self)}"

@@ -21,6 +21,7 @@ token counts per content hash, so no item is tokenized twice in a batch.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import time
@@ -29,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import polars as pl
@@ -38,12 +39,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     PrivateAttr,
     StrictInt,
     ValidationError,
     field_validator,
 )
 
+from cognoxium._plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
 from cognoxium.frame import CognitionFrame
 from cognoxium.io import atomic_write
@@ -79,28 +82,43 @@ class Request(BaseModel):
     as_of
         The UTC time at which validity and expiry are evaluated; ``None`` to
         use the batch's time. A timestamp must carry a timezone.
+    evidence
+        Evaluation data: the ids of the items that answer the request (for
+        evidence recall; see :func:`cognoxium.locomo.evaluate`). Empty by
+        default. Not used by packing.
+    labels
+        Evaluation data: a free-form JSON object (for example a question
+        category). Empty by default. Not used by packing.
 
     Notes
     -----
-    Extra fields (such as ``evidence`` in an evaluation set) are allowed and
-    kept, in :attr:`model_extra`, but not used by packing. A request is
-    immutable.
+    A request has exactly these fields: an unknown field (a typo such as
+    ``"qurey"``) is an error, so nothing is silently dropped; put other data
+    under ``labels``. A request is immutable.
 
     Examples
     --------
     >>> r = Request.model_validate({"id": "r1", "budget": 512, "query": "refund",
-    ...                             "evidence": ["t3"]})
-    >>> r.budget, r.where, r.model_extra
-    (512, None, {'evidence': ['t3']})
+    ...                             "evidence": ["t3"], "labels": {"category": 4}})
+    >>> r.budget, r.where, r.evidence, r.labels
+    (512, None, ['t3'], {'category': 4})
+    >>> Request.model_validate({"id": "r2", "budget": 512, "qurey": "refund"})
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for Request
+    qurey
+      Extra inputs are not permitted ...
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(min_length=1)
     budget: StrictInt = Field(ge=0)
     query: str | None = None
     where: str | None = None
     as_of: AwareDatetime | None = None
+    evidence: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    labels: dict[str, JsonValue] = Field(default_factory=dict)
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
@@ -134,6 +152,33 @@ def _located(request: Request, source: str, line: int) -> Request:
     return request
 
 
+_FIELDS: tuple[str, ...] = tuple(Request.model_fields)
+
+
+def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
+    """The first problem of an invalid request line; an unknown field comes first.
+
+    An unknown field is reported before a missing one, because a misspelt
+    field (``"budjet"``) also leaves its real field missing.
+    """
+    errors = exc.errors()
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden" and e["loc"]]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        names = ", ".join(repr(name) for name in unknown)
+        return RecordError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {names}; {hint}a request has "
+            f"the fields {', '.join(_FIELDS)} (put other data under 'labels')",
+            source=source,
+            line=line,
+            field=unknown[0],
+        )
+    first = errors[0]
+    name = ".".join(str(part) for part in first["loc"]) or None
+    return RecordError(first["msg"], source=source, line=line, field=name)
+
+
 def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     """Read pack requests from a JSONL file, one JSON object per line.
 
@@ -152,9 +197,9 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     Raises
     ------
     RecordError
-        At the first bad line (invalid JSON, not an object, an invalid or
-        missing field, a duplicate id), naming the file, the 1-based line and
-        the field.
+        At the first bad line (invalid JSON, not an object, an unknown,
+        invalid or missing field, a duplicate id), naming the file, the
+        1-based line and the field.
 
     Examples
     --------
@@ -165,6 +210,11 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     Traceback (most recent call last):
     ...
     cognoxium.exceptions.RecordError: ...requests.jsonl:2: field budget: Input should be ...
+    >>> _ = p.write_text('{"id": "a", "budget": 64, "qurey": "refund"}\\n')
+    >>> read_requests(p)
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: ...:1: field qurey: ...; did you mean 'query'? ...
     """
     source = str(path)
     requests: list[Request] = []
@@ -189,9 +239,7 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
         try:
             request = Request.model_validate(record)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            name = ".".join(str(part) for part in first["loc"]) or None
-            raise RecordError(first["msg"], source=source, line=number, field=name) from None
+            raise _invalid(exc, source, number) from None
         if request.id in seen:
             raise RecordError(
                 f"duplicate request id {request.id!r} (first on line {seen[request.id]})",
@@ -250,11 +298,14 @@ def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | No
             continue
         try:
             scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
-        except (PlanError, pl.exceptions.PolarsError) as exc:
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        except PlanError as exc:
             raise request.error(
-                f"invalid where clause {request.where!r}: {detail}", field="where"
-            ) from None
+                f"invalid where clause {request.where!r}: {exc}", field="where"
+            ) from exc
+        except pl.exceptions.PolarsError as exc:
+            raise request.error(
+                f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
+            ) from exc
     return scopes
 
 
@@ -344,8 +395,9 @@ def run_batch(
     ------
     RecordError
         If two requests share an id, or a request's ``where`` clause is not a
-        valid predicate over the items; the error names the request (and its
-        file and line, when read by :func:`read_requests`) and the field.
+        valid predicate over the items (including a ``metadata.<key>`` that
+        no item of the store has); the error names the request (and its file
+        and line, when read by :func:`read_requests`) and the field.
     BudgetError
         If a request's required items alone exceed its budget; the message
         names the request and the items.
@@ -400,8 +452,10 @@ def run_batch(
                 raise BudgetError(
                     f"request {request.id!r}: {exc}", costs=exc.costs, budget=exc.budget
                 ) from None
-            except (PackError, PlanError, pl.exceptions.PolarsError) as exc:
-                raise request.error(f"cannot pack: {exc}") from None
+            except (PackError, PlanError) as exc:
+                raise request.error(f"cannot pack: {exc}") from exc
+            except pl.exceptions.PolarsError as exc:
+                raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
             manifest = result.manifest.to_json()
             # to_json is canonical JSON on one line (json.dumps escapes newlines).
             latencies.append((time.perf_counter() - t0) * 1000.0)

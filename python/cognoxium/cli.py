@@ -9,6 +9,9 @@ Commands
     Import LoCoMo, pack a context per question and budget and report evidence
     recall (see :func:`cognoxium.locomo.run_locomo`).
 
+``cognoxium --version``
+    Print the installed package version.
+
 Exit codes
 ----------
 0
@@ -17,8 +20,9 @@ Exit codes
     Usage error: an unknown command or option, a bad option value, a missing
     file.
 2
-    Bad input: a record, request or table is invalid; the message names the
-    file, the line and the field.
+    Bad input: a record, request or table is invalid (the message names the
+    file, the line and the field), or an input cannot be read or an output
+    cannot be written (the message names the path).
 3
     Infeasible budget: a request's required items alone exceed its token
     budget.
@@ -28,10 +32,12 @@ Errors are printed to standard error as one message, without a traceback.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -48,7 +54,7 @@ EXIT_OK = 0
 EXIT_USAGE = 1
 """Usage error (unknown option, bad option value, missing file)."""
 EXIT_BAD_INPUT = 2
-"""Invalid input records or requests."""
+"""Invalid input records or requests, or an input or output path that fails."""
 EXIT_BUDGET = 3
 """A request's required items alone exceed its token budget."""
 
@@ -128,24 +134,81 @@ def _as_of(value: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
+_WHOLE = re.compile(r"[0-9]+")
+
+
 def _budgets(value: str) -> list[int]:
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    try:
-        budgets = [int(p) for p in parts]
-    except ValueError:
-        raise typer.BadParameter(
-            f"expected comma-separated whole numbers of tokens, got {value!r}"
-        ) from None
-    if not budgets or any(b < 0 for b in budgets):
-        raise typer.BadParameter(f"expected one or more budgets >= 0, got {value!r}")
-    if len(set(budgets)) != len(budgets):
-        raise typer.BadParameter(f"duplicate budgets in {value!r}")
+    """Parse ``--budgets``: comma-separated whole numbers of tokens, each once."""
+    budgets: list[int] = []
+    usage = "give comma-separated whole numbers of tokens, such as 512,1024,2048"
+    for position, raw in enumerate(value.split(","), start=1):
+        entry = raw.strip()
+        where = f"entry {position} of {value!r}"
+        if not entry:
+            raise typer.BadParameter(f"{where} is empty; {usage}")
+        if entry.startswith("-") and _WHOLE.fullmatch(entry[1:]):
+            raise typer.BadParameter(f"budget {entry!r} ({where}) is negative; {usage}")
+        if not _WHOLE.fullmatch(entry):
+            raise typer.BadParameter(
+                f"budget {entry!r} ({where}) is not a whole number of tokens; {usage}"
+            )
+        budget = int(entry)
+        if budget in budgets:
+            raise typer.BadParameter(
+                f"budget {entry!r} ({where}) repeats entry {budgets.index(budget) + 1}; "
+                "give each budget once"
+            )
+        budgets.append(budget)
     return budgets
 
 
 def _fail(exc: CognoxiumError, code: int) -> NoReturn:
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(code)
+
+
+def _fail_io(
+    exc: OSError | UnicodeDecodeError, action: Literal["read", "write"], default: Path
+) -> NoReturn:
+    """Report a failed read or write as bad input, naming the path (``default`` if unknown)."""
+    if isinstance(exc, UnicodeDecodeError):
+        typer.echo(f"error: cannot read {default}: not UTF-8 text ({exc.reason})", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    path = Path(exc.filename) if exc.filename is not None else default
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    hint = ""
+    if action == "write" and isinstance(exc, FileExistsError | NotADirectoryError):
+        hint = "; --out must be a directory (or a path where one can be made), not a file"
+    typer.echo(f"error: cannot {action} {path}: {reason}{hint}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _package_version() -> str:
+    try:
+        return version("cognoxium")
+    except PackageNotFoundError:
+        return "unknown (the package is not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cognoxium {_package_version()}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the installed version and exit.",
+            callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Options that come before the command."""
 
 
 _EXISTING_FILE: dict[str, Any] = {
@@ -210,6 +273,11 @@ def pack_command(
     when = _as_of(as_of)
     try:
         store = read_items(items)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", items)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    try:
         batch = read_requests(requests)
         stats = run_batch(
             store,
@@ -220,6 +288,8 @@ def pack_command(
             as_of=when,
             progress=progress,
         )
+    except OSError as exc:
+        _fail_io(exc, "write", out)
     except BudgetError as exc:
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
@@ -240,7 +310,17 @@ def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
     from cognoxium.locomo import CATEGORY_NAMES
 
     rows = sorted(report["budgets"].items(), key=lambda kv: int(kv[0]))
-    overall = Table(title="LoCoMo evidence recall (mean per question)")
+    overall = Table(
+        title="LoCoMo evidence recall (mean per question)",
+        caption=(
+            "recall 1-4 = mean per-question evidence recall (share of a question's evidence "
+            "turns that are packed) over categories 1-4; recall all = the same over all "
+            "categories; all found 1-4 = share of questions of categories 1-4 whose evidence "
+            "is all packed; tokens = mean tokens used per pack; packs/s = packs per second "
+            "of packing. Questions without valid evidence are excluded."
+        ),
+        caption_justify="left",
+    )
     for header in ("budget", "recall 1-4", "recall all", "all found 1-4", "tokens", "packs/s"):
         overall.add_column(header, justify="right")
     for budget, row in rows:
@@ -252,7 +332,14 @@ def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
             _fmt(row.get("mean_used_tokens"), ".0f"),
             _fmt(row.get("packs_per_s"), ".1f"),
         )
-    per_category = Table(title="Recall per question category")
+    per_category = Table(
+        title="Recall per question category",
+        caption=(
+            "Mean per-question evidence recall of each LoCoMo question category "
+            "(5 adversarial: questions the conversation does not answer); - = no question."
+        ),
+        caption_justify="left",
+    )
     per_category.add_column("budget", justify="right")
     for category, name in CATEGORY_NAMES.items():
         per_category.add_column(f"{category} {name}", justify="right")
@@ -306,6 +393,9 @@ def locomo_command(
     chosen: list[int] = budgets  # type: ignore[assignment]
     try:
         report = run_locomo(path, out, chosen, rank=rank.value, profile=profile, progress=progress)
+    except OSError as exc:
+        reading = exc.filename is not None and Path(exc.filename) == path
+        _fail_io(exc, "read" if reading else "write", path if reading else out)
     except BudgetError as exc:
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:

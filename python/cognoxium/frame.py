@@ -11,7 +11,7 @@ Polars LazyFrame.
 
 from __future__ import annotations
 
-import json
+import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -38,11 +38,13 @@ from cognoxium._plan import (
     TopK,
     WithColumns,
     format_plan,
+    polars_error_text,
 )
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.items import ContextItem
 from cognoxium.ranking import _half_life_seconds
 from cognoxium.schema import (
+    COLUMNS,
     conform,
     frame_to_items,
     item_to_record,
@@ -94,25 +96,6 @@ def _to_frame(data: Any) -> pl.DataFrame:
 # SQL predicates over metadata
 
 
-def _metadata_fields(tree: Any, found: set[str]) -> None:
-    """Collect the fields of ``metadata`` a serialized expression reads as a struct."""
-    if isinstance(tree, list):
-        for value in tree:
-            _metadata_fields(value, found)
-        return
-    if not isinstance(tree, dict):
-        return
-    function = tree.get("Function")
-    if isinstance(function, dict) and function.get("input") == [{"Column": "metadata"}]:
-        op = function.get("function")
-        if isinstance(op, dict) and isinstance(op.get("StructExpr"), dict):
-            name = op["StructExpr"].get("FieldByName")
-            if isinstance(name, str):
-                found.add(name)
-    for value in tree.values():
-        _metadata_fields(value, found)
-
-
 def _metadata_passes(node: Node) -> Node | None:
     """The child ``metadata`` comes from unchanged, or None if ``node`` computes it."""
     child = node.children[0] if node.children else None
@@ -134,28 +117,30 @@ def _metadata_passes(node: Node) -> Node | None:
     return None
 
 
-def _infer_struct(values: pl.Series) -> pl.Struct:
+def _infer_struct(values: pl.Series) -> pl.Struct | None:
+    """The struct type of the metadata JSON objects; None when there is no metadata at all."""
     if values.dtype != pl.String:
         raise PlanError(f"metadata.<key> needs 'metadata' to hold JSON text, it is {values.dtype}")
     texts = values.drop_nulls().unique()
     if texts.is_empty():
-        return pl.Struct([])
+        return None
     try:
         dtype = texts.str.json_decode(infer_schema_length=None).dtype
     except pl.exceptions.PolarsError as exc:
-        raise PlanError(f"cannot decode the metadata JSON: {exc}") from None
+        raise PlanError(f"cannot decode the metadata JSON: {polars_error_text(exc)}") from exc
     if not isinstance(dtype, pl.Struct):
         raise PlanError(f"metadata must hold JSON objects, found {dtype}")
     return dtype
 
 
-def _metadata_dtype(plan: Node) -> pl.Struct:
+def _metadata_dtype(plan: Node) -> pl.Struct | None:
     """The struct type of ``metadata`` reaching ``plan``, inferred from the data.
 
     Follows ``metadata`` down to the scan it comes from and infers from all
     of that table's metadata (a superset of the rows reaching ``plan``, so
     every key is covered); if a node computes ``metadata``, runs the plan up
-    to that node instead.
+    to that node instead. ``None`` when there is no metadata to infer from
+    (no rows).
     """
     if "metadata" not in plan.schema:
         raise PlanError(
@@ -165,34 +150,55 @@ def _metadata_dtype(plan: Node) -> pl.Struct:
     while not isinstance(node, Scan):
         child = _metadata_passes(node)
         if child is None:
-            return _infer_struct(lower(node).select("metadata").collect().to_series())
+            try:
+                values = lower(node).select("metadata").collect().to_series()
+            except pl.exceptions.PolarsError as exc:
+                raise PlanError(
+                    f"cannot compute the metadata to read keys from: {polars_error_text(exc)}"
+                ) from exc
+            return _infer_struct(values)
         node = child
     cached = node.source.cache.get("metadata_dtype")
-    if not isinstance(cached, pl.Struct):
-        cached = _infer_struct(node.source.frame.get_column("metadata"))
+    if not isinstance(cached, tuple):
+        cached = (_infer_struct(node.source.frame.get_column("metadata")),)
         node.source.cache["metadata_dtype"] = cached
-    return cached
+    dtype: pl.Struct | None = cached[0]
+    return dtype
+
+
+_SHOWN_KEYS = 30
+
+
+def _unknown_keys(sql: str, unknown: Sequence[str], known: Sequence[str]) -> PlanError:
+    names = ", ".join(repr(name) for name in unknown)
+    close = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    shown = sorted(known)[:_SHOWN_KEYS]
+    more = f" and {len(known) - len(shown)} more" if len(known) > len(shown) else ""
+    keys = f"the metadata keys are {shown}{more}" if known else "no item has any metadata key"
+    return PlanError(
+        f"no item has the metadata key{'s' if len(unknown) > 1 else ''} {names} "
+        f"(in SQL predicate {sql!r}), so it would read as null for every row; {hint}{keys}"
+    )
 
 
 def _sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
     try:
         expr = pl.sql_expr(sql)
     except pl.exceptions.PolarsError as exc:
-        raise PlanError(f"cannot parse SQL predicate {sql!r}: {exc}") from None
+        raise PlanError(f"cannot parse SQL predicate {sql!r}: {polars_error_text(exc)}") from exc
     assert isinstance(expr, pl.Expr)
-    fields: set[str] = set()
-    try:
-        text = expr.meta.serialize(format="json")
-    except pl.exceptions.PolarsError:
-        text = None
-    if isinstance(text, str):
-        _metadata_fields(json.loads(text), fields)
+    fields = Expression.of(expr).struct_fields("metadata")
     if not fields:
         return expr, None
     dtype = _metadata_dtype(plan)
-    known = {f.name for f in dtype.fields}
-    extra = [pl.Field(name, pl.Null()) for name in sorted(fields - known)]
-    return expr, pl.Struct([*dtype.fields, *extra]) if extra else dtype
+    if dtype is None:  # no rows, so no keys to check against: every key reads as null
+        return expr, pl.Struct([pl.Field(name, pl.Null()) for name in fields])
+    known = [f.name for f in dtype.fields]
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        raise _unknown_keys(sql, unknown, known)
+    return expr, dtype
 
 
 # ---------------------------------------------------------------------------
@@ -396,15 +402,20 @@ class CognitionFrame:
             parsed by :func:`polars.sql_expr`). In SQL, ``metadata.<key>``
             reads a field of the metadata JSON object: the column is decoded
             to a struct for that filter, with the struct type inferred from
-            the data (a key no item has reads as null). With expressions, read
+            the metadata of every item of the frame's source (a key some
+            items lack reads as null for them). With expressions, read
             metadata with ``pl.col("metadata").str.json_path_match("$.key")``
-            (a string, or null).
+            (a string, or null): the column holds JSON text, not a struct.
 
         Raises
         ------
         PlanError
             If there is no predicate, the SQL does not parse, a column is
-            unknown or a predicate is not boolean.
+            unknown, a predicate is not boolean (the message carries Polars'
+            own error), or a SQL ``metadata.<key>`` names a key that no item
+            of the source has (the message lists the keys there are; a
+            source without rows has no keys to check, and any key reads as
+            null).
 
         Examples
         --------
@@ -418,6 +429,11 @@ class CognitionFrame:
         >>> conv = pl.col("metadata").str.json_path_match("$.conversation")
         >>> cf.filter(conv == "c1").to_polars()["id"].to_list()
         ['a', 'c']
+        >>> cf.filter("metadata.conversaton = 'c1'")
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.PlanError: no item has the metadata key 'conversaton' ...;
+        did you mean 'conversation'? the metadata keys are ['conversation']
         """
         if not predicates:
             raise PlanError("filter needs at least one predicate")
@@ -740,14 +756,25 @@ class CognitionFrame:
         """Run the plan; the same as :meth:`collect` with all optimizations."""
         return self.collect()
 
+    def _require_item_columns(self, what: str) -> None:
+        """Raise SchemaError unless the plan's output holds every item column."""
+        schema = self._plan.schema
+        missing = [name for name in COLUMNS if name not in schema]
+        if missing:
+            raise SchemaError(
+                f"{what} needs the item columns; the frame lacks {missing}: select them "
+                "back, or use with_columns instead of select to add columns"
+            )
+
     def to_arrow(self) -> pa.Table:
         """Run the plan and export an Arrow table of the canonical schema (extra columns follow).
 
         Raises
         ------
-        KeyError, polars.exceptions.ColumnNotFoundError
-            If an item column was selected away.
+        SchemaError
+            If an item column was selected away (checked before running).
         """
+        self._require_item_columns("to_arrow")
         return to_arrow(self.collect())
 
     def to_items(self) -> list[ContextItem]:
@@ -755,13 +782,23 @@ class CognitionFrame:
 
         Raises
         ------
+        SchemaError
+            If an item column was selected away (checked before running).
         RecordError
             If a row is not a valid item (naming its 0-based row index).
         """
+        self._require_item_columns("to_items")
         return frame_to_items(self.collect())
 
     def to_records(self) -> list[dict[str, Any]]:
         """Run the plan and return JSON records (see :func:`~cognoxium.schema.item_to_record`).
+
+        Raises
+        ------
+        SchemaError
+            If an item column was selected away (checked before running).
+        RecordError
+            If a row is not a valid item (naming its 0-based row index).
 
         Examples
         --------
@@ -771,7 +808,8 @@ class CognitionFrame:
         >>> rec["id"], rec["text"], rec["created_at"]
         ('a', 'hi', '2024-01-01T00:00:00Z')
         """
-        return [item_to_record(item) for item in self.to_items()]
+        self._require_item_columns("to_records")
+        return [item_to_record(item) for item in frame_to_items(self.collect())]
 
     def count(self) -> int:
         """Run the plan and return its number of rows.
@@ -819,9 +857,28 @@ class CognitionFrame:
         as_of
             The UTC time validity is evaluated at; give it for reproducible
             manifests.
+
+        Raises
+        ------
+        SchemaError
+            If the frame lacks an item column (all of
+            :data:`cognoxium.schema.COLUMNS` are needed; columns added with
+            ``with_columns`` are carried along). Checked on the plan's
+            schema, before anything runs.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> cf.select("id", "role").pack(100)
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.SchemaError: pack needs the item columns; the frame lacks
+        ['payload_kind', ...]: select them back, or use with_columns instead of select to add
+        columns
         """
         from cognoxium.packing import pack
 
+        self._require_item_columns("pack")
         return pack(self.collect(), budget, profile=profile, as_of=as_of, **kwargs)
 
     def __repr__(self) -> str:

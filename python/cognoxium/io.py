@@ -55,8 +55,16 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[A
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(
+                    f"not UTF-8 text (byte {exc.start + 1} of the line)",
+                    source=str(path),
+                    line=number,
+                ) from None
             if not line.strip():
                 continue
             try:

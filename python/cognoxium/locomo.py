@@ -566,7 +566,7 @@ def _requests(imported: _Import, budgets: Sequence[int]) -> list[Request]:
                         "AND metadata.kind = 'turn'",
                         "as_of": conv.latest,
                         "evidence": evidence,
-                        "category": category,
+                        "labels": {"category": category},
                     }
                 )
             )
@@ -593,9 +593,9 @@ def locomo_requests(
         conversation's ``qa`` list), the question as ``query``, the scope
         ``where`` = ``"metadata.conversation = '<sample_id>' AND
         metadata.kind = 'turn'"`` (derived items are out of scope), ``as_of``
-        the conversation's latest turn time (deterministic), and two extra
-        fields: ``evidence`` (the qualified ids of the valid evidence turns,
-        normalised, possibly empty) and ``category`` (1 to 5).
+        the conversation's latest turn time (deterministic), ``evidence``
+        (the qualified ids of the valid evidence turns, normalised, possibly
+        empty) and ``labels`` ``{"category": <1 to 5>}``.
 
     Raises
     ------
@@ -610,8 +610,8 @@ def locomo_requests(
     ...     "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."}]},
     ...     "qa": [{"question": "What did Ann adopt?", "answer": "a cat",
     ...             "evidence": ["D1:1", "D7:7"], "category": 4}]}]
-    >>> [(r.id, r.model_extra["evidence"]) for r in locomo_requests(data, [256])]
-    [('c1:q0:b256', ['c1:D1:1'])]
+    >>> [(r.id, r.evidence, r.labels) for r in locomo_requests(data, [256])]
+    [('c1:q0:b256', ['c1:D1:1'], {'category': 4})]
     """
     return _requests(_loaded(data), budgets)
 
@@ -643,8 +643,8 @@ def evaluate(
         Pack records with ``request_id`` and ``ids`` (the lines of
         ``packs.jsonl``; see :func:`cognoxium.batch.run_batch`).
     requests
-        The requests, with the extra fields ``evidence`` and ``category``
-        (see :func:`locomo_requests`).
+        The requests, with their ``evidence`` and the question category as
+        the integer ``labels["category"]`` (see :func:`locomo_requests`).
     stats
         The batch's statistics; when given, each budget gets ``packs_per_s``
         (requests over the sum of their per-pack latencies) and
@@ -664,14 +664,13 @@ def evaluate(
     Raises
     ------
     RecordError
-        If a request has no pack, or lacks ``evidence`` or ``category``.
+        If a request has no pack, or its ``labels`` lack an integer
+        ``category``; the error names the request and the field.
 
     Examples
     --------
-    >>> reqs = [Request.model_validate({"id": "q1", "budget": 64, "evidence": ["a", "b"],
-    ...                                 "category": 1}),
-    ...         Request.model_validate({"id": "q2", "budget": 64, "evidence": ["c"],
-    ...                                 "category": 5})]
+    >>> reqs = [Request(id="q1", budget=64, evidence=["a", "b"], labels={"category": 1}),
+    ...         Request(id="q2", budget=64, evidence=["c"], labels={"category": 5})]
     >>> out = evaluate([{"request_id": "q1", "ids": ["a"]},
     ...                 {"request_id": "q2", "ids": ["c"]}], reqs)["budgets"]["64"]
     >>> out["recall_answerable"], out["recall_all"], out["hit_rate_all"]
@@ -698,21 +697,22 @@ def evaluate(
         excluded = 0
         for position in positions:
             request = requests[position]
-            extra = request.model_extra or {}
-            for name in ("evidence", "category"):
-                if name not in extra:
-                    raise request.error("an evaluation request needs this field", field=name)
+            category = request.labels.get("category")
+            if not isinstance(category, int) or isinstance(category, bool):
+                raise request.error(
+                    f"an evaluation request needs an integer question category, got {category!r}",
+                    field="labels.category",
+                )
             packed = by_id.get(request.id)
             if packed is None:
                 raise request.error("has no pack", field="id")
             if "used_tokens" in packed:
                 used.append(int(packed["used_tokens"]))
-            evidence = set(extra["evidence"])
+            evidence = set(request.evidence)
             if not evidence:
                 excluded += 1
                 continue
             found = len(evidence.intersection(packed["ids"]))
-            category = int(extra["category"])
             recall.setdefault(category, []).append(found / len(evidence))
             hits.setdefault(category, []).append(1.0 if found == len(evidence) else 0.0)
         answerable = [c for c in recall if c in ANSWERABLE_CATEGORIES]

@@ -592,6 +592,14 @@ def pack(
             f"pack needs the item columns; missing {missing} (select them back, or use "
             "with_columns instead of select)"
         )
+    schema = df.schema
+    wrong = {
+        n: f"{schema[n]} (expected {POLARS_SCHEMA[n]})"
+        for n in COLUMNS
+        if schema[n] != POLARS_SCHEMA[n]
+    }
+    if wrong:
+        raise SchemaError(f"item columns of the wrong type: {wrong}; cast them back")
     repeated = df.get_column("id").filter(df.get_column("id").is_duplicated()).unique()
     if repeated.len():
         raise PackError(
