@@ -180,7 +180,7 @@ def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
 
 
 def read_requests(path: str | os.PathLike[str]) -> list[Request]:
-    """Read pack requests from a JSONL file, one JSON object per line.
+    r"""Read pack requests from a JSONL file, one JSON object per line.
 
     Blank lines are skipped. Reading is all or nothing.
 
@@ -205,12 +205,12 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     --------
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "requests.jsonl"
-    >>> _ = p.write_text('{"id": "a", "budget": 64}\\n{"id": "b", "budget": -1}\\n')
+    >>> _ = p.write_text('{"id": "a", "budget": 64}\n{"id": "b", "budget": -1}\n')
     >>> read_requests(p)
     Traceback (most recent call last):
     ...
     cognoxium.exceptions.RecordError: ...requests.jsonl:2: field budget: Input should be ...
-    >>> _ = p.write_text('{"id": "a", "budget": 64, "qurey": "refund"}\\n')
+    >>> _ = p.write_text('{"id": "a", "budget": 64, "qurey": "refund"}\n')
     >>> read_requests(p)
     Traceback (most recent call last):
     ...

@@ -363,7 +363,7 @@ class TokenProfile:
         tokens_per_name: int = 1,
         tokens_per_pack: int = 3,
     ) -> TokenProfile:
-        """Build a profile around a user-supplied ``tiktoken.Encoding``.
+        r"""Build a profile around a user-supplied ``tiktoken.Encoding``.
 
         Parameters
         ----------
@@ -395,7 +395,7 @@ class TokenProfile:
         >>> import tiktoken
         >>> byte_level = tiktoken.Encoding(
         ...     name="bytes",
-        ...     pat_str=r"\\S+|\\s+",
+        ...     pat_str=r"\S+|\s+",
         ...     mergeable_ranks={bytes([i]): i for i in range(256)},
         ...     special_tokens={},
         ... )
@@ -558,7 +558,7 @@ class TokenProfile:
         return tokens
 
     def lower_bound(self, text: pl.Expr | str) -> pl.Expr:
-        """Return a Polars expression that is a proven lower bound of each token count.
+        r"""Return a Polars expression that is a proven lower bound of each token count.
 
         Parameters
         ----------
@@ -586,24 +586,24 @@ class TokenProfile:
         *Word bound.* Call a block a maximal stretch of the text in which any
         two consecutive non-whitespace characters are separated by nothing
         or, for ``o200k_base`` only, by carriage returns and line feeds. For
-        ``cl100k_base`` blocks are the maximal runs ``\\S+``; for
-        ``o200k_base`` they are the matches of ``\\S+(?:[\\r\\n]+\\S+)*``.
+        ``cl100k_base`` blocks are the maximal runs ``\S+``; for
+        ``o200k_base`` they are the matches of ``\S+(?:[\r\n]+\S+)*``.
 
         Every piece of the ``cl100k_base`` pattern contains no whitespace
         between two non-whitespace characters: a letters piece may start with
         one whitespace character; a punctuation piece may start with a space
         and end with newlines; contractions and digit pieces have no
         whitespace; the rest are whitespace only. In ``o200k_base`` the
-        punctuation piece `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*`` can also hold
+        punctuation piece `` ?[^\s\p{L}\p{N}]+[\r\n/]*`` can also hold
         ``/`` after newlines, so there two non-whitespace characters may be
-        separated by ``\\r`` and ``\\n`` (its vocabulary has such tokens:
-        ``"};\\n\\n//"`` is one token though it has two ``\\S+`` runs); every
+        separated by ``\r`` and ``\n`` (its vocabulary has such tokens:
+        ``"};\n\n//"`` is one token though it has two ``\S+`` runs); every
         other piece is as in ``cl100k_base``.
 
         So no piece holds non-whitespace characters of two blocks. Map each
         block to the piece holding its first character: distinct blocks map to
         distinct pieces, and every piece encodes to at least one token, so
-        there are at least as many tokens as blocks. ``\\s`` means Unicode
+        there are at least as many tokens as blocks. ``\s`` means Unicode
         White_Space both in tiktoken's regex engine and in Polars', both the
         Rust ``regex`` crate. Encoders with another pattern use the byte bound
         only.
