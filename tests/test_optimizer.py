@@ -406,6 +406,8 @@ def _ops(
                     "select",
                     "join",
                     "join",
+                    "quarantine",
+                    "demote",
                 ]
             )
         )
@@ -495,6 +497,21 @@ def _ops(
                 (
                     kind,
                     lambda cf: cf.with_columns(top=pl.col("priority").max(), role=pl.col("role")),
+                )
+            )
+        elif kind == "quarantine":
+            k = draw(st.integers(-2, 3))
+            choices.append(
+                (kind, lambda cf, k=k: cf.quarantine(pl.col("priority") > k, reason=f"p>{k}"))
+            )
+        elif kind == "demote":
+            r = draw(st.sampled_from(roles))
+            choices.append(
+                (
+                    kind,
+                    lambda cf, r=r: cf.demote(
+                        pl.col("role") == r, retention="optional", priority_delta=-1
+                    ),
                 )
             )
         elif kind == "select":

@@ -6,11 +6,13 @@ lazily (filter, select, with_columns, join, sort, limit, dedupe, rank), and
 :class:`ContextPack` whose :class:`PackManifest` explains every decision.
 """
 
+from cognoxium.chat import from_openai_messages, read_openai_jsonl, to_openai_messages
 from cognoxium.exceptions import (
     BudgetError,
     CognoxiumError,
     PackError,
     PlanError,
+    PolicyError,
     ProfileError,
     RecordError,
     SchemaError,
@@ -29,7 +31,8 @@ from cognoxium.items import (
     Text,
     Trust,
 )
-from cognoxium.packing import ContextPack, ManifestEntry, PackManifest, pack
+from cognoxium.packing import ContextPack, ManifestEntry, PackManifest, PolicyOutcome, pack
+from cognoxium.policies import BoundaryPolicy, Policy
 from cognoxium.schema import SCHEMA, SCHEMA_VERSION
 from cognoxium.tokens import TokenProfile, get_profile
 
@@ -39,6 +42,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "Binary",
+    "BoundaryPolicy",
     "BudgetError",
     "CognitionFrame",
     "CognoxiumError",
@@ -51,6 +55,9 @@ __all__ = [
     "PackError",
     "PackManifest",
     "PlanError",
+    "Policy",
+    "PolicyError",
+    "PolicyOutcome",
     "ProfileError",
     "RecordError",
     "Reference",
@@ -63,11 +70,14 @@ __all__ = [
     "TokenProfile",
     "Trust",
     "__version__",
+    "from_openai_messages",
     "get_profile",
     "pack",
     "read_items",
     "read_jsonl",
+    "read_openai_jsonl",
     "read_parquet",
+    "to_openai_messages",
     "write_jsonl",
     "write_parquet",
 ]

@@ -15,11 +15,15 @@ from typing import Any, TypeVar
 import polars as pl
 
 from cognoxium._plan import (
+    QUARANTINE_COLUMN,
     Dedupe,
+    Demote,
+    Expression,
     Filter,
     Join,
     Limit,
     Node,
+    Quarantine,
     Rank,
     Scan,
     Select,
@@ -208,3 +212,71 @@ def _rank(node: Rank, lf: pl.LazyFrame) -> pl.LazyFrame:
         slice_pushdown=False,
         streamable=False,
     )
+
+
+_MATCH = "__cognoxium_match"
+
+
+def _with_match(
+    lf: pl.LazyFrame, predicate: Expression, metadata_dtype: pl.DataType | None
+) -> pl.LazyFrame:
+    """Add the boolean column ``_MATCH``: ``predicate``, with null as false."""
+    match = predicate.expr.fill_null(False).alias(_MATCH)
+    if metadata_dtype is None:
+        return lf.with_columns(match)
+    decoded = lf.rename({"metadata": _METADATA_TEXT}).with_columns(
+        pl.col(_METADATA_TEXT).str.json_decode(metadata_dtype).alias("metadata")
+    )
+    return decoded.with_columns(match).drop("metadata").rename({_METADATA_TEXT: "metadata"})
+
+
+@register(Quarantine)
+def _quarantine(node: Quarantine, lf: pl.LazyFrame) -> pl.LazyFrame:
+    schema = lf.collect_schema()
+    earlier = (
+        pl.col(QUARANTINE_COLUMN) if QUARANTINE_COLUMN in schema else pl.lit(None, dtype=pl.String)
+    )
+    if node.predicate is None:
+        from cognoxium.injection import detect_injection
+
+        signs = packed_text_expr().map_batches(
+            detect_injection, return_dtype=pl.String, is_elementwise=True
+        )
+        reason = pl.when(pl.col("trust").cast(pl.String) == "untrusted").then(
+            pl.concat_str([pl.lit(f"{node.reason}: "), signs])
+        )
+        return lf.with_columns(pl.coalesce(earlier, reason).alias(QUARANTINE_COLUMN))
+    matched = _with_match(lf, node.predicate, node.metadata_dtype)
+    reason = pl.when(pl.col(_MATCH)).then(pl.lit(node.reason))
+    return matched.with_columns(pl.coalesce(earlier, reason).alias(QUARANTINE_COLUMN)).drop(_MATCH)
+
+
+_RETENTION_CODES = {"required": 0, "preferred": 1, "optional": 2}
+
+
+@register(Demote)
+def _demote(node: Demote, lf: pl.LazyFrame) -> pl.LazyFrame:
+    match = pl.col(_MATCH)
+    changes = []
+    if node.retention is not None:
+        dtype = lf.collect_schema()["retention"]
+        code = (
+            pl.col("retention")
+            .cast(pl.String)
+            .replace_strict(_RETENTION_CODES, return_dtype=pl.Int8)
+        )
+        stronger = code < _RETENTION_CODES[node.retention]
+        changes.append(
+            pl.when(match & stronger)
+            .then(pl.lit(node.retention).cast(dtype))
+            .otherwise(pl.col("retention"))
+            .alias("retention")
+        )
+    if node.priority_delta:
+        changes.append(
+            pl.when(match)
+            .then(pl.col("priority") + node.priority_delta)
+            .otherwise(pl.col("priority"))
+            .alias("priority")
+        )
+    return _with_match(lf, node.predicate, node.metadata_dtype).with_columns(changes).drop(_MATCH)

@@ -38,11 +38,13 @@ __all__ = [
     "JOIN_HOWS",
     "RANK_METHODS",
     "Dedupe",
+    "Demote",
     "Expression",
     "Filter",
     "Join",
     "Limit",
     "Node",
+    "Quarantine",
     "Rank",
     "Scan",
     "Select",
@@ -827,6 +829,83 @@ class Rank(Node):
         if self.reference is not None:
             parts.append(f"reference={self.reference.isoformat()}")
         return "Rank " + " ".join(parts)
+
+
+_RETENTIONS: Final = ("required", "preferred", "optional")
+
+QUARANTINE_COLUMN: Final = "quarantine_reason"
+"""Column written by :class:`Quarantine`: why a row is held out of packs, or null."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quarantine(Node):
+    """Hold matching rows out of every pack; rows, order and other columns are kept.
+
+    Sets ``quarantine_reason`` (String) to ``reason`` on rows where
+    ``predicate`` holds and no earlier quarantine gave a reason (the first
+    reason is kept); a null predicate value counts as false. With
+    ``metadata_dtype`` set (SQL predicates naming ``metadata.<key>``), the
+    predicate reads ``metadata`` decoded to that struct type. Without a
+    predicate, the default detector
+    (:func:`cognoxium.injection.detect_injection`) flags untrusted rows whose
+    packed text carries instruction-injection signs, and the reason is
+    ``"<reason>: <signs>"``. A barrier: no optimizer rule moves a node across it.
+    """
+
+    barrier = True
+    input: Node
+    predicate: Expression | None = None
+    reason: str = "quarantined"
+    metadata_dtype: pl.DataType | None = None
+
+    def _check(self) -> None:
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise PlanError(f"quarantine reason must be non-empty text, got {self.reason!r}")
+        if self.predicate is None:
+            self._require(("trust", *_RANK_COLUMNS["bm25"][:-1]), "the default detector")
+
+    def label(self) -> str:
+        what = "default detector" if self.predicate is None else str(self.predicate)
+        return f"Quarantine {what} reason={self.reason!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demote(Node):
+    """Weaken the retention and lower the priority of rows where ``predicate`` holds.
+
+    A matching row's retention becomes the weaker of its own and
+    ``retention`` (``required`` < ``preferred`` < ``optional``), never
+    stronger; its priority changes by ``priority_delta`` (<= 0). Other rows,
+    the row order and a null predicate value (false) are unchanged. A barrier.
+    """
+
+    barrier = True
+    input: Node
+    predicate: Expression
+    retention: str | None = None
+    priority_delta: int = 0
+    metadata_dtype: pl.DataType | None = None
+
+    def _check(self) -> None:
+        if self.retention is not None and self.retention not in _RETENTIONS:
+            raise PlanError(f"unknown retention {self.retention!r}; use one of {list(_RETENTIONS)}")
+        if isinstance(self.priority_delta, bool) or not isinstance(self.priority_delta, int):
+            raise PlanError(f"priority_delta must be an int, got {self.priority_delta!r}")
+        if self.priority_delta > 0:
+            raise PlanError(
+                f"demote lowers priority: priority_delta must be <= 0, got {self.priority_delta}"
+            )
+        if self.retention is None and self.priority_delta == 0:
+            raise PlanError("demote needs a retention or a negative priority_delta")
+        self._require(("retention", "priority"), "demote")
+
+    def label(self) -> str:
+        parts = [str(self.predicate)]
+        if self.retention is not None:
+            parts.append(f"retention={self.retention}")
+        if self.priority_delta:
+            parts.append(f"priority_delta={self.priority_delta}")
+        return "Demote " + " ".join(parts)
 
 
 # ---------------------------------------------------------------------------

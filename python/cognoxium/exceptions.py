@@ -12,6 +12,7 @@ __all__ = [
     "CognoxiumError",
     "PackError",
     "PlanError",
+    "PolicyError",
     "ProfileError",
     "RecordError",
     "SchemaError",
@@ -105,3 +106,20 @@ class BudgetError(PackError):
 
 class ProfileError(CognoxiumError, LookupError):
     """A token profile is unknown or its encoder files are not as published."""
+
+
+class PolicyError(PackError):
+    """A policy forbids a pack: an item breaks a rule whose action is ``error``, or strict mode.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    outcomes
+        The policy outcomes behind the error, as dicts (policy, rule, id,
+        action, message).
+    """
+
+    def __init__(self, message: str, *, outcomes: list[dict[str, str]]) -> None:
+        self.outcomes = list(outcomes)
+        super().__init__(message)

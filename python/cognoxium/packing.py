@@ -2,8 +2,10 @@
 
 The algorithm follows the design ("pack(budget)"):
 
-1. Items that are not valid at ``as_of`` and non-packable (Binary) items are
-   excluded, each with its reason; a group with such a member is excluded
+1. Items that are not valid at ``as_of``, quarantined items (a non-null
+   ``quarantine_reason``, see :meth:`CognitionFrame.quarantine
+   <cognoxium.frame.CognitionFrame.quarantine>`) and non-packable (Binary)
+   items are excluded, each with its reason; a group with such a member is excluded
    whole. An item is valid when ``max(created_at, valid_from) <= as_of <
    expires_at``: packing as of a past time never sees items made after it.
 2. Each item costs the tokens of its rendered content under the token
@@ -30,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -39,8 +42,10 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from cognoxium.exceptions import BudgetError, PackError, SchemaError
+from cognoxium._plan import QUARANTINE_COLUMN
+from cognoxium.exceptions import BudgetError, PackError, PolicyError, SchemaError
 from cognoxium.items import ContextItem, canonical_json
+from cognoxium.policies import ACTIONS, Policy, data_block_expr
 from cognoxium.ranking import packed_text_expr
 from cognoxium.schema import COLUMNS, POLARS_SCHEMA, frame_to_items
 from cognoxium.tokens import TokenProfile, get_profile
@@ -52,6 +57,7 @@ __all__ = [
     "ManifestEntry",
     "ManifestTotals",
     "PackManifest",
+    "PolicyOutcome",
     "Reason",
     "pack",
 ]
@@ -86,6 +92,8 @@ class Reason(StrEnum):
     SELECTED = "selected"
     EXPIRED = "expired"
     NOT_YET_VALID = "not_yet_valid"
+    QUARANTINED = "quarantined"
+    POLICY = "policy"
     NOT_PACKABLE = "not_packable"
     GROUP_INCOMPLETE = "group_incomplete"
     OVER_BUDGET = "over_budget"
@@ -97,6 +105,8 @@ class ManifestEntry(BaseModel):
 
     ``tokens`` is the item's cost (content plus framing) in tokens, or
     ``None`` when it was never counted because it provably could not matter.
+    ``detail`` says more about the reason (the quarantine reason), or ``None``;
+    ``provenance`` lists a quarantined item's source URIs (``None`` otherwise).
     ``position`` is the item's 0-based input index and ``pack_position`` its
     index in the pack, or ``None``.
     """
@@ -113,8 +123,22 @@ class ManifestEntry(BaseModel):
     priority: int
     decision: Decision
     reason: Reason
+    detail: str | None
+    provenance: list[str] | None
     tokens: int | None
     pack_position: int | None
+
+
+class PolicyOutcome(BaseModel):
+    """What one policy decided about one item (every action but ``allow``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: str
+    rule: str | None
+    id: str
+    action: str
+    message: str | None
 
 
 class ManifestTotals(BaseModel):
@@ -152,6 +176,8 @@ class PackManifest(BaseModel):
     profile: str
     fingerprints: dict[str, str]
     totals: ManifestTotals
+    policies: list[dict[str, str]] = []
+    policy_outcomes: list[PolicyOutcome] = []
     _entries: pl.DataFrame = PrivateAttr()
 
     @property
@@ -195,6 +221,8 @@ _ENTRY_SCHEMA = pl.Schema(
         "priority": pl.Int64(),
         "decision": pl.Enum([d.value for d in Decision]),
         "reason": pl.Enum([r.value for r in Reason]),
+        "detail": pl.String(),
+        "provenance": pl.List(pl.String()),
         "tokens": pl.Int64(),
         "pack_position": pl.Int64(),
     }
@@ -525,6 +553,114 @@ def _select_block(
     return remaining
 
 
+_SEVERITY = {action: rank for rank, action in enumerate(ACTIONS)}
+
+
+def _as_policies(policy: Policy | Sequence[Policy] | None) -> list[Policy]:
+    if policy is None:
+        return []
+    policies = [policy] if isinstance(policy, Policy) else list(policy)
+    for p in policies:
+        if not isinstance(p, Policy):
+            raise PackError(f"not a policy (needs name, fingerprint and check): {p!r}")
+    return policies
+
+
+def _check_all(df: pl.DataFrame, policies: list[Policy]) -> list[pl.DataFrame]:
+    """Each policy's verdict frame, checked for shape and actions."""
+    verdicts = []
+    for p in policies:
+        verdict = p.check(df)
+        if verdict.height != df.height or not {"action", "rule", "message"} <= set(verdict.columns):
+            raise PackError(
+                f"policy {p.name!r} must return {df.height} rows with action, rule and message"
+            )
+        bad = verdict.filter(~pl.col("action").is_in(ACTIONS))
+        if bad.height:
+            raise PackError(
+                f"policy {p.name!r} gave unknown action {bad['action'][0]!r}; "
+                f"use one of {list(ACTIONS)}"
+            )
+        verdicts.append(verdict.select("action", "rule", "message"))
+    return verdicts
+
+
+def _judge(verdicts: list[pl.DataFrame]) -> pl.DataFrame | None:
+    """The most severe action per row over all policies, with its rule and message."""
+    if not verdicts:
+        return None
+    table = pl.concat(
+        [
+            verdict.select(
+                pl.col("action").replace_strict(_SEVERITY, return_dtype=pl.Int8).alias(f"s{index}"),
+                pl.col("action").alias(f"a{index}"),
+                pl.col("rule").cast(pl.String).alias(f"r{index}"),
+                pl.col("message").cast(pl.String).alias(f"m{index}"),
+            )
+            for index, verdict in enumerate(verdicts)
+        ],
+        how="horizontal",
+    )
+    worst = pl.max_horizontal([pl.col(f"s{i}") for i in range(len(verdicts))])
+    pick = [pl.col(f"s{i}") == worst for i in range(len(verdicts))]
+
+    def first(prefix: str) -> pl.Expr:
+        expr = pl.lit(None, pl.String)
+        for i in reversed(range(len(verdicts))):
+            expr = pl.when(pick[i]).then(pl.col(f"{prefix}{i}")).otherwise(expr)
+        return expr
+
+    return table.with_columns(
+        first("a").alias("action"), first("r").alias("rule"), first("m").alias("message")
+    )
+
+
+def _outcomes(
+    df: pl.DataFrame,
+    policies: list[Policy],
+    verdicts: list[pl.DataFrame],
+    reason: np.ndarray,
+    tier: np.ndarray,
+) -> list[PolicyOutcome]:
+    """The non-``allow`` outcomes for packable rows; raise for errors and dropped required items."""
+    if not policies:
+        return []
+    packable = pl.Series((reason == _NONE) | (reason == _CODE[Reason.POLICY]))
+    required = pl.Series(tier == 0)
+    found: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for p, checked in zip(policies, verdicts, strict=True):
+        verdict = checked.with_columns(
+            id=df.get_column("id"),
+            position=pl.int_range(df.height),
+            packable=packable,
+            required=required,
+        ).filter(pl.col("packable") & (pl.col("action") != "allow"))
+        for row in verdict.iter_rows(named=True):
+            outcome = {
+                "policy": p.name,
+                "rule": row["rule"],
+                "id": row["id"],
+                "action": row["action"],
+                "message": row["message"],
+            }
+            found.append(outcome | {"position": row["position"]})
+            if row["action"] == "error" or (row["action"] == "exclude" and row["required"]):
+                errors.append(outcome)
+    if errors:
+        listed = "; ".join(
+            f"{e['id']}: {e['message'] or e['rule']} ({e['policy']})" for e in errors[:10]
+        )
+        raise PolicyError(
+            f"{len(errors)} item(s) break a policy that forbids packing them: {listed}",
+            outcomes=errors,
+        )
+    found.sort(key=lambda o: (o["position"], o["policy"]))
+    return [
+        PolicyOutcome.model_validate({k: v for k, v in o.items() if k != "position"}) for o in found
+    ]
+
+
 def pack(
     df: pl.DataFrame,
     budget: int,
@@ -532,6 +668,7 @@ def pack(
     profile: str | TokenProfile = "cl100k_base",
     as_of: datetime | None = None,
     label: str | None = None,
+    policy: Policy | Sequence[Policy] | None = None,
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -550,6 +687,12 @@ def pack(
         not reproducible: give it for byte-identical manifests.
     label
         Free text recorded in the manifest (a request id, for example).
+    policy
+        One or more :class:`~cognoxium.policies.Policy` objects checked over
+        the candidates before costing: they may exclude items (reason
+        ``policy``), render them as ``user`` messages or as delimited data
+        (costed as rendered), or fail the pack. Their outcomes and
+        fingerprints go to the manifest.
 
     Returns
     -------
@@ -563,10 +706,14 @@ def pack(
         If the required items alone exceed the budget; it names their ids and
         costs, and nothing is packed.
     PackError
-        If ``budget`` is negative, ``as_of`` is naive, two rows share an id, or
-        a required item is in a group that cannot be packed.
+        If ``budget`` is negative, ``as_of`` is naive, two rows share an id, a
+        required item is quarantined, or a required item is in a group that
+        cannot be packed.
     SchemaError
         If ``df`` lacks an item column.
+    PolicyError
+        If a policy's action for a packable item is ``error`` (strict mode
+        makes every outcome one), or it excludes a required item.
 
     Examples
     --------
@@ -607,21 +754,46 @@ def pack(
             "id (dedupe the frame, or give the copies distinct ids)"
         )
 
-    framing_of = {role: prof.framing(chat) for role, chat in CHAT_ROLES.items()}
     role = pl.col("role").cast(pl.String)
     kind = pl.col("payload_kind").cast(pl.String)
     width = prof.longest_token_bytes
+    quarantine = (
+        pl.col(QUARANTINE_COLUMN) if QUARANTINE_COLUMN in df.columns else pl.lit(None, pl.String)
+    )
     all_text = bool((df.get_column("payload_kind") == "text").all())
     content = pl.col("text").fill_null("") if all_text else packed_text_expr()
+    policies = _as_policies(policy)
+    verdicts = _check_all(df, policies)
+    verdict = _judge(verdicts)
+    chat_role = role.replace_strict(CHAT_ROLES, return_dtype=pl.String)
+    key = pl.col("content_hash")
+    if verdict is not None:
+        action = pl.lit(verdict.get_column("action"))
+        as_data = action == "render_as_data"
+        chat_role = (
+            pl.when(action.is_in(["render_as_user", "render_as_data"]))
+            .then(pl.lit("user"))
+            .otherwise(chat_role)
+        )
+        content = pl.when(as_data).then(data_block_expr(content)).otherwise(content)
+        # The cache key of a rendered text is the text itself.
+        key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
+    framing_by_chat = {chat: prof.framing(chat) for chat in set(CHAT_ROLES.values())}
     cols = df.select(
         content.alias("content"),
-        role.replace_strict(framing_of, return_dtype=pl.Int64).alias("framing"),
+        chat_role.alias("chat_role"),
+        key.alias("key"),
+        chat_role.replace_strict(framing_by_chat, return_dtype=pl.Int64).alias("framing"),
         pl.col("retention")
         .cast(pl.String)
         .replace_strict(_TIERS, return_dtype=pl.Int64)
         .alias("tier"),
         pl.when(kind == "binary")
         .then(_CODE[Reason.NOT_PACKABLE])
+        .when(quarantine.is_not_null())
+        .then(_CODE[Reason.QUARANTINED])
+        .when(pl.lit(verdict.get_column("action") if verdict is not None else None) == "exclude")
+        .then(_CODE[Reason.POLICY])
         .when(pl.col("expires_at") <= when)
         .then(_CODE[Reason.EXPIRED])
         .when((pl.col("valid_from") > when) | (pl.col("created_at") > when))
@@ -639,6 +811,14 @@ def pack(
     )
     reason = cols.get_column("excluded").to_numpy().copy()
     tier = cols.get_column("tier").to_numpy()
+    held = (reason == _CODE[Reason.QUARANTINED]) & (tier == 0)
+    if held.any():
+        ids = sorted(df.get_column("id").filter(pl.Series(held)).to_list())
+        raise PackError(
+            f"required items {ids} are quarantined: a quarantined item never enters a pack; "
+            "lower their retention or lift the quarantine"
+        )
+    outcomes = _outcomes(df, policies, verdicts, reason, tier)
     framing = cols.get_column("framing").to_numpy()
     eligible = reason == _NONE
     rank = df.get_column("rank").fill_nan(None).fill_null(float("-inf"))
@@ -717,7 +897,7 @@ def pack(
     units = _Units(
         prof,
         cols.get_column("content"),
-        df.get_column("content_hash"),
+        cols.get_column("key"),
         framing,
         unit_of_row,
         n_units,
@@ -798,6 +978,21 @@ def pack(
                     row_included.astype(np.int64)
                 ),
                 "reason": reasons.gather(reason),
+                "detail": df.select(
+                    pl.coalesce(
+                        quarantine,
+                        pl.when(pl.lit(reason) == _CODE[Reason.POLICY]).then(
+                            pl.lit(verdict.get_column("message"))
+                            if verdict is not None
+                            else pl.lit(None, pl.String)
+                        ),
+                    ).alias("detail")
+                ).to_series(),
+                "provenance": df.select(
+                    pl.when(quarantine.is_not_null())
+                    .then(pl.col("sources").list.eval(pl.element().struct.field("uri")))
+                    .alias("provenance")
+                ).to_series(),
                 "tokens": row_tokens,
                 "pack_position": pack_position,
             }
@@ -840,12 +1035,17 @@ def pack(
             "settings": hashlib.sha256(canonical_json(settings).encode()).hexdigest(),
             "profile": prof.fingerprint,
             "input": _input_fingerprint(df),
+            "plugins": hashlib.sha256(
+                canonical_json([p.fingerprint for p in policies]).encode()
+            ).hexdigest(),
         },
         totals=totals,
+        policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in policies],
+        policy_outcomes=outcomes,
     )
     manifest._entries = entries
 
-    chat_roles = df.get_column("role").gather(selected).cast(pl.String).replace_strict(CHAT_ROLES)
+    chat_roles = cols.get_column("chat_role").gather(selected)
     contents = cols.get_column("content").gather(selected)
     messages = [
         {"role": r, "content": c}

@@ -1,0 +1,677 @@
+"""OpenAI chat messages <-> items: conversion, errors, round trips, tool-call groups in packs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from cognoxium.chat import (
+    CHAT_EPOCH,
+    from_openai_messages,
+    openai_messages_to_items,
+    read_openai_jsonl,
+    to_openai_messages,
+)
+from cognoxium.exceptions import BudgetError, RecordError, SchemaError
+from cognoxium.frame import CognitionFrame
+from cognoxium.items import ContextItem, Retention
+from cognoxium.packing import CHAT_ROLES, pack
+from cognoxium.ranking import packed_text_expr
+from cognoxium.schema import items_to_frame
+from cognoxium.tokens import get_profile
+
+PROFILE = get_profile("cl100k_base")
+START = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
+AS_OF = START + timedelta(days=1)
+
+
+def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def costs(df: pl.DataFrame) -> dict[str, int]:
+    """Each item's real cost in tokens: cl100k tokens of its packed text plus its framing."""
+    rows = df.select("id", pl.col("role").cast(pl.String), packed_text_expr().alias("t")).rows()
+    return {
+        item_id: len(PROFILE.encoding.encode_ordinary(text)) + PROFILE.framing(CHAT_ROLES[role])
+        for item_id, role, text in rows
+    }
+
+
+def item(**fields: Any) -> ContextItem:
+    return ContextItem.model_validate(fields)
+
+
+def reasons(result: Any) -> dict[str, str]:
+    return dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+
+
+# A conversation with a system message, parallel tool calls and their results (in another
+# order than the calls), a call made together with text, and a plain final answer.
+WEATHER: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a travel assistant. Use the tools for live data."},
+    {"role": "developer", "content": "Temperatures in Celsius."},
+    {
+        "role": "user",
+        "name": "ada",
+        "content": [
+            {"type": "text", "text": "Weather in Paris and Rome?"},
+            {"type": "text", "text": "Also the EUR/CHF rate."},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            call("call_paris", "get_weather", {"city": "Paris"}),
+            call("call_rome", "get_weather", {"city": "Rome"}),
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_rome", "content": "24 C, sunny"},
+    {"role": "tool", "tool_call_id": "call_paris", "content": "17 C, light rain"},
+    {
+        "role": "assistant",
+        "content": "Checking the exchange rate.",
+        "tool_calls": [call("call_fx", "fx_rate", {"pair": "EURCHF"})],
+    },
+    {"role": "tool", "tool_call_id": "call_fx", "content": "0.94"},
+    {
+        "role": "assistant",
+        "content": "Paris 17 C with rain, Rome 24 C and sunny; 1 EUR = 0.94 CHF.",
+    },
+]
+
+
+def normalised(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a round trip should give back: content parts as one string, no empty extras."""
+    out = []
+    for message in messages:
+        m = {k: v for k, v in message.items() if v not in (None, []) or k == "content"}
+        if isinstance(m.get("content"), list):
+            m["content"] = "\n".join(part["text"] for part in m["content"])
+        if m["role"] == "assistant" and m.get("tool_calls") and not m.get("content"):
+            m["content"] = None
+        out.append(m)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# conversion
+
+
+def test_round_trip_with_system_and_parallel_tool_calls() -> None:
+    cf = from_openai_messages(WEATHER, conversation_id="trip", start=START)
+    assert to_openai_messages(cf) == normalised(WEATHER)
+    # The round trip is also a fixed point.
+    again = from_openai_messages(to_openai_messages(cf), conversation_id="trip", start=START)
+    assert again.to_polars().equals(cf.to_polars())
+
+
+def test_items_have_ids_roles_times_payloads_and_metadata() -> None:
+    df = from_openai_messages(WEATHER, conversation_id="trip", start=START).to_polars()
+    assert df["id"].to_list() == [f"trip:{i}" for i in range(len(WEATHER))]
+    assert df["role"].cast(pl.String).to_list() == [m["role"] for m in WEATHER]
+    assert df["created_at"].to_list() == [
+        START + timedelta(microseconds=i) for i in range(len(WEATHER))
+    ]
+    assert df["payload_kind"].cast(pl.String).to_list() == [
+        "text", "text", "text", "json", "text", "text", "text", "text", "text"
+    ]  # fmt: skip
+    assert df["text"][2] == "Weather in Paris and Rome?\nAlso the EUR/CHF rate."
+    assert json.loads(df["json"][3]) == {"tool_calls": WEATHER[3]["tool_calls"]}
+    metadata = [json.loads(m) for m in df["metadata"]]
+    assert metadata[2] == {"name": "ada"}
+    assert metadata[3] == {"tool_call_ids": ["call_paris", "call_rome"]}
+    assert metadata[4] == {"tool_call_id": "call_rome"}
+    assert metadata[6] == {"tool_call_ids": ["call_fx"], "tool_calls": WEATHER[6]["tool_calls"]}
+    assert metadata[8] == {}
+    assert df["trust"].cast(pl.String).unique().to_list() == ["untrusted"]
+    assert df["sources"].list.len().to_list() == [0] * len(WEATHER)
+
+
+def test_a_call_and_all_its_results_share_one_group() -> None:
+    df = from_openai_messages(WEATHER, conversation_id="trip").to_polars()
+    assert df["group_id"].to_list() == [
+        None, None, None,
+        "trip:tools:3", "trip:tools:3", "trip:tools:3",
+        "trip:tools:6", "trip:tools:6",
+        None,
+    ]  # fmt: skip
+
+
+def test_ids_and_times_are_reproducible_with_the_documented_defaults() -> None:
+    first = openai_messages_to_items(WEATHER)
+    second = openai_messages_to_items(WEATHER)
+    assert first == second
+    assert [i.id for i in first[:2]] == ["msg:0", "msg:1"]
+    assert first[3].group_id == "msg:tools:3"
+    assert datetime(1970, 1, 1, tzinfo=UTC) == CHAT_EPOCH
+    assert first[0].created_at == CHAT_EPOCH
+    assert first[8].created_at == CHAT_EPOCH + timedelta(microseconds=8)
+
+
+def test_source_is_recorded_as_provenance() -> None:
+    items = openai_messages_to_items(WEATHER[:2], source="s3://logs/trip.json")
+    assert [(s.uri, s.kind) for s in items[1].sources] == [
+        ("s3://logs/trip.json", "openai_messages")
+    ]
+
+
+def test_declared_call_without_result_is_allowed_and_groups_alone() -> None:
+    pending: list[dict[str, Any]] = [
+        {"role": "user", "content": "Book the 9:40 train."},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "book", {"t": "9:40"})]},
+    ]
+    df = from_openai_messages(pending, conversation_id="p").to_polars()
+    assert df["group_id"].to_list() == [None, "p:tools:1"]
+    assert to_openai_messages(df) == pending
+    # A parallel call with one result back: the group holds the call and that result.
+    partial: list[dict[str, Any]] = [
+        {"role": "user", "content": "Check both."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("a", "check", {"n": 1}), call("b", "check", {"n": 2})],
+        },
+        {"role": "tool", "tool_call_id": "b", "content": "ok"},
+    ]
+    df = from_openai_messages(partial, conversation_id="q").to_polars()
+    assert df["group_id"].to_list() == [None, "q:tools:1", "q:tools:1"]
+
+
+def test_sdk_response_keys_with_empty_values_are_accepted() -> None:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "Hello.",
+        "refusal": None,
+        "annotations": [],
+        "audio": None,
+        "function_call": None,
+        "tool_calls": None,
+    }
+    assert to_openai_messages(from_openai_messages([message])) == [
+        {"role": "assistant", "content": "Hello."}
+    ]
+
+
+def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "assistant", "content": "", "tool_calls": [call("c", "f", {})]}
+    ]
+    df = from_openai_messages(messages).to_polars()
+    assert df["payload_kind"].cast(pl.String).to_list() == ["json"]
+    assert to_openai_messages(df)[0]["content"] is None
+
+
+@pytest.mark.parametrize(
+    ("messages", "row", "field", "words"),
+    [
+        ([{"role": "function", "content": "x"}], 0, "role", "must be one of"),
+        ([{"content": "x"}], 0, "role", "got None"),
+        (["hello"], 0, None, "must be an object"),
+        ([{"role": "user", "content": 5}], 0, "content", "list of content parts"),
+        ([{"role": "user"}], 0, "content", "needs content"),
+        ([{"role": "system", "content": None}], 0, "content", "needs content"),
+        ([{"role": "assistant"}], 0, "content", "content or tool_calls"),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            0,
+            "content[0].type",
+            "only text parts",
+        ),
+        ([{"role": "user", "content": [{"type": "text"}]}], 0, "content[0].text", "string"),
+        ([{"role": "user", "content": "x", "tool_call_id": "c"}], 0, "tool_call_id", "a user"),
+        ([{"role": "user", "content": "x", "extra": 1}], 0, "extra", "not supported"),
+        ([{"role": "assistant", "content": "x", "refusal": "no"}], 0, "refusal", "not supported"),
+        ([{"role": "user", "content": "x", "name": ""}], 0, "name", "non-empty"),
+        ([{"role": "assistant", "tool_calls": {"id": "c"}}], 0, "tool_calls", "must be a list"),
+        (
+            [{"role": "assistant", "tool_calls": [{"type": "function", "function": {}}]}],
+            0,
+            "tool_calls[0].id",
+            "non-empty string",
+        ),
+        (
+            [{"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {}}]}],
+            0,
+            "tool_calls[0].custom",
+            "unknown key",
+        ),
+        (
+            [{"role": "assistant", "tool_calls": [{"id": "c", "type": "code", "function": {}}]}],
+            0,
+            "tool_calls[0].type",
+            "only 'function'",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}
+                    ],
+                }
+            ],
+            0,
+            "tool_calls[0].function.arguments",
+            "JSON-encoded",
+        ),
+        (
+            [{"role": "assistant", "tool_calls": [call("c", "f", {}), call("c", "g", {})]}],
+            0,
+            "tool_calls[1].id",
+            "appears twice",
+        ),
+        (
+            [
+                {"role": "assistant", "tool_calls": [call("c", "f", {})]},
+                {"role": "tool", "tool_call_id": "c", "content": "1"},
+                {"role": "assistant", "tool_calls": [call("c", "f", {})]},
+            ],
+            2,
+            "tool_calls[0].id",
+            "already declared",
+        ),
+        ([{"role": "tool", "content": "1"}], 0, "tool_call_id", "non-empty string"),
+    ],
+)
+def test_malformed_messages_name_the_index_and_field(
+    messages: list[Any], row: int, field: str | None, words: str
+) -> None:
+    with pytest.raises(RecordError, match=words) as info:
+        openai_messages_to_items(messages)
+    assert (info.value.row, info.value.field) == (row, field)
+
+
+def test_result_without_its_call_names_index_and_call_id() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [call("call_a", "f", {})]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "1"},
+        {"role": "tool", "tool_call_id": "call_zzz", "content": "2"},
+    ]
+    with pytest.raises(RecordError, match="'call_zzz'") as info:
+        openai_messages_to_items(messages)
+    assert (info.value.row, info.value.field) == (3, "tool_call_id")
+
+
+def test_result_before_its_call_and_second_result_are_rejected() -> None:
+    early: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": "c", "content": "1"},
+        {"role": "assistant", "tool_calls": [call("c", "f", {})]},
+    ]
+    with pytest.raises(RecordError, match="no earlier assistant message") as info:
+        openai_messages_to_items(early)
+    assert info.value.row == 0
+    twice: list[dict[str, Any]] = [
+        {"role": "assistant", "tool_calls": [call("c", "f", {})]},
+        {"role": "tool", "tool_call_id": "c", "content": "1"},
+        {"role": "tool", "tool_call_id": "c", "content": "1 again"},
+    ]
+    with pytest.raises(RecordError, match="already answered by message 1") as info:
+        openai_messages_to_items(twice)
+    assert info.value.row == 2
+
+
+def test_bad_conversation_id_and_naive_start_are_rejected() -> None:
+    with pytest.raises(RecordError) as info:
+        openai_messages_to_items(WEATHER, conversation_id="")
+    assert info.value.field == "conversation_id"
+    with pytest.raises(RecordError) as info:
+        openai_messages_to_items(WEATHER, start=datetime(2024, 1, 1))
+    assert info.value.field == "start"
+
+
+# ---------------------------------------------------------------------------
+# JSONL
+
+
+def write_lines(path: Path, lines: Sequence[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_read_openai_jsonl_skips_blank_lines_and_numbers_messages(tmp_path: Path) -> None:
+    lines = [json.dumps(m) for m in WEATHER]
+    lines.insert(2, "")
+    lines.insert(5, "   ")
+    path = write_lines(tmp_path / "trip.jsonl", lines)
+    cf = read_openai_jsonl(path, conversation_id="trip", start=START)
+    expected = from_openai_messages(WEATHER, conversation_id="trip", start=START, source=str(path))
+    assert cf.to_polars().equals(expected.to_polars())
+    assert to_openai_messages(cf) == normalised(WEATHER)
+    assert cf.to_items()[0].sources[0].uri == str(path)
+
+
+@pytest.mark.parametrize(
+    ("bad", "line", "field", "words"),
+    [
+        ("{not json", 3, None, "invalid JSON"),
+        ('{"role": "robot", "content": "x"}', 3, "role", r"robot.*\(message 1\)"),
+        ('{"role": "tool", "tool_call_id": "nope", "content": "x"}', 3, "tool_call_id", "'nope'"),
+        ('{"role": "user", "content": [{"type": "input_audio"}]}', 3, "content[0].type", "text"),
+    ],
+)
+def test_read_openai_jsonl_errors_name_file_line_and_field(
+    tmp_path: Path, bad: str, line: int, field: str | None, words: str
+) -> None:
+    path = write_lines(
+        tmp_path / "chat.jsonl",
+        ['{"role": "system", "content": "Be brief."}', "", bad, '{"role": "user", "content": "x"}'],
+    )
+    with pytest.raises(RecordError, match=words) as info:
+        read_openai_jsonl(path)
+    assert (info.value.source, info.value.line, info.value.field) == (str(path), line, field)
+    assert str(info.value).startswith(f"{path}:{line}:")
+
+
+def test_read_openai_jsonl_rejects_non_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"role": "user", "content": "x"}\n{"role": "user", "content": "caf\xe9"}\n')
+    with pytest.raises(RecordError, match="not UTF-8") as info:
+        read_openai_jsonl(path)
+    assert info.value.line == 2
+
+
+# ---------------------------------------------------------------------------
+# items -> messages
+
+
+def test_documents_and_memories_become_user_messages() -> None:
+    items = [
+        item(id="sys", role="system", text="Answer from the documents.", created_at=START),
+        item(
+            id="doc",
+            role="document",
+            text="Refunds within 30 days.",
+            created_at=START,
+            metadata={"name": "faq.md"},
+        ),
+        item(
+            id="mem",
+            role="memory",
+            payload={"kind": "json", "value": {"prefers": "email"}},
+            created_at=START,
+        ),
+        item(
+            id="ref",
+            role="document",
+            payload={"kind": "reference", "uri": "https://x.org/terms", "title": "Terms"},
+            created_at=START,
+        ),
+    ]
+    assert to_openai_messages(items_to_frame(items)) == [
+        {"role": "system", "content": "Answer from the documents."},
+        {"role": "user", "content": "Refunds within 30 days."},
+        {"role": "user", "content": '{"prefers":"email"}'},
+        {"role": "user", "content": "Terms https://x.org/terms"},
+    ]
+
+
+def test_to_openai_messages_rejects_orphan_results_binary_and_other_types() -> None:
+    cf = from_openai_messages(WEATHER, conversation_id="t")
+    without_call = cf.filter(pl.col("id") != "t:3")
+    with pytest.raises(RecordError, match="'call_rome'") as info:
+        to_openai_messages(without_call)
+    assert (info.value.row, info.value.field) == (3, "metadata.tool_call_id")
+    plain_tool = [item(id="t", role="tool", text="42", created_at=START)]
+    with pytest.raises(RecordError, match="needs the id of the call"):
+        to_openai_messages(items_to_frame(plain_tool))
+    binary = [item(id="b", role="user", payload={"kind": "binary", "data": b"\x00"})]
+    with pytest.raises(RecordError, match="binary") as info:
+        to_openai_messages(items_to_frame(binary))
+    assert info.value.field == "payload_kind"
+    with pytest.raises(SchemaError, match="list"):
+        to_openai_messages(WEATHER)  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match="missing"):
+        to_openai_messages(cf.to_polars().select("id", "role"))
+
+
+def test_pack_messages_and_chat_messages_agree_on_roles_and_text() -> None:
+    cf = from_openai_messages(WEATHER, conversation_id="t", start=START)
+    result = cf.pack(10_000, as_of=AS_OF)
+    assert result.ids == cf.to_polars()["id"].to_list()
+    chat = to_openai_messages(result)
+    assert [m["role"] for m in chat] == [m["role"] for m in result.messages]
+    for ours, packed in zip(chat, result.messages, strict=True):
+        if ours["content"] is not None:
+            assert ours["content"] == packed["content"]
+        else:  # the calls, which the pack costs as their canonical JSON
+            assert json.loads(packed["content"]) == {"tool_calls": ours["tool_calls"]}
+
+
+# ---------------------------------------------------------------------------
+# tool-call groups under a token budget
+
+
+def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None:
+    # The issue's situation, in real tokens: system ~20, user ~10, assistant call ~30,
+    # tool result ~15, user ~10, assistant ~5, and a budget that holds everything but the
+    # call. The budget even leaves room for the result alone: it must still leave.
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "system",
+            "content": "You are the support assistant of Northwind Bank. Be brief and exact.",
+        },
+        {"role": "user", "content": "What is my checking balance?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("call_balance", "get_balance", {"account": "checking"})],
+        },
+        {"role": "tool", "tool_call_id": "call_balance", "content": '{"balance": 1824.55}'},
+        {"role": "user", "content": "Thanks! When does my card expire?"},
+        {"role": "assistant", "content": "September 2027."},
+    ]
+    df = from_openai_messages(messages, conversation_id="bank", start=START).to_polars()
+    cost = costs(df)
+    assert 15 <= cost["bank:0"] <= 25
+    assert 8 <= cost["bank:1"] <= 14
+    assert 25 <= cost["bank:2"] <= 40
+    assert 10 <= cost["bank:3"] <= 20
+    assert cost["bank:5"] <= 10
+    others = ["bank:0", "bank:1", "bank:4", "bank:5"]
+    budget = PROFILE.tokens_per_pack + sum(cost[i] for i in others) + cost["bank:3"]
+    assert budget < PROFILE.tokens_per_pack + sum(cost.values())
+
+    result = pack(df, budget, as_of=AS_OF)
+
+    assert result.ids == others
+    why = reasons(result)
+    assert why["bank:2"] == why["bank:3"] == "group_over_budget"
+    assert all(why[i] == "selected" for i in others)
+    assert result.used_tokens == budget - cost["bank:3"]
+    assert result.remaining_tokens == cost["bank:3"]  # room for the result, not for the pair
+    assert to_openai_messages(result) == [messages[i] for i in (0, 1, 4, 5)]
+
+
+FLIGHTS = "\n".join(
+    f"Flight AF{1000 + 37 * n}: departs CDG {6 + n % 12:02d}:{(n * 7) % 60:02d}, arrives "
+    f"JFK {9 + n % 12:02d}:{(n * 13) % 60:02d}, {n % 3} stops, fare {412 + 19 * n} EUR."
+    for n in range(10)
+)
+HOTELS = "\n".join(
+    f"Hotel {name}: {stars} stars, {130 + 23 * n} EUR per night, {1 + n % 4}.{n % 10} km from "
+    f"Times Square, guest rating {7 + n % 3}.{(n * 3) % 10}/10."
+    for n, (name, stars) in enumerate(
+        [
+            ("Pod 51", 3), ("Lotte Palace", 5), ("Arlo SoHo", 4), ("The Jane", 3),
+            ("Moxy Chelsea", 4), ("citizenM Bowery", 4), ("Hotel Hendricks", 4),
+            ("The Plaza", 5), ("Hotel Edison", 3),
+        ]
+    )
+)  # fmt: skip
+PARALLEL: list[dict[str, Any]] = [
+    {"role": "user", "content": "Find me a flight from Paris to New York and a hotel."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            call("c1", "search_flights", {"from": "CDG", "to": "JFK"}),
+            call("c2", "search_hotels", {"city": "New York"}),
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": FLIGHTS},
+    {"role": "tool", "tool_call_id": "c2", "content": HOTELS},
+]
+
+
+def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
+    df = from_openai_messages(PARALLEL, conversation_id="trip", start=START).to_polars()
+    cost = costs(df)
+    assert 250 <= cost["trip:2"] <= 350
+    assert 250 <= cost["trip:3"] <= 350
+    # Room for the question, the call and one result: not for the second result.
+    budget = PROFILE.tokens_per_pack + cost["trip:0"] + cost["trip:1"] + cost["trip:2"]
+    assert budget < PROFILE.tokens_per_pack + sum(cost.values())
+    return df, cost, budget
+
+
+def test_parallel_calls_are_dropped_whole_when_one_result_does_not_fit() -> None:
+    df, cost, budget = parallel_frame()
+    result = pack(df, budget, as_of=AS_OF)
+    assert result.ids == ["trip:0"]
+    why = reasons(result)
+    assert why == {
+        "trip:0": "selected",
+        "trip:1": "group_over_budget",
+        "trip:2": "group_over_budget",
+        "trip:3": "group_over_budget",
+    }
+    assert result.remaining_tokens == cost["trip:1"] + cost["trip:2"]
+    assert to_openai_messages(result) == [PARALLEL[0]]
+
+
+def test_required_parallel_group_that_cannot_fit_raises_budget_error() -> None:
+    df, cost, budget = parallel_frame()
+    required = df.with_columns(
+        pl.when(pl.col("group_id") == "trip:tools:1")
+        .then(pl.lit("required"))
+        .otherwise(pl.col("retention").cast(pl.String))
+        .cast(df.schema["retention"])
+        .alias("retention")
+    )
+    with pytest.raises(BudgetError) as info:
+        pack(required, budget, as_of=AS_OF)
+    assert info.value.costs == {i: cost[i] for i in ("trip:1", "trip:2", "trip:3")}
+    assert info.value.budget == budget
+    # With room for the whole group it packs, and the optional question is what gives way.
+    group = cost["trip:1"] + cost["trip:2"] + cost["trip:3"]
+    result = pack(required, PROFILE.tokens_per_pack + group, as_of=AS_OF)
+    assert result.ids == ["trip:1", "trip:2", "trip:3"]
+
+
+# ---------------------------------------------------------------------------
+# properties
+
+WORDS = ("flight", "hotel", "Paris", "42", "ok", "é", "\n", "{", "price", "the")
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Valid conversations: optional system prompt, turns with text, parallel calls, results.
+
+    Results come in any order after their calls; sometimes a call has no result yet.
+    """
+
+    def text(max_words: int = 30) -> str:
+        return " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=max_words)))
+
+    messages: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": text(10)})
+    n_calls = 0
+    for _ in range(draw(st.integers(1, 5))):
+        user: dict[str, Any] = {"role": "user", "content": text()}
+        if draw(st.booleans()):
+            user["name"] = draw(st.sampled_from(["ada", "bo"]))
+        messages.append(user)
+        k = draw(st.integers(0, 3))
+        if k:
+            calls = [call(f"call_{n_calls + j}", "lookup", {"q": text(3)}) for j in range(k)]
+            n_calls += k
+            with_text = draw(st.booleans())
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": text(5) if with_text else None,
+                    "tool_calls": calls,
+                }
+            )
+            answered = draw(st.permutations(calls))[: draw(st.integers(max(k - 1, 0), k))]
+            messages.extend(
+                {"role": "tool", "tool_call_id": c["id"], "content": text(60)} for c in answered
+            )
+        if draw(st.booleans()):
+            messages.append({"role": "assistant", "content": text()})
+    return messages
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations())
+def test_conversion_round_trips(messages: list[dict[str, Any]]) -> None:
+    cf = from_openai_messages(messages, conversation_id="c")
+    assert to_openai_messages(cf) == normalised(messages)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), st.data())
+def test_groups_are_atomic_in_every_pack(messages: list[dict[str, Any]], data: Any) -> None:
+    items = openai_messages_to_items(messages, conversation_id="c", start=START)
+    tiers = [Retention.OPTIONAL] * 6 + [Retention.PREFERRED, Retention.REQUIRED]
+    items = [
+        item.model_copy(
+            update={
+                "retention": data.draw(st.sampled_from(tiers)),
+                "priority": data.draw(st.integers(0, 2)),
+                "rank": data.draw(st.sampled_from([None, 0.5, 2.0])),
+            }
+        )
+        for item in items
+    ]
+    df = items_to_frame(items)
+    cost = costs(df)
+    budget = data.draw(st.integers(0, PROFILE.tokens_per_pack + sum(cost.values()) + 5))
+    note(f"budget {budget}, costs {cost}")
+    # A group with a required member is required whole.
+    required = df.filter(
+        (pl.col("retention") == "required").any().over(pl.coalesce("group_id", "id"))
+    )["id"].to_list()
+    if required and PROFILE.tokens_per_pack + sum(cost[i] for i in required) > budget:
+        with pytest.raises(BudgetError) as info:
+            pack(df, budget, as_of=AS_OF)
+        assert info.value.costs == {i: cost[i] for i in required}
+        return
+    result = pack(df, budget, as_of=AS_OF)
+    entries = result.manifest.to_polars()
+    by_group = (
+        entries.filter(pl.col("group_id").is_not_null())
+        .group_by("group_id")
+        .agg(pl.col("decision").n_unique().alias("decisions"))
+    )
+    assert by_group["decisions"].to_list() == [1] * by_group.height
+    assert result.used_tokens <= budget
+    assert result.ids == [i for i in df["id"].to_list() if i in set(result.ids)]
+    # Whatever was packed is a valid conversation again: no result without its call.
+    chat = to_openai_messages(result)
+    assert to_openai_messages(from_openai_messages(chat)) == chat
+    assert all(m["role"] != "tool" or m["tool_call_id"] for m in chat)
+
+
+def test_frame_input_is_accepted_by_name() -> None:
+    # CognitionFrame, DataFrame and ContextPack all render the same rows.
+    cf = from_openai_messages(WEATHER, conversation_id="t", start=START)
+    assert isinstance(cf, CognitionFrame)
+    assert to_openai_messages(cf) == to_openai_messages(cf.to_polars())
