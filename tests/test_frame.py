@@ -516,7 +516,9 @@ def test_dedupe_keeps_first_occurrence_in_order_and_merges_conservatively() -> N
     assert [s["uri"] for s in first["sources"]] == ["https://a.org", "https://b.org"]
     assert first["parents"] == ["p1", "p2"]
     assert out.row(1, named=True)["retention"] == "optional"  # untouched
-    assert out.schema == POLARS_SCHEMA
+    assert first["merged_ids"] == ["x2", "x3"]
+    assert out.row(1, named=True)["merged_ids"] == []
+    assert out.drop("merged_ids", "merge_conflicts").schema == POLARS_SCHEMA
     plain = frame.dedupe(merge=False).collect()
     assert plain["id"].to_list() == ["x1", "y"]
     assert plain.row(0, named=True)["retention"] == "optional"

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium import CognitionFrame, OptFlags
 from cognoxium._plan import Demote, Filter, Quarantine, walk
 from cognoxium.exceptions import PackError, PlanError
+from cognoxium.items import ContextItem
+from strategies import items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
@@ -128,3 +133,94 @@ def test_explain_names_the_governance_steps() -> None:
     assert "Demote" in text
     assert "Quarantine" in text
     assert "reason='x'" in text
+
+
+# -- merges -----------------------------------------------------------------------------
+
+_ORDER = {
+    "trust": ["trusted", "untrusted"],
+    "sensitivity": ["public", "internal", "confidential", "restricted"],
+}
+
+
+def refund_copies() -> list[ContextItem]:
+    return [
+        ContextItem(
+            id="policy-file",
+            role="document",
+            text="Refund window is 30 days",
+            trust="trusted",
+            rank=1.0,
+            sensitivity="internal",
+            sources=[{"uri": "file://policies/refunds.md", "kind": "file"}],
+            metadata={"origin": "policy"},
+            created_at=T0,
+        ),
+        ContextItem(
+            id="forum-thread",
+            role="document",
+            text="Refund window is 30 days",
+            rank=7.0,
+            sensitivity="public",
+            sources=[{"uri": "https://forum.example/t/42", "kind": "web"}],
+            metadata={"origin": "forum"},
+            created_at=T0,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_trusted_and_untrusted_copies_merge_conservatively(reverse: bool) -> None:
+    copies = refund_copies()[::-1] if reverse else refund_copies()
+    result = CognitionFrame(copies).dedupe().pack(200, as_of=AS_OF)
+    assert result.ids == ["forum-thread"]  # best-ranked representative
+    kept = result.frame.row(0, named=True)
+    assert kept["trust"] == "untrusted"  # a trusted copy never raises trust
+    assert kept["sensitivity"] == "internal"
+    assert kept["rank"] == 7.0
+    assert [s["uri"] for s in kept["sources"]] == [
+        "file://policies/refunds.md",
+        "https://forum.example/t/42",
+    ]
+    (merge,) = result.manifest.merges
+    assert (merge.kept, merge.merged) == ("forum-thread", ["policy-file"])
+    assert merge.resolved["trust"] == "untrusted"
+    assert merge.metadata_conflicts == {
+        "origin": {"forum-thread": "forum", "policy-file": "policy"}
+    }
+    assert "trust" in result.manifest.merge_rules
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=items_strategy(max_size=10), seed=st.randoms(use_true_random=False))
+def test_merges_are_conservative_and_order_independent(
+    items: list[ContextItem], seed: random.Random
+) -> None:
+    shuffled = list(items)
+    seed.shuffle(shuffled)
+    key = ["content_hash"]
+    a = CognitionFrame(items).dedupe().collect().sort(key)
+    b = CognitionFrame(shuffled).dedupe().collect().sort(key)
+    governed = [
+        "id",
+        "trust",
+        "sensitivity",
+        "retention",
+        "priority",
+        "rank",
+        "expires_at",
+        "valid_from",
+        "sources",
+        "parents",
+        "merged_ids",
+        "merge_conflicts",
+    ]
+    assert_frame_equal(a.select(key + governed), b.select(key + governed))
+    source = CognitionFrame(items).collect()
+    for row in a.iter_rows(named=True):
+        copies = source.filter(pl.col("content_hash") == row["content_hash"])
+        for field, order in _ORDER.items():
+            values = copies.get_column(field).cast(pl.String).to_list()
+            assert row[field] == max(values, key=order.index)
+        assert row["priority"] == copies["priority"].max()
+        assert sorted(row["merged_ids"] + [row["id"]]) == sorted(copies["id"].to_list())

@@ -247,7 +247,15 @@ PRUNE_CASES: list[tuple[str, Node, Node]] = [
         "through limit, top-k and dedupe",
         sel(Limit(input=topk(Dedupe(input=SCAN), 2), n=1), "id"),
         sel(
-            Limit(input=topk(Dedupe(input=scan_of("id", "content_hash", "priority")), 2), n=1), "id"
+            Limit(
+                input=topk(
+                    # a merge reads rank (its representative) and metadata (its conflicts)
+                    Dedupe(input=scan_of("id", "content_hash", "priority", "rank", "metadata")),
+                    2,
+                ),
+                n=1,
+            ),
+            "id",
         ),
     ),
     ("no column read keeps the first", sel(SCAN, pl.len()), sel(scan_of("id"), pl.len())),

@@ -9,12 +9,15 @@ result). Scorers run batched over whole columns.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import polars as pl
 
 from cognoxium._plan import (
+    MERGE_CONFLICTS,
+    MERGED_IDS,
     QUARANTINE_COLUMN,
     Dedupe,
     Demote,
@@ -32,6 +35,7 @@ from cognoxium._plan import (
     WithColumns,
 )
 from cognoxium.exceptions import PlanError
+from cognoxium.items import canonical_json
 from cognoxium.ranking import bm25_scores, packed_text_expr, recency_expr
 from cognoxium.schema import POLARS_SCHEMA
 
@@ -147,24 +151,65 @@ def _top_k(node: TopK, lf: pl.LazyFrame) -> pl.LazyFrame:
     ).head(node.k)
 
 
-def _merge_agg(name: str, dtype: pl.DataType) -> pl.Expr:
+MERGE_RULES: dict[str, str] = {
+    "trust": "least trust (untrusted if any copy is)",
+    "sensitivity": "highest sensitivity",
+    "retention": "strongest retention",
+    "expires_at": "earliest expiry",
+    "valid_from": "latest start of validity",
+    "priority": "highest priority",
+    "rank": "best rank",
+    "sources": "union, sorted by uri",
+    "parents": "union, sorted",
+}
+"""How Dedupe(merge=True) resolves each policy column; other columns are the representative's."""
+
+
+def _best_first(schema: pl.Schema) -> dict[str, Any]:
+    """sort_by arguments putting a group's representative first: best rank, then smallest id."""
+    by = [c for c in ("rank", "id") if c in schema]
+    return {"by": by, "descending": [c == "rank" for c in by], "nulls_last": True}
+
+
+def _merge_agg(name: str, dtype: pl.DataType, best: dict[str, Any]) -> pl.Expr:
     """How Dedupe(merge=True) combines one column over a group of duplicates."""
     col = pl.col(name)
     canonical = POLARS_SCHEMA.get(name)
-    if canonical is None or dtype != canonical:
-        return col.first()
-    if name in ("trust", "sensitivity", "priority", "valid_from"):
+    if canonical is None or dtype != canonical or name not in MERGE_RULES:
+        return col.sort_by(**best).first() if best["by"] else col.first()
+    if name in ("trust", "sensitivity", "priority", "valid_from", "rank"):
         return col.max()  # untrusted > trusted; restricted is the highest sensitivity
     if name in ("retention", "expires_at"):
         return col.min()  # required is the strongest retention
-    if name in ("sources", "parents"):
-        union = (
-            col.list.explode(keep_nulls=False, empty_as_null=False)
-            .unique(maintain_order=True)
-            .implode()
+    union = col.list.explode(keep_nulls=False, empty_as_null=False).unique()
+    if name == "sources":
+        union = union.sort_by(
+            union.struct.field("uri"),
+            union.struct.field("kind"),
+            union.struct.field("title"),
+            nulls_last=True,
         )
-        return pl.when(pl.len() > 1).then(union).otherwise(col.first())
-    return col.first()
+    else:
+        union = union.sort()
+    return union.implode()
+
+
+def _metadata_conflicts(members: pl.Series) -> pl.Series:
+    """Canonical JSON {key: {id: value}} of the metadata keys on which duplicates differ."""
+    out: list[str | None] = [None] * len(members)
+    differs = members.struct.field("metadata").list.n_unique() > 1
+    for index in differs.arg_true().to_list():
+        row = members[index]
+        parsed = {i: json.loads(m) for i, m in zip(row["ids"], row["metadata"], strict=True)}
+        keys = sorted({k for meta in parsed.values() for k in meta})
+        conflicts = {
+            key: {i: meta.get(key) for i, meta in parsed.items()}
+            for key in keys
+            if len({canonical_json(meta.get(key)) for meta in parsed.values()}) > 1
+            or any(key not in meta for meta in parsed.values())
+        }
+        out[index] = canonical_json(conflicts)
+    return pl.Series(out, dtype=pl.String)
 
 
 @register(Dedupe)
@@ -173,8 +218,34 @@ def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
     if not node.merge:
         return lf.unique(subset=by, keep="first", maintain_order=True)
     schema = lf.collect_schema()
-    aggs = [_merge_agg(name, dtype) for name, dtype in schema.items() if name not in by]
-    return lf.group_by(by, maintain_order=True).agg(aggs).select(schema.names())
+    earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged
+    best = _best_first(schema)
+    aggs = [
+        _merge_agg(name, dtype, best)
+        for name, dtype in schema.items()
+        if name not in by and name != MERGED_IDS
+    ]
+    others = pl.col("id").sort_by(**best).slice(1)
+    if earlier:
+        others = others.append(pl.col(MERGED_IDS).explode(empty_as_null=False)).drop_nulls()
+    records = [others.unique().sort().alias(MERGED_IDS)]
+    if "metadata" in schema:
+        records += [
+            pl.col("metadata").sort_by("id").alias("__metadata"),
+            pl.col("id").sort().alias("__ids"),
+        ]
+        conflicts = (
+            pl.struct(pl.col("__ids").alias("ids"), pl.col("__metadata").alias("metadata"))
+            .map_batches(_metadata_conflicts, return_dtype=pl.String)
+            .alias(MERGE_CONFLICTS)
+        )
+    else:
+        conflicts = pl.lit(None, dtype=pl.String).alias(MERGE_CONFLICTS)
+    merged = lf.group_by(by, maintain_order=True).agg(aggs + records)
+    if MERGE_CONFLICTS in schema:
+        conflicts = pl.coalesce(conflicts, pl.col(MERGE_CONFLICTS))
+    kept = [n for n in schema.names() if n not in (MERGED_IDS, MERGE_CONFLICTS)]
+    return merged.with_columns(conflicts).select(*kept, MERGED_IDS, MERGE_CONFLICTS)
 
 
 def _scope_key(hashes: pl.Series) -> tuple[str, str]:

@@ -754,14 +754,18 @@ class TopK(Node):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Dedupe(Node):
-    """Keep the first row of each distinct ``by`` value, in input order.
+    """Keep one row per distinct ``by`` value, at its first occurrence's position.
 
-    With ``merge`` (the default) the kept row absorbs its duplicates
-    conservatively: the least trust, the highest sensitivity, the strongest
-    retention, the earliest ``expires_at``, the latest ``valid_from``, the
-    highest priority, and the union of ``sources`` and ``parents`` (first-seen
-    order). Every other column is the first occurrence's. Null keys count as
-    equal to each other.
+    Without ``merge`` the first occurrence is kept as it is. With ``merge``
+    (the default) the row is the group's representative (best rank, then
+    smallest id; nulls rank last) absorbing its duplicates conservatively and
+    independently of their order: the least trust, the highest sensitivity,
+    the strongest retention, the earliest ``expires_at``, the latest
+    ``valid_from``, the highest priority, the best rank, and the sorted union
+    of ``sources`` and ``parents``. It also writes ``merged_ids`` (the other
+    members' ids, sorted; empty for a row without duplicates) and
+    ``merge_conflicts`` (canonical JSON ``{key: {id: value}}`` of metadata keys
+    on which the members differ, or null). Null keys count as equal.
     """
 
     input: Node
@@ -772,6 +776,8 @@ class Dedupe(Node):
         if not self.by:
             raise PlanError("dedupe needs at least one key column")
         self._require(self.by, "dedupe")
+        if self.merge:
+            self._require(("id",), "dedupe(merge=True)")
 
     def label(self) -> str:
         return f"Dedupe by [{', '.join(self.by)}]" + (" merge" if self.merge else "")
@@ -832,6 +838,12 @@ class Rank(Node):
 
 
 _RETENTIONS: Final = ("required", "preferred", "optional")
+
+MERGED_IDS: Final = "merged_ids"
+"""Column written by a merging :class:`Dedupe`: the ids folded into each kept row."""
+
+MERGE_CONFLICTS: Final = "merge_conflicts"
+"""Column written by a merging :class:`Dedupe`: canonical JSON of conflicting metadata."""
 
 QUARANTINE_COLUMN: Final = "quarantine_reason"
 """Column written by :class:`Quarantine`: why a row is held out of packs, or null."""

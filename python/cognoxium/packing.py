@@ -42,7 +42,8 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from cognoxium._plan import QUARANTINE_COLUMN
+from cognoxium._lowering import MERGE_RULES
+from cognoxium._plan import MERGE_CONFLICTS, MERGED_IDS, QUARANTINE_COLUMN
 from cognoxium.exceptions import BudgetError, PackError, PolicyError, SchemaError
 from cognoxium.items import ContextItem, canonical_json
 from cognoxium.policies import ACTIONS, Policy, data_block_expr
@@ -56,6 +57,7 @@ __all__ = [
     "Decision",
     "ManifestEntry",
     "ManifestTotals",
+    "MergeRecord",
     "PackManifest",
     "PolicyOutcome",
     "Reason",
@@ -141,6 +143,22 @@ class PolicyOutcome(BaseModel):
     message: str | None
 
 
+class MergeRecord(BaseModel):
+    """One merge of duplicates: the kept item, the ids folded into it, and how fields resolved.
+
+    ``resolved`` holds the kept item's value of every merge-governed field
+    (see ``merge_rules`` in the manifest); ``metadata_conflicts`` maps each
+    metadata key on which the copies differ to ``{id: value}``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kept: str
+    merged: list[str]
+    resolved: dict[str, Any]
+    metadata_conflicts: dict[str, dict[str, Any]] | None
+
+
 class ManifestTotals(BaseModel):
     """Counts over a manifest's entries."""
 
@@ -178,6 +196,8 @@ class PackManifest(BaseModel):
     totals: ManifestTotals
     policies: list[dict[str, str]] = []
     policy_outcomes: list[PolicyOutcome] = []
+    merges: list[MergeRecord] = []
+    merge_rules: dict[str, str] = {}
     _entries: pl.DataFrame = PrivateAttr()
 
     @property
@@ -554,6 +574,48 @@ def _select_block(
 
 
 _SEVERITY = {action: rank for rank, action in enumerate(ACTIONS)}
+
+
+def _merges(df: pl.DataFrame) -> list[MergeRecord]:
+    """The merges a dedupe recorded in ``merged_ids``/``merge_conflicts``, in input order."""
+    if MERGED_IDS not in df.columns:
+        return []
+    merged = df.filter(pl.col(MERGED_IDS).list.len() > 0)
+    if merged.height == 0:
+        return []
+    fields = [f for f in MERGE_RULES if f in merged.columns]
+    resolved = merged.select(
+        "id",
+        MERGED_IDS,
+        pl.col(MERGE_CONFLICTS) if MERGE_CONFLICTS in merged.columns else pl.lit(None, pl.String),
+        *[
+            pl.col(f).cast(pl.String) if f in ("trust", "sensitivity", "retention") else pl.col(f)
+            for f in fields
+        ],
+    )
+    records = []
+    for row in resolved.iter_rows(named=True):
+        values = {f: row[f] for f in fields}
+        conflicts = row.get(MERGE_CONFLICTS)
+        records.append(
+            MergeRecord(
+                kept=row["id"],
+                merged=row[MERGED_IDS],
+                resolved=json.loads(canonical_json(_jsonable(values))),
+                metadata_conflicts=None if conflicts is None else json.loads(conflicts),
+            )
+        )
+    return records
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def _as_policies(policy: Policy | Sequence[Policy] | None) -> list[Policy]:
@@ -1042,6 +1104,8 @@ def pack(
         totals=totals,
         policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in policies],
         policy_outcomes=outcomes,
+        merges=_merges(df),
+        merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
     )
     manifest._entries = entries
 

@@ -19,7 +19,8 @@ def _reads(node: Node) -> set[str] | None:
             return None
         return {c for key in node.by for c in key.columns}
     if isinstance(node, Dedupe):
-        return set(node.by)
+        # A merge picks its representative by rank and id and reads metadata for conflicts.
+        return set(node.by) | ({"id", "rank", "metadata"} if node.merge else set())
     return set()
 
 
