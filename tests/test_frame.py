@@ -672,7 +672,7 @@ def test_explain_shows_logical_and_optimized_plans(cf: CognitionFrame) -> None:
         '    Filter [(col("priority")) > (dyn int: 0)]',
         '      Sort by col("created_at") desc',
         '        Filter [(col("role")) == ("user")]',
-        "          Scan 5 rows; 22 columns",
+        "          Scan 5 rows; 23 columns",
     ]
     assert q.explain().splitlines() == [
         'Select col("id"), col("text")',
@@ -709,7 +709,7 @@ def test_group_by_agg_is_eager(cf: CognitionFrame) -> None:
 
 def test_repr_is_brief(cf: CognitionFrame) -> None:
     text = repr(cf.filter(pl.col("priority") > 0).limit(2))
-    assert text == "<CognitionFrame Limit <- Filter <- Scan: Scan 5 rows; 22 columns>"
+    assert text == "<CognitionFrame Limit <- Filter <- Scan: Scan 5 rows; 23 columns>"
 
 
 def test_pack_collects_and_delegates(cf: CognitionFrame, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,6 +93,23 @@ def items(draw: st.DrawFn) -> list[ContextItem]:
                 valid_from=draw(st.none() | timestamps),
                 expires_at=draw(st.none() | timestamps),
                 parents=draw(st.lists(st.text(min_size=1, max_size=4), max_size=2)),
+                lineage=draw(
+                    st.lists(
+                        st.builds(
+                            lambda i, h, o, d: {
+                                "parent_id": i,
+                                "parent_hash": h,
+                                "operation": o,
+                                "detail": d,
+                            },
+                            st.text(min_size=1, max_size=4),
+                            st.text(min_size=1, max_size=8),
+                            st.sampled_from(["redact", "merge", "summarise"]),
+                            st.none() | st.text(max_size=6),
+                        ),
+                        max_size=2,
+                    )
+                ),
                 group_id=draw(st.none() | st.sampled_from(["g1", "g2"])),
                 metadata=draw(st.dictionaries(st.text(max_size=5), json_values, max_size=3)),
             )

@@ -328,9 +328,9 @@ def test_format_plan_is_an_indented_tree(scan: Scan) -> None:
     assert format_plan(join).splitlines() == [
         "Join inner on [id]",
         "  Limit 1",
-        "    Scan 3 rows; 22 columns",
+        "    Scan 3 rows; 23 columns",
         "  Dedupe by [content_hash] merge",
-        "    Scan 3 rows; 22 columns",
+        "    Scan 3 rows; 23 columns",
     ]
     rank = Rank(input=scan, method="bm25", query="refund")
     assert rank.label() == "Rank bm25 query='refund'"

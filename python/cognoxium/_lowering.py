@@ -161,6 +161,7 @@ MERGE_RULES: dict[str, str] = {
     "rank": "best rank",
     "sources": "union, sorted by uri",
     "parents": "union, sorted",
+    "lineage": "union, plus a merge edge from each folded copy, sorted",
 }
 """How Dedupe(merge=True) resolves each policy column; other columns are the representative's."""
 
@@ -171,7 +172,10 @@ def _best_first(schema: pl.Schema) -> dict[str, Any]:
     return {"by": by, "descending": [c == "rank" for c in by], "nulls_last": True}
 
 
-def _merge_agg(name: str, dtype: pl.DataType, best: dict[str, Any]) -> pl.Expr:
+_EDGE = "__cognoxium_edge"
+
+
+def _merge_agg(name: str, dtype: pl.DataType, best: dict[str, Any], edges: bool) -> pl.Expr:
     """How Dedupe(merge=True) combines one column over a group of duplicates."""
     col = pl.col(name)
     canonical = POLARS_SCHEMA.get(name)
@@ -181,8 +185,14 @@ def _merge_agg(name: str, dtype: pl.DataType, best: dict[str, Any]) -> pl.Expr:
         return col.max()  # untrusted > trusted; restricted is the highest sensitivity
     if name in ("retention", "expires_at"):
         return col.min()  # required is the strongest retention
-    union = col.list.explode(keep_nulls=False, empty_as_null=False).unique()
-    if name == "sources":
+    union = col.list.explode(keep_nulls=False, empty_as_null=False)
+    if name == "lineage" and edges:  # the folded copies become merge edges
+        union = union.append(pl.col(_EDGE).sort_by(**best).slice(1)).drop_nulls()
+    union = union.unique()
+    if name == "lineage":
+        fields = [union.struct.field(f) for f in ("parent_id", "parent_hash", "operation")]
+        union = union.sort_by(*fields, union.struct.field("detail"), nulls_last=True)
+    elif name == "sources":
         union = union.sort_by(
             union.struct.field("uri"),
             union.struct.field("kind"),
@@ -191,7 +201,8 @@ def _merge_agg(name: str, dtype: pl.DataType, best: dict[str, Any]) -> pl.Expr:
         )
     else:
         union = union.sort()
-    return union.implode()
+    # A row without duplicates keeps its own list, in its own order.
+    return pl.when(pl.len() > 1).then(union.implode()).otherwise(col.first())
 
 
 def _metadata_conflicts(members: pl.Series) -> pl.Series:
@@ -220,8 +231,9 @@ def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
     schema = lf.collect_schema()
     earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged
     best = _best_first(schema)
+    edges = "lineage" in schema and "content_hash" in schema
     aggs = [
-        _merge_agg(name, dtype, best)
+        _merge_agg(name, dtype, best, edges)
         for name, dtype in schema.items()
         if name not in by and name != MERGED_IDS
     ]
@@ -241,6 +253,15 @@ def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
         )
     else:
         conflicts = pl.lit(None, dtype=pl.String).alias(MERGE_CONFLICTS)
+    if edges:
+        lf = lf.with_columns(
+            pl.struct(
+                pl.col("id").alias("parent_id"),
+                pl.col("content_hash").alias("parent_hash"),
+                pl.lit("merge").alias("operation"),
+                pl.lit(None, pl.String).alias("detail"),
+            ).alias(_EDGE)
+        )
     merged = lf.group_by(by, maintain_order=True).agg(aggs + records)
     if MERGE_CONFLICTS in schema:
         conflicts = pl.coalesce(conflicts, pl.col(MERGE_CONFLICTS))

@@ -798,6 +798,46 @@ class CognitionFrame:
             )
         )
 
+    # -- lineage ------------------------------------------------------------
+
+    def lineage(self) -> pl.DataFrame:
+        """The lineage edges of the frame's items (runs the plan), children in row order.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per step: ``child_id``, ``child_hash``, ``parent_id``,
+            ``parent_hash``, ``operation`` (``derive`` for ``parents``;
+            ``merge``, ``redact``, ... for content-changing steps) and
+            ``detail``. See :mod:`cognoxium.lineage`.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([
+        ...     {"id": "t1", "role": "user", "text": "I moved to Lyon."},
+        ...     {"id": "t2", "role": "user", "text": "I moved to Lyon."},
+        ...     {"id": "m1", "role": "memory", "text": "Lives in Lyon.", "parents": ["t1"]},
+        ... ])
+        >>> cf.dedupe().lineage().select("child_id", "parent_id", "operation").rows()
+        [('t1', 't2', 'merge'), ('m1', 't1', 'derive')]
+        """
+        from cognoxium.lineage import lineage_edges
+
+        self._require_item_columns("lineage")
+        return lineage_edges(self.collect())
+
+    def ancestors(self, item_id: str) -> pl.DataFrame:
+        """Every edge from ``item_id`` back to its origins, with a ``depth`` column (1 = own)."""
+        from cognoxium.lineage import ancestors
+
+        return ancestors(self.lineage(), item_id)
+
+    def descendants(self, item_id: str) -> pl.DataFrame:
+        """Every edge from ``item_id`` to what was made from it, with a ``depth`` column."""
+        from cognoxium.lineage import descendants
+
+        return descendants(self.lineage(), item_id)
+
     # -- inspection ---------------------------------------------------------
 
     @property
@@ -831,11 +871,11 @@ class CognitionFrame:
         Limit 2
           Filter [(col("role")) == ("user")]
             Sort by col("id") desc
-              Scan 3 rows; 22 columns
+              Scan 3 rows; 23 columns
         >>> print(q.explain())
         TopK 2 by col("id") desc
           Filter [(col("role")) == ("user")]
-            Scan 3 rows; 22 columns
+            Scan 3 rows; 23 columns
         """
         plan = self._optimized(optimizations) if optimized else self._plan
         return format_plan(plan)
@@ -860,7 +900,7 @@ class CognitionFrame:
         --------
         >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
         >>> cf.collect(OptFlags.none()).shape
-        (1, 22)
+        (1, 23)
         """
         return self.lazy(optimizations=optimizations).collect()
 

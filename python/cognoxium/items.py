@@ -31,6 +31,7 @@ __all__ = [
     "Binary",
     "ContextItem",
     "Json",
+    "LineageEdge",
     "Payload",
     "Reference",
     "Retention",
@@ -227,6 +228,30 @@ class Source(BaseModel):
         return None if value is None else value.astimezone(UTC)
 
 
+class LineageEdge(BaseModel):
+    """One step of an item's derivation: what it was made from, and how.
+
+    Parameters
+    ----------
+    parent_id, parent_hash
+        The input item's id and content hash (the hash pins the exact
+        content, so an item redacted in place points at its own earlier
+        version).
+    operation
+        How the item was made from the input: ``redact``, ``merge``,
+        ``summarise``, ``replace``, ...
+    detail
+        Free text about the step (for example redaction counts as canonical
+        JSON), or ``None``.
+    """
+
+    model_config = _FROZEN
+    parent_id: str = Field(min_length=1)
+    parent_hash: str = Field(min_length=1)
+    operation: str = Field(min_length=1)
+    detail: str | None = None
+
+
 def _new_id() -> str:
     return str(uuid.uuid4())
 
@@ -267,6 +292,9 @@ class ContextItem(BaseModel):
         ``valid_from <= as_of < expires_at``.
     parents
         Ids of the items this one was derived from (lineage).
+    lineage
+        The content-changing steps behind this item (:class:`LineageEdge`),
+        oldest first: each names an input by id and content hash.
     group_id
         Items sharing a group id are packed or dropped together.
     metadata
@@ -301,6 +329,7 @@ class ContextItem(BaseModel):
     valid_from: AwareDatetime | None = None
     expires_at: AwareDatetime | None = None
     parents: tuple[str, ...] = ()
+    lineage: tuple[LineageEdge, ...] = ()
     group_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 

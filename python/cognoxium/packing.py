@@ -46,6 +46,7 @@ from cognoxium._lowering import MERGE_RULES
 from cognoxium._plan import MERGE_CONFLICTS, MERGED_IDS, QUARANTINE_COLUMN
 from cognoxium.exceptions import BudgetError, PackError, PolicyError, SchemaError
 from cognoxium.items import ContextItem, canonical_json
+from cognoxium.lineage import lineage_edges
 from cognoxium.policies import ACTIONS, Policy, data_block_expr
 from cognoxium.ranking import packed_text_expr
 from cognoxium.schema import COLUMNS, POLARS_SCHEMA, frame_to_items
@@ -179,7 +180,9 @@ class PackManifest(BaseModel):
     included entries' ``tokens`` plus ``pack_overhead_tokens`` (the reply
     priming of the chat format, paid once when the pack is not empty).
     The canonical JSON (:meth:`to_json`) is byte-identical for the same
-    ordered input, settings and token profile.
+    ordered input, settings and token profile. ``lineage`` holds the lineage
+    edges of the included items (see :mod:`cognoxium.lineage`), ``merges``
+    the merges a dedupe made, ``policy_outcomes`` what policies decided.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -198,6 +201,7 @@ class PackManifest(BaseModel):
     policy_outcomes: list[PolicyOutcome] = []
     merges: list[MergeRecord] = []
     merge_rules: dict[str, str] = {}
+    lineage: list[dict[str, str | None]] = []
     _entries: pl.DataFrame = PrivateAttr()
 
     @property
@@ -1105,6 +1109,7 @@ def pack(
         policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in policies],
         policy_outcomes=outcomes,
         merges=_merges(df),
+        lineage=lineage_edges(df[selected]).to_dicts(),
         merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
     )
     manifest._entries = entries

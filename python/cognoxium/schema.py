@@ -29,6 +29,7 @@ created_at     timestamp[us, UTC]           creation time
 valid_from     timestamp[us, UTC]           start of validity, null for always
 expires_at     timestamp[us, UTC]           end of validity (exclusive), null for never
 parents        large_list<large_string>     lineage: ids this item derives from
+lineage        large_list<struct>           parent_id, parent_hash, operation, detail
 group_id       large_string                 items of one group pack or drop together
 metadata       large_string                 canonical JSON object
 =============  ===========================  ==============================================
@@ -71,7 +72,7 @@ __all__ = [
     "to_arrow",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of :data:`SCHEMA`; bumped on any incompatible change."""
 
 PAYLOAD_KINDS: tuple[str, ...] = ("text", "json", "binary", "reference")
@@ -92,6 +93,15 @@ _SOURCE = pa.struct(
         ("kind", pa.large_string()),
         ("title", pa.large_string()),
         ("retrieved_at", _TS),
+    ]
+)
+
+_EDGE = pa.struct(
+    [
+        ("parent_id", pa.large_string()),
+        ("parent_hash", pa.large_string()),
+        ("operation", pa.large_string()),
+        ("detail", pa.large_string()),
     ]
 )
 
@@ -117,6 +127,7 @@ SCHEMA: pa.Schema = pa.schema(
         ("valid_from", _TS),
         ("expires_at", _TS),
         ("parents", pa.large_list(pa.large_string())),
+        ("lineage", pa.large_list(_EDGE)),
         ("group_id", pa.large_string()),
         ("metadata", pa.large_string()),
     ],
@@ -153,6 +164,16 @@ POLARS_SCHEMA = pl.Schema(
         "valid_from": _PL_TS,
         "expires_at": _PL_TS,
         "parents": pl.List(pl.String),
+        "lineage": pl.List(
+            pl.Struct(
+                {
+                    "parent_id": pl.String,
+                    "parent_hash": pl.String,
+                    "operation": pl.String,
+                    "detail": pl.String,
+                }
+            )
+        ),
         "group_id": pl.String,
         "metadata": pl.String,
     }
@@ -196,6 +217,7 @@ def _item_row(item: ContextItem) -> dict[str, Any]:
         "valid_from": item.valid_from,
         "expires_at": item.expires_at,
         "parents": list(item.parents),
+        "lineage": [edge.model_dump() for edge in item.lineage],
         "group_id": item.group_id,
         "metadata": canonical_json(item.metadata),
     }
@@ -261,6 +283,7 @@ def _row_to_item_data(row: Mapping[str, Any]) -> dict[str, Any]:
         "valid_from": row["valid_from"],
         "expires_at": row["expires_at"],
         "parents": row["parents"],
+        "lineage": row["lineage"],
         "group_id": row["group_id"],
         "metadata": json.loads(row["metadata"]),
         "content_hash": row["content_hash"],
@@ -459,7 +482,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
 
     Missing optional columns get their defaults (``trust`` untrusted,
     ``sensitivity`` internal, ``retention`` optional, ``priority`` 0, empty
-    ``sources``/``parents``, ``metadata`` ``{}``); a missing ``id`` gets random
+    ``sources``/``parents``/``lineage``, ``metadata`` ``{}``); a missing ``id`` gets random
     UUIDs and a missing ``created_at`` the current UTC time (neither is
     reproducible). ``payload_kind`` is inferred from the non-null payload
     column when absent. ``content_hash`` is computed, and checked where given.
@@ -521,7 +544,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
             fill.append(pl.Series(name, [str(uuid.uuid4()) for _ in range(n)], pl.String))
         elif name == "created_at":
             fill.append(pl.lit(datetime.now(UTC), dtype=_PL_TS).alias(name))
-        elif name in ("sources", "parents"):
+        elif name in ("sources", "parents", "lineage"):
             fill.append(pl.lit([], dtype=dtype).alias(name))
         elif name in _DEFAULTS:
             fill.append(pl.lit(_DEFAULTS[name]).alias(name))

@@ -1,0 +1,89 @@
+"""Lineage edges: from parents and from content-changing steps; traversal; persistence."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from cognoxium import CognitionFrame
+from cognoxium.io import read_jsonl, read_parquet, write_jsonl, write_parquet
+
+AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
+T0 = "2024-01-01T00:00:00Z"
+
+
+def frame() -> CognitionFrame:
+    return CognitionFrame(
+        [
+            {"id": "t1", "role": "user", "text": "I moved to Lyon in May.", "created_at": T0},
+            {
+                "id": "t2",
+                "role": "user",
+                "text": "I moved to Lyon in May.",
+                "rank": 2.0,
+                "created_at": T0,
+            },
+            {
+                "id": "m1",
+                "role": "memory",
+                "text": "Lives in Lyon since May.",
+                "parents": ["t1"],
+                "created_at": T0,
+            },
+            {
+                "id": "s1",
+                "role": "memory",
+                "text": "Summary: moved to Lyon.",
+                "parents": ["m1", "gone"],
+                "created_at": T0,
+            },
+        ]
+    )
+
+
+def test_edges_from_parents_and_merges() -> None:
+    edges = frame().dedupe().lineage()
+    rows = edges.select("child_id", "parent_id", "operation").rows()
+    assert rows == [
+        ("t2", "t1", "merge"),
+        ("m1", "t1", "derive"),
+        ("s1", "m1", "derive"),
+        ("s1", "gone", "derive"),
+    ]
+    hashes = dict(frame().collect().select("id", "content_hash").rows())
+    merge = edges.row(0, named=True)
+    assert merge["parent_hash"] == hashes["t1"] == merge["child_hash"]
+    assert edges.filter(pl.col("parent_id") == "gone")["parent_hash"].to_list() == [None]
+
+
+def test_ancestors_and_descendants() -> None:
+    cf = frame()
+    up = cf.ancestors("s1")
+    assert sorted(up.select("parent_id", "depth").rows()) == [("gone", 1), ("m1", 1), ("t1", 2)]
+    down = cf.descendants("t1")
+    assert sorted(down.select("child_id", "depth").rows()) == [("m1", 1), ("s1", 2)]
+    assert cf.ancestors("t1").height == 0
+
+
+def test_lineage_survives_parquet_and_jsonl(tmp_path: Path) -> None:
+    merged = frame().dedupe().collect().drop("merged_ids", "merge_conflicts")
+    write_parquet(merged, tmp_path / "items.parquet")
+    write_jsonl(merged, tmp_path / "items.jsonl")
+    expected = CognitionFrame(merged).lineage()
+    for df in (read_parquet(tmp_path / "items.parquet"), read_jsonl(tmp_path / "items.jsonl")):
+        assert CognitionFrame(df).lineage().equals(expected)
+
+
+def test_manifest_links_included_items_to_their_lineage() -> None:
+    result = frame().dedupe().pack(1000, as_of=AS_OF)
+    linked = {(e["child_id"], e["parent_id"], e["operation"]) for e in result.manifest.lineage}
+    assert linked == {
+        ("t2", "t1", "merge"),
+        ("m1", "t1", "derive"),
+        ("s1", "m1", "derive"),
+        ("s1", "gone", "derive"),
+    }
+    small = frame().dedupe().filter(pl.col("id") == "m1").pack(1000, as_of=AS_OF)
+    assert [e["child_id"] for e in small.manifest.lineage] == ["m1"]
