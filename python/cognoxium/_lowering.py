@@ -28,6 +28,7 @@ from cognoxium._plan import (
     Node,
     Quarantine,
     Rank,
+    Redact,
     Scan,
     Select,
     Sort,
@@ -372,3 +373,45 @@ def _demote(node: Demote, lf: pl.LazyFrame) -> pl.LazyFrame:
             .alias("priority")
         )
     return _with_match(lf, node.predicate, node.metadata_dtype).with_columns(changes).drop(_MATCH)
+
+
+REDACTIONS = "redactions"
+REDACTED_FROM = "redacted_from"
+
+
+@register(Redact)
+def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
+    from cognoxium.redaction import redact_frame
+
+    schema = lf.collect_schema()
+    out_schema = pl.Schema(schema)
+    out_schema[REDACTIONS] = pl.String()
+    out_schema[REDACTED_FROM] = pl.String()
+
+    def run(df: pl.DataFrame) -> pl.DataFrame:
+        before = df.get_column("content_hash")
+        out = redact_frame(df, style=node.style, key=node.key, types=node.types)  # type: ignore[arg-type]
+        if "lineage" not in out.columns:
+            return out
+        edge = pl.struct(
+            pl.col("id").alias("parent_id"),
+            pl.lit(before).alias("parent_hash"),
+            pl.lit("redact").alias("operation"),
+            pl.col(REDACTIONS).alias("detail"),
+        )
+        changed = pl.col("content_hash") != pl.lit(before)
+        return out.with_columns(
+            pl.when(changed)
+            .then(pl.col("lineage").list.concat(pl.concat_list(edge)))
+            .otherwise(pl.col("lineage"))
+            .alias("lineage")
+        )
+
+    return lf.map_batches(
+        run,
+        schema=out_schema,
+        predicate_pushdown=False,
+        projection_pushdown=False,
+        slice_pushdown=False,
+        streamable=False,
+    )

@@ -46,6 +46,7 @@ __all__ = [
     "Node",
     "Quarantine",
     "Rank",
+    "Redact",
     "Scan",
     "Select",
     "Sort",
@@ -879,6 +880,34 @@ class Quarantine(Node):
     def label(self) -> str:
         what = "default detector" if self.predicate is None else str(self.predicate)
         return f"Quarantine {what} reason={self.reason!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Redact(Node):
+    """Replace recognised sensitive values in Text and Json payloads; rows and order kept.
+
+    See :func:`cognoxium.redaction.redact_frame`: changed rows get the new
+    content hash and a ``redact`` lineage edge to their previous content;
+    ``redactions`` counts redactions by type (canonical JSON) and
+    ``redacted_from`` holds the previous hash. The key of the ``hash`` style
+    is never shown. A barrier: no optimizer rule moves a node across it.
+    """
+
+    barrier = True
+    input: Node
+    style: str = "placeholder"
+    key: bytes | None = field(default=None, repr=False)
+    types: tuple[str, ...] | None = None
+
+    def _check(self) -> None:
+        from cognoxium.redaction import redact_text
+
+        redact_text("", style=self.style, key=self.key, types=self.types)  # type: ignore[arg-type]
+        self._require(("id", "payload_kind", "text", "json", "content_hash"), "redact")
+
+    def label(self) -> str:
+        types = "all types" if self.types is None else ", ".join(self.types)
+        return f"Redact {types} style={self.style}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

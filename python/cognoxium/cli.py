@@ -32,6 +32,7 @@ Errors are printed to standard error as one message, without a traceback.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -414,6 +415,86 @@ def locomo_command(
         f"malformed, {imported.get('question_evidence_missing', 0)} naming no turn"
     )
     console.print(f"wrote {out / 'report.json'}")
+
+
+class Style(StrEnum):
+    """Redaction styles offered by ``cognoxium redact``."""
+
+    PLACEHOLDER = "placeholder"
+    MASK = "mask"
+    HASH = "hash"
+
+
+@app.command(
+    "redact",
+    epilog=(
+        "Example:\n\n"
+        "  cognoxium redact items.jsonl redacted.parquet --types EMAIL,PHONE\n\n"
+        "  COGNOXIUM_REDACT_KEY=... cognoxium redact items.jsonl out.jsonl --style hash"
+    ),
+)
+def redact_command(
+    source: Annotated[
+        Path, typer.Argument(help="Items: a .jsonl or .parquet file.", **_EXISTING_FILE)
+    ],
+    target: Annotated[
+        Path, typer.Argument(help="Where to write the redacted items: .jsonl or .parquet.")
+    ],
+    style: Annotated[Style, typer.Option(help="How a value is replaced.")] = Style.PLACEHOLDER,
+    types: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated recogniser types (default: all), e.g. EMAIL,PHONE."),
+    ] = None,
+    key_env: Annotated[
+        str,
+        typer.Option(help="Environment variable holding the HMAC key of the hash style."),
+    ] = "COGNOXIUM_REDACT_KEY",
+) -> None:
+    """Redact PII and secrets in the Text and Json payloads of SOURCE into TARGET.
+
+    Changed items get a new content hash and a redact lineage edge to their
+    previous content. Prints the redactions by type. TARGET is written
+    atomically, in the format its suffix names.
+    """
+    import os
+
+    from cognoxium.frame import CognitionFrame
+    from cognoxium.io import read_items, write_jsonl, write_parquet
+    from cognoxium.schema import COLUMNS
+
+    writers = {".jsonl": write_jsonl, ".ndjson": write_jsonl, ".parquet": write_parquet}
+    writer = writers.get(target.suffix.lower())
+    if writer is None:
+        typer.echo(f"error: {target}: unsupported file type; use .jsonl or .parquet", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    kinds = None if types is None else [t.strip() for t in types.split(",") if t.strip()]
+    key = os.environ.get(key_env) if style is Style.HASH else None
+    try:
+        frame = CognitionFrame(read_items(source)).redact(style=style.value, key=key, types=kinds)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", source)
+    except CognoxiumError as exc:
+        if style is Style.HASH and key is None:
+            typer.echo(f"error: the hash style needs a key in ${key_env}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        _fail(exc, EXIT_BAD_INPUT)
+    redacted = frame.collect()
+    try:
+        writer(redacted.select(COLUMNS), target)
+    except OSError as exc:
+        _fail_io(exc, "write", target)
+    totals: dict[str, int] = {}
+    for text in redacted.get_column("redactions").to_list():
+        for kind, count in json.loads(text).items():
+            totals[kind] = totals.get(kind, 0) + count
+    changed = int(redacted.get_column("redacted_from").is_not_null().sum())
+    table = Table(title=f"{changed} of {redacted.height} items redacted")
+    table.add_column("type")
+    table.add_column("redactions", justify="right")
+    for kind, count in sorted(totals.items()):
+        table.add_row(kind, str(count))
+    Console(highlight=False).print(table)
+    typer.echo(f"wrote {target}")
 
 
 def main() -> None:

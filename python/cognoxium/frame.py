@@ -33,6 +33,7 @@ from cognoxium._plan import (
     Node,
     Quarantine,
     Rank,
+    Redact,
     Scan,
     Select,
     Sort,
@@ -745,6 +746,54 @@ class CognitionFrame:
         return self._wrap(
             Quarantine(input=self._plan, predicate=expr, reason=reason, metadata_dtype=dtype)
         )
+
+    def redact(
+        self,
+        *,
+        style: str = "placeholder",
+        key: bytes | str | None = None,
+        types: Sequence[str] | str | None = None,
+    ) -> CognitionFrame:
+        """Replace recognised sensitive values (PII, secrets) in Text and Json payloads.
+
+        Recognisers: email, phone numbers in international formats, payment
+        cards (Luhn), IBAN (mod-97), IP addresses, secrets and API keys, US
+        SSN (see :mod:`cognoxium.redaction`). A changed item gets a new
+        content hash and a ``redact`` lineage edge to its previous content;
+        the ``redactions`` column counts redactions by type (canonical JSON)
+        and the manifest reports them per item, never a raw value. Redacting
+        twice changes nothing. This step is a barrier: the optimizer moves no
+        filter, sort or limit across it.
+
+        Parameters
+        ----------
+        style
+            ``"placeholder"`` (``[EMAIL]``), ``"mask"`` (``*``) or ``"hash"``
+            (``[EMAIL:3f2a9c1d]``, an HMAC-SHA256 of the value under ``key``:
+            the same value gives the same token within a run).
+        key
+            The HMAC key for the ``hash`` style (bytes or text).
+        types
+            The recogniser types to apply; all by default.
+
+        Raises
+        ------
+        PlanError
+            On an unknown style or type, or the ``hash`` style without a key.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user",
+        ...                       "text": "Mail ana.example@example.org, tel +44 20 7946 0958"}])
+        >>> out = cf.redact().collect()
+        >>> out.select("text", "redactions").row(0)
+        ('Mail [EMAIL], tel [PHONE]', '{"EMAIL":1,"PHONE":1}')
+        >>> cf.redact().lineage().select("child_id", "operation").rows()
+        [('a', 'redact')]
+        """
+        raw = key.encode("utf-8") if isinstance(key, str) else key
+        kinds = None if types is None else ((types,) if isinstance(types, str) else tuple(types))
+        return self._wrap(Redact(input=self._plan, style=style, key=raw, types=kinds))
 
     def demote(
         self,

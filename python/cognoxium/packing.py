@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from cognoxium._lowering import MERGE_RULES
+from cognoxium._lowering import MERGE_RULES, REDACTIONS
 from cognoxium._plan import MERGE_CONFLICTS, MERGED_IDS, QUARANTINE_COLUMN
 from cognoxium.exceptions import BudgetError, PackError, PolicyError, SchemaError
 from cognoxium.items import ContextItem, canonical_json
@@ -109,7 +109,9 @@ class ManifestEntry(BaseModel):
     ``tokens`` is the item's cost (content plus framing) in tokens, or
     ``None`` when it was never counted because it provably could not matter.
     ``detail`` says more about the reason (the quarantine reason), or ``None``;
-    ``provenance`` lists a quarantined item's source URIs (``None`` otherwise).
+    ``provenance`` lists a quarantined item's source URIs (``None`` otherwise);
+    ``redactions`` is the canonical JSON ``{TYPE: count}`` of the item's
+    redactions (``None`` when it had none) and never a redacted value.
     ``position`` is the item's 0-based input index and ``pack_position`` its
     index in the pack, or ``None``.
     """
@@ -128,6 +130,7 @@ class ManifestEntry(BaseModel):
     reason: Reason
     detail: str | None
     provenance: list[str] | None
+    redactions: str | None
     tokens: int | None
     pack_position: int | None
 
@@ -171,6 +174,7 @@ class ManifestTotals(BaseModel):
     counted: int
     not_counted: int
     by_reason: dict[str, int]
+    redactions: dict[str, int] = {}
 
 
 class PackManifest(BaseModel):
@@ -247,6 +251,7 @@ _ENTRY_SCHEMA = pl.Schema(
         "reason": pl.Enum([r.value for r in Reason]),
         "detail": pl.String(),
         "provenance": pl.List(pl.String()),
+        "redactions": pl.String(),
         "tokens": pl.Int64(),
         "pack_position": pl.Int64(),
     }
@@ -578,6 +583,15 @@ def _select_block(
 
 
 _SEVERITY = {action: rank for rank, action in enumerate(ACTIONS)}
+
+
+def _redaction_totals(entries: pl.DataFrame) -> dict[str, int]:
+    """Redactions by type over all entries (the items that had any)."""
+    totals: dict[str, int] = {}
+    for text in entries.get_column("redactions").drop_nulls().to_list():
+        for kind, count in json.loads(text).items():
+            totals[kind] = totals.get(kind, 0) + int(count)
+    return dict(sorted(totals.items()))
 
 
 def _merges(df: pl.DataFrame) -> list[MergeRecord]:
@@ -1059,6 +1073,9 @@ def pack(
                     .then(pl.col("sources").list.eval(pl.element().struct.field("uri")))
                     .alias("provenance")
                 ).to_series(),
+                "redactions": df.get_column(REDACTIONS).replace("{}", None)
+                if REDACTIONS in df.columns
+                else pl.Series(REDACTIONS, [None] * n, pl.String),
                 "tokens": row_tokens,
                 "pack_position": pack_position,
             }
@@ -1081,6 +1098,7 @@ def pack(
         counted=counted,
         not_counted=n - counted,
         by_reason={r.value: int(c) for r, c in sorted(zip(_REASONS, by_reason, strict=True)) if c},
+        redactions=_redaction_totals(entries),
     )
     settings = {
         "as_of": when.isoformat(),

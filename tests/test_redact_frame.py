@@ -1,0 +1,129 @@
+"""frame.redact(): a barrier step whose counts reach the manifest and whose steps reach lineage."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+from cognoxium import CognitionFrame, OptFlags
+from cognoxium.cli import app
+from cognoxium.exceptions import PlanError
+from cognoxium.io import read_items
+
+AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
+T0 = "2024-01-01T00:00:00Z"
+PII = {
+    "CREDIT_CARD": ["2221 0000 0000 0009", "3782 822463 10005"],
+    "IBAN": ["DE89 3704 0044 0532 0130 00"],
+    "PHONE": ["+44 20 7946 0958"],
+    "EMAIL": ["ana.example@example.org"],
+}
+CASE = (
+    "Card 2221 0000 0000 0009, Amex 3782 822463 10005, IBAN DE89 3704 0044 0532 0130 00, "
+    "tel +44 20 7946 0958, ana.example@example.org"
+)
+
+
+def frame(text: str = CASE) -> CognitionFrame:
+    return CognitionFrame(
+        [
+            {"id": "pii", "role": "user", "text": text, "created_at": T0},
+            {"id": "plain", "role": "user", "text": "nothing to see", "created_at": T0},
+        ]
+    )
+
+
+def test_the_five_values_become_typed_placeholders_counted_in_the_manifest() -> None:
+    result = frame().redact().pack(500, as_of=AS_OF)
+    assert result.messages[0]["content"] == (
+        "Card [CREDIT_CARD], Amex [CREDIT_CARD], IBAN [IBAN], tel [PHONE], [EMAIL]"
+    )
+    entries = dict(result.manifest.to_polars().select("id", "redactions").rows())
+    assert json.loads(entries["pii"]) == {"CREDIT_CARD": 2, "EMAIL": 1, "IBAN": 1, "PHONE": 1}
+    assert entries["plain"] is None
+    assert result.manifest.totals.redactions == {
+        "CREDIT_CARD": 2,
+        "EMAIL": 1,
+        "IBAN": 1,
+        "PHONE": 1,
+    }
+    text = result.manifest.to_json()
+    for values in PII.values():
+        for value in values:
+            assert value not in text
+    (edge,) = result.manifest.lineage
+    original = frame().collect().row(0, named=True)["content_hash"]
+    assert (edge["operation"], edge["parent_hash"]) == ("redact", original)
+
+
+def test_redacting_twice_changes_nothing() -> None:
+    once = frame().redact().collect()
+    twice = frame().redact().redact().collect()
+    assert_frame_equal(once.drop("redactions"), twice.drop("redactions"))
+    assert twice.row(0, named=True)["lineage"] == once.row(0, named=True)["lineage"]
+
+
+def test_filters_never_move_below_redact() -> None:
+    query = frame().redact().filter(pl.col("text").str.contains("@", literal=True))
+    assert "Redact" in query.explain().splitlines()[-2]
+    assert_frame_equal(query.collect(), query.collect(OptFlags.none()))
+    assert query.collect().height == 0
+
+
+def test_bad_arguments_fail_at_the_call() -> None:
+    with pytest.raises(PlanError, match="style"):
+        frame().redact(style="shred")
+    with pytest.raises(PlanError, match="needs a key"):
+        frame().redact(style="hash")
+    with pytest.raises(PlanError, match="NAME"):
+        frame().redact(types=["NAME"])
+
+
+_RAW = [value for values in PII.values() for value in values]
+_filler = st.sampled_from(["hello", "call me at", "my card:", "write to", "ok", "\n", "{}"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(st.one_of(_filler, st.sampled_from(_RAW)), max_size=8))
+def test_no_recognised_value_reaches_a_manifest(parts: list[str]) -> None:
+    text = " ".join(parts)
+    manifest = frame(text).redact().pack(2000, as_of=AS_OF).manifest.to_json()
+    for values in PII.values():
+        for value in values:
+            assert value not in manifest
+
+
+def test_cli_redacts_a_file_and_names_bad_arguments(tmp_path: Path) -> None:
+    source = tmp_path / "items.jsonl"
+    source.write_text(json.dumps({"id": "a", "role": "user", "text": CASE, "created_at": T0}))
+    runner = CliRunner()
+    result = runner.invoke(app, ["redact", str(source), str(tmp_path / "out.parquet")])
+    assert result.exit_code == 0, result.output
+    assert "CREDIT_CARD" in result.output
+    out = read_items(tmp_path / "out.parquet")
+    assert out.row(0, named=True)["text"].count("[CREDIT_CARD]") == 2
+    assert CognitionFrame(out).lineage()["operation"].to_list() == ["redact"]
+    bad = runner.invoke(app, ["redact", str(source), str(tmp_path / "out.csv")])
+    assert bad.exit_code == 1
+    keyless = runner.invoke(
+        app,
+        [
+            "redact",
+            str(source),
+            str(tmp_path / "o.jsonl"),
+            "--style",
+            "hash",
+            "--key-env",
+            "COGNOXIUM_TEST_NO_SUCH_KEY",
+        ],
+    )
+    assert keyless.exit_code == 1
+    assert not (tmp_path / "o.jsonl").exists()
