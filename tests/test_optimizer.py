@@ -416,6 +416,7 @@ def _ops(
                     "join",
                     "quarantine",
                     "demote",
+                    "redact",
                 ]
             )
         )
@@ -512,6 +513,8 @@ def _ops(
             choices.append(
                 (kind, lambda cf, k=k: cf.quarantine(pl.col("priority") > k, reason=f"p>{k}"))
             )
+        elif kind == "redact":
+            choices.append((kind, lambda cf: cf.redact(types=["EMAIL", "PHONE"])))
         elif kind == "demote":
             r = draw(st.sampled_from(roles))
             choices.append(
