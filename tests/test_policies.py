@@ -175,3 +175,22 @@ def test_boundary_holds_after_any_optimized_query(items: list, budget: int, seed
         if trust == "untrusted":
             assert message["role"] == "user"
             assert message["content"].endswith(DATA_BLOCK_CLOSE)
+
+
+def test_renderings_are_recorded_for_packed_items_only() -> None:
+    many = CognitionFrame(
+        [
+            {
+                "id": f"d{i}",
+                "role": "document",
+                "text": f"untrusted note {i} " * 30,
+                "created_at": T0,
+            }
+            for i in range(50)
+        ]
+    )
+    result = many.pack(300, as_of=AS_OF, policy=BoundaryPolicy())
+    recorded = [o.id for o in result.manifest.policy_outcomes]
+    assert recorded == result.ids
+    assert 0 < len(recorded) < 50
+    assert {o.rule for o in result.manifest.policy_outcomes} == {"untrusted_as_data"}

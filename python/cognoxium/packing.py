@@ -695,38 +695,39 @@ def _judge(verdicts: list[pl.DataFrame]) -> pl.DataFrame | None:
     )
 
 
-def _outcomes(
+_RENDERING = ("render_as_user", "render_as_data")
+
+
+def _judged(
+    df: pl.DataFrame, policy: Policy, verdict: pl.DataFrame, keep: pl.Series
+) -> pl.DataFrame:
+    """One policy's non-``allow`` outcomes on the rows ``keep`` marks, with their positions."""
+    return (
+        verdict.with_columns(id=df.get_column("id"), position=pl.int_range(df.height), keep=keep)
+        .filter(pl.col("keep") & (pl.col("action") != "allow"))
+        .select(pl.lit(policy.name).alias("policy"), "rule", "id", "action", "message", "position")
+    )
+
+
+def _check_outcomes(
     df: pl.DataFrame,
     policies: list[Policy],
     verdicts: list[pl.DataFrame],
     reason: np.ndarray,
     tier: np.ndarray,
-) -> list[PolicyOutcome]:
-    """The non-``allow`` outcomes for packable rows; raise for errors and dropped required items."""
-    if not policies:
-        return []
-    packable = pl.Series((reason == _NONE) | (reason == _CODE[Reason.POLICY]))
-    required = pl.Series(tier == 0)
-    found: list[dict[str, Any]] = []
+) -> None:
+    """Raise PolicyError for ``error`` outcomes and for required items a policy excludes."""
+    packable = (reason == _NONE) | (reason == _CODE[Reason.POLICY])
     errors: list[dict[str, Any]] = []
-    for p, checked in zip(policies, verdicts, strict=True):
-        verdict = checked.with_columns(
-            id=df.get_column("id"),
-            position=pl.int_range(df.height),
-            packable=packable,
-            required=required,
-        ).filter(pl.col("packable") & (pl.col("action") != "allow"))
-        for row in verdict.iter_rows(named=True):
-            outcome = {
-                "policy": p.name,
-                "rule": row["rule"],
-                "id": row["id"],
-                "action": row["action"],
-                "message": row["message"],
-            }
-            found.append(outcome | {"position": row["position"]})
-            if row["action"] == "error" or (row["action"] == "exclude" and row["required"]):
-                errors.append(outcome)
+    for p, verdict in zip(policies, verdicts, strict=True):
+        found = _judged(df, p, verdict, pl.Series(packable)).filter(
+            (pl.col("action") == "error")
+            | (
+                (pl.col("action") == "exclude")
+                & pl.lit(pl.Series(tier == 0)).gather(pl.col("position"))
+            )
+        )
+        errors.extend(found.drop("position").to_dicts())
     if errors:
         listed = "; ".join(
             f"{e['id']}: {e['message'] or e['rule']} ({e['policy']})" for e in errors[:10]
@@ -735,9 +736,35 @@ def _outcomes(
             f"{len(errors)} item(s) break a policy that forbids packing them: {listed}",
             outcomes=errors,
         )
-    found.sort(key=lambda o: (o["position"], o["policy"]))
+
+
+def _outcomes(
+    df: pl.DataFrame,
+    policies: list[Policy],
+    verdicts: list[pl.DataFrame],
+    reason: np.ndarray,
+    included: np.ndarray,
+) -> list[PolicyOutcome]:
+    """Outcomes for the manifest: every exclusion, and the renderings of packed items.
+
+    A rendering outcome of an item that is not packed changes nothing, so it
+    is left out (a pack over many untrusted items records only those it holds).
+    """
+    if not policies:
+        return []
+    excluded = pl.Series(reason == _CODE[Reason.POLICY])
+    packed = pl.Series(included)
+    found = pl.concat(
+        [
+            _judged(df, p, verdict, excluded | packed).filter(
+                pl.col("action").is_in(_RENDERING).not_()
+                | pl.lit(packed).gather(pl.col("position"))
+            )
+            for p, verdict in zip(policies, verdicts, strict=True)
+        ]
+    ).sort("position", "policy")
     return [
-        PolicyOutcome.model_validate({k: v for k, v in o.items() if k != "position"}) for o in found
+        PolicyOutcome.model_validate(row) for row in found.drop("position").iter_rows(named=True)
     ]
 
 
@@ -898,7 +925,8 @@ def pack(
             f"required items {ids} are quarantined: a quarantined item never enters a pack; "
             "lower their retention or lift the quarantine"
         )
-    outcomes = _outcomes(df, policies, verdicts, reason, tier)
+    if policies:
+        _check_outcomes(df, policies, verdicts, reason, tier)
     framing = cols.get_column("framing").to_numpy()
     eligible = reason == _NONE
     rank = df.get_column("rank").fill_nan(None).fill_null(float("-inf"))
@@ -1125,7 +1153,7 @@ def pack(
         },
         totals=totals,
         policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in policies],
-        policy_outcomes=outcomes,
+        policy_outcomes=_outcomes(df, policies, verdicts, reason, row_included),
         merges=_merges(df),
         lineage=lineage_edges(df[selected]).to_dicts(),
         merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
