@@ -224,3 +224,33 @@ def test_merges_are_conservative_and_order_independent(
             assert row[field] == max(values, key=order.index)
         assert row["priority"] == copies["priority"].max()
         assert sorted(row["merged_ids"] + [row["id"]]) == sorted(copies["id"].to_list())
+
+
+def test_normalised_duplicates_merge_and_keep_their_own_content() -> None:
+    cf = CognitionFrame(
+        [
+            {"id": "a", "role": "document", "text": "Café au lait", "created_at": T0},
+            {
+                "id": "b",
+                "role": "document",
+                "text": "CAFE\u0301  au lait ",
+                "rank": 2.0,
+                "created_at": T0,
+            },
+            {"id": "c", "role": "document", "text": "cafe au lait", "created_at": T0},
+            {"id": "d", "role": "user", "text": "Café au lait", "created_at": T0},
+        ]
+    )
+    exact = cf.dedupe().collect()  # the same text is the same content, whatever the role
+    assert exact.select("id", "merged_ids").rows() == [("a", ["d"]), ("b", []), ("c", [])]
+    out = cf.dedupe(normalize=["nfc", "case", "whitespace"]).collect()
+    # "b" is best-ranked; "c" differs (no accent).
+    assert out.select("id", "merged_ids").rows() == [("b", ["a", "d"]), ("c", [])]
+    assert out.row(0, named=True)["text"] == "CAFE\u0301  au lait "
+    edges = cf.dedupe(normalize="case").lineage()  # without NFC, "b" stays apart
+    merges = edges.filter(pl.col("operation") == "merge").select("child_id", "parent_id")
+    assert merges.rows() == [("a", "d")]
+    with pytest.raises(PlanError, match="unknown normalisation"):
+        cf.dedupe(normalize="stem")
+    with pytest.raises(PlanError, match="no 'by' columns"):
+        cf.dedupe(by="role", normalize="case")

@@ -224,10 +224,33 @@ def _metadata_conflicts(members: pl.Series) -> pl.Series:
     return pl.Series(out, dtype=pl.String)
 
 
+_DEDUPE_KEY = "__cognoxium_dedupe_key"
+
+
+def _normalized(steps: tuple[str, ...]) -> pl.Expr:
+    """The dedupe key of ``normalize``: payload kind and normalised packed text."""
+    text = packed_text_expr()
+    if "nfc" in steps:
+        text = text.str.normalize("NFC")
+    if "case" in steps:
+        text = text.str.to_lowercase()
+    if "whitespace" in steps:
+        text = text.str.replace_all(r"\s+", " ").str.strip_chars()
+    kind = pl.col("payload_kind").cast(pl.String)
+    return pl.concat_str([kind, text], separator="\x00").alias(_DEDUPE_KEY)
+
+
 @register(Dedupe)
 def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
-    by = list(node.by)
-    if not node.merge:
+    if node.normalize:
+        # The normalised text stands in for the key columns.
+        keyed = lf.with_columns(_normalized(node.normalize))
+        return _dedupe_by(keyed, [_DEDUPE_KEY], node.merge).drop(_DEDUPE_KEY)
+    return _dedupe_by(lf, list(node.by), node.merge)
+
+
+def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
+    if not merge:
         return lf.unique(subset=by, keep="first", maintain_order=True)
     schema = lf.collect_schema()
     earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged

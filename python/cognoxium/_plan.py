@@ -767,21 +767,39 @@ class Dedupe(Node):
     members' ids, sorted; empty for a row without duplicates) and
     ``merge_conflicts`` (canonical JSON ``{key: {id: value}}`` of metadata keys
     on which the members differ, or null). Null keys count as equal.
+
+    With ``normalize`` (any of ``whitespace``: runs collapsed to one space and
+    ends trimmed; ``case``: lower-cased; ``nfc``: Unicode NFC), items are
+    duplicates when their payload kind and normalised packed text are equal;
+    each keeps its own content, and the representative's is the one kept.
     """
 
     input: Node
     by: tuple[str, ...] = ("content_hash",)
     merge: bool = True
+    normalize: tuple[str, ...] = ()
 
     def _check(self) -> None:
         if not self.by:
             raise PlanError("dedupe needs at least one key column")
         self._require(self.by, "dedupe")
+        unknown = [n for n in self.normalize if n not in NORMALIZATIONS]
+        if unknown:
+            raise PlanError(f"unknown normalisation {unknown}; use any of {list(NORMALIZATIONS)}")
+        if self.normalize:
+            if self.by != ("content_hash",):
+                raise PlanError("normalize compares packed text: it takes no 'by' columns")
+            self._require(_RANK_COLUMNS["bm25"], "dedupe(normalize=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
 
     def label(self) -> str:
-        return f"Dedupe by [{', '.join(self.by)}]" + (" merge" if self.merge else "")
+        key = (
+            f"normalized text ({', '.join(self.normalize)})"
+            if self.normalize
+            else (", ".join(self.by))
+        )
+        return f"Dedupe by [{key}]" + (" merge" if self.merge else "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -839,6 +857,9 @@ class Rank(Node):
 
 
 _RETENTIONS: Final = ("required", "preferred", "optional")
+
+NORMALIZATIONS: Final = ("whitespace", "case", "nfc")
+"""Text normalisations :class:`Dedupe` can apply before comparing packed text."""
 
 MERGED_IDS: Final = "merged_ids"
 """Column written by a merging :class:`Dedupe`: the ids folded into each kept row."""

@@ -608,25 +608,39 @@ class CognitionFrame:
         return self.limit(n)
 
     def dedupe(
-        self, by: str | Sequence[str] = "content_hash", *, merge: bool = True
+        self,
+        by: str | Sequence[str] = "content_hash",
+        *,
+        merge: bool = True,
+        normalize: str | Sequence[str] = (),
     ) -> CognitionFrame:
-        """Drop exact duplicates, keeping each first occurrence where it is.
+        """Drop duplicates, keeping one item per group at its first occurrence's position.
 
         Parameters
         ----------
         by
             Key column(s); the content hash by default (exact duplicates).
         merge
-            Fold each duplicate's policy into the kept row conservatively:
-            least trust, highest sensitivity, strongest retention, earliest
-            expiry, latest ``valid_from``, highest priority, union of
-            ``sources`` and ``parents``. With ``merge=False`` later
-            duplicates are just dropped.
+            Keep the group's best-ranked item (then the smallest id) and fold
+            the others into it conservatively and independently of their
+            order: least trust, highest sensitivity, strongest retention,
+            earliest expiry, latest ``valid_from``, highest priority, best
+            rank, sorted union of ``sources``, ``parents`` and ``lineage``
+            (plus a ``merge`` edge per folded item). Writes ``merged_ids``
+            and ``merge_conflicts`` (metadata keys the copies disagree on),
+            which the manifest reports. With ``merge=False`` later duplicates
+            are just dropped.
+        normalize
+            Compare the packed text after any of ``"whitespace"`` (runs
+            collapsed, ends trimmed), ``"case"`` (lower-cased) and ``"nfc"``
+            (Unicode NFC) instead of the content hash; each item keeps its
+            own content.
 
         Raises
         ------
         PlanError
-            On an unknown key column.
+            On an unknown key column or normalisation, or ``normalize`` with
+            other ``by`` columns.
 
         Examples
         --------
@@ -637,9 +651,17 @@ class CognitionFrame:
         ... ])
         >>> cf.dedupe().select("id", "retention").to_polars().rows()
         [('a', 'required'), ('b', 'optional')]
+        >>> near = CognitionFrame([
+        ...     {"id": "a", "role": "document", "text": "Refund window is 30 days."},
+        ...     {"id": "b", "role": "document", "text": "refund  window is 30 DAYS. "},
+        ... ])
+        >>> merged = near.dedupe(normalize=["whitespace", "case"]).collect()
+        >>> merged.select("id", "merged_ids").rows()
+        [('a', ['b'])]
         """
         keys = (by,) if isinstance(by, str) else tuple(by)
-        return self._wrap(Dedupe(input=self._plan, by=keys, merge=merge))
+        steps = (normalize,) if isinstance(normalize, str) else tuple(normalize)
+        return self._wrap(Dedupe(input=self._plan, by=keys, merge=merge, normalize=steps))
 
     def rank(
         self,
