@@ -127,7 +127,7 @@ def _join(node: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
 
 
 @register(Sort)
-def _sort(node: Sort, lf: pl.LazyFrame) -> pl.LazyFrame:
+def _sort(node: Sort | TopK, lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.sort(
         [e.expr for e in node.by],
         descending=list(node.descending),
@@ -144,12 +144,7 @@ def _limit(node: Limit, lf: pl.LazyFrame) -> pl.LazyFrame:
 @register(TopK)
 def _top_k(node: TopK, lf: pl.LazyFrame) -> pl.LazyFrame:
     # Polars runs a stable sort followed by a slice as a partial (top-k) sort.
-    return lf.sort(
-        [e.expr for e in node.by],
-        descending=list(node.descending),
-        nulls_last=list(node.nulls_last),
-        maintain_order=True,
-    ).head(node.k)
+    return _sort(node, lf).head(node.k)
 
 
 MERGE_RULES: dict[str, str] = {

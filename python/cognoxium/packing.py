@@ -717,17 +717,13 @@ def _check_outcomes(
     tier: np.ndarray,
 ) -> None:
     """Raise PolicyError for ``error`` outcomes and for required items a policy excludes."""
-    packable = (reason == _NONE) | (reason == _CODE[Reason.POLICY])
+    packable = pl.Series((reason == _NONE) | (reason == _CODE[Reason.POLICY]))
+    required = pl.Series(tier == 0)
     errors: list[dict[str, Any]] = []
     for p, verdict in zip(policies, verdicts, strict=True):
-        found = _judged(df, p, verdict, pl.Series(packable)).filter(
-            (pl.col("action") == "error")
-            | (
-                (pl.col("action") == "exclude")
-                & pl.lit(pl.Series(tier == 0)).gather(pl.col("position"))
-            )
-        )
-        errors.extend(found.drop("position").to_dicts())
+        action = verdict.get_column("action")
+        keep = packable & ((action == "error") | ((action == "exclude") & required))
+        errors.extend(_judged(df, p, verdict, keep).drop("position").to_dicts())
     if errors:
         listed = "; ".join(
             f"{e['id']}: {e['message'] or e['rule']} ({e['policy']})" for e in errors[:10]
@@ -756,16 +752,17 @@ def _outcomes(
     packed = pl.Series(included)
     found = pl.concat(
         [
-            _judged(df, p, verdict, excluded | packed).filter(
-                pl.col("action").is_in(_RENDERING).not_()
-                | pl.lit(packed).gather(pl.col("position"))
+            _judged(
+                df,
+                p,
+                verdict,
+                packed | (excluded & ~verdict.get_column("action").is_in(_RENDERING)),
             )
             for p, verdict in zip(policies, verdicts, strict=True)
         ]
     ).sort("position", "policy")
-    return [
-        PolicyOutcome.model_validate(row) for row in found.drop("position").iter_rows(named=True)
-    ]
+    rows = found.drop("position").iter_rows(named=True)
+    return [PolicyOutcome.model_validate(row) for row in rows]
 
 
 def pack(
