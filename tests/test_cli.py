@@ -363,3 +363,259 @@ def test_help_shows_examples_and_exit_codes() -> None:
     assert "--as-of" in pack_help
     assert "byte-identical" in pack_help
     assert "--budgets" in text(["locomo", "--help"])
+
+
+# ---------------------------------------------------------------------------
+# cognoxium inspect
+
+
+@pytest.fixture(scope="module")
+def sample_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sample")
+    code, _, stderr = pack(
+        str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--out", str(out), "-q"
+    )
+    assert code == EXIT_OK, stderr
+    return out
+
+
+def test_inspect_prints_budget_use_reasons_and_tokens(sample_out: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(sample_out / "manifests.jsonl")])
+    assert result.exit_code == EXIT_OK, result.stderr
+    text = " ".join(result.stdout.split())
+    packs = [json.loads(line) for line in (sample_out / "packs.jsonl").read_text().splitlines()]
+    used = sum(p["used_tokens"] for p in packs)
+    budget = sum(p["budget"] for p in packs)
+    assert "Budget use over 6 manifests" in text
+    assert f"{used} / {budget}" in text
+    for title in ("Decisions and reasons", "Tokens by role", "Tokens by retention tier"):
+        assert title in text
+    assert "Tokens by source" not in text  # needs --items
+    assert "expired" in text
+    assert "not_packable" in text
+
+
+def test_inspect_json_summary_adds_up(sample_out: Path) -> None:
+    from cognoxium.manifests import NO_SOURCE
+
+    manifests = sample_out / "manifests.jsonl"
+    result = runner.invoke(
+        app, ["inspect", str(manifests), "--json", "--items", str(SAMPLE / "items.jsonl")]
+    )
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert len(result.stdout.splitlines()) == 1
+    summary = json.loads(result.stdout)
+    assert summary["command"] == "inspect"
+    assert summary["file"] == str(manifests)
+    lines = [json.loads(line) for line in manifests.read_text().splitlines()]
+    packs = [json.loads(line) for line in (sample_out / "packs.jsonl").read_text().splitlines()]
+    assert summary["manifests"] == len(lines) == 6
+    assert summary["budget"]["used_tokens"] == sum(p["used_tokens"] for p in packs)
+    assert summary["budget"]["budget_tokens"] == sum(p["budget"] for p in packs)
+    entries = [e for m in lines for e in m["entries"]]
+    included_tokens = sum(e["tokens"] for e in entries if e["decision"] == "included")
+    for key in ("by_role", "by_tier"):
+        assert sum(g["included_tokens"] for g in summary[key].values()) == included_tokens
+        assert sum(g["items"] for g in summary[key].values()) == len(entries)
+    # Included tokens plus reply priming are the used tokens.
+    overhead = summary["budget"]["pack_overhead_tokens"]
+    assert included_tokens + overhead == summary["budget"]["used_tokens"]
+    reasons: dict[str, int] = {}
+    for e in entries:
+        reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
+    assert summary["reasons"] == dict(sorted(reasons.items()))
+    assert summary["decisions"]["included"] == sum(p["ids"].__len__() for p in packs)
+    # Every source named is a source of an item; the system policy has none.
+    uris = {
+        s["uri"]
+        for line in (SAMPLE / "items.jsonl").read_text().splitlines()
+        for s in json.loads(line).get("sources", [])
+    }
+    assert set(summary["by_source"]) <= uris | {NO_SOURCE}
+    assert summary["by_source"][NO_SOURCE]["included"] >= 6
+    assert [m["label"] for m in summary["per_manifest"]] == [p["request_id"] for p in packs]
+
+
+def test_inspect_reads_one_manifest_as_json(sample_out: Path, tmp_path: Path) -> None:
+    first = json.loads((sample_out / "manifests.jsonl").read_text().splitlines()[0])
+    single = tmp_path / "manifest.json"
+    single.write_text(json.dumps(first, indent=2))
+    result = runner.invoke(app, ["inspect", str(single), "--json"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["manifests"] == 1
+    assert summary["per_manifest"][0]["label"] == first["label"]
+    many = tmp_path / "manifests.json"
+    many.write_text(json.dumps([first, first]))
+    result = runner.invoke(app, ["inspect", str(many), "--json"])
+    assert json.loads(result.stdout)["manifests"] == 2
+
+
+def test_inspect_bad_manifests_exit_2_naming_file_line_and_field(
+    sample_out: Path, tmp_path: Path
+) -> None:
+    lines = (sample_out / "manifests.jsonl").read_text().splitlines()
+    broken = json.loads(lines[1])
+    broken["entries"][3]["reason"] = "lost"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([lines[0], json.dumps(broken)]) + "\n")
+    result = runner.invoke(app, ["inspect", str(bad)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(f"error: {bad}:2: field entries[3].reason: ")
+    del broken["entries"][0]["tokens"]
+    broken["entries"][3]["reason"] = "selected"
+    bad.write_text("\n".join([lines[0], "", json.dumps(broken)]) + "\n")
+    result = runner.invoke(app, ["inspect", str(bad)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(f"error: {bad}:3: field entries[0].tokens: ")
+    header = json.loads(lines[0])
+    header["used_tokens"] = "many"
+    bad.write_text(json.dumps(header) + "\n")
+    result = runner.invoke(app, ["inspect", str(bad)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(f"error: {bad}:1: field used_tokens: ")
+    bad.write_text(lines[0] + "\n{not json\n")
+    result = runner.invoke(app, ["inspect", str(bad)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(f"error: {bad}:2: invalid JSON")
+    bad.write_bytes(lines[0].encode() + b"\n\xff\n")
+    result = runner.invoke(app, ["inspect", str(bad)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(f"error: {bad}:2: not UTF-8 text")
+    result = runner.invoke(app, ["inspect", str(tmp_path / "absent.jsonl")])
+    assert result.exit_code == EXIT_USAGE
+
+
+# ---------------------------------------------------------------------------
+# --quiet, --json, progress bars and help on every command
+
+
+def command_args(tmp_path: Path, command: str) -> list[str]:
+    data = tmp_path / "tiny.json"
+    data.write_text("[]")
+    return {
+        "pack": [
+            "pack",
+            str(SAMPLE / "items.jsonl"),
+            str(SAMPLE / "requests.jsonl"),
+            "--out",
+            str(tmp_path / "out"),
+            "--as-of",
+            AS_OF,
+        ],
+        "locomo": ["locomo", str(data), "--out", str(tmp_path / "out")],
+        "redact": ["redact", str(SAMPLE / "items.jsonl"), str(tmp_path / "redacted.jsonl")],
+        "inspect": ["inspect", str(SAMPLE.parent / "sample" / "requests.jsonl")],
+    }[command]
+
+
+COMMANDS = ["pack", "locomo", "redact", "inspect"]
+
+
+def test_every_command_is_covered() -> None:
+    from typer.main import get_command
+
+    assert sorted(get_command(app).commands) == sorted(COMMANDS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", ["pack", "locomo", "redact"])
+def test_quiet_prints_nothing_and_json_prints_one_summary(tmp_path: Path, command: str) -> None:
+    args = command_args(tmp_path, command)
+    quiet = runner.invoke(app, [*args, "--quiet"])
+    assert quiet.exit_code == EXIT_OK, quiet.stderr
+    assert quiet.stdout == ""
+    assert quiet.stderr == ""
+    loud = runner.invoke(app, args)
+    assert loud.exit_code == EXIT_OK, loud.stderr
+    assert loud.stdout.strip()
+    as_json = runner.invoke(app, [*args, "--json"])
+    assert as_json.exit_code == EXIT_OK, as_json.stderr
+    assert len(as_json.stdout.splitlines()) == 1
+    summary = json.loads(as_json.stdout)
+    assert summary["command"] == command
+    assert all(Path(path).exists() for path in summary["files"].values())
+    if command == "pack":
+        assert summary["requests"] == 6
+    if command == "redact":
+        assert summary["items"] == len((SAMPLE / "items.jsonl").read_text().splitlines())
+        assert summary["redacted_items"] <= summary["items"]
+
+
+def test_inspect_quiet_only_checks(sample_out: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(sample_out / "manifests.jsonl"), "--quiet"])
+    assert result.exit_code == EXIT_OK
+    assert result.stdout == ""
+    result = runner.invoke(app, ["inspect", str(SAMPLE / "requests.jsonl"), "--quiet"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "field entries: missing" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "shown"),
+    [([], True), (["--quiet"], False), (["--json"], False), (["--no-progress"], False)],
+)
+@pytest.mark.parametrize("command", ["pack", "locomo"])
+def test_progress_bar_is_off_with_quiet_or_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, flags: list[str], shown: bool
+) -> None:
+    import cognoxium.batch
+    import cognoxium.locomo
+
+    seen: list[bool] = []
+    target = cognoxium.batch.run_batch if command == "pack" else cognoxium.locomo.run_locomo
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(bool(kwargs["progress"]))
+        return target(*args, **kwargs)  # type: ignore[operator]
+
+    module = cognoxium.batch if command == "pack" else cognoxium.locomo
+    monkeypatch.setattr(module, target.__name__, spy)
+    result = runner.invoke(app, [*command_args(tmp_path, command), *flags])
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert seen == [shown]
+
+
+@pytest.mark.parametrize(
+    ("terminal", "enabled", "shown"),
+    [("1", True, True), ("0", True, False), ("1", False, False)],
+)
+def test_progress_bar_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    terminal: str,
+    enabled: bool,
+    shown: bool,
+) -> None:
+    from cognoxium.batch import _progress
+
+    monkeypatch.setenv("TTY_COMPATIBLE", terminal)  # rich's terminal detection
+    with _progress(3, enabled=enabled) as advance:
+        for _ in range(3):
+            advance()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("packing" in captured.err) is shown
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_has_examples_and_exit_codes(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == EXIT_OK
+    text = " ".join(result.stdout.split())
+    assert "Example" in text
+    assert f"cognoxium {command} " in text
+    assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget." in text
+    assert "--quiet" in text
+    assert "--json" in text
+
+
+def test_redact_exit_codes(tmp_path: Path) -> None:
+    bad = tmp_path / "items.jsonl"
+    bad.write_text('{"id": "a", "role": "user", "text": "hi"}\n{"id": "b", "role": "bot"}\n')
+    result = runner.invoke(app, ["redact", str(bad), str(tmp_path / "out.jsonl")])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(f"error: {bad}:2: field ")
+    result = runner.invoke(app, ["redact", str(SAMPLE / "items.jsonl"), str(tmp_path / "o.csv")])
+    assert result.exit_code == EXIT_USAGE
+    result = runner.invoke(app, ["redact", str(tmp_path / "absent.jsonl"), str(tmp_path / "o")])
+    assert result.exit_code == EXIT_USAGE

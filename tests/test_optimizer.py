@@ -487,7 +487,8 @@ def _ops(
             choices.append((kind, lambda cf, n=n: cf.head(n)))
         elif kind == "dedupe":
             merge = draw(st.booleans())
-            choices.append((kind, lambda cf, m=merge: cf.dedupe(merge=m)))
+            threshold = draw(st.sampled_from([None, None, 0.5, 0.9]))
+            choices.append((kind, lambda cf, m=merge, t=threshold: cf.dedupe(merge=m, threshold=t)))
         elif kind == "rank":
             method = draw(st.sampled_from(["bm25", "bm25", "recency", "recency_hl", "priority"]))
             if method == "bm25":

@@ -10,6 +10,7 @@ from cognoxium.chat import from_openai_messages, read_openai_jsonl, to_openai_me
 from cognoxium.exceptions import (
     BudgetError,
     CognoxiumError,
+    DependencyError,
     PackError,
     PlanError,
     PolicyError,
@@ -48,6 +49,7 @@ __all__ = [
     "CognoxiumError",
     "ContextItem",
     "ContextPack",
+    "DependencyError",
     "GroupBy",
     "Json",
     "ManifestEntry",

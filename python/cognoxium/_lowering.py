@@ -35,8 +35,11 @@ from cognoxium._plan import (
     TopK,
     WithColumns,
 )
+from cognoxium.embeddings import embedding_scores
 from cognoxium.exceptions import PlanError
+from cognoxium.fusion import rrf_scores
 from cognoxium.items import canonical_json
+from cognoxium.near_duplicates import near_duplicate_labels
 from cognoxium.ranking import bm25_scores, packed_text_expr, recency_expr
 from cognoxium.schema import POLARS_SCHEMA
 
@@ -222,8 +225,8 @@ def _metadata_conflicts(members: pl.Series) -> pl.Series:
 _DEDUPE_KEY = "__cognoxium_dedupe_key"
 
 
-def _normalized(steps: tuple[str, ...]) -> pl.Expr:
-    """The dedupe key of ``normalize``: payload kind and normalised packed text."""
+def _normalized_text(steps: tuple[str, ...]) -> pl.Expr:
+    """The packed text after the ``normalize`` steps of a dedupe."""
     text = packed_text_expr()
     if "nfc" in steps:
         text = text.str.normalize("NFC")
@@ -231,15 +234,42 @@ def _normalized(steps: tuple[str, ...]) -> pl.Expr:
         text = text.str.to_lowercase()
     if "whitespace" in steps:
         text = text.str.replace_all(r"\s+", " ").str.strip_chars()
-    kind = pl.col("payload_kind").cast(pl.String)
-    return pl.concat_str([kind, text], separator="\x00").alias(_DEDUPE_KEY)
+    return text
+
+
+def _near_duplicate_key(lf: pl.LazyFrame, node: Dedupe) -> pl.LazyFrame:
+    """Add the near-duplicate group of every row (its component's first row) as the key."""
+    threshold = float(node.threshold or 1.0)
+
+    def key(df: pl.DataFrame) -> pl.DataFrame:
+        texts = df.select(_normalized_text(node.normalize)).to_series()
+        kinds = df.get_column("payload_kind").cast(pl.String)
+        labels = near_duplicate_labels(texts, threshold, groups=kinds)
+        return df.with_columns(pl.Series(_DEDUPE_KEY, labels, dtype=pl.Int64))
+
+    schema = pl.Schema(lf.collect_schema())
+    schema[_DEDUPE_KEY] = pl.Int64()
+    # Links depend on every row reaching the node: nothing may pass it.
+    return lf.map_batches(
+        key,
+        schema=schema,
+        predicate_pushdown=False,
+        projection_pushdown=False,
+        slice_pushdown=False,
+        streamable=False,
+    )
 
 
 @register(Dedupe)
 def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
+    if node.threshold is not None:
+        keyed = _near_duplicate_key(lf, node)
+        return _dedupe_by(keyed, [_DEDUPE_KEY], node.merge).drop(_DEDUPE_KEY)
     if node.normalize:
-        # The normalised text stands in for the key columns.
-        keyed = lf.with_columns(_normalized(node.normalize))
+        # The payload kind and normalised text stand in for the key columns.
+        kind = pl.col("payload_kind").cast(pl.String)
+        text = _normalized_text(node.normalize)
+        keyed = lf.with_columns(pl.concat_str([kind, text], separator="\x00").alias(_DEDUPE_KEY))
         return _dedupe_by(keyed, [_DEDUPE_KEY], node.merge).drop(_DEDUPE_KEY)
     return _dedupe_by(lf, list(node.by), node.merge)
 
@@ -309,12 +339,19 @@ def _rank(node: Rank, lf: pl.LazyFrame) -> pl.LazyFrame:
     query = node.query or ""
 
     def score(df: pl.DataFrame) -> pl.DataFrame:
+        if node.method == "embedding":
+            scores = embedding_scores(df, query, node.model or "minilm")
+            return df.with_columns(pl.Series("rank", scores, dtype=pl.Float64))
         texts = df.select(packed_text_expr()).to_series()
         scores = bm25_scores(texts, query, cache_key=_scope_key(df.get_column("content_hash")))
+        if node.method == "hybrid":
+            dense = embedding_scores(df, query, node.model or "minilm")
+            scores = rrf_scores([scores, dense], df.get_column("id"))
         return df.with_columns(pl.Series("rank", scores, dtype=pl.Float64))
 
-    # The whole input in one call: BM25's IDF depends on every row reaching
-    # the node, so no filter, projection or slice may pass it.
+    # The whole input in one call: BM25's IDF and the fused ranks depend on
+    # every row reaching the node, so no filter, projection or slice may pass
+    # it (embedding scores alone are per row, but share this one batched call).
     return lf.map_batches(
         score,
         schema=_with_rank(lf.collect_schema()),
@@ -408,7 +445,13 @@ def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
 
     def run(df: pl.DataFrame) -> pl.DataFrame:
         before = df.get_column("content_hash")
-        out = redact_frame(df, style=node.style, key=node.key, types=node.types)  # type: ignore[arg-type]
+        out = redact_frame(
+            df,
+            style=node.style,  # type: ignore[arg-type]
+            key=node.key,
+            types=node.types,
+            recognisers=node.recognisers,
+        )
         if "lineage" not in out.columns:
             return out
         edge = pl.struct(

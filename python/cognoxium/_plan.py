@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from functools import reduce
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import polars as pl
 
 from cognoxium.exceptions import PlanError
+
+if TYPE_CHECKING:
+    from cognoxium.redaction import Recogniser, RecogniserSet
 
 __all__ = [
     "JOIN_HOWS",
@@ -62,11 +65,13 @@ __all__ = [
 JOIN_HOWS: Final = ("inner", "left", "full", "semi", "anti")
 """Join strategies a :class:`Join` accepts."""
 
-RANK_METHODS: Final = ("bm25", "recency", "priority")
+RANK_METHODS: Final = ("bm25", "embedding", "hybrid", "recency", "priority")
 """Scorers a :class:`Rank` accepts."""
 
 _RANK_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "bm25": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
+    "embedding": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
+    "hybrid": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash", "id"),
     "recency": ("created_at",),
     "priority": ("priority",),
 }
@@ -294,6 +299,10 @@ class Expression:
             return cls(value, id(value), columns, False, False)
         assert isinstance(text, str)
         tree = json.loads(text)
+        if _has_key(tree, "AnonymousFunction"):
+            # A Python function serializes only where cloudpickle is installed;
+            # either way it stays opaque: equal only to itself, reads unknown.
+            return cls(value, id(value), columns, False, False)
         return cls(
             value,
             text,
@@ -772,12 +781,19 @@ class Dedupe(Node):
     ends trimmed; ``case``: lower-cased; ``nfc``: Unicode NFC), items are
     duplicates when their payload kind and normalised packed text are equal;
     each keeps its own content, and the representative's is the one kept.
+
+    With ``threshold`` (near-duplicates), items of one payload kind whose
+    (normalised) packed texts have an estimated Jaccard similarity of 5-byte
+    shingles of at least ``threshold`` are linked (MinHash with LSH banding,
+    see :mod:`cognoxium.near_duplicates`), and each connected component of
+    linked items is one group. Empty texts are never near-duplicates.
     """
 
     input: Node
     by: tuple[str, ...] = ("content_hash",)
     merge: bool = True
     normalize: tuple[str, ...] = ()
+    threshold: float | None = None
 
     def _check(self) -> None:
         if not self.by:
@@ -786,10 +802,16 @@ class Dedupe(Node):
         unknown = [n for n in self.normalize if n not in NORMALIZATIONS]
         if unknown:
             raise PlanError(f"unknown normalisation {unknown}; use any of {list(NORMALIZATIONS)}")
-        if self.normalize:
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, int | float)
+            or not 0.0 < self.threshold <= 1.0
+        ):
+            raise PlanError(f"a near-duplicate threshold must be in (0, 1], got {self.threshold!r}")
+        if self.normalize or self.threshold is not None:
             if self.by != ("content_hash",):
-                raise PlanError("normalize compares packed text: it takes no 'by' columns")
-            self._require(_RANK_COLUMNS["bm25"], "dedupe(normalize=...)")
+                raise PlanError("normalize and threshold compare text: they take no 'by' columns")
+            self._require(_RANK_COLUMNS["bm25"], "dedupe(normalize=..., threshold=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
 
@@ -797,8 +819,12 @@ class Dedupe(Node):
         key = (
             f"normalized text ({', '.join(self.normalize)})"
             if self.normalize
+            else "packed text"
+            if self.threshold is not None
             else (", ".join(self.by))
         )
+        if self.threshold is not None:
+            key += f" jaccard>={self.threshold:g}"
         return f"Dedupe by [{key}]" + (" merge" if self.merge else "")
 
 
@@ -808,10 +834,15 @@ class Rank(Node):
 
     ``bm25`` scores the packed text of each row against ``query`` with BM25
     over exactly the rows reaching this node (0.0 when no term matches).
-    ``recency`` is exponential decay with ``half_life`` seconds from
-    ``reference`` (default: the latest ``created_at`` among the rows), or
-    epoch seconds without a half-life. ``priority`` is the priority as a
-    float. Ties are left as ties; a null input gives a null rank.
+    ``embedding`` is the cosine similarity of each row's packed text with
+    ``query`` under the embedder ``model`` (0.0 for empty text).
+    ``hybrid`` is reciprocal rank fusion (k = 60) of the ``bm25`` and
+    ``embedding`` orders over the rows reaching this node, each order
+    breaking score ties by id, then position. ``recency`` is exponential
+    decay with ``half_life`` seconds from ``reference`` (default: the latest
+    ``created_at`` among the rows), or epoch seconds without a half-life.
+    ``priority`` is the priority as a float. Ties are left as ties; a null
+    input gives a null rank.
     """
 
     input: Node
@@ -819,15 +850,26 @@ class Rank(Node):
     query: str | None = None
     half_life: float | None = None
     reference: datetime | None = None
+    model: str | None = None
 
     def _check(self) -> None:
         if self.method not in RANK_METHODS:
             raise PlanError(f"unknown rank method {self.method!r}; use one of {list(RANK_METHODS)}")
-        if self.method == "bm25":
+        if self.method in ("bm25", "embedding", "hybrid"):
             if not isinstance(self.query, str) or not self.query.strip():
-                raise PlanError("rank('bm25') needs a non-empty query")
+                raise PlanError(f"rank({self.method!r}) needs a non-empty query")
         elif self.query is not None:
             raise PlanError(f"rank({self.method!r}) takes no query")
+        if self.method in ("embedding", "hybrid"):
+            from cognoxium.embeddings import EMBEDDER_NAMES
+
+            if self.model not in EMBEDDER_NAMES:
+                raise PlanError(
+                    f"rank({self.method!r}): unknown model {self.model!r}; "
+                    f"use one of {list(EMBEDDER_NAMES)}"
+                )
+        elif self.model is not None:
+            raise PlanError(f"rank({self.method!r}) takes no model")
         if self.method != "recency" and (self.half_life is not None or self.reference is not None):
             raise PlanError(f"rank({self.method!r}) takes no half_life or reference")
         if self.half_life is not None and (
@@ -849,6 +891,8 @@ class Rank(Node):
         parts = [self.method]
         if self.query is not None:
             parts.append(f"query={self.query!r}")
+        if self.model is not None:
+            parts.append(f"model={self.model}")
         if self.half_life is not None:
             parts.append(f"half_life={self.half_life:g}s")
         if self.reference is not None:
@@ -910,8 +954,10 @@ class Redact(Node):
     See :func:`cognoxium.redaction.redact_frame`: changed rows get the new
     content hash and a ``redact`` lineage edge to their previous content;
     ``redactions`` counts redactions by type (canonical JSON) and
-    ``redacted_from`` holds the previous hash. The key of the ``hash`` style
-    is never shown. A barrier: no optimizer rule moves a node across it.
+    ``redacted_from`` holds the previous hash. ``recognisers`` (built-in
+    recognisers and recogniser sets, in tie-break order) is ``None`` for the
+    built-in ones. The key of the ``hash`` style is never shown. A barrier:
+    no optimizer rule moves a node across it.
     """
 
     barrier = True
@@ -919,16 +965,30 @@ class Redact(Node):
     style: str = "placeholder"
     key: bytes | None = field(default=None, repr=False)
     types: tuple[str, ...] | None = None
+    recognisers: tuple[Recogniser | RecogniserSet, ...] | None = None
 
     def _check(self) -> None:
         from cognoxium.redaction import redact_text
 
-        redact_text("", style=self.style, key=self.key, types=self.types)  # type: ignore[arg-type]
+        redact_text(
+            "",
+            style=self.style,  # type: ignore[arg-type]
+            key=self.key,
+            types=self.types,
+            recognisers=self.recognisers,
+        )
         self._require(("id", "payload_kind", "text", "json", "content_hash"), "redact")
 
     def label(self) -> str:
+        from cognoxium.redaction import Recogniser
+
         types = "all types" if self.types is None else ", ".join(self.types)
-        return f"Redact {types} style={self.style}"
+        if self.recognisers is None:
+            return f"Redact {types} style={self.style}"
+        names = dict.fromkeys(
+            r.name if isinstance(r, Recogniser) else r.label for r in self.recognisers
+        )
+        return f"Redact {types} style={self.style} recognisers={'; '.join(names)}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

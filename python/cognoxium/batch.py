@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
@@ -51,15 +51,31 @@ from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
 from cognoxium.frame import CognitionFrame
 from cognoxium.io import atomic_write
 from cognoxium.items import canonical_json
+from cognoxium.retrieval import RetrievalSettings, ScopeRetriever, derived_items
 from cognoxium.tokens import TokenProfile
 
-__all__ = ["RANK_METHODS", "BatchStats", "RankMethod", "Request", "read_requests", "run_batch"]
+__all__ = [
+    "RANK_METHODS",
+    "RETRIEVAL_RANKS",
+    "BatchStats",
+    "RankMethod",
+    "Request",
+    "read_requests",
+    "run_batch",
+]
 
-RankMethod = Literal["bm25", "recency", "none"]
+RankMethod = Literal["hybrid-lineage", "hybrid", "embedding", "bm25", "recency", "none"]
 """How :func:`run_batch` ranks a request's scope before packing."""
 
-RANK_METHODS: tuple[str, ...] = ("bm25", "recency", "none")
-"""The accepted values of :data:`RankMethod`."""
+RANK_METHODS: tuple[str, ...] = ("hybrid-lineage", "hybrid", "embedding", "bm25", "recency", "none")
+"""The accepted values of :data:`RankMethod` (the first is the default)."""
+
+RETRIEVAL_RANKS: dict[str, tuple[str, ...]] = {
+    "hybrid-lineage": ("bm25", "embedding", "window", "lineage"),
+    "hybrid": ("bm25", "embedding"),
+    "embedding": ("embedding",),
+}
+"""The ranked lists fused by each retrieval rank method (see :mod:`cognoxium.retrieval`)."""
 
 
 class Request(BaseModel):
@@ -309,11 +325,43 @@ def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | No
     return scopes
 
 
-def _ranked(scope: CognitionFrame, request: Request, rank: RankMethod) -> CognitionFrame:
-    if rank == "bm25" and request.query is not None and request.query.strip():
+class _Retrievers:
+    """One :class:`~cognoxium.retrieval.ScopeRetriever` per scope, built on first use."""
+
+    def __init__(self, store: CognitionFrame, settings: RetrievalSettings) -> None:
+        self._store = store
+        self._settings = settings
+        self._items: pl.DataFrame | None = None
+        self._built: dict[str | None, ScopeRetriever] = {}
+
+    def get(self, where: str | None, scope: CognitionFrame) -> ScopeRetriever:
+        retriever = self._built.get(where)
+        if retriever is None:
+            rows = scope.collect()
+            derived = links = None
+            if "lineage" in self._settings.lists:
+                if self._items is None:
+                    self._items = self._store.collect()
+                derived, links = derived_items(self._items, rows.get_column("id"))
+            retriever = ScopeRetriever(rows, self._settings, derived=derived, links=links)
+            self._built[where] = retriever
+        return retriever
+
+
+def _ranked(
+    scope: CognitionFrame,
+    request: Request,
+    rank: RankMethod,
+    retrievers: _Retrievers | None,
+) -> CognitionFrame:
+    has_query = request.query is not None and bool(request.query.strip())
+    if rank == "bm25" and has_query:
         return scope.rank("bm25", query=request.query)
     if rank == "recency":
         return scope.rank("recency")
+    if retrievers is not None and has_query:
+        scores = retrievers.get(request.where, scope).scores(str(request.query))
+        return scope.with_columns(pl.lit(pl.Series("rank", scores, dtype=pl.Float64)))
     return scope
 
 
@@ -353,17 +401,33 @@ def run_batch(
     *,
     out_dir: str | os.PathLike[str],
     profile: str | TokenProfile = "cl100k_base",
-    rank: RankMethod = "bm25",
+    rank: RankMethod = "hybrid-lineage",
     as_of: datetime | None = None,
     progress: bool = False,
+    retrieval: RetrievalSettings | None = None,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
     For each request, in order: the scope is the store filtered by the
     request's ``where`` (computed once per distinct clause); it is ranked by
-    ``rank`` (``"bm25"`` by the request's query, when it has one; ``"recency"``
-    always; ``"none"`` never); then it is packed under the request's token
-    budget (see :func:`cognoxium.packing.pack`).
+    ``rank``; then it is packed under the request's token budget (see
+    :func:`cognoxium.packing.pack`).
+
+    ============== ===========================================================
+    rank           scores (requests without a query are not ranked, except
+                   by recency)
+    ============== ===========================================================
+    hybrid-lineage reciprocal rank fusion of BM25, embedding cosine, the
+                   cosine of each item with the item before it, and the best
+                   cosine of the store's items derived from it (observations,
+                   summaries: lineage expansion); see
+                   :class:`cognoxium.retrieval.ScopeRetriever`
+    hybrid         reciprocal rank fusion of BM25 and embedding cosine
+    embedding      embedding cosine (all-MiniLM-L6-v2 by default)
+    bm25           Okapi BM25
+    recency        the ``created_at`` time
+    none           no ranking: the scope's order and priorities
+    ============== ===========================================================
 
     Parameters
     ----------
@@ -378,13 +442,16 @@ def run_batch(
     profile
         Token profile name or object.
     rank
-        ``"bm25"``, ``"recency"`` or ``"none"``.
+        One of :data:`RANK_METHODS` (table above).
     as_of
         UTC time at which expiry is evaluated for requests without their own
         ``as_of``. ``None`` means the current time, read once for the whole
         batch; give a fixed time for byte-identical manifests.
     progress
         Show a progress bar on standard error, when it is a terminal.
+    retrieval
+        Model, RRF constant and neighbour expansion of the retrieval rank
+        methods; its ``lists`` are replaced by the ones ``rank`` names.
 
     Returns
     -------
@@ -416,7 +483,7 @@ def run_batch(
     >>> out = pathlib.Path(tempfile.mkdtemp())
     >>> reqs = [Request(id="r1", budget=100, query="invoice",
     ...                 where="metadata.topic = 'billing'")]
-    >>> stats = run_batch(store, reqs, out_dir=out,
+    >>> stats = run_batch(store, reqs, out_dir=out, rank="bm25",
     ...                   as_of=datetime(2025, 6, 1, tzinfo=UTC))
     >>> stats.requests
     1
@@ -435,6 +502,10 @@ def run_batch(
     default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     scopes = _scopes(frame, requests)
+    retrievers = None
+    if rank in RETRIEVAL_RANKS:
+        base = retrieval if retrieval is not None else RetrievalSettings()
+        retrievers = _Retrievers(frame, replace(base, lists=RETRIEVAL_RANKS[rank]))
     out = Path(out_dir)
     latencies: list[float] = []
     with (
@@ -444,7 +515,7 @@ def run_batch(
     ):
         for request in requests:
             t0 = time.perf_counter()
-            ranked = _ranked(scopes[request.where], request, rank)
+            ranked = _ranked(scopes[request.where], request, rank, retrievers)
             when = request.as_of if request.as_of is not None else default_as_of
             try:
                 result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)

@@ -8,6 +8,11 @@ Commands
 ``cognoxium locomo PATH --out DIR``
     Import LoCoMo, pack a context per question and budget and report evidence
     recall (see :func:`cognoxium.locomo.run_locomo`).
+``cognoxium redact SOURCE TARGET``
+    Redact personal data and secrets in the items of SOURCE into TARGET.
+``cognoxium inspect MANIFESTS``
+    Summarise manifests: budget use, decisions, reasons, tokens by role,
+    tier and source (see :func:`cognoxium.manifests.summarize_manifests`).
 
 ``cognoxium --version``
     Print the installed package version.
@@ -28,6 +33,13 @@ Exit codes
     budget.
 
 Errors are printed to standard error as one message, without a traceback.
+
+Output
+------
+Every command takes ``--quiet`` (print nothing on success) and ``--json``
+(print one machine-readable JSON summary, canonical: sorted keys, compact, to
+standard output, and nothing else). Progress bars go to standard error, only
+when it is a terminal, and never with ``--quiet`` or ``--json``.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from cognoxium.exceptions import BudgetError, CognoxiumError
+from cognoxium.items import canonical_json
 from cognoxium.tokens import PROFILE_NAMES
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "main"]
@@ -85,6 +98,47 @@ class _Group(TyperGroup):
             raise
 
 
+_EXIT_CODES_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget."
+"""The exit codes line of every command's help."""
+
+_Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Print nothing on success; errors still go to standard error."
+    ),
+]
+_Json = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON summary (sorted keys, compact) to standard output, and nothing else.",
+    ),
+]
+_Progress = Annotated[
+    bool,
+    typer.Option(
+        help="Show a progress bar on standard error (only on a terminal; never with --quiet "
+        "or --json)."
+    ),
+]
+
+
+def _epilog(*examples: str, note: str = "") -> str:
+    """A command's help epilog: its examples, an optional note, and the exit codes."""
+    lines = ["Examples:" if len(examples) > 1 else "Example:", *(f"  {e}" for e in examples)]
+    parts = ["\n\n".join(lines)]
+    if note:
+        parts.append(note)
+    parts.append(_EXIT_CODES_HELP)
+    return "\n\n".join(parts)
+
+
+def _report(summary: dict[str, Any], *, json_output: bool) -> None:
+    """Print the JSON summary when asked to (the one line on standard output)."""
+    if json_output:
+        typer.echo(canonical_json(summary))
+
+
 app = typer.Typer(
     cls=_Group,
     name="cognoxium",
@@ -95,7 +149,8 @@ app = typer.Typer(
         "--out out/sample --as-of 2026-01-01T00:00:00Z\n\n"
         "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
         "--budgets 1024,2048\n\n"
-        "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget."
+        "  cognoxium inspect out/sample/manifests.jsonl --items examples/sample/items.jsonl\n\n"
+        f"Every command takes --quiet and --json. {_EXIT_CODES_HELP}"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -222,13 +277,14 @@ _EXISTING_FILE: dict[str, Any] = {
 
 @app.command(
     "pack",
-    epilog=(
-        "Example:\n\n"
-        "  cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
-        "--out out/sample --as-of 2026-01-01T00:00:00Z\n\n"
-        'Each request is a JSON object per line: {"id", "budget", "query", "where", '
-        '"as_of"}; where is a Polars SQL predicate over the item columns, and '
-        "metadata.<key> reaches a metadata field."
+    epilog=_epilog(
+        "cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
+        "--out out/sample --as-of 2026-01-01T00:00:00Z",
+        "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
+        note='Each request is a JSON object per line: {"id", "budget", "query", "where", '
+        '"as_of", "evidence", "labels"}; where is a Polars SQL predicate over the item '
+        "columns, and metadata.<key> reaches a metadata field. --json prints "
+        '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
     ),
 )
 def pack_command(
@@ -258,9 +314,9 @@ def pack_command(
             ),
         ),
     ] = "now",
-    progress: Annotated[
-        bool, typer.Option(help="Show a progress bar (only on a terminal).")
-    ] = True,
+    progress: _Progress = True,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
 ) -> None:
     """Pack every request of REQUESTS over the items of ITEMS.
 
@@ -287,7 +343,7 @@ def pack_command(
             profile=profile,
             rank=rank.value,
             as_of=when,
-            progress=progress,
+            progress=progress and not (quiet or json_output),
         )
     except OSError as exc:
         _fail_io(exc, "write", out)
@@ -295,11 +351,15 @@ def pack_command(
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
+    files = {"packs": str(out / "packs.jsonl"), "manifests": str(out / "manifests.jsonl")}
+    _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
+    if quiet or json_output:
+        return
     typer.echo(
         f"{stats.requests} requests in {stats.seconds:.2f} s: "
         f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
     )
-    typer.echo(f"wrote {out / 'packs.jsonl'} and {out / 'manifests.jsonl'}")
+    typer.echo(f"wrote {files['packs']} and {files['manifests']}")
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:
@@ -354,10 +414,11 @@ def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
 
 @app.command(
     "locomo",
-    epilog=(
-        "Example:\n\n"
-        "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
-        "--budgets 512,1024,2048,4096 --rank bm25"
+    epilog=_epilog(
+        "cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
+        "--budgets 512,1024,2048,4096 --rank bm25",
+        "cognoxium locomo locomo7.json --out out/recency --rank recency --json > report.json",
+        note='--json prints {"command", "files", "report"}, report being DIR/report.json.',
     ),
 )
 def locomo_command(
@@ -378,9 +439,9 @@ def locomo_command(
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
-    progress: Annotated[
-        bool, typer.Option(help="Show a progress bar (only on a terminal).")
-    ] = True,
+    progress: _Progress = True,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
 ) -> None:
     """Pack a context for every LoCoMo question at each budget and report evidence recall.
 
@@ -393,7 +454,14 @@ def locomo_command(
     # The callback has already turned the text into a list of budgets.
     chosen: list[int] = budgets  # type: ignore[assignment]
     try:
-        report = run_locomo(path, out, chosen, rank=rank.value, profile=profile, progress=progress)
+        report = run_locomo(
+            path,
+            out,
+            chosen,
+            rank=rank.value,
+            profile=profile,
+            progress=progress and not (quiet or json_output),
+        )
     except OSError as exc:
         reading = exc.filename is not None and Path(exc.filename) == path
         _fail_io(exc, "read" if reading else "write", path if reading else out)
@@ -401,6 +469,11 @@ def locomo_command(
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
+    names = ("items.parquet", "requests.jsonl", "packs.jsonl", "manifests.jsonl", "report.json")
+    files = {name.split(".")[0]: str(out / name) for name in names}
+    _report({"command": "locomo", "files": files, "report": report}, json_output=json_output)
+    if quiet or json_output:
+        return
     console = Console(highlight=False)
     for table in _report_tables(report):
         console.print(table)
@@ -427,10 +500,10 @@ class Style(StrEnum):
 
 @app.command(
     "redact",
-    epilog=(
-        "Example:\n\n"
-        "  cognoxium redact items.jsonl redacted.parquet --types EMAIL,PHONE\n\n"
-        "  COGNOXIUM_REDACT_KEY=... cognoxium redact items.jsonl out.jsonl --style hash"
+    epilog=_epilog(
+        "cognoxium redact items.jsonl redacted.parquet --types EMAIL,PHONE",
+        "COGNOXIUM_REDACT_KEY=... cognoxium redact items.jsonl out.jsonl --style hash --json",
+        note='--json prints {"command", "items", "redacted_items", "redactions", "files"}.',
     ),
 )
 def redact_command(
@@ -449,6 +522,8 @@ def redact_command(
         str,
         typer.Option(help="Environment variable holding the HMAC key of the hash style."),
     ] = "COGNOXIUM_REDACT_KEY",
+    quiet: _Quiet = False,
+    json_output: _Json = False,
 ) -> None:
     """Redact PII and secrets in the Text and Json payloads of SOURCE into TARGET.
 
@@ -488,6 +563,16 @@ def redact_command(
         for kind, count in json.loads(text).items():
             totals[kind] = totals.get(kind, 0) + count
     changed = int(redacted.get_column("redacted_from").is_not_null().sum())
+    summary = {
+        "command": "redact",
+        "items": redacted.height,
+        "redacted_items": changed,
+        "redactions": dict(sorted(totals.items())),
+        "files": {"target": str(target)},
+    }
+    _report(summary, json_output=json_output)
+    if quiet or json_output:
+        return
     table = Table(title=f"{changed} of {redacted.height} items redacted")
     table.add_column("type")
     table.add_column("redactions", justify="right")
@@ -495,6 +580,174 @@ def redact_command(
         table.add_row(kind, str(count))
     Console(highlight=False).print(table)
     typer.echo(f"wrote {target}")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit: int) -> Table:
+    """Items, included items and included tokens per group, most tokens first."""
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1]["included_tokens"], kv[0]))
+    total = sum(g["included_tokens"] for g in groups.values())
+    shown = ranked[:limit]
+    caption = None
+    if len(ranked) > limit:
+        rest = ranked[limit:]
+        caption = (
+            f"{len(rest)} more {key}s with {sum(g['included_tokens'] for _, g in rest)} included "
+            "tokens not shown (--json lists all)"
+        )
+    table = Table(title=title, caption=caption, caption_justify="left")
+    table.add_column(key, overflow="fold")
+    for header in ("items", "included", "included tokens", "share of tokens"):
+        table.add_column(header, justify="right")
+    for name, group in shown:
+        table.add_row(
+            name,
+            str(group["items"]),
+            str(group["included"]),
+            str(group["included_tokens"]),
+            _percent(group["included_tokens"] / total if total else None),
+        )
+    return table
+
+
+def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
+    """The tables of ``cognoxium inspect``: budget use, reasons, tokens by role, tier, source."""
+    budget, items = summary["budget"], summary["items"]
+    use = Table(title=f"Budget use over {summary['manifests']} manifests", show_header=False)
+    use.add_column("figure")
+    use.add_column("value", justify="right")
+    fraction = budget["used_fraction"]
+    for name, value in (
+        ("token profiles", ", ".join(summary["profiles"]) or "-"),
+        ("used / budget tokens", f"{budget['used_tokens']} / {budget['budget_tokens']}"),
+        ("utilization", _percent(budget["utilization"])),
+        (
+            "used per manifest (min / mean / max)",
+            "-"
+            if fraction is None
+            else " / ".join(_percent(fraction[k]) for k in ("min", "mean", "max")),
+        ),
+        ("remaining tokens", str(budget["remaining_tokens"])),
+        ("reply priming tokens", str(budget["pack_overhead_tokens"])),
+        ("entries (included / excluded)", f"{items['included']} / {items['excluded']}"),
+        ("tokenized / never counted", f"{items['counted']} / {items['not_counted']}"),
+        ("duplicate merges", str(summary["merges"])),
+    ):
+        use.add_row(name, value)
+    reasons = Table(title="Decisions and reasons")
+    reasons.add_column("decision")
+    reasons.add_column("reason")
+    reasons.add_column("entries", justify="right")
+    from cognoxium.packing import Reason
+
+    included = {Reason.REQUIRED.value, Reason.SELECTED.value}
+    for reason, count in sorted(
+        summary["reasons"].items(), key=lambda kv: (kv[0] not in included, -kv[1], kv[0])
+    ):
+        reasons.add_row("included" if reason in included else "excluded", reason, str(count))
+    tables = [use, reasons]
+    tables.append(_group_table("Tokens by role", "role", summary["by_role"], limit))
+    tables.append(_group_table("Tokens by retention tier", "tier", summary["by_tier"], limit))
+    if summary["by_source"] is not None:
+        tables.append(_group_table("Tokens by source", "source", summary["by_source"], limit))
+    extra = [("redactions", summary["redactions"]), ("policy outcomes", summary["policy_outcomes"])]
+    for title, counts in extra:
+        if counts:
+            table = Table(title=title.capitalize())
+            table.add_column("type" if title == "redactions" else "action")
+            table.add_column("count", justify="right")
+            for name, count in counts.items():
+                table.add_row(name, str(count))
+            tables.append(table)
+    per = summary["per_manifest"]
+    if 1 < len(per) <= limit:
+        table = Table(title="Per manifest")
+        table.add_column("label")
+        for header in ("budget", "used", "remaining", "included", "excluded"):
+            table.add_column(header, justify="right")
+        for row in per:
+            table.add_row(
+                "-" if row["label"] is None else row["label"],
+                *(
+                    str(row[k])
+                    for k in ("budget", "used_tokens", "remaining_tokens", "included", "excluded")
+                ),
+            )
+        tables.append(table)
+    return tables
+
+
+@app.command(
+    "inspect",
+    epilog=_epilog(
+        "cognoxium inspect out/sample/manifests.jsonl",
+        "cognoxium inspect out/sample/manifests.jsonl --items examples/sample/items.jsonl",
+        "cognoxium inspect manifest.json --json",
+        note="MANIFESTS is a manifests.jsonl written by cognoxium pack or cognoxium locomo "
+        "(one manifest per line), or one manifest saved as JSON. Tokens by source need "
+        "--items, since manifest entries name items, not their sources. --json prints "
+        "the summary: command, file, manifests, profiles, budget, items, decisions, "
+        "reasons, by_role, by_tier, by_source, redactions, policy_outcomes, merges and "
+        "per_manifest.",
+    ),
+)
+def inspect_command(
+    manifests: Annotated[
+        Path,
+        typer.Argument(
+            help="Manifests: a .jsonl file (one per line) or one .json manifest.", **_EXISTING_FILE
+        ),
+    ],
+    items: Annotated[
+        Path | None,
+        typer.Option(
+            help="The items the manifests were packed from (.jsonl or .parquet), to count "
+            "tokens by source.",
+            **_EXISTING_FILE,
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(min=1, help="Rows shown per table (sources, per-manifest); --json lists all."),
+    ] = 20,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Summarise pack manifests: budget use, decisions, reasons, tokens by role, tier, source.
+
+    Reads every manifest of MANIFESTS and prints tables of the token budget
+    used (used/budget tokens, totals), the count of entries per decision and
+    reason, and the items and included tokens per role, retention tier and
+    (with --items) source. With --quiet it only checks that the file is valid.
+    """
+    from cognoxium.manifests import read_manifests, summarize_manifests
+
+    try:
+        read = read_manifests(manifests)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", manifests)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    store = None
+    if items is not None:
+        from cognoxium.io import read_items
+
+        try:
+            store = read_items(items)
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail_io(exc, "read", items)
+        except CognoxiumError as exc:
+            _fail(exc, EXIT_BAD_INPUT)
+    summary = summarize_manifests(read, items=store)
+    _report({"command": "inspect", "file": str(manifests), **summary}, json_output=json_output)
+    if quiet or json_output:
+        return
+    console = Console(highlight=False)
+    for table in _inspect_tables(summary, limit):
+        console.print(table)
 
 
 def main() -> None:

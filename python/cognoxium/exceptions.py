@@ -10,12 +10,19 @@ from __future__ import annotations
 __all__ = [
     "BudgetError",
     "CognoxiumError",
+    "ConfigError",
+    "ContractError",
+    "DependencyError",
+    "ModelError",
     "PackError",
     "PlanError",
     "PolicyError",
     "ProfileError",
+    "RankError",
     "RecordError",
     "SchemaError",
+    "StrategyError",
+    "UnknownNoteError",
 ]
 
 
@@ -104,8 +111,51 @@ class BudgetError(PackError):
         super().__init__(message)
 
 
+class DependencyError(CognoxiumError, ImportError):
+    """An optional dependency is not installed; the message names the extra that provides it."""
+
+
+class ContractError(CognoxiumError, TypeError, ValueError):
+    """A continuity contract is broken.
+
+    An input or output of the wrong type, an invalid field, or an input
+    without the ``EngineContext`` it needs. It derives from both ``TypeError``
+    (wrong type) and ``ValueError`` (invalid value).
+    """
+
+
+class ConfigError(CognoxiumError, ValueError):
+    """A configuration file or setting is invalid; the message names the file and the key."""
+
+
+class UnknownNoteError(CognoxiumError, LookupError):
+    """A note id is not in the memory backend."""
+
+
 class ProfileError(CognoxiumError, LookupError):
     """A token profile is unknown or its encoder files are not as published."""
+
+
+class ModelError(CognoxiumError, LookupError):
+    """An embedding model is unknown, not installed, or its files are not as published."""
+
+
+class StrategyError(CognoxiumError, ValueError):
+    """A context strategy or the strategy registry is invalid.
+
+    For example: a duplicate strategy name, an enabled strategy that is not
+    registered, a strategy without a backend capability or resource types, or
+    a request or fragment with an invalid field. The message names the
+    strategy and the field.
+    """
+
+
+class RankError(CognoxiumError, ValueError):
+    """Scores, ranked lists or embeddings given to a ranker or to fusion are invalid.
+
+    For example: a NaN or infinite score, a null id, or embeddings whose
+    shapes do not match.
+    """
 
 
 class PolicyError(PackError):

@@ -58,6 +58,7 @@ from cognoxium.schema import (
 
 if TYPE_CHECKING:
     from cognoxium.packing import ContextPack
+    from cognoxium.redaction import Recogniser, RecogniserSet
     from cognoxium.tokens import TokenProfile
 
 __all__ = ["CognitionFrame", "GroupBy", "OptFlags"]
@@ -613,6 +614,7 @@ class CognitionFrame:
         *,
         merge: bool = True,
         normalize: str | Sequence[str] = (),
+        threshold: float | None = None,
     ) -> CognitionFrame:
         """Drop duplicates, keeping one item per group at its first occurrence's position.
 
@@ -635,12 +637,23 @@ class CognitionFrame:
             collapsed, ends trimmed), ``"case"`` (lower-cased) and ``"nfc"``
             (Unicode NFC) instead of the content hash; each item keeps its
             own content.
+        threshold
+            Near-duplicates: link items of one payload kind whose (normalised)
+            packed texts have a Jaccard similarity of 5-byte UTF-8 shingles of
+            at least ``threshold`` (in (0, 1]), estimated by MinHash with 128
+            functions and found by LSH banding (Broder 1997; Leskovec,
+            Rajaraman and Ullman, *Mining of Massive Datasets*, section 3.4;
+            see :mod:`cognoxium.near_duplicates`); each connected component of
+            linked items is one group, so the grouping does not depend on the
+            row order. Empty texts are never near-duplicates. Like BM25, it
+            reads every row reaching this step.
 
         Raises
         ------
         PlanError
-            On an unknown key column or normalisation, or ``normalize`` with
-            other ``by`` columns.
+            On an unknown key column or normalisation, a threshold outside
+            (0, 1], or ``normalize`` or ``threshold`` with other ``by``
+            columns.
 
         Examples
         --------
@@ -658,10 +671,19 @@ class CognitionFrame:
         >>> merged = near.dedupe(normalize=["whitespace", "case"]).collect()
         >>> merged.select("id", "merged_ids").rows()
         [('a', ['b'])]
+        >>> fuzzy = CognitionFrame([
+        ...     {"id": "a", "role": "document", "text": "Refunds: 30 days from delivery."},
+        ...     {"id": "b", "role": "document", "text": "Our office is in Lyon."},
+        ...     {"id": "c", "role": "document", "text": "Refunds: 30 days from delivery!"},
+        ... ])
+        >>> fuzzy.dedupe(threshold=0.8).collect().select("id", "merged_ids").rows()
+        [('a', ['c']), ('b', [])]
         """
         keys = (by,) if isinstance(by, str) else tuple(by)
         steps = (normalize,) if isinstance(normalize, str) else tuple(normalize)
-        return self._wrap(Dedupe(input=self._plan, by=keys, merge=merge, normalize=steps))
+        return self._wrap(
+            Dedupe(input=self._plan, by=keys, merge=merge, normalize=steps, threshold=threshold)
+        )
 
     def rank(
         self,
@@ -670,6 +692,7 @@ class CognitionFrame:
         query: str | None = None,
         half_life: float | timedelta | None = None,
         reference: datetime | None = None,
+        model: str | None = None,
     ) -> CognitionFrame:
         """Score every row into the ``rank`` column (float64, higher is better); order is kept.
 
@@ -679,17 +702,30 @@ class CognitionFrame:
             ``"bm25"``: Okapi BM25 of each item's packed text (text, canonical
             JSON, or "title uri" of a reference; binary is empty) against
             ``query``, over exactly the rows reaching this step (IDF included);
-            0.0 where no query term occurs. ``"recency"``: exponential decay
-            ``exp(-ln 2 · age / half_life)``, age in seconds before
-            ``reference`` (default: the latest ``created_at`` of these rows);
-            without ``half_life``, the ``created_at`` Unix time in seconds.
-            ``"priority"``: the priority as a float.
+            0.0 where no query term occurs. ``"embedding"``: cosine similarity
+            in ``[-1, 1]`` of each item's packed text with ``query`` under the
+            embedder ``model`` (0.0 for empty text); vectors are cached by
+            content hash (see :class:`cognoxium.embeddings.EmbeddingCache`).
+            ``"hybrid"``: reciprocal rank fusion (Cormack et al., SIGIR 2009,
+            k = 60) of the ``"bm25"`` and ``"embedding"`` orders over the rows
+            reaching this step, each order breaking ties by id; the score is
+            ``1/(60 + r_bm25) + 1/(60 + r_embedding)``. ``"recency"``:
+            exponential decay ``exp(-ln 2 · age / half_life)``, age in seconds
+            before ``reference`` (default: the latest ``created_at`` of these
+            rows); without ``half_life``, the ``created_at`` Unix time in
+            seconds. ``"priority"``: the priority as a float.
         query
-            The BM25 query (required for, and only for, ``"bm25"``).
+            The query text (required for, and only for, ``"bm25"``,
+            ``"embedding"`` and ``"hybrid"``).
         half_life
             Recency half-life, in seconds or as a timedelta.
         reference
             Recency reference time (timezone-aware; converted to UTC).
+        model
+            The embedder for ``"embedding"`` and ``"hybrid"``: ``"minilm"``
+            (the default; all-MiniLM-L6-v2, semantic) or ``"local_hash"``
+            (hashed bag of words, lexical); see
+            :func:`cognoxium.embeddings.get_embedder`.
 
         Raises
         ------
@@ -707,8 +743,18 @@ class CognitionFrame:
         >>> ranked = cf.rank("bm25", query="refund purchase").sort("rank", descending=True)
         >>> ranked.to_polars()["id"].to_list()
         ['b', 'a', 'c']
+        >>> dense = cf.rank("embedding", query="refunds of a purchase", model="local_hash")
+        >>> dense.sort("rank", descending=True).to_polars()["id"].to_list()
+        ['b', 'a', 'c']
+        >>> hybrid = cf.rank("hybrid", query="refund purchase", model="local_hash")
+        >>> print(hybrid.explain(optimized=False).splitlines()[0])
+        Rank hybrid query='refund purchase' model=local_hash
+        >>> hybrid.sort("rank", descending=True).to_polars()["id"].to_list()
+        ['b', 'a', 'c']
         """
         seconds = _half_life_seconds(half_life)
+        if model is None and method in ("embedding", "hybrid"):
+            model = "minilm"
         return self._wrap(
             Rank(
                 input=self._plan,
@@ -716,6 +762,7 @@ class CognitionFrame:
                 query=query,
                 half_life=seconds,
                 reference=reference,
+                model=model,
             )
         )
 
@@ -775,6 +822,7 @@ class CognitionFrame:
         style: str = "placeholder",
         key: bytes | str | None = None,
         types: Sequence[str] | str | None = None,
+        recognisers: Sequence[Recogniser | RecogniserSet] | RecogniserSet | None = None,
     ) -> CognitionFrame:
         """Replace recognised sensitive values (PII, secrets) in Text and Json payloads.
 
@@ -797,11 +845,17 @@ class CognitionFrame:
             The HMAC key for the ``hash`` style (bytes or text).
         types
             The recogniser types to apply; all by default.
+        recognisers
+            The recognisers, in tie-break order: :class:`~cognoxium.redaction.Recogniser`
+            objects and :class:`~cognoxium.redaction.RecogniserSet` objects such as
+            :class:`cognoxium.presidio.PresidioRecognisers`; ``None`` for the built-in
+            ones (:data:`cognoxium.redaction.RECOGNISERS`). ``types`` names types of these.
 
         Raises
         ------
         PlanError
-            On an unknown style or type, or the ``hash`` style without a key.
+            On an unknown style or type, the ``hash`` style without a key, or
+            ``recognisers`` that are empty or not recognisers.
 
         Examples
         --------
@@ -815,7 +869,14 @@ class CognitionFrame:
         """
         raw = key.encode("utf-8") if isinstance(key, str) else key
         kinds = None if types is None else ((types,) if isinstance(types, str) else tuple(types))
-        return self._wrap(Redact(input=self._plan, style=style, key=raw, types=kinds))
+        recs: tuple[Recogniser | RecogniserSet, ...] | None = None
+        if recognisers is not None:
+            from cognoxium.redaction import _pool
+
+            recs = _pool(recognisers)
+        return self._wrap(
+            Redact(input=self._plan, style=style, key=raw, types=kinds, recognisers=recs)
+        )
 
     def demote(
         self,

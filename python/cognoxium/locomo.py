@@ -70,12 +70,14 @@ from cognoxium.batch import BatchStats, RankMethod, Request, run_batch
 from cognoxium.exceptions import RecordError
 from cognoxium.io import atomic_write, write_parquet
 from cognoxium.items import canonical_json
+from cognoxium.retrieval import RetrievalSettings
 from cognoxium.schema import records_to_frame
 
 __all__ = [
     "ANSWERABLE_CATEGORIES",
     "CATEGORY_NAMES",
     "DEFAULT_BUDGETS",
+    "TUNING_CONVERSATIONS",
     "evaluate",
     "load_locomo",
     "locomo_requests",
@@ -86,6 +88,9 @@ __all__ = [
 
 DEFAULT_BUDGETS: tuple[int, ...] = (512, 1024, 2048, 4096)
 """Token budgets of a default LoCoMo run."""
+
+TUNING_CONVERSATIONS: tuple[str, ...] = ("conv-26", "conv-30")
+"""The conversations on which the default retrieval settings were chosen."""
 
 CATEGORY_NAMES: dict[int, str] = {
     1: "multi-hop",
@@ -761,10 +766,13 @@ def run_locomo(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     budgets: Sequence[int] = DEFAULT_BUDGETS,
-    rank: RankMethod = "bm25",
+    rank: RankMethod = "hybrid-lineage",
     profile: str = "cl100k_base",
     *,
     progress: bool = False,
+    compare: Sequence[RankMethod] = (),
+    retrieval: RetrievalSettings | None = None,
+    tuning: Sequence[str] = TUNING_CONVERSATIONS,
 ) -> dict[str, Any]:
     """Import LoCoMo, pack a context per question and budget, and report evidence recall.
 
@@ -783,11 +791,24 @@ def run_locomo(
     budgets
         Token budgets; every question is packed once per budget.
     rank
-        ``"bm25"`` (by the question), ``"recency"`` or ``"none"``.
+        One of :data:`cognoxium.batch.RANK_METHODS`; the default fuses
+        BM25, embeddings, neighbour windows and lineage expansion through
+        the observations and summaries of each turn (see
+        :func:`cognoxium.batch.run_batch`).
     profile
         Token profile name.
     progress
         Show a progress bar when standard error is a terminal.
+    compare
+        Other rank methods to run on the same requests in the same run, for
+        the report's ``compare`` section; their files go to
+        ``out_dir/compare/<method>/``.
+    retrieval
+        Model, RRF constant and neighbour expansion of the retrieval rank
+        methods (see :class:`cognoxium.retrieval.RetrievalSettings`).
+    tuning
+        Conversations on which settings were chosen; the report's
+        ``splits`` gives recall on them and on the others (held out) apart.
 
     Returns
     -------
@@ -795,8 +816,10 @@ def run_locomo(
         The report: ``source`` (file name and sha256), ``settings``,
         ``import`` (counts of conversations, sessions, turns, observations,
         summaries, questions, dropped evidence ids), ``batch``
-        (:class:`~cognoxium.batch.BatchStats` figures) and ``budgets``
-        (:func:`evaluate`).
+        (:class:`~cognoxium.batch.BatchStats` figures), ``budgets``
+        (:func:`evaluate`), ``splits`` (``{"tuning": ..., "held_out": ...}``,
+        each ``{"conversations", "budgets"}``) and ``compare`` (per compared
+        method: ``batch``, ``budgets`` and ``splits``).
 
     Raises
     ------
@@ -812,9 +835,38 @@ def run_locomo(
         for request in requests:
             handle.write(canonical_json(request.model_dump(mode="json")))
             handle.write("\n")
-    stats = run_batch(items, requests, out_dir=out, profile=profile, rank=rank, progress=progress)
-    with (out / "packs.jsonl").open(encoding="utf-8") as handle:
-        packs = [json.loads(line) for line in handle]
+    settings = retrieval if retrieval is not None else RetrievalSettings()
+    conversations = [conv.sample_id for conv in imported.conversations]
+    split = {
+        "tuning": [c for c in conversations if c in set(tuning)],
+        "held_out": [c for c in conversations if c not in set(tuning)],
+    }
+
+    def measured(method: RankMethod, folder: Path) -> dict[str, Any]:
+        stats = run_batch(
+            items,
+            requests,
+            out_dir=folder,
+            profile=profile,
+            rank=method,
+            progress=progress,
+            retrieval=settings,
+        )
+        with (folder / "packs.jsonl").open(encoding="utf-8") as handle:
+            packs = [json.loads(line) for line in handle]
+        splits = {
+            name: {
+                "conversations": members,
+                **evaluate(packs, [r for r in requests if r.id.split(":q")[0] in members]),
+            }
+            for name, members in split.items()
+        }
+        return {
+            "batch": stats.to_dict(),
+            **evaluate(packs, requests, stats=stats),
+            "splits": splits,
+        }
+
     counts = imported.counts
     report: dict[str, Any] = {
         "source": {"file": Path(path).name, "sha256": _sha256(path)},
@@ -823,13 +875,23 @@ def run_locomo(
             "rank": rank,
             "profile": profile,
             "scope": "turns of the question's conversation",
+            "retrieval": {
+                "model": settings.model,
+                "rrf_k": settings.rrf_k,
+                "neighbours": settings.neighbours,
+            },
+            "tuning_conversations": split["tuning"],
         },
         "import": {
             "items": items.height,
             **{key: counts[key] for key in sorted(counts)},
         },
-        "batch": stats.to_dict(),
-        **evaluate(packs, requests, stats=stats),
+        **measured(rank, out),
+        "compare": {
+            method: measured(method, out / "compare" / method)
+            for method in dict.fromkeys(compare)
+            if method != rank
+        },
     }
     with atomic_write(out / "report.json") as handle:
         handle.write(canonical_json(report))

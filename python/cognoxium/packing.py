@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from cognoxium._lowering import MERGE_RULES, REDACTIONS
@@ -216,6 +217,16 @@ class PackManifest(BaseModel):
     def to_polars(self) -> pl.DataFrame:
         """The entries as a Polars frame, one row per input item, in input order."""
         return self._entries
+
+    def to_arrow(self) -> pa.Table:
+        """The entries as an Arrow table, one row per input item, in input order.
+
+        The schema metadata key ``cognoxium.manifest`` holds everything but the
+        entries (budget, used tokens, totals, fingerprints, ...) as canonical
+        JSON, so the table alone describes the pack.
+        """
+        header = canonical_json(self.model_dump(mode="json"))
+        return self._entries.to_arrow().replace_schema_metadata({"cognoxium.manifest": header})
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain JSON-ready data, entries included."""

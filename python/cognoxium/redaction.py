@@ -29,6 +29,14 @@ Matching rules, the same in both paths:
 The recognisers are not a substitute for a data-protection review: they find
 the formats listed in :data:`RECOGNISERS`; names, postal addresses and
 national phone formats without a country code are not found.
+
+Other engines plug in as a :class:`RecogniserSet` (for example
+:class:`cognoxium.presidio.PresidioRecognisers`), passed as ``recognisers=``
+alone or next to the built-in recognisers. Their spans join the same pool:
+the same overlap rule, styles, counts and fixed point. A span that overlaps
+a redaction already made (``[EMAIL]``, ``[EMAIL:3f2a9c1d]``), or that holds
+nothing but mask characters and whitespace, is ignored, so redacting twice
+changes nothing whatever the engine.
 """
 
 from __future__ import annotations
@@ -43,9 +51,9 @@ import math
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import polars as pl
 
@@ -56,6 +64,7 @@ __all__ = [
     "RECOGNISERS",
     "TYPES",
     "Recogniser",
+    "RecogniserSet",
     "RedactionStyle",
     "Span",
     "find_spans",
@@ -189,6 +198,105 @@ class Span:
     start: int
     end: int
     type: str
+
+
+@runtime_checkable
+class RecogniserSet(Protocol):
+    """Recognisers backed by another engine, finding spans of several types in a batch of texts.
+
+    An object with these members can be passed as ``recognisers=`` to
+    :func:`find_spans`, :func:`redact_text`, :func:`redact_json`,
+    :func:`redact_frame` and :meth:`cognoxium.CognitionFrame.redact`, alone
+    or among :class:`Recogniser` objects. It must be hashable and compare
+    equal only to a set that finds the same spans, since it becomes part of
+    the query plan. :class:`cognoxium.presidio.PresidioRecognisers` is one.
+
+    Attributes
+    ----------
+    types
+        The redaction type names it can report, upper case (``"EMAIL"``).
+    label
+        What it finds, for documentation and :meth:`~cognoxium.CognitionFrame.explain`.
+    """
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The redaction type names the set can report."""
+        ...
+
+    @property
+    def label(self) -> str:
+        """What the set finds, in a few words."""
+        ...
+
+    def find_batch(self, texts: Sequence[str]) -> list[list[Span]]:
+        """Find the spans of each text.
+
+        Parameters
+        ----------
+        texts
+            The texts to scan.
+
+        Returns
+        -------
+        list of list of Span
+            One list per text, in the order of ``texts``; spans may overlap
+            and are given in priority order: among equally long overlapping
+            spans, the one listed first wins. Offsets are in characters.
+        """
+        ...
+
+
+# A redaction already made: a placeholder or a keyed hash token.
+_REDACTED = re.compile(r"\[[A-Z][A-Z0-9_]*(?::[0-9a-f]{8})?\]")
+
+
+@dataclass(frozen=True, slots=True)
+class _External:
+    """A :class:`RecogniserSet` restricted to the chosen types, with its spans checked."""
+
+    finder: RecogniserSet
+    types: frozenset[str]
+
+    def spans(self, texts: Sequence[str]) -> list[list[Span]]:
+        batches = self.finder.find_batch(texts)
+        if not isinstance(batches, list) or len(batches) != len(texts):
+            raise PlanError(
+                f"recogniser set {self.finder.label!r}: find_batch must return one list of "
+                f"spans per text ({len(texts)}), got {type(batches).__name__}"
+            )
+        out: list[list[Span]] = []
+        for text, found in zip(texts, batches, strict=True):
+            kept: list[Span] = []
+            done: list[tuple[int, int]] | None = None
+            for span in found:
+                if not (
+                    isinstance(span, Span)
+                    and isinstance(span.start, int)
+                    and isinstance(span.end, int)
+                    and 0 <= span.start < span.end <= len(text)
+                    and span.type in self.finder.types
+                ):
+                    raise PlanError(
+                        f"recogniser set {self.finder.label!r} returned {span!r} for a text of "
+                        f"{len(text)} characters; a span needs 0 <= start < end <= "
+                        f"{len(text)} and a type among {', '.join(self.finder.types)}"
+                    )
+                if span.type not in self.types:
+                    continue
+                if not text[span.start : span.end].replace("*", "").strip():
+                    continue  # a mask
+                if done is None:
+                    done = [m.span() for m in _REDACTED.finditer(text)]
+                if any(s < span.end and span.start < e for s, e in done):
+                    continue
+                kept.append(span)
+            out.append(kept)
+        return out
+
+
+_Source = Recogniser | _External
+_RecogniserArg = Recogniser | RecogniserSet | Iterable[Recogniser | RecogniserSet] | None
 
 
 # ---------------------------------------------------------------------------
@@ -638,18 +746,65 @@ TYPES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RECOGNISERS))
 # reference path (Python re)
 
 
-def _select(types: Iterable[str] | str | None) -> tuple[Recogniser, ...]:
-    if types is None:
+def _pool(recognisers: _RecogniserArg) -> tuple[Recogniser | RecogniserSet, ...]:
+    """The recognisers to use, in tie-break order: :data:`RECOGNISERS` when ``None``."""
+    if recognisers is None:
         return RECOGNISERS
-    wanted = (types,) if isinstance(types, str) else tuple(types)
-    unknown = sorted({t for t in wanted if t not in TYPES}, key=str)
-    if unknown:
+    if isinstance(recognisers, Recogniser | RecogniserSet):
+        pool: tuple[Any, ...] = (recognisers,)
+    elif isinstance(recognisers, str | bytes) or not isinstance(recognisers, Iterable):
         raise PlanError(
-            f"unknown redaction type(s) {', '.join(repr(t) for t in unknown)}; "
-            f"valid types: {', '.join(TYPES)}"
+            "recognisers must be a Recogniser, a RecogniserSet or a sequence of them, "
+            f"got {type(recognisers).__name__}"
         )
-    chosen = set(wanted)
-    return tuple(r for r in RECOGNISERS if r.name in chosen)
+    else:
+        pool = tuple(recognisers)
+    bad = [r for r in pool if not isinstance(r, Recogniser | RecogniserSet)]
+    if bad:
+        raise PlanError(
+            f"recognisers: {bad[0]!r} is neither a Recogniser nor a RecogniserSet "
+            "(an object with types, label and find_batch)"
+        )
+    if not pool:
+        raise PlanError("recognisers is empty; pass None for the built-in recognisers")
+    return pool
+
+
+def _types_of(r: Recogniser | RecogniserSet) -> tuple[str, ...]:
+    return (r.name,) if isinstance(r, Recogniser) else tuple(r.types)
+
+
+def _select(
+    types: Iterable[str] | str | None, recognisers: _RecogniserArg = None
+) -> tuple[_Source, ...]:
+    pool = _pool(recognisers)
+    known = TYPES if pool is RECOGNISERS else tuple(dict.fromkeys(_all_types(pool)))
+    if types is None:
+        chosen = set(known)
+    else:
+        wanted = (types,) if isinstance(types, str) else tuple(types)
+        unknown = sorted({t for t in wanted if t not in known}, key=str)
+        if unknown:
+            raise PlanError(
+                f"unknown redaction type(s) {', '.join(repr(t) for t in unknown)}; "
+                f"valid types: {', '.join(known)}"
+            )
+        chosen = set(wanted)
+    out: list[_Source] = []
+    for r in pool:
+        if isinstance(r, Recogniser):
+            if r.name in chosen:
+                out.append(r)
+        else:
+            kinds = frozenset(r.types) & chosen
+            if kinds:
+                out.append(_External(r, kinds))
+    return tuple(out)
+
+
+def _all_types(pool: Iterable[Recogniser | RecogniserSet]) -> Iterable[str]:
+    for r in pool:
+        yield from _types_of(r)
 
 
 def _hash_key(style: str, key: bytes | str | None) -> bytes | None:
@@ -677,10 +832,13 @@ def _token(value: str, kind: str, style: str, key: bytes | None) -> str:
     return f"[{kind}:{digest[:8]}]"
 
 
-def _spans(text: str, recs: tuple[Recogniser, ...]) -> list[Span]:
+def _spans(text: str, recs: tuple[_Source, ...]) -> list[Span]:
     padded = f"{_PAD}{text}{_PAD}"
     found: list[tuple[int, int, int, str]] = []
     for order, r in enumerate(recs):
+        if isinstance(r, _External):
+            found.extend((s.start, s.end, order, s.type) for s in r.spans([text])[0])
+            continue
         for m in r._rx.finditer(padded):
             if r._accepts(m.group("v")):
                 start, end = m.span("v")
@@ -688,6 +846,7 @@ def _spans(text: str, recs: tuple[Recogniser, ...]) -> list[Span]:
     if not found:
         return []
     # Longest first, then recogniser order, then leftmost; keep what does not overlap.
+    # The sort is stable: a set's spans of equal length and start keep the set's order.
     found.sort(key=lambda s: (s[0] - s[1], s[2], s[0]))
     starts: list[int] = []
     chosen: list[tuple[int, int, str]] = []
@@ -715,7 +874,7 @@ def _apply(text: str, spans: list[Span], style: str, key: bytes | None) -> str:
 
 
 def _redact_str(
-    text: str, recs: tuple[Recogniser, ...], style: str, key: bytes | None, counts: dict[str, int]
+    text: str, recs: tuple[_Source, ...], style: str, key: bytes | None, counts: dict[str, int]
 ) -> str:
     for _ in range(_MAX_PASSES):
         spans = _spans(text, recs)
@@ -729,16 +888,18 @@ def _redact_str(
     )
 
 
-def _assigned_member(name: str, core: str, recs: tuple[Recogniser, ...]) -> Recogniser | None:
+def _assigned_member(name: str, core: str, recs: tuple[_Source, ...]) -> Recogniser | None:
     """The first assignment recogniser whose key pattern matches ``name`` and accepts ``core``."""
     for r in recs:
+        if not isinstance(r, Recogniser):
+            continue
         if r._key_rx is not None and r._key_rx.fullmatch(name) and r._accepts(core):
             return r
     return None
 
 
 def _redact_value(
-    value: Any, recs: tuple[Recogniser, ...], style: str, key: bytes | None, counts: dict[str, int]
+    value: Any, recs: tuple[_Source, ...], style: str, key: bytes | None, counts: dict[str, int]
 ) -> Any:
     if isinstance(value, str):
         return _redact_str(value, recs, style, key, counts)
@@ -761,7 +922,9 @@ def _redact_value(
     return value
 
 
-def find_spans(text: str, *, types: Iterable[str] | str | None = None) -> list[Span]:
+def find_spans(
+    text: str, *, types: Iterable[str] | str | None = None, recognisers: _RecogniserArg = None
+) -> list[Span]:
     """Find the redactable spans of a text: one scan, after overlap resolution.
 
     This is the reference path (Python :mod:`re`): :func:`redact_text` repeats
@@ -773,6 +936,10 @@ def find_spans(text: str, *, types: Iterable[str] | str | None = None) -> list[S
         Any text.
     types
         Type names to look for (see :data:`TYPES`); ``None`` for all.
+    recognisers
+        The recognisers to use, in tie-break order: a :class:`Recogniser`, a
+        :class:`RecogniserSet` or a sequence of them; ``None`` for
+        :data:`RECOGNISERS`. ``types`` then names types of these.
 
     Returns
     -------
@@ -782,7 +949,8 @@ def find_spans(text: str, *, types: Iterable[str] | str | None = None) -> list[S
     Raises
     ------
     PlanError
-        On an unknown type name.
+        On an unknown type name, an empty or invalid ``recognisers``, or a
+        recogniser set that returns an invalid span.
 
     Notes
     -----
@@ -800,7 +968,7 @@ def find_spans(text: str, *, types: Iterable[str] | str | None = None) -> list[S
     >>> find_spans("ana@example.org", types=["PHONE"])
     []
     """
-    return _spans(text, _select(types))
+    return _spans(text, _select(types, recognisers))
 
 
 def redact_text(
@@ -809,6 +977,7 @@ def redact_text(
     style: RedactionStyle = "placeholder",
     key: bytes | str | None = None,
     types: Iterable[str] | str | None = None,
+    recognisers: _RecogniserArg = None,
 ) -> tuple[str, dict[str, int]]:
     """Redact a text and count the redactions by type.
 
@@ -825,6 +994,8 @@ def redact_text(
         The HMAC key, required by the ``"hash"`` style; a ``str`` is UTF-8 encoded.
     types
         Type names to redact (see :data:`TYPES`); ``None`` for all.
+    recognisers
+        As for :func:`find_spans`: ``None`` for :data:`RECOGNISERS`.
 
     Returns
     -------
@@ -835,7 +1006,8 @@ def redact_text(
     Raises
     ------
     PlanError
-        On an unknown style or type name, or the ``"hash"`` style without a key.
+        On an unknown style or type name, the ``"hash"`` style without a key,
+        or invalid ``recognisers`` (see :func:`find_spans`).
 
     Notes
     -----
@@ -855,7 +1027,7 @@ def redact_text(
     ...
     cognoxium.exceptions.PlanError: unknown redaction style 'shred'; valid styles: 'placeholder', 'mask', 'hash'
     """  # noqa: E501
-    recs = _select(types)
+    recs = _select(types, recognisers)
     hkey = _hash_key(style, key)
     counts: dict[str, int] = {}
     out = _redact_str(text, recs, style, hkey, counts)
@@ -868,6 +1040,7 @@ def redact_json(
     style: RedactionStyle = "placeholder",
     key: bytes | str | None = None,
     types: Iterable[str] | str | None = None,
+    recognisers: _RecogniserArg = None,
 ) -> tuple[Any, dict[str, int]]:
     """Redact the string values of a JSON value; object keys are kept as they are.
 
@@ -881,7 +1054,7 @@ def redact_json(
     ----------
     value
         A JSON value (dicts, lists, strings, numbers, booleans, None).
-    style, key, types
+    style, key, types, recognisers
         As for :func:`redact_text`.
 
     Returns
@@ -892,14 +1065,15 @@ def redact_json(
     Raises
     ------
     PlanError
-        On an unknown style or type name, or the ``"hash"`` style without a key.
+        On an unknown style or type name, the ``"hash"`` style without a key,
+        or invalid ``recognisers`` (see :func:`find_spans`).
 
     Examples
     --------
     >>> redact_json({"to": ["ana@example.org"], "db_password": "hunter22", "n": 4})
     ({'to': ['[EMAIL]'], 'db_password': '[SECRET]', 'n': 4}, {'EMAIL': 1, 'SECRET': 1})
     """
-    recs = _select(types)
+    recs = _select(types, recognisers)
     hkey = _hash_key(style, key)
     counts: dict[str, int] = {}
     out = _redact_value(value, recs, style, hkey, counts)
@@ -914,7 +1088,7 @@ def _padded(column: str) -> pl.Expr:
     return pl.concat_str(pl.lit(_PAD), pl.col(column), pl.lit(_PAD))
 
 
-def _rows_with_spans(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
+def _rows_with_spans(values: pl.Series, recs: tuple[_Source, ...]) -> pl.Series:
     """Positions of ``values`` for which :func:`find_spans` finds something, without Python per row.
 
     1. Prefilter: every recogniser's bare pattern (no lead/trail, so a
@@ -922,7 +1096,28 @@ def _rows_with_spans(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Seri
     2. Candidates: ``str.extract_all`` of the framed patterns over the padded
        values of the prefiltered rows, exploded to one candidate per row.
     3. Validation: each recogniser's validator on its distinct candidates.
+
+    A recogniser set scans the distinct values in one batch.
     """
+    empty = pl.Series("i", [], pl.UInt32)
+    if not recs or values.len() == 0:
+        return empty
+    builtin = tuple(r for r in recs if isinstance(r, Recogniser))
+    found = [_builtin_rows(values, builtin)]
+    externals = [r for r in recs if isinstance(r, _External)]
+    if externals:
+        distinct = values.drop_nulls().unique(maintain_order=True).to_list()
+        hits: set[str] = set()
+        for r in externals:
+            todo = [t for t in distinct if t not in hits]
+            hits.update(t for t, spans in zip(todo, r.spans(todo), strict=True) if spans)
+        if hits:
+            found.append(values.is_in(list(hits)).fill_null(False).arg_true())
+    return pl.concat(found).unique().sort()
+
+
+def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
+    """The part of :func:`_rows_with_spans` for built-in recognisers."""
     empty = pl.Series("i", [], pl.UInt32)
     if not recs or values.len() == 0:
         return empty
@@ -949,7 +1144,7 @@ def _rows_with_spans(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Seri
     return pl.concat(found).unique().sort()
 
 
-def _json_rows_with_spans(docs: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
+def _json_rows_with_spans(docs: pl.Series, recs: tuple[_Source, ...]) -> pl.Series:
     """Positions of canonical JSON documents that :func:`redact_json` would change."""
     empty = pl.Series("i", [], pl.UInt32)
     if not recs or docs.len() == 0:
@@ -966,7 +1161,7 @@ def _json_rows_with_spans(docs: pl.Series, recs: tuple[Recogniser, ...]) -> pl.S
     at = _rows_with_spans(literals.get_column("s"), recs)
     found = [literals.get_column("i").gather(at)]
     for r in recs:
-        if r._json_rx is None:
+        if not isinstance(r, Recogniser) or r._json_rx is None:
             continue
         pairs = (
             frame.select("i", pl.col("j").str.extract_all(r._json_rx.pattern).alias("c"))
@@ -994,6 +1189,7 @@ def redact_frame(
     style: RedactionStyle = "placeholder",
     key: bytes | str | None = None,
     types: Iterable[str] | str | None = None,
+    recognisers: _RecogniserArg = None,
 ) -> pl.DataFrame:
     """Redact the Text and Json payloads of a frame of context items, vectorised.
 
@@ -1008,7 +1204,7 @@ def redact_frame(
         A frame with the columns of :data:`cognoxium.schema.POLARS_SCHEMA`
         (at least ``payload_kind``, ``text``, ``json``, ``content_hash``);
         other columns are carried along.
-    style, key, types
+    style, key, types, recognisers
         As for :func:`redact_text`.
 
     Returns
@@ -1028,7 +1224,8 @@ def redact_frame(
     SchemaError
         If ``df`` is not a Polars DataFrame or lacks a payload column.
     PlanError
-        On an unknown style or type name, or the ``"hash"`` style without a key.
+        On an unknown style or type name, the ``"hash"`` style without a key,
+        or invalid ``recognisers`` (see :func:`find_spans`).
 
     Notes
     -----
@@ -1036,9 +1233,12 @@ def redact_frame(
     decoded JSON string values go through one ``str.contains`` prefilter per
     recogniser over the whole column, then ``str.extract_all`` of the framed
     patterns over the remaining rows; the validators run on the distinct
-    candidates only. Only the rows with a validated candidate are rewritten,
-    by the reference path (:func:`redact_text`, :func:`redact_json`), so the
-    two paths agree row by row and share one overlap resolution.
+    candidates only. A :class:`RecogniserSet` has no pattern to prefilter
+    with: it scans every distinct text (and decoded JSON string value) once,
+    in one :meth:`~RecogniserSet.find_batch` call. Only the rows with a
+    validated candidate are rewritten, by the reference path
+    (:func:`redact_text`, :func:`redact_json`), so the two paths agree row by
+    row and share one overlap resolution.
 
     Examples
     --------
@@ -1062,7 +1262,7 @@ def redact_frame(
     missing = [c for c in ("payload_kind", "text", "json", "content_hash") if c not in df.columns]
     if missing:
         raise SchemaError(f"redact_frame: missing item columns {missing}")
-    recs = _select(types)
+    recs = _select(types, recognisers)
     hkey = _hash_key(style, key)
 
     kinds = df.get_column("payload_kind").cast(pl.String)

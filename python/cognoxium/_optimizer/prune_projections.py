@@ -20,7 +20,8 @@ def _reads(node: Node) -> set[str] | None:
         return {c for key in node.by for c in key.columns}
     if isinstance(node, Dedupe):
         # A merge picks its representative by rank and id and reads metadata for conflicts.
-        text = {"payload_kind", "text", "json", "ref_uri", "ref_title"} if node.normalize else set()
+        compares_text = bool(node.normalize) or node.threshold is not None
+        text = {"payload_kind", "text", "json", "ref_uri", "ref_title"} if compares_text else set()
         return set(node.by) | text | ({"id", "rank", "metadata"} if node.merge else set())
     return set()
 

@@ -1,0 +1,479 @@
+"""Run every benchmark suite and write ``benchmarks/results/*.json``, ``*.md`` and ``*.png``.
+
+Suites:
+
+scaling
+    Packing 1k, 10k, 100k and 1M chat-like items (``bench_pack.synthetic_items``)
+    under 8,192 tokens, ranked by recency: first pack (empty token-count cache),
+    repeat pack, and the peak memory of loading and of packing (a child
+    process per size, ``bench_pack.measure_memory``). ``--quick`` stops at 100k.
+peers
+    Keeping the newest chat messages plus the system message under a budget:
+    Cognoxium against LangChain ``trim_messages``, LlamaIndex
+    ``ChatMemoryBuffer`` and plain Python loops (``bench_peers``).
+locomo
+    Evidence recall per ranker and budget, from the ``report.json`` that
+    ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
+    ``COGNOXIUM_LOCOMO``) and is skipped, with a message, without it.
+
+Timings are wall-clock seconds on a shared, noisy machine: compare ratios
+within one run, not figures across runs.
+
+Usage: ``python benchmarks/run_all.py [--quick] [--locomo PATH] [--only scaling,peers,locomo]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib as mpl
+
+mpl.use("Agg")
+import matplotlib.pyplot as plt
+import polars as pl
+
+import bench_peers
+from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
+from cognoxium.io import write_parquet
+from cognoxium.packing import pack
+from cognoxium.schema import to_arrow
+from cognoxium.tokens import clear_cache, get_profile
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SUITES = ("scaling", "peers", "locomo")
+LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
+
+
+def write_json(name: str, data: Any) -> Path:
+    path = RESULTS / name
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# scaling
+
+
+def run_scaling(sizes: list[int]) -> dict[str, Any]:
+    profile = get_profile("cl100k_base")
+    profile.count(["warm up"])
+    rows = []
+    for n in sizes:
+        build_s, df = timed(lambda n=n: synthetic_items(n))
+        frame = df.with_columns(pl.col("created_at").dt.epoch("s").cast(pl.Float64).alias("rank"))
+        clear_cache()
+        first_s, first = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
+        repeat_s, repeat = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
+        assert first.ids == repeat.ids
+        arrow_mb = to_arrow(df).nbytes / 2**20
+        with tempfile.TemporaryDirectory() as tmp:
+            parquet = Path(tmp) / "items.parquet"
+            write_parquet(df, parquet)
+            memory = measure_memory(parquet)
+        row = {
+            "items": n,
+            "build_s": build_s,
+            "first_pack_s": first_s,
+            "repeat_pack_s": repeat_s,
+            "counted_items": first.manifest.totals.counted,
+            "included_items": len(first),
+            "used_tokens": first.used_tokens,
+            "arrow_mb": arrow_mb,
+            "load_peak_mb": memory["load_peak_mb"],
+            "pack_peak_mb": memory["pack_peak_mb"],
+            "peak_rss_mb": max(memory["load_peak_mb"], memory["pack_peak_mb"]),
+            "peak_growth_mb": max(memory["load_peak_mb"], memory["pack_peak_mb"])
+            - memory["rss_start_mb"],
+        }
+        rows.append(row)
+        print("scaling", json.dumps(row), flush=True)
+        del df, frame, first, repeat
+    result = {"budget": BUDGET, "profile": profile.name, "rank": "recency", "sizes": rows}
+    write_json("scaling.json", result)
+    plot_scaling(result)
+    return result
+
+
+def plot_scaling(result: dict[str, Any]) -> None:
+    rows = result["sizes"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    items = [r["items"] for r in rows]
+    left.loglog(items, [r["first_pack_s"] for r in rows], "o-", label="first pack (cold cache)")
+    left.loglog(items, [r["repeat_pack_s"] for r in rows], "s-", label="repeat pack (warm)")
+    left.set_xlabel("items")
+    left.set_ylabel("seconds")
+    left.set_title(f"pack under {BUDGET} tokens")
+    left.grid(True, which="both", alpha=0.3)
+    left.legend()
+    right.loglog(items, [r["peak_growth_mb"] for r in rows], "o-", label="peak RSS growth")
+    right.loglog(items, [r["arrow_mb"] for r in rows], "s--", label="Arrow table size")
+    right.set_xlabel("items")
+    right.set_ylabel("MB")
+    right.set_title("peak memory (load + pack, child process)")
+    right.grid(True, which="both", alpha=0.3)
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "scaling.png", dpi=120)
+    plt.close(fig)
+
+
+def scaling_markdown(result: dict[str, Any]) -> str:
+    rows = [
+        [
+            f"{r['items']:,}",
+            fmt(r["first_pack_s"]),
+            fmt(r["repeat_pack_s"]),
+            f"{r['counted_items']:,}",
+            fmt(r["arrow_mb"], ".1f"),
+            fmt(r["peak_growth_mb"], ".1f"),
+        ]
+        for r in result["sizes"]
+    ]
+    headers = [
+        "items",
+        "first pack (s)",
+        "repeat pack (s)",
+        "tokenized items",
+        "Arrow (MB)",
+        "peak RSS growth (MB)",
+    ]
+    return (
+        f"## Scaling: pack under {result['budget']} tokens, ranked by recency\n\n"
+        + markdown_table(headers, rows)
+        + "\n\n![scaling](scaling.png)\n"
+    )
+
+
+# ---------------------------------------------------------------------------
+# peers
+
+METHOD_LABELS = {
+    "cognoxium": "Cognoxium (cold cache)",
+    "langchain_trim_messages": "LangChain trim_messages",
+    "llamaindex_chat_memory_buffer": "LlamaIndex ChatMemoryBuffer",
+    "python_loop_stop": "Python loop (stop)",
+    "python_loop_skip": "Python loop (skip)",
+}
+
+
+def run_peers(sizes: list[int], repeats: int, limit_s: float) -> dict[str, Any]:
+    result = bench_peers.main(
+        [
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--repeats",
+            str(repeats),
+            "--llamaindex-limit-s",
+            str(limit_s),
+            "--out",
+            str(RESULTS / "peers.json"),
+        ]
+    )
+    plot_peers(result)
+    return result
+
+
+def plot_peers(result: dict[str, Any]) -> None:
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    width = 0.8 / len(METHOD_LABELS)
+    for k, (method, label) in enumerate(METHOD_LABELS.items()):
+        color = f"C{k}"
+        for j, entry in enumerate(result["sizes"]):
+            m = entry["methods"][method]
+            x = j + k * width
+            if m["seconds"] is not None:
+                ax.bar(x, m["seconds"], width, color=color, label=label if j == 0 else None)
+                continue
+            # Stopped at the time limit: a hatched bar up to the limit.
+            limit = m["timed_out_after_s"]
+            ax.bar(
+                x,
+                limit,
+                width,
+                color="none",
+                edgecolor=color,
+                hatch="//",
+                label=label if j == 0 else None,
+            )
+            ax.text(
+                x,
+                limit / 3,
+                f"stopped at {limit:.0f} s",
+                rotation=90,
+                ha="center",
+                va="center",
+                fontsize=7,
+            )
+    ax.set_yscale("log")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(result["sizes"]))])
+    ax.set_xticklabels([f"{e['messages']:,} messages" for e in result["sizes"]])
+    ax.set_ylabel("seconds (log)")
+    ax.set_title(f"newest messages + system message under {result['budget']} tokens")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "peers.png", dpi=120)
+    plt.close(fig)
+
+
+def peers_markdown(result: dict[str, Any]) -> str:
+    parts = [f"## Peers: newest messages + system message under {result['budget']} tokens\n"]
+    for entry in result["sizes"]:
+        rows = []
+        for method, label in METHOD_LABELS.items():
+            m = entry["methods"][method]
+            seconds = (
+                fmt(m["seconds"])
+                if m["seconds"] is not None
+                else f"> {m['timed_out_after_s']:.0f} (stopped)"
+            )
+            rows.append(
+                [
+                    label,
+                    seconds,
+                    fmt(m["over_cognoxium"], ".1f") + "x" if m["over_cognoxium"] else "-",
+                    "-" if m["selected"] is None else str(m["selected"]),
+                    fmt(m["build_s"], ".2f"),
+                ]
+            )
+        cog = entry["methods"]["cognoxium"]
+        parts.append(
+            f"### {entry['messages']:,} messages\n\n"
+            + markdown_table(
+                ["method", "seconds", "vs Cognoxium", "messages kept", "input build (s)"], rows
+            )
+            + f"\n\nCognoxium warm (repeat) pack: {fmt(cog['warm_seconds'])} s; it tokenized "
+            f"{cog['counted_items']:,} of {entry['messages']:,} messages.\n\n"
+            + "Agreement: "
+            + ", ".join(f"{k} = {v}" for k, v in entry["agreement"].items())
+            + "\n"
+        )
+    parts.append(
+        "Notes:\n\n"
+        + "\n".join(f"- {key}: {text}" for key, text in result["notes"].items())
+        + "\n\n![peers](peers.png)\n"
+    )
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# LoCoMo
+
+
+def run_locomo(path: Path, rankers: list[str]) -> dict[str, Any]:
+    reports: dict[str, Any] = {}
+    for ranker in rankers:
+        out = Path(tempfile.mkdtemp(prefix=f"locomo-{ranker}-"))
+        try:
+            command = [
+                sys.executable,
+                "-m",
+                "cognoxium.cli",
+                "locomo",
+                str(path),
+                "--out",
+                str(out),
+                "--rank",
+                ranker,
+                "--budgets",
+                ",".join(map(str, LOCOMO_BUDGETS)),
+                "--quiet",
+            ]
+            start = time.perf_counter()
+            subprocess.run(command, check=True)
+            seconds = time.perf_counter() - start
+            report = json.loads((out / "report.json").read_text())
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        reports[ranker] = {"wall_s": seconds, "report": report}
+        print("locomo", ranker, f"{seconds:.1f} s", flush=True)
+    rows = [
+        {
+            "ranker": ranker,
+            "budget": int(budget),
+            "recall_answerable": figures["recall_answerable"],
+            "recall_all": figures["recall_all"],
+            "hit_rate_answerable": figures["hit_rate_answerable"],
+            "mean_used_tokens": figures.get("mean_used_tokens"),
+            "packs_per_s": figures.get("packs_per_s"),
+            "questions": figures["questions"],
+            "per_category": {c: v["recall"] for c, v in figures["per_category"].items()},
+        }
+        for ranker, entry in reports.items()
+        for budget, figures in sorted(entry["report"]["budgets"].items(), key=lambda kv: int(kv[0]))
+    ]
+    any_report = next(iter(reports.values()))["report"]
+    result = {
+        "source": any_report["source"],
+        "import": any_report["import"],
+        "rankers": rankers,
+        "budgets": list(LOCOMO_BUDGETS),
+        "rows": rows,
+        "wall_s": {r: e["wall_s"] for r, e in reports.items()},
+    }
+    write_json("locomo.json", result)
+    (RESULTS / "locomo.md").write_text(locomo_markdown(result))
+    plot_locomo(result)
+    return result
+
+
+def plot_locomo(result: dict[str, Any]) -> None:
+    rows, rankers = result["rows"], result["rankers"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for ranker in rankers:
+        mine = [r for r in rows if r["ranker"] == ranker]
+        ax.plot(
+            [r["budget"] for r in mine], [r["recall_answerable"] for r in mine], "o-", label=ranker
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(LOCOMO_BUDGETS))
+    ax.set_xticklabels([str(b) for b in LOCOMO_BUDGETS])
+    ax.set_xlabel("token budget")
+    ax.set_ylabel("evidence recall (categories 1-4)")
+    ax.set_ylim(0, 1)
+    ax.set_title("LoCoMo: evidence turns in the pack")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="ranker")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "locomo.png", dpi=120)
+    plt.close(fig)
+
+
+def locomo_markdown(result: dict[str, Any]) -> str:
+    rows = [
+        [
+            r["ranker"],
+            str(r["budget"]),
+            fmt(r["recall_answerable"]),
+            fmt(r["recall_all"]),
+            fmt(r["hit_rate_answerable"]),
+            fmt(r["mean_used_tokens"], ".0f"),
+            fmt(r["packs_per_s"], ".1f"),
+        ]
+        for r in result["rows"]
+    ]
+    headers = [
+        "ranker",
+        "budget",
+        "recall 1-4",
+        "recall all",
+        "all evidence found 1-4",
+        "mean tokens",
+        "packs/s",
+    ]
+    return (
+        f"## LoCoMo evidence recall ({result['source']['file']}, "
+        f"{result['import'].get('questions', '?')} questions)\n\n"
+        + markdown_table(headers, rows)
+        + "\n\nrecall = mean share of a question's evidence turns that are in its pack "
+        "(categories 1-4 are answerable; 5 adversarial); each question's scope is the turns "
+        "of its conversation.\n\n![locomo](locomo.png)\n"
+    )
+
+
+# ---------------------------------------------------------------------------
+
+
+def write_summary(extra: str = "") -> None:
+    """``summary.md``: every suite's table, from the latest run of each suite."""
+    sections = [
+        "# Benchmark results\n",
+        f"Python {platform.python_version()}, {os.cpu_count()} cores. Each section comes from "
+        "the latest run of its suite (`python benchmarks/run_all.py`); timings are wall-clock "
+        "seconds on a shared machine, so compare ratios within one run.\n",
+    ]
+    sections += [
+        (RESULTS / f"{suite}.md").read_text()
+        for suite in SUITES
+        if (RESULTS / f"{suite}.md").exists()
+    ]
+    if extra:
+        sections.append(extra)
+    (RESULTS / "summary.md").write_text("\n".join(sections))
+    print(f"wrote {RESULTS / 'summary.md'}", flush=True)
+
+
+def replot() -> None:
+    """Redraw every plot and table whose JSON result exists."""
+    makers = {
+        "scaling": (plot_scaling, scaling_markdown),
+        "peers": (plot_peers, peers_markdown),
+        "locomo": (plot_locomo, locomo_markdown),
+    }
+    for suite, (plot, markdown) in makers.items():
+        path = RESULTS / f"{suite}.json"
+        if path.exists():
+            result = json.loads(path.read_text())
+            plot(result)
+            (RESULTS / f"{suite}.md").write_text(markdown(result))
+            print(f"redrew {suite}", flush=True)
+    write_summary()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Smaller sizes, one repeat.")
+    parser.add_argument(
+        "--locomo",
+        type=Path,
+        default=os.environ.get("COGNOXIUM_LOCOMO"),
+        help="The LoCoMo JSON file (default: $COGNOXIUM_LOCOMO).",
+    )
+    parser.add_argument("--only", default=",".join(SUITES), help="Comma-separated suites.")
+    parser.add_argument(
+        "--replot",
+        action="store_true",
+        help="Only redraw the plots and tables from the JSON results already written.",
+    )
+    args = parser.parse_args()
+    if args.replot:
+        replot()
+        return
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(SUITES))
+    if unknown:
+        parser.error(f"unknown suites {unknown}; choose from {list(SUITES)}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    skipped = ""
+    if "scaling" in chosen:
+        sizes = [1_000, 10_000, 100_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000]
+        (RESULTS / "scaling.md").write_text(scaling_markdown(run_scaling(sizes)))
+    if "peers" in chosen:
+        result = run_peers([1_000, 10_000, 100_000], repeats=1 if args.quick else 3, limit_s=120.0)
+        (RESULTS / "peers.md").write_text(peers_markdown(result))
+    if "locomo" in chosen:
+        if args.locomo is None or not Path(args.locomo).exists():
+            message = (
+                "LoCoMo skipped: give the LoCoMo JSON file with --locomo PATH or "
+                f"COGNOXIUM_LOCOMO (got {args.locomo})."
+            )
+            print(message, flush=True)
+            skipped = f"## LoCoMo\n\n{message}\n"
+        else:
+            rankers = ["bm25", "recency"] if args.quick else ["bm25", "recency", "none"]
+            run_locomo(Path(args.locomo), rankers)
+    write_summary(skipped)
+
+
+if __name__ == "__main__":
+    main()

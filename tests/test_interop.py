@@ -1,0 +1,346 @@
+"""LangChain and LlamaIndex objects as items; manifests and lineage as Arrow and Polars."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from cognoxium import CognitionFrame, PackManifest
+from cognoxium.exceptions import CognoxiumError, DependencyError, RecordError, SchemaError
+from cognoxium.interop import (
+    from_langchain_documents,
+    from_langchain_messages,
+    from_llamaindex_nodes,
+    lineage_to_arrow,
+    lineage_to_polars,
+    manifests_to_polars,
+    to_langchain_messages,
+)
+from cognoxium.lineage import EDGE_SCHEMA
+
+AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+# ---------------------------------------------------------------------------
+# LangChain messages
+
+
+@pytest.fixture
+def lc() -> Any:
+    return pytest.importorskip("langchain_core.messages")
+
+
+def tool_conversation(lc: Any) -> list[Any]:
+    m = lc
+    return [
+        m.SystemMessage("You answer weather questions."),
+        m.HumanMessage("Weather in Paris and Lyon?", id="h1", name="ada"),
+        m.AIMessage(
+            "",
+            id="a1",
+            tool_calls=[
+                {"name": "weather", "args": {"city": "Paris"}, "id": "c1"},
+                {"name": "weather", "args": {"city": "Lyon"}, "id": "c2"},
+            ],
+        ),
+        m.ToolMessage("18 C, cloudy " * 40, tool_call_id="c1"),
+        m.ToolMessage("21 C, sunny", tool_call_id="c2"),
+        m.AIMessage(
+            [{"type": "text", "text": "Paris 18 C,"}, {"type": "text", "text": "Lyon 21 C."}]
+        ),
+    ]
+
+
+def test_langchain_messages_map_roles_groups_and_ids(lc: Any) -> None:
+    cf = from_langchain_messages(tool_conversation(lc), conversation_id="w", source="chat.log")
+    df = cf.to_polars()
+    assert df.get_column("id").to_list() == [f"w:{i}" for i in range(6)]
+    assert df.get_column("role").cast(pl.String).to_list() == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    # The call and both of its (parallel) results form one group.
+    assert df.get_column("group_id").to_list() == [
+        None,
+        None,
+        "w:tools:2",
+        "w:tools:2",
+        "w:tools:2",
+        None,
+    ]
+    meta = [json.loads(m) for m in df.get_column("metadata").to_list()]
+    assert meta[1] == {"message_id": "h1", "name": "ada"}
+    assert meta[2]["message_id"] == "a1"
+    assert meta[2]["tool_call_ids"] == ["c1", "c2"]
+    assert meta[3] == {"tool_call_id": "c1"}
+    # Text content parts are joined; a call without text is a Json payload.
+    assert df.get_column("text")[5] == "Paris 18 C,\nLyon 21 C."
+    assert df.get_column("payload_kind").cast(pl.String)[2] == "json"
+    call = json.loads(df.get_column("json")[2])["tool_calls"][0]
+    assert call["function"] == {"name": "weather", "arguments": '{"city": "Paris"}'}
+    items = cf.to_items()
+    assert {s.kind for i in items for s in i.sources} == {"langchain_messages"}
+    assert all(i.sources[0].uri == "chat.log" for i in items)
+    # Deterministic: the same messages give the same frame.
+    again = from_langchain_messages(tool_conversation(lc), conversation_id="w", source="chat.log")
+    assert again.to_polars().equals(df)
+
+
+def test_langchain_tool_group_is_packed_or_dropped_whole(lc: Any) -> None:
+    cf = from_langchain_messages(tool_conversation(lc), conversation_id="w")
+    full = cf.pack(4000, as_of=AS_OF)
+    assert full.ids == [f"w:{i}" for i in range(6)]
+    # Too small for the long tool result: the call and both results go together.
+    small = cf.pack(120, as_of=AS_OF)
+    assert not {"w:2", "w:3", "w:4"} & set(small.ids)
+    reasons = {e.id: e.reason.value for e in small.manifest.entries}
+    assert reasons["w:4"] == "group_over_budget"
+    assert "w:5" in small.ids
+
+
+def test_langchain_round_trip(lc: Any) -> None:
+    original = tool_conversation(lc)
+    back = to_langchain_messages(from_langchain_messages(original))
+    assert [type(m).__name__ for m in back] == [type(m).__name__ for m in original]
+    assert [m.id for m in back] == [None, "h1", "a1", None, None, None]
+    assert back[1].name == "ada"
+    assert [(c["id"], c["name"], c["args"]) for c in back[2].tool_calls] == [
+        ("c1", "weather", {"city": "Paris"}),
+        ("c2", "weather", {"city": "Lyon"}),
+    ]
+    assert [m.tool_call_id for m in back[3:5]] == ["c1", "c2"]
+    assert back[5].content == "Paris 18 C,\nLyon 21 C."
+    # A pack converts too, and keeps its order.
+    pack = from_langchain_messages(original).pack(4000, as_of=AS_OF)
+    assert [m.content for m in to_langchain_messages(pack)][:2] == [
+        "You answer weather questions.",
+        "Weather in Paris and Lyon?",
+    ]
+
+
+def test_langchain_message_errors_name_row_and_field(lc: Any) -> None:
+    m = lc
+    with pytest.raises(RecordError) as info:
+        from_langchain_messages([m.HumanMessage("hi"), "not a message"])
+    assert info.value.row == 1
+    assert "expected a langchain_core BaseMessage, got str" in str(info.value)
+    with pytest.raises(RecordError) as info:
+        from_langchain_messages([m.HumanMessage("hi"), m.ChatMessage("hmm", role="critic")])
+    assert (info.value.row, info.value.field) == (1, "role")
+    with pytest.raises(RecordError) as info:
+        from_langchain_messages([m.ToolMessage("42", tool_call_id="nobody")])
+    assert (info.value.row, info.value.field) == (0, "tool_call_id")
+    image = [{"type": "image_url", "image_url": {"url": "https://example.org/a.png"}}]
+    with pytest.raises(RecordError) as info:
+        from_langchain_messages([m.HumanMessage(image)])
+    assert info.value.row == 0
+    assert info.value.field is not None
+    assert info.value.field.startswith("content[0]")
+
+
+def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "langchain_core.messages", None)
+    monkeypatch.setitem(sys.modules, "llama_index.core.schema", None)
+    with pytest.raises(DependencyError) as info:
+        from_langchain_messages([])
+    assert isinstance(info.value, ImportError)
+    assert isinstance(info.value, CognoxiumError)
+    assert "pip install 'cognoxium[langchain]'" in str(info.value)
+    with pytest.raises(DependencyError, match=r"cognoxium\[llamaindex\]"):
+        from_llamaindex_nodes([])
+
+
+# ---------------------------------------------------------------------------
+# LangChain documents
+
+
+def test_langchain_documents() -> None:
+    documents = pytest.importorskip("langchain_core.documents")
+    docs = [
+        documents.Document(
+            "Refunds take 5 days.", metadata={"source": "faq.md", "title": "FAQ", "page": 2}
+        ),
+        documents.Document("Shipping is free.", id="ship"),
+    ]
+    cf = from_langchain_documents(docs, id_prefix="kb")
+    df = cf.to_polars()
+    assert df.select("id", "role", "text").rows() == [
+        ("kb:0", "document", "Refunds take 5 days."),
+        ("ship", "document", "Shipping is free."),
+    ]
+    items = cf.to_items()
+    assert items[0].metadata == {"page": 2, "source": "faq.md", "title": "FAQ"}
+    assert [(s.uri, s.kind, s.title) for s in items[0].sources] == [
+        ("faq.md", "langchain_document", "FAQ")
+    ]
+    assert items[1].sources == ()
+    assert {i.created_at for i in items} == {datetime(1970, 1, 1, tzinfo=UTC)}
+    # Packed as user messages, like every document.
+    assert cf.pack(100, as_of=AS_OF).messages[0]["role"] == "user"
+
+
+def test_langchain_document_errors() -> None:
+    documents = pytest.importorskip("langchain_core.documents")
+    with pytest.raises(RecordError) as info:
+        from_langchain_documents(
+            [documents.Document("a"), documents.Document("b", metadata={"when": datetime.now(UTC)})]
+        )
+    assert (info.value.row, info.value.field) == (1, "metadata.when")
+    with pytest.raises(RecordError) as info:
+        from_langchain_documents([documents.Document("a"), {"page_content": "b"}])
+    assert info.value.row == 1
+    with pytest.raises(RecordError, match="duplicate"):
+        from_langchain_documents([documents.Document("a", id="x"), documents.Document("b", id="x")])
+    with pytest.raises(RecordError) as info:
+        from_langchain_documents([documents.Document("a")], created_at=datetime(2024, 1, 1))
+    assert info.value.field == "created_at"
+
+
+# ---------------------------------------------------------------------------
+# LlamaIndex
+
+
+def test_llamaindex_nodes_scores_become_rank() -> None:
+    schema = pytest.importorskip("llama_index.core.schema")
+    source = schema.RelatedNodeInfo(node_id="handbook")
+    hits = [
+        schema.NodeWithScore(
+            node=schema.TextNode(
+                id_="n1",
+                text="Shipping takes five days.",
+                metadata={"file_path": "ship.md"},
+                relationships={schema.NodeRelationship.SOURCE: source},
+            ),
+            score=0.2,
+        ),
+        schema.NodeWithScore(
+            node=schema.TextNode(id_="n2", text="Refunds within 30 days.", metadata={"k": 1}),
+            score=0.9,
+        ),
+        schema.TextNode(id_="n3", text="Our office is in Lyon."),
+        schema.Document(id_="d1", text="A whole document.", metadata={"url": "https://x.test/d1"}),
+    ]
+    cf = from_llamaindex_nodes(hits)
+    df = cf.to_polars()
+    assert df.select("id", "role", "rank").rows() == [
+        ("n1", "document", 0.2),
+        ("n2", "document", 0.9),
+        ("n3", "document", None),
+        ("d1", "document", None),
+    ]
+    items = cf.to_items()
+    assert items[0].parents == ("handbook",)
+    assert [(s.uri, s.kind) for s in items[0].sources] == [("ship.md", "llamaindex_node")]
+    assert [s.uri for s in items[3].sources] == ["https://x.test/d1"]
+    assert items[1].metadata == {"k": 1}
+    assert items[2].sources == ()
+    assert items[2].parents == ()
+    # The best-scored node is packed first when the budget holds one node.
+    one = cf.pack(14, as_of=AS_OF)
+    assert one.ids == ["n2"]
+    # The node's source document is its lineage parent.
+    assert lineage_to_polars(cf).select("child_id", "parent_id", "operation").rows() == [
+        ("n1", "handbook", "derive")
+    ]
+
+
+def test_llamaindex_errors() -> None:
+    schema = pytest.importorskip("llama_index.core.schema")
+    node = schema.TextNode(id_="n1", text="x")
+    with pytest.raises(RecordError) as info:
+        from_llamaindex_nodes([node, schema.NodeWithScore(node=node, score=float("nan"))])
+    assert (info.value.row, info.value.field) == (1, "score")
+    with pytest.raises(RecordError) as info:
+        from_llamaindex_nodes([node, "text"])
+    assert info.value.row == 1
+    assert "got str" in str(info.value)
+    with pytest.raises(RecordError, match="duplicate"):
+        from_llamaindex_nodes([node, node])
+    with pytest.raises(RecordError) as info:
+        from_llamaindex_nodes([schema.TextNode(id_="n2", text="y", metadata={"s": {1, 2}})])
+    assert (info.value.row, info.value.field) == (0, "metadata.s")
+
+
+# ---------------------------------------------------------------------------
+# manifests and lineage
+
+
+def frame() -> CognitionFrame:
+    return CognitionFrame(
+        [
+            {"id": "t1", "role": "user", "text": "I moved to Lyon last spring."},
+            {"id": "m1", "role": "memory", "text": "Lives in Lyon.", "parents": ["t1"]},
+            {"id": "big", "role": "document", "text": "word " * 400},
+        ]
+    )
+
+
+def test_manifest_to_arrow_carries_its_header() -> None:
+    manifest = frame().pack(60, as_of=AS_OF, label="r1").manifest
+    table = manifest.to_arrow()
+    assert isinstance(table, pa.Table)
+    assert table.num_rows == 3
+    assert table.column_names == manifest.to_polars().columns
+    assert pl.from_arrow(table).equals(manifest.to_polars())
+    header = json.loads(table.schema.metadata[b"cognoxium.manifest"])
+    assert header["label"] == "r1"
+    assert header["used_tokens"] == manifest.used_tokens
+    assert header["fingerprints"] == manifest.fingerprints
+    assert "entries" not in header
+    # Header plus entries give the manifest back.
+    rebuilt = PackManifest.from_json(
+        json.dumps({**header, "entries": pl.from_arrow(table).to_dicts()}, default=str)
+    )
+    assert rebuilt.to_json() == manifest.to_json()
+
+
+def test_manifests_to_polars_stacks_entries() -> None:
+    cf = frame()
+    manifests = [cf.pack(b, as_of=AS_OF, label=f"b{b}").manifest for b in (30, 600)]
+    df = manifests_to_polars(manifests)
+    assert df.height == 6
+    assert df.columns[:4] == ["manifest", "label", "budget", "used_tokens"]
+    assert df.columns[4:] == manifests[0].to_polars().columns
+    assert df.filter(pl.col("id") == "big").select("label", "decision").rows() == [
+        ("b30", "excluded"),
+        ("b600", "included"),
+    ]
+    assert df.get_column("used_tokens").unique(maintain_order=True).to_list() == [
+        m.used_tokens for m in manifests
+    ]
+    empty = manifests_to_polars([])
+    assert empty.height == 0
+    assert empty.columns == df.columns
+    assert empty.schema == df.schema
+
+
+def test_lineage_of_a_manifest_and_of_a_frame() -> None:
+    cf = frame()
+    manifest = cf.pack(600, as_of=AS_OF).manifest
+    from_manifest = lineage_to_polars(manifest)
+    assert from_manifest.schema == EDGE_SCHEMA
+    assert from_manifest.select("child_id", "parent_id", "operation").rows() == [
+        ("m1", "t1", "derive")
+    ]
+    assert from_manifest.equals(lineage_to_polars(cf))
+    assert lineage_to_polars(cf.collect()).equals(from_manifest)
+    table = lineage_to_arrow(manifest)
+    assert table.schema.names == list(EDGE_SCHEMA.names())
+    assert table.column("parent_hash").to_pylist() == [cf.to_items()[0].content_hash]
+    # A pack without the derived item has no lineage edge.
+    assert (
+        lineage_to_polars(cf.filter(pl.col("id") != "m1").pack(600, as_of=AS_OF).manifest).height
+        == 0
+    )
+    with pytest.raises(SchemaError, match="got list"):
+        lineage_to_polars([])
