@@ -309,6 +309,13 @@ NOTES = {
         "messages that fill the remaining budget. python_loop_stop reproduces trim_messages "
         "and python_loop_skip reproduces Cognoxium, exactly."
     ),
+    "langchain_cost": (
+        "trim_messages (langchain-core 1.x) first counts every message to test whether all "
+        "fit, then binary-searches the number of newest messages, counting each candidate "
+        "run again: about twice the history is tokenized per call. Cognoxium tokenizes the "
+        "candidates in selection order and skips, uncounted, those whose lower bound cannot "
+        "fit (counted_items)."
+    ),
     "llamaindex": (
         "ChatMemoryBuffer.get counts len(tokenizer(' '.join(contents))): no per-message "
         "framing, so it keeps more messages than the framed budget allows; it also drops "

@@ -44,6 +44,7 @@ import polars as pl
 
 import bench_peers
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
+from cognoxium.batch import RANK_METHODS
 from cognoxium.io import write_parquet
 from cognoxium.packing import pack
 from cognoxium.schema import to_arrow
@@ -251,7 +252,7 @@ def peers_markdown(result: dict[str, Any]) -> str:
                 [
                     label,
                     seconds,
-                    fmt(m["over_cognoxium"], ".1f") + "x" if m["over_cognoxium"] else "-",
+                    "-" if m["over_cognoxium"] is None else f"{m['over_cognoxium']:.2g}x",
                     "-" if m["selected"] is None else str(m["selected"]),
                     fmt(m["build_s"], ".2f"),
                 ]
@@ -270,7 +271,7 @@ def peers_markdown(result: dict[str, Any]) -> str:
         )
     parts.append(
         "Notes:\n\n"
-        + "\n".join(f"- {key}: {text}" for key, text in result["notes"].items())
+        + "\n".join(f"- {key}: {text}" for key, text in bench_peers.NOTES.items())
         + "\n\n![peers](peers.png)\n"
     )
     return "\n".join(parts)
@@ -297,6 +298,8 @@ def run_locomo(path: Path, rankers: list[str]) -> dict[str, Any]:
                 ranker,
                 "--budgets",
                 ",".join(map(str, LOCOMO_BUDGETS)),
+                "--compare",
+                "",
                 "--quiet",
             ]
             start = time.perf_counter()
@@ -318,6 +321,10 @@ def run_locomo(path: Path, rankers: list[str]) -> dict[str, Any]:
             "packs_per_s": figures.get("packs_per_s"),
             "questions": figures["questions"],
             "per_category": {c: v["recall"] for c, v in figures["per_category"].items()},
+            "split_recall": {
+                name: split["budgets"][budget]["recall_answerable"]
+                for name, split in entry["report"]["splits"].items()
+            },
         }
         for ranker, entry in reports.items()
         for budget, figures in sorted(entry["report"]["budgets"].items(), key=lambda kv: int(kv[0]))
@@ -365,6 +372,8 @@ def locomo_markdown(result: dict[str, Any]) -> str:
             r["ranker"],
             str(r["budget"]),
             fmt(r["recall_answerable"]),
+            fmt(r["split_recall"]["tuning"]),
+            fmt(r["split_recall"]["held_out"]),
             fmt(r["recall_all"]),
             fmt(r["hit_rate_answerable"]),
             fmt(r["mean_used_tokens"], ".0f"),
@@ -376,6 +385,8 @@ def locomo_markdown(result: dict[str, Any]) -> str:
         "ranker",
         "budget",
         "recall 1-4",
+        "tuning (conv-26, conv-30)",
+        "held out (other 5)",
         "recall all",
         "all evidence found 1-4",
         "mean tokens",
@@ -470,7 +481,7 @@ def main() -> None:
             print(message, flush=True)
             skipped = f"## LoCoMo\n\n{message}\n"
         else:
-            rankers = ["bm25", "recency"] if args.quick else ["bm25", "recency", "none"]
+            rankers = ["hybrid-lineage", "bm25", "recency"] if args.quick else list(RANK_METHODS)
             run_locomo(Path(args.locomo), rankers)
     write_summary(skipped)
 

@@ -66,8 +66,6 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
         str(again),
         "--as-of",
         AS_OF,
-        "--rank",
-        "bm25",
     )
     assert code == EXIT_OK, stderr
     assert (again / "manifests.jsonl").read_bytes() == (out / "manifests.jsonl").read_bytes()
@@ -274,6 +272,7 @@ def test_locomo_read_and_write_errors_exit_2_naming_the_path(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    monkeypatch.undo()  # the input is readable again
     monkeypatch.setattr("cognoxium.locomo.run_batch", full)
     result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
     assert result.exit_code == EXIT_BAD_INPUT

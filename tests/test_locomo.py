@@ -500,10 +500,10 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
         str(LOCOMO),
         "--out",
         str(first),
-        "--rank",
-        "bm25",
         "--budgets",
         ",".join(map(str, budgets)),
+        "--compare",
+        "bm25",
         "--no-progress",
     )
     assert run.returncode == 0, run.stderr
@@ -550,7 +550,18 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
             assert figures["per_category"][str(category)]["recall"] == pytest.approx(
                 sum(values) / len(values)
             )
-    assert report["budgets"]["2048"]["recall_answerable"] >= 0.65
+    # The default ranking (hybrid retrieval with lineage expansion) against BM25, same run.
+    assert report["settings"]["rank"] == "hybrid-lineage"
+    assert report["budgets"]["1024"]["recall_answerable"] >= 0.78
+    assert report["budgets"]["2048"]["recall_answerable"] >= 0.85
+    bm25 = report["compare"]["bm25"]["budgets"]
+    for budget in budgets:
+        assert report["budgets"][str(budget)]["recall_answerable"] > (
+            bm25[str(budget)]["recall_answerable"] + 0.1
+        )
+        held_out = report["splits"]["held_out"]
+        assert held_out["conversations"] == ["conv-41", "conv-42", "conv-43", "conv-44", "conv-47"]
+        assert held_out["budgets"][str(budget)]["recall_answerable"] >= 0.78
 
     # Every manifest: token totals add up, and each in-scope turn appears exactly once.
     turns = _turns_by_conversation(LOCOMO)
@@ -581,14 +592,14 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
         str(LOCOMO),
         "--out",
         str(second),
-        "--rank",
-        "bm25",
         "--budgets",
         ",".join(map(str, budgets)),
+        "--compare",
+        "",
         "--no-progress",
     )
     assert again.returncode == 0, again.stderr
     assert (second / "manifests.jsonl").read_bytes() == manifests
     # The manifests take hundreds of MB: do not leave them in pytest's kept temp dirs.
-    for directory in (first, second):
+    for directory in (first, second, first / "compare" / "bm25"):
         (directory / "manifests.jsonl").unlink()

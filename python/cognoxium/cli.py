@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -60,6 +60,9 @@ from typer.core import TyperGroup
 from cognoxium.exceptions import BudgetError, CognoxiumError
 from cognoxium.items import canonical_json
 from cognoxium.tokens import PROFILE_NAMES
+
+if TYPE_CHECKING:
+    from cognoxium.retrieval import RetrievalSettings
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "main"]
 
@@ -159,11 +162,46 @@ app = typer.Typer(
 
 
 class Rank(StrEnum):
-    """Ranking methods of the command line."""
+    """Ranking methods of the command line (see :func:`cognoxium.batch.run_batch`)."""
 
+    HYBRID_LINEAGE = "hybrid-lineage"
+    HYBRID = "hybrid"
+    EMBEDDING = "embedding"
     BM25 = "bm25"
     RECENCY = "recency"
     NONE = "none"
+
+
+_RANK_HELP = (
+    "How to rank each scope by its query: hybrid-lineage (reciprocal rank fusion of BM25, "
+    "embedding cosine, the cosine of each item read with the one before it, and the best "
+    "cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
+    "recency, or none."
+)
+_Model = Annotated[
+    str,
+    typer.Option(help="Embedding model of the retrieval ranks: minilm or local_hash."),
+]
+_Neighbours = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="Neighbour expansion of the retrieval ranks: each item also scores this share "
+        "of its adjacent items' scores (0 turns it off).",
+    ),
+]
+
+
+def _retrieval(model: str, neighbours: float) -> RetrievalSettings:
+    from cognoxium.embeddings import EMBEDDER_NAMES
+    from cognoxium.retrieval import RetrievalSettings
+
+    if model not in EMBEDDER_NAMES:
+        raise typer.BadParameter(
+            f"unknown model {model!r}; use one of {list(EMBEDDER_NAMES)}", param_hint="--model"
+        )
+    return RetrievalSettings(model=model, neighbours=neighbours)
 
 
 def _profile(value: str) -> str:
@@ -302,7 +340,9 @@ def pack_command(
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
-    rank: Annotated[Rank, typer.Option(help="How to rank each request's scope.")] = Rank.BM25,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    model: _Model = "minilm",
+    neighbours: _Neighbours = 0.0,
     as_of: Annotated[
         str,
         typer.Option(
@@ -328,6 +368,7 @@ def pack_command(
     from cognoxium.io import read_items
 
     when = _as_of(as_of)
+    retrieval = _retrieval(model, neighbours)
     try:
         store = read_items(items)
     except (OSError, UnicodeDecodeError) as exc:
@@ -344,6 +385,7 @@ def pack_command(
             rank=rank.value,
             as_of=when,
             progress=progress and not (quiet or json_output),
+            retrieval=retrieval,
         )
     except OSError as exc:
         _fail_io(exc, "write", out)
@@ -435,7 +477,16 @@ def locomo_command(
     budgets: Annotated[
         str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
     ] = "512,1024,2048,4096",
-    rank: Annotated[Rank, typer.Option(help="How to rank each question's scope.")] = Rank.BM25,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    compare: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated rank methods to run on the same questions in the same run "
+            "for the report's comparison (files in DIR/compare/<method>/); '' for none.",
+        ),
+    ] = "bm25,recency",
+    model: _Model = "minilm",
+    neighbours: _Neighbours = 0.0,
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
@@ -453,6 +504,13 @@ def locomo_command(
 
     # The callback has already turned the text into a list of budgets.
     chosen: list[int] = budgets  # type: ignore[assignment]
+    retrieval = _retrieval(model, neighbours)
+    try:
+        others = [Rank(name.strip()).value for name in compare.split(",") if name.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"{compare!r} is not a list of {[r.value for r in Rank]}", param_hint="--compare"
+        ) from None
     try:
         report = run_locomo(
             path,
@@ -461,6 +519,8 @@ def locomo_command(
             rank=rank.value,
             profile=profile,
             progress=progress and not (quiet or json_output),
+            compare=others,  # type: ignore[arg-type]
+            retrieval=retrieval,
         )
     except OSError as exc:
         reading = exc.filename is not None and Path(exc.filename) == path

@@ -327,14 +327,18 @@ class ScopeRetriever:
         if self.n == 0:
             return np.zeros(0, dtype=np.float64)
         k = float(self.settings.rrf_k)
-        fused = np.zeros(self.n, dtype=np.float64)
-        for column in self.list_scores(query).values():
+        columns = list(self.list_scores(query).values())
+        contributions = np.zeros((len(columns), self.n), dtype=np.float64)
+        for row, column in zip(contributions, columns, strict=True):
             present = ~np.isnan(column)
             if present.all():
-                fused += rrf_scores([column], self.ids, k=k)
+                row[:] = rrf_scores([column], self.ids, k=k)
             elif present.any():
                 mask = pl.Series(present)
-                fused[present] += rrf_scores([column[present]], self.ids.filter(mask), k=k)
+                row[present] = rrf_scores([column[present]], self.ids.filter(mask), k=k)
+        # Summed in sorted order, so the result does not depend on the order of the lists.
+        contributions.sort(axis=0)
+        fused: npt.NDArray[np.float64] = contributions.sum(axis=0)
         weight = float(self.settings.neighbours)
         if weight > 0 and self.n > 1:
             spread = fused.copy()

@@ -1,0 +1,198 @@
+"""Hybrid retrieval: derived items, the four fused lists, neighbours, and batch packing with it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from cognoxium.batch import RANK_METHODS, Request, run_batch
+from cognoxium.embeddings import EmbeddingCache, LocalHashEmbedder
+from cognoxium.exceptions import PlanError
+from cognoxium.retrieval import RetrievalSettings, ScopeRetriever, derived_items
+from cognoxium.schema import records_to_frame
+
+T0 = "2024-01-01T00:00:00Z"
+AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
+
+
+def store() -> pl.DataFrame:
+    turns = [
+        ("t1", "user", "Ann: We finally moved last spring."),
+        ("t2", "assistant", "Bo: Where to?"),
+        ("t3", "user", "Ann: Lyon, near the old bakery."),
+        ("t4", "assistant", "Bo: I bought a red bicycle yesterday."),
+        ("t5", "user", "Ann: Nice, what brand is the bicycle?"),
+        ("t6", "assistant", "Bo: The weather is grey today."),
+    ]
+    rows = [
+        {"id": i, "role": r, "text": t, "created_at": T0, "metadata": {"kind": "turn"}}
+        for i, r, t in turns
+    ]
+    rows += [
+        {
+            "id": "o1",
+            "role": "memory",
+            "text": "Ann relocated to the city of Lyon in spring.",
+            "parents": ["t1", "t3"],
+            "created_at": T0,
+            "metadata": {"kind": "observation"},
+        },
+        {
+            "id": "o2",
+            "role": "memory",
+            "text": "Somebody else entirely.",
+            "parents": ["elsewhere"],
+            "created_at": T0,
+            "metadata": {"kind": "observation"},
+        },
+    ]
+    return records_to_frame(rows)
+
+
+def scope_of(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("role") != "memory")
+
+
+def retriever(lists: tuple[str, ...], neighbours: float = 0.0) -> ScopeRetriever:
+    frame = store()
+    scope = scope_of(frame)
+    derived, links = derived_items(frame, scope.get_column("id"))
+    settings = RetrievalSettings(lists=lists, model="local_hash", neighbours=neighbours)
+    return ScopeRetriever(
+        scope, settings, derived=derived, links=links, cache=EmbeddingCache(persist=False)
+    )
+
+
+def test_derived_items_link_to_their_scope_parents() -> None:
+    frame = store()
+    derived, links = derived_items(frame, scope_of(frame).get_column("id"))
+    assert derived.get_column("id").to_list() == ["o1"]  # o2's parent is outside the scope
+    assert links.rows() == [(0, 0), (0, 2)]  # o1 -> t1 (row 0) and t3 (row 2)
+    nothing, none = derived_items(frame, pl.Series(["t6"]))
+    assert nothing.height == 0
+    assert none.height == 0
+
+
+def test_lineage_scores_parents_by_their_best_derived_item() -> None:
+    scores = retriever(("lineage",)).list_scores("city of Lyon relocated")["lineage"]
+    assert scores[0] == scores[2] > 0.3  # t1 and t3 share o1's cosine
+    assert np.isnan(scores[[1, 3, 4, 5]]).all()  # no derived item: absent from the list
+    fused = retriever(("lineage",)).scores("city of Lyon relocated")
+    assert fused[0] > fused[2] > 0  # tied cosines take consecutive ranks, by id
+    assert (fused[[1, 3, 4, 5]] == 0).all()
+
+
+def test_window_joins_each_item_with_the_one_before() -> None:
+    query = "what brand is the red bicycle"
+    scores = retriever(("window",)).list_scores(query)["window"]
+    texts = scope_of(store()).get_column("text").to_list()
+    embedder = LocalHashEmbedder()
+    q = embedder.vector(query)
+    expected = [float(embedder.vector(texts[0]) @ q)] + [
+        float(embedder.vector(f"{a}\n{b}") @ q) for a, b in itertools.pairwise(texts)
+    ]
+    np.testing.assert_allclose(scores, expected, atol=1e-6)
+    assert int(np.argmax(scores)) == 4  # t5 read with t4
+
+
+def test_fusion_is_deterministic_and_independent_of_list_order() -> None:
+    query = "Where did Ann move? Lyon"
+    a = retriever(("bm25", "embedding", "window", "lineage")).scores(query)
+    b = retriever(("lineage", "window", "embedding", "bm25")).scores(query)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(
+        a, retriever(("bm25", "embedding", "window", "lineage")).scores(query)
+    )
+    assert int(np.argmax(a)) == 2  # t3 names Lyon, is read after "Where to?" and has o1
+
+
+def test_neighbour_expansion_spreads_a_share_of_the_score() -> None:
+    query = "red bicycle"
+    base = retriever(("bm25",)).scores(query)
+    spread = retriever(("bm25",), neighbours=0.5).scores(query)
+    assert (spread >= base).all()
+    for i in range(len(base)):
+        around = [base[j] for j in (i - 1, i + 1) if 0 <= j < len(base)]
+        assert spread[i] == pytest.approx(max([base[i]] + [0.5 * s for s in around]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lists": ()}, "retrieval lists"),
+        ({"lists": ("bm25", "bm25")}, "retrieval lists"),
+        ({"lists": ("dense",)}, "retrieval lists"),
+        ({"rrf_k": -1}, "rrf_k"),
+        ({"neighbours": 1.5}, "neighbours"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        RetrievalSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_lineage_needs_derived_items() -> None:
+    with pytest.raises(PlanError, match="derived items"):
+        ScopeRetriever(scope_of(store()), RetrievalSettings(model="local_hash"))
+
+
+def test_empty_scope_scores_nothing() -> None:
+    frame = store()
+    empty = frame.head(0)
+    derived, links = derived_items(frame, empty.get_column("id"))
+    r = ScopeRetriever(
+        empty,
+        RetrievalSettings(model="local_hash"),
+        derived=derived,
+        links=links,
+        cache=EmbeddingCache(persist=False),
+    )
+    assert r.scores("anything").shape == (0,)
+
+
+def test_every_rank_method_packs_a_batch(tmp_path: Path) -> None:
+    requests = [
+        Request(
+            id="q1",
+            budget=30,
+            query="Where did Ann move to?",
+            where="metadata.kind = 'turn'",
+            as_of=AS_OF,
+        ),
+        Request(id="q2", budget=30, where="metadata.kind = 'turn'", as_of=AS_OF),
+    ]
+    packed: dict[str, list[str]] = {}
+    for method in RANK_METHODS:
+        out = tmp_path / method
+        settings = RetrievalSettings(model="local_hash")
+        run_batch(store(), requests, out_dir=out, rank=method, retrieval=settings)  # type: ignore[arg-type]
+        lines = [json.loads(x) for x in (out / "packs.jsonl").read_text().splitlines()]
+        assert [x["request_id"] for x in lines] == ["q1", "q2"]
+        assert all(x["used_tokens"] <= 30 for x in lines)
+        assert all(i.startswith("t") for x in lines for i in x["ids"])  # derived stay out
+        packed[method] = lines[0]["ids"]
+    assert "t3" in packed["hybrid-lineage"]
+
+
+def test_hybrid_lineage_manifests_are_byte_identical(tmp_path: Path) -> None:
+    requests = [
+        Request(id=f"q{b}", budget=b, query="Where does Ann live?", where="metadata.kind = 'turn'")
+        for b in (20, 40)
+    ]
+    for run in ("a", "b"):
+        run_batch(
+            store(),
+            requests,
+            out_dir=tmp_path / run,
+            rank="hybrid-lineage",
+            as_of=AS_OF,
+            retrieval=RetrievalSettings(model="local_hash"),
+        )
+    a = (tmp_path / "a" / "manifests.jsonl").read_bytes()
+    assert a == (tmp_path / "b" / "manifests.jsonl").read_bytes()
