@@ -7,16 +7,23 @@ lazily (filter, select, with_columns, join, sort, limit, dedupe, rank), and
 """
 
 from cognoxium.chat import from_openai_messages, read_openai_jsonl, to_openai_messages
+from cognoxium.embeddings import EmbeddingCache, get_embedder
 from cognoxium.exceptions import (
     BudgetError,
     CognoxiumError,
+    ConfigError,
+    ContractError,
     DependencyError,
+    ModelError,
     PackError,
     PlanError,
     PolicyError,
     ProfileError,
+    RankError,
     RecordError,
     SchemaError,
+    StrategyError,
+    UnknownNoteError,
 )
 from cognoxium.frame import CognitionFrame, GroupBy, OptFlags
 from cognoxium.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
@@ -34,6 +41,7 @@ from cognoxium.items import (
 )
 from cognoxium.packing import ContextPack, ManifestEntry, PackManifest, PolicyOutcome, pack
 from cognoxium.policies import BoundaryPolicy, Policy
+from cognoxium.retrieval import RetrievalSettings, ScopeRetriever
 from cognoxium.schema import SCHEMA, SCHEMA_VERSION
 from cognoxium.tokens import TokenProfile, get_profile
 
@@ -47,12 +55,16 @@ __all__ = [
     "BudgetError",
     "CognitionFrame",
     "CognoxiumError",
+    "ConfigError",
     "ContextItem",
     "ContextPack",
+    "ContractError",
     "DependencyError",
+    "EmbeddingCache",
     "GroupBy",
     "Json",
     "ManifestEntry",
+    "ModelError",
     "OptFlags",
     "PackError",
     "PackManifest",
@@ -61,18 +73,24 @@ __all__ = [
     "PolicyError",
     "PolicyOutcome",
     "ProfileError",
+    "RankError",
     "RecordError",
     "Reference",
     "Retention",
+    "RetrievalSettings",
     "Role",
     "SchemaError",
+    "ScopeRetriever",
     "Sensitivity",
     "Source",
+    "StrategyError",
     "Text",
     "TokenProfile",
     "Trust",
+    "UnknownNoteError",
     "__version__",
     "from_openai_messages",
+    "get_embedder",
     "get_profile",
     "pack",
     "read_items",
