@@ -11,15 +11,18 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from cognoxium import CognitionFrame, OptFlags
 from cognoxium.exceptions import PlanError
+from cognoxium.items import ContextItem
 from cognoxium.near_duplicates import (
     SHINGLE_BYTES,
     lsh_params,
     minhash_signatures,
     near_duplicate_labels,
 )
+from strategies import items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
@@ -256,3 +259,35 @@ def test_near_dedupe_reads_every_row_even_when_optimized() -> None:
     plain = cf.collect(optimizations=OptFlags.none())
     assert cf.collect().equals(plain)
     assert cf.select("id").collect().get_column("id").to_list() == ["forum-thread", "office"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=items_strategy(max_size=10), seed=st.randoms(use_true_random=False))
+def test_near_merges_are_conservative_and_order_independent(
+    items: list[ContextItem], seed: random.Random
+) -> None:
+    shuffled = list(items)
+    seed.shuffle(shuffled)
+    governed = [
+        "id",
+        "trust",
+        "sensitivity",
+        "retention",
+        "priority",
+        "rank",
+        "expires_at",
+        "valid_from",
+        "sources",
+        "parents",
+        "merged_ids",
+        "merge_conflicts",
+    ]
+    a = CognitionFrame(items).dedupe(threshold=0.5).collect().sort("id")
+    b = CognitionFrame(shuffled).dedupe(threshold=0.5).collect().sort("id")
+    assert_frame_equal(a.select(governed), b.select(governed))
+    source = CognitionFrame(items).collect()
+    for row in a.iter_rows(named=True):
+        members = source.filter(pl.col("id").is_in([row["id"], *row["merged_ids"]]))
+        assert row["priority"] == members["priority"].max()
+        if "untrusted" in members["trust"].cast(pl.String).to_list():
+            assert row["trust"] == "untrusted"  # a trusted copy never raises trust

@@ -16,6 +16,7 @@ from cognoxium.embeddings import EmbeddingCache, LocalHashEmbedder
 from cognoxium.exceptions import PlanError
 from cognoxium.retrieval import RetrievalSettings, ScopeRetriever, derived_items
 from cognoxium.schema import records_to_frame
+from cognoxium.strategies import Backends, ContextAssembler, ContextRequest
 
 T0 = "2024-01-01T00:00:00Z"
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
@@ -178,6 +179,15 @@ def test_every_rank_method_packs_a_batch(tmp_path: Path) -> None:
         assert all(i.startswith("t") for x in lines for i in x["ids"])  # derived stay out
         packed[method] = lines[0]["ids"]
     assert "t3" in packed["hybrid-lineage"]
+    # "strategies" packs what the registry's default assembly retrieves for the budget.
+    scope = store().filter(pl.col("metadata").str.contains('"turn"'))
+    backends = Backends.from_frame(
+        scope, vector="local_hash", embedding_cache=EmbeddingCache(persist=False)
+    )
+    request = ContextRequest(query="Where did Ann move to?", as_of=AS_OF)
+    assembled = ContextAssembler().assemble(request, backends, 30)
+    assert assembled.fragments
+    assert {f.node for f in assembled.fragments} <= set(packed["strategies"])
 
 
 def test_hybrid_lineage_manifests_are_byte_identical(tmp_path: Path) -> None:

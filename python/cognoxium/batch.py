@@ -30,9 +30,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 from pydantic import (
     AwareDatetime,
@@ -54,6 +55,9 @@ from cognoxium.items import canonical_json
 from cognoxium.retrieval import RetrievalSettings, ScopeRetriever, derived_items
 from cognoxium.tokens import TokenProfile
 
+if TYPE_CHECKING:
+    from cognoxium.strategies import Backends
+
 __all__ = [
     "RANK_METHODS",
     "RETRIEVAL_RANKS",
@@ -64,10 +68,20 @@ __all__ = [
     "run_batch",
 ]
 
-RankMethod = Literal["hybrid-lineage", "hybrid", "embedding", "bm25", "recency", "none"]
+RankMethod = Literal[
+    "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
+]
 """How :func:`run_batch` ranks a request's scope before packing."""
 
-RANK_METHODS: tuple[str, ...] = ("hybrid-lineage", "hybrid", "embedding", "bm25", "recency", "none")
+RANK_METHODS: tuple[str, ...] = (
+    "hybrid-lineage",
+    "hybrid",
+    "embedding",
+    "bm25",
+    "strategies",
+    "recency",
+    "none",
+)
 """The accepted values of :data:`RankMethod` (the first is the default)."""
 
 RETRIEVAL_RANKS: dict[str, tuple[str, ...]] = {
@@ -348,21 +362,62 @@ class _Retrievers:
         return retriever
 
 
+class _Assemblers:
+    """The context strategy registry's assembler, with backends built once per scope."""
+
+    def __init__(self, settings: RetrievalSettings, profile: str | TokenProfile) -> None:
+        from cognoxium.strategies import ContextAssembler
+
+        self._assembler = ContextAssembler()
+        self._model = settings.model
+        self._profile = profile
+        self._built: dict[str | None, tuple[Backends, pl.Series]] = {}
+
+    def scores(
+        self, where: str | None, scope: CognitionFrame, request: Request
+    ) -> npt.NDArray[np.float64]:
+        from cognoxium.embeddings import default_cache
+        from cognoxium.strategies import Backends, ContextRequest, merge_fragments
+
+        built = self._built.get(where)
+        if built is None:
+            rows = scope.collect()
+            backends = Backends.from_frame(
+                rows, vector=self._model, embedding_cache=default_cache()
+            )
+            built = (backends, rows.get_column("id"))
+            self._built[where] = built
+        backends, ids = built
+        result = self._assembler.assemble(
+            ContextRequest(query=str(request.query), as_of=request.as_of, profile=self._profile),
+            backends,
+            request.budget,
+        )
+        relevance = {f.node: f.relevance_score for f in merge_fragments(result.fragments)}
+        # Assembled fragments first, by relevance; the rest of the scope after them.
+        return np.array([relevance.get(i, -1.0) for i in ids.to_list()], dtype=np.float64)
+
+
 def _ranked(
     scope: CognitionFrame,
     request: Request,
     rank: RankMethod,
     retrievers: _Retrievers | None,
+    assemblers: _Assemblers | None,
 ) -> CognitionFrame:
     has_query = request.query is not None and bool(request.query.strip())
     if rank == "bm25" and has_query:
         return scope.rank("bm25", query=request.query)
     if rank == "recency":
         return scope.rank("recency")
+    scores: npt.NDArray[np.float64] | None = None
     if retrievers is not None and has_query:
         scores = retrievers.get(request.where, scope).scores(str(request.query))
-        return scope.with_columns(pl.lit(pl.Series("rank", scores, dtype=pl.Float64)))
-    return scope
+    elif assemblers is not None and has_query:
+        scores = assemblers.scores(request.where, scope, request)
+    if scores is None:
+        return scope
+    return scope.with_columns(pl.lit(pl.Series("rank", scores, dtype=pl.Float64)))
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -425,6 +480,9 @@ def run_batch(
     hybrid         reciprocal rank fusion of BM25 and embedding cosine
     embedding      embedding cosine (all-MiniLM-L6-v2 by default)
     bm25           Okapi BM25
+    strategies     the context strategy registry's default assembly
+                   (:class:`cognoxium.strategies.ContextAssembler`) under the
+                   request's budget: its fragments first, by relevance
     recency        the ``created_at`` time
     none           no ranking: the scope's order and priorities
     ============== ===========================================================
@@ -506,6 +564,9 @@ def run_batch(
     if rank in RETRIEVAL_RANKS:
         base = retrieval if retrieval is not None else RetrievalSettings()
         retrievers = _Retrievers(frame, replace(base, lists=RETRIEVAL_RANKS[rank]))
+    assemblers = None
+    if rank == "strategies":
+        assemblers = _Assemblers(retrieval or RetrievalSettings(), profile)
     out = Path(out_dir)
     latencies: list[float] = []
     with (
@@ -515,7 +576,7 @@ def run_batch(
     ):
         for request in requests:
             t0 = time.perf_counter()
-            ranked = _ranked(scopes[request.where], request, rank, retrievers)
+            ranked = _ranked(scopes[request.where], request, rank, retrievers, assemblers)
             when = request.as_of if request.as_of is not None else default_as_of
             try:
                 result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)

@@ -168,6 +168,7 @@ class Rank(StrEnum):
     HYBRID = "hybrid"
     EMBEDDING = "embedding"
     BM25 = "bm25"
+    STRATEGIES = "strategies"
     RECENCY = "recency"
     NONE = "none"
 
@@ -176,7 +177,7 @@ _RANK_HELP = (
     "How to rank each scope by its query: hybrid-lineage (reciprocal rank fusion of BM25, "
     "embedding cosine, the cosine of each item read with the one before it, and the best "
     "cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
-    "recency, or none."
+    "strategies (the context strategy registry's assembly), recency, or none."
 )
 _Model = Annotated[
     str,
