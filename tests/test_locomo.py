@@ -394,6 +394,13 @@ def test_locomo_command_explains_the_report_columns(tiny_path: Path, tmp_path: P
     text = " ".join(result.stdout.split())
     for caption in CAPTIONS:
         assert caption in text
+    assert "Rank methods compared (recall 1-4)" in text
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["settings"]["rank"] == "hybrid-lineage"
+    assert sorted(report["compare"]) == ["bm25", "recency"]  # the default --compare
+    for method in ("hybrid-lineage", "bm25", "recency"):
+        assert f" {method} " in f" {text} "
+    assert (tmp_path / "o" / "compare" / "bm25" / "packs.jsonl").is_file()
 
 
 def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:

@@ -409,6 +409,30 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _comparison_table(report: dict[str, Any]) -> Table:
+    """Recall 1-4 of the run's rank method and the compared ones, overall and per split."""
+    table = Table(
+        title="Rank methods compared (recall 1-4)",
+        caption=(
+            "tuning = conversations the default settings were chosen on "
+            f"({', '.join(report['settings']['tuning_conversations']) or 'none'}); "
+            "held out = the others."
+        ),
+        caption_justify="left",
+    )
+    for header in ("rank", "budget", "all", "tuning", "held out"):
+        table.add_column(header, justify="left" if header == "rank" else "right")
+    runs = {report["settings"]["rank"]: report, **report["compare"]}
+    for method, run in runs.items():
+        for budget, figures in sorted(run["budgets"].items(), key=lambda kv: int(kv[0])):
+            splits = [
+                run["splits"][name]["budgets"].get(budget, {}).get("recall_answerable")
+                for name in ("tuning", "held_out")
+            ]
+            table.add_row(method, budget, _fmt(figures["recall_answerable"]), *map(_fmt, splits))
+    return table
+
+
 def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
     """The overall figures and the per-category recall, one row per budget."""
     from cognoxium.locomo import CATEGORY_NAMES
@@ -538,6 +562,7 @@ def locomo_command(
     console = Console(highlight=False)
     for table in _report_tables(report):
         console.print(table)
+    console.print(_comparison_table(report))
     imported = report["import"]
     batch = report["batch"]
     console.print(
