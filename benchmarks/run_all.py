@@ -51,7 +51,7 @@ from cognoxium.schema import to_arrow
 from cognoxium.tokens import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("scaling", "peers", "locomo")
+SUITES = ("scaling", "peers", "embed", "near_duplicates", "locomo")
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
 
@@ -403,6 +403,82 @@ def locomo_markdown(result: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------
+# Embeddings and near-duplicates
+
+EMBED = RESULTS / "embed.json"
+
+
+def embed_markdown(result: dict[str, Any]) -> str:
+    through = result["throughput"]
+    cache = result["cache"]["minilm"]
+    rows = [
+        [name, str(t["texts"]), fmt(t["texts_per_s_wall"], ".1f"), fmt(t["texts_per_s_cpu"], ".1f")]
+        for name, t in through.items()
+        if isinstance(t, dict)
+    ]
+    cache_rows = [
+        ["cold (embed and write)", fmt(cache["cold_s"], ".3f"), "1"],
+        ["warm disk", fmt(cache["warm_disk_s"], ".3f"), fmt(cache["warm_disk_speedup_over_cold"])],
+        ["in memory", fmt(cache["memory_s"], ".3f"), fmt(cache["memory_speedup_over_cold"])],
+    ]
+    return (
+        f"## Embeddings ({result['texts']['count']} short texts, "
+        f"{result['texts']['mean_words']} words on average)\n\n"
+        + markdown_table(["embedder", "texts", "texts/s (wall)", "texts/s (CPU)"], rows)
+        + "\n\nThe embedding cache, all-MiniLM-L6-v2 (same texts, same run):\n\n"
+        + markdown_table(["cache state", "seconds", "speed-up over cold"], cache_rows)
+        + "\n"
+    )
+
+
+def run_near_duplicates(n: int) -> dict[str, Any]:
+    """Near-duplicate dedupe (MinHash/LSH) against exact dedupe on the same frame."""
+    import random
+
+    from cognoxium.frame import CognitionFrame
+
+    rng = random.Random(5)
+    letters = "abcdefghij"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 8))) for _ in range(5000)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(10, 60))) for _ in range(n)]
+    copies = n // 10
+    texts += [t + "!" for t in texts[:copies]]  # near copies
+    rows = [{"id": f"i{i}", "role": "document", "text": t} for i, t in enumerate(texts)]
+    frame = CognitionFrame(CognitionFrame(rows).collect())
+    megabytes = sum(len(t.encode()) for t in texts) / 1e6
+    exact_s, exact_rows = timed(lambda: frame.dedupe().collect().height)
+    near_s, near_rows = timed(lambda: frame.dedupe(threshold=0.8).collect().height)
+    result = {
+        "items": len(texts),
+        "megabytes": round(megabytes, 2),
+        "near_copies": copies,
+        "exact_s": exact_s,
+        "exact_rows": exact_rows,
+        "near_s": near_s,
+        "near_rows": near_rows,
+        "near_mb_per_s": megabytes / near_s,
+        "near_over_exact": near_s / exact_s,
+    }
+    write_json("near_duplicates.json", result)
+    print("near_duplicates", result, flush=True)
+    return result
+
+
+def near_duplicates_markdown(result: dict[str, Any]) -> str:
+    rows = [
+        ["exact (content hash)", fmt(result["exact_s"], ".3f"), str(result["exact_rows"])],
+        ["near (Jaccard >= 0.8)", fmt(result["near_s"], ".3f"), str(result["near_rows"])],
+    ]
+    return (
+        f"## Near-duplicate dedupe ({result['items']} items, {result['megabytes']} MB, "
+        f"{result['near_copies']} near copies)\n\n"
+        + markdown_table(["dedupe", "seconds", "rows kept"], rows)
+        + f"\n\nnear: {fmt(result['near_mb_per_s'], '.1f')} MB/s, "
+        f"{fmt(result['near_over_exact'], '.1f')}x the time of exact dedupe.\n"
+    )
+
+
+# ---------------------------------------------------------------------------
 
 
 def write_summary(extra: str = "") -> None:
@@ -472,6 +548,14 @@ def main() -> None:
     if "peers" in chosen:
         result = run_peers([1_000, 10_000, 100_000], repeats=1 if args.quick else 3, limit_s=120.0)
         (RESULTS / "peers.md").write_text(peers_markdown(result))
+    if "embed" in chosen:
+        items = 1_000 if args.quick else 5_000
+        script = Path(__file__).resolve().parent / "bench_embed.py"
+        subprocess.run([sys.executable, str(script), "--items", str(items)], check=True)
+        (RESULTS / "embed.md").write_text(embed_markdown(json.loads(EMBED.read_text())))
+    if "near_duplicates" in chosen:
+        result = run_near_duplicates(20_000 if args.quick else 100_000)
+        (RESULTS / "near_duplicates.md").write_text(near_duplicates_markdown(result))
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (

@@ -166,7 +166,7 @@ MERGE_RULES: dict[str, str] = {
 
 
 def _best_first(schema: pl.Schema) -> dict[str, Any]:
-    """sort_by arguments putting a group's representative first: best rank, then smallest id."""
+    """Sort arguments putting a group's representative first: best rank, then smallest id."""
     by = [c for c in ("rank", "id") if c in schema]
     return {"by": by, "descending": [c == "rank" for c in by], "nulls_last": True}
 
@@ -174,19 +174,22 @@ def _best_first(schema: pl.Schema) -> dict[str, Any]:
 _EDGE = "__cognoxium_edge"
 
 
-def _merge_agg(name: str, dtype: pl.DataType, best: dict[str, Any], edges: bool) -> pl.Expr:
-    """How Dedupe(merge=True) combines one column over a group of duplicates."""
+def _merge_agg(name: str, dtype: pl.DataType, edges: bool) -> pl.Expr:
+    """How Dedupe(merge=True) combines one column over a group of duplicates.
+
+    The group's rows come best first (see :func:`_best_first`).
+    """
     col = pl.col(name)
     canonical = POLARS_SCHEMA.get(name)
     if canonical is None or dtype != canonical or name not in MERGE_RULES:
-        return col.sort_by(**best).first() if best["by"] else col.first()
+        return col.first()
     if name in ("trust", "sensitivity", "priority", "valid_from", "rank"):
         return col.max()  # untrusted > trusted; restricted is the highest sensitivity
     if name in ("retention", "expires_at"):
         return col.min()  # required is the strongest retention
     union = col.list.explode(keep_nulls=False, empty_as_null=False)
     if name == "lineage" and edges:  # the folded copies become merge edges
-        union = union.append(pl.col(_EDGE).sort_by(**best).slice(1)).drop_nulls()
+        union = union.append(pl.col(_EDGE).slice(1)).drop_nulls()
     union = union.unique()
     if name == "lineage":
         fields = [union.struct.field(f) for f in ("parent_id", "parent_hash", "operation")]
@@ -274,22 +277,44 @@ def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
     return _dedupe_by(lf, list(node.by), node.merge)
 
 
+_ROW = "__cognoxium_row"
+
+
 def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
     if not merge:
         return lf.unique(subset=by, keep="first", maintain_order=True)
     schema = lf.collect_schema()
     earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged
-    best = _best_first(schema)
     edges = "lineage" in schema and "content_hash" in schema
+    kept = [n for n in schema.names() if n not in (MERGED_IDS, MERGE_CONFLICTS)]
+    out = [*kept, MERGED_IDS, MERGE_CONFLICTS, _ROW]
+    lf = lf.with_row_index(_ROW)
+    size = pl.len().over(by)
+
+    # A row without duplicates is its own merge: it keeps every value.
+    previous_ids = (
+        pl.col(MERGED_IDS).list.unique().list.sort()
+        if earlier
+        else pl.lit([], dtype=pl.List(pl.String))
+    )
+    previous_conflicts = (
+        pl.col(MERGE_CONFLICTS) if MERGE_CONFLICTS in schema else pl.lit(None, dtype=pl.String)
+    )
+    single = lf.filter(size == 1).with_columns(
+        previous_ids.alias(MERGED_IDS), previous_conflicts.alias(MERGE_CONFLICTS)
+    )
+
+    # Groups of duplicates, each group's rows best first.
+    grouped = lf.filter(size > 1).sort(**_best_first(schema), maintain_order=True)
     aggs = [
-        _merge_agg(name, dtype, best, edges)
+        _merge_agg(name, dtype, edges)
         for name, dtype in schema.items()
         if name not in by and name != MERGED_IDS
     ]
-    others = pl.col("id").sort_by(**best).slice(1)
+    others = pl.col("id").slice(1)
     if earlier:
         others = others.append(pl.col(MERGED_IDS).explode(empty_as_null=False)).drop_nulls()
-    records = [others.unique().sort().alias(MERGED_IDS)]
+    records = [others.unique().sort().alias(MERGED_IDS), pl.col(_ROW).min()]
     if "metadata" in schema:
         records += [
             pl.col("metadata").sort_by("id").alias("__metadata"),
@@ -302,8 +327,10 @@ def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
         )
     else:
         conflicts = pl.lit(None, dtype=pl.String).alias(MERGE_CONFLICTS)
+    if MERGE_CONFLICTS in schema:
+        conflicts = pl.coalesce(conflicts, pl.col(MERGE_CONFLICTS))
     if edges:
-        lf = lf.with_columns(
+        grouped = grouped.with_columns(
             pl.struct(
                 pl.col("id").alias("parent_id"),
                 pl.col("content_hash").alias("parent_hash"),
@@ -311,11 +338,9 @@ def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
                 pl.lit(None, pl.String).alias("detail"),
             ).alias(_EDGE)
         )
-    merged = lf.group_by(by, maintain_order=True).agg(aggs + records)
-    if MERGE_CONFLICTS in schema:
-        conflicts = pl.coalesce(conflicts, pl.col(MERGE_CONFLICTS))
-    kept = [n for n in schema.names() if n not in (MERGED_IDS, MERGE_CONFLICTS)]
-    return merged.with_columns(conflicts).select(*kept, MERGED_IDS, MERGE_CONFLICTS)
+    merged = grouped.group_by(by).agg(aggs + records).with_columns(conflicts)
+    # Each group at its first occurrence's position.
+    return pl.concat([single.select(out), merged.select(out)]).sort(_ROW).drop(_ROW)
 
 
 def _scope_key(hashes: pl.Series) -> tuple[str, str]:

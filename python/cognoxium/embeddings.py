@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,27 @@ def _l2_normalise(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return matrix
 
 
-class LocalHashEmbedder:
+def _check_texts(texts: Sequence[str]) -> None:
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts; use vector() for one text")
+
+
+class _RowEmbedder(ABC):
+    """An embedder whose :meth:`vector` is the one row :meth:`embed` gives for a text."""
+
+    dim: int
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts`` into an array of shape ``(len(texts), dim)``."""
+
+    def vector(self, text: str) -> npt.NDArray[np.float32]:
+        """Embed one text into an array of shape ``(dim,)`` (see :meth:`embed`)."""
+        row: npt.NDArray[np.float32] = self.embed([text])[0]
+        return row
+
+
+class LocalHashEmbedder(_RowEmbedder):
     r"""Hashed bag-of-words embedder (the "hashing trick").
 
     A text's tokens are its lowercase ``\w+`` matches (Unicode word
@@ -192,8 +213,7 @@ class LocalHashEmbedder:
             ``float32``, shape ``(len(texts), dim)``, rows L2-normalised (zero
             rows for texts without tokens).
         """
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts; use vector() for one text")
+        _check_texts(texts)
         rows: list[int] = []
         cols: list[int] = []
         bucket = self.bucket
@@ -208,11 +228,6 @@ class LocalHashEmbedder:
             flat = np.asarray(rows, dtype=np.int64) * self.dim + np.asarray(cols, dtype=np.int64)
             np.add.at(out.reshape(-1), flat, np.float32(1.0))
         return _l2_normalise(out)
-
-    def vector(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one text into an array of shape ``(dim,)`` (see :meth:`embed`)."""
-        row: npt.NDArray[np.float32] = self.embed([text])[0]
-        return row
 
 
 # ---------------------------------------------------------------------------
@@ -360,7 +375,7 @@ def _tokenizer(path: Path, max_length: int) -> Any:
         return tokenizer
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(_RowEmbedder):
     """Sentence embeddings from all-MiniLM-L6-v2 (int8 ONNX), 384 dimensions.
 
     Texts are split into WordPiece tokens by the model's own tokenizer
@@ -485,8 +500,7 @@ class MiniLMEmbedder:
             ``float32``, shape ``(len(texts), 384)``, rows L2-normalised (zero
             rows for texts without word pieces).
         """
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts; use vector() for one text")
+        _check_texts(texts)
         docs = ["" if t is None else str(t) for t in texts]
         out = np.zeros((len(docs), self.dim), dtype=np.float32)
         if not docs:
@@ -513,11 +527,6 @@ class MiniLMEmbedder:
             summed = np.einsum("bld,bl->bd", hidden, weights, dtype=np.float32)
             out[rows] = summed / weights.sum(axis=1, keepdims=True)
         return _l2_normalise(out)
-
-    def vector(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one text into an array of shape ``(384,)`` (see :meth:`embed`)."""
-        row: npt.NDArray[np.float32] = self.embed([text])[0]
-        return row
 
 
 # ---------------------------------------------------------------------------

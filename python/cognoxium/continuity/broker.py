@@ -28,7 +28,7 @@ passing it on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -206,7 +206,8 @@ class RetrieveOutput(Contract):
         return hits_to_frame(self.hits, role=role)
 
 
-_C = TypeVar("_C", bound=Contract)
+_I = TypeVar("_I", bound=Contract)
+_O = TypeVar("_O", bound=Contract)
 
 
 class Strategy(ABC):
@@ -259,8 +260,7 @@ class Strategy(ABC):
             :meth:`_admit` returns something that is not a valid
             ``admit_output``.
         """
-        self._check_input(inp, self.admit_input, "admit")
-        return self._check_output(self._admit(inp), self.admit_output, "_admit")
+        return self._checked("admit", inp, self.admit_input, self._admit, self.admit_output)
 
     def retrieve(self, inp: RetrieveInput) -> RetrieveOutput:
         """Retrieve for a query; calls :meth:`_retrieve`.
@@ -282,8 +282,9 @@ class Strategy(ABC):
             :meth:`_retrieve` returns something that is not a valid
             ``retrieve_output``.
         """
-        self._check_input(inp, self.retrieve_input, "retrieve")
-        return self._check_output(self._retrieve(inp), self.retrieve_output, "_retrieve")
+        return self._checked(
+            "retrieve", inp, self.retrieve_input, self._retrieve, self.retrieve_output
+        )
 
     def _admit(self, inp: AdmitInput) -> AdmitOutput:
         """Admit every note; override to admit selectively."""
@@ -308,25 +309,44 @@ class Strategy(ABC):
             )
         return context
 
-    def _check_input(self, inp: object, expected: type[Contract], method: str) -> None:
+    def _checked(
+        self,
+        method: str,
+        inp: _I,
+        input_type: type[Contract],
+        run: Callable[[_I], object],
+        output_type: type[_O],
+    ) -> _O:
+        """Check ``inp`` against ``input_type``, call ``run`` on it, check what it returns.
+
+        ``method`` is the public method's name; ``run`` is reported as
+        ``_<method>``.
+
+        Raises
+        ------
+        ContractError
+            If ``inp`` is not an ``input_type`` or has no context, or the
+            result is not a valid ``output_type``.
+        """
         name = f"{type(self).__name__}.{method}"
-        if not isinstance(inp, expected):
-            raise ContractError(f"{name} takes {expected.__name__}, got {type(inp).__name__}")
+        if not isinstance(inp, input_type):
+            raise ContractError(f"{name} takes {input_type.__name__}, got {type(inp).__name__}")
         if not isinstance(getattr(inp, "context", None), EngineContext):
             raise ContractError(
                 f"{name} needs an EngineContext: the {type(inp).__name__} has none (inputs "
                 "rebuilt with from_dict/from_json never do); set inp.context = "
                 "EngineContext(...) first"
             )
-
-    def _check_output(self, out: object, expected: type[_C], method: str) -> _C:
-        name = f"{type(self).__name__}.{method}"
-        if not isinstance(out, expected):
+        out = run(inp)
+        name = f"{type(self).__name__}._{method}"
+        if not isinstance(out, output_type):
             raise ContractError(
-                f"{name} returned {type(out).__name__}, expected {expected.__name__}"
+                f"{name} returned {type(out).__name__}, expected {output_type.__name__}"
             )
         try:
             out.check()
         except ContractError as exc:
-            raise ContractError(f"{name} returned an invalid {expected.__name__}: {exc}") from None
+            raise ContractError(
+                f"{name} returned an invalid {output_type.__name__}: {exc}"
+            ) from None
         return out

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import polars as pl
-from pydantic import ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, SerializeAsAny, model_validator
 
 from cognoxium.continuity._contract import Contract, Seconds
 from cognoxium.frame import CognitionFrame
@@ -33,6 +33,10 @@ _VALUE = ConfigDict(frozen=True)
 def _canonical_object(value: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(canonical_json(value))
     return result
+
+
+_Metadata = Annotated[dict[str, Any], AfterValidator(_canonical_object)]
+"""A free-form JSON object, kept canonical (sorted keys)."""
 
 
 class Note(Contract):
@@ -71,12 +75,7 @@ class Note(Contract):
     id: str = Field(min_length=1)
     text: str
     timestamp: Seconds
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("metadata")
-    @classmethod
-    def _canonical_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _canonical_object(value)
+    metadata: _Metadata = Field(default_factory=dict)
 
 
 class Query(Contract):
@@ -149,12 +148,7 @@ class Hit(Contract):
     score: float = Field(allow_inf_nan=False)
     text: str
     timestamp: Seconds
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("metadata")
-    @classmethod
-    def _canonical_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _canonical_object(value)
+    metadata: _Metadata = Field(default_factory=dict)
 
     @classmethod
     def of(cls, note: Note, score: float) -> Hit:

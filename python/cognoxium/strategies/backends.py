@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from cognoxium.packing import CHAT_ROLES
 from cognoxium.ranking import bm25_scores, packed_text_expr
 from cognoxium.schema import COLUMNS, conform
 from cognoxium.strategies.protocol import BACKEND_KINDS, StrategyCapabilities
+from cognoxium.strategies.settings import _positive_seconds
 from cognoxium.tokens import TokenProfile, get_profile
 
 if TYPE_CHECKING:
@@ -90,6 +91,33 @@ def _empty_hits() -> pl.DataFrame:
 
 def _order_hits(hits: pl.DataFrame) -> pl.DataFrame:
     return hits.sort(["score", "id"], descending=[True, False], maintain_order=True)
+
+
+def _positive_hits(
+    store: ItemStore, scores: Callable[[], npt.NDArray[np.float64]], k: int | None
+) -> pl.DataFrame:
+    """Hits of the items of ``store.table`` whose score (``scores()``, one per row) is positive.
+
+    Best first, at most ``k`` (``None``: all); ``scores`` is not called for an
+    empty store.
+    """
+    if not len(store):
+        return _empty_hits()
+    hits = pl.DataFrame(
+        {"id": store.table.get_column("id"), "score": scores()}, schema=HITS_SCHEMA
+    ).filter(pl.col("score") > 0)
+    hits = _order_hits(hits)
+    return hits if k is None else hits.head(k)
+
+
+def _both_ways(pairs: pl.DataFrame, one: str, other: str, weight: float) -> pl.DataFrame:
+    """Undirected edges as directed pairs ``src``, ``dst``, both ways, of one ``weight``."""
+    return pl.concat(
+        [
+            pairs.select(pl.col(one).alias("src"), pl.col(other).alias("dst")),
+            pairs.select(pl.col(other).alias("src"), pl.col(one).alias("dst")),
+        ]
+    ).with_columns(pl.lit(weight).alias("weight"))
 
 
 def _utc(value: datetime | None, what: str) -> datetime | None:
@@ -364,14 +392,7 @@ class TextBackend:
         polars.DataFrame
             Hits (:data:`HITS_SCHEMA`) with a positive BM25 score.
         """
-        if not len(self.store):
-            return _empty_hits()
-        hits = pl.DataFrame(
-            {"id": self.store.table.get_column("id"), "score": self.scores(query)},
-            schema=HITS_SCHEMA,
-        ).filter(pl.col("score") > 0)
-        hits = _order_hits(hits)
-        return hits if k is None else hits.head(k)
+        return _positive_hits(self.store, lambda: self.scores(query), k)
 
 
 # ---------------------------------------------------------------------------
@@ -467,14 +488,7 @@ class VectorBackend:
         polars.DataFrame
             Hits (:data:`HITS_SCHEMA`) with a positive cosine similarity.
         """
-        if not len(self.store):
-            return _empty_hits()
-        hits = pl.DataFrame(
-            {"id": self.store.table.get_column("id"), "score": self.similarities(query)},
-            schema=HITS_SCHEMA,
-        ).filter(pl.col("score") > 0)
-        hits = _order_hits(hits)
-        return hits if k is None else hits.head(k)
+        return _positive_hits(self.store, lambda: self.similarities(query), k)
 
 
 # ---------------------------------------------------------------------------
@@ -560,13 +574,7 @@ class GraphBackend:
         self.weights = weights or EdgeWeights()
         w = self.weights
         table = store.table
-        hierarchy = store.hierarchy
-        lineage = pl.concat(
-            [
-                hierarchy.select(pl.col("child").alias("src"), pl.col("parent").alias("dst")),
-                hierarchy.select(pl.col("parent").alias("src"), pl.col("child").alias("dst")),
-            ]
-        ).with_columns(pl.lit(w.lineage).alias("weight"))
+        lineage = _both_ways(store.hierarchy, "child", "parent", w.lineage)
         session_key = pl.concat_str(
             [pl.col("conversation").fill_null(""), pl.col("session").fill_null("")],
             separator=_SEP,
@@ -580,12 +588,7 @@ class GraphBackend:
             .with_columns(pl.col("id").shift(-1).over("__key").alias("__next"))
             .filter(pl.col("__next").is_not_null())
         )
-        adjacent = pl.concat(
-            [
-                turns.select(pl.col("id").alias("src"), pl.col("__next").alias("dst")),
-                turns.select(pl.col("__next").alias("src"), pl.col("id").alias("dst")),
-            ]
-        ).with_columns(pl.lit(w.adjacent).alias("weight"))
+        adjacent = _both_ways(turns, "id", "__next", w.adjacent)
         edges = pl.concat([lineage, adjacent]).filter(pl.col("weight") > 0)
         # Keep the strongest edge per pair.
         self.edges: pl.DataFrame = (
@@ -773,14 +776,8 @@ class TemporalBackend:
         hot_seconds: float = DEFAULT_HOT_SECONDS,
         warm_seconds: float = DEFAULT_WARM_SECONDS,
     ) -> None:
-        for name, value in (("hot_seconds", hot_seconds), ("warm_seconds", warm_seconds)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise StrategyError(f"{name} must be a positive number of seconds, got {value!r}")
+        _positive_seconds(hot_seconds, "hot_seconds")
+        _positive_seconds(warm_seconds, "warm_seconds")
         if hot_seconds > warm_seconds:
             raise StrategyError(
                 f"hot_seconds ({hot_seconds}) must not exceed warm_seconds ({warm_seconds})"

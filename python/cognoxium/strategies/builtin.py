@@ -32,9 +32,15 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from cognoxium.exceptions import StrategyError
 from cognoxium.strategies.allocator import split_budget
-from cognoxium.strategies.backends import HITS_SCHEMA, Backends, ItemStore
+from cognoxium.strategies.backends import (
+    HITS_SCHEMA,
+    Backends,
+    ItemStore,
+    _empty_hits,
+    _order_hits,
+    _profile,
+)
 from cognoxium.strategies.protocol import (
     RESOURCE_TYPES,
     ContextFragment,
@@ -42,7 +48,7 @@ from cognoxium.strategies.protocol import (
     ContextStrategy,
     StrategyCapabilities,
 )
-from cognoxium.tokens import get_profile
+from cognoxium.strategies.settings import _positive_int
 
 __all__ = [
     "BUILTIN_STRATEGIES",
@@ -59,10 +65,6 @@ __all__ = [
 _BATCH = 64
 
 
-def _empty() -> pl.DataFrame:
-    return pl.DataFrame(schema=HITS_SCHEMA)
-
-
 def _normalised(hits: pl.DataFrame) -> pl.DataFrame:
     """Divide scores by the best one, so the best hit scores 1.0; drop scores <= 0."""
     hits = hits.filter(pl.col("score") > 0)
@@ -77,17 +79,37 @@ def _of_types(hits: pl.DataFrame, store: ItemStore, types: Sequence[str]) -> pl.
     return hits.filter(pl.col("id").is_in(store.of_types(types).implode()))
 
 
-def _ordered(hits: pl.DataFrame) -> pl.DataFrame:
-    return hits.sort(["score", "id"], descending=[True, False], maintain_order=True)
-
-
 def _best(*parts: pl.DataFrame) -> pl.DataFrame:
     """Merge hits, keeping each id's best score, ordered."""
     present = [p.select("id", "score") for p in parts if p.height]
     if not present:
-        return _empty()
+        return _empty_hits()
     merged = pl.concat(present).group_by("id").agg(pl.col("score").max())
-    return _ordered(merged)
+    return _order_hits(merged)
+
+
+def _text_hits(
+    request: ContextRequest, backends: Backends, types: Sequence[str] = RESOURCE_TYPES
+) -> pl.DataFrame:
+    """BM25 hits of the search text among ``types``, raw scores, best first.
+
+    Empty without a text backend or with a blank search text.
+    """
+    if backends.text is None or not request.search_text.strip():
+        return _empty_hits()
+    return _of_types(backends.text.search(request.search_text), backends.store, types)
+
+
+def _vector_hits(
+    request: ContextRequest, backends: Backends, types: Sequence[str] = RESOURCE_TYPES
+) -> pl.DataFrame:
+    """Cosine hits of the query among ``types``, raw similarities, best first.
+
+    Empty without a vector backend or with a blank query.
+    """
+    if backends.vector is None or not request.query.strip():
+        return _empty_hits()
+    return _of_types(backends.vector.similarity_search(request.query), backends.store, types)
 
 
 def fit_budget(
@@ -130,13 +152,13 @@ def fit_budget(
     """
     if budget <= 0 or hits.height == 0:
         return []
-    profile = get_profile(request.profile) if isinstance(request.profile, str) else request.profile
+    profile = _profile(request.profile)
     if "backend" not in hits.columns:
         hits = hits.with_columns(pl.lit(backend).alias("backend"))
     skip = list(exclude)
     if skip:
         hits = hits.filter(~pl.col("id").is_in(skip))
-    candidates = _ordered(hits).join(
+    candidates = _order_hits(hits).join(
         store.table.select("id", "text", "content_hash", "chat_role"),
         on="id",
         maintain_order="left",
@@ -168,18 +190,20 @@ def fit_budget(
     return out
 
 
-def _check_count(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StrategyError(f"{what} must be a positive int, got {value!r}")
-    return value
-
-
 class _Builtin(ABC):
-    """Name, capabilities and explanation shared by the built-in strategies."""
+    """Name, capabilities, explanation and packing shared by the built-in strategies.
+
+    A strategy ranks its candidates in :meth:`_hits`; :meth:`assemble` packs
+    them into the budget (:func:`fit_budget`), recording ``BACKEND`` on every
+    fragment whose hit names no backend of its own. :class:`ArceStrategy`,
+    which packs three parts into shares of the budget, overrides
+    :meth:`assemble` instead.
+    """
 
     NAME: ClassVar[str]
     CAPABILITIES: ClassVar[StrategyCapabilities]
     DESCRIPTION: ClassVar[str]
+    BACKEND: ClassVar[str]
 
     @property
     def name(self) -> str:
@@ -205,7 +229,15 @@ class _Builtin(ABC):
     def can_handle(self, request: ContextRequest, backends: Backends) -> float:
         """The confidence, in ``[0, 1]``, that this strategy serves ``request``."""
 
-    @abstractmethod
+    def _hits(
+        self,
+        request: ContextRequest,
+        backends: Backends,
+        plan_context: Mapping[str, Any] | None,
+    ) -> pl.DataFrame:
+        """The candidates: ``id``, ``score`` (``[0, 1]``) and optionally ``backend``."""
+        raise NotImplementedError(f"{type(self).__name__} overrides assemble, not _hits")
+
     def assemble(
         self,
         request: ContextRequest,
@@ -213,21 +245,25 @@ class _Builtin(ABC):
         budget: int,
         plan_context: Mapping[str, Any] | None,
     ) -> list[ContextFragment]:
-        """Fragments whose tokens sum to at most ``budget`` tokens."""
+        """The candidates of :meth:`_hits` that fit ``budget`` tokens, best first."""
+        return fit_budget(
+            backends.store,
+            self._hits(request, backends, plan_context),
+            budget,
+            request,
+            strategy=self.NAME,
+            backend=self.BACKEND,
+        )
 
 
 def _seeds_from_search(
     request: ContextRequest, backends: Backends, types: Sequence[str], k: int
 ) -> pl.DataFrame:
     """The best ``k`` text hits and ``k`` vector hits, normalised, merged by best score."""
-    parts = []
-    if request.search_text.strip() and backends.text is not None:
-        hits = _of_types(backends.text.search(request.search_text), backends.store, types)
-        parts.append(_normalised(hits).head(k))
-    if request.query.strip() and backends.vector is not None:
-        hits = _of_types(backends.vector.similarity_search(request.query), backends.store, types)
-        parts.append(_normalised(hits).head(k))
-    return _best(*parts)
+    return _best(
+        _normalised(_text_hits(request, backends, types)).head(k),
+        _normalised(_vector_hits(request, backends, types)).head(k),
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -252,6 +288,7 @@ class SimpleKeywordStrategy(_Builtin):
     """
 
     NAME = "simple-keyword"
+    BACKEND = "text"
     CAPABILITIES = StrategyCapabilities(
         uses_text=True, resource_types=RESOURCE_TYPES, quality_score=0.3
     )
@@ -260,32 +297,18 @@ class SimpleKeywordStrategy(_Builtin):
         "when it has none; hits packed greedily, best first, into the token budget."
     )
 
-    def _hits(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
-        if backends.text is None or not request.search_text.strip():
-            return _empty()
-        hits = backends.text.search(request.search_text)
-        return _normalised(_of_types(hits, backends.store, self._types(request)))
-
-    def can_handle(self, request: ContextRequest, backends: Backends) -> float:
-        """1.0 when some item shares a term with the search text, else 0.0."""
-        return 1.0 if self._hits(request, backends).height else 0.0
-
-    def assemble(
+    def _hits(
         self,
         request: ContextRequest,
         backends: Backends,
-        budget: int,
         plan_context: Mapping[str, Any] | None,
-    ) -> list[ContextFragment]:
-        """The BM25 hits that fit ``budget`` tokens, best first."""
-        return fit_budget(
-            backends.store,
-            self._hits(request, backends),
-            budget,
-            request,
-            strategy=self.NAME,
-            backend="text",
-        )
+    ) -> pl.DataFrame:
+        """The BM25 hits, normalised."""
+        return _normalised(_text_hits(request, backends, self._types(request)))
+
+    def can_handle(self, request: ContextRequest, backends: Backends) -> float:
+        """1.0 when some item shares a term with the search text, else 0.0."""
+        return 1.0 if self._hits(request, backends, None).height else 0.0
 
 
 class SemanticEmbeddingStrategy(_Builtin):
@@ -299,6 +322,7 @@ class SemanticEmbeddingStrategy(_Builtin):
     """
 
     NAME = "semantic-embedding"
+    BACKEND = "vector"
     CAPABILITIES = StrategyCapabilities(
         uses_vector=True, resource_types=RESOURCE_TYPES, quality_score=0.6
     )
@@ -307,33 +331,19 @@ class SemanticEmbeddingStrategy(_Builtin):
         "embedding and every item's; hits packed greedily, best first, into the token budget."
     )
 
-    def _raw(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
-        if backends.vector is None or not request.query.strip():
-            return _empty()
-        hits = backends.vector.similarity_search(request.query)
-        return _of_types(hits, backends.store, self._types(request))
-
-    def can_handle(self, request: ContextRequest, backends: Backends) -> float:
-        """The best cosine similarity of an item to the query, in ``[0, 1]``."""
-        hits = self._raw(request, backends)
-        return min(1.0, float(hits.get_column("score")[0])) if hits.height else 0.0
-
-    def assemble(
+    def _hits(
         self,
         request: ContextRequest,
         backends: Backends,
-        budget: int,
         plan_context: Mapping[str, Any] | None,
-    ) -> list[ContextFragment]:
-        """The most similar items that fit ``budget`` tokens, best first."""
-        return fit_budget(
-            backends.store,
-            _normalised(self._raw(request, backends)),
-            budget,
-            request,
-            strategy=self.NAME,
-            backend="vector",
-        )
+    ) -> pl.DataFrame:
+        """The most similar items, normalised by the best similarity."""
+        return _normalised(_vector_hits(request, backends, self._types(request)))
+
+    def can_handle(self, request: ContextRequest, backends: Backends) -> float:
+        """The best cosine similarity of an item to the query, in ``[0, 1]``."""
+        hits = _vector_hits(request, backends, self._types(request))
+        return min(1.0, float(hits.get_column("score")[0])) if hits.height else 0.0
 
 
 class BreadthDepthNavigatorStrategy(_Builtin):
@@ -358,6 +368,7 @@ class BreadthDepthNavigatorStrategy(_Builtin):
     """
 
     NAME = "breadth-depth-navigator"
+    BACKEND = "graph"
     CAPABILITIES = StrategyCapabilities(
         uses_graph=True,
         resource_types=RESOURCE_TYPES,
@@ -371,11 +382,11 @@ class BreadthDepthNavigatorStrategy(_Builtin):
     )
 
     def __init__(self, *, seed_count: int = 5) -> None:
-        self.seed_count = _check_count(seed_count, "seed_count")
+        self.seed_count = _positive_int(seed_count, "seed_count")
 
     def _seeds(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
         if backends.graph is None:
-            return _empty()
+            return _empty_hits()
         focus = backends.graph.has(request.focus_nodes)
         if focus:
             return pl.DataFrame({"id": focus, "score": 1.0}, schema=HITS_SCHEMA)
@@ -392,22 +403,17 @@ class BreadthDepthNavigatorStrategy(_Builtin):
         )
         return 0.7 if searchable else 0.0
 
-    def assemble(
+    def _hits(
         self,
         request: ContextRequest,
         backends: Backends,
-        budget: int,
         plan_context: Mapping[str, Any] | None,
-    ) -> list[ContextFragment]:
-        """The seeds and their neighbourhood that fit ``budget`` tokens, best first."""
+    ) -> pl.DataFrame:
+        """The seeds and their neighbourhood, scored along their paths."""
         if backends.graph is None:
-            return []
-        seeds = self._seeds(request, backends)
-        reached = backends.graph.traverse(seeds, hops=request.breadth)
-        hits = _of_types(reached.select("id", "score"), backends.store, self._types(request))
-        return fit_budget(
-            backends.store, hits, budget, request, strategy=self.NAME, backend="graph"
-        )
+            return _empty_hits()
+        reached = backends.graph.traverse(self._seeds(request, backends), hops=request.breadth)
+        return _of_types(reached.select("id", "score"), backends.store, self._types(request))
 
 
 class ArceStrategy(_Builtin):
@@ -460,16 +466,8 @@ class ArceStrategy(_Builtin):
         store = backends.store
         types = self._types(request)
         shares = split_budget(budget, self.SHARES)
-        text_hits = _normalised(
-            _of_types(backends.text.search(request.search_text), store, types)
-            if request.search_text.strip()
-            else _empty()
-        )
-        vector_hits = _normalised(
-            _of_types(backends.vector.similarity_search(request.query), store, types)
-            if request.query.strip()
-            else _empty()
-        )
+        text_hits = _normalised(_text_hits(request, backends, types))
+        vector_hits = _normalised(_vector_hits(request, backends, types))
         taken = fit_budget(
             store, text_hits, shares["text"], request, strategy=self.NAME, backend="text"
         )
@@ -541,6 +539,7 @@ class TemporalArchaeologyStrategy(_Builtin):
     """
 
     NAME = "temporal-archaeology"
+    BACKEND = "graph"
     CAPABILITIES = StrategyCapabilities(
         uses_graph=True,
         uses_temporal=True,
@@ -554,11 +553,11 @@ class TemporalArchaeologyStrategy(_Builtin):
     )
 
     def __init__(self, *, seed_count: int = 5) -> None:
-        self.seed_count = _check_count(seed_count, "seed_count")
+        self.seed_count = _positive_int(seed_count, "seed_count")
 
     def _cold(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
         if backends.temporal is None:
-            return _empty().select("id")
+            return _empty_hits().select("id")
         cold = backends.temporal.query_by_tier(["cold"], as_of=request.as_of).select("id")
         return _of_types(cold, backends.store, self._types(request))
 
@@ -568,33 +567,26 @@ class TemporalArchaeologyStrategy(_Builtin):
             return 0.0
         return 1.0 if self._cold(request, backends).height else 0.0
 
-    def assemble(
+    def _hits(
         self,
         request: ContextRequest,
         backends: Backends,
-        budget: int,
         plan_context: Mapping[str, Any] | None,
-    ) -> list[ContextFragment]:
-        """Cold-tier seeds and their graph neighbourhood within ``budget`` tokens."""
+    ) -> pl.DataFrame:
+        """Cold-tier seeds (backend ``temporal``) and their graph neighbourhood."""
         if backends.graph is None or backends.temporal is None:
-            return []
+            return _empty_hits()
         cold = self._cold(request, backends)
         if cold.height == 0:
-            return []
-        seeds = _empty()
-        if backends.text is not None and request.search_text.strip():
-            seeds = _normalised(
-                backends.text.search(request.search_text).join(cold, on="id", how="semi")
-            )
-        if seeds.height == 0 and backends.vector is not None and request.query.strip():
-            seeds = _normalised(
-                backends.vector.similarity_search(request.query).join(cold, on="id", how="semi")
-            )
+            return _empty_hits()
+        seeds = _normalised(_text_hits(request, backends).join(cold, on="id", how="semi"))
+        if seeds.height == 0:
+            seeds = _normalised(_vector_hits(request, backends).join(cold, on="id", how="semi"))
         if seeds.height == 0:
             seeds = backends.temporal.recency(cold, as_of=request.as_of)
-        seeds = _ordered(seeds).head(self.seed_count)
+        seeds = _order_hits(seeds).head(self.seed_count)
         reached = backends.graph.traverse(seeds, hops=request.breadth)
-        hits = _of_types(
+        return _of_types(
             reached.select(
                 "id",
                 "score",
@@ -605,9 +597,6 @@ class TemporalArchaeologyStrategy(_Builtin):
             ),
             backends.store,
             self._types(request),
-        )
-        return fit_budget(
-            backends.store, hits, budget, request, strategy=self.NAME, backend="graph"
         )
 
 
@@ -638,6 +627,7 @@ class PlanDecisionContextStrategy(_Builtin):
     """
 
     NAME = "plan-decision-context"
+    BACKEND = "temporal"
     CAPABILITIES = StrategyCapabilities(
         uses_temporal=True,
         resource_types=RESOURCE_TYPES,
@@ -654,11 +644,11 @@ class PlanDecisionContextStrategy(_Builtin):
         self, *, decision_kinds: Sequence[str] = ("decision",), seed_count: int = 5
     ) -> None:
         self.decision_kinds = tuple(decision_kinds)
-        self.seed_count = _check_count(seed_count, "seed_count")
+        self.seed_count = _positive_int(seed_count, "seed_count")
 
     def _decisions(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
         if backends.temporal is None:
-            return _empty().select("id")
+            return _empty_hits().select("id")
         store = backends.store
         tiers = backends.temporal.query_by_tier(["warm", "cold"], as_of=request.as_of)
         records = store.table.filter(pl.col("kind").is_in(list(self.decision_kinds))).select("id")
@@ -689,20 +679,19 @@ class PlanDecisionContextStrategy(_Builtin):
             start = hits.get_column("id").to_list()
         return start
 
-    def assemble(
+    def _hits(
         self,
         request: ContextRequest,
         backends: Backends,
-        budget: int,
         plan_context: Mapping[str, Any] | None,
-    ) -> list[ContextFragment]:
-        """Decision records of the plan hierarchy within ``budget`` tokens, nearest first."""
+    ) -> pl.DataFrame:
+        """Decision records of the plan hierarchy, nearest first, normalised."""
         if backends.temporal is None:
-            return []
+            return _empty_hits()
         store = backends.store
         decisions = self._decisions(request, backends)
         if decisions.height == 0:
-            return []
+            return _empty_hits()
         start = self._start(request, backends, plan_context)
         if start:
             plans = store.ancestors(start)
@@ -722,9 +711,7 @@ class PlanDecisionContextStrategy(_Builtin):
             )
         else:
             hits = backends.temporal.recency(decisions, as_of=request.as_of)
-        return fit_budget(
-            store, _normalised(hits), budget, request, strategy=self.NAME, backend="temporal"
-        )
+        return _normalised(hits)
 
 
 BUILTIN_STRATEGIES: tuple[type[_Builtin], ...] = (

@@ -39,7 +39,7 @@ from cognoxium.strategies.protocol import (
     ContextStrategyResult,
     sort_fragments,
 )
-from cognoxium.strategies.settings import StrategySettings
+from cognoxium.strategies.settings import StrategySettings, _positive_int
 
 __all__ = ["CircuitBreaker", "StrategyExecutor"]
 
@@ -83,10 +83,7 @@ class CircuitBreaker:
         recovery_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
-            raise StrategyError(
-                f"circuit_breaker_threshold must be a positive int, got {threshold!r}"
-            )
+        _positive_int(threshold, "circuit_breaker_threshold")
         if recovery_seconds is not None and not recovery_seconds >= 0:
             raise StrategyError(
                 f"recovery_seconds must be non-negative or None, got {recovery_seconds!r}"

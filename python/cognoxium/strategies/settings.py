@@ -48,6 +48,17 @@ def _positive_int(value: object, key: str) -> int:
     return value
 
 
+def _positive_seconds(value: object, key: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise StrategyError(f"{key} must be a positive number of seconds, got {value!r}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class StrategySettings:
     """How the executor runs one strategy (see the module docstring for the table).
@@ -87,16 +98,7 @@ class StrategySettings:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        timeout = self.timeout_seconds
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise StrategyError(
-                f"timeout_seconds must be a positive number of seconds, got {timeout!r}"
-            )
+        _positive_seconds(self.timeout_seconds, "timeout_seconds")
         _positive_int(self.max_fragments, "max_fragments")
         _positive_int(self.max_workers, "max_workers")
         _positive_int(self.circuit_breaker_threshold, "circuit_breaker_threshold")
