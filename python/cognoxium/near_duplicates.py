@@ -72,46 +72,59 @@ def _short_hash(text: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
-def _shingles(texts: pl.Series, width: int) -> tuple[U64, npt.NDArray[np.int64]]:
-    """Hashes of every ``width``-byte shingle, grouped by text, and each text's shingle count.
+def _shingles(
+    texts: pl.Series, width: int
+) -> tuple[U64, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Hashes of every ``width``-byte shingle, their text's index, and each text's count.
 
-    A text shorter than ``width`` bytes (but not empty) has one shingle: the
-    hash of its whole bytes. An empty or null text has none.
+    Shingles come grouped by text, in text order. A text shorter than
+    ``width`` bytes (but not empty) has one shingle: the hash of its whole
+    bytes. An empty or null text has none.
     """
     array = texts.cast(pl.String).fill_null("").rechunk().to_arrow()
     array = array.cast(pa.large_string())
     n = len(array)
     _, offsets_buffer, data_buffer = array.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + n + 1]
-    data = (
-        np.frombuffer(data_buffer, dtype=np.uint8).astype(np.uint64)
+    raw = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
         if data_buffer is not None
-        else np.zeros(0, dtype=np.uint64)
+        else np.zeros(0, dtype=np.uint8)
     )
+    offsets = offsets - offsets[0]
     lengths = np.diff(offsets)
-    counts = np.where(lengths >= width, lengths - width + 1, (lengths > 0).astype(np.int64))
-    total = int(data.shape[0])
-    rolling = np.zeros(max(total - width + 1, 0), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(width):
-            rolling = rolling * _PRIME + data[j : j + rolling.shape[0]]
     long_ = lengths >= width
-    starts = np.repeat(offsets[:-1][long_], counts[long_])
-    within = np.arange(starts.shape[0], dtype=np.int64) - np.repeat(
-        np.cumsum(counts[long_]) - counts[long_], counts[long_]
-    )
-    hashes = np.empty(int(counts.sum()), dtype=np.uint64)
-    owner = np.repeat(np.arange(n), counts)
-    is_long = long_[owner]
-    hashes[is_long] = rolling[starts + within]
+    counts = np.where(long_, lengths - width + 1, (lengths > 0).astype(np.int64))
+    total = int(raw.shape[0])
+    m = max(total - width + 1, 0)
+    # Rolling polynomial hash of the shingle starting at every byte.
+    rolling = raw[:m].astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(1, width):
+            np.multiply(rolling, _PRIME, out=rolling)
+            np.add(rolling, raw[j : j + m], out=rolling, casting="unsafe")
+    # A shingle is valid when it ends inside its own text: the last width - 1
+    # starts of each text are not (nor any start of a text shorter than width).
+    valid = np.ones(total, dtype=bool)
+    ends = offsets[1:]
+    for back in range(1, width):
+        position = ends - back
+        valid[position[position >= offsets[:-1]]] = False
+    hashes = rolling[valid[:m]]
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
     short = np.flatnonzero((lengths > 0) & ~long_)
     if short.size:
-        raw = data_buffer.to_pybytes() if data_buffer is not None else b""
-        hashes[~is_long] = np.array(
-            [_short_hash(raw[offsets[i] : offsets[i + 1]]) for i in short.tolist()],
+        text_bytes = raw.tobytes()
+        short_hashes = np.array(
+            [_short_hash(text_bytes[offsets[i] : offsets[i + 1]]) for i in short.tolist()],
             dtype=np.uint64,
         )
-    return _mix(hashes), counts
+        is_long = long_[owner]
+        merged = np.empty(owner.shape[0], dtype=np.uint64)
+        merged[is_long] = hashes
+        merged[~is_long] = short_hashes
+        hashes = merged
+    return _mix(hashes), owner, counts
 
 
 def _densify(filled: U64, present: npt.NDArray[np.int64], bins: int) -> U64:
@@ -195,12 +208,12 @@ def minhash_signatures(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PlanError(f"{name} must be a positive integer, got {value!r}")
     series = texts if isinstance(texts, pl.Series) else pl.Series(list(texts), dtype=pl.String)
-    hashes, counts = _shingles(series, shingle_bytes)
+    hashes, owner, counts = _shingles(series, shingle_bytes)
     n = len(series)
     filled = np.full((n, num_perm), _EMPTY, dtype=np.uint64)
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-    bins = (hashes % np.uint64(num_perm)).astype(np.int64)
-    np.minimum.at(filled.reshape(-1), owner * num_perm + bins, hashes)
+    cells = (hashes % np.uint64(num_perm)).astype(np.int64)
+    cells += owner * num_perm
+    np.minimum.at(filled.reshape(-1), cells, hashes)
     return _densify(filled, np.flatnonzero(counts > 0), num_perm)
 
 
