@@ -172,15 +172,31 @@ def test_usage_errors_exit_1(tmp_path: Path, args: list[str], message: str) -> N
     assert message in " ".join((stdout + stderr).split())
 
 
-def test_missing_file_and_missing_out_exit_1(tmp_path: Path) -> None:
-    code, _, stderr = pack(
-        str(tmp_path / "absent.jsonl"),
-        str(SAMPLE / "requests.jsonl"),
-        "--out",
-        str(tmp_path / "out"),
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["pack", "{absent}", str(SAMPLE / "requests.jsonl"), "--out", "{out}"],
+        ["pack", str(SAMPLE / "items.jsonl"), "{absent}", "--out", "{out}"],
+        ["pack", "{dir}", str(SAMPLE / "requests.jsonl"), "--out", "{out}"],
+        ["locomo", "{absent}", "--out", "{out}"],
+        ["redact", "{absent}", "{out}/x.jsonl"],
+        ["inspect", "{absent}"],
+        ["inspect", str(SAMPLE / "items.jsonl"), "--items", "{absent}"],
+    ],
+)
+def test_an_input_file_that_cannot_be_read_is_bad_input(tmp_path: Path, args: list[str]) -> None:
+    names = {"absent": str(tmp_path / "absent.jsonl"), "out": str(tmp_path / "out")}
+    names["dir"] = str(tmp_path)
+    result = runner.invoke(app, [a.format(**names) for a in args])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr) in (
+        f"error: cannot read {names['absent']}: no such file",
+        f"error: cannot read {names['dir']}: is a directory, not a file",
     )
-    assert code == EXIT_USAGE
-    assert "does not exist" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_out_and_unknown_command_exit_1() -> None:
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"))
     assert code == EXIT_USAGE
     assert "--out" in stderr
@@ -482,7 +498,7 @@ def test_inspect_bad_manifests_exit_2_naming_file_line_and_field(
     assert result.exit_code == EXIT_BAD_INPUT
     assert one_line_error(result.stderr).startswith(f"error: {bad}:2: not UTF-8 text")
     result = runner.invoke(app, ["inspect", str(tmp_path / "absent.jsonl")])
-    assert result.exit_code == EXIT_USAGE
+    assert result.exit_code == EXIT_BAD_INPUT
 
 
 # ---------------------------------------------------------------------------
@@ -617,4 +633,4 @@ def test_redact_exit_codes(tmp_path: Path) -> None:
     result = runner.invoke(app, ["redact", str(SAMPLE / "items.jsonl"), str(tmp_path / "o.csv")])
     assert result.exit_code == EXIT_USAGE
     result = runner.invoke(app, ["redact", str(tmp_path / "absent.jsonl"), str(tmp_path / "o")])
-    assert result.exit_code == EXIT_USAGE
+    assert result.exit_code == EXIT_BAD_INPUT

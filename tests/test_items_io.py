@@ -187,6 +187,18 @@ def test_jsonl_bad_record_names_line_and_field(tmp_path: Path) -> None:
     assert info2.value.line == 2
 
 
+@pytest.mark.parametrize("ending", ["\n", "\r\n", ""])
+def test_jsonl_syntax_errors_give_the_column_on_their_line(tmp_path: Path, ending: str) -> None:
+    broken = '{"id": "a", "role": "user", "text": "unterminated"'
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(f'{{"id": "z", "role": "user", "text": "ok"}}\n{broken}{ending}'.encode())
+    with pytest.raises(json.JSONDecodeError) as parsed:
+        json.loads(broken)
+    with pytest.raises(RecordError, match=f"at column {parsed.value.colno}$") as info:
+        read_jsonl(path)
+    assert info.value.line == 2
+
+
 def test_conform_errors_name_row_and_column() -> None:
     with pytest.raises(SchemaError, match="unknown columns"):
         conform(pl.DataFrame({"role": ["user"], "text": ["x"], "colour": ["red"]}))

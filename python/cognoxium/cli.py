@@ -45,6 +45,7 @@ when it is a terminal, and never with ``--quiet`` or ``--json``.
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -306,12 +307,23 @@ def _main(
     """Options that come before the command."""
 
 
-_EXISTING_FILE: dict[str, Any] = {
-    "exists": True,
-    "dir_okay": False,
-    "readable": True,
-    "resolve_path": False,
-}
+def _readable_file(path: Path | None) -> Path | None:
+    """Check an input file before any work: one that cannot be read is bad input (exit 2)."""
+    if path is None:  # an optional file that was not given
+        return None
+    if path.is_dir():
+        reason = "is a directory, not a file"
+    elif not path.exists():
+        reason = "no such file"
+    elif not os.access(path, os.R_OK):
+        reason = "permission denied"
+    else:
+        return path
+    typer.echo(f"error: cannot read {path}: {reason}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+_EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
 
 
 @app.command(

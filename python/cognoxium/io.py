@@ -68,7 +68,8 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line)
+                # Without its line terminator, so an error's column is on this line.
+                yield number, json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise RecordError(
                     f"invalid JSON: {exc.msg} at column {exc.colno}", source=str(path), line=number
