@@ -18,8 +18,8 @@ sample: $(STAMP)
 	$(BIN)/cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl --out out/sample --as-of 2026-01-01T00:00:00Z
 
 lint: $(STAMP)
-	$(BIN)/ruff check python tests benchmarks
-	$(BIN)/ruff format --check python tests benchmarks
+	$(BIN)/ruff check python tests benchmarks conftest.py
+	$(BIN)/ruff format --check python tests benchmarks conftest.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

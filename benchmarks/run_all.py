@@ -11,6 +11,13 @@ peers
     Keeping the newest chat messages plus the system message under a budget:
     Cognoxium against LangChain ``trim_messages``, LlamaIndex
     ``ChatMemoryBuffer`` and plain Python loops (``bench_peers``).
+embed
+    Embedding throughput (all-MiniLM-L6-v2 and the hashed bag of words) and
+    the embedding cache's effect, cold against warm disk against memory
+    (``bench_embed``).
+near_duplicates
+    Near-duplicate dedupe (MinHash/LSH, Jaccard >= 0.8) against exact dedupe
+    on the same 110k items.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -19,7 +26,7 @@ locomo
 Timings are wall-clock seconds on a shared, noisy machine: compare ratios
 within one run, not figures across runs.
 
-Usage: ``python benchmarks/run_all.py [--quick] [--locomo PATH] [--only scaling,peers,locomo]``
+Usage: ``python benchmarks/run_all.py [--quick] [--locomo PATH] [--only SUITE,...]``
 """
 
 from __future__ import annotations

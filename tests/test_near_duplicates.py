@@ -291,3 +291,21 @@ def test_near_merges_are_conservative_and_order_independent(
         assert row["priority"] == members["priority"].max()
         if "untrusted" in members["trust"].cast(pl.String).to_list():
             assert row["trust"] == "untrusted"  # a trusted copy never raises trust
+
+
+def test_templated_texts_in_large_buckets_still_join_one_group() -> None:
+    template = "Your order {} has shipped and will arrive within five working days."
+    texts = [template.format(f"#{i:05d}") for i in range(400)]  # buckets far over MAX_BUCKET
+    texts.append("Completely unrelated: the office in Lyon is closed on Monday.")
+    labels = near_duplicate_labels(texts, 0.7)
+    assert set(labels[:400].tolist()) == {0}
+    assert labels[400] == 400
+
+
+def test_every_bin_of_a_short_text_is_filled() -> None:
+    # Two-byte texts have one shingle: densification fills the other 127 bins,
+    # by probing and, when probes keep missing, by rotation.
+    texts = [f"{a}{b}" for a in "abcdefghijklmnopqrstuvwxyz" for b in "0123456789"] * 8
+    sig = minhash_signatures(texts)
+    assert not (sig == np.iinfo(np.uint64).max).any()
+    assert (sig == sig[:, :1]).all()  # one shingle: every bin holds its hash

@@ -207,7 +207,7 @@ def release() -> Iterator[threading.Event]:
 
 
 # ---------------------------------------------------------------------------
-# the seed's tables
+# the documented tables of the registry
 
 
 @pytest.mark.parametrize(

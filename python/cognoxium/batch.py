@@ -374,7 +374,7 @@ class _Assemblers:
         self._built: dict[str | None, tuple[Backends, pl.Series]] = {}
 
     def scores(
-        self, where: str | None, scope: CognitionFrame, request: Request
+        self, where: str | None, scope: CognitionFrame, request: Request, as_of: datetime
     ) -> npt.NDArray[np.float64]:
         from cognoxium.embeddings import default_cache
         from cognoxium.strategies import Backends, ContextRequest, merge_fragments
@@ -389,7 +389,7 @@ class _Assemblers:
             self._built[where] = built
         backends, ids = built
         result = self._assembler.assemble(
-            ContextRequest(query=str(request.query), as_of=request.as_of, profile=self._profile),
+            ContextRequest(query=str(request.query), as_of=as_of, profile=self._profile),
             backends,
             request.budget,
         )
@@ -404,6 +404,7 @@ def _ranked(
     rank: RankMethod,
     retrievers: _Retrievers | None,
     assemblers: _Assemblers | None,
+    as_of: datetime,
 ) -> CognitionFrame:
     has_query = request.query is not None and bool(request.query.strip())
     if rank == "bm25" and has_query:
@@ -414,7 +415,7 @@ def _ranked(
     if retrievers is not None and has_query:
         scores = retrievers.get(request.where, scope).scores(str(request.query))
     elif assemblers is not None and has_query:
-        scores = assemblers.scores(request.where, scope, request)
+        scores = assemblers.scores(request.where, scope, request, as_of)
     if scores is None:
         return scope
     return scope.with_columns(pl.lit(pl.Series("rank", scores, dtype=pl.Float64)))
@@ -478,11 +479,16 @@ def run_batch(
                    summaries: lineage expansion); see
                    :class:`cognoxium.retrieval.ScopeRetriever`
     hybrid         reciprocal rank fusion of BM25 and embedding cosine
-    embedding      embedding cosine (all-MiniLM-L6-v2 by default)
+    embedding      the order of embedding cosine (all-MiniLM-L6-v2 by
+                   default), as its reciprocal rank fusion score
     bm25           Okapi BM25
     strategies     the context strategy registry's default assembly
                    (:class:`cognoxium.strategies.ContextAssembler`) under the
-                   request's budget: its fragments first, by relevance
+                   request's budget: its fragments first, by relevance. Its
+                   executor's per-strategy timeouts (30 s) and circuit
+                   breakers apply, so a strategy that times out changes the
+                   ranking of later requests: byte-identical manifests hold
+                   only while no strategy times out.
     recency        the ``created_at`` time
     none           no ranking: the scope's order and priorities
     ============== ===========================================================
@@ -576,8 +582,8 @@ def run_batch(
     ):
         for request in requests:
             t0 = time.perf_counter()
-            ranked = _ranked(scopes[request.where], request, rank, retrievers, assemblers)
             when = request.as_of if request.as_of is not None else default_as_of
+            ranked = _ranked(scopes[request.where], request, rank, retrievers, assemblers, when)
             try:
                 result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)
             except BudgetError as exc:

@@ -23,11 +23,11 @@ Exit codes
     Success.
 1
     Usage error: an unknown command or option, a bad option value, a missing
-    file.
+    required argument or option.
 2
     Bad input: a record, request or table is invalid (the message names the
-    file, the line and the field), or an input cannot be read or an output
-    cannot be written (the message names the path).
+    file, the line and the field), or an input file is missing or cannot be
+    read, or an output cannot be written (the message names the path).
 3
     Infeasible budget: a request's required items alone exceed its token
     budget.
@@ -70,7 +70,7 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "mai
 EXIT_OK = 0
 """Success."""
 EXIT_USAGE = 1
-"""Usage error (unknown option, bad option value, missing file)."""
+"""Usage error (unknown option, bad option value, missing argument)."""
 EXIT_BAD_INPUT = 2
 """Invalid input records or requests, or an input or output path that fails."""
 EXIT_BUDGET = 3

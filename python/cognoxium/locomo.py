@@ -857,7 +857,7 @@ def run_locomo(
         splits = {
             name: {
                 "conversations": members,
-                **evaluate(packs, [r for r in requests if r.id.split(":q")[0] in members]),
+                **evaluate(packs, [r for r in requests if r.id.rsplit(":q", 1)[0] in members]),
             }
             for name, members in split.items()
         }

@@ -37,6 +37,7 @@ import pyarrow as pa
 from cognoxium.exceptions import PlanError
 
 __all__ = [
+    "MAX_BUCKET",
     "NUM_PERM",
     "SHINGLE_BYTES",
     "lsh_params",
@@ -54,6 +55,9 @@ _SEED: Final = 0x5EED_C09A
 _PRIME: Final = np.uint64(1_099_511_628_211)  # the 64-bit FNV prime
 _MAX_BLOCK_BYTES: Final = 128 * 2**20
 _EMPTY: Final = np.uint64(np.iinfo(np.uint64).max)
+
+MAX_BUCKET: Final = 64
+"""LSH buckets of more texts are linked first-and-next instead of pairwise."""
 
 U64 = npt.NDArray[np.uint64]
 
@@ -149,7 +153,7 @@ def _densify(filled: U64, present: npt.NDArray[np.int64], bins: int) -> U64:
         hit = found != _EMPTY
         out[rows[hit], columns[hit]] = found[hit]
         rows, columns = rows[~hit], columns[~hit]
-    for row, column in zip(rows.tolist(), columns.tolist(), strict=True):  # pragma: no cover
+    for row, column in zip(rows.tolist(), columns.tolist(), strict=True):
         order = np.roll(filled[row], -column)
         out[row, column] = order[np.flatnonzero(order != _EMPTY)[0]]
     return out
@@ -281,6 +285,31 @@ def _band_keys(signatures: U64, bands: int, rows: int) -> U64:
     return keys
 
 
+def _candidate_pairs(buckets: pl.DataFrame) -> pl.DataFrame:
+    """Pairs ``(row, row_other)``, ``row < row_other``, of texts sharing a band bucket.
+
+    A bucket of up to :data:`MAX_BUCKET` texts gives every pair; a larger one
+    links each text with the bucket's first text and with the next one (by
+    row), so the work stays linear in the bucket's size while its texts can
+    still join one component.
+    """
+    band = ["band", "key"]
+    sized = buckets.with_columns(pl.len().over(band).alias("size"))
+    small = sized.filter(pl.col("size") <= MAX_BUCKET).drop("size")
+    every = (
+        small.join(small, on=band, suffix="_other")
+        .filter(pl.col("row") < pl.col("row_other"))
+        .select("row", "row_other")
+    )
+    large = sized.filter(pl.col("size") > MAX_BUCKET).sort(*band, "row")
+    first = large.select(pl.col("row").first().over(band), pl.col("row").alias("row_other"))
+    chain = large.select(
+        pl.col("row"), pl.col("row").shift(-1).over(band).alias("row_other")
+    ).drop_nulls()
+    linked = pl.concat([first, chain]).filter(pl.col("row") < pl.col("row_other"))
+    return pl.concat([every, linked]).unique()
+
+
 def _components(
     n: int, left: npt.NDArray[np.int64], right: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
@@ -383,12 +412,7 @@ def near_duplicate_labels(
                 "key": keys.ravel(),
             }
         )
-        pairs = (
-            buckets.join(buckets, on=["band", "key"], suffix="_other")
-            .filter(pl.col("row") < pl.col("row_other"))
-            .select("row", "row_other")
-            .unique()
-        )
+        pairs = _candidate_pairs(buckets)
         a = pairs.get_column("row").to_numpy()
         b = pairs.get_column("row_other").to_numpy()
         keep = np.zeros(a.shape[0], dtype=bool)

@@ -722,7 +722,7 @@ BUILTIN_STRATEGIES: tuple[type[_Builtin], ...] = (
     TemporalArchaeologyStrategy,
     PlanDecisionContextStrategy,
 )
-"""The classes of the six built-in strategies, in the order of the seed's table."""
+"""The classes of the six built-in strategies, in the order of docs/strategies.md."""
 
 
 def builtin_strategies() -> list[ContextStrategy]:

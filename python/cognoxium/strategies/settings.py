@@ -1,4 +1,4 @@
-"""Per-strategy execution settings, with the defaults of the strategy registry spec.
+"""Per-strategy execution settings, with the registry's documented defaults.
 
 =============================  ======  =======  ======================================
 key                            type    default  meaning
