@@ -1090,8 +1090,8 @@ def embedding_scores(
     Returns
     -------
     numpy.ndarray
-        ``float64`` scores in ``[-1, 1]``, shape ``(df.height,)``; 0.0 for a
-        row or query the embedder finds nothing in.
+        ``float64`` scores in ``[-1, 1]``, rounded to 6 decimals, shape
+        ``(df.height,)``; 0.0 for a row or query the embedder finds nothing in.
 
     Examples
     --------
@@ -1106,4 +1106,5 @@ def embedding_scores(
     matrix = embed_frame(df, model, cache)
     q = model.vector(query).astype(np.float32, copy=False)
     scores: npt.NDArray[np.float64] = (matrix @ q).astype(np.float64)
-    return np.clip(scores, -1.0, 1.0, out=scores)
+    # Rounded so that float noise (batch composition, BLAS kernels) cannot reorder ties.
+    return np.round(np.clip(scores, -1.0, 1.0, out=scores), 6, out=scores)
