@@ -408,6 +408,20 @@ def test_inspect_prints_budget_use_reasons_and_tokens(sample_out: Path) -> None:
     assert "Tokens by source" not in text  # needs --items
     assert "expired" in text
     assert "not_packable" in text
+    assert "Per manifest" in text
+    labels = [json.loads(line)["label"] for line in (sample_out / "manifests.jsonl").open()]
+    assert all(label in text for label in labels)
+
+
+def test_inspect_limit_cuts_the_per_manifest_rows_and_says_so(sample_out: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(sample_out / "manifests.jsonl"), "--limit", "2"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    text = " ".join(result.stdout.split())
+    labels = [json.loads(line)["label"] for line in (sample_out / "manifests.jsonl").open()]
+    assert "Per manifest" in text
+    assert [label in text for label in labels].count(True) >= 2
+    assert labels[-1] not in text
+    assert f"{len(labels) - 2} more manifests not shown" in text
 
 
 def test_inspect_json_summary_adds_up(sample_out: Path) -> None:

@@ -761,12 +761,17 @@ def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
                 table.add_row(name, str(count))
             tables.append(table)
     per = summary["per_manifest"]
-    if 1 < len(per) <= limit:
-        table = Table(title="Per manifest")
+    if len(per) > 1:
+        caption = (
+            f"{len(per) - limit} more manifests not shown (--json lists all)"
+            if len(per) > limit
+            else None
+        )
+        table = Table(title="Per manifest", caption=caption, caption_justify="left")
         table.add_column("label")
         for header in ("budget", "used", "remaining", "included", "excluded"):
             table.add_column(header, justify="right")
-        for row in per:
+        for row in per[:limit]:
             table.add_row(
                 "-" if row["label"] is None else row["label"],
                 *(
