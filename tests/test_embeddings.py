@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -393,6 +394,33 @@ def test_cache_skips_a_damaged_shard_with_a_warning(tmp_path: Path) -> None:
         out = fresh.embed(e, [*texts, "new text"], [*hashes, "new"])
     assert fresh.info()[:3] == (0, 3, 1)
     assert np.array_equal(out[:3], e.inner.embed(texts))
+
+
+@pytest.mark.parametrize("per_row", [32, 20], ids=["rows-mismatch", "not-divisible"])
+def test_cache_skips_a_shard_whose_rows_do_not_match_with_a_warning(
+    tmp_path: Path, per_row: int
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    e = CountingEmbedder()  # dim 16
+    texts, hashes = texts_and_hashes(3)
+    folder = EmbeddingCache(tmp_path).shard_dir(e)
+    folder.mkdir(parents=True)
+    flat = pa.array(np.zeros(3 * per_row, dtype=np.float32))
+    table = pa.table(
+        {
+            "content_hash": pa.array(hashes, type=pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, per_row),
+        }
+    ).replace_schema_metadata({"cognoxium.fingerprint": e.fingerprint})
+    bad = folder / "shard-0-rows.parquet"
+    pq.write_table(table, bad)
+    fresh = EmbeddingCache(tmp_path)
+    with pytest.warns(RuntimeWarning, match=re.escape(f"skipping embedding cache shard {bad}")):
+        out = fresh.embed(e, texts, hashes)
+    assert fresh.info()[:3] == (0, 0, 3)  # every row recomputed
+    assert np.array_equal(out, e.inner.embed(texts))
 
 
 def test_cache_merges_many_shards_without_losing_vectors(tmp_path: Path) -> None:

@@ -399,6 +399,19 @@ def test_validation_rule_3_strategy_must_declare_resource_types() -> None:
         registry.validate(DEFAULT_ENABLED)
 
 
+def test_empty_resource_types_match_all_but_fail_validation() -> None:
+    capabilities = StrategyCapabilities(uses_text=True)
+    assert capabilities.resource_types == ()
+    assert capabilities.handles([]) == RESOURCE_TYPES
+    assert capabilities.handles(["tool", "user"]) == ("user", "tool")
+    registry = StrategyRegistry([FakeStrategy("undeclared", capabilities=capabilities)])
+    assert "undeclared" in registry  # registration accepts it ...
+    with pytest.raises(StrategyError, match="rule 3: strategy 'undeclared' declares no resource"):
+        registry.validate(["undeclared"])  # ... validation does not
+    declared = dataclasses.replace(capabilities, resource_types=RESOURCE_TYPES)
+    StrategyRegistry([FakeStrategy("declared", capabilities=declared)]).validate(["declared"])
+
+
 def test_validation_lists_every_violation() -> None:
     registry = StrategyRegistry([FakeStrategy("bare", capabilities=StrategyCapabilities())])
     with pytest.raises(StrategyError) as info:
@@ -799,6 +812,42 @@ def test_circuit_breaker_half_open_trial() -> None:
     now[0] = 25.0
     breaker.record_success()
     assert (breaker.state, breaker.failures) == ("closed", 0)
+
+
+def test_circuit_breaker_half_open_lets_one_trial_through() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(1, recovery_seconds=5.0, clock=lambda: now[0])
+    breaker.record_failure()
+    now[0] = 5.0
+    assert breaker.allow() is True  # the trial
+    assert [breaker.allow() for _ in range(3)] == [False, False, False]
+    assert breaker.state == "half_open"
+    breaker.record_failure()  # the trial failed: open again, no call passes
+    assert (breaker.state, breaker.allow()) == ("open", False)
+    now[0] = 10.0
+    assert (breaker.allow(), breaker.allow()) == (True, False)
+    breaker.record_success()  # the trial succeeded: every call passes
+    assert (breaker.state, breaker.allow(), breaker.allow()) == ("closed", True, True)
+
+
+def test_circuit_breaker_half_open_trial_is_exclusive_across_threads() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(1, recovery_seconds=1.0, clock=lambda: now[0])
+    breaker.record_failure()
+    now[0] = 1.0
+    barrier = threading.Barrier(8)
+    allowed: list[bool] = []
+
+    def caller() -> None:
+        barrier.wait()
+        allowed.append(breaker.allow())
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(allowed) == [False] * 7 + [True]
 
 
 def test_a_hung_strategy_does_not_block_interpreter_exit() -> None:

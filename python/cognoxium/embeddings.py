@@ -956,11 +956,17 @@ class EmbeddingCache:
             )
             return None
         vectors = table.column("vector").combine_chunks()
-        matrix = np.asarray(vectors.flatten(), dtype=np.float32).reshape(-1, model.dim)
+        values = np.asarray(vectors.flatten(), dtype=np.float32)
         hashes = pl.Series("content_hash", table.column("content_hash")).cast(pl.String)
-        if matrix.shape[0] != hashes.len():
+        if values.size != hashes.len() * model.dim:
+            warnings.warn(
+                f"skipping embedding cache shard {path}: {values.size} vector values for "
+                f"{hashes.len()} rows of dimension {model.dim}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             return None
-        return hashes, matrix
+        return hashes, values.reshape(-1, model.dim)
 
     def _load_new_shards(self, model: Embedder, store: _Store) -> None:
         folder = self.shard_dir(model)

@@ -558,6 +558,24 @@ def lineage_to_polars(data: PackManifest | CognitionFrame | pl.DataFrame) -> pl.
 def lineage_to_arrow(data: PackManifest | CognitionFrame | pl.DataFrame) -> pa.Table:
     """The lineage edges of :func:`lineage_to_polars` as an Arrow table (all columns strings).
 
+    Parameters
+    ----------
+    data
+        A :class:`~cognoxium.packing.PackManifest` (the edges it recorded
+        for the items it packed), a :class:`CognitionFrame` (run first) or a
+        Polars frame with ``id``, ``content_hash``, ``parents`` and
+        ``lineage``.
+
+    Returns
+    -------
+    pyarrow.Table
+        Columns of :data:`cognoxium.lineage.EDGE_SCHEMA`, children in row order.
+
+    Raises
+    ------
+    SchemaError
+        If ``data`` is of another type.
+
     Examples
     --------
     >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi", "parents": ["x"]}])

@@ -65,6 +65,19 @@ class MemoryBackend(ABC):
     def put(self, note: Note, vector: Any) -> None:
         """Store a note and its vector; a note with a stored id replaces it in place.
 
+        Parameters
+        ----------
+        note
+            The note to store.
+        vector
+            Its embedding: a finite one-dimensional array-like of numbers
+            whose length is the memory's dimension (the first stored vector
+            fixes it).
+
+        Returns
+        -------
+        None
+
         Raises
         ------
         ContractError

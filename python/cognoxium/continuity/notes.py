@@ -154,6 +154,23 @@ class Hit(Contract):
     def of(cls, note: Note, score: float) -> Hit:
         """Build a hit from a note and its score.
 
+        Parameters
+        ----------
+        note
+            The note hit; its id, text, timestamp and metadata are copied.
+        score
+            The relevance score, finite, higher first.
+
+        Returns
+        -------
+        Hit
+            The hit.
+
+        Raises
+        ------
+        ContractError
+            If ``score`` is not a finite number.
+
         Examples
         --------
         >>> Hit.of(Note(id="n1", text="hi", timestamp=1), 0.5).score

@@ -88,11 +88,37 @@ class Structure(ABC):
 
         The default does nothing: structures that search the memory directly
         need no index of their own.
+
+        Parameters
+        ----------
+        note
+            The admitted note, already stored with
+            :meth:`MemoryBackend.put <cognoxium.continuity.memory.MemoryBackend.put>`.
+        vector
+            The note's embedding, shape ``(dim,)``, ``float32``; the same
+            vector the memory stored.
+
+        Returns
+        -------
+        None
         """
 
     @abstractmethod
     def search(self, query: StructureQuery, memory: MemoryBackend) -> StructureOutput:
         """Answer ``query`` (an instance of ``query_input``) over ``memory``.
+
+        Parameters
+        ----------
+        query
+            An instance of this structure's ``query_input``, its fields
+            filled by the strategy.
+        memory
+            The memory holding every admitted note and its vector.
+
+        Returns
+        -------
+        StructureOutput
+            The hits, best first, with distinct ids, and any groups.
 
         Raises
         ------

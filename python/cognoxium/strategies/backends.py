@@ -316,10 +316,24 @@ class ItemStore:
         of the rendered role (:meth:`TokenProfile.framing`), as
         :func:`cognoxium.packing.pack` costs an item without a policy.
 
+        Parameters
+        ----------
+        frame
+            Rows of :attr:`table` (or any frame with its ``text``,
+            ``content_hash`` and ``chat_role`` columns).
+        profile
+            The token profile: a name for :func:`cognoxium.tokens.get_profile`
+            or a :class:`~cognoxium.tokens.TokenProfile`.
+
         Returns
         -------
         numpy.ndarray
             ``int64``, shape ``(frame.height,)``, in tokens.
+
+        Raises
+        ------
+        ProfileError
+            If ``profile`` names no built-in profile.
         """
         prof = _profile(profile)
         content = prof.count_cached(

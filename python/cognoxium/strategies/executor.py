@@ -49,6 +49,9 @@ class CircuitBreaker:
 
     States: ``closed`` (calls run), ``open`` (calls are skipped) and
     ``half_open`` (the recovery time has passed: the next call is a trial).
+    While half-open, :meth:`allow` lets exactly one trial call through and
+    refuses every other caller until that trial's result is recorded with
+    :meth:`record_success` or :meth:`record_failure`.
 
     Parameters
     ----------
@@ -94,6 +97,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._failures = 0
         self._opened_at: float | None = None
+        self._trial_running = False
 
     @property
     def failures(self) -> int:
@@ -117,15 +121,30 @@ class CircuitBreaker:
         return "open"
 
     def allow(self) -> bool:
-        """True when a call may run (closed, or half-open for a trial)."""
+        """Whether a call may run now.
+
+        Returns
+        -------
+        bool
+            True when closed; when half-open, True for the one trial call
+            only (the caller must then record its result), False for every
+            other caller until that result is recorded; False when open.
+        """
         with self._lock:
-            return self._state() != "open"
+            state = self._state()
+            if state == "closed":
+                return True
+            if state == "half_open" and not self._trial_running:
+                self._trial_running = True
+                return True
+            return False
 
     def record_success(self) -> None:
         """Close the circuit and forget past failures."""
         with self._lock:
             self._failures = 0
             self._opened_at = None
+            self._trial_running = False
 
     def record_failure(self) -> None:
         """Count a failure; open at the threshold, or again after a failed trial."""
@@ -133,6 +152,7 @@ class CircuitBreaker:
             self._failures += 1
             if self._state() == "half_open" or self._failures >= self.threshold:
                 self._opened_at = self._clock()
+            self._trial_running = False
 
     def reset(self) -> None:
         """Close the circuit (as :meth:`record_success`)."""

@@ -72,7 +72,13 @@ class StrategyCapabilities:
         Requires the temporal backend (hot, warm and cold tiers).
     resource_types
         The resource types (item roles, :data:`RESOURCE_TYPES`) the strategy
-        retrieves; empty means all.
+        retrieves. Every registered strategy must declare them: a registry
+        holding a strategy with an empty tuple (the default) or with unknown
+        types fails :meth:`StrategyRegistry.validate
+        <cognoxium.strategies.registry.StrategyRegistry.validate>` (rule 3).
+        Construction and :meth:`~StrategyRegistry.register
+        <cognoxium.strategies.registry.StrategyRegistry.register>` accept an
+        empty tuple, and :meth:`handles` then treats it as all types.
     quality_score
         Intrinsic quality in ``[0, 1]``; the budget allocator weighs a
         strategy by ``confidence × quality_score``.
@@ -121,7 +127,16 @@ class StrategyCapabilities:
         return tuple(kind for kind, used in zip(BACKEND_KINDS, flags, strict=True) if used)
 
     def handles(self, resource_types: Iterable[str]) -> tuple[str, ...]:
-        """The requested resource types this strategy retrieves (empty request = all).
+        """The requested resource types this strategy retrieves.
+
+        An empty request means all types; empty :attr:`resource_types` also
+        match all types here, although such a strategy fails registry
+        validation (rule 3).
+
+        Parameters
+        ----------
+        resource_types
+            The requested resource types (``ContextRequest.resource_types``).
 
         Returns
         -------
@@ -351,7 +366,23 @@ class ContextStrategy(Protocol):
         ...
 
     def can_handle(self, request: ContextRequest, backends: Backends) -> float:
-        """Return the confidence, in ``[0, 1]``, that this strategy serves ``request``."""
+        """Return the confidence, in ``[0, 1]``, that this strategy serves ``request``.
+
+        Parameters
+        ----------
+        request
+            The request to be served.
+        backends
+            The backends available to the strategy; the selector calls this
+            only when every backend of :attr:`capabilities` is present.
+
+        Returns
+        -------
+        float
+            A finite confidence in ``[0, 1]``; ``0`` declines the request.
+            The selector skips (with a reason) a strategy that returns a
+            value outside ``[0, 1]``, a non-number or a bool, or that raises.
+        """
         ...
 
     def assemble(
@@ -361,7 +392,38 @@ class ContextStrategy(Protocol):
         budget: int,
         plan_context: Mapping[str, Any] | None,
     ) -> list[ContextFragment]:
-        """Retrieve fragments whose tokens sum to at most ``budget`` tokens."""
+        """Retrieve fragments whose tokens sum to at most ``budget`` tokens.
+
+        Parameters
+        ----------
+        request
+            The request to serve.
+        backends
+            The backends to read (text, vector, graph, temporal).
+        budget
+            The token budget, in tokens (a non-negative int, counted with the
+            request's token profile), that the returned fragments' tokens
+            must not exceed.
+        plan_context
+            Planning context shared by every strategy of one assembly, or
+            ``None``; strategies read the keys they know and ignore the
+            rest (``plan-decision-context`` reads ``"plan_id"``, an item id
+            or a list of ids to start the plan hierarchy walk from).
+
+        Returns
+        -------
+        list of ContextFragment
+            The retrieved fragments, any order. The executor deduplicates
+            them by node, orders them by ``(relevance_score DESC, node
+            ASC)``, limits them to ``max_fragments`` and trims an answer
+            over ``budget``, reporting the trimming as an error.
+
+        Raises
+        ------
+        Exception
+            Any exception is caught by the executor, reported in the
+            result's ``errors`` and counted as a circuit breaker failure.
+        """
         ...
 
     def explain(self) -> str:

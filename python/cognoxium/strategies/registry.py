@@ -557,6 +557,23 @@ def fallback_chain(
 ) -> list[ContextStrategy]:
     """The registered strategies of ``order`` whose backends are all present, in order.
 
+    Parameters
+    ----------
+    registry
+        The registry to take the strategies from.
+    backends
+        The backends available; a strategy is kept only when every backend
+        of its capabilities is present.
+    order
+        Strategy names in order of preference; names not registered are
+        left out. Defaults to :data:`FALLBACK_ORDER`.
+
+    Returns
+    -------
+    list of ContextStrategy
+        The registered strategies named in ``order`` whose backends are all
+        present, in the order of ``order``; empty when none qualifies.
+
     Examples
     --------
     >>> from cognoxium import CognitionFrame
