@@ -561,20 +561,17 @@ def lineage_to_arrow(data: PackManifest | CognitionFrame | pl.DataFrame) -> pa.T
     Parameters
     ----------
     data
-        A :class:`~cognoxium.packing.PackManifest` (the edges it recorded
-        for the items it packed), a :class:`CognitionFrame` (run first) or a
-        Polars frame with ``id``, ``content_hash``, ``parents`` and
-        ``lineage``.
+        As in :func:`lineage_to_polars`.
 
     Returns
     -------
     pyarrow.Table
-        Columns of :data:`cognoxium.lineage.EDGE_SCHEMA`, children in row order.
+        The rows and columns of :func:`lineage_to_polars`.
 
     Raises
     ------
     SchemaError
-        If ``data`` is of another type.
+        As in :func:`lineage_to_polars`.
 
     Examples
     --------
