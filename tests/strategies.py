@@ -20,10 +20,26 @@ from hypothesis import strategies as st
 from cognoxium.items import ContextItem, Retention, Role, Sensitivity, Trust
 from cognoxium.schema import items_to_frame
 
-__all__ = ["T0", "WORDS", "frames_strategy", "item_strategy", "items_strategy"]
+__all__ = ["MERGE_GOVERNED", "T0", "WORDS", "frames_strategy", "item_strategy", "items_strategy"]
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 """The earliest ``created_at`` drawn; all times are T0 plus whole hours."""
+
+MERGE_GOVERNED = (
+    "id",
+    "trust",
+    "sensitivity",
+    "retention",
+    "priority",
+    "rank",
+    "expires_at",
+    "valid_from",
+    "sources",
+    "parents",
+    "merged_ids",
+    "merge_conflicts",
+)
+"""The columns a dedupe merge decides, compared by the merge properties."""
 
 WORDS = ("refund", "policy", "shipping", "days", "window", "hello", "order", "the", "and", "é")
 """Text vocabulary: a few content words, two English stop words and a non-ASCII word."""

@@ -15,7 +15,7 @@ from cognoxium import CognitionFrame, OptFlags
 from cognoxium._plan import Demote, Filter, Quarantine, walk
 from cognoxium.exceptions import PackError, PlanError
 from cognoxium.items import ContextItem
-from strategies import items_strategy
+from strategies import MERGE_GOVERNED, items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
@@ -201,20 +201,7 @@ def test_merges_are_conservative_and_order_independent(
     key = ["content_hash"]
     a = CognitionFrame(items).dedupe().collect().sort(key)
     b = CognitionFrame(shuffled).dedupe().collect().sort(key)
-    governed = [
-        "id",
-        "trust",
-        "sensitivity",
-        "retention",
-        "priority",
-        "rank",
-        "expires_at",
-        "valid_from",
-        "sources",
-        "parents",
-        "merged_ids",
-        "merge_conflicts",
-    ]
+    governed = list(MERGE_GOVERNED)
     assert_frame_equal(a.select(key + governed), b.select(key + governed))
     source = CognitionFrame(items).collect()
     for row in a.iter_rows(named=True):

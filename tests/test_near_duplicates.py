@@ -22,7 +22,7 @@ from cognoxium.near_duplicates import (
     minhash_signatures,
     near_duplicate_labels,
 )
-from strategies import items_strategy
+from strategies import MERGE_GOVERNED, items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
@@ -268,20 +268,7 @@ def test_near_merges_are_conservative_and_order_independent(
 ) -> None:
     shuffled = list(items)
     seed.shuffle(shuffled)
-    governed = [
-        "id",
-        "trust",
-        "sensitivity",
-        "retention",
-        "priority",
-        "rank",
-        "expires_at",
-        "valid_from",
-        "sources",
-        "parents",
-        "merged_ids",
-        "merge_conflicts",
-    ]
+    governed = list(MERGE_GOVERNED)
     a = CognitionFrame(items).dedupe(threshold=0.5).collect().sort("id")
     b = CognitionFrame(shuffled).dedupe(threshold=0.5).collect().sort("id")
     assert_frame_equal(a.select(governed), b.select(governed))

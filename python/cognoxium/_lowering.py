@@ -8,7 +8,6 @@ result). Scorers run batched over whole columns.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -40,7 +39,7 @@ from cognoxium.exceptions import PlanError
 from cognoxium.fusion import rrf_scores
 from cognoxium.items import canonical_json
 from cognoxium.near_duplicates import near_duplicate_labels
-from cognoxium.ranking import bm25_scores, packed_text_expr, recency_expr
+from cognoxium.ranking import bm25_scores, corpus_key, packed_text_expr, recency_expr
 from cognoxium.schema import POLARS_SCHEMA
 
 __all__ = ["HANDLERS", "lower", "lower_node", "register"]
@@ -343,12 +342,6 @@ def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
     return pl.concat([single.select(out), merged.select(out)]).sort(_ROW).drop(_ROW)
 
 
-def _scope_key(hashes: pl.Series) -> tuple[str, str]:
-    """Identity of a BM25 corpus: the digest of its ordered content hashes."""
-    joined = hashes.cast(pl.String).fill_null("").str.join("\n").item()
-    return ("content_hash", hashlib.sha256(str(joined).encode("utf-8")).hexdigest())
-
-
 def _with_rank(schema: pl.Schema) -> pl.Schema:
     out = pl.Schema(schema)
     out["rank"] = pl.Float64()
@@ -368,7 +361,7 @@ def _rank(node: Rank, lf: pl.LazyFrame) -> pl.LazyFrame:
             scores = embedding_scores(df, query, node.model or "minilm")
             return df.with_columns(pl.Series("rank", scores, dtype=pl.Float64))
         texts = df.select(packed_text_expr()).to_series()
-        scores = bm25_scores(texts, query, cache_key=_scope_key(df.get_column("content_hash")))
+        scores = bm25_scores(texts, query, cache_key=corpus_key(df.get_column("content_hash")))
         if node.method == "hybrid":
             dense = embedding_scores(df, query, node.model or "minilm")
             scores = rrf_scores([scores, dense], df.get_column("id"))

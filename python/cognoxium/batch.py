@@ -395,7 +395,8 @@ class _Assemblers:
         )
         relevance = {f.node: f.relevance_score for f in merge_fragments(result.fragments)}
         # Assembled fragments first, by relevance; the rest of the scope after them.
-        return np.array([relevance.get(i, -1.0) for i in ids.to_list()], dtype=np.float64)
+        scores = ids.replace_strict(relevance, default=-1.0, return_dtype=pl.Float64)
+        return scores.to_numpy().astype(np.float64)
 
 
 def _ranked(

@@ -32,6 +32,7 @@ __all__ = [
     "bm25_cache_clear",
     "bm25_cache_info",
     "bm25_scores",
+    "corpus_key",
     "packed_text_expr",
     "recency_expr",
     "recency_scores",
@@ -194,6 +195,34 @@ def _build_index(texts: list[str]) -> _Index:
     retriever = bm25s.BM25()
     retriever.index(tokens, show_progress=False)
     return _Index(retriever, len(texts))
+
+
+def corpus_key(content_hashes: pl.Series) -> tuple[str, str]:
+    """The BM25 cache key of a corpus given by its items' ordered content hashes.
+
+    An item's packed text is a function of its content, so equal ordered
+    content hashes mean an equal corpus; the key is much cheaper than hashing
+    the texts.
+
+    Parameters
+    ----------
+    content_hashes
+        The items' ``content_hash`` column, in corpus order, shape ``(n,)``.
+
+    Returns
+    -------
+    tuple of str
+        ``("content_hash", <sha256 hex of the hashes joined by newlines>)``.
+
+    Examples
+    --------
+    >>> corpus_key(pl.Series(["a", "b"])) == corpus_key(pl.Series(["a", "b"]))
+    True
+    >>> corpus_key(pl.Series(["a", "b"])) == corpus_key(pl.Series(["b", "a"]))
+    False
+    """
+    joined = content_hashes.cast(pl.String).fill_null("").str.join("\n").item()
+    return ("content_hash", hashlib.sha256(str(joined).encode("utf-8")).hexdigest())
 
 
 def _texts_key(texts: list[str]) -> str:

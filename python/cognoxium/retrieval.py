@@ -39,7 +39,7 @@ import polars as pl
 from cognoxium.embeddings import Embedder, EmbeddingCache, default_cache, get_embedder
 from cognoxium.exceptions import PlanError
 from cognoxium.fusion import rrf_scores
-from cognoxium.ranking import bm25_scores, packed_text_expr
+from cognoxium.ranking import bm25_scores, corpus_key, packed_text_expr
 
 __all__ = [
     "RETRIEVAL_LISTS",
@@ -241,7 +241,7 @@ class ScopeRetriever:
         self._embedder: Embedder | None = None
         texts = scope.select(packed_text_expr()).to_series()
         self._texts = texts
-        self._bm25_key = ("retrieval", self._digest(scope.get_column("content_hash")))
+        self._bm25_key = corpus_key(scope.get_column("content_hash"))
         self._matrices: dict[str, npt.NDArray[np.float32]] = {}
         self._links: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
         if self.settings.uses_embeddings:
@@ -263,11 +263,6 @@ class ScopeRetriever:
                     links.get_column("position").to_numpy().astype(np.int64),
                 )
         self._queries: dict[str, npt.NDArray[np.float32]] = {}
-
-    @staticmethod
-    def _digest(hashes: pl.Series) -> str:
-        joined = "\n".join(hashes.cast(pl.String).fill_null("").to_list())
-        return hashlib.sha256(joined.encode("utf-8")).hexdigest()
 
     def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
         vector = self._queries.get(query)
