@@ -51,7 +51,6 @@ NUM_PERM: Final = 128
 SHINGLE_BYTES: Final = 5
 """Shingle width in UTF-8 bytes."""
 
-_SEED: Final = 0x5EED_C09A
 _PRIME: Final = np.uint64(1_099_511_628_211)  # the 64-bit FNV prime
 _MAX_BLOCK_BYTES: Final = 128 * 2**20
 _EMPTY: Final = np.uint64(np.iinfo(np.uint64).max)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -47,8 +47,6 @@ __all__ = [
     "ScopeRetriever",
     "derived_items",
 ]
-
-RetrievalList = Literal["bm25", "embedding", "window", "lineage"]
 
 RETRIEVAL_LISTS: Final[tuple[str, ...]] = ("bm25", "embedding", "window", "lineage")
 """The ranked lists a :class:`ScopeRetriever` can fuse."""
