@@ -4,7 +4,7 @@ Measures, in one run (ratios within the run, since the machine is noisy):
 
 - throughput in texts/s (wall clock and CPU time) of ``minilm`` (all-MiniLM-L6-v2,
   int8 ONNX) and ``local_hash`` over synthetic LoCoMo-like conversation turns;
-- ``embed_frame`` through an :class:`~cognoxium.embeddings.EmbeddingCache`: cold
+- ``embed_frame`` through an :class:`~cognoxium.retrieval.embeddings.EmbeddingCache`: cold
   (empty cache directory: embed and write), warm disk (a new cache object over
   the same directory: read the shards) and in memory (the same object again),
   with the speed-ups of warm disk and memory over cold. ``local_hash`` is cached
@@ -30,15 +30,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from cognoxium.embeddings import (
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.schema import conform
+from cognoxium.retrieval.embeddings import (
     Embedder,
     EmbeddingCache,
     LocalHashEmbedder,
     embed_frame,
     get_embedder,
 )
-from cognoxium.frame import CognitionFrame
-from cognoxium.schema import conform
 
 _NAMES = ("Caroline", "Melanie", "Jon", "Gina", "John", "Maria", "Joanna", "Nate")
 _OPENERS = (

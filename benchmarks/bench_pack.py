@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from cognoxium.io import write_parquet
-from cognoxium.packing import CHAT_ROLES, pack
-from cognoxium.schema import conform, to_arrow
-from cognoxium.tokens import clear_cache, get_profile
+from cognoxium.items.io import write_parquet
+from cognoxium.items.schema import conform, to_arrow
+from cognoxium.packing.packer import CHAT_ROLES, pack
+from cognoxium.tokens.profiles import clear_cache, get_profile
 
 BUDGET = 8192
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
@@ -119,9 +119,9 @@ def measure_memory(parquet: Path) -> dict[str, float]:
 import json
 from datetime import UTC, datetime
 import polars as pl
-from cognoxium.io import read_parquet
-from cognoxium.packing import pack
-from cognoxium.tokens import get_profile
+from cognoxium.items.io import read_parquet
+from cognoxium.packing.packer import pack
+from cognoxium.tokens.profiles import get_profile
 
 def status(field):
     for line in open("/proc/self/status"):
@@ -152,7 +152,7 @@ print(json.dumps({{"rss_start_mb": start, "rss_loaded_mb": loaded, "load_peak_mb
 
 
 def locomo_packs_per_s(path: str) -> dict[str, float] | None:
-    from cognoxium.locomo import run_locomo
+    from cognoxium.app.locomo import run_locomo
 
     with tempfile.TemporaryDirectory() as tmp:
         report = run_locomo(path, Path(tmp), budgets=[2048], rank="bm25", profile="cl100k_base")

@@ -1,7 +1,7 @@
 """Peer benchmark: keep the newest chat messages under a token budget, plus the system message.
 
 The same work, in one run, with one tokenizer (tiktoken ``cl100k_base``, as
-``cognoxium.tokens.get_profile("cl100k_base")``) and one cost model:
+``cognoxium.tokens.profiles.get_profile("cl100k_base")``) and one cost model:
 
 - a message costs its content tokens plus the chat framing of its role
   (``TokenProfile.framing``: 3 tokens + the role's tokens, OpenAI Cookbook);
@@ -53,7 +53,7 @@ import polars as pl
 
 from bench_pack import synthetic_items
 from cognoxium import CognitionFrame
-from cognoxium.tokens import clear_cache, get_profile
+from cognoxium.tokens.profiles import clear_cache, get_profile
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 PROFILE = get_profile("cl100k_base")

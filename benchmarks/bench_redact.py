@@ -2,14 +2,14 @@
 
 Builds ``--mb`` megabytes (UTF-8) of synthetic chat and document lines, about
 2% of which carry personal data or secrets (every type of
-:data:`cognoxium.redaction.RECOGNISERS`) while many more carry numbers that
+:data:`cognoxium.governance.redaction.RECOGNISERS`) while many more carry numbers that
 look like them (order numbers, dates, versions, prices, Luhn-failing card-like
 numbers, times). Then, in one run (the machine is noisy, so only ratios within
 a run are meaningful):
 
 - ``redact_frame`` over the frame (vectorised candidates and validation,
   Python only on the rows with a validated candidate);
-- the baseline: :func:`cognoxium.redaction.redact_text` on every row, that is
+- the baseline: :func:`cognoxium.governance.redaction.redact_text` on every row, that is
   the same patterns and validators with Python's ``re``, row by row;
 
 checks that both give the same texts and the same counts, and writes
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from cognoxium.redaction import RECOGNISERS, TYPES, redact_frame, redact_text
-from cognoxium.schema import conform
+from cognoxium.governance.redaction import RECOGNISERS, TYPES, redact_frame, redact_text
+from cognoxium.items.schema import conform
 
 _WORDS = (
     "the a to and of I you it is that in for on we this with can my your be have not "

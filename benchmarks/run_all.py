@@ -51,11 +51,11 @@ import polars as pl
 
 import bench_peers
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
-from cognoxium.batch import RANK_METHODS
-from cognoxium.io import write_parquet
-from cognoxium.packing import pack
-from cognoxium.schema import to_arrow
-from cognoxium.tokens import clear_cache, get_profile
+from cognoxium.app.batch import RANK_METHODS
+from cognoxium.items.io import write_parquet
+from cognoxium.items.schema import to_arrow
+from cognoxium.packing.packer import pack
+from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SUITES = ("scaling", "peers", "embed", "near_duplicates", "locomo")
@@ -296,7 +296,7 @@ def run_locomo(path: Path, rankers: list[str]) -> dict[str, Any]:
             command = [
                 sys.executable,
                 "-m",
-                "cognoxium.cli",
+                "cognoxium.app.cli",
                 "locomo",
                 str(path),
                 "--out",
@@ -442,7 +442,7 @@ def run_near_duplicates(n: int) -> dict[str, Any]:
     """Near-duplicate dedupe (MinHash/LSH) against exact dedupe on the same frame."""
     import random
 
-    from cognoxium.frame import CognitionFrame
+    from cognoxium.frame.frame import CognitionFrame
 
     rng = random.Random(5)
     letters = "abcdefghij"

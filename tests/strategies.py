@@ -17,8 +17,8 @@ from typing import Any
 import polars as pl
 from hypothesis import strategies as st
 
-from cognoxium.items import ContextItem, Retention, Role, Sensitivity, Trust
-from cognoxium.schema import items_to_frame
+from cognoxium.items.model import ContextItem, Retention, Role, Sensitivity, Trust
+from cognoxium.items.schema import items_to_frame
 
 __all__ = ["MERGE_GOVERNED", "T0", "WORDS", "frames_strategy", "item_strategy", "items_strategy"]
 

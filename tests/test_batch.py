@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from cognoxium.batch import BatchStats, Request, read_requests, run_batch
+from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.exceptions import BudgetError, PlanError, RecordError
-from cognoxium.frame import CognitionFrame
-from cognoxium.items import canonical_json
-from cognoxium.ranking import bm25_cache_clear, bm25_cache_info
-from cognoxium.schema import records_to_frame
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.model import canonical_json
+from cognoxium.items.schema import records_to_frame
+from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -13,20 +13,19 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from cognoxium.chat import (
+from cognoxium.exceptions import BudgetError, RecordError, SchemaError
+from cognoxium.formats.openai import (
     CHAT_EPOCH,
     from_openai_messages,
     openai_messages_to_items,
     read_openai_jsonl,
     to_openai_messages,
 )
-from cognoxium.exceptions import BudgetError, RecordError, SchemaError
-from cognoxium.frame import CognitionFrame
-from cognoxium.items import ContextItem, Retention
-from cognoxium.packing import CHAT_ROLES, pack
-from cognoxium.ranking import packed_text_expr
-from cognoxium.schema import items_to_frame
-from cognoxium.tokens import get_profile
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.model import ContextItem, Retention
+from cognoxium.items.schema import items_to_frame, packed_text_expr
+from cognoxium.packing.packer import CHAT_ROLES, pack
+from cognoxium.tokens.profiles import get_profile
 
 PROFILE = get_profile("cl100k_base")
 START = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cognoxium.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
+from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample"
@@ -22,6 +23,10 @@ runner = CliRunner()
 def pack(*args: str) -> tuple[int, str, str]:
     result = runner.invoke(app, ["pack", *args, "--no-progress"])
     return result.exit_code, result.stdout, result.stderr
+
+
+SAMPLE_MANIFESTS = "38116a3fc55f4f2f0ca3a73794f9b84e8b3533dca6a924095a525633e26e1526"
+"""sha256 of the sample's manifests.jsonl (default rank, cl100k_base, as of AS_OF)."""
 
 
 def test_pack_on_the_sample(tmp_path: Path) -> None:
@@ -69,6 +74,8 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
     )
     assert code == EXIT_OK, stderr
     assert (again / "manifests.jsonl").read_bytes() == (out / "manifests.jsonl").read_bytes()
+    # Pinned: a change of these bytes is a change of behaviour, made on purpose.
+    assert hashlib.sha256((out / "manifests.jsonl").read_bytes()).hexdigest() == SAMPLE_MANIFESTS
 
 
 def test_bad_request_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
@@ -237,18 +244,18 @@ def test_out_that_is_a_file_exits_2_naming_it(tmp_path: Path, command: str) -> N
     [
         # An error naming its path, while reading the items.
         (
-            "cognoxium.io.read_items",
+            "cognoxium.items.io.read_items",
             OSError(errno.EIO, "Input/output error", "ITEMS"),
             "error: cannot read ITEMS: Input/output error",
         ),
         # An error naming no path, while writing: the output directory is named.
         (
-            "cognoxium.batch.run_batch",
+            "cognoxium.app.batch.run_batch",
             OSError(errno.ENOSPC, "No space left on device"),
             "error: cannot write OUT: No space left on device",
         ),
         (
-            "cognoxium.batch.run_batch",
+            "cognoxium.app.batch.run_batch",
             PermissionError(errno.EACCES, "Permission denied", "OUT/packs.jsonl"),
             "error: cannot write OUT/packs.jsonl: Permission denied",
         ),
@@ -280,7 +287,7 @@ def test_locomo_read_and_write_errors_exit_2_naming_the_path(
     def unreadable(path: Path) -> str:
         raise OSError(errno.EIO, "Input/output error", str(path))
 
-    monkeypatch.setattr("cognoxium.locomo._sha256", unreadable)
+    monkeypatch.setattr("cognoxium.app.locomo._sha256", unreadable)
     result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
     assert result.exit_code == EXIT_BAD_INPUT
     assert one_line_error(result.stderr) == f"error: cannot read {data}: Input/output error"
@@ -289,7 +296,7 @@ def test_locomo_read_and_write_errors_exit_2_naming_the_path(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.undo()  # the input is readable again
-    monkeypatch.setattr("cognoxium.locomo.run_batch", full)
+    monkeypatch.setattr("cognoxium.app.locomo.run_batch", full)
     result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
     assert result.exit_code == EXIT_BAD_INPUT
     assert one_line_error(result.stderr) == f"error: cannot write {out}: No space left on device"
@@ -425,7 +432,7 @@ def test_inspect_limit_cuts_the_per_manifest_rows_and_says_so(sample_out: Path) 
 
 
 def test_inspect_json_summary_adds_up(sample_out: Path) -> None:
-    from cognoxium.manifests import NO_SOURCE
+    from cognoxium.packing.manifests import NO_SOURCE
 
     manifests = sample_out / "manifests.jsonl"
     result = runner.invoke(
@@ -587,17 +594,17 @@ def test_inspect_quiet_only_checks(sample_out: Path) -> None:
 def test_progress_bar_is_off_with_quiet_or_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, flags: list[str], shown: bool
 ) -> None:
-    import cognoxium.batch
-    import cognoxium.locomo
+    import cognoxium.app.batch
+    import cognoxium.app.locomo
 
     seen: list[bool] = []
-    target = cognoxium.batch.run_batch if command == "pack" else cognoxium.locomo.run_locomo
+    target = cognoxium.app.batch.run_batch if command == "pack" else cognoxium.app.locomo.run_locomo
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(bool(kwargs["progress"]))
         return target(*args, **kwargs)  # type: ignore[operator]
 
-    module = cognoxium.batch if command == "pack" else cognoxium.locomo
+    module = cognoxium.app.batch if command == "pack" else cognoxium.app.locomo
     monkeypatch.setattr(module, target.__name__, spy)
     result = runner.invoke(app, [*command_args(tmp_path, command), *flags])
     assert result.exit_code == EXIT_OK, result.stderr
@@ -615,7 +622,7 @@ def test_progress_bar_only_on_a_terminal(
     enabled: bool,
     shown: bool,
 ) -> None:
-    from cognoxium.batch import _progress
+    from cognoxium.app.batch import _progress
 
     monkeypatch.setenv("TTY_COMPATIBLE", terminal)  # rich's terminal detection
     with _progress(3, enabled=enabled) as advance:

@@ -46,7 +46,7 @@ from cognoxium.continuity import (
     UnknownNoteError,
     hits_to_frame,
 )
-from cognoxium.embeddings import LocalHashEmbedder
+from cognoxium.retrieval.embeddings import LocalHashEmbedder
 
 SEED_NOTES = [
     Note(id="n1", text="october product launch", timestamp=1.0),

@@ -140,7 +140,7 @@ def test_docstrings_are_rendered_as_markdown(site: Path) -> None:
     assert {page: found for page, found in leftovers.items() if found} == {}
     schema = (site / "reference" / "schema" / "index.html").read_text(encoding="utf-8")
     assert "<table>" in schema
-    assert 'href="../items/#cognoxium.items.ContextItem"' in (
+    assert 'href="../items/#cognoxium.items.model.ContextItem"' in (
         site / "reference" / "frame" / "index.html"
     ).read_text(encoding="utf-8")
 
@@ -148,7 +148,7 @@ def test_docstrings_are_rendered_as_markdown(site: Path) -> None:
 def test_cli_page_documents_every_command(site: Path) -> None:
     from typer.main import get_command
 
-    from cognoxium.cli import app
+    from cognoxium.app.cli import app
 
     html = (site / "cli" / "index.html").read_text(encoding="utf-8")
     commands = sorted(get_command(app).commands)  # type: ignore[attr-defined]

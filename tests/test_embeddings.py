@@ -21,8 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-import cognoxium.embeddings as emb_mod
-from cognoxium.embeddings import (
+import cognoxium.retrieval.embeddings as emb_mod
+from cognoxium.exceptions import CognoxiumError, ModelError, PlanError, SchemaError
+from cognoxium.frame.frame import CognitionFrame, OptFlags
+from cognoxium.items.schema import conform
+from cognoxium.retrieval.embeddings import (
     CACHE_DIR_ENV,
     EMBEDDER_NAMES,
     MINILM_MODEL_SHA256,
@@ -37,11 +40,8 @@ from cognoxium.embeddings import (
     embedding_scores,
     get_embedder,
 )
-from cognoxium.exceptions import CognoxiumError, ModelError, PlanError, SchemaError
-from cognoxium.frame import CognitionFrame, OptFlags
-from cognoxium.fusion import rrf_scores
-from cognoxium.ranking import bm25_scores
-from cognoxium.schema import conform
+from cognoxium.retrieval.fusion import rrf_scores
+from cognoxium.retrieval.ranking import bm25_scores
 from strategies import WORDS, items_strategy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_local_hash_is_stable_across_processes() -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from cognoxium.embeddings import LocalHashEmbedder
+        from cognoxium.retrieval.embeddings import LocalHashEmbedder
         v = LocalHashEmbedder().vector({text!r})
         sys.stdout.write(v.tobytes().hex())
         """
@@ -445,7 +445,7 @@ def test_cache_survives_concurrent_writer_processes(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import hashlib, sys
-        from cognoxium.embeddings import EmbeddingCache, LocalHashEmbedder
+        from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
 
         class OnDisk(LocalHashEmbedder):
             disk_cache = True

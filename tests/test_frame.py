@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from polars.testing import assert_frame_equal
 
-import cognoxium.packing
+import cognoxium.packing.packer
 from cognoxium.exceptions import PlanError, RecordError, SchemaError
-from cognoxium.frame import CognitionFrame, OptFlags
-from cognoxium.io import write_jsonl, write_parquet
-from cognoxium.items import ContextItem
-from cognoxium.ranking import bm25_cache_clear, bm25_cache_info, bm25_scores
-from cognoxium.schema import COLUMNS, POLARS_SCHEMA, SCHEMA, items_to_frame
+from cognoxium.frame.frame import CognitionFrame, OptFlags
+from cognoxium.items.io import write_jsonl, write_parquet
+from cognoxium.items.model import ContextItem
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA, items_to_frame
+from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info, bm25_scores
 from strategies import items_strategy
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -719,7 +719,7 @@ def test_pack_collects_and_delegates(cf: CognitionFrame, monkeypatch: pytest.Mon
         calls.append((df, budget, kwargs))
         return "packed"
 
-    monkeypatch.setattr(cognoxium.packing, "pack", fake_pack)
+    monkeypatch.setattr(cognoxium.packing.packer, "pack", fake_pack)
     as_of = datetime(2024, 6, 1, tzinfo=UTC)
     out = cf.filter(pl.col("priority") > 0).pack(100, as_of=as_of, label="r1")
     assert out == "packed"
@@ -749,7 +749,7 @@ def test_pack_and_item_exports_need_the_item_columns(
         raise AssertionError("the plan ran before its columns were checked")
 
     monkeypatch.setattr(CognitionFrame, "collect", no_run)
-    monkeypatch.setattr(cognoxium.packing, "pack", no_run)
+    monkeypatch.setattr(cognoxium.packing.packer, "pack", no_run)
     call = {
         "pack": lambda: frame.pack(100, as_of=T0),
         "to_items": frame.to_items,

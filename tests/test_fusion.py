@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import CognoxiumError, RankError
-from cognoxium.fusion import mmr, reciprocal_rank_fusion, rrf_scores, weighted_score_fusion
+from cognoxium.retrieval.fusion import (
+    mmr,
+    reciprocal_rank_fusion,
+    rrf_scores,
+    weighted_score_fusion,
+)
 
 FUSERS = [reciprocal_rank_fusion, weighted_score_fusion]
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium import CognitionFrame, OptFlags
-from cognoxium._plan import Demote, Filter, Quarantine, walk
+from cognoxium.engine.plan import Demote, Filter, Quarantine, walk
 from cognoxium.exceptions import PackError, PlanError
-from cognoxium.items import ContextItem
+from cognoxium.items.model import ContextItem
 from strategies import MERGE_GOVERNED, items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)

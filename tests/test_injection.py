@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import SchemaError
-from cognoxium.injection import (
+from cognoxium.governance.injection import (
     INJECTION_SIGNS,
     detect_injection,
     injection_expr,

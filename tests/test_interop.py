@@ -13,7 +13,7 @@ import pytest
 
 from cognoxium import CognitionFrame, PackManifest
 from cognoxium.exceptions import CognoxiumError, DependencyError, RecordError, SchemaError
-from cognoxium.interop import (
+from cognoxium.formats.interop import (
     from_langchain_documents,
     from_langchain_messages,
     from_llamaindex_nodes,
@@ -22,7 +22,7 @@ from cognoxium.interop import (
     manifests_to_polars,
     to_langchain_messages,
 )
-from cognoxium.lineage import EDGE_SCHEMA
+from cognoxium.governance.lineage import EDGE_SCHEMA
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
-from cognoxium.items import ContextItem, Json, Reference, Text, canonical_json, content_hash
-from cognoxium.schema import (
+from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
+from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
+from cognoxium.items.schema import (
     COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from cognoxium import CognitionFrame
-from cognoxium.io import read_jsonl, read_parquet, write_jsonl, write_parquet
+from cognoxium.items.io import read_jsonl, read_parquet, write_jsonl, write_parquet
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -15,10 +16,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from cognoxium.batch import Request, read_requests
-from cognoxium.cli import app
-from cognoxium.exceptions import RecordError
-from cognoxium.locomo import (
+from cognoxium.app.batch import Request, read_requests
+from cognoxium.app.cli import app
+from cognoxium.app.locomo import (
     evaluate,
     load_locomo,
     locomo_requests,
@@ -26,6 +26,7 @@ from cognoxium.locomo import (
     parse_session_time,
     run_locomo,
 )
+from cognoxium.exceptions import RecordError
 
 REPO = Path(__file__).resolve().parents[1]
 LOCOMO = Path(
@@ -487,12 +488,19 @@ CAPTIONS = (
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cognoxium.cli", *args],
+        [sys.executable, "-m", "cognoxium.app.cli", *args],
         capture_output=True,
         text=True,
         check=False,
         cwd=REPO,
     )
+
+
+PINNED_MANIFESTS = {
+    "bm25": "fe11ca70adb9dc728c20133ee8c2015cca39bf45249827000bc5a2267712b6d4",
+    "recency": "1bf314c5b5eb0092eb0d3c8d4c4807ed498cb4b3096062d076c0c725916c0424",
+}
+"""sha256 of the manifests of ``--budgets 1024,2048`` (all 1,347 questions of locomo7)."""
 
 
 @pytest.mark.skipif(
@@ -510,10 +518,15 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
         "--budgets",
         ",".join(map(str, budgets)),
         "--compare",
-        "bm25",
+        "bm25,recency",
         "--no-progress",
     )
     assert run.returncode == 0, run.stderr
+    # The bm25 and recency manifests are pinned: a change of their bytes is a
+    # change of behaviour, to be made on purpose (update the digests with it).
+    for method, digest in PINNED_MANIFESTS.items():
+        written = (first / "compare" / method / "manifests.jsonl").read_bytes()
+        assert hashlib.sha256(written).hexdigest() == digest, method
     assert "recall 1-4" in run.stdout
     assert all(caption in " ".join(run.stdout.split()) for caption in CAPTIONS)
     report = json.loads((first / "report.json").read_text(encoding="utf-8"))
@@ -608,5 +621,5 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     assert (second / "manifests.jsonl").read_bytes() == manifests
     # The manifests take hundreds of MB: do not leave them in pytest's kept temp dirs.
-    for directory in (first, second, first / "compare" / "bm25"):
+    for directory in (first, second, first / "compare" / "bm25", first / "compare" / "recency"):
         (directory / "manifests.jsonl").unlink()

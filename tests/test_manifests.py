@@ -11,7 +11,7 @@ import pytest
 
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import RecordError
-from cognoxium.manifests import NO_SOURCE, read_manifests, summarize_manifests
+from cognoxium.packing.manifests import NO_SOURCE, read_manifests, summarize_manifests
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 

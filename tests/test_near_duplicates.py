@@ -15,8 +15,8 @@ from polars.testing import assert_frame_equal
 
 from cognoxium import CognitionFrame, OptFlags
 from cognoxium.exceptions import PlanError
-from cognoxium.items import ContextItem
-from cognoxium.near_duplicates import (
+from cognoxium.items.model import ContextItem
+from cognoxium.retrieval.near_duplicates import (
     SHINGLE_BYTES,
     lsh_params,
     minhash_signatures,

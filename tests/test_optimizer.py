@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from cognoxium import _lowering
-from cognoxium._optimizer import RULES, OptFlags, optimize
-from cognoxium._optimizer.fuse_filters import fuse_filters
-from cognoxium._optimizer.prune_projections import prune_projections
-from cognoxium._optimizer.pushdown_predicates import pushdown_predicates
-from cognoxium._optimizer.sort_limit_to_topk import sort_limit_to_topk
-from cognoxium._plan import (
+from cognoxium.engine import lowering as _lowering
+from cognoxium.engine.optimizer import RULES, OptFlags, optimize
+from cognoxium.engine.optimizer.fuse_filters import fuse_filters
+from cognoxium.engine.optimizer.prune_projections import prune_projections
+from cognoxium.engine.optimizer.pushdown_predicates import pushdown_predicates
+from cognoxium.engine.optimizer.sort_limit_to_topk import sort_limit_to_topk
+from cognoxium.engine.plan import (
     Dedupe,
     Expression,
     Filter,
@@ -36,9 +36,9 @@ from cognoxium._plan import (
     WithColumns,
 )
 from cognoxium.exceptions import PlanError
-from cognoxium.frame import CognitionFrame
-from cognoxium.items import ContextItem
-from cognoxium.schema import COLUMNS, items_to_frame
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.model import ContextItem
+from cognoxium.items.schema import COLUMNS, items_to_frame
 from strategies import WORDS, frames_strategy, items_strategy
 
 E = Expression.of

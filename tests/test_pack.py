@@ -10,11 +10,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError, SchemaError
-from cognoxium.items import ContextItem
-from cognoxium.packing import CHAT_ROLES, PackManifest, pack
-from cognoxium.ranking import packed_text_expr
-from cognoxium.schema import conform, items_to_frame
-from cognoxium.tokens import clear_cache, get_profile
+from cognoxium.items.model import ContextItem
+from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
+from cognoxium.packing.packer import CHAT_ROLES, PackManifest, pack
+from cognoxium.tokens.profiles import clear_cache, get_profile
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

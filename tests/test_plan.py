@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from cognoxium import _lowering
-from cognoxium._plan import (
+from cognoxium.engine import lowering as _lowering
+from cognoxium.engine.plan import (
     Dedupe,
     Expression,
     Filter,
@@ -28,8 +28,8 @@ from cognoxium._plan import (
     walk,
 )
 from cognoxium.exceptions import PlanError
-from cognoxium.items import ContextItem
-from cognoxium.schema import POLARS_SCHEMA, items_to_frame
+from cognoxium.items.model import ContextItem
+from cognoxium.items.schema import POLARS_SCHEMA, items_to_frame
 
 E = Expression.of
 

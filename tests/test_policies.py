@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import PackError, PlanError, PolicyError
-from cognoxium.policies import DATA_BLOCK_CLOSE, BoundaryPolicy
-from cognoxium.tokens import get_profile
+from cognoxium.governance.policies import DATA_BLOCK_CLOSE, BoundaryPolicy
+from cognoxium.tokens.profiles import get_profile
 from strategies import items_strategy
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)

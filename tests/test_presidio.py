@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import CognoxiumError, DependencyError, PlanError
-from cognoxium.items import ContextItem
-from cognoxium.redaction import (
+from cognoxium.governance.redaction import (
     RECOGNISERS,
     RecogniserSet,
     Span,
@@ -29,7 +28,8 @@ from cognoxium.redaction import (
     redact_json,
     redact_text,
 )
-from cognoxium.schema import items_to_frame
+from cognoxium.items.model import ContextItem
+from cognoxium.items.schema import items_to_frame
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
@@ -45,7 +45,7 @@ RAW_VALUES = (MASTERCARD_2_SERIES, AMEX, IBAN, PHONE, EMAIL, "bo@example.com", "
 @pytest.fixture(scope="module")
 def presidio() -> Any:
     pytest.importorskip("presidio_analyzer")
-    from cognoxium.presidio import PresidioRecognisers
+    from cognoxium.governance.presidio import PresidioRecognisers
 
     return PresidioRecognisers()
 
@@ -75,7 +75,7 @@ def case_frame() -> CognitionFrame:
 def test_missing_extra_raises_a_dependency_error_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cognoxium.presidio import PresidioRecognisers
+    from cognoxium.governance.presidio import PresidioRecognisers
 
     monkeypatch.setitem(sys.modules, "presidio_analyzer", None)
     with pytest.raises(DependencyError, match=r"pip install 'cognoxium\[presidio\]'") as info:
@@ -154,7 +154,7 @@ def test_json_values_are_redacted_and_keys_kept(presidio: Any) -> None:
 
 def test_longest_span_wins_and_equal_spans_go_to_the_first_listed() -> None:
     pytest.importorskip("presidio_analyzer")
-    from cognoxium.presidio import PresidioRecognisers
+    from cognoxium.governance.presidio import PresidioRecognisers
 
     # Presidio reports both the address and its domain as a URL: the longer one wins.
     urls = PresidioRecognisers(entities=["EMAIL_ADDRESS", "URL"])
@@ -219,7 +219,7 @@ def test_frame_redacted_twice_changes_nothing(presidio: Any) -> None:
 
 
 def test_equal_configurations_make_equal_plans(presidio: Any) -> None:
-    from cognoxium.presidio import PresidioRecognisers
+    from cognoxium.governance.presidio import PresidioRecognisers
 
     same = PresidioRecognisers()
     other = PresidioRecognisers(score_threshold=0.5)
@@ -293,7 +293,7 @@ def test_the_analyzer_is_built_and_run_without_the_network(
 )
 def test_bad_arguments_fail_when_built(kwargs: dict[str, Any], message: str) -> None:
     pytest.importorskip("presidio_analyzer")
-    from cognoxium.presidio import PresidioRecognisers
+    from cognoxium.governance.presidio import PresidioRecognisers
 
     with pytest.raises(PlanError, match=message):
         PresidioRecognisers(**kwargs)
@@ -301,7 +301,7 @@ def test_bad_arguments_fail_when_built(kwargs: dict[str, Any], message: str) -> 
 
 def test_unsupported_entities_and_languages_fail_when_the_plan_is_built() -> None:
     pytest.importorskip("presidio_analyzer")
-    from cognoxium.presidio import PresidioRecognisers
+    from cognoxium.governance.presidio import PresidioRecognisers
 
     with pytest.raises(PlanError, match="no recogniser for NOT_AN_ENTITY in language 'en'"):
         case_frame().redact(recognisers=PresidioRecognisers(entities=["NOT_AN_ENTITY"]))

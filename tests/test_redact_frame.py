@@ -14,9 +14,9 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from cognoxium import CognitionFrame, OptFlags
-from cognoxium.cli import app
+from cognoxium.app.cli import app
 from cognoxium.exceptions import PlanError
-from cognoxium.io import read_items
+from cognoxium.items.io import read_items
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"

@@ -16,10 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cognoxium.redaction as redaction
+import cognoxium.governance.redaction as redaction
 from cognoxium.exceptions import PlanError, SchemaError
-from cognoxium.items import ContextItem, canonical_json, content_hash
-from cognoxium.redaction import (
+from cognoxium.governance.redaction import (
     RECOGNISERS,
     TYPES,
     Recogniser,
@@ -29,7 +28,8 @@ from cognoxium.redaction import (
     redact_json,
     redact_text,
 )
-from cognoxium.schema import conform, items_to_frame
+from cognoxium.items.model import ContextItem, canonical_json, content_hash
+from cognoxium.items.schema import conform, items_to_frame
 
 # ---------------------------------------------------------------------------
 # generators of values, one per format variant

@@ -11,11 +11,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from cognoxium.batch import RANK_METHODS, Request, run_batch
-from cognoxium.embeddings import EmbeddingCache, LocalHashEmbedder
+from cognoxium.app.batch import RANK_METHODS, Request, run_batch
 from cognoxium.exceptions import PlanError
-from cognoxium.retrieval import RetrievalSettings, ScopeRetriever, derived_items
-from cognoxium.schema import records_to_frame
+from cognoxium.items.schema import records_to_frame
+from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
+from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever, derived_items
 from cognoxium.strategies import Backends, ContextAssembler, ContextRequest
 
 T0 = "2024-01-01T00:00:00Z"

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cognoxium import CognitionFrame
-from cognoxium.embeddings import EmbeddingCache
+from cognoxium.app.locomo import load_locomo
 from cognoxium.exceptions import CognoxiumError, ConfigError, StrategyError
-from cognoxium.locomo import load_locomo
+from cognoxium.retrieval.embeddings import EmbeddingCache
 from cognoxium.strategies import (
     BACKEND_KINDS,
     DEFAULT_ENABLED,

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
-from cognoxium import tokens
 from cognoxium.exceptions import CognoxiumError, ProfileError
-from cognoxium.tokens import (
+from cognoxium.tokens import profiles as tokens
+from cognoxium.tokens.profiles import (
     PROFILE_NAMES,
     CacheInfo,
     TokenProfile,

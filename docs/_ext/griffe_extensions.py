@@ -9,7 +9,7 @@ text and in the terminal; some reStructuredText constructs in them would
 show as raw markup on the site. Before mkdocstrings renders them,
 :class:`RstToMarkdown` rewrites, in every docstring of the package:
 
-- cross-reference roles (``:class:`~cognoxium.items.ContextItem```,
+- cross-reference roles (``:class:`~cognoxium.items.model.ContextItem```,
   ``:func:`pack```, ``:meth:`title <target>```, ...): to an autorefs link
   when a reference page renders the target (one page per public
   first-level module, rendering its ``__all__``), else to inline code;

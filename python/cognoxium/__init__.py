@@ -6,8 +6,6 @@ lazily (filter, select, with_columns, join, sort, limit, dedupe, rank), and
 :class:`ContextPack` whose :class:`PackManifest` explains every decision.
 """
 
-from cognoxium.chat import from_openai_messages, read_openai_jsonl, to_openai_messages
-from cognoxium.embeddings import EmbeddingCache, get_embedder
 from cognoxium.exceptions import (
     BudgetError,
     CognoxiumError,
@@ -25,9 +23,11 @@ from cognoxium.exceptions import (
     StrategyError,
     UnknownNoteError,
 )
-from cognoxium.frame import CognitionFrame, GroupBy, OptFlags
-from cognoxium.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
-from cognoxium.items import (
+from cognoxium.formats.openai import from_openai_messages, read_openai_jsonl, to_openai_messages
+from cognoxium.frame.frame import CognitionFrame, GroupBy, OptFlags
+from cognoxium.governance.policies import BoundaryPolicy, Policy
+from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
+from cognoxium.items.model import (
     Binary,
     ContextItem,
     Json,
@@ -39,11 +39,11 @@ from cognoxium.items import (
     Text,
     Trust,
 )
-from cognoxium.packing import ContextPack, ManifestEntry, PackManifest, PolicyOutcome, pack
-from cognoxium.policies import BoundaryPolicy, Policy
-from cognoxium.retrieval import RetrievalSettings, ScopeRetriever
-from cognoxium.schema import SCHEMA, SCHEMA_VERSION
-from cognoxium.tokens import TokenProfile, get_profile
+from cognoxium.items.schema import SCHEMA, SCHEMA_VERSION
+from cognoxium.packing.packer import ContextPack, ManifestEntry, PackManifest, PolicyOutcome, pack
+from cognoxium.retrieval.embeddings import EmbeddingCache, get_embedder
+from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever
+from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __version__ = "0.1.0"
 

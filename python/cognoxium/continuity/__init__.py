@@ -2,13 +2,13 @@
 
 A :class:`ContinuityEngine` ingests :class:`Note` objects and answers
 :class:`Query` objects with the pieces of a :class:`Container`: an
-:class:`~cognoxium.embeddings.Embedder`, a :class:`MemoryBackend`, a list of
+:class:`~cognoxium.retrieval.embeddings.Embedder`, a :class:`MemoryBackend`, a list of
 :class:`Structure` objects and a :class:`Strategy`, which reaches the others
 through an :class:`EngineContext`. The strategy's contracts
 (:class:`AdmitInput`, :class:`AdmitOutput`, :class:`RetrieveInput`,
 :class:`RetrieveOutput`) are checked around its code and serialise to dicts,
 JSON and JSON Schema without the runtime-only context. Hits become a
-:class:`~cognoxium.frame.CognitionFrame` (:meth:`RetrieveOutput.to_frame`,
+:class:`~cognoxium.frame.frame.CognitionFrame` (:meth:`RetrieveOutput.to_frame`,
 :meth:`Answer.to_frame`) that flows into dedupe, redact and pack.
 
 Examples
@@ -60,8 +60,8 @@ from cognoxium.continuity.structures import (
     StructureOutput,
     StructureQuery,
 )
-from cognoxium.embeddings import Embedder
 from cognoxium.exceptions import ConfigError, ContractError, UnknownNoteError
+from cognoxium.retrieval.embeddings import Embedder
 
 __all__ = [
     "CONFIG_FILE",

@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from cognoxium.exceptions import ContractError
-from cognoxium.items import canonical_json
+from cognoxium.items.model import canonical_json
 
 __all__ = [
     "CONTEXT_FIELD",
@@ -75,7 +75,7 @@ def _summaries(node: Any) -> Any:
 def to_vector(value: Any, *, copy: bool = True) -> npt.NDArray[np.float32]:
     """Validate a vector: one-dimensional, finite, stored as a read-only ``float32`` copy.
 
-    ``float32`` is the dtype of the :class:`~cognoxium.embeddings.Embedder`
+    ``float32`` is the dtype of the :class:`~cognoxium.retrieval.embeddings.Embedder`
     protocol; a ``float32`` vector survives a round trip through JSON exactly.
 
     Parameters

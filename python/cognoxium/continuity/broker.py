@@ -39,10 +39,10 @@ from cognoxium.continuity._contract import Contract, Vector
 from cognoxium.continuity.memory import MemoryBackend
 from cognoxium.continuity.notes import Group, Hit, Note, Query, hits_to_frame
 from cognoxium.continuity.structures import Structure, StructureOutput
-from cognoxium.embeddings import Embedder
 from cognoxium.exceptions import ContractError
-from cognoxium.frame import CognitionFrame
-from cognoxium.items import Role
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.model import Role
+from cognoxium.retrieval.embeddings import Embedder
 
 __all__ = [
     "AdmitInput",
@@ -64,7 +64,7 @@ class EngineContext:
     Parameters
     ----------
     embedder
-        An :class:`~cognoxium.embeddings.Embedder`.
+        An :class:`~cognoxium.retrieval.embeddings.Embedder`.
     memory
         The :class:`~cognoxium.continuity.memory.MemoryBackend`; strategies
         reach memory only through it.
@@ -79,7 +79,7 @@ class EngineContext:
 
     Examples
     --------
-    >>> from cognoxium.embeddings import LocalHashEmbedder
+    >>> from cognoxium.retrieval.embeddings import LocalHashEmbedder
     >>> from cognoxium.continuity.memory import InMemoryBackend
     >>> from cognoxium.continuity.structures import FlatStructure
     >>> ctx = EngineContext(LocalHashEmbedder(), InMemoryBackend(), [FlatStructure()])

@@ -5,7 +5,7 @@ section per slot, each naming a ``kind`` (parameters, where a kind takes any,
 are the other keys of its table)::
 
     [embedder]
-    kind = "local_hash"      # cognoxium.embeddings.get_embedder names
+    kind = "local_hash"      # cognoxium.retrieval.embeddings.get_embedder names
 
     [memory]
     kind = "in_memory"
@@ -34,8 +34,8 @@ from cognoxium.continuity.broker import EngineContext, Strategy
 from cognoxium.continuity.memory import InMemoryBackend, MemoryBackend
 from cognoxium.continuity.strategy import DefaultStrategy
 from cognoxium.continuity.structures import FlatStructure, Structure
-from cognoxium.embeddings import Embedder, get_embedder
 from cognoxium.exceptions import ConfigError, ModelError
+from cognoxium.retrieval.embeddings import Embedder, get_embedder
 
 __all__ = ["CONFIG_FILE", "DEFAULT_KINDS", "Container"]
 

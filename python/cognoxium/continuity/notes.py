@@ -5,7 +5,7 @@ the notes that fit a text, a time range or an anchor note; a :class:`Hit` is
 one retrieved note with its score; a :class:`Group` names related notes; an
 :class:`Answer` is what :meth:`ContinuityEngine.ask
 <cognoxium.continuity.engine.ContinuityEngine.ask>` returns. Hits convert to a
-:class:`~cognoxium.frame.CognitionFrame` (:func:`hits_to_frame`) so they flow
+:class:`~cognoxium.frame.frame.CognitionFrame` (:func:`hits_to_frame`) so they flow
 into dedupe, redact and pack.
 
 Times are seconds since the Unix epoch, UTC (an aware ``datetime`` is accepted
@@ -22,8 +22,8 @@ import polars as pl
 from pydantic import AfterValidator, ConfigDict, Field, SerializeAsAny, model_validator
 
 from cognoxium.continuity._contract import Contract, Seconds
-from cognoxium.frame import CognitionFrame
-from cognoxium.items import Role, canonical_json
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.model import Role, canonical_json
 
 __all__ = ["Answer", "Group", "Hit", "Note", "Query", "hits_to_frame"]
 

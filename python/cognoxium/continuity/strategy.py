@@ -35,7 +35,7 @@ class DefaultStrategy(Strategy):
 
     Examples
     --------
-    >>> from cognoxium.embeddings import LocalHashEmbedder
+    >>> from cognoxium.retrieval.embeddings import LocalHashEmbedder
     >>> from cognoxium.continuity.broker import EngineContext
     >>> from cognoxium.continuity.memory import InMemoryBackend
     >>> from cognoxium.continuity.notes import Note, Query

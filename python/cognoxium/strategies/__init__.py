@@ -9,7 +9,7 @@ token budget, returning :class:`ContextFragment` objects. The
 (:class:`BudgetAllocator`), runs them in parallel with timeouts and circuit
 breakers (:class:`StrategyExecutor`) and falls back along
 :data:`FALLBACK_ORDER` when nothing comes out. :func:`fragments_to_frame`
-hands the result to the engine as a :class:`~cognoxium.frame.CognitionFrame`.
+hands the result to the engine as a :class:`~cognoxium.frame.frame.CognitionFrame`.
 
 Examples
 --------
@@ -21,7 +21,7 @@ Examples
 ...     {"id": "t2", "role": "assistant", "text": "What a lovely name!",
 ...      "metadata": {"conversation": "c1", "session": 1}},
 ...     {"id": "t3", "role": "user", "text": "Stocks fell today."}])
->>> from cognoxium.embeddings import EmbeddingCache
+>>> from cognoxium.retrieval.embeddings import EmbeddingCache
 >>> backends = Backends.from_frame(
 ...     items, vector="local_hash", embedding_cache=EmbeddingCache(persist=False))
 >>> result = ContextAssembler().assemble(ContextRequest(query="cat name"), backends, 300)

@@ -23,8 +23,8 @@ from typing import Any
 import polars as pl
 
 from cognoxium.exceptions import StrategyError
-from cognoxium.frame import CognitionFrame
-from cognoxium.schema import COLUMNS
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.schema import COLUMNS
 from cognoxium.strategies.allocator import BudgetAllocator
 from cognoxium.strategies.backends import Backends, ItemStore
 from cognoxium.strategies.executor import StrategyExecutor
@@ -208,7 +208,7 @@ class ContextAssembler:
     >>> items = CognitionFrame([
     ...     {"id": "a", "role": "user", "text": "my cat is called Miso"},
     ...     {"id": "b", "role": "user", "text": "stocks fell"}])
-    >>> from cognoxium.embeddings import EmbeddingCache
+    >>> from cognoxium.retrieval.embeddings import EmbeddingCache
     >>> backends = Backends.from_frame(
     ...     items, vector="local_hash", embedding_cache=EmbeddingCache(persist=False))
     >>> result = ContextAssembler().assemble(ContextRequest(query="cat name"), backends, 200)

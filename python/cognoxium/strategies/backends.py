@@ -1,7 +1,7 @@
 """Retrieval backends over a frame of context items: text, vector, graph and temporal.
 
 Every backend reads one :class:`ItemStore`, built once from a
-:class:`~cognoxium.frame.CognitionFrame` or a Polars frame of the canonical
+:class:`~cognoxium.frame.frame.CognitionFrame` or a Polars frame of the canonical
 item schema, and answers with *hits*: a Polars frame with the columns ``id``
 (String) and ``score`` (Float64), ordered by ``score`` descending, then ``id``
 ascending. Binary items are never hits (they are never packed).
@@ -18,7 +18,7 @@ temporal      :class:`TemporalBackend`  hot, warm and cold tiers by age (seconds
 
 Item metadata read here (all optional): ``conversation``, ``session``,
 ``speaker`` (else ``name``), ``kind``, ``parent_id`` and ``parent_ids``.
-LoCoMo items (:mod:`cognoxium.locomo`) carry ``conversation``, ``session``,
+LoCoMo items (:mod:`cognoxium.app.locomo`) carry ``conversation``, ``session``,
 ``speaker``, ``dia_id`` and ``kind``.
 
 Indexes are built once per backend, so one :class:`Backends` serves many
@@ -38,18 +38,18 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from cognoxium.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
+from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import StrategyError
-from cognoxium.lineage import lineage_edges
-from cognoxium.packing import CHAT_ROLES
-from cognoxium.ranking import bm25_scores, packed_text_expr
-from cognoxium.schema import COLUMNS, conform
+from cognoxium.governance.lineage import lineage_edges
+from cognoxium.items.schema import COLUMNS, conform, packed_text_expr
+from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
+from cognoxium.retrieval.ranking import bm25_scores
 from cognoxium.strategies.protocol import BACKEND_KINDS, StrategyCapabilities
-from cognoxium.strategies.settings import _positive_seconds
-from cognoxium.tokens import TokenProfile, get_profile
+from cognoxium.strategies.settings import positive_seconds
+from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 if TYPE_CHECKING:
-    from cognoxium.frame import CognitionFrame
+    from cognoxium.frame.frame import CognitionFrame
 
 __all__ = [
     "DEFAULT_EMBEDDER",
@@ -85,11 +85,11 @@ _CONVERSATIONAL = ("system", "developer", "user", "assistant", "tool")
 _SEP = "\x1f"
 
 
-def _empty_hits() -> pl.DataFrame:
+def empty_hits() -> pl.DataFrame:
     return pl.DataFrame(schema=HITS_SCHEMA)
 
 
-def _order_hits(hits: pl.DataFrame) -> pl.DataFrame:
+def order_hits(hits: pl.DataFrame) -> pl.DataFrame:
     return hits.sort(["score", "id"], descending=[True, False], maintain_order=True)
 
 
@@ -102,11 +102,11 @@ def _positive_hits(
     empty store.
     """
     if not len(store):
-        return _empty_hits()
+        return empty_hits()
     hits = pl.DataFrame(
         {"id": store.table.get_column("id"), "score": scores()}, schema=HITS_SCHEMA
     ).filter(pl.col("score") > 0)
-    hits = _order_hits(hits)
+    hits = order_hits(hits)
     return hits if k is None else hits.head(k)
 
 
@@ -132,7 +132,7 @@ def _meta(path: str) -> pl.Expr:
     return pl.col("metadata").str.json_path_match(path)
 
 
-def _profile(profile: str | TokenProfile) -> TokenProfile:
+def resolve_profile(profile: str | TokenProfile) -> TokenProfile:
     return get_profile(profile) if isinstance(profile, str) else profile
 
 
@@ -146,8 +146,8 @@ class ItemStore:
     Parameters
     ----------
     items
-        A :class:`~cognoxium.frame.CognitionFrame` (collected here) or a Polars
-        frame with the canonical item columns (:data:`cognoxium.schema.COLUMNS`).
+        A :class:`~cognoxium.frame.frame.CognitionFrame` (collected here) or a Polars
+        frame with the canonical item columns (:data:`cognoxium.items.schema.COLUMNS`).
 
     Attributes
     ----------
@@ -162,7 +162,7 @@ class ItemStore:
         ``session``, ``speaker`` and ``kind`` (metadata, null when absent).
     hierarchy : polars.DataFrame
         Parent links ``child``, ``parent`` (both ids in the store): the
-        ``parents`` and ``lineage`` columns (:func:`cognoxium.lineage.lineage_edges`)
+        ``parents`` and ``lineage`` columns (:func:`cognoxium.governance.lineage.lineage_edges`)
         and the metadata keys ``parent_id`` (an id) and ``parent_ids`` (ids).
 
     Raises
@@ -188,7 +188,7 @@ class ItemStore:
         if missing:
             raise StrategyError(
                 f"an item store needs the item columns; missing {missing}: pass a frame of "
-                "context items (CognitionFrame, or a frame of cognoxium.schema.COLUMNS)"
+                "context items (CognitionFrame, or a frame of cognoxium.items.schema.COLUMNS)"
             )
         repeated = df.get_column("id").is_duplicated()
         if repeated.any():
@@ -314,7 +314,7 @@ class ItemStore:
         A cost is the content's tokens (cached by content hash and profile
         fingerprint, :meth:`TokenProfile.count_cached`) plus the chat framing
         of the rendered role (:meth:`TokenProfile.framing`), as
-        :func:`cognoxium.packing.pack` costs an item without a policy.
+        :func:`cognoxium.packing.packer.pack` costs an item without a policy.
 
         Parameters
         ----------
@@ -322,8 +322,8 @@ class ItemStore:
             Rows of :attr:`table` (or any frame with its ``text``,
             ``content_hash`` and ``chat_role`` columns).
         profile
-            The token profile: a name for :func:`cognoxium.tokens.get_profile`
-            or a :class:`~cognoxium.tokens.TokenProfile`.
+            The token profile: a name for :func:`cognoxium.tokens.profiles.get_profile`
+            or a :class:`~cognoxium.tokens.profiles.TokenProfile`.
 
         Returns
         -------
@@ -335,7 +335,7 @@ class ItemStore:
         ProfileError
             If ``profile`` names no built-in profile.
         """
-        prof = _profile(profile)
+        prof = resolve_profile(profile)
         content = prof.count_cached(
             frame.get_column("content_hash").to_list(), frame.get_column("text").to_list()
         )
@@ -348,7 +348,7 @@ class ItemStore:
 
     def min_cost(self, profile: str | TokenProfile) -> int:
         """A lower bound of any item's cost: the smallest framing of a chat role, in tokens."""
-        prof = _profile(profile)
+        prof = resolve_profile(profile)
         return min(prof.framing(role) for role in set(CHAT_ROLES.values()))
 
 
@@ -359,7 +359,7 @@ class ItemStore:
 class TextBackend:
     """Keyword search with Okapi BM25 over the packed text of every item.
 
-    Scores come from :func:`cognoxium.ranking.bm25_scores` (bm25s, ``lucene``
+    Scores come from :func:`cognoxium.retrieval.ranking.bm25_scores` (bm25s, ``lucene``
     variant, k1 = 1.5, b = 0.75; Robertson and Zaragoza, *The Probabilistic
     Relevance Framework: BM25 and Beyond*, 2009). The index is built once,
     when the backend is made, and cached by the store's fingerprint.
@@ -418,7 +418,7 @@ class VectorBackend:
 
     Every item's packed text is embedded once, when the backend is made, into
     an ``(n, dim)`` ``float32`` matrix of L2-normalised rows
-    (:func:`cognoxium.embeddings.embed_frame`, through the embedding cache, so
+    (:func:`cognoxium.retrieval.embeddings.embed_frame`, through the embedding cache, so
     an item already embedded by the same model is not embedded again); a
     search embeds the query and takes one matrix-vector product (cosine
     similarity of unit vectors is their dot product).
@@ -428,15 +428,15 @@ class VectorBackend:
     store
         The items.
     embedder
-        An :class:`~cognoxium.embeddings.Embedder` or a name for
-        :func:`cognoxium.embeddings.get_embedder`; default
+        An :class:`~cognoxium.retrieval.embeddings.Embedder` or a name for
+        :func:`cognoxium.retrieval.embeddings.get_embedder`; default
         :data:`DEFAULT_EMBEDDER`, a real sentence-embedding model.
     embeddings
         Precomputed embeddings of ``store.table``'s rows, shape
         ``(len(store), embedder.dim)``; computed when ``None``.
     cache
-        The embedding cache (:class:`~cognoxium.embeddings.EmbeddingCache`);
-        default :func:`cognoxium.embeddings.default_cache` (on disk).
+        The embedding cache (:class:`~cognoxium.retrieval.embeddings.EmbeddingCache`);
+        default :func:`cognoxium.retrieval.embeddings.default_cache` (on disk).
 
     Raises
     ------
@@ -451,7 +451,7 @@ class VectorBackend:
     >>> store = ItemStore(CognitionFrame([
     ...     {"id": "a", "role": "user", "text": "my cat sleeps all day"},
     ...     {"id": "b", "role": "user", "text": "stock prices fell"}]))
-    >>> from cognoxium.embeddings import EmbeddingCache
+    >>> from cognoxium.retrieval.embeddings import EmbeddingCache
     >>> vectors = VectorBackend(store, "local_hash", cache=EmbeddingCache(persist=False))
     >>> vectors.similarity_search("cat").row(0)[0]
     'a'
@@ -646,7 +646,7 @@ class GraphBackend:
         """
         seeds = pl.DataFrame({"id": list(dict.fromkeys(ids)), "score": 1.0}, schema=HITS_SCHEMA)
         reached = self._step(seeds).filter(~pl.col("id").is_in(seeds.get_column("id").implode()))
-        return _order_hits(reached).rename({"score": "weight"})
+        return order_hits(reached).rename({"score": "weight"})
 
     def _step(self, frontier: pl.DataFrame) -> pl.DataFrame:
         """Scores one hop from ``frontier`` (id, score): best ``score × weight`` per node."""
@@ -790,8 +790,8 @@ class TemporalBackend:
         hot_seconds: float = DEFAULT_HOT_SECONDS,
         warm_seconds: float = DEFAULT_WARM_SECONDS,
     ) -> None:
-        _positive_seconds(hot_seconds, "hot_seconds")
-        _positive_seconds(warm_seconds, "warm_seconds")
+        positive_seconds(hot_seconds, "hot_seconds")
+        positive_seconds(warm_seconds, "warm_seconds")
         if hot_seconds > warm_seconds:
             raise StrategyError(
                 f"hot_seconds ({hot_seconds}) must not exceed warm_seconds ({warm_seconds})"
@@ -867,7 +867,7 @@ class TemporalBackend:
             Hits (:data:`HITS_SCHEMA`) for the ids in a tier, best first.
         """
         scored = self.tiers(as_of).join(ids.select("id"), on="id", how="semi")
-        return _order_hits(
+        return order_hits(
             scored.select(
                 "id",
                 (-math.log(2.0) * pl.col("age_seconds") / self.warm_seconds).exp().alias("score"),
@@ -894,7 +894,7 @@ class Backends:
     --------
     >>> from cognoxium import CognitionFrame
     >>> frame = CognitionFrame([{"id": "a", "role": "user", "text": "hello there"}])
-    >>> from cognoxium.embeddings import EmbeddingCache
+    >>> from cognoxium.retrieval.embeddings import EmbeddingCache
     >>> backends = Backends.from_frame(
     ...     frame, vector="local_hash", embedding_cache=EmbeddingCache(persist=False))
     >>> backends.available

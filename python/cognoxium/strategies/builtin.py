@@ -37,9 +37,9 @@ from cognoxium.strategies.backends import (
     HITS_SCHEMA,
     Backends,
     ItemStore,
-    _empty_hits,
-    _order_hits,
-    _profile,
+    empty_hits,
+    order_hits,
+    resolve_profile,
 )
 from cognoxium.strategies.protocol import (
     RESOURCE_TYPES,
@@ -48,7 +48,7 @@ from cognoxium.strategies.protocol import (
     ContextStrategy,
     StrategyCapabilities,
 )
-from cognoxium.strategies.settings import _positive_int
+from cognoxium.strategies.settings import positive_int
 
 __all__ = [
     "BUILTIN_STRATEGIES",
@@ -83,9 +83,9 @@ def _best(*parts: pl.DataFrame) -> pl.DataFrame:
     """Merge hits, keeping each id's best score, ordered."""
     present = [p.select("id", "score") for p in parts if p.height]
     if not present:
-        return _empty_hits()
+        return empty_hits()
     merged = pl.concat(present).group_by("id").agg(pl.col("score").max())
-    return _order_hits(merged)
+    return order_hits(merged)
 
 
 def _text_hits(
@@ -96,7 +96,7 @@ def _text_hits(
     Empty without a text backend or with a blank search text.
     """
     if backends.text is None or not request.search_text.strip():
-        return _empty_hits()
+        return empty_hits()
     return _of_types(backends.text.search(request.search_text), backends.store, types)
 
 
@@ -108,7 +108,7 @@ def _vector_hits(
     Empty without a vector backend or with a blank query.
     """
     if backends.vector is None or not request.query.strip():
-        return _empty_hits()
+        return empty_hits()
     return _of_types(backends.vector.similarity_search(request.query), backends.store, types)
 
 
@@ -152,13 +152,13 @@ def fit_budget(
     """
     if budget <= 0 or hits.height == 0:
         return []
-    profile = _profile(request.profile)
+    profile = resolve_profile(request.profile)
     if "backend" not in hits.columns:
         hits = hits.with_columns(pl.lit(backend).alias("backend"))
     skip = list(exclude)
     if skip:
         hits = hits.filter(~pl.col("id").is_in(skip))
-    candidates = _order_hits(hits).join(
+    candidates = order_hits(hits).join(
         store.table.select("id", "text", "content_hash", "chat_role"),
         on="id",
         maintain_order="left",
@@ -382,11 +382,11 @@ class BreadthDepthNavigatorStrategy(_Builtin):
     )
 
     def __init__(self, *, seed_count: int = 5) -> None:
-        self.seed_count = _positive_int(seed_count, "seed_count")
+        self.seed_count = positive_int(seed_count, "seed_count")
 
     def _seeds(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
         if backends.graph is None:
-            return _empty_hits()
+            return empty_hits()
         focus = backends.graph.has(request.focus_nodes)
         if focus:
             return pl.DataFrame({"id": focus, "score": 1.0}, schema=HITS_SCHEMA)
@@ -411,7 +411,7 @@ class BreadthDepthNavigatorStrategy(_Builtin):
     ) -> pl.DataFrame:
         """The seeds and their neighbourhood, scored along their paths."""
         if backends.graph is None:
-            return _empty_hits()
+            return empty_hits()
         reached = backends.graph.traverse(self._seeds(request, backends), hops=request.breadth)
         return _of_types(reached.select("id", "score"), backends.store, self._types(request))
 
@@ -553,11 +553,11 @@ class TemporalArchaeologyStrategy(_Builtin):
     )
 
     def __init__(self, *, seed_count: int = 5) -> None:
-        self.seed_count = _positive_int(seed_count, "seed_count")
+        self.seed_count = positive_int(seed_count, "seed_count")
 
     def _cold(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
         if backends.temporal is None:
-            return _empty_hits().select("id")
+            return empty_hits().select("id")
         cold = backends.temporal.query_by_tier(["cold"], as_of=request.as_of).select("id")
         return _of_types(cold, backends.store, self._types(request))
 
@@ -575,16 +575,16 @@ class TemporalArchaeologyStrategy(_Builtin):
     ) -> pl.DataFrame:
         """Cold-tier seeds (backend ``temporal``) and their graph neighbourhood."""
         if backends.graph is None or backends.temporal is None:
-            return _empty_hits()
+            return empty_hits()
         cold = self._cold(request, backends)
         if cold.height == 0:
-            return _empty_hits()
+            return empty_hits()
         seeds = _normalised(_text_hits(request, backends).join(cold, on="id", how="semi"))
         if seeds.height == 0:
             seeds = _normalised(_vector_hits(request, backends).join(cold, on="id", how="semi"))
         if seeds.height == 0:
             seeds = backends.temporal.recency(cold, as_of=request.as_of)
-        seeds = _order_hits(seeds).head(self.seed_count)
+        seeds = order_hits(seeds).head(self.seed_count)
         reached = backends.graph.traverse(seeds, hops=request.breadth)
         return _of_types(
             reached.select(
@@ -644,11 +644,11 @@ class PlanDecisionContextStrategy(_Builtin):
         self, *, decision_kinds: Sequence[str] = ("decision",), seed_count: int = 5
     ) -> None:
         self.decision_kinds = tuple(decision_kinds)
-        self.seed_count = _positive_int(seed_count, "seed_count")
+        self.seed_count = positive_int(seed_count, "seed_count")
 
     def _decisions(self, request: ContextRequest, backends: Backends) -> pl.DataFrame:
         if backends.temporal is None:
-            return _empty_hits().select("id")
+            return empty_hits().select("id")
         store = backends.store
         tiers = backends.temporal.query_by_tier(["warm", "cold"], as_of=request.as_of)
         records = store.table.filter(pl.col("kind").is_in(list(self.decision_kinds))).select("id")
@@ -687,11 +687,11 @@ class PlanDecisionContextStrategy(_Builtin):
     ) -> pl.DataFrame:
         """Decision records of the plan hierarchy, nearest first, normalised."""
         if backends.temporal is None:
-            return _empty_hits()
+            return empty_hits()
         store = backends.store
         decisions = self._decisions(request, backends)
         if decisions.height == 0:
-            return _empty_hits()
+            return empty_hits()
         start = self._start(request, backends, plan_context)
         if start:
             plans = store.ancestors(start)

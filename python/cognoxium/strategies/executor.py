@@ -39,7 +39,7 @@ from cognoxium.strategies.protocol import (
     ContextStrategyResult,
     sort_fragments,
 )
-from cognoxium.strategies.settings import StrategySettings, _positive_int
+from cognoxium.strategies.settings import StrategySettings, positive_int
 
 __all__ = ["CircuitBreaker", "StrategyExecutor"]
 
@@ -86,7 +86,7 @@ class CircuitBreaker:
         recovery_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        _positive_int(threshold, "circuit_breaker_threshold")
+        positive_int(threshold, "circuit_breaker_threshold")
         if recovery_seconds is not None and not recovery_seconds >= 0:
             raise StrategyError(
                 f"recovery_seconds must be non-negative or None, got {recovery_seconds!r}"

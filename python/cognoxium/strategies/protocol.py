@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from cognoxium.exceptions import StrategyError
-from cognoxium.items import Role
-from cognoxium.tokens import TokenProfile
+from cognoxium.items.model import Role
+from cognoxium.tokens.profiles import TokenProfile
 
 if TYPE_CHECKING:
     from cognoxium.strategies.backends import Backends
@@ -178,7 +178,7 @@ class ContextRequest:
         the temporal backend's reference time.
     profile
         The token profile that counts fragment tokens: a name for
-        :func:`cognoxium.tokens.get_profile` or a :class:`TokenProfile`.
+        :func:`cognoxium.tokens.profiles.get_profile` or a :class:`TokenProfile`.
 
     Raises
     ------
@@ -241,14 +241,14 @@ class ContextFragment:
         The item's id.
     text
         The text packing renders for the item (see
-        :func:`cognoxium.ranking.packed_text_expr`).
+        :func:`cognoxium.retrieval.ranking.packed_text_expr`).
     relevance_score
         Relevance in ``[0, 1]`` for the built-in strategies (scores are
         normalised by the best hit of their backend); higher is better.
     tokens
         The item's cost under the request's token profile, in tokens: content
         plus the chat framing of its rendered role, as
-        :func:`cognoxium.packing.pack` counts it.
+        :func:`cognoxium.packing.packer.pack` counts it.
     strategy
         The name of the strategy that produced it.
     backend

@@ -42,13 +42,13 @@ DEFAULT_CIRCUIT_BREAKER_THRESHOLD = 3
 """Default number of consecutive failures after which a strategy's circuit opens."""
 
 
-def _positive_int(value: object, key: str) -> int:
+def positive_int(value: object, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise StrategyError(f"{key} must be a positive int, got {value!r}")
     return value
 
 
-def _positive_seconds(value: object, key: str) -> float:
+def positive_seconds(value: object, key: str) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -98,10 +98,10 @@ class StrategySettings:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _positive_seconds(self.timeout_seconds, "timeout_seconds")
-        _positive_int(self.max_fragments, "max_fragments")
-        _positive_int(self.max_workers, "max_workers")
-        _positive_int(self.circuit_breaker_threshold, "circuit_breaker_threshold")
+        positive_seconds(self.timeout_seconds, "timeout_seconds")
+        positive_int(self.max_fragments, "max_fragments")
+        positive_int(self.max_workers, "max_workers")
+        positive_int(self.circuit_breaker_threshold, "circuit_breaker_threshold")
         if not isinstance(self.enabled, bool):
             raise StrategyError(f"enabled must be true or false, got {self.enabled!r}")
 

@@ -1,0 +1,623 @@
+"""Batch packing: many pack requests over one store of context items.
+
+A batch is a list of :class:`Request` objects (read from JSONL with
+:func:`read_requests`) and a store (a frame of the canonical schema).
+:func:`run_batch` packs every request and writes two JSONL files, one line per
+request, in request order:
+
+``packs.jsonl``
+    ``{"budget", "ids", "request_id", "used_tokens"}``: the token budget, the
+    ids of the included items in pack (conversational) order and the tokens
+    the pack uses.
+``manifests.jsonl``
+    The pack manifest exactly as :meth:`~cognoxium.packing.packer.PackManifest.to_json`
+    writes it (canonical JSON: sorted keys, compact, UTF-8), with the request
+    id as its ``label``.
+
+Work is shared across requests: the scope of each distinct ``where`` clause
+is filtered once, and the ranking layer caches its BM25 index per scope, and
+token counts per content hash, so no item is tokenized twice in a batch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
+
+from cognoxium.engine.plan import polars_error_text
+from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.io import atomic_write
+from cognoxium.items.model import canonical_json
+from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever, derived_items
+from cognoxium.tokens.profiles import TokenProfile
+
+if TYPE_CHECKING:
+    from cognoxium.strategies import Backends
+
+__all__ = [
+    "RANK_METHODS",
+    "RETRIEVAL_RANKS",
+    "BatchStats",
+    "RankMethod",
+    "Request",
+    "read_requests",
+    "run_batch",
+]
+
+RankMethod = Literal[
+    "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
+]
+"""How :func:`run_batch` ranks a request's scope before packing."""
+
+RANK_METHODS: tuple[str, ...] = (
+    "hybrid-lineage",
+    "hybrid",
+    "embedding",
+    "bm25",
+    "strategies",
+    "recency",
+    "none",
+)
+"""The accepted values of :data:`RankMethod` (the first is the default)."""
+
+RETRIEVAL_RANKS: dict[str, tuple[str, ...]] = {
+    "hybrid-lineage": ("bm25", "embedding", "window", "lineage"),
+    "hybrid": ("bm25", "embedding"),
+    "embedding": ("embedding",),
+}
+"""The ranked lists fused by each retrieval rank method (see :mod:`cognoxium.retrieval.scope`)."""
+
+
+class Request(BaseModel):
+    """One pack request of a batch.
+
+    Parameters
+    ----------
+    id
+        The request's identity, unique within a batch; written as
+        ``request_id`` in the outputs.
+    budget
+        The token budget (an integer >= 0, in tokens).
+    query
+        Text to rank the scope by (BM25); ``None`` for no query.
+    where
+        A Polars SQL predicate over the item columns that selects the scope
+        (``metadata.<key>`` reaches a metadata field), for example
+        ``"metadata.topic = 'billing' AND role <> 'tool'"``; ``None`` for the
+        whole store.
+    as_of
+        The UTC time at which validity and expiry are evaluated; ``None`` to
+        use the batch's time. A timestamp must carry a timezone.
+    evidence
+        Evaluation data: the ids of the items that answer the request (for
+        evidence recall; see :func:`cognoxium.app.locomo.evaluate`). Empty by
+        default. Not used by packing.
+    labels
+        Evaluation data: a free-form JSON object (for example a question
+        category). Empty by default. Not used by packing.
+
+    Notes
+    -----
+    A request has exactly these fields: an unknown field (a typo such as
+    ``"qurey"``) is an error, so nothing is silently dropped; put other data
+    under ``labels``. A request is immutable.
+
+    Examples
+    --------
+    >>> r = Request.model_validate({"id": "r1", "budget": 512, "query": "refund",
+    ...                             "evidence": ["t3"], "labels": {"category": 4}})
+    >>> r.budget, r.where, r.evidence, r.labels
+    (512, None, ['t3'], {'category': 4})
+    >>> Request.model_validate({"id": "r2", "budget": 512, "qurey": "refund"})
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for Request
+    qurey
+      Extra inputs are not permitted ...
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    budget: StrictInt = Field(ge=0)
+    query: str | None = None
+    where: str | None = None
+    as_of: AwareDatetime | None = None
+    evidence: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    labels: dict[str, JsonValue] = Field(default_factory=dict)
+
+    _source: str | None = PrivateAttr(default=None)
+    _line: int | None = PrivateAttr(default=None)
+
+    @field_validator("as_of")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    @field_validator("where")
+    @classmethod
+    def _non_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank; omit it (or use null) for the whole store")
+        return value
+
+    def error(self, message: str, *, field: str | None = None) -> RecordError:
+        """Return a :class:`~cognoxium.exceptions.RecordError` about this request.
+
+        The error names the file and line the request was read from, when
+        known (see :func:`read_requests`), and the request id.
+        """
+        return RecordError(
+            f"request {self.id!r}: {message}", source=self._source, line=self._line, field=field
+        )
+
+
+def _located(request: Request, source: str, line: int) -> Request:
+    request._source = source
+    request._line = line
+    return request
+
+
+_FIELDS: tuple[str, ...] = tuple(Request.model_fields)
+
+
+def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
+    """The first problem of an invalid request line; an unknown field comes first.
+
+    An unknown field is reported before a missing one, because a misspelt
+    field (``"budjet"``) also leaves its real field missing.
+    """
+    errors = exc.errors()
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden" and e["loc"]]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        names = ", ".join(repr(name) for name in unknown)
+        return RecordError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {names}; {hint}a request has "
+            f"the fields {', '.join(_FIELDS)} (put other data under 'labels')",
+            source=source,
+            line=line,
+            field=unknown[0],
+        )
+    first = errors[0]
+    name = ".".join(str(part) for part in first["loc"]) or None
+    return RecordError(first["msg"], source=source, line=line, field=name)
+
+
+def read_requests(path: str | os.PathLike[str]) -> list[Request]:
+    r"""Read pack requests from a JSONL file, one JSON object per line.
+
+    Blank lines are skipped. Reading is all or nothing.
+
+    Parameters
+    ----------
+    path
+        The file.
+
+    Returns
+    -------
+    list of Request
+        In file order.
+
+    Raises
+    ------
+    RecordError
+        At the first bad line (invalid JSON, not an object, an unknown,
+        invalid or missing field, a duplicate id), naming the file, the
+        1-based line and the field.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "requests.jsonl"
+    >>> _ = p.write_text('{"id": "a", "budget": 64}\n{"id": "b", "budget": -1}\n')
+    >>> read_requests(p)
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: ...requests.jsonl:2: field budget: Input should be ...
+    >>> _ = p.write_text('{"id": "a", "budget": 64, "qurey": "refund"}\n')
+    >>> read_requests(p)
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: ...:1: field qurey: ...; did you mean 'query'? ...
+    """
+    source = str(path)
+    requests: list[Request] = []
+    seen: dict[str, int] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise RecordError(f"cannot read the requests file: {detail}", source=source) from None
+    # Split on newlines only: JSON text may hold U+2028 and other line breaks.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RecordError(
+                f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
+            ) from None
+        if not isinstance(record, dict):
+            raise RecordError("a request must be a JSON object", source=source, line=number)
+        try:
+            request = Request.model_validate(record)
+        except ValidationError as exc:
+            raise _invalid(exc, source, number) from None
+        if request.id in seen:
+            raise RecordError(
+                f"duplicate request id {request.id!r} (first on line {seen[request.id]})",
+                source=source,
+                line=number,
+                field="id",
+            )
+        seen[request.id] = number
+        requests.append(_located(request, source, number))
+    return requests
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """Throughput and latency of one :func:`run_batch` call.
+
+    Attributes
+    ----------
+    requests
+        Number of requests packed.
+    seconds
+        Wall time of the whole batch, in seconds (scopes, ranking, packing,
+        writing).
+    packs_per_s
+        ``requests / seconds``.
+    p50_ms, p95_ms
+        Median and 95th percentile of the per-pack latency, in milliseconds:
+        ranking, packing and serialising one request (linear interpolation
+        between order statistics; 0 for an empty batch).
+    latencies_ms
+        The per-pack latencies, in request order, in milliseconds.
+    """
+
+    requests: int
+    seconds: float
+    packs_per_s: float
+    p50_ms: float
+    p95_ms: float
+    latencies_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The summary figures (without ``latencies_ms``) as a dict."""
+        out = asdict(self)
+        del out["latencies_ms"]
+        return out
+
+
+def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, CognitionFrame]:
+    """Filter the store once per distinct ``where``; each scope is materialised once."""
+    scopes: dict[str | None, CognitionFrame] = {}
+    for request in requests:
+        if request.where in scopes:
+            continue
+        if request.where is None:
+            scopes[None] = CognitionFrame(store.collect())
+            continue
+        try:
+            scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
+        except PlanError as exc:
+            raise request.error(
+                f"invalid where clause {request.where!r}: {exc}", field="where"
+            ) from exc
+        except pl.exceptions.PolarsError as exc:
+            raise request.error(
+                f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
+            ) from exc
+    return scopes
+
+
+class _Retrievers:
+    """One :class:`~cognoxium.retrieval.scope.ScopeRetriever` per scope, built on first use."""
+
+    def __init__(self, store: CognitionFrame, settings: RetrievalSettings) -> None:
+        self._store = store
+        self._settings = settings
+        self._items: pl.DataFrame | None = None
+        self._built: dict[str | None, ScopeRetriever] = {}
+
+    def get(self, where: str | None, scope: CognitionFrame) -> ScopeRetriever:
+        retriever = self._built.get(where)
+        if retriever is None:
+            rows = scope.collect()
+            derived = links = None
+            if "lineage" in self._settings.lists:
+                if self._items is None:
+                    self._items = self._store.collect()
+                derived, links = derived_items(self._items, rows.get_column("id"))
+            retriever = ScopeRetriever(rows, self._settings, derived=derived, links=links)
+            self._built[where] = retriever
+        return retriever
+
+
+class _Assemblers:
+    """The context strategy registry's assembler, with backends built once per scope."""
+
+    def __init__(self, settings: RetrievalSettings, profile: str | TokenProfile) -> None:
+        from cognoxium.strategies import ContextAssembler
+
+        self._assembler = ContextAssembler()
+        self._model = settings.model
+        self._profile = profile
+        self._built: dict[str | None, tuple[Backends, pl.Series]] = {}
+
+    def scores(
+        self, where: str | None, scope: CognitionFrame, request: Request, as_of: datetime
+    ) -> npt.NDArray[np.float64]:
+        from cognoxium.retrieval.embeddings import default_cache
+        from cognoxium.strategies import Backends, ContextRequest, merge_fragments
+
+        built = self._built.get(where)
+        if built is None:
+            rows = scope.collect()
+            backends = Backends.from_frame(
+                rows, vector=self._model, embedding_cache=default_cache()
+            )
+            built = (backends, rows.get_column("id"))
+            self._built[where] = built
+        backends, ids = built
+        result = self._assembler.assemble(
+            ContextRequest(query=str(request.query), as_of=as_of, profile=self._profile),
+            backends,
+            request.budget,
+        )
+        relevance = {f.node: f.relevance_score for f in merge_fragments(result.fragments)}
+        # Assembled fragments first, by relevance; the rest of the scope after them.
+        scores = ids.replace_strict(relevance, default=-1.0, return_dtype=pl.Float64)
+        return scores.to_numpy().astype(np.float64)
+
+
+def _ranked(
+    scope: CognitionFrame,
+    request: Request,
+    rank: RankMethod,
+    retrievers: _Retrievers | None,
+    assemblers: _Assemblers | None,
+    as_of: datetime,
+) -> CognitionFrame:
+    has_query = request.query is not None and bool(request.query.strip())
+    if rank == "bm25" and has_query:
+        return scope.rank("bm25", query=request.query)
+    if rank == "recency":
+        return scope.rank("recency")
+    scores: npt.NDArray[np.float64] | None = None
+    if retrievers is not None and has_query:
+        scores = retrievers.get(request.where, scope).scores(str(request.query))
+    elif assemblers is not None and has_query:
+        scores = assemblers.scores(request.where, scope, request, as_of)
+    if scores is None:
+        return scope
+    return scope.with_columns(pl.lit(pl.Series("rank", scores, dtype=pl.Float64)))
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
+    """Give a callback that advances a rich progress bar, shown only on a terminal."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("packing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("packing", total=total)
+        yield lambda: bar.advance(task)
+
+
+def run_batch(
+    store: pl.DataFrame | CognitionFrame,
+    requests: Sequence[Request],
+    *,
+    out_dir: str | os.PathLike[str],
+    profile: str | TokenProfile = "cl100k_base",
+    rank: RankMethod = "hybrid-lineage",
+    as_of: datetime | None = None,
+    progress: bool = False,
+    retrieval: RetrievalSettings | None = None,
+) -> BatchStats:
+    """Pack every request over one store and write the packs and manifests.
+
+    For each request, in order: the scope is the store filtered by the
+    request's ``where`` (computed once per distinct clause); it is ranked by
+    ``rank``; then it is packed under the request's token budget (see
+    :func:`cognoxium.packing.packer.pack`).
+
+    ============== ===========================================================
+    rank           scores (requests without a query are not ranked, except
+                   by recency)
+    ============== ===========================================================
+    hybrid-lineage reciprocal rank fusion of BM25, embedding cosine, the
+                   cosine of each item with the item before it, and the best
+                   cosine of the store's items derived from it (observations,
+                   summaries: lineage expansion); see
+                   :class:`cognoxium.retrieval.scope.ScopeRetriever`
+    hybrid         reciprocal rank fusion of BM25 and embedding cosine
+    embedding      the order of embedding cosine (all-MiniLM-L6-v2 by
+                   default), as its reciprocal rank fusion score
+    bm25           Okapi BM25
+    strategies     the context strategy registry's default assembly
+                   (:class:`cognoxium.strategies.ContextAssembler`) under the
+                   request's budget: its fragments first, by relevance. Its
+                   executor's per-strategy timeouts (30 s) and circuit
+                   breakers apply, so a strategy that times out changes the
+                   ranking of later requests: byte-identical manifests hold
+                   only while no strategy times out.
+    recency        the ``created_at`` time
+    none           no ranking: the scope's order and priorities
+    ============== ===========================================================
+
+    Parameters
+    ----------
+    store
+        The items, a frame of the canonical schema.
+    requests
+        The requests, with unique ids.
+    out_dir
+        Directory for ``packs.jsonl`` and ``manifests.jsonl`` (created if
+        missing). Both files are written atomically: on any error neither is
+        replaced.
+    profile
+        Token profile name or object.
+    rank
+        One of :data:`RANK_METHODS` (table above).
+    as_of
+        UTC time at which expiry is evaluated for requests without their own
+        ``as_of``. ``None`` means the current time, read once for the whole
+        batch; give a fixed time for byte-identical manifests.
+    progress
+        Show a progress bar on standard error, when it is a terminal.
+    retrieval
+        Model, RRF constant and neighbour expansion of the retrieval rank
+        methods; its ``lists`` are replaced by the ones ``rank`` names.
+
+    Returns
+    -------
+    BatchStats
+        Throughput and per-pack latency.
+
+    Raises
+    ------
+    RecordError
+        If two requests share an id, or a request's ``where`` clause is not a
+        valid predicate over the items (including a ``metadata.<key>`` that
+        no item of the store has); the error names the request (and its file
+        and line, when read by :func:`read_requests`) and the field.
+    BudgetError
+        If a request's required items alone exceed its budget; the message
+        names the request and the items.
+    PlanError
+        If ``rank`` is not one of :data:`RANK_METHODS`.
+
+    Examples
+    --------
+    >>> import tempfile, json, pathlib
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> store = records_to_frame([
+    ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
+    ...      "created_at": "2025-01-01T00:00:00Z", "metadata": {"topic": "billing"}},
+    ...     {"id": "b", "role": "user", "text": "the app crashes",
+    ...      "created_at": "2025-01-02T00:00:00Z", "metadata": {"topic": "bugs"}}])
+    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> reqs = [Request(id="r1", budget=100, query="invoice",
+    ...                 where="metadata.topic = 'billing'")]
+    >>> stats = run_batch(store, reqs, out_dir=out, rank="bm25",
+    ...                   as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> stats.requests
+    1
+    >>> line = json.loads((out / "packs.jsonl").read_text())
+    >>> line["request_id"], line["ids"], line["budget"]
+    ('r1', ['a'], 100)
+    """
+    if rank not in RANK_METHODS:
+        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    seen: set[str] = set()
+    for request in requests:
+        if request.id in seen:
+            raise request.error("duplicate request id", field="id")
+        seen.add(request.id)
+    started = time.perf_counter()
+    default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
+    frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
+    scopes = _scopes(frame, requests)
+    retrievers = None
+    if rank in RETRIEVAL_RANKS:
+        base = retrieval if retrieval is not None else RetrievalSettings()
+        retrievers = _Retrievers(frame, replace(base, lists=RETRIEVAL_RANKS[rank]))
+    assemblers = None
+    if rank == "strategies":
+        assemblers = _Assemblers(retrieval or RetrievalSettings(), profile)
+    out = Path(out_dir)
+    latencies: list[float] = []
+    with (
+        atomic_write(out / "packs.jsonl") as packs_file,
+        atomic_write(out / "manifests.jsonl") as manifests_file,
+        _progress(len(requests), progress) as advance,
+    ):
+        for request in requests:
+            t0 = time.perf_counter()
+            when = request.as_of if request.as_of is not None else default_as_of
+            ranked = _ranked(scopes[request.where], request, rank, retrievers, assemblers, when)
+            try:
+                result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)
+            except BudgetError as exc:
+                raise BudgetError(
+                    f"request {request.id!r}: {exc}", costs=exc.costs, budget=exc.budget
+                ) from None
+            except (PackError, PlanError) as exc:
+                raise request.error(f"cannot pack: {exc}") from exc
+            except pl.exceptions.PolarsError as exc:
+                raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
+            manifest = result.manifest.to_json()
+            # to_json is canonical JSON on one line (json.dumps escapes newlines).
+            latencies.append((time.perf_counter() - t0) * 1000.0)
+            packs_file.write(
+                canonical_json(
+                    {
+                        "budget": result.budget,
+                        "ids": list(result.ids),
+                        "request_id": request.id,
+                        "used_tokens": result.used_tokens,
+                    }
+                )
+            )
+            packs_file.write("\n")
+            manifests_file.write(manifest)
+            manifests_file.write("\n")
+            advance()
+    seconds = time.perf_counter() - started
+    return BatchStats(
+        requests=len(requests),
+        seconds=seconds,
+        packs_per_s=len(requests) / seconds if seconds > 0 else 0.0,
+        p50_ms=_percentile(latencies, 50),
+        p95_ms=_percentile(latencies, 95),
+        latencies_ms=tuple(latencies),
+    )

@@ -1,0 +1,862 @@
+"""The ``cognoxium`` command line: batch packing and the LoCoMo evaluation.
+
+Commands
+--------
+``cognoxium pack ITEMS REQUESTS --out DIR``
+    Pack every request of a JSONL file over a store of items (see
+    :func:`cognoxium.app.batch.run_batch`).
+``cognoxium locomo PATH --out DIR``
+    Import LoCoMo, pack a context per question and budget and report evidence
+    recall (see :func:`cognoxium.app.locomo.run_locomo`).
+``cognoxium redact SOURCE TARGET``
+    Redact personal data and secrets in the items of SOURCE into TARGET.
+``cognoxium inspect MANIFESTS``
+    Summarise manifests: budget use, decisions, reasons, tokens by role,
+    tier and source (see :func:`cognoxium.packing.manifests.summarize_manifests`).
+
+``cognoxium --version``
+    Print the installed package version.
+
+Exit codes
+----------
+0
+    Success.
+1
+    Usage error: an unknown command or option, a bad option value, a missing
+    required argument or option.
+2
+    Bad input: a record, request or table is invalid (the message names the
+    file, the line and the field), or an input file is missing or cannot be
+    read, or an output cannot be written (the message names the path).
+3
+    Infeasible budget: a request's required items alone exceed its token
+    budget.
+
+Errors are printed to standard error as one message, without a traceback.
+
+Output
+------
+Every command takes ``--quiet`` (print nothing on success) and ``--json``
+(print one machine-readable JSON summary, canonical: sorted keys, compact, to
+standard output, and nothing else). Progress bars go to standard error, only
+when it is a terminal, and never with ``--quiet`` or ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from cognoxium.exceptions import BudgetError, CognoxiumError
+from cognoxium.items.model import canonical_json
+from cognoxium.tokens.profiles import PROFILE_NAMES
+
+if TYPE_CHECKING:
+    from cognoxium.retrieval.scope import RetrievalSettings
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "main"]
+
+EXIT_OK = 0
+"""Success."""
+EXIT_USAGE = 1
+"""Usage error (unknown option, bad option value, missing argument)."""
+EXIT_BAD_INPUT = 2
+"""Invalid input records or requests, or an input or output path that fails."""
+EXIT_BUDGET = 3
+"""A request's required items alone exceed its token budget."""
+
+
+def _usage_exit(exc: typer.TyperException) -> None:
+    # Typer's command-line errors (click's UsageError, BadParameter, ...) carry
+    # their exit code; click uses 2 for usage errors, this CLI uses 2 for bad input.
+    if hasattr(exc, "exit_code"):
+        exc.exit_code = EXIT_USAGE
+
+
+class _Group(TyperGroup):
+    """A command group whose usage errors exit with :data:`EXIT_USAGE` (click uses 2)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except typer.TyperException as exc:
+            _usage_exit(exc)
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.TyperException as exc:
+            _usage_exit(exc)
+            raise
+
+
+_EXIT_CODES_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget."
+"""The exit codes line of every command's help."""
+
+_Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Print nothing on success; errors still go to standard error."
+    ),
+]
+_Json = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON summary (sorted keys, compact) to standard output, and nothing else.",
+    ),
+]
+_Progress = Annotated[
+    bool,
+    typer.Option(
+        help="Show a progress bar on standard error (only on a terminal; never with --quiet "
+        "or --json)."
+    ),
+]
+
+
+def _epilog(*examples: str, note: str = "") -> str:
+    """A command's help epilog: its examples, an optional note, and the exit codes."""
+    lines = ["Examples:" if len(examples) > 1 else "Example:", *(f"  {e}" for e in examples)]
+    parts = ["\n\n".join(lines)]
+    if note:
+        parts.append(note)
+    parts.append(_EXIT_CODES_HELP)
+    return "\n\n".join(parts)
+
+
+def _report(summary: dict[str, Any], *, json_output: bool) -> None:
+    """Print the JSON summary when asked to (the one line on standard output)."""
+    if json_output:
+        typer.echo(canonical_json(summary))
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="cognoxium",
+    help="Cognoxium: pack LLM context under token budgets, with a manifest for every decision.",
+    epilog=(
+        "Examples:\n\n"
+        "  cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
+        "--out out/sample --as-of 2026-01-01T00:00:00Z\n\n"
+        "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
+        "--budgets 1024,2048\n\n"
+        "  cognoxium inspect out/sample/manifests.jsonl --items examples/sample/items.jsonl\n\n"
+        f"Every command takes --quiet and --json. {_EXIT_CODES_HELP}"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class Rank(StrEnum):
+    """Ranking methods of the command line (see :func:`cognoxium.app.batch.run_batch`)."""
+
+    HYBRID_LINEAGE = "hybrid-lineage"
+    HYBRID = "hybrid"
+    EMBEDDING = "embedding"
+    BM25 = "bm25"
+    STRATEGIES = "strategies"
+    RECENCY = "recency"
+    NONE = "none"
+
+
+_RANK_HELP = (
+    "How to rank each scope by its query: hybrid-lineage (reciprocal rank fusion of BM25, "
+    "embedding cosine, the cosine of each item read with the one before it, and the best "
+    "cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
+    "strategies (the context strategy registry's assembly), recency, or none."
+)
+_Model = Annotated[
+    str,
+    typer.Option(help="Embedding model of the retrieval ranks: minilm or local_hash."),
+]
+_Neighbours = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="Neighbour expansion of the retrieval ranks: each item also scores this share "
+        "of its adjacent items' scores (0 turns it off).",
+    ),
+]
+
+
+def _retrieval(model: str, neighbours: float) -> RetrievalSettings:
+    from cognoxium.retrieval.embeddings import EMBEDDER_NAMES
+    from cognoxium.retrieval.scope import RetrievalSettings
+
+    if model not in EMBEDDER_NAMES:
+        raise typer.BadParameter(
+            f"unknown model {model!r}; use one of {list(EMBEDDER_NAMES)}", param_hint="--model"
+        )
+    return RetrievalSettings(model=model, neighbours=neighbours)
+
+
+def _profile(value: str) -> str:
+    if value not in PROFILE_NAMES:
+        raise typer.BadParameter(
+            f"unknown token profile {value!r}; use one of {list(PROFILE_NAMES)}"
+        )
+    return value
+
+
+def _as_of(value: str) -> datetime:
+    if value.strip().lower() == "now":
+        return datetime.now(UTC)
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"not an ISO 8601 time: {value!r}; use for example 2026-01-01T00:00:00Z, or now"
+        ) from None
+    if parsed.tzinfo is None:
+        raise typer.BadParameter(
+            f"{value!r} has no timezone; add one, for example 2026-01-01T00:00:00Z"
+        )
+    return parsed.astimezone(UTC)
+
+
+_WHOLE = re.compile(r"[0-9]+")
+
+
+def _budgets(value: str) -> list[int]:
+    """Parse ``--budgets``: comma-separated whole numbers of tokens, each once."""
+    budgets: list[int] = []
+    usage = "give comma-separated whole numbers of tokens, such as 512,1024,2048"
+    for position, raw in enumerate(value.split(","), start=1):
+        entry = raw.strip()
+        where = f"entry {position} of {value!r}"
+        if not entry:
+            raise typer.BadParameter(f"{where} is empty; {usage}")
+        if entry.startswith("-") and _WHOLE.fullmatch(entry[1:]):
+            raise typer.BadParameter(f"budget {entry!r} ({where}) is negative; {usage}")
+        if not _WHOLE.fullmatch(entry):
+            raise typer.BadParameter(
+                f"budget {entry!r} ({where}) is not a whole number of tokens; {usage}"
+            )
+        budget = int(entry)
+        if budget in budgets:
+            raise typer.BadParameter(
+                f"budget {entry!r} ({where}) repeats entry {budgets.index(budget) + 1}; "
+                "give each budget once"
+            )
+        budgets.append(budget)
+    return budgets
+
+
+def _fail(exc: CognoxiumError, code: int) -> NoReturn:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+def _fail_io(
+    exc: OSError | UnicodeDecodeError, action: Literal["read", "write"], default: Path
+) -> NoReturn:
+    """Report a failed read or write as bad input, naming the path (``default`` if unknown)."""
+    if isinstance(exc, UnicodeDecodeError):
+        typer.echo(f"error: cannot read {default}: not UTF-8 text ({exc.reason})", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    path = Path(exc.filename) if exc.filename is not None else default
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    hint = ""
+    if action == "write" and isinstance(exc, FileExistsError | NotADirectoryError):
+        hint = "; --out must be a directory (or a path where one can be made), not a file"
+    typer.echo(f"error: cannot {action} {path}: {reason}{hint}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _package_version() -> str:
+    try:
+        return version("cognoxium")
+    except PackageNotFoundError:
+        return "unknown (the package is not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cognoxium {_package_version()}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the installed version and exit.",
+            callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Options that come before the command."""
+
+
+def _readable_file(path: Path | None) -> Path | None:
+    """Check an input file before any work: one that cannot be read is bad input (exit 2)."""
+    if path is None:  # an optional file that was not given
+        return None
+    if path.is_dir():
+        reason = "is a directory, not a file"
+    elif not path.exists():
+        reason = "no such file"
+    elif not os.access(path, os.R_OK):
+        reason = "permission denied"
+    else:
+        return path
+    typer.echo(f"error: cannot read {path}: {reason}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+_EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
+
+
+@app.command(
+    "pack",
+    epilog=_epilog(
+        "cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
+        "--out out/sample --as-of 2026-01-01T00:00:00Z",
+        "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
+        note='Each request is a JSON object per line: {"id", "budget", "query", "where", '
+        '"as_of", "evidence", "labels"}; where is a Polars SQL predicate over the item '
+        "columns, and metadata.<key> reaches a metadata field. --json prints "
+        '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
+    ),
+)
+def pack_command(
+    items: Annotated[
+        Path, typer.Argument(help="Items: a .jsonl or .parquet file.", **_EXISTING_FILE)
+    ],
+    requests: Annotated[
+        Path,
+        typer.Argument(help="Requests: a .jsonl file, one request per line.", **_EXISTING_FILE),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="Output directory for packs.jsonl and manifests.jsonl."),
+    ],
+    profile: Annotated[
+        str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
+    ] = "cl100k_base",
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    model: _Model = "minilm",
+    neighbours: _Neighbours = 0.0,
+    as_of: Annotated[
+        str,
+        typer.Option(
+            "--as-of",
+            help=(
+                "UTC time at which expiry is evaluated for requests without their own as_of: "
+                "an ISO 8601 time with a timezone, or 'now' (the default). Give a fixed time "
+                "for byte-identical manifests."
+            ),
+        ),
+    ] = "now",
+    progress: _Progress = True,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Pack every request of REQUESTS over the items of ITEMS.
+
+    Writes DIR/packs.jsonl (request_id, included ids in order, used_tokens,
+    budget) and DIR/manifests.jsonl (one canonical manifest per request).
+    A request's own as_of wins over --as-of.
+    """
+    from cognoxium.app.batch import read_requests, run_batch
+    from cognoxium.items.io import read_items
+
+    when = _as_of(as_of)
+    retrieval = _retrieval(model, neighbours)
+    try:
+        store = read_items(items)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", items)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    try:
+        batch = read_requests(requests)
+        stats = run_batch(
+            store,
+            batch,
+            out_dir=out,
+            profile=profile,
+            rank=rank.value,
+            as_of=when,
+            progress=progress and not (quiet or json_output),
+            retrieval=retrieval,
+        )
+    except OSError as exc:
+        _fail_io(exc, "write", out)
+    except BudgetError as exc:
+        _fail(exc, EXIT_BUDGET)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    files = {"packs": str(out / "packs.jsonl"), "manifests": str(out / "manifests.jsonl")}
+    _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
+    if quiet or json_output:
+        return
+    typer.echo(
+        f"{stats.requests} requests in {stats.seconds:.2f} s: "
+        f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
+    )
+    typer.echo(f"wrote {files['packs']} and {files['manifests']}")
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _comparison_table(report: dict[str, Any]) -> Table:
+    """Recall 1-4 of the run's rank method and the compared ones, overall and per split."""
+    table = Table(
+        title="Rank methods compared (recall 1-4)",
+        caption=(
+            "tuning = conversations the default settings were chosen on "
+            f"({', '.join(report['settings']['tuning_conversations']) or 'none'}); "
+            "held out = the others."
+        ),
+        caption_justify="left",
+    )
+    for header in ("rank", "budget", "all", "tuning", "held out"):
+        table.add_column(header, justify="left" if header == "rank" else "right")
+    runs = {report["settings"]["rank"]: report, **report["compare"]}
+    for method, run in runs.items():
+        for budget, figures in sorted(run["budgets"].items(), key=lambda kv: int(kv[0])):
+            splits = [
+                run["splits"][name]["budgets"].get(budget, {}).get("recall_answerable")
+                for name in ("tuning", "held_out")
+            ]
+            table.add_row(method, budget, _fmt(figures["recall_answerable"]), *map(_fmt, splits))
+    return table
+
+
+def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
+    """The overall figures and the per-category recall, one row per budget."""
+    from cognoxium.app.locomo import CATEGORY_NAMES
+
+    rows = sorted(report["budgets"].items(), key=lambda kv: int(kv[0]))
+    overall = Table(
+        title="LoCoMo evidence recall (mean per question)",
+        caption=(
+            "recall 1-4 = mean per-question evidence recall (share of a question's evidence "
+            "turns that are packed) over categories 1-4; recall all = the same over all "
+            "categories; all found 1-4 = share of questions of categories 1-4 whose evidence "
+            "is all packed; tokens = mean tokens used per pack; packs/s = packs per second "
+            "of packing. Questions without valid evidence are excluded."
+        ),
+        caption_justify="left",
+    )
+    for header in ("budget", "recall 1-4", "recall all", "all found 1-4", "tokens", "packs/s"):
+        overall.add_column(header, justify="right")
+    for budget, row in rows:
+        overall.add_row(
+            budget,
+            _fmt(row["recall_answerable"]),
+            _fmt(row["recall_all"]),
+            _fmt(row["hit_rate_answerable"]),
+            _fmt(row.get("mean_used_tokens"), ".0f"),
+            _fmt(row.get("packs_per_s"), ".1f"),
+        )
+    per_category = Table(
+        title="Recall per question category",
+        caption=(
+            "Mean per-question evidence recall of each LoCoMo question category "
+            "(5 adversarial: questions the conversation does not answer); - = no question."
+        ),
+        caption_justify="left",
+    )
+    per_category.add_column("budget", justify="right")
+    for category, name in CATEGORY_NAMES.items():
+        per_category.add_column(f"{category} {name}", justify="right")
+    for budget, row in rows:
+        per = row["per_category"]
+        per_category.add_row(
+            budget, *[_fmt(per.get(str(c), {}).get("recall")) for c in CATEGORY_NAMES]
+        )
+    return overall, per_category
+
+
+@app.command(
+    "locomo",
+    epilog=_epilog(
+        "cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
+        "--budgets 512,1024,2048,4096 --rank bm25",
+        "cognoxium locomo locomo7.json --out out/recency --rank recency --json > report.json",
+        note='--json prints {"command", "files", "report"}, report being DIR/report.json.',
+    ),
+)
+def locomo_command(
+    path: Annotated[Path, typer.Argument(help="The LoCoMo JSON file.", **_EXISTING_FILE)],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output directory: items.parquet, requests.jsonl, packs.jsonl, "
+            "manifests.jsonl, report.json.",
+        ),
+    ],
+    budgets: Annotated[
+        str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
+    ] = "512,1024,2048,4096",
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    compare: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated rank methods to run on the same questions in the same run "
+            "for the report's comparison (files in DIR/compare/<method>/); '' for none.",
+        ),
+    ] = "bm25,recency",
+    model: _Model = "minilm",
+    neighbours: _Neighbours = 0.0,
+    profile: Annotated[
+        str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
+    ] = "cl100k_base",
+    progress: _Progress = True,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Pack a context for every LoCoMo question at each budget and report evidence recall.
+
+    Each question's scope is the dialog turns of its conversation, ranked by
+    the question; its as_of is the conversation's latest turn time, so runs
+    are deterministic.
+    """
+    from cognoxium.app.locomo import run_locomo
+
+    # The callback has already turned the text into a list of budgets.
+    chosen: list[int] = budgets  # type: ignore[assignment]
+    retrieval = _retrieval(model, neighbours)
+    try:
+        others = [Rank(name.strip()).value for name in compare.split(",") if name.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"{compare!r} is not a list of {[r.value for r in Rank]}", param_hint="--compare"
+        ) from None
+    try:
+        report = run_locomo(
+            path,
+            out,
+            chosen,
+            rank=rank.value,
+            profile=profile,
+            progress=progress and not (quiet or json_output),
+            compare=others,  # type: ignore[arg-type]
+            retrieval=retrieval,
+        )
+    except OSError as exc:
+        reading = exc.filename is not None and Path(exc.filename) == path
+        _fail_io(exc, "read" if reading else "write", path if reading else out)
+    except BudgetError as exc:
+        _fail(exc, EXIT_BUDGET)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    names = ("items.parquet", "requests.jsonl", "packs.jsonl", "manifests.jsonl", "report.json")
+    files = {name.split(".")[0]: str(out / name) for name in names}
+    _report({"command": "locomo", "files": files, "report": report}, json_output=json_output)
+    if quiet or json_output:
+        return
+    console = Console(highlight=False)
+    for table in _report_tables(report):
+        console.print(table)
+    console.print(_comparison_table(report))
+    imported = report["import"]
+    batch = report["batch"]
+    console.print(
+        f"{imported['questions']} questions x {len(chosen)} budgets = {batch['requests']} packs "
+        f"in {batch['seconds']:.1f} s ({batch['packs_per_s']:.1f} packs/s, "
+        f"p50 {batch['p50_ms']:.2f} ms, p95 {batch['p95_ms']:.2f} ms); "
+        f"{imported.get('questions_without_evidence', 0)} questions without valid evidence "
+        f"excluded; evidence ids dropped: {imported.get('question_evidence_malformed', 0)} "
+        f"malformed, {imported.get('question_evidence_missing', 0)} naming no turn"
+    )
+    console.print(f"wrote {out / 'report.json'}")
+
+
+class Style(StrEnum):
+    """Redaction styles offered by ``cognoxium redact``."""
+
+    PLACEHOLDER = "placeholder"
+    MASK = "mask"
+    HASH = "hash"
+
+
+@app.command(
+    "redact",
+    epilog=_epilog(
+        "cognoxium redact items.jsonl redacted.parquet --types EMAIL,PHONE",
+        "COGNOXIUM_REDACT_KEY=... cognoxium redact items.jsonl out.jsonl --style hash --json",
+        note='--json prints {"command", "items", "redacted_items", "redactions", "files"}.',
+    ),
+)
+def redact_command(
+    source: Annotated[
+        Path, typer.Argument(help="Items: a .jsonl or .parquet file.", **_EXISTING_FILE)
+    ],
+    target: Annotated[
+        Path, typer.Argument(help="Where to write the redacted items: .jsonl or .parquet.")
+    ],
+    style: Annotated[Style, typer.Option(help="How a value is replaced.")] = Style.PLACEHOLDER,
+    types: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated recogniser types (default: all), e.g. EMAIL,PHONE."),
+    ] = None,
+    key_env: Annotated[
+        str,
+        typer.Option(help="Environment variable holding the HMAC key of the hash style."),
+    ] = "COGNOXIUM_REDACT_KEY",
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Redact PII and secrets in the Text and Json payloads of SOURCE into TARGET.
+
+    Changed items get a new content hash and a redact lineage edge to their
+    previous content. Prints the redactions by type. TARGET is written
+    atomically, in the format its suffix names.
+    """
+    import os
+
+    from cognoxium.frame.frame import CognitionFrame
+    from cognoxium.items.io import read_items, write_jsonl, write_parquet
+    from cognoxium.items.schema import COLUMNS
+
+    writers = {".jsonl": write_jsonl, ".ndjson": write_jsonl, ".parquet": write_parquet}
+    writer = writers.get(target.suffix.lower())
+    if writer is None:
+        typer.echo(f"error: {target}: unsupported file type; use .jsonl or .parquet", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    kinds = None if types is None else [t.strip() for t in types.split(",") if t.strip()]
+    key = os.environ.get(key_env) if style is Style.HASH else None
+    try:
+        frame = CognitionFrame(read_items(source)).redact(style=style.value, key=key, types=kinds)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", source)
+    except CognoxiumError as exc:
+        if style is Style.HASH and key is None:
+            typer.echo(f"error: the hash style needs a key in ${key_env}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        _fail(exc, EXIT_BAD_INPUT)
+    redacted = frame.collect()
+    try:
+        writer(redacted.select(COLUMNS), target)
+    except OSError as exc:
+        _fail_io(exc, "write", target)
+    totals: dict[str, int] = {}
+    for text in redacted.get_column("redactions").to_list():
+        for kind, count in json.loads(text).items():
+            totals[kind] = totals.get(kind, 0) + count
+    changed = int(redacted.get_column("redacted_from").is_not_null().sum())
+    summary = {
+        "command": "redact",
+        "items": redacted.height,
+        "redacted_items": changed,
+        "redactions": dict(sorted(totals.items())),
+        "files": {"target": str(target)},
+    }
+    _report(summary, json_output=json_output)
+    if quiet or json_output:
+        return
+    table = Table(title=f"{changed} of {redacted.height} items redacted")
+    table.add_column("type")
+    table.add_column("redactions", justify="right")
+    for kind, count in sorted(totals.items()):
+        table.add_row(kind, str(count))
+    Console(highlight=False).print(table)
+    typer.echo(f"wrote {target}")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit: int) -> Table:
+    """Items, included items and included tokens per group, most tokens first."""
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1]["included_tokens"], kv[0]))
+    total = sum(g["included_tokens"] for g in groups.values())
+    shown = ranked[:limit]
+    caption = None
+    if len(ranked) > limit:
+        rest = ranked[limit:]
+        caption = (
+            f"{len(rest)} more {key}s with {sum(g['included_tokens'] for _, g in rest)} included "
+            "tokens not shown (--json lists all)"
+        )
+    table = Table(title=title, caption=caption, caption_justify="left")
+    table.add_column(key, overflow="fold")
+    for header in ("items", "included", "included tokens", "share of tokens"):
+        table.add_column(header, justify="right")
+    for name, group in shown:
+        table.add_row(
+            name,
+            str(group["items"]),
+            str(group["included"]),
+            str(group["included_tokens"]),
+            _percent(group["included_tokens"] / total if total else None),
+        )
+    return table
+
+
+def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
+    """The tables of ``cognoxium inspect``: budget use, reasons, tokens by role, tier, source."""
+    budget, items = summary["budget"], summary["items"]
+    use = Table(title=f"Budget use over {summary['manifests']} manifests", show_header=False)
+    use.add_column("figure")
+    use.add_column("value", justify="right")
+    fraction = budget["used_fraction"]
+    for name, value in (
+        ("token profiles", ", ".join(summary["profiles"]) or "-"),
+        ("used / budget tokens", f"{budget['used_tokens']} / {budget['budget_tokens']}"),
+        ("utilization", _percent(budget["utilization"])),
+        (
+            "used per manifest (min / mean / max)",
+            "-"
+            if fraction is None
+            else " / ".join(_percent(fraction[k]) for k in ("min", "mean", "max")),
+        ),
+        ("remaining tokens", str(budget["remaining_tokens"])),
+        ("reply priming tokens", str(budget["pack_overhead_tokens"])),
+        ("entries (included / excluded)", f"{items['included']} / {items['excluded']}"),
+        ("tokenized / never counted", f"{items['counted']} / {items['not_counted']}"),
+        ("duplicate merges", str(summary["merges"])),
+    ):
+        use.add_row(name, value)
+    reasons = Table(title="Decisions and reasons")
+    reasons.add_column("decision")
+    reasons.add_column("reason")
+    reasons.add_column("entries", justify="right")
+    from cognoxium.packing.packer import Reason
+
+    included = {Reason.REQUIRED.value, Reason.SELECTED.value}
+    for reason, count in sorted(
+        summary["reasons"].items(), key=lambda kv: (kv[0] not in included, -kv[1], kv[0])
+    ):
+        reasons.add_row("included" if reason in included else "excluded", reason, str(count))
+    tables = [use, reasons]
+    tables.append(_group_table("Tokens by role", "role", summary["by_role"], limit))
+    tables.append(_group_table("Tokens by retention tier", "tier", summary["by_tier"], limit))
+    if summary["by_source"] is not None:
+        tables.append(_group_table("Tokens by source", "source", summary["by_source"], limit))
+    extra = [("redactions", summary["redactions"]), ("policy outcomes", summary["policy_outcomes"])]
+    for title, counts in extra:
+        if counts:
+            table = Table(title=title.capitalize())
+            table.add_column("type" if title == "redactions" else "action")
+            table.add_column("count", justify="right")
+            for name, count in counts.items():
+                table.add_row(name, str(count))
+            tables.append(table)
+    per = summary["per_manifest"]
+    if len(per) > 1:
+        caption = (
+            f"{len(per) - limit} more manifests not shown (--json lists all)"
+            if len(per) > limit
+            else None
+        )
+        table = Table(title="Per manifest", caption=caption, caption_justify="left")
+        table.add_column("label")
+        for header in ("budget", "used", "remaining", "included", "excluded"):
+            table.add_column(header, justify="right")
+        for row in per[:limit]:
+            table.add_row(
+                "-" if row["label"] is None else row["label"],
+                *(
+                    str(row[k])
+                    for k in ("budget", "used_tokens", "remaining_tokens", "included", "excluded")
+                ),
+            )
+        tables.append(table)
+    return tables
+
+
+@app.command(
+    "inspect",
+    epilog=_epilog(
+        "cognoxium inspect out/sample/manifests.jsonl",
+        "cognoxium inspect out/sample/manifests.jsonl --items examples/sample/items.jsonl",
+        "cognoxium inspect manifest.json --json",
+        note="MANIFESTS is a manifests.jsonl written by cognoxium pack or cognoxium locomo "
+        "(one manifest per line), or one manifest saved as JSON. Tokens by source need "
+        "--items, since manifest entries name items, not their sources. --json prints "
+        "the summary: command, file, manifests, profiles, budget, items, decisions, "
+        "reasons, by_role, by_tier, by_source, redactions, policy_outcomes, merges and "
+        "per_manifest.",
+    ),
+)
+def inspect_command(
+    manifests: Annotated[
+        Path,
+        typer.Argument(
+            help="Manifests: a .jsonl file (one per line) or one .json manifest.", **_EXISTING_FILE
+        ),
+    ],
+    items: Annotated[
+        Path | None,
+        typer.Option(
+            help="The items the manifests were packed from (.jsonl or .parquet), to count "
+            "tokens by source.",
+            **_EXISTING_FILE,
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(min=1, help="Rows shown per table (sources, per-manifest); --json lists all."),
+    ] = 20,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Summarise pack manifests: budget use, decisions, reasons, tokens by role, tier, source.
+
+    Reads every manifest of MANIFESTS and prints tables of the token budget
+    used (used/budget tokens, totals), the count of entries per decision and
+    reason, and the items and included tokens per role, retention tier and
+    (with --items) source. With --quiet it only checks that the file is valid.
+    """
+    from cognoxium.packing.manifests import read_manifests, summarize_manifests
+
+    try:
+        read = read_manifests(manifests)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", manifests)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    store = None
+    if items is not None:
+        from cognoxium.items.io import read_items
+
+        try:
+            store = read_items(items)
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail_io(exc, "read", items)
+        except CognoxiumError as exc:
+            _fail(exc, EXIT_BAD_INPUT)
+    summary = summarize_manifests(read, items=store)
+    _report({"command": "inspect", "file": str(manifests), **summary}, json_output=json_output)
+    if quiet or json_output:
+        return
+    console = Console(highlight=False)
+    for table in _inspect_tables(summary, limit):
+        console.print(table)
+
+
+def main() -> None:
+    """Run the ``cognoxium`` command line (the console-script entry point)."""
+    app(prog_name="cognoxium")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

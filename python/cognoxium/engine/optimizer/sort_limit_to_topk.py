@@ -1,0 +1,39 @@
+"""Rule: a limit without offset over a sort becomes a top-k."""
+
+from __future__ import annotations
+
+from cognoxium.engine.plan import Limit, Node, Sort, TopK, rewrite
+
+__all__ = ["sort_limit_to_topk"]
+
+
+def _to_topk(node: Node) -> Node:
+    if not isinstance(node, Limit) or node.offset != 0 or not isinstance(node.input, Sort):
+        return node
+    sort = node.input
+    return TopK(
+        input=sort.input,
+        by=sort.by,
+        descending=sort.descending,
+        nulls_last=sort.nulls_last,
+        k=node.n,
+    )
+
+
+def sort_limit_to_topk(plan: Node) -> Node:
+    """Replace ``Limit(Sort(x, keys), n, offset=0)`` with ``TopK(x, keys, k=n)``.
+
+    TopK keeps the sort's stability, so the rows and their order are the
+    same. Returns ``plan`` itself when nothing changed.
+
+    Examples
+    --------
+    >>> import polars as pl
+    >>> from cognoxium.engine.plan import Expression, Scan, Source, format_plan
+    >>> scan = Scan(source=Source(pl.DataFrame({"a": [1, 2, 3]})))
+    >>> sort = Sort(input=scan, by=(Expression.of("a"),), descending=(True,), nulls_last=(False,))
+    >>> print(format_plan(sort_limit_to_topk(Limit(input=sort, n=2))))
+    TopK 2 by col("a") desc
+      Scan 3 rows; 1 columns
+    """
+    return rewrite(plan, _to_topk)

@@ -1,0 +1,1081 @@
+"""Logical plan nodes of a :class:`~cognoxium.frame.frame.CognitionFrame`.
+
+A plan is a tree of immutable nodes. Every node is a frozen, slotted,
+keyword-only dataclass holding only hashable values, so plans compare and hash
+structurally: two frames built by the same calls have equal plans. Polars
+expressions are held in :class:`Expression`, which compares by the
+expression's serialized form.
+
+Every node checks itself when it is built: it resolves its output schema by
+lowering itself over empty frames of its inputs' schemas, so a bad plan (an
+unknown column, a non-boolean predicate, a negative limit) raises
+:class:`~cognoxium.exceptions.PlanError` at the call that made it, not at
+``collect()``.
+
+Barrier nodes (``barrier = True``) are never crossed by an optimizer rule:
+nothing is moved from one side of them to the other. Redact, quarantine and
+demote are barriers. Filters additionally never cross :class:`Rank`,
+:class:`Dedupe`, :class:`Limit` or :class:`TopK`, because each of those
+depends on which rows reach it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import polars as pl
+from typing_extensions import override
+
+from cognoxium.exceptions import PlanError
+
+if TYPE_CHECKING:
+    from cognoxium.governance.redaction import Recogniser, RecogniserSet
+
+__all__ = [
+    "JOIN_HOWS",
+    "RANK_METHODS",
+    "Dedupe",
+    "Demote",
+    "Expression",
+    "Filter",
+    "Join",
+    "Limit",
+    "Node",
+    "Quarantine",
+    "Rank",
+    "Redact",
+    "Scan",
+    "Select",
+    "Sort",
+    "Source",
+    "TopK",
+    "WithColumns",
+    "format_plan",
+    "polars_error_text",
+    "rewrite",
+    "walk",
+]
+
+JOIN_HOWS: Final = ("inner", "left", "full", "semi", "anti")
+"""Join strategies a :class:`Join` accepts."""
+
+RANK_METHODS: Final = ("bm25", "embedding", "hybrid", "recency", "priority")
+"""Scorers a :class:`Rank` accepts."""
+
+_RANK_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "bm25": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
+    "embedding": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
+    "hybrid": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash", "id"),
+    "recency": ("created_at",),
+    "priority": ("priority",),
+}
+
+
+# ---------------------------------------------------------------------------
+# expressions
+
+# Function nodes of a serialized expression that map each row to one value
+# computed from that row alone. Anything not listed counts as not elementwise,
+# which only ever makes the optimizer more careful.
+_ELEMENTWISE_FUNCTIONS: Final = frozenset(
+    {
+        "Abs",
+        "AsStruct",
+        "Ceil",
+        "Clip",
+        "Coalesce",
+        "Exp",
+        "FillNull",
+        "Floor",
+        "Log",
+        "Log1p",
+        "MaxHorizontal",
+        "MeanHorizontal",
+        "MinHorizontal",
+        "Negate",
+        "Round",
+        "RoundSF",
+        "Sign",
+        "SumHorizontal",
+        "Boolean.AllHorizontal",
+        "Boolean.AnyHorizontal",
+        "Boolean.IsBetween",
+        "Boolean.IsFinite",
+        "Boolean.IsIn",
+        "Boolean.IsInfinite",
+        "Boolean.IsNan",
+        "Boolean.IsNotNan",
+        "Boolean.IsNotNull",
+        "Boolean.IsNull",
+        "Boolean.Not",
+    }
+)
+_NAMESPACES: Final = frozenset(
+    {
+        "Boolean",
+        "Sql",
+        "StringExpr",
+        "TemporalExpr",
+        "StructExpr",
+        "ListExpr",
+        "Pow",
+        "Trigonometry",
+    }
+)
+_ELEMENTWISE_NAMESPACES: Final = frozenset(
+    {"StringExpr", "TemporalExpr", "StructExpr", "ListExpr", "Pow", "Trigonometry"}
+)
+_NOT_ELEMENTWISE: Final = frozenset(
+    {
+        "StringExpr.ConcatVertical",  # str.join aggregates
+        "StringExpr.Strptime",  # may infer its format from the data
+        "StringExpr.ToDecimal",  # infers its scale from the data
+        "StructExpr.SelectFields",  # several outputs
+    }
+)
+
+
+def _function_id(function: Any) -> str:
+    if isinstance(function, str):
+        return function
+    if isinstance(function, dict) and len(function) == 1:
+        ((name, body),) = function.items()
+        if name in _NAMESPACES:
+            if isinstance(body, str):
+                return f"{name}.{body}"
+            if isinstance(body, dict) and len(body) == 1:
+                return f"{name}.{next(iter(body))}"
+            return f"{name}.?"
+        return str(name)
+    return "?"
+
+
+def _is_literal(node: Any) -> bool:
+    return isinstance(node, dict) and set(node) == {"Literal"}
+
+
+def _is_elementwise(node: Any) -> bool:
+    """Whether a serialized expression maps each row to a value of that row alone."""
+    if not isinstance(node, dict) or len(node) != 1:
+        return False  # "Len", "Element" and other bare nodes
+    ((kind, body),) = node.items()
+    if kind == "Column":
+        return True
+    if kind == "Literal":
+        return isinstance(body, dict) and set(body) <= {"Dyn", "Scalar"}
+    if kind == "Alias":
+        return _is_elementwise(body[0])
+    if kind == "KeepName":
+        return _is_elementwise(body)
+    if kind in ("RenameAlias", "Cast"):
+        return _is_elementwise(body["expr"])
+    if kind == "BinaryExpr":
+        return _is_elementwise(body["left"]) and _is_elementwise(body["right"])
+    if kind == "Ternary":
+        return all(_is_elementwise(body[k]) for k in ("predicate", "truthy", "falsy"))
+    if kind == "Eval":
+        # list.eval runs inside each row's list
+        return body.get("variant") == "List" and _is_elementwise(body["expr"])
+    if kind == "Function":
+        fid = _function_id(body["function"])
+        inputs = body["input"]
+        if fid in ("Boolean.IsIn", "Sql.IsIn"):
+            return _is_elementwise(inputs[0]) and all(
+                _is_literal(i) or _is_elementwise(i) for i in inputs[1:]
+            )
+        namespace = fid.partition(".")[0]
+        known = fid in _ELEMENTWISE_FUNCTIONS or (
+            namespace in _ELEMENTWISE_NAMESPACES and fid not in _NOT_ELEMENTWISE
+        )
+        return known and all(_is_elementwise(i) for i in inputs)
+    return False
+
+
+def _struct_access(node: Any, column: str, fields: list[str]) -> bool:
+    """Whether a serialized expression applies a struct operation to ``column`` directly.
+
+    Appends the field names it reads by name (``struct.field``) to ``fields``.
+    """
+    if isinstance(node, list):
+        children: list[Any] = node
+    elif isinstance(node, dict):
+        children = list(node.values())
+    else:
+        return False
+    used = False
+    for child in children:  # every child, not just up to the first use: fields are collected
+        used = _struct_access(child, column, fields) or used
+    if not isinstance(node, dict):
+        return used
+    function = node.get("Function")
+    if isinstance(function, dict) and function.get("input", [None])[:1] == [{"Column": column}]:
+        op = function.get("function")
+        if isinstance(op, dict) and "StructExpr" in op:
+            used = True
+            body = op["StructExpr"]
+            name = body.get("FieldByName") if isinstance(body, dict) else None
+            if isinstance(name, str) and name not in fields:
+                fields.append(name)
+    struct_eval = node.get("StructEval")
+    if isinstance(struct_eval, dict) and struct_eval.get("expr") == {"Column": column}:
+        used = True
+    return used
+
+
+def _has_key(node: Any, key: str) -> bool:
+    if isinstance(node, dict):
+        return key in node or any(_has_key(v, key) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_key(v, key) for v in node)
+    return False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Expression:
+    """A Polars expression held so that plan nodes stay hashable and comparable.
+
+    Two expressions are equal when their serialized forms are equal (the
+    same tree, literals and names). An expression that cannot be serialized
+    (one calling a Python function) is equal only to itself.
+
+    Attributes
+    ----------
+    expr
+        The Polars expression.
+    key
+        The serialized form (JSON text), or the ``id`` of ``expr`` when it
+        cannot be serialized.
+    columns
+        The input columns it reads (``expr.meta.root_names()``).
+    elementwise
+        Whether every output row depends on the same input row only (no
+        aggregation, window, sort, shift or Python function). Decided
+        conservatively: ``False`` when unsure.
+    exact_columns
+        Whether ``columns`` is known to be everything it reads (no selector
+        such as ``pl.all()``).
+
+    Examples
+    --------
+    >>> a = Expression.of(pl.col("priority") > 1)
+    >>> a == Expression.of(pl.col("priority") > 1), a.columns, a.elementwise
+    (True, ('priority',), True)
+    >>> Expression.of(pl.col("priority") > pl.col("priority").mean()).elementwise
+    False
+    """
+
+    expr: pl.Expr
+    key: str | int
+    columns: tuple[str, ...]
+    elementwise: bool
+    exact_columns: bool
+
+    @classmethod
+    def of(cls, value: pl.Expr | str) -> Expression:
+        """Wrap a Polars expression, or a column name.
+
+        Raises
+        ------
+        PlanError
+            If ``value`` is neither.
+        """
+        if isinstance(value, str):
+            value = pl.col(value)
+        if not isinstance(value, pl.Expr):
+            raise PlanError(f"expected a Polars expression or a column name, got {value!r}")
+        try:
+            columns = tuple(value.meta.root_names())
+        except pl.exceptions.PolarsError:
+            columns = ()
+        try:
+            text = value.meta.serialize(format="json")
+        except (pl.exceptions.PolarsError, TypeError, ValueError):
+            return cls(value, id(value), columns, False, False)
+        assert isinstance(text, str)
+        tree = json.loads(text)
+        if _has_key(tree, "AnonymousFunction"):
+            # A Python function serializes only where cloudpickle is installed;
+            # either way it stays opaque: equal only to itself, reads unknown.
+            return cls(value, id(value), columns, False, False)
+        return cls(
+            value,
+            text,
+            columns,
+            _is_elementwise(tree),
+            not _has_key(tree, "Selector"),
+        )
+
+    def conjuncts(self) -> tuple[Expression, ...]:
+        """The operands of a top-level chain of ``&`` (SQL ``AND``), in order.
+
+        Returns ``(self,)`` when the expression is not such a chain.
+
+        Examples
+        --------
+        >>> e = Expression.of((pl.col("a") > 1) & (pl.col("b") == "x") & pl.col("c"))
+        >>> [str(p) for p in e.conjuncts()]
+        ['[(col("a")) > (dyn int: 1)]', '[(col("b")) == ("x")]', 'col("c")']
+        """
+        if not isinstance(self.key, str):
+            return (self,)
+        parts: list[Any] = []
+
+        def split(node: Any) -> None:
+            body = node.get("BinaryExpr") if isinstance(node, dict) and len(node) == 1 else None
+            if isinstance(body, dict) and body.get("op") == "And":
+                split(body["left"])
+                split(body["right"])
+            else:
+                parts.append(node)
+
+        split(json.loads(self.key))
+        if len(parts) == 1:
+            return (self,)
+        return tuple(
+            Expression.of(pl.Expr.deserialize(io.StringIO(json.dumps(part)), format="json"))
+            for part in parts
+        )
+
+    @staticmethod
+    def all_of(parts: Sequence[Expression]) -> Expression:
+        """The ``&`` of one or more expressions, left to right.
+
+        Raises
+        ------
+        PlanError
+            If ``parts`` is empty.
+        """
+        if not parts:
+            raise PlanError("all_of needs at least one expression")
+        if len(parts) == 1:
+            return parts[0]
+        return Expression.of(reduce(lambda a, b: a & b, (p.expr for p in parts)))
+
+    def struct_fields(self, column: str) -> tuple[str, ...] | None:
+        """How this expression reads ``column`` as a struct.
+
+        Returns
+        -------
+        tuple of str or None
+            ``None`` when no struct operation (``struct.field``,
+            ``struct.unnest``, ...) is applied to ``column`` itself;
+            otherwise the fields read by name, in first-seen order (empty
+            for operations that name no field). Also ``None`` for an
+            expression that cannot be serialized.
+
+        Examples
+        --------
+        >>> meta = pl.col("metadata").struct
+        >>> Expression.of(meta.field("topic") == "x").struct_fields("metadata")
+        ('topic',)
+        >>> Expression.of(meta.unnest()).struct_fields("metadata")
+        ()
+        >>> Expression.of(pl.col("text") == "x").struct_fields("metadata") is None
+        True
+        """
+        if not isinstance(self.key, str):
+            return None
+        fields: list[str] = []
+        return tuple(fields) if _struct_access(json.loads(self.key), column, fields) else None
+
+    def is_column(self, name: str) -> bool:
+        """Whether this is exactly ``pl.col(name)``, unaliased."""
+        return self.key == Expression.of(pl.col(name)).key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Expression) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return str(self.expr)
+
+    def __repr__(self) -> str:
+        return f"Expression({self.expr})"
+
+
+def _exprs(values: tuple[Expression, ...]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+# ---------------------------------------------------------------------------
+# nodes
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Source:
+    """An in-memory table scanned by :class:`Scan`; equal only to itself.
+
+    Attributes
+    ----------
+    frame
+        The rows, usually in the canonical item schema.
+    cache
+        Facts derived from ``frame`` (for example the inferred metadata struct
+        type), computed once.
+    """
+
+    frame: pl.DataFrame
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        return f"Source({self.frame.height} rows × {self.frame.width} columns)"
+
+
+# Where Polars' own message ends and its dump of the plan and context begins.
+_POLARS_TRAILERS: Final = (
+    "Resolved plan until failure:",
+    "This error occurred with the following context stack:",
+    "Error originated just after this operation:",
+)
+
+
+def polars_error_text(exc: BaseException) -> str:
+    """Polars' own message of ``exc`` on one line: its type and text, without the plan dump.
+
+    Examples
+    --------
+    >>> try:
+    ...     pl.LazyFrame({"a": [1]}).filter(pl.col("a")).collect()
+    ... except pl.exceptions.PolarsError as exc:
+    ...     print(polars_error_text(exc))
+    InvalidOperationError: filter predicate must be of type `Boolean`, got `Int64`
+    """
+    text = str(exc)
+    for trailer in _POLARS_TRAILERS:
+        text = text.split(trailer, 1)[0]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {' '.join(lines)}" if lines else type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """Base of every plan node: children, output schema and self-checks.
+
+    Attributes
+    ----------
+    schema
+        The output columns and their types, resolved when the node is built.
+    barrier
+        Class attribute: no optimizer rule moves a node across this one.
+    child_fields
+        Class attribute: the names of the fields holding child nodes.
+    """
+
+    barrier: ClassVar[bool] = False
+    child_fields: ClassVar[tuple[str, ...]] = ("input",)
+    schema: pl.Schema = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        self._check()
+        object.__setattr__(self, "schema", self._resolve_schema())
+
+    def _check(self) -> None:
+        """Raise PlanError for arguments that no schema resolution would catch."""
+
+    def _resolve_schema(self) -> pl.Schema:
+        from cognoxium.engine.lowering import lower_node
+
+        inputs = [pl.LazyFrame(schema=child.schema) for child in self.children]
+        try:
+            for probe in self._probes(inputs):
+                probe.collect_schema()
+            return lower_node(self, inputs).collect_schema()
+        except pl.exceptions.PolarsError as exc:
+            raise PlanError(
+                f"{type(self).__name__}: {polars_error_text(exc)}{self._metadata_hint()}"
+            ) from exc
+
+    def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
+        """Extra queries whose schema must resolve, for checks lowering alone would defer."""
+        return ()
+
+    def _expressions(self) -> Iterator[Expression]:
+        """The expressions this node holds, in field order."""
+        for f in fields(self):
+            value = getattr(self, f.name, None)
+            values = value if isinstance(value, tuple) else (value,)
+            yield from (v for v in values if isinstance(v, Expression))
+
+    def _metadata_hint(self) -> str:
+        """A hint for expressions that read the JSON text column ``metadata`` as a struct."""
+        if not self.children or self.children[0].schema.get("metadata") != pl.String():
+            return ""
+        if getattr(self, "metadata_dtype", None) is not None:
+            return ""  # a SQL filter decodes metadata to a struct itself
+        names: list[str] = []
+        used = False
+        for expr in self._expressions():
+            access = expr.struct_fields("metadata")
+            if access is not None:
+                used = True
+                names.extend(access)
+        if not used:
+            return ""
+        key = names[0] if names else "<key>"
+        sql = (
+            f", or filter with a SQL predicate such as \"metadata.{key} = '...'\""
+            if isinstance(self, Filter)
+            else ""
+        )
+        return (
+            "; hint: metadata is a JSON string column, not a struct: read a key with "
+            f'pl.col("metadata").str.json_path_match("$.{key}") (a string, or null){sql}'
+        )
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        """The child nodes, in ``child_fields`` order."""
+        return tuple(getattr(self, name) for name in self.child_fields)
+
+    def with_children(self, children: Sequence[Node]) -> Node:
+        """Return this node over ``children``; the same object if they are the same."""
+        if len(children) != len(self.child_fields):
+            raise PlanError(f"{type(self).__name__} takes {len(self.child_fields)} children")
+        if all(new is old for new, old in zip(children, self.children, strict=True)):
+            return self
+        changes: dict[str, Any] = dict(zip(self.child_fields, children, strict=True))
+        return replace(self, **changes)
+
+    def label(self) -> str:
+        """One line describing this node (without its children)."""
+        return type(self).__name__
+
+    def _require(self, columns: Sequence[str], what: str) -> None:
+        schema = self.children[0].schema
+        missing = [c for c in columns if c not in schema]
+        if missing:
+            raise PlanError(
+                f"{type(self).__name__}: {what} needs columns {missing}, "
+                f"which the input does not have (it has {schema.names()})"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan(Node):
+    """Read the rows of an in-memory table, in their stored order.
+
+    ``columns`` (set only by the optimizer, which keeps the table's order)
+    narrows the output to those columns, in that order. Nulls and ties: rows are passed
+    through unchanged.
+    """
+
+    child_fields = ()
+    source: Source
+    columns: tuple[str, ...] | None = None
+
+    def _check(self) -> None:
+        if not isinstance(self.source, Source):
+            raise PlanError(f"Scan needs a Source, got {type(self.source).__name__}")
+        if self.columns is not None:
+            names = self.source.frame.columns
+            if not self.columns or len(set(self.columns)) != len(self.columns):
+                raise PlanError("Scan columns must be distinct and not empty")
+            missing = [c for c in self.columns if c not in names]
+            if missing:
+                raise PlanError(f"Scan: unknown columns {missing}")
+
+    @override
+    def label(self) -> str:
+        frame = self.source.frame
+        cols = (
+            f"{frame.width} columns"
+            if self.columns is None
+            else "columns [" + ", ".join(self.columns) + "]"
+        )
+        return f"Scan {frame.height} rows; {cols}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Filter(Node):
+    """Keep the rows where ``predicate`` is true, in input order.
+
+    A null predicate value drops the row (SQL semantics). With
+    ``metadata_dtype`` set (SQL predicates naming ``metadata.<key>``), the
+    ``metadata`` JSON text is decoded to that struct type while the predicate
+    runs, so ``metadata.<key>`` reaches the object's fields; the output keeps
+    the JSON text.
+    """
+
+    input: Node
+    predicate: Expression
+    metadata_dtype: pl.DataType | None = None
+
+    @override
+    def label(self) -> str:
+        decode = " (metadata as struct)" if self.metadata_dtype is not None else ""
+        return f"Filter {self.predicate}{decode}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Select(Node):
+    """Evaluate ``exprs`` over the input and keep only their outputs.
+
+    Row order follows the expressions (column selections keep input order);
+    nulls pass through the expressions as Polars defines.
+    """
+
+    input: Node
+    exprs: tuple[Expression, ...]
+
+    def _check(self) -> None:
+        if not self.exprs:
+            raise PlanError("select needs at least one expression")
+
+    @override
+    def label(self) -> str:
+        return f"Select {_exprs(self.exprs)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WithColumns(Node):
+    """Add or replace columns computed by ``exprs``; other columns and row order are kept."""
+
+    input: Node
+    exprs: tuple[Expression, ...]
+
+    def _check(self) -> None:
+        if not self.exprs:
+            raise PlanError("with_columns needs at least one expression")
+
+    @override
+    def label(self) -> str:
+        return f"WithColumns {_exprs(self.exprs)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join(Node):
+    """Join ``input`` (left) with ``other`` (right) on equal ``on`` columns.
+
+    Output order is left order, then right order for rows of one left row.
+    Right columns whose names clash with left ones get the suffix
+    ``_right``. Null keys never match.
+    """
+
+    child_fields = ("input", "other")
+    input: Node
+    other: Node
+    on: tuple[str, ...]
+    how: str = "inner"
+
+    def _check(self) -> None:
+        if self.how not in JOIN_HOWS:
+            raise PlanError(f"unknown join strategy {self.how!r}; use one of {list(JOIN_HOWS)}")
+        if not self.on:
+            raise PlanError("join needs at least one key column in 'on'")
+
+    @override
+    def label(self) -> str:
+        return f"Join {self.how} on [{', '.join(self.on)}]"
+
+
+def _check_keys(node: Sort | TopK) -> None:
+    if not node.by:
+        raise PlanError(f"{type(node).__name__} needs at least one key")
+    if not len(node.by) == len(node.descending) == len(node.nulls_last):
+        raise PlanError(
+            f"{type(node).__name__}: 'descending' and 'nulls_last' need one value per key "
+            f"({len(node.by)} keys)"
+        )
+
+
+def _key_probe(node: Sort | TopK, lf: pl.LazyFrame) -> pl.LazyFrame:
+    # Polars resolves a sort's schema without typing its keys: type them here,
+    # so a bad key fails when the node is built, not at collect().
+    return lf.select([e.expr.alias(f"__key{i}") for i, e in enumerate(node.by)])
+
+
+def _keys(node: Sort | TopK) -> str:
+    parts = []
+    for key, desc, nulls_last in zip(node.by, node.descending, node.nulls_last, strict=True):
+        parts.append(f"{key} {'desc' if desc else 'asc'}{' nulls last' if nulls_last else ''}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sort(Node):
+    """Sort rows by ``by`` (then by later keys); stable: ties keep input order.
+
+    Nulls sort first unless ``nulls_last`` is set for that key.
+    """
+
+    input: Node
+    by: tuple[Expression, ...]
+    descending: tuple[bool, ...]
+    nulls_last: tuple[bool, ...]
+
+    def _check(self) -> None:
+        _check_keys(self)
+
+    def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
+        return (_key_probe(self, inputs[0]),)
+
+    @override
+    def label(self) -> str:
+        return f"Sort by {_keys(self)}"
+
+
+def _check_count(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{name} must be a non-negative whole number, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limit(Node):
+    """Keep ``n`` rows starting at row ``offset`` (0-based), in input order."""
+
+    input: Node
+    n: int
+    offset: int = 0
+
+    def _check(self) -> None:
+        _check_count(self.n, "limit n")
+        _check_count(self.offset, "limit offset")
+
+    @override
+    def label(self) -> str:
+        return f"Limit {self.n}" + (f" offset {self.offset}" if self.offset else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopK(Node):
+    """The first ``k`` rows of a stable :class:`Sort` by the same keys (made by the optimizer).
+
+    Same order, null and tie behaviour as ``Limit(Sort(...), k)``: ties keep
+    input order, nulls first unless ``nulls_last``.
+    """
+
+    input: Node
+    by: tuple[Expression, ...]
+    descending: tuple[bool, ...]
+    nulls_last: tuple[bool, ...]
+    k: int
+
+    def _check(self) -> None:
+        _check_keys(self)
+        _check_count(self.k, "top-k k")
+
+    def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
+        return (_key_probe(self, inputs[0]),)
+
+    @override
+    def label(self) -> str:
+        return f"TopK {self.k} by {_keys(self)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dedupe(Node):
+    """Keep one row per distinct ``by`` value, at its first occurrence's position.
+
+    Without ``merge`` the first occurrence is kept as it is. With ``merge``
+    (the default) the row is the group's representative (best rank, then
+    smallest id; nulls rank last) absorbing its duplicates conservatively and
+    independently of their order: the least trust, the highest sensitivity,
+    the strongest retention, the earliest ``expires_at``, the latest
+    ``valid_from``, the highest priority, the best rank, and the sorted union
+    of ``sources`` and ``parents``. It also writes ``merged_ids`` (the other
+    members' ids, sorted; empty for a row without duplicates) and
+    ``merge_conflicts`` (canonical JSON ``{key: {id: value}}`` of metadata keys
+    on which the members differ, or null). Null keys count as equal.
+
+    With ``normalize`` (any of ``whitespace``: runs collapsed to one space and
+    ends trimmed; ``case``: lower-cased; ``nfc``: Unicode NFC), items are
+    duplicates when their payload kind and normalised packed text are equal;
+    each keeps its own content, and the representative's is the one kept.
+
+    With ``threshold`` (near-duplicates), items of one payload kind whose
+    (normalised) packed texts have an estimated Jaccard similarity of 5-byte
+    shingles of at least ``threshold`` are linked (MinHash with LSH banding,
+    see :mod:`cognoxium.retrieval.near_duplicates`), and each connected component of
+    linked items is one group. Empty texts are never near-duplicates.
+    """
+
+    input: Node
+    by: tuple[str, ...] = ("content_hash",)
+    merge: bool = True
+    normalize: tuple[str, ...] = ()
+    threshold: float | None = None
+
+    def _check(self) -> None:
+        if not self.by:
+            raise PlanError("dedupe needs at least one key column")
+        self._require(self.by, "dedupe")
+        unknown = [n for n in self.normalize if n not in NORMALIZATIONS]
+        if unknown:
+            raise PlanError(f"unknown normalisation {unknown}; use any of {list(NORMALIZATIONS)}")
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, int | float)
+            or not 0.0 < self.threshold <= 1.0
+        ):
+            raise PlanError(f"a near-duplicate threshold must be in (0, 1], got {self.threshold!r}")
+        if self.normalize or self.threshold is not None:
+            if self.by != ("content_hash",):
+                raise PlanError("normalize and threshold compare text: they take no 'by' columns")
+            self._require(_RANK_COLUMNS["bm25"], "dedupe(normalize=..., threshold=...)")
+        if self.merge:
+            self._require(("id",), "dedupe(merge=True)")
+
+    @override
+    def label(self) -> str:
+        key = (
+            f"normalized text ({', '.join(self.normalize)})"
+            if self.normalize
+            else "packed text"
+            if self.threshold is not None
+            else (", ".join(self.by))
+        )
+        if self.threshold is not None:
+            key += f" jaccard>={self.threshold:g}"
+        return f"Dedupe by [{key}]" + (" merge" if self.merge else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rank(Node):
+    """Write a ``rank`` column (float64, higher is better) scoring every row; order is kept.
+
+    ``bm25`` scores the packed text of each row against ``query`` with BM25
+    over exactly the rows reaching this node (0.0 when no term matches).
+    ``embedding`` is the cosine similarity of each row's packed text with
+    ``query`` under the embedder ``model`` (0.0 for empty text).
+    ``hybrid`` is reciprocal rank fusion (k = 60) of the ``bm25`` and
+    ``embedding`` orders over the rows reaching this node, each order
+    breaking score ties by id, then position. ``recency`` is exponential
+    decay with ``half_life`` seconds from ``reference`` (default: the latest
+    ``created_at`` among the rows), or epoch seconds without a half-life.
+    ``priority`` is the priority as a float. Ties are left as ties; a null
+    input gives a null rank.
+    """
+
+    input: Node
+    method: str
+    query: str | None = None
+    half_life: float | None = None
+    reference: datetime | None = None
+    model: str | None = None
+
+    def _check(self) -> None:
+        if self.method not in RANK_METHODS:
+            raise PlanError(f"unknown rank method {self.method!r}; use one of {list(RANK_METHODS)}")
+        if self.method in ("bm25", "embedding", "hybrid"):
+            if not isinstance(self.query, str) or not self.query.strip():
+                raise PlanError(f"rank({self.method!r}) needs a non-empty query")
+        elif self.query is not None:
+            raise PlanError(f"rank({self.method!r}) takes no query")
+        if self.method in ("embedding", "hybrid"):
+            from cognoxium.retrieval.embeddings import EMBEDDER_NAMES
+
+            if self.model not in EMBEDDER_NAMES:
+                raise PlanError(
+                    f"rank({self.method!r}): unknown model {self.model!r}; "
+                    f"use one of {list(EMBEDDER_NAMES)}"
+                )
+        elif self.model is not None:
+            raise PlanError(f"rank({self.method!r}) takes no model")
+        if self.method != "recency" and (self.half_life is not None or self.reference is not None):
+            raise PlanError(f"rank({self.method!r}) takes no half_life or reference")
+        if self.half_life is not None and (
+            isinstance(self.half_life, bool)
+            or not isinstance(self.half_life, int | float)
+            or not math.isfinite(self.half_life)
+            or self.half_life <= 0
+        ):
+            raise PlanError(f"half_life must be positive seconds, got {self.half_life!r}")
+        if self.reference is not None:
+            if not isinstance(self.reference, datetime) or self.reference.utcoffset() is None:
+                raise PlanError(
+                    f"reference must be a timezone-aware datetime, got {self.reference!r}"
+                )
+            object.__setattr__(self, "reference", self.reference.astimezone(UTC))
+        self._require(_RANK_COLUMNS[self.method], f"rank({self.method!r})")
+
+    @override
+    def label(self) -> str:
+        parts = [self.method]
+        if self.query is not None:
+            parts.append(f"query={self.query!r}")
+        if self.model is not None:
+            parts.append(f"model={self.model}")
+        if self.half_life is not None:
+            parts.append(f"half_life={self.half_life:g}s")
+        if self.reference is not None:
+            parts.append(f"reference={self.reference.isoformat()}")
+        return "Rank " + " ".join(parts)
+
+
+_RETENTIONS: Final = ("required", "preferred", "optional")
+
+NORMALIZATIONS: Final = ("whitespace", "case", "nfc")
+"""Text normalisations :class:`Dedupe` can apply before comparing packed text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quarantine(Node):
+    """Hold matching rows out of every pack; rows, order and other columns are kept.
+
+    Sets ``quarantine_reason`` (String) to ``reason`` on rows where
+    ``predicate`` holds and no earlier quarantine gave a reason (the first
+    reason is kept); a null predicate value counts as false. With
+    ``metadata_dtype`` set (SQL predicates naming ``metadata.<key>``), the
+    predicate reads ``metadata`` decoded to that struct type. Without a
+    predicate, the default detector
+    (:func:`cognoxium.governance.injection.detect_injection`) flags untrusted rows whose
+    packed text carries instruction-injection signs, and the reason is
+    ``"<reason>: <signs>"``. A barrier: no optimizer rule moves a node across it.
+    """
+
+    barrier = True
+    input: Node
+    predicate: Expression | None = None
+    reason: str = "quarantined"
+    metadata_dtype: pl.DataType | None = None
+
+    def _check(self) -> None:
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise PlanError(f"quarantine reason must be non-empty text, got {self.reason!r}")
+        if self.predicate is None:
+            self._require(("trust", *_RANK_COLUMNS["bm25"][:-1]), "the default detector")
+
+    @override
+    def label(self) -> str:
+        what = "default detector" if self.predicate is None else str(self.predicate)
+        return f"Quarantine {what} reason={self.reason!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Redact(Node):
+    """Replace recognised sensitive values in Text and Json payloads; rows and order kept.
+
+    See :func:`cognoxium.governance.redaction.redact_frame`: changed rows get the new
+    content hash and a ``redact`` lineage edge to their previous content;
+    ``redactions`` counts redactions by type (canonical JSON) and
+    ``redacted_from`` holds the previous hash. ``recognisers`` (built-in
+    recognisers and recogniser sets, in tie-break order) is ``None`` for the
+    built-in ones. The key of the ``hash`` style is never shown. A barrier:
+    no optimizer rule moves a node across it.
+    """
+
+    barrier = True
+    input: Node
+    style: str = "placeholder"
+    key: bytes | None = field(default=None, repr=False)
+    types: tuple[str, ...] | None = None
+    recognisers: tuple[Recogniser | RecogniserSet, ...] | None = None
+
+    def _check(self) -> None:
+        from cognoxium.governance.redaction import redact_text
+
+        redact_text(
+            "",
+            style=self.style,  # type: ignore[arg-type]
+            key=self.key,
+            types=self.types,
+            recognisers=self.recognisers,
+        )
+        self._require(("id", "payload_kind", "text", "json", "content_hash"), "redact")
+
+    @override
+    def label(self) -> str:
+        from cognoxium.governance.redaction import Recogniser
+
+        types = "all types" if self.types is None else ", ".join(self.types)
+        if self.recognisers is None:
+            return f"Redact {types} style={self.style}"
+        names = dict.fromkeys(
+            r.name if isinstance(r, Recogniser) else r.label for r in self.recognisers
+        )
+        return f"Redact {types} style={self.style} recognisers={'; '.join(names)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demote(Node):
+    """Weaken the retention and lower the priority of rows where ``predicate`` holds.
+
+    A matching row's retention becomes the weaker of its own and
+    ``retention`` (``required`` < ``preferred`` < ``optional``), never
+    stronger; its priority changes by ``priority_delta`` (<= 0). Other rows,
+    the row order and a null predicate value (false) are unchanged. A barrier.
+    """
+
+    barrier = True
+    input: Node
+    predicate: Expression
+    retention: str | None = None
+    priority_delta: int = 0
+    metadata_dtype: pl.DataType | None = None
+
+    def _check(self) -> None:
+        if self.retention is not None and self.retention not in _RETENTIONS:
+            raise PlanError(f"unknown retention {self.retention!r}; use one of {list(_RETENTIONS)}")
+        if isinstance(self.priority_delta, bool) or not isinstance(self.priority_delta, int):
+            raise PlanError(f"priority_delta must be an int, got {self.priority_delta!r}")
+        if self.priority_delta > 0:
+            raise PlanError(
+                f"demote lowers priority: priority_delta must be <= 0, got {self.priority_delta}"
+            )
+        if self.retention is None and self.priority_delta == 0:
+            raise PlanError("demote needs a retention or a negative priority_delta")
+        self._require(("retention", "priority"), "demote")
+
+    @override
+    def label(self) -> str:
+        parts = [str(self.predicate)]
+        if self.retention is not None:
+            parts.append(f"retention={self.retention}")
+        if self.priority_delta:
+            parts.append(f"priority_delta={self.priority_delta}")
+        return "Demote " + " ".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# traversal
+
+
+def walk(plan: Node) -> Iterator[Node]:
+    """Yield every node of ``plan``, parents before children (pre-order)."""
+    yield plan
+    for child in plan.children:
+        yield from walk(child)
+
+
+def rewrite(plan: Node, rule: Callable[[Node], Node]) -> Node:
+    """Apply a local rewrite bottom-up, again wherever it changes something.
+
+    ``rule`` maps one node (whose children are already rewritten) to a
+    replacement, or returns it unchanged. The result is ``plan`` itself when
+    no node changed.
+    """
+    node = plan.with_children([rewrite(child, rule) for child in plan.children])
+    out = rule(node)
+    return node if out is node else rewrite(out, rule)
+
+
+def format_plan(plan: Node) -> str:
+    """Render ``plan`` as an indented tree, one node per line, root first.
+
+    Examples
+    --------
+    >>> src = Scan(source=Source(pl.DataFrame({"a": [3, 1, 2]})))
+    >>> print(format_plan(Limit(input=Filter(input=src, predicate=Expression.of(pl.col("a") > 1)),
+    ...                         n=1)))
+    Limit 1
+      Filter [(col("a")) > (dyn int: 1)]
+        Scan 3 rows; 1 columns
+    """
+    lines: list[str] = []
+
+    def visit(node: Node, depth: int) -> None:
+        lines.append("  " * depth + node.label())
+        for child in node.children:
+            visit(child, depth + 1)
+
+    visit(plan, 0)
+    return "\n".join(lines)

@@ -1,0 +1,40 @@
+"""Chat and framework formats.
+
+OpenAI messages, LangChain and LlamaIndex objects, manifests and lineage as Arrow.
+"""
+
+from cognoxium.formats.interop import (
+    EXTRAS,
+    from_langchain_documents,
+    from_langchain_messages,
+    from_llamaindex_nodes,
+    lineage_to_arrow,
+    lineage_to_polars,
+    manifests_to_polars,
+    to_langchain_messages,
+)
+from cognoxium.formats.openai import (
+    CHAT_EPOCH,
+    MESSAGE_ROLES,
+    from_openai_messages,
+    openai_messages_to_items,
+    read_openai_jsonl,
+    to_openai_messages,
+)
+
+__all__ = [
+    "CHAT_EPOCH",
+    "EXTRAS",
+    "MESSAGE_ROLES",
+    "from_langchain_documents",
+    "from_langchain_messages",
+    "from_llamaindex_nodes",
+    "from_openai_messages",
+    "lineage_to_arrow",
+    "lineage_to_polars",
+    "manifests_to_polars",
+    "openai_messages_to_items",
+    "read_openai_jsonl",
+    "to_langchain_messages",
+    "to_openai_messages",
+]

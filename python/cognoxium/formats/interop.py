@@ -1,0 +1,582 @@
+"""Interoperability: LangChain and LlamaIndex objects in, Arrow and Polars out.
+
+Inputs
+------
+:func:`from_langchain_messages`
+    LangChain chat messages (``SystemMessage``, ``HumanMessage``,
+    ``AIMessage`` with ``tool_calls``, ``ToolMessage``) as one item per
+    message. The messages go through LangChain's own
+    ``convert_to_openai_messages`` and then :mod:`cognoxium.formats.openai`, so the
+    mapping is the one of :func:`cognoxium.formats.openai.openai_messages_to_items`:
+    an assistant message with tool calls and the tool results answering them
+    share a ``group_id`` and are packed or dropped together.
+:func:`from_langchain_documents`
+    LangChain ``Document`` objects (``page_content``, ``metadata``, ``id``)
+    as ``document`` items, the loader's ``metadata["source"]`` as provenance.
+:func:`from_llamaindex_nodes`
+    LlamaIndex nodes (``TextNode``, ``Document``) or retrieval results
+    (``NodeWithScore``) as ``document`` items; a retrieval score becomes the
+    item's ``rank`` and the node's source document its parent.
+
+Outputs
+-------
+:func:`to_langchain_messages`
+    Packed items back as LangChain messages.
+:func:`manifests_to_polars`
+    Many manifests' entries as one Polars frame (one manifest's entries are
+    :meth:`PackManifest.to_polars <cognoxium.packing.packer.PackManifest.to_polars>`
+    and :meth:`PackManifest.to_arrow <cognoxium.packing.packer.PackManifest.to_arrow>`).
+:func:`lineage_to_polars`, :func:`lineage_to_arrow`
+    The lineage edges of a manifest or a frame (columns of
+    :data:`cognoxium.governance.lineage.EDGE_SCHEMA`).
+
+LangChain (``langchain-core``) and LlamaIndex (``llama-index-core``) are
+optional: they are imported on first use, and a missing one raises
+:class:`~cognoxium.exceptions.DependencyError` naming the extra that installs
+it (``pip install 'cognoxium[langchain]'``, ``'cognoxium[llamaindex]'``).
+
+Examples
+--------
+>>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+>>> cf = from_langchain_messages([
+...     HumanMessage("Weather in Paris?"),
+...     AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "c1"}]),
+...     ToolMessage("18 C, cloudy", tool_call_id="c1"),
+... ], conversation_id="conv")
+>>> cf.select("id", "role", "payload_kind", "group_id").to_polars().rows()
+[('conv:0', 'user', 'text', None),
+ ('conv:1', 'assistant', 'json', 'conv:tools:1'),
+ ('conv:2', 'tool', 'text', 'conv:tools:1')]
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from types import ModuleType
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+from pydantic import ValidationError
+
+from cognoxium.exceptions import DependencyError, RecordError, SchemaError
+from cognoxium.formats.openai import CHAT_EPOCH, openai_messages_to_items, to_openai_messages
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
+from cognoxium.items.model import ContextItem, Source, Text
+from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
+from cognoxium.packing.packer import ContextPack, PackManifest
+
+__all__ = [
+    "EXTRAS",
+    "from_langchain_documents",
+    "from_langchain_messages",
+    "from_llamaindex_nodes",
+    "lineage_to_arrow",
+    "lineage_to_polars",
+    "manifests_to_polars",
+    "to_langchain_messages",
+]
+
+EXTRAS: dict[str, str] = {"langchain_core": "langchain", "llama_index.core": "llamaindex"}
+"""The optional extra of this package that installs each third-party module."""
+
+_DISTRIBUTIONS = {"langchain_core": "langchain-core", "llama_index.core": "llama-index-core"}
+_MESSAGES_KIND = "langchain_messages"
+_DOCUMENT_KIND = "langchain_document"
+_NODE_KIND = "llamaindex_node"
+_NODE_URI_KEYS = ("source", "file_path", "url")
+
+
+def _require(module: str) -> ModuleType:
+    """Import an optional third-party module, or say which extra installs it."""
+    root = "llama_index.core" if module.startswith("llama_index") else "langchain_core"
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        extra = EXTRAS[root]
+        raise DependencyError(
+            f"{module} is not installed ({exc}); it comes with the {extra!r} extra: "
+            f"pip install 'cognoxium[{extra}]' (or pip install {_DISTRIBUTIONS[root]})"
+        ) from exc
+
+
+def _checked_start(start: datetime | None, source: str | None) -> datetime:
+    if start is None:
+        return CHAT_EPOCH
+    if not isinstance(start, datetime) or start.tzinfo is None:
+        raise RecordError(
+            f"must be a timezone-aware datetime, got {start!r}", source=source, field="created_at"
+        )
+    return start
+
+
+def _item(data: dict[str, Any], *, row: int, source: str | None) -> ContextItem:
+    """Validate one item, naming the 0-based row and the field on failure."""
+    try:
+        return ContextItem.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        raise RecordError(first["msg"], source=source, row=row, field=field) from None
+
+
+# ---------------------------------------------------------------------------
+# LangChain
+
+
+def from_langchain_messages(
+    messages: Iterable[Any],
+    *,
+    conversation_id: str | None = None,
+    start: datetime | None = None,
+    source: str | None = None,
+) -> CognitionFrame:
+    """Build a frame from LangChain chat messages, one item per message, in order.
+
+    The messages are converted with LangChain's ``convert_to_openai_messages``
+    (text content parts joined, tool call arguments JSON-encoded) and then
+    mapped as :func:`cognoxium.formats.openai.openai_messages_to_items` maps OpenAI
+    messages: ids ``"<conversation_id>:<index>"``, ``created_at`` = ``start``
+    + ``index`` microseconds, and a tool-calling assistant message grouped
+    with its tool results. A message's own LangChain ``id``, when set, is kept
+    as ``metadata["message_id"]``.
+
+    Parameters
+    ----------
+    messages
+        ``langchain_core.messages.BaseMessage`` objects: ``SystemMessage``,
+        ``HumanMessage``, ``AIMessage`` (optionally with ``tool_calls``),
+        ``ToolMessage``.
+    conversation_id
+        Prefix of item ids and group ids; ``"msg"`` when not given.
+    start
+        Timezone-aware time of the first message; defaults to
+        :data:`cognoxium.formats.openai.CHAT_EPOCH` (1970-01-01T00:00:00Z), so ids and
+        times are the same on every run.
+    source
+        Provenance uri recorded in every item's ``sources`` (kind
+        ``"langchain_messages"``) and named in errors.
+
+    Returns
+    -------
+    CognitionFrame
+        One row per message, in message order.
+
+    Raises
+    ------
+    DependencyError
+        If ``langchain-core`` is not installed (extra ``langchain``).
+    RecordError
+        At the first message that is not a ``BaseMessage`` or cannot be
+        mapped (an unsupported role such as ``function``, image content, a
+        tool result without its call), naming its 0-based ``row`` and the
+        field; nothing is returned.
+
+    Examples
+    --------
+    >>> from langchain_core.messages import HumanMessage, SystemMessage
+    >>> cf = from_langchain_messages(
+    ...     [SystemMessage("Be brief."), HumanMessage("Hi", id="m-7", name="ada")],
+    ...     conversation_id="c1")
+    >>> cf.select("id", "role", "text", "metadata").to_polars().rows()
+    [('c1:0', 'system', 'Be brief.', '{}'),
+     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}')]
+    """
+    lc = _require("langchain_core.messages")
+    rows = list(messages)
+    for row, message in enumerate(rows):
+        if not isinstance(message, lc.BaseMessage):
+            raise RecordError(
+                f"expected a langchain_core BaseMessage, got {type(message).__name__}",
+                source=source,
+                row=row,
+            )
+    dicts: list[dict[str, Any]] = lc.convert_to_openai_messages(rows)
+    if len(dicts) != len(rows):  # pragma: no cover - LangChain maps one to one
+        raise RecordError(
+            f"convert_to_openai_messages gave {len(dicts)} messages for {len(rows)}", source=source
+        )
+    items = openai_messages_to_items(dicts, conversation_id=conversation_id, start=start)
+    sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
+    out = []
+    for message, item in zip(rows, items, strict=True):
+        update: dict[str, Any] = {"sources": sources}
+        if isinstance(message.id, str) and message.id:
+            update["metadata"] = {**item.metadata, "message_id": message.id}
+        out.append(item.model_copy(update=update))
+    return CognitionFrame.from_items(out)
+
+
+def from_langchain_documents(
+    documents: Iterable[Any],
+    *,
+    id_prefix: str = "doc",
+    created_at: datetime | None = None,
+) -> CognitionFrame:
+    """Build a frame of ``document`` items from LangChain ``Document`` objects, in order.
+
+    Parameters
+    ----------
+    documents
+        ``langchain_core.documents.Document`` objects.
+    id_prefix
+        Item id of a document without an ``id``: ``"<id_prefix>:<index>"``
+        (``index`` its 0-based position).
+    created_at
+        Timezone-aware creation time of every item; defaults to
+        :data:`cognoxium.formats.openai.CHAT_EPOCH` so that the frame is the same on
+        every run.
+
+    Returns
+    -------
+    CognitionFrame
+        One row per document: ``text`` is ``page_content``, ``metadata`` the
+        document's metadata (a JSON object), and ``sources`` holds
+        ``{"uri": metadata["source"], "kind": "langchain_document", "title":
+        metadata["title"]}`` when the metadata has a ``source`` (as
+        LangChain's document loaders write it).
+
+    Raises
+    ------
+    DependencyError
+        If ``langchain-core`` is not installed (extra ``langchain``).
+    RecordError
+        At the first element that is not a ``Document``, or whose metadata is
+        not JSON (naming its 0-based ``row`` and the field); also for two
+        documents with one id.
+
+    Examples
+    --------
+    >>> from langchain_core.documents import Document
+    >>> cf = from_langchain_documents([
+    ...     Document("Refunds take 5 days.", metadata={"source": "faq.md", "page": 2}),
+    ...     Document("Shipping is free.", id="ship")])
+    >>> cf.select("id", "role", "text").to_polars().rows()
+    [('doc:0', 'document', 'Refunds take 5 days.'), ('ship', 'document', 'Shipping is free.')]
+    >>> cf.to_items()[0].sources[0].uri
+    'faq.md'
+    """
+    documents_module = _require("langchain_core.documents")
+    when = _checked_start(created_at, None)
+    items = []
+    for row, document in enumerate(documents):
+        if not isinstance(document, documents_module.Document):
+            raise RecordError(
+                f"expected a langchain_core Document, got {type(document).__name__}", row=row
+            )
+        metadata = dict(document.metadata)
+        uri = metadata.get("source")
+        title = metadata.get("title")
+        sources: list[dict[str, str]] = []
+        if uri is not None:
+            sources.append({"uri": str(uri), "kind": _DOCUMENT_KIND})
+            if isinstance(title, str):
+                sources[0]["title"] = title
+        item_id = document.id if isinstance(document.id, str) and document.id else None
+        items.append(
+            _item(
+                {
+                    "id": item_id or f"{id_prefix}:{row}",
+                    "role": "document",
+                    "payload": Text(text=document.page_content),
+                    "sources": sources,
+                    "created_at": when,
+                    "metadata": _json_object(metadata, row=row, source=None),
+                },
+                row=row,
+                source=None,
+            )
+        )
+    return CognitionFrame.from_items(items)
+
+
+def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> list[Any]:
+    """Render items as LangChain messages, in row order.
+
+    The items are rendered as OpenAI chat messages by
+    :func:`cognoxium.formats.openai.to_openai_messages` (documents and memories as user
+    messages, tool-call groups with their calls) and converted by LangChain's
+    ``convert_to_messages``.
+
+    Parameters
+    ----------
+    data
+        A :class:`~cognoxium.packing.packer.ContextPack` (its selected items), a
+        :class:`CognitionFrame` or a Polars frame of items.
+
+    Returns
+    -------
+    list of langchain_core.messages.BaseMessage
+        One message per item; an item's ``metadata["message_id"]`` (see
+        :func:`from_langchain_messages`) becomes the message's ``id``.
+
+    Raises
+    ------
+    DependencyError
+        If ``langchain-core`` is not installed (extra ``langchain``).
+    RecordError, SchemaError
+        As :func:`cognoxium.formats.openai.to_openai_messages` raises them.
+
+    Examples
+    --------
+    >>> from langchain_core.messages import HumanMessage, SystemMessage
+    >>> cf = from_langchain_messages([SystemMessage("Be brief."), HumanMessage("Hi")])
+    >>> [type(m).__name__ for m in to_langchain_messages(cf)]
+    ['SystemMessage', 'HumanMessage']
+    """
+    lc = _require("langchain_core.messages")
+    if isinstance(data, ContextPack):
+        df = data.frame
+    elif isinstance(data, CognitionFrame):
+        df = data.collect()
+    else:
+        df = data
+    converted: list[Any] = lc.convert_to_messages(to_openai_messages(df))
+    for message, metadata in zip(converted, df.get_column("metadata").to_list(), strict=True):
+        message_id = json.loads(metadata).get("message_id")
+        if isinstance(message_id, str):
+            message.id = message_id
+    return converted
+
+
+# ---------------------------------------------------------------------------
+# LlamaIndex
+
+
+def from_llamaindex_nodes(
+    nodes: Iterable[Any],
+    *,
+    created_at: datetime | None = None,
+) -> CognitionFrame:
+    """Build a frame of ``document`` items from LlamaIndex nodes or retrieval results.
+
+    Parameters
+    ----------
+    nodes
+        ``llama_index.core.schema`` nodes (``TextNode``, ``Document``, any
+        ``BaseNode`` with text) or ``NodeWithScore`` retrieval results.
+    created_at
+        Timezone-aware creation time of every item; defaults to
+        :data:`cognoxium.formats.openai.CHAT_EPOCH`.
+
+    Returns
+    -------
+    CognitionFrame
+        One row per node, in order: ``id`` is the node id, ``text`` its
+        content without metadata (``get_content(MetadataMode.NONE)``),
+        ``metadata`` its metadata, ``rank`` the retrieval score (null without
+        one), ``parents`` the id of its source document (``ref_doc_id``) when
+        it has one, and ``sources`` ``{"uri", "kind": "llamaindex_node"}``
+        from the first of the metadata keys ``source``, ``file_path``,
+        ``url`` that is present.
+
+    Raises
+    ------
+    DependencyError
+        If ``llama-index-core`` is not installed (extra ``llamaindex``).
+    RecordError
+        At the first element that is not a node, a node with image content
+        and no text, a score that is not a finite number, or metadata that is
+        not JSON (naming its 0-based ``row`` and the field); also for two
+        nodes with one id.
+
+    Examples
+    --------
+    >>> from llama_index.core.schema import NodeWithScore, TextNode
+    >>> hits = [NodeWithScore(node=TextNode(id_="n1", text="Refunds take 5 days.",
+    ...                                     metadata={"file_path": "faq.md"}), score=0.8),
+    ...         NodeWithScore(node=TextNode(id_="n2", text="Shipping is free."), score=0.3)]
+    >>> from_llamaindex_nodes(hits).select("id", "text", "rank").to_polars().rows()
+    [('n1', 'Refunds take 5 days.', 0.8), ('n2', 'Shipping is free.', 0.3)]
+    """
+    schema = _require("llama_index.core.schema")
+    when = _checked_start(created_at, None)
+    items = []
+    for row, element in enumerate(nodes):
+        score: Any = None
+        node = element
+        if isinstance(element, schema.NodeWithScore):
+            node, score = element.node, element.score
+        if not isinstance(node, schema.BaseNode):
+            raise RecordError(
+                f"expected a llama_index BaseNode or NodeWithScore, got {type(node).__name__}",
+                row=row,
+            )
+        if score is not None and (
+            isinstance(score, bool)
+            or not isinstance(score, int | float)
+            or not math.isfinite(float(score))
+        ):
+            raise RecordError(f"must be a finite number, got {score!r}", row=row, field="score")
+        text = node.get_content(metadata_mode=schema.MetadataMode.NONE)
+        if not text and getattr(node, "image", None) is not None:
+            raise RecordError(
+                "an image node has no text; describe or caption it as text first",
+                row=row,
+                field="text",
+            )
+        metadata = dict(node.metadata)
+        uri = next((metadata[k] for k in _NODE_URI_KEYS if metadata.get(k) is not None), None)
+        parent = node.ref_doc_id
+        items.append(
+            _item(
+                {
+                    "id": node.node_id,
+                    "role": "document",
+                    "payload": Text(text=text),
+                    "sources": [{"uri": str(uri), "kind": _NODE_KIND}] if uri is not None else [],
+                    "rank": None if score is None else float(score),
+                    "parents": [parent] if isinstance(parent, str) and parent else [],
+                    "created_at": when,
+                    "metadata": _json_object(metadata, row=row, source=None),
+                },
+                row=row,
+                source=None,
+            )
+        )
+    return CognitionFrame.from_items(items)
+
+
+def _json_object(metadata: Mapping[str, Any], *, row: int, source: str | None) -> dict[str, Any]:
+    """Check that metadata is a JSON object (names the first key that is not JSON)."""
+    for key, value in metadata.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise RecordError(
+                f"metadata values must be JSON, got {type(value).__name__} ({exc})",
+                source=source,
+                row=row,
+                field=f"metadata.{key}",
+            ) from None
+    return dict(metadata)
+
+
+# ---------------------------------------------------------------------------
+# manifests and lineage as Arrow and Polars
+
+
+def manifests_to_polars(manifests: Iterable[PackManifest]) -> pl.DataFrame:
+    """The entries of many manifests as one Polars frame, one row per (manifest, item).
+
+    Parameters
+    ----------
+    manifests
+        Manifests, for example those of a batch (see
+        :func:`cognoxium.packing.manifests.read_manifests`).
+
+    Returns
+    -------
+    polars.DataFrame
+        The columns ``manifest`` (0-based index of the manifest, UInt32),
+        ``label``, ``budget`` and ``used_tokens`` (tokens) followed by the
+        entry columns of :meth:`PackManifest.to_polars
+        <cognoxium.packing.packer.PackManifest.to_polars>`; manifests in order,
+        entries in input order.
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime
+    >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+    >>> packs = [cf.pack(b, as_of=datetime(2030, 1, 1, tzinfo=UTC), label=f"b{b}")
+    ...          for b in (5, 50)]
+    >>> df = manifests_to_polars(p.manifest for p in packs)
+    >>> df.select("label", "budget", "id", "decision", "reason").rows()
+    [('b5', 5, 'a', 'excluded', 'over_budget'), ('b50', 50, 'a', 'included', 'selected')]
+    """
+    frames = []
+    for index, manifest in enumerate(manifests):
+        entries = manifest.to_polars()
+        frames.append(
+            entries.select(
+                pl.lit(index, pl.UInt32).alias("manifest"),
+                pl.lit(manifest.label, pl.String).alias("label"),
+                pl.lit(manifest.budget, pl.Int64).alias("budget"),
+                pl.lit(manifest.used_tokens, pl.Int64).alias("used_tokens"),
+                pl.all(),
+            )
+        )
+    if not frames:
+        return pl.DataFrame(
+            schema={
+                "manifest": pl.UInt32(),
+                "label": pl.String(),
+                "budget": pl.Int64(),
+                "used_tokens": pl.Int64(),
+                **ENTRY_SCHEMA,
+            }
+        )
+    return pl.concat(frames, how="vertical")
+
+
+def lineage_to_polars(data: PackManifest | CognitionFrame | pl.DataFrame) -> pl.DataFrame:
+    """The lineage edges of a manifest (its packed items) or of a frame of items.
+
+    Parameters
+    ----------
+    data
+        A :class:`~cognoxium.packing.packer.PackManifest` (the edges it recorded
+        for the items it packed), a :class:`CognitionFrame` (run first) or a
+        Polars frame with ``id``, ``content_hash``, ``parents`` and
+        ``lineage``.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns of :data:`cognoxium.governance.lineage.EDGE_SCHEMA`, children in row order.
+
+    Raises
+    ------
+    SchemaError
+        If ``data`` is of another type.
+
+    Examples
+    --------
+    >>> cf = CognitionFrame([
+    ...     {"id": "t1", "role": "user", "text": "I moved to Lyon."},
+    ...     {"id": "m1", "role": "memory", "text": "Lives in Lyon.", "parents": ["t1"]}])
+    >>> lineage_to_polars(cf).select("child_id", "parent_id", "operation").rows()
+    [('m1', 't1', 'derive')]
+    """
+    if isinstance(data, PackManifest):
+        return pl.DataFrame(data.lineage, schema=EDGE_SCHEMA)
+    if isinstance(data, CognitionFrame):
+        return data.lineage()
+    if isinstance(data, pl.DataFrame):
+        return lineage_edges(data)
+    raise SchemaError(
+        "lineage_to_polars takes a PackManifest, a CognitionFrame or a Polars frame of items, "
+        f"got {type(data).__name__}"
+    )
+
+
+def lineage_to_arrow(data: PackManifest | CognitionFrame | pl.DataFrame) -> pa.Table:
+    """The lineage edges of :func:`lineage_to_polars` as an Arrow table (all columns strings).
+
+    Parameters
+    ----------
+    data
+        As in :func:`lineage_to_polars`.
+
+    Returns
+    -------
+    pyarrow.Table
+        The rows and columns of :func:`lineage_to_polars`.
+
+    Raises
+    ------
+    SchemaError
+        As in :func:`lineage_to_polars`.
+
+    Examples
+    --------
+    >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi", "parents": ["x"]}])
+    >>> lineage_to_arrow(cf).to_pylist()[0]["parent_id"]
+    'x'
+    """
+    return lineage_to_polars(data).to_arrow()

@@ -1,0 +1,618 @@
+r"""OpenAI chat messages as context items, and packed items back as chat messages.
+
+A conversation in the OpenAI Chat Completions format (a list of
+``{"role", "content", ...}`` messages) becomes one :class:`ContextItem` per
+message; a pack of items becomes a list of messages again, ready for
+``client.chat.completions.create(messages=...)``.
+
+Mapping to items
+----------------
+id
+    ``"<conversation_id>:<index>"``, ``index`` the message's 0-based
+    position; ``"msg:<index>"`` without a conversation id.
+role
+    The message role: ``system``, ``developer``, ``user``, ``assistant`` or
+    ``tool``. Any other role raises.
+payload
+    A Text payload with the message text. ``content`` may be a string or a
+    list of content parts; only ``{"type": "text", "text": ...}`` parts are
+    accepted, joined with ``"\n"``. An assistant message with tool calls
+    and no text (``content`` null, absent, ``""`` or no parts) gets a Json
+    payload ``{"tool_calls": [...]}`` instead, so the calls are what is
+    packed and costed.
+created_at
+    ``start`` plus ``index`` microseconds. ``start`` defaults to
+    :data:`CHAT_EPOCH` (the Unix epoch, 1970-01-01T00:00:00Z), so ids and
+    times are the same on every run; give the conversation's real start
+    time when it is known.
+group_id
+    ``"<conversation_id>:tools:<index>"`` on an assistant message with tool
+    calls (``index`` its own), and the same on every tool result answering
+    one of its calls, so packing keeps or drops a call and all of its
+    results (parallel calls included) together.
+metadata
+    ``{"tool_call_ids": [...]}`` on an assistant message with tool calls,
+    plus ``{"tool_calls": [...]}`` when it also has text;
+    ``{"tool_call_id": ...}`` on a tool result; ``{"name": ...}`` when the
+    message has a ``name``.
+sources
+    ``[{"uri": source, "kind": "openai_messages"}]`` when ``source`` is given.
+trust, sensitivity, retention, priority
+    The item defaults (untrusted, internal, optional, 0): whether the system
+    prompt is trusted is the application's assertion, not the converter's.
+    Set them on the frame, for example with ``with_columns``.
+
+Tool calls are checked: every call needs a unique ``id``, ``type``
+``"function"`` and ``function`` ``{"name": str, "arguments": str}``
+(``arguments`` is kept verbatim, even when it is not valid JSON, as models
+produce it); a tool result must answer a call that an earlier assistant
+message declared and that no earlier result answered. A declared call
+*without* a result is allowed: logs of agent loops end with a call whose
+result is not back yet. Its group then holds the call and whichever results
+exist; the Chat Completions API rejects an assistant message with tool calls
+that is not followed by a result for each of them, so send such a pack only
+after appending the missing results.
+
+Keys that SDK response objects carry with empty values (``refusal``,
+``audio``, ``function_call``, ``annotations``: null or empty) are accepted and
+dropped; any other key, or those keys with a value, raises.
+
+Examples
+--------
+>>> cf = from_openai_messages([
+...     {"role": "user", "content": "Weather in Paris?"},
+...     {"role": "assistant", "content": None, "tool_calls": [
+...         {"id": "c1", "type": "function",
+...          "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}]},
+...     {"role": "tool", "tool_call_id": "c1", "content": "18 C, cloudy"},
+... ], conversation_id="conv")
+>>> cf.select("id", "role", "payload_kind", "group_id").to_polars().rows()
+[('conv:0', 'user', 'text', None),
+ ('conv:1', 'assistant', 'json', 'conv:tools:1'),
+ ('conv:2', 'tool', 'text', 'conv:tools:1')]
+>>> [m["role"] for m in to_openai_messages(cf)]
+['user', 'assistant', 'tool']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import ValidationError
+
+from cognoxium._columns import CHAT_ROLES
+from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.io import json_lines
+from cognoxium.items.model import ContextItem, Json, Source, Text
+from cognoxium.items.schema import packed_text_expr
+from cognoxium.packing.packer import ContextPack
+
+__all__ = [
+    "CHAT_EPOCH",
+    "MESSAGE_ROLES",
+    "from_openai_messages",
+    "openai_messages_to_items",
+    "read_openai_jsonl",
+    "to_openai_messages",
+]
+
+CHAT_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""The default ``start`` of a conversation: the Unix epoch, 1970-01-01T00:00:00Z (UTC).
+
+A fixed instant, so items converted twice get the same ``created_at``."""
+
+MESSAGE_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
+"""The OpenAI chat roles :func:`openai_messages_to_items` accepts."""
+
+_KEYS: dict[str, frozenset[str]] = {
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "tool_calls"}),
+    "tool": frozenset({"role", "content", "name", "tool_call_id"}),
+}
+_EMPTY_OK = frozenset({"refusal", "audio", "function_call", "annotations"})
+_SOURCE_KIND = "openai_messages"
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where messages come from, to name in errors: a list (row = index) or a file's lines."""
+
+    source: str | None
+    lines: Sequence[int] | None = None
+
+    def error(self, index: int, field: str | None, message: str) -> RecordError:
+        if self.lines is None:
+            return RecordError(message, source=self.source, row=index, field=field)
+        return RecordError(
+            f"{message} (message {index})", source=self.source, line=self.lines[index], field=field
+        )
+
+
+def _text_of(content: Any, index: int, where: _Where) -> str | None:
+    """The message text: a string, text parts joined by newlines, or None when absent."""
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise where.error(
+            index,
+            "content",
+            f"must be a string or a list of content parts, got {type(content).__name__}",
+        )
+    texts = []
+    for j, part in enumerate(content):
+        at = f"content[{j}]"
+        if not isinstance(part, Mapping):
+            raise where.error(index, at, f"a content part must be an object, got {part!r}")
+        kind = part.get("type")
+        if kind != "text":
+            raise where.error(
+                index,
+                f"{at}.type",
+                f"only text parts are supported, got {kind!r}; convert images, audio and "
+                "files to text or to document items first",
+            )
+        extra = sorted(set(part) - {"type", "text"})
+        if extra:
+            raise where.error(index, f"{at}.{extra[0]}", "unknown key in a text part")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise where.error(index, f"{at}.text", f"must be a string, got {text!r}")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _tool_calls(value: Any, index: int, where: _Where) -> list[dict[str, Any]]:
+    """Validate an assistant message's ``tool_calls`` and return them normalised."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(index, "tool_calls", f"must be a list, got {type(value).__name__}")
+    calls = []
+    seen: set[str] = set()
+    for j, call in enumerate(value):
+        at = f"tool_calls[{j}]"
+        if not isinstance(call, Mapping):
+            raise where.error(index, at, f"a tool call must be an object, got {call!r}")
+        extra = sorted(set(call) - {"id", "type", "function"})
+        if extra:
+            raise where.error(index, f"{at}.{extra[0]}", "unknown key in a tool call")
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise where.error(index, f"{at}.id", f"must be a non-empty string, got {call_id!r}")
+        if call_id in seen:
+            raise where.error(index, f"{at}.id", f"tool call id {call_id!r} appears twice")
+        seen.add(call_id)
+        if call.get("type") != "function":
+            raise where.error(
+                index,
+                f"{at}.type",
+                f"only 'function' tool calls are supported, got {call.get('type')!r}",
+            )
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            raise where.error(index, f"{at}.function", "must be an object {name, arguments}")
+        extra = sorted(set(function) - {"name", "arguments"})
+        if extra:
+            raise where.error(index, f"{at}.function.{extra[0]}", "unknown key in a function")
+        name, arguments = function.get("name"), function.get("arguments")
+        if not isinstance(name, str) or not name:
+            raise where.error(
+                index, f"{at}.function.name", f"must be a non-empty string, got {name!r}"
+            )
+        if not isinstance(arguments, str):
+            raise where.error(
+                index,
+                f"{at}.function.arguments",
+                f"must be a string (the JSON-encoded arguments), got {type(arguments).__name__}",
+            )
+        calls.append(
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        )
+    return calls
+
+
+def _convert(
+    messages: Iterable[Any],
+    where: _Where,
+    conversation_id: str | None,
+    start: datetime | None,
+) -> list[ContextItem]:
+    if conversation_id is not None and (
+        not isinstance(conversation_id, str) or not conversation_id
+    ):
+        raise RecordError(
+            f"must be a non-empty string, got {conversation_id!r}",
+            source=where.source,
+            field="conversation_id",
+        )
+    if start is None:
+        start = CHAT_EPOCH
+    elif not isinstance(start, datetime) or start.tzinfo is None:
+        raise RecordError(
+            f"must be a timezone-aware datetime, got {start!r}",
+            source=where.source,
+            field="start",
+        )
+    prefix = conversation_id or "msg"
+    sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
+    call_group: dict[str, str] = {}  # tool call id -> group id of the message declaring it
+    answered: dict[str, int] = {}  # tool call id -> index of the result answering it
+    items = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise where.error(index, None, f"a message must be an object, got {message!r}")
+        role = message.get("role")
+        if role not in _KEYS:
+            raise where.error(index, "role", f"must be one of {list(MESSAGE_ROLES)}, got {role!r}")
+        for key in sorted(set(message) - _KEYS[role]):
+            value = message[key]
+            if key in _EMPTY_OK and (value is None or value == []):
+                continue
+            known = f"; a {role} message has {sorted(_KEYS[role])}"
+            raise where.error(index, key, f"not supported here{known}")
+        name = message.get("name")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise where.error(index, "name", f"must be a non-empty string, got {name!r}")
+        text = _text_of(message.get("content"), index, where)
+        metadata: dict[str, Any] = {} if name is None else {"name": name}
+        group_id = None
+        payload: Text | Json
+        if role == "assistant":
+            calls = _tool_calls(message.get("tool_calls"), index, where)
+            for j, call in enumerate(calls):
+                if call["id"] in call_group:
+                    raise where.error(
+                        index,
+                        f"tool_calls[{j}].id",
+                        f"tool call id {call['id']!r} was already declared by an earlier "
+                        "assistant message; call ids must be unique in a conversation",
+                    )
+            if calls:
+                group_id = f"{prefix}:tools:{index}"
+                call_group.update(dict.fromkeys((c["id"] for c in calls), group_id))
+                metadata["tool_call_ids"] = [c["id"] for c in calls]
+            if calls and not text:
+                payload = Json(value={"tool_calls": calls})
+            elif text is None:
+                raise where.error(
+                    index, "content", "an assistant message needs content or tool_calls"
+                )
+            else:
+                payload = Text(text=text)
+                if calls:
+                    metadata["tool_calls"] = calls
+        else:
+            if text is None:
+                raise where.error(index, "content", f"a {role} message needs content")
+            payload = Text(text=text)
+            if role == "tool":
+                call_id = message.get("tool_call_id")
+                if not isinstance(call_id, str) or not call_id:
+                    raise where.error(
+                        index, "tool_call_id", f"must be a non-empty string, got {call_id!r}"
+                    )
+                if call_id not in call_group:
+                    raise where.error(
+                        index,
+                        "tool_call_id",
+                        f"tool result for call {call_id!r}, which no earlier assistant message "
+                        "declared in its tool_calls; put the assistant message with that call "
+                        "before its result",
+                    )
+                if call_id in answered:
+                    raise where.error(
+                        index,
+                        "tool_call_id",
+                        f"call {call_id!r} was already answered by message {answered[call_id]}",
+                    )
+                answered[call_id] = index
+                group_id = call_group[call_id]
+                metadata["tool_call_id"] = call_id
+        try:
+            items.append(
+                ContextItem(
+                    id=f"{prefix}:{index}",
+                    role=role,
+                    payload=payload,
+                    sources=sources,
+                    created_at=start + timedelta(microseconds=index),
+                    group_id=group_id,
+                    metadata=metadata,
+                )
+            )
+        except ValidationError as exc:  # pragma: no cover - every field is checked above
+            first = exc.errors()[0]
+            raise where.error(
+                index, ".".join(str(p) for p in first["loc"]) or None, first["msg"]
+            ) from None
+    return items
+
+
+def openai_messages_to_items(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    conversation_id: str | None = None,
+    start: datetime | None = None,
+    source: str | None = None,
+) -> list[ContextItem]:
+    """Convert OpenAI chat messages to context items, one per message, in order.
+
+    See the module docstring for the mapping of every field.
+
+    Parameters
+    ----------
+    messages
+        Chat Completions messages (``system``, ``developer``, ``user``,
+        ``assistant``, ``tool``).
+    conversation_id
+        Prefix of item ids and group ids; ``"msg"`` when not given. Give
+        distinct ids to conversations that share a frame.
+    start
+        Timezone-aware time of the first message; message ``i`` is created
+        at ``start + i`` microseconds. Defaults to :data:`CHAT_EPOCH`.
+    source
+        Provenance uri recorded in every item's ``sources``, and named in
+        errors.
+
+    Returns
+    -------
+    list of ContextItem
+        One item per message, in message order.
+
+    Raises
+    ------
+    RecordError
+        At the first malformed message: ``row`` is its 0-based index and
+        ``field`` the offending key (``role``, ``content[1].type``,
+        ``tool_calls[0].function.arguments``, ``tool_call_id``, ...). Raised
+        for an unknown role, a tool result whose ``tool_call_id`` no earlier
+        assistant message declared (or that an earlier result answered), a
+        repeated call id, and a naive ``start`` or empty ``conversation_id``.
+
+    Examples
+    --------
+    >>> items = openai_messages_to_items(
+    ...     [{"role": "system", "content": "Be brief."},
+    ...      {"role": "user", "name": "ada", "content": [{"type": "text", "text": "Hi"}]}],
+    ...     conversation_id="c7")
+    >>> [(i.id, i.role.value, i.payload.text, i.metadata) for i in items]
+    [('c7:0', 'system', 'Be brief.', {}), ('c7:1', 'user', 'Hi', {'name': 'ada'})]
+    >>> items[1].created_at.isoformat()
+    '1970-01-01T00:00:00.000001+00:00'
+    >>> openai_messages_to_items([{"role": "tool", "tool_call_id": "x", "content": "42"}])
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: row 0: field tool_call_id: tool result for call 'x', ...
+    """
+    return _convert(messages, _Where(source), conversation_id, start)
+
+
+def from_openai_messages(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    conversation_id: str | None = None,
+    start: datetime | None = None,
+    source: str | None = None,
+) -> CognitionFrame:
+    """Build a frame from OpenAI chat messages; all or nothing.
+
+    The same conversion as :func:`openai_messages_to_items` (see it for the
+    parameters and errors), laid out as a :class:`CognitionFrame` in message
+    order.
+
+    Returns
+    -------
+    CognitionFrame
+        One row per message.
+
+    Raises
+    ------
+    RecordError
+        At the first malformed message, naming its 0-based index (``row``)
+        and field.
+
+    Examples
+    --------
+    >>> cf = from_openai_messages([{"role": "user", "content": "Hi"}], conversation_id="c1",
+    ...                           start=datetime(2024, 5, 1, tzinfo=UTC))
+    >>> cf.select("id", "created_at").to_polars().row(0)
+    ('c1:0', datetime.datetime(2024, 5, 1, 0, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC')))
+    """
+    items = openai_messages_to_items(
+        messages, conversation_id=conversation_id, start=start, source=source
+    )
+    return CognitionFrame.from_items(items)
+
+
+def read_openai_jsonl(
+    path: str | os.PathLike[str],
+    *,
+    conversation_id: str | None = None,
+    start: datetime | None = None,
+) -> CognitionFrame:
+    r"""Read a JSONL file of OpenAI chat messages (one per line) as a frame; all or nothing.
+
+    Blank lines are skipped; message indices (and so ids) count the
+    messages, not the lines. Every item's ``sources`` holds the path as
+    given. See :func:`openai_messages_to_items` for the mapping.
+
+    Parameters
+    ----------
+    path
+        The file, UTF-8.
+    conversation_id
+        Prefix of item ids and group ids; ``"msg"`` when not given.
+    start
+        Timezone-aware time of the first message; defaults to :data:`CHAT_EPOCH`.
+
+    Returns
+    -------
+    CognitionFrame
+        One row per message, in file order.
+
+    Raises
+    ------
+    RecordError
+        At the first bad line: not UTF-8, invalid JSON or a malformed
+        message. ``source`` is the path, ``line`` the 1-based line number and
+        ``field`` the offending key; nothing is returned.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp, "chat.jsonl")
+    ...     _ = path.write_text('{"role": "user", "content": "Hi"}\n\n'
+    ...                         '{"role": "robot", "content": "Hello"}\n')
+    ...     read_openai_jsonl(path)
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: .../chat.jsonl:3: field role: must be one of [...],
+    got 'robot' (message 1)
+    """
+    name = str(path)
+    lines = list(json_lines(Path(path)))
+    where = _Where(name, [number for number, _ in lines])
+    items = _convert((message for _, message in lines), where, conversation_id, start)
+    return CognitionFrame.from_items(items)
+
+
+def _frame_of(data: ContextPack | CognitionFrame | pl.DataFrame) -> pl.DataFrame:
+    if isinstance(data, ContextPack):
+        return data.frame
+    if isinstance(data, CognitionFrame):
+        return data.collect()
+    if isinstance(data, pl.DataFrame):
+        return data
+    raise SchemaError(
+        f"to_openai_messages takes a ContextPack, a CognitionFrame or a Polars frame of items, "
+        f"got {type(data).__name__}"
+    )
+
+
+_NEEDED = ("id", "role", "payload_kind", "text", "json", "ref_uri", "ref_title", "metadata")
+
+
+def to_openai_messages(
+    data: ContextPack | CognitionFrame | pl.DataFrame,
+) -> list[dict[str, Any]]:
+    """Render items as OpenAI chat messages, in row order (the inverse of the conversion).
+
+    Parameters
+    ----------
+    data
+        A :class:`~cognoxium.packing.packer.ContextPack` (its selected items), a
+        :class:`CognitionFrame` (run first) or a Polars frame with the item
+        columns.
+
+    Returns
+    -------
+    list of dict
+        One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
+        of the item role (documents and memories become ``user`` messages).
+        ``content`` is the item's packed text (text, canonical JSON, or
+        ``"<title> <uri>"`` for a reference), except for an assistant item
+        whose Json payload is ``{"tool_calls": [...]}`` and whose metadata has
+        ``tool_call_ids``: that becomes ``content`` None with those
+        ``tool_calls``. An assistant item with text and
+        ``metadata.tool_calls`` gets them as ``tool_calls``; a tool item gets
+        ``tool_call_id`` from its metadata; ``metadata.name`` becomes
+        ``name`` on the five chat roles (never on documents or memories).
+
+    Raises
+    ------
+    RecordError
+        Naming the 0-based ``row`` and the field, when an item has a Binary
+        payload (never packed), a tool item has no ``metadata.tool_call_id``,
+        or a tool item answers a call that no earlier assistant message of
+        the output declares (the API would reject it: keep the call and its
+        results in one group, as :func:`openai_messages_to_items` does).
+    SchemaError
+        If ``data`` is of another type or lacks an item column.
+
+    Notes
+    -----
+    Messages converted by :func:`openai_messages_to_items` come back equal,
+    except that content parts come back as one string and an empty
+    assistant text next to tool calls comes back as ``None``. Packing
+    costs an item's packed text plus its role's framing: a ``name`` and the
+    ``tool_calls`` of an assistant message that also has text are sent but
+    not costed.
+
+    Examples
+    --------
+    >>> cf = from_openai_messages([
+    ...     {"role": "user", "content": "Convert 20 EUR"},
+    ...     {"role": "assistant", "content": "Checking the rate.", "tool_calls": [
+    ...         {"id": "r1", "type": "function",
+    ...          "function": {"name": "fx", "arguments": '{"from":"EUR"}'}}]},
+    ...     {"role": "tool", "tool_call_id": "r1", "content": "1.08"}])
+    >>> for message in to_openai_messages(cf):
+    ...     print(message)
+    {'role': 'user', 'content': 'Convert 20 EUR'}
+    {'role': 'assistant', 'content': 'Checking the rate.', 'tool_calls': [{'function':
+    {'arguments': '{"from":"EUR"}', 'name': 'fx'}, 'id': 'r1', 'type': 'function'}]}
+    {'role': 'tool', 'content': '1.08', 'tool_call_id': 'r1'}
+    """
+    df = _frame_of(data)
+    missing = [name for name in _NEEDED if name not in df.columns]
+    if missing:
+        raise SchemaError(f"to_openai_messages needs the item columns; missing {missing}")
+    rows = df.select(
+        pl.col("role").cast(pl.String),
+        pl.col("payload_kind").cast(pl.String),
+        packed_text_expr().alias("content"),
+        "json",
+        "metadata",
+    ).iter_rows()
+    messages: list[dict[str, Any]] = []
+    declared: set[str] = set()
+    for row, (role, kind, content, json_text, metadata_text) in enumerate(rows):
+        if kind == "binary":
+            raise RecordError(
+                "a binary payload has no chat rendering (it is never packed); filter it out",
+                row=row,
+                field="payload_kind",
+            )
+        meta: dict[str, Any] = json.loads(metadata_text)
+        chat_role = CHAT_ROLES[role]
+        message: dict[str, Any] = {"role": chat_role, "content": content}
+        if role in MESSAGE_ROLES and isinstance(meta.get("name"), str):
+            message["name"] = meta["name"]
+        if role == "assistant" and "tool_call_ids" in meta:
+            calls: Any = meta.get("tool_calls")
+            if kind == "json":
+                value = json.loads(json_text)
+                if isinstance(value, dict) and list(value) == ["tool_calls"]:
+                    calls, message["content"] = value["tool_calls"], None
+            if isinstance(calls, list):
+                message["tool_calls"] = calls
+                declared.update(c["id"] for c in calls if isinstance(c, dict) and "id" in c)
+        elif role == "tool":
+            call_id = meta.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise RecordError(
+                    "a tool message needs the id of the call it answers",
+                    row=row,
+                    field="metadata.tool_call_id",
+                )
+            if call_id not in declared:
+                raise RecordError(
+                    f"tool result for call {call_id!r} without an earlier assistant message "
+                    "declaring it; keep a call and its results together (one group_id)",
+                    row=row,
+                    field="metadata.tool_call_id",
+                )
+            message["tool_call_id"] = call_id
+        messages.append(message)
+    return messages

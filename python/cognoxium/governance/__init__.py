@@ -1,0 +1,63 @@
+"""Governance kernels: redaction, injection detection, policies and lineage.
+
+The optional Presidio adapter lives in :mod:`cognoxium.governance.presidio`
+(extra ``presidio``).
+"""
+
+from cognoxium.governance.injection import (
+    INJECTION_SIGNS,
+    detect_injection,
+    injection_expr,
+    injection_reasons,
+)
+from cognoxium.governance.lineage import (
+    EDGE_SCHEMA,
+    ancestors,
+    descendants,
+    lineage_edges,
+)
+from cognoxium.governance.policies import (
+    ACTIONS,
+    DATA_BLOCK_CLOSE,
+    BoundaryPolicy,
+    Policy,
+    data_block_expr,
+)
+from cognoxium.governance.redaction import (
+    RECOGNISERS,
+    TYPES,
+    Recogniser,
+    RecogniserSet,
+    RedactionStyle,
+    Span,
+    find_spans,
+    redact_frame,
+    redact_json,
+    redact_text,
+)
+
+__all__ = [
+    "ACTIONS",
+    "DATA_BLOCK_CLOSE",
+    "EDGE_SCHEMA",
+    "INJECTION_SIGNS",
+    "RECOGNISERS",
+    "TYPES",
+    "BoundaryPolicy",
+    "Policy",
+    "Recogniser",
+    "RecogniserSet",
+    "RedactionStyle",
+    "Span",
+    "ancestors",
+    "data_block_expr",
+    "descendants",
+    "detect_injection",
+    "find_spans",
+    "injection_expr",
+    "injection_reasons",
+    "lineage_edges",
+    "redact_frame",
+    "redact_json",
+    "redact_text",
+]

@@ -1,0 +1,123 @@
+"""Lineage: where every item's content came from, as a graph of edges.
+
+Two sources make the edges of a frame:
+
+- the ``lineage`` column: content-changing steps (``redact``, ``merge``, ...)
+  that name their input by id *and* content hash;
+- the ``parents`` column: ids an item was derived from (``derive``), whose
+  hash is looked up among the frame's rows (null when the parent is not in
+  the frame).
+
+Both columns are part of the item schema, so lineage survives Parquet and
+JSONL round trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+__all__ = ["EDGE_SCHEMA", "ancestors", "descendants", "lineage_edges"]
+
+EDGE_SCHEMA = pl.Schema(
+    {
+        "child_id": pl.String(),
+        "child_hash": pl.String(),
+        "parent_id": pl.String(),
+        "parent_hash": pl.String(),
+        "operation": pl.String(),
+        "detail": pl.String(),
+    }
+)
+"""Columns of an edge frame; one row per (child, parent) step."""
+
+
+def lineage_edges(df: pl.DataFrame) -> pl.DataFrame:
+    """Every lineage edge of the items in ``df``, children in row order.
+
+    Parameters
+    ----------
+    df
+        Items with ``id``, ``content_hash``, ``parents`` and ``lineage``.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns of :data:`EDGE_SCHEMA`. A ``parents`` id already named by a
+        ``lineage`` edge of the same child is not repeated as ``derive``.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> df = records_to_frame([
+    ...     {"id": "t1", "role": "user", "text": "I moved to Lyon."},
+    ...     {"id": "m1", "role": "memory", "text": "Lives in Lyon.", "parents": ["t1"]},
+    ... ])
+    >>> lineage_edges(df).select("child_id", "parent_id", "operation").rows()
+    [('m1', 't1', 'derive')]
+    """
+    rows = df.select("id", "content_hash", "parents", "lineage").with_row_index("__row")
+    explicit = (
+        rows.select("__row", "id", "content_hash", "lineage")
+        .explode("lineage")
+        .with_columns(pl.int_range(pl.len()).over("__row").alias("__k"))
+        .filter(pl.col("lineage").is_not_null())
+        .unnest("lineage")
+        .rename({"id": "child_id", "content_hash": "child_hash"})
+    )
+    hashes = df.select(pl.col("id").alias("parent_id"), pl.col("content_hash").alias("parent_hash"))
+    derived = (
+        rows.select("__row", "id", "content_hash", "parents")
+        .explode("parents")
+        .with_columns((pl.int_range(pl.len()).over("__row") + 1_000_000).alias("__k"))
+        .filter(pl.col("parents").is_not_null())
+        .rename({"id": "child_id", "content_hash": "child_hash", "parents": "parent_id"})
+        .join(
+            explicit.select("child_id", "parent_id"),
+            on=["child_id", "parent_id"],
+            how="anti",
+            maintain_order="left",
+        )
+        .join(hashes, on="parent_id", how="left", maintain_order="left")
+        .with_columns(pl.lit("derive").alias("operation"), pl.lit(None, pl.String).alias("detail"))
+    )
+    columns = ["__row", "__k", *EDGE_SCHEMA.names()]
+    edges = pl.concat([explicit.select(columns), derived.select(columns)])
+    return edges.sort("__row", "__k").drop("__row", "__k").cast(dict(EDGE_SCHEMA.items()))
+
+
+def _walk(edges: pl.DataFrame, start: Iterable[str], forward: bool) -> pl.DataFrame:
+    near, far = ("parent_id", "child_id") if forward else ("child_id", "parent_id")
+    seen: set[str] = set()
+    frontier = set(start)
+    found = []
+    depth = 1
+    while frontier:
+        step = edges.filter(pl.col(near).is_in(sorted(frontier)))
+        if step.height == 0:
+            break
+        found.append(step.with_columns(pl.lit(depth).alias("depth")))
+        seen |= frontier
+        frontier = set(step.get_column(far).drop_nulls().to_list()) - seen
+        depth += 1
+    if not found:
+        return pl.DataFrame(schema={**EDGE_SCHEMA, "depth": pl.Int32()})
+    return pl.concat(found).unique(maintain_order=True).cast({"depth": pl.Int32})
+
+
+def ancestors(edges: pl.DataFrame, item_id: str) -> pl.DataFrame:
+    """The edges leading from ``item_id`` back to everything it came from.
+
+    Returns
+    -------
+    polars.DataFrame
+        Edge rows with a ``depth`` column (1 for the item's own edges), in
+        breadth-first order; empty when the item has no lineage.
+    """
+    return _walk(edges, [item_id], forward=False)
+
+
+def descendants(edges: pl.DataFrame, item_id: str) -> pl.DataFrame:
+    """The edges leading from ``item_id`` to everything made from it (see :func:`ancestors`)."""
+    return _walk(edges, [item_id], forward=True)

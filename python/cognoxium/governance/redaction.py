@@ -1,0 +1,1318 @@
+r"""Redaction: find personal data and secrets in item payloads and replace them.
+
+A :class:`Recogniser` is a named regular expression plus an optional validator
+(Luhn, ISO 13616 mod-97, :mod:`ipaddress`, SSA ranges, ...). The same pattern
+text runs in Python's :mod:`re` (the reference path, :func:`find_spans` and
+:func:`redact_text`) and in Polars' Rust ``regex`` (the vectorised path,
+:func:`redact_frame`), so every pattern stays in the subset the two engines
+read alike: ASCII classes written out (``[0-9]``, never ``\d``, ``\w``,
+``\s`` or ``\b``, whose Unicode tables differ), no look-around, no
+back-references, no case-insensitive flag.
+
+Matching rules, the same in both paths:
+
+- A pattern is scanned over the text padded with one ``\n`` on each side,
+  framed by a one-character *lead* before the value and a *trail* after it
+  (by default: a character that is not ``[0-9A-Za-z_]``). This plays the part
+  of a word boundary without look-around, and lets the regex engine backtrack
+  to a shorter value that ends on a boundary (a card number followed by an
+  expiry date, an IBAN followed by a capitalised word).
+- The value is the pattern's group ``v``; a candidate is kept when its
+  validator accepts the value.
+- Overlapping spans of different recognisers: the longest wins, ties go to
+  the recogniser that comes first in :data:`RECOGNISERS`.
+- Redaction repeats until no recogniser matches (a fixed point), so a value
+  hidden behind a neighbour in the first scan (two addresses separated by one
+  space share the boundary character) is found in the next one, and
+  redacting twice changes nothing: no replacement ever matches a recogniser.
+
+The recognisers are not a substitute for a data-protection review: they find
+the formats listed in :data:`RECOGNISERS`; names, postal addresses and
+national phone formats without a country code are not found.
+
+Other engines plug in as a :class:`RecogniserSet` (for example
+:class:`cognoxium.governance.presidio.PresidioRecognisers`), passed as ``recognisers=``
+alone or next to the built-in recognisers. Their spans join the same pool:
+the same overlap rule, styles, counts and fixed point. A span that overlaps
+a redaction already made (``[EMAIL]``, ``[EMAIL:3f2a9c1d]``), or that holds
+nothing but mask characters and whitespace, is ignored, so redacting twice
+changes nothing whatever the engine.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import ipaddress
+import json
+import math
+import re
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+import polars as pl
+
+from cognoxium.exceptions import PlanError, SchemaError
+from cognoxium.items.model import canonical_json, content_hash
+
+__all__ = [
+    "RECOGNISERS",
+    "TYPES",
+    "Recogniser",
+    "RecogniserSet",
+    "RedactionStyle",
+    "Span",
+    "find_spans",
+    "redact_frame",
+    "redact_json",
+    "redact_text",
+]
+
+RedactionStyle = Literal["placeholder", "mask", "hash"]
+"""How a span is replaced: ``"placeholder"`` gives ``[TYPE]``; ``"mask"``
+turns every non-whitespace character into ``*`` (whitespace is kept, so a
+spaced card number keeps its grouping and a PEM block its lines); ``"hash"``
+gives ``[TYPE:xxxxxxxx]``, the first 8 hex digits of HMAC-SHA256(key, value)."""
+
+_STYLES: tuple[str, ...] = get_args(RedactionStyle)
+
+_WORD = "0-9A-Za-z_"
+_LEAD = f"[^{_WORD}]"
+_TRAIL = f"[^{_WORD}]"
+_PAD = "\n"
+_MAX_PASSES = 32
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
+# ---------------------------------------------------------------------------
+# recogniser and span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recogniser:
+    r"""A named pattern and an optional validator that together find one kind of value.
+
+    Parameters
+    ----------
+    name
+        The redaction type, upper case (``"EMAIL"``); it names the
+        placeholder and the count. Several recognisers may share a type.
+    pattern
+        A regular expression in the subset shared by Python's ``re`` and Rust's
+        ``regex`` (see the module docstring), with a group named ``v`` around
+        the value to replace.
+    validator
+        Called on each candidate value (group ``v``) only; the candidate is
+        kept when it returns true. ``None`` keeps every match.
+    label
+        What the recogniser finds, for documentation (``"JWT"``).
+    lead, trail
+        One-character classes (``trail`` may be an alternation of short
+        sequences) that must precede and follow the match; the text is
+        padded with ``\n`` so the start and end of the text qualify. The
+        lead excludes the separators that occur inside the recogniser's
+        values (``.`` in IPv4, ``:`` in IPv6, ``.-+%`` in e-mail addresses),
+        so no scan starts in the middle of a value.
+    key
+        For assignment recognisers: a pattern that a JSON object key must
+        match in full for its string value to be treated as assigned, so
+        ``{"api_key": "..."}`` is redacted like ``api_key=...`` in text.
+
+    Raises
+    ------
+    PlanError
+        If the pattern does not compile or has no group ``v``.
+
+    Examples
+    --------
+    >>> r = Recogniser(name="TICKET", pattern=r"(?P<v>TCK-[0-9]{6})", label="ticket id")
+    >>> r.scan
+    '[^0-9A-Za-z_](?:(?P<v>TCK-[0-9]{6}))(?:[^0-9A-Za-z_])'
+    """
+
+    name: str
+    pattern: str
+    validator: Callable[[str], bool] | None = None
+    label: str = ""
+    lead: str = _LEAD
+    trail: str = _TRAIL
+    key: str | None = None
+    scan: str = field(init=False, repr=False, compare=False)
+    prefilter: str = field(init=False, repr=False, compare=False)
+    _rx: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _key_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _json_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        scan = f"{self.lead}(?:{self.pattern})(?:{self.trail})"
+        try:
+            rx = re.compile(scan)
+            key_rx = re.compile(self.key) if self.key is not None else None
+        except re.error as exc:
+            raise PlanError(f"recogniser {self.name!r}: pattern does not compile: {exc}") from None
+        if "v" not in rx.groupindex:
+            raise PlanError(f"recogniser {self.name!r}: the pattern needs a group named 'v'")
+        object.__setattr__(self, "scan", scan)
+        object.__setattr__(self, "prefilter", _NAMED_GROUP.sub("(?:", self.pattern))
+        object.__setattr__(self, "_rx", rx)
+        object.__setattr__(self, "_key_rx", key_rx)
+        json_rx = None
+        if self.key is not None:
+            json_rx = re.compile(f'"(?:{self.key})":(?P<v>{_JSON_STRING})')
+        object.__setattr__(self, "_json_rx", json_rx)
+
+    def _accepts(self, value: str) -> bool:
+        return self.validator is None or self.validator(value)
+
+    def _accepts_candidate(self, candidate: str) -> bool:
+        """Whether a match found by the Rust engine (lead + value + trail) is a valid value.
+
+        ``fullmatch`` splits the candidate along the path the scan took: no
+        anchors or look-around, so the highest-priority path ending at the
+        candidate's end is the scan's own.
+        """
+        m = self._rx.fullmatch(candidate)
+        return m is not None and self._accepts(m.group("v"))
+
+    def _accepts_json_pair(self, candidate: str) -> bool:
+        assert self._json_rx is not None
+        m = self._json_rx.fullmatch(candidate)
+        return m is not None and self._accepts(json.loads(m.group("v")).strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A redactable span ``text[start:end]`` (0-based, end exclusive, in characters) of a type.
+
+    Examples
+    --------
+    >>> Span(4, 19, "EMAIL")
+    Span(start=4, end=19, type='EMAIL')
+    """
+
+    start: int
+    end: int
+    type: str
+
+
+@runtime_checkable
+class RecogniserSet(Protocol):
+    """Recognisers backed by another engine, finding spans of several types in a batch of texts.
+
+    An object with these members can be passed as ``recognisers=`` to
+    :func:`find_spans`, :func:`redact_text`, :func:`redact_json`,
+    :func:`redact_frame` and :meth:`cognoxium.CognitionFrame.redact`, alone
+    or among :class:`Recogniser` objects. It must be hashable and compare
+    equal only to a set that finds the same spans, since it becomes part of
+    the query plan. :class:`cognoxium.governance.presidio.PresidioRecognisers` is one.
+
+    Attributes
+    ----------
+    types
+        The redaction type names it can report, upper case (``"EMAIL"``).
+    label
+        What it finds, for documentation and :meth:`~cognoxium.CognitionFrame.explain`.
+    """
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The redaction type names the set can report."""
+        ...
+
+    @property
+    def label(self) -> str:
+        """What the set finds, in a few words."""
+        ...
+
+    def find_batch(self, texts: Sequence[str]) -> list[list[Span]]:
+        """Find the spans of each text.
+
+        Parameters
+        ----------
+        texts
+            The texts to scan.
+
+        Returns
+        -------
+        list of list of Span
+            One list per text, in the order of ``texts``; spans may overlap
+            and are given in priority order: among equally long overlapping
+            spans, the one listed first wins. Offsets are in characters.
+        """
+        ...
+
+
+# A redaction already made: a placeholder or a keyed hash token.
+_REDACTED = re.compile(r"\[[A-Z][A-Z0-9_]*(?::[0-9a-f]{8})?\]")
+
+
+@dataclass(frozen=True, slots=True)
+class _External:
+    """A :class:`RecogniserSet` restricted to the chosen types, with its spans checked."""
+
+    finder: RecogniserSet
+    types: frozenset[str]
+
+    def spans(self, texts: Sequence[str]) -> list[list[Span]]:
+        batches = self.finder.find_batch(texts)
+        if not isinstance(batches, list) or len(batches) != len(texts):
+            raise PlanError(
+                f"recogniser set {self.finder.label!r}: find_batch must return one list of "
+                f"spans per text ({len(texts)}), got {type(batches).__name__}"
+            )
+        out: list[list[Span]] = []
+        for text, found in zip(texts, batches, strict=True):
+            kept: list[Span] = []
+            done: list[tuple[int, int]] | None = None
+            for span in found:
+                if not (
+                    isinstance(span, Span)
+                    and isinstance(span.start, int)
+                    and isinstance(span.end, int)
+                    and 0 <= span.start < span.end <= len(text)
+                    and span.type in self.finder.types
+                ):
+                    raise PlanError(
+                        f"recogniser set {self.finder.label!r} returned {span!r} for a text of "
+                        f"{len(text)} characters; a span needs 0 <= start < end <= "
+                        f"{len(text)} and a type among {', '.join(self.finder.types)}"
+                    )
+                if span.type not in self.types:
+                    continue
+                if not text[span.start : span.end].replace("*", "").strip():
+                    continue  # a mask
+                if done is None:
+                    done = [m.span() for m in _REDACTED.finditer(text)]
+                if any(s < span.end and span.start < e for s, e in done):
+                    continue
+                kept.append(span)
+            out.append(kept)
+        return out
+
+
+_Source = Recogniser | _External
+_RecogniserArg = Recogniser | RecogniserSet | Iterable[Recogniser | RecogniserSet] | None
+
+
+# ---------------------------------------------------------------------------
+# validators
+
+
+def _luhn(digits: str) -> bool:
+    """Luhn mod-10 check (H. P. Luhn, US patent 2,950,048, 1960; ISO/IEC 7812-1 annex B)."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+# Issuer identification number ranges of the card schemes (ISO/IEC 7812-1 major
+# industry identifiers 2-6, scheme ranges as the schemes publish them): prefix
+# range (inclusive, compared on equal-length prefixes) -> allowed lengths.
+_IIN_RANGES: tuple[tuple[str, str, frozenset[int]], ...] = (
+    ("4", "4", frozenset({13, 16, 19})),  # Visa
+    ("51", "55", frozenset({16})),  # Mastercard
+    ("2221", "2720", frozenset({16})),  # Mastercard 2-series
+    ("2200", "2204", frozenset(range(16, 20))),  # Mir
+    ("34", "34", frozenset({15})),  # American Express
+    ("37", "37", frozenset({15})),  # American Express
+    ("300", "305", frozenset(range(14, 20))),  # Diners Club International
+    ("3095", "3095", frozenset(range(14, 20))),  # Diners Club International
+    ("36", "36", frozenset(range(14, 20))),  # Diners Club International
+    ("38", "39", frozenset(range(16, 20))),  # Diners Club (Discover-routed)
+    ("3528", "3589", frozenset(range(16, 20))),  # JCB
+    ("50", "50", frozenset(range(12, 20))),  # Maestro
+    ("56", "69", frozenset(range(12, 20))),  # Maestro, Discover, UnionPay, RuPay, ...
+    ("81", "82", frozenset({16})),  # UnionPay / RuPay
+)
+
+
+def _card_ok(value: str) -> bool:
+    """Payment card number: 13-19 digits, one kind of separator, a scheme's IIN and length, Luhn."""
+    digits = "".join(ch for ch in value if "0" <= ch <= "9")
+    if len({ch for ch in value if not "0" <= ch <= "9"}) > 1:
+        return False
+    n = len(digits)
+    if not 13 <= n <= 19:
+        return False
+    for lo, hi, lengths in _IIN_RANGES:
+        prefix = digits[: len(lo)]
+        if lo <= prefix <= hi and n in lengths:
+            return _luhn(digits)
+    return False
+
+
+# IBAN length per country, from the SWIFT IBAN Registry (ISO 13616-1 registration authority).
+_IBAN_LENGTHS: dict[str, int] = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22,
+    "BH": 22, "BI": 27, "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24,
+    "DE": 22, "DJ": 27, "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24, "FI": 18,
+    "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27,
+    "GT": 28, "HN": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
+    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20,
+    "LU": 20, "LV": 21, "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20,
+    "MR": 27, "MT": 31, "MU": 30, "NI": 28, "NL": 18, "NO": 15, "OM": 23, "PK": 24,
+    "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "RU": 33, "SA": 24,
+    "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "SO": 23, "ST": 25,
+    "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+    "YE": 30,
+}  # fmt: skip
+
+
+def _iban_ok(value: str) -> bool:
+    """Check an IBAN: ISO 13616-1 length per country and ISO 7064 MOD 97-10.
+
+    The first four characters move to the end, letters become numbers
+    (A=10 ... Z=35), and the remainder modulo 97 must be 1.
+    """
+    iban = "".join(ch for ch in value if ch not in " \u00a0")
+    if len(iban) != _IBAN_LENGTHS.get(iban[:2], -1) or not 2 <= int(iban[2:4]) <= 98:
+        return False
+    rearranged = iban[4:] + iban[:4]
+    return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
+
+
+def _ssn_ok(value: str) -> bool:
+    """US Social Security number AAA-GG-SSSS outside the ranges the SSA never assigns.
+
+    Area 000, 666 and 900-999, group 00 and serial 0000 are never issued (SSA,
+    "Social Security Number Randomization", 2011; Program Operations Manual
+    RM 10201.060); 078-05-1120 and 219-09-9999 were voided after appearing in
+    advertising.
+    """
+    area, group, serial = value.split("-")
+    if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        return False
+    return value not in ("078-05-1120", "219-09-9999")
+
+
+# ITU-T E.164 assigned country calling codes (ITU-T "List of ITU-T Recommendation E.164
+# assigned country codes"); they form a prefix code, so the leading digits name one.
+_COUNTRY_CODES: frozenset[str] = frozenset(
+    """1 7 20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58
+    60 61 62 63 64 65 66 81 82 84 86 90 91 92 93 94 95 98
+    211 212 213 216 218 220 221 222 223 224 225 226 227 228 229 230 231 232 233 234 235
+    236 237 238 239 240 241 242 243 244 245 246 247 248 249 250 251 252 253 254 255 256
+    257 258 260 261 262 263 264 265 266 267 268 269 290 291 297 298 299
+    350 351 352 353 354 355 356 357 358 359 370 371 372 373 374 375 376 377 378 379 380
+    381 382 383 385 386 387 389 420 421 423 500 501 502 503 504 505 506 507 508 509 590
+    591 592 593 594 595 596 597 598 599 670 672 673 674 675 676 677 678 679 680 681 682
+    683 685 686 687 688 689 690 691 692 800 808 850 852 853 855 856 870 878 880 881 882
+    883 886 888 960 961 962 963 964 965 966 967 968 970 971 972 973 974 975 976 977 979
+    992 993 994 995 996 998""".split()
+)
+
+
+def _phone_ok(value: str) -> bool:
+    """International number: an assigned E.164 country code and 8-15 digits in all (E.164 §6).
+
+    A trunk prefix written ``(0)`` is not counted. After the ``00``
+    international prefix the country code must stand alone in the first
+    group (``0044 20 ...``), so a digit run or a card-like group such as
+    ``0079 0087`` that merely starts with ``00`` is not a phone number.
+    """
+    rest = value[1:] if value[0] == "+" else value[2:]
+    if value[0] != "+":
+        first = re.split("[ .\\-\u00a0(]", rest, maxsplit=1)
+        if len(first) == 1 or first[0] not in _COUNTRY_CODES:
+            return False
+    digits = "".join(ch for ch in rest.replace("(0)", "") if "0" <= ch <= "9")
+    if not 8 <= len(digits) <= 15:
+        return False
+    return any(digits[:n] in _COUNTRY_CODES for n in (1, 2, 3))
+
+
+def _ip_ok(value: str) -> bool:
+    """Check an IPv4 or IPv6 address with :func:`ipaddress.ip_address`; reject ``::``."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return not (address.version == 6 and address.is_unspecified)
+
+
+def _email_ok(value: str) -> bool:
+    """RFC 5321 §4.5.3.1 size limits (local part 64, address 254) and RFC 1035 label rules."""
+    local, _, domain = value.rpartition("@")
+    if len(local) > 64 or len(value) > 254 or ".." in value:
+        return False
+    if local[0] == "." or local[-1] == ".":
+        return False
+    return all(
+        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-" for label in domain.split(".")
+    )
+
+
+def _b64url_json(part: str) -> Any:
+    data = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+    return json.loads(data)
+
+
+def _jwt_ok(value: str) -> bool:
+    """Check a JWS compact serialisation (RFC 7515 §7.1, RFC 7519).
+
+    The header must decode to a JSON object naming its ``alg`` (RFC 7515
+    §4.1.1) and the payload must be base64url.
+    """
+    header, payload, _ = value.split(".")
+    try:
+        head = _b64url_json(header)
+        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return False
+    return isinstance(head, dict) and "alg" in head
+
+
+def _classes(value: str) -> int:
+    return (
+        any(c.islower() for c in value)
+        + any(c.isupper() for c in value)
+        + any(c.isdigit() for c in value)
+        + any(not c.isalnum() for c in value)
+    )
+
+
+def _token_ok(value: str) -> bool:
+    """Check a provider token with a fixed prefix.
+
+    ``sk-`` keys must mix three character classes, since the prefix alone
+    also starts ordinary hyphenated words (``sk-learn-...``).
+    """
+    if value.startswith("sk-"):
+        return _classes(value[3:]) >= 3
+    return True
+
+
+# Values that appear after ``password:`` or ``token=`` in prose and configuration
+# without being secrets.
+_NOT_SECRETS = frozenset(
+    "null none nil true false undefined n/a na tbd todo required optional string "
+    "secret password token redacted hidden masked example value yes no reset here "
+    "below above same then again wrong invalid incorrect expired changed empty unknown".split()
+)
+_TEMPLATE_START = frozenset("$%<{([*\\")
+
+
+def _assigned_ok(value: str, min_length: int) -> bool:
+    return (
+        len(value) >= min_length
+        and value[0] not in _TEMPLATE_START
+        and value.lower() not in _NOT_SECRETS
+        and not any(c.isspace() for c in value[:1])
+    )
+
+
+def _password_ok(value: str) -> bool:
+    """The value of a password assignment: 4+ characters, not a template or a stop word."""
+    return _assigned_ok(value, 4)
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of the character distribution, in bits per character (Shannon, 1948)."""
+    n = len(value)
+    return -sum(k / n * math.log2(k / n) for k in Counter(value).values())
+
+
+def _key_value_ok(value: str) -> bool:
+    """Check the value of a key or token assignment.
+
+    8+ characters, not a template or a stop word, and random-looking: three
+    character classes (lower, upper, digit, other) or a Shannon entropy of
+    at least 3.5 bits per character (the threshold of gitleaks'
+    generic-api-key rule), so prose like ``token: hello`` is kept.
+    """
+    return _assigned_ok(value, 8) and (_classes(value) >= 3 or _entropy(value) >= 3.5)
+
+
+# ---------------------------------------------------------------------------
+# patterns
+
+
+def _ci(word: str) -> str:
+    """Case-insensitive literal as explicit classes (``api_key`` -> ``[Aa][Pp][Ii][_-]?[Kk]...``).
+
+    The engines' ``(?i)`` case folding differs on some Unicode letters
+    (the Kelvin sign, long s), so the patterns spell the cases out.
+    """
+    out = []
+    for ch in word:
+        if ch in "_-":
+            out.append("[_-]?")
+        elif ch.isalpha():
+            out.append(f"[{ch.upper()}{ch.lower()}]")
+        else:
+            out.append(re.escape(ch))
+    return "".join(out)
+
+
+_JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+_SEP = "[ .\\-\u00a0]"
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HEX = "[0-9A-Fa-f]{1,4}"
+
+_EMAIL = r"(?P<v>[A-Za-z0-9][A-Za-z0-9._%+\-]*@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,63})"
+_CARD = (
+    f"(?P<v>[0-9]{{4}}{_SEP}[0-9]{{6}}{_SEP}[0-9]{{4,5}}"
+    f"|[0-9]{{4}}(?:{_SEP}[0-9]{{4}}){{3}}(?:{_SEP}[0-9]{{3}})?"
+    f"|[0-9]{{4}}(?:{_SEP}[0-9]{{4}}){{2}}{_SEP}[0-9]{{1,3}}"
+    "|[0-9]{13,19})"
+)
+
+
+def _iban_pattern() -> str:
+    by_length: dict[int, list[str]] = {}
+    for country, length in sorted(_IBAN_LENGTHS.items()):
+        by_length.setdefault(length, []).append(country)
+    branches = []
+    for length, countries in sorted(by_length.items()):
+        groups, rest = divmod(length - 4, 4)
+        branch = f"(?:{'|'.join(countries)})[0-9]{{2}}(?:[ \u00a0]?[A-Z0-9]{{4}}){{{groups}}}"
+        if rest:
+            branch += f"[ \u00a0]?[A-Z0-9]{{{rest}}}"
+        branches.append(branch)
+    return f"(?P<v>{'|'.join(branches)})"
+
+
+_PHONE = r"(?P<v>(?:\+|00)[1-9](?:[ .\-" + "\u00a0" + r"]?(?:\([0-9]{1,4}\)|[0-9])){6,18})"
+_IPV4 = f"(?P<v>{_OCTET}(?:\\.{_OCTET}){{3}})"
+_IPV6 = (
+    f"(?P<v>(?:{_HEX}(?::{_HEX}){{7}}"
+    f"|{_HEX}(?::{_HEX}){{5}}:{_OCTET}(?:\\.{_OCTET}){{3}}"
+    f"|(?:{_HEX}(?::{_HEX}){{0,6}})?::(?:{_HEX}(?::{_HEX}){{0,6}})?)"
+    f"(?:\\.{_OCTET}){{0,3}})"
+)
+_PEM = (
+    "(?P<v>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----"
+    "(?:(?s:.)*?-----END[A-Z0-9 ]{0,40}PRIVATE KEY-----|(?:[A-Za-z0-9+/=\r\n]*[A-Za-z0-9+/=])?))"
+)
+# Provider token formats as the providers document them (AWS IAM "Unique identifiers",
+# GitHub "Behind GitHub's new authentication token formats", 2021, ...), collected in
+# the default rules of gitleaks (github.com/gitleaks/gitleaks, config/gitleaks.toml).
+_TOKENS = (
+    "(?P<v>(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}"  # AWS access key ids (IAM unique id prefixes)
+    "|gh[pousr]_[A-Za-z0-9]{36}"  # GitHub classic tokens
+    "|github_pat_[A-Za-z0-9_]{82}"  # GitHub fine-grained personal access tokens
+    "|xox[abposr]-[A-Za-z0-9\\-]{10,}"  # Slack tokens
+    "|AIza[0-9A-Za-z_\\-]{35}"  # Google API keys
+    "|[sr]k_live_[0-9A-Za-z]{24,}"  # Stripe live secret and restricted keys
+    "|sk-[A-Za-z0-9_\\-]{20,})"  # OpenAI / Anthropic style secret keys
+)
+_JWT = r"(?P<v>eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{2,}\.[A-Za-z0-9_\-]*)"
+
+_KEY_PREFIX = r"[A-Za-z0-9_.\-]*"
+_TOKEN_KEY = (
+    _KEY_PREFIX
+    + "(?:"
+    + "|".join(
+        _ci(w)
+        for w in ("api_key", "access_key", "secret_key", "private_key", "token", "secret", "auth")
+    )
+    + "|"
+    + _ci("authorization")
+    + ")"
+)
+_PASSWORD_KEY = (
+    _KEY_PREFIX
+    + "(?:"
+    + "|".join(_ci(w) for w in ("password", "passwd", "passphrase", "pwd"))
+    + ")"
+)
+_ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*[\"']?"
+# An assigned value: not a template, placeholder or mask at its start, up to whitespace, a quote
+# or a list separator, and not ending with a full stop or a closing bracket (the end of a
+# sentence or of a bracketed aside). So the rest of a keyed hash ``[SECRET:3f2a9c1d]`` is
+# eight hex digits, which the value validators reject.
+_VALUE = (
+    r"(?P<v>[^ \t\r\n\"'`\[\]*<>{}()$%,;&=\\]"
+    r"(?:[^ \t\r\n\"'`,;&]*[^ \t\r\n\"'`,;&.)\]}>])?)"
+)
+_SCHEME = "(?:(?:" + "|".join(_ci(w) for w in ("bearer", "basic", "token")) + ")[ \t]+)?"
+
+
+RECOGNISERS: tuple[Recogniser, ...] = (
+    Recogniser(name="SECRET", pattern=_PEM, label="PEM private key block (RFC 7468)"),
+    Recogniser(
+        name="SECRET",
+        pattern=_TOKENS,
+        validator=_token_ok,
+        label="provider token: AWS access key id, GitHub, Slack, Google, Stripe, sk- keys",
+    ),
+    Recogniser(name="SECRET", pattern=_JWT, validator=_jwt_ok, label="JSON Web Token (RFC 7519)"),
+    Recogniser(
+        name="SECRET",
+        pattern=f"{_TOKEN_KEY}{_ASSIGN}{_SCHEME}{_VALUE}",
+        validator=_key_value_ok,
+        label="api_key= / token: / secret= / Authorization: assignment (the value)",
+        key=_TOKEN_KEY,
+    ),
+    Recogniser(
+        name="SECRET",
+        pattern=f"{_PASSWORD_KEY}{_ASSIGN}{_VALUE}",
+        validator=_password_ok,
+        label="password= / passwd: assignment (the value)",
+        key=_PASSWORD_KEY,
+    ),
+    Recogniser(
+        name="CREDIT_CARD",
+        pattern=_CARD,
+        validator=_card_ok,
+        label="payment card number, Luhn and IIN checked (ISO/IEC 7812)",
+    ),
+    Recogniser(
+        name="IBAN",
+        pattern=_iban_pattern(),
+        validator=_iban_ok,
+        label="IBAN, country length and mod-97 checked (ISO 13616)",
+    ),
+    Recogniser(
+        name="US_SSN",
+        pattern=r"(?P<v>[0-9]{3}-[0-9]{2}-[0-9]{4})",
+        validator=_ssn_ok,
+        label="US Social Security number outside the never-issued ranges",
+        lead=f"[^{_WORD}\\-]",
+        trail=f"[^{_WORD}\\-]|-[^{_WORD}]",
+    ),
+    Recogniser(
+        name="EMAIL",
+        pattern=_EMAIL,
+        validator=_email_ok,
+        label="e-mail address",
+        lead=f"[^{_WORD}.%+\\-@]",
+    ),
+    Recogniser(
+        name="PHONE",
+        pattern=_PHONE,
+        validator=_phone_ok,
+        label="international phone number (+CC or 00CC, E.164)",
+    ),
+    Recogniser(
+        name="IP_ADDRESS",
+        pattern=_IPV4,
+        validator=_ip_ok,
+        label="IPv4 address",
+        lead=f"[^{_WORD}.]",
+        trail=f"[^{_WORD}.]|\\.[^{_WORD}]",
+    ),
+    Recogniser(
+        name="IP_ADDRESS",
+        pattern=_IPV6,
+        validator=_ip_ok,
+        label="IPv6 address, full or compressed (RFC 4291 §2.2, RFC 5952)",
+        lead=f"[^{_WORD}:.]",
+    ),
+)
+"""The recognisers, in tie-break order (earlier wins among equally long overlapping spans).
+
+Each type and what it finds (and, in brackets, what checks a candidate):
+
+- ``SECRET``: PEM private key blocks (also unterminated ones), AWS access key
+  ids (``AKIA``/``ASIA``...), GitHub tokens (``ghp_``, ``gho_``, ``ghu_``,
+  ``ghs_``, ``ghr_``, ``github_pat_``), Slack, Google API, Stripe live and
+  ``sk-`` keys, JWTs [header decodes to a JSON object with ``alg``], and the
+  value of ``api_key=``, ``token:``, ``secret=``, ``Authorization: Bearer``,
+  ``password=``-style assignments, also as JSON object members
+  [not a template like ``${VAR}`` or a stop word like ``null``; key and token
+  values need 8+ characters and three character classes or an entropy of
+  3.5 bits per character].
+- ``CREDIT_CARD``: 13-19 digits, contiguous or grouped 4-4-4-4(-3),
+  4-6-5, 4-6-4 or 4-4-4-1..3 with spaces, dashes, dots or no-break spaces
+  [one kind of separator, a card scheme's IIN range and length, Luhn].
+- ``IBAN``: an IBAN of a registered country, spaced in groups of 4 or not
+  [the country's length, ISO 7064 mod 97-10].
+- ``US_SSN``: ``AAA-GG-SSSS`` [not area 000/666/9xx, group 00, serial 0000].
+- ``EMAIL``: ``local@domain.tld`` [RFC 5321 lengths, label rules].
+- ``PHONE``: numbers written with ``+`` or ``00`` and a country code
+  (``+44 20 7946 0958``, ``+1 (415) 555-2671``, ``+49-30-123456``,
+  ``0044 20 7946 0958``) [assigned E.164 country code, 8-15 digits].
+- ``IP_ADDRESS``: IPv4 and IPv6 (compressed, with an embedded IPv4 tail)
+  [:func:`ipaddress.ip_address`; the unspecified ``::`` is kept].
+"""
+
+TYPES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RECOGNISERS))
+"""The redaction type names, in :data:`RECOGNISERS` order."""
+
+
+# ---------------------------------------------------------------------------
+# reference path (Python re)
+
+
+def recogniser_pool(recognisers: _RecogniserArg) -> tuple[Recogniser | RecogniserSet, ...]:
+    """The recognisers to use, in tie-break order: :data:`RECOGNISERS` when ``None``."""
+    if recognisers is None:
+        return RECOGNISERS
+    if isinstance(recognisers, Recogniser | RecogniserSet):
+        pool: tuple[Any, ...] = (recognisers,)
+    elif isinstance(recognisers, str | bytes) or not isinstance(recognisers, Iterable):
+        raise PlanError(
+            "recognisers must be a Recogniser, a RecogniserSet or a sequence of them, "
+            f"got {type(recognisers).__name__}"
+        )
+    else:
+        pool = tuple(recognisers)
+    bad = [r for r in pool if not isinstance(r, Recogniser | RecogniserSet)]
+    if bad:
+        raise PlanError(
+            f"recognisers: {bad[0]!r} is neither a Recogniser nor a RecogniserSet "
+            "(an object with types, label and find_batch)"
+        )
+    if not pool:
+        raise PlanError("recognisers is empty; pass None for the built-in recognisers")
+    return pool
+
+
+def _types_of(r: Recogniser | RecogniserSet) -> tuple[str, ...]:
+    return (r.name,) if isinstance(r, Recogniser) else tuple(r.types)
+
+
+def _select(
+    types: Iterable[str] | str | None, recognisers: _RecogniserArg = None
+) -> tuple[_Source, ...]:
+    pool = recogniser_pool(recognisers)
+    known = TYPES if pool is RECOGNISERS else tuple(dict.fromkeys(_all_types(pool)))
+    if types is None:
+        chosen = set(known)
+    else:
+        wanted = (types,) if isinstance(types, str) else tuple(types)
+        unknown = sorted({t for t in wanted if t not in known}, key=str)
+        if unknown:
+            raise PlanError(
+                f"unknown redaction type(s) {', '.join(repr(t) for t in unknown)}; "
+                f"valid types: {', '.join(known)}"
+            )
+        chosen = set(wanted)
+    out: list[_Source] = []
+    for r in pool:
+        if isinstance(r, Recogniser):
+            if r.name in chosen:
+                out.append(r)
+        else:
+            kinds = frozenset(r.types) & chosen
+            if kinds:
+                out.append(_External(r, kinds))
+    return tuple(out)
+
+
+def _all_types(pool: Iterable[Recogniser | RecogniserSet]) -> Iterable[str]:
+    for r in pool:
+        yield from _types_of(r)
+
+
+def _hash_key(style: str, key: bytes | str | None) -> bytes | None:
+    if style not in _STYLES:
+        raise PlanError(
+            f"unknown redaction style {style!r}; valid styles: {', '.join(map(repr, _STYLES))}"
+        )
+    if style != "hash":
+        return None
+    if key is None or len(key) == 0:
+        raise PlanError(
+            "redaction style 'hash' needs a key: pass key=<bytes or str>, the HMAC-SHA256 key "
+            "(keep it secret: anyone holding it can test guesses against the tokens)"
+        )
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
+def _token(value: str, kind: str, style: str, key: bytes | None) -> str:
+    if style == "placeholder":
+        return f"[{kind}]"
+    if style == "mask":
+        return "".join(ch if ch.isspace() else "*" for ch in value)
+    assert key is not None
+    digest = hmac.new(key, value.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"[{kind}:{digest[:8]}]"
+
+
+def _spans(text: str, recs: tuple[_Source, ...]) -> list[Span]:
+    padded = f"{_PAD}{text}{_PAD}"
+    found: list[tuple[int, int, int, str]] = []
+    for order, r in enumerate(recs):
+        if isinstance(r, _External):
+            found.extend((s.start, s.end, order, s.type) for s in r.spans([text])[0])
+            continue
+        for m in r._rx.finditer(padded):
+            if r._accepts(m.group("v")):
+                start, end = m.span("v")
+                found.append((start - 1, end - 1, order, r.name))
+    if not found:
+        return []
+    # Longest first, then recogniser order, then leftmost; keep what does not overlap.
+    # The sort is stable: a set's spans of equal length and start keep the set's order.
+    found.sort(key=lambda s: (s[0] - s[1], s[2], s[0]))
+    starts: list[int] = []
+    chosen: list[tuple[int, int, str]] = []
+    for start, end, _, kind in found:
+        i = bisect_left(starts, start)
+        if i > 0 and chosen[i - 1][1] > start:
+            continue
+        if i < len(chosen) and chosen[i][0] < end:
+            continue
+        starts.insert(i, start)
+        chosen.insert(i, (start, end, kind))
+    return [Span(s, e, k) for s, e, k in chosen]
+
+
+def _apply(text: str, spans: list[Span], style: str, key: bytes | None) -> str:
+    # Equivalent to replacing right to left: spans are disjoint and sorted by start.
+    pieces: list[str] = []
+    at = 0
+    for span in spans:
+        pieces.append(text[at : span.start])
+        pieces.append(_token(text[span.start : span.end], span.type, style, key))
+        at = span.end
+    pieces.append(text[at:])
+    return "".join(pieces)
+
+
+def _redact_str(
+    text: str, recs: tuple[_Source, ...], style: str, key: bytes | None, counts: dict[str, int]
+) -> str:
+    for _ in range(_MAX_PASSES):
+        spans = _spans(text, recs)
+        if not spans:
+            return text
+        text = _apply(text, spans, style, key)
+        for span in spans:
+            counts[span.type] = counts.get(span.type, 0) + 1
+    raise RuntimeError(  # pragma: no cover - a replacement never matches a recogniser
+        f"redaction did not reach a fixed point in {_MAX_PASSES} passes; please report this text"
+    )
+
+
+def _assigned_member(name: str, core: str, recs: tuple[_Source, ...]) -> Recogniser | None:
+    """The first assignment recogniser whose key pattern matches ``name`` and accepts ``core``."""
+    for r in recs:
+        if not isinstance(r, Recogniser):
+            continue
+        if r._key_rx is not None and r._key_rx.fullmatch(name) and r._accepts(core):
+            return r
+    return None
+
+
+def _redact_value(
+    value: Any, recs: tuple[_Source, ...], style: str, key: bytes | None, counts: dict[str, int]
+) -> Any:
+    if isinstance(value, str):
+        return _redact_str(value, recs, style, key, counts)
+    if isinstance(value, list):
+        return [_redact_value(v, recs, style, key, counts) for v in value]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for name, member in value.items():
+            if isinstance(member, str):
+                core = member.strip()
+                r = _assigned_member(name, core, recs)
+                if r is not None:
+                    begin = member.index(core)
+                    token = _token(core, r.name, style, key)
+                    out[name] = member[:begin] + token + member[begin + len(core) :]
+                    counts[r.name] = counts.get(r.name, 0) + 1
+                    continue
+            out[name] = _redact_value(member, recs, style, key, counts)
+        return out
+    return value
+
+
+def find_spans(
+    text: str, *, types: Iterable[str] | str | None = None, recognisers: _RecogniserArg = None
+) -> list[Span]:
+    """Find the redactable spans of a text: one scan, after overlap resolution.
+
+    This is the reference path (Python :mod:`re`): :func:`redact_text` repeats
+    it until nothing is found, and :func:`redact_frame` agrees with it row by row.
+
+    Parameters
+    ----------
+    text
+        Any text.
+    types
+        Type names to look for (see :data:`TYPES`); ``None`` for all.
+    recognisers
+        The recognisers to use, in tie-break order: a :class:`Recogniser`, a
+        :class:`RecogniserSet` or a sequence of them; ``None`` for
+        :data:`RECOGNISERS`. ``types`` then names types of these.
+
+    Returns
+    -------
+    list of Span
+        Disjoint spans sorted by start, offsets in characters of ``text``.
+
+    Raises
+    ------
+    PlanError
+        On an unknown type name, an empty or invalid ``recognisers``, or a
+        recogniser set that returns an invalid span.
+
+    Notes
+    -----
+    Every recogniser scans the text on its own (non-overlapping matches,
+    leftmost first); the candidates its validator accepts are pooled, and
+    among overlapping spans the longest is kept, ties going to the recogniser
+    listed first in :data:`RECOGNISERS`.
+
+    Examples
+    --------
+    >>> find_spans("mail ana@example.org or call +44 20 7946 0958")
+    [Span(start=5, end=20, type='EMAIL'), Span(start=29, end=45, type='PHONE')]
+    >>> find_spans("order 4111 1111 1111 1112")  # fails the Luhn check
+    []
+    >>> find_spans("ana@example.org", types=["PHONE"])
+    []
+    """
+    return _spans(text, _select(types, recognisers))
+
+
+def redact_text(
+    text: str,
+    *,
+    style: RedactionStyle = "placeholder",
+    key: bytes | str | None = None,
+    types: Iterable[str] | str | None = None,
+    recognisers: _RecogniserArg = None,
+) -> tuple[str, dict[str, int]]:
+    """Redact a text and count the redactions by type.
+
+    Parameters
+    ----------
+    text
+        Any text.
+    style
+        ``"placeholder"`` (``[EMAIL]``), ``"mask"`` (``*`` for every
+        non-whitespace character) or ``"hash"`` (``[EMAIL:3f2a9c1d]``: the
+        first 8 hex digits of HMAC-SHA256(key, value), so one value gives one
+        token under one key).
+    key
+        The HMAC key, required by the ``"hash"`` style; a ``str`` is UTF-8 encoded.
+    types
+        Type names to redact (see :data:`TYPES`); ``None`` for all.
+    recognisers
+        As for :func:`find_spans`: ``None`` for :data:`RECOGNISERS`.
+
+    Returns
+    -------
+    tuple of (str, dict of str to int)
+        The redacted text and the number of spans replaced per type (sorted
+        by type; empty when nothing was found).
+
+    Raises
+    ------
+    PlanError
+        On an unknown style or type name, the ``"hash"`` style without a key,
+        or invalid ``recognisers`` (see :func:`find_spans`).
+
+    Notes
+    -----
+    :func:`find_spans` is applied and its spans replaced until it finds
+    nothing, so ``redact_text(redact_text(x)[0])[0] == redact_text(x)[0]``.
+
+    Examples
+    --------
+    >>> redact_text("Card 2221 0000 0000 0009, mail ana.example@example.org")
+    ('Card [CREDIT_CARD], mail [EMAIL]', {'CREDIT_CARD': 1, 'EMAIL': 1})
+    >>> redact_text("ip 192.0.2.10", style="mask")
+    ('ip **********', {'IP_ADDRESS': 1})
+    >>> redact_text("ana@example.org", style="hash", key=b"k")[0]
+    '[EMAIL:102ffdfb]'
+    >>> redact_text("x", style="shred")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PlanError: unknown redaction style 'shred'; valid styles: 'placeholder', 'mask', 'hash'
+    """  # noqa: E501
+    recs = _select(types, recognisers)
+    hkey = _hash_key(style, key)
+    counts: dict[str, int] = {}
+    out = _redact_str(text, recs, style, hkey, counts)
+    return out, dict(sorted(counts.items()))
+
+
+def redact_json(
+    value: Any,
+    *,
+    style: RedactionStyle = "placeholder",
+    key: bytes | str | None = None,
+    types: Iterable[str] | str | None = None,
+    recognisers: _RecogniserArg = None,
+) -> tuple[Any, dict[str, int]]:
+    """Redact the string values of a JSON value; object keys are kept as they are.
+
+    Each string value is redacted like :func:`redact_text`. In addition, the
+    string value of an object member whose key names a secret (``password``,
+    ``api_key``, ``client_secret``, ``Authorization``, ... in any case, with
+    any prefix such as ``db_``) is a ``SECRET`` as a whole, as its
+    ``key=value`` form would be in text.
+
+    Parameters
+    ----------
+    value
+        A JSON value (dicts, lists, strings, numbers, booleans, None).
+    style, key, types, recognisers
+        As for :func:`redact_text`.
+
+    Returns
+    -------
+    tuple of (Any, dict of str to int)
+        A new JSON value and the redaction counts per type.
+
+    Raises
+    ------
+    PlanError
+        On an unknown style or type name, the ``"hash"`` style without a key,
+        or invalid ``recognisers`` (see :func:`find_spans`).
+
+    Examples
+    --------
+    >>> redact_json({"to": ["ana@example.org"], "db_password": "hunter22", "n": 4})
+    ({'to': ['[EMAIL]'], 'db_password': '[SECRET]', 'n': 4}, {'EMAIL': 1, 'SECRET': 1})
+    """
+    recs = _select(types, recognisers)
+    hkey = _hash_key(style, key)
+    counts: dict[str, int] = {}
+    out = _redact_value(value, recs, style, hkey, counts)
+    return out, dict(sorted(counts.items()))
+
+
+# ---------------------------------------------------------------------------
+# vectorised path (Polars)
+
+
+def _padded(column: str) -> pl.Expr:
+    return pl.concat_str(pl.lit(_PAD), pl.col(column), pl.lit(_PAD))
+
+
+def _rows_with_spans(values: pl.Series, recs: tuple[_Source, ...]) -> pl.Series:
+    """Positions of ``values`` for which :func:`find_spans` finds something, without Python per row.
+
+    1. Prefilter: every recogniser's bare pattern (no lead/trail, so a
+       superset) over the whole column with ``str.contains``.
+    2. Candidates: ``str.extract_all`` of the framed patterns over the padded
+       values of the prefiltered rows, exploded to one candidate per row.
+    3. Validation: each recogniser's validator on its distinct candidates.
+
+    A recogniser set scans the distinct values in one batch.
+    """
+    empty = pl.Series("i", [], pl.UInt32)
+    if not recs or values.len() == 0:
+        return empty
+    builtin = tuple(r for r in recs if isinstance(r, Recogniser))
+    found = [_builtin_rows(values, builtin)]
+    externals = [r for r in recs if isinstance(r, _External)]
+    if externals:
+        distinct = values.drop_nulls().unique(maintain_order=True).to_list()
+        hits: set[str] = set()
+        for r in externals:
+            todo = [t for t in distinct if t not in hits]
+            hits.update(t for t, spans in zip(todo, r.spans(todo), strict=True) if spans)
+        if hits:
+            found.append(values.is_in(list(hits)).fill_null(False).arg_true())
+    return pl.concat(found).unique().sort()
+
+
+def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
+    """The part of :func:`_rows_with_spans` for built-in recognisers."""
+    empty = pl.Series("i", [], pl.UInt32)
+    if not recs or values.len() == 0:
+        return empty
+    frame = values.rename("s").to_frame()
+    hit = frame.select(
+        pl.any_horizontal([pl.col("s").str.contains(r.prefilter) for r in recs]).fill_null(False)
+    ).to_series()
+    rows = hit.arg_true()
+    if rows.len() == 0:
+        return empty
+    sub = pl.DataFrame({"i": rows, "s": values.gather(rows)}).select(
+        "i", *[_padded("s").str.extract_all(r.scan).alias(f"c{j}") for j, r in enumerate(recs)]
+    )
+    found: list[pl.Series] = []
+    for j, r in enumerate(recs):
+        cands = sub.select("i", pl.col(f"c{j}").alias("c")).explode("c").drop_nulls("c")
+        if cands.height == 0:
+            continue
+        good = [c for c in cands.get_column("c").unique().to_list() if r._accepts_candidate(c)]
+        if good:
+            found.append(cands.filter(pl.col("c").is_in(good)).get_column("i"))
+    if not found:
+        return empty
+    return pl.concat(found).unique().sort()
+
+
+def _json_rows_with_spans(docs: pl.Series, recs: tuple[_Source, ...]) -> pl.Series:
+    """Positions of canonical JSON documents that :func:`redact_json` would change."""
+    empty = pl.Series("i", [], pl.UInt32)
+    if not recs or docs.len() == 0:
+        return empty
+    frame = pl.DataFrame({"i": pl.int_range(docs.len(), dtype=pl.UInt32, eager=True), "j": docs})
+    # String literals: keys end with ':' in the match, values are decoded by Polars.
+    literals = (
+        frame.select("i", pl.col("j").str.extract_all(_JSON_STRING + ":?").alias("lit"))
+        .explode("lit")
+        .drop_nulls("lit")
+        .filter(~pl.col("lit").str.ends_with(":"))
+        .select("i", pl.col("lit").str.json_decode(pl.String).alias("s"))
+    )
+    at = _rows_with_spans(literals.get_column("s"), recs)
+    found = [literals.get_column("i").gather(at)]
+    for r in recs:
+        if not isinstance(r, Recogniser) or r._json_rx is None:
+            continue
+        pairs = (
+            frame.select("i", pl.col("j").str.extract_all(r._json_rx.pattern).alias("c"))
+            .explode("c")
+            .drop_nulls("c")
+        )
+        if pairs.height == 0:
+            continue
+        good = [c for c in pairs.get_column("c").unique().to_list() if r._accepts_json_pair(c)]
+        if good:
+            found.append(pairs.filter(pl.col("c").is_in(good)).get_column("i"))
+    return pl.concat(found).unique().sort()
+
+
+def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
+    merged: dict[str, int] = dict(json.loads(old)) if old else {}
+    for kind, n in new.items():
+        merged[kind] = merged.get(kind, 0) + n
+    return canonical_json(merged)
+
+
+def redact_frame(
+    df: pl.DataFrame,
+    *,
+    style: RedactionStyle = "placeholder",
+    key: bytes | str | None = None,
+    types: Iterable[str] | str | None = None,
+    recognisers: _RecogniserArg = None,
+) -> pl.DataFrame:
+    """Redact the Text and Json payloads of a frame of context items, vectorised.
+
+    Text payloads are redacted as by :func:`redact_text`; Json payloads as by
+    :func:`redact_json` (string values, keys kept) and written back in
+    canonical form. Other payload kinds, ``metadata`` and reference titles are
+    left as they are.
+
+    Parameters
+    ----------
+    df
+        A frame with the columns of :data:`cognoxium.items.schema.POLARS_SCHEMA`
+        (at least ``payload_kind``, ``text``, ``json``, ``content_hash``);
+        other columns are carried along.
+    style, key, types, recognisers
+        As for :func:`redact_text`.
+
+    Returns
+    -------
+    polars.DataFrame
+        The same rows and columns in the same order, with ``text``, ``json``
+        and ``content_hash`` rewritten on the rows that changed, and two
+        String columns (added at the end, or updated if present):
+        ``redactions``, a canonical JSON object ``{TYPE: count}`` (``"{}"``
+        when nothing was redacted), and ``redacted_from``, the content hash
+        before redaction on the rows that changed, null elsewhere. Redacting
+        a redacted frame again adds to the counts and keeps earlier values
+        on the rows that do not change.
+
+    Raises
+    ------
+    SchemaError
+        If ``df`` is not a Polars DataFrame or lacks a payload column.
+    PlanError
+        On an unknown style or type name, the ``"hash"`` style without a key,
+        or invalid ``recognisers`` (see :func:`find_spans`).
+
+    Notes
+    -----
+    No Python runs for a row that holds no candidate. The Text column and the
+    decoded JSON string values go through one ``str.contains`` prefilter per
+    recogniser over the whole column, then ``str.extract_all`` of the framed
+    patterns over the remaining rows; the validators run on the distinct
+    candidates only. A :class:`RecogniserSet` has no pattern to prefilter
+    with: it scans every distinct text (and decoded JSON string value) once,
+    in one :meth:`~RecogniserSet.find_batch` call. Only the rows with a
+    validated candidate are rewritten, by the reference path
+    (:func:`redact_text`, :func:`redact_json`), so the two paths agree row by
+    row and share one overlap resolution.
+
+    Examples
+    --------
+    >>> from cognoxium.items.model import ContextItem
+    >>> from cognoxium.items.schema import items_to_frame
+    >>> df = items_to_frame([
+    ...     ContextItem(id="a", role="user", text="I am ana@example.org",
+    ...                 created_at="2024-01-01T00:00:00Z"),
+    ...     ContextItem(id="b", role="tool", payload={"kind": "json", "value": {"ip": "10.1.2.3"}},
+    ...                 created_at="2024-01-01T00:00:00Z"),
+    ...     ContextItem(id="c", role="user", text="hello", created_at="2024-01-01T00:00:00Z"),
+    ... ])
+    >>> out = redact_frame(df)
+    >>> out.select("text", "json", "redactions").rows()
+    [('I am [EMAIL]', None, '{"EMAIL":1}'), (None, '{"ip":"[IP_ADDRESS]"}', '{"IP_ADDRESS":1}'), ('hello', None, '{}')]
+    >>> out.get_column("redacted_from").to_list() == [*df.get_column("content_hash")[:2], None]
+    True
+    """  # noqa: E501
+    if not isinstance(df, pl.DataFrame):
+        raise SchemaError(f"redact_frame expects a polars DataFrame, got {type(df).__name__}")
+    missing = [c for c in ("payload_kind", "text", "json", "content_hash") if c not in df.columns]
+    if missing:
+        raise SchemaError(f"redact_frame: missing item columns {missing}")
+    recs = _select(types, recognisers)
+    hkey = _hash_key(style, key)
+
+    kinds = df.get_column("payload_kind").cast(pl.String)
+    text_rows = (kinds == "text").arg_true()
+    json_rows = (kinds == "json").arg_true()
+    texts = df.get_column("text").gather(text_rows).fill_null("")
+    docs = df.get_column("json").gather(json_rows).fill_null("null")
+    text_hits = text_rows.gather(_rows_with_spans(texts, recs))
+    json_hits = json_rows.gather(_json_rows_with_spans(docs, recs))
+
+    n = df.height
+    if "redactions" in df.columns:
+        redactions = df.get_column("redactions").cast(pl.String).fill_null("{}")
+    else:
+        redactions = pl.Series("redactions", ["{}"] * n, pl.String)
+    if "redacted_from" in df.columns:
+        redacted_from = df.get_column("redacted_from").cast(pl.String)
+    else:
+        redacted_from = pl.Series("redacted_from", [None] * n, pl.String)
+    columns = {
+        "text": df.get_column("text"),
+        "json": df.get_column("json"),
+        "content_hash": df.get_column("content_hash"),
+        "redactions": redactions,
+        "redacted_from": redacted_from,
+    }
+    for payload, hits in (("text", text_hits), ("json", json_hits)):
+        if hits.len() == 0:
+            continue
+        rows = hits.to_list()
+        new_values, new_hashes, new_counts = [], [], []
+        for value, old in zip(
+            columns[payload].gather(hits).to_list(),
+            redactions.gather(hits).to_list(),
+            strict=True,
+        ):
+            counts: dict[str, int] = {}
+            if payload == "text":
+                out = _redact_str(value, recs, style, hkey, counts)
+            else:
+                out = canonical_json(_redact_value(json.loads(value), recs, style, hkey, counts))
+            new_values.append(out)
+            new_hashes.append(content_hash(payload, out.encode("utf-8")))
+            new_counts.append(_merge_counts(old, counts))
+        previous = columns["content_hash"].gather(hits)
+        for name, values in (
+            (payload, pl.Series(new_values, dtype=pl.String)),
+            ("content_hash", pl.Series(new_hashes, dtype=pl.String)),
+            ("redactions", pl.Series(new_counts, dtype=pl.String)),
+            ("redacted_from", previous.cast(pl.String)),
+        ):
+            columns[name] = columns[name].clone().scatter(rows, values)
+    return df.with_columns(series.alias(name) for name, series in columns.items())

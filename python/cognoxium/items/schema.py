@@ -1,0 +1,708 @@
+"""The canonical columnar schema of context items, and conversions to and from it.
+
+Every frame, Parquet file and Arrow table of context items has the columns of
+:data:`SCHEMA`, in that order. Enumerations are dictionary-encoded; sources and
+parents are list columns; ``metadata`` and ``json`` hold canonical JSON text.
+The schema version is stored in the schema metadata under
+``cognoxium.schema_version``.
+
+=============  ===========================  ==============================================
+column         Arrow type                   meaning
+=============  ===========================  ==============================================
+id             large_string                 stable identity
+role           dictionary<int8, string>     :class:`~cognoxium.items.model.Role`
+payload_kind   dictionary<int8, string>     text, json, binary or reference
+text           large_string                 the text of a Text payload, else null
+json           large_string                 canonical JSON of a Json payload, else null
+binary         large_binary                 the bytes of a Binary payload, else null
+ref_uri        large_string                 a Reference's uri, else null
+ref_title      large_string                 a Reference's title
+ref_digest     large_string                 a Reference's digest
+content_hash   large_string                 sha256 hex of kind + canonical bytes
+sources        large_list<struct>           uri, kind, title, retrieved_at (UTC)
+trust          dictionary<int8, string>     trusted or untrusted
+sensitivity    dictionary<int8, string>     public, internal, confidential, restricted
+retention      dictionary<int8, string>     required, preferred, optional
+priority       int64                        higher first
+rank           float64                      relevance score, null if unranked
+created_at     timestamp[us, UTC]           creation time
+valid_from     timestamp[us, UTC]           start of validity, null for always
+expires_at     timestamp[us, UTC]           end of validity (exclusive), null for never
+parents        large_list<large_string>     lineage: ids this item derives from
+lineage        large_list<struct>           parent_id, parent_hash, operation, detail
+group_id       large_string                 items of one group pack or drop together
+metadata       large_string                 canonical JSON object
+=============  ===========================  ==============================================
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+from pydantic import ValidationError
+
+from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.items.model import (
+    ContextItem,
+    Retention,
+    Role,
+    Sensitivity,
+    Trust,
+    canonical_json,
+    content_hash,
+)
+
+__all__ = [
+    "COLUMNS",
+    "PAYLOAD_KINDS",
+    "POLARS_SCHEMA",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "conform",
+    "frame_to_items",
+    "item_to_record",
+    "items_to_frame",
+    "packed_text_expr",
+    "records_to_frame",
+    "to_arrow",
+]
+
+SCHEMA_VERSION = 2
+"""Version of :data:`SCHEMA`; bumped on any incompatible change."""
+
+PAYLOAD_KINDS: tuple[str, ...] = ("text", "json", "binary", "reference")
+
+_ENUMS: dict[str, tuple[str, ...]] = {
+    "role": tuple(r.value for r in Role),
+    "payload_kind": PAYLOAD_KINDS,
+    "trust": tuple(t.value for t in Trust),
+    "sensitivity": tuple(s.value for s in Sensitivity),
+    "retention": tuple(r.value for r in Retention),
+}
+
+_TS = pa.timestamp("us", tz="UTC")
+_DICT = pa.dictionary(pa.int8(), pa.large_string())
+_SOURCE = pa.struct(
+    [
+        ("uri", pa.large_string()),
+        ("kind", pa.large_string()),
+        ("title", pa.large_string()),
+        ("retrieved_at", _TS),
+    ]
+)
+
+_EDGE = pa.struct(
+    [
+        ("parent_id", pa.large_string()),
+        ("parent_hash", pa.large_string()),
+        ("operation", pa.large_string()),
+        ("detail", pa.large_string()),
+    ]
+)
+
+SCHEMA: pa.Schema = pa.schema(
+    [
+        ("id", pa.large_string()),
+        ("role", _DICT),
+        ("payload_kind", _DICT),
+        ("text", pa.large_string()),
+        ("json", pa.large_string()),
+        ("binary", pa.large_binary()),
+        ("ref_uri", pa.large_string()),
+        ("ref_title", pa.large_string()),
+        ("ref_digest", pa.large_string()),
+        ("content_hash", pa.large_string()),
+        ("sources", pa.large_list(_SOURCE)),
+        ("trust", _DICT),
+        ("sensitivity", _DICT),
+        ("retention", _DICT),
+        ("priority", pa.int64()),
+        ("rank", pa.float64()),
+        ("created_at", _TS),
+        ("valid_from", _TS),
+        ("expires_at", _TS),
+        ("parents", pa.large_list(pa.large_string())),
+        ("lineage", pa.large_list(_EDGE)),
+        ("group_id", pa.large_string()),
+        ("metadata", pa.large_string()),
+    ],
+    metadata={"cognoxium.schema_version": str(SCHEMA_VERSION)},
+)
+"""The canonical Arrow schema of context items (see the module docstring)."""
+
+COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
+
+_PL_TS = pl.Datetime("us", "UTC")
+POLARS_SCHEMA = pl.Schema(
+    {  # type: ignore[arg-type]
+        "id": pl.String,
+        "role": pl.Enum(_ENUMS["role"]),
+        "payload_kind": pl.Enum(_ENUMS["payload_kind"]),
+        "text": pl.String,
+        "json": pl.String,
+        "binary": pl.Binary,
+        "ref_uri": pl.String,
+        "ref_title": pl.String,
+        "ref_digest": pl.String,
+        "content_hash": pl.String,
+        "sources": pl.List(
+            pl.Struct(
+                {"uri": pl.String, "kind": pl.String, "title": pl.String, "retrieved_at": _PL_TS}
+            )
+        ),
+        "trust": pl.Enum(_ENUMS["trust"]),
+        "sensitivity": pl.Enum(_ENUMS["sensitivity"]),
+        "retention": pl.Enum(_ENUMS["retention"]),
+        "priority": pl.Int64,
+        "rank": pl.Float64,
+        "created_at": _PL_TS,
+        "valid_from": _PL_TS,
+        "expires_at": _PL_TS,
+        "parents": pl.List(pl.String),
+        "lineage": pl.List(
+            pl.Struct(
+                {
+                    "parent_id": pl.String,
+                    "parent_hash": pl.String,
+                    "operation": pl.String,
+                    "detail": pl.String,
+                }
+            )
+        ),
+        "group_id": pl.String,
+        "metadata": pl.String,
+    }
+)
+"""The same schema as Polars dtypes (enumerations as ``pl.Enum``)."""
+
+_PAYLOAD_COLUMN = {"text": "text", "json": "json", "binary": "binary", "reference": "ref_uri"}
+_DEFAULTS: dict[str, Any] = {
+    "trust": Trust.UNTRUSTED.value,
+    "sensitivity": Sensitivity.INTERNAL.value,
+    "retention": Retention.OPTIONAL.value,
+    "priority": 0,
+    "metadata": "{}",
+}
+
+
+# ---------------------------------------------------------------------------
+# items <-> frame
+
+
+def _item_row(item: ContextItem) -> dict[str, Any]:
+    p = item.payload
+    return {
+        "id": item.id,
+        "role": item.role.value,
+        "payload_kind": p.kind,
+        "text": p.text if p.kind == "text" else None,
+        "json": p.canonical if p.kind == "json" else None,
+        "binary": p.data if p.kind == "binary" else None,
+        "ref_uri": p.uri if p.kind == "reference" else None,
+        "ref_title": p.title if p.kind == "reference" else None,
+        "ref_digest": p.digest if p.kind == "reference" else None,
+        "content_hash": item.content_hash,
+        "sources": [s.model_dump() for s in item.sources],
+        "trust": item.trust.value,
+        "sensitivity": item.sensitivity.value,
+        "retention": item.retention.value,
+        "priority": item.priority,
+        "rank": item.rank,
+        "created_at": item.created_at,
+        "valid_from": item.valid_from,
+        "expires_at": item.expires_at,
+        "parents": list(item.parents),
+        "lineage": [edge.model_dump() for edge in item.lineage],
+        "group_id": item.group_id,
+        "metadata": canonical_json(item.metadata),
+    }
+
+
+def items_to_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
+    """Lay out items as a Polars frame of :data:`POLARS_SCHEMA`, in input order.
+
+    Parameters
+    ----------
+    items
+        Validated context items.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per item, shape ``(len(items), len(COLUMNS))``.
+
+    Examples
+    --------
+    >>> df = items_to_frame([ContextItem(id="a", role="user", text="hi",
+    ...                                  created_at="2024-01-01T00:00:00Z")])
+    >>> df.select("id", "role", "text").row(0)
+    ('a', 'user', 'hi')
+    """
+    df = _items_frame(items)
+    _check_unique_ids(df, None, None)
+    return df
+
+
+def _items_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
+    rows = [_item_row(item) for item in items]
+    return pl.DataFrame(rows, schema=POLARS_SCHEMA, orient="row" if not rows else None)
+
+
+def _row_to_item_data(row: Mapping[str, Any]) -> dict[str, Any]:
+    kind = row["payload_kind"]
+    payload: dict[str, Any]
+    if kind == "text":
+        payload = {"kind": "text", "text": row["text"]}
+    elif kind == "json":
+        payload = {"kind": "json", "value": json.loads(row["json"])}
+    elif kind == "binary":
+        payload = {"kind": "binary", "data": row["binary"]}
+    else:
+        payload = {
+            "kind": "reference",
+            "uri": row["ref_uri"],
+            "title": row["ref_title"],
+            "digest": row["ref_digest"],
+        }
+    return {
+        "id": row["id"],
+        "role": row["role"],
+        "payload": payload,
+        "sources": row["sources"],
+        "trust": row["trust"],
+        "sensitivity": row["sensitivity"],
+        "retention": row["retention"],
+        "priority": row["priority"],
+        "rank": row["rank"],
+        "created_at": row["created_at"],
+        "valid_from": row["valid_from"],
+        "expires_at": row["expires_at"],
+        "parents": row["parents"],
+        "lineage": row["lineage"],
+        "group_id": row["group_id"],
+        "metadata": json.loads(row["metadata"]),
+        "content_hash": row["content_hash"],
+    }
+
+
+def frame_to_items(df: pl.DataFrame) -> list[ContextItem]:
+    """Turn a frame of the canonical schema back into validated items.
+
+    Columns beyond :data:`COLUMNS` (added by ``with_columns``) are ignored.
+
+    Raises
+    ------
+    RecordError
+        If a row is not a valid item; ``line`` is its 0-based row index.
+    """
+    items = []
+    for index, row in enumerate(df.select(COLUMNS).iter_rows(named=True)):
+        try:
+            items.append(ContextItem.model_validate(_row_to_item_data(row)))
+        except ValidationError as exc:
+            raise _record_error(exc, None, row=index) from None
+    return items
+
+
+# ---------------------------------------------------------------------------
+# records (JSON form)
+
+
+def item_to_record(item: ContextItem) -> dict[str, Any]:
+    """Return the JSON record of an item: the field names, ``text`` for a Text payload.
+
+    Examples
+    --------
+    >>> rec = item_to_record(ContextItem(id="a", role="user", text="hi",
+    ...                                  created_at="2024-01-01T00:00:00Z"))
+    >>> rec["text"], rec["created_at"], "payload" in rec
+    ('hi', '2024-01-01T00:00:00Z', False)
+    """
+    record = item.model_dump(mode="json")
+    if record["payload"]["kind"] == "text":
+        record["text"] = record.pop("payload")["text"]
+    return record
+
+
+def _record_error(
+    exc: ValidationError, source: str | None, *, line: int | None = None, row: int | None = None
+) -> RecordError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or None
+    return RecordError(first["msg"], source=source, line=line, row=row, field=field)
+
+
+def _check_unique_ids(df: pl.DataFrame, source: str | None, first_line: int | None) -> None:
+    """Raise at the first row whose id an earlier row already has."""
+    repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true()).to_series()
+    if repeated.len():
+        row = int(repeated[0])
+        item_id = df.get_column("id")[row]
+        first = int(df.select((pl.col("id") == item_id).arg_true().first()).item())
+        if first_line is None:
+            raise RecordError(
+                f"duplicate id {item_id!r} (first at row {first})",
+                source=source,
+                row=row,
+                field="id",
+            )
+        raise RecordError(
+            f"duplicate id {item_id!r} (first on line {first + first_line})",
+            source=source,
+            line=row + first_line,
+            field="id",
+        )
+
+
+def records_to_frame(
+    records: Iterable[Mapping[str, Any]], *, source: str | None = None, first_line: int = 1
+) -> pl.DataFrame:
+    """Validate JSON records as items and lay them out as a frame; all or nothing.
+
+    Parameters
+    ----------
+    records
+        Mappings in the JSONL record form (see :func:`item_to_record`).
+    source
+        Named in errors (a file path, for example).
+    first_line
+        The line number of the first record, for errors.
+
+    Raises
+    ------
+    RecordError
+        At the first invalid record, naming its line and field. Nothing is returned.
+    """
+    items = []
+    for line, record in enumerate(records, start=first_line):
+        if not isinstance(record, Mapping):
+            raise RecordError("a record must be a JSON object", source=source, line=line)
+        if "text" not in record and "payload" not in record:
+            raise RecordError(
+                "no content: give 'text' for plain text, or 'payload' = "
+                '{"kind": "json"|"binary"|"reference", ...}',
+                source=source,
+                line=line,
+                field="text",
+            )
+        try:
+            items.append(ContextItem.model_validate(record))
+        except ValidationError as exc:
+            raise _record_error(exc, source, line=line) from None
+    df = _items_frame(items)
+    _check_unique_ids(df, source, first_line)
+    return df
+
+
+# ---------------------------------------------------------------------------
+# arbitrary tables -> canonical frame (vectorised)
+
+
+def _fail_rows(
+    df: pl.DataFrame, bad: pl.Expr, column: str, message: str, source: str | None
+) -> None:
+    index = df.with_row_index("__row").filter(bad).select("__row").head(1)
+    if index.height:
+        row = int(index.item())
+        raise RecordError(message, source=source, row=row, field=column)
+
+
+def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Series:
+    """Canonicalise JSON text, converting each distinct value once."""
+    uniques = values.drop_nulls().unique()
+    mapping = {}
+    for text in uniques:
+        try:
+            mapping[text] = canonical_json(json.loads(text))
+        except ValueError as exc:
+            row = int(values.eq(text).arg_true()[0])
+            raise RecordError(
+                f"invalid JSON ({exc})", source=source, row=row, field=column
+            ) from None
+    return values.replace_strict(mapping, default=None, return_dtype=pl.String)
+
+
+_HASH_CHUNK = 65536
+
+
+def _hashes(df: pl.DataFrame) -> list[str]:
+    out = []
+    for kind, text, js, binary, uri, title, digest in df.select(
+        "payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest"
+    ).iter_rows():
+        if kind == "text":
+            data = text.encode("utf-8")
+        elif kind == "json":
+            data = js.encode("utf-8")
+        elif kind == "binary":
+            data = binary
+        else:
+            data = canonical_json({"digest": digest, "title": title, "uri": uri}).encode("utf-8")
+        out.append(content_hash(kind, data))
+    return out
+
+
+def _checked_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
+    """Compute every row's content hash, chunk by chunk, and check the ones given.
+
+    Where every row has a hash (a file this package wrote), the given column
+    is kept after checking, so no second copy of it outlives a chunk.
+    """
+    given = df.get_column("content_hash")
+    complete = given.null_count() == 0
+    chunks = []
+    for start in range(0, df.height, _HASH_CHUNK):
+        part = df.slice(start, _HASH_CHUNK)
+        computed = pl.Series("content_hash", _hashes(part), pl.String)
+        stated = given.slice(start, _HASH_CHUNK)
+        mismatch = stated.is_not_null() & (stated != computed)
+        if mismatch.any():
+            at = int(mismatch.arg_true()[0])
+            raise RecordError(
+                f"content_hash {stated[at]!r} does not match the payload "
+                f"(computed {computed[at]!r})",
+                source=source,
+                row=start + at,
+                field="content_hash",
+            )
+        if not complete:
+            chunks.append(computed)
+    if complete:
+        return given
+    return pl.concat(chunks) if chunks else pl.Series("content_hash", [], pl.String)
+
+
+def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.DataFrame:
+    """Validate a table of context items and bring it to the canonical schema.
+
+    Missing optional columns get their defaults (``trust`` untrusted,
+    ``sensitivity`` internal, ``retention`` optional, ``priority`` 0, empty
+    ``sources``/``parents``/``lineage``, ``metadata`` ``{}``); a missing ``id`` gets random
+    UUIDs and a missing ``created_at`` the current UTC time (neither is
+    reproducible). ``payload_kind`` is inferred from the non-null payload
+    column when absent. ``content_hash`` is computed, and checked where given.
+
+    Parameters
+    ----------
+    data
+        An Arrow table or Polars frame with a subset of :data:`COLUMNS`;
+        ``role`` and one payload column (``text``, ``json``, ``binary`` or
+        ``ref_uri``) are required.
+    source
+        Named in errors.
+
+    Returns
+    -------
+    polars.DataFrame
+        The same rows, in order, with :data:`POLARS_SCHEMA`.
+
+    Raises
+    ------
+    SchemaError
+        On unknown columns, a missing required column or an uncastable type.
+    RecordError
+        On an invalid value, naming the 0-based row (``line``) and the column.
+
+    Examples
+    --------
+    >>> df = conform(pl.DataFrame({"id": ["a", "b"], "role": ["user", "assistant"],
+    ...                            "text": ["hi", "hello"],
+    ...                            "created_at": ["2024-01-01T00:00:00Z"] * 2}))
+    >>> df.select("id", "payload_kind", "retention").rows()
+    [('a', 'text', 'optional'), ('b', 'text', 'optional')]
+    """
+    where = f"{source}: " if source else ""
+    df = pl.from_arrow(data) if isinstance(data, pa.Table) else data
+    if not isinstance(df, pl.DataFrame):
+        raise SchemaError(f"{where}expected a table, got a single column")
+    unknown = [c for c in df.columns if c not in POLARS_SCHEMA]
+    if unknown:
+        raise SchemaError(
+            f"{where}unknown columns {unknown}; the item columns are {list(COLUMNS)} "
+            "(put free-form fields in 'metadata')"
+        )
+    if "role" not in df.columns:
+        raise SchemaError(f"{where}column 'role' is required")
+    payload_cols = [c for c in ("text", "json", "binary", "ref_uri") if c in df.columns]
+    if not payload_cols and df.height:
+        raise SchemaError(
+            f"{where}a payload column is required: one of text, json, binary, ref_uri"
+        )
+    n = df.height
+    infer_kind = "payload_kind" not in df.columns
+
+    fill: list[pl.Series | pl.Expr] = []
+    for name, dtype in POLARS_SCHEMA.items():
+        if name in df.columns:
+            continue
+        if name == "id":
+            fill.append(pl.Series(name, [str(uuid.uuid4()) for _ in range(n)], pl.String))
+        elif name == "created_at":
+            fill.append(pl.lit(datetime.now(UTC), dtype=_PL_TS).alias(name))
+        elif name in ("sources", "parents", "lineage"):
+            fill.append(pl.lit([], dtype=dtype).alias(name))
+        elif name in _DEFAULTS:
+            fill.append(pl.lit(_DEFAULTS[name]).alias(name))
+        else:
+            fill.append(pl.lit(None, dtype=dtype).alias(name))
+    df = df.with_columns(fill)
+
+    if infer_kind:
+        inferred = (
+            pl.when(pl.col("text").is_not_null())
+            .then(pl.lit("text"))
+            .when(pl.col("json").is_not_null())
+            .then(pl.lit("json"))
+            .when(pl.col("binary").is_not_null())
+            .then(pl.lit("binary"))
+            .when(pl.col("ref_uri").is_not_null())
+            .then(pl.lit("reference"))
+            .otherwise(None)
+        )
+        df = df.with_columns(inferred.alias("payload_kind"))
+        _fail_rows(
+            df,
+            pl.col("payload_kind").is_null(),
+            "text",
+            "no payload: one of the columns text, json, binary, ref_uri must hold a value",
+            source,
+        )
+
+    for name, values in _ENUMS.items():
+        col = pl.col(name).cast(pl.String)
+        _fail_rows(
+            df, col.is_null() | ~col.is_in(values), name, f"must be one of {list(values)}", source
+        )
+    for name in ("id", "metadata", "priority"):
+        _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
+    _check_unique_ids(df, source, None)
+
+    kinds = pl.col("payload_kind").cast(pl.String)
+    for kind, column in _PAYLOAD_COLUMN.items():
+        _fail_rows(
+            df,
+            (kinds == kind) & pl.col(column).is_null(),
+            column,
+            f"a {kind} payload needs a value in column {column!r}",
+            source,
+        )
+        _fail_rows(
+            df,
+            (kinds != kind) & pl.col(column).is_not_null(),
+            column,
+            f"column {column!r} must be null unless payload_kind is {kind!r}",
+            source,
+        )
+    for column in ("ref_title", "ref_digest"):
+        _fail_rows(
+            df,
+            (kinds != "reference") & pl.col(column).is_not_null(),
+            column,
+            "must be null unless payload_kind is 'reference'",
+            source,
+        )
+
+    try:
+        df = df.select(
+            [
+                pl.col(name).cast(pl.String).str.to_datetime(time_zone="UTC", time_unit="us")
+                if name in ("created_at", "valid_from", "expires_at")
+                and df.schema[name] == pl.String
+                else pl.col(name)
+                for name in POLARS_SCHEMA
+            ]
+        )
+        df = df.cast(dict(POLARS_SCHEMA.items()))
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
+    _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
+    _fail_rows(df, pl.col("rank").is_nan(), "rank", "must not be NaN", source)
+
+    df = df.with_columns(
+        _canonical_text(df["json"], "json", source),
+        _canonical_text(df["metadata"], "metadata", source),
+    )
+    _fail_rows(
+        df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
+    )
+
+    return df.with_columns(_checked_hashes(df, source))
+
+
+def to_arrow(df: pl.DataFrame) -> pa.Table:
+    """Export a frame of the canonical schema as an Arrow table of :data:`SCHEMA`.
+
+    Columns beyond :data:`COLUMNS` follow, in their order, with Polars' types.
+
+    Raises
+    ------
+    SchemaError
+        If an item column is missing.
+    """
+    missing = [name for name in COLUMNS if name not in df.columns]
+    if missing:
+        raise SchemaError(f"missing item columns {missing}")
+    table = df.to_arrow()
+    extra = [name for name in df.columns if name not in POLARS_SCHEMA]
+    fields = [SCHEMA.field(name) for name in COLUMNS] + [table.schema.field(n) for n in extra]
+    target = pa.schema(fields, metadata=SCHEMA.metadata)
+    return table.select(list(COLUMNS) + extra).cast(target)
+
+
+def packed_text_expr() -> pl.Expr:
+    """Return an expression for the text that packing renders for each item.
+
+    ============  ==========================================================
+    payload_kind  text
+    ============  ==========================================================
+    text          the ``text`` column
+    json          the canonical JSON in the ``json`` column
+    reference     ``"<title> <uri>"``, or just the uri when there is no title
+    binary        ``""`` (binary payloads are never packed)
+    ============  ==========================================================
+
+    The expression reads ``payload_kind``, ``text``, ``json``, ``ref_uri`` and
+    ``ref_title``, never yields null for a valid item, and is named
+    ``packed_text``.
+
+    Returns
+    -------
+    polars.Expr
+        A String expression, one value per row.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import conform
+    >>> df = conform(pl.DataFrame({
+    ...     "role": ["user", "tool", "document", "document"],
+    ...     "payload_kind": ["text", "json", "reference", "reference"],
+    ...     "text": ["hi", None, None, None],
+    ...     "json": [None, '{"b": 1, "a": 2}', None, None],
+    ...     "ref_uri": [None, None, "https://x.org/a", "https://x.org/b"],
+    ...     "ref_title": [None, None, "Spec", None]}))
+    >>> df.select(packed_text_expr()).to_series().to_list()
+    ['hi', '{"a":2,"b":1}', 'Spec https://x.org/a', 'https://x.org/b']
+    """
+    kind = pl.col("payload_kind").cast(pl.String)
+    reference = (
+        pl.when(pl.col("ref_title").is_null())
+        .then(pl.col("ref_uri"))
+        .otherwise(pl.concat_str([pl.col("ref_title"), pl.col("ref_uri")], separator=" "))
+    )
+    return (
+        pl.when(kind == "text")
+        .then(pl.col("text"))
+        .when(kind == "json")
+        .then(pl.col("json"))
+        .when(kind == "reference")
+        .then(reference)
+        .otherwise(pl.lit(""))
+        .fill_null("")
+        .alias("packed_text")
+    )

@@ -1,0 +1,35 @@
+"""Packing: select what fits a token budget, in phases, and explain it in a manifest."""
+
+from cognoxium.packing.manifests import (
+    NO_SOURCE,
+    read_manifests,
+    summarize_manifests,
+)
+from cognoxium.packing.packer import (
+    CHAT_ROLES,
+    ContextPack,
+    Decision,
+    ManifestEntry,
+    ManifestTotals,
+    MergeRecord,
+    PackManifest,
+    PolicyOutcome,
+    Reason,
+    pack,
+)
+
+__all__ = [
+    "CHAT_ROLES",
+    "NO_SOURCE",
+    "ContextPack",
+    "Decision",
+    "ManifestEntry",
+    "ManifestTotals",
+    "MergeRecord",
+    "PackManifest",
+    "PolicyOutcome",
+    "Reason",
+    "pack",
+    "read_manifests",
+    "summarize_manifests",
+]

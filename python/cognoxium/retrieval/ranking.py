@@ -1,0 +1,361 @@
+"""Relevance scorers behind :meth:`CognitionFrame.rank <cognoxium.frame.frame.CognitionFrame.rank>`.
+
+Every scorer is column work: BM25 runs through the `bm25s`_ library over a
+whole column of texts, recency and priority are Polars expressions. Scores are
+``float64`` and higher is better.
+
+BM25 indexes are cached per scope: :func:`bm25_scores` keeps the index of the
+last few corpora in a small LRU, so packing many queries over one set of items
+tokenizes and indexes the items once.
+
+.. _bm25s: https://github.com/xhluca/bm25s
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from cognoxium.exceptions import PlanError
+
+__all__ = [
+    "BM25CacheInfo",
+    "bm25_cache_clear",
+    "bm25_cache_info",
+    "bm25_scores",
+    "corpus_key",
+    "recency_expr",
+    "recency_scores",
+]
+
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------
+# BM25
+
+
+class BM25CacheInfo(NamedTuple):
+    """Counters of the BM25 index cache (like :func:`functools.lru_cache`'s)."""
+
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+
+
+class _Index(NamedTuple):
+    retriever: Any  # bm25s.BM25, or None when no text has a token
+    size: int
+
+
+class _IndexCache:
+    """A small thread-safe LRU of BM25 indexes keyed by scope."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[Hashable, _Index] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> _Index | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: Hashable, entry: _Index) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+    def info(self) -> BM25CacheInfo:
+        with self._lock:
+            return BM25CacheInfo(self.hits, self.misses, self.maxsize, len(self._entries))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = 0
+            self.misses = 0
+
+
+_CACHE = _IndexCache(maxsize=16)
+
+
+def bm25_cache_info() -> BM25CacheInfo:
+    """Return the hits, misses and size of the BM25 index cache.
+
+    Examples
+    --------
+    >>> bm25_cache_info().maxsize
+    16
+    """
+    return _CACHE.info()
+
+
+def bm25_cache_clear() -> None:
+    """Empty the BM25 index cache and reset its counters."""
+    _CACHE.clear()
+
+
+def _stemmer() -> Any:
+    """PyStemmer's English stemmer if it is installed, else ``None`` (no stemming)."""
+    try:
+        import Stemmer
+    except ImportError:
+        return None
+    return Stemmer.Stemmer("english")
+
+
+def _tokenize(texts: list[str], *, ids: bool) -> Any:
+    import bm25s
+
+    return bm25s.tokenize(
+        texts, stopwords="en", stemmer=_stemmer(), return_ids=ids, show_progress=False
+    )
+
+
+def _build_index(texts: list[str]) -> _Index:
+    import bm25s
+
+    tokens = _tokenize(texts, ids=True)
+    if not tokens.vocab:
+        return _Index(None, len(texts))
+    retriever = bm25s.BM25()
+    retriever.index(tokens, show_progress=False)
+    return _Index(retriever, len(texts))
+
+
+def corpus_key(content_hashes: pl.Series) -> tuple[str, str]:
+    """The BM25 cache key of a corpus given by its items' ordered content hashes.
+
+    An item's packed text is a function of its content, so equal ordered
+    content hashes mean an equal corpus; the key is much cheaper than hashing
+    the texts.
+
+    Parameters
+    ----------
+    content_hashes
+        The items' ``content_hash`` column, in corpus order, shape ``(n,)``.
+
+    Returns
+    -------
+    tuple of str
+        ``("content_hash", <sha256 hex of the hashes joined by newlines>)``.
+
+    Examples
+    --------
+    >>> corpus_key(pl.Series(["a", "b"])) == corpus_key(pl.Series(["a", "b"]))
+    True
+    >>> corpus_key(pl.Series(["a", "b"])) == corpus_key(pl.Series(["b", "a"]))
+    False
+    """
+    joined = content_hashes.cast(pl.String).fill_null("").str.join("\n").item()
+    return ("content_hash", hashlib.sha256(str(joined).encode("utf-8")).hexdigest())
+
+
+def _texts_key(texts: list[str]) -> str:
+    digest = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return "texts:" + digest.hexdigest()
+
+
+def bm25_scores(
+    texts: Sequence[str] | pl.Series,
+    query: str,
+    *,
+    cache_key: Hashable | None = None,
+) -> npt.NDArray[np.float64]:
+    """Score each text against ``query`` with Okapi BM25.
+
+    The corpus is exactly ``texts``: document frequencies, and so the IDF of
+    every term, come from these texts only. Tokenization is bm25s': lowercase,
+    words of two or more word characters, English stop words removed, Snowball
+    stemming when PyStemmer is installed. Scoring is bm25s' ``lucene`` variant
+    (k1 = 1.5, b = 0.75), from Robertson and Zaragoza, *The Probabilistic
+    Relevance Framework: BM25 and Beyond* (2009).
+
+    Parameters
+    ----------
+    texts
+        The documents, shape ``(n,)``. Nulls count as empty texts.
+    query
+        The query text.
+    cache_key
+        Identity of the corpus for the index cache; equal keys must mean equal
+        texts in equal order. Defaults to a sha256 digest of ``texts``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64`` scores, shape ``(n,)``, aligned with ``texts``; ``0.0``
+        for a text that shares no term with the query (and for every text
+        when the query has no term left after stop-word removal).
+
+    Examples
+    --------
+    >>> scores = bm25_scores(["the cat sat", "a dog barked", "birds sing"], "barking dog")
+    >>> scores.dtype, int(scores.argmax()), scores[0], scores[2]
+    (dtype('float64'), 1, np.float64(0.0), np.float64(0.0))
+    """
+    if isinstance(texts, pl.Series):
+        docs: list[str] = texts.cast(pl.String).fill_null("").to_list()
+    else:
+        docs = ["" if t is None else str(t) for t in texts]
+    if not docs:
+        return np.zeros(0, dtype=np.float64)
+    key = cache_key if cache_key is not None else _texts_key(docs)
+    index = _CACHE.get(key)
+    if index is None:
+        index = _build_index(docs)
+        _CACHE.put(key, index)
+    if index.size != len(docs):
+        raise PlanError(
+            f"BM25 cache key {key!r} names a corpus of {index.size} texts, got {len(docs)}; "
+            "a cache key must identify its texts"
+        )
+    if index.retriever is None:
+        return np.zeros(len(docs), dtype=np.float64)
+    query_tokens: list[str] = _tokenize([query], ids=False)[0]
+    token_ids = index.retriever.get_tokens_ids(query_tokens)
+    if not token_ids:
+        return np.zeros(len(docs), dtype=np.float64)
+    scores = index.retriever.get_scores_from_ids(token_ids)
+    return np.asarray(scores, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# recency
+
+
+def half_life_seconds(half_life: float | timedelta | None) -> float | None:
+    """Return a half-life in seconds, checked to be positive and finite.
+
+    Raises
+    ------
+    PlanError
+        If it is not a positive, finite number of seconds or timedelta.
+    """
+    if half_life is None:
+        return None
+    if isinstance(half_life, timedelta):
+        seconds = half_life.total_seconds()
+    elif isinstance(half_life, int | float) and not isinstance(half_life, bool):
+        seconds = float(half_life)
+    else:
+        raise PlanError(f"half_life must be seconds or a timedelta, got {half_life!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise PlanError(f"half_life must be positive and finite, got {half_life!r}")
+    return seconds
+
+
+def _utc(reference: datetime | None) -> datetime | None:
+    if reference is None:
+        return None
+    if reference.tzinfo is None or reference.utcoffset() is None:
+        raise PlanError(f"reference time must be timezone-aware (UTC), got {reference!r}")
+    return reference.astimezone(UTC)
+
+
+def recency_expr(
+    *,
+    half_life: float | timedelta | None = None,
+    reference: datetime | None = None,
+    column: str = "created_at",
+) -> pl.Expr:
+    """Return an expression scoring how recent each row's ``column`` is.
+
+    With a half-life ``h`` (seconds), the score is exponential decay,
+    ``exp(-ln 2 · age / h)`` with ``age = reference - created_at`` in seconds:
+    1.0 at the reference time, 0.5 one half-life before it. Rows newer than
+    the reference score above 1. Without a half-life the score is the Unix
+    time of ``column`` in seconds: monotonic, newest highest.
+
+    Parameters
+    ----------
+    half_life
+        Seconds (or a timedelta) for the score to halve; ``None`` for raw
+        epoch seconds.
+    reference
+        The UTC time ages are measured from. Defaults to the latest
+        ``column`` value among the rows the expression runs over.
+    column
+        A UTC datetime column.
+
+    Returns
+    -------
+    polars.Expr
+        A Float64 expression; null where ``column`` is null.
+
+    Raises
+    ------
+    PlanError
+        On a non-positive half-life or a naive reference time.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"created_at": [datetime(2024, 1, 1, tzinfo=UTC),
+    ...                                   datetime(2024, 1, 2, tzinfo=UTC)]})
+    >>> df.select(recency_expr(half_life=86400)).to_series().to_list()
+    [0.5, 1.0]
+    """
+    seconds = half_life_seconds(half_life)
+    ref = _utc(reference)
+    created = pl.col(column)
+    if seconds is None:
+        return (created.dt.epoch("us").cast(pl.Float64) / 1e6).alias("rank")
+    anchor = pl.lit(ref).cast(pl.Datetime("us", "UTC")) if ref is not None else created.max()
+    age = (anchor - created).dt.total_microseconds().cast(pl.Float64) / 1e6
+    return (-_LN2 * age / seconds).exp().alias("rank")
+
+
+def recency_scores(
+    created_at: pl.Series,
+    *,
+    half_life: float | timedelta | None = None,
+    reference: datetime | None = None,
+) -> npt.NDArray[np.float64]:
+    """Score timestamps by recency (see :func:`recency_expr` for the formula).
+
+    Parameters
+    ----------
+    created_at
+        UTC datetimes, shape ``(n,)``.
+    half_life, reference
+        As in :func:`recency_expr`; the reference defaults to the latest
+        timestamp in ``created_at``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64`` scores, shape ``(n,)``; NaN where ``created_at`` is null.
+
+    Examples
+    --------
+    >>> s = pl.Series([datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 3, tzinfo=UTC)])
+    >>> recency_scores(s, half_life=timedelta(days=1)).tolist()
+    [0.25, 1.0]
+    """
+    frame = pl.DataFrame({"created_at": created_at})
+    out = frame.select(recency_expr(half_life=half_life, reference=reference)).to_series()
+    return out.cast(pl.Float64).to_numpy().astype(np.float64, copy=False)
