@@ -246,7 +246,7 @@ def test_the_analyzer_is_built_and_run_without_the_network(
     import tldextract
     import tldextract.tldextract
 
-    from cognoxium import presidio as module
+    from cognoxium.governance import presidio as module
 
     attempts: list[object] = []
 
