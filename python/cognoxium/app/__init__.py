@@ -1,6 +1,47 @@
 """The applications on top of the engine.
 
-Batch packing, the command line and the LoCoMo evaluation adapter.
+Batch packing (:func:`run_batch`), the LoCoMo evaluation adapter
+(:func:`run_locomo`) and the command line (:mod:`cognoxium.app.cli`).
 """
 
-__all__: list[str] = []
+from cognoxium.app.batch import (
+    RANK_METHODS,
+    RETRIEVAL_RANKS,
+    BatchStats,
+    RankMethod,
+    Request,
+    read_requests,
+    run_batch,
+)
+from cognoxium.app.locomo import (
+    ANSWERABLE_CATEGORIES,
+    CATEGORY_NAMES,
+    DEFAULT_BUDGETS,
+    TUNING_CONVERSATIONS,
+    evaluate,
+    load_locomo,
+    locomo_requests,
+    normalize_evidence,
+    parse_session_time,
+    run_locomo,
+)
+
+__all__ = [
+    "ANSWERABLE_CATEGORIES",
+    "CATEGORY_NAMES",
+    "DEFAULT_BUDGETS",
+    "RANK_METHODS",
+    "RETRIEVAL_RANKS",
+    "TUNING_CONVERSATIONS",
+    "BatchStats",
+    "RankMethod",
+    "Request",
+    "evaluate",
+    "load_locomo",
+    "locomo_requests",
+    "normalize_evidence",
+    "parse_session_time",
+    "read_requests",
+    "run_batch",
+    "run_locomo",
+]
