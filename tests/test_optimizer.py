@@ -27,13 +27,13 @@ from cognoxium.engine.plan import (
     Join,
     Limit,
     Node,
-    Rank,
     Scan,
     Select,
     Sort,
     Source,
     TopK,
     WithColumns,
+    rank_node,
 )
 from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
@@ -203,8 +203,8 @@ PUSH_UNCHANGED: list[tuple[str, Node]] = [
     ("over a limit", f(Limit(input=SCAN, n=2), P_USER)),
     ("over a top-k", f(topk(SCAN, 2), P_USER)),
     ("over a dedupe", f(Dedupe(input=SCAN), P_USER)),
-    ("over bm25", f(Rank(input=SCAN, method="bm25", query="refund"), P_USER)),
-    ("over a priority rank", f(Rank(input=SCAN, method="priority"), P_USER)),
+    ("over bm25", f(rank_node("bm25", input=SCAN, query="refund"), P_USER)),
+    ("over a priority rank", f(rank_node("priority", input=SCAN), P_USER)),
     ("over a barrier", f(Fence(input=SCAN), P_TEXT)),
     ("over a filter", f(f(SCAN, P_USER), P_PRI)),
     ("non-elementwise over sort", f(srt(SCAN), P_MEAN)),
@@ -277,7 +277,7 @@ PRUNE_UNCHANGED: list[tuple[str, Node]] = [
     ("every column", sel(SCAN, *COLUMNS)),
     ("selector", sel(SCAN, pl.all())),
     ("over with_columns", sel(wc(SCAN, (pl.col("priority") + 1).alias("p")), "p")),
-    ("over rank", sel(Rank(input=SCAN, method="priority"), "rank")),
+    ("over rank", sel(rank_node("priority", input=SCAN), "rank")),
     ("over a barrier", sel(Fence(input=SCAN), "id")),
     ("no select", f(SCAN, P_USER)),
 ]

@@ -10,6 +10,8 @@ import pytest
 
 from cognoxium.engine import lowering as _lowering
 from cognoxium.engine.plan import (
+    RANK_METHODS,
+    RANK_NODES,
     Dedupe,
     Expression,
     Filter,
@@ -24,6 +26,7 @@ from cognoxium.engine.plan import (
     TopK,
     WithColumns,
     format_plan,
+    rank_node,
     rewrite,
     walk,
 )
@@ -160,7 +163,7 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
     assert node.schema["p2"] == pl.Int64
     selected = Select(input=node, exprs=(E("id"), E("p2")))
     assert selected.schema.names() == ["id", "p2"]
-    ranked = Rank(input=selected.input, method="priority")
+    ranked = rank_node("priority", input=selected.input)
     assert ranked.schema["rank"] == pl.Float64
 
 
@@ -202,16 +205,16 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
         (lambda s: Join(input=s, other=s, on=("id",), how="sideways"), "unknown join"),
         (lambda s: Join(input=s, other=s, on=("nope",)), "nope"),
         (lambda s: Join(input=s, other=s, on=()), "at least one"),
-        (lambda s: Rank(input=s, method="magic"), "unknown rank method"),
-        (lambda s: Rank(input=s, method="bm25"), "needs a non-empty query"),
-        (lambda s: Rank(input=s, method="bm25", query="   "), "needs a non-empty query"),
-        (lambda s: Rank(input=s, method="priority", query="x"), "takes no query"),
-        (lambda s: Rank(input=s, method="priority", half_life=3.0), "takes no half_life"),
-        (lambda s: Rank(input=s, method="recency", half_life=0.0), "positive"),
-        (lambda s: Rank(input=s, method="recency", half_life=float("inf")), "positive"),
-        (lambda s: Rank(input=s, method="recency", reference=datetime(2024, 1, 1)), "timezone"),
+        (lambda s: rank_node("magic", input=s), "unknown rank method"),
+        (lambda s: rank_node("bm25", input=s), "needs a non-empty query"),
+        (lambda s: rank_node("bm25", input=s, query="   "), "needs a non-empty query"),
+        (lambda s: rank_node("priority", input=s, query="x"), "takes no query"),
+        (lambda s: rank_node("priority", input=s, half_life=3.0), "takes no half_life"),
+        (lambda s: rank_node("recency", input=s, half_life=0.0), "positive"),
+        (lambda s: rank_node("recency", input=s, half_life=float("inf")), "positive"),
+        (lambda s: rank_node("recency", input=s, reference=datetime(2024, 1, 1)), "timezone"),
         (
-            lambda s: Rank(input=Select(input=s, exprs=(E("id"),)), method="bm25", query="x"),
+            lambda s: rank_node("bm25", input=Select(input=s, exprs=(E("id"),)), query="x"),
             "needs columns",
         ),
         (lambda s: Scan(source=s.source, columns=("nope",)), "unknown columns"),
@@ -289,9 +292,9 @@ def test_construction_errors_carry_the_polars_error(
 
 def test_rank_reference_is_normalised_to_utc(scan: Scan) -> None:
     plus2 = timezone(timedelta(hours=2))
-    node = Rank(
+    node = rank_node(
+        "recency",
         input=scan,
-        method="recency",
         half_life=60.0,
         reference=datetime(2024, 1, 1, 2, tzinfo=plus2),
     )
@@ -332,7 +335,7 @@ def test_format_plan_is_an_indented_tree(scan: Scan) -> None:
         "  Dedupe by [content_hash] merge",
         "    Scan 3 rows; 23 columns",
     ]
-    rank = Rank(input=scan, method="bm25", query="refund")
+    rank = rank_node("bm25", input=scan, query="refund")
     assert rank.label() == "Rank bm25 query='refund'"
 
 
@@ -352,8 +355,16 @@ def test_unknown_node_fails_naming_it(scan: Scan) -> None:
 
 
 def test_every_node_type_has_one_handler() -> None:
-    for node_type in (Scan, Filter, Select, WithColumns, Join, Sort, Limit, TopK, Dedupe, Rank):
+    for node_type in (Scan, Filter, Select, WithColumns, Join, Sort, Limit, TopK, Dedupe):
         assert node_type in _lowering.HANDLERS
+    # Every rank method is its own node type with its own handler (strategies'
+    # handler is registered by the strategies layer, which the package imports).
+    assert sorted(RANK_NODES) == sorted(RANK_METHODS)
+    for method, node_type in RANK_NODES.items():
+        assert issubclass(node_type, Rank)
+        assert node_type.method == method
+        assert node_type in _lowering.HANDLERS, method
+    assert len({_lowering.HANDLERS[t] for t in RANK_NODES.values()}) == len(RANK_NODES)
 
 
 def test_lowering_runs_the_plan_as_given(scan: Scan) -> None:

@@ -15,7 +15,8 @@ from cognoxium.app.batch import RANK_METHODS, Request, run_batch
 from cognoxium.exceptions import PlanError
 from cognoxium.items.schema import records_to_frame
 from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
-from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever, derived_items
+from cognoxium.retrieval.fusion import rrf_scores
+from cognoxium.retrieval.scope import RRF_K, RetrievalSettings, ScopeRetriever, derived_items
 from cognoxium.strategies import Backends, ContextAssembler, ContextRequest
 
 T0 = "2024-01-01T00:00:00Z"
@@ -60,13 +61,13 @@ def scope_of(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.filter(pl.col("role") != "memory")
 
 
-def retriever(lists: tuple[str, ...], neighbours: float = 0.0) -> ScopeRetriever:
+def retriever(
+    method: str = "hybrid-lineage", neighbours: float = 0.0, rrf_k: float | None = None
+) -> ScopeRetriever:
     frame = store()
-    scope = scope_of(frame)
-    derived, links = derived_items(frame, scope.get_column("id"))
-    settings = RetrievalSettings(lists=lists, model="local_hash", neighbours=neighbours)
+    settings = RetrievalSettings(model="local_hash", neighbours=neighbours, rrf_k=rrf_k)
     return ScopeRetriever(
-        scope, settings, derived=derived, links=links, cache=EmbeddingCache(persist=False)
+        scope_of(frame), method, settings, lineage=frame, cache=EmbeddingCache(persist=False)
     )
 
 
@@ -81,17 +82,35 @@ def test_derived_items_link_to_their_scope_parents() -> None:
 
 
 def test_lineage_scores_parents_by_their_best_derived_item() -> None:
-    scores = retriever(("lineage",)).list_scores("city of Lyon relocated")["lineage"]
+    scores = retriever().list_scores("city of Lyon relocated")["lineage"]
     assert scores[0] == scores[2] > 0.3  # t1 and t3 share o1's cosine
     assert np.isnan(scores[[1, 3, 4, 5]]).all()  # no derived item: absent from the list
-    fused = retriever(("lineage",)).scores("city of Lyon relocated")
-    assert fused[0] > fused[2] > 0  # tied cosines take consecutive ranks, by id
-    assert (fused[[1, 3, 4, 5]] == 0).all()
+
+
+def test_fused_score_is_the_sum_of_each_lists_reciprocal_rank() -> None:
+    r = retriever()
+    query = "city of Lyon relocated"
+    k = RetrievalSettings().fusion_k("hybrid-lineage")
+    expected = np.zeros(r.n)
+    for column in r.list_scores(query).values():
+        present = ~np.isnan(column)
+        ids = r.ids.filter(pl.Series(present))
+        expected[present] += rrf_scores([column[present]], ids, k=k)
+    np.testing.assert_allclose(r.scores(query), expected, rtol=0, atol=1e-15)
+    lineage_only = np.zeros(r.n)
+    column = r.list_scores(query)["lineage"]
+    lineage_only[[0, 2]] = rrf_scores([column[[0, 2]]], ["t1", "t3"], k=k)
+    assert lineage_only[0] > lineage_only[2] > 0  # tied cosines take consecutive ranks, by id
+
+
+def test_lineage_needs_derived_items() -> None:
+    with pytest.raises(PlanError, match="lineage items"):
+        ScopeRetriever(scope_of(store()), "hybrid-lineage", RetrievalSettings(model="local_hash"))
 
 
 def test_window_joins_each_item_with_the_one_before() -> None:
     query = "what brand is the red bicycle"
-    scores = retriever(("window",)).list_scores(query)["window"]
+    scores = retriever().list_scores(query)["window"]
     texts = scope_of(store()).get_column("text").to_list()
     embedder = LocalHashEmbedder()
     q = embedder.vector(query)
@@ -102,22 +121,22 @@ def test_window_joins_each_item_with_the_one_before() -> None:
     assert int(np.argmax(scores)) == 4  # t5 read with t4
 
 
-def test_fusion_is_deterministic_and_independent_of_list_order() -> None:
+def test_fusion_is_deterministic() -> None:
     query = "Where did Ann move? Lyon"
-    a = retriever(("bm25", "embedding", "window", "lineage")).scores(query)
-    b = retriever(("lineage", "window", "embedding", "bm25")).scores(query)
-    np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(
-        a, retriever(("bm25", "embedding", "window", "lineage")).scores(query)
-    )
+    a = retriever().scores(query)
+    np.testing.assert_array_equal(a, retriever().scores(query))
     assert int(np.argmax(a)) == 2  # t3 names Lyon, is read after "Where to?" and has o1
+    assert list(retriever().list_scores(query)) == ["bm25", "embedding", "window", "lineage"]
+    assert list(retriever("hybrid").list_scores(query)) == ["bm25", "embedding"]
 
 
 def test_neighbour_expansion_spreads_a_share_of_the_score() -> None:
     query = "red bicycle"
-    base = retriever(("bm25",)).scores(query)
-    spread = retriever(("bm25",), neighbours=0.5).scores(query)
+    # k = 0: the top of each list scores far above the rest, so its neighbours inherit.
+    base = retriever("hybrid", rrf_k=0).scores(query)
+    spread = retriever("hybrid", neighbours=0.5, rrf_k=0).scores(query)
     assert (spread >= base).all()
+    assert (spread > base).any()
     for i in range(len(base)):
         around = [base[j] for j in (i - 1, i + 1) if 0 <= j < len(base)]
         assert spread[i] == pytest.approx(max([base[i]] + [0.5 * s for s in around]))
@@ -126,11 +145,11 @@ def test_neighbour_expansion_spreads_a_share_of_the_score() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"lists": ()}, "retrieval lists"),
-        ({"lists": ("bm25", "bm25")}, "retrieval lists"),
-        ({"lists": ("dense",)}, "retrieval lists"),
         ({"rrf_k": -1}, "rrf_k"),
+        ({"rrf_k": float("inf")}, "rrf_k"),
+        ({"rrf_k": True}, "rrf_k"),
         ({"neighbours": 1.5}, "neighbours"),
+        ({"neighbours": True}, "neighbours"),
     ],
 )
 def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
@@ -138,20 +157,21 @@ def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> No
         RetrievalSettings(**kwargs)  # type: ignore[arg-type]
 
 
-def test_lineage_needs_derived_items() -> None:
-    with pytest.raises(PlanError, match="derived items"):
-        ScopeRetriever(scope_of(store()), RetrievalSettings(model="local_hash"))
+def test_each_fused_method_has_its_own_constant() -> None:
+    assert RetrievalSettings().fusion_k("hybrid") == RRF_K["hybrid"]
+    assert RetrievalSettings().fusion_k("hybrid-lineage") == RRF_K["hybrid-lineage"]
+    assert RetrievalSettings(rrf_k=3).fusion_k("hybrid") == 3.0
+    with pytest.raises(PlanError, match="unknown retrieval method"):
+        ScopeRetriever(scope_of(store()), "bm25", RetrievalSettings(model="local_hash"))
 
 
 def test_empty_scope_scores_nothing() -> None:
     frame = store()
-    empty = frame.head(0)
-    derived, links = derived_items(frame, empty.get_column("id"))
     r = ScopeRetriever(
-        empty,
+        frame.head(0),
+        "hybrid-lineage",
         RetrievalSettings(model="local_hash"),
-        derived=derived,
-        links=links,
+        lineage=frame,
         cache=EmbeddingCache(persist=False),
     )
     assert r.scores("anything").shape == (0,)

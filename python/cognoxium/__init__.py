@@ -6,6 +6,8 @@ lazily (filter, select, with_columns, join, sort, limit, dedupe, rank), and
 :class:`ContextPack` whose :class:`PackManifest` explains every decision.
 """
 
+# Registers the lowering of rank("strategies"), which the strategies layer provides.
+import cognoxium.strategies  # noqa: F401
 from cognoxium.exceptions import (
     BudgetError,
     CognoxiumError,

@@ -6,10 +6,10 @@ Batch packing (:func:`run_batch`), the LoCoMo evaluation adapter
 
 from cognoxium.app.batch import (
     RANK_METHODS,
-    RETRIEVAL_RANKS,
     BatchStats,
     RankMethod,
     Request,
+    rank_request,
     read_requests,
     run_batch,
 )
@@ -31,7 +31,6 @@ __all__ = [
     "CATEGORY_NAMES",
     "DEFAULT_BUDGETS",
     "RANK_METHODS",
-    "RETRIEVAL_RANKS",
     "TUNING_CONVERSATIONS",
     "BatchStats",
     "RankMethod",
@@ -41,6 +40,7 @@ __all__ = [
     "locomo_requests",
     "normalize_evidence",
     "parse_session_time",
+    "rank_request",
     "read_requests",
     "run_batch",
     "run_locomo",

@@ -15,8 +15,9 @@ request, in request order:
     id as its ``label``.
 
 Work is shared across requests: the scope of each distinct ``where`` clause
-is filtered once, and the ranking layer caches its BM25 index per scope, and
-token counts per content hash, so no item is tokenized twice in a batch.
+is filtered once; the rank kernels cache their BM25 index and retrievers
+(embeddings, windows, lineage links) per scope, and token counts per content
+hash, so no item is tokenized or embedded twice in a batch.
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 import numpy as np
-import numpy.typing as npt
 import polars as pl
 from pydantic import (
     AwareDatetime,
@@ -52,18 +52,15 @@ from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import atomic_write
 from cognoxium.items.model import canonical_json
-from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever, derived_items
+from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
-
-if TYPE_CHECKING:
-    from cognoxium.strategies import Backends
 
 __all__ = [
     "RANK_METHODS",
-    "RETRIEVAL_RANKS",
     "BatchStats",
     "RankMethod",
     "Request",
+    "rank_request",
     "read_requests",
     "run_batch",
 ]
@@ -83,13 +80,6 @@ RANK_METHODS: tuple[str, ...] = (
     "none",
 )
 """The accepted values of :data:`RankMethod` (the first is the default)."""
-
-RETRIEVAL_RANKS: dict[str, tuple[str, ...]] = {
-    "hybrid-lineage": ("bm25", "embedding", "window", "lineage"),
-    "hybrid": ("bm25", "embedding"),
-    "embedding": ("embedding",),
-}
-"""The ranked lists fused by each retrieval rank method (see :mod:`cognoxium.retrieval.scope`)."""
 
 
 class Request(BaseModel):
@@ -339,87 +329,83 @@ def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | No
     return scopes
 
 
-class _Retrievers:
-    """One :class:`~cognoxium.retrieval.scope.ScopeRetriever` per scope, built on first use."""
-
-    def __init__(self, store: CognitionFrame, settings: RetrievalSettings) -> None:
-        self._store = store
-        self._settings = settings
-        self._items: pl.DataFrame | None = None
-        self._built: dict[str | None, ScopeRetriever] = {}
-
-    def get(self, where: str | None, scope: CognitionFrame) -> ScopeRetriever:
-        retriever = self._built.get(where)
-        if retriever is None:
-            rows = scope.collect()
-            derived = links = None
-            if "lineage" in self._settings.lists:
-                if self._items is None:
-                    self._items = self._store.collect()
-                derived, links = derived_items(self._items, rows.get_column("id"))
-            retriever = ScopeRetriever(rows, self._settings, derived=derived, links=links)
-            self._built[where] = retriever
-        return retriever
-
-
-class _Assemblers:
-    """The context strategy registry's assembler, with backends built once per scope."""
-
-    def __init__(self, settings: RetrievalSettings, profile: str | TokenProfile) -> None:
-        from cognoxium.strategies import ContextAssembler
-
-        self._assembler = ContextAssembler()
-        self._model = settings.model
-        self._profile = profile
-        self._built: dict[str | None, tuple[Backends, pl.Series]] = {}
-
-    def scores(
-        self, where: str | None, scope: CognitionFrame, request: Request, as_of: datetime
-    ) -> npt.NDArray[np.float64]:
-        from cognoxium.retrieval.embeddings import default_cache
-        from cognoxium.strategies import Backends, ContextRequest, merge_fragments
-
-        built = self._built.get(where)
-        if built is None:
-            rows = scope.collect()
-            backends = Backends.from_frame(
-                rows, vector=self._model, embedding_cache=default_cache()
-            )
-            built = (backends, rows.get_column("id"))
-            self._built[where] = built
-        backends, ids = built
-        result = self._assembler.assemble(
-            ContextRequest(query=str(request.query), as_of=as_of, profile=self._profile),
-            backends,
-            request.budget,
-        )
-        relevance = {f.node: f.relevance_score for f in merge_fragments(result.fragments)}
-        # Assembled fragments first, by relevance; the rest of the scope after them.
-        scores = ids.replace_strict(relevance, default=-1.0, return_dtype=pl.Float64)
-        return scores.to_numpy().astype(np.float64)
-
-
-def _ranked(
+def rank_request(
     scope: CognitionFrame,
     request: Request,
-    rank: RankMethod,
-    retrievers: _Retrievers | None,
-    assemblers: _Assemblers | None,
-    as_of: datetime,
+    method: RankMethod,
+    *,
+    store: CognitionFrame | None = None,
+    retrieval: RetrievalSettings | None = None,
+    profile: str | TokenProfile = "cl100k_base",
+    as_of: datetime | None = None,
 ) -> CognitionFrame:
-    has_query = request.query is not None and bool(request.query.strip())
-    if rank == "bm25" and has_query:
-        return scope.rank("bm25", query=request.query)
-    if rank == "recency":
+    """The request's scope ranked as :func:`run_batch` ranks it, by one ``rank`` call.
+
+    A request without a query (or a blank one) is not ranked, except by
+    recency; ``"none"`` never ranks. Every other method is
+    :meth:`CognitionFrame.rank <cognoxium.frame.CognitionFrame.rank>` with the
+    request's query and ``retrieval``'s model, fusion constant and neighbour
+    weight; ``hybrid-lineage`` looks derived items up in ``store``;
+    ``strategies`` assembles under the request's budget, ``profile`` and
+    ``as_of``.
+
+    Parameters
+    ----------
+    scope
+        The items the request may pack.
+    request
+        The request.
+    method
+        One of :data:`RANK_METHODS`.
+    store
+        The whole store (for ``hybrid-lineage``); ``None`` means the scope.
+    retrieval
+        Model, RRF constant and neighbour weight; ``None`` for the defaults.
+    profile
+        The token profile (for ``strategies``).
+    as_of
+        The evaluation time (for ``strategies``).
+
+    Returns
+    -------
+    CognitionFrame
+        ``scope`` with one more plan node, or ``scope`` itself when unranked.
+
+    Examples
+    --------
+    >>> scope = CognitionFrame([{"id": "a", "role": "user", "text": "refund"}])
+    >>> ranked = rank_request(scope, Request(id="r", budget=10, query="refund"), "bm25")
+    >>> print(ranked.explain().splitlines()[0])
+    Rank bm25 query='refund'
+    """
+    query = request.query if request.query is not None and request.query.strip() else None
+    if method == "recency":
         return scope.rank("recency")
-    scores: npt.NDArray[np.float64] | None = None
-    if retrievers is not None and has_query:
-        scores = retrievers.get(request.where, scope).scores(str(request.query))
-    elif assemblers is not None and has_query:
-        scores = assemblers.scores(request.where, scope, request, as_of)
-    if scores is None:
+    if method == "none" or query is None:
         return scope
-    return scope.with_columns(pl.lit(pl.Series("rank", scores, dtype=pl.Float64)))
+    if method == "bm25":
+        return scope.rank("bm25", query=query)
+    settings = retrieval if retrieval is not None else RetrievalSettings()
+    if method == "embedding":
+        return scope.rank("embedding", query=query, model=settings.model)
+    if method == "strategies":
+        name = profile if isinstance(profile, str) else profile.name
+        return scope.rank(
+            "strategies",
+            query=query,
+            budget=request.budget,
+            as_of=as_of,
+            profile=name,
+            model=settings.model,
+        )
+    return scope.rank(
+        method,
+        query=query,
+        model=settings.model,
+        rrf_k=settings.rrf_k,
+        neighbours=settings.neighbours,
+        lineage=store if method == "hybrid-lineage" else None,
+    )
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -467,8 +453,11 @@ def run_batch(
 
     For each request, in order: the scope is the store filtered by the
     request's ``where`` (computed once per distinct clause); it is ranked by
-    ``rank``; then it is packed under the request's token budget (see
-    :func:`cognoxium.packing.packer.pack`).
+    ``rank`` with the same :meth:`CognitionFrame.rank
+    <cognoxium.frame.CognitionFrame.rank>` call a user makes (see
+    :func:`rank_request`), so ``explain()`` shows it and the Python API gives
+    the same manifest; then it is packed under the request's token budget
+    (see :func:`cognoxium.packing.packer.pack`).
 
     ============== ===========================================================
     rank           scores (requests without a query are not ranked, except
@@ -477,11 +466,10 @@ def run_batch(
     hybrid-lineage reciprocal rank fusion of BM25, embedding cosine, the
                    cosine of each item with the item before it, and the best
                    cosine of the store's items derived from it (observations,
-                   summaries: lineage expansion); see
-                   :class:`cognoxium.retrieval.scope.ScopeRetriever`
-    hybrid         reciprocal rank fusion of BM25 and embedding cosine
-    embedding      the order of embedding cosine (all-MiniLM-L6-v2 by
-                   default), as its reciprocal rank fusion score
+                   summaries: lineage expansion); k = 10 by default
+    hybrid         reciprocal rank fusion of BM25 and embedding cosine;
+                   k = 60 by default
+    embedding      embedding cosine (all-MiniLM-L6-v2 by default)
     bm25           Okapi BM25
     strategies     the context strategy registry's default assembly
                    (:class:`cognoxium.strategies.ContextAssembler`) under the
@@ -515,8 +503,8 @@ def run_batch(
     progress
         Show a progress bar on standard error, when it is a terminal.
     retrieval
-        Model, RRF constant and neighbour expansion of the retrieval rank
-        methods; its ``lists`` are replaced by the ones ``rank`` names.
+        Model, RRF constant (``None``: the method's own) and neighbour
+        expansion of the embedding and fused rank methods.
 
     Returns
     -------
@@ -567,13 +555,6 @@ def run_batch(
     default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     scopes = _scopes(frame, requests)
-    retrievers = None
-    if rank in RETRIEVAL_RANKS:
-        base = retrieval if retrieval is not None else RetrievalSettings()
-        retrievers = _Retrievers(frame, replace(base, lists=RETRIEVAL_RANKS[rank]))
-    assemblers = None
-    if rank == "strategies":
-        assemblers = _Assemblers(retrieval or RetrievalSettings(), profile)
     out = Path(out_dir)
     latencies: list[float] = []
     with (
@@ -584,7 +565,15 @@ def run_batch(
         for request in requests:
             t0 = time.perf_counter()
             when = request.as_of if request.as_of is not None else default_as_of
-            ranked = _ranked(scopes[request.where], request, rank, retrievers, assemblers, when)
+            ranked = rank_request(
+                scopes[request.where],
+                request,
+                rank,
+                store=frame,
+                retrieval=retrieval,
+                profile=profile,
+                as_of=when,
+            )
             try:
                 result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)
             except BudgetError as exc:

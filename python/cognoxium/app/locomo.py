@@ -71,7 +71,7 @@ from cognoxium.exceptions import RecordError
 from cognoxium.items.io import atomic_write, write_parquet
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
-from cognoxium.retrieval.scope import RetrievalSettings
+from cognoxium.retrieval.scope import RRF_K, RetrievalSettings
 
 __all__ = [
     "ANSWERABLE_CATEGORIES",
@@ -877,7 +877,7 @@ def run_locomo(
             "scope": "turns of the question's conversation",
             "retrieval": {
                 "model": settings.model,
-                "rrf_k": settings.rrf_k,
+                "rrf_k": settings.fusion_k(rank) if rank in RRF_K else settings.rrf_k,
                 "neighbours": settings.neighbours,
             },
             "tuning_conversations": split["tuning"],

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from cognoxium._columns import (
@@ -31,7 +33,13 @@ from cognoxium.engine.plan import (
     Limit,
     Node,
     Quarantine,
-    Rank,
+    RankBM25,
+    RankEmbedding,
+    RankHybrid,
+    RankHybridLineage,
+    RankPriority,
+    RankRecency,
+    RankStrategies,
     Redact,
     Scan,
     Select,
@@ -43,7 +51,10 @@ from cognoxium.exceptions import PlanError
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA, packed_text_expr
 
-__all__ = ["HANDLERS", "lower", "lower_node", "register"]
+if TYPE_CHECKING:
+    from cognoxium.retrieval.scope import RetrievalSettings
+
+__all__ = ["HANDLERS", "lower", "lower_node", "rank_batches", "register"]
 
 Handler = Callable[..., pl.LazyFrame]
 """``handler(node, *inputs) -> LazyFrame``, one input per child of ``node``."""
@@ -76,6 +87,10 @@ def lower_node(node: Node, inputs: Sequence[pl.LazyFrame]) -> pl.LazyFrame:
     """
     handler = HANDLERS.get(type(node))
     if handler is None:
+        if isinstance(node, RankStrategies):
+            raise PlanError(
+                "rank('strategies') is lowered by cognoxium.strategies: import it first"
+            )
         raise PlanError(
             f"no lowering for plan node {type(node).__name__}; register a handler "
             "in cognoxium.engine.lowering"
@@ -336,32 +351,31 @@ def _with_rank(schema: pl.Schema) -> pl.Schema:
     return out
 
 
-@register(Rank)
-def _rank(node: Rank, lf: pl.LazyFrame) -> pl.LazyFrame:
-    from cognoxium.retrieval.embeddings import embedding_scores
-    from cognoxium.retrieval.fusion import rrf_scores
-    from cognoxium.retrieval.ranking import bm25_scores, corpus_key, recency_expr
+def rank_batches(
+    lf: pl.LazyFrame, scores: Callable[[pl.DataFrame], npt.NDArray[np.float64]]
+) -> pl.LazyFrame:
+    """Write ``scores(rows)`` as the ``rank`` column, computed over all rows in one call.
 
-    if node.method == "priority":
-        return lf.with_columns(pl.col("priority").cast(pl.Float64).alias("rank"))
-    if node.method == "recency":
-        return lf.with_columns(recency_expr(half_life=node.half_life, reference=node.reference))
-    query = node.query or ""
+    BM25's IDF and fused ranks depend on every row reaching the rank, so no
+    filter, projection or slice may pass it (embedding scores alone are per
+    row, but share this one batched call).
+
+    Parameters
+    ----------
+    lf
+        The rows to rank.
+    scores
+        Maps the collected rows to ``(n,)`` scores, higher is better.
+
+    Returns
+    -------
+    polars.LazyFrame
+        ``lf`` with the float64 ``rank`` column.
+    """
 
     def score(df: pl.DataFrame) -> pl.DataFrame:
-        if node.method == "embedding":
-            scores = embedding_scores(df, query, node.model or "minilm")
-            return df.with_columns(pl.Series("rank", scores, dtype=pl.Float64))
-        texts = df.select(packed_text_expr()).to_series()
-        scores = bm25_scores(texts, query, cache_key=corpus_key(df.get_column("content_hash")))
-        if node.method == "hybrid":
-            dense = embedding_scores(df, query, node.model or "minilm")
-            scores = rrf_scores([scores, dense], df.get_column("id"))
-        return df.with_columns(pl.Series("rank", scores, dtype=pl.Float64))
+        return df.with_columns(pl.Series("rank", scores(df), dtype=pl.Float64))
 
-    # The whole input in one call: BM25's IDF and the fused ranks depend on
-    # every row reaching the node, so no filter, projection or slice may pass
-    # it (embedding scores alone are per row, but share this one batched call).
     return lf.map_batches(
         score,
         schema=_with_rank(lf.collect_schema()),
@@ -370,6 +384,69 @@ def _rank(node: Rank, lf: pl.LazyFrame) -> pl.LazyFrame:
         slice_pushdown=False,
         streamable=False,
     )
+
+
+@register(RankPriority)
+def _rank_priority(node: RankPriority, lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.with_columns(pl.col("priority").cast(pl.Float64).alias("rank"))
+
+
+@register(RankRecency)
+def _rank_recency(node: RankRecency, lf: pl.LazyFrame) -> pl.LazyFrame:
+    from cognoxium.retrieval.ranking import recency_expr
+
+    return lf.with_columns(recency_expr(half_life=node.half_life, reference=node.reference))
+
+
+@register(RankBM25)
+def _rank_bm25(node: RankBM25, lf: pl.LazyFrame) -> pl.LazyFrame:
+    from cognoxium.retrieval.ranking import bm25_scores, corpus_key
+
+    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
+        texts = df.select(packed_text_expr()).to_series()
+        return bm25_scores(texts, node.query, cache_key=corpus_key(df.get_column("content_hash")))
+
+    return rank_batches(lf, scores)
+
+
+@register(RankEmbedding)
+def _rank_embedding(node: RankEmbedding, lf: pl.LazyFrame) -> pl.LazyFrame:
+    from cognoxium.retrieval.embeddings import embedding_scores
+
+    return rank_batches(lf, lambda df: embedding_scores(df, node.query, node.model))
+
+
+def _settings(node: RankHybrid | RankHybridLineage) -> RetrievalSettings:
+    from cognoxium.retrieval.scope import RetrievalSettings
+
+    return RetrievalSettings(model=node.model, rrf_k=node.rrf_k, neighbours=node.neighbours)
+
+
+@register(RankHybrid)
+def _rank_hybrid(node: RankHybrid, lf: pl.LazyFrame) -> pl.LazyFrame:
+    from cognoxium.retrieval.scope import scope_retriever
+
+    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
+        return scope_retriever(df, "hybrid", _settings(node)).scores(node.query)
+
+    return rank_batches(lf, scores)
+
+
+@register(RankHybridLineage)
+def _rank_hybrid_lineage(
+    node: RankHybridLineage, lf: pl.LazyFrame, lineage: pl.LazyFrame
+) -> pl.LazyFrame:
+    from cognoxium.retrieval.scope import scope_retriever
+
+    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
+        # The lineage plan identifies its rows (a scan's source is equal only
+        # to itself), so a batch over one store collects and links it once.
+        retriever = scope_retriever(
+            df, "hybrid-lineage", _settings(node), lineage=lineage.collect, lineage_key=node.lineage
+        )
+        return retriever.scores(node.query)
+
+    return rank_batches(lf, scores)
 
 
 _MATCH = "__cognoxium_match"

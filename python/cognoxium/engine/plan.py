@@ -21,6 +21,7 @@ depends on which rows reach it.
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
 import math
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JOIN_HOWS",
     "RANK_METHODS",
+    "RANK_NODES",
     "Dedupe",
     "Demote",
     "Expression",
@@ -50,6 +52,13 @@ __all__ = [
     "Node",
     "Quarantine",
     "Rank",
+    "RankBM25",
+    "RankEmbedding",
+    "RankHybrid",
+    "RankHybridLineage",
+    "RankPriority",
+    "RankRecency",
+    "RankStrategies",
     "Redact",
     "Scan",
     "Select",
@@ -59,24 +68,13 @@ __all__ = [
     "WithColumns",
     "format_plan",
     "polars_error_text",
+    "rank_node",
     "rewrite",
     "walk",
 ]
 
 JOIN_HOWS: Final = ("inner", "left", "full", "semi", "anti")
 """Join strategies a :class:`Join` accepts."""
-
-RANK_METHODS: Final = ("bm25", "embedding", "hybrid", "recency", "priority")
-"""Scorers a :class:`Rank` accepts."""
-
-_RANK_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
-    "bm25": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
-    "embedding": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash"),
-    "hybrid": ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash", "id"),
-    "recency": ("created_at",),
-    "priority": ("priority",),
-}
-
 
 # ---------------------------------------------------------------------------
 # expressions
@@ -820,7 +818,7 @@ class Dedupe(Node):
         if self.normalize or self.threshold is not None:
             if self.by != ("content_hash",):
                 raise PlanError("normalize and threshold compare text: they take no 'by' columns")
-            self._require(_RANK_COLUMNS["bm25"], "dedupe(normalize=..., threshold=...)")
+            self._require(_TEXT_COLUMNS, "dedupe(normalize=..., threshold=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
 
@@ -840,48 +838,201 @@ class Dedupe(Node):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rank(Node):
-    """Write a ``rank`` column (float64, higher is better) scoring every row; order is kept.
+    """Base of the rank nodes: write a ``rank`` column (float64, higher is better).
 
-    ``bm25`` scores the packed text of each row against ``query`` with BM25
-    over exactly the rows reaching this node (0.0 when no term matches).
-    ``embedding`` is the cosine similarity of each row's packed text with
-    ``query`` under the embedder ``model`` (0.0 for empty text).
-    ``hybrid`` is reciprocal rank fusion (k = 60) of the ``bm25`` and
-    ``embedding`` orders over the rows reaching this node, each order
-    breaking score ties by id, then position. ``recency`` is exponential
-    decay with ``half_life`` seconds from ``reference`` (default: the latest
-    ``created_at`` among the rows), or epoch seconds without a half-life.
-    ``priority`` is the priority as a float. Ties are left as ties; a null
-    input gives a null rank.
+    Every row is scored; rows, their order and the other columns are kept.
+    Each method is its own node type with its own arguments, named by the
+    class attribute ``method`` (see :data:`RANK_METHODS`), and lowered by its
+    own handler. Scores depend on every row reaching the node (BM25's IDF,
+    fused ranks), so no optimizer rule moves a filter, limit or projection
+    across a rank. Ties are left as ties; a null input gives a null rank.
     """
 
+    method: ClassVar[str] = ""
+    columns: ClassVar[tuple[str, ...]] = ()
     input: Node
-    method: str
-    query: str | None = None
-    half_life: float | None = None
-    reference: datetime | None = None
-    model: str | None = None
 
     def _check(self) -> None:
-        if self.method not in RANK_METHODS:
-            raise PlanError(f"unknown rank method {self.method!r}; use one of {list(RANK_METHODS)}")
-        if self.method in ("bm25", "embedding", "hybrid"):
-            if not isinstance(self.query, str) or not self.query.strip():
-                raise PlanError(f"rank({self.method!r}) needs a non-empty query")
-        elif self.query is not None:
-            raise PlanError(f"rank({self.method!r}) takes no query")
-        if self.method in ("embedding", "hybrid"):
-            from cognoxium.retrieval.embeddings import EMBEDDER_NAMES
+        self._require(self.columns, f"rank({self.method!r})")
 
-            if self.model not in EMBEDDER_NAMES:
-                raise PlanError(
-                    f"rank({self.method!r}): unknown model {self.model!r}; "
-                    f"use one of {list(EMBEDDER_NAMES)}"
-                )
-        elif self.model is not None:
-            raise PlanError(f"rank({self.method!r}) takes no model")
-        if self.method != "recency" and (self.half_life is not None or self.reference is not None):
-            raise PlanError(f"rank({self.method!r}) takes no half_life or reference")
+    @override
+    def _resolve_schema(self) -> pl.Schema:
+        # Known without lowering: the handler of a method may live in a
+        # higher layer (strategies) that registers it when imported.
+        out = pl.Schema(self.input.schema)
+        out["rank"] = pl.Float64()
+        return out
+
+    def arguments(self) -> dict[str, object]:
+        """The method's arguments as shown by ``explain()``, in field order, set ones only."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("input", "schema", *self.child_fields) or value is None:
+                continue
+            out[f.name] = value
+        return out
+
+    @override
+    def label(self) -> str:
+        parts = [self.method]
+        for name, value in self.arguments().items():
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, float):
+                value = f"{value:g}"
+            elif isinstance(value, str) and name == "query":
+                value = repr(value)
+            parts.append(f"{name}={value}")
+        return "Rank " + " ".join(parts)
+
+
+_TEXT_COLUMNS: Final = ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash")
+
+
+def _check_query(node: Rank, query: str | None) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise PlanError(f"rank({node.method!r}) needs a non-empty query")
+
+
+def _check_fraction(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise PlanError(f"{name} must be in [0, 1], got {value!r}")
+
+
+def _check_rrf_k(value: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < float("inf")
+    ):
+        raise PlanError(f"rrf_k must be a finite number >= 0, got {value!r}")
+
+
+def _check_model(node: Rank, model: str) -> None:
+    if not isinstance(model, str) or not model:
+        raise PlanError(f"rank({node.method!r}) needs an embedding model name, got {model!r}")
+
+
+def _check_time(name: str, value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise PlanError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return value.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankBM25(Rank):
+    """Okapi BM25 of each row's packed text against ``query``, over exactly the rows here.
+
+    0.0 where no query term occurs.
+    """
+
+    method: ClassVar[str] = "bm25"
+    columns: ClassVar[tuple[str, ...]] = _TEXT_COLUMNS
+    query: str
+
+    @override
+    def _check(self) -> None:
+        _check_query(self, self.query)
+        Rank._check(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankEmbedding(Rank):
+    """Cosine similarity of each row's packed text with ``query`` under the embedder ``model``.
+
+    0.0 for empty text; rounded to 6 decimals.
+    """
+
+    method: ClassVar[str] = "embedding"
+    columns: ClassVar[tuple[str, ...]] = _TEXT_COLUMNS
+    query: str
+    model: str = "minilm"
+
+    @override
+    def _check(self) -> None:
+        _check_query(self, self.query)
+        _check_model(self, self.model)
+        Rank._check(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankHybrid(Rank):
+    """Reciprocal rank fusion (constant ``rrf_k``) of the BM25 and embedding orders.
+
+    Each order breaks score ties by id; then neighbour expansion with weight
+    ``neighbours`` (0 = off): ``max(s_i, λ·s_{i-1}, λ·s_{i+1})`` in row order.
+    """
+
+    method: ClassVar[str] = "hybrid"
+    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
+    query: str
+    model: str = "minilm"
+    rrf_k: float = 60.0
+    neighbours: float = 0.0
+
+    @override
+    def _check(self) -> None:
+        _check_query(self, self.query)
+        _check_model(self, self.model)
+        _check_rrf_k(self.rrf_k)
+        _check_fraction("neighbours", self.neighbours)
+        Rank._check(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankHybridLineage(Rank):
+    """Reciprocal rank fusion of BM25, embedding, neighbour-window and lineage orders.
+
+    The window list scores each row with the row before it (in row order);
+    the lineage list gives each row the best cosine of the rows of
+    ``lineage`` outside the input derived from it (whose ``parents`` hold its
+    id); rows without derived rows are absent from that list. Constant ``rrf_k``, ties by id,
+    then neighbour expansion as for :class:`RankHybrid`.
+    """
+
+    method: ClassVar[str] = "hybrid-lineage"
+    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
+    child_fields: ClassVar[tuple[str, ...]] = ("input", "lineage")
+    lineage: Node
+    query: str
+    model: str = "minilm"
+    rrf_k: float = 10.0
+    neighbours: float = 0.0
+
+    @override
+    def _check(self) -> None:
+        _check_query(self, self.query)
+        _check_model(self, self.model)
+        _check_rrf_k(self.rrf_k)
+        _check_fraction("neighbours", self.neighbours)
+        Rank._check(self)
+        missing = [c for c in ("id", "parents", *_TEXT_COLUMNS) if c not in self.lineage.schema]
+        if missing:
+            raise PlanError(f"rank('hybrid-lineage'): the lineage items lack columns {missing}")
+
+    @override
+    def label(self) -> str:
+        return Rank.label(self) + " lineage=<child 2>"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankRecency(Rank):
+    """Exponential decay ``exp(-ln 2 · age / half_life)`` of ``created_at``.
+
+    Age in seconds before ``reference`` (default: the latest ``created_at``
+    of the rows here); without ``half_life``, the Unix time in seconds.
+    """
+
+    method: ClassVar[str] = "recency"
+    columns: ClassVar[tuple[str, ...]] = ("created_at",)
+    half_life: float | None = None
+    reference: datetime | None = None
+
+    @override
+    def _check(self) -> None:
         if self.half_life is not None and (
             isinstance(self.half_life, bool)
             or not isinstance(self.half_life, int | float)
@@ -889,26 +1040,104 @@ class Rank(Node):
             or self.half_life <= 0
         ):
             raise PlanError(f"half_life must be positive seconds, got {self.half_life!r}")
-        if self.reference is not None:
-            if not isinstance(self.reference, datetime) or self.reference.utcoffset() is None:
-                raise PlanError(
-                    f"reference must be a timezone-aware datetime, got {self.reference!r}"
-                )
-            object.__setattr__(self, "reference", self.reference.astimezone(UTC))
-        self._require(_RANK_COLUMNS[self.method], f"rank({self.method!r})")
+        object.__setattr__(self, "reference", _check_time("reference", self.reference))
+        Rank._check(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankPriority(Rank):
+    """The ``priority`` as a float."""
+
+    method: ClassVar[str] = "priority"
+    columns: ClassVar[tuple[str, ...]] = ("priority",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankStrategies(Rank):
+    """The context strategy registry's assembly of the rows for ``query`` under ``budget``.
+
+    Rows the assembly selects score their fragment's relevance; the others
+    -1.0. The handler is registered by :mod:`cognoxium.strategies`.
+    """
+
+    method: ClassVar[str] = "strategies"
+    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
+    query: str
+    budget: int
+    as_of: datetime | None = None
+    profile: str = "cl100k_base"
+    model: str = "minilm"
 
     @override
-    def label(self) -> str:
-        parts = [self.method]
-        if self.query is not None:
-            parts.append(f"query={self.query!r}")
-        if self.model is not None:
-            parts.append(f"model={self.model}")
-        if self.half_life is not None:
-            parts.append(f"half_life={self.half_life:g}s")
-        if self.reference is not None:
-            parts.append(f"reference={self.reference.isoformat()}")
-        return "Rank " + " ".join(parts)
+    def _check(self) -> None:
+        _check_query(self, self.query)
+        _check_model(self, self.model)
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
+            raise PlanError(f"rank('strategies') needs a budget >= 0 tokens, got {self.budget!r}")
+        if not isinstance(self.profile, str) or not self.profile:
+            raise PlanError(f"rank('strategies') needs a token profile name, got {self.profile!r}")
+        object.__setattr__(self, "as_of", _check_time("as_of", self.as_of))
+        Rank._check(self)
+
+
+RANK_NODES: Final[dict[str, type[Rank]]] = {
+    node.method: node
+    for node in (
+        RankBM25,
+        RankEmbedding,
+        RankHybrid,
+        RankHybridLineage,
+        RankRecency,
+        RankPriority,
+        RankStrategies,
+    )
+}
+"""The node type of each rank method."""
+
+RANK_METHODS: Final = tuple(RANK_NODES)
+"""The rank methods, in the order of :data:`RANK_NODES`."""
+
+
+def rank_node(method: str, *, input: Node, **arguments: Any) -> Rank:
+    """Build the rank node of ``method`` over ``input`` with its keyword ``arguments``.
+
+    Arguments set to ``None`` count as not given.
+
+    Raises
+    ------
+    PlanError
+        On an unknown method, an argument the method does not take, a
+        missing query or budget, or a bad value.
+
+    Examples
+    --------
+    >>> scan = Scan(source=Source(pl.DataFrame({"priority": [1, 2]})))
+    >>> rank_node("priority", input=scan).label()
+    'Rank priority'
+    >>> rank_node("priority", input=scan, query="x")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PlanError: rank('priority') takes no query; it takes no arguments
+    """
+    node_type = RANK_NODES.get(method) if isinstance(method, str) else None
+    if node_type is None:
+        close = difflib.get_close_matches(str(method), RANK_METHODS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise PlanError(f"unknown rank method {method!r}; use one of {list(RANK_METHODS)}{hint}")
+    given = {name: value for name, value in arguments.items() if value is not None}
+    accepted = [f.name for f in fields(node_type) if f.init and f.name != "input"]
+    extra = [name for name in given if name not in accepted]
+    if extra:
+        takes = ", ".join(a for a in accepted if a not in node_type.child_fields) or "no arguments"
+        raise PlanError(f"rank({method!r}) takes no {', '.join(extra)}; it takes {takes}")
+    missing = [name for name in node_type.child_fields[1:] if name not in given]
+    if missing:
+        raise PlanError(f"rank({method!r}) needs {', '.join(missing)} (a frame)")
+    if "query" in accepted and "query" not in given:
+        raise PlanError(f"rank({method!r}) needs a non-empty query")
+    if "budget" in accepted and "budget" not in given:
+        raise PlanError(f"rank({method!r}) needs a budget (tokens)")
+    return node_type(input=input, **given)
 
 
 _RETENTIONS: Final = ("required", "preferred", "optional")
@@ -942,7 +1171,7 @@ class Quarantine(Node):
         if not isinstance(self.reason, str) or not self.reason.strip():
             raise PlanError(f"quarantine reason must be non-empty text, got {self.reason!r}")
         if self.predicate is None:
-            self._require(("trust", *_RANK_COLUMNS["bm25"][:-1]), "the default detector")
+            self._require(("trust", *_TEXT_COLUMNS[:-1]), "the default detector")
 
     @override
     def label(self) -> str:

@@ -23,6 +23,7 @@ import pyarrow as pa
 from cognoxium.engine.lowering import lower
 from cognoxium.engine.optimizer import OptFlags, optimize
 from cognoxium.engine.plan import (
+    RANK_NODES,
     Dedupe,
     Demote,
     Expression,
@@ -32,6 +33,10 @@ from cognoxium.engine.plan import (
     Node,
     Quarantine,
     Rank,
+    RankEmbedding,
+    RankHybrid,
+    RankHybridLineage,
+    RankStrategies,
     Redact,
     Scan,
     Select,
@@ -41,6 +46,7 @@ from cognoxium.engine.plan import (
     WithColumns,
     format_plan,
     polars_error_text,
+    rank_node,
 )
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.items import io
@@ -94,6 +100,27 @@ def _to_frame(data: Any) -> pl.DataFrame:
             "CognitionFrame.read_jsonl or read_parquet)"
         )
     return _from_iterable(data)
+
+
+# ---------------------------------------------------------------------------
+# rank arguments
+
+_EMBEDDING_RANKS: tuple[type[Rank], ...] = (
+    RankEmbedding,
+    RankHybrid,
+    RankHybridLineage,
+    RankStrategies,
+)
+
+
+def _embedder_name(method: str, model: object) -> str:
+    from cognoxium.retrieval.embeddings import EMBEDDER_NAMES
+
+    if model not in EMBEDDER_NAMES:
+        raise PlanError(
+            f"rank({method!r}): unknown model {model!r}; use one of {list(EMBEDDER_NAMES)}"
+        )
+    return str(model)
 
 
 # ---------------------------------------------------------------------------
@@ -693,45 +720,88 @@ class CognitionFrame:
         half_life: float | timedelta | None = None,
         reference: datetime | None = None,
         model: str | None = None,
+        rrf_k: float | None = None,
+        neighbours: float | None = None,
+        lineage: CognitionFrame | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
+        profile: str | None = None,
     ) -> CognitionFrame:
         """Score every row into the ``rank`` column (float64, higher is better); order is kept.
+
+        Every method is one plan node, shown by :meth:`explain`. Scores
+        depend on exactly the rows reaching this step.
+
+        ============== ==========================================================
+        method         score (and the arguments it takes)
+        ============== ==========================================================
+        bm25           Okapi BM25 of each item's packed text (text, canonical
+                       JSON, or "title uri" of a reference; binary is empty)
+                       against ``query`` (IDF over these rows); 0.0 where no
+                       query term occurs
+        embedding      cosine similarity in ``[-1, 1]`` of each item's packed
+                       text with ``query`` under the embedder ``model`` (0.0
+                       for empty text); vectors are cached by content hash
+        hybrid         reciprocal rank fusion (Cormack et al., SIGIR 2009) of
+                       the bm25 and embedding orders, each breaking ties by
+                       id: ``1/(k + r_bm25) + 1/(k + r_embedding)``;
+                       ``query``, ``model``, ``rrf_k``, ``neighbours``
+        hybrid-lineage reciprocal rank fusion of bm25, embedding, the cosine of
+                       each item with the item before it (a reply with the
+                       turn it answers) and the best cosine of the items of
+                       ``lineage`` derived from it (observations, summaries);
+                       ``query``, ``model``, ``rrf_k``, ``neighbours``,
+                       ``lineage``
+        recency        ``exp(-ln 2 · age / half_life)``, age in seconds before
+                       ``reference`` (default: the latest ``created_at`` of
+                       these rows); without ``half_life``, the ``created_at``
+                       Unix time in seconds
+        priority       the priority as a float
+        strategies     the context strategy registry's default assembly
+                       (:class:`cognoxium.strategies.ContextAssembler`) for
+                       ``query`` under ``budget`` tokens of ``profile`` at
+                       ``as_of``: assembled items score their relevance, the
+                       others -1.0
+        ============== ==========================================================
 
         Parameters
         ----------
         method
-            ``"bm25"``: Okapi BM25 of each item's packed text (text, canonical
-            JSON, or "title uri" of a reference; binary is empty) against
-            ``query``, over exactly the rows reaching this step (IDF included);
-            0.0 where no query term occurs. ``"embedding"``: cosine similarity
-            in ``[-1, 1]`` of each item's packed text with ``query`` under the
-            embedder ``model`` (0.0 for empty text); vectors are cached by
-            content hash (see :class:`cognoxium.retrieval.embeddings.EmbeddingCache`).
-            ``"hybrid"``: reciprocal rank fusion (Cormack et al., SIGIR 2009,
-            k = 60) of the ``"bm25"`` and ``"embedding"`` orders over the rows
-            reaching this step, each order breaking ties by id; the score is
-            ``1/(60 + r_bm25) + 1/(60 + r_embedding)``. ``"recency"``:
-            exponential decay ``exp(-ln 2 · age / half_life)``, age in seconds
-            before ``reference`` (default: the latest ``created_at`` of these
-            rows); without ``half_life``, the ``created_at`` Unix time in
-            seconds. ``"priority"``: the priority as a float.
+            One of the methods above.
         query
-            The query text (required for, and only for, ``"bm25"``,
-            ``"embedding"`` and ``"hybrid"``).
+            The query text (bm25, embedding, hybrid, hybrid-lineage, strategies).
         half_life
             Recency half-life, in seconds or as a timedelta.
         reference
             Recency reference time (timezone-aware; converted to UTC).
         model
-            The embedder for ``"embedding"`` and ``"hybrid"``: ``"minilm"``
-            (the default; all-MiniLM-L6-v2, semantic) or ``"local_hash"``
-            (hashed bag of words, lexical); see
+            The embedder: ``"minilm"`` (the default; all-MiniLM-L6-v2,
+            semantic) or ``"local_hash"`` (hashed bag of words, lexical); see
             :func:`cognoxium.retrieval.embeddings.get_embedder`.
+        rrf_k
+            The reciprocal rank fusion constant (>= 0); default the method's
+            own, :data:`cognoxium.retrieval.RRF_K` (hybrid 60, hybrid-lineage 10).
+        neighbours
+            Neighbour expansion weight ``λ`` in [0, 1] (default 0, off): each
+            item's fused score becomes ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
+        lineage
+            The frame in which derived items are looked up (hybrid-lineage,
+            required): its rows outside this frame whose ``parents`` hold an
+            id of this frame. Often the whole store, of which this frame is a
+            part.
+        budget
+            The strategies' token budget (>= 0 tokens).
+        as_of
+            The strategies' evaluation time (timezone-aware); default none.
+        profile
+            The strategies' token profile name (default ``"cl100k_base"``).
 
         Raises
         ------
         PlanError
-            On an unknown method, a missing or misplaced argument, a
-            non-positive half-life, or input without the columns it reads.
+            On an unknown method, a missing or misplaced argument, an
+            unknown model, a setting out of range, or input without the
+            columns it reads.
 
         Examples
         --------
@@ -748,23 +818,31 @@ class CognitionFrame:
         ['b', 'a', 'c']
         >>> hybrid = cf.rank("hybrid", query="refund purchase", model="local_hash")
         >>> print(hybrid.explain(optimized=False).splitlines()[0])
-        Rank hybrid query='refund purchase' model=local_hash
+        Rank hybrid query='refund purchase' model=local_hash rrf_k=60 neighbours=0
         >>> hybrid.sort("rank", descending=True).to_polars()["id"].to_list()
         ['b', 'a', 'c']
+        >>> cf.rank("bm25", query="refund", half_life=60)
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.PlanError: rank('bm25') takes no half_life; it takes query
         """
-        seconds = half_life_seconds(half_life)
-        if model is None and method in ("embedding", "hybrid"):
-            model = "minilm"
-        return self._wrap(
-            Rank(
-                input=self._plan,
-                method=method,
-                query=query,
-                half_life=seconds,
-                reference=reference,
-                model=model,
-            )
-        )
+        given: dict[str, Any] = {
+            "query": query,
+            "half_life": half_life_seconds(half_life),
+            "reference": reference,
+            "model": model,
+            "rrf_k": rrf_k,
+            "neighbours": neighbours,
+            "budget": budget,
+            "as_of": as_of,
+            "profile": profile,
+        }
+        node_type = RANK_NODES.get(method) if isinstance(method, str) else None
+        if lineage is not None:
+            given["lineage"] = lineage._plan
+        if node_type in _EMBEDDING_RANKS:
+            given["model"] = _embedder_name(method, model if model is not None else "minilm")
+        return self._wrap(rank_node(method, input=self._plan, **given))
 
     def quarantine(
         self, predicate: pl.Expr | str | None = None, *, reason: str = "quarantined"

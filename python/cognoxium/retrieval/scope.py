@@ -14,10 +14,14 @@ fusion (Cormack, Clarke and Büttcher, SIGIR 2009), up to four ranked lists:
     scope (a two-item sliding window, joined by a newline): a reply is often
     only understandable with the turn it answers.
 ``lineage``
-    Lineage expansion: derived items outside the scope (observations,
-    summaries) whose ``parents`` include scope items are embedded too, and
-    each scope item gets the best cosine of its derived items; items without
+    Lineage expansion: derived items (observations, summaries) whose
+    ``parents`` include scope items, looked up in a lineage frame (often the
+    whole store, of which the scope is a part), are embedded too, and each
+    scope item gets the best cosine of its derived items; items without
     derived items are absent from this list (they gain nothing from it).
+
+A method names the lists it fuses (:data:`RETRIEVAL_METHODS`): ``hybrid``
+fuses ``bm25`` and ``embedding``, ``hybrid-lineage`` all four.
 
 Optionally, neighbour expansion then lets each item inherit a share of its
 adjacent items' fused score: ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
@@ -29,6 +33,8 @@ id, so the same scope, query and settings give the same scores.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Final
 
@@ -44,9 +50,13 @@ from cognoxium.retrieval.ranking import bm25_scores, corpus_key
 
 __all__ = [
     "RETRIEVAL_LISTS",
+    "RETRIEVAL_METHODS",
+    "RRF_K",
     "RetrievalSettings",
     "ScopeRetriever",
     "derived_items",
+    "frame_key",
+    "scope_retriever",
 ]
 
 RETRIEVAL_LISTS: Final[tuple[str, ...]] = ("bm25", "embedding", "window", "lineage")
@@ -55,54 +65,85 @@ RETRIEVAL_LISTS: Final[tuple[str, ...]] = ("bm25", "embedding", "window", "linea
 _SCORE_DECIMALS: Final = 6
 
 
+RETRIEVAL_METHODS: Final[dict[str, tuple[str, ...]]] = {
+    "hybrid": ("bm25", "embedding"),
+    "hybrid-lineage": RETRIEVAL_LISTS,
+}
+"""The ranked lists each fused retrieval method fuses, in this order."""
+
+RRF_K: Final[dict[str, float]] = {
+    "hybrid": 60.0,
+    "hybrid-lineage": 10.0,
+}
+"""The reciprocal rank fusion constant ``k`` of each fused retrieval method.
+
+Chosen on the LoCoMo conversations conv-26 and conv-30 (the tuning split of
+:func:`cognoxium.app.locomo.run_locomo`) by evidence recall of categories 1-4
+at 1,024 and 2,048 tokens, among k in {5, 10, 20, 30, 60}; see the LoCoMo
+how-to of the documentation for the measured table. ``hybrid`` keeps the
+constant of Cormack et al. (60), which did as well as any smaller one;
+``hybrid-lineage`` fuses four lists, where a small k, favouring the top of
+each list, did best.
+"""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetrievalSettings:
-    """What a :class:`ScopeRetriever` fuses, and how.
+    """How a fused retrieval method embeds and fuses.
 
     Parameters
     ----------
-    lists
-        The ranked lists to fuse, a non-empty subset of :data:`RETRIEVAL_LISTS`.
     model
         Embedding model name for :func:`cognoxium.retrieval.embeddings.get_embedder`.
     rrf_k
         The reciprocal rank fusion constant (>= 0); small values favour the
-        top of each list.
+        top of each list. ``None`` means the method's own constant
+        (:data:`RRF_K`).
     neighbours
         Neighbour expansion weight ``λ`` in [0, 1]; 0 turns it off.
 
     Raises
     ------
     PlanError
-        On an unknown or empty list selection, or a setting out of range.
+        On a setting out of range.
 
     Examples
     --------
-    >>> RetrievalSettings(lists=("bm25", "embedding"), model="local_hash").lists
-    ('bm25', 'embedding')
+    >>> RetrievalSettings(model="local_hash").fusion_k("hybrid-lineage")
+    10.0
+    >>> RetrievalSettings(rrf_k=30).fusion_k("hybrid")
+    30.0
     """
 
-    lists: tuple[str, ...] = RETRIEVAL_LISTS
     model: str = "minilm"
-    rrf_k: float = 10.0
+    rrf_k: float | None = None
     neighbours: float = 0.0
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.lists if name not in RETRIEVAL_LISTS]
-        if unknown or not self.lists or len(set(self.lists)) != len(self.lists):
-            raise PlanError(
-                f"retrieval lists must be distinct names from {list(RETRIEVAL_LISTS)}, "
-                f"got {list(self.lists)}"
-            )
-        if not (isinstance(self.rrf_k, int | float) and 0 <= self.rrf_k < float("inf")):
+        if self.rrf_k is not None and not (
+            isinstance(self.rrf_k, int | float)
+            and not isinstance(self.rrf_k, bool)
+            and 0 <= self.rrf_k < float("inf")
+        ):
             raise PlanError(f"rrf_k must be a finite number >= 0, got {self.rrf_k!r}")
-        if not (isinstance(self.neighbours, int | float) and 0.0 <= self.neighbours <= 1.0):
+        if not (
+            isinstance(self.neighbours, int | float)
+            and not isinstance(self.neighbours, bool)
+            and 0.0 <= self.neighbours <= 1.0
+        ):
             raise PlanError(f"neighbours must be in [0, 1], got {self.neighbours!r}")
 
-    @property
-    def uses_embeddings(self) -> bool:
-        """Whether any list needs the embedding model."""
-        return any(name != "bm25" for name in self.lists)
+    def fusion_k(self, method: str) -> float:
+        """The reciprocal rank fusion constant used for ``method``.
+
+        Raises
+        ------
+        PlanError
+            If ``method`` is not one of :data:`RETRIEVAL_METHODS`.
+        """
+        if method not in RRF_K:
+            raise PlanError(f"unknown retrieval method {method!r}; use one of {list(RRF_K)}")
+        return float(self.rrf_k) if self.rrf_k is not None else RRF_K[method]
 
 
 def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -112,7 +153,8 @@ def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFra
     ----------
     store
         Items of the canonical schema (``id``, ``parents`` and the packed-text
-        columns are read).
+        columns are read), usually the whole store of which the scope is a
+        part.
     scope_ids
         The ids of the scope, ``(n,)``.
 
@@ -120,9 +162,10 @@ def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFra
     -------
     tuple of polars.DataFrame
         The derived items (store rows not in the scope with at least one
-        parent in it, in store order), and the links: columns ``derived``
-        (row index into the derived items) and ``position`` (row index into
-        the scope), one row per (derived item, scope parent), sorted.
+        parent in it, in store order), and the links: columns
+        ``derived`` (row index into the derived items) and ``position`` (row
+        index into the scope), one row per (derived item, scope parent),
+        sorted.
 
     Examples
     --------
@@ -179,18 +222,21 @@ def _window_keys(hashes: pl.Series) -> list[str]:
 
 
 class ScopeRetriever:
-    """Scores one scope of items against queries by fused hybrid retrieval.
+    """Scores one scope of items against queries by a fused retrieval method.
 
     Parameters
     ----------
     scope
         The scope's items, canonical schema, in the order neighbour windows
         follow (``n`` rows).
+    method
+        One of :data:`RETRIEVAL_METHODS`: the lists it fuses.
     settings
-        The lists and constants (see :class:`RetrievalSettings`).
-    derived
-        Items derived from scope items, with ``links`` as returned by
-        :func:`derived_items`; needed for the ``lineage`` list.
+        The model and constants (see :class:`RetrievalSettings`).
+    lineage
+        The items in which derived items of the scope are looked up (see
+        :func:`derived_items`); needed for the ``lineage`` list of
+        ``hybrid-lineage``.
     embedder
         An embedder to use instead of ``settings.model``.
     cache
@@ -199,7 +245,7 @@ class ScopeRetriever:
     Raises
     ------
     PlanError
-        If ``lineage`` is asked for without derived items and links.
+        On an unknown method, or ``hybrid-lineage`` without lineage items.
 
     Examples
     --------
@@ -211,9 +257,8 @@ class ScopeRetriever:
     ...     {"id": "o1", "role": "memory", "text": "Ann lives in Lyon.", "parents": ["t1"]},
     ... ])
     >>> scope = store.filter(pl.col("role") != "memory")
-    >>> derived, links = derived_items(store, scope.get_column("id"))
     >>> retriever = ScopeRetriever(
-    ...     scope, RetrievalSettings(model="local_hash"), derived=derived, links=links,
+    ...     scope, "hybrid-lineage", RetrievalSettings(model="local_hash"), lineage=store,
     ...     cache=EmbeddingCache(persist=False))
     >>> scores = retriever.scores("Where does Ann live? Lyon")
     >>> int(np.argmax(scores))
@@ -223,50 +268,58 @@ class ScopeRetriever:
     def __init__(
         self,
         scope: pl.DataFrame,
+        method: str = "hybrid-lineage",
         settings: RetrievalSettings | None = None,
         *,
-        derived: pl.DataFrame | None = None,
-        links: pl.DataFrame | None = None,
+        lineage: pl.DataFrame | None = None,
         embedder: Embedder | None = None,
         cache: EmbeddingCache | None = None,
     ) -> None:
+        if method not in RETRIEVAL_METHODS:
+            raise PlanError(
+                f"unknown retrieval method {method!r}; use one of {list(RETRIEVAL_METHODS)}"
+            )
+        if "lineage" in RETRIEVAL_METHODS[method] and lineage is None:
+            raise PlanError(f"{method!r} needs the lineage items in which to find derived items")
+        self.method = method
         self.settings = settings if settings is not None else RetrievalSettings()
-        lists = self.settings.lists
-        if "lineage" in lists and (derived is None or links is None):
-            raise PlanError("the 'lineage' list needs derived items and their links")
+        self.lists = RETRIEVAL_METHODS[method]
         self.ids = scope.get_column("id").cast(pl.String)
         self.n = scope.height
         self._cache = cache if cache is not None else default_cache()
-        self._embedder: Embedder | None = None
-        texts = scope.select(packed_text_expr()).to_series()
-        self._texts = texts
+        self._texts = scope.select(packed_text_expr()).to_series()
         self._bm25_key = corpus_key(scope.get_column("content_hash"))
-        self._matrices: dict[str, npt.NDArray[np.float32]] = {}
-        self._links: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
-        if self.settings.uses_embeddings:
-            model = embedder if embedder is not None else get_embedder(self.settings.model)
-            self._embedder = model
-            hashes = scope.get_column("content_hash").cast(pl.String)
-            if "embedding" in lists:
-                self._matrices["embedding"] = self._cache.embed(model, texts, hashes)
-            if "window" in lists:
-                windows = _window_texts(texts)
-                self._matrices["window"] = self._cache.embed(model, windows, _window_keys(hashes))
-            if "lineage" in lists and derived is not None and links is not None:
-                derived_texts = derived.select(packed_text_expr()).to_series()
-                self._matrices["lineage"] = self._cache.embed(
-                    model, derived_texts, derived.get_column("content_hash").cast(pl.String)
-                )
-                self._links = (
-                    links.get_column("derived").to_numpy().astype(np.int64),
-                    links.get_column("position").to_numpy().astype(np.int64),
-                )
+        self._embedder = embedder if embedder is not None else get_embedder(self.settings.model)
+        self._matrices = self._embed(scope, lineage)
         self._queries: dict[str, npt.NDArray[np.float32]] = {}
+
+    def _embed(
+        self, scope: pl.DataFrame, lineage: pl.DataFrame | None
+    ) -> dict[str, npt.NDArray[np.float32]]:
+        """The embedding matrix of each dense list; sets the lineage links."""
+        hashes = scope.get_column("content_hash").cast(pl.String)
+        model, out = self._embedder, {}
+        out["embedding"] = self._cache.embed(model, self._texts, hashes)
+        if "window" in self.lists:
+            windows = _window_texts(self._texts)
+            out["window"] = self._cache.embed(model, windows, _window_keys(hashes))
+        self._links: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
+        if "lineage" in self.lists:
+            assert lineage is not None
+            derived, links = derived_items(lineage, self.ids)
+            derived_texts = derived.select(packed_text_expr()).to_series()
+            out["lineage"] = self._cache.embed(
+                model, derived_texts, derived.get_column("content_hash").cast(pl.String)
+            )
+            self._links = (
+                links.get_column("derived").to_numpy().astype(np.int64),
+                links.get_column("position").to_numpy().astype(np.int64),
+            )
+        return out
 
     def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
         vector = self._queries.get(query)
         if vector is None:
-            assert self._embedder is not None
             vector = self._embedder.vector(query).astype(np.float32, copy=False)
             self._queries[query] = vector
         return vector
@@ -287,25 +340,30 @@ class ScopeRetriever:
             In ``lineage`` an item without derived items scores NaN.
         """
         out: dict[str, npt.NDArray[np.float64]] = {}
-        for name in self.settings.lists:
+        for name in self.lists:
             if name == "bm25":
                 out[name] = bm25_scores(self._texts, query, cache_key=self._bm25_key)
                 continue
-            q = self._query_vector(query)
-            raw = (self._matrices[name] @ q).astype(np.float64)
+            raw = (self._matrices[name] @ self._query_vector(query)).astype(np.float64)
             cosine = np.asarray(np.round(raw, _SCORE_DECIMALS), dtype=np.float64)
-            if name != "lineage":
-                out[name] = cosine
-                continue
-            best = np.full(self.n, -np.inf)
-            assert self._links is not None
-            source, position = self._links
-            np.maximum.at(best, position, cosine[source])
-            out[name] = np.where(np.isfinite(best), best, np.nan)
+            out[name] = cosine if name != "lineage" else self._best_derived(cosine)
         return out
+
+    def _best_derived(self, cosine: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Each scope item's best cosine among its derived items, NaN without one."""
+        best = np.full(self.n, -np.inf)
+        assert self._links is not None
+        source, position = self._links
+        np.maximum.at(best, position, cosine[source])
+        return np.where(np.isfinite(best), best, np.nan)
 
     def scores(self, query: str) -> npt.NDArray[np.float64]:
         """Fused scores of the scope for ``query``.
+
+        Each list contributes ``1 / (k + r)`` for an item at 1-based rank
+        ``r`` of that list (ties broken by id; items absent from a list
+        contribute nothing), ``k`` = :meth:`RetrievalSettings.fusion_k`; then
+        neighbour expansion, if set.
 
         Parameters
         ----------
@@ -320,7 +378,7 @@ class ScopeRetriever:
         """
         if self.n == 0:
             return np.zeros(0, dtype=np.float64)
-        k = float(self.settings.rrf_k)
+        k = self.settings.fusion_k(self.method)
         columns = list(self.list_scores(query).values())
         contributions = np.zeros((len(columns), self.n), dtype=np.float64)
         for row, column in zip(contributions, columns, strict=True):
@@ -340,3 +398,100 @@ class ScopeRetriever:
             spread[:-1] = np.maximum(spread[:-1], weight * fused[1:])
             fused = spread
         return fused
+
+
+_RETRIEVERS: OrderedDict[tuple[object, ...], ScopeRetriever] = OrderedDict()
+_RETRIEVERS_MAX: Final = 16
+
+
+def scope_retriever(
+    scope: pl.DataFrame,
+    method: str,
+    settings: RetrievalSettings,
+    *,
+    lineage: pl.DataFrame | Callable[[], pl.DataFrame] | None = None,
+    lineage_key: Hashable | None = None,
+) -> ScopeRetriever:
+    """A :class:`ScopeRetriever` of ``scope``, reused while the same scope comes back.
+
+    Batch packing ranks many requests over one scope; the retriever (its
+    embeddings, windows and lineage links) is built once and kept in a small
+    least-recently-used cache (16 retrievers, one process) keyed by the
+    scope's ordered ids and content hashes, the lineage items, the method and
+    the settings, so a changed scope or lineage builds a new one.
+
+    Parameters
+    ----------
+    scope, method, settings
+        As for :class:`ScopeRetriever`.
+    lineage
+        The lineage items, or a function returning them (called only when a
+        retriever is built).
+    lineage_key
+        A hashable that identifies the lineage items (such as the plan that
+        produces them); ``None`` keys them by their ids, parents and content
+        hashes.
+
+    Returns
+    -------
+    ScopeRetriever
+        Built with the default embedding cache.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> scope = records_to_frame([{"id": "a", "role": "user", "text": "hello"}])
+    >>> one = scope_retriever(scope, "hybrid", RetrievalSettings(model="local_hash"))
+    >>> one is scope_retriever(scope, "hybrid", RetrievalSettings(model="local_hash"))
+    True
+    """
+    key: tuple[object, ...] = (method, settings, frame_key(scope, ("id", "content_hash")))
+    uses_lineage = "lineage" in RETRIEVAL_METHODS.get(method, ())
+    if uses_lineage and lineage is not None:
+        if lineage_key is None:
+            lineage = lineage() if callable(lineage) else lineage
+            lineage_key = frame_key(lineage, ("id", "content_hash", "parents"))
+        key += (lineage_key,)
+    found = _RETRIEVERS.get(key)
+    if found is not None:
+        _RETRIEVERS.move_to_end(key)
+        return found
+    items = lineage() if callable(lineage) else lineage
+    built = ScopeRetriever(scope, method, settings, lineage=items if uses_lineage else None)
+    _RETRIEVERS[key] = built
+    if len(_RETRIEVERS) > _RETRIEVERS_MAX:
+        _RETRIEVERS.popitem(last=False)
+    return built
+
+
+def frame_key(frame: pl.DataFrame, columns: tuple[str, ...]) -> tuple[int, str]:
+    """A cache key of a frame: its height and a sha256 of ``columns``, in row order.
+
+    Parameters
+    ----------
+    frame
+        The rows.
+    columns
+        Names of String columns, or of the ``parents`` list column.
+
+    Returns
+    -------
+    tuple
+        ``(height, sha256 hex digest)``; equal frames give equal keys.
+
+    Examples
+    --------
+    >>> a = pl.DataFrame({"id": ["x", "y"]})
+    >>> frame_key(a, ("id",)) == frame_key(a.reverse().reverse(), ("id",))
+    True
+    >>> frame_key(a, ("id",)) == frame_key(a.reverse(), ("id",))
+    False
+    """
+    digest = hashlib.sha256()
+    for name in columns:
+        column = frame.get_column(name)
+        if name == "parents":
+            column = column.list.join("\x1f")
+        digest.update(column.cast(pl.String).fill_null("").str.join("\n").item().encode())
+        digest.update(b"\x00")
+    return frame.height, digest.hexdigest()

@@ -74,6 +74,7 @@ from cognoxium.strategies.protocol import (
     StrategyCapabilities,
     sort_fragments,
 )
+from cognoxium.strategies.ranking import strategy_scores
 from cognoxium.strategies.registry import (
     DEFAULT_ENABLED,
     FALLBACK_ORDER,
@@ -136,4 +137,5 @@ __all__ = [
     "merge_fragments",
     "sort_fragments",
     "split_budget",
+    "strategy_scores",
 ]
