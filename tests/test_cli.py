@@ -655,3 +655,35 @@ def test_redact_exit_codes(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_USAGE
     result = runner.invoke(app, ["redact", str(tmp_path / "absent.jsonl"), str(tmp_path / "o")])
     assert result.exit_code == EXIT_BAD_INPUT
+
+
+def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> None:
+    """Each request of the sample, ranked and packed by hand, gives the CLI's manifest bytes."""
+    from datetime import datetime
+
+    from cognoxium import CognitionFrame
+
+    out = tmp_path / "cli"
+    code, _, stderr = pack(
+        str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--out", str(out),
+        "--as-of", AS_OF,
+    )  # fmt: skip
+    assert code == EXIT_OK, stderr
+    written = (out / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+    store = CognitionFrame.read_jsonl(SAMPLE / "items.jsonl")
+    as_of = datetime.fromisoformat(AS_OF)
+    requests = [json.loads(line) for line in (SAMPLE / "requests.jsonl").read_text().splitlines()]
+    assert len(written) == len(requests)
+    for request, line in zip(requests, written, strict=True):
+        scope = store.filter(request["where"]) if request.get("where") else store
+        if "query" not in request:  # not ranked, as the command line does
+            ranked = scope
+        else:
+            ranked = scope.rank("hybrid-lineage", query=request["query"], lineage=store)
+            top = ranked.explain().splitlines()[0]
+            assert top.startswith("Rank hybrid-lineage query=")
+            assert "rrf_k=10" in top
+        when = datetime.fromisoformat(request["as_of"]) if "as_of" in request else as_of
+        result = ranked.pack(request["budget"], profile="cl100k_base", as_of=when,
+                             label=request["id"])  # fmt: skip
+        assert result.manifest.to_json() == line, request["id"]

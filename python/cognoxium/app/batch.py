@@ -389,13 +389,12 @@ def rank_request(
     if method == "embedding":
         return scope.rank("embedding", query=query, model=settings.model)
     if method == "strategies":
-        name = profile if isinstance(profile, str) else profile.name
         return scope.rank(
             "strategies",
             query=query,
             budget=request.budget,
             as_of=as_of,
-            profile=name,
+            profile=profile,
             model=settings.model,
         )
     return scope.rank(

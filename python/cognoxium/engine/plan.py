@@ -38,6 +38,7 @@ from cognoxium.exceptions import PlanError
 
 if TYPE_CHECKING:
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
+    from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = [
     "JOIN_HOWS",
@@ -1015,7 +1016,7 @@ class RankHybridLineage(Rank):
 
     @override
     def label(self) -> str:
-        return Rank.label(self) + " lineage=<child 2>"
+        return Rank.label(self) + "; lineage from the second input"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1065,7 +1066,7 @@ class RankStrategies(Rank):
     query: str
     budget: int
     as_of: datetime | None = None
-    profile: str = "cl100k_base"
+    profile: str | TokenProfile = "cl100k_base"
     model: str = "minilm"
 
     @override
@@ -1074,8 +1075,17 @@ class RankStrategies(Rank):
         _check_model(self, self.model)
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
             raise PlanError(f"rank('strategies') needs a budget >= 0 tokens, got {self.budget!r}")
-        if not isinstance(self.profile, str) or not self.profile:
-            raise PlanError(f"rank('strategies') needs a token profile name, got {self.profile!r}")
+        named = isinstance(self.profile, str) and bool(self.profile)
+        if not named and not hasattr(self.profile, "fingerprint"):
+            raise PlanError(
+                f"rank('strategies') needs a token profile or its name, got {self.profile!r}"
+            )
+
+    @override
+    def arguments(self) -> dict[str, object]:
+        out = Rank.arguments(self)
+        out["profile"] = getattr(self.profile, "name", self.profile)
+        return out
         object.__setattr__(self, "as_of", _check_time("as_of", self.as_of))
         Rank._check(self)
 

@@ -725,7 +725,7 @@ class CognitionFrame:
         lineage: CognitionFrame | None = None,
         budget: int | None = None,
         as_of: datetime | None = None,
-        profile: str | None = None,
+        profile: str | TokenProfile | None = None,
     ) -> CognitionFrame:
         """Score every row into the ``rank`` column (float64, higher is better); order is kept.
 
@@ -794,7 +794,7 @@ class CognitionFrame:
         as_of
             The strategies' evaluation time (timezone-aware); default none.
         profile
-            The strategies' token profile name (default ``"cl100k_base"``).
+            The strategies' token profile or its name (default ``"cl100k_base"``).
 
         Raises
         ------

@@ -35,7 +35,7 @@ __all__ = ["strategy_scores"]
 
 _BACKENDS: OrderedDict[tuple[object, ...], Backends] = OrderedDict()
 _BACKENDS_MAX: Final = 16
-_ASSEMBLERS: dict[tuple[str, str], ContextAssembler] = {}
+_ASSEMBLERS: dict[tuple[str, object], ContextAssembler] = {}
 
 
 def _backends(rows: pl.DataFrame, model: str) -> Backends:
