@@ -1,0 +1,116 @@
+"""Phase 1 of :func:`~cognoxium.packing.packer.pack`: check the request before any work.
+
+The checks run in a fixed order (budget, token profile, ``as_of``, item
+columns and their types, unique ids), so the same bad request always fails
+with the same error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+import polars as pl
+
+from cognoxium.exceptions import PackError, SchemaError
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.tokens.profiles import TokenProfile, get_profile
+
+__all__ = ["Request", "check_request"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """A checked pack request.
+
+    Attributes
+    ----------
+    budget
+        The token budget, in tokens (>= 0).
+    profile
+        The token profile that costs items.
+    as_of
+        The UTC time at which validity is evaluated.
+    """
+
+    budget: int
+    profile: TokenProfile
+    as_of: datetime
+
+
+def check_request(
+    df: pl.DataFrame, budget: object, profile: str | TokenProfile, as_of: datetime | None
+) -> Request:
+    """Check the budget, the token profile, ``as_of`` and the frame of a pack.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows in the canonical schema (extra columns allowed).
+    budget
+        The token budget: a whole number of tokens (>= 0; ``bool`` is refused).
+    profile
+        A token profile or the name of a built-in one.
+    as_of
+        A timezone-aware time, or ``None`` for now (UTC).
+
+    Returns
+    -------
+    Request
+        The budget as ``int``, the resolved profile and ``as_of`` in UTC.
+
+    Raises
+    ------
+    PackError
+        If ``budget`` is negative or not a whole number, ``as_of`` is naive, or
+        two rows share an id.
+    SchemaError
+        If ``df`` lacks an item column or one has the wrong type.
+    """
+    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
+        raise PackError(f"budget must be a non-negative whole number of tokens, got {budget!r}")
+    checked = Request(
+        budget=int(budget),
+        profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
+        as_of=_as_utc(as_of),
+    )
+    _check_columns(df)
+    _check_ids(df)
+    return checked
+
+
+def _as_utc(value: datetime | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    if value.tzinfo is None:
+        raise PackError("as_of must be timezone-aware (UTC)")
+    return value.astimezone(UTC)
+
+
+def _check_columns(df: pl.DataFrame) -> None:
+    """Raise SchemaError unless every item column is present with its schema type."""
+    missing = [name for name in COLUMNS if name not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"pack needs the item columns; missing {missing} (select them back, or use "
+            "with_columns instead of select)"
+        )
+    schema = df.schema
+    wrong = {
+        n: f"{schema[n]} (expected {POLARS_SCHEMA[n]})"
+        for n in COLUMNS
+        if schema[n] != POLARS_SCHEMA[n]
+    }
+    if wrong:
+        raise SchemaError(f"item columns of the wrong type: {wrong}; cast them back")
+
+
+def _check_ids(df: pl.DataFrame) -> None:
+    """Raise PackError if two rows share an id."""
+    repeated = df.get_column("id").filter(df.get_column("id").is_duplicated()).unique()
+    if repeated.len():
+        raise PackError(
+            f"duplicate ids {sorted(repeated.to_list())[:5]}: each item in a pack needs its own "
+            "id (dedupe the frame, or give the copies distinct ids)"
+        )

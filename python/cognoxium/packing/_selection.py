@@ -1,0 +1,392 @@
+"""Phase 4 of :func:`~cognoxium.packing.packer.pack`: choose what fits, then decide every row.
+
+Required units go in first, whole; if they alone exceed the budget,
+:class:`~cognoxium.exceptions.BudgetError` names them and nothing is packed.
+Then preferred units before optional ones; within a tier the order is rank
+desc, priority desc, token cost asc, id asc; a unit that does not fit is
+skipped (``over_budget``) and the next one is tried. A unit's tier is its
+strongest member retention, its rank and priority the members' highest, its
+cost their sum, its id the smallest member id.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from cognoxium.exceptions import BudgetError
+from cognoxium.packing._costing import Rendering, UnitCosts
+from cognoxium.packing._exclusions import Exclusions
+from cognoxium.packing._model import REASON_CODE, UNSET, Reason
+from cognoxium.packing._units import Units
+
+__all__ = ["Decisions", "Queue", "decide_rows", "order_units", "select_units"]
+
+_SMALL_BLOCK = 4096  # blocks up to this many units are ordered in Python
+_EAGER_BOUNDS = 50_000  # frames up to this many rows get every lower bound at once
+_SORT_KEYS = ["tier", "rank", "priority"]
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The candidate units in selection order.
+
+    Attributes
+    ----------
+    order
+        ``(m,)`` int64: the ``m`` eligible units sorted by tier, rank desc,
+        priority desc (ties in unit order).
+    keys
+        ``m`` rows of ``tier``, ``rank``, ``priority``: the sort keys of ``order``.
+    candidates
+        ``(m,)`` int64: the eligible units in unit order.
+    cheap
+        ``(n_units,)`` int64: each unit's cheap lower bound on its cost, in
+        tokens (0 for a unit that is not a candidate).
+    unit_ids
+        ``(n_units,)`` String: each unit's id (null for a unit that is not a candidate).
+    n_required
+        How many units of ``order`` (its head) are required.
+    """
+
+    order: np.ndarray
+    keys: pl.DataFrame
+    candidates: np.ndarray
+    cheap: np.ndarray
+    unit_ids: pl.Series
+    n_required: int
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Every row's decision.
+
+    Attributes
+    ----------
+    reason
+        ``(n,)`` int64 reason codes, one for every row.
+    included
+        ``(n,)`` bool: the row is in the pack.
+    selected
+        ``(k,)`` int64: the included rows, in input order (the pack's order).
+    pack_position
+        ``(n,)`` int64: a row's index in the pack, or ``UNSET``.
+    tokens
+        ``(n,)`` int64: a row's cost in tokens, or ``UNSET`` when never counted.
+    used_tokens
+        Tokens of the included rows plus ``pack_overhead``.
+    pack_overhead
+        The reply priming, in tokens, paid once when the pack is not empty.
+    """
+
+    reason: np.ndarray
+    included: np.ndarray
+    selected: np.ndarray
+    pack_position: np.ndarray
+    tokens: np.ndarray
+    used_tokens: int
+    pack_overhead: int
+
+
+def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Rendering) -> Queue:
+    """Sort the eligible units by tier, rank desc and priority desc.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (``rank``, ``priority`` and ``id`` are read; a
+        null or NaN rank sorts last).
+    rows
+        The exclusions: only eligible rows form candidate units.
+    units
+        The packing units.
+    rendering
+        The rows' cheap cost bounds.
+
+    Returns
+    -------
+    Queue
+        The candidates in selection order, with their keys, cheap bounds and ids.
+    """
+    keys = pl.DataFrame(
+        {
+            "tier": rows.tier,
+            "rank": df.get_column("rank").fill_nan(None).fill_null(float("-inf")),
+            "priority": df.get_column("priority"),
+            "cheap": rendering.cheap,
+            "id": df.get_column("id"),
+        }
+    )
+    if units.unit_of_row is not None:
+        unit_keys = (
+            keys.with_columns(unit=units.unit_of_row, eligible=rows.eligible)
+            .filter("eligible")
+            .group_by("unit")
+            .agg(
+                pl.col("tier").min(),
+                pl.col("rank").max(),
+                pl.col("priority").max(),
+                pl.col("cheap").sum(),
+                pl.col("id").min(),
+            )
+            .sort("unit")
+        )
+        candidates = unit_keys.get_column("unit").to_numpy()
+        unit_ids = pl.Series("id", [None] * units.n_units, pl.String)
+        unit_ids = unit_ids.scatter(candidates, unit_keys.get_column("id"))
+    else:
+        unit_keys = keys if rows.eligible.all() else keys.filter(pl.Series(rows.eligible))
+        candidates = np.flatnonzero(rows.eligible)
+        unit_ids = df.get_column("id")
+    ordering = (
+        unit_keys.select(
+            pl.arg_sort_by(_SORT_KEYS, descending=[False, True, True], maintain_order=True)
+        )
+        .to_series()
+        .to_numpy()
+    )
+    sorted_keys = unit_keys.select(_SORT_KEYS)[ordering]
+    cheap = np.zeros(units.n_units, dtype=np.int64)
+    cheap[candidates] = unit_keys.get_column("cheap").to_numpy()
+    return Queue(
+        order=candidates[ordering],
+        keys=sorted_keys,
+        candidates=candidates,
+        cheap=cheap,
+        unit_ids=unit_ids,
+        n_required=int((sorted_keys.get_column("tier") == 0).sum()),
+    )
+
+
+def select_units(ids: pl.Series, costs: UnitCosts, queue: Queue, budget: int) -> np.ndarray:
+    """Choose the units of the pack: the required ones, then greedy skip-and-continue.
+
+    Parameters
+    ----------
+    ids
+        ``(n,)`` String: the rows' ids, to name required items in an error.
+    costs
+        The units' lazily known costs; filled as far as the selection reaches.
+    queue
+        The candidates in selection order.
+    budget
+        The token budget, in tokens; the profile's reply priming is taken off first.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n_units,)`` bool: the unit is in the pack.
+
+    Raises
+    ------
+    BudgetError
+        If the required units alone exceed the budget; it names their rows'
+        ids and costs.
+    """
+    if len(ids) <= _EAGER_BOUNDS:
+        costs.ensure_bounds(queue.candidates)
+    overhead = costs.profile.tokens_per_pack
+    required = queue.order[: queue.n_required]
+    costs.count(required)
+    required_cost = int(costs.cost[required].sum())
+    if queue.n_required and required_cost + overhead > budget:
+        rows, _ = costs.units.rows_of(required)
+        detail = dict(
+            sorted(zip(ids.gather(rows).to_list(), costs.row_tokens[rows].tolist(), strict=True))
+        )
+        raise BudgetError(
+            f"required items need {required_cost + overhead} tokens "
+            f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
+            f"{budget}: {detail}; raise the budget or lower their retention",
+            costs=detail,
+            budget=budget,
+        )
+    block_start, block_end = _blocks(queue.keys.slice(queue.n_required))
+    chosen = _select(
+        costs,
+        queue.order[queue.n_required :],
+        block_start,
+        block_end,
+        queue.cheap,
+        queue.unit_ids,
+        budget - overhead - required_cost,
+    )
+    included = np.zeros(costs.units.n_units, dtype=bool)
+    included[required] = True
+    included[np.asarray(chosen, dtype=np.int64)] = True
+    return included
+
+
+def decide_rows(
+    rows: Exclusions, units: Units, included: np.ndarray, costs: UnitCosts
+) -> Decisions:
+    """Turn the chosen units into every row's decision, reason, cost and pack position.
+
+    Parameters
+    ----------
+    rows
+        The exclusions (their reasons are kept).
+    units
+        The packing units.
+    included
+        ``(n_units,)`` bool: the unit is in the pack.
+    costs
+        The rows' counted costs.
+
+    Returns
+    -------
+    Decisions
+        Eligible rows left out get ``group_over_budget`` (a member of a group)
+        or ``over_budget``; included rows get ``required`` or ``selected``.
+    """
+    row_unit_in = included if units.unit_of_row is None else included[units.unit_of_row]
+    row_included = row_unit_in & rows.eligible
+    over = rows.eligible & ~row_included
+    required = rows.tier == 0
+    reason = rows.reason.copy()
+    reason[over & rows.grouped] = REASON_CODE[Reason.GROUP_OVER_BUDGET]
+    reason[over & ~rows.grouped] = REASON_CODE[Reason.OVER_BUDGET]
+    reason[row_included & required] = REASON_CODE[Reason.REQUIRED]
+    reason[row_included & ~required] = REASON_CODE[Reason.SELECTED]
+    pack_overhead = costs.profile.tokens_per_pack if row_included.any() else 0
+    selected = np.flatnonzero(row_included)
+    pack_position = np.full(len(reason), UNSET, dtype=np.int64)
+    pack_position[selected] = np.arange(len(selected))
+    return Decisions(
+        reason=reason,
+        included=row_included,
+        selected=selected,
+        pack_position=pack_position,
+        tokens=costs.row_tokens,
+        used_tokens=int(costs.row_tokens[row_included].sum()) + pack_overhead,
+        pack_overhead=pack_overhead,
+    )
+
+
+def _blocks(keys: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive) of each position's run of equal sort keys."""
+    m = keys.height
+    if m == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    change = np.zeros(m, dtype=bool)
+    change[0] = True
+    for name in keys.columns:
+        values = keys.get_column(name).to_numpy()
+        change[1:] |= values[1:] != values[:-1]
+    heads = np.flatnonzero(change)
+    lengths = np.diff(np.append(heads, m))
+    return np.repeat(heads, lengths), np.repeat(np.append(heads[1:], m), lengths)
+
+
+def _select(
+    costs: UnitCosts,
+    order: np.ndarray,
+    block_start: np.ndarray,
+    block_end: np.ndarray,
+    cheap: np.ndarray,
+    unit_ids: pl.Series,
+    remaining: int,
+) -> list[int]:
+    """Greedy skip-and-continue over ``order`` (units sorted by tier, rank desc, priority desc).
+
+    Within a block of equal keys the design's order is cost asc, id asc; see
+    :func:`_select_block`. ``cheap`` is a lower bound of each unit's cost that
+    is known for every unit (framing plus the byte bound); its suffix minimum
+    ends the scan as soon as nothing left can fit.
+    """
+    chosen: list[int] = []
+    m = len(order)
+    if m == 0:
+        return chosen
+    suffix_min = np.minimum.accumulate(cheap[order][::-1])[::-1]
+    window = 512
+    pos = 0
+    while pos < m and suffix_min[pos] <= remaining:
+        span = order[pos : pos + window]
+        costs.ensure_bounds(span)
+        hits = np.flatnonzero(costs.bound[span] <= remaining)
+        if len(hits) == 0:
+            pos += len(span)
+            window = min(window * 2, 65536)
+            continue
+        pos += int(hits[0])
+        if block_end[pos] - block_start[pos] > 1:
+            remaining = _select_block(
+                costs, order[pos : block_end[pos]], unit_ids, remaining, chosen
+            )
+            pos = int(block_end[pos])
+            continue
+        u = order[pos]
+        if costs.cost[u] == UNSET:
+            costs.prefetch(order, pos, remaining)
+        if costs.cost[u] <= remaining:
+            chosen.append(int(u))
+            remaining -= int(costs.cost[u])
+        pos += 1
+    return chosen
+
+
+def _select_block(
+    costs: UnitCosts, block: np.ndarray, unit_ids: pl.Series, remaining: int, chosen: list[int]
+) -> int:
+    """Select within a block of equal (tier, rank, priority), in cost asc, id asc order.
+
+    Units are visited by (lower bound, id); a min-heap of counted units
+    releases one only when no uncounted unit of the block can precede it: the
+    next uncounted unit's (lower bound, id) is past the released (cost, id).
+    Returns the remaining budget.
+    """
+    costs.ensure_bounds(block)
+    block = block[costs.bound[block] <= remaining]
+    if len(block) == 0:
+        return remaining
+    if len(block) <= _SMALL_BLOCK:
+        # Few units: Python's sort beats building a frame. Ids compare as
+        # strings, whose code-point order is the UTF-8 byte order Polars sorts by.
+        keyed = sorted(
+            zip(
+                costs.bound[block].tolist(),
+                unit_ids.gather(block).to_list(),
+                block.tolist(),
+                strict=True,
+            )
+        )
+        seq_bound = [k[0] for k in keyed]
+        seq_id: Any = [k[1] for k in keyed]
+        seq: Any = [k[2] for k in keyed]
+    else:
+        frame = (
+            pl.DataFrame({"unit": block, "bound": costs.bound[block], "id": unit_ids.gather(block)})
+            .with_columns(pl.col("id").rank("ordinal").alias("id_rank"))
+            .sort(["bound", "id"])
+        )
+        seq = frame.get_column("unit").to_numpy()
+        seq_bound = frame.get_column("bound").to_list()
+        seq_id = frame.get_column("id_rank").to_list()
+    k = len(seq)
+    heap: list[tuple[int, Any, int]] = []
+    i = 0
+    while True:
+        if i < k and seq_bound[i] > remaining:
+            i = k  # sorted by bound: nothing further in the block can fit
+        if heap and (i == k or (heap[0][0], heap[0][1]) < (seq_bound[i], seq_id[i])):
+            cost, _, u = heapq.heappop(heap)
+            if cost <= remaining:
+                chosen.append(u)
+                remaining -= cost
+            continue
+        if i == k:
+            break
+        if costs.cost[seq[i]] == UNSET:
+            stop = min(k, i + costs.batch)
+            batch = np.asarray(seq[i:stop], dtype=np.int64)
+            costs.count(batch[np.asarray(seq_bound[i:stop]) <= remaining])
+            costs.batch = min(costs.batch * 2, 8192)
+        heapq.heappush(heap, (int(costs.cost[seq[i]]), seq_id[i], int(seq[i])))
+        i += 1
+    return remaining
