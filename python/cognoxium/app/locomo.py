@@ -285,9 +285,36 @@ def _numbered(keys: Iterable[str], pattern: re.Pattern[str]) -> list[tuple[int, 
     return sorted(found)
 
 
-def _import_conversation(
+@dataclass(slots=True)
+class _Sample:
+    """What importing one conversation has seen so far, and where it is, for errors."""
+
+    sample_id: str
+    source: str
+    where: str
+    speaker_a: str
+    speaker_b: str
+    counts: Counter[str]
+    times: dict[int, datetime] = field(default_factory=dict)
+    turns_of: dict[int, list[str]] = field(default_factory=dict)
+    dia_ids: set[str] = field(default_factory=set)
+    per_session: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def cwhere(self) -> str:
+        """The field path of the sample's ``conversation`` object."""
+        return f"{self.where}.conversation"
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Item role by speaker name: the first speaker is the user."""
+        return {self.speaker_a: "user", self.speaker_b: "assistant"}
+
+
+def _open_sample(
     sample: Any, index: int, source: str, counts: Counter[str]
-) -> _Conversation:
+) -> tuple[_Sample, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Check a conversation's shape; return its state, conversation, observations, summaries."""
     where = f"[{index}]"
     if not isinstance(sample, dict):
         raise RecordError("a conversation must be a JSON object", source=source, field=where)
@@ -296,150 +323,197 @@ def _import_conversation(
     cwhere = f"{where}.conversation"
     speaker_a: str = _need(conv, "speaker_a", str, cwhere, source)
     speaker_b: str = _need(conv, "speaker_b", str, cwhere, source)
-    roles = {speaker_a: "user", speaker_b: "assistant"}
     observations: dict[str, Any] = sample.get("observation") or {}
     summaries: dict[str, Any] = sample.get("session_summary") or {}
     if not isinstance(observations, dict) or not isinstance(summaries, dict):
         raise RecordError(
             "observation and session_summary must be objects", source=source, field=where
         )
+    state = _Sample(
+        sample_id=sample_id,
+        source=source,
+        where=where,
+        speaker_a=speaker_a,
+        speaker_b=speaker_b,
+        counts=counts,
+    )
+    return state, conv, observations, summaries
 
-    sessions = _numbered(conv, _SESSION_KEY)
-    times: dict[int, datetime] = {}
-    turns_of: dict[int, list[str]] = {}
-    dia_ids: set[str] = set()
-    per_session: dict[int, list[dict[str, Any]]] = {}
-    for number, key in sessions:
-        turns = _need(conv, key, list, cwhere, source)
-        stamp = _need(conv, f"{key}_date_time", str, cwhere, source)
-        try:
-            times[number] = parse_session_time(stamp)
-        except ValueError as exc:
-            raise RecordError(str(exc), source=source, field=f"{cwhere}.{key}_date_time") from None
-        records: list[dict[str, Any]] = []
-        turns_of[number] = []
-        for position, turn in enumerate(turns):
-            twhere = f"{cwhere}.{key}[{position}]"
-            if not isinstance(turn, dict):
-                raise RecordError("a turn must be a JSON object", source=source, field=twhere)
-            speaker: str = _need(turn, "speaker", str, twhere, source)
-            raw_id: str = _need(turn, "dia_id", str, twhere, source)
-            text = turn.get("text")
-            if not isinstance(text, str):
-                raise RecordError("expected a string", source=source, field=f"{twhere}.text")
-            if speaker not in roles:
-                raise RecordError(
-                    f"speaker {speaker!r} is neither speaker_a ({speaker_a!r}) "
-                    f"nor speaker_b ({speaker_b!r})",
-                    source=source,
-                    field=f"{twhere}.speaker",
-                )
-            match = _EVIDENCE_ID.fullmatch(raw_id.strip())
-            if match is None:
-                raise RecordError(
-                    f"dia_id {raw_id!r} is not D<session>:<turn>",
-                    source=source,
-                    field=f"{twhere}.dia_id",
-                )
-            dia_id = f"D{int(match.group(1))}:{int(match.group(2))}"
-            if dia_id in dia_ids:
-                raise RecordError(
-                    f"duplicate dia_id {dia_id!r} in {sample_id}",
-                    source=source,
-                    field=f"{twhere}.dia_id",
-                )
-            dia_ids.add(dia_id)
-            turns_of[number].append(dia_id)
-            caption = turn.get("blip_caption")
-            caption = caption if isinstance(caption, str) and caption.strip() else None
-            urls = turn.get("img_url") or []
-            urls = [urls] if isinstance(urls, str) else urls
-            sources: list[dict[str, Any]] = [
-                {"uri": f"locomo://{sample_id}/{dia_id}", "kind": "conversation_turn"}
-            ]
-            sources.extend(
-                {"uri": url, "kind": "image", "title": caption}
-                for url in urls
-                if isinstance(url, str) and url
-            )
-            body = f"{speaker}: {text}"
-            if caption is not None:
-                body += f" [shares an image: {caption}]"
-                counts["turns_with_image"] += 1
-            records.append(
-                {
-                    "id": f"{sample_id}:{dia_id}",
-                    "role": roles[speaker],
-                    "text": body,
-                    "created_at": times[number] + timedelta(seconds=position),
-                    "sources": sources,
-                    "metadata": {
-                        "conversation": sample_id,
-                        "session": number,
-                        "speaker": speaker,
-                        "dia_id": dia_id,
-                        "kind": "turn",
-                    },
-                }
-            )
-        per_session[number] = records
-        counts["turns"] += len(records)
 
-    if not times:
-        raise RecordError(f"{sample_id} has no sessions", source=source, field=cwhere)
+def _checked_turn(state: _Sample, turn: Any, twhere: str) -> tuple[str, str, str]:
+    """Check one dialog turn; return its speaker, normalised dia_id and text."""
+    source = state.source
+    if not isinstance(turn, dict):
+        raise RecordError("a turn must be a JSON object", source=source, field=twhere)
+    speaker: str = _need(turn, "speaker", str, twhere, source)
+    raw_id: str = _need(turn, "dia_id", str, twhere, source)
+    text = turn.get("text")
+    if not isinstance(text, str):
+        raise RecordError("expected a string", source=source, field=f"{twhere}.text")
+    if speaker not in state.roles:
+        raise RecordError(
+            f"speaker {speaker!r} is neither speaker_a ({state.speaker_a!r}) "
+            f"nor speaker_b ({state.speaker_b!r})",
+            source=source,
+            field=f"{twhere}.speaker",
+        )
+    match = _EVIDENCE_ID.fullmatch(raw_id.strip())
+    if match is None:
+        raise RecordError(
+            f"dia_id {raw_id!r} is not D<session>:<turn>",
+            source=source,
+            field=f"{twhere}.dia_id",
+        )
+    dia_id = f"D{int(match.group(1))}:{int(match.group(2))}"
+    if dia_id in state.dia_ids:
+        raise RecordError(
+            f"duplicate dia_id {dia_id!r} in {state.sample_id}",
+            source=source,
+            field=f"{twhere}.dia_id",
+        )
+    return speaker, dia_id, text
+
+
+def _turn_sources(
+    sample_id: str, dia_id: str, turn: dict[str, Any], caption: str | None
+) -> list[dict[str, Any]]:
+    """The turn's own locomo:// source, then one image source per shared image url."""
+    urls = turn.get("img_url") or []
+    urls = [urls] if isinstance(urls, str) else urls
+    sources: list[dict[str, Any]] = [
+        {"uri": f"locomo://{sample_id}/{dia_id}", "kind": "conversation_turn"}
+    ]
+    sources.extend(
+        {"uri": url, "kind": "image", "title": caption}
+        for url in urls
+        if isinstance(url, str) and url
+    )
+    return sources
+
+
+def _turn_record(state: _Sample, turn: Any, number: int, key: str, position: int) -> dict[str, Any]:
+    """The item record of the turn at ``position`` of session ``number``."""
+    speaker, dia_id, text = _checked_turn(state, turn, f"{state.cwhere}.{key}[{position}]")
+    state.dia_ids.add(dia_id)
+    state.turns_of[number].append(dia_id)
+    caption = turn.get("blip_caption")
+    caption = caption if isinstance(caption, str) and caption.strip() else None
+    body = f"{speaker}: {text}"
+    if caption is not None:
+        body += f" [shares an image: {caption}]"
+        state.counts["turns_with_image"] += 1
+    return {
+        "id": f"{state.sample_id}:{dia_id}",
+        "role": state.roles[speaker],
+        "text": body,
+        "created_at": state.times[number] + timedelta(seconds=position),
+        "sources": _turn_sources(state.sample_id, dia_id, turn, caption),
+        "metadata": {
+            "conversation": state.sample_id,
+            "session": number,
+            "speaker": speaker,
+            "dia_id": dia_id,
+            "kind": "turn",
+        },
+    }
+
+
+def _import_session(state: _Sample, conv: dict[str, Any], number: int, key: str) -> None:
+    """Read session ``number``'s time and turns into ``state``."""
+    turns = _need(conv, key, list, state.cwhere, state.source)
+    stamp = _need(conv, f"{key}_date_time", str, state.cwhere, state.source)
+    try:
+        state.times[number] = parse_session_time(stamp)
+    except ValueError as exc:
+        raise RecordError(
+            str(exc), source=state.source, field=f"{state.cwhere}.{key}_date_time"
+        ) from None
+    state.turns_of[number] = []
+    records = [
+        _turn_record(state, turn, number, key, position) for position, turn in enumerate(turns)
+    ]
+    state.per_session[number] = records
+    state.counts["turns"] += len(records)
+
+
+def _observation_record(
+    state: _Sample, number: int, key: str, speaker: str, fact: list[Any], n: int
+) -> dict[str, Any]:
+    """The memory item of the ``n``-th observation of session ``number``."""
+    parents, malformed, missing = normalize_evidence(fact[1], known=state.dia_ids)
+    state.counts["observation_evidence_malformed"] += malformed
+    state.counts["observation_evidence_missing"] += missing
+    state.counts["observations"] += 1
+    sample_id = state.sample_id
+    return {
+        "id": f"{sample_id}:S{number}:observation:{n}",
+        "role": "memory",
+        "text": fact[0],
+        "created_at": state.times[number],
+        "parents": [f"{sample_id}:{p}" for p in parents],
+        "sources": [{"uri": f"locomo://{sample_id}/{key}", "kind": "observation"}],
+        "metadata": {
+            "conversation": sample_id,
+            "session": number,
+            "speaker": speaker,
+            "kind": "observation",
+        },
+    }
+
+
+def _import_session_observations(state: _Sample, number: int, key: str, by_speaker: Any) -> None:
+    """Append session ``number``'s observations, speaker by speaker, in file order."""
+    owhere = f"{state.where}.observation.{key}"
+    if not isinstance(by_speaker, dict):
+        raise RecordError("expected an object", source=state.source, field=owhere)
+    n = 0
+    for speaker, facts in by_speaker.items():
+        if not isinstance(facts, list):
+            raise RecordError("expected a list", source=state.source, field=f"{owhere}.{speaker}")
+        for position, fact in enumerate(facts):
+            if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
+                raise RecordError(
+                    "expected [fact, dia_id or [dia_id, ...]]",
+                    source=state.source,
+                    field=f"{owhere}.{speaker}[{position}]",
+                )
+            n += 1
+            state.per_session[number].append(
+                _observation_record(state, number, key, speaker, fact, n)
+            )
+
+
+def _import_observations(state: _Sample, observations: dict[str, Any]) -> None:
+    """Append every session's observations after its turns."""
     for number, key in _numbered(observations, _OBSERVATION_KEY):
-        owhere = f"{where}.observation.{key}"
-        if number not in times:
-            raise RecordError(f"no session {number} in {sample_id}", source=source, field=owhere)
-        by_speaker = observations[key]
-        if not isinstance(by_speaker, dict):
-            raise RecordError("expected an object", source=source, field=owhere)
-        n = 0
-        for speaker, facts in by_speaker.items():
-            if not isinstance(facts, list):
-                raise RecordError("expected a list", source=source, field=f"{owhere}.{speaker}")
-            for position, fact in enumerate(facts):
-                if not (isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str)):
-                    raise RecordError(
-                        "expected [fact, dia_id or [dia_id, ...]]",
-                        source=source,
-                        field=f"{owhere}.{speaker}[{position}]",
-                    )
-                parents, malformed, missing = normalize_evidence(fact[1], known=dia_ids)
-                counts["observation_evidence_malformed"] += malformed
-                counts["observation_evidence_missing"] += missing
-                n += 1
-                per_session[number].append(
-                    {
-                        "id": f"{sample_id}:S{number}:observation:{n}",
-                        "role": "memory",
-                        "text": fact[0],
-                        "created_at": times[number],
-                        "parents": [f"{sample_id}:{p}" for p in parents],
-                        "sources": [{"uri": f"locomo://{sample_id}/{key}", "kind": "observation"}],
-                        "metadata": {
-                            "conversation": sample_id,
-                            "session": number,
-                            "speaker": speaker,
-                            "kind": "observation",
-                        },
-                    }
-                )
-                counts["observations"] += 1
+        if number not in state.times:
+            raise RecordError(
+                f"no session {number} in {state.sample_id}",
+                source=state.source,
+                field=f"{state.where}.observation.{key}",
+            )
+        _import_session_observations(state, number, key, observations[key])
+
+
+def _import_summaries(state: _Sample, summaries: dict[str, Any]) -> None:
+    """Append every session's summary after its observations."""
+    sample_id = state.sample_id
     for number, key in _numbered(summaries, _SUMMARY_KEY):
-        swhere = f"{where}.session_summary.{key}"
-        if number not in times:
-            raise RecordError(f"no session {number} in {sample_id}", source=source, field=swhere)
+        swhere = f"{state.where}.session_summary.{key}"
+        if number not in state.times:
+            raise RecordError(
+                f"no session {number} in {sample_id}", source=state.source, field=swhere
+            )
         text = summaries[key]
         if not isinstance(text, str):
-            raise RecordError("expected a string", source=source, field=swhere)
-        per_session[number].append(
+            raise RecordError("expected a string", source=state.source, field=swhere)
+        state.per_session[number].append(
             {
                 "id": f"{sample_id}:S{number}:summary",
                 "role": "memory",
                 "text": text,
-                "created_at": times[number],
-                "parents": [f"{sample_id}:{d}" for d in turns_of[number]],
+                "created_at": state.times[number],
+                "parents": [f"{sample_id}:{d}" for d in state.turns_of[number]],
                 "sources": [{"uri": f"locomo://{sample_id}/{key}", "kind": "session_summary"}],
                 "metadata": {
                     "conversation": sample_id,
@@ -448,18 +522,31 @@ def _import_conversation(
                 },
             }
         )
-        counts["session_summaries"] += 1
+        state.counts["session_summaries"] += 1
 
+
+def _import_conversation(
+    sample: Any, index: int, source: str, counts: Counter[str]
+) -> _Conversation:
+    state, conv, observations, summaries = _open_sample(sample, index, source, counts)
+    for number, key in _numbered(conv, _SESSION_KEY):
+        _import_session(state, conv, number, key)
+    times, turns_of = state.times, state.turns_of
+    if not times:
+        raise RecordError(f"{state.sample_id} has no sessions", source=source, field=state.cwhere)
+    _import_observations(state, observations)
+    _import_summaries(state, summaries)
     qa = sample.get("qa") or []
     if not isinstance(qa, list):
-        raise RecordError("expected a list", source=source, field=f"{where}.qa")
+        raise RecordError("expected a list", source=source, field=f"{state.where}.qa")
     latest = max(times[n] + timedelta(seconds=max(len(turns_of[n]) - 1, 0)) for n in times)
     counts["conversations"] += 1
     counts["sessions"] += len(times)
+    per_session = state.per_session
     return _Conversation(
-        sample_id=sample_id,
+        sample_id=state.sample_id,
         records=[r for number in sorted(per_session) for r in per_session[number]],
-        dia_ids=dia_ids,
+        dia_ids=state.dia_ids,
         latest=latest,
         qa=qa,
     )

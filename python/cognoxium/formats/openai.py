@@ -79,7 +79,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,7 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import json_lines
-from cognoxium.items.model import ContextItem, Json, Source, Text
+from cognoxium.items.model import ContextItem, Json, Role, Source, Text
 from cognoxium.items.schema import packed_text_expr
 from cognoxium.packing.packer import ContextPack
 
@@ -221,12 +221,16 @@ def _tool_calls(value: Any, index: int, where: _Where) -> list[dict[str, Any]]:
     return calls
 
 
-def _convert(
-    messages: Iterable[Any],
-    where: _Where,
-    conversation_id: str | None,
-    start: datetime | None,
-) -> list[ContextItem]:
+@dataclass
+class _CallLedger:
+    """A conversation's tool calls so far: the group declaring each, the result answering it."""
+
+    group_of: dict[str, str] = field(default_factory=dict)  # call id -> group id
+    answered: dict[str, int] = field(default_factory=dict)  # call id -> index of its result
+
+
+def _checked_start(conversation_id: Any, start: Any, where: _Where) -> datetime:
+    """Check ``conversation_id`` and ``start``; return the start time (``CHAT_EPOCH`` if None)."""
     if conversation_id is not None and (
         not isinstance(conversation_id, str) or not conversation_id
     ):
@@ -236,88 +240,125 @@ def _convert(
             field="conversation_id",
         )
     if start is None:
-        start = CHAT_EPOCH
-    elif not isinstance(start, datetime) or start.tzinfo is None:
+        return CHAT_EPOCH
+    if not isinstance(start, datetime) or start.tzinfo is None:
         raise RecordError(
             f"must be a timezone-aware datetime, got {start!r}",
             source=where.source,
             field="start",
         )
+    return start
+
+
+def _message_role(message: Any, index: int, where: _Where) -> Role:
+    """Check a message's shape, role, keys and name; return its role."""
+    if not isinstance(message, Mapping):
+        raise where.error(index, None, f"a message must be an object, got {message!r}")
+    role = message.get("role")
+    if role not in _KEYS:
+        raise where.error(index, "role", f"must be one of {list(MESSAGE_ROLES)}, got {role!r}")
+    for key in sorted(set(message) - _KEYS[role]):
+        value = message[key]
+        if key in _EMPTY_OK and (value is None or value == []):
+            continue
+        known = f"; a {role} message has {sorted(_KEYS[role])}"
+        raise where.error(index, key, f"not supported here{known}")
+    name = message.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise where.error(index, "name", f"must be a non-empty string, got {name!r}")
+    return Role(role)
+
+
+def _assistant_payload(
+    message: Mapping[str, Any],
+    index: int,
+    where: _Where,
+    text: str | None,
+    group_id: str,
+    ledger: _CallLedger,
+    metadata: dict[str, Any],
+) -> tuple[Text | Json, str | None]:
+    """An assistant message's payload and group id; declares its tool calls in ``ledger``."""
+    calls = _tool_calls(message.get("tool_calls"), index, where)
+    for j, call in enumerate(calls):
+        if call["id"] in ledger.group_of:
+            raise where.error(
+                index,
+                f"tool_calls[{j}].id",
+                f"tool call id {call['id']!r} was already declared by an earlier "
+                "assistant message; call ids must be unique in a conversation",
+            )
+    if calls:
+        ledger.group_of.update(dict.fromkeys((c["id"] for c in calls), group_id))
+        metadata["tool_call_ids"] = [c["id"] for c in calls]
+    if calls and not text:
+        return Json(value={"tool_calls": calls}), group_id
+    if text is None:
+        raise where.error(index, "content", "an assistant message needs content or tool_calls")
+    if calls:
+        metadata["tool_calls"] = calls
+    return Text(text=text), group_id if calls else None
+
+
+def _tool_result_group(
+    message: Mapping[str, Any], index: int, where: _Where, ledger: _CallLedger
+) -> tuple[str, str]:
+    """Check a tool result's ``tool_call_id``; return it and its call's group id."""
+    call_id = message.get("tool_call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise where.error(index, "tool_call_id", f"must be a non-empty string, got {call_id!r}")
+    if call_id not in ledger.group_of:
+        raise where.error(
+            index,
+            "tool_call_id",
+            f"tool result for call {call_id!r}, which no earlier assistant message "
+            "declared in its tool_calls; put the assistant message with that call "
+            "before its result",
+        )
+    if call_id in ledger.answered:
+        raise where.error(
+            index,
+            "tool_call_id",
+            f"call {call_id!r} was already answered by message {ledger.answered[call_id]}",
+        )
+    ledger.answered[call_id] = index
+    return call_id, ledger.group_of[call_id]
+
+
+def _message_content(
+    message: Any, index: int, where: _Where, prefix: str, ledger: _CallLedger
+) -> tuple[Role, Text | Json, str | None, dict[str, Any]]:
+    """Check one message; return its role, payload, group id and metadata."""
+    role = _message_role(message, index, where)
+    name = message.get("name")
+    text = _text_of(message.get("content"), index, where)
+    metadata: dict[str, Any] = {} if name is None else {"name": name}
+    if role == "assistant":
+        group = f"{prefix}:tools:{index}"
+        payload, group_id = _assistant_payload(message, index, where, text, group, ledger, metadata)
+        return role, payload, group_id, metadata
+    if text is None:
+        raise where.error(index, "content", f"a {role} message needs content")
+    group_id = None
+    if role == "tool":
+        call_id, group_id = _tool_result_group(message, index, where, ledger)
+        metadata["tool_call_id"] = call_id
+    return role, Text(text=text), group_id, metadata
+
+
+def _convert(
+    messages: Iterable[Any],
+    where: _Where,
+    conversation_id: str | None,
+    start: datetime | None,
+) -> list[ContextItem]:
+    first = _checked_start(conversation_id, start, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
-    call_group: dict[str, str] = {}  # tool call id -> group id of the message declaring it
-    answered: dict[str, int] = {}  # tool call id -> index of the result answering it
+    ledger = _CallLedger()
     items = []
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise where.error(index, None, f"a message must be an object, got {message!r}")
-        role = message.get("role")
-        if role not in _KEYS:
-            raise where.error(index, "role", f"must be one of {list(MESSAGE_ROLES)}, got {role!r}")
-        for key in sorted(set(message) - _KEYS[role]):
-            value = message[key]
-            if key in _EMPTY_OK and (value is None or value == []):
-                continue
-            known = f"; a {role} message has {sorted(_KEYS[role])}"
-            raise where.error(index, key, f"not supported here{known}")
-        name = message.get("name")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise where.error(index, "name", f"must be a non-empty string, got {name!r}")
-        text = _text_of(message.get("content"), index, where)
-        metadata: dict[str, Any] = {} if name is None else {"name": name}
-        group_id = None
-        payload: Text | Json
-        if role == "assistant":
-            calls = _tool_calls(message.get("tool_calls"), index, where)
-            for j, call in enumerate(calls):
-                if call["id"] in call_group:
-                    raise where.error(
-                        index,
-                        f"tool_calls[{j}].id",
-                        f"tool call id {call['id']!r} was already declared by an earlier "
-                        "assistant message; call ids must be unique in a conversation",
-                    )
-            if calls:
-                group_id = f"{prefix}:tools:{index}"
-                call_group.update(dict.fromkeys((c["id"] for c in calls), group_id))
-                metadata["tool_call_ids"] = [c["id"] for c in calls]
-            if calls and not text:
-                payload = Json(value={"tool_calls": calls})
-            elif text is None:
-                raise where.error(
-                    index, "content", "an assistant message needs content or tool_calls"
-                )
-            else:
-                payload = Text(text=text)
-                if calls:
-                    metadata["tool_calls"] = calls
-        else:
-            if text is None:
-                raise where.error(index, "content", f"a {role} message needs content")
-            payload = Text(text=text)
-            if role == "tool":
-                call_id = message.get("tool_call_id")
-                if not isinstance(call_id, str) or not call_id:
-                    raise where.error(
-                        index, "tool_call_id", f"must be a non-empty string, got {call_id!r}"
-                    )
-                if call_id not in call_group:
-                    raise where.error(
-                        index,
-                        "tool_call_id",
-                        f"tool result for call {call_id!r}, which no earlier assistant message "
-                        "declared in its tool_calls; put the assistant message with that call "
-                        "before its result",
-                    )
-                if call_id in answered:
-                    raise where.error(
-                        index,
-                        "tool_call_id",
-                        f"call {call_id!r} was already answered by message {answered[call_id]}",
-                    )
-                answered[call_id] = index
-                group_id = call_group[call_id]
-                metadata["tool_call_id"] = call_id
+        role, payload, group_id, metadata = _message_content(message, index, where, prefix, ledger)
         try:
             items.append(
                 ContextItem(
@@ -325,15 +366,15 @@ def _convert(
                     role=role,
                     payload=payload,
                     sources=sources,
-                    created_at=start + timedelta(microseconds=index),
+                    created_at=first + timedelta(microseconds=index),
                     group_id=group_id,
                     metadata=metadata,
                 )
             )
         except ValidationError as exc:  # pragma: no cover - every field is checked above
-            first = exc.errors()[0]
+            error = exc.errors()[0]
             raise where.error(
-                index, ".".join(str(p) for p in first["loc"]) or None, first["msg"]
+                index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
             ) from None
     return items
 

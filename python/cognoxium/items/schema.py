@@ -478,6 +478,142 @@ def _checked_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
     return pl.concat(chunks) if chunks else pl.Series("content_hash", [], pl.String)
 
 
+def _table_frame(data: pa.Table | pl.DataFrame, where: str) -> pl.DataFrame:
+    """The input as a Polars frame, after checking its column names."""
+    df = pl.from_arrow(data) if isinstance(data, pa.Table) else data
+    if not isinstance(df, pl.DataFrame):
+        raise SchemaError(f"{where}expected a table, got a single column")
+    unknown = [c for c in df.columns if c not in POLARS_SCHEMA]
+    if unknown:
+        raise SchemaError(
+            f"{where}unknown columns {unknown}; the item columns are {list(COLUMNS)} "
+            "(put free-form fields in 'metadata')"
+        )
+    if "role" not in df.columns:
+        raise SchemaError(f"{where}column 'role' is required")
+    payload_cols = [c for c in ("text", "json", "binary", "ref_uri") if c in df.columns]
+    if not payload_cols and df.height:
+        raise SchemaError(
+            f"{where}a payload column is required: one of text, json, binary, ref_uri"
+        )
+    return df
+
+
+def _fill_defaults(df: pl.DataFrame) -> pl.DataFrame:
+    """Add every missing item column with its default (random ids, the current time)."""
+    fill: list[pl.Series | pl.Expr] = []
+    for name, dtype in POLARS_SCHEMA.items():
+        if name in df.columns:
+            continue
+        if name == "id":
+            fill.append(pl.Series(name, [str(uuid.uuid4()) for _ in range(df.height)], pl.String))
+        elif name == "created_at":
+            fill.append(pl.lit(datetime.now(UTC), dtype=_PL_TS).alias(name))
+        elif name in ("sources", "parents", "lineage"):
+            fill.append(pl.lit([], dtype=dtype).alias(name))
+        elif name in _DEFAULTS:
+            fill.append(pl.lit(_DEFAULTS[name]).alias(name))
+        else:
+            fill.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.with_columns(fill)
+
+
+def _infer_payload_kind(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
+    """Set ``payload_kind`` from the first non-null payload column; every row needs one."""
+    inferred = (
+        pl.when(pl.col("text").is_not_null())
+        .then(pl.lit("text"))
+        .when(pl.col("json").is_not_null())
+        .then(pl.lit("json"))
+        .when(pl.col("binary").is_not_null())
+        .then(pl.lit("binary"))
+        .when(pl.col("ref_uri").is_not_null())
+        .then(pl.lit("reference"))
+        .otherwise(None)
+    )
+    df = df.with_columns(inferred.alias("payload_kind"))
+    _fail_rows(
+        df,
+        pl.col("payload_kind").is_null(),
+        "text",
+        "no payload: one of the columns text, json, binary, ref_uri must hold a value",
+        source,
+    )
+    return df
+
+
+def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
+    """Check enumerations, non-null ``id``/``metadata``/``priority`` and unique ids."""
+    for name, values in _ENUMS.items():
+        col = pl.col(name).cast(pl.String)
+        _fail_rows(
+            df, col.is_null() | ~col.is_in(values), name, f"must be one of {list(values)}", source
+        )
+    for name in ("id", "metadata", "priority"):
+        _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
+    _check_unique_ids(df, source, None)
+
+
+def _check_payload_columns(df: pl.DataFrame, source: str | None) -> None:
+    """Check that each row fills exactly the payload columns of its ``payload_kind``."""
+    kinds = pl.col("payload_kind").cast(pl.String)
+    for kind, column in _PAYLOAD_COLUMN.items():
+        _fail_rows(
+            df,
+            (kinds == kind) & pl.col(column).is_null(),
+            column,
+            f"a {kind} payload needs a value in column {column!r}",
+            source,
+        )
+        _fail_rows(
+            df,
+            (kinds != kind) & pl.col(column).is_not_null(),
+            column,
+            f"column {column!r} must be null unless payload_kind is {kind!r}",
+            source,
+        )
+    for column in ("ref_title", "ref_digest"):
+        _fail_rows(
+            df,
+            (kinds != "reference") & pl.col(column).is_not_null(),
+            column,
+            "must be null unless payload_kind is 'reference'",
+            source,
+        )
+
+
+def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
+    """Parse timestamp text, cast to :data:`POLARS_SCHEMA`, check ``created_at`` and ``rank``."""
+    try:
+        df = df.select(
+            [
+                pl.col(name).cast(pl.String).str.to_datetime(time_zone="UTC", time_unit="us")
+                if name in ("created_at", "valid_from", "expires_at")
+                and df.schema[name] == pl.String
+                else pl.col(name)
+                for name in POLARS_SCHEMA
+            ]
+        )
+        df = df.cast(dict(POLARS_SCHEMA.items()))
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
+    _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
+    _fail_rows(df, pl.col("rank").is_nan(), "rank", "must not be NaN", source)
+    return df
+
+
+def _canonicalise_json(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
+    """Bring ``json`` and ``metadata`` to canonical JSON; ``metadata`` must be an object."""
+    df = df.with_columns(
+        _canonical_text(df["json"], "json", source),
+        _canonical_text(df["metadata"], "metadata", source),
+    )
+    _fail_rows(
+        df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
+    )
+    return df
+
+
 def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.DataFrame:
     """Validate a table of context items and bring it to the canonical schema.
 
@@ -518,120 +654,15 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     [('a', 'text', 'optional'), ('b', 'text', 'optional')]
     """
     where = f"{source}: " if source else ""
-    df = pl.from_arrow(data) if isinstance(data, pa.Table) else data
-    if not isinstance(df, pl.DataFrame):
-        raise SchemaError(f"{where}expected a table, got a single column")
-    unknown = [c for c in df.columns if c not in POLARS_SCHEMA]
-    if unknown:
-        raise SchemaError(
-            f"{where}unknown columns {unknown}; the item columns are {list(COLUMNS)} "
-            "(put free-form fields in 'metadata')"
-        )
-    if "role" not in df.columns:
-        raise SchemaError(f"{where}column 'role' is required")
-    payload_cols = [c for c in ("text", "json", "binary", "ref_uri") if c in df.columns]
-    if not payload_cols and df.height:
-        raise SchemaError(
-            f"{where}a payload column is required: one of text, json, binary, ref_uri"
-        )
-    n = df.height
+    df = _table_frame(data, where)
     infer_kind = "payload_kind" not in df.columns
-
-    fill: list[pl.Series | pl.Expr] = []
-    for name, dtype in POLARS_SCHEMA.items():
-        if name in df.columns:
-            continue
-        if name == "id":
-            fill.append(pl.Series(name, [str(uuid.uuid4()) for _ in range(n)], pl.String))
-        elif name == "created_at":
-            fill.append(pl.lit(datetime.now(UTC), dtype=_PL_TS).alias(name))
-        elif name in ("sources", "parents", "lineage"):
-            fill.append(pl.lit([], dtype=dtype).alias(name))
-        elif name in _DEFAULTS:
-            fill.append(pl.lit(_DEFAULTS[name]).alias(name))
-        else:
-            fill.append(pl.lit(None, dtype=dtype).alias(name))
-    df = df.with_columns(fill)
-
+    df = _fill_defaults(df)
     if infer_kind:
-        inferred = (
-            pl.when(pl.col("text").is_not_null())
-            .then(pl.lit("text"))
-            .when(pl.col("json").is_not_null())
-            .then(pl.lit("json"))
-            .when(pl.col("binary").is_not_null())
-            .then(pl.lit("binary"))
-            .when(pl.col("ref_uri").is_not_null())
-            .then(pl.lit("reference"))
-            .otherwise(None)
-        )
-        df = df.with_columns(inferred.alias("payload_kind"))
-        _fail_rows(
-            df,
-            pl.col("payload_kind").is_null(),
-            "text",
-            "no payload: one of the columns text, json, binary, ref_uri must hold a value",
-            source,
-        )
-
-    for name, values in _ENUMS.items():
-        col = pl.col(name).cast(pl.String)
-        _fail_rows(
-            df, col.is_null() | ~col.is_in(values), name, f"must be one of {list(values)}", source
-        )
-    for name in ("id", "metadata", "priority"):
-        _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
-    _check_unique_ids(df, source, None)
-
-    kinds = pl.col("payload_kind").cast(pl.String)
-    for kind, column in _PAYLOAD_COLUMN.items():
-        _fail_rows(
-            df,
-            (kinds == kind) & pl.col(column).is_null(),
-            column,
-            f"a {kind} payload needs a value in column {column!r}",
-            source,
-        )
-        _fail_rows(
-            df,
-            (kinds != kind) & pl.col(column).is_not_null(),
-            column,
-            f"column {column!r} must be null unless payload_kind is {kind!r}",
-            source,
-        )
-    for column in ("ref_title", "ref_digest"):
-        _fail_rows(
-            df,
-            (kinds != "reference") & pl.col(column).is_not_null(),
-            column,
-            "must be null unless payload_kind is 'reference'",
-            source,
-        )
-
-    try:
-        df = df.select(
-            [
-                pl.col(name).cast(pl.String).str.to_datetime(time_zone="UTC", time_unit="us")
-                if name in ("created_at", "valid_from", "expires_at")
-                and df.schema[name] == pl.String
-                else pl.col(name)
-                for name in POLARS_SCHEMA
-            ]
-        )
-        df = df.cast(dict(POLARS_SCHEMA.items()))
-    except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
-    _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
-    _fail_rows(df, pl.col("rank").is_nan(), "rank", "must not be NaN", source)
-
-    df = df.with_columns(
-        _canonical_text(df["json"], "json", source),
-        _canonical_text(df["metadata"], "metadata", source),
-    )
-    _fail_rows(
-        df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
-    )
-
+        df = _infer_payload_kind(df, source)
+    _check_required_values(df, source)
+    _check_payload_columns(df, source)
+    df = _cast_to_schema(df, where, source)
+    df = _canonicalise_json(df, source)
     return df.with_columns(_checked_hashes(df, source))
 
 
