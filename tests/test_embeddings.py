@@ -42,7 +42,7 @@ from cognoxium.retrieval.embeddings import (
 )
 from cognoxium.retrieval.fusion import rrf_scores
 from cognoxium.retrieval.ranking import bm25_scores
-from strategies import WORDS, items_strategy
+from cognoxium.testing.strategies import WORDS, items_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 
