@@ -44,7 +44,7 @@ from cognoxium.retrieval.fusion import rrf_scores
 from cognoxium.retrieval.ranking import bm25_scores
 from cognoxium.testing.strategies import WORDS, items_strategy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cos(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
