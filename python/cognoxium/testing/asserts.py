@@ -168,18 +168,26 @@ def _raise(kind: str, differences: list[_Difference]) -> None:
     raise AssertionError(message)
 
 
-def _manifest_data(manifest: PackManifest | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(manifest, PackManifest):
-        return manifest.to_dict()
-    if isinstance(manifest, Mapping):
-        return dict(manifest)
+def _checked(manifest: object) -> PackManifest | Mapping[str, Any]:
+    if isinstance(manifest, PackManifest | Mapping):
+        return manifest
     raise AssertionError(
         f"expected a PackManifest or a mapping of manifest data, got {type(manifest).__name__}"
     )
 
 
-def _entry_frame(manifest: PackManifest | Mapping[str, Any]) -> pl.DataFrame | None:
-    return manifest.to_polars() if isinstance(manifest, PackManifest) else None
+def _header(manifest: PackManifest | Mapping[str, Any]) -> dict[str, Any]:
+    """Everything but the entries, as JSON-ready data."""
+    if isinstance(manifest, PackManifest):
+        return manifest.model_dump(mode="json")
+    return {key: value for key, value in manifest.items() if key != "entries"}
+
+
+def _entries(manifest: PackManifest | Mapping[str, Any]) -> Any:
+    """The entries as JSON-ready rows (``None`` when a mapping has none)."""
+    if isinstance(manifest, PackManifest):
+        return manifest.to_dict()["entries"]
+    return manifest.get("entries")
 
 
 def _manifest_differences(
@@ -188,18 +196,24 @@ def _manifest_differences(
     ignore: _Ignore,
     prefix: str,
 ) -> list[_Difference]:
-    left_data, right_data = _manifest_data(left), _manifest_data(right)
-    left_entries = left_data.pop("entries", None)
-    right_entries = right_data.pop("entries", None)
-    differences = list(_walk(left_data, right_data, prefix.rstrip("."), _keys(prefix), ignore))
+    left, right = _checked(left), _checked(right)
+    differences = list(
+        _walk(_header(left), _header(right), prefix.rstrip("."), _keys(prefix), ignore)
+    )
     entries_keys = (*_keys(prefix), "entries")
-    if ignore.skips(entries_keys) or (left_entries is None and right_entries is None):
+    if ignore.skips(entries_keys):
+        return differences
+    if (
+        isinstance(left, PackManifest)
+        and isinstance(right, PackManifest)
+        and left.to_polars().equals(right.to_polars())
+    ):
+        return differences
+    left_entries, right_entries = _entries(left), _entries(right)
+    if left_entries is None and right_entries is None:
         return differences
     if left_entries is None or right_entries is None:
         differences.append(_Difference(f"{prefix}entries", left_entries, right_entries))
-        return differences
-    frames = _entry_frame(left), _entry_frame(right)
-    if frames[0] is not None and frames[1] is not None and frames[0].equals(frames[1]):
         return differences
     differences += _rows(left_entries, right_entries, f"{prefix}entries", entries_keys, ignore)
     return differences
