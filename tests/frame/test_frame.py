@@ -22,7 +22,7 @@ from cognoxium.items.io import write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA, items_to_frame
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info, bm25_scores
-from strategies import items_strategy
+from cognoxium.testing.strategies import items_strategy
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 

@@ -25,6 +25,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem, Retention
 from cognoxium.items.schema import items_to_frame, packed_text_expr
 from cognoxium.packing.packer import CHAT_ROLES, pack
+from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
 
 PROFILE = get_profile("cl100k_base")
@@ -575,58 +576,16 @@ def test_required_parallel_group_that_cannot_fit_raises_budget_error() -> None:
 # ---------------------------------------------------------------------------
 # properties
 
-WORDS = ("flight", "hotel", "Paris", "42", "ok", "é", "\n", "{", "price", "the")
-
-
-@st.composite
-def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """Valid conversations: optional system prompt, turns with text, parallel calls, results.
-
-    Results come in any order after their calls; sometimes a call has no result yet.
-    """
-
-    def text(max_words: int = 30) -> str:
-        return " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=max_words)))
-
-    messages: list[dict[str, Any]] = []
-    if draw(st.booleans()):
-        messages.append({"role": "system", "content": text(10)})
-    n_calls = 0
-    for _ in range(draw(st.integers(1, 5))):
-        user: dict[str, Any] = {"role": "user", "content": text()}
-        if draw(st.booleans()):
-            user["name"] = draw(st.sampled_from(["ada", "bo"]))
-        messages.append(user)
-        k = draw(st.integers(0, 3))
-        if k:
-            calls = [call(f"call_{n_calls + j}", "lookup", {"q": text(3)}) for j in range(k)]
-            n_calls += k
-            with_text = draw(st.booleans())
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": text(5) if with_text else None,
-                    "tool_calls": calls,
-                }
-            )
-            answered = draw(st.permutations(calls))[: draw(st.integers(max(k - 1, 0), k))]
-            messages.extend(
-                {"role": "tool", "tool_call_id": c["id"], "content": text(60)} for c in answered
-            )
-        if draw(st.booleans()):
-            messages.append({"role": "assistant", "content": text()})
-    return messages
-
 
 @settings(max_examples=60, deadline=None)
-@given(conversations())
+@given(chat_histories_strategy())
 def test_conversion_round_trips(messages: list[dict[str, Any]]) -> None:
     cf = from_openai_messages(messages, conversation_id="c")
     assert to_openai_messages(cf) == normalised(messages)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(), st.data())
+@given(chat_histories_strategy(), st.data())
 def test_groups_are_atomic_in_every_pack(messages: list[dict[str, Any]], data: Any) -> None:
     items = openai_messages_to_items(messages, conversation_id="c", start=START)
     tiers = [Retention.OPTIONAL] * 6 + [Retention.PREFERRED, Retention.REQUIRED]

@@ -42,9 +42,9 @@ from cognoxium.retrieval.embeddings import (
 )
 from cognoxium.retrieval.fusion import rrf_scores
 from cognoxium.retrieval.ranking import bm25_scores
-from strategies import WORDS, items_strategy
+from cognoxium.testing.strategies import WORDS, items_strategy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cos(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:

@@ -22,7 +22,7 @@ from cognoxium.retrieval.near_duplicates import (
     minhash_signatures,
     near_duplicate_labels,
 )
-from strategies import MERGE_GOVERNED, items_strategy
+from cognoxium.testing.strategies import MERGE_GOVERNED, items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"

@@ -28,7 +28,7 @@ from cognoxium.app.locomo import (
 )
 from cognoxium.exceptions import RecordError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCOMO = Path(
     os.environ.get(
         "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")

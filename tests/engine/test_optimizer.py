@@ -39,7 +39,7 @@ from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import COLUMNS, items_to_frame
-from strategies import WORDS, frames_strategy, items_strategy
+from cognoxium.testing.strategies import WORDS, frames_strategy, items_strategy
 
 E = Expression.of
 Rule = Callable[[Node], Node]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = "2026-01-01T00:00:00Z"
 

@@ -15,7 +15,7 @@ from cognoxium import CognitionFrame, OptFlags
 from cognoxium.engine.plan import Demote, Filter, Quarantine, walk
 from cognoxium.exceptions import PackError, PlanError
 from cognoxium.items.model import ContextItem
-from strategies import MERGE_GOVERNED, items_strategy
+from cognoxium.testing.strategies import MERGE_GOVERNED, items_strategy
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import PackError, PlanError, PolicyError
 from cognoxium.governance.policies import DATA_BLOCK_CLOSE, BoundaryPolicy
+from cognoxium.testing.strategies import items_strategy
 from cognoxium.tokens.profiles import get_profile
-from strategies import items_strategy
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
