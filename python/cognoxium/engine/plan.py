@@ -26,7 +26,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -915,6 +915,14 @@ def _check_model(node: Rank, model: str) -> None:
         raise PlanError(f"rank({node.method!r}) needs an embedding model name, got {model!r}")
 
 
+def _check_fused(node: Rank, query: str, model: str, rrf_k: float, neighbours: float) -> None:
+    _check_query(node, query)
+    _check_model(node, model)
+    _check_rrf_k(rrf_k)
+    _check_fraction("neighbours", neighbours)
+    Rank._check(node)
+
+
 def _check_time(name: str, value: datetime | None) -> datetime | None:
     if value is None:
         return None
@@ -970,17 +978,13 @@ class RankHybrid(Rank):
     method: ClassVar[str] = "hybrid"
     columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
     query: str
+    rrf_k: float
     model: str = "minilm"
-    rrf_k: float = 60.0
     neighbours: float = 0.0
 
     @override
     def _check(self) -> None:
-        _check_query(self, self.query)
-        _check_model(self, self.model)
-        _check_rrf_k(self.rrf_k)
-        _check_fraction("neighbours", self.neighbours)
-        Rank._check(self)
+        _check_fused(self, self.query, self.model, self.rrf_k, self.neighbours)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -990,8 +994,8 @@ class RankHybridLineage(Rank):
     The window list scores each row with the row before it (in row order);
     the lineage list gives each row the best cosine of the rows of
     ``lineage`` outside the input derived from it (whose ``parents`` hold its
-    id); rows without derived rows are absent from that list. Constant ``rrf_k``, ties by id,
-    then neighbour expansion as for :class:`RankHybrid`.
+    id); rows without derived rows are absent from that list. Constant
+    ``rrf_k``, ties by id, then neighbour expansion as for :class:`RankHybrid`.
     """
 
     method: ClassVar[str] = "hybrid-lineage"
@@ -999,17 +1003,13 @@ class RankHybridLineage(Rank):
     child_fields: ClassVar[tuple[str, ...]] = ("input", "lineage")
     lineage: Node
     query: str
+    rrf_k: float
     model: str = "minilm"
-    rrf_k: float = 10.0
     neighbours: float = 0.0
 
     @override
     def _check(self) -> None:
-        _check_query(self, self.query)
-        _check_model(self, self.model)
-        _check_rrf_k(self.rrf_k)
-        _check_fraction("neighbours", self.neighbours)
-        Rank._check(self)
+        _check_fused(self, self.query, self.model, self.rrf_k, self.neighbours)
         missing = [c for c in ("id", "parents", *_TEXT_COLUMNS) if c not in self.lineage.schema]
         if missing:
             raise PlanError(f"rank('hybrid-lineage'): the lineage items lack columns {missing}")
@@ -1140,14 +1140,23 @@ def rank_node(method: str, *, input: Node, **arguments: Any) -> Rank:
     if extra:
         takes = ", ".join(a for a in accepted if a not in node_type.child_fields) or "no arguments"
         raise PlanError(f"rank({method!r}) takes no {', '.join(extra)}; it takes {takes}")
-    missing = [name for name in node_type.child_fields[1:] if name not in given]
+    required = [
+        f.name
+        for f in fields(node_type)
+        if f.init and f.name != "input" and f.default is MISSING and f.default_factory is MISSING
+    ]
+    missing = [_REQUIRED_TEXT.get(name, name) for name in required if name not in given]
     if missing:
-        raise PlanError(f"rank({method!r}) needs {', '.join(missing)} (a frame)")
-    if "query" in accepted and "query" not in given:
-        raise PlanError(f"rank({method!r}) needs a non-empty query")
-    if "budget" in accepted and "budget" not in given:
-        raise PlanError(f"rank({method!r}) needs a budget (tokens)")
+        raise PlanError(f"rank({method!r}) needs {' and '.join(missing)}")
     return node_type(input=input, **given)
+
+
+_REQUIRED_TEXT: Final = {
+    "query": "a non-empty query",
+    "budget": "a budget (tokens)",
+    "lineage": "lineage (the frame holding the derived items)",
+    "rrf_k": "rrf_k (the reciprocal rank fusion constant)",
+}
 
 
 _RETENTIONS: Final = ("required", "preferred", "optional")

@@ -818,7 +818,7 @@ class CognitionFrame:
         ['b', 'a', 'c']
         >>> hybrid = cf.rank("hybrid", query="refund purchase", model="local_hash")
         >>> print(hybrid.explain(optimized=False).splitlines()[0])
-        Rank hybrid query='refund purchase' model=local_hash rrf_k=60 neighbours=0
+        Rank hybrid query='refund purchase' rrf_k=60 model=local_hash neighbours=0
         >>> hybrid.sort("rank", descending=True).to_polars()["id"].to_list()
         ['b', 'a', 'c']
         >>> cf.rank("bm25", query="refund", half_life=60)
@@ -842,6 +842,10 @@ class CognitionFrame:
             given["lineage"] = lineage._plan
         if node_type in _EMBEDDING_RANKS:
             given["model"] = _embedder_name(method, model if model is not None else "minilm")
+        if node_type in (RankHybrid, RankHybridLineage) and rrf_k is None:
+            from cognoxium.retrieval.scope import RRF_K
+
+            given["rrf_k"] = RRF_K[method]
         return self._wrap(rank_node(method, input=self._plan, **given))
 
     def quarantine(
