@@ -286,10 +286,6 @@ def summarize_manifests(
     """
     frames = [m.to_polars() for m in manifests]
     entries = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=ENTRY_SCHEMA)
-    budgets = [m.budget for m in manifests]
-    used = [m.used_tokens for m in manifests]
-    fractions = [u / b for u, b in zip(used, budgets, strict=True) if b > 0]
-    total_budget, total_used = sum(budgets), sum(used)
     counts = entries.select(
         pl.len().alias("entries"),
         (pl.col("decision") == "included").sum().alias("included"),
@@ -297,15 +293,7 @@ def summarize_manifests(
         pl.col("tokens").is_not_null().sum().alias("counted"),
         pl.col("tokens").is_null().sum().alias("not_counted"),
     ).row(0, named=True)
-    by_source = None
-    if items is not None:
-        missing = [c for c in ("id", "sources") if c not in items.columns]
-        if missing:
-            raise RecordError(f"the items lack the columns {missing}", field=missing[0])
-        uris = items.select(
-            "id", pl.col("sources").list.eval(pl.element().struct.field("uri")).alias("source")
-        ).explode("source")
-        by_source = _groups(entries.join(uris, on="id", how="left"), "source")
+    by_source = None if items is None else _by_source(entries, items)
     redactions: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     for manifest in manifests:
@@ -313,35 +301,13 @@ def summarize_manifests(
             redactions[kind] = redactions.get(kind, 0) + n
         for outcome in manifest.policy_outcomes:
             outcomes[outcome.action] = outcomes.get(outcome.action, 0) + 1
-    value_counts = {
-        column: {
-            str(k): int(v)
-            for k, v in sorted(
-                entries.get_column(column).cast(pl.String).value_counts().iter_rows()
-            )
-        }
-        for column in ("decision", "reason")
-    }
     return {
         "manifests": len(manifests),
         "profiles": sorted({m.profile for m in manifests}),
-        "budget": {
-            "budget_tokens": total_budget,
-            "used_tokens": total_used,
-            "remaining_tokens": sum(m.remaining_tokens for m in manifests),
-            "pack_overhead_tokens": sum(m.pack_overhead_tokens for m in manifests),
-            "utilization": total_used / total_budget if total_budget else None,
-            "used_fraction": {
-                "min": min(fractions),
-                "mean": sum(fractions) / len(fractions),
-                "max": max(fractions),
-            }
-            if fractions
-            else None,
-        },
+        "budget": _budget(manifests),
         "items": {key: int(value) for key, value in counts.items()},
-        "decisions": value_counts["decision"],
-        "reasons": value_counts["reason"],
+        "decisions": _value_counts(entries, "decision"),
+        "reasons": _value_counts(entries, "reason"),
         "by_role": _groups(entries, "role"),
         "by_tier": _groups(entries, "tier"),
         "by_source": by_source,
@@ -360,3 +326,42 @@ def summarize_manifests(
             for m in manifests
         ],
     }
+
+
+def _budget(manifests: Sequence[PackManifest]) -> dict[str, Any]:
+    """Budget, used, remaining and overhead tokens summed, utilization and used fractions."""
+    budgets = [m.budget for m in manifests]
+    used = [m.used_tokens for m in manifests]
+    fractions = [u / b for u, b in zip(used, budgets, strict=True) if b > 0]
+    total_budget, total_used = sum(budgets), sum(used)
+    return {
+        "budget_tokens": total_budget,
+        "used_tokens": total_used,
+        "remaining_tokens": sum(m.remaining_tokens for m in manifests),
+        "pack_overhead_tokens": sum(m.pack_overhead_tokens for m in manifests),
+        "utilization": total_used / total_budget if total_budget else None,
+        "used_fraction": {
+            "min": min(fractions),
+            "mean": sum(fractions) / len(fractions),
+            "max": max(fractions),
+        }
+        if fractions
+        else None,
+    }
+
+
+def _by_source(entries: pl.DataFrame, items: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """:func:`_groups` per source uri of the items (``id`` and ``sources`` columns)."""
+    missing = [c for c in ("id", "sources") if c not in items.columns]
+    if missing:
+        raise RecordError(f"the items lack the columns {missing}", field=missing[0])
+    uris = items.select(
+        "id", pl.col("sources").list.eval(pl.element().struct.field("uri")).alias("source")
+    ).explode("source")
+    return _groups(entries.join(uris, on="id", how="left"), "source")
+
+
+def _value_counts(entries: pl.DataFrame, column: str) -> dict[str, int]:
+    """Entries per value of ``column``, sorted by value."""
+    counts = entries.get_column(column).cast(pl.String).value_counts().iter_rows()
+    return {str(k): int(v) for k, v in sorted(counts)}

@@ -1,4 +1,27 @@
-"""Rule: fuse adjacent filters into one filter whose predicate is their ``&``."""
+"""Rule: fuse adjacent filters into one filter whose predicate is their ``&``.
+
+Two filters in a row become one, whose ``&``-conjuncts
+:func:`~cognoxium.engine.optimizer.pushdown_predicates.pushdown_predicates`
+then moves one by one.
+
+Examples
+--------
+>>> from dataclasses import replace
+>>> import polars as pl
+>>> from cognoxium import CognitionFrame, OptFlags
+>>> cf = CognitionFrame([{"id": i, "role": r, "text": i, "priority": p}
+...                      for i, r, p in [("a", "user", 1), ("b", "document", 2), ("c", "user", 0)]])
+>>> q = cf.filter(pl.col("priority") > 0).filter(pl.col("role") == "user")
+>>> print(q.explain(optimized=False))
+Filter [(col("role")) == ("user")]
+  Filter [(col("priority")) > (dyn int: 0)]
+    Scan 3 rows; 23 columns
+>>> print(q.explain(optimizations=replace(OptFlags.none(), fuse_filters=True)))
+Filter [([(col("priority")) > (dyn int: 0)]) & ([(col("role")) == ("user")])]
+  Scan 3 rows; 23 columns
+>>> q.collect().equals(q.collect(OptFlags.none()))
+True
+"""
 
 from __future__ import annotations
 

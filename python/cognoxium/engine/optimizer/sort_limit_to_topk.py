@@ -1,4 +1,26 @@
-"""Rule: a limit without offset over a sort becomes a top-k."""
+"""Rule: a limit without offset over a sort becomes a top-k.
+
+Lowered as a stable sort and a head, which Polars runs as a partial sort that
+keeps only ``k`` rows.
+
+Examples
+--------
+>>> from dataclasses import replace
+>>> import polars as pl
+>>> from cognoxium import CognitionFrame, OptFlags
+>>> cf = CognitionFrame([{"id": i, "role": r, "text": i, "priority": p}
+...                      for i, r, p in [("a", "user", 1), ("b", "document", 2), ("c", "user", 0)]])
+>>> q = cf.sort("priority", descending=True).limit(2)
+>>> print(q.explain(optimized=False))
+Limit 2
+  Sort by col("priority") desc
+    Scan 3 rows; 23 columns
+>>> print(q.explain(optimizations=replace(OptFlags.none(), sort_limit_to_topk=True)))
+TopK 2 by col("priority") desc
+  Scan 3 rows; 23 columns
+>>> q.collect().equals(q.collect(OptFlags.none()))
+True
+"""
 
 from __future__ import annotations
 
