@@ -418,3 +418,12 @@ def test_valid_records_give_equal_frames_through_records_jsonl_and_parquet(
         for item in values
     ]
     assert_frame_equal(records_to_frame(python_records), from_records)
+
+
+def test_an_empty_id_is_rejected_by_records_and_tables_alike() -> None:
+    with pytest.raises(RecordError) as from_records:
+        records_to_frame([{**GOOD, "id": ""}])
+    assert (from_records.value.line, from_records.value.field) == (1, "id")
+    with pytest.raises(RecordError, match="must not be empty") as from_table:
+        conform(pl.DataFrame({"id": ["a", ""], "role": ["user"] * 2, "text": ["x", "y"]}))
+    assert (from_table.value.row, from_table.value.field) == (1, "id")

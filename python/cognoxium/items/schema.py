@@ -41,8 +41,10 @@ import base64
 import binascii
 import json
 import uuid
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from itertools import accumulate, chain
 from typing import Any
 
 import polars as pl
@@ -183,6 +185,7 @@ POLARS_SCHEMA = pl.Schema(
 )
 """The same schema as Polars dtypes (enumerations as ``pl.Enum``)."""
 
+_REQUIRED = ("id", "metadata", "priority")
 _PAYLOAD_COLUMN = {"text": "text", "json": "json", "binary": "binary", "reference": "ref_uri"}
 _DEFAULTS: dict[str, Any] = {
     "trust": Trust.UNTRUSTED.value,
@@ -504,15 +507,36 @@ def _infer_payload_kind(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     return df
 
 
+def _value_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks of every input before the cast: (bad-row mask, column, message), in order.
+
+    Enumerations are read as text, so the same checks serve records and tables.
+    """
+    checks = [
+        (
+            pl.col(name).cast(pl.String).is_null() | ~pl.col(name).cast(pl.String).is_in(values),
+            name,
+            f"must be one of {list(values)}",
+        )
+        for name, values in _ENUMS.items()
+    ]
+    checks += [(pl.col(name).is_null(), name, "must not be null") for name in _REQUIRED]
+    checks.append((pl.col("id") == "", "id", "must not be empty"))
+    return checks
+
+
+def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks of every input once times and numbers have their types."""
+    return [
+        (pl.col("created_at").is_null(), "created_at", "must not be null"),
+        (pl.col("rank").is_nan(), "rank", "must not be NaN"),
+    ]
+
+
 def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
     """Check enumerations, non-null ``id``/``metadata``/``priority`` and unique ids."""
-    for name, values in _ENUMS.items():
-        col = pl.col(name).cast(pl.String)
-        _fail_rows(
-            df, col.is_null() | ~col.is_in(values), name, f"must be one of {list(values)}", source
-        )
-    for name in ("id", "metadata", "priority"):
-        _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
+    for bad, column, message in _value_checks():
+        _fail_rows(df, bad, column, message, source)
     _check_unique_ids(df, source, None)
 
 
@@ -559,8 +583,8 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
         df = df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
-    _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
-    _fail_rows(df, pl.col("rank").is_nan(), "rank", "must not be NaN", source)
+    for bad, column, message in _typed_checks():
+        _fail_rows(df, bad, column, message, source)
     return df
 
 
@@ -722,36 +746,54 @@ def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     return parsed.fill_null(objects.cast(_PL_TS)).alias(name)
 
 
-def _parents_column(values: list[Any], fail: _Failures) -> pl.Series:
-    def ok(v: Any) -> bool:
-        return isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
+def _flatten(values: list[Any], name: str, fail: _Failures) -> tuple[list[int], list[Any]]:
+    """Offsets and entries of a column of lists; a row that is not a list fails, as empty."""
+    if not all(type(v) is list or type(v) is tuple for v in values):
+        rows = []
+        for row, value in enumerate(values):
+            if not isinstance(value, list | tuple):
+                fail.add(row, name, "must be a list")
+                value = ()
+            rows.append(value)
+        values = rows
+    return list(accumulate(map(len, values), initial=0)), list(chain.from_iterable(values))
 
-    fail.add_first(
-        (i for i, v in enumerate(values) if not ok(v)), "parents", "must be a list of ids"
-    )
-    return pl.Series("parents", [list(v) if ok(v) else [] for v in values], pl.List(pl.String))
+
+def _owner(offsets: list[int], entry: int) -> int:
+    """The row holding flattened entry ``entry``."""
+    return bisect_right(offsets, entry) - 1
+
+
+def _parents_column(values: list[Any], fail: _Failures) -> pl.Series:
+    offsets, flat = _flatten(values, "parents", fail)
+    try:
+        ids = pa.array(flat, pa.large_string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        ids = pa.array([x if isinstance(x, str) else None for x in flat], pa.large_string())
+    if ids.null_count:
+        bad = next(i for i, x in enumerate(flat) if not isinstance(x, str))
+        fail.add(_owner(offsets, bad), "parents", "must be a list of ids")
+    series = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), ids))
+    assert isinstance(series, pl.Series)
+    return series.alias("parents").cast(POLARS_SCHEMA["parents"])
 
 
 def _struct_lists(
     values: list[Any], name: str, keys: tuple[str, ...], fail: _Failures
-) -> tuple[list[int], list[int], dict[str, list[Any]]]:
-    """Flatten a column of lists of objects: owner row per entry, offsets, values by key."""
-    owners: list[int] = []
-    offsets = [0]
-    flat: dict[str, list[Any]] = {key: [] for key in keys}
-    for row, entries in enumerate(values):
-        if not isinstance(entries, list | tuple):
-            fail.add(row, name, "must be a list of objects")
-            entries = ()
-        for entry in map(_plain, entries):
-            if not isinstance(entry, Mapping) or not set(entry) <= set(keys):
-                fail.add(row, name, f"each entry must be an object with keys {list(keys)}")
-                continue
-            owners.append(row)
-            for key in keys:
-                flat[key].append(entry.get(key))
-        offsets.append(len(owners))
-    return owners, offsets, flat
+) -> tuple[list[int], dict[str, list[Any]]]:
+    """Flatten a column of lists of objects: offsets, and the entries' values by key."""
+    offsets, entries = _flatten(values, name, fail)
+    if not all(type(e) is dict for e in entries):
+        entries = [_plain(e) for e in entries]
+    allowed = frozenset(keys)
+    bad = next(
+        (i for i, e in enumerate(entries) if not (isinstance(e, Mapping) and e.keys() <= allowed)),
+        None,
+    )
+    if bad is not None:
+        fail.add(_owner(offsets, bad), name, f"each entry must be an object with keys {list(keys)}")
+        entries = [e if isinstance(e, Mapping) and e.keys() <= allowed else {} for e in entries]
+    return offsets, {key: [e.get(key) for e in entries] for key in keys}
 
 
 def _list_of_structs(
@@ -768,43 +810,50 @@ def _list_of_structs(
 
 
 def _entry_failures(
-    owners: list[int], inner: _Failures, name: str, fail: _Failures, bad: pl.Series | None = None
+    offsets: list[int], inner: _Failures, name: str, fail: _Failures, bad: pl.Series | None = None
 ) -> None:
     """Note, at its owner row under field ``name``, the first failing entry of a flattened list."""
     if bad is not None:
         inner.add_first(bad.arg_true().to_list(), name, f"each entry of {name} needs its keys")
     if inner.row is not None:
-        fail.add(owners[inner.row], name, f"{inner.field}: {inner.message}")
+        fail.add(_owner(offsets, inner.row), name, f"{inner.field}: {inner.message}")
 
 
 def _sources_column(values: list[Any], fail: _Failures) -> pl.Series:
-    owners, offsets, flat = _struct_lists(values, "sources", _SOURCE_KEYS, fail)
+    offsets, flat = _struct_lists(values, "sources", _SOURCE_KEYS, fail)
     inner = _Failures()
     uri, kind, title = (_string_column(flat[k], k, inner) for k in ("uri", "kind", "title"))
     at = _time_column(flat["retrieved_at"], "retrieved_at", inner)
-    _entry_failures(owners, inner, "sources", fail, uri.is_null())
+    _entry_failures(offsets, inner, "sources", fail, uri.is_null())
     return _list_of_structs(offsets, [uri, kind, title, at], _SOURCE, "sources")
 
 
 def _lineage_column(values: list[Any], fail: _Failures) -> pl.Series:
-    owners, offsets, flat = _struct_lists(values, "lineage", _EDGE_KEYS, fail)
+    offsets, flat = _struct_lists(values, "lineage", _EDGE_KEYS, fail)
     inner = _Failures()
     columns = [_string_column(flat[k], k, inner) for k in _EDGE_KEYS]
-    empty = pl.Series([False] * len(owners), dtype=pl.Boolean)
+    empty = pl.Series([False] * offsets[-1], dtype=pl.Boolean)
     for column in columns[:3]:
         empty = empty | column.is_null() | (column.str.len_bytes() == 0)
-    _entry_failures(owners, inner, "lineage", fail, empty)
+    _entry_failures(offsets, inner, "lineage", fail, empty)
     return _list_of_structs(offsets, columns, _EDGE, "lineage")
 
 
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""Encodes as :func:`~cognoxium.items.model.canonical_json` does, without its per-call setup."""
+
+
 def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
+    encode = _CANONICAL.encode
     out: list[str | None] = []
     for row, value in enumerate(values):
-        if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        if isinstance(value, Mapping) and all(type(key) is str for key in value):
             try:
-                out.append(canonical_json(dict(value)))
+                out.append(encode(value if type(value) is dict else dict(value)) if value else "{}")
                 continue
-            except ValueError:
+            except (TypeError, ValueError):
                 pass
         fail.add(row, "metadata", "must be a JSON object")
         out.append(None)
@@ -915,23 +964,6 @@ def _record_frame(records: list[Mapping[str, Any]], fail: _Failures) -> pl.DataF
     return pl.DataFrame(columns)
 
 
-def _record_checks() -> list[tuple[pl.Expr, str, str]]:
-    """Row checks of a record frame: (bad-row mask, field, message), before the enum cast."""
-    checks = [
-        (
-            pl.col(name).is_null() | ~pl.col(name).is_in(values),
-            name,
-            f"must be one of {list(values)}",
-        )
-        for name, values in _ENUMS.items()
-    ]
-    checks.append((pl.col("id").is_null() | (pl.col("id") == ""), "id", "must not be empty"))
-    for name in ("priority", "created_at", "metadata"):
-        checks.append((pl.col(name).is_null(), name, "must not be null"))
-    checks.append((pl.col("rank").is_nan(), "rank", "must not be NaN"))
-    return checks
-
-
 def _first_failure(
     df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], fail: _Failures
 ) -> None:
@@ -1021,7 +1053,7 @@ def records_to_frame(
     rows = list(records)
     fail = _Failures()
     df = _record_frame(_record_shapes(rows, fail), fail)
-    _first_failure(df, _record_checks(), fail)
+    _first_failure(df, _value_checks() + _typed_checks(), fail)
     hashes = _hash_failure(df, fail)
     if fail.row is not None:
         raise _record_error_at(rows[fail.row], fail, source, first_line + fail.row)
