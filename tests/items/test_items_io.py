@@ -12,9 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
 from cognoxium.items.schema import (
@@ -25,6 +27,7 @@ from cognoxium.items.schema import (
     frame_to_items,
     item_to_record,
     items_to_frame,
+    records_to_frame,
     to_arrow,
 )
 
@@ -303,3 +306,124 @@ def test_jsonl_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="not UTF-8") as info:
         read_jsonl(path)
     assert info.value.line == 2
+
+
+GOOD = {"id": "ok", "role": "user", "text": "fine", "created_at": "2024-01-01T00:00:00Z"}
+BAD_RECORDS = [
+    ({"id": "b", "role": "narrator", "text": "x"}, "role"),
+    ({"id": "b", "role": "user"}, "text"),
+    ({"id": "b", "role": "user", "text": "x", "colour": "red"}, "colour"),
+    ({"id": "b", "role": "user", "text": "x", "payload": {"kind": "text", "text": "y"}}, None),
+    ({"id": "b", "role": "user", "text": 5}, "payload.text.text"),
+    ({"id": "", "role": "user", "text": "x"}, "id"),
+    ({"id": None, "role": "user", "text": "x"}, "id"),
+    ({"id": "b", "role": "user", "text": "x", "created_at": "2024-01-01T00:00:00"}, "created_at"),
+    ({"id": "b", "role": "user", "text": "x", "created_at": "yesterday"}, "created_at"),
+    ({"id": "b", "role": "user", "text": "x", "created_at": None}, "created_at"),
+    ({"id": "b", "role": "user", "text": "x", "priority": 1.5}, "priority"),
+    ({"id": "b", "role": "user", "text": "x", "priority": None}, "priority"),
+    ({"id": "b", "role": "user", "text": "x", "trust": "sure"}, "trust"),
+    ({"id": "b", "role": "user", "text": "x", "metadata": [1]}, "metadata"),
+    ({"id": "b", "role": "user", "text": "x", "parents": "a"}, "parents"),
+    ({"id": "b", "role": "user", "text": "x", "sources": [{"kind": "web"}]}, "sources.0.uri"),
+    ({"id": "b", "role": "user", "text": "x", "sources": [{"uri": "u", "x": 1}]}, "sources.0.x"),
+    (
+        {"id": "b", "role": "user", "text": "x", "lineage": [{"parent_id": "a"}]},
+        "lineage.0.parent_hash",
+    ),
+    ({"id": "b", "role": "user", "payload": {"kind": "sound"}}, "payload"),
+    (
+        {"id": "b", "role": "user", "payload": {"kind": "binary", "data": "%%"}},
+        "payload.binary.data",
+    ),
+    (
+        {"id": "b", "role": "user", "payload": {"kind": "reference", "uri": ""}},
+        "payload.reference.uri",
+    ),
+    (
+        {"id": "b", "role": "tool", "payload": {"kind": "json", "value": [float("nan")]}},
+        "payload.json.value",
+    ),
+    ({"id": "b", "role": "user", "text": "x", "content_hash": "0" * 64}, None),
+    ({"id": "b", "role": "user", "text": "x", "rank": float("nan")}, "rank"),
+    ([1, 2], None),
+]
+
+
+@pytest.mark.parametrize(("bad", "field"), BAD_RECORDS)
+def test_a_bad_record_gives_the_same_error_as_a_record_and_as_a_jsonl_line(
+    bad: object, field: str | None, tmp_path: Path
+) -> None:
+    records = [GOOD, {**GOOD, "id": "ok2"}, bad, {**GOOD, "id": "after", "role": "narrator"}]
+    with pytest.raises(RecordError) as from_records:
+        records_to_frame(records, source="items.jsonl")  # type: ignore[list-item]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    with pytest.raises(RecordError) as from_jsonl:
+        read_jsonl(path)
+    a, b = from_records.value, from_jsonl.value
+    assert (a.line, a.field, a.message) == (b.line, b.field, b.message) == (3, field, a.message)
+    assert str(b) == str(a).replace("items.jsonl", str(path), 1)
+    if isinstance(bad, dict):
+        with pytest.raises(RecordError) as from_frame:
+            CognitionFrame(records)
+        assert (from_frame.value.line, from_frame.value.message) == (3, a.message)
+
+
+def test_the_first_bad_record_is_named_whatever_check_fails_later() -> None:
+    records = [GOOD, {**GOOD, "id": "b", "priority": "high"}, {**GOOD, "id": "c", "role": "x"}]
+    with pytest.raises(RecordError) as info:
+        records_to_frame(records)
+    assert (info.value.line, info.value.field) == (2, "priority")
+
+
+def test_record_errors_keep_the_item_model_wording() -> None:
+    with pytest.raises(RecordError) as info:
+        records_to_frame([GOOD, {**GOOD, "id": "b", "role": "narrator"}], source="s.jsonl")
+    try:
+        ContextItem.model_validate({**GOOD, "role": "narrator"})
+    except ValidationError as exc:
+        expected = exc.errors()[0]["msg"]
+    assert info.value.message == expected
+    assert str(info.value) == f"s.jsonl:2: field role: {expected}"
+
+
+def test_rank_nan_is_rejected_on_every_path(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="NaN") as from_records:
+        records_to_frame([{**GOOD, "rank": float("nan")}])
+    assert (from_records.value.line, from_records.value.field) == (1, "rank")
+    with pytest.raises(RecordError, match="NaN"):
+        conform(pl.DataFrame({"role": ["user"], "text": ["x"], "rank": [float("nan")]}))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=items())
+def test_valid_records_give_equal_frames_through_records_jsonl_and_parquet(
+    values: list[ContextItem], tmp_path: Path
+) -> None:
+    records = [item_to_record(item) for item in values]
+    from_records = records_to_frame(records)
+    assert from_records.equals(items_to_frame(values))
+    assert_frame_equal(from_records, items_to_frame(values))
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert_frame_equal(read_jsonl(path), from_records)
+    write_parquet(from_records, tmp_path / "items.parquet")
+    assert_frame_equal(read_parquet(tmp_path / "items.parquet"), from_records)
+    assert_frame_equal(CognitionFrame(records).collect(), from_records)
+    python_records = [
+        {**item.model_dump(exclude={"payload"}), "payload": item.payload.model_dump()}
+        for item in values
+    ]
+    assert_frame_equal(records_to_frame(python_records), from_records)
+
+
+def test_an_empty_id_is_rejected_by_records_and_tables_alike() -> None:
+    with pytest.raises(RecordError) as from_records:
+        records_to_frame([{**GOOD, "id": ""}])
+    assert (from_records.value.line, from_records.value.field) == (1, "id")
+    with pytest.raises(RecordError, match="must not be empty") as from_table:
+        conform(pl.DataFrame({"id": ["a", ""], "role": ["user"] * 2, "text": ["x", "y"]}))
+    assert (from_table.value.row, from_table.value.field) == (1, "id")

@@ -37,15 +37,19 @@ metadata       large_string                 canonical JSON object
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import uuid
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from itertools import accumulate, chain
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.model import (
@@ -181,6 +185,7 @@ POLARS_SCHEMA = pl.Schema(
 )
 """The same schema as Polars dtypes (enumerations as ``pl.Enum``)."""
 
+_REQUIRED = ("id", "metadata", "priority")
 _PAYLOAD_COLUMN = {"text": "text", "json": "json", "binary": "binary", "reference": "ref_uri"}
 _DEFAULTS: dict[str, Any] = {
     "trust": Trust.UNTRUSTED.value,
@@ -360,46 +365,6 @@ def _check_unique_ids(df: pl.DataFrame, source: str | None, first_line: int | No
         )
 
 
-def records_to_frame(
-    records: Iterable[Mapping[str, Any]], *, source: str | None = None, first_line: int = 1
-) -> pl.DataFrame:
-    """Validate JSON records as items and lay them out as a frame; all or nothing.
-
-    Parameters
-    ----------
-    records
-        Mappings in the JSONL record form (see :func:`item_to_record`).
-    source
-        Named in errors (a file path, for example).
-    first_line
-        The line number of the first record, for errors.
-
-    Raises
-    ------
-    RecordError
-        At the first invalid record, naming its line and field. Nothing is returned.
-    """
-    items = []
-    for line, record in enumerate(records, start=first_line):
-        if not isinstance(record, Mapping):
-            raise RecordError("a record must be a JSON object", source=source, line=line)
-        if "text" not in record and "payload" not in record:
-            raise RecordError(
-                "no content: give 'text' for plain text, or 'payload' = "
-                '{"kind": "json"|"binary"|"reference", ...}',
-                source=source,
-                line=line,
-                field="text",
-            )
-        try:
-            items.append(ContextItem.model_validate(record))
-        except ValidationError as exc:
-            raise _record_error(exc, source, line=line) from None
-    df = _items_frame(items)
-    _check_unique_ids(df, source, first_line)
-    return df
-
-
 # ---------------------------------------------------------------------------
 # arbitrary tables -> canonical frame (vectorised)
 
@@ -542,15 +507,36 @@ def _infer_payload_kind(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     return df
 
 
+def _value_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks of every input before the cast: (bad-row mask, column, message), in order.
+
+    Enumerations are read as text, so the same checks serve records and tables.
+    """
+    checks = [
+        (
+            pl.col(name).cast(pl.String).is_null() | ~pl.col(name).cast(pl.String).is_in(values),
+            name,
+            f"must be one of {list(values)}",
+        )
+        for name, values in _ENUMS.items()
+    ]
+    checks += [(pl.col(name).is_null(), name, "must not be null") for name in _REQUIRED]
+    checks.append((pl.col("id") == "", "id", "must not be empty"))
+    return checks
+
+
+def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks of every input once times and numbers have their types."""
+    return [
+        (pl.col("created_at").is_null(), "created_at", "must not be null"),
+        (pl.col("rank").is_nan(), "rank", "must not be NaN"),
+    ]
+
+
 def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
     """Check enumerations, non-null ``id``/``metadata``/``priority`` and unique ids."""
-    for name, values in _ENUMS.items():
-        col = pl.col(name).cast(pl.String)
-        _fail_rows(
-            df, col.is_null() | ~col.is_in(values), name, f"must be one of {list(values)}", source
-        )
-    for name in ("id", "metadata", "priority"):
-        _fail_rows(df, pl.col(name).is_null(), name, "must not be null", source)
+    for bad, column, message in _value_checks():
+        _fail_rows(df, bad, column, message, source)
     _check_unique_ids(df, source, None)
 
 
@@ -597,8 +583,8 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
         df = df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
-    _fail_rows(df, pl.col("created_at").is_null(), "created_at", "must not be null", source)
-    _fail_rows(df, pl.col("rank").is_nan(), "rank", "must not be NaN", source)
+    for bad, column, message in _typed_checks():
+        _fail_rows(df, bad, column, message, source)
     return df
 
 
@@ -664,6 +650,415 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     df = _cast_to_schema(df, where, source)
     df = _canonicalise_json(df, source)
     return df.with_columns(_checked_hashes(df, source))
+
+
+# ---------------------------------------------------------------------------
+# records (JSON form) -> canonical frame (vectorised)
+
+_RECORD_KEYS = frozenset(ContextItem.model_fields) | {"text", "content_hash"}
+_MISSING: Any = object()
+_PAYLOAD_KEYS = {
+    "text": frozenset({"kind", "text"}),
+    "json": frozenset({"kind", "value"}),
+    "binary": frozenset({"kind", "data"}),
+    "reference": frozenset({"kind", "uri", "title", "digest"}),
+}
+_SOURCE_KEYS = tuple(_SOURCE.names)
+_EDGE_KEYS = tuple(_EDGE.names)
+_ISO_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-]\d{2}:?\d{2})$"
+_TIME_HINT = "must be an ISO 8601 time with seconds and a UTC offset, such as 2024-01-01T00:00:00Z"
+
+
+class _Failures:
+    """The first failing row found so far, its field and a message for it."""
+
+    def __init__(self) -> None:
+        self.row: int | None = None
+        self.field: str | None = None
+        self.message = ""
+
+    def add(self, row: int, field: str | None, message: str) -> None:
+        if self.row is None or row < self.row:
+            self.row, self.field, self.message = row, field, message
+
+    def add_first(self, bad: Iterable[int], field: str | None, message: str) -> None:
+        """Record the first of the rows ``bad`` (in row order), if any."""
+        first = next(iter(bad), None)
+        if first is not None:
+            self.add(first, field, message)
+
+
+def _plain(value: Any) -> Any:
+    """A pydantic model given in place of its dict, as that dict."""
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def _string_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
+    try:
+        return pl.Series(name, values, dtype=pl.String, strict=True)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        bad = (i for i, v in enumerate(values) if v is not None and not isinstance(v, str))
+        fail.add_first(bad, name, "must be a string")
+        return pl.Series(name, [v if isinstance(v, str) else None for v in values], pl.String)
+
+
+def _number_column(values: list[Any], name: str, dtype: Any, fail: _Failures) -> pl.Series:
+    try:
+        return pl.Series(name, values, dtype=dtype, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        integral = dtype == pl.Int64
+
+        def ok(v: Any) -> bool:
+            if isinstance(v, bool | int):
+                return True
+            return isinstance(v, float) and (not integral or v.is_integer())
+
+        fail.add_first(
+            (i for i, v in enumerate(values) if v is not None and not ok(v)),
+            name,
+            "must be an integer" if integral else "must be a number",
+        )
+        cast = int if integral else float
+        return pl.Series(name, [cast(v) if ok(v) else None for v in values], dtype)
+
+
+def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
+    """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
+    texts = pl.Series([v if isinstance(v, str) else None for v in values], dtype=pl.String)
+    spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
+    parsed = spelled.str.to_datetime(
+        "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
+    )
+    unparsed = texts.is_not_null() & (parsed.is_null() | ~spelled.str.contains(_ISO_TIME))
+    fail.add_first(unparsed.arg_true().to_list(), name, _TIME_HINT)
+    if all(v is None or isinstance(v, str) for v in values):
+        return parsed.alias(name)
+    stamps: list[datetime | None] = []
+    for i, v in enumerate(values):
+        if isinstance(v, datetime) and v.utcoffset() is not None:
+            stamps.append(v)
+            continue
+        stamps.append(None)
+        if v is not None and not isinstance(v, str):
+            fail.add(i, name, "must have a time zone" if isinstance(v, datetime) else _TIME_HINT)
+    objects = pl.from_arrow(pa.array(stamps, type=_TS))
+    assert isinstance(objects, pl.Series)
+    return parsed.fill_null(objects.cast(_PL_TS)).alias(name)
+
+
+def _flatten(values: list[Any], name: str, fail: _Failures) -> tuple[list[int], list[Any]]:
+    """Offsets and entries of a column of lists; a row that is not a list fails, as empty."""
+    if not all(type(v) is list or type(v) is tuple for v in values):
+        rows = []
+        for row, value in enumerate(values):
+            if not isinstance(value, list | tuple):
+                fail.add(row, name, "must be a list")
+                value = ()
+            rows.append(value)
+        values = rows
+    return list(accumulate(map(len, values), initial=0)), list(chain.from_iterable(values))
+
+
+def _owner(offsets: list[int], entry: int) -> int:
+    """The row holding flattened entry ``entry``."""
+    return bisect_right(offsets, entry) - 1
+
+
+def _parents_column(values: list[Any], fail: _Failures) -> pl.Series:
+    offsets, flat = _flatten(values, "parents", fail)
+    try:
+        ids = pa.array(flat, pa.large_string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        ids = pa.array([x if isinstance(x, str) else None for x in flat], pa.large_string())
+    if ids.null_count:
+        bad = next(i for i, x in enumerate(flat) if not isinstance(x, str))
+        fail.add(_owner(offsets, bad), "parents", "must be a list of ids")
+    series = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), ids))
+    assert isinstance(series, pl.Series)
+    return series.alias("parents").cast(POLARS_SCHEMA["parents"])
+
+
+def _struct_lists(
+    values: list[Any], name: str, keys: tuple[str, ...], fail: _Failures
+) -> tuple[list[int], dict[str, list[Any]]]:
+    """Flatten a column of lists of objects: offsets, and the entries' values by key."""
+    offsets, entries = _flatten(values, name, fail)
+    if not all(type(e) is dict for e in entries):
+        entries = [_plain(e) for e in entries]
+    allowed = frozenset(keys)
+    bad = next(
+        (i for i, e in enumerate(entries) if not (isinstance(e, Mapping) and e.keys() <= allowed)),
+        None,
+    )
+    if bad is not None:
+        fail.add(_owner(offsets, bad), name, f"each entry must be an object with keys {list(keys)}")
+        entries = [e if isinstance(e, Mapping) and e.keys() <= allowed else {} for e in entries]
+    return offsets, {key: [e.get(key) for e in entries] for key in keys}
+
+
+def _list_of_structs(
+    offsets: list[int], columns: list[pl.Series], dtype: pa.DataType, name: str
+) -> pl.Series:
+    table = pl.DataFrame(columns).to_arrow()
+    struct = pa.StructArray.from_arrays(
+        [table.column(f.name).combine_chunks().cast(f.type) for f in dtype], fields=list(dtype)
+    )
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), struct)
+    series = pl.from_arrow(lists)
+    assert isinstance(series, pl.Series)
+    return series.alias(name).cast(POLARS_SCHEMA[name])
+
+
+def _entry_failures(
+    offsets: list[int], inner: _Failures, name: str, fail: _Failures, bad: pl.Series | None = None
+) -> None:
+    """Note, at its owner row under field ``name``, the first failing entry of a flattened list."""
+    if bad is not None:
+        inner.add_first(bad.arg_true().to_list(), name, f"each entry of {name} needs its keys")
+    if inner.row is not None:
+        fail.add(_owner(offsets, inner.row), name, f"{inner.field}: {inner.message}")
+
+
+def _sources_column(values: list[Any], fail: _Failures) -> pl.Series:
+    offsets, flat = _struct_lists(values, "sources", _SOURCE_KEYS, fail)
+    inner = _Failures()
+    uri, kind, title = (_string_column(flat[k], k, inner) for k in ("uri", "kind", "title"))
+    at = _time_column(flat["retrieved_at"], "retrieved_at", inner)
+    _entry_failures(offsets, inner, "sources", fail, uri.is_null())
+    return _list_of_structs(offsets, [uri, kind, title, at], _SOURCE, "sources")
+
+
+def _lineage_column(values: list[Any], fail: _Failures) -> pl.Series:
+    offsets, flat = _struct_lists(values, "lineage", _EDGE_KEYS, fail)
+    inner = _Failures()
+    columns = [_string_column(flat[k], k, inner) for k in _EDGE_KEYS]
+    empty = pl.Series([False] * offsets[-1], dtype=pl.Boolean)
+    for column in columns[:3]:
+        empty = empty | column.is_null() | (column.str.len_bytes() == 0)
+    _entry_failures(offsets, inner, "lineage", fail, empty)
+    return _list_of_structs(offsets, columns, _EDGE, "lineage")
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""Encodes as :func:`~cognoxium.items.model.canonical_json` does, without its per-call setup."""
+
+
+def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
+    encode = _CANONICAL.encode
+    out: list[str | None] = []
+    for row, value in enumerate(values):
+        if isinstance(value, Mapping) and all(type(key) is str for key in value):
+            try:
+                out.append(encode(value if type(value) is dict else dict(value)) if value else "{}")
+                continue
+            except (TypeError, ValueError):
+                pass
+        fail.add(row, "metadata", "must be a JSON object")
+        out.append(None)
+    return pl.Series("metadata", out, pl.String)
+
+
+_Payload = tuple[str, str | None, str | None, bytes | None, str | None, str | None, str | None]
+
+
+def _payload_row(record: Mapping[str, Any]) -> _Payload:
+    """The payload columns of one record; ValueError if the payload is not valid."""
+    if "text" in record:
+        if "payload" in record or not isinstance(record["text"], str):
+            raise ValueError("text")
+        return ("text", record["text"], None, None, None, None, None)
+    payload = _plain(record["payload"])
+    kind = payload.get("kind") if isinstance(payload, Mapping) else None
+    if kind not in _PAYLOAD_KEYS or not set(payload) <= _PAYLOAD_KEYS[kind]:
+        raise ValueError("payload")
+    if kind == "text":
+        if not isinstance(payload.get("text"), str):
+            raise ValueError("payload.text")
+        return ("text", payload["text"], None, None, None, None, None)
+    if kind == "json":
+        if "value" not in payload:
+            raise ValueError("payload.value")
+        return ("json", None, canonical_json(payload["value"]), None, None, None, None)
+    if kind == "binary":
+        data = payload.get("data")
+        if isinstance(data, str):
+            data = base64.b64decode(data, validate=True)
+        if not isinstance(data, bytes | bytearray):
+            raise ValueError("payload.data")
+        return ("binary", None, None, bytes(data), None, None, None)
+    uri, title, digest = payload.get("uri"), payload.get("title"), payload.get("digest")
+    if not (isinstance(uri, str) and uri) or not all(
+        v is None or isinstance(v, str) for v in (title, digest)
+    ):
+        raise ValueError("payload.uri")
+    return ("reference", None, None, None, uri, title, digest)
+
+
+def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[pl.Series]:
+    rows: list[_Payload] = []
+    empty: _Payload = ("text", "", None, None, None, None, None)
+    for row, record in enumerate(records):
+        try:
+            rows.append(_payload_row(record))
+        except (ValueError, TypeError, binascii.Error) as exc:
+            fail.add(
+                row,
+                str(exc) if str(exc).startswith(("text", "payload")) else "payload",
+                "not a valid payload",
+            )
+            rows.append(empty)
+    names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
+    dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    return [pl.Series(n, list(c), d) for n, c, d in zip(names, columns, dtypes, strict=True)]
+
+
+def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any]]:
+    """Check each record is an object with known keys and one content; others become ``{}``."""
+    shaped: list[Mapping[str, Any]] = []
+    for row, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            fail.add(row, None, "a record must be a JSON object")
+        elif not record.keys() <= _RECORD_KEYS:
+            fail.add(row, min(set(record) - _RECORD_KEYS), "unknown field")
+        elif "text" not in record and "payload" not in record:
+            fail.add(row, "text", "no content")
+        else:
+            shaped.append(record)
+            continue
+        shaped.append({"text": ""})
+    return shaped
+
+
+def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> list[Any]:
+    return [record.get(name, default) for record in records]
+
+
+def _record_frame(records: list[Mapping[str, Any]], fail: _Failures) -> pl.DataFrame:
+    """Lay out checked record fields as columns; bad values are noted in ``fail``."""
+    ids = _field(records, "id", _MISSING)
+    now = datetime.now(UTC)
+    created = [now if v is _MISSING else v for v in _field(records, "created_at", _MISSING)]
+    columns = [
+        _string_column([str(uuid.uuid4()) if v is _MISSING else v for v in ids], "id", fail),
+        _string_column(_field(records, "role"), "role", fail),
+        *_payload_columns(records, fail),
+        _string_column(_field(records, "content_hash"), "content_hash", fail),
+        _sources_column(_field(records, "sources", ()), fail),
+        *(
+            _string_column(_field(records, name, _DEFAULTS[name]), name, fail)
+            for name in ("trust", "sensitivity", "retention")
+        ),
+        _number_column(_field(records, "priority", 0), "priority", pl.Int64, fail),
+        _number_column(_field(records, "rank"), "rank", pl.Float64, fail),
+        _time_column(created, "created_at", fail),
+        _time_column(_field(records, "valid_from"), "valid_from", fail),
+        _time_column(_field(records, "expires_at"), "expires_at", fail),
+        _parents_column(_field(records, "parents", ()), fail),
+        _lineage_column(_field(records, "lineage", ()), fail),
+        _string_column(_field(records, "group_id"), "group_id", fail),
+        _metadata_column(_field(records, "metadata", {}), fail),
+    ]
+    return pl.DataFrame(columns)
+
+
+def _first_failure(
+    df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], fail: _Failures
+) -> None:
+    """Evaluate every check in one pass and note the first failing row."""
+    if not df.height:
+        return
+    firsts = df.select(
+        mask.arg_true().first().alias(str(i)) for i, (mask, _, _) in enumerate(checks)
+    ).row(0)
+    for (_, field, message), row in zip(checks, firsts, strict=True):
+        if row is not None:
+            fail.add(int(row), field, message)
+
+
+def _hash_failure(df: pl.DataFrame, fail: _Failures) -> pl.Series:
+    """Content hashes of the rows before the first failure; a mismatch with a given one fails."""
+    valid = df.head(df.height if fail.row is None else fail.row)
+    computed = pl.Series("content_hash", _hashes(valid), pl.String)
+    stated = valid.get_column("content_hash")
+    mismatch = (stated.is_not_null() & (stated != computed)).arg_true()
+    if mismatch.len():
+        at = int(mismatch[0])
+        fail.add(
+            at,
+            "content_hash",
+            f"content_hash {stated[at]!r} does not match the payload (computed {computed[at]!r})",
+        )
+    return computed
+
+
+def _record_error_at(record: Any, fail: _Failures, source: str | None, line: int) -> RecordError:
+    """Word the error of a failing record as the item model does, or else from ``fail``."""
+    if not isinstance(record, Mapping):
+        return RecordError("a record must be a JSON object", source=source, line=line)
+    if "text" not in record and "payload" not in record:
+        return RecordError(
+            "no content: give 'text' for plain text, or 'payload' = "
+            '{"kind": "json"|"binary"|"reference", ...}',
+            source=source,
+            line=line,
+            field="text",
+        )
+    try:
+        ContextItem.model_validate(record)
+    except ValidationError as exc:
+        return _record_error(exc, source, line=line)
+    return RecordError(fail.message, source=source, line=line, field=fail.field)
+
+
+def records_to_frame(
+    records: Iterable[Mapping[str, Any]], *, source: str | None = None, first_line: int = 1
+) -> pl.DataFrame:
+    """Validate JSON records as items and lay them out as a frame; all or nothing.
+
+    The records are checked column by column (payload kinds, canonical JSON,
+    enumerations, times and content hashes in bulk), by the same rules as
+    :func:`conform`; the first failing record is then validated as a
+    :class:`~cognoxium.items.model.ContextItem` to word its error.
+
+    Parameters
+    ----------
+    records
+        Mappings in the JSONL record form (see :func:`item_to_record`).
+        Times are ISO 8601 text with seconds and a UTC offset
+        (``2024-01-01T00:00:00Z``) or timezone-aware datetimes.
+    source
+        Named in errors (a file path, for example).
+    first_line
+        The line number of the first record, for errors.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per record, in order, with :data:`POLARS_SCHEMA`.
+
+    Raises
+    ------
+    RecordError
+        At the first invalid record, naming its line and field. Nothing is returned.
+
+    Examples
+    --------
+    >>> records_to_frame([{"id": "a", "role": "user", "text": "hi",
+    ...                    "created_at": "2024-01-01T00:00:00Z"}]).select("id", "text").row(0)
+    ('a', 'hi')
+    """
+    rows = list(records)
+    fail = _Failures()
+    df = _record_frame(_record_shapes(rows, fail), fail)
+    _first_failure(df, _value_checks() + _typed_checks(), fail)
+    hashes = _hash_failure(df, fail)
+    if fail.row is not None:
+        raise _record_error_at(rows[fail.row], fail, source, first_line + fail.row)
+    _check_unique_ids(df, source, first_line)
+    return df.with_columns(hashes).cast(dict(POLARS_SCHEMA.items()))
 
 
 def to_arrow(df: pl.DataFrame) -> pa.Table:
