@@ -42,6 +42,7 @@ from cognoxium.retrieval.embeddings import (
 )
 from cognoxium.retrieval.fusion import rrf_scores
 from cognoxium.retrieval.ranking import bm25_scores
+from cognoxium.retrieval.scope import RRF_K
 from cognoxium.testing.strategies import WORDS, items_strategy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -614,9 +615,11 @@ def test_rank_hybrid_is_rrf_of_bm25_and_embedding(cache_dir: Path) -> None:
     texts = [d["text"] for d in DOCS]
     bm25 = bm25_scores(texts, query)
     dense = embedding_scores(df, query, "minilm")
-    expected = rrf_scores([bm25, dense], df["id"])
+    expected = rrf_scores([bm25, dense], df["id"], k=RRF_K["hybrid"])
     got = cf.rank("hybrid", query=query).collect()["rank"].to_numpy()
     assert np.array_equal(got, expected)
+    at_60 = cf.rank("hybrid", query=query, rrf_k=60).collect()["rank"].to_numpy()
+    assert np.array_equal(at_60, rrf_scores([bm25, dense], df["id"], k=60))
     assert len(list(cache_dir.glob("minilm-*/shard-*.parquet"))) == 1
     best = int(np.argmax(got))
     assert DOCS[best]["id"] == "d1"
@@ -626,7 +629,7 @@ def test_rank_hybrid_over_tied_rows_orders_by_id(cache_dir: Path) -> None:
     cf = CognitionFrame([{"id": i, "role": "user", "text": "same words"} for i in ("c", "a", "b")])
     out = cf.rank("hybrid", query="nothing matches", model="local_hash").collect()
     assert dict(zip(out["id"], out["rank"], strict=True)) == pytest.approx(
-        {"a": 2 / 61, "b": 2 / 62, "c": 2 / 63}
+        {"a": 2 / 6, "b": 2 / 7, "c": 2 / 8}  # k = 5
     )
 
 

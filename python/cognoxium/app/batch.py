@@ -467,7 +467,7 @@ def run_batch(
                    cosine of the store's items derived from it (observations,
                    summaries: lineage expansion); k = 10 by default
     hybrid         reciprocal rank fusion of BM25 and embedding cosine;
-                   k = 60 by default
+                   k = 5 by default
     embedding      embedding cosine (all-MiniLM-L6-v2 by default)
     bm25           Okapi BM25
     strategies     the context strategy registry's default assembly

@@ -780,7 +780,7 @@ class CognitionFrame:
             :func:`cognoxium.retrieval.embeddings.get_embedder`.
         rrf_k
             The reciprocal rank fusion constant (>= 0); default the method's
-            own, :data:`cognoxium.retrieval.RRF_K` (hybrid 60, hybrid-lineage 10).
+            own, :data:`cognoxium.retrieval.RRF_K` (hybrid 5, hybrid-lineage 10).
         neighbours
             Neighbour expansion weight ``λ`` in [0, 1] (default 0, off): each
             item's fused score becomes ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
@@ -818,7 +818,7 @@ class CognitionFrame:
         ['b', 'a', 'c']
         >>> hybrid = cf.rank("hybrid", query="refund purchase", model="local_hash")
         >>> print(hybrid.explain(optimized=False).splitlines()[0])
-        Rank hybrid query='refund purchase' rrf_k=60 model=local_hash neighbours=0
+        Rank hybrid query='refund purchase' rrf_k=5 model=local_hash neighbours=0
         >>> hybrid.sort("rank", descending=True).to_polars()["id"].to_list()
         ['b', 'a', 'c']
         >>> cf.rank("bm25", query="refund", half_life=60)

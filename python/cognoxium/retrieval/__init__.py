@@ -48,9 +48,13 @@ from cognoxium.retrieval.ranking import (
 )
 from cognoxium.retrieval.scope import (
     RETRIEVAL_LISTS,
+    RETRIEVAL_METHODS,
+    RRF_K,
     RetrievalSettings,
     ScopeRetriever,
     derived_items,
+    frame_key,
+    scope_retriever,
 )
 
 __all__ = [
@@ -63,6 +67,8 @@ __all__ = [
     "MINILM_TOKENIZER_SHA256",
     "NUM_PERM",
     "RETRIEVAL_LISTS",
+    "RETRIEVAL_METHODS",
+    "RRF_K",
     "SHINGLE_BYTES",
     "BM25CacheInfo",
     "CacheInfo",
@@ -82,6 +88,7 @@ __all__ = [
     "derived_items",
     "embed_frame",
     "embedding_scores",
+    "frame_key",
     "get_embedder",
     "lsh_params",
     "minhash_signatures",
@@ -91,5 +98,6 @@ __all__ = [
     "recency_scores",
     "reciprocal_rank_fusion",
     "rrf_scores",
+    "scope_retriever",
     "weighted_score_fusion",
 ]
