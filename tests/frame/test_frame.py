@@ -780,3 +780,27 @@ def test_recency_half_life_matches_formula() -> None:
     frame = CognitionFrame([item("old", hours=0), item("new", hours=10)])
     got = frame.rank("recency", half_life=36000.0).collect()["rank"].to_list()
     assert got == pytest.approx([math.exp(-math.log(2)), 1.0])
+
+
+def test_replacing_payload_recomputes_the_content_hash() -> None:
+    """A projection that writes a payload column gives the item the hash of its new content."""
+    base = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+    fresh = CognitionFrame([{"id": "a", "role": "user", "text": "word " * 300}])
+    want = fresh.collect()["content_hash"].item()
+    assert base.pack(10_000).used_tokens < 20
+    replaced = [
+        base.with_columns(text=pl.lit("word " * 300)),
+        base.with_columns(pl.lit("word " * 300).alias("text")),
+        base.select(pl.all().exclude("text"), text=pl.lit("word " * 300)),
+    ]
+    for frame in replaced:
+        assert frame.collect()["content_hash"].item() == want
+        # The token cache is keyed by content hash: the new text is counted.
+        assert frame.pack(10_000).used_tokens == fresh.pack(10_000).used_tokens
+    # Projections that leave the payload alone keep their plan as written.
+    kept = base.with_columns(priority=pl.lit(3))
+    assert "content_hash" not in kept.explain()
+    assert "content_hash" not in base.select("id", "text").explain()
+    assert base.with_columns(pl.col("text")).collect()["content_hash"].item() == (
+        base.collect()["content_hash"].item()
+    )

@@ -53,7 +53,9 @@ from cognoxium.items import io
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import (
     COLUMNS,
+    PAYLOAD_COLUMNS,
     conform,
+    content_hash_expr,
     frame_to_items,
     item_to_record,
     items_to_frame,
@@ -260,6 +262,35 @@ def _projection(
     if not out:
         raise PlanError(f"{what} needs at least one expression")
     return tuple(out)
+
+
+def _writes(expr: Expression) -> str | None:
+    """The column an expression writes, None when not known (a selector, several outputs)."""
+    if not expr.exact_columns:
+        return None
+    try:
+        return expr.expr.meta.output_name()
+    except pl.exceptions.PolarsError:
+        return None
+
+
+def _rehashed(node: Select | WithColumns) -> Node:
+    """``node``, then a fresh ``content_hash`` where it may replace a payload column.
+
+    An item's content hash follows its payload: a projection that writes
+    ``text``, ``json``, a reference column or ``payload_kind`` (other than
+    passing the column through) recomputes it, so token caches, dedupe and
+    the manifest see the new content.
+    """
+    schema = node.schema
+    if "content_hash" not in schema or not all(c in schema for c in PAYLOAD_COLUMNS):
+        return node
+    written = [(_writes(e), e) for e in node.exprs]
+    if not any(
+        name is None or (name in PAYLOAD_COLUMNS and not e.is_column(name)) for name, e in written
+    ):
+        return node
+    return WithColumns(input=node, exprs=(Expression.of(content_hash_expr()),))
 
 
 def _flags(value: bool | Sequence[bool], n: int, name: str) -> tuple[bool, ...]:
@@ -506,7 +537,9 @@ class CognitionFrame:
         >>> cf.select("id", n=pl.col("text").str.len_chars()).to_polars().row(0)
         ('a', 5)
         """
-        return self._wrap(Select(input=self._plan, exprs=_projection("select", exprs, named)))
+        return self._wrap(
+            _rehashed(Select(input=self._plan, exprs=_projection("select", exprs, named)))
+        )
 
     def with_columns(self, *exprs: pl.Expr | str, **named: Any) -> CognitionFrame:
         """Add or replace columns (``name=expr`` to name one; other values become literals).
@@ -523,7 +556,9 @@ class CognitionFrame:
         [4]
         """
         return self._wrap(
-            WithColumns(input=self._plan, exprs=_projection("with_columns", exprs, named))
+            _rehashed(
+                WithColumns(input=self._plan, exprs=_projection("with_columns", exprs, named))
+            )
         )
 
     def join(

@@ -64,11 +64,13 @@ from cognoxium.items.model import (
 
 __all__ = [
     "COLUMNS",
+    "PAYLOAD_COLUMNS",
     "PAYLOAD_KINDS",
     "POLARS_SCHEMA",
     "SCHEMA",
     "SCHEMA_VERSION",
     "conform",
+    "content_hash_expr",
     "frame_to_items",
     "item_to_record",
     "items_to_frame",
@@ -411,6 +413,48 @@ def _hashes(df: pl.DataFrame) -> list[str]:
             data = canonical_json({"digest": digest, "title": title, "uri": uri}).encode("utf-8")
         out.append(content_hash(kind, data))
     return out
+
+
+PAYLOAD_COLUMNS: tuple[str, ...] = (
+    "payload_kind",
+    "text",
+    "json",
+    "binary",
+    "ref_uri",
+    "ref_title",
+    "ref_digest",
+)
+
+
+def _struct_hashes(payload: pl.Series) -> pl.Series:
+    return pl.Series("content_hash", _hashes(payload.struct.unnest()), pl.String)
+
+
+def content_hash_expr() -> pl.Expr:
+    """The ``content_hash`` of each row computed from its payload columns.
+
+    sha256 hex of the payload kind and canonical bytes, as items have it;
+    for frames whose payload columns were replaced (JSON text must already
+    be canonical).
+
+    Returns
+    -------
+    polars.Expr
+        A String expression named ``content_hash``.
+
+    Examples
+    --------
+    >>> df = records_to_frame([{"id": "a", "role": "user", "text": "hi"}])
+    >>> changed = df.with_columns(text=pl.lit("bye"))
+    >>> fresh = records_to_frame([{"id": "a", "role": "user", "text": "bye"}])
+    >>> changed.select(content_hash_expr()).item() == fresh["content_hash"].item()
+    True
+    """
+    return (
+        pl.struct(list(PAYLOAD_COLUMNS))
+        .map_batches(_struct_hashes, return_dtype=pl.String)
+        .alias("content_hash")
+    )
 
 
 def _checked_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
