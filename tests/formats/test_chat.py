@@ -633,3 +633,9 @@ def test_frame_input_is_accepted_by_name() -> None:
     cf = from_openai_messages(WEATHER, conversation_id="t", start=START)
     assert isinstance(cf, CognitionFrame)
     assert to_openai_messages(cf) == to_openai_messages(cf.to_polars())
+
+
+@pytest.mark.parametrize("role", [["user"], {"a": 1}, None, 3, "robot"])
+def test_a_role_that_is_not_a_known_name_is_a_record_error(role: object) -> None:
+    with pytest.raises(RecordError, match="field role: must be one of"):
+        from_openai_messages([{"role": role, "content": "hi"}])

@@ -255,7 +255,7 @@ def _message_role(message: Any, index: int, where: _Where) -> Role:
     if not isinstance(message, Mapping):
         raise where.error(index, None, f"a message must be an object, got {message!r}")
     role = message.get("role")
-    if role not in _KEYS:
+    if not isinstance(role, str) or role not in _KEYS:
         raise where.error(index, "role", f"must be one of {list(MESSAGE_ROLES)}, got {role!r}")
     for key in sorted(set(message) - _KEYS[role]):
         value = message[key]
