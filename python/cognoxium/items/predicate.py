@@ -75,6 +75,7 @@ a subquery is not allowed (it calls the table function read_csv, which reads fil
 from __future__ import annotations
 
 import difflib
+import itertools
 import operator
 import re
 from collections.abc import Callable, Collection, Sequence
@@ -155,13 +156,12 @@ class _Lowering:
             calls = f" (it calls the table function {reads[0]}, which reads files)" if reads else ""
             return self.error(node, f"a subquery is not allowed{calls}: {_WHY_SUBQUERY}")
         if isinstance(node, _TABLE_FUNCTIONS):
-            name = node.sql_name().lower()
+            name = self.written_name(node)
             return self.error(
                 node, f"the table function {name} is not allowed: {_WHY_TABLE_FUNCTION}"
             )
         if isinstance(node, exp.Func):
-            name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
-            name = name.lower()
+            name = self.written_name(node)
             if _FILE_READER.match(name):
                 why = _WHY_TABLE_FUNCTION
             else:
@@ -172,6 +172,13 @@ class _Lowering:
         sql = node.sql(dialect=_DIALECT)
         shown = sql if len(sql) <= 60 else sql[:57] + "..."
         return self.error(node, f"{shown!r} ({type(node).__name__}) is not allowed: {_WHY_GRAMMAR}")
+
+    def written_name(self, node: exp.Func) -> str:
+        """A function's name as the predicate spells it (sqlglot may know it by another)."""
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if isinstance(start, int) and isinstance(end, int):
+            return self.text[start : end + 1].lower()
+        return (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
 
     def only(self, node: exp.Expr, *allowed: str) -> None:
         """Refuse a node with a clause (a set argument) other than ``allowed``."""
@@ -298,6 +305,8 @@ def _paren(low: _Lowering, node: exp.Expr) -> pl.Expr:
 
 def _neg(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this")
+    if isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return pl.lit(low.literal(node))  # a negative number, typed as one
     return -low.lower(node.this)
 
 
@@ -456,34 +465,24 @@ def _tokens(text: str) -> list[Token]:
         tokens: list[Token] = _DIALECT.tokenize(text)
     except TokenError as exc:
         raise PredicateError(f"cannot read the predicate: {exc}", predicate=text) from None
-    if not tokens:
-        raise PredicateError("the predicate is empty", predicate=text)
-    end = 0
-    for token in [*tokens, None]:
-        start = len(text) if token is None else token.start
+    comment = "a comment is not allowed: it would silently cut or hide part of the predicate"
+    spans = [(0, 0), *((t.start, t.end + 1) for t in tokens), (len(text), len(text))]
+    for (_, end), (start, _) in itertools.pairwise(spans):
         gap = text[end:start]
         if gap.strip():  # the tokenizer skipped something that is not white space: a comment
             offset = end + len(gap) - len(gap.lstrip())
-            raise PredicateError(
-                "a comment is not allowed: it would silently cut or hide part of the predicate",
-                predicate=text,
-                position=offset,
-            )
-        if token is None:
-            break
-        if token.comments:  # defensive: comments sqlglot attached to a token
-            raise PredicateError(
-                "a comment is not allowed: it would silently cut or hide part of the predicate",
-                predicate=text,
-                position=token.start,
-            )
+            raise PredicateError(comment, predicate=text, position=offset)
+    for token in tokens:
+        if token.comments:  # comments sqlglot attached to a token, should a gap not show one
+            raise PredicateError(comment, predicate=text, position=token.start)
         if token.token_type == TokenType.SEMICOLON:
             raise PredicateError(
                 "';' is not allowed: a predicate is one expression, not statements",
                 predicate=text,
                 position=token.start,
             )
-        end = token.end + 1
+    if not tokens:
+        raise PredicateError("the predicate is empty", predicate=text)
     return tokens
 
 
