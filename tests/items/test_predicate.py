@@ -385,3 +385,24 @@ def test_allowed_predicates_keep_the_rows_polars_sql_keeps(text: str) -> None:
     ours = HYPO.with_row_index().filter(parse_predicate(text, HYPO.columns))["index"]
     trusted = HYPO.with_row_index().filter(pl.sql_expr(text))["index"]  # trusted text, test only
     assert ours.to_list() == trusted.to_list(), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "role IN ('user', 'tool')",
+        "role NOT IN ('user', NULL)",
+        "priority IN (1, 2.5)",
+        "text LIKE 'a%' OR text ILIKE '_b'",
+        "priority BETWEEN -1 AND 2",
+        "coalesce(priority, 0) > abs(rank)",
+        "length(lower(text)) > 2 AND upper(role) <> 'TOOL'",
+        "metadata.topic = 'billing'",
+        "created_at > TIMESTAMP '2025-01-01'",
+        "NOT priority IS NULL",
+    ],
+)
+def test_lowered_predicates_are_row_wise_so_the_optimizer_may_move_them(text: str) -> None:
+    from cognoxium.engine.plan import Expression
+
+    assert Expression.of(parse_predicate(text)).elementwise

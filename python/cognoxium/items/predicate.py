@@ -78,9 +78,10 @@ import difflib
 import itertools
 import operator
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, date, datetime
 from functools import lru_cache, reduce
+from types import MappingProxyType
 from typing import Any, Final
 
 import polars as pl
@@ -94,13 +95,15 @@ from cognoxium.items.schema import COLUMNS
 
 __all__ = ["PREDICATE_FUNCTIONS", "parse_predicate"]
 
-PREDICATE_FUNCTIONS: Final[dict[str, str]] = {
-    "abs": "abs(x): the absolute value of x",
-    "coalesce": "coalesce(a, b, ...): the first argument that is not null",
-    "length": "length(s): the number of characters of s",
-    "lower": "lower(s): s in lower case",
-    "upper": "upper(s): s in upper case",
-}
+PREDICATE_FUNCTIONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "abs": "abs(x): the absolute value of x",
+        "coalesce": "coalesce(a, b, ...): the first argument that is not null",
+        "length": "length(s): the number of characters of s",
+        "lower": "lower(s): s in lower case",
+        "upper": "upper(s): s in upper case",
+    }
+)
 """The scalar functions a string predicate may call, each with its meaning."""
 
 _DIALECT: Final = Postgres()
@@ -329,7 +332,7 @@ def _in(low: _Lowering, node: exp.Expr) -> pl.Expr:
     if not present:
         return pl.lit(None, dtype=pl.Boolean)
     if isinstance(present[0], str):
-        member = target.is_in(pl.lit(pl.Series(present)).implode())
+        member = target.is_in(pl.Series([present]))  # one list value: a literal
     else:  # numbers compare across integer and float types, as with =
         member = reduce(operator.or_, (target == value for value in present))
     if len(present) < len(values):  # SQL: no match against a list with NULL is null, not false
