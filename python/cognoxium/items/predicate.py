@@ -152,9 +152,10 @@ class _Lowering:
 
     def refuse(self, node: exp.Expr) -> PredicateError:
         if isinstance(node, exp.Subquery | exp.Query | exp.Exists | exp.Any | exp.All):
-            reads = [f.sql_name().lower() for f in node.find_all(*_TABLE_FUNCTIONS)]
-            reads += [
-                f.name.lower() for f in node.find_all(exp.Anonymous) if _FILE_READER.match(f.name)
+            reads = [
+                self.written_name(f)
+                for f in node.find_all(exp.Func)
+                if isinstance(f, _TABLE_FUNCTIONS) or _FILE_READER.match(self.written_name(f))
             ]
             calls = f" (it calls the table function {reads[0]}, which reads files)" if reads else ""
             return self.error(node, f"a subquery is not allowed{calls}: {_WHY_SUBQUERY}")
