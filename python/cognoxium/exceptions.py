@@ -17,6 +17,7 @@ __all__ = [
     "PackError",
     "PlanError",
     "PolicyError",
+    "PredicateError",
     "ProfileError",
     "RankError",
     "RecordError",
@@ -83,6 +84,36 @@ class SchemaError(CognoxiumError, ValueError):
 
 class PlanError(CognoxiumError, ValueError):
     """A frame operation was given arguments that cannot make a valid plan."""
+
+
+class PredicateError(PlanError):
+    """A string predicate does not parse or uses a construct outside the predicate grammar.
+
+    The grammar is that of :mod:`cognoxium.items.predicate`; a refused
+    predicate is never run, so no data or file is read.
+
+    Parameters
+    ----------
+    message
+        What was refused and why.
+    predicate
+        The predicate text.
+    position
+        The 0-based character offset in ``predicate`` of the refused
+        construct, if known (shown 1-based).
+
+    Examples
+    --------
+    >>> str(PredicateError("'*' is not allowed: name the columns", predicate="*", position=0))
+    "predicate '*', at character 1: '*' is not allowed: name the columns"
+    """
+
+    def __init__(self, message: str, *, predicate: str, position: int | None = None) -> None:
+        self.message = message
+        self.predicate = predicate
+        self.position = position
+        at = "" if position is None else f", at character {position + 1}"
+        super().__init__(f"predicate {predicate!r}{at}: {message}")
 
 
 class PackError(CognoxiumError, ValueError):

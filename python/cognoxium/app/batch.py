@@ -48,7 +48,7 @@ from pydantic import (
 )
 
 from cognoxium.engine.plan import polars_error_text
-from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
+from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import atomic_write
 from cognoxium.items.model import canonical_json
@@ -95,10 +95,11 @@ class Request(BaseModel):
     query
         Text to rank the scope by (BM25); ``None`` for no query.
     where
-        A Polars SQL predicate over the item columns that selects the scope
-        (``metadata.<key>`` reaches a metadata field), for example
-        ``"metadata.topic = 'billing' AND role <> 'tool'"``; ``None`` for the
-        whole store.
+        A SQL predicate over the item columns that selects the scope, in
+        the grammar of :mod:`cognoxium.items.predicate` (``metadata.<key>``
+        reaches a metadata field; no subqueries, table functions or
+        comments), for example ``"metadata.topic = 'billing' AND role <>
+        'tool'"``; ``None`` for the whole store.
     as_of
         The UTC time at which validity and expiry are evaluated; ``None`` to
         use the batch's time. A timestamp must carry a timezone.
@@ -318,6 +319,8 @@ def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | No
             continue
         try:
             scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
+        except PredicateError as exc:
+            raise request.error(f"invalid where clause: {exc}", field="where") from exc
         except PlanError as exc:
             raise request.error(
                 f"invalid where clause {request.where!r}: {exc}", field="where"

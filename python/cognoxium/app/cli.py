@@ -333,8 +333,10 @@ _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
         note='Each request is a JSON object per line: {"id", "budget", "query", "where", '
-        '"as_of", "evidence", "labels"}; where is a Polars SQL predicate over the item '
-        "columns, and metadata.<key> reaches a metadata field. --json prints "
+        '"as_of", "evidence", "labels"}; where is a SQL predicate over the item '
+        "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
+        "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
+        "reaches a metadata field. --json prints "
         '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
     ),
 )
