@@ -296,7 +296,7 @@ def test_locomo_read_and_write_errors_exit_2_naming_the_path(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.undo()  # the input is readable again
-    monkeypatch.setattr("cognoxium.app.locomo._write_batch", full)
+    monkeypatch.setattr("cognoxium.app.locomo.run_batch", full)
     result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
     assert result.exit_code == EXIT_BAD_INPUT
     assert one_line_error(result.stderr) == f"error: cannot write {out}: No space left on device"

@@ -296,7 +296,7 @@ def test_locomo_commits_every_file_at_once(tmp_path: Path, monkeypatch: pytest.M
     names = ("items.parquet", "requests.jsonl", "packs.jsonl", "manifests.jsonl", "report.json")
     before = {name: (out / name).read_bytes() for name in names}
     before_beside = committed(out)
-    real = locomo._write_batch
+    real = locomo.run_batch
     calls = {"n": 0}
 
     def second_fails(*args: Any, **kwargs: Any) -> batch.BatchStats:
@@ -305,7 +305,7 @@ def test_locomo_commits_every_file_at_once(tmp_path: Path, monkeypatch: pytest.M
             raise InjectedError("injected fault")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(locomo, "_write_batch", second_fails)
+    monkeypatch.setattr(locomo, "run_batch", second_fails)
     with pytest.raises(InjectedError):
         locomo.run_locomo(data, out, [64, 128], rank="bm25", compare=["recency"])
     assert {name: (out / name).read_bytes() for name in names} == before

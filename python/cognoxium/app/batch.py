@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -449,6 +450,7 @@ def run_batch(
     as_of: datetime | None = None,
     progress: bool = False,
     retrieval: RetrievalSettings | None = None,
+    commit: bool = True,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -511,6 +513,12 @@ def run_batch(
     retrieval
         Model, RRF constant (``None``: the method's own) and neighbour
         expansion of the embedding and fused rank methods.
+    commit
+        Commit the files in one step, as described under ``out_dir``.
+        ``False`` writes them straight into ``out_dir`` (created if missing),
+        for a caller that commits a larger set of files itself, as
+        :func:`~cognoxium.app.locomo.run_locomo` does; a failed run may then
+        leave partial files there.
 
     Returns
     -------
@@ -583,23 +591,29 @@ def run_batch(
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
         seen.add(request.id)
+    write = partial(
+        _write_batch,
+        store,
+        requests,
+        profile=profile,
+        rank=rank,
+        as_of=as_of,
+        progress=progress,
+        retrieval=retrieval,
+    )
+    if not commit:
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        return write(folder)
     with committed_output(out_dir) as folder:
-        return _write_batch(
-            store,
-            requests,
-            folder,
-            profile=profile,
-            rank=rank,
-            as_of=as_of,
-            progress=progress,
-            retrieval=retrieval,
-        )
+        return write(folder)
 
 
 def _write_batch(
     store: pl.DataFrame | CognitionFrame,
     requests: Sequence[Request],
     folder: Path,
+    /,
     *,
     profile: str | TokenProfile,
     rank: RankMethod,
@@ -609,8 +623,7 @@ def _write_batch(
 ) -> BatchStats:
     """Pack the requests and write ``packs.jsonl`` and ``manifests.jsonl`` into ``folder``.
 
-    ``folder`` is a version directory of :func:`~cognoxium.app._outputs.committed_output`,
-    which makes the files visible; see :func:`run_batch` for the arguments.
+    ``folder`` exists; see :func:`run_batch` for the arguments.
     """
     started = time.perf_counter()
     default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)

@@ -67,7 +67,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium.app._outputs import committed_output
-from cognoxium.app.batch import RANK_METHODS, BatchStats, RankMethod, Request, _write_batch
+from cognoxium.app.batch import RANK_METHODS, BatchStats, RankMethod, Request, run_batch
 from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
@@ -938,16 +938,15 @@ def run_locomo(
     }
 
     def measured(method: RankMethod, folder: Path) -> dict[str, Any]:
-        folder.mkdir(parents=True, exist_ok=True)
-        stats = _write_batch(
+        stats = run_batch(
             items,
             requests,
-            folder,
+            out_dir=folder,
             profile=profile,
             rank=method,
-            as_of=None,
             progress=progress,
             retrieval=settings,
+            commit=False,  # committed with every other file of the run, below
         )
         with (folder / "packs.jsonl").open(encoding="utf-8") as handle:
             packs = [json.loads(line) for line in handle]
