@@ -571,7 +571,7 @@ def run_batch(
     ...      "created_at": "2025-01-01T00:00:00Z", "metadata": {"topic": "billing"}},
     ...     {"id": "b", "role": "user", "text": "the app crashes",
     ...      "created_at": "2025-01-02T00:00:00Z", "metadata": {"topic": "bugs"}}])
-    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "out"
     >>> reqs = [Request(id="r1", budget=100, query="invoice",
     ...                 where="metadata.topic = 'billing'")]
     >>> stats = run_batch(store, reqs, out_dir=out, rank="bm25",
