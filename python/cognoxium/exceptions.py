@@ -14,6 +14,7 @@ __all__ = [
     "ContractError",
     "DependencyError",
     "ModelError",
+    "OutputError",
     "PackError",
     "PlanError",
     "PolicyError",
@@ -157,6 +158,25 @@ class ContractError(CognoxiumError, TypeError, ValueError):
 
 class ConfigError(CognoxiumError, ValueError):
     """A configuration file or setting is invalid; the message names the file and the key."""
+
+
+class OutputError(CognoxiumError, RuntimeError):
+    """An output directory cannot be committed; the message names the path and what to do.
+
+    For example: another run holds the directory's lock, or the path is a
+    non-empty directory or a link that Cognoxium did not make.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    path
+        The output directory.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class UnknownNoteError(CognoxiumError, LookupError):

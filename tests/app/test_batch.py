@@ -412,15 +412,16 @@ def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
 
 def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "packs.jsonl").write_text("previous\n")
+    run_batch(store(), [Request(id="previous", budget=500)], out_dir=out, as_of=AS_OF)
+    before = {name: (out / name).read_bytes() for name in ("packs.jsonl", "manifests.jsonl")}
+    committed = out.resolve()
     requests = [Request(id="fine", budget=500), Request(id="tight", budget=5)]
     with pytest.raises(BudgetError, match="request 'tight'") as info:
         run_batch(store(), requests, out_dir=out, as_of=AS_OF)
     assert "policy" in info.value.costs
-    assert (out / "packs.jsonl").read_text() == "previous\n"  # untouched
-    assert not (out / "manifests.jsonl").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["packs.jsonl"]  # no temporary files left
+    assert {name: (out / name).read_bytes() for name in before} == before  # untouched
+    # No temporary files left: the link, its one version and the lock file.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out", committed.name]
 
 
 def test_duplicate_request_ids_are_rejected(tmp_path: Path) -> None:

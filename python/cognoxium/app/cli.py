@@ -27,7 +27,8 @@ Exit codes
 2
     Bad input: a record, request or table is invalid (the message names the
     file, the line and the field), or an input file is missing or cannot be
-    read, or an output cannot be written (the message names the path).
+    read, or an output cannot be written (the message names the path), or
+    another run is writing the same ``--out``.
 3
     Infeasible budget: a request's required items alone exceed its token
     budget.
@@ -350,7 +351,12 @@ def pack_command(
     ],
     out: Annotated[
         Path,
-        typer.Option("--out", "-o", help="Output directory for packs.jsonl and manifests.jsonl."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output directory for packs.jsonl and manifests.jsonl: a link to the last "
+            "finished run's files, swapped in one step (missing, empty or written by a run).",
+        ),
     ],
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
@@ -377,7 +383,9 @@ def pack_command(
 
     Writes DIR/packs.jsonl (request_id, included ids in order, used_tokens,
     budget) and DIR/manifests.jsonl (one canonical manifest per request).
-    A request's own as_of wins over --as-of.
+    A request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
+    swapped when both files are written, so readers see both files of one
+    run; a second run into DIR while one writes exits with 2.
     """
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.items.io import read_items
@@ -510,7 +518,8 @@ def locomo_command(
             "--out",
             "-o",
             help="Output directory: items.parquet, requests.jsonl, packs.jsonl, "
-            "manifests.jsonl, report.json.",
+            "manifests.jsonl, report.json; a link to the last finished run's files, swapped "
+            "in one step (missing, empty or written by a run).",
         ),
     ],
     budgets: Annotated[
