@@ -20,9 +20,9 @@ assistant with              ``tool_calls``: the Json payload's
                             else ``metadata.tool_calls``
 tool with                   ``tool_call_id``: ``metadata.tool_call_id``
 ``metadata.tool_call_id``
-tool without one            a ``user`` message (tool output given as context,
-                            as documents are): the Chat Completions API takes
-                            a ``tool`` message only as the result of a call
+tool without one, or whose  a ``user`` message (tool output given as context,
+call (in its group) a       as documents are): the Chat Completions API takes
+policy renders as ``user``  a ``tool`` message only as the result of a call
 policy ``render_as_user``   ``user``, the packed text, nothing else
 policy ``render_as_data``   ``user``, the packed text in a data block, nothing
                             else
@@ -124,7 +124,7 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     df
         The items, ``n`` rows (columns ``role``, ``payload_kind``, ``text``,
         ``json``, ``ref_uri``, ``ref_title``, ``content_hash``, ``metadata``,
-        and ``id`` when a policy renders data blocks).
+        and ``id`` and ``group_id`` with ``action``).
     action
         ``(n,)`` String: each row's policy action, or None without policies.
 
@@ -159,14 +159,16 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         content = pl.when(as_data).then(data_block_expr(content)).otherwise(content)
         # The cache key of a rendered text is the text itself.
         key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
+    declares = (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
     cols = df.select(
         pl.when(rendered).then(pl.lit("user")).otherwise(chat_role).alias("role"),
         content.alias("content"),
         key.alias("key"),
         (maybe & ~rendered).alias("maybe"),
+        (declares & rendered).alias("rendered_call"),
     )
     flagged = np.flatnonzero(cols.get_column("maybe").to_numpy())
-    fields, texts = _fields_of(df, flagged)
+    fields, texts = _fields_of(df, flagged, _rendered_calls(df, cols["rendered_call"]))
     chat, content_col, key_col = cols["role"], cols["content"], cols["key"]
     no_content = [r for r, f in fields.items() if f.pop("no_content", False)]
     as_user = [r for r, f in fields.items() if f.pop("as_user", False)]
@@ -179,22 +181,41 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     return ChatColumns(role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts)
 
 
+def _rendered_calls(df: pl.DataFrame, rendered_call: pl.Series) -> set[tuple[str, str]]:
+    """``(group_id, call id)`` of every call made by an assistant row a policy renders as user."""
+    if not rendered_call.any():
+        return set()
+    rows = df.filter(rendered_call).select("group_id", "metadata").iter_rows()
+    return {
+        (group_id, call_id)
+        for group_id, metadata_text in rows
+        if group_id is not None
+        for call_id in json.loads(metadata_text).get("tool_call_ids", ())
+        if isinstance(call_id, str)
+    }
+
+
 def _fields_of(
-    df: pl.DataFrame, rows: np.ndarray
+    df: pl.DataFrame, rows: np.ndarray, rendered_calls: set[tuple[str, str]]
 ) -> tuple[dict[int, dict[str, Any]], dict[int, list[str]]]:
     """Name and tool fields of ``rows``, from their metadata and payload; their tool texts.
 
     A field dict may also hold ``no_content`` (the payload is the tool calls)
-    or ``as_user`` (a tool result without a call id), which the caller applies.
+    or ``as_user`` (a tool result without a call id, or whose call, in its
+    group, is among ``rendered_calls``), which the caller applies.
     """
     if len(rows) == 0:
         return {}, {}
     sub = df[rows].select(
-        pl.col("role").cast(pl.String), pl.col("payload_kind").cast(pl.String), "json", "metadata"
+        pl.col("role").cast(pl.String),
+        pl.col("payload_kind").cast(pl.String),
+        "json",
+        "metadata",
+        pl.col("group_id") if "group_id" in df.columns else pl.lit(None, pl.String),
     )
     fields: dict[int, dict[str, Any]] = {}
     texts: dict[int, list[str]] = {}
-    for row, (role, kind, json_text, metadata_text) in zip(
+    for row, (role, kind, json_text, metadata_text, group_id) in zip(
         rows.tolist(), sub.iter_rows(), strict=True
     ):
         meta: dict[str, Any] = json.loads(metadata_text)
@@ -211,8 +232,9 @@ def _fields_of(
             if isinstance(calls, list):
                 found["tool_calls"] = calls
         elif role == "tool":
-            if isinstance(meta.get("tool_call_id"), str):
-                found["tool_call_id"] = meta["tool_call_id"]
+            call_id = meta.get("tool_call_id")
+            if isinstance(call_id, str) and (group_id, call_id) not in rendered_calls:
+                found["tool_call_id"] = call_id
             else:
                 found["as_user"] = True
         try:
