@@ -316,7 +316,7 @@ def others(draw: st.DrawFn) -> list[ContextItem]:
 
 
 @settings(
-    max_examples=400,
+    max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
