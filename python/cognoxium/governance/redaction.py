@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -112,7 +113,7 @@ class Recogniser:
     label
         What the recogniser finds, for documentation (``"JWT"``).
     lead, trail
-        One-character classes (``trail`` may be an alternation of short
+        One-character classes (either may be an alternation of short
         sequences) that must precede and follow the match; the text is
         padded with ``\n`` so the start and end of the text qualify. The
         lead excludes the separators that occur inside the recogniser's
@@ -122,6 +123,13 @@ class Recogniser:
         For assignment recognisers: a pattern that a JSON object key must
         match in full for its string value to be treated as assigned, so
         ``{"api_key": "..."}`` is redacted like ``api_key=...`` in text.
+    refine
+        For patterns that match a whole run (a run of digit groups, of
+        colon-separated hex groups): called on each candidate value (group
+        ``v``) instead of ``validator``, it returns the valid values inside
+        the run as disjoint ``(start, end)`` offsets into the value, in
+        characters. So a card number after an unrelated group of four digits
+        is found, and an invalid run is not split into valid-looking parts.
 
     Raises
     ------
@@ -132,7 +140,7 @@ class Recogniser:
     --------
     >>> r = Recogniser(name="TICKET", pattern=r"(?P<v>TCK-[0-9]{6})", label="ticket id")
     >>> r.scan
-    '[^0-9A-Za-z_](?:(?P<v>TCK-[0-9]{6}))(?:[^0-9A-Za-z_])'
+    '(?:[^0-9A-Za-z_])(?:(?P<v>TCK-[0-9]{6}))(?:[^0-9A-Za-z_])'
     """
 
     name: str
@@ -142,6 +150,7 @@ class Recogniser:
     lead: str = _LEAD
     trail: str = _TRAIL
     key: str | None = None
+    refine: Callable[[str], Sequence[tuple[int, int]]] | None = None
     scan: str = field(init=False, repr=False, compare=False)
     prefilter: str = field(init=False, repr=False, compare=False)
     _rx: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -149,7 +158,7 @@ class Recogniser:
     _json_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        scan = f"{self.lead}(?:{self.pattern})(?:{self.trail})"
+        scan = f"(?:{self.lead})(?:{self.pattern})(?:{self.trail})"
         try:
             rx = re.compile(scan)
             key_rx = re.compile(self.key) if self.key is not None else None
@@ -169,6 +178,12 @@ class Recogniser:
     def _accepts(self, value: str) -> bool:
         return self.validator is None or self.validator(value)
 
+    def _parts(self, value: str) -> Sequence[tuple[int, int]]:
+        """The accepted values inside a candidate value, as offsets into it."""
+        if self.refine is not None:
+            return self.refine(value)
+        return ((0, len(value)),) if self._accepts(value) else ()
+
     def _accepts_candidate(self, candidate: str) -> bool:
         """Whether a match found by the Rust engine (lead + value + trail) is a valid value.
 
@@ -177,7 +192,7 @@ class Recogniser:
         candidate's end is the scan's own.
         """
         m = self._rx.fullmatch(candidate)
-        return m is not None and self._accepts(m.group("v"))
+        return m is not None and bool(self._parts(m.group("v")))
 
     def _accepts_json_pair(self, candidate: str) -> bool:
         assert self._json_rx is not None
@@ -334,6 +349,7 @@ _IIN_RANGES: tuple[tuple[str, str, frozenset[int]], ...] = (
     ("50", "50", frozenset(range(12, 20))),  # Maestro
     ("56", "69", frozenset(range(12, 20))),  # Maestro, Discover, UnionPay, RuPay, ...
     ("81", "82", frozenset({16})),  # UnionPay / RuPay
+    ("1", "1", frozenset({15})),  # UATP (Universal Air Travel Plan)
 )
 
 
@@ -350,6 +366,33 @@ def _card_ok(value: str) -> bool:
         if lo <= prefix <= hi and n in lengths:
             return _luhn(digits)
     return False
+
+
+def _card_parts(value: str) -> list[tuple[int, int]]:
+    """Card numbers inside a run of digit groups: whole groups, a card grouping, :func:`_card_ok`.
+
+    Every window of consecutive groups written in one of the card groupings
+    (:data:`_CARD_GROUPING`) is checked; the longest valid windows win, then
+    the leftmost, so ``1234 4111 1111 1111 1111`` gives the card that starts
+    at the second group.
+    """
+    bounds = [m.span() for m in _DIGITS.finditer(value)]
+    valid: list[tuple[int, int]] = []
+    for i, (start, _) in enumerate(bounds):
+        for _, end in bounds[i : i + 5]:
+            window = value[start:end]
+            if _CARD_GROUPING.fullmatch(window) and _card_ok(window):
+                valid.append((start, end))
+    return _disjoint(valid)
+
+
+def _disjoint(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest spans first, then the leftmost, dropping those that overlap a kept one."""
+    kept: list[tuple[int, int]] = []
+    for start, end in sorted(spans, key=lambda s: (s[0] - s[1], s[0])):
+        if all(end <= s or e <= start for s, e in kept):
+            kept.append((start, end))
+    return sorted(kept)
 
 
 # IBAN length per country, from the SWIFT IBAN Registry (ISO 13616-1 registration authority).
@@ -369,13 +412,21 @@ _IBAN_LENGTHS: dict[str, int] = {
 }  # fmt: skip
 
 
+_IBAN_SEPARATORS = " \u00a0-"
+
+
 def _iban_ok(value: str) -> bool:
     """Check an IBAN: ISO 13616-1 length per country and ISO 7064 MOD 97-10.
+
+    Letters may be written in either case and the groups of four separated
+    by spaces, no-break spaces or dashes (one kind per IBAN).
 
     The first four characters move to the end, letters become numbers
     (A=10 ... Z=35), and the remainder modulo 97 must be 1.
     """
-    iban = "".join(ch for ch in value if ch not in " \u00a0")
+    if len({ch for ch in value if ch in _IBAN_SEPARATORS}) > 1:
+        return False
+    iban = "".join(ch for ch in value if ch not in _IBAN_SEPARATORS).upper()
     if len(iban) != _IBAN_LENGTHS.get(iban[:2], -1) or not 2 <= int(iban[2:4]) <= 98:
         return False
     rearranged = iban[4:] + iban[:4]
@@ -385,12 +436,17 @@ def _iban_ok(value: str) -> bool:
 def _ssn_ok(value: str) -> bool:
     """US Social Security number AAA-GG-SSSS outside the ranges the SSA never assigns.
 
+    The separator is a dash, a dot or a space, the same twice.
+
     Area 000, 666 and 900-999, group 00 and serial 0000 are never issued (SSA,
     "Social Security Number Randomization", 2011; Program Operations Manual
     RM 10201.060); 078-05-1120 and 219-09-9999 were voided after appearing in
     advertising.
     """
-    area, group, serial = value.split("-")
+    parts = re.split("[ .\\-]", value)
+    if len(parts) != 3 or len(set(re.findall("[ .\\-]", value))) != 1:
+        return False
+    area, group, serial = parts
     if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
         return False
     return value not in ("078-05-1120", "219-09-9999")
@@ -441,15 +497,210 @@ def _ip_ok(value: str) -> bool:
     return not (address.version == 6 and address.is_unspecified)
 
 
+def _ip_parts(value: str) -> tuple[tuple[int, int], ...]:
+    """An IP address, with its CIDR prefix length (``/64``) when that is valid for its version.
+
+    The whole run must be one address (:func:`ipaddress.ip_address`), so a
+    run with two ``::`` is no address at all rather than two; the unspecified
+    ``::`` is not reported. A prefix length beyond 32 (IPv4) or 128 (IPv6)
+    leaves the suffix out of the span.
+    """
+    address, slash, _ = value.partition("/")
+    if not _ip_ok(address):
+        return ()
+    if slash:
+        try:
+            ipaddress.ip_interface(value)
+        except ValueError:
+            return ((0, len(address)),)
+    return ((0, len(value)),)
+
+
 def _email_ok(value: str) -> bool:
-    """RFC 5321 §4.5.3.1 size limits (local part 64, address 254) and RFC 1035 label rules."""
+    """RFC 5321 §4.5.3.1 size limits (local part 64, address 254) and RFC 1035 label rules.
+
+    An internationalised domain (RFC 5890) is checked in its ASCII form
+    (IDNA, RFC 3490), so each label's limit of 63 applies to the punycode.
+    """
     local, _, domain = value.rpartition("@")
     if len(local) > 64 or len(value) > 254 or ".." in value:
         return False
     if local[0] == "." or local[-1] == ".":
         return False
+    try:
+        ascii_domain = domain.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
     return all(
-        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-" for label in domain.split(".")
+        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-"
+        for label in ascii_domain.split(".")
+    )
+
+
+PHONE_REGIONS: tuple[str, ...] = (
+    "US", "GB", "DE", "FR", "IN", "BR", "JP", "AU", "CA", "ES", "IT", "MX", "NL",
+)  # fmt: skip
+"""The regions (ISO 3166-1 alpha-2) whose national phone formats the built-in recogniser finds.
+
+United States, United Kingdom, Germany, France, India, Brazil, Japan,
+Australia, Canada, Spain, Italy, Mexico and the Netherlands. A number written
+with ``+`` and a country code is found whatever its country; pass other regions
+to :func:`phone_recogniser` for other national formats."""
+
+# A run that may hold a phone number: an optional "+" or "00", digit groups separated by
+# one or two of " .-/" or a no-break space, or in brackets; at least one separator or
+# bracket, so a bare run of digits (an order number, an id) is no candidate.
+_PHONE_RUN = (
+    "(?P<v>(?:\\+|00)?(?:\\([0-9]{1,5}\\)|[0-9]{1,6})"
+    "(?:[ .\\-/\u00a0]{1,2}(?:\\([0-9]{1,5}\\)|[0-9]{1,8})|\\([0-9]{1,5}\\)){1,6})"
+)
+_SSN_LIKE = re.compile("[0-9]{3}([ .\\-])[0-9]{2}\\1[0-9]{4}")
+_PHONE_LIST_SEP = re.compile("[ \u00a0]+/[ \u00a0]+")
+_DATE_LIKE = re.compile(
+    "[0-9]{4}([./\\-])[0-9]{1,2}\\1[0-9]{1,2}|[0-9]{1,2}([./\\-])[0-9]{1,2}\\2[0-9]{2,4}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _PhoneMatcher:
+    """Phone numbers inside a digit run, found by libphonenumber's ``PhoneNumberMatcher``.
+
+    A number written with ``+`` is matched at leniency ``VALID`` (a valid
+    number of its country). A number written nationally is matched region by
+    region at ``STRICT_GROUPING``: valid for the region, with the national
+    prefix where the region writes one, and grouped as the region groups its
+    numbers. ``VALID`` alone accepts too much there: the numbering plans of
+    Germany and Italy have variable lengths, so ``0.20.19.15.0`` (a version)
+    and ``4746 7583 46`` (part of an IBAN) are valid numbers somewhere.
+
+    A number must be the whole run, or a whole piece of a list written
+    ``a / b``: a valid-looking part of a longer run of digit groups (a
+    reference, an invalid card number) is not a phone number. A region is
+    skipped when the run's digit count, less a national prefix of up to three
+    digits, is none of the region's possible lengths. Runs shaped like dates,
+    US SSNs or card numbers are skipped. Results are cached per run.
+    """
+
+    regions: tuple[str, ...]
+
+    def __call__(self, value: str) -> tuple[tuple[int, int], ...]:
+        return _phone_parts(value, self.regions)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    import phonenumbers
+
+    digits = sum(1 for ch in value if "0" <= ch <= "9")
+    if digits < 5 or _DATE_LIKE.fullmatch(value) or _SSN_LIKE.fullmatch(value):
+        return ()
+    if _CARD_GROUPING.fullmatch(value):
+        return ()
+    # A number is a whole run, or a whole piece of a list "a / b".
+    pieces = {(0, len(value))}
+    at = 0
+    for sep in _PHONE_LIST_SEP.finditer(value):
+        pieces.add((at, sep.start()))
+        at = sep.end()
+    if at:
+        pieces.add((at, len(value)))
+    international = value[0] == "+" or value.startswith("00")
+    found: list[tuple[int, int]] = []
+    for region in (None,) if international else regions:
+        if region is not None and digits <= 15 and not _phone_length_ok(digits, region):
+            continue
+        leniency = phonenumbers.Leniency.VALID if international else _national_leniency()
+        spans = _matches(value, region, leniency) & pieces
+        found.extend(spans)
+        if (0, len(value)) in spans:
+            break
+    return tuple(_disjoint(found))
+
+
+def _national_leniency() -> Any:
+    import phonenumbers
+
+    return phonenumbers.Leniency.STRICT_GROUPING
+
+
+def _matches(value: str, region: str | None, leniency: Any) -> set[tuple[int, int]]:
+    import phonenumbers
+
+    matcher = phonenumbers.PhoneNumberMatcher(value, region, leniency=leniency)
+    return {(m.start, m.end) for m in matcher}
+
+
+@functools.cache
+def _region_lengths(region: str) -> frozenset[int]:
+    import phonenumbers
+
+    meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
+    if meta is None or meta.general_desc is None:
+        return frozenset()
+    return frozenset(meta.general_desc.possible_length or ())
+
+
+def _phone_length_ok(digits: int, region: str) -> bool:
+    lengths = _region_lengths(region)
+    return any(digits - k in lengths for k in range(4))
+
+
+def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
+    """A ``PHONE`` recogniser for numbers in the national formats of ``regions`` (and ``+CC``).
+
+    A vectorised prefilter selects runs of digit groups (at least one space,
+    dot, dash, slash or bracket between or around them); libphonenumber's
+    ``PhoneNumberMatcher`` (``phonenumbers`` package, leniency ``VALID``)
+    then finds the valid numbers inside each distinct run, trying the regions
+    in order. Version strings, dates and order numbers are not valid numbers,
+    or not candidates (a date-shaped run, a bare run of digits, a run after
+    ``#`` or ``-``).
+
+    Parameters
+    ----------
+    regions
+        ISO 3166-1 alpha-2 region codes, in the order they are tried;
+        :data:`PHONE_REGIONS` by default.
+
+    Returns
+    -------
+    Recogniser
+        Named ``PHONE``; use it in ``recognisers=`` in place of or next to
+        :data:`RECOGNISERS`.
+
+    Raises
+    ------
+    PlanError
+        If ``regions`` is empty or names a region libphonenumber does not know.
+
+    Examples
+    --------
+    >>> uk = phone_recogniser(["GB"])
+    >>> redact_text("ring 020 7946 0958 or (415) 555-2671", recognisers=uk)[0]
+    'ring [PHONE] or (415) 555-2671'
+    >>> phone_recogniser(["XX"])
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PlanError: phone_recogniser: unknown region(s) 'XX'; use ISO 3166-1 alpha-2 codes such as 'US', 'GB'
+    """  # noqa: E501
+    import phonenumbers
+
+    chosen = tuple(str(r).upper() for r in ([regions] if isinstance(regions, str) else regions))
+    if not chosen:
+        raise PlanError("phone_recogniser: regions is empty; pass region codes such as 'US'")
+    unknown = [r for r in chosen if r not in phonenumbers.SUPPORTED_REGIONS]
+    if unknown:
+        raise PlanError(
+            f"phone_recogniser: unknown region(s) {', '.join(map(repr, unknown))}; "
+            "use ISO 3166-1 alpha-2 codes such as 'US', 'GB'"
+        )
+    return Recogniser(
+        name="PHONE",
+        pattern=_PHONE_RUN,
+        refine=_PhoneMatcher(chosen),
+        label=f"phone number, national formats of {', '.join(chosen)} (libphonenumber)",
+        lead=f"[^{_WORD}+#\\-/. \u00a0]|[^0-9A-Za-z_+#\\-/.][ \u00a0]|[A-Za-z][ \u00a0]",
+        trail=f"[^{_WORD}]",
     )
 
 
@@ -548,6 +799,8 @@ def _ci(word: str) -> str:
     for ch in word:
         if ch in "_-":
             out.append("[_-]?")
+        elif ch == " ":
+            out.append("[ \u00a0]")
         elif ch.isalpha():
             out.append(f"[{ch.upper()}{ch.lower()}]")
         else:
@@ -560,13 +813,35 @@ _SEP = "[ .\\-\u00a0]"
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _HEX = "[0-9A-Fa-f]{1,4}"
 
-_EMAIL = r"(?P<v>[A-Za-z0-9][A-Za-z0-9._%+\-]*@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,63})"
-_CARD = (
-    f"(?P<v>[0-9]{{4}}{_SEP}[0-9]{{6}}{_SEP}[0-9]{{4,5}}"
+# Letters of the scripts internationalised domain names are written in (Latin, Greek,
+# Cyrillic, Hebrew, Arabic, Devanagari, Thai, kana, CJK, Hangul), as explicit ranges so the
+# two engines read them alike.
+_IDN = (
+    "\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff\u0590-\u05ff"
+    "\u0600-\u06ff\u0900-\u097f\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af"
+)
+_LABEL = f"[A-Za-z0-9{_IDN}\\-]+"
+_EMAIL = (
+    f"(?P<v>[A-Za-z0-9{_IDN}][A-Za-z0-9{_IDN}._%+\\-]*@{_LABEL}(?:\\.{_LABEL})*"
+    f"\\.(?:[Xx][Nn]--[A-Za-z0-9\\-]{{1,59}}|[A-Za-z]{{2,63}}|[{_IDN}]{{2,63}}))"
+)
+# A card number as written: contiguous, or grouped 4-4-4-4(-3), 4-6-5, 4-6-4, 4-5-6 (UATP)
+# or 4-4-4-1..3, with one kind of separator (checked by _card_ok).
+_CARD_GROUPING = re.compile(
+    f"[0-9]{{4}}{_SEP}[0-9]{{6}}{_SEP}[0-9]{{4,5}}"
+    f"|[0-9]{{4}}{_SEP}[0-9]{{5}}{_SEP}[0-9]{{6}}"
     f"|[0-9]{{4}}(?:{_SEP}[0-9]{{4}}){{3}}(?:{_SEP}[0-9]{{3}})?"
     f"|[0-9]{{4}}(?:{_SEP}[0-9]{{4}}){{2}}{_SEP}[0-9]{{1,3}}"
-    "|[0-9]{13,19})"
+    "|[0-9]{13,19}"
 )
+_DIGITS = re.compile("[0-9]+")
+# The lead of a run of digit groups: not inside a longer run, nor right after a group of
+# digits and a separator ("FR76-3000-...", "NL91 ABNA 0417 ..." stays one unit), so a
+# recogniser sees a run from its first group.
+_RUN_LEAD = f"[^{_WORD}\\-. \u00a0]|[^0-9A-Za-z_\\-.][ \u00a0\\-.]|[A-Za-z][ \u00a0]"
+# A run of digit groups that may hold a card number (_card_parts finds it inside).
+_CARD = f"(?P<v>[0-9]{{13,19}}|[0-9]{{1,6}}(?:{_SEP}[0-9]{{1,6}}){{2,7}})"
 
 
 def _iban_pattern() -> str:
@@ -576,20 +851,25 @@ def _iban_pattern() -> str:
     branches = []
     for length, countries in sorted(by_length.items()):
         groups, rest = divmod(length - 4, 4)
-        branch = f"(?:{'|'.join(countries)})[0-9]{{2}}(?:[ \u00a0]?[A-Z0-9]{{4}}){{{groups}}}"
+        names = "|".join(_ci(c) for c in countries)
+        branch = f"(?:{names})[0-9]{{2}}(?:[ \u00a0\\-]?[A-Za-z0-9]{{4}}){{{groups}}}"
         if rest:
-            branch += f"[ \u00a0]?[A-Z0-9]{{{rest}}}"
+            branch += f"[ \u00a0\\-]?[A-Za-z0-9]{{{rest}}}"
         branches.append(branch)
     return f"(?P<v>{'|'.join(branches)})"
 
 
 _PHONE = r"(?P<v>(?:\+|00)[1-9](?:[ .\-" + "\u00a0" + r"]?(?:\([0-9]{1,4}\)|[0-9])){6,18})"
-_IPV4 = f"(?P<v>{_OCTET}(?:\\.{_OCTET}){{3}})"
+_SSN_CONTEXT = "(?:" + "|".join(_ci(w) for w in ("ssn", "social security")) + ")[^0-9\n]{0,24}"
+_IPV4 = f"(?P<v>{_OCTET}(?:\\.{_OCTET}){{3}}(?:/[0-9]{{1,2}})?)"
+# An IPv6 address (full, compressed, or with an IPv4 tail), then the rest of its run of
+# colon-separated hex groups and a CIDR prefix length: the whole run must be one address
+# (_ip_parts), so "2001:db8::1::2" is not cut into two.
 _IPV6 = (
     f"(?P<v>(?:{_HEX}(?::{_HEX}){{7}}"
     f"|{_HEX}(?::{_HEX}){{5}}:{_OCTET}(?:\\.{_OCTET}){{3}}"
     f"|(?:{_HEX}(?::{_HEX}){{0,6}})?::(?:{_HEX}(?::{_HEX}){{0,6}})?)"
-    f"(?:\\.{_OCTET}){{0,3}})"
+    f"(?::[0-9A-Fa-f]{{0,4}})*(?:\\.{_OCTET}){{0,3}}(?:/[0-9]{{1,3}})?)"
 )
 _PEM = (
     "(?P<v>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----"
@@ -665,8 +945,9 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(
         name="CREDIT_CARD",
         pattern=_CARD,
-        validator=_card_ok,
+        refine=_card_parts,
         label="payment card number, Luhn and IIN checked (ISO/IEC 7812)",
+        lead=_RUN_LEAD,
     ),
     Recogniser(
         name="IBAN",
@@ -683,6 +964,13 @@ RECOGNISERS: tuple[Recogniser, ...] = (
         trail=f"[^{_WORD}\\-]|-[^{_WORD}]",
     ),
     Recogniser(
+        name="US_SSN",
+        pattern=f"{_SSN_CONTEXT}(?P<v>[0-9]{{3}}[ .][0-9]{{2}}[ .][0-9]{{4}})",
+        validator=_ssn_ok,
+        label="US Social Security number with dots or spaces, after 'SSN' or 'social security'",
+        trail=f"[^{_WORD}.]|\\.[^{_WORD}]",
+    ),
+    Recogniser(
         name="EMAIL",
         pattern=_EMAIL,
         validator=_email_ok,
@@ -694,22 +982,24 @@ RECOGNISERS: tuple[Recogniser, ...] = (
         pattern=_PHONE,
         validator=_phone_ok,
         label="international phone number (+CC or 00CC, E.164)",
+        lead=_RUN_LEAD,
     ),
     Recogniser(
         name="IP_ADDRESS",
         pattern=_IPV4,
-        validator=_ip_ok,
-        label="IPv4 address",
+        refine=_ip_parts,
+        label="IPv4 address, with its CIDR prefix length",
         lead=f"[^{_WORD}.]",
         trail=f"[^{_WORD}.]|\\.[^{_WORD}]",
     ),
     Recogniser(
         name="IP_ADDRESS",
         pattern=_IPV6,
-        validator=_ip_ok,
-        label="IPv6 address, full or compressed (RFC 4291 §2.2, RFC 5952)",
+        refine=_ip_parts,
+        label="IPv6 address, full or compressed, with its CIDR prefix length (RFC 4291 §2.2-2.3)",
         lead=f"[^{_WORD}:.]",
     ),
+    phone_recogniser(),
 )
 """The recognisers, in tie-break order (earlier wins among equally long overlapping spans).
 
@@ -840,9 +1130,9 @@ def _spans(text: str, recs: tuple[_Source, ...]) -> list[Span]:
             found.extend((s.start, s.end, order, s.type) for s in r.spans([text])[0])
             continue
         for m in r._rx.finditer(padded):
-            if r._accepts(m.group("v")):
-                start, end = m.span("v")
-                found.append((start - 1, end - 1, order, r.name))
+            base = m.start("v") - 1
+            for start, end in r._parts(m.group("v")):
+                found.append((base + start, base + end, order, r.name))
     if not found:
         return []
     # Longest first, then recogniser order, then leftmost; keep what does not overlap.
