@@ -104,13 +104,15 @@ def test_no_planted_value_survives_redaction(corpus: list[Document]) -> None:
 def test_the_vectorised_path_agrees_on_the_corpus(corpus: list[Document]) -> None:
     items = []
     for i, doc in enumerate(corpus):
-        payload = (
-            {"kind": "text", "value": doc.value}
+        fields: dict[str, object] = (
+            {"text": doc.value}
             if doc.kind == "text"
-            else {"kind": "json", "value": doc.value}
+            else {"payload": {"kind": "json", "value": doc.value}}
         )
         items.append(
-            ContextItem(id=f"d{i}", role="user", payload=payload, created_at="2024-01-01T00:00:00Z")
+            ContextItem.model_validate(
+                {"id": f"d{i}", "role": "user", "created_at": "2024-01-01T00:00:00Z", **fields}
+            )
         )
     out = redact_frame(items_to_frame(items))
     for doc, row in zip(corpus, out.iter_rows(named=True), strict=True):
