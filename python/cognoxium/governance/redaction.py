@@ -620,7 +620,8 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
         if region is not None and not _may_be_national(digits, region):
             continue
         leniency = phonenumbers.Leniency.VALID if international else _national_leniency()
-        spans = _matches(value, region, leniency) & pieces
+        # Only whole pieces count, so without a list the matcher need not look inside the run.
+        spans = _matches(value, region, leniency, 1 if len(pieces) == 1 else 65535) & pieces
         found.extend(spans)
         if (0, len(value)) in spans:
             break
@@ -633,10 +634,10 @@ def _national_leniency() -> Any:
     return phonenumbers.Leniency.STRICT_GROUPING
 
 
-def _matches(value: str, region: str | None, leniency: Any) -> set[tuple[int, int]]:
+def _matches(value: str, region: str | None, leniency: Any, max_tries: int) -> set[tuple[int, int]]:
     import phonenumbers
 
-    matcher = phonenumbers.PhoneNumberMatcher(value, region, leniency=leniency)
+    matcher = phonenumbers.PhoneNumberMatcher(value, region, leniency=leniency, max_tries=max_tries)
     return {(m.start, m.end) for m in matcher}
 
 

@@ -140,11 +140,9 @@ def _card(rng: random.Random) -> tuple[str, str]:
     else:
         number = _luhn_complete("1" + _digits(rng, 13))
         sizes = (4, 5, 6)
-    text = _group(number, sizes, sep) if sep else number
     if scheme == "after_group":
-        sep = sep or " "
-        text = _group(number, sizes, sep)
-    return text, scheme
+        sep = sep or " "  # the reference group before it is written with a separator
+    return (_group(number, sizes, sep) if sep else number), scheme
 
 
 def _card_after_group(rng: random.Random, card: str) -> str:
@@ -263,8 +261,6 @@ def _phone(rng: random.Random, region: str) -> str:
             break
     else:
         number = example
-    if region == "intl":  # pragma: no cover - regions are real regions here
-        raise AssertionError
     text = phonenumbers.format_number(number, PhoneNumberFormat.NATIONAL)
     if region in ("US", "CA") and rng.random() < 0.5:
         digits = str(number.national_number)
