@@ -16,6 +16,7 @@ __all__ = [
     "QUARANTINE_COLUMN",
     "REDACTED_FROM",
     "REDACTIONS",
+    "UNREDACTED",
 ]
 
 CHAT_ROLES: Final[dict[str, str]] = {
@@ -43,6 +44,10 @@ REDACTIONS: Final = "redactions"
 
 REDACTED_FROM: Final = "redacted_from"
 """Column written by redact: the content hash before redaction, or null."""
+
+UNREDACTED: Final = "unredacted"
+"""Column written by redact: canonical JSON list of the fields outside the payload that hold
+data and were not redacted (``["metadata","sources"]``), or null."""
 
 MERGE_RULES: Final[dict[str, str]] = {
     "trust": "least trust (untrusted if any copy is)",

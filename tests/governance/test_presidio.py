@@ -140,9 +140,13 @@ def test_types_choose_among_the_presidio_types(presidio: Any) -> None:
         redact_text(CASE, types="PERSON", recognisers=presidio)
 
 
-def test_json_values_are_redacted_and_keys_kept(presidio: Any) -> None:
+def test_json_values_and_keys_are_redacted(presidio: Any) -> None:
     value = {EMAIL: [f"call {PHONE}"], "iban": IBAN, "n": 4, "ok": None}
     assert redact_json(value, recognisers=presidio) == (
+        {"[EMAIL]": ["call [PHONE]"], "iban": "[IBAN]", "n": 4, "ok": None},
+        {"EMAIL": 1, "IBAN": 1, "PHONE": 1},
+    )
+    assert redact_json(value, recognisers=presidio, keys=False) == (
         {EMAIL: ["call [PHONE]"], "iban": "[IBAN]", "n": 4, "ok": None},
         {"IBAN": 1, "PHONE": 1},
     )

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from cognoxium import CognitionFrame, OptFlags
 from cognoxium.app.cli import app
 from cognoxium.exceptions import PlanError
+from cognoxium.governance.redaction import redact_frame, redact_json
 from cognoxium.items.io import read_items
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
@@ -127,3 +128,84 @@ def test_cli_redacts_a_file_and_names_bad_arguments(tmp_path: Path) -> None:
     )
     assert keyless.exit_code == 1
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def _items_with_fields() -> pl.DataFrame:
+    from cognoxium.items.model import ContextItem
+    from cognoxium.items.schema import items_to_frame
+
+    return items_to_frame(
+        [
+            ContextItem(
+                id="k",
+                role="tool",
+                payload={"kind": "json", "value": {"ana@example.org": {"10.0.0.1": "up"}}},
+                created_at="2024-01-01T00:00:00Z",
+            ),
+            ContextItem(
+                id="m",
+                role="user",
+                text="plain",
+                metadata={"owner": "bo@example.org", "n": 3},
+                sources=[
+                    {
+                        "uri": "https://example.org/u/ana@example.org",
+                        "title": "mail of +44 20 7946 0958",
+                    }
+                ],
+                created_at="2024-01-01T00:00:00Z",
+            ),
+            ContextItem(id="p", role="user", text="nothing", created_at="2024-01-01T00:00:00Z"),
+        ]
+    )
+
+
+def test_json_object_keys_are_redacted_by_default() -> None:
+    df = _items_with_fields()
+    out = redact_frame(df)
+    assert out.get_column("json")[0] == '{"[EMAIL]":{"[IP_ADDRESS]":"up"}}'
+    assert json.loads(out.get_column("redactions")[0]) == {"EMAIL": 1, "IP_ADDRESS": 1}
+    kept = redact_frame(df, keys=False)
+    assert kept.get_column("json")[0] == df.get_column("json")[0]
+    assert kept.get_column("redactions")[0] == "{}"
+
+
+def test_keys_that_redact_alike_keep_every_member() -> None:
+    value, counts = redact_json({"ana@example.org": 1, "bo@example.org": 2, "[EMAIL]": 3})
+    assert value == {"[EMAIL]": 1, "[EMAIL] (2)": 2, "[EMAIL] (3)": 3}
+    assert counts == {"EMAIL": 2}
+
+
+def test_metadata_and_sources_are_redacted_only_when_asked() -> None:
+    df = _items_with_fields()
+    plain = redact_frame(df)
+    assert plain.get_column("metadata")[1] == df.get_column("metadata")[1]
+    assert plain.get_column("unredacted").to_list() == [None, '["metadata","sources"]', None]
+
+    out = redact_frame(df, metadata=True, sources=True)
+    assert out.get_column("metadata")[1] == '{"n":3,"owner":"[EMAIL]"}'
+    (source,) = out.get_column("sources")[1].to_list()
+    assert source["uri"] == "https://example.org/u/[EMAIL]"
+    assert source["title"] == "mail of [PHONE]"
+    assert json.loads(out.get_column("redactions")[1]) == {"EMAIL": 2, "PHONE": 1}
+    assert out.get_column("unredacted").to_list() == [None, None, None]
+    # The payload did not change, so neither did its content hash.
+    assert out.get_column("content_hash")[1] == df.get_column("content_hash")[1]
+    assert out.get_column("redacted_from")[1] is None
+
+    only_meta = redact_frame(df, metadata=True)
+    assert only_meta.get_column("unredacted").to_list() == [None, '["sources"]', None]
+
+
+def test_redact_options_reach_the_plan_and_the_manifest() -> None:
+    cf = CognitionFrame(_items_with_fields())
+    assert "fields=payload+keys+metadata" in cf.redact(metadata=True).explain()
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    manifest = cf.redact().pack(500, as_of=when).manifest
+    assert manifest.unredacted == {"metadata": 1, "sources": 1}
+    assert json.loads(manifest.to_json())["unredacted"] == {"metadata": 1, "sources": 1}
+    full = cf.redact(metadata=True, sources=True).pack(500, as_of=when).manifest
+    assert full.unredacted == {}
+    assert "unredacted" not in json.loads(full.to_json())
+    with pytest.raises(PlanError, match="redact metadata must be True or False"):
+        cf.redact(metadata="yes")  # type: ignore[arg-type]

@@ -661,7 +661,7 @@ def test_redact_frame_columns_and_lineage() -> None:
     items = [ContextItem.model_validate({**row, "created_at": t0}) for row in rows]
     df = items_to_frame(items).with_columns(pl.lit(1).alias("extra"))
     out = redact_frame(df)
-    assert out.columns == [*df.columns, "redactions", "redacted_from"]
+    assert out.columns == [*df.columns, "redactions", "redacted_from", "unredacted"]
     assert out.get_column("text").to_list() == [
         "call [PHONE]",
         None,

@@ -23,6 +23,7 @@ from cognoxium._columns import (
     QUARANTINE_COLUMN,
     REDACTED_FROM,
     REDACTIONS,
+    UNREDACTED,
 )
 from cognoxium.engine.plan import (
     Dedupe,
@@ -525,6 +526,7 @@ def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
     out_schema = pl.Schema(schema)
     out_schema[REDACTIONS] = pl.String()
     out_schema[REDACTED_FROM] = pl.String()
+    out_schema[UNREDACTED] = pl.String()
 
     def run(df: pl.DataFrame) -> pl.DataFrame:
         before = df.get_column("content_hash")
@@ -534,6 +536,9 @@ def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
             key=node.key,
             types=node.types,
             recognisers=node.recognisers,
+            keys=node.keys,
+            metadata=node.metadata,
+            sources=node.sources,
         )
         if "lineage" not in out.columns:
             return out

@@ -1207,8 +1207,12 @@ class Redact(Node):
     ``redactions`` counts redactions by type (canonical JSON) and
     ``redacted_from`` holds the previous hash. ``recognisers`` (built-in
     recognisers and recogniser sets, in tie-break order) is ``None`` for the
-    built-in ones. The key of the ``hash`` style is never shown. A barrier:
-    no optimizer rule moves a node across it.
+    built-in ones. ``keys`` redacts the object keys of Json payloads (and of
+    metadata), ``metadata`` the ``metadata`` column, ``sources`` the uri and
+    title of each source; ``unredacted`` lists, per row, the fields outside
+    the payload that hold data and were not redacted. The key of the
+    ``hash`` style is never shown. A barrier: no optimizer rule moves a node
+    across it.
     """
 
     barrier = True
@@ -1217,6 +1221,9 @@ class Redact(Node):
     key: bytes | None = field(default=None, repr=False)
     types: tuple[str, ...] | None = None
     recognisers: tuple[Recogniser | RecogniserSet, ...] | None = None
+    keys: bool = True
+    metadata: bool = False
+    sources: bool = False
 
     def _check(self) -> None:
         from cognoxium.governance.redaction import redact_text
@@ -1229,18 +1236,28 @@ class Redact(Node):
             recognisers=self.recognisers,
         )
         self._require(("id", "payload_kind", "text", "json", "content_hash"), "redact")
+        for name in ("keys", "metadata", "sources"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlanError(f"redact {name} must be True or False, got {getattr(self, name)!r}")
+        needed = tuple(c for c in ("metadata", "sources") if getattr(self, c))
+        if needed:
+            self._require(needed, "redact")
 
     @override
     def label(self) -> str:
         from cognoxium.governance.redaction import Recogniser
 
         types = "all types" if self.types is None else ", ".join(self.types)
+        scope = ["payload", *(n for n in ("keys", "metadata", "sources") if getattr(self, n))]
+        head = f"Redact {types} style={self.style}"
+        if scope != ["payload", "keys"]:
+            head += f" fields={'+'.join(scope)}"
         if self.recognisers is None:
-            return f"Redact {types} style={self.style}"
+            return head
         names = dict.fromkeys(
             r.name if isinstance(r, Recogniser) else r.label for r in self.recognisers
         )
-        return f"Redact {types} style={self.style} recognisers={'; '.join(names)}"
+        return f"{head} recognisers={'; '.join(names)}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -948,17 +948,25 @@ class CognitionFrame:
         key: bytes | str | None = None,
         types: Sequence[str] | str | None = None,
         recognisers: Sequence[Recogniser | RecogniserSet] | RecogniserSet | None = None,
+        keys: bool = True,
+        metadata: bool = False,
+        sources: bool = False,
     ) -> CognitionFrame:
         """Replace recognised sensitive values (PII, secrets) in Text and Json payloads.
 
-        Recognisers: email, phone numbers in international formats, payment
-        cards (Luhn), IBAN (mod-97), IP addresses, secrets and API keys, US
-        SSN (see :mod:`cognoxium.governance.redaction`). A changed item gets a new
-        content hash and a ``redact`` lineage edge to its previous content;
-        the ``redactions`` column counts redactions by type (canonical JSON)
-        and the manifest reports them per item, never a raw value. Redacting
-        twice changes nothing. This step is a barrier: the optimizer moves no
-        filter, sort or limit across it.
+        Recognisers: email (also internationalised domains), phone numbers
+        (international, and national formats of
+        :data:`~cognoxium.governance.redaction.PHONE_REGIONS`), payment cards
+        (Luhn), IBAN (mod-97), IP addresses and CIDR blocks, secrets and API
+        keys, US SSN (see :mod:`cognoxium.governance.redaction`). A changed
+        item gets a new content hash and a ``redact`` lineage edge to its
+        previous content; the ``redactions`` column counts redactions by type
+        (canonical JSON) and the manifest reports them per item, never a raw
+        value. Fields outside the payload (``metadata``, ``sources``) are
+        redacted only when asked; the ``unredacted`` column and the
+        manifest's ``unredacted`` totals say which held data and were left as
+        they are. Redacting twice changes nothing. This step is a barrier:
+        the optimizer moves no filter, sort or limit across it.
 
         Parameters
         ----------
@@ -976,6 +984,14 @@ class CognitionFrame:
             :class:`cognoxium.governance.presidio.PresidioRecognisers`; ``None`` for the
             built-in ones (:data:`cognoxium.governance.redaction.RECOGNISERS`). ``types``
             names types of these.
+        keys
+            Redact the object keys of Json payloads (and of ``metadata`` when
+            it is redacted), not only their string values.
+        metadata
+            Redact the ``metadata`` JSON object (its string values, and its
+            keys with ``keys``). It is not part of the content hash.
+        sources
+            Redact the ``uri`` and ``title`` of every provenance source.
 
         Raises
         ------
@@ -992,6 +1008,12 @@ class CognitionFrame:
         ('Mail [EMAIL], tel [PHONE]', '{"EMAIL":1,"PHONE":1}')
         >>> cf.redact().lineage().select("child_id", "operation").rows()
         [('a', 'redact')]
+        >>> cf = CognitionFrame([{"id": "b", "role": "user", "text": "hi",
+        ...                       "metadata": {"from": "bo@example.org"}}])
+        >>> cf.redact().collect().select("metadata", "unredacted").row(0)
+        ('{"from":"bo@example.org"}', '["metadata"]')
+        >>> cf.redact(metadata=True).collect().select("metadata", "unredacted").row(0)
+        ('{"from":"[EMAIL]"}', None)
         """
         raw = key.encode("utf-8") if isinstance(key, str) else key
         kinds = None if types is None else ((types,) if isinstance(types, str) else tuple(types))
@@ -1001,7 +1023,16 @@ class CognitionFrame:
 
             recs = recogniser_pool(recognisers)
         return self._wrap(
-            Redact(input=self._plan, style=style, key=raw, types=kinds, recognisers=recs)
+            Redact(
+                input=self._plan,
+                style=style,
+                key=raw,
+                types=kinds,
+                recognisers=recs,
+                keys=keys,
+                metadata=metadata,
+                sources=sources,
+            )
         )
 
     def demote(

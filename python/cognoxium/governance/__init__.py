@@ -24,6 +24,7 @@ from cognoxium.governance.policies import (
     data_block_expr,
 )
 from cognoxium.governance.redaction import (
+    PHONE_REGIONS,
     RECOGNISERS,
     TYPES,
     Recogniser,
@@ -31,6 +32,7 @@ from cognoxium.governance.redaction import (
     RedactionStyle,
     Span,
     find_spans,
+    phone_recogniser,
     redact_frame,
     redact_json,
     redact_text,
@@ -41,6 +43,7 @@ __all__ = [
     "DATA_BLOCK_CLOSE",
     "EDGE_SCHEMA",
     "INJECTION_SIGNS",
+    "PHONE_REGIONS",
     "RECOGNISERS",
     "TYPES",
     "BoundaryPolicy",
@@ -57,6 +60,7 @@ __all__ = [
     "injection_expr",
     "injection_reasons",
     "lineage_edges",
+    "phone_recogniser",
     "redact_frame",
     "redact_json",
     "redact_text",

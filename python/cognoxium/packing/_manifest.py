@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from cognoxium._columns import CHAT_ROLES, MERGE_CONFLICTS, MERGE_RULES, MERGED_IDS, REDACTIONS
+from cognoxium._columns import (
+    CHAT_ROLES,
+    MERGE_CONFLICTS,
+    MERGE_RULES,
+    MERGED_IDS,
+    REDACTIONS,
+    UNREDACTED,
+)
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.items.model import canonical_json
 from cognoxium.packing._checks import Request
@@ -98,9 +105,28 @@ def build_manifest(
         merges=_merges(df),
         lineage=lineage_edges(df[decisions.selected]).to_dicts(),
         merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
+        unredacted=_unredacted_totals(df),
     )
     manifest._entries = entries
     return manifest
+
+
+def _unredacted_totals(df: pl.DataFrame) -> dict[str, int]:
+    """Per field outside the payload, the items that went through redact with it unredacted.
+
+    From the ``unredacted`` column that redact writes; empty when no redact
+    ran or when every field that held data was redacted.
+    """
+    if UNREDACTED not in df.columns:
+        return {}
+    fields = (
+        df.select(pl.col(UNREDACTED).drop_nulls().str.json_decode(pl.List(pl.String)))
+        .to_series()
+        .explode()
+        .drop_nulls()
+        .value_counts(sort=False)
+    )
+    return dict(sorted((str(k), int(v)) for k, v in fields.iter_rows()))
 
 
 def manifest_entries(df: pl.DataFrame, review: PolicyReview, decisions: Decisions) -> pl.DataFrame:

@@ -151,6 +151,11 @@ class PackManifest(BaseModel):
     ordered input, settings and token profile. ``lineage`` holds the lineage
     edges of the included items (see :mod:`cognoxium.governance.lineage`), ``merges``
     the merges a dedupe made, ``policy_outcomes`` what policies decided.
+    ``unredacted`` counts, per field outside the payload (``metadata``,
+    ``sources``), the items that went through a redact step while that field
+    held data and was not redacted (see
+    :meth:`cognoxium.CognitionFrame.redact`); it is left out of the JSON and
+    Arrow forms when empty, so manifests without such items read as before.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -170,6 +175,7 @@ class PackManifest(BaseModel):
     merges: list[MergeRecord] = []
     merge_rules: dict[str, str] = {}
     lineage: list[dict[str, str | None]] = []
+    unredacted: dict[str, int] = {}
     _entries: pl.DataFrame = PrivateAttr()
 
     @property
@@ -188,12 +194,16 @@ class PackManifest(BaseModel):
         entries (budget, used tokens, totals, fingerprints, ...) as canonical
         JSON, so the table alone describes the pack.
         """
-        header = canonical_json(self.model_dump(mode="json"))
+        header = canonical_json(self._header())
         return self._entries.to_arrow().replace_schema_metadata({"cognoxium.manifest": header})
+
+    def _header(self) -> dict[str, Any]:
+        """Everything but the entries, without ``unredacted`` when it is empty."""
+        return self.model_dump(mode="json", exclude={"unredacted"} if not self.unredacted else None)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain JSON-ready data, entries included."""
-        data = self.model_dump(mode="json")
+        data = self._header()
         data["entries"] = self._entries.with_columns(pl.col("rank").fill_nan(None)).to_dicts()
         return data
 
