@@ -70,7 +70,8 @@ class Reason(StrEnum):
 class ManifestEntry(BaseModel):
     """One input item's line in a manifest.
 
-    ``tokens`` is the item's cost (content plus framing) in tokens, or
+    ``tokens`` is the item's cost (its chat message: framing, name, content
+    and tool calls, see :mod:`cognoxium.tokens.profiles`) in tokens, or
     ``None`` when it was never counted because it provably could not matter.
     ``detail`` says more about the reason (the quarantine reason), or ``None``;
     ``provenance`` lists a quarantined item's source URIs (``None`` otherwise);

@@ -314,7 +314,8 @@ class ItemStore:
         A cost is the content's tokens (cached by content hash and profile
         fingerprint, :meth:`TokenProfile.count_cached`) plus the chat framing
         of the rendered role (:meth:`TokenProfile.framing`), as
-        :func:`cognoxium.packing.packer.pack` costs an item without a policy.
+        :func:`cognoxium.packing.packer.pack` costs an item without a policy,
+        a name or tool calls (pack also costs those; this does not).
 
         Parameters
         ----------
