@@ -1183,7 +1183,11 @@ def _record_error_at(record: Any, fail: _Failures, source: str | None, line: int
     try:
         ContextItem.model_validate(record)
     except ValidationError as exc:
-        return _record_error(exc, source, line=line)
+        error = _record_error(exc, source, line=line)
+        if error.field is None and fail.field is not None:
+            # A whole-record rule of the model: name the field the columns found.
+            return RecordError(error.message, source=source, line=line, field=fail.field)
+        return error
     except (RecursionError, ValueError, TypeError):
         pass  # worded from the column checks below
     return RecordError(fail.message, source=source, line=line, field=fail.field)
