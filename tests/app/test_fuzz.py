@@ -740,3 +740,31 @@ def test_the_cli_never_shows_a_traceback(tmp_path: Path, items: bytes, requests:
             rf"error: ({re.escape(str(items_path))}|{re.escape(str(requests_path))}):\d+: ",
             result.stderr,
         ), result.stderr
+
+
+# ---------------------------------------------------------------------------
+# Cases the strategies found, kept as fixed examples.
+
+FOUND = {
+    "surrogate in a time": (
+        {"created_at": "2024-01-01T00:00:00\ud800Z"},
+        "created_at",
+        "unable to parse raw data as a unicode string",
+    ),
+    "an integer beyond int64 as id": ({"id": 10**400}, "id", "valid string"),
+    # Polars converts a nested value recursively: 10,000 levels overflowed its stack.
+    "a list 10,000 deep as role": ({"role": Deep(10_000, "[")}, "role", "must be a string"),
+    "a list 10,000 deep as id": ({"id": Deep(10_000, "[")}, "id", "valid string"),
+    "a list 10,000 deep as a parent": ({"parents": [Deep(10_000, "[")]}, "parents.0", "string"),
+}
+
+
+@pytest.mark.parametrize("changes,field,message", FOUND.values(), ids=list(FOUND))
+def test_records_found_by_the_strategies_are_record_errors(
+    changes: dict[str, Any], field: str, message: str
+) -> None:
+    record = to_python({**GOOD_ITEM, **changes})
+    with pytest.raises(RecordError) as info:
+        records_to_frame([GOOD_ITEM, record], source="<found>")
+    assert (info.value.source, info.value.line, info.value.field) == ("<found>", 2, field)
+    assert message in info.value.message

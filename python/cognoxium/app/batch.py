@@ -109,7 +109,7 @@ class Request(BaseModel):
     id
         The request's identity, unique within a batch; written as
         ``request_id`` in the outputs. Non-blank text of at most
-        :data:`~cognoxium.items.model.MAX_ID_LENGTH` (1024) characters,
+        :data:`~cognoxium.items.MAX_ID_LENGTH` (1024) characters,
         without control characters, as item ids are.
     budget
         The token budget, in tokens: an integer from 0 to 2**63 - 1.
@@ -132,7 +132,7 @@ class Request(BaseModel):
         default. Not used by packing.
     labels
         Evaluation data: a free-form JSON object (for example a question
-        category), nested at most :data:`~cognoxium.items.model.MAX_JSON_DEPTH`
+        category), nested at most :data:`~cognoxium.items.MAX_JSON_DEPTH`
         (64) levels deep, without NaN or infinity. Empty by default. Not used
         by packing.
 

@@ -77,7 +77,7 @@ def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     ------
     RecordError
         At the first line that is not UTF-8, not JSON, or nested deeper than
-        :data:`~cognoxium.items.model.MAX_JSON_DEPTH` (plus the record's own
+        :data:`~cognoxium.items.MAX_JSON_DEPTH` (plus the record's own
         levels), naming the file, the 1-based line and, for nesting, the
         top-level field.
     OSError

@@ -314,7 +314,7 @@ class ContextItem(BaseModel):
     Parameters
     ----------
     id
-        Stable identity: non-blank text of at most :data:`MAX_ID_LENGTH`
+        Stable identity: non-blank text of at most :data:`~cognoxium.items.MAX_ID_LENGTH`
         (1024) characters, without control characters. Defaults to a random
         UUID4, which is *not* reproducible: give explicit ids for
         deterministic manifests.
@@ -356,7 +356,7 @@ class ContextItem(BaseModel):
         ``id`` is.
     metadata
         Free-form JSON object, kept canonical, nested at most
-        :data:`MAX_JSON_DEPTH` (64) levels of arrays and objects deep; NaN
+        :data:`~cognoxium.items.MAX_JSON_DEPTH` (64) levels of arrays and objects deep; NaN
         and infinity are refused. A JSON payload's value has the same limits.
 
     Raises

@@ -808,23 +808,27 @@ def _string_column(
     values: list[Any], name: str, fail: _Failures, field: str | None = None
 ) -> pl.Series:
     """A String column of ``values``; a non-string or a lone surrogate fails as ``field``."""
-    try:
-        return pl.Series(name, values, dtype=pl.String, strict=True)
-    except (TypeError, ValueError, pl.exceptions.PolarsError):
-        # Only a failing column is checked value by value.
-        problems = (
-            (i, "must be a string" if not isinstance(v, str) else text_problem(v))
-            for i, v in enumerate(values)
-            if v is not None
-        )
-        row, message = next(((i, m) for i, m in problems if m is not None), (None, None))
-        if row is not None and message is not None:
-            fail.add(row, field or name, message)
-        return pl.Series(
-            name,
-            [v if isinstance(v, str) and text_problem(v) is None else None for v in values],
-            pl.String,
-        )
+    # Only text reaches Polars: it converts other values recursively, so a list
+    # nested thousands deep would overflow its stack.
+    if all(t is type(None) or issubclass(t, str) for t in set(map(type, values))):
+        try:
+            return pl.Series(name, values, dtype=pl.String, strict=True)
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+            pass  # a lone surrogate: found below
+    # Only a failing column is checked value by value.
+    problems = (
+        (i, "must be a string" if not isinstance(v, str) else text_problem(v))
+        for i, v in enumerate(values)
+        if v is not None
+    )
+    row, message = next(((i, m) for i, m in problems if m is not None), (None, None))
+    if row is not None and message is not None:
+        fail.add(row, field or name, message)
+    return pl.Series(
+        name,
+        [v if isinstance(v, str) and text_problem(v) is None else None for v in values],
+        pl.String,
+    )
 
 
 _INTEGER_MESSAGE = (
@@ -874,7 +878,7 @@ def _float_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
 
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
-    texts = pl.Series([v if isinstance(v, str) else None for v in values], dtype=pl.String)
+    texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
     spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
     parsed = spelled.str.to_datetime(
         "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
