@@ -759,7 +759,7 @@ FOUND = {
 }
 
 
-@pytest.mark.parametrize("changes,field,message", FOUND.values(), ids=list(FOUND))
+@pytest.mark.parametrize(("changes", "field", "message"), list(FOUND.values()), ids=list(FOUND))
 def test_records_found_by_the_strategies_are_record_errors(
     changes: dict[str, Any], field: str, message: str
 ) -> None:
