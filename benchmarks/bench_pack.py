@@ -155,7 +155,8 @@ def locomo_packs_per_s(path: str) -> dict[str, float] | None:
     from cognoxium.app.locomo import run_locomo
 
     with tempfile.TemporaryDirectory() as tmp:
-        report = run_locomo(path, Path(tmp), budgets=[2048], rank="bm25", profile="cl100k_base")
+        out = Path(tmp) / "locomo"  # a link to its version directory, both inside tmp
+        report = run_locomo(path, out, budgets=[2048], rank="bm25", profile="cl100k_base")
     return {"packs_per_s": report["budgets"]["2048"]["packs_per_s"]}
 
 

@@ -291,7 +291,8 @@ def peers_markdown(result: dict[str, Any]) -> str:
 def run_locomo(path: Path, rankers: list[str]) -> dict[str, Any]:
     reports: dict[str, Any] = {}
     for ranker in rankers:
-        out = Path(tempfile.mkdtemp(prefix=f"locomo-{ranker}-"))
+        work = Path(tempfile.mkdtemp(prefix=f"locomo-{ranker}-"))
+        out = work / "out"  # a link to its version directory, both inside work
         try:
             command = [
                 sys.executable,
@@ -314,7 +315,7 @@ def run_locomo(path: Path, rankers: list[str]) -> dict[str, Any]:
             seconds = time.perf_counter() - start
             report = json.loads((out / "report.json").read_text())
         finally:
-            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
         reports[ranker] = {"wall_s": seconds, "report": report}
         print("locomo", ranker, f"{seconds:.1f} s", flush=True)
     rows = [

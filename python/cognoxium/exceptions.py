@@ -14,9 +14,11 @@ __all__ = [
     "ContractError",
     "DependencyError",
     "ModelError",
+    "OutputError",
     "PackError",
     "PlanError",
     "PolicyError",
+    "PredicateError",
     "ProfileError",
     "RankError",
     "RecordError",
@@ -85,6 +87,36 @@ class PlanError(CognoxiumError, ValueError):
     """A frame operation was given arguments that cannot make a valid plan."""
 
 
+class PredicateError(PlanError):
+    """A string predicate does not parse or uses a construct outside the predicate grammar.
+
+    The grammar is that of :mod:`cognoxium.items.predicate`; a refused
+    predicate is never run, so no data or file is read.
+
+    Parameters
+    ----------
+    message
+        What was refused and why.
+    predicate
+        The predicate text.
+    position
+        The 0-based character offset in ``predicate`` of the refused
+        construct, if known (shown 1-based).
+
+    Examples
+    --------
+    >>> str(PredicateError("'*' is not allowed: name the columns", predicate="*", position=0))
+    "predicate '*', at character 1: '*' is not allowed: name the columns"
+    """
+
+    def __init__(self, message: str, *, predicate: str, position: int | None = None) -> None:
+        self.message = message
+        self.predicate = predicate
+        self.position = position
+        at = "" if position is None else f", at character {position + 1}"
+        super().__init__(f"predicate {predicate!r}{at}: {message}")
+
+
 class PackError(CognoxiumError, ValueError):
     """A pack cannot honour its contract.
 
@@ -126,6 +158,25 @@ class ContractError(CognoxiumError, TypeError, ValueError):
 
 class ConfigError(CognoxiumError, ValueError):
     """A configuration file or setting is invalid; the message names the file and the key."""
+
+
+class OutputError(CognoxiumError, RuntimeError):
+    """An output directory cannot be committed; the message names the path and what to do.
+
+    For example: another run holds the directory's lock, or the path is a
+    non-empty directory or a link that Cognoxium did not make.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    path
+        The output directory.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class UnknownNoteError(CognoxiumError, LookupError):

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
-from cognoxium.exceptions import BudgetError, PlanError, RecordError
+from cognoxium.exceptions import BudgetError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
@@ -351,6 +351,43 @@ def test_bad_where_names_the_request_line_and_field(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "packs.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        (
+            "id IN (SELECT column_1 FROM read_csv('{path}'))",
+            "a subquery is not allowed (it calls the table function read_csv, which reads files)",
+        ),
+        (
+            "id IN (SELECT * FROM read_ndjson('{path}'))",
+            "a subquery is not allowed (it calls the table function read_ndjson, which reads "
+            "files)",
+        ),
+        ("read_parquet('{path}') IS NULL", "the table function read_parquet is not allowed"),
+        ("role = 'user' -- AND id = '{path}'", "a comment is not allowed"),
+    ],
+)
+def test_where_that_reads_a_file_is_refused_naming_the_request_line_and_field(
+    tmp_path: Path, where: str, why: str
+) -> None:
+    canary = tmp_path / "secret.csv"
+    canary.write_text("canary-51d2 secret line\n")
+    request = {"id": "bad", "budget": 64, "where": where.format(path=canary)}
+    path = write_lines(tmp_path / "r.jsonl", ['{"id": "ok", "budget": 64}', json.dumps(request)])
+    with pytest.raises(RecordError) as info:
+        run_batch(store(), read_requests(path), out_dir=tmp_path / "out", as_of=AS_OF)
+    error = info.value
+    assert (error.source, error.line, error.field) == (str(path), 2, "where")
+    assert str(error).startswith(
+        f"{path}:2: field where: request 'bad': invalid where clause: "
+        f"predicate {request['where']!r}, at character "
+    )
+    assert why in str(error)
+    assert "canary-51d2" not in str(error)
+    assert isinstance(error.__cause__, PredicateError)
+    assert not (tmp_path / "out" / "packs.jsonl").exists()
+
+
 def test_where_with_a_metadata_key_no_item_has_names_the_request_line_and_field(
     tmp_path: Path,
 ) -> None:
@@ -398,15 +435,16 @@ def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
 
 def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "packs.jsonl").write_text("previous\n")
+    run_batch(store(), [Request(id="previous", budget=500)], out_dir=out, as_of=AS_OF)
+    before = {name: (out / name).read_bytes() for name in ("packs.jsonl", "manifests.jsonl")}
+    committed = out.resolve()
     requests = [Request(id="fine", budget=500), Request(id="tight", budget=5)]
     with pytest.raises(BudgetError, match="request 'tight'") as info:
         run_batch(store(), requests, out_dir=out, as_of=AS_OF)
     assert "policy" in info.value.costs
-    assert (out / "packs.jsonl").read_text() == "previous\n"  # untouched
-    assert not (out / "manifests.jsonl").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["packs.jsonl"]  # no temporary files left
+    assert {name: (out / name).read_bytes() for name in before} == before  # untouched
+    # No temporary files left: the link, its one version and the lock file.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out", committed.name]
 
 
 def test_duplicate_request_ids_are_rejected(tmp_path: Path) -> None:

@@ -115,6 +115,27 @@ def test_bad_where_exits_2(tmp_path: Path) -> None:
     assert f"{requests}:1: field where: request 'w': invalid where clause" in stderr
 
 
+def test_where_that_reads_a_file_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    canary = tmp_path / "secret.csv"
+    canary.write_text("canary-e41b first line\n")
+    where = f"id IN (SELECT column_1 FROM read_csv('{canary}'))"
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        '{"id": "ok", "budget": 64}\n' + json.dumps({"id": "w", "budget": 64, "where": where})
+    )
+    code, stdout, stderr = pack(
+        str(SAMPLE / "items.jsonl"), str(requests), "--out", str(tmp_path / "out"), "--as-of", AS_OF
+    )
+    assert code == EXIT_BAD_INPUT
+    assert stderr.startswith(
+        f"error: {requests}:2: field where: request 'w': invalid where clause: predicate "
+    )
+    assert "table function read_csv, which reads files" in stderr
+    assert "canary-e41b" not in stderr + stdout
+    assert "Traceback" not in stderr + stdout
+    assert not (tmp_path / "out").exists()
+
+
 def test_unknown_request_field_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     requests.write_text('{"id": "a", "budget": 64, "qurey": "refund"}\n')

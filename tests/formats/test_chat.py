@@ -23,8 +23,8 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem, Retention
-from cognoxium.items.schema import items_to_frame, packed_text_expr
-from cognoxium.packing.packer import CHAT_ROLES, pack
+from cognoxium.items.schema import items_to_frame
+from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
 
@@ -42,11 +42,11 @@ def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def costs(df: pl.DataFrame) -> dict[str, int]:
-    """Each item's real cost in tokens: cl100k tokens of its packed text plus its framing."""
-    rows = df.select("id", pl.col("role").cast(pl.String), packed_text_expr().alias("t")).rows()
+    """Each item's real cost in tokens: the cl100k cost of the chat message it sends."""
+    messages = to_openai_messages(df)
     return {
-        item_id: len(PROFILE.encoding.encode_ordinary(text)) + PROFILE.framing(CHAT_ROLES[role])
-        for item_id, role, text in rows
+        item_id: PROFILE.message_tokens(message)
+        for item_id, message in zip(df["id"].to_list(), messages, strict=True)
     }
 
 
@@ -426,9 +426,9 @@ def test_to_openai_messages_rejects_orphan_results_binary_and_other_types() -> N
     with pytest.raises(RecordError, match="'call_rome'") as info:
         to_openai_messages(without_call)
     assert (info.value.row, info.value.field) == (3, "metadata.tool_call_id")
+    # Tool output that answers no call is sent as context, as a document is.
     plain_tool = [item(id="t", role="tool", text="42", created_at=START)]
-    with pytest.raises(RecordError, match="needs the id of the call"):
-        to_openai_messages(items_to_frame(plain_tool))
+    assert to_openai_messages(items_to_frame(plain_tool)) == [{"role": "user", "content": "42"}]
     binary = [item(id="b", role="user", payload={"kind": "binary", "data": b"\x00"})]
     with pytest.raises(RecordError, match="binary") as info:
         to_openai_messages(items_to_frame(binary))
@@ -439,17 +439,13 @@ def test_to_openai_messages_rejects_orphan_results_binary_and_other_types() -> N
         to_openai_messages(cf.to_polars().select("id", "role"))
 
 
-def test_pack_messages_and_chat_messages_agree_on_roles_and_text() -> None:
+def test_pack_messages_are_the_chat_messages_with_tool_calls_ids_and_names() -> None:
     cf = from_openai_messages(WEATHER, conversation_id="t", start=START)
     result = cf.pack(10_000, as_of=AS_OF)
     assert result.ids == cf.to_polars()["id"].to_list()
-    chat = to_openai_messages(result)
-    assert [m["role"] for m in chat] == [m["role"] for m in result.messages]
-    for ours, packed in zip(chat, result.messages, strict=True):
-        if ours["content"] is not None:
-            assert ours["content"] == packed["content"]
-        else:  # the calls, which the pack costs as their canonical JSON
-            assert json.loads(packed["content"]) == {"tool_calls": ours["tool_calls"]}
+    assert result.messages == to_openai_messages(result) == to_openai_messages(cf)
+    assert result.messages == normalised(WEATHER)
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
 
 
 # ---------------------------------------------------------------------------
@@ -457,7 +453,7 @@ def test_pack_messages_and_chat_messages_agree_on_roles_and_text() -> None:
 
 
 def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None:
-    # The issue's situation, in real tokens: system ~20, user ~10, assistant call ~30,
+    # The issue's situation, in real tokens: system ~20, user ~10, assistant call ~14,
     # tool result ~15, user ~10, assistant ~5, and a budget that holds everything but the
     # call. The budget even leaves room for the result alone: it must still leave.
     messages: list[dict[str, Any]] = [
@@ -479,7 +475,7 @@ def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None
     cost = costs(df)
     assert 15 <= cost["bank:0"] <= 25
     assert 8 <= cost["bank:1"] <= 14
-    assert 25 <= cost["bank:2"] <= 40
+    assert 10 <= cost["bank:2"] <= 20  # the call as sent: id, function name, arguments
     assert 10 <= cost["bank:3"] <= 20
     assert cost["bank:5"] <= 10
     others = ["bank:0", "bank:1", "bank:4", "bank:5"]

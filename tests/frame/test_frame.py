@@ -251,7 +251,7 @@ def test_sql_metadata_after_other_steps_and_with_expressions(cf: CognitionFrame)
     ("predicates", "message"),
     [
         ((), "at least one predicate"),
-        (("role = ",), "cannot parse SQL"),
+        (("role = ",), "cannot parse the predicate: EQ is incomplete"),
         ((pl.col("nope") > 1,), "nope"),
         (("nope > 1",), "nope"),
         ((pl.col("priority") + 1,), "Boolean"),

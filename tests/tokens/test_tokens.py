@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
-from cognoxium.exceptions import CognoxiumError, ProfileError
+from cognoxium.exceptions import CognoxiumError, ProfileError, RecordError
 from cognoxium.tokens import profiles as tokens
 from cognoxium.tokens.profiles import (
     PROFILE_NAMES,
@@ -25,6 +25,7 @@ from cognoxium.tokens.profiles import (
     cache_info,
     clear_cache,
     get_profile,
+    tool_call_texts,
 )
 
 VARIED_TEXTS = [
@@ -464,3 +465,74 @@ def test_lower_bound_never_exceeds_count(texts: list[str]) -> None:
         bounds = lower_bounds(profile, texts)
         counts = profile.count(texts).tolist()
         assert all(b <= c for b, c in zip(bounds, counts, strict=True)), (name, bounds, counts)
+
+
+# ---------------------------------------------------------------------------
+# the chat costing rule
+
+
+def test_message_tokens_follow_the_cookbook_rule() -> None:
+    profile = get_profile("o200k_base")
+
+    def n(text: str) -> int:
+        return len(profile.encoding.encode_ordinary(text))
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+    cases = [
+        ({"role": "user", "content": "hi there"}, 3 + n("user") + n("hi there")),
+        ({"role": "user", "name": "ada", "content": "x"}, 3 + n("user") + 1 + n("ada") + n("x")),
+        (
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a b"}, {"type": "text", "text": "c"}],
+            },
+            3 + n("user") + n("a b") + n("c"),
+        ),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [call, {**call, "id": "c2"}]},
+            3 + n("assistant") + 2 * (n("f") + n('{"a":1}')) + n("c1") + n("c2"),
+        ),
+        (
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            3 + n("tool") + n("c1") + n("ok"),
+        ),
+    ]
+    for message, expected in cases:
+        assert profile.message_tokens(message) == expected
+    assert profile.request_tokens([m for m, _ in cases]) == sum(e for _, e in cases) + 3
+    assert profile.request_tokens([]) == 0
+
+
+@pytest.mark.parametrize(
+    ("message", "row_field"),
+    [
+        ({"role": 3, "content": "x"}, "role"),
+        ({"role": "user", "name": 3, "content": "x"}, "name"),
+        ({"role": "user", "content": 3}, "content"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {}}]}, "content[0]"),
+        ({"role": "tool", "tool_call_id": 5, "content": "x"}, "tool_call_id"),
+        ({"role": "assistant", "content": None, "tool_calls": {}}, "tool_calls"),
+        ({"role": "assistant", "content": None, "tool_calls": ["x"]}, "tool_calls[0]"),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}],
+            },
+            "tool_calls[0].function.arguments",
+        ),
+    ],
+)
+def test_a_malformed_message_is_a_record_error_naming_the_field(
+    message: dict[str, object], row_field: str
+) -> None:
+    profile = get_profile("cl100k_base")
+    with pytest.raises(RecordError) as info:
+        profile.request_tokens([{"role": "user", "content": "ok"}, message])
+    assert (info.value.row, info.value.field) == (1, row_field)
+
+
+def test_tool_call_texts_are_the_id_and_each_calls_id_name_and_arguments() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    assert tool_call_texts({"role": "assistant", "tool_calls": [call]}) == ["c1", "f", "{}"]
+    assert tool_call_texts({"role": "user", "content": "x"}) == []

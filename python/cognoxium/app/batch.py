@@ -3,7 +3,9 @@
 A batch is a list of :class:`Request` objects (read from JSONL with
 :func:`read_requests`) and a store (a frame of the canonical schema).
 :func:`run_batch` packs every request and writes two JSONL files, one line per
-request, in request order:
+request, in request order, and makes both visible in one step (the output
+directory is a link swapped to a fresh version directory; see
+:func:`run_batch`):
 
 ``packs.jsonl``
     ``{"budget", "ids", "request_id", "used_tokens"}``: the token budget, the
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -47,11 +50,12 @@ from pydantic import (
     field_validator,
 )
 
+from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
-from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
+from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import MAX_INT, id_problem, json_problem, text_problem
-from cognoxium.items.io import atomic_write, json_lines
+from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
@@ -118,10 +122,11 @@ class Request(BaseModel):
     query
         Text to rank the scope by (BM25); ``None`` for no query.
     where
-        A Polars SQL predicate over the item columns that selects the scope
-        (``metadata.<key>`` reaches a metadata field), for example
-        ``"metadata.topic = 'billing' AND role <> 'tool'"``; ``None`` for the
-        whole store.
+        A SQL predicate over the item columns that selects the scope, in
+        the grammar of :mod:`cognoxium.items.predicate` (``metadata.<key>``
+        reaches a metadata field; no subqueries, table functions or
+        comments), for example ``"metadata.topic = 'billing' AND role <>
+        'tool'"``; ``None`` for the whole store.
     as_of
         The UTC time at which validity and expiry are evaluated; ``None`` to
         use the batch's time. ISO 8601 text with a UTC offset, or a
@@ -353,6 +358,8 @@ def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | No
             continue
         try:
             scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
+        except PredicateError as exc:
+            raise request.error(f"invalid where clause: {exc}", field="where") from exc
         except PlanError as exc:
             raise request.error(
                 f"invalid where clause {request.where!r}: {exc}", field="where"
@@ -482,6 +489,7 @@ def run_batch(
     as_of: datetime | None = None,
     progress: bool = False,
     retrieval: RetrievalSettings | None = None,
+    commit: bool = True,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -523,9 +531,14 @@ def run_batch(
     requests
         The requests, with unique ids.
     out_dir
-        Directory for ``packs.jsonl`` and ``manifests.jsonl`` (created if
-        missing). Both files are written atomically: on any error neither is
-        replaced.
+        Output directory for ``packs.jsonl`` and ``manifests.jsonl``:
+        missing, empty, or written by an earlier run. Both files are
+        committed in one step (``out_dir`` becomes a link to a fresh
+        version directory ``<out_dir>.<run id>``, swapped by one rename): a
+        reader sees both files of the previous run or both of this one, even
+        if the run fails or is killed. Leftovers of killed runs are removed,
+        and a second run into the same ``out_dir`` is refused while one
+        writes (see Notes).
     profile
         Token profile name or object.
     rank
@@ -539,6 +552,12 @@ def run_batch(
     retrieval
         Model, RRF constant (``None``: the method's own) and neighbour
         expansion of the embedding and fused rank methods.
+    commit
+        Commit the files in one step, as described under ``out_dir``.
+        ``False`` writes them straight into ``out_dir`` (created if missing),
+        for a caller that commits a larger set of files itself, as
+        :func:`~cognoxium.app.locomo.run_locomo` does; a failed run may then
+        leave partial files there.
 
     Returns
     -------
@@ -557,6 +576,30 @@ def run_batch(
         names the request and the items.
     PlanError
         If ``rank`` is not one of :data:`RANK_METHODS`.
+    OutputError
+        If another run is writing ``out_dir`` (it holds the lock), or
+        ``out_dir`` is a non-empty directory or a link that no run wrote;
+        the message names the path.
+    OSError
+        If ``out_dir`` cannot be written (``FileExistsError`` when it is a
+        file); the exception names the path.
+
+    Notes
+    -----
+    The layout beside ``out_dir`` (here ``out/sample``)::
+
+        out/sample -> sample.20260101T120000Z-1a2b3c4d
+        out/sample.20260101T120000Z-1a2b3c4d/packs.jsonl
+        out/sample.20260101T120000Z-1a2b3c4d/manifests.jsonl
+        out/.sample.lock
+
+    A run holds an exclusive ``flock`` on ``.sample.lock`` while it
+    writes; the kernel releases it when the process ends, however it ends.
+    Under the lock the run first removes every ``sample.<run id>`` that the
+    link does not name (leftovers of killed runs), writes a new version,
+    syncs it to disk, swaps the link, and removes the previous version. To
+    read both files of one run while another run may commit, resolve the
+    link once (``os.path.realpath``) or open both files before reading.
 
     Examples
     --------
@@ -567,7 +610,7 @@ def run_batch(
     ...      "created_at": "2025-01-01T00:00:00Z", "metadata": {"topic": "billing"}},
     ...     {"id": "b", "role": "user", "text": "the app crashes",
     ...      "created_at": "2025-01-02T00:00:00Z", "metadata": {"topic": "bugs"}}])
-    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "out"
     >>> reqs = [Request(id="r1", budget=100, query="invoice",
     ...                 where="metadata.topic = 'billing'")]
     >>> stats = run_batch(store, reqs, out_dir=out, rank="bm25",
@@ -577,6 +620,8 @@ def run_batch(
     >>> line = json.loads((out / "packs.jsonl").read_text())
     >>> line["request_id"], line["ids"], line["budget"]
     ('r1', ['a'], 100)
+    >>> out.is_symlink(), sorted(p.name for p in out.resolve().iterdir())
+    (True, ['manifests.jsonl', 'packs.jsonl'])
     """
     if rank not in RANK_METHODS:
         raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
@@ -585,15 +630,48 @@ def run_batch(
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
         seen.add(request.id)
+    write = partial(
+        _write_batch,
+        store,
+        requests,
+        profile=profile,
+        rank=rank,
+        as_of=as_of,
+        progress=progress,
+        retrieval=retrieval,
+    )
+    if not commit:
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        return write(folder)
+    with committed_output(out_dir) as folder:
+        return write(folder)
+
+
+def _write_batch(
+    store: pl.DataFrame | CognitionFrame,
+    requests: Sequence[Request],
+    folder: Path,
+    /,
+    *,
+    profile: str | TokenProfile,
+    rank: RankMethod,
+    as_of: datetime | None,
+    progress: bool,
+    retrieval: RetrievalSettings | None,
+) -> BatchStats:
+    """Pack the requests and write ``packs.jsonl`` and ``manifests.jsonl`` into ``folder``.
+
+    ``folder`` exists; see :func:`run_batch` for the arguments.
+    """
     started = time.perf_counter()
     default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     scopes = _scopes(frame, requests)
-    out = Path(out_dir)
     latencies: list[float] = []
     with (
-        atomic_write(out / "packs.jsonl") as packs_file,
-        atomic_write(out / "manifests.jsonl") as manifests_file,
+        (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
+        (folder / "manifests.jsonl").open("w", encoding="utf-8") as manifests_file,
         _progress(len(requests), progress) as advance,
     ):
         for request in requests:

@@ -27,7 +27,8 @@ Exit codes
 2
     Bad input: a record, request or table is invalid (the message names the
     file, the line and the field), or an input file is missing or cannot be
-    read, or an output cannot be written (the message names the path).
+    read, or an output cannot be written (the message names the path), or
+    another run is writing the same ``--out``.
 3
     Infeasible budget: a request's required items alone exceed its token
     budget.
@@ -333,8 +334,10 @@ _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
         note='Each request is a JSON object per line: {"id", "budget", "query", "where", '
-        '"as_of", "evidence", "labels"}; where is a Polars SQL predicate over the item '
-        "columns, and metadata.<key> reaches a metadata field. --json prints "
+        '"as_of", "evidence", "labels"}; where is a SQL predicate over the item '
+        "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
+        "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
+        "reaches a metadata field. --json prints "
         '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
     ),
 )
@@ -348,7 +351,12 @@ def pack_command(
     ],
     out: Annotated[
         Path,
-        typer.Option("--out", "-o", help="Output directory for packs.jsonl and manifests.jsonl."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output directory for packs.jsonl and manifests.jsonl: a link to the last "
+            "finished run's files, swapped in one step (missing, empty or written by a run).",
+        ),
     ],
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
@@ -375,7 +383,9 @@ def pack_command(
 
     Writes DIR/packs.jsonl (request_id, included ids in order, used_tokens,
     budget) and DIR/manifests.jsonl (one canonical manifest per request).
-    A request's own as_of wins over --as-of.
+    A request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
+    swapped when both files are written, so readers see both files of one
+    run; a second run into DIR while one writes exits with 2.
     """
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.items.io import read_items
@@ -508,7 +518,8 @@ def locomo_command(
             "--out",
             "-o",
             help="Output directory: items.parquet, requests.jsonl, packs.jsonl, "
-            "manifests.jsonl, report.json.",
+            "manifests.jsonl, report.json; a link to the last finished run's files, swapped "
+            "in one step (missing, empty or written by a run).",
         ),
     ],
     budgets: Annotated[

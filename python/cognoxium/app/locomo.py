@@ -66,9 +66,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from cognoxium.app.batch import BatchStats, RankMethod, Request, run_batch
-from cognoxium.exceptions import RecordError
-from cognoxium.items.io import atomic_write, write_parquet
+from cognoxium.app._outputs import committed_output
+from cognoxium.app.batch import RANK_METHODS, BatchStats, RankMethod, Request, run_batch
+from cognoxium.exceptions import PlanError, RecordError
+from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
 from cognoxium.retrieval.scope import RRF_K, RetrievalSettings
@@ -867,14 +868,18 @@ def run_locomo(
     ``requests.jsonl`` (:func:`locomo_requests`, one canonical JSON object per
     line), ``packs.jsonl`` and ``manifests.jsonl``
     (:func:`cognoxium.app.batch.run_batch`) and ``report.json`` (canonical JSON,
-    sorted keys). Every file is written atomically.
+    sorted keys). All of them are committed in one step, as by
+    :func:`~cognoxium.app.batch.run_batch`: ``out_dir`` becomes a link to a
+    fresh version directory ``<out_dir>.<run id>``, so a reader sees every
+    file of the previous run or every file of this one; a second run into
+    the same ``out_dir`` is refused while one writes.
 
     Parameters
     ----------
     path
         The LoCoMo JSON file.
     out_dir
-        Output directory, created if missing.
+        Output directory: missing, empty, or written by an earlier run.
     budgets
         Token budgets; every question is packed once per budget.
     rank
@@ -912,16 +917,19 @@ def run_locomo(
     ------
     RecordError
         If the file is not LoCoMo-shaped.
+    PlanError
+        If ``rank`` or a ``compare`` method is not one of
+        :data:`~cognoxium.app.batch.RANK_METHODS`.
+    OutputError
+        If another run is writing ``out_dir``, or it is a non-empty
+        directory or a link that no run wrote.
     """
+    for method in (rank, *compare):
+        if method not in RANK_METHODS:
+            raise PlanError(f"unknown rank method {method!r}; use one of {list(RANK_METHODS)}")
     imported = _loaded(path)
     items = _items_frame(imported)
     requests = _requests(imported, budgets)
-    out = Path(out_dir)
-    write_parquet(items, out / "items.parquet")
-    with atomic_write(out / "requests.jsonl") as handle:
-        for request in requests:
-            handle.write(canonical_json(request.model_dump(mode="json")))
-            handle.write("\n")
     settings = retrieval if retrieval is not None else RetrievalSettings()
     conversations = [conv.sample_id for conv in imported.conversations]
     split = {
@@ -938,6 +946,7 @@ def run_locomo(
             rank=method,
             progress=progress,
             retrieval=settings,
+            commit=False,  # committed with every other file of the run, below
         )
         with (folder / "packs.jsonl").open(encoding="utf-8") as handle:
             packs = [json.loads(line) for line in handle]
@@ -955,32 +964,38 @@ def run_locomo(
         }
 
     counts = imported.counts
-    report: dict[str, Any] = {
-        "source": {"file": Path(path).name, "sha256": _sha256(path)},
-        "settings": {
-            "budgets": list(budgets),
-            "rank": rank,
-            "profile": profile,
-            "scope": "turns of the question's conversation",
-            "retrieval": {
-                "model": settings.model,
-                "rrf_k": settings.fusion_k(rank) if rank in RRF_K else settings.rrf_k,
-                "neighbours": settings.neighbours,
+    with committed_output(out_dir) as out:
+        write_parquet(items, out / "items.parquet")
+        with (out / "requests.jsonl").open("w", encoding="utf-8") as handle:
+            for request in requests:
+                handle.write(canonical_json(request.model_dump(mode="json")))
+                handle.write("\n")
+        report: dict[str, Any] = {
+            "source": {"file": Path(path).name, "sha256": _sha256(path)},
+            "settings": {
+                "budgets": list(budgets),
+                "rank": rank,
+                "profile": profile,
+                "scope": "turns of the question's conversation",
+                "retrieval": {
+                    "model": settings.model,
+                    "rrf_k": settings.fusion_k(rank) if rank in RRF_K else settings.rrf_k,
+                    "neighbours": settings.neighbours,
+                },
+                "tuning_conversations": split["tuning"],
             },
-            "tuning_conversations": split["tuning"],
-        },
-        "import": {
-            "items": items.height,
-            **{key: counts[key] for key in sorted(counts)},
-        },
-        **measured(rank, out),
-        "compare": {
-            method: measured(method, out / "compare" / method)
-            for method in dict.fromkeys(compare)
-            if method != rank
-        },
-    }
-    with atomic_write(out / "report.json") as handle:
-        handle.write(canonical_json(report))
-        handle.write("\n")
+            "import": {
+                "items": items.height,
+                **{key: counts[key] for key in sorted(counts)},
+            },
+            **measured(rank, out),
+            "compare": {
+                method: measured(method, out / "compare" / method)
+                for method in dict.fromkeys(compare)
+                if method != rank
+            },
+        }
+        with (out / "report.json").open("w", encoding="utf-8") as handle:
+            handle.write(canonical_json(report))
+            handle.write("\n")
     return report

@@ -76,7 +76,7 @@ Examples
 
 from __future__ import annotations
 
-import json
+import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -84,15 +84,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 from pydantic import ValidationError
 
-from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import ContextItem, Json, Role, Source, Text
-from cognoxium.items.schema import packed_text_expr
+from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
 __all__ = [
@@ -552,9 +552,9 @@ def to_openai_messages(
     Parameters
     ----------
     data
-        A :class:`~cognoxium.packing.packer.ContextPack` (its selected items), a
-        :class:`CognitionFrame` (run first) or a Polars frame with the item
-        columns.
+        A :class:`~cognoxium.packing.packer.ContextPack` (its messages, as its
+        policies rendered them), a :class:`CognitionFrame` (run first) or a
+        Polars frame with the item columns.
 
     Returns
     -------
@@ -567,17 +567,21 @@ def to_openai_messages(
         ``tool_call_ids``: that becomes ``content`` None with those
         ``tool_calls``. An assistant item with text and
         ``metadata.tool_calls`` gets them as ``tool_calls``; a tool item gets
-        ``tool_call_id`` from its metadata; ``metadata.name`` becomes
+        ``tool_call_id`` from its metadata, and a tool item without one (tool
+        output that answers no call of the conversation) is sent as a
+        ``user`` message, as documents are; ``metadata.name`` becomes
         ``name`` on the five chat roles (never on documents or memories).
+        For a pack, this is ``pack.messages``: what the pack costs and sends.
 
     Raises
     ------
     RecordError
         Naming the 0-based ``row`` and the field, when an item has a Binary
-        payload (never packed), a tool item has no ``metadata.tool_call_id``,
-        or a tool item answers a call that no earlier assistant message of
-        the output declares (the API would reject it: keep the call and its
-        results in one group, as :func:`openai_messages_to_items` does).
+        payload (never packed), malformed tool calls (a call without a string
+        ``id``, ``function.name`` or ``function.arguments``), or a tool item
+        answers a call that no earlier assistant message of the output
+        declares (the API would reject it: keep the call and its results in
+        one group, as :func:`openai_messages_to_items` does).
     SchemaError
         If ``data`` is of another type or lacks an item column.
 
@@ -585,10 +589,11 @@ def to_openai_messages(
     -----
     Messages converted by :func:`openai_messages_to_items` come back equal,
     except that content parts come back as one string and an empty
-    assistant text next to tool calls comes back as ``None``. Packing
-    costs an item's packed text plus its role's framing: a ``name`` and the
-    ``tool_calls`` of an assistant message that also has text are sent but
-    not costed.
+    assistant text next to tool calls comes back as ``None``. Packing costs
+    each item as the message rendered here, by the chat costing rule of
+    :mod:`cognoxium.tokens.profiles` (framing, name, content, tool call id,
+    and each tool call's id, function name and arguments), so a pack's
+    ``used_tokens`` is ``profile.request_tokens(to_openai_messages(pack))``.
 
     Examples
     --------
@@ -604,56 +609,36 @@ def to_openai_messages(
     {'role': 'assistant', 'content': 'Checking the rate.', 'tool_calls': [{'function':
     {'arguments': '{"from":"EUR"}', 'name': 'fx'}, 'id': 'r1', 'type': 'function'}]}
     {'role': 'tool', 'content': '1.08', 'tool_call_id': 'r1'}
+    >>> p = cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC))
+    >>> to_openai_messages(p) == p.messages
+    True
+    >>> from cognoxium.tokens.profiles import get_profile
+    >>> p.used_tokens == get_profile("cl100k_base").request_tokens(p.messages)
+    True
     """
+    if isinstance(data, ContextPack):
+        return copy.deepcopy(data.messages)
     df = _frame_of(data)
     missing = [name for name in _NEEDED if name not in df.columns]
     if missing:
         raise SchemaError(f"to_openai_messages needs the item columns; missing {missing}")
-    rows = df.select(
-        pl.col("role").cast(pl.String),
-        pl.col("payload_kind").cast(pl.String),
-        packed_text_expr().alias("content"),
-        "json",
-        "metadata",
-    ).iter_rows()
-    messages: list[dict[str, Any]] = []
-    declared: set[str] = set()
-    for row, (role, kind, content, json_text, metadata_text) in enumerate(rows):
-        if kind == "binary":
-            raise RecordError(
-                "a binary payload has no chat rendering (it is never packed); filter it out",
-                row=row,
-                field="payload_kind",
-            )
-        meta: dict[str, Any] = json.loads(metadata_text)
-        chat_role = CHAT_ROLES[role]
-        message: dict[str, Any] = {"role": chat_role, "content": content}
-        if role in MESSAGE_ROLES and isinstance(meta.get("name"), str):
-            message["name"] = meta["name"]
-        if role == "assistant" and "tool_call_ids" in meta:
-            calls: Any = meta.get("tool_calls")
-            if kind == "json":
-                value = json.loads(json_text)
-                if isinstance(value, dict) and list(value) == ["tool_calls"]:
-                    calls, message["content"] = value["tool_calls"], None
-            if isinstance(calls, list):
-                message["tool_calls"] = calls
-                declared.update(c["id"] for c in calls if isinstance(c, dict) and "id" in c)
-        elif role == "tool":
-            call_id = meta.get("tool_call_id")
-            if not isinstance(call_id, str):
-                raise RecordError(
-                    "a tool message needs the id of the call it answers",
-                    row=row,
-                    field="metadata.tool_call_id",
-                )
-            if call_id not in declared:
-                raise RecordError(
-                    f"tool result for call {call_id!r} without an earlier assistant message "
-                    "declaring it; keep a call and its results together (one group_id)",
-                    row=row,
-                    field="metadata.tool_call_id",
-                )
-            message["tool_call_id"] = call_id
-        messages.append(message)
+    binary = np.flatnonzero((df.get_column("payload_kind") == "binary").to_numpy())
+    if len(binary):
+        raise RecordError(
+            "a binary payload has no chat rendering (it is never packed); filter it out",
+            row=int(binary[0]),
+            field="payload_kind",
+        )
+    if "content_hash" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.String).alias("content_hash"))
+    messages = chat_columns(df).messages(np.arange(df.height))
+    at = check_tool_results(messages)
+    if at is not None:
+        raise RecordError(
+            f"tool result for call {messages[at]['tool_call_id']!r} without an earlier "
+            "assistant message declaring it; keep a call and its results together "
+            "(one group_id)",
+            row=at,
+            field="metadata.tool_call_id",
+        )
     return messages

@@ -51,6 +51,7 @@ from cognoxium.engine.plan import (
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
+from cognoxium.items.predicate import parse_predicate
 from cognoxium.items.schema import (
     COLUMNS,
     PAYLOAD_COLUMNS,
@@ -216,11 +217,7 @@ def _unknown_keys(sql: str, unknown: Sequence[str], known: Sequence[str]) -> Pla
 
 
 def _sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
-    try:
-        expr = pl.sql_expr(sql)
-    except pl.exceptions.PolarsError as exc:
-        raise PlanError(f"cannot parse SQL predicate {sql!r}: {polars_error_text(exc)}") from exc
-    assert isinstance(expr, pl.Expr)
+    expr = parse_predicate(sql, plan.schema.names())
     fields = Expression.of(expr).struct_fields("metadata")
     if not fields:
         return expr, None
@@ -468,8 +465,11 @@ class CognitionFrame:
         Parameters
         ----------
         *predicates
-            Boolean Polars expressions, or Polars SQL predicates (strings,
-            parsed by :func:`polars.sql_expr`). In SQL, ``metadata.<key>``
+            Boolean Polars expressions, or SQL predicates (strings in the
+            grammar of :mod:`cognoxium.items.predicate`: columns, literals,
+            comparisons, ``AND``/``OR``/``NOT``, ``IN`` lists, ``LIKE``,
+            ``BETWEEN``, ``IS NULL`` and a few scalar functions; no
+            subqueries, table functions or comments). In SQL, ``metadata.<key>``
             reads a field of the metadata JSON object: the column is decoded
             to a struct for that filter, with the struct type inferred from
             the metadata of every item of the frame's source (a key some
@@ -479,13 +479,17 @@ class CognitionFrame:
 
         Raises
         ------
+        PredicateError
+            If a SQL predicate does not parse, names an unknown column or
+            uses a construct outside the grammar (a subquery, a table
+            function such as ``read_csv``, an unknown function, a comment,
+            a ``;``); nothing is read. A subclass of ``PlanError``.
         PlanError
-            If there is no predicate, the SQL does not parse, a column is
-            unknown, a predicate is not boolean (the message carries Polars'
-            own error), or a SQL ``metadata.<key>`` names a key that no item
-            of the source has (the message lists the keys there are; a
-            source without rows has no keys to check, and any key reads as
-            null).
+            If there is no predicate, a column is unknown, a predicate is
+            not boolean (the message carries Polars' own error), or a SQL
+            ``metadata.<key>`` names a key that no item of the source has
+            (the message lists the keys there are; a source without rows
+            has no keys to check, and any key reads as null).
 
         Examples
         --------
@@ -897,17 +901,21 @@ class CognitionFrame:
         Parameters
         ----------
         predicate
-            Which items to hold: a Polars expression or a SQL predicate
-            (``metadata.<key>`` reaches metadata fields); null counts as
-            false. ``None`` runs the default detector: untrusted items whose
-            packed text carries instruction-injection signs (see
-            :func:`cognoxium.governance.injection.detect_injection`), with the signs
-            appended to ``reason``.
+            Which items to hold: a Polars expression or a SQL predicate in
+            the grammar of :mod:`cognoxium.items.predicate` (``metadata.<key>``
+            reaches metadata fields); null counts as false. ``None`` runs
+            the default detector: untrusted items whose packed text carries
+            instruction-injection signs (see
+            :func:`cognoxium.governance.injection.detect_injection`), with
+            the signs appended to ``reason``.
         reason
             Why, recorded per item (non-empty).
 
         Raises
         ------
+        PredicateError
+            If a SQL predicate does not parse or uses a construct outside
+            the grammar (a subclass of ``PlanError``).
         PlanError
             On an empty reason, or a predicate that is not a boolean
             expression over the frame's columns.
@@ -1013,8 +1021,8 @@ class CognitionFrame:
         Parameters
         ----------
         predicate
-            Which items: a Polars expression or a SQL predicate; null counts
-            as false.
+            Which items: a Polars expression or a SQL predicate in the
+            grammar of :mod:`cognoxium.items.predicate`; null counts as false.
         retention
             The retention to weaken matching items to, or ``None``.
         priority_delta
@@ -1022,6 +1030,9 @@ class CognitionFrame:
 
         Raises
         ------
+        PredicateError
+            If a SQL predicate does not parse or uses a construct outside
+            the grammar (a subclass of ``PlanError``).
         PlanError
             On an unknown retention, a positive delta, or neither change.
 

@@ -1,23 +1,25 @@
 """Phase 3 of :func:`~cognoxium.packing.packer.pack`: what each item sends, and what it costs.
 
-An item costs the tokens of its rendered content under the token profile,
-plus the per-message framing of its chat role. :func:`render` fixes the
-content, chat role and framing of every row by column operations;
-:class:`UnitCosts` counts tokens lazily, only for the units the selection
-reaches, in batches, and proves cheaper lower bounds first (see
-:meth:`~cognoxium.tokens.profiles.TokenProfile.lower_bound`).
+An item costs the tokens of the chat message it sends, by the chat costing
+rule of :mod:`cognoxium.tokens.profiles`: the framing of its role (and name),
+its content, and its tool call id or tool calls (ids, function names,
+arguments). :func:`render` lays out every row's message once
+(:func:`~cognoxium.packing._messages.chat_columns`), which both the costs and
+``ContextPack.messages`` read; :class:`UnitCosts` counts tokens lazily, only
+for the units the selection reaches, in batches, and proves cheaper lower
+bounds first (see :meth:`~cognoxium.tokens.profiles.TokenProfile.lower_bound`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from cognoxium._columns import CHAT_ROLES
-from cognoxium.governance.policies import data_block_expr
-from cognoxium.items.schema import packed_text_expr
+from cognoxium.packing._messages import ChatColumns, chat_columns
 from cognoxium.packing._model import UNSET
 from cognoxium.packing._policies import PolicyReview
 from cognoxium.packing._units import Units
@@ -28,35 +30,28 @@ __all__ = ["Rendering", "UnitCosts", "render"]
 
 @dataclass(frozen=True)
 class Rendering:
-    """Every row as it would be sent.
+    """Every row as it would be sent, and the parts of its cost known without counting.
 
     Attributes
     ----------
-    content
-        ``(n,)`` String: the text the item sends (policies' data blocks included).
-    chat_role
-        ``(n,)`` String: the chat role it is sent as.
-    key
-        ``(n,)`` String: the token cache key of ``content`` (the content hash,
-        or the rendered text itself when a policy rewrote it).
+    chat
+        The rows' chat messages (role, content, name, tool fields).
     framing
-        ``(n,)`` int64: the chat format's per-message framing, in tokens.
+        ``(n,)`` int64: the chat format's per-message framing, name included
+        (:meth:`~cognoxium.tokens.profiles.TokenProfile.framing`), in tokens.
     cheap
         ``(n,)`` Int64: a lower bound of the cost known for every row at no
-        real cost, ``framing + ceil(UTF-8 bytes / longest token bytes)``, in tokens.
+        real cost, ``framing + ceil(UTF-8 bytes / longest token bytes)`` over
+        the content and each tool-call text, in tokens.
     """
 
-    content: pl.Series
-    chat_role: pl.Series
-    key: pl.Series
+    chat: ChatColumns
     framing: np.ndarray
     cheap: pl.Series
 
-    def messages(self, rows: np.ndarray) -> list[dict[str, str]]:
-        """OpenAI chat messages ``{"role", "content"}`` of ``rows`` (``(k,)`` int64), in order."""
-        roles = self.chat_role.gather(rows).to_list()
-        contents = self.content.gather(rows).to_list()
-        return [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
+    def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """OpenAI chat messages of ``rows`` (``(k,)`` int64), in order."""
+        return self.chat.messages(rows)
 
 
 def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Rendering:
@@ -75,45 +70,34 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
     Returns
     -------
     Rendering
-        Content, chat role, cache key, framing and cheap bound of every row.
+        Messages, framing and cheap bound of every row.
+
+    Raises
+    ------
+    RecordError
+        If a row's tool calls are malformed; it names the row and the field.
     """
-    role = pl.col("role").cast(pl.String)
+    chat = chat_columns(df, review.column("action"))
     width = profile.longest_token_bytes
-    all_text = bool((df.get_column("payload_kind") == "text").all())
-    content = pl.col("text").fill_null("") if all_text else packed_text_expr()
-    chat_role = role.replace_strict(CHAT_ROLES, return_dtype=pl.String)
-    key = pl.col("content_hash")
-    action_column = review.column("action")
-    if action_column is not None:
-        action = pl.lit(action_column)
-        as_data = action == "render_as_data"
-        chat_role = (
-            pl.when(action.is_in(["render_as_user", "render_as_data"]))
-            .then(pl.lit("user"))
-            .otherwise(chat_role)
-        )
-        content = pl.when(as_data).then(data_block_expr(content)).otherwise(content)
-        # The cache key of a rendered text is the text itself.
-        key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
-    framing_by_chat = {chat: profile.framing(chat) for chat in set(CHAT_ROLES.values())}
-    cols = df.select(
-        content.alias("content"),
-        chat_role.alias("chat_role"),
-        key.alias("key"),
-        chat_role.replace_strict(framing_by_chat, return_dtype=pl.Int64).alias("framing"),
-    ).with_columns(
-        (
-            pl.col("framing")
-            + (pl.col("content").str.len_bytes().cast(pl.Int64) + width - 1) // width
-        ).alias("cheap"),
-    )
-    return Rendering(
-        content=cols.get_column("content"),
-        chat_role=cols.get_column("chat_role"),
-        key=cols.get_column("key"),
-        framing=cols.get_column("framing").to_numpy(),
-        cheap=cols.get_column("cheap"),
-    )
+    roles = chat.role.unique().to_list()
+    framing = chat.role.replace_strict(
+        {role: profile.framing(role) for role in roles}, return_dtype=pl.Int64
+    ).to_numpy(writable=True)
+    bytes_bound = (
+        (chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1) // width
+    ).to_numpy(writable=True)
+    for row, fields in chat.fields.items():
+        name = fields.get("name")
+        if name is not None:
+            framing[row] = profile.framing(chat.role[row], name=name)
+    for row, texts in chat.tool_texts.items():
+        bytes_bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
+    return Rendering(chat=chat, framing=framing, cheap=pl.Series("cheap", framing + bytes_bound))
+
+
+def _tool_text_key(text: str) -> str:
+    """The token cache key of a tool-call text (an id, a function name, arguments)."""
+    return "tool:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class UnitCosts:
@@ -138,8 +122,9 @@ class UnitCosts:
 
     def __init__(self, profile: TokenProfile, rendering: Rendering, units: Units) -> None:
         self.profile = profile
-        self.content = rendering.content
-        self.hashes = rendering.key
+        self.content = rendering.chat.content.fill_null("")
+        self.hashes = rendering.chat.key
+        self.tool_texts = rendering.chat.tool_texts
         self.framing = rendering.framing
         self.units = units
         self.row_tokens = np.full(len(self.content), UNSET, dtype=np.int64)
@@ -155,7 +140,38 @@ class UnitCosts:
         rows, starts = self.units.rows_of(units)
         texts = self.content.gather(rows).to_frame("text")
         bound = texts.select(self.profile.lower_bound(pl.col("text"))).to_series().to_numpy()
-        self.bound[units] = self.units.per_unit(bound.astype(np.int64) + self.framing[rows], starts)
+        bound = bound.astype(np.int64) + self.framing[rows] + self._tool_bounds(rows)
+        self.bound[units] = self.units.per_unit(bound, starts)
+
+    def _tool_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The tool-call texts of ``rows`` (``(k,)`` int64), each with its index in ``rows``."""
+        owners: list[int] = []
+        texts: list[str] = []
+        if self.tool_texts:
+            for i, row in enumerate(rows.tolist()):
+                for text in self.tool_texts.get(row, ()):
+                    owners.append(i)
+                    texts.append(text)
+        return np.asarray(owners, dtype=np.int64), texts
+
+    def _tool_bounds(self, rows: np.ndarray) -> np.ndarray:
+        """Lower bounds of the tool-call texts' tokens of ``rows`` (``(k,)`` int64)."""
+        out = np.zeros(len(rows), dtype=np.int64)
+        owners, texts = self._tool_pieces(rows)
+        if texts:
+            frame = pl.DataFrame({"text": texts}, schema={"text": pl.String})
+            bound = frame.select(self.profile.lower_bound(pl.col("text"))).to_series().to_numpy()
+            np.add.at(out, owners, bound.astype(np.int64))
+        return out
+
+    def _tool_counts(self, rows: np.ndarray) -> np.ndarray:
+        """Tokens of the tool-call texts of ``rows`` (``(k,)`` int64), counted and cached."""
+        out = np.zeros(len(rows), dtype=np.int64)
+        owners, texts = self._tool_pieces(rows)
+        if texts:
+            counts = self.profile.count_cached([_tool_text_key(t) for t in texts], texts)
+            np.add.at(out, owners, counts)
+        return out
 
     def count(self, units: np.ndarray) -> None:
         """Count the exact cost of every unit of ``units`` (``(k,)`` int64) not yet counted."""
@@ -166,7 +182,7 @@ class UnitCosts:
         counts = self.profile.count_cached(
             self.hashes.gather(rows).to_list(), self.content.gather(rows).to_list()
         )
-        self.row_tokens[rows] = counts + self.framing[rows]
+        self.row_tokens[rows] = counts + self.framing[rows] + self._tool_counts(rows)
         self.cost[units] = self.units.per_unit(self.row_tokens[rows], starts)
 
     def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:

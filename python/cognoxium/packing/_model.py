@@ -247,7 +247,10 @@ class ContextPack:
     frame
         The selected rows (all input columns), in input order.
     messages
-        OpenAI chat messages ``{"role", "content"}``, one per selected item.
+        OpenAI Chat Completions messages, one per selected item, as
+        :func:`cognoxium.formats.openai.to_openai_messages` renders them
+        (``role``, ``content``, and ``name``, ``tool_calls`` or
+        ``tool_call_id`` when the item has them).
     used_tokens
         Tokens used, framing and reply priming included.
     remaining_tokens
@@ -259,7 +262,7 @@ class ContextPack:
     """
 
     frame: pl.DataFrame
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     used_tokens: int
     remaining_tokens: int
     budget: int

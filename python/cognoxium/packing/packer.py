@@ -14,8 +14,10 @@ that returns its own result:
    with its reason; a group (``_units``) with such a member is excluded whole.
    An item is valid when ``max(created_at, valid_from) <= as_of <
    expires_at``: packing as of a past time never sees items made after it;
-4. costing (``_costing``): each item costs the tokens of its rendered content
-   under the token profile, plus the per-message framing of the chat format;
+4. costing (``_costing``): each item costs the tokens of the chat message it
+   sends (``_messages``), by the chat costing rule of
+   :mod:`cognoxium.tokens.profiles`: its role's framing, its name, its content,
+   its tool call id or tool calls (ids, function names, arguments JSON);
 5. selection (``_selection``): required items go in first; if they alone
    exceed the budget, :class:`~cognoxium.exceptions.BudgetError` names them
    and nothing is packed. Preferred items are considered before optional
@@ -40,15 +42,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
+from cognoxium.exceptions import PackError
 from cognoxium.governance.policies import Policy
 from cognoxium.packing._checks import check_request
 from cognoxium.packing._costing import UnitCosts, render
 from cognoxium.packing._exclusions import exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._manifest import build_manifest
+from cognoxium.packing._messages import check_tool_results
 from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
     ContextPack,
@@ -115,8 +121,11 @@ def pack(
     Returns
     -------
     ContextPack
-        The selected items in input order, their chat messages, token use and
-        the :class:`PackManifest`.
+        The selected items in input order, their chat messages (what
+        :func:`cognoxium.formats.openai.to_openai_messages` gives, tool calls,
+        tool call ids and names included), token use and the
+        :class:`PackManifest`. ``used_tokens`` is what the messages cost by
+        the chat costing rule, reply priming included.
 
     Raises
     ------
@@ -125,8 +134,14 @@ def pack(
         costs, and nothing is packed.
     PackError
         If ``budget`` is negative, ``as_of`` is naive, two rows share an id, a
-        required item is quarantined, or a required item is in a group that
-        cannot be packed.
+        required item is quarantined, a required item is in a group that
+        cannot be packed, or a packed tool result answers a call that no
+        earlier packed message makes (give a call and its results one
+        ``group_id``).
+    RecordError
+        If an item's tool calls are malformed (a call without a string
+        ``id``, ``function.name`` or ``function.arguments``); it names the
+        row and the field.
     SchemaError
         If ``df`` lacks an item column, or one has the wrong type.
     PolicyError
@@ -158,11 +173,29 @@ def pack(
     included = select_units(df.get_column("id"), costs, queue, request.budget)
     decisions = decide_rows(rows, units, included, costs)
     manifest = build_manifest(df, request, review, decisions, label)
+    messages = rendering.messages(decisions.selected)
+    _check_tool_results(df, decisions.selected, messages)
     return ContextPack(
         frame=df[decisions.selected],
-        messages=rendering.messages(decisions.selected),
+        messages=messages,
         used_tokens=decisions.used_tokens,
         remaining_tokens=request.budget - decisions.used_tokens,
         budget=request.budget,
         manifest=manifest,
+    )
+
+
+def _check_tool_results(
+    df: pl.DataFrame, selected: np.ndarray, messages: list[dict[str, Any]]
+) -> None:
+    """Raise PackError if a packed tool result answers a call no earlier packed message makes."""
+    at = check_tool_results(messages)
+    if at is None:
+        return
+    row = int(selected[at])
+    raise PackError(
+        f"item {df.get_column('id')[row]!r} (row {row}) is the result of tool call "
+        f"{messages[at]['tool_call_id']!r}, which no earlier packed assistant message makes: "
+        "the Chat Completions API rejects such a request. Give a call and its results one "
+        "group_id so they are packed together"
     )

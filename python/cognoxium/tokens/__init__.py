@@ -8,6 +8,7 @@ from cognoxium.tokens.profiles import (
     cache_info,
     clear_cache,
     get_profile,
+    tool_call_texts,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "cache_info",
     "clear_cache",
     "get_profile",
+    "tool_call_texts",
 ]

@@ -8,6 +8,37 @@ The built-in profiles are ``cl100k_base`` (GPT-4, GPT-3.5-turbo) and
 ``o200k_base`` (GPT-4o, o1, o3). Both are built from rank files bundled in
 installed packages; nothing is downloaded, ever.
 
+Chat costing rule
+-----------------
+A chat request costs what it sends: :meth:`TokenProfile.message_tokens`
+charges one OpenAI Chat Completions message dict as follows, and a request
+adds the reply priming once (:meth:`TokenProfile.request_tokens`).
+
+======================================  ========================================
+what the message sends                  tokens
+======================================  ========================================
+every message                           ``tokens_per_message`` (3)
+``role``                                its tokens
+``content`` (a string)                  its tokens; none when ``content`` is null
+``content`` (a list of text parts)      the tokens of each part's ``text``
+``name``                                ``tokens_per_name`` (1) plus its tokens
+``tool_call_id`` (a tool result)        its tokens
+each of ``tool_calls``                  the tokens of its ``id``, of its
+                                        ``function.name`` and of its
+                                        ``function.arguments`` (the JSON text,
+                                        as sent)
+every request, once (reply priming)     ``tokens_per_pack`` (3)
+======================================  ========================================
+
+Each value is encoded on its own (``encode_ordinary``) and the counts add up.
+Source: the OpenAI Cookbook, "How to count tokens with tiktoken"
+(https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken),
+``num_tokens_from_messages``: 3 tokens per message, 1 per name, every value
+of the message encoded, 3 to prime the reply. The cookbook encodes only
+string values; a tool call's strings (id, function name, arguments JSON) are
+counted here the same way, as the values the request carries. A pack of no
+message sends no request and costs 0.
+
 Examples
 --------
 >>> profile = get_profile("cl100k_base")
@@ -15,6 +46,8 @@ Examples
 [2, 0]
 >>> profile.framing("user")
 4
+>>> profile.message_tokens({"role": "user", "name": "ada", "content": "hello world"})
+8
 """
 
 from __future__ import annotations
@@ -29,15 +62,15 @@ import struct
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 import tiktoken
 
-from cognoxium.exceptions import ProfileError
+from cognoxium.exceptions import ProfileError, RecordError
 
 __all__ = [
     "CACHE_MAX_ENTRIES",
@@ -47,6 +80,7 @@ __all__ = [
     "cache_info",
     "clear_cache",
     "get_profile",
+    "tool_call_texts",
 ]
 
 PROFILE_NAMES: tuple[str, ...] = ("cl100k_base", "o200k_base")
@@ -536,8 +570,9 @@ class TokenProfile:
         OpenAI Cookbook, "How to count tokens with tiktoken"
         (https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken),
         which counts every value of the message dict, the role string
-        included. A message costs ``framing(role) + count([content])[0]``
-        tokens; a request adds ``tokens_per_pack`` once.
+        included. A message costs its framing plus the tokens of its content
+        and tool calls (:meth:`message_tokens`); a request adds
+        ``tokens_per_pack`` once.
 
         Examples
         --------
@@ -556,6 +591,83 @@ class TokenProfile:
             tokens += self.tokens_per_name + len(self.encoding.encode_ordinary(name))
         self._framing[key] = tokens
         return tokens
+
+    def message_tokens(self, message: Mapping[str, Any]) -> int:
+        """Return the tokens one chat message costs, by the chat costing rule.
+
+        Parameters
+        ----------
+        message
+            An OpenAI Chat Completions message: ``role``, ``content`` (a
+            string, a list of text parts, or null), and optionally ``name``,
+            ``tool_calls`` and ``tool_call_id``. Other keys are not counted.
+
+        Returns
+        -------
+        int
+            ``framing(role, name=name)`` plus the tokens of the content and of
+            :func:`tool_call_texts`, in tokens; see the module's table.
+
+        Raises
+        ------
+        RecordError
+            If ``role``, ``name`` or a content part is not as the format
+            has it, or a tool call lacks a string ``id``, ``function.name`` or
+            ``function.arguments``; ``field`` names it (``tool_calls[0].id``).
+
+        Examples
+        --------
+        >>> profile = get_profile("cl100k_base")
+        >>> call = {"id": "c1", "type": "function",
+        ...         "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}
+        >>> profile.message_tokens({"role": "assistant", "content": None, "tool_calls": [call]})
+        12
+        >>> profile.message_tokens({"role": "tool", "tool_call_id": "c1", "content": "18 C"})
+        8
+        """
+        role, name = message.get("role"), message.get("name")
+        if not isinstance(role, str):
+            raise RecordError(f"must be a string, got {role!r}", field="role")
+        if name is not None and not isinstance(name, str):
+            raise RecordError(f"must be a string, got {name!r}", field="name")
+        texts = _content_texts(message.get("content")) + tool_call_texts(message)
+        return self.framing(role, name=name) + int(self.count(texts).sum())
+
+    def request_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Return the tokens a chat request of ``messages`` costs, by the chat costing rule.
+
+        Parameters
+        ----------
+        messages
+            The request's messages, in order.
+
+        Returns
+        -------
+        int
+            The sum of :meth:`message_tokens` plus ``tokens_per_pack`` (the
+            reply priming), in tokens; 0 for no message (nothing is sent).
+
+        Raises
+        ------
+        RecordError
+            As :meth:`message_tokens` raises it, with ``row`` the message's
+            0-based index.
+
+        Examples
+        --------
+        >>> profile = get_profile("cl100k_base")
+        >>> profile.request_tokens([{"role": "system", "content": "Be brief."},
+        ...                         {"role": "user", "content": "hello world"}])
+        16
+        """
+        total = 0
+        batch = list(messages)
+        for row, message in enumerate(batch):
+            try:
+                total += self.message_tokens(message)
+            except RecordError as error:
+                raise RecordError(error.message, row=row, field=error.field) from None
+        return total + (self.tokens_per_pack if batch else 0)
 
     def lower_bound(self, text: pl.Expr | str) -> pl.Expr:
         r"""Return a Polars expression that is a proven lower bound of each token count.
@@ -625,6 +737,98 @@ class TokenProfile:
             return byte_bound
         words = expr.str.count_matches(self.word_bound_pattern).cast(pl.Int64)
         return pl.max_horizontal(words, byte_bound)
+
+
+def _content_texts(content: Any) -> list[str]:
+    """The texts a message's ``content`` sends: the string, or each text part's text."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        raise RecordError(
+            f"must be a string, a list of text parts or null, got {type(content).__name__}",
+            field="content",
+        )
+    texts = []
+    for j, part in enumerate(content):
+        text = part.get("text") if isinstance(part, Mapping) else None
+        if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(text, str):
+            raise RecordError(
+                f"only text parts {{'type': 'text', 'text': str}} are counted, got {part!r}",
+                field=f"content[{j}]",
+            )
+        texts.append(text)
+    return texts
+
+
+def tool_call_texts(message: Mapping[str, Any]) -> list[str]:
+    """Return the tool-call texts a chat message sends, which its cost counts.
+
+    Parameters
+    ----------
+    message
+        An OpenAI Chat Completions message.
+
+    Returns
+    -------
+    list of str
+        The message's ``tool_call_id`` (a tool result), then for each of its
+        ``tool_calls`` in order its ``id``, ``function.name`` and
+        ``function.arguments``; empty when it has neither. See the module's
+        chat costing rule.
+
+    Raises
+    ------
+    RecordError
+        If ``tool_call_id`` is not a string, ``tool_calls`` is not a list, or
+        a call lacks a string ``id``, ``function.name`` or
+        ``function.arguments``; ``field`` names it.
+
+    Examples
+    --------
+    >>> tool_call_texts({"role": "assistant", "content": None, "tool_calls": [
+    ...     {"id": "c1", "type": "function",
+    ...      "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}]})
+    ['c1', 'weather', '{"city":"Paris"}']
+    >>> tool_call_texts({"role": "tool", "tool_call_id": "c1", "content": "18 C"})
+    ['c1']
+    >>> tool_call_texts({"role": "assistant", "content": None, "tool_calls": [
+    ...     {"id": 7, "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: field tool_calls[0].id: must be a string, got 7
+    """
+    texts: list[str] = []
+    call_id = message.get("tool_call_id")
+    if call_id is not None:
+        if not isinstance(call_id, str):
+            raise RecordError(f"must be a string, got {call_id!r}", field="tool_call_id")
+        texts.append(call_id)
+    calls = message.get("tool_calls")
+    if calls is None:
+        return texts
+    if not isinstance(calls, list):
+        raise RecordError(f"must be a list, got {type(calls).__name__}", field="tool_calls")
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            raise RecordError(
+                f"a tool call is {{'id', 'type', 'function': {{'name', 'arguments'}}}}, "
+                f"got {call!r}",
+                field=f"tool_calls[{j}]",
+            )
+        for field, value in (
+            ("id", call.get("id")),
+            ("function.name", function.get("name")),
+            ("function.arguments", function.get("arguments")),
+        ):
+            if not isinstance(value, str):
+                raise RecordError(
+                    f"must be a string, got {value!r}", field=f"tool_calls[{j}].{field}"
+                )
+            texts.append(value)
+    return texts
 
 
 def _parse_tiktoken_bpe(raw: bytes, *, expected_sha256: str, source: str) -> dict[bytes, int]:

@@ -1,0 +1,569 @@
+"""String predicates over item columns: an allow-listed SQL grammar lowered to Polars.
+
+A string predicate (a request's ``where``, a SQL string given to
+:meth:`~cognoxium.frame.frame.CognitionFrame.filter`, ``quarantine`` or
+``demote``) is parsed with `sqlglot <https://sqlglot.com>`_ and lowered,
+node by node, to a Polars expression. Only the constructs below are
+accepted; anything else is refused with a
+:class:`~cognoxium.exceptions.PredicateError` that names the construct, its
+position and why, before any data or file is read. A predicate can only read
+the columns of the rows it filters: there are no subqueries, no table
+functions (``read_csv``, ``read_parquet``, ...), no comments and no second
+statement.
+
+==========================  =================================================
+construct                   examples
+==========================  =================================================
+column                      ``role``, ``"ref_title"`` (a column of the frame)
+metadata key                ``metadata.topic``, ``metadata."my key"``,
+                            ``metadata.a.b`` (a field of the metadata JSON
+                            object; nested objects by further dots)
+literal                     ``'it''s'``, ``3``, ``-2.5``, ``1e3``, ``TRUE``,
+                            ``FALSE``, ``NULL``
+timestamp literal           ``TIMESTAMP '2025-03-01'``,
+                            ``TIMESTAMP '2025-03-01T12:00:00+02:00'``
+                            (ISO 8601; without an offset it is UTC),
+                            ``DATE '2025-03-01'``
+comparison                  ``=`` ``==`` ``!=`` ``<>`` ``<`` ``<=`` ``>``
+                            ``>=``
+logic                       ``AND``, ``OR``, ``NOT``, parentheses
+list membership             ``x IN ('a', 'b')``, ``x NOT IN (1, 2)``
+                            (literals only)
+pattern                     ``x LIKE 'a%'``, ``x ILIKE '%b_'``,
+                            ``x NOT LIKE ...``, ``x NOT ILIKE ...``
+                            (``%`` any run of characters, ``_`` one
+                            character; ``ILIKE`` ignores case)
+range                       ``x BETWEEN 1 AND 5`` (both ends included),
+                            ``x NOT BETWEEN ...``
+null test                   ``x IS NULL``, ``x IS NOT NULL``
+negation                    ``-x``
+==========================  =================================================
+
+The scalar functions are those of :data:`PREDICATE_FUNCTIONS`:
+
+==================  ====================================================
+function            meaning
+==================  ====================================================
+``lower(s)``        ``s`` in lower case
+``upper(s)``        ``s`` in upper case
+``length(s)``       the number of characters of ``s``
+``coalesce(a, …)``  the first of its arguments that is not null
+``abs(x)``          the absolute value of ``x``
+==================  ====================================================
+
+Null behaves as in SQL: a comparison with null is null, and a filter keeps
+only the rows where the predicate is true (null counts as false);
+``x IN (1, NULL)`` is true when ``x = 1`` and null otherwise, so
+``x NOT IN (1, NULL)`` is never true. Keywords and function names are case
+insensitive; column names and metadata keys are case sensitive (quote a name
+with double quotes to use spaces or keywords).
+
+Examples
+--------
+>>> import polars as pl
+>>> frame = pl.DataFrame({"role": ["user", "tool", "user"], "priority": [3, 0, None]})
+>>> expr = parse_predicate("role = 'user' AND coalesce(priority, 0) > 1", frame.columns)
+>>> frame.filter(expr)["priority"].to_list()
+[3]
+>>> parse_predicate("role IN (SELECT column_1 FROM read_csv('/etc/passwd'))", frame.columns)
+Traceback (most recent call last):
+...
+cognoxium.exceptions.PredicateError: predicate "role IN (SELECT ...)", at character 17:
+a subquery is not allowed (it calls the table function read_csv, which reads files): ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import operator
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, date, datetime
+from functools import lru_cache, reduce
+from types import MappingProxyType
+from typing import Any, Final
+
+import polars as pl
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokenizer_core import Token, TokenType
+
+from cognoxium.exceptions import PredicateError
+from cognoxium.items.schema import COLUMNS
+
+__all__ = ["PREDICATE_FUNCTIONS", "parse_predicate"]
+
+PREDICATE_FUNCTIONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "abs": "abs(x): the absolute value of x",
+        "coalesce": "coalesce(a, b, ...): the first argument that is not null",
+        "length": "length(s): the number of characters of s",
+        "lower": "lower(s): s in lower case",
+        "upper": "upper(s): s in upper case",
+    }
+)
+"""The scalar functions a string predicate may call, each with its meaning."""
+
+_DIALECT: Final = Postgres()
+
+_WHY_TABLE_FUNCTION: Final = (
+    "table functions read files, and a predicate reads only the columns of the row it tests"
+)
+_WHY_SUBQUERY: Final = (
+    "a predicate reads only the columns of the row it tests; compare with literals instead"
+)
+_WHY_GRAMMAR: Final = "it is not part of the predicate grammar (see cognoxium.items.predicate)"
+
+# sqlglot's own nodes for the table functions Polars SQL offers (read_csv,
+# read_parquet, ...); a table function sqlglot does not know parses as an
+# anonymous function and is refused as an unknown function.
+_TABLE_FUNCTIONS: Final = tuple(
+    getattr(exp, name)
+    for name in ("ReadCSV", "ReadParquet", "ReadJSON", "ReadIPC", "ReadNDJSON")
+    if hasattr(exp, name)
+)
+_MISSING: Final = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>")
+_FILE_READER: Final = re.compile(r"^(read|scan)_[a-z_]+$", re.IGNORECASE)
+
+
+def _position(node: exp.Expr) -> int | None:
+    """The 0-based character offset of a node: the first offset of its parts, if known."""
+    starts = [
+        start
+        for part in node.walk()
+        if isinstance(part, exp.Expr) and isinstance(start := part.meta.get("start"), int)
+    ]
+    return min(starts) if starts else None
+
+
+class _Lowering:
+    """Lowers one parsed predicate; one method per allowed node type."""
+
+    def __init__(self, text: str, columns: Collection[str]) -> None:
+        self.text = text
+        self.columns = columns
+
+    def error(self, node: exp.Expr | None, message: str) -> PredicateError:
+        return PredicateError(
+            message, predicate=self.text, position=None if node is None else _position(node)
+        )
+
+    def refuse(self, node: exp.Expr) -> PredicateError:
+        if isinstance(node, exp.Subquery | exp.Query | exp.Exists | exp.Any | exp.All):
+            reads = [
+                self.written_name(f)
+                for f in node.find_all(exp.Func)
+                if isinstance(f, _TABLE_FUNCTIONS) or _FILE_READER.match(self.written_name(f))
+            ]
+            calls = f" (it calls the table function {reads[0]}, which reads files)" if reads else ""
+            return self.error(node, f"a subquery is not allowed{calls}: {_WHY_SUBQUERY}")
+        if isinstance(node, _TABLE_FUNCTIONS):
+            name = self.written_name(node)
+            return self.error(
+                node, f"the table function {name} is not allowed: {_WHY_TABLE_FUNCTION}"
+            )
+        if isinstance(node, exp.Func):
+            name = self.written_name(node)
+            if _FILE_READER.match(name):
+                why = _WHY_TABLE_FUNCTION
+            else:
+                why = f"the functions are {', '.join(PREDICATE_FUNCTIONS)}"
+            return self.error(node, f"the function {name} is not allowed: {why}")
+        if isinstance(node, exp.Star):
+            return self.error(node, "'*' is not allowed: name the columns")
+        sql = node.sql(dialect=_DIALECT)
+        shown = sql if len(sql) <= 60 else sql[:57] + "..."
+        return self.error(node, f"{shown!r} ({type(node).__name__}) is not allowed: {_WHY_GRAMMAR}")
+
+    def written_name(self, node: exp.Func) -> str:
+        """A function's name as the predicate spells it (sqlglot may know it by another)."""
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if isinstance(start, int) and isinstance(end, int):
+            return self.text[start : end + 1].lower()
+        return (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+
+    def only(self, node: exp.Expr, *allowed: str) -> None:
+        """Refuse a node with a clause (a set argument) other than ``allowed``."""
+        for name in type(node).arg_types:
+            value = node.args.get(name)
+            if name not in allowed and value not in (None, False, []):
+                shown = value.sql(dialect=_DIALECT) if isinstance(value, exp.Expr) else name
+                raise self.error(
+                    node,
+                    f"{node.key.upper()} with {name} ({shown}) is not allowed: {_WHY_GRAMMAR}",
+                )
+
+    def lower(self, node: exp.Expr) -> pl.Expr:
+        handler = _HANDLERS.get(type(node))
+        if handler is None:
+            raise self.refuse(node)
+        return handler(self, node)
+
+    def literal(self, node: exp.Expr) -> Any:
+        """The Python value of a literal node (string, number, bool, None)."""
+        if isinstance(node, exp.Paren):
+            return self.literal(node.this)
+        if isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Boolean):
+            return bool(node.this)
+        if isinstance(node, exp.Literal):
+            return _literal_value(node)
+        if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+            value = _literal_value(node.this)
+            if isinstance(value, int | float):
+                return -value
+        raise self.error(
+            node,
+            f"an IN list holds literals only, not {node.sql(dialect=_DIALECT)!r}: "
+            "use OR for comparisons with columns",
+        )
+
+
+def _literal_value(node: exp.Literal) -> str | int | float:
+    text = str(node.this)
+    if node.is_string:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+# ---------------------------------------------------------------------------
+# handlers: one per allowed node type
+
+
+def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    parts: list[exp.Expr] = []
+    current: exp.Expr = node
+    while isinstance(current, exp.Dot):
+        parts.insert(0, current.expression)
+        current = current.this
+    if not isinstance(current, exp.Column):
+        raise low.refuse(current)
+    low.only(current, "this", "table", "db", "catalog")
+    parts[:0] = current.parts
+    if not all(isinstance(p, exp.Identifier) for p in parts):
+        raise low.refuse(node)
+    names = [p.name for p in parts]
+    if len(names) == 1:
+        (name,) = names
+        if name not in low.columns:
+            close = difflib.get_close_matches(name, list(low.columns), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise low.error(
+                node,
+                f"unknown column {name!r}: {hint}the columns are {', '.join(low.columns)}",
+            )
+        return pl.col(name)
+    if names[0] == "metadata" and "metadata" not in low.columns:
+        raise low.error(
+            node,
+            f"metadata.<key> needs a 'metadata' column; the columns are {', '.join(low.columns)}",
+        )
+    if names[0] != "metadata":
+        raise low.error(
+            node,
+            f"{'.'.join(names)} is not allowed: only metadata.<key> reaches into a value "
+            "(a field of the metadata JSON object)",
+        )
+    expr = pl.col("metadata")
+    for key in names[1:]:
+        expr = expr.struct.field(key)
+    return expr
+
+
+def _literal(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    return pl.lit(low.literal(node))
+
+
+def _comparison(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
+    def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
+        low.only(node, "this", "expression")
+        return op(low.lower(node.this), low.lower(node.expression))
+
+    return handle
+
+
+def _not(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this")
+    inner = low.lower(node.this)
+    if isinstance(_unparen(node.this), exp.Column | exp.Dot | exp.Func):
+        inner = inner.cast(pl.Boolean)  # a column used as a condition must hold booleans
+    return inner.not_()
+
+
+def _unparen(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _paren(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this")
+    return low.lower(node.this)
+
+
+def _neg(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this")
+    if isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return pl.lit(low.literal(node))  # a negative number, typed as one
+    return -low.lower(node.this)
+
+
+def _in(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    if node.args.get("query") is not None:
+        raise low.refuse(node.args["query"])
+    low.only(node, "this", "expressions")
+    items = node.expressions
+    if not items:
+        raise low.error(node, "an IN list needs at least one value")
+    values = [low.literal(item) for item in items]
+    present = [v for v in values if v is not None]
+    kinds = {
+        "number" if isinstance(v, int | float) and not isinstance(v, bool) else type(v)
+        for v in present
+    }
+    if len(kinds) > 1:
+        raise low.error(node, "an IN list mixes types: give values of one type")
+    target = low.lower(node.this)
+    if not present:
+        return pl.lit(None, dtype=pl.Boolean)
+    if isinstance(present[0], str):
+        member = target.is_in(pl.Series([present]))  # one list value: a literal
+    else:  # numbers compare across integer and float types, as with =
+        member = reduce(operator.or_, (target == value for value in present))
+    if len(present) < len(values):  # SQL: no match against a list with NULL is null, not false
+        member = member | pl.lit(None, dtype=pl.Boolean)
+    return member
+
+
+def _like_regex(pattern: str) -> str:
+    parts = (".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
+    return "^" + "".join(parts) + "$"
+
+
+def _like(case_insensitive: bool) -> Handler:
+    def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
+        low.only(node, "this", "expression", "negate")
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise low.error(
+                node, f"{node.key.upper()} needs a string literal pattern, such as 'a%'"
+            )
+        flags = "(?si)" if case_insensitive else "(?s)"
+        expr = low.lower(node.this).str.contains(flags + _like_regex(str(pattern.this)))
+        return expr.not_() if node.args.get("negate") else expr
+
+    return handle
+
+
+def _escape(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    raise low.error(node, "LIKE ... ESCAPE is not allowed: the patterns have no escape character")
+
+
+def _between(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this", "low", "high")
+    return low.lower(node.this).is_between(
+        low.lower(node.args["low"]), low.lower(node.args["high"]), closed="both"
+    )
+
+
+def _is(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this", "expression", "negate")
+    if not isinstance(node.expression, exp.Null):
+        raise low.error(node, "IS takes only NULL (IS NULL, IS NOT NULL); use = for values")
+    target = low.lower(node.this)
+    return target.is_not_null() if node.args.get("negate") else target.is_null()
+
+
+def _function(method: Callable[[pl.Expr], pl.Expr]) -> Handler:
+    def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
+        low.only(node, "this")
+        return method(low.lower(node.this))
+
+    return handle
+
+
+def _coalesce(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this", "expressions", "is_nvl", "is_null")
+    return pl.coalesce([low.lower(node.this), *(low.lower(e) for e in node.expressions)])
+
+
+_TIMESTAMP_TYPES: Final = frozenset({exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ})
+
+
+def _cast(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    low.only(node, "this", "to")
+    to = node.args["to"]
+    value = node.this
+    kind = to.this if isinstance(to, exp.DataType) else None
+    if (
+        kind in _TIMESTAMP_TYPES | {exp.DataType.Type.DATE}
+        and not to.expressions
+        and isinstance(value, exp.Literal)
+        and value.is_string
+    ):
+        text = str(value.this)
+        try:
+            if kind == exp.DataType.Type.DATE:
+                return pl.lit(date.fromisoformat(text))
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise low.error(
+                node, f"{text!r} is not an ISO 8601 {kind.value.lower()}, such as '2025-03-01'"
+            ) from None
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        return pl.lit(moment, dtype=pl.Datetime("us", "UTC"))
+    shown = to.sql(dialect=_DIALECT) if isinstance(to, exp.Expr) else "?"
+    raise low.error(
+        node,
+        f"a cast to {shown} is not allowed: casts are only TIMESTAMP '...' and DATE '...' "
+        "of a string literal",
+    )
+
+
+Handler = Callable[[_Lowering, exp.Expr], pl.Expr]
+
+_HANDLERS: Final[dict[type[exp.Expr], Handler]] = {
+    exp.Column: _column,
+    exp.Dot: _column,
+    exp.Literal: _literal,
+    exp.Boolean: _literal,
+    exp.Null: _literal,
+    exp.EQ: _comparison(lambda a, b: a == b),
+    exp.NEQ: _comparison(lambda a, b: a != b),
+    exp.LT: _comparison(lambda a, b: a < b),
+    exp.LTE: _comparison(lambda a, b: a <= b),
+    exp.GT: _comparison(lambda a, b: a > b),
+    exp.GTE: _comparison(lambda a, b: a >= b),
+    exp.And: _comparison(lambda a, b: a & b),
+    exp.Or: _comparison(lambda a, b: a | b),
+    exp.Not: _not,
+    exp.Paren: _paren,
+    exp.Neg: _neg,
+    exp.In: _in,
+    exp.Like: _like(case_insensitive=False),
+    exp.ILike: _like(case_insensitive=True),
+    exp.Escape: _escape,
+    exp.Between: _between,
+    exp.Is: _is,
+    exp.Lower: _function(lambda e: e.str.to_lowercase()),
+    exp.Upper: _function(lambda e: e.str.to_uppercase()),
+    exp.Length: _function(lambda e: e.str.len_chars()),
+    exp.Abs: _function(lambda e: e.abs()),
+    exp.Coalesce: _coalesce,
+    exp.Cast: _cast,
+}
+
+
+# ---------------------------------------------------------------------------
+# tokens: comments and statement separators are refused before parsing
+
+
+def _tokens(text: str) -> list[Token]:
+    try:
+        tokens: list[Token] = _DIALECT.tokenize(text)
+    except TokenError as exc:
+        raise PredicateError(f"cannot read the predicate: {exc}", predicate=text) from None
+    comment = "a comment is not allowed: it would silently cut or hide part of the predicate"
+    spans = [(0, 0), *((t.start, t.end + 1) for t in tokens), (len(text), len(text))]
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        gap = text[end:start]
+        if gap.strip():  # the tokenizer skipped something that is not white space: a comment
+            offset = end + len(gap) - len(gap.lstrip())
+            raise PredicateError(comment, predicate=text, position=offset)
+    for token in tokens:
+        if token.comments:  # comments sqlglot attached to a token, should a gap not show one
+            raise PredicateError(comment, predicate=text, position=token.start)
+        if token.token_type == TokenType.SEMICOLON:
+            raise PredicateError(
+                "';' is not allowed: a predicate is one expression, not statements",
+                predicate=text,
+                position=token.start,
+            )
+    if not tokens:
+        raise PredicateError("the predicate is empty", predicate=text)
+    return tokens
+
+
+@lru_cache(maxsize=256)
+def _parse(text: str, columns: tuple[str, ...]) -> pl.Expr:
+    tokens = _tokens(text)
+    try:
+        trees = _DIALECT.parser().parse(tokens, text)
+    except ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        description = str(first.get("description") or exc)
+        missing = re.match(
+            r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>", description
+        )
+        if missing:
+            description = f"{missing[2]} is incomplete (its {missing[1]} is missing)"
+        col = first.get("col")
+        position = None
+        if isinstance(col, int) and first.get("line") == 1:
+            position = max(col - 1, 0)
+        raise PredicateError(
+            f"cannot parse the predicate: {description}", predicate=text, position=position
+        ) from None
+    except RecursionError:
+        raise PredicateError("the predicate is nested too deeply", predicate=text) from None
+    if len(trees) != 1 or trees[0] is None:
+        raise PredicateError("a predicate is one expression", predicate=text)
+    try:
+        return _Lowering(text, columns).lower(trees[0])
+    except RecursionError:
+        raise PredicateError("the predicate is nested too deeply", predicate=text) from None
+
+
+def parse_predicate(text: str, columns: Sequence[str] = COLUMNS) -> pl.Expr:
+    """Lower a string predicate to a Polars expression, refusing anything outside the grammar.
+
+    Parameters
+    ----------
+    text
+        The predicate, in the grammar of :mod:`cognoxium.items.predicate`
+        (for example ``"metadata.topic = 'billing' AND role <> 'tool'"``).
+    columns
+        The column names the predicate may read (the frame's columns; by
+        default the item schema's :data:`~cognoxium.items.schema.COLUMNS`).
+        ``metadata.<key>`` needs ``metadata`` among them.
+
+    Returns
+    -------
+    polars.Expr
+        An expression over ``columns``; ``metadata.<key>`` reads
+        ``pl.col("metadata").struct.field(key)``, so ``metadata`` must be
+        decoded from its JSON text to a struct before the expression runs
+        (frames do this themselves). Nothing runs and no file is read here.
+
+    Raises
+    ------
+    PredicateError
+        If the text does not parse, holds a comment or a ``;``, names an
+        unknown column, or uses a construct outside the grammar (a subquery,
+        a table function such as ``read_csv``, a function not in
+        :data:`PREDICATE_FUNCTIONS`, ``*``, a cast other than ``TIMESTAMP
+        '...'`` or ``DATE '...'``). The message names the construct, its
+        position and why; it depends only on ``text`` and ``columns``.
+
+    Examples
+    --------
+    >>> expr = parse_predicate("metadata.topic = 'billing' AND priority BETWEEN 1 AND 3")
+    >>> expr.meta.root_names()
+    ['metadata', 'priority']
+    >>> parse_predicate("lower(role) LIKE 'u%'", ["role"])
+    <Expr ['col("role").str.to_lowercase()…'] at ...>
+    >>> parse_predicate("role = 'user' -- AND trust = 'trusted'")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PredicateError: predicate "role = 'user' -- AND trust = 'trusted'",
+    at character 15: a comment is not allowed: it would silently cut or hide part of the predicate
+    """
+    if not isinstance(text, str):
+        raise PredicateError(f"a predicate is a string, got {type(text).__name__}", predicate="")
+    return _parse(text, tuple(columns))

@@ -1,0 +1,265 @@
+"""The chat message each item sends: one rendering, which packing costs and sends.
+
+:func:`chat_columns` lays out every row's message by column operations and
+:func:`chat_message` builds its dict; costing reads the same columns (see
+:mod:`cognoxium.packing._costing`) and counts what the dict sends by the chat
+costing rule of :mod:`cognoxium.tokens.profiles`, so what a pack costs is what
+it sends. ``ContextPack.messages`` and
+:func:`cognoxium.formats.openai.to_openai_messages` are built here.
+
+==========================  ===================================================
+item                        message
+==========================  ===================================================
+any                         ``role``: :data:`~cognoxium._columns.CHAT_ROLES` of
+                            the item role; ``content``: the packed text (text,
+                            canonical JSON, ``"<title> <uri>"``)
+system, developer, user,    ``name``: ``metadata.name`` when it is a string
+assistant, tool
+assistant with              ``tool_calls``: the Json payload's
+``metadata.tool_call_ids``  ``{"tool_calls": [...]}`` (then ``content`` null),
+                            else ``metadata.tool_calls``
+tool with                   ``tool_call_id``: ``metadata.tool_call_id``
+``metadata.tool_call_id``
+tool without one, or whose  a ``user`` message (tool output given as context,
+call (in its group) a       as documents are): the Chat Completions API takes
+policy renders as ``user``  a ``tool`` message only as the result of a call
+policy ``render_as_user``   ``user``, the packed text, nothing else
+policy ``render_as_data``   ``user``, the packed text in a data block, nothing
+                            else
+==========================  ===================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from cognoxium._columns import CHAT_ROLES
+from cognoxium.exceptions import RecordError
+from cognoxium.governance.policies import data_block_expr
+from cognoxium.items.schema import packed_text_expr
+from cognoxium.tokens.profiles import tool_call_texts
+
+__all__ = ["ChatColumns", "chat_columns", "chat_message", "check_tool_results"]
+
+_NAMED_ROLES = [role for role, chat in CHAT_ROLES.items() if role == chat]
+_NO_CONTENT_KEY = "no-content"
+
+
+def chat_message(
+    role: str,
+    content: str | None,
+    *,
+    name: str | None = None,
+    tool_calls: list[Any] | None = None,
+    tool_call_id: str | None = None,
+) -> dict[str, Any]:
+    """Build one OpenAI Chat Completions message dict.
+
+    Keys, in order: ``role``, ``content`` (null for an assistant message
+    that only calls tools), then ``name``, ``tool_calls`` and ``tool_call_id``
+    when given.
+    """
+    message: dict[str, Any] = {"role": role, "content": content}
+    if name is not None:
+        message["name"] = name
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    if tool_call_id is not None:
+        message["tool_call_id"] = tool_call_id
+    return message
+
+
+@dataclass(frozen=True)
+class ChatColumns:
+    """Every row as the chat message it sends.
+
+    Attributes
+    ----------
+    role
+        ``(n,)`` String: the chat role.
+    content
+        ``(n,)`` String: the content, null when the message sends none.
+    key
+        ``(n,)`` String: the token cache key of ``content`` (the content
+        hash, or a key derived from the text when a policy rewrote it).
+    fields
+        Row -> ``{"name", "tool_calls", "tool_call_id"}`` (those it has), for
+        the rows whose message has any of them.
+    tool_texts
+        Row -> :func:`~cognoxium.tokens.profiles.tool_call_texts` of its
+        message, for the rows that send any.
+    """
+
+    role: pl.Series
+    content: pl.Series
+    key: pl.Series
+    fields: dict[int, dict[str, Any]]
+    tool_texts: dict[int, list[str]]
+
+    def message(self, row: int) -> dict[str, Any]:
+        """The message dict of ``row``."""
+        return chat_message(self.role[row], self.content[row], **self.fields.get(row, {}))
+
+    def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """The message dicts of ``rows`` (``(k,)`` int64), in that order."""
+        roles = self.role.gather(rows).to_list()
+        contents = self.content.gather(rows).to_list()
+        return [
+            chat_message(role, content, **self.fields.get(int(row), {}))
+            for row, role, content in zip(rows, roles, contents, strict=True)
+        ]
+
+
+def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColumns:
+    """Lay out every row of ``df`` as the chat message it sends (see the module's table).
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (columns ``role``, ``payload_kind``, ``text``,
+        ``json``, ``ref_uri``, ``ref_title``, ``content_hash``, ``metadata``,
+        and ``id`` and ``group_id`` with ``action``).
+    action
+        ``(n,)`` String: each row's policy action, or None without policies.
+
+    Returns
+    -------
+    ChatColumns
+        The messages' columns.
+
+    Raises
+    ------
+    RecordError
+        If a tool call of a row is malformed (it lacks a string ``id``,
+        ``function.name`` or ``function.arguments``), naming the row and the
+        field (``metadata.tool_calls[0].id`` or ``json.tool_calls[0].id``).
+    """
+    role = pl.col("role").cast(pl.String)
+    all_text = bool((df.get_column("payload_kind") == "text").all())
+    content = pl.col("text").fill_null("") if all_text else packed_text_expr()
+    chat_role = role.replace_strict(CHAT_ROLES, return_dtype=pl.String)
+    key = pl.col("content_hash")
+    meta = pl.col("metadata")
+    # Rows whose message may carry a name or tool fields; only these are parsed.
+    maybe = (role.is_in(_NAMED_ROLES) & meta.str.contains('"name":', literal=True)) | (
+        (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
+    )
+    maybe = maybe | (role == "tool")
+    rendered = pl.lit(False)
+    if action is not None:
+        act = pl.lit(action)
+        rendered = act.is_in(["render_as_user", "render_as_data"])
+        as_data = act == "render_as_data"
+        content = pl.when(as_data).then(data_block_expr(content)).otherwise(content)
+        # The cache key of a rendered text is the text itself.
+        key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
+    declares = (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
+    cols = df.select(
+        pl.when(rendered).then(pl.lit("user")).otherwise(chat_role).alias("role"),
+        content.alias("content"),
+        key.alias("key"),
+        (maybe & ~rendered).alias("maybe"),
+        (declares & rendered).alias("rendered_call"),
+    )
+    flagged = np.flatnonzero(cols.get_column("maybe").to_numpy())
+    fields, texts = _fields_of(df, flagged, _rendered_calls(df, cols["rendered_call"]))
+    chat, content_col, key_col = cols["role"], cols["content"], cols["key"]
+    no_content = [r for r, f in fields.items() if f.pop("no_content", False)]
+    as_user = [r for r, f in fields.items() if f.pop("as_user", False)]
+    if no_content:
+        content_col = content_col.clone().scatter(no_content, None)
+        key_col = key_col.clone().scatter(no_content, _NO_CONTENT_KEY)
+    if as_user:
+        chat = chat.clone().scatter(as_user, "user")
+    fields = {r: f for r, f in fields.items() if f}
+    return ChatColumns(role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts)
+
+
+def _rendered_calls(df: pl.DataFrame, rendered_call: pl.Series) -> set[tuple[str, str]]:
+    """``(group_id, call id)`` of every call made by an assistant row a policy renders as user."""
+    if not rendered_call.any():
+        return set()
+    rows = df.filter(rendered_call).select("group_id", "metadata").iter_rows()
+    return {
+        (group_id, call_id)
+        for group_id, metadata_text in rows
+        if group_id is not None
+        for call_id in json.loads(metadata_text).get("tool_call_ids", ())
+        if isinstance(call_id, str)
+    }
+
+
+def _fields_of(
+    df: pl.DataFrame, rows: np.ndarray, rendered_calls: set[tuple[str, str]]
+) -> tuple[dict[int, dict[str, Any]], dict[int, list[str]]]:
+    """Name and tool fields of ``rows``, from their metadata and payload; their tool texts.
+
+    A field dict may also hold ``no_content`` (the payload is the tool calls)
+    or ``as_user`` (a tool result without a call id, or whose call, in its
+    group, is among ``rendered_calls``), which the caller applies.
+    """
+    if len(rows) == 0:
+        return {}, {}
+    sub = df[rows].select(
+        pl.col("role").cast(pl.String),
+        pl.col("payload_kind").cast(pl.String),
+        "json",
+        "metadata",
+        pl.col("group_id") if "group_id" in df.columns else pl.lit(None, pl.String),
+    )
+    fields: dict[int, dict[str, Any]] = {}
+    texts: dict[int, list[str]] = {}
+    for row, (role, kind, json_text, metadata_text, group_id) in zip(
+        rows.tolist(), sub.iter_rows(), strict=True
+    ):
+        meta: dict[str, Any] = json.loads(metadata_text)
+        found: dict[str, Any] = {}
+        where = "metadata"
+        if isinstance(meta.get("name"), str):
+            found["name"] = meta["name"]
+        if role == "assistant" and "tool_call_ids" in meta:
+            calls: Any = meta.get("tool_calls")
+            if kind == "json":
+                value = json.loads(json_text)
+                if isinstance(value, dict) and list(value) == ["tool_calls"]:
+                    calls, where, found["no_content"] = value["tool_calls"], "json", True
+            if isinstance(calls, list):
+                found["tool_calls"] = calls
+        elif role == "tool":
+            call_id = meta.get("tool_call_id")
+            if isinstance(call_id, str) and (group_id, call_id) not in rendered_calls:
+                found["tool_call_id"] = call_id
+            else:
+                found["as_user"] = True
+        try:
+            sent = tool_call_texts(found)
+        except RecordError as error:
+            raise RecordError(error.message, row=row, field=f"{where}.{error.field}") from None
+        if sent:
+            texts[row] = sent
+        if found:
+            fields[row] = found
+    return fields, texts
+
+
+def check_tool_results(messages: Sequence[dict[str, Any]]) -> int | None:
+    """Return the index of the first tool result whose call no earlier message declares.
+
+    ``None`` when every ``tool`` message answers a call that an earlier
+    assistant message of ``messages`` declares in its ``tool_calls``, as the
+    Chat Completions API requires.
+    """
+    declared: set[str] = set()
+    for index, message in enumerate(messages):
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                declared.add(call["id"])
+        if message["role"] == "tool" and message.get("tool_call_id") not in declared:
+            return index
+    return None

@@ -1,0 +1,408 @@
+"""String predicates: the allow-listed grammar, its lowering to Polars and what it refuses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cognoxium.exceptions import PlanError, PredicateError
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.predicate import PREDICATE_FUNCTIONS, parse_predicate
+from cognoxium.items.schema import COLUMNS
+
+CANARY = "canary-7f3a9c: the content of a file no predicate may read"
+
+# Every table function Polars SQL offers (polars-sql table_functions.rs: read_csv,
+# read_parquet, read_ipc, read_json, which reads NDJSON), the NDJSON spelling, and
+# the lazy scan_* names of the Python API.
+TABLE_FUNCTIONS = (
+    "read_csv",
+    "read_parquet",
+    "read_ipc",
+    "read_json",
+    "read_ndjson",
+    "scan_csv",
+    "scan_parquet",
+    "scan_ipc",
+    "scan_ndjson",
+)
+
+SHAPES = (
+    "id IN (SELECT column_1 FROM {f}('{path}'))",
+    "id = (SELECT column_1 FROM {f}('{path}'))",
+    "EXISTS (SELECT * FROM {f}('{path}'))",
+    "{f}('{path}') IS NOT NULL",
+    "id = {f}('{path}')",
+    "role = 'user' OR id NOT IN (SELECT * FROM {f}('{path}') LIMIT 1)",
+)
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Path:
+    path = tmp_path / "secret.csv"
+    path.write_text(f"{CANARY}\n{CANARY}\n")
+    return path
+
+
+def frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "id": ["a", "b", "c", "d"],
+            "role": ["user", "tool", "user", "system"],
+            "priority": [3, 0, None, -2],
+            "rank": [0.5, None, 2.0, -1.0],
+            "text": ["Refund please", "it's 100%", None, "line\nbreak"],
+            "metadata": ['{"topic": "billing"}', '{"topic": "bugs"}', "{}", None],
+        }
+    )
+
+
+def ids(predicate: str) -> list[str]:
+    df = frame()
+    return df.filter(parse_predicate(predicate, df.columns))["id"].to_list()
+
+
+# ---------------------------------------------------------------------------
+# refused: table functions, subqueries, comments, statements
+
+
+@pytest.mark.parametrize("function", TABLE_FUNCTIONS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_table_functions_are_refused_without_reading_the_file(
+    canary: Path, function: str, shape: str
+) -> None:
+    text = shape.format(f=function, path=canary)
+    with pytest.raises(PredicateError) as info:
+        parse_predicate(text)
+    message = str(info.value)
+    assert "canary-7f3a9c" not in message
+    assert f"function {function}" in message
+    assert "is not allowed" in message
+    assert "which reads files" in message or "table functions read files" in message
+
+
+@pytest.mark.parametrize("function", TABLE_FUNCTIONS)
+def test_table_functions_are_refused_by_filter_with_nothing_leaked(
+    canary: Path, function: str
+) -> None:
+    cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+    with pytest.raises(PredicateError, match="is not allowed") as info:
+        cf.filter(f"id IN (SELECT column_1 FROM {function}('{canary}'))")
+    assert "canary-7f3a9c" not in str(info.value)
+    assert isinstance(info.value, PlanError)
+
+
+@pytest.mark.parametrize("function", TABLE_FUNCTIONS)
+def test_a_missing_file_gives_the_same_error_as_an_existing_one(
+    canary: Path, function: str
+) -> None:
+    text = f"id IN (SELECT column_1 FROM {function}('{canary}'))"
+    with pytest.raises(PredicateError) as present:
+        parse_predicate(text)
+    canary.unlink()
+    with pytest.raises(PredicateError) as missing:
+        parse_predicate(text)
+    assert str(missing.value) == str(present.value)
+    assert (missing.value.position, missing.value.message) == (
+        present.value.position,
+        present.value.message,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "fragment"),
+    [
+        ("id IN (SELECT id FROM items)", 15, "a subquery is not allowed"),
+        ("id = ANY (SELECT 'a')", 18, "a subquery is not allowed"),
+        ("EXISTS (SELECT 1)", 16, "a subquery is not allowed"),
+        ("role = 'user' -- AND trust = 'trusted'", 15, "a comment is not allowed"),
+        ("role = 'user' --", 15, "a comment is not allowed"),
+        ("role = 'user' /* OR 1 = 1 */", 15, "a comment is not allowed"),
+        ("/* c */ role = 'user'", 1, "a comment is not allowed"),
+        ("role = 'user'\n-- c\n", 15, "a comment is not allowed"),
+        ("-- only a comment", 1, "a comment is not allowed"),
+        ("role = 'user'; DROP TABLE items", 14, "';' is not allowed"),
+        ("role = 'user';", 14, "';' is not allowed"),
+        ("role = 'user'; SELECT * FROM read_csv('/etc/passwd')", 14, "';' is not allowed"),
+        ("*", 1, "'*' is not allowed"),
+        ("id = version()", 6, "the function version is not allowed"),
+        ("sha256(text) = 'x'", 1, "the function sha256 is not allowed"),
+        ("CAST(priority AS INT) = 1", 6, "a cast to INT is not allowed"),
+        ("priority::text = '1'", 1, "a cast to TEXT is not allowed"),
+        ("priority + 1 > 2", 1, "'priority + 1' (Add) is not allowed"),
+        ("text || 'x' = 'y'", 1, "(DPipe) is not allowed"),
+        ("text LIKE 'a!%' ESCAPE '!'", 1, "LIKE ... ESCAPE is not allowed"),
+        ("text LIKE role", 1, "LIKE needs a string literal pattern"),
+        ("id IN ('a', role)", 13, "an IN list holds literals only"),
+        ("id IN ('a', 1)", 1, "an IN list mixes types"),
+        ("role IS TRUE", 1, "IS takes only NULL"),
+        ("items.id = 'a'", 1, "items.id is not allowed: only metadata.<key>"),
+        ("rol = 'user'", 1, "unknown column 'rol': did you mean 'role'?"),
+        ("created_at > TIMESTAMP 'yesterday'", 24, "'yesterday' is not an ISO 8601 timestamp"),
+        ("role = = 'user'", 8, "cannot parse the predicate: EQ is incomplete"),
+    ],
+)
+def test_refused_constructs_name_what_where_and_why(
+    text: str, position: int, fragment: str
+) -> None:
+    with pytest.raises(PredicateError) as info:
+        parse_predicate(text)
+    assert fragment in info.value.message
+    assert str(info.value) == f"predicate {text!r}, at character {position}: {info.value.message}"
+    assert info.value.predicate == text
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n"])
+def test_an_empty_predicate_is_refused(text: str) -> None:
+    with pytest.raises(PredicateError, match="the predicate is empty"):
+        parse_predicate(text)
+
+
+def test_a_predicate_that_is_not_a_string_is_refused() -> None:
+    with pytest.raises(PredicateError, match="a predicate is a string, got int"):
+        parse_predicate(3)  # type: ignore[arg-type]
+
+
+def test_deep_nesting_is_refused_not_a_crash() -> None:
+    text = "(" * 5000 + "id = 'a'" + ")" * 5000
+    with pytest.raises(PredicateError, match="nested too deeply"):
+        parse_predicate(text)
+
+
+# ---------------------------------------------------------------------------
+# allowed: the grammar and its SQL semantics
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("role = 'user'", ["a", "c"]),
+        ("role == 'user'", ["a", "c"]),
+        ("role != 'user'", ["b", "d"]),
+        ("role <> 'user'", ["b", "d"]),
+        ("priority < 0", ["d"]),
+        ("priority <= 0", ["b", "d"]),
+        ("priority > 0", ["a"]),
+        ("priority >= 0", ["a", "b"]),
+        ("rank > -1.5 AND rank < 1e1", ["a", "c", "d"]),
+        ("role = 'user' AND priority > 1 OR role = 'system'", ["a", "d"]),
+        ("role = 'user' AND (priority > 1 OR role = 'system')", ["a"]),
+        ("NOT role = 'user'", ["b", "d"]),
+        ("NOT (priority > 0)", ["b", "d"]),  # null stays null: c is not kept
+        ("role IN ('tool', 'system')", ["b", "d"]),
+        ("role NOT IN ('tool', 'system')", ["a", "c"]),
+        ("priority IN (0, 3.0)", ["a", "b"]),
+        ("priority IN (3, NULL)", ["a"]),
+        ("priority NOT IN (3, NULL)", []),  # SQL: never true with a NULL in the list
+        ("priority NOT IN (3)", ["b", "d"]),
+        ("text LIKE 'Refund%'", ["a"]),
+        ("text LIKE '%100\\%'", []),  # no escape character: '\\' is a literal backslash
+        ("text LIKE '%100%'", ["b"]),
+        ("text LIKE 'it_s%'", ["b"]),
+        ("text LIKE 'line_break'", ["d"]),  # '_' matches a line break too
+        ("text LIKE 'refund%'", []),
+        ("text ILIKE 'refund%'", ["a"]),
+        ("text NOT LIKE 'Refund%'", ["b", "d"]),
+        ("text NOT ILIKE 'REFUND%'", ["b", "d"]),
+        ("text LIKE '(.*)'", []),  # regex characters are literal
+        ("priority BETWEEN 0 AND 3", ["a", "b"]),
+        ("priority NOT BETWEEN 0 AND 2", ["a", "d"]),
+        ("rank BETWEEN priority AND 1", ["d"]),
+        ("priority IS NULL", ["c"]),
+        ("priority IS NOT NULL", ["a", "b", "d"]),
+        ("text = 'it''s 100%'", ["b"]),
+        ("\"role\" = 'tool'", ["b"]),
+        ("lower(text) = 'refund please'", ["a"]),
+        ("UPPER(role) = 'TOOL'", ["b"]),
+        ("length(text) = 9", ["b"]),
+        ("coalesce(priority, 10) > 5", ["c"]),
+        ("abs(priority) = 2", ["d"]),
+        ("-priority = 2", ["d"]),
+        ("priority = -2", ["d"]),
+        ("TRUE", ["a", "b", "c", "d"]),
+        ("FALSE OR role = 'tool'", ["b"]),
+        ("priority = NULL", []),
+        ("text = 'caf\u00e9' OR role = 'tool'", ["b"]),
+    ],
+)
+def test_the_grammar_filters_with_sql_semantics(text: str, expected: list[str]) -> None:
+    assert ids(text) == expected
+
+
+def test_metadata_keys_keep_their_meaning_in_frames() -> None:
+    cf = CognitionFrame(
+        [
+            {"id": "a", "role": "user", "text": "x", "metadata": {"topic": "billing"}},
+            {"id": "b", "role": "user", "text": "y", "metadata": {"topic": "bugs", "n": {"q": 2}}},
+            {"id": "c", "role": "tool", "text": "z"},
+        ]
+    )
+    assert cf.filter("metadata.topic = 'billing'").to_polars()["id"].to_list() == ["a"]
+    assert cf.filter("metadata.\"topic\" <> 'billing'").to_polars()["id"].to_list() == ["b"]
+    assert cf.filter("metadata.n.q = 2").to_polars()["id"].to_list() == ["b"]
+    assert cf.filter("metadata.topic IS NULL").to_polars()["id"].to_list() == ["c"]
+    assert cf.filter("lower(metadata.topic) LIKE 'b%'").to_polars()["id"].to_list() == ["a", "b"]
+    demoted = cf.demote("metadata.topic = 'bugs'", priority_delta=-1).collect()
+    assert demoted["priority"].to_list() == [0, -1, 0]
+    held = cf.quarantine("metadata.topic IN ('billing')", reason="r").collect()
+    assert held["quarantine_reason"].to_list() == ["r", None, None]
+
+
+def test_metadata_key_lowers_to_struct_field_access() -> None:
+    expr = parse_predicate("metadata.topic = 'billing'")
+    expected = pl.col("metadata").struct.field("topic") == "billing"
+    assert expr.meta.eq(expected)
+
+
+def test_timestamp_literals_are_utc() -> None:
+    df = pl.DataFrame(
+        {
+            "id": ["old", "new", "never"],
+            "created_at": [
+                datetime(2025, 1, 1, tzinfo=UTC),
+                datetime(2025, 6, 1, 12, tzinfo=UTC),
+                None,
+            ],
+        },
+        schema={"id": pl.String, "created_at": pl.Datetime("us", "UTC")},
+    )
+
+    def kept(text: str) -> list[str]:
+        return df.filter(parse_predicate(text, df.columns))["id"].to_list()
+
+    assert kept("created_at > TIMESTAMP '2025-03-01'") == ["new"]
+    assert kept("created_at >= TIMESTAMP '2025-06-01T14:00:00+02:00'") == ["new"]
+    assert kept("created_at > TIMESTAMP '2025-06-01T14:00:00+01:00'") == []
+    assert kept("created_at < DATE '2025-03-01'") == ["old"]
+
+
+def test_the_columns_default_to_the_item_schema() -> None:
+    for column in COLUMNS:
+        assert parse_predicate(f'"{column}" IS NULL').meta.root_names() == [column]
+    with pytest.raises(PredicateError, match="unknown column 'score'"):
+        parse_predicate("score > 1")
+    assert parse_predicate("score > 1", ["score"]).meta.root_names() == ["score"]
+
+
+def test_unicode_text_is_not_taken_for_a_comment() -> None:
+    assert ids("text = 'h\u00e9llo w\u00f6rld \U0001f600' OR text = 'it''s 100%'") == ["b"]
+
+
+def test_the_documented_functions_are_the_allowed_ones() -> None:
+    assert sorted(PREDICATE_FUNCTIONS) == ["abs", "coalesce", "length", "lower", "upper"]
+    for name in PREDICATE_FUNCTIONS:
+        argument = "priority" if name == "abs" else "text"
+        parse_predicate(f"{name}({argument}) IS NULL")
+
+
+# ---------------------------------------------------------------------------
+# property: an allowed predicate keeps the rows Polars SQL keeps on a trusted frame
+
+HYPO = pl.DataFrame(
+    {
+        "n": [1, 2, None, -3, 0, 2, 5],
+        "x": [0.5, None, -1.25, 2.0, 0.0, 3.5, -0.5],
+        "s": ["ab", "Ba", None, "a_b", "", "b%", "AB"],
+        "t": ["x", "y", "x", None, "y", "x", "z"],
+    }
+)
+INTS = st.integers(-4, 6)
+FLOATS = st.sampled_from([-1.5, -0.5, 0.0, 0.5, 2.0, 3.25])
+STRINGS = st.sampled_from(["ab", "Ba", "a_b", "", "b%", "AB", "x", "y", "z", "q"])
+PATTERNS = st.text(alphabet="abAB_%", min_size=0, max_size=4)
+
+
+def sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@st.composite
+def numeric(draw: st.DrawFn) -> str:
+    column = draw(st.sampled_from(["n", "x", "abs(n)", "coalesce(n, 0)", "length(s)"]))
+    return column
+
+
+@st.composite
+def text_value(draw: st.DrawFn) -> str:
+    return draw(st.sampled_from(["s", "t", "lower(s)", "upper(s)", "coalesce(s, t)"]))
+
+
+@st.composite
+def atom(draw: st.DrawFn) -> str:
+    kind = draw(st.sampled_from(["cmp_num", "cmp_str", "in", "like", "between", "null", "cols"]))
+    op = draw(st.sampled_from(["=", "==", "!=", "<>", "<", "<=", ">", ">="]))
+    if kind == "cmp_num":
+        literal = draw(st.one_of(INTS, FLOATS))
+        return f"{draw(numeric())} {op} {literal}"
+    if kind == "cmp_str":
+        return f"{draw(text_value())} {op} {sql_string(draw(STRINGS))}"
+    if kind == "cols":
+        return f"n {op} x" if draw(st.booleans()) else f"s {op} t"
+    if kind == "in":
+        negate = "NOT " if draw(st.booleans()) else ""
+        if draw(st.booleans()):
+            values = [str(v) for v in draw(st.lists(INTS, min_size=1, max_size=4))]
+            target = draw(numeric())
+        else:
+            values = [sql_string(v) for v in draw(st.lists(STRINGS, min_size=1, max_size=4))]
+            target = draw(text_value())
+        if draw(st.booleans()):
+            values.append("NULL")
+        return f"{target} {negate}IN ({', '.join(values)})"
+    if kind == "like":
+        negate = "NOT " if draw(st.booleans()) else ""
+        like = draw(st.sampled_from(["LIKE", "ILIKE"]))
+        return f"{draw(text_value())} {negate}{like} {sql_string(draw(PATTERNS))}"
+    if kind == "between":
+        negate = "NOT " if draw(st.booleans()) else ""
+        low, high = sorted(draw(st.lists(INTS, min_size=2, max_size=2)))
+        return f"{draw(numeric())} {negate}BETWEEN {low} AND {high}"
+    column = draw(st.sampled_from(["n", "x", "s", "t"]))
+    return f"{column} IS {'NOT ' if draw(st.booleans()) else ''}NULL"
+
+
+def predicates() -> st.SearchStrategy[str]:
+    return st.recursive(
+        atom(),
+        lambda inner: st.one_of(
+            st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(
+                lambda t: f"({t[0]}) {t[1]} ({t[2]})"
+            ),
+            inner.map(lambda p: f"NOT ({p})"),
+        ),
+        max_leaves=6,
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(predicates())
+def test_allowed_predicates_keep_the_rows_polars_sql_keeps(text: str) -> None:
+    ours = HYPO.with_row_index().filter(parse_predicate(text, HYPO.columns))["index"]
+    trusted = HYPO.with_row_index().filter(pl.sql_expr(text))["index"]  # trusted text, test only
+    assert ours.to_list() == trusted.to_list(), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "role IN ('user', 'tool')",
+        "role NOT IN ('user', NULL)",
+        "priority IN (1, 2.5)",
+        "text LIKE 'a%' OR text ILIKE '_b'",
+        "priority BETWEEN -1 AND 2",
+        "coalesce(priority, 0) > abs(rank)",
+        "length(lower(text)) > 2 AND upper(role) <> 'TOOL'",
+        "metadata.topic = 'billing'",
+        "created_at > TIMESTAMP '2025-01-01'",
+        "NOT priority IS NULL",
+    ],
+)
+def test_lowered_predicates_are_row_wise_so_the_optimizer_may_move_them(text: str) -> None:
+    from cognoxium.engine.plan import Expression
+
+    assert Expression.of(parse_predicate(text)).elementwise

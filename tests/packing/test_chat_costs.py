@@ -1,0 +1,356 @@
+"""A pack costs what it sends: its used tokens are the cookbook count of ``pack.messages``.
+
+The count is computed here on its own, from tiktoken, by the rule of the
+OpenAI Cookbook, "How to count tokens with tiktoken": 3 tokens per message, 1
+per name, every string value encoded, 3 tokens of reply priming; a tool
+call counts its id, function name and arguments as sent.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+import pytest
+import tiktoken
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from cognoxium.exceptions import PackError, RecordError
+from cognoxium.formats.openai import (
+    from_openai_messages,
+    openai_messages_to_items,
+    to_openai_messages,
+)
+from cognoxium.governance.policies import BoundaryPolicy
+from cognoxium.items.model import ContextItem, Retention, Trust
+from cognoxium.items.schema import items_to_frame
+from cognoxium.packing.packer import pack
+from cognoxium.tokens.profiles import get_profile
+
+START = datetime(2024, 5, 1, tzinfo=UTC)
+AS_OF = START + timedelta(days=1)
+CL100K = get_profile("cl100k_base")
+OPTIONAL, PREFERRED = Retention.OPTIONAL, Retention.PREFERRED
+
+
+def cookbook_tokens(messages: list[dict[str, Any]], encoding: tiktoken.Encoding) -> int:
+    """The request's tokens by the cookbook rule, counted from tiktoken alone."""
+
+    def n(text: str) -> int:
+        return len(encoding.encode_ordinary(text))
+
+    if not messages:
+        return 0
+    total = 3  # every reply is primed with <|start|>assistant<|message|>
+    for message in messages:
+        total += 3  # tokens_per_message
+        for key, value in message.items():
+            if key == "tool_calls":
+                for call in value:
+                    function = call["function"]
+                    total += n(call["id"]) + n(function["name"]) + n(function["arguments"])
+            elif value is not None:
+                assert isinstance(value, str), (key, value)
+                total += n(value)
+            if key == "name":
+                total += 1  # tokens_per_name
+    return total
+
+
+def message_tokens(message: dict[str, Any], encoding: tiktoken.Encoding) -> int:
+    """One message's tokens by the cookbook rule (the request's, less the reply priming)."""
+    return cookbook_tokens([message], encoding) - 3
+
+
+def entry_tokens(result: Any) -> list[int]:
+    entries = result.manifest.to_polars().filter(pl.col("decision") == "included")
+    return entries.sort("pack_position")["tokens"].to_list()
+
+
+# ---------------------------------------------------------------------------
+# the two reported cases
+
+FLIGHT_ARGUMENTS = json.dumps(
+    {
+        "origin": "CDG",
+        "destination": "JFK",
+        "departure_date": "2024-07-14",
+        "return_date": "2024-07-28",
+        "passengers": {"adults": 2, "children": 1},
+        "cabin": "economy",
+        "max_stops": 1,
+        "flex": True,
+    }
+)
+CALL_WITH_TEXT = {
+    "role": "assistant",
+    "content": "Let me look up flights from Paris to New York for the dates you gave, "
+    "with at most one stop.",
+    "tool_calls": [
+        {
+            "id": "call_7f3a",
+            "type": "function",
+            "function": {"name": "search_flights", "arguments": FLIGHT_ARGUMENTS},
+        }
+    ],
+}
+
+
+def test_a_tool_call_is_costed_with_its_id_function_name_and_arguments() -> None:
+    enc = CL100K.encoding
+    assert len(enc.encode_ordinary(FLIGHT_ARGUMENTS)) == 76
+    assert len(enc.encode_ordinary("call_7f3a")) == 6
+    assert len(enc.encode_ordinary("search_flights")) == 3
+    cf = from_openai_messages([CALL_WITH_TEXT], conversation_id="c", start=START)
+    result = cf.pack(1000, as_of=AS_OF)
+    # Before: 29 (reply priming 3 + framing 4 + text 22), the call sent but not costed.
+    # Now: 29 + id 6 + function name 3 + arguments 76.
+    assert result.used_tokens == 114
+    assert entry_tokens(result) == [111]
+    assert result.messages == [CALL_WITH_TEXT]
+    # Whatever does not fit the whole message is not sent.
+    tight = cf.pack(113, as_of=AS_OF)
+    assert (tight.ids, tight.used_tokens) == ([], 0)
+    assert tight.manifest.entries[0].reason == "over_budget"
+
+
+NAMED = [
+    {
+        "role": "system",
+        "name": "northwind_rules_2024",
+        "content": "You are the support assistant of Northwind Bank. "
+        "Answer in one or two sentences and never guess.",
+    },
+    {
+        "role": "user",
+        "name": "ada_lovelace_1815",
+        "content": "When does my debit card expire, and can I renew it online?",
+    },
+    {
+        "role": "assistant",
+        "name": "support_bot_eu_west",
+        "content": "September 2027; you can renew it online.",
+    },
+]
+
+
+def test_names_are_costed() -> None:
+    result = from_openai_messages(NAMED, conversation_id="n").pack(1000, as_of=AS_OF)
+    # Before: 60, the names sent but not costed. Each name costs 1 + its tokens (6, 7, 6).
+    assert result.used_tokens == 82
+    assert entry_tokens(result) == [24 + 7, 18 + 8, 15 + 7]
+    assert result.messages == NAMED
+    assert cookbook_tokens(result.messages, CL100K.encoding) == 82
+
+
+# ---------------------------------------------------------------------------
+# fixed cases of the rendering
+
+
+def test_tool_call_id_is_costed_and_a_call_without_text_costs_no_payload_json() -> None:
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_paris_1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city":"Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_paris_1", "content": "18 C, cloudy"},
+    ]
+    result = from_openai_messages(messages, conversation_id="w").pack(1000, as_of=AS_OF)
+    assert result.messages == messages
+    enc = CL100K.encoding
+    n = [len(enc.encode_ordinary(t)) for t in ("call_paris_1", "weather", '{"city":"Paris"}')]
+    # The call sends its id, name and arguments (not the canonical JSON of the payload).
+    assert entry_tokens(result)[1] == 3 + 1 + sum(n)
+    # The result sends its text and the id of the call it answers.
+    assert entry_tokens(result)[2] == 3 + 1 + len(enc.encode_ordinary("18 C, cloudy")) + n[0]
+    assert result.used_tokens == cookbook_tokens(messages, enc)
+
+
+def test_tool_output_without_a_call_id_is_sent_as_a_user_message() -> None:
+    items = [ContextItem(id="t", role="tool", text="exit code 0", created_at=START)]
+    result = pack(items_to_frame(items), 100, as_of=AS_OF)
+    assert result.messages == [{"role": "user", "content": "exit code 0"}]
+    assert result.used_tokens == cookbook_tokens(result.messages, CL100K.encoding)
+
+
+def test_a_result_whose_call_is_not_packed_is_a_pack_error() -> None:
+    call = {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    items = [
+        ContextItem(
+            id="call",
+            role="assistant",
+            text="Checking.",
+            created_at=START,
+            expires_at=START + timedelta(hours=1),
+            metadata={"tool_call_ids": ["c9"], "tool_calls": [call]},
+        ),
+        ContextItem(
+            id="result", role="tool", text="ok", created_at=START, metadata={"tool_call_id": "c9"}
+        ),
+    ]
+    with pytest.raises(PackError, match=r"item 'result' \(row 1\).*'c9'.*group_id"):
+        pack(items_to_frame(items), 100, as_of=AS_OF)
+
+
+def test_a_malformed_tool_call_names_the_row_and_field() -> None:
+    bad = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    items = [
+        ContextItem(id="q", role="user", text="Hi", created_at=START),
+        ContextItem(
+            id="a",
+            role="assistant",
+            text="Calling.",
+            created_at=START,
+            metadata={"tool_call_ids": ["c1"], "tool_calls": [bad]},
+        ),
+    ]
+    with pytest.raises(RecordError) as info:
+        pack(items_to_frame(items), 100, as_of=AS_OF)
+    assert (info.value.row, info.value.field) == (1, "metadata.tool_calls[0].function.arguments")
+
+
+def test_a_call_rendered_as_data_by_a_policy_sends_and_costs_its_content_only() -> None:
+    answer = {"role": "tool", "tool_call_id": "call_7f3a", "content": "AF 22, 412 EUR"}
+    cf = from_openai_messages([CALL_WITH_TEXT, answer], conversation_id="c", start=START)
+    # The call is untrusted, its result trusted: the call goes as data, so its result,
+    # which no call now precedes, goes as a user message too.
+    cf = cf.with_columns(
+        trust=pl.when(pl.col("id") == "c:1").then(pl.lit("trusted")).otherwise(pl.col("trust"))
+    )
+    result = cf.pack(1000, as_of=AS_OF, policy=BoundaryPolicy())
+    message, result_message = result.messages
+    assert result_message == {"role": "user", "content": "AF 22, 412 EUR"}
+    assert message["role"] == "user"
+    assert set(message) == {"role", "content"}
+    assert message["content"].startswith('<untrusted-data id="c:0"')
+    assert result.used_tokens == cookbook_tokens(result.messages, CL100K.encoding)
+    assert result.messages == to_openai_messages(result)
+
+
+# ---------------------------------------------------------------------------
+# property: used tokens == the cookbook count of what the pack sends
+
+NAMES = st.from_regex(r"[A-Za-z0-9_-]{1,16}", fullmatch=True)
+TEXT = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40),
+    st.lists(
+        st.sampled_from(["refund", "window", " ", "\n", "30 days", "朗琴", "👍", "<|endoftext|>"]),
+        max_size=20,
+    ).map("".join),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Chat messages with names, parallel tool calls (JSON arguments), their results."""
+    messages: list[dict[str, Any]] = []
+    n_calls = 0
+    for _ in range(draw(st.integers(1, 4))):
+        role = draw(st.sampled_from(["system", "developer", "user", "user", "assistant"]))
+        message: dict[str, Any] = {"role": role, "content": draw(TEXT)}
+        if draw(st.booleans()):
+            message["name"] = draw(NAMES)
+        if role == "assistant" and draw(st.booleans()):
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                n_calls += 1
+                arguments = json.dumps(draw(JSON), ensure_ascii=draw(st.booleans()))
+                function = {"name": draw(NAMES), "arguments": arguments}
+                call_id = f"call_{n_calls}_{draw(NAMES)}"
+                calls.append({"id": call_id, "type": "function", "function": function})
+            message["tool_calls"] = calls
+            if draw(st.booleans()):
+                message["content"] = None
+            messages.append(message)
+            for call in draw(st.permutations(calls))[: draw(st.integers(0, len(calls)))]:
+                result: dict[str, Any] = {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": draw(TEXT),
+                }
+                messages.append(result)
+            continue
+        messages.append(message)
+    return messages
+
+
+@st.composite
+def others(draw: st.DrawFn) -> list[ContextItem]:
+    """Items from outside the chat: JSON documents and memories, references, tool output."""
+    items = []
+    for i in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["json", "text", "reference", "tool"]))
+        role = draw(st.sampled_from(["document", "memory"]))
+        fields: dict[str, Any] = {"id": f"x{i}", "created_at": START}
+        if draw(st.booleans()):
+            fields["metadata"] = {"name": draw(NAMES)}  # never sent for documents
+        if kind == "json":
+            fields |= {"role": role, "payload": {"kind": "json", "value": draw(JSON)}}
+        elif kind == "text":
+            fields |= {"role": role, "text": draw(TEXT)}
+        elif kind == "reference":
+            fields |= {
+                "role": role,
+                "payload": {"kind": "reference", "uri": "https://x.org/a", "title": draw(TEXT)},
+            }
+        else:
+            fields |= {"role": "tool", "text": draw(TEXT)}
+        items.append(ContextItem.model_validate(fields))
+    return items
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(conversations(), others(), st.data())
+def test_used_tokens_are_the_cookbook_count_of_what_the_pack_sends(
+    messages: list[dict[str, Any]], extra: list[ContextItem], data: st.DataObject
+) -> None:
+    profile = get_profile(data.draw(st.sampled_from(["cl100k_base", "o200k_base"])))
+    items = openai_messages_to_items(messages, conversation_id="c", start=START) + extra
+    items = [
+        item.model_copy(
+            update={
+                "retention": data.draw(st.sampled_from([OPTIONAL, OPTIONAL, PREFERRED])),
+                "rank": data.draw(st.sampled_from([None, 0.5, 2.0])),
+                "trust": data.draw(st.sampled_from(list(Trust))),
+            }
+        )
+        for item in items
+    ]
+    df = items_to_frame(items)
+    sent = to_openai_messages(df)
+    everything = cookbook_tokens(sent, profile.encoding)
+    budget = data.draw(st.integers(0, everything + 10))
+    policy = data.draw(st.sampled_from([None, BoundaryPolicy(max_sensitivity="restricted")]))
+    note(f"budget {budget} of {everything}, policy {policy}")
+
+    result = pack(df, budget, profile=profile, as_of=AS_OF, policy=policy)
+
+    assert result.messages == to_openai_messages(result)
+    assert result.used_tokens == cookbook_tokens(result.messages, profile.encoding)
+    assert result.used_tokens <= budget
+    assert entry_tokens(result) == [message_tokens(m, profile.encoding) for m in result.messages]
+    if policy is None:
+        positions = result.manifest.to_polars().filter(pl.col("decision") == "included")
+        assert result.messages == [sent[i] for i in positions["position"].to_list()]
+        if budget >= everything:
+            assert result.used_tokens == everything
