@@ -316,7 +316,7 @@ BAD_RECORDS = [
     ({"id": "b", "role": "narrator", "text": "x"}, "role"),
     ({"id": "b", "role": "user"}, "text"),
     ({"id": "b", "role": "user", "text": "x", "colour": "red"}, "colour"),
-    ({"id": "b", "role": "user", "text": "x", "payload": {"kind": "text", "text": "y"}}, None),
+    ({"id": "b", "role": "user", "text": "x", "payload": {"kind": "text", "text": "y"}}, "text"),
     ({"id": "b", "role": "user", "text": 5}, "payload.text.text"),
     ({"id": "", "role": "user", "text": "x"}, "id"),
     ({"id": None, "role": "user", "text": "x"}, "id"),
@@ -347,7 +347,7 @@ BAD_RECORDS = [
         {"id": "b", "role": "tool", "payload": {"kind": "json", "value": [float("nan")]}},
         "payload.json.value",
     ),
-    ({"id": "b", "role": "user", "text": "x", "content_hash": "0" * 64}, None),
+    ({"id": "b", "role": "user", "text": "x", "content_hash": "0" * 64}, "content_hash"),
     ({"id": "b", "role": "user", "text": "x", "rank": float("nan")}, "rank"),
     ([1, 2], None),
 ]
