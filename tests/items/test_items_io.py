@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items._checks import id_problem
 from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
 from cognoxium.items.schema import (
@@ -47,6 +48,8 @@ json_values = st.recursive(
 timestamps = st.datetimes(
     min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
 ).map(lambda d: d.replace(microsecond=d.microsecond))
+ids = st.text(min_size=1, max_size=4).filter(lambda s: id_problem(s) is None)
+"""Valid ids: non-blank, without control characters."""
 payloads = st.one_of(
     st.builds(lambda t: {"kind": "text", "text": t}, st.text(max_size=30)),
     st.builds(lambda v: {"kind": "json", "value": v}, json_values),
@@ -92,10 +95,10 @@ def items(draw: st.DrawFn) -> list[ContextItem]:
                 retention=draw(st.sampled_from(["required", "preferred", "optional"])),
                 priority=draw(st.integers(-5, 5)),
                 rank=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
-                created_at=draw(timestamps),
+                created_at=(created := draw(timestamps)),
                 valid_from=draw(st.none() | timestamps),
-                expires_at=draw(st.none() | timestamps),
-                parents=draw(st.lists(st.text(min_size=1, max_size=4), max_size=2)),
+                expires_at=draw(st.none() | timestamps.filter(lambda t: t >= created)),
+                parents=draw(st.lists(ids, max_size=2)),
                 lineage=draw(
                     st.lists(
                         st.builds(
@@ -105,7 +108,7 @@ def items(draw: st.DrawFn) -> list[ContextItem]:
                                 "operation": o,
                                 "detail": d,
                             },
-                            st.text(min_size=1, max_size=4),
+                            ids,
                             st.text(min_size=1, max_size=8),
                             st.sampled_from(["redact", "merge", "summarise"]),
                             st.none() | st.text(max_size=6),
@@ -313,7 +316,7 @@ BAD_RECORDS = [
     ({"id": "b", "role": "narrator", "text": "x"}, "role"),
     ({"id": "b", "role": "user"}, "text"),
     ({"id": "b", "role": "user", "text": "x", "colour": "red"}, "colour"),
-    ({"id": "b", "role": "user", "text": "x", "payload": {"kind": "text", "text": "y"}}, None),
+    ({"id": "b", "role": "user", "text": "x", "payload": {"kind": "text", "text": "y"}}, "text"),
     ({"id": "b", "role": "user", "text": 5}, "payload.text.text"),
     ({"id": "", "role": "user", "text": "x"}, "id"),
     ({"id": None, "role": "user", "text": "x"}, "id"),
@@ -344,7 +347,7 @@ BAD_RECORDS = [
         {"id": "b", "role": "tool", "payload": {"kind": "json", "value": [float("nan")]}},
         "payload.json.value",
     ),
-    ({"id": "b", "role": "user", "text": "x", "content_hash": "0" * 64}, None),
+    ({"id": "b", "role": "user", "text": "x", "content_hash": "0" * 64}, "content_hash"),
     ({"id": "b", "role": "user", "text": "x", "rank": float("nan")}, "rank"),
     ([1, 2], None),
 ]
@@ -389,10 +392,10 @@ def test_record_errors_keep_the_item_model_wording() -> None:
 
 
 def test_rank_nan_is_rejected_on_every_path(tmp_path: Path) -> None:
-    with pytest.raises(RecordError, match="NaN") as from_records:
+    with pytest.raises(RecordError, match="finite number") as from_records:
         records_to_frame([{**GOOD, "rank": float("nan")}])
     assert (from_records.value.line, from_records.value.field) == (1, "rank")
-    with pytest.raises(RecordError, match="NaN"):
+    with pytest.raises(RecordError, match="finite number"):
         conform(pl.DataFrame({"role": ["user"], "text": ["x"], "rank": [float("nan")]}))
 
 
@@ -424,6 +427,6 @@ def test_an_empty_id_is_rejected_by_records_and_tables_alike() -> None:
     with pytest.raises(RecordError) as from_records:
         records_to_frame([{**GOOD, "id": ""}])
     assert (from_records.value.line, from_records.value.field) == (1, "id")
-    with pytest.raises(RecordError, match="must not be empty") as from_table:
+    with pytest.raises(RecordError, match="must not be blank") as from_table:
         conform(pl.DataFrame({"id": ["a", ""], "role": ["user"] * 2, "text": ["x", "y"]}))
     assert (from_table.value.row, from_table.value.field) == (1, "id")

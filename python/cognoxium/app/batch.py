@@ -25,7 +25,6 @@ hash, so no item is tokenized or embedded twice in a batch.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,11 +33,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import polars as pl
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -54,6 +54,8 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items._checks import MAX_INT, id_problem, json_problem, text_problem
+from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
@@ -85,16 +87,38 @@ RANK_METHODS: tuple[str, ...] = (
 """The accepted values of :data:`RankMethod` (the first is the default)."""
 
 
+def _unicode(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _valid_id(value: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+_Str = Annotated[str, AfterValidator(_unicode)]
+_Id = Annotated[str, AfterValidator(_valid_id)]
+
+
 class Request(BaseModel):
-    """One pack request of a batch.
+    r"""One pack request of a batch.
 
     Parameters
     ----------
     id
         The request's identity, unique within a batch; written as
-        ``request_id`` in the outputs.
+        ``request_id`` in the outputs. Non-blank text of at most
+        :data:`~cognoxium.items.MAX_ID_LENGTH` (1024) characters,
+        without control characters, as item ids are.
     budget
-        The token budget (an integer >= 0, in tokens).
+        The token budget, in tokens: an integer from 0 to 2**63 - 1.
+        ``true``, ``64.0`` and ``"64"`` are refused (as an item's
+        ``priority`` refuses them).
     query
         Text to rank the scope by (BM25); ``None`` for no query.
     where
@@ -105,20 +129,24 @@ class Request(BaseModel):
         'tool'"``; ``None`` for the whole store.
     as_of
         The UTC time at which validity and expiry are evaluated; ``None`` to
-        use the batch's time. A timestamp must carry a timezone.
+        use the batch's time. ISO 8601 text with a UTC offset, or a
+        timezone-aware datetime; numbers are refused.
     evidence
         Evaluation data: the ids of the items that answer the request (for
         evidence recall; see :func:`cognoxium.app.locomo.evaluate`). Empty by
         default. Not used by packing.
     labels
         Evaluation data: a free-form JSON object (for example a question
-        category). Empty by default. Not used by packing.
+        category), nested at most :data:`~cognoxium.items.MAX_JSON_DEPTH`
+        (64) levels deep, without NaN or infinity. Empty by default. Not used
+        by packing.
 
     Notes
     -----
     A request has exactly these fields: an unknown field (a typo such as
     ``"qurey"``) is an error, so nothing is silently dropped; put other data
-    under ``labels``. A request is immutable.
+    under ``labels``. A request is immutable. Every text field must be valid
+    Unicode (a lone surrogate such as ``"\ud800"`` is refused).
 
     Examples
     --------
@@ -136,21 +164,36 @@ class Request(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(min_length=1)
-    budget: StrictInt = Field(ge=0)
-    query: str | None = None
-    where: str | None = None
+    id: _Id
+    budget: StrictInt = Field(ge=0, le=MAX_INT)
+    query: _Str | None = None
+    where: _Str | None = None
     as_of: AwareDatetime | None = None
-    evidence: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    evidence: list[_Id] = Field(default_factory=list)
     labels: dict[str, JsonValue] = Field(default_factory=dict)
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
 
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _time_form(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str | datetime):
+            return value
+        raise ValueError("must be an ISO 8601 time with a UTC offset, such as 2024-01-01T00:00:00Z")
+
     @field_validator("as_of")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
         return None if value is None else value.astimezone(UTC)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _json_labels(cls, value: Any) -> Any:
+        problem = json_problem(value) if isinstance(value, dict) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("where")
     @classmethod
@@ -200,7 +243,8 @@ def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
         )
     first = errors[0]
     name = ".".join(str(part) for part in first["loc"]) or None
-    return RecordError(first["msg"], source=source, line=line, field=name)
+    message = first["msg"].removeprefix("Value error, ")
+    return RecordError(message, source=source, line=line, field=name)
 
 
 def read_requests(path: str | os.PathLike[str]) -> list[Request]:
@@ -244,20 +288,12 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     requests: list[Request] = []
     seen: dict[str, int] = {}
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) else str(exc)
+        # Lines end at "\n" only: JSON text may hold U+2028 and other line breaks.
+        records = list(json_lines(path))
+    except OSError as exc:
+        detail = exc.strerror or str(exc)
         raise RecordError(f"cannot read the requests file: {detail}", source=source) from None
-    # Split on newlines only: JSON text may hold U+2028 and other line breaks.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RecordError(
-                f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
-            ) from None
+    for number, record in records:
         if not isinstance(record, dict):
             raise RecordError("a request must be a JSON object", source=source, line=number)
         try:

@@ -13,6 +13,8 @@ from cognoxium.items.io import (
     write_parquet,
 )
 from cognoxium.items.model import (
+    MAX_ID_LENGTH,
+    MAX_JSON_DEPTH,
     Binary,
     ContextItem,
     Json,
@@ -45,6 +47,8 @@ from cognoxium.items.schema import (
 
 __all__ = [
     "COLUMNS",
+    "MAX_ID_LENGTH",
+    "MAX_JSON_DEPTH",
     "PAYLOAD_KINDS",
     "POLARS_SCHEMA",
     "SCHEMA",

@@ -8,6 +8,7 @@ target and rename it into place, so a failed write leaves no partial file.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import tempfile
@@ -20,6 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.items._checks import MAX_JSON_DEPTH, json_text_depth
 from cognoxium.items.schema import (
     conform,
     frame_to_items,
@@ -30,6 +32,7 @@ from cognoxium.items.schema import (
 
 __all__ = [
     "atomic_write",
+    "json_lines",
     "read_items",
     "read_jsonl",
     "read_parquet",
@@ -60,25 +63,56 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[A
         raise
 
 
-def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open("rb") as handle:
+_RECORD_DEPTH = MAX_JSON_DEPTH + 2
+"""The deepest record a reader parses: a JSON payload's value sits two levels in."""
+
+
+def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    r"""Yield ``(line number, JSON value)`` for each non-blank line of a UTF-8 JSONL file.
+
+    Lines end at ``\n`` only (JSON text may hold U+2028 and other line
+    breaks); a UTF-8 byte order mark at the start of the file is skipped.
+
+    Raises
+    ------
+    RecordError
+        At the first line that is not UTF-8, not JSON, or nested deeper than
+        :data:`~cognoxium.items.MAX_JSON_DEPTH` (plus the record's own
+        levels), naming the file, the 1-based line and, for nesting, the
+        top-level field.
+    OSError
+        If the file cannot be read.
+    """
+    source = str(path)
+    with Path(path).open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise RecordError(
                     f"not UTF-8 text (byte {exc.start + 1} of the line)",
-                    source=str(path),
+                    source=source,
                     line=number,
                 ) from None
             if not line.strip():
                 continue
+            if line.count("{") + line.count("[") > _RECORD_DEPTH:
+                depth, key = json_text_depth(line, _RECORD_DEPTH)
+                if depth > _RECORD_DEPTH:
+                    raise RecordError(
+                        f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects",
+                        source=source,
+                        line=number,
+                        field=key,
+                    )
             try:
                 # Without its line terminator, so an error's column is on this line.
                 yield number, json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise RecordError(
-                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=str(path), line=number
+                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
                 ) from None
 
 

@@ -17,17 +17,31 @@ from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     computed_field,
     field_serializer,
     field_validator,
     model_validator,
 )
 
+from cognoxium.items._checks import (
+    MAX_ID_LENGTH,
+    MAX_INT,
+    MAX_JSON_DEPTH,
+    MIN_INT,
+    id_problem,
+    json_problem,
+    text_problem,
+)
+
 __all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_JSON_DEPTH",
     "Binary",
     "ContextItem",
     "Json",
@@ -97,7 +111,8 @@ def canonical_json(value: Any) -> str:
     Raises
     ------
     ValueError
-        If ``value`` holds NaN, infinity or something JSON cannot represent.
+        If ``value`` holds NaN, infinity or something JSON cannot represent,
+        or is nested too deeply for Python to encode.
 
     Examples
     --------
@@ -110,6 +125,8 @@ def canonical_json(value: Any) -> str:
         )
     except TypeError as exc:
         raise ValueError(f"not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to encode as JSON") from None
 
 
 def content_hash(kind: str, canonical: bytes) -> str:
@@ -128,6 +145,34 @@ def content_hash(kind: str, canonical: bytes) -> str:
     return hashlib.sha256(kind.encode("ascii") + b"\x00" + canonical).hexdigest()
 
 
+def _unicode(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _valid_id(value: str) -> str:
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _json_value(value: Any) -> Any:
+    """Check a JSON value: nested at most MAX_JSON_DEPTH deep, finite, valid Unicode."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+_Str = Annotated[str, AfterValidator(_unicode)]
+"""Text that UTF-8 can hold: no lone surrogates."""
+
+_Id = Annotated[str, AfterValidator(_valid_id)]
+"""An id: non-blank, at most MAX_ID_LENGTH characters, no control characters."""
+
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -136,7 +181,7 @@ class Text(BaseModel):
 
     model_config = _FROZEN
     kind: Literal["text"] = "text"
-    text: str
+    text: _Str
 
     def canonical_bytes(self) -> bytes:
         """UTF-8 bytes of the text."""
@@ -153,8 +198,7 @@ class Json(BaseModel):
     @field_validator("value")
     @classmethod
     def _serialisable(cls, value: Any) -> Any:
-        canonical_json(value)
-        return value
+        return _json_value(value)
 
     @property
     def canonical(self) -> str:
@@ -197,9 +241,9 @@ class Reference(BaseModel):
 
     model_config = _FROZEN
     kind: Literal["reference"] = "reference"
-    uri: str = Field(min_length=1)
-    title: str | None = None
-    digest: str | None = None
+    uri: _Str = Field(min_length=1)
+    title: _Str | None = None
+    digest: _Str | None = None
 
     def canonical_bytes(self) -> bytes:
         """UTF-8 bytes of the canonical JSON of uri, title and digest."""
@@ -217,9 +261,9 @@ class Source(BaseModel):
     """Where content came from (provenance)."""
 
     model_config = _FROZEN
-    uri: str
-    kind: str | None = None
-    title: str | None = None
+    uri: _Str
+    kind: _Str | None = None
+    title: _Str | None = None
     retrieved_at: AwareDatetime | None = None
 
     @field_validator("retrieved_at")
@@ -246,10 +290,14 @@ class LineageEdge(BaseModel):
     """
 
     model_config = _FROZEN
-    parent_id: str = Field(min_length=1)
-    parent_hash: str = Field(min_length=1)
-    operation: str = Field(min_length=1)
-    detail: str | None = None
+    parent_id: _Id
+    parent_hash: _Str = Field(min_length=1)
+    operation: _Str = Field(min_length=1)
+    detail: _Str | None = None
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _new_id() -> str:
@@ -266,8 +314,10 @@ class ContextItem(BaseModel):
     Parameters
     ----------
     id
-        Stable identity. Defaults to a random UUID4, which is *not*
-        reproducible: give explicit ids for deterministic manifests.
+        Stable identity: non-blank text of at most :data:`~cognoxium.items.MAX_ID_LENGTH`
+        (1024) characters, without control characters. Defaults to a random
+        UUID4, which is *not* reproducible: give explicit ids for
+        deterministic manifests.
     role
         Who speaks or what the item is (:class:`Role`).
     payload
@@ -282,29 +332,40 @@ class ContextItem(BaseModel):
     retention
         ``required`` (never dropped), ``preferred`` or ``optional`` (default).
     priority
-        Higher packs first among equally ranked items.
+        Higher packs first among equally ranked items. An integer in the
+        int64 range; ``true``, ``2.0`` and ``"5"`` are refused (as a
+        request's ``budget`` refuses them).
     rank
-        Relevance score written by ranking (higher first); ``None`` if unranked.
+        Relevance score written by ranking (higher first), a finite number
+        (NaN, infinity and booleans are refused); ``None`` if unranked.
     created_at
         UTC creation time. Defaults to the current time (not reproducible).
     valid_from, expires_at
         UTC validity bounds; an item is packable when
-        ``valid_from <= as_of < expires_at``.
+        ``valid_from <= as_of < expires_at``. ``expires_at`` must not be
+        before ``created_at``. Times are ISO 8601 text with a UTC offset or
+        timezone-aware datetimes; numbers are refused.
     parents
-        Ids of the items this one was derived from (lineage).
+        Ids of the items this one was derived from (lineage), each an id as
+        ``id`` is.
     lineage
         The content-changing steps behind this item (:class:`LineageEdge`),
         oldest first: each names an input by id and content hash.
     group_id
-        Items sharing a group id are packed or dropped together.
+        Items sharing a group id are packed or dropped together; an id as
+        ``id`` is.
     metadata
-        Free-form JSON object, kept canonical.
+        Free-form JSON object, kept canonical, nested at most
+        :data:`~cognoxium.items.MAX_JSON_DEPTH` (64) levels of arrays and objects deep; NaN
+        and infinity are refused. A JSON payload's value has the same limits.
 
     Raises
     ------
     pydantic.ValidationError
-        On an unknown field, a wrong type, a naive timestamp or a payload
-        that does not match its kind.
+        On an unknown field, a wrong type, a naive timestamp, a payload
+        that does not match its kind, an invalid id, text holding a lone
+        surrogate (anywhere: text, ids, sources, metadata, JSON payloads),
+        or ``expires_at`` before ``created_at``.
 
     Examples
     --------
@@ -316,21 +377,21 @@ class ContextItem(BaseModel):
 
     model_config = _FROZEN
 
-    id: str = Field(default_factory=_new_id, min_length=1)
+    id: _Id = Field(default_factory=_new_id)
     role: Role
     payload: Payload
     sources: tuple[Source, ...] = ()
     trust: Trust = Trust.UNTRUSTED
     sensitivity: Sensitivity = Sensitivity.INTERNAL
     retention: Retention = Retention.OPTIONAL
-    priority: int = 0
-    rank: float | None = None
+    priority: Annotated[int, Field(strict=True, ge=MIN_INT, le=MAX_INT)] = 0
+    rank: Annotated[float, Field(strict=True, allow_inf_nan=False)] | None = None
     created_at: AwareDatetime = Field(default_factory=_now)
     valid_from: AwareDatetime | None = None
     expires_at: AwareDatetime | None = None
-    parents: tuple[str, ...] = ()
+    parents: tuple[_Id, ...] = ()
     lineage: tuple[LineageEdge, ...] = ()
-    group_id: str | None = None
+    group_id: _Id | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="wrap")
@@ -353,6 +414,13 @@ class ContextItem(BaseModel):
             )
         return item
 
+    @field_validator("created_at", "valid_from", "expires_at", mode="before")
+    @classmethod
+    def _time_form(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str | datetime):
+            return value
+        raise ValueError("must be an ISO 8601 time with a UTC offset, such as 2024-01-01T00:00:00Z")
+
     @field_validator("created_at", "valid_from", "expires_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
@@ -361,8 +429,20 @@ class ContextItem(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _canonical_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(canonical_json(value))
+        result: dict[str, Any] = json.loads(canonical_json(_json_value(value)))
         return result
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expiry_after_creation(
+        cls, value: datetime | None, info: ValidationInfo
+    ) -> datetime | None:
+        created = info.data.get("created_at")
+        if value is not None and created is not None and value < created:
+            raise ValueError(
+                f"must not be before created_at ({_iso(value)} is before {_iso(created)})"
+            )
+        return value
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property

@@ -52,6 +52,15 @@ import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.items._checks import (
+    CONTROL_PATTERN,
+    MAX_ID_LENGTH,
+    MAX_INT,
+    MAX_JSON_DEPTH,
+    MIN_INT,
+    json_text_depth,
+    text_problem,
+)
 from cognoxium.items.model import (
     ContextItem,
     Retention,
@@ -342,7 +351,8 @@ def _record_error(
 ) -> RecordError:
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or None
-    return RecordError(first["msg"], source=source, line=line, row=row, field=field)
+    message = first["msg"].removeprefix("Value error, ")
+    return RecordError(message, source=source, line=line, row=row, field=field)
 
 
 def _check_unique_ids(df: pl.DataFrame, source: str | None, first_line: int | None) -> None:
@@ -387,6 +397,9 @@ def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Se
     for text in uniques:
         try:
             mapping[text] = canonical_json(json.loads(text))
+        except RecursionError:
+            row = int(values.eq(text).arg_true()[0])
+            raise RecordError(_DEPTH_MESSAGE, source=source, row=row, field=column) from None
         except ValueError as exc:
             row = int(values.eq(text).arg_true()[0])
             raise RecordError(
@@ -396,6 +409,23 @@ def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Se
 
 
 _HASH_CHUNK = 65536
+
+_DEPTH_MESSAGE = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+_DEPTH_FIELDS = {"metadata": "metadata", "json": "payload.value"}
+"""The JSON text columns whose nesting is limited, and the record field of each."""
+
+
+def _too_deep(df: pl.DataFrame, column: str) -> int | None:
+    """The first row whose JSON text in ``column`` nests deeper than the limit, or ``None``.
+
+    Only rows with more opening brackets than the limit are scanned.
+    """
+    brackets = df.select(pl.col(column).str.count_matches(r"[\[{]") > MAX_JSON_DEPTH)
+    texts = df.get_column(column)
+    for row in brackets.to_series().arg_true().to_list():
+        if json_text_depth(texts[row])[0] > MAX_JSON_DEPTH:
+            return int(row)
+    return None
 
 
 def _hashes(df: pl.DataFrame) -> list[str]:
@@ -565,16 +595,49 @@ def _value_checks() -> list[tuple[pl.Expr, str, str]]:
         for name, values in _ENUMS.items()
     ]
     checks += [(pl.col(name).is_null(), name, "must not be null") for name in _REQUIRED]
-    checks.append((pl.col("id") == "", "id", "must not be empty"))
     return checks
 
 
-def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
-    """Row checks of every input once times and numbers have their types."""
+def _id_checks(ids: pl.Expr, field: str) -> list[tuple[pl.Expr, str, str]]:
+    """Masks of the ids in ``ids`` that are blank, too long or hold control characters."""
     return [
-        (pl.col("created_at").is_null(), "created_at", "must not be null"),
-        (pl.col("rank").is_nan(), "rank", "must not be NaN"),
+        (ids.str.strip_chars() == "", field, "must not be blank"),
+        (
+            ids.str.len_chars() > MAX_ID_LENGTH,
+            field,
+            f"must be at most {MAX_ID_LENGTH} characters long",
+        ),
+        (ids.str.contains(CONTROL_PATTERN), field, "must not hold control characters"),
     ]
+
+
+def _any_entry(column: str, bad: pl.Expr) -> pl.Expr:
+    """Whether any entry of list column ``column`` is ``bad`` (an expression of the entry)."""
+    return pl.col(column).list.eval(bad).list.any().fill_null(False)
+
+
+def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks of every input once times, numbers and lists have their types."""
+    checks = [
+        (pl.col("created_at").is_null(), "created_at", "must not be null"),
+        (
+            pl.col("rank").is_nan() | pl.col("rank").is_infinite(),
+            "rank",
+            "must be a finite number (NaN and infinity are refused)",
+        ),
+        (
+            pl.col("expires_at") < pl.col("created_at"),
+            "expires_at",
+            "must not be before created_at",
+        ),
+    ]
+    checks += _id_checks(pl.col("id"), "id")
+    checks += _id_checks(pl.col("group_id"), "group_id")
+    for bad, _, message in _id_checks(pl.element(), "parents"):
+        checks.append((_any_entry("parents", bad), "parents", f"each id {message}"))
+    for bad, _, message in _id_checks(pl.element().struct.field("parent_id"), "lineage"):
+        checks.append((_any_entry("lineage", bad), "lineage", f"parent_id: {message}"))
+    return checks
 
 
 def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
@@ -641,6 +704,10 @@ def _canonicalise_json(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     _fail_rows(
         df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
     )
+    for column in _DEPTH_FIELDS:
+        row = _too_deep(df, column)
+        if row is not None:
+            raise RecordError(_DEPTH_MESSAGE, source=source, row=row, field=column)
     return df
 
 
@@ -737,38 +804,81 @@ def _plain(value: Any) -> Any:
     return value.model_dump() if isinstance(value, BaseModel) else value
 
 
-def _string_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
-    try:
-        return pl.Series(name, values, dtype=pl.String, strict=True)
-    except (TypeError, ValueError, pl.exceptions.PolarsError):
-        bad = (i for i, v in enumerate(values) if v is not None and not isinstance(v, str))
-        fail.add_first(bad, name, "must be a string")
-        return pl.Series(name, [v if isinstance(v, str) else None for v in values], pl.String)
+def _string_column(
+    values: list[Any], name: str, fail: _Failures, field: str | None = None
+) -> pl.Series:
+    """A String column of ``values``; a non-string or a lone surrogate fails as ``field``."""
+    # Only text reaches Polars: it converts other values recursively, so a list
+    # nested thousands deep would overflow its stack.
+    if all(t is type(None) or issubclass(t, str) for t in set(map(type, values))):
+        try:
+            return pl.Series(name, values, dtype=pl.String, strict=True)
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+            pass  # a lone surrogate: found below
+    # Only a failing column is checked value by value.
+    problems = (
+        (i, "must be a string" if not isinstance(v, str) else text_problem(v))
+        for i, v in enumerate(values)
+        if v is not None
+    )
+    row, message = next(((i, m) for i, m in problems if m is not None), (None, None))
+    if row is not None and message is not None:
+        fail.add(row, field or name, message)
+    return pl.Series(
+        name,
+        [v if isinstance(v, str) and text_problem(v) is None else None for v in values],
+        pl.String,
+    )
 
 
-def _number_column(values: list[Any], name: str, dtype: Any, fail: _Failures) -> pl.Series:
-    try:
-        return pl.Series(name, values, dtype=dtype, strict=True)
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        integral = dtype == pl.Int64
+_INTEGER_MESSAGE = (
+    f"must be an integer from {MIN_INT} to {MAX_INT} (booleans, floats and text are refused)"
+)
+_NUMBER_MESSAGE = "must be a number (booleans and text are refused)"
 
-        def ok(v: Any) -> bool:
-            if isinstance(v, bool | int):
-                return True
-            return isinstance(v, float) and (not integral or v.is_integer())
 
-        fail.add_first(
-            (i for i, v in enumerate(values) if v is not None and not ok(v)),
-            name,
-            "must be an integer" if integral else "must be a number",
-        )
-        cast = int if integral else float
-        return pl.Series(name, [cast(v) if ok(v) else None for v in values], dtype)
+def _integer_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
+    """An Int64 column: Python ints in the int64 range only (no bool, float or text)."""
+    if set(map(type, values)) <= {int, type(None)}:
+        try:
+            return pl.Series(name, values, dtype=pl.Int64, strict=True)
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+            pass  # out of the int64 range: found below
+
+    def ok(v: Any) -> bool:
+        return v is None or (type(v) is int and MIN_INT <= v <= MAX_INT)
+
+    fail.add_first((i for i, v in enumerate(values) if not ok(v)), name, _INTEGER_MESSAGE)
+    return pl.Series(name, [v if ok(v) else None for v in values], pl.Int64)
+
+
+def _float_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
+    """A Float64 column of Python ints and floats (no bool or text); finiteness is checked later."""
+    if set(map(type, values)) <= {float, int, type(None)}:
+        try:
+            return pl.Series(name, values, dtype=pl.Float64, strict=True)
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+            pass  # an integer too large for a float: found below
+
+    def number(v: Any) -> float | None:
+        if type(v) is float:
+            return v
+        if type(v) is int:
+            try:
+                return float(v)
+            except OverflowError:
+                return None
+        return None
+
+    numbers = [number(v) for v in values]
+    pairs = enumerate(zip(values, numbers, strict=True))
+    fail.add_first((i for i, (v, x) in pairs if v is not None and x is None), name, _NUMBER_MESSAGE)
+    return pl.Series(name, numbers, pl.Float64)
 
 
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
-    texts = pl.Series([v if isinstance(v, str) else None for v in values], dtype=pl.String)
+    texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
     spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
     parsed = spelled.str.to_datetime(
         "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
@@ -812,11 +922,16 @@ def _parents_column(values: list[Any], fail: _Failures) -> pl.Series:
     offsets, flat = _flatten(values, "parents", fail)
     try:
         ids = pa.array(flat, pa.large_string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        ids = pa.array([x if isinstance(x, str) else None for x in flat], pa.large_string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+        ids = pa.array(
+            [x if isinstance(x, str) and text_problem(x) is None else None for x in flat],
+            pa.large_string(),
+        )
     if ids.null_count:
-        bad = next(i for i, x in enumerate(flat) if not isinstance(x, str))
-        fail.add(_owner(offsets, bad), "parents", "must be a list of ids")
+        bad = next(
+            i for i, x in enumerate(flat) if not isinstance(x, str) or text_problem(x) is not None
+        )
+        fail.add(_owner(offsets, bad), "parents", "must be a list of ids (valid Unicode text)")
     series = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), ids))
     assert isinstance(series, pl.Series)
     return series.alias("parents").cast(POLARS_SCHEMA["parents"])
@@ -898,10 +1013,14 @@ def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
                 out.append(encode(value if type(value) is dict else dict(value)) if value else "{}")
                 continue
             except (TypeError, ValueError):
-                pass
-        fail.add(row, "metadata", "must be a JSON object")
+                message = "must be a JSON object of JSON values (NaN and infinity are refused)"
+            except RecursionError:
+                message = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+        else:
+            message = "must be a JSON object"
+        fail.add(row, "metadata", message)
         out.append(None)
-    return pl.Series("metadata", out, pl.String)
+    return _string_column(out, "metadata", fail)
 
 
 _Payload = tuple[str, str | None, str | None, bytes | None, str | None, str | None, str | None]
@@ -954,9 +1073,24 @@ def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[
             )
             rows.append(empty)
     names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
-    dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
-    return [pl.Series(n, list(c), d) for n, c, d in zip(names, columns, dtypes, strict=True)]
+    return [
+        pl.Series(name, list(values), pl.Binary)
+        if name == "binary"
+        else _string_column(list(values), name, fail, _PAYLOAD_FIELDS[name])
+        for name, values in zip(names, columns, strict=True)
+    ]
+
+
+_PAYLOAD_FIELDS = {
+    "payload_kind": "payload.kind",
+    "text": "text",
+    "json": "payload.value",
+    "ref_uri": "payload.uri",
+    "ref_title": "payload.title",
+    "ref_digest": "payload.digest",
+}
+"""The record field behind each payload column, named in errors."""
 
 
 def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any]]:
@@ -995,8 +1129,8 @@ def _record_frame(records: list[Mapping[str, Any]], fail: _Failures) -> pl.DataF
             _string_column(_field(records, name, _DEFAULTS[name]), name, fail)
             for name in ("trust", "sensitivity", "retention")
         ),
-        _number_column(_field(records, "priority", 0), "priority", pl.Int64, fail),
-        _number_column(_field(records, "rank"), "rank", pl.Float64, fail),
+        _integer_column(_field(records, "priority", 0), "priority", fail),
+        _float_column(_field(records, "rank"), "rank", fail),
         _time_column(created, "created_at", fail),
         _time_column(_field(records, "valid_from"), "valid_from", fail),
         _time_column(_field(records, "expires_at"), "expires_at", fail),
@@ -1053,7 +1187,13 @@ def _record_error_at(record: Any, fail: _Failures, source: str | None, line: int
     try:
         ContextItem.model_validate(record)
     except ValidationError as exc:
-        return _record_error(exc, source, line=line)
+        error = _record_error(exc, source, line=line)
+        if error.field is None and fail.field is not None:
+            # A whole-record rule of the model: name the field the columns found.
+            return RecordError(error.message, source=source, line=line, field=fail.field)
+        return error
+    except (RecursionError, ValueError, TypeError):
+        pass  # worded from the column checks below
     return RecordError(fail.message, source=source, line=line, field=fail.field)
 
 
@@ -1098,6 +1238,10 @@ def records_to_frame(
     fail = _Failures()
     df = _record_frame(_record_shapes(rows, fail), fail)
     _first_failure(df, _value_checks() + _typed_checks(), fail)
+    for column, field in _DEPTH_FIELDS.items():
+        row = _too_deep(df, column)
+        if row is not None:
+            fail.add(row, field, _DEPTH_MESSAGE)
     hashes = _hash_failure(df, fail)
     if fail.row is not None:
         raise _record_error_at(rows[fail.row], fail, source, first_line + fail.row)

@@ -1,0 +1,177 @@
+"""Limits and checks shared by items and requests: ids, Unicode text, JSON nesting.
+
+Each check returns the problem as a message, or ``None`` when the value is
+fine, so callers word their own error (a pydantic ``ValueError`` in a model,
+a :class:`~cognoxium.exceptions.RecordError` in a reader).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = [
+    "CONTROL_PATTERN",
+    "MAX_ID_LENGTH",
+    "MAX_INT",
+    "MAX_JSON_DEPTH",
+    "MIN_INT",
+    "id_problem",
+    "json_depth",
+    "json_problem",
+    "json_text_depth",
+    "text_problem",
+]
+
+MAX_ID_LENGTH = 1024
+"""The longest id, in characters: item ids, parents, lineage parent ids, group ids,
+request ids and evidence ids."""
+
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of arrays and objects in item metadata, a JSON payload's
+value and request labels (``{}`` and ``[1]`` have depth 1, ``{"a": [1]}`` depth 2)."""
+
+MIN_INT = -(2**63)
+"""The smallest integer an item's ``priority`` or a request's ``budget`` may hold (int64)."""
+
+MAX_INT = 2**63 - 1
+"""The largest integer an item's ``priority`` or a request's ``budget`` may hold (int64)."""
+
+CONTROL_PATTERN = r"[\x00-\x1f\x7f-\x9f]"
+"""The control characters (Unicode category Cc) refused in ids, as a regular expression
+that Python's ``re`` and Polars' ``str.contains`` both read."""
+
+_CONTROL = re.compile(CONTROL_PATTERN)
+
+_JSON_TOKENS = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:)?|[\[\]{}]')
+
+
+def text_problem(value: str) -> str | None:
+    r"""Why ``value`` is not Unicode text that UTF-8 can hold (a lone surrogate), or ``None``.
+
+    Examples
+    --------
+    >>> text_problem("héllo") is None
+    True
+    >>> text_problem("a\ud800")
+    'holds a lone surrogate U+D800 at character 1, which is not valid Unicode text'
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"holds a lone surrogate U+{ord(value[exc.start]):04X} at character {exc.start}, "
+            "which is not valid Unicode text"
+        )
+    return None
+
+
+def id_problem(value: str) -> str | None:
+    r"""Why ``value`` is not a valid id, or ``None``.
+
+    An id is non-blank text of at most :data:`MAX_ID_LENGTH` characters,
+    without control characters (:data:`CONTROL_PATTERN`) or lone surrogates.
+
+    Examples
+    --------
+    >>> id_problem("turn-1") is None
+    True
+    >>> id_problem("  ")
+    'must not be blank'
+    >>> id_problem("a\nb")
+    'must not hold control characters (found U+000A at character 1)'
+    """
+    if not value.strip():
+        return "must not be blank"
+    if len(value) > MAX_ID_LENGTH:
+        return f"must be at most {MAX_ID_LENGTH} characters long (got {len(value)})"
+    found = _CONTROL.search(value)
+    if found is not None:
+        code = ord(found.group())
+        return f"must not hold control characters (found U+{code:04X} at character {found.start()})"
+    return text_problem(value)
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of arrays and objects in a Python value, counted up to ``limit + 1``.
+
+    Iterative, so a value nested deeper than Python's recursion limit is
+    measured without a ``RecursionError``.
+
+    Examples
+    --------
+    >>> json_depth(1), json_depth({}), json_depth({"a": [1, {"b": 2}]})
+    (0, 1, 3)
+    """
+    depth = 0
+    level = [value]
+    while level and depth <= limit:
+        containers = [v for v in level if isinstance(v, dict | list | tuple)]
+        if not containers:
+            break
+        depth += 1
+        level = [
+            child
+            for container in containers
+            for child in (container.values() if isinstance(container, dict) else container)
+        ]
+    return depth
+
+
+def json_text_depth(text: str, limit: int = MAX_JSON_DEPTH) -> tuple[int, str | None]:
+    """The nesting depth of JSON text, counted up to ``limit + 1``, and the top-level key.
+
+    The key is that of the top-level object's member being read when the
+    depth passed ``limit`` (``None`` if it never did, or outside an object).
+    The text need not be valid JSON: brackets inside strings are skipped.
+
+    Examples
+    --------
+    >>> json_text_depth('{"a": "[[[", "b": {"c": [1]}}')
+    (3, None)
+    >>> json_text_depth('{"a": 1, "m": {"c": [1]}}', limit=2)
+    (3, 'm')
+    """
+    depth = deepest = 0
+    key: str | None = None
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > limit:
+                return depth, key
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+        elif depth == 1 and match.group(2):
+            try:
+                key = str(json.loads(match.group(1)))
+            except ValueError:
+                key = match.group(1)
+    return deepest, None
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` is not a JSON value that items and requests accept, or ``None``.
+
+    The value must nest at most :data:`MAX_JSON_DEPTH` levels of arrays and
+    objects, hold no NaN or infinity and nothing JSON cannot represent, and
+    its text must be valid Unicode.
+
+    Examples
+    --------
+    >>> json_problem({"a": [1, "x"]}) is None
+    True
+    >>> json_problem({"a": float("nan")})
+    'must be JSON without NaN or infinity'
+    """
+    if json_depth(value) > MAX_JSON_DEPTH:
+        return f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return "must be JSON without NaN or infinity"
+    except (TypeError, RecursionError):
+        return "must be a JSON value: objects with text keys, arrays, text, numbers, null"
+    return text_problem(text)
