@@ -177,10 +177,9 @@ def _checked(manifest: object) -> PackManifest | Mapping[str, Any]:
 
 
 def _header(manifest: PackManifest | Mapping[str, Any]) -> dict[str, Any]:
-    """Everything but the entries, as JSON-ready data."""
-    if isinstance(manifest, PackManifest):
-        return manifest.model_dump(mode="json")
-    return {key: value for key, value in manifest.items() if key != "entries"}
+    """Everything but the entries, as JSON-ready data (the form ``to_dict`` gives)."""
+    data = manifest.to_dict() if isinstance(manifest, PackManifest) else manifest
+    return {key: value for key, value in data.items() if key != "entries"}
 
 
 def _entries(manifest: PackManifest | Mapping[str, Any]) -> Any:
