@@ -66,12 +66,13 @@ __all__ = [
 ]
 
 RankMethod = Literal[
-    "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
+    "hybrid-lineage", "learned", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
 ]
 """How :func:`run_batch` ranks a request's scope before packing."""
 
 RANK_METHODS: tuple[str, ...] = (
     "hybrid-lineage",
+    "learned",
     "hybrid",
     "embedding",
     "bm25",
@@ -386,6 +387,13 @@ def rank_request(
     if method == "bm25":
         return scope.rank("bm25", query=query)
     settings = retrieval if retrieval is not None else RetrievalSettings()
+    if method == "learned":
+        return scope.rank(
+            "learned",
+            query=query,
+            model=settings.ranker,
+            lineage=store if store is not None else scope,
+        )
     if method == "embedding":
         return scope.rank("embedding", query=query, model=settings.model)
     if method == "strategies":

@@ -166,6 +166,7 @@ class Rank(StrEnum):
     """Ranking methods of the command line (see :func:`cognoxium.app.batch.run_batch`)."""
 
     HYBRID_LINEAGE = "hybrid-lineage"
+    LEARNED = "learned"
     HYBRID = "hybrid"
     EMBEDDING = "embedding"
     BM25 = "bm25"
@@ -177,7 +178,8 @@ class Rank(StrEnum):
 _RANK_HELP = (
     "How to rank each scope by its query: hybrid-lineage (reciprocal rank fusion of BM25, "
     "embedding cosine, the cosine of each item read with the one before it, and the best "
-    "cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
+    "cosine of items derived from it), learned (a logistic model over ranking features; "
+    "see cognoxium train-ranker), hybrid (BM25 and embedding), embedding, bm25, "
     "strategies (the context strategy registry's assembly), recency, or none."
 )
 _Model = Annotated[
@@ -527,6 +529,14 @@ def locomo_command(
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
+    loco: Annotated[
+        bool,
+        typer.Option(
+            "--loco",
+            help="Rank each conversation with a learned model fitted on the other "
+            "conversations only (leave one conversation out), not the shipped model.",
+        ),
+    ] = False,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -558,6 +568,7 @@ def locomo_command(
             progress=progress and not (quiet or json_output),
             compare=others,  # type: ignore[arg-type]
             retrieval=retrieval,
+            loco=loco,
         )
     except OSError as exc:
         reading = exc.filename is not None and Path(exc.filename) == path
@@ -586,6 +597,52 @@ def locomo_command(
         f"malformed, {imported.get('question_evidence_missing', 0)} naming no turn"
     )
     console.print(f"wrote {out / 'report.json'}")
+
+
+@app.command(
+    "train-ranker",
+    epilog=_epilog(
+        "cognoxium train-ranker ../shared/data/locomo/locomo7.json --out learned_ranker.json",
+        note='--json prints {"command", "model", "provenance"}.',
+    ),
+)
+def train_ranker_command(
+    path: Annotated[Path, typer.Argument(help="The LoCoMo JSON file.", **_EXISTING_FILE)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The model JSON to write.")],
+    l2: Annotated[float, typer.Option(min=0.0, help="L2 penalty on the weights.")] = 1.0,
+    cost_penalty: Annotated[
+        float,
+        typer.Option(min=0.0, help="c of the rank utility log p - c * log(token cost)."),
+    ] = 0.0,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Fit the learned ranker (rank "learned") on every answerable LoCoMo question.
+
+    Features are those rank("learned") computes over each question's
+    conversation turns; evidence turns are the positives. The fit is
+    deterministic: the same file gives the same weights. Refit after a
+    change to the features, the embedding model or the LoCoMo import.
+    """
+    from cognoxium.app.ranker import train_ranker
+
+    try:
+        model = train_ranker(path, out, l2=l2, cost_penalty=cost_penalty)
+    except OSError as exc:
+        reading = exc.filename is not None and Path(exc.filename) == path
+        _fail_io(exc, "read" if reading else "write", path if reading else out)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    summary = {"command": "train-ranker", "model": str(out), "provenance": model.provenance}
+    _report(summary, json_output=json_output)
+    if quiet or json_output:
+        return
+    recall = model.provenance["metrics"]["training_recall_1_4"]
+    Console(highlight=False).print(
+        f"fitted {len(model.feature_names)} weights on {model.provenance['rows']} turns of "
+        f"{model.provenance['questions']} questions; training recall 1-4 "
+        f"{recall['1024']:.3f} at 1,024 and {recall['2048']:.3f} at 2,048 tokens; wrote {out}"
+    )
 
 
 class Style(StrEnum):

@@ -1,0 +1,88 @@
+"""Per-question cost of rank("learned") against rank("hybrid-lineage") on LoCoMo.
+
+For every LoCoMo question (one budget), ranks the question's scope and packs
+it, exactly as ``cognoxium locomo`` does (:func:`cognoxium.app.batch.rank_request`
+then ``pack``), once with each method. A first pass over all questions warms
+every cache (embeddings, BM25 indexes, retrievers, feature extractors, token
+counts) for both methods; the timed passes then alternate the methods per
+question, so machine noise hits both alike. Reports the mean and median
+milliseconds per question and the ratio learned / hybrid-lineage.
+
+Usage: ``python benchmarks/bench_learned.py [--locomo PATH] [--budget 1024]
+[--repeat 2] [--out benchmarks/results/learned_cost.json]``; the LoCoMo path
+defaults to ``$COGNOXIUM_LOCOMO``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cognoxium.app.batch import _scopes, rank_request
+from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.frame.frame import CognitionFrame
+
+METHODS = ("hybrid-lineage", "learned")
+
+
+def measure(path: Path, budget: int, repeat: int) -> dict[str, Any]:
+    """Time rank + pack per question for each method; see the module docstring."""
+    store = CognitionFrame(load_locomo(path))
+    requests = locomo_requests(path, [budget])
+    scopes = _scopes(store, requests)
+
+    def one(method: str, index: int) -> float:
+        request = requests[index]
+        started = time.perf_counter()
+        ranked = rank_request(scopes[request.where], request, method, store=store)  # type: ignore[arg-type]
+        ranked.pack(request.budget, as_of=request.as_of, label=request.id)
+        return (time.perf_counter() - started) * 1000.0
+
+    for index in range(len(requests)):
+        for method in METHODS:
+            one(method, index)
+    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    for _ in range(repeat):
+        for index in range(len(requests)):
+            for method in METHODS:
+                times[method].append(one(method, index))
+    summary = {
+        m: {"mean_ms": float(np.mean(t)), "median_ms": float(np.median(t))}
+        for m, t in times.items()
+    }
+    return {
+        "questions": len(requests),
+        "budget": budget,
+        "repeat": repeat,
+        "methods": summary,
+        "ratio_mean": summary["learned"]["mean_ms"] / summary["hybrid-lineage"]["mean_ms"],
+        "ratio_median": summary["learned"]["median_ms"] / summary["hybrid-lineage"]["median_ms"],
+        "extra_mean_ms": summary["learned"]["mean_ms"] - summary["hybrid-lineage"]["mean_ms"],
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+    }
+
+
+def main() -> None:
+    """Run the benchmark and write its JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--locomo", default=os.environ.get("COGNOXIUM_LOCOMO"))
+    parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--out", default="benchmarks/results/learned_cost.json")
+    args = parser.parse_args()
+    if not args.locomo:
+        parser.error("give --locomo PATH or set COGNOXIUM_LOCOMO")
+    result = measure(Path(args.locomo), args.budget, args.repeat)
+    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(result, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
