@@ -1,4 +1,6 @@
-"""Per-question cost of rank("learned") against rank("hybrid-lineage") on LoCoMo.
+"""Per-question cost and cross-validated packing utility of rank("learned") on LoCoMo.
+
+``--cost``: the per-question cost of ``learned`` against ``hybrid-lineage``.
 
 For every LoCoMo question (one budget), ranks the question's scope and packs
 it, exactly as ``cognoxium locomo`` does (:func:`cognoxium.app.batch.rank_request`
@@ -8,9 +10,16 @@ counts) for both methods; the timed passes then alternate the methods per
 question, so machine noise hits both alike. Reports the mean and median
 milliseconds per question and the ratio learned / hybrid-lineage.
 
-Usage: ``python benchmarks/bench_learned.py [--locomo PATH] [--budget 1024]
-[--repeat 2] [--out benchmarks/results/learned_cost.json]``; the LoCoMo path
-defaults to ``$COGNOXIUM_LOCOMO``.
+``--cv``: leave-one-conversation-out evidence recall at 1,024 and 2,048 tokens
+(:func:`cognoxium.app.ranker.cross_validate`) of packing by probability
+(``c = 0``) against the cost-aware utility ``log p - c·log cost`` for several
+``c``, beside the ``hybrid-lineage`` fused score, over a greedy pack of each
+question's turns.
+
+Usage: ``python benchmarks/bench_learned.py (--cost | --cv) [--locomo PATH]
+[--budget 1024] [--repeat 2] [--out FILE]``; the LoCoMo path defaults to
+``$COGNOXIUM_LOCOMO``; results go to ``benchmarks/results/learned_cost.json``
+and ``benchmarks/results/learned_cv.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import numpy as np
 
 from cognoxium.app.batch import _scopes, rank_request
 from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.app.ranker import cross_validate, locomo_questions
 from cognoxium.frame.frame import CognitionFrame
 
 METHODS = ("hybrid-lineage", "learned")
@@ -69,18 +79,41 @@ def measure(path: Path, budget: int, repeat: int) -> dict[str, Any]:
     }
 
 
+COST_PENALTIES = (0.0, 0.25, 0.5, 1.0)
+L2 = (0.1, 1.0, 10.0)
+
+
+def validate(path: Path) -> dict[str, Any]:
+    """Leave-one-conversation-out recall for each L2 penalty and cost penalty."""
+    questions = locomo_questions(path)
+    return {
+        "questions": len(questions),
+        "l2": {
+            f"{l2:g}": cross_validate(questions, l2=l2, cost_penalties=COST_PENALTIES) for l2 in L2
+        },
+    }
+
+
 def main() -> None:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--cost", action="store_true")
+    mode.add_argument("--cv", action="store_true")
     parser.add_argument("--locomo", default=os.environ.get("COGNOXIUM_LOCOMO"))
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/learned_cost.json")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if not args.locomo:
         parser.error("give --locomo PATH or set COGNOXIUM_LOCOMO")
-    result = measure(Path(args.locomo), args.budget, args.repeat)
-    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    if args.cost:
+        result = measure(Path(args.locomo), args.budget, args.repeat)
+        out = args.out or "benchmarks/results/learned_cost.json"
+    else:
+        result = validate(Path(args.locomo))
+        out = args.out or "benchmarks/results/learned_cv.json"
+    Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(json.dumps(result, indent=2, sort_keys=True))
 
 

@@ -76,8 +76,8 @@ def fit_logistic(
     y: npt.ArrayLike,
     *,
     l2: float = 1.0,
-    max_iter: int = 50,
-    tol: float = 1e-10,
+    max_iter: int = 30,
+    tol: float = 1e-8,
 ) -> tuple[npt.NDArray[np.float64], float]:
     """Fit L2-regularised logistic regression with Newton's method (IRLS).
 
@@ -85,7 +85,8 @@ def fit_logistic(
     ``z = x · w + b`` and ``s_i = ±1`` (the intercept is not penalised).
     Starts at zero; each step solves the Newton system exactly; stops when
     the largest change of a coefficient is below ``tol`` or after
-    ``max_iter`` steps. The same input gives the same bytes.
+    ``max_iter`` steps. BLAS runs on one thread (threadpoolctl), so the same
+    input gives the same bytes whatever the machine's load.
 
     Parameters
     ----------
@@ -135,15 +136,27 @@ def fit_logistic(
         raise PlanError(f"l2 must be a finite number >= 0, got {l2!r}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise PlanError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    from threadpoolctl import threadpool_limits
+
+    # One BLAS thread: the sums then run in one fixed order, so the same input
+    # gives the same bytes on any machine load (and threads only contend on
+    # small, tall matrices like these).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _newton(xs, ys, float(l2), max_iter, tol)
+
+
+def _newton(
+    xs: npt.NDArray[np.float64], ys: npt.NDArray[np.float64], l2: float, max_iter: int, tol: float
+) -> tuple[npt.NDArray[np.float64], float]:
     m, d = xs.shape
     design = np.hstack([xs, np.ones((m, 1))])
-    penalty = np.full(d + 1, float(l2))
+    penalty = np.full(d + 1, l2)
     penalty[d] = 0.0
     beta = np.zeros(d + 1)
     for _ in range(max_iter):
         p = _sigmoid(design @ beta)
         gradient = design.T @ (p - ys) + penalty * beta
-        hessian = (design * (p * (1.0 - p))[:, None]).T @ design + np.diag(penalty)
+        hessian = (design.T * (p * (1.0 - p))) @ design + np.diag(penalty)
         hessian[np.diag_indices(d + 1)] += 1e-12
         step = np.linalg.solve(hessian, gradient)
         beta = beta - step
