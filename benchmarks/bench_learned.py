@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cognoxium.app.batch import _scopes, rank_request
+from cognoxium.app.batch import rank_request
 from cognoxium.app.locomo import load_locomo, locomo_requests
 from cognoxium.app.ranker import cross_validate, locomo_questions
 from cognoxium.frame.frame import CognitionFrame
@@ -46,7 +46,7 @@ def measure(path: Path, budget: int, repeat: int) -> dict[str, Any]:
     """Time rank + pack per question for each method; see the module docstring."""
     store = CognitionFrame(load_locomo(path))
     requests = locomo_requests(path, [budget])
-    scopes = _scopes(store, requests)
+    scopes = {w: store.filter(w) for w in {r.where for r in requests if r.where is not None}}
 
     def one(method: str, index: int) -> float:
         request = requests[index]

@@ -679,10 +679,10 @@ def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> Non
         if "query" not in request:  # not ranked, as the command line does
             ranked = scope
         else:
-            ranked = scope.rank("hybrid-lineage", query=request["query"], lineage=store)
+            ranked = scope.rank("learned", query=request["query"], lineage=store)
             top = ranked.explain().splitlines()[0]
-            assert top.startswith("Rank hybrid-lineage query=")
-            assert "rrf_k=10" in top
+            assert top.startswith("Rank learned query=")
+            assert "lineage from the second input" in top
         when = datetime.fromisoformat(request["as_of"]) if "as_of" in request else as_of
         result = ranked.pack(request["budget"], profile="cl100k_base", as_of=when,
                              label=request["id"])  # fmt: skip

@@ -66,13 +66,13 @@ __all__ = [
 ]
 
 RankMethod = Literal[
-    "hybrid-lineage", "learned", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
+    "learned", "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
 ]
 """How :func:`run_batch` ranks a request's scope before packing."""
 
 RANK_METHODS: tuple[str, ...] = (
-    "hybrid-lineage",
     "learned",
+    "hybrid-lineage",
     "hybrid",
     "embedding",
     "bm25",
@@ -451,7 +451,7 @@ def run_batch(
     *,
     out_dir: str | os.PathLike[str],
     profile: str | TokenProfile = "cl100k_base",
-    rank: RankMethod = "hybrid-lineage",
+    rank: RankMethod = "learned",
     as_of: datetime | None = None,
     progress: bool = False,
     retrieval: RetrievalSettings | None = None,
@@ -470,6 +470,11 @@ def run_batch(
     rank           scores (requests without a query are not ranked, except
                    by recency)
     ============== ===========================================================
+    learned        the shipped learned ranker (logistic regression over
+                   ranking features: the hybrid-lineage lists, BM25 of
+                   windows and of derived items, speaker, time and cost;
+                   :mod:`cognoxium.retrieval.learned`), or the model file
+                   of ``retrieval.ranker``; the store is its lineage
     hybrid-lineage reciprocal rank fusion of BM25, embedding cosine, the
                    cosine of each item with the item before it, and the best
                    cosine of the store's items derived from it (observations,

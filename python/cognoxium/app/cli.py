@@ -165,8 +165,8 @@ app = typer.Typer(
 class Rank(StrEnum):
     """Ranking methods of the command line (see :func:`cognoxium.app.batch.run_batch`)."""
 
-    HYBRID_LINEAGE = "hybrid-lineage"
     LEARNED = "learned"
+    HYBRID_LINEAGE = "hybrid-lineage"
     HYBRID = "hybrid"
     EMBEDDING = "embedding"
     BM25 = "bm25"
@@ -176,10 +176,10 @@ class Rank(StrEnum):
 
 
 _RANK_HELP = (
-    "How to rank each scope by its query: hybrid-lineage (reciprocal rank fusion of BM25, "
-    "embedding cosine, the cosine of each item read with the one before it, and the best "
-    "cosine of items derived from it), learned (a logistic model over ranking features; "
-    "see cognoxium train-ranker), hybrid (BM25 and embedding), embedding, bm25, "
+    "How to rank each scope by its query: learned (a logistic model over ranking features, "
+    "fitted on LoCoMo; see cognoxium train-ranker), hybrid-lineage (reciprocal rank fusion "
+    "of BM25, embedding cosine, the cosine of each item read with the one before it, and the "
+    "best cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
     "strategies (the context strategy registry's assembly), recency, or none."
 )
 _Model = Annotated[
@@ -355,7 +355,7 @@ def pack_command(
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
     as_of: Annotated[
@@ -516,7 +516,7 @@ def locomo_command(
     budgets: Annotated[
         str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
     ] = "512,1024,2048,4096",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
     compare: Annotated[
         str,
         typer.Option(
@@ -613,7 +613,7 @@ def train_ranker_command(
     cost_penalty: Annotated[
         float,
         typer.Option(min=0.0, help="c of the rank utility log p - c * log(token cost)."),
-    ] = 0.0,
+    ] = 0.5,
     quiet: _Quiet = False,
     json_output: _Json = False,
 ) -> None:

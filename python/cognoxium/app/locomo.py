@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from cognoxium.app.batch import BatchStats, RankMethod, Request, _percentile, run_batch
+from cognoxium.app.batch import BatchStats, RankMethod, Request, run_batch
 from cognoxium.exceptions import RecordError
 from cognoxium.items.io import atomic_write, write_parquet
 from cognoxium.items.model import canonical_json
@@ -854,7 +854,7 @@ def run_locomo(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     budgets: Sequence[int] = DEFAULT_BUDGETS,
-    rank: RankMethod = "hybrid-lineage",
+    rank: RankMethod = "learned",
     profile: str = "cl100k_base",
     *,
     progress: bool = False,
@@ -880,10 +880,13 @@ def run_locomo(
     budgets
         Token budgets; every question is packed once per budget.
     rank
-        One of :data:`cognoxium.app.batch.RANK_METHODS`; the default fuses
-        BM25, embeddings, neighbour windows and lineage expansion through
-        the observations and summaries of each turn (see
-        :func:`cognoxium.app.batch.run_batch`).
+        One of :data:`cognoxium.app.batch.RANK_METHODS`; the default,
+        ``learned``, scores each turn with the shipped logistic model over
+        ranking features (the ``hybrid-lineage`` fusion of BM25, embeddings,
+        neighbour windows and lineage expansion, plus BM25 views, speaker,
+        time and cost features; see :func:`cognoxium.app.batch.run_batch`).
+        The shipped model was fitted on locomo7: for honest figures on that
+        file use ``loco``.
     profile
         Token profile name.
     progress
@@ -1060,7 +1063,7 @@ def _run_folds(
         requests=len(requests),
         seconds=seconds,
         packs_per_s=len(requests) / seconds if seconds > 0 else 0.0,
-        p50_ms=_percentile(latencies, 50),
-        p95_ms=_percentile(latencies, 95),
+        p50_ms=float(np.percentile(latencies, 50)) if latencies else 0.0,
+        p95_ms=float(np.percentile(latencies, 95)) if latencies else 0.0,
         latencies_ms=latencies,
     )

@@ -72,8 +72,8 @@ from cognoxium.retrieval.ranking import bm25_scores, corpus_key
 from cognoxium.retrieval.scope import (
     RetrievalSettings,
     ScopeRetriever,
-    _window_texts,
     frame_key,
+    window_texts,
 )
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -248,7 +248,7 @@ class FeatureExtractor:
         self.n = scope.height
         texts = scope.select(packed_text_expr()).to_series()
         hashes = scope.get_column("content_hash").cast(pl.String)
-        self._windows = _window_texts(texts)
+        self._windows = window_texts(texts)
         self._window_key = ("window", *corpus_key(hashes))
         derived = self.retriever.derived
         assert derived is not None

@@ -57,6 +57,7 @@ __all__ = [
     "derived_items",
     "frame_key",
     "scope_retriever",
+    "window_texts",
 ]
 
 RETRIEVAL_LISTS: Final[tuple[str, ...]] = ("bm25", "embedding", "window", "lineage")
@@ -216,7 +217,24 @@ def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFra
     return derived.drop("row"), links
 
 
-def _window_texts(texts: pl.Series) -> pl.Series:
+def window_texts(texts: pl.Series) -> pl.Series:
+    r"""Each text joined, after a newline, to the text before it (the first alone).
+
+    Parameters
+    ----------
+    texts
+        ``(n,)`` String.
+
+    Returns
+    -------
+    polars.Series
+        ``(n,)`` String named ``window``: a reply read with the turn it answers.
+
+    Examples
+    --------
+    >>> window_texts(pl.Series(["Hi", "Where to?"])).to_list()
+    ['Hi', 'Hi\nWhere to?']
+    """
     previous = texts.shift(1)
     joined = pl.concat_str([pl.col("previous"), pl.col("text")], separator="\n")
     return (
@@ -315,7 +333,7 @@ class ScopeRetriever:
         model, out = self._embedder, {}
         out["embedding"] = self._cache.embed(model, self._texts, hashes)
         if "window" in self.lists:
-            windows = _window_texts(self._texts)
+            windows = window_texts(self._texts)
             out["window"] = self._cache.embed(model, windows, _window_keys(hashes))
         self._links: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
         self.derived: pl.DataFrame | None = None
