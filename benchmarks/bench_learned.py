@@ -17,7 +17,7 @@ milliseconds per question and the ratio learned / hybrid-lineage.
 question's turns.
 
 Usage: ``python benchmarks/bench_learned.py (--cost | --cv) [--locomo PATH]
-[--budget 1024] [--repeat 2] [--out FILE]``; the LoCoMo path defaults to
+[--budget 1024] [--repeat 2] [--every 1] [--out FILE]``; the LoCoMo path defaults to
 ``$COGNOXIUM_LOCOMO``; results go to ``benchmarks/results/learned_cost.json``
 and ``benchmarks/results/learned_cv.json``.
 """
@@ -42,10 +42,10 @@ from cognoxium.frame.frame import CognitionFrame
 METHODS = ("hybrid-lineage", "learned")
 
 
-def measure(path: Path, budget: int, repeat: int) -> dict[str, Any]:
-    """Time rank + pack per question for each method; see the module docstring."""
+def measure(path: Path, budget: int, repeat: int, every: int = 1) -> dict[str, Any]:
+    """Time rank + pack per question for each method (every ``every``-th question)."""
     store = CognitionFrame(load_locomo(path))
-    requests = locomo_requests(path, [budget])
+    requests = locomo_requests(path, [budget])[::every]
     scopes = {w: store.filter(w) for w in {r.where for r in requests if r.where is not None}}
 
     def one(method: str, index: int) -> float:
@@ -71,6 +71,7 @@ def measure(path: Path, budget: int, repeat: int) -> dict[str, Any]:
         "questions": len(requests),
         "budget": budget,
         "repeat": repeat,
+        "every": every,
         "methods": summary,
         "ratio_mean": summary["learned"]["mean_ms"] / summary["hybrid-lineage"]["mean_ms"],
         "ratio_median": summary["learned"]["median_ms"] / summary["hybrid-lineage"]["median_ms"],
@@ -103,12 +104,13 @@ def main() -> None:
     parser.add_argument("--locomo", default=os.environ.get("COGNOXIUM_LOCOMO"))
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--every", type=int, default=1, help="time every k-th question")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if not args.locomo:
         parser.error("give --locomo PATH or set COGNOXIUM_LOCOMO")
     if args.cost:
-        result = measure(Path(args.locomo), args.budget, args.repeat)
+        result = measure(Path(args.locomo), args.budget, args.repeat, args.every)
         out = args.out or "benchmarks/results/learned_cost.json"
     else:
         result = validate(Path(args.locomo))

@@ -25,7 +25,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "38116a3fc55f4f2f0ca3a73794f9b84e8b3533dca6a924095a525633e26e1526"
+SAMPLE_MANIFESTS = "07a43dcce75e12adec756acbd5d9c85fb536967e02a12b44331f9e3563ffaa1f"
 """sha256 of the sample's manifests.jsonl (default rank, cl100k_base, as of AS_OF)."""
 
 

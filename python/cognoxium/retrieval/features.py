@@ -350,9 +350,9 @@ class FeatureExtractor:
             else np.zeros(0, dtype=np.float64)
         )
         cos_lineage = self._best_derived(derived_cos)
-        lineage_gap = np.where(
-            self._has_derived > 0, _gap(np.where(self._has_derived > 0, cos_lineage, -np.inf)), 0.0
-        )
+        has = self._has_derived > 0
+        top = float(cos_lineage[has].max()) if has.any() else 0.0
+        lineage_gap = np.where(has, cos_lineage - top, 0.0)
         summary = np.zeros(self.n, dtype=np.float64)
         if self._summary.height:
             summary[self._summary.get_column("position").to_numpy()] = derived_cos[
@@ -377,7 +377,7 @@ class FeatureExtractor:
             "cos_window": lists["window"],
             "cos_window_gap": _gap(lists["window"]),
             "cos_lineage": cos_lineage,
-            "cos_lineage_gap": np.nan_to_num(lineage_gap, nan=0.0, neginf=0.0),
+            "cos_lineage_gap": lineage_gap,
             "cos_summary": summary,
             "has_derived": self._has_derived,
             "names_speaker": names_speaker,
