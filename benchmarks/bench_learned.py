@@ -81,7 +81,7 @@ def measure(path: Path, budget: int, repeat: int, every: int = 1) -> dict[str, A
 
 
 COST_PENALTIES = (0.0, 0.25, 0.5, 1.0)
-L2 = (0.1, 1.0, 10.0)
+L2 = (1.0,)
 
 
 def validate(path: Path) -> dict[str, Any]:
