@@ -8,6 +8,8 @@ Commands
 ``cognoxium locomo PATH --out DIR``
     Import LoCoMo, pack a context per question and budget and report evidence
     recall (see :func:`cognoxium.app.locomo.run_locomo`).
+``cognoxium train-ranker PATH --out MODEL``
+    Fit the learned ranker on LoCoMo (see :func:`cognoxium.app.ranker.train_ranker`).
 ``cognoxium redact SOURCE TARGET``
     Redact personal data and secrets in the items of SOURCE into TARGET.
 ``cognoxium inspect MANIFESTS``
