@@ -346,7 +346,9 @@ def rank_request(
     recency; ``"none"`` never ranks. Every other method is
     :meth:`CognitionFrame.rank <cognoxium.frame.CognitionFrame.rank>` with the
     request's query and ``retrieval``'s model, fusion constant and neighbour
-    weight; ``hybrid-lineage`` looks derived items up in ``store``;
+    weight; ``hybrid-lineage`` and ``learned`` look derived items up in
+    ``store``, and ``learned`` scores with ``retrieval.ranker``'s model file
+    (``None``: the shipped model);
     ``strategies`` assembles under the request's budget, ``profile`` and
     ``as_of``.
 
@@ -359,7 +361,8 @@ def rank_request(
     method
         One of :data:`RANK_METHODS`.
     store
-        The whole store (for ``hybrid-lineage``); ``None`` means the scope.
+        The whole store (for ``hybrid-lineage`` and ``learned``); ``None``
+        means the scope.
     retrieval
         Model, RRF constant and neighbour weight; ``None`` for the defaults.
     profile
