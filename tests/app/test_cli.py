@@ -545,7 +545,7 @@ def command_args(tmp_path: Path, command: str) -> list[str]:
     }[command]
 
 
-COMMANDS = ["pack", "locomo", "redact", "inspect"]
+COMMANDS = ["pack", "locomo", "train-ranker", "redact", "inspect"]
 
 
 def test_every_command_is_covered() -> None:
