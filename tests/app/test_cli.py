@@ -25,7 +25,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "38116a3fc55f4f2f0ca3a73794f9b84e8b3533dca6a924095a525633e26e1526"
+SAMPLE_MANIFESTS = "07a43dcce75e12adec756acbd5d9c85fb536967e02a12b44331f9e3563ffaa1f"
 """sha256 of the sample's manifests.jsonl (default rank, cl100k_base, as of AS_OF)."""
 
 
@@ -566,7 +566,7 @@ def command_args(tmp_path: Path, command: str) -> list[str]:
     }[command]
 
 
-COMMANDS = ["pack", "locomo", "redact", "inspect"]
+COMMANDS = ["pack", "locomo", "train-ranker", "redact", "inspect"]
 
 
 def test_every_command_is_covered() -> None:
@@ -700,10 +700,10 @@ def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> Non
         if "query" not in request:  # not ranked, as the command line does
             ranked = scope
         else:
-            ranked = scope.rank("hybrid-lineage", query=request["query"], lineage=store)
+            ranked = scope.rank("learned", query=request["query"], lineage=store)
             top = ranked.explain().splitlines()[0]
-            assert top.startswith("Rank hybrid-lineage query=")
-            assert "rrf_k=10" in top
+            assert top.startswith("Rank learned query=")
+            assert "lineage from the second input" in top
         when = datetime.fromisoformat(request["as_of"]) if "as_of" in request else as_of
         result = ranked.pack(request["budget"], profile="cl100k_base", as_of=when,
                              label=request["id"])  # fmt: skip

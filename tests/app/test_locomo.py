@@ -397,9 +397,9 @@ def test_locomo_command_explains_the_report_columns(tiny_path: Path, tmp_path: P
         assert caption in text
     assert "Rank methods compared (recall 1-4)" in text
     report = json.loads((tmp_path / "o" / "report.json").read_text())
-    assert report["settings"]["rank"] == "hybrid-lineage"
+    assert report["settings"]["rank"] == "learned"
     assert sorted(report["compare"]) == ["bm25", "recency"]  # the default --compare
-    for method in ("hybrid-lineage", "bm25", "recency"):
+    for method in ("learned", "bm25", "recency"):
         assert f" {method} " in f" {text} "
     assert (tmp_path / "o" / "compare" / "bm25" / "packs.jsonl").is_file()
 
@@ -570,10 +570,12 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
             assert figures["per_category"][str(category)]["recall"] == pytest.approx(
                 sum(values) / len(values)
             )
-    # The default ranking (hybrid retrieval with lineage expansion) against BM25, same run.
-    assert report["settings"]["rank"] == "hybrid-lineage"
-    assert report["budgets"]["1024"]["recall_answerable"] >= 0.78
-    assert report["budgets"]["2048"]["recall_answerable"] >= 0.85
+    # The default ranking (the shipped learned ranker) against BM25, same run. The
+    # shipped model was fitted on these conversations: these are training figures
+    # (leave one conversation out, cognoxium locomo --loco gives 0.87 and 0.92).
+    assert report["settings"]["rank"] == "learned"
+    assert report["budgets"]["1024"]["recall_answerable"] >= 0.86
+    assert report["budgets"]["2048"]["recall_answerable"] >= 0.92
     bm25 = report["compare"]["bm25"]["budgets"]
     for budget in budgets:
         assert report["budgets"][str(budget)]["recall_answerable"] > (

@@ -71,11 +71,12 @@ __all__ = [
 ]
 
 RankMethod = Literal[
-    "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
+    "learned", "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
 ]
 """How :func:`run_batch` ranks a request's scope before packing."""
 
 RANK_METHODS: tuple[str, ...] = (
+    "learned",
     "hybrid-lineage",
     "hybrid",
     "embedding",
@@ -387,7 +388,9 @@ def rank_request(
     recency; ``"none"`` never ranks. Every other method is
     :meth:`CognitionFrame.rank <cognoxium.frame.CognitionFrame.rank>` with the
     request's query and ``retrieval``'s model, fusion constant and neighbour
-    weight; ``hybrid-lineage`` looks derived items up in ``store``;
+    weight; ``hybrid-lineage`` and ``learned`` look derived items up in
+    ``store``, and ``learned`` scores with ``retrieval.ranker``'s model file
+    (``None``: the shipped model);
     ``strategies`` assembles under the request's budget, ``profile`` and
     ``as_of``.
 
@@ -400,7 +403,8 @@ def rank_request(
     method
         One of :data:`RANK_METHODS`.
     store
-        The whole store (for ``hybrid-lineage``); ``None`` means the scope.
+        The whole store (for ``hybrid-lineage`` and ``learned``); ``None``
+        means the scope.
     retrieval
         Model, RRF constant and neighbour weight; ``None`` for the defaults.
     profile
@@ -428,6 +432,13 @@ def rank_request(
     if method == "bm25":
         return scope.rank("bm25", query=query)
     settings = retrieval if retrieval is not None else RetrievalSettings()
+    if method == "learned":
+        return scope.rank(
+            "learned",
+            query=query,
+            model=settings.ranker,
+            lineage=store if store is not None else scope,
+        )
     if method == "embedding":
         return scope.rank("embedding", query=query, model=settings.model)
     if method == "strategies":
@@ -485,7 +496,7 @@ def run_batch(
     *,
     out_dir: str | os.PathLike[str],
     profile: str | TokenProfile = "cl100k_base",
-    rank: RankMethod = "hybrid-lineage",
+    rank: RankMethod = "learned",
     as_of: datetime | None = None,
     progress: bool = False,
     retrieval: RetrievalSettings | None = None,
@@ -505,6 +516,11 @@ def run_batch(
     rank           scores (requests without a query are not ranked, except
                    by recency)
     ============== ===========================================================
+    learned        the shipped learned ranker (logistic regression over
+                   ranking features: the hybrid-lineage lists, BM25 of
+                   windows and of derived items, speaker, time and cost;
+                   :mod:`cognoxium.retrieval.learned`), or the model file
+                   of ``retrieval.ranker``; the store is its lineage
     hybrid-lineage reciprocal rank fusion of BM25, embedding cosine, the
                    cosine of each item with the item before it, and the best
                    cosine of the store's items derived from it (observations,

@@ -8,6 +8,8 @@ Commands
 ``cognoxium locomo PATH --out DIR``
     Import LoCoMo, pack a context per question and budget and report evidence
     recall (see :func:`cognoxium.app.locomo.run_locomo`).
+``cognoxium train-ranker PATH --out MODEL``
+    Fit the learned ranker on LoCoMo (see :func:`cognoxium.app.ranker.train_ranker`).
 ``cognoxium redact SOURCE TARGET``
     Redact personal data and secrets in the items of SOURCE into TARGET.
 ``cognoxium inspect MANIFESTS``
@@ -166,6 +168,7 @@ app = typer.Typer(
 class Rank(StrEnum):
     """Ranking methods of the command line (see :func:`cognoxium.app.batch.run_batch`)."""
 
+    LEARNED = "learned"
     HYBRID_LINEAGE = "hybrid-lineage"
     HYBRID = "hybrid"
     EMBEDDING = "embedding"
@@ -176,9 +179,10 @@ class Rank(StrEnum):
 
 
 _RANK_HELP = (
-    "How to rank each scope by its query: hybrid-lineage (reciprocal rank fusion of BM25, "
-    "embedding cosine, the cosine of each item read with the one before it, and the best "
-    "cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
+    "How to rank each scope by its query: learned (a logistic model over ranking features, "
+    "fitted on LoCoMo; see cognoxium train-ranker), hybrid-lineage (reciprocal rank fusion "
+    "of BM25, embedding cosine, the cosine of each item read with the one before it, and the "
+    "best cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
     "strategies (the context strategy registry's assembly), recency, or none."
 )
 _Model = Annotated[
@@ -361,7 +365,7 @@ def pack_command(
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
     as_of: Annotated[
@@ -525,7 +529,7 @@ def locomo_command(
     budgets: Annotated[
         str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
     ] = "512,1024,2048,4096",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.HYBRID_LINEAGE,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
     compare: Annotated[
         str,
         typer.Option(
@@ -538,6 +542,14 @@ def locomo_command(
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
+    loco: Annotated[
+        bool,
+        typer.Option(
+            "--loco",
+            help="Rank each conversation with a learned model fitted on the other "
+            "conversations only (leave one conversation out), not the shipped model.",
+        ),
+    ] = False,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -569,6 +581,7 @@ def locomo_command(
             progress=progress and not (quiet or json_output),
             compare=others,  # type: ignore[arg-type]
             retrieval=retrieval,
+            loco=loco,
         )
     except OSError as exc:
         reading = exc.filename is not None and Path(exc.filename) == path
@@ -597,6 +610,52 @@ def locomo_command(
         f"malformed, {imported.get('question_evidence_missing', 0)} naming no turn"
     )
     console.print(f"wrote {out / 'report.json'}")
+
+
+@app.command(
+    "train-ranker",
+    epilog=_epilog(
+        "cognoxium train-ranker ../shared/data/locomo/locomo7.json --out learned_ranker.json",
+        note='--json prints {"command", "model", "provenance"}.',
+    ),
+)
+def train_ranker_command(
+    path: Annotated[Path, typer.Argument(help="The LoCoMo JSON file.", **_EXISTING_FILE)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The model JSON to write.")],
+    l2: Annotated[float, typer.Option(min=0.0, help="L2 penalty on the weights.")] = 1.0,
+    cost_penalty: Annotated[
+        float,
+        typer.Option(min=0.0, help="c of the rank utility log p - c * log(token cost)."),
+    ] = 0.5,
+    quiet: _Quiet = False,
+    json_output: _Json = False,
+) -> None:
+    """Fit the learned ranker (rank "learned") on every answerable LoCoMo question.
+
+    Features are those rank("learned") computes over each question's
+    conversation turns; evidence turns are the positives. The fit is
+    deterministic: the same file gives the same weights. Refit after a
+    change to the features, the embedding model or the LoCoMo import.
+    """
+    from cognoxium.app.ranker import train_ranker
+
+    try:
+        model = train_ranker(path, out, l2=l2, cost_penalty=cost_penalty)
+    except OSError as exc:
+        reading = exc.filename is not None and Path(exc.filename) == path
+        _fail_io(exc, "read" if reading else "write", path if reading else out)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+    summary = {"command": "train-ranker", "model": str(out), "provenance": model.provenance}
+    _report(summary, json_output=json_output)
+    if quiet or json_output:
+        return
+    recall = model.provenance["metrics"]["training_recall_1_4"]
+    Console(highlight=False).print(
+        f"fitted {len(model.feature_names)} weights on {model.provenance['rows']} turns of "
+        f"{model.provenance['questions']} questions; training recall 1-4 "
+        f"{recall['1024']:.3f} at 1,024 and {recall['2048']:.3f} at 2,048 tokens; wrote {out}"
+    )
 
 
 class Style(StrEnum):

@@ -56,9 +56,10 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -854,13 +855,14 @@ def run_locomo(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     budgets: Sequence[int] = DEFAULT_BUDGETS,
-    rank: RankMethod = "hybrid-lineage",
+    rank: RankMethod = "learned",
     profile: str = "cl100k_base",
     *,
     progress: bool = False,
     compare: Sequence[RankMethod] = (),
     retrieval: RetrievalSettings | None = None,
     tuning: Sequence[str] = TUNING_CONVERSATIONS,
+    loco: bool = False,
 ) -> dict[str, Any]:
     """Import LoCoMo, pack a context per question and budget, and report evidence recall.
 
@@ -883,10 +885,13 @@ def run_locomo(
     budgets
         Token budgets; every question is packed once per budget.
     rank
-        One of :data:`cognoxium.app.batch.RANK_METHODS`; the default fuses
-        BM25, embeddings, neighbour windows and lineage expansion through
-        the observations and summaries of each turn (see
-        :func:`cognoxium.app.batch.run_batch`).
+        One of :data:`cognoxium.app.batch.RANK_METHODS`; the default,
+        ``learned``, scores each turn with the shipped logistic model over
+        ranking features (the ``hybrid-lineage`` fusion of BM25, embeddings,
+        neighbour windows and lineage expansion, plus BM25 views, speaker,
+        time and cost features; see :func:`cognoxium.app.batch.run_batch`).
+        The shipped model was fitted on locomo7: for honest figures on that
+        file use ``loco``.
     profile
         Token profile name.
     progress
@@ -901,6 +906,14 @@ def run_locomo(
     tuning
         Conversations on which settings were chosen; the report's
         ``splits`` gives recall on them and on the others (held out) apart.
+    loco
+        Leave one conversation out for the ``learned`` method (as ``rank``
+        or compared): each conversation's questions are ranked by a model
+        fitted on the other conversations only
+        (:func:`cognoxium.app.ranker.fit_fold_models`, written to
+        ``<method folder>/models/<sample_id>.json``), instead of the shipped
+        model, which has seen every conversation. The report's
+        ``per_conversation`` then gives each conversation's recall.
 
     Returns
     -------
@@ -938,16 +951,19 @@ def run_locomo(
     }
 
     def measured(method: RankMethod, folder: Path) -> dict[str, Any]:
-        stats = run_batch(
-            items,
-            requests,
-            out_dir=folder,
-            profile=profile,
-            rank=method,
-            progress=progress,
-            retrieval=settings,
-            commit=False,  # committed with every other file of the run, below
-        )
+        if method == "learned" and loco:
+            stats = _run_folds(path, items, requests, conversations, folder, profile, settings)
+        else:
+            stats = run_batch(
+                items,
+                requests,
+                out_dir=folder,
+                profile=profile,
+                rank=method,
+                progress=progress,
+                retrieval=settings,
+                commit=False,  # committed with every other file of the run, below
+            )
         with (folder / "packs.jsonl").open(encoding="utf-8") as handle:
             packs = [json.loads(line) for line in handle]
         splits = {
@@ -957,10 +973,15 @@ def run_locomo(
             }
             for name, members in split.items()
         }
+        per_conversation = {
+            name: evaluate(packs, [r for r in requests if r.id.rsplit(":q", 1)[0] == name])
+            for name in conversations
+        }
         return {
             "batch": stats.to_dict(),
             **evaluate(packs, requests, stats=stats),
             "splits": splits,
+            "per_conversation": per_conversation,
         }
 
     counts = imported.counts
@@ -983,6 +1004,7 @@ def run_locomo(
                     "neighbours": settings.neighbours,
                 },
                 "tuning_conversations": split["tuning"],
+                "leave_one_conversation_out": loco,
             },
             "import": {
                 "items": items.height,
@@ -999,3 +1021,65 @@ def run_locomo(
             handle.write(canonical_json(report))
             handle.write("\n")
     return report
+
+
+def _run_folds(
+    path: str | os.PathLike[str],
+    items: pl.DataFrame,
+    requests: Sequence[Request],
+    conversations: Sequence[str],
+    folder: Path,
+    profile: str,
+    settings: RetrievalSettings,
+) -> BatchStats:
+    """Pack each conversation's requests with ``learned`` fitted on the other conversations.
+
+    Writes ``folder/models/<sample_id>.json``, the per-fold outputs under
+    ``folder/folds/<sample_id>/``, and ``packs.jsonl`` and ``manifests.jsonl``
+    of all requests in request order in ``folder``.
+    """
+    from cognoxium.app.ranker import fit_fold_models
+
+    started = time.perf_counter()
+    models = fit_fold_models(path, folder / "models", settings=settings, profile=profile)
+    packs: dict[str, str] = {}
+    manifests: dict[str, str] = {}
+    latency: dict[str, float] = {}
+    for name in conversations:
+        mine = [r for r in requests if r.id.rsplit(":q", 1)[0] == name]
+        if not mine:
+            continue
+        out = folder / "folds" / name
+        stats = run_batch(
+            items,
+            mine,
+            out_dir=out,
+            profile=profile,
+            rank="learned",
+            retrieval=replace(settings, ranker=str(models[name])),
+            commit=False,  # inside the run's directory, committed with it
+        )
+        pack_lines = (out / "packs.jsonl").read_text(encoding="utf-8").splitlines()
+        manifest_lines = (out / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+        for request, pack_line, manifest_line, ms in zip(
+            mine, pack_lines, manifest_lines, stats.latencies_ms, strict=True
+        ):
+            packs[request.id], manifests[request.id], latency[request.id] = (
+                pack_line,
+                manifest_line,
+                ms,
+            )
+    with (folder / "packs.jsonl").open("w", encoding="utf-8") as handle:
+        handle.writelines(packs[r.id] + "\n" for r in requests)
+    with (folder / "manifests.jsonl").open("w", encoding="utf-8") as handle:
+        handle.writelines(manifests[r.id] + "\n" for r in requests)
+    seconds = time.perf_counter() - started
+    latencies = tuple(latency[r.id] for r in requests)
+    return BatchStats(
+        requests=len(requests),
+        seconds=seconds,
+        packs_per_s=len(requests) / seconds if seconds > 0 else 0.0,
+        p50_ms=float(np.percentile(latencies, 50)) if latencies else 0.0,
+        p95_ms=float(np.percentile(latencies, 95)) if latencies else 0.0,
+        latencies_ms=latencies,
+    )

@@ -38,6 +38,7 @@ from cognoxium.engine.plan import (
     RankEmbedding,
     RankHybrid,
     RankHybridLineage,
+    RankLearned,
     RankPriority,
     RankRecency,
     RankStrategies,
@@ -446,6 +447,23 @@ def _rank_hybrid_lineage(
             df, "hybrid-lineage", _settings(node), lineage=lineage.collect, lineage_key=node.lineage
         )
         return retriever.scores(node.query)
+
+    return rank_batches(lf, scores)
+
+
+@register(RankLearned)
+def _rank_learned(node: RankLearned, lf: pl.LazyFrame, lineage: pl.LazyFrame) -> pl.LazyFrame:
+    from cognoxium.retrieval.features import feature_extractor
+    from cognoxium.retrieval.learned import learned_scores, load_model
+    from cognoxium.retrieval.scope import RetrievalSettings
+
+    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
+        model = load_model(node.model)
+        settings = RetrievalSettings(model=model.embedding_model)
+        extractor = feature_extractor(
+            df, settings, lineage=lineage.collect, lineage_key=node.lineage
+        )
+        return learned_scores(extractor, node.query, model)
 
     return rank_batches(lf, scores)
 

@@ -57,6 +57,7 @@ __all__ = [
     "RankEmbedding",
     "RankHybrid",
     "RankHybridLineage",
+    "RankLearned",
     "RankPriority",
     "RankRecency",
     "RankStrategies",
@@ -1020,6 +1021,40 @@ class RankHybridLineage(Rank):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankLearned(Rank):
+    """A learned ranker's utility ``log p - c·log_cost`` of each row as evidence for ``query``.
+
+    ``p`` is the logistic model's probability over the ranking features of
+    :mod:`cognoxium.retrieval.features` (the ``hybrid-lineage`` lists, BM25
+    of windows and of derived rows, cosines, speaker, time and cost
+    features), computed over exactly the rows here, with derived rows looked
+    up in ``lineage``; ``model`` is the model file (``None``: the shipped
+    one). Rounded to 9 decimals; ties are left as ties.
+    """
+
+    method: ClassVar[str] = "learned"
+    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id", "role", "metadata")
+    child_fields: ClassVar[tuple[str, ...]] = ("input", "lineage")
+    lineage: Node
+    query: str
+    model: str | None = None
+
+    @override
+    def _check(self) -> None:
+        _check_query(self, self.query)
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise PlanError(f"rank('learned'): model must be a file path, got {self.model!r}")
+        Rank._check(self)
+        missing = [c for c in ("id", "parents", *_TEXT_COLUMNS) if c not in self.lineage.schema]
+        if missing:
+            raise PlanError(f"rank('learned'): the lineage items lack columns {missing}")
+
+    @override
+    def label(self) -> str:
+        return Rank.label(self) + "; lineage from the second input"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankRecency(Rank):
     """Exponential decay ``exp(-ln 2 · age / half_life)`` of ``created_at``.
 
@@ -1097,6 +1132,7 @@ RANK_NODES: Final[dict[str, type[Rank]]] = {
         RankEmbedding,
         RankHybrid,
         RankHybridLineage,
+        RankLearned,
         RankRecency,
         RankPriority,
         RankStrategies,

@@ -36,6 +36,7 @@ from cognoxium.engine.plan import (
     RankEmbedding,
     RankHybrid,
     RankHybridLineage,
+    RankLearned,
     RankStrategies,
     Redact,
     Scan,
@@ -758,7 +759,7 @@ class CognitionFrame:
         query: str | None = None,
         half_life: float | timedelta | None = None,
         reference: datetime | None = None,
-        model: str | None = None,
+        model: str | os.PathLike[str] | None = None,
         rrf_k: float | None = None,
         neighbours: float | None = None,
         lineage: CognitionFrame | None = None,
@@ -791,6 +792,13 @@ class CognitionFrame:
                        ``lineage`` derived from it (observations, summaries);
                        ``query``, ``model``, ``rrf_k``, ``neighbours``,
                        ``lineage``
+        learned        a logistic model's utility ``log p - c·log cost`` of each
+                       item being evidence for ``query``, over ranking features
+                       (the hybrid-lineage lists, BM25 of windows and derived
+                       items, speaker, time and cost features; see
+                       :mod:`cognoxium.retrieval.learned`); ``query``,
+                       ``lineage``, ``model`` (a model file; default the
+                       shipped one)
         recency        ``exp(-ln 2 · age / half_life)``, age in seconds before
                        ``reference`` (default: the latest ``created_at`` of
                        these rows); without ``half_life``, the ``created_at``
@@ -808,7 +816,8 @@ class CognitionFrame:
         method
             One of the methods above.
         query
-            The query text (bm25, embedding, hybrid, hybrid-lineage, strategies).
+            The query text (bm25, embedding, hybrid, hybrid-lineage, learned,
+            strategies).
         half_life
             Recency half-life, in seconds or as a timedelta.
         reference
@@ -816,7 +825,10 @@ class CognitionFrame:
         model
             The embedder: ``"minilm"`` (the default; all-MiniLM-L6-v2,
             semantic) or ``"local_hash"`` (hashed bag of words, lexical); see
-            :func:`cognoxium.retrieval.embeddings.get_embedder`.
+            :func:`cognoxium.retrieval.embeddings.get_embedder`. For
+            ``learned``, the path of a model file written by ``cognoxium
+            train-ranker`` (``None``: the shipped model, whose embedder is
+            minilm).
         rrf_k
             The reciprocal rank fusion constant (>= 0); default the method's
             own, :data:`cognoxium.retrieval.RRF_K` (hybrid 5, hybrid-lineage 10).
@@ -824,8 +836,8 @@ class CognitionFrame:
             Neighbour expansion weight ``λ`` in [0, 1] (default 0, off): each
             item's fused score becomes ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
         lineage
-            The frame in which derived items are looked up (hybrid-lineage,
-            required): its rows outside this frame whose ``parents`` hold an
+            The frame in which derived items are looked up (hybrid-lineage and
+            learned, required): its rows outside this frame whose ``parents`` hold an
             id of this frame. Often the whole store, of which this frame is a
             part.
         budget
@@ -881,6 +893,8 @@ class CognitionFrame:
             given["lineage"] = lineage._plan
         if node_type in _EMBEDDING_RANKS:
             given["model"] = _embedder_name(method, model if model is not None else "minilm")
+        elif node_type is RankLearned and isinstance(model, os.PathLike):
+            given["model"] = os.fspath(model)
         if node_type in (RankHybrid, RankHybridLineage) and rrf_k is None:
             from cognoxium.retrieval.scope import RRF_K
 

@@ -1,7 +1,7 @@
 """Retrieval kernels.
 
-BM25 and recency ranking, rank fusion, embeddings, near duplicates, and hybrid
-retrieval over a scope.
+BM25 and recency ranking, rank fusion, embeddings, near duplicates, hybrid
+retrieval over a scope, ranking features and the learned ranker.
 """
 
 from cognoxium.retrieval.embeddings import (
@@ -22,12 +22,24 @@ from cognoxium.retrieval.embeddings import (
     embedding_scores,
     get_embedder,
 )
+from cognoxium.retrieval.features import (
+    FEATURE_NAMES,
+    FeatureExtractor,
+    feature_extractor,
+)
 from cognoxium.retrieval.fusion import (
     RankedList,
     mmr,
     reciprocal_rank_fusion,
     rrf_scores,
     weighted_score_fusion,
+)
+from cognoxium.retrieval.learned import (
+    LearnedModel,
+    default_model_path,
+    fit_logistic,
+    learned_scores,
+    load_model,
 )
 from cognoxium.retrieval.near_duplicates import (
     MAX_BUCKET,
@@ -60,6 +72,7 @@ from cognoxium.retrieval.scope import (
 __all__ = [
     "CACHE_DIR_ENV",
     "EMBEDDER_NAMES",
+    "FEATURE_NAMES",
     "MAX_BUCKET",
     "MINILM_DIM",
     "MINILM_MAX_LENGTH",
@@ -74,6 +87,8 @@ __all__ = [
     "CacheInfo",
     "Embedder",
     "EmbeddingCache",
+    "FeatureExtractor",
+    "LearnedModel",
     "LocalHashEmbedder",
     "MiniLMEmbedder",
     "RankedList",
@@ -85,11 +100,16 @@ __all__ = [
     "corpus_key",
     "default_cache",
     "default_cache_dir",
+    "default_model_path",
     "derived_items",
     "embed_frame",
     "embedding_scores",
+    "feature_extractor",
+    "fit_logistic",
     "frame_key",
     "get_embedder",
+    "learned_scores",
+    "load_model",
     "lsh_params",
     "minhash_signatures",
     "mmr",

@@ -57,6 +57,7 @@ __all__ = [
     "derived_items",
     "frame_key",
     "scope_retriever",
+    "window_texts",
 ]
 
 RETRIEVAL_LISTS: Final[tuple[str, ...]] = ("bm25", "embedding", "window", "lineage")
@@ -111,6 +112,9 @@ class RetrievalSettings:
         (:data:`RRF_K`).
     neighbours
         Neighbour expansion weight ``λ`` in [0, 1]; 0 turns it off.
+    ranker
+        The learned ranker's model file (``rank("learned")``); ``None`` for
+        the shipped model.
 
     Raises
     ------
@@ -128,6 +132,7 @@ class RetrievalSettings:
     model: str = "minilm"
     rrf_k: float | None = None
     neighbours: float = 0.0
+    ranker: str | None = None
 
     def __post_init__(self) -> None:
         if self.rrf_k is not None and not (
@@ -212,7 +217,24 @@ def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFra
     return derived.drop("row"), links
 
 
-def _window_texts(texts: pl.Series) -> pl.Series:
+def window_texts(texts: pl.Series) -> pl.Series:
+    r"""Each text joined, after a newline, to the text before it (the first alone).
+
+    Parameters
+    ----------
+    texts
+        ``(n,)`` String.
+
+    Returns
+    -------
+    polars.Series
+        ``(n,)`` String named ``window``: a reply read with the turn it answers.
+
+    Examples
+    --------
+    >>> window_texts(pl.Series(["Hi", "Where to?"])).to_list()
+    ['Hi', 'Hi\nWhere to?']
+    """
     previous = texts.shift(1)
     joined = pl.concat_str([pl.col("previous"), pl.col("text")], separator="\n")
     return (
@@ -311,12 +333,14 @@ class ScopeRetriever:
         model, out = self._embedder, {}
         out["embedding"] = self._cache.embed(model, self._texts, hashes)
         if "window" in self.lists:
-            windows = _window_texts(self._texts)
+            windows = window_texts(self._texts)
             out["window"] = self._cache.embed(model, windows, _window_keys(hashes))
         self._links: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
+        self.derived: pl.DataFrame | None = None
         if "lineage" in self.lists:
             assert lineage is not None
             derived, links = derived_items(lineage, self.ids)
+            self.derived = derived
             derived_texts = derived.select(packed_text_expr()).to_series()
             out["lineage"] = self._cache.embed(
                 model, derived_texts, derived.get_column("content_hash").cast(pl.String)
@@ -359,6 +383,34 @@ class ScopeRetriever:
             out[name] = cosine if name != "lineage" else self._best_derived(cosine)
         return out
 
+    @property
+    def links(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """The lineage links ``(derived, position)``, int64 arrays of equal length.
+
+        Row indices into :attr:`derived` and into the scope, one pair per
+        (derived item, scope parent), sorted; ``None`` for a method without
+        the ``lineage`` list.
+        """
+        return self._links
+
+    def derived_cosines(self, query: str) -> npt.NDArray[np.float64]:
+        """The cosine of each derived item with ``query``, rounded to 6 decimals.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``float64``, shape ``(len(derived),)``, aligned with :attr:`derived`.
+
+        Raises
+        ------
+        PlanError
+            For a method without the ``lineage`` list.
+        """
+        if "lineage" not in self._matrices:
+            raise PlanError(f"{self.method!r} does not embed derived items")
+        raw = (self._matrices["lineage"] @ self._query_vector(query)).astype(np.float64)
+        return np.asarray(np.round(raw, _SCORE_DECIMALS), dtype=np.float64)
+
     def _best_derived(self, cosine: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Each scope item's best cosine among its derived items, NaN without one."""
         best = np.full(self.n, -np.inf)
@@ -386,10 +438,25 @@ class ScopeRetriever:
             ``float64``, shape ``(n,)``, aligned with the scope's rows,
             higher is better; all zeros for an empty scope.
         """
+        return self.fuse(self.list_scores(query))
+
+    def fuse(self, lists: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+        """Fused scores from the per-list scores :meth:`list_scores` returns.
+
+        Parameters
+        ----------
+        lists
+            List name to scores of shape ``(n,)`` (NaN: absent from the list).
+
+        Returns
+        -------
+        numpy.ndarray
+            As :meth:`scores`.
+        """
         if self.n == 0:
             return np.zeros(0, dtype=np.float64)
         k = self.settings.fusion_k(self.method)
-        columns = list(self.list_scores(query).values())
+        columns = list(lists.values())
         contributions = np.zeros((len(columns), self.n), dtype=np.float64)
         for row, column in zip(contributions, columns, strict=True):
             present = ~np.isnan(column)

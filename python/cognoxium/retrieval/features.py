@@ -1,0 +1,474 @@
+"""Per-item ranking features over a scope and a query, as Polars columns.
+
+A :class:`FeatureExtractor` is built once for a scope (like a
+:class:`~cognoxium.retrieval.scope.ScopeRetriever`, whose ``hybrid-lineage``
+lists it reuses) and returns, for each query, one row per scope item with the
+columns of :data:`FEATURE_NAMES`. The learned ranker
+(:mod:`cognoxium.retrieval.learned`) scores these columns.
+
+Features (``n`` = scope size; "rank" = competition rank, 1 + the number of
+items scoring strictly higher, so ties share a rank; ``lrank(s)`` =
+``log2(1 + rank)``; ``norm(s)`` = ``s / max(s)`` over the scope, 0 when the
+maximum is not positive):
+
+=================== =============================================================
+name                definition
+=================== =============================================================
+fused               the ``hybrid-lineage`` fused score (reciprocal rank fusion,
+                    :data:`~cognoxium.retrieval.scope.RRF_K`), no neighbours
+fused_norm          ``norm(fused)``
+fused_rank          ``lrank(fused)``
+fused_neighbour     the larger ``fused`` of the items just before and after
+                    (0 at the ends of the scope)
+session_prior       mean of the three highest ``fused`` of the item's session
+                    (``metadata.session``; items without one form one group)
+bm25                ``norm`` of Okapi BM25 of the item's packed text
+bm25_rank           ``lrank`` of that BM25
+bm25_window         ``norm`` of BM25 of the item joined with the item before it
+                    (a corpus of these windows)
+bm25_window_rank    ``lrank`` of the window BM25
+bm25_lineage        ``norm`` of the best BM25 of the item's derived items (a
+                    corpus of the derived items); 0 without derived items
+bm25_lineage_rank   ``lrank`` of the lineage BM25
+cos                 cosine of the item's packed text with the query (the
+                    retriever's embedder, rounded to 6 decimals)
+cos_gap             ``cos - max(cos)`` over the scope (<= 0)
+cos_window          cosine of the item joined with the item before it
+cos_window_gap      ``cos_window - max(cos_window)``
+cos_lineage         best cosine of the item's derived items; 0 without one
+cos_lineage_gap     ``cos_lineage - max(cos_lineage)``; 0 without derived items
+cos_summary         cosine of the item's broadest derived item (the one with
+                    most parents, first on ties: a session summary); 0 without
+has_derived         1 when the item has at least one derived item, else 0
+names_speaker       1 when the query names the item's speaker
+                    (``metadata.speaker``, whole word, any case)
+names_other         1 when the query names another speaker of the scope
+has_time            1 when the item's text carries a time expression (a month
+                    or weekday name, yesterday, last/next week, "ago", a year)
+when_time           ``has_time`` for a "when" question (the query asks when,
+                    what date, year or month, or how long ago), else 0
+log_cost            natural log of the item's token cost: tokens of its packed
+                    text under the token profile plus the chat framing of its
+                    role
+=================== =============================================================
+
+All columns are ``Float64`` and finite.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from cognoxium.items.schema import packed_text_expr
+from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache
+from cognoxium.retrieval.ranking import bm25_scores, corpus_key
+from cognoxium.retrieval.scope import (
+    RetrievalSettings,
+    ScopeRetriever,
+    frame_key,
+    window_texts,
+)
+from cognoxium.tokens.profiles import TokenProfile, get_profile
+
+__all__ = [
+    "FEATURE_NAMES",
+    "FeatureExtractor",
+    "feature_extractor",
+    "is_when_question",
+    "time_expression_expr",
+]
+
+FEATURE_NAMES: Final[tuple[str, ...]] = (
+    "fused",
+    "fused_norm",
+    "fused_rank",
+    "fused_neighbour",
+    "session_prior",
+    "bm25",
+    "bm25_rank",
+    "bm25_window",
+    "bm25_window_rank",
+    "bm25_lineage",
+    "bm25_lineage_rank",
+    "cos",
+    "cos_gap",
+    "cos_window",
+    "cos_window_gap",
+    "cos_lineage",
+    "cos_lineage_gap",
+    "cos_summary",
+    "has_derived",
+    "names_speaker",
+    "names_other",
+    "has_time",
+    "when_time",
+    "log_cost",
+)
+"""The feature columns of :meth:`FeatureExtractor.features`, in this order."""
+
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_TIME_PATTERN: Final = (
+    r"(?i)\b(?:" + _MONTHS + r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend"
+    r"|yesterday|today|tonight|tomorrow|ago|recently|lately"
+    r"|(?:last|next|this|past|few|couple of)\s+(?:days?|weeks?|months?|years?|night|summer|"
+    r"winter|spring|fall|autumn|weekend)"
+    r"|(?:19|20)\d\d)\b"
+)
+_WHEN = re.compile(
+    r"(?i)\b(?:when|what\s+(?:date|day|year|month|time)|which\s+(?:year|month|day)"
+    r"|how\s+long\s+ago)\b"
+)
+
+
+def time_expression_expr(text: pl.Expr) -> pl.Expr:
+    """Whether each text carries a time expression (the ``has_time`` feature).
+
+    Parameters
+    ----------
+    text
+        A String expression.
+
+    Returns
+    -------
+    polars.Expr
+        Boolean; null texts give false.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"t": ["We met last week.", "Nice bowl!", "Back in 2019"]})
+    >>> df.select(time_expression_expr(pl.col("t"))).to_series().to_list()
+    [True, False, True]
+    """
+    return text.str.contains(_TIME_PATTERN).fill_null(False)
+
+
+def is_when_question(query: str) -> bool:
+    """Whether ``query`` asks for a time (when, what date/year/month, how long ago).
+
+    Examples
+    --------
+    >>> is_when_question("When did Ann move to Lyon?"), is_when_question("Where is Lyon?")
+    (True, False)
+    """
+    return _WHEN.search(query) is not None
+
+
+def _norm(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    top = float(scores.max()) if scores.size else 0.0
+    return scores / top if top > 0 else np.zeros_like(scores)
+
+
+def _log_rank(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``log2(1 + r)``, ``r`` = 1 + the number of strictly higher scores."""
+    ordered = np.sort(scores)
+    higher = scores.size - np.searchsorted(ordered, scores, side="right")
+    return np.log2(2.0 + higher.astype(np.float64))
+
+
+def _gap(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    return scores - float(scores.max()) if scores.size else scores
+
+
+def _metadata_field(scope: pl.DataFrame, field: str) -> pl.Series:
+    return scope.select(
+        pl.col("metadata").str.json_path_match(f"$.{field}").alias(field)
+    ).to_series()
+
+
+def _names_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(r"(?i)\b" + re.escape(name) + r"\b")
+
+
+class FeatureExtractor:
+    """Computes the :data:`FEATURE_NAMES` columns of one scope for any query.
+
+    Parameters
+    ----------
+    scope
+        The scope's items, canonical schema, in conversational order
+        (``n`` rows); ``metadata.session`` and ``metadata.speaker`` are read
+        when present.
+    lineage
+        The items in which derived items of the scope are looked up (see
+        :func:`cognoxium.retrieval.scope.derived_items`), often the whole store.
+    settings
+        Embedding model and fusion constant of the ``hybrid-lineage`` lists
+        (neighbour expansion is not used: ``fused_neighbour`` carries it).
+    profile
+        Token profile (or its name) of the ``log_cost`` feature.
+    embedder, cache
+        As for :class:`~cognoxium.retrieval.scope.ScopeRetriever`.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> store = records_to_frame([
+    ...     {"id": "t1", "role": "user", "text": "Ann: We moved to Lyon last spring.",
+    ...      "metadata": {"speaker": "Ann", "session": 1}},
+    ...     {"id": "t2", "role": "assistant", "text": "Bo: How do you like it?",
+    ...      "metadata": {"speaker": "Bo", "session": 1}},
+    ...     {"id": "o1", "role": "memory", "text": "Ann lives in Lyon.", "parents": ["t1"]},
+    ... ])
+    >>> scope = store.filter(pl.col("role") != "memory")
+    >>> extractor = FeatureExtractor(scope, lineage=store,
+    ...     settings=RetrievalSettings(model="local_hash"), cache=EmbeddingCache(persist=False))
+    >>> rows = extractor.features("When did Ann move to Lyon?")
+    >>> rows.select("id", "bm25", "has_derived", "names_speaker", "when_time").rows()
+    [('t1', 1.0, 1.0, 1.0, 1.0), ('t2', 0.0, 0.0, 0.0, 0.0)]
+    """
+
+    def __init__(
+        self,
+        scope: pl.DataFrame,
+        *,
+        lineage: pl.DataFrame,
+        settings: RetrievalSettings | None = None,
+        profile: str | TokenProfile = "cl100k_base",
+        embedder: Embedder | None = None,
+        cache: EmbeddingCache | None = None,
+    ) -> None:
+        base = settings if settings is not None else RetrievalSettings()
+        self.settings = RetrievalSettings(model=base.model, rrf_k=base.rrf_k, neighbours=0.0)
+        self.retriever = ScopeRetriever(
+            scope,
+            "hybrid-lineage",
+            self.settings,
+            lineage=lineage,
+            embedder=embedder,
+            cache=cache,
+        )
+        self.ids = self.retriever.ids
+        self.n = scope.height
+        texts = scope.select(packed_text_expr()).to_series()
+        hashes = scope.get_column("content_hash").cast(pl.String)
+        self._windows = window_texts(texts)
+        self._window_key = ("window", *corpus_key(hashes))
+        derived = self.retriever.derived
+        assert derived is not None
+        assert self.retriever.links is not None
+        self._derived_texts = derived.select(packed_text_expr()).to_series()
+        self._derived_key = ("derived", *corpus_key(derived.get_column("content_hash")))
+        source, position = self.retriever.links
+        self._source, self._position = source, position
+        self._has_derived = np.zeros(self.n, dtype=np.float64)
+        self._has_derived[position] = 1.0
+        self._summary = self._broadest(source, position, derived.height)
+        session = _metadata_field(scope, "session").fill_null("")
+        self._session = session.rank("dense").cast(pl.Int64).to_numpy() - 1
+        speakers = _metadata_field(scope, "speaker")
+        self._speakers = speakers.to_list()
+        self._speaker_patterns = {
+            name: _names_pattern(name) for name in sorted({s for s in self._speakers if s})
+        }
+        self._has_time = (
+            scope.select(time_expression_expr(packed_text_expr())).to_series().to_numpy()
+        ).astype(np.float64)
+        self._log_cost = self._costs(scope, texts, hashes, profile)
+
+    @staticmethod
+    def _broadest(
+        source: npt.NDArray[np.int64], position: npt.NDArray[np.int64], count: int
+    ) -> pl.DataFrame:
+        """For each scope position, its derived item with the most parents (first on ties)."""
+        parents = np.bincount(source, minlength=count)
+        return (
+            pl.DataFrame({"derived": source, "position": position, "parents": parents[source]})
+            .sort(["position", "parents", "derived"], descending=[False, True, False])
+            .unique(subset="position", keep="first", maintain_order=True)
+        )
+
+    def _costs(
+        self,
+        scope: pl.DataFrame,
+        texts: pl.Series,
+        hashes: pl.Series,
+        profile: str | TokenProfile,
+    ) -> npt.NDArray[np.float64]:
+        token_profile = get_profile(profile) if isinstance(profile, str) else profile
+        counts = token_profile.count_cached(hashes.to_list(), texts.fill_null("").to_list())
+        roles = scope.get_column("role").cast(pl.String).to_list()
+        framing = np.array([token_profile.framing(r) for r in roles], dtype=np.int64)
+        costs = np.maximum(counts + framing, 1).astype(np.float64)
+        out: npt.NDArray[np.float64] = np.log(costs)
+        return out
+
+    def _best_derived(self, scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        best = np.full(self.n, -np.inf)
+        np.maximum.at(best, self._position, scores[self._source])
+        return np.where(np.isfinite(best), best, 0.0)
+
+    def _session_prior(self, fused: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        frame = pl.DataFrame({"session": self._session, "fused": fused})
+        prior = frame.select(
+            pl.col("fused").top_k(3).mean().over("session").alias("prior")
+        ).to_series()
+        return prior.to_numpy().astype(np.float64)
+
+    def _speaker_features(self, query: str) -> tuple[npt.NDArray[np.float64], ...]:
+        named = {name for name, pattern in self._speaker_patterns.items() if pattern.search(query)}
+        own = np.array([s in named for s in self._speakers], dtype=np.float64)
+        other = np.array([bool(named - {s}) for s in self._speakers], dtype=np.float64)
+        return own.reshape(self.n), other.reshape(self.n)
+
+    def columns(self, query: str) -> dict[str, npt.NDArray[np.float64]]:
+        """The feature columns for ``query`` as ``float64`` arrays of shape ``(n,)``.
+
+        Parameters
+        ----------
+        query
+            The query text.
+
+        Returns
+        -------
+        dict
+            :data:`FEATURE_NAMES` to arrays aligned with the scope's rows.
+        """
+        lists = self.retriever.list_scores(query)
+        fused = self.retriever.fuse(lists)
+        neighbour = np.zeros(self.n, dtype=np.float64)
+        if self.n > 1:
+            neighbour[1:] = fused[:-1]
+            neighbour[:-1] = np.maximum(neighbour[:-1], fused[1:])
+        bm25 = lists["bm25"]
+        window = bm25_scores(self._windows, query, cache_key=self._window_key)
+        derived_bm25 = (
+            bm25_scores(self._derived_texts, query, cache_key=self._derived_key)
+            if self._derived_texts.len()
+            else np.zeros(0, dtype=np.float64)
+        )
+        lineage_bm25 = self._best_derived(derived_bm25)
+        derived_cos = (
+            self.retriever.derived_cosines(query)
+            if self._derived_texts.len()
+            else np.zeros(0, dtype=np.float64)
+        )
+        cos_lineage = self._best_derived(derived_cos)
+        has = self._has_derived > 0
+        top = float(cos_lineage[has].max()) if has.any() else 0.0
+        lineage_gap = np.where(has, cos_lineage - top, 0.0)
+        summary = np.zeros(self.n, dtype=np.float64)
+        if self._summary.height:
+            summary[self._summary.get_column("position").to_numpy()] = derived_cos[
+                self._summary.get_column("derived").to_numpy()
+            ]
+        names_speaker, names_other = self._speaker_features(query)
+        when = 1.0 if is_when_question(query) else 0.0
+        return {
+            "fused": fused,
+            "fused_norm": _norm(fused),
+            "fused_rank": _log_rank(fused),
+            "fused_neighbour": neighbour,
+            "session_prior": self._session_prior(fused),
+            "bm25": _norm(bm25),
+            "bm25_rank": _log_rank(bm25),
+            "bm25_window": _norm(window),
+            "bm25_window_rank": _log_rank(window),
+            "bm25_lineage": _norm(lineage_bm25),
+            "bm25_lineage_rank": _log_rank(lineage_bm25),
+            "cos": lists["embedding"],
+            "cos_gap": _gap(lists["embedding"]),
+            "cos_window": lists["window"],
+            "cos_window_gap": _gap(lists["window"]),
+            "cos_lineage": cos_lineage,
+            "cos_lineage_gap": lineage_gap,
+            "cos_summary": summary,
+            "has_derived": self._has_derived,
+            "names_speaker": names_speaker,
+            "names_other": names_other,
+            "has_time": self._has_time,
+            "when_time": self._has_time * when,
+            "log_cost": self._log_cost,
+        }
+
+    def matrix(self, query: str) -> npt.NDArray[np.float64]:
+        """The features for ``query`` as a matrix, shape ``(n, len(FEATURE_NAMES))``."""
+        if self.n == 0:
+            return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float64)
+        columns = self.columns(query)
+        return np.column_stack([columns[name] for name in FEATURE_NAMES])
+
+    def features(self, query: str) -> pl.DataFrame:
+        """One row per scope item: ``id`` then the :data:`FEATURE_NAMES` columns.
+
+        Parameters
+        ----------
+        query
+            The query text.
+
+        Returns
+        -------
+        polars.DataFrame
+            ``n`` rows in scope order; ``id`` String, features Float64.
+        """
+        matrix = self.matrix(query)
+        return pl.DataFrame(
+            {
+                "id": self.ids,
+                **{name: matrix[:, j] for j, name in enumerate(FEATURE_NAMES)},
+            },
+            schema={"id": pl.String, **dict.fromkeys(FEATURE_NAMES, pl.Float64)},
+        )
+
+
+_EXTRACTORS: OrderedDict[tuple[object, ...], FeatureExtractor] = OrderedDict()
+_EXTRACTORS_MAX: Final = 16
+
+
+def feature_extractor(
+    scope: pl.DataFrame,
+    settings: RetrievalSettings,
+    *,
+    lineage: pl.DataFrame | Callable[[], pl.DataFrame],
+    lineage_key: Hashable | None = None,
+    profile: str = "cl100k_base",
+) -> FeatureExtractor:
+    """A :class:`FeatureExtractor` of ``scope``, reused while the same scope comes back.
+
+    Kept in a small least-recently-used cache (16 extractors, one process)
+    keyed like :func:`cognoxium.retrieval.scope.scope_retriever`.
+
+    Parameters
+    ----------
+    scope, settings, profile
+        As for :class:`FeatureExtractor`.
+    lineage
+        The lineage items, or a function returning them (called only when an
+        extractor is built).
+    lineage_key
+        A hashable naming the lineage items; ``None`` keys them by their ids,
+        parents and content hashes.
+
+    Returns
+    -------
+    FeatureExtractor
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> scope = records_to_frame([{"id": "a", "role": "user", "text": "hello"}])
+    >>> settings = RetrievalSettings(model="local_hash")
+    >>> one = feature_extractor(scope, settings, lineage=scope)
+    >>> one is feature_extractor(scope, settings, lineage=scope)
+    True
+    """
+    if lineage_key is None:
+        lineage = lineage() if callable(lineage) else lineage
+        lineage_key = frame_key(lineage, ("id", "content_hash", "parents"))
+    key = (settings, profile, frame_key(scope, ("id", "content_hash", "metadata")), lineage_key)
+    found = _EXTRACTORS.get(key)
+    if found is not None:
+        _EXTRACTORS.move_to_end(key)
+        return found
+    items = lineage() if callable(lineage) else lineage
+    built = FeatureExtractor(scope, lineage=items, settings=settings, profile=profile)
+    _EXTRACTORS[key] = built
+    if len(_EXTRACTORS) > _EXTRACTORS_MAX:
+        _EXTRACTORS.popitem(last=False)
+    return built
