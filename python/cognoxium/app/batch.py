@@ -33,12 +33,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 from pydantic import (
-    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -54,7 +53,7 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items._checks import MAX_INT, id_problem, json_problem, text_problem
+from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -86,24 +85,6 @@ RANK_METHODS: tuple[str, ...] = (
     "none",
 )
 """The accepted values of :data:`RankMethod` (the first is the default)."""
-
-
-def _unicode(value: str) -> str:
-    problem = text_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-def _valid_id(value: str) -> str:
-    problem = id_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-_Str = Annotated[str, AfterValidator(_unicode)]
-_Id = Annotated[str, AfterValidator(_valid_id)]
 
 
 class Request(BaseModel):
@@ -165,12 +146,12 @@ class Request(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: _Id
+    id: ItemId
     budget: StrictInt = Field(ge=0, le=MAX_INT)
-    query: _Str | None = None
-    where: _Str | None = None
+    query: UnicodeStr | None = None
+    where: UnicodeStr | None = None
     as_of: AwareDatetime | None = None
-    evidence: list[_Id] = Field(default_factory=list)
+    evidence: list[ItemId] = Field(default_factory=list)
     labels: dict[str, JsonValue] = Field(default_factory=dict)
 
     _source: str | None = PrivateAttr(default=None)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 __all__ = [
     "CONTROL_PATTERN",
@@ -17,10 +20,13 @@ __all__ = [
     "MAX_INT",
     "MAX_JSON_DEPTH",
     "MIN_INT",
+    "ItemId",
+    "UnicodeStr",
     "id_problem",
     "json_depth",
     "json_problem",
     "json_text_depth",
+    "raising",
     "text_problem",
 ]
 
@@ -175,3 +181,38 @@ def json_problem(value: Any) -> str | None:
     except (TypeError, RecursionError):
         return "must be a JSON value: objects with text keys, arrays, text, numbers, null"
     return text_problem(text)
+
+
+def raising(check: Callable[[Any], str | None]) -> Callable[[Any], Any]:
+    """A pydantic after-validator that raises ``ValueError`` with the problem ``check`` finds.
+
+    Parameters
+    ----------
+    check
+        One of the checks above: the problem as a message, or ``None``.
+
+    Returns
+    -------
+    callable
+        The value unchanged when ``check`` finds no problem.
+
+    Raises
+    ------
+    ValueError
+        Worded by ``check``; pydantic reports it with the field's location.
+    """
+
+    def validate(value: Any) -> Any:
+        problem = check(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return validate
+
+
+UnicodeStr = Annotated[str, AfterValidator(raising(text_problem))]
+"""Text that UTF-8 can hold: no lone surrogates."""
+
+ItemId = Annotated[str, AfterValidator(raising(id_problem))]
+"""An id: non-blank, at most MAX_ID_LENGTH characters, no control characters."""

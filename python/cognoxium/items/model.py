@@ -17,7 +17,6 @@ from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -34,9 +33,10 @@ from cognoxium.items._checks import (
     MAX_INT,
     MAX_JSON_DEPTH,
     MIN_INT,
-    id_problem,
+    ItemId,
+    UnicodeStr,
     json_problem,
-    text_problem,
+    raising,
 )
 
 __all__ = [
@@ -145,33 +145,8 @@ def content_hash(kind: str, canonical: bytes) -> str:
     return hashlib.sha256(kind.encode("ascii") + b"\x00" + canonical).hexdigest()
 
 
-def _unicode(value: str) -> str:
-    problem = text_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-def _valid_id(value: str) -> str:
-    problem = id_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-def _json_value(value: Any) -> Any:
-    """Check a JSON value: nested at most MAX_JSON_DEPTH deep, finite, valid Unicode."""
-    problem = json_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-_Str = Annotated[str, AfterValidator(_unicode)]
-"""Text that UTF-8 can hold: no lone surrogates."""
-
-_Id = Annotated[str, AfterValidator(_valid_id)]
-"""An id: non-blank, at most MAX_ID_LENGTH characters, no control characters."""
+_json_value = raising(json_problem)
+"""Check a JSON value: nested at most MAX_JSON_DEPTH deep, finite, valid Unicode."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -181,7 +156,7 @@ class Text(BaseModel):
 
     model_config = _FROZEN
     kind: Literal["text"] = "text"
-    text: _Str
+    text: UnicodeStr
 
     def canonical_bytes(self) -> bytes:
         """UTF-8 bytes of the text."""
@@ -241,9 +216,9 @@ class Reference(BaseModel):
 
     model_config = _FROZEN
     kind: Literal["reference"] = "reference"
-    uri: _Str = Field(min_length=1)
-    title: _Str | None = None
-    digest: _Str | None = None
+    uri: UnicodeStr = Field(min_length=1)
+    title: UnicodeStr | None = None
+    digest: UnicodeStr | None = None
 
     def canonical_bytes(self) -> bytes:
         """UTF-8 bytes of the canonical JSON of uri, title and digest."""
@@ -261,9 +236,9 @@ class Source(BaseModel):
     """Where content came from (provenance)."""
 
     model_config = _FROZEN
-    uri: _Str
-    kind: _Str | None = None
-    title: _Str | None = None
+    uri: UnicodeStr
+    kind: UnicodeStr | None = None
+    title: UnicodeStr | None = None
     retrieved_at: AwareDatetime | None = None
 
     @field_validator("retrieved_at")
@@ -290,10 +265,10 @@ class LineageEdge(BaseModel):
     """
 
     model_config = _FROZEN
-    parent_id: _Id
-    parent_hash: _Str = Field(min_length=1)
-    operation: _Str = Field(min_length=1)
-    detail: _Str | None = None
+    parent_id: ItemId
+    parent_hash: UnicodeStr = Field(min_length=1)
+    operation: UnicodeStr = Field(min_length=1)
+    detail: UnicodeStr | None = None
 
 
 def _iso(value: datetime) -> str:
@@ -377,7 +352,7 @@ class ContextItem(BaseModel):
 
     model_config = _FROZEN
 
-    id: _Id = Field(default_factory=_new_id)
+    id: ItemId = Field(default_factory=_new_id)
     role: Role
     payload: Payload
     sources: tuple[Source, ...] = ()
@@ -389,9 +364,9 @@ class ContextItem(BaseModel):
     created_at: AwareDatetime = Field(default_factory=_now)
     valid_from: AwareDatetime | None = None
     expires_at: AwareDatetime | None = None
-    parents: tuple[_Id, ...] = ()
+    parents: tuple[ItemId, ...] = ()
     lineage: tuple[LineageEdge, ...] = ()
-    group_id: _Id | None = None
+    group_id: ItemId | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="wrap")
