@@ -81,6 +81,7 @@ __all__ = [
     "DEFAULT_BUDGETS",
     "TUNING_CONVERSATIONS",
     "evaluate",
+    "file_sha256",
     "load_locomo",
     "locomo_requests",
     "normalize_evidence",
@@ -843,12 +844,10 @@ def evaluate(
 # the whole run
 
 
-def _sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes, as 64 hex digits (read in blocks, not whole)."""
     with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def run_locomo(
@@ -992,7 +991,7 @@ def run_locomo(
                 handle.write(canonical_json(request.model_dump(mode="json")))
                 handle.write("\n")
         report: dict[str, Any] = {
-            "source": {"file": Path(path).name, "sha256": _sha256(path)},
+            "source": {"file": Path(path).name, "sha256": file_sha256(path)},
             "settings": {
                 "budgets": list(budgets),
                 "rank": rank,

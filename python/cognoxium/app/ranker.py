@@ -18,7 +18,6 @@ they were fitted on.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import sys
@@ -32,7 +31,12 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from cognoxium.app.locomo import ANSWERABLE_CATEGORIES, load_locomo, locomo_requests
+from cognoxium.app.locomo import (
+    ANSWERABLE_CATEGORIES,
+    file_sha256,
+    load_locomo,
+    locomo_requests,
+)
 from cognoxium.exceptions import RecordError
 from cognoxium.items.io import atomic_write
 from cognoxium.retrieval.features import FEATURE_NAMES, FeatureExtractor
@@ -277,14 +281,6 @@ def cross_validate(
     return report
 
 
-def _sha256(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def train_ranker(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -341,7 +337,7 @@ def train_ranker(
     }
     when = created if created is not None else datetime.now(UTC)
     provenance = {
-        "data": {"file": Path(path).name, "sha256": _sha256(path)},
+        "data": {"file": Path(path).name, "sha256": file_sha256(path)},
         "date": when.date().isoformat(),
         "command": command if command is not None else shlex.join(["cognoxium", *sys.argv[1:]]),
         "conversations": sorted({q.conversation for q in questions}),
@@ -385,7 +381,7 @@ def fit_fold_models(
     settings = settings if settings is not None else RetrievalSettings()
     questions = locomo_questions(path, settings=settings, profile=profile)
     conversations = list(dict.fromkeys(q.conversation for q in questions))
-    digest = _sha256(path)
+    digest = file_sha256(path)
     out: dict[str, Path] = {}
     for held in conversations:
         x, y = _stack([q for q in questions if q.conversation != held])
