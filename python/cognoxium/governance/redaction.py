@@ -599,39 +599,45 @@ class _PhoneMatcher:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
-    import phonenumbers
-
     digits = "".join(ch for ch in value if "0" <= ch <= "9")
     if len(digits) < 8 or _DATE_LIKE.fullmatch(value) or _SSN_LIKE.fullmatch(value):
         return ()
     if _CARD_GROUPING.fullmatch(value):
         return ()
+    international = value[0] == "+" or value.startswith("00")
+    candidates = (None,) if international else regions
     # A number is a whole run, or a whole piece of a list "a / b".
-    pieces = {(0, len(value))}
     at = 0
+    pieces = set()
     for sep in _PHONE_LIST_SEP.finditer(value):
         pieces.add((at, sep.start()))
         at = sep.end()
-    if at:
-        pieces.add((at, len(value)))
-    international = value[0] == "+" or value.startswith("00")
+    if not at:
+        # No list: only the whole run can be a number, so the matcher's search for
+        # candidates and for numbers inside them is skipped (see _whole_run_matches).
+        whole = any(
+            _whole_run_matches(value, region, international)
+            for region in candidates
+            if region is None or _may_be_national(digits, region)
+        )
+        return ((0, len(value)),) if whole else ()
+    pieces.add((0, len(value)))
+    pieces.add((at, len(value)))
     found: list[tuple[int, int]] = []
-    for region in (None,) if international else regions:
+    for region in candidates:
         if region is not None and not _may_be_national(digits, region):
             continue
-        leniency = phonenumbers.Leniency.VALID if international else _national_leniency()
-        # Only whole pieces count, so without a list the matcher need not look inside the run.
-        spans = _matches(value, region, leniency, 1 if len(pieces) == 1 else 65535) & pieces
+        spans = _matches(value, region, _leniency(international), 65535) & pieces
         found.extend(spans)
         if (0, len(value)) in spans:
             break
     return tuple(_disjoint(found))
 
 
-def _national_leniency() -> Any:
+def _leniency(international: bool) -> Any:
     import phonenumbers
 
-    return phonenumbers.Leniency.STRICT_GROUPING
+    return phonenumbers.Leniency.VALID if international else phonenumbers.Leniency.STRICT_GROUPING
 
 
 def _matches(value: str, region: str | None, leniency: Any, max_tries: int) -> set[tuple[int, int]]:
@@ -639,6 +645,53 @@ def _matches(value: str, region: str | None, leniency: Any, max_tries: int) -> s
 
     matcher = phonenumbers.PhoneNumberMatcher(value, region, leniency=leniency, max_tries=max_tries)
     return {(m.start, m.end) for m in matcher}
+
+
+def _whole_run_matches(value: str, region: str | None, international: bool) -> bool:
+    """Whether ``PhoneNumberMatcher(value, region)`` finds a number spanning all of ``value``.
+
+    The same decision as ``(0, len(value)) in _matches(value, region, ...)``
+    (a test holds the two equal), in the matcher's own steps, less those that
+    can only find a shorter number: the candidate its pattern finds must be
+    the whole of ``value`` (nothing trimmed as the start of a second number,
+    no slash-separated date), and then the matcher's parse and leniency check
+    of that candidate (``_parse_and_verify``) decides. The region-free steps
+    are cached per run.
+    """
+    if not _whole_candidate(value):
+        return False
+    matcher = _matcher_for(region, international)
+    return matcher._parse_and_verify(value, 0) is not None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _whole_candidate(value: str) -> bool:
+    from phonenumbers import phonenumbermatcher
+
+    pnm: Any = phonenumbermatcher  # private patterns, not all in the type stubs
+    found = pnm._PATTERN.search(value)
+    return (
+        found is not None
+        and found.span() == (0, len(value))
+        and pnm._SECOND_NUMBER_START_PATTERN.search(value) is None
+        and pnm._SLASH_SEPARATED_DATES.search(value) is None
+    )
+
+
+@functools.cache
+def _matcher_for(region: str | None, international: bool) -> Any:
+    """A matcher whose ``_parse_and_verify`` checks candidates for ``region`` (no text of its own).
+
+    With an empty text, the checks of the characters around a candidate find
+    none, as for a candidate that is the whole text.
+    """
+    import phonenumbers
+
+    # Keep libphonenumber's compiled metadata patterns (more than the re module caches).
+    enable_cache = getattr(phonenumbers, "enable_pattern_cache", None)
+    if enable_cache is not None:
+        enable_cache()
+    return phonenumbers.PhoneNumberMatcher("", region, leniency=_leniency(international))
 
 
 @functools.cache
