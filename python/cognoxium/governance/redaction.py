@@ -615,8 +615,8 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
     if not at:
         # No list: only the whole run can be a number, so the matcher's search for
         # candidates and for numbers inside them is skipped (see _whole_run_matches).
-        whole = any(
-            _whole_run_matches(value, region, international)
+        whole = _whole_candidate(value) and any(
+            _matcher_for(region, international)._parse_and_verify(value, 0) is not None
             for region in candidates
             if region is None or _may_be_national(digits, region)
         )
@@ -656,7 +656,7 @@ def _whole_run_matches(value: str, region: str | None, international: bool) -> b
     the whole of ``value`` (nothing trimmed as the start of a second number,
     no slash-separated date), and then the matcher's parse and leniency check
     of that candidate (``_parse_and_verify``) decides. The region-free steps
-    are cached per run.
+    are checked once per run by :func:`_phone_parts`.
     """
     if not _whole_candidate(value):
         return False
@@ -664,7 +664,6 @@ def _whole_run_matches(value: str, region: str | None, international: bool) -> b
     return matcher._parse_and_verify(value, 0) is not None
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _whole_candidate(value: str) -> bool:
     from phonenumbers import phonenumbermatcher
 
@@ -1609,6 +1608,33 @@ def _row_recognisers(values: pl.Series, recs: tuple[_Source, ...]) -> list[tuple
     return out
 
 
+def _redact_texts(
+    values: pl.Series, recs: tuple[_Source, ...], style: str, key: bytes | None
+) -> tuple[list[str], list[dict[str, int]]]:
+    """:func:`_redact_str` of each text, with the check for a fixed point done on the column.
+
+    Each text gets one pass row by row (with the recognisers that can find
+    anything in it); :func:`_rows_with_spans` then finds, over the column of
+    results, the few texts in which a further pass finds something, and only
+    those go on row by row. Same texts and counts as :func:`_redact_str`.
+    """
+    subsets = _row_recognisers(values, recs)
+    outs: list[str] = []
+    counts: list[dict[str, int]] = []
+    for value, subset in zip(values.to_list(), subsets, strict=True):
+        found: dict[str, int] = {}
+        spans = _spans(value, subset)
+        if spans:
+            value = _apply(value, spans, style, key)
+            for span in spans:
+                found[span.type] = found.get(span.type, 0) + 1
+        outs.append(value)
+        counts.append(found)
+    for i in _rows_with_spans(pl.Series(outs, dtype=pl.String), recs).to_list():
+        outs[i] = _redact_str(outs[i], subsets[i], style, key, counts[i])
+    return outs, counts
+
+
 def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
     merged: dict[str, int] = dict(json.loads(old)) if old else {}
     for kind, n in new.items():
@@ -1749,24 +1775,25 @@ def redact_frame(
         if hits.len() == 0:
             continue
         rows = hits.to_list()
-        new_values, new_hashes, new_counts = [], [], []
-        subsets = _row_recognisers(columns["text"].gather(hits), recs) if payload == "text" else []
-        for n_row, (value, old) in enumerate(
-            zip(
-                columns[payload].gather(hits).to_list(),
-                columns["redactions"].gather(hits).to_list(),
-                strict=True,
-            )
-        ):
-            counts: dict[str, int] = {}
-            if payload == "text":
-                out = _redact_str(value, subsets[n_row], style, hkey, counts)
-            else:
+        values = columns[payload].gather(hits)
+        if payload == "text":
+            new_values, row_counts = _redact_texts(values, recs, style, hkey)
+        else:
+            new_values, row_counts = [], []
+            for value in values.to_list():
+                counts: dict[str, int] = {}
                 doc = json.loads(value)
-                out = canonical_json(_redact_value(doc, recs, style, hkey, counts, keys))
-            new_values.append(out)
-            new_hashes.append(content_hash(payload, out.encode("utf-8")))
-            new_counts.append(_merge_counts(old, counts))
+                new_values.append(
+                    canonical_json(_redact_value(doc, recs, style, hkey, counts, keys))
+                )
+                row_counts.append(counts)
+        new_hashes = [content_hash(payload, out.encode("utf-8")) for out in new_values]
+        new_counts = [
+            _merge_counts(old, counts)
+            for old, counts in zip(
+                columns["redactions"].gather(hits).to_list(), row_counts, strict=True
+            )
+        ]
         previous = columns["content_hash"].gather(hits)
         for name, values in (
             (payload, pl.Series(new_values, dtype=pl.String)),
