@@ -615,10 +615,12 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
     if not at:
         # No list: only the whole run can be a number, so the matcher's search for
         # candidates and for numbers inside them is skipped (see _whole_run_matches).
+        plausible = [r for r in candidates if r is None or _may_be_national(digits, r)]
+        # Any region will do, so the likeliest is tried first.
+        plausible.sort(key=lambda r: r is not None and not _looks_national(digits, r))
         whole = _whole_candidate(value) and any(
             _matcher_for(region, international)._parse_and_verify(value, 0) is not None
-            for region in candidates
-            if region is None or _may_be_national(digits, region)
+            for region in plausible
         )
         return ((0, len(value)),) if whole else ()
     pieces.add((0, len(value)))
@@ -715,6 +717,35 @@ def _may_be_national(digits: str, region: str) -> bool:
     if pattern is None or len(digits) > 15:
         return True
     return any(pattern.fullmatch(digits[k:]) for k in range(4))
+
+
+@functools.cache
+def _number_types(region: str) -> tuple[str, re.Pattern[str]]:
+    """The region's national prefix and one pattern of its numbers of every type (metadata)."""
+    import phonenumbers
+
+    meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
+    descs = (
+        "fixed_line", "mobile", "toll_free", "premium_rate", "shared_cost",
+        "personal_number", "voip", "pager", "uan", "voicemail",
+    )  # fmt: skip
+    patterns = [
+        desc.national_number_pattern
+        for desc in (getattr(meta, name, None) for name in descs)
+        if desc is not None and desc.national_number_pattern
+    ]
+    prefix = (meta.national_prefix or "") if meta is not None else ""
+    return prefix, re.compile("|".join(f"(?:{p})" for p in patterns) or "(?!)")
+
+
+def _looks_national(digits: str, region: str) -> bool:
+    """Whether ``digits``, less the region's national prefix, match a type of its numbers.
+
+    Only orders the regions tried for a run (likeliest first); libphonenumber decides.
+    """
+    prefix, pattern = _number_types(region)
+    nsn = digits[len(prefix) :] if prefix and digits.startswith(prefix) else digits
+    return pattern.fullmatch(nsn) is not None
 
 
 def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
