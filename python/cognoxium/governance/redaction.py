@@ -1555,9 +1555,9 @@ def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
     if not recs or values.len() == 0:
         return empty
     frame = values.rename("s").to_frame()
-    hit = frame.select(
-        pl.any_horizontal([pl.col("s").str.contains(r.prefilter) for r in recs]).fill_null(False)
-    ).to_series()
+    # One pattern for all recognisers: a single scan of the column.
+    anywhere = "|".join(f"(?:{r.prefilter})" for r in recs)
+    hit = frame.select(pl.col("s").str.contains(anywhere).fill_null(False)).to_series()
     rows = hit.arg_true()
     if rows.len() == 0:
         return empty

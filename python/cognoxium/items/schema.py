@@ -399,6 +399,12 @@ _HASH_CHUNK = 65536
 
 
 def _hashes(df: pl.DataFrame) -> list[str]:
+    kinds = df.get_column("payload_kind").cast(pl.String)
+    if (kinds == "text").all():
+        # All text (chat messages): one column, no per-row dispatch.
+        return [
+            content_hash("text", text.encode("utf-8")) for text in df.get_column("text").to_list()
+        ]
     out = []
     for kind, text, js, binary, uri, title, digest in df.select(
         "payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest"
