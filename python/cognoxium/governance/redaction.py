@@ -588,7 +588,11 @@ class _PhoneMatcher:
     digits, do not match the region's pattern of national numbers (from the
     library's metadata). Runs of fewer than 8 digits (a local number without
     its area code is ambiguous), and runs shaped like dates, US SSNs or card
-    numbers are skipped. Results are cached per run.
+    numbers are skipped. A run without a list is decided by the matcher's own
+    parse and leniency check of the whole run (its search for candidates and
+    for numbers inside them could only find shorter numbers), trying first
+    the regions whose number patterns the digits match. Results are cached
+    per run.
     """
 
     regions: tuple[str, ...]
@@ -753,9 +757,10 @@ def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
 
     A vectorised prefilter selects runs of digit groups (at least one space,
     dot, dash, slash or bracket between or around them); libphonenumber's
-    ``PhoneNumberMatcher`` (``phonenumbers`` package, leniency ``VALID``)
-    then finds the valid numbers inside each distinct run, trying the regions
-    in order. Version strings, dates and order numbers are not valid numbers,
+    ``PhoneNumberMatcher`` (``phonenumbers`` package, leniency ``VALID`` for
+    numbers with ``+``, ``STRICT_GROUPING`` for national ones) then decides
+    each distinct run once: the whole run, or each piece of a list ``a / b``,
+    must be a number of one of the regions. Version strings, dates and order numbers are not valid numbers,
     or not candidates (a date-shaped run, a bare run of digits, a run after
     ``#`` or ``-``).
 
