@@ -71,7 +71,8 @@ def main() -> None:
 
     # Warm up both paths alike (imports, regex compilation, libphonenumber's metadata for
     # every region): the first 1000 records and one sentence of each corpus value.
-    warm = records[:1000] + mixed_records(1000, corpus_share=1.0, seed=3)
+    corpus = mixed_records(1000, corpus_share=1.0, seed=3)
+    warm = records[:1000] + [{**r, "id": f"w{i:07d}"} for i, r in enumerate(corpus)]
     CognitionFrame(warm).redact().collect()
     for r in warm:
         redact_text(r["text"])
