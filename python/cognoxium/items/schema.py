@@ -947,6 +947,20 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
 
 
 def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[pl.Series]:
+    names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
+    dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
+    texts = [record.get("text") for record in records]
+    if all(type(t) is str for t in texts) and not any("payload" in r for r in records):
+        # Plain text records (chat messages): two columns to fill, no per-row dispatch.
+        n = len(records)
+        return [
+            pl.Series("payload_kind", ["text"] * n, pl.String),
+            pl.Series("text", texts, pl.String),
+            *(
+                pl.repeat(None, n, dtype=d, eager=True).alias(c)
+                for c, d in zip(names[2:], dtypes[2:], strict=True)
+            ),
+        ]
     rows: list[_Payload] = []
     empty: _Payload = ("text", "", None, None, None, None, None)
     for row, record in enumerate(records):
@@ -959,8 +973,6 @@ def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[
                 "not a valid payload",
             )
             rows.append(empty)
-    names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
-    dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
     return [pl.Series(n, list(c), d) for n, c, d in zip(names, columns, dtypes, strict=True)]
 
