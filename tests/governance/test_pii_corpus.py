@@ -12,13 +12,16 @@ them.
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
 
 from cognoxium.governance.redaction import (
     PHONE_REGIONS,
+    _whole_run_matches,
     find_spans,
+    phone_recogniser,
     redact_frame,
     redact_json,
     redact_text,
@@ -124,6 +127,29 @@ def test_the_vectorised_path_agrees_on_the_corpus(corpus: list[Document]) -> Non
             assert (json.loads(row["json"]), json.loads(row["redactions"])) == (value, counts)
     assert out.height == len(corpus)
     assert out.filter(pl.col("redactions") != "{}").height > len(corpus) // 2
+
+
+def test_whole_run_check_agrees_with_the_phone_number_matcher(corpus: list[Document]) -> None:
+    # The phone recogniser decides a run without a list by the matcher's own steps, less
+    # those that can only find a shorter number; it must agree with PhoneNumberMatcher.
+    import phonenumbers
+
+    strict = phonenumbers.Leniency.STRICT_GROUPING
+    rx = re.compile(phone_recogniser().pattern)
+    texts = [f.text for d in corpus for f in d.fields]
+    runs = {m.group("v") for t in texts for m in rx.finditer(t)}
+    runs |= {"020 7946 0958", "(415) 555-2671", "+44 20 7946 0958", "0044 20 7946 0958"}
+    runs |= {"03-1234-5678", "0.20.19.15.0", "4746 7583 46", "12:30 555 0100", "1/2/2024 555"}
+    checked = 0
+    for run in sorted(runs):
+        international = run[0] == "+" or run.startswith("00")
+        leniency = phonenumbers.Leniency.VALID if international else strict
+        for region in (None,) if international else PHONE_REGIONS:
+            matcher = phonenumbers.PhoneNumberMatcher(run, region, leniency=leniency, max_tries=1)
+            expected = any((m.start, m.end) == (0, len(run)) for m in matcher)
+            assert _whole_run_matches(run, region, international) == expected, (run, region)
+            checked += expected
+    assert checked > 200
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,17 @@ def test_redacting_twice_changes_nothing() -> None:
     assert twice.row(0, named=True)["lineage"] == once.row(0, named=True)["lineage"]
 
 
+def test_a_value_found_only_after_a_first_redaction_is_redacted_too() -> None:
+    # The e-mail address keeps the SSN too far from its context word; once it is
+    # replaced, a second pass finds the SSN, on the column as row by row.
+    text = "SSN of ana.lopez.garcia@example.org 123 45 6789 ok"
+    out = frame(text).redact().collect().row(0, named=True)
+    assert (out["text"], json.loads(out["redactions"])) == (
+        "SSN of [EMAIL] [US_SSN] ok",
+        {"EMAIL": 1, "US_SSN": 1},
+    )
+
+
 def test_filters_never_move_below_redact() -> None:
     query = frame().redact().filter(pl.col("text").str.contains("@", literal=True))
     assert "Redact" in query.explain().splitlines()[-2]

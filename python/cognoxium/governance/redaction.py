@@ -588,7 +588,11 @@ class _PhoneMatcher:
     digits, do not match the region's pattern of national numbers (from the
     library's metadata). Runs of fewer than 8 digits (a local number without
     its area code is ambiguous), and runs shaped like dates, US SSNs or card
-    numbers are skipped. Results are cached per run.
+    numbers are skipped. A run without a list is decided by the matcher's own
+    parse and leniency check of the whole run (its search for candidates and
+    for numbers inside them could only find shorter numbers), trying first
+    the regions whose number patterns the digits match. Results are cached
+    per run.
     """
 
     regions: tuple[str, ...]
@@ -599,39 +603,47 @@ class _PhoneMatcher:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
-    import phonenumbers
-
     digits = "".join(ch for ch in value if "0" <= ch <= "9")
     if len(digits) < 8 or _DATE_LIKE.fullmatch(value) or _SSN_LIKE.fullmatch(value):
         return ()
     if _CARD_GROUPING.fullmatch(value):
         return ()
+    international = value[0] == "+" or value.startswith("00")
+    candidates = (None,) if international else regions
     # A number is a whole run, or a whole piece of a list "a / b".
-    pieces = {(0, len(value))}
     at = 0
+    pieces = set()
     for sep in _PHONE_LIST_SEP.finditer(value):
         pieces.add((at, sep.start()))
         at = sep.end()
-    if at:
-        pieces.add((at, len(value)))
-    international = value[0] == "+" or value.startswith("00")
+    if not at:
+        # No list: only the whole run can be a number, so the matcher's search for
+        # candidates and for numbers inside them is skipped (see _whole_run_matches).
+        plausible = [r for r in candidates if r is None or _may_be_national(digits, r)]
+        # Any region will do, so the likeliest is tried first.
+        plausible.sort(key=lambda r: r is not None and not _looks_national(digits, r))
+        whole = _whole_candidate(value) and any(
+            _matcher_for(region, international)._parse_and_verify(value, 0) is not None
+            for region in plausible
+        )
+        return ((0, len(value)),) if whole else ()
+    pieces.add((0, len(value)))
+    pieces.add((at, len(value)))
     found: list[tuple[int, int]] = []
-    for region in (None,) if international else regions:
+    for region in candidates:
         if region is not None and not _may_be_national(digits, region):
             continue
-        leniency = phonenumbers.Leniency.VALID if international else _national_leniency()
-        # Only whole pieces count, so without a list the matcher need not look inside the run.
-        spans = _matches(value, region, leniency, 1 if len(pieces) == 1 else 65535) & pieces
+        spans = _matches(value, region, _leniency(international), 65535) & pieces
         found.extend(spans)
         if (0, len(value)) in spans:
             break
     return tuple(_disjoint(found))
 
 
-def _national_leniency() -> Any:
+def _leniency(international: bool) -> Any:
     import phonenumbers
 
-    return phonenumbers.Leniency.STRICT_GROUPING
+    return phonenumbers.Leniency.VALID if international else phonenumbers.Leniency.STRICT_GROUPING
 
 
 def _matches(value: str, region: str | None, leniency: Any, max_tries: int) -> set[tuple[int, int]]:
@@ -639,6 +651,52 @@ def _matches(value: str, region: str | None, leniency: Any, max_tries: int) -> s
 
     matcher = phonenumbers.PhoneNumberMatcher(value, region, leniency=leniency, max_tries=max_tries)
     return {(m.start, m.end) for m in matcher}
+
+
+def _whole_run_matches(value: str, region: str | None, international: bool) -> bool:
+    """Whether ``PhoneNumberMatcher(value, region)`` finds a number spanning all of ``value``.
+
+    The same decision as ``(0, len(value)) in _matches(value, region, ...)``
+    (a test holds the two equal), in the matcher's own steps, less those that
+    can only find a shorter number: the candidate its pattern finds must be
+    the whole of ``value`` (nothing trimmed as the start of a second number,
+    no slash-separated date), and then the matcher's parse and leniency check
+    of that candidate (``_parse_and_verify``) decides. The region-free steps
+    are checked once per run by :func:`_phone_parts`.
+    """
+    if not _whole_candidate(value):
+        return False
+    matcher = _matcher_for(region, international)
+    return matcher._parse_and_verify(value, 0) is not None
+
+
+def _whole_candidate(value: str) -> bool:
+    from phonenumbers import phonenumbermatcher
+
+    pnm: Any = phonenumbermatcher  # private patterns, not all in the type stubs
+    found = pnm._PATTERN.search(value)
+    return (
+        found is not None
+        and found.span() == (0, len(value))
+        and pnm._SECOND_NUMBER_START_PATTERN.search(value) is None
+        and pnm._SLASH_SEPARATED_DATES.search(value) is None
+    )
+
+
+@functools.cache
+def _matcher_for(region: str | None, international: bool) -> Any:
+    """A matcher whose ``_parse_and_verify`` checks candidates for ``region`` (no text of its own).
+
+    With an empty text, the checks of the characters around a candidate find
+    none, as for a candidate that is the whole text.
+    """
+    import phonenumbers
+
+    # Keep libphonenumber's compiled metadata patterns (more than the re module caches).
+    enable_cache = getattr(phonenumbers, "enable_pattern_cache", None)
+    if enable_cache is not None:
+        enable_cache()
+    return phonenumbers.PhoneNumberMatcher("", region, leniency=_leniency(international))
 
 
 @functools.cache
@@ -665,14 +723,44 @@ def _may_be_national(digits: str, region: str) -> bool:
     return any(pattern.fullmatch(digits[k:]) for k in range(4))
 
 
+@functools.cache
+def _number_types(region: str) -> tuple[str, re.Pattern[str]]:
+    """The region's national prefix and one pattern of its numbers of every type (metadata)."""
+    import phonenumbers
+
+    meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
+    descs = (
+        "fixed_line", "mobile", "toll_free", "premium_rate", "shared_cost",
+        "personal_number", "voip", "pager", "uan", "voicemail",
+    )  # fmt: skip
+    patterns = [
+        desc.national_number_pattern
+        for desc in (getattr(meta, name, None) for name in descs)
+        if desc is not None and desc.national_number_pattern
+    ]
+    prefix = (meta.national_prefix or "") if meta is not None else ""
+    return prefix, re.compile("|".join(f"(?:{p})" for p in patterns) or "(?!)")
+
+
+def _looks_national(digits: str, region: str) -> bool:
+    """Whether ``digits``, less the region's national prefix, match a type of its numbers.
+
+    Only orders the regions tried for a run (likeliest first); libphonenumber decides.
+    """
+    prefix, pattern = _number_types(region)
+    nsn = digits[len(prefix) :] if prefix and digits.startswith(prefix) else digits
+    return pattern.fullmatch(nsn) is not None
+
+
 def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
     """A ``PHONE`` recogniser for numbers in the national formats of ``regions`` (and ``+CC``).
 
     A vectorised prefilter selects runs of digit groups (at least one space,
     dot, dash, slash or bracket between or around them); libphonenumber's
-    ``PhoneNumberMatcher`` (``phonenumbers`` package, leniency ``VALID``)
-    then finds the valid numbers inside each distinct run, trying the regions
-    in order. Version strings, dates and order numbers are not valid numbers,
+    ``PhoneNumberMatcher`` (``phonenumbers`` package, leniency ``VALID`` for
+    numbers with ``+``, ``STRICT_GROUPING`` for national ones) then decides
+    each distinct run once: the whole run, or each piece of a list ``a / b``,
+    must be a number of one of the regions. Version strings, dates and order numbers are not valid numbers,
     or not candidates (a date-shaped run, a bare run of digits, a run after
     ``#`` or ``-``).
 
@@ -1472,9 +1560,9 @@ def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
     if not recs or values.len() == 0:
         return empty
     frame = values.rename("s").to_frame()
-    hit = frame.select(
-        pl.any_horizontal([pl.col("s").str.contains(r.prefilter) for r in recs]).fill_null(False)
-    ).to_series()
+    # One pattern for all recognisers: a single scan of the column.
+    anywhere = "|".join(f"(?:{r.prefilter})" for r in recs)
+    hit = frame.select(pl.col("s").str.contains(anywhere).fill_null(False)).to_series()
     rows = hit.arg_true()
     if rows.len() == 0:
         return empty
@@ -1554,6 +1642,33 @@ def _row_recognisers(values: pl.Series, recs: tuple[_Source, ...]) -> list[tuple
     for i in range(values.len()):
         out.append(tuple(r for j, r in enumerate(recs) if j not in columns or columns[j][i]))
     return out
+
+
+def _redact_texts(
+    values: pl.Series, recs: tuple[_Source, ...], style: str, key: bytes | None
+) -> tuple[list[str], list[dict[str, int]]]:
+    """:func:`_redact_str` of each text, with the check for a fixed point done on the column.
+
+    Each text gets one pass row by row (with the recognisers that can find
+    anything in it); :func:`_rows_with_spans` then finds, over the column of
+    results, the few texts in which a further pass finds something, and only
+    those go on row by row. Same texts and counts as :func:`_redact_str`.
+    """
+    subsets = _row_recognisers(values, recs)
+    outs: list[str] = []
+    counts: list[dict[str, int]] = []
+    for value, subset in zip(values.to_list(), subsets, strict=True):
+        found: dict[str, int] = {}
+        spans = _spans(value, subset)
+        if spans:
+            value = _apply(value, spans, style, key)
+            for span in spans:
+                found[span.type] = found.get(span.type, 0) + 1
+        outs.append(value)
+        counts.append(found)
+    for i in _rows_with_spans(pl.Series(outs, dtype=pl.String), recs).to_list():
+        outs[i] = _redact_str(outs[i], subsets[i], style, key, counts[i])
+    return outs, counts
 
 
 def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
@@ -1696,24 +1811,25 @@ def redact_frame(
         if hits.len() == 0:
             continue
         rows = hits.to_list()
-        new_values, new_hashes, new_counts = [], [], []
-        subsets = _row_recognisers(columns["text"].gather(hits), recs) if payload == "text" else []
-        for n_row, (value, old) in enumerate(
-            zip(
-                columns[payload].gather(hits).to_list(),
-                columns["redactions"].gather(hits).to_list(),
-                strict=True,
-            )
-        ):
-            counts: dict[str, int] = {}
-            if payload == "text":
-                out = _redact_str(value, subsets[n_row], style, hkey, counts)
-            else:
+        values = columns[payload].gather(hits)
+        if payload == "text":
+            new_values, row_counts = _redact_texts(values, recs, style, hkey)
+        else:
+            new_values, row_counts = [], []
+            for value in values.to_list():
+                counts: dict[str, int] = {}
                 doc = json.loads(value)
-                out = canonical_json(_redact_value(doc, recs, style, hkey, counts, keys))
-            new_values.append(out)
-            new_hashes.append(content_hash(payload, out.encode("utf-8")))
-            new_counts.append(_merge_counts(old, counts))
+                new_values.append(
+                    canonical_json(_redact_value(doc, recs, style, hkey, counts, keys))
+                )
+                row_counts.append(counts)
+        new_hashes = [content_hash(payload, out.encode("utf-8")) for out in new_values]
+        new_counts = [
+            _merge_counts(old, counts)
+            for old, counts in zip(
+                columns["redactions"].gather(hits).to_list(), row_counts, strict=True
+            )
+        ]
         previous = columns["content_hash"].gather(hits)
         for name, values in (
             (payload, pl.Series(new_values, dtype=pl.String)),

@@ -429,6 +429,12 @@ def _too_deep(df: pl.DataFrame, column: str) -> int | None:
 
 
 def _hashes(df: pl.DataFrame) -> list[str]:
+    kinds = df.get_column("payload_kind").cast(pl.String)
+    if (kinds == "text").all():
+        # All text (chat messages): one column, no per-row dispatch.
+        return [
+            content_hash("text", text.encode("utf-8")) for text in df.get_column("text").to_list()
+        ]
     out = []
     for kind, text, js, binary, uri, title, digest in df.select(
         "payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest"
@@ -1060,6 +1066,20 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
 
 
 def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[pl.Series]:
+    names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
+    dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
+    texts = [record.get("text") for record in records]
+    if all(type(t) is str for t in texts) and not any("payload" in r for r in records):
+        # Plain text records (chat messages): two columns to fill, no per-row dispatch.
+        n = len(records)
+        return [
+            pl.Series("payload_kind", ["text"] * n, pl.String),
+            _string_column(texts, "text", fail),
+            *(
+                pl.repeat(None, n, dtype=d, eager=True).alias(c)
+                for c, d in zip(names[2:], dtypes[2:], strict=True)
+            ),
+        ]
     rows: list[_Payload] = []
     empty: _Payload = ("text", "", None, None, None, None, None)
     for row, record in enumerate(records):
@@ -1072,7 +1092,6 @@ def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[
                 "not a valid payload",
             )
             rows.append(empty)
-    names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
     return [
         pl.Series(name, list(values), pl.Binary)
