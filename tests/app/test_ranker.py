@@ -112,3 +112,60 @@ def test_run_locomo_ranks_learned_leaving_one_conversation_out(data: Path, tmp_p
     assert report["budgets"]["4096"]["recall_all"] == 1.0
     assert set(report["per_conversation"]) == {"t-1", "t-2"}
     assert "bm25" in report["compare"]
+
+
+def test_pack_and_locomo_rank_with_a_fitted_model_given_by_ranker(
+    data: Path, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    fitted = runner.invoke(app, ["train-ranker", str(data), "--out", str(model), "--quiet"])
+    assert fitted.exit_code == EXIT_OK, fitted.stderr
+    base = ["locomo", str(data), "--budgets", "64", "--compare", "", "--quiet"]
+    shipped = runner.invoke(app, [*base, "--out", str(tmp_path / "shipped")])
+    own = runner.invoke(app, [*base, "--out", str(tmp_path / "own"), "--ranker", str(model)])
+    assert (shipped.exit_code, own.exit_code) == (EXIT_OK, EXIT_OK), own.stderr
+    # The same requests, ranked by other weights: other rank values in the manifests.
+    manifests = [
+        (tmp_path / run / "manifests.jsonl").read_text(encoding="utf-8")
+        for run in ("shipped", "own")
+    ]
+    assert manifests[0] != manifests[1]
+    repacked = runner.invoke(
+        app,
+        [
+            "pack",
+            str(tmp_path / "own" / "items.parquet"),
+            str(tmp_path / "own" / "requests.jsonl"),
+            "--out",
+            str(tmp_path / "repacked"),
+            "--ranker",
+            str(model),
+            "--quiet",
+        ],
+    )
+    assert repacked.exit_code == EXIT_OK, repacked.stderr
+    assert (tmp_path / "repacked" / "manifests.jsonl").read_text(encoding="utf-8") == manifests[1]
+
+
+def test_a_file_that_is_not_a_model_given_by_ranker_exits_2(data: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}", encoding="utf-8")
+    result = CliRunner().invoke(
+        app,
+        [
+            "locomo",
+            str(data),
+            "--out",
+            str(tmp_path / "o"),
+            "--budgets",
+            "64",
+            "--compare",
+            "",
+            "--ranker",
+            str(bad),
+        ],
+    )
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "not a learned ranker model" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -198,9 +198,20 @@ _Neighbours = Annotated[
         "of its adjacent items' scores (0 turns it off).",
     ),
 ]
+_Ranker = Annotated[
+    Path | None,
+    typer.Option(
+        "--ranker",
+        help="Model file of the learned rank (cognoxium train-ranker writes one); "
+        "default: the model shipped with the package.",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+]
 
 
-def _retrieval(model: str, neighbours: float) -> RetrievalSettings:
+def _retrieval(model: str, neighbours: float, ranker: Path | None = None) -> RetrievalSettings:
     from cognoxium.retrieval.embeddings import EMBEDDER_NAMES
     from cognoxium.retrieval.scope import RetrievalSettings
 
@@ -208,7 +219,9 @@ def _retrieval(model: str, neighbours: float) -> RetrievalSettings:
         raise typer.BadParameter(
             f"unknown model {model!r}; use one of {list(EMBEDDER_NAMES)}", param_hint="--model"
         )
-    return RetrievalSettings(model=model, neighbours=neighbours)
+    return RetrievalSettings(
+        model=model, neighbours=neighbours, ranker=None if ranker is None else str(ranker)
+    )
 
 
 def _profile(value: str) -> str:
@@ -368,6 +381,7 @@ def pack_command(
     rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
+    ranker: _Ranker = None,
     as_of: Annotated[
         str,
         typer.Option(
@@ -395,7 +409,7 @@ def pack_command(
     from cognoxium.items.io import read_items
 
     when = _as_of(as_of)
-    retrieval = _retrieval(model, neighbours)
+    retrieval = _retrieval(model, neighbours, ranker)
     try:
         store = read_items(items)
     except (OSError, UnicodeDecodeError) as exc:
@@ -539,6 +553,7 @@ def locomo_command(
     ] = "bm25,recency",
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
+    ranker: _Ranker = None,
     profile: Annotated[
         str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
     ] = "cl100k_base",
@@ -564,7 +579,7 @@ def locomo_command(
 
     # The callback has already turned the text into a list of budgets.
     chosen: list[int] = budgets  # type: ignore[assignment]
-    retrieval = _retrieval(model, neighbours)
+    retrieval = _retrieval(model, neighbours, ranker)
     try:
         others = [Rank(name.strip()).value for name in compare.split(",") if name.strip()]
     except ValueError:
