@@ -884,6 +884,15 @@ def _float_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
 
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
+    first = values[0] if values else None
+    # One value on every row (no time given, or the default time): no parsing per row.
+    if (first is None or isinstance(first, datetime)) and all(v is first for v in values):
+        if first is None:
+            return pl.Series(name, [None] * len(values), _PL_TS)
+        if first.utcoffset() is not None:
+            stamp = pl.from_arrow(pa.array([first], type=_TS))
+            assert isinstance(stamp, pl.Series)
+            return stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name)
     texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
     spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
     parsed = spelled.str.to_datetime(
