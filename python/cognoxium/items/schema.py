@@ -1023,6 +1023,9 @@ def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
     encode = _CANONICAL.encode
     out: list[str | None] = []
     for row, value in enumerate(values):
+        if type(value) is dict and not value:
+            out.append("{}")  # the default, without the Mapping check
+            continue
         if isinstance(value, Mapping) and all(type(key) is str for key in value):
             try:
                 out.append(encode(value if type(value) is dict else dict(value)) if value else "{}")
@@ -1125,7 +1128,7 @@ def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any
     """Check each record is an object with known keys and one content; others become ``{}``."""
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
-        if not isinstance(record, Mapping):
+        if type(record) is not dict and not isinstance(record, Mapping):
             fail.add(row, None, "a record must be a JSON object")
         elif not record.keys() <= _RECORD_KEYS:
             fail.add(row, min(set(record) - _RECORD_KEYS), "unknown field")
