@@ -65,6 +65,27 @@ def test_the_five_values_become_typed_placeholders_counted_in_the_manifest() -> 
     assert (edge["operation"], edge["parent_hash"]) == ("redact", original)
 
 
+def test_only_the_changed_rows_get_a_redact_edge_each_with_its_own_parent() -> None:
+    records = [
+        {"id": f"m{i}", "role": "user", "created_at": T0, "text": text}
+        for i, text in enumerate(["mail ana@example.org", "nothing", "a@b.org", "plain", "x"])
+    ]
+    before = CognitionFrame(records).collect()
+    out = CognitionFrame(records).redact().collect()
+    for old, new in zip(before.iter_rows(named=True), out.iter_rows(named=True), strict=True):
+        if new["text"] == old["text"]:
+            assert new["lineage"] == old["lineage"] == []
+        else:
+            (edge,) = new["lineage"]
+            assert edge == {
+                "parent_id": old["id"],
+                "parent_hash": old["content_hash"],
+                "operation": "redact",
+                "detail": '{"EMAIL":1}',
+            }
+    assert [len(x) for x in out.get_column("lineage").to_list()] == [1, 0, 1, 0, 0]
+
+
 def test_redacting_twice_changes_nothing() -> None:
     once = frame().redact().collect()
     twice = frame().redact().redact().collect()

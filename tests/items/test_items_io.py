@@ -430,3 +430,22 @@ def test_an_empty_id_is_rejected_by_records_and_tables_alike() -> None:
     with pytest.raises(RecordError, match="must not be blank") as from_table:
         conform(pl.DataFrame({"id": ["a", ""], "role": ["user"] * 2, "text": ["x", "y"]}))
     assert (from_table.value.row, from_table.value.field) == (1, "id")
+
+
+def test_one_datetime_on_every_record_is_taken_for_each_row() -> None:
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    df = records_to_frame(
+        [{"id": f"r{i}", "role": "user", "text": "hi", "created_at": when} for i in range(3)]
+    )
+    assert df.get_column("created_at").to_list() == [when] * 3
+    assert df.get_column("valid_from").to_list() == [None] * 3
+    assert df.schema["created_at"] == pl.Datetime("us", "UTC")
+
+
+def test_one_naive_datetime_on_every_record_fails_at_the_first() -> None:
+    naive = datetime(2024, 5, 6, 7, 8, 9)
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(
+            [{"id": f"r{i}", "role": "user", "text": "hi", "created_at": naive} for i in range(3)]
+        )
+    assert (caught.value.line, caught.value.field) == (1, "created_at")

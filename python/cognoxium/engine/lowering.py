@@ -560,16 +560,28 @@ def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
         )
         if "lineage" not in out.columns:
             return out
+        # The edge is built on the changed rows only, then put in place by position.
+        rows = (out.get_column("content_hash") != before).fill_null(False).arg_true()
+        if rows.len() == 0:
+            return out
         edge = pl.struct(
             pl.col("id").alias("parent_id"),
-            pl.lit(before).alias("parent_hash"),
+            pl.col("parent_hash"),
             pl.lit("redact").alias("operation"),
             pl.col(REDACTIONS).alias("detail"),
         )
-        changed = pl.col("content_hash") != pl.lit(before)
+        grown = (
+            out.select(pl.col("id", "lineage", REDACTIONS).gather(rows))
+            .with_columns(before.gather(rows).alias("parent_hash"))
+            .select(pl.col("lineage").list.concat(pl.concat_list(edge)))
+            .to_series()
+        )
+        at = pl.Series([None] * out.height, dtype=pl.UInt32).scatter(
+            rows, pl.int_range(rows.len(), dtype=pl.UInt32, eager=True)
+        )
         return out.with_columns(
-            pl.when(changed)
-            .then(pl.col("lineage").list.concat(pl.concat_list(edge)))
+            pl.when(at.is_not_null())
+            .then(grown.gather(at))
             .otherwise(pl.col("lineage"))
             .alias("lineage")
         )

@@ -884,6 +884,15 @@ def _float_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
 
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
+    first = values[0] if values else None
+    # One value on every row (no time given, or the default time): no parsing per row.
+    if (first is None or isinstance(first, datetime)) and all(v is first for v in values):
+        if first is None:
+            return pl.Series(name, [None] * len(values), _PL_TS)
+        if first.utcoffset() is not None:
+            stamp = pl.from_arrow(pa.array([first], type=_TS))
+            assert isinstance(stamp, pl.Series)
+            return stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name)
     texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
     spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
     parsed = spelled.str.to_datetime(
@@ -1014,6 +1023,9 @@ def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
     encode = _CANONICAL.encode
     out: list[str | None] = []
     for row, value in enumerate(values):
+        if type(value) is dict and not value:
+            out.append("{}")  # the default, without the Mapping check
+            continue
         if isinstance(value, Mapping) and all(type(key) is str for key in value):
             try:
                 out.append(encode(value if type(value) is dict else dict(value)) if value else "{}")
@@ -1116,7 +1128,7 @@ def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any
     """Check each record is an object with known keys and one content; others become ``{}``."""
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
-        if not isinstance(record, Mapping):
+        if type(record) is not dict and not isinstance(record, Mapping):
             fail.add(row, None, "a record must be a JSON object")
         elif not record.keys() <= _RECORD_KEYS:
             fail.add(row, min(set(record) - _RECORD_KEYS), "unknown field")
