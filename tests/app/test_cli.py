@@ -308,7 +308,7 @@ def test_locomo_read_and_write_errors_exit_2_naming_the_path(
     def unreadable(path: Path) -> str:
         raise OSError(errno.EIO, "Input/output error", str(path))
 
-    monkeypatch.setattr("cognoxium.app.locomo._sha256", unreadable)
+    monkeypatch.setattr("cognoxium.app.locomo.file_sha256", unreadable)
     result = runner.invoke(app, ["locomo", str(data), "--out", str(out), "--no-progress"])
     assert result.exit_code == EXIT_BAD_INPUT
     assert one_line_error(result.stderr) == f"error: cannot read {data}: Input/output error"

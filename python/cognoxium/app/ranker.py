@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -281,6 +280,25 @@ def cross_validate(
     return report
 
 
+def _train_command(
+    path: str | os.PathLike[str], out: str | os.PathLike[str], l2: float, cost_penalty: float
+) -> str:
+    """The ``cognoxium train-ranker`` command line that fits a model with these settings."""
+    return shlex.join(
+        [
+            "cognoxium",
+            "train-ranker",
+            os.fspath(path),
+            "--out",
+            os.fspath(out),
+            "--l2",
+            repr(l2),
+            "--cost-penalty",
+            repr(cost_penalty),
+        ]
+    )
+
+
 def train_ranker(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -305,7 +323,9 @@ def train_ranker(
     settings, profile
         As for :func:`locomo_questions`.
     command
-        The command recorded in the provenance (default: this process's argv).
+        The command recorded in the provenance (default: the ``cognoxium
+        train-ranker`` command that fits the same model: the data file as
+        given, ``--out``, ``--l2`` and ``--cost-penalty``).
     created
         The date recorded in the provenance (default: today, UTC).
 
@@ -339,7 +359,7 @@ def train_ranker(
     provenance = {
         "data": {"file": Path(path).name, "sha256": file_sha256(path)},
         "date": when.date().isoformat(),
-        "command": command if command is not None else shlex.join(["cognoxium", *sys.argv[1:]]),
+        "command": command if command is not None else _train_command(path, out, l2, cost_penalty),
         "conversations": sorted({q.conversation for q in questions}),
         "questions": len(questions),
         "rows": int(y.size),
