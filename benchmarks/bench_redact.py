@@ -32,6 +32,7 @@ import polars as pl
 
 from cognoxium.governance.redaction import RECOGNISERS, TYPES, redact_frame, redact_text
 from cognoxium.items.schema import conform
+from cognoxium.testing.pii_corpus import luhn_complete
 
 _WORDS = (
     "the a to and of I you it is that in for on we this with can my your be have not "
@@ -84,24 +85,12 @@ _PII = (
 )
 
 
-def _luhn_complete(body: str) -> str:
-    total = 0
-    for i, ch in enumerate(reversed(body)):
-        d = int(ch)
-        if i % 2 == 0:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return body + str((10 - total % 10) % 10)
-
-
 def _fill(template: str, rng: np.random.Generator) -> str:
     def digits(n: int) -> str:
         return "".join(map(str, rng.integers(0, 10, n)))
 
     alnum = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"))
-    card = _luhn_complete("4" + digits(14))
+    card = luhn_complete("4" + digits(14))
     values = {
         "d1": str(rng.integers(1, 10)),
         "d2": digits(2),
@@ -110,9 +99,9 @@ def _fill(template: str, rng: np.random.Generator) -> str:
         "d5": digits(5),
         "d6": digits(6),
         "d8": digits(8),
-        "d16": _luhn_complete("9" + digits(14)),  # IIN 9: not a card scheme
+        "d16": luhn_complete("9" + digits(14)),  # IIN 9: not a card scheme
         "m": f"{rng.integers(1, 13):02d}",
-        "bad": str((int(_luhn_complete("411111111111111")[-1]) + 1) % 10),
+        "bad": str((int(luhn_complete("411111111111111")[-1]) + 1) % 10),
         "user": "".join(rng.choice(alnum[26:52], 6)),
         "card": card,
         "card_spaced": " ".join(card[i : i + 4] for i in range(0, 16, 4)),

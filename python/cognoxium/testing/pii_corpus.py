@@ -39,7 +39,7 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Document", "Field", "Planted", "format_table", "generate", "score"]
+__all__ = ["Document", "Field", "Planted", "format_table", "generate", "luhn_complete", "score"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,14 @@ _SSN_CONTEXTS = (
 )
 
 
-def _luhn_complete(body: str) -> str:
+def luhn_complete(body: str) -> str:
+    """``body`` followed by its Luhn check digit (ISO/IEC 7812-1), as card numbers end.
+
+    Examples
+    --------
+    >>> luhn_complete("7992739871")
+    '79927398713'
+    """
     total = 0
     for i, ch in enumerate(reversed(body)):
         d = int(ch)
@@ -126,19 +133,19 @@ def _card(rng: random.Random) -> tuple[str, str]:
     scheme = rng.choice(("visa", "mastercard", "amex", "uatp", "discover", "after_group"))
     sep = rng.choice((" ", "-", ""))
     if scheme in ("visa", "after_group"):
-        number = _luhn_complete("4" + _digits(rng, 14))
+        number = luhn_complete("4" + _digits(rng, 14))
         sizes: tuple[int, ...] = (4, 4, 4, 4)
     elif scheme == "mastercard":
-        number = _luhn_complete(str(rng.randint(51, 55)) + _digits(rng, 13))
+        number = luhn_complete(str(rng.randint(51, 55)) + _digits(rng, 13))
         sizes = (4, 4, 4, 4)
     elif scheme == "discover":
-        number = _luhn_complete("6011" + _digits(rng, 11))
+        number = luhn_complete("6011" + _digits(rng, 11))
         sizes = (4, 4, 4, 4)
     elif scheme == "amex":
-        number = _luhn_complete(rng.choice(("34", "37")) + _digits(rng, 12))
+        number = luhn_complete(rng.choice(("34", "37")) + _digits(rng, 12))
         sizes = (4, 6, 5)
     else:
-        number = _luhn_complete("1" + _digits(rng, 13))
+        number = luhn_complete("1" + _digits(rng, 13))
         sizes = (4, 5, 6)
     if scheme == "after_group":
         sep = sep or " "  # the reference group before it is written with a separator
@@ -321,7 +328,7 @@ def _negative(rng: random.Random) -> tuple[str, str]:
             )
         )
     elif kind == "bad_card":
-        good = _luhn_complete("4" + _digits(rng, 14))
+        good = luhn_complete("4" + _digits(rng, 14))
         bad = good[:-1] + str((int(good[-1]) + rng.randint(1, 9)) % 10)
         text = _group(bad, (4, 4, 4, 4), rng.choice((" ", "-")))
     elif kind == "bad_iban":
