@@ -462,3 +462,8 @@ def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
     assert (stats.requests, stats.p50_ms, stats.p95_ms) == (0, 0.0, 0.0)
     assert (tmp_path / "packs.jsonl").read_text() == ""
     assert (tmp_path / "manifests.jsonl").read_text() == ""
+
+
+def test_an_as_of_outside_the_years_1_to_9999_utc_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError, match="must fall in the years 1 to 9999 UTC"):
+        Request.model_validate({"id": "r", "budget": 8, "as_of": "0001-01-01T00:30:00+01:00"})

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -314,6 +314,17 @@ def check_located(error: CognoxiumError, source: str | None, lines: int) -> None
 
 @settings(FUZZ, max_examples=150)
 @given(records=hostile_records())
+@example(
+    records=[
+        {
+            "id": "i0",
+            "role": "user",
+            "text": "text 0",
+            "created_at": "2025-01-01T00:00:00Z",
+            "valid_from": "0000-01-01T00:00:00Z",
+        }
+    ]
+)
 def test_records_succeed_or_raise_a_cognoxium_error(records: list[Any]) -> None:
     python_records = [to_python(record) for record in records]
     try:

@@ -4,7 +4,7 @@ call that made a bad plan, ranking."""
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -600,6 +600,14 @@ def test_recency_orders_newest_first(cf: CognitionFrame) -> None:
     epoch = cf.rank("recency").collect()["rank"].to_list()
     assert epoch[0] == T0.timestamp()
     assert epoch == sorted(epoch)
+
+
+def test_a_reference_time_outside_the_years_1_to_9999_utc_is_a_plan_error(
+    cf: CognitionFrame,
+) -> None:
+    early = datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))
+    with pytest.raises(PlanError, match="reference must fall in the years 1 to 9999 UTC"):
+        cf.rank("recency", half_life=3600, reference=early)
 
 
 def test_recency_reference_time(cf: CognitionFrame) -> None:

@@ -449,3 +449,57 @@ def test_one_naive_datetime_on_every_record_fails_at_the_first() -> None:
             [{"id": f"r{i}", "role": "user", "text": "hi", "created_at": naive} for i in range(3)]
         )
     assert (caught.value.line, caught.value.field) == (1, "created_at")
+
+
+# Times a Python datetime cannot hold once in UTC: year 0, and offsets that
+# carry year 1 back or year 9999 forward. Every reader refuses them with a
+# typed error on the field, as the item model does.
+OUT_OF_RANGE_TIMES = [
+    "0000-01-01T00:00:00Z",
+    "0001-01-01T00:30:00+01:00",
+    "9999-12-31T23:59:59-01:00",
+]
+
+
+@pytest.mark.parametrize("stamp", OUT_OF_RANGE_TIMES)
+@pytest.mark.parametrize("field", ["created_at", "valid_from", "expires_at", "retrieved_at"])
+def test_records_refuse_times_outside_the_years_1_to_9999(stamp: str, field: str) -> None:
+    record: dict[str, object] = {"id": "a", "role": "user", "text": "x"}
+    record["created_at"] = (
+        "0001-01-01T00:00:00Z" if field == "expires_at" else "2025-01-01T00:00:00Z"
+    )
+    if field == "retrieved_at":
+        record["sources"] = [{"uri": "https://example.com", "retrieved_at": stamp}]
+    else:
+        record[field] = stamp
+    with pytest.raises(RecordError) as caught:
+        records_to_frame([record], source="items.jsonl")
+    assert (caught.value.line, caught.value.source) == (1, "items.jsonl")
+    assert field in str(caught.value)
+    with pytest.raises(ValidationError):
+        ContextItem.model_validate(record)
+
+
+@pytest.mark.parametrize("stamp", OUT_OF_RANGE_TIMES)
+def test_tables_refuse_times_outside_the_years_1_to_9999(stamp: str) -> None:
+    table = pl.DataFrame(
+        {
+            "id": ["a", "b"],
+            "role": ["user", "user"],
+            "payload_kind": ["text", "text"],
+            "text": ["x", "y"],
+            "created_at": ["2025-01-01T00:00:00Z", stamp],
+        }
+    )
+    with pytest.raises(RecordError, match="row 1: field created_at: must fall in the years"):
+        conform(table)
+
+
+def test_the_first_and_last_representable_utc_times_are_kept() -> None:
+    df = records_to_frame(
+        [
+            {"id": "a", "role": "user", "text": "x", "created_at": "0001-01-01T00:00:00Z"},
+            {"id": "b", "role": "user", "text": "y", "created_at": "9999-12-31T23:59:59Z"},
+        ]
+    )
+    assert [item.created_at.year for item in frame_to_items(df)] == [1, 9999]

@@ -53,7 +53,7 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem
+from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem, to_utc
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -167,7 +167,7 @@ class Request(BaseModel):
     @field_validator("as_of")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else value.astimezone(UTC)
+        return None if value is None else to_utc(value)
 
     @field_validator("labels", mode="before")
     @classmethod

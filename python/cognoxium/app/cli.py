@@ -62,6 +62,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from cognoxium.exceptions import BudgetError, CognoxiumError
+from cognoxium.items._checks import to_utc
 from cognoxium.items.model import canonical_json
 from cognoxium.tokens.profiles import PROFILE_NAMES
 
@@ -245,7 +246,10 @@ def _as_of(value: str) -> datetime:
         raise typer.BadParameter(
             f"{value!r} has no timezone; add one, for example 2026-01-01T00:00:00Z"
         )
-    return parsed.astimezone(UTC)
+    try:
+        return to_utc(parsed)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r}: {exc}") from None
 
 
 _WHOLE = re.compile(r"[0-9]+")

@@ -27,7 +27,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -35,6 +35,7 @@ import polars as pl
 from typing_extensions import override
 
 from cognoxium.exceptions import PlanError
+from cognoxium.items._checks import to_utc
 
 if TYPE_CHECKING:
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
@@ -929,7 +930,10 @@ def _check_time(name: str, value: datetime | None) -> datetime | None:
         return None
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise PlanError(f"{name} must be a timezone-aware datetime, got {value!r}")
-    return value.astimezone(UTC)
+    try:
+        return to_utc(value)
+    except ValueError as exc:
+        raise PlanError(f"{name} {exc}, got {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

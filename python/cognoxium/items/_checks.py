@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -20,6 +21,7 @@ __all__ = [
     "MAX_INT",
     "MAX_JSON_DEPTH",
     "MIN_INT",
+    "TIME_RANGE_MESSAGE",
     "ItemId",
     "UnicodeStr",
     "id_problem",
@@ -28,6 +30,7 @@ __all__ = [
     "json_text_depth",
     "raising",
     "text_problem",
+    "to_utc",
 ]
 
 MAX_ID_LENGTH = 1024
@@ -181,6 +184,31 @@ def json_problem(value: Any) -> str | None:
     except (TypeError, RecursionError):
         return "must be a JSON value: objects with text keys, arrays, text, numbers, null"
     return text_problem(text)
+
+
+TIME_RANGE_MESSAGE = "must fall in the years 1 to 9999 UTC"
+"""The one range of times: what a Python ``datetime`` holds, once in UTC."""
+
+
+def to_utc(value: datetime) -> datetime:
+    """Return an aware time in UTC.
+
+    Raises
+    ------
+    ValueError
+        If the time in UTC falls outside the years 1 to 9999 (such as
+        ``0001-01-01T00:30:00+01:00``), with :data:`TIME_RANGE_MESSAGE`.
+
+    Examples
+    --------
+    >>> from datetime import timedelta, timezone
+    >>> to_utc(datetime(2024, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))).isoformat()
+    '2024-01-01T00:00:00+00:00'
+    """
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(TIME_RANGE_MESSAGE) from None
 
 
 def raising(check: Callable[[Any], str | None]) -> Callable[[Any], Any]:

@@ -37,6 +37,7 @@ from cognoxium.items._checks import (
     UnicodeStr,
     json_problem,
     raising,
+    to_utc,
 )
 
 __all__ = [
@@ -244,7 +245,7 @@ class Source(BaseModel):
     @field_validator("retrieved_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else value.astimezone(UTC)
+        return None if value is None else to_utc(value)
 
 
 class LineageEdge(BaseModel):
@@ -399,7 +400,7 @@ class ContextItem(BaseModel):
     @field_validator("created_at", "valid_from", "expires_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else value.astimezone(UTC)
+        return None if value is None else to_utc(value)
 
     @field_validator("metadata")
     @classmethod

@@ -58,6 +58,7 @@ from cognoxium.items._checks import (
     MAX_INT,
     MAX_JSON_DEPTH,
     MIN_INT,
+    TIME_RANGE_MESSAGE,
     json_text_depth,
     text_problem,
 )
@@ -637,6 +638,14 @@ def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
             "must not be before created_at",
         ),
     ]
+    out_of_range = ~pl.element().struct.field("retrieved_at").dt.year().is_between(1, 9999)
+    checks += [
+        (~pl.col(name).dt.year().is_between(1, 9999), name, TIME_RANGE_MESSAGE)
+        for name in ("created_at", "valid_from", "expires_at")
+    ]
+    checks.append(
+        (_any_entry("sources", out_of_range), "sources", f"retrieved_at: {TIME_RANGE_MESSAGE}")
+    )
     checks += _id_checks(pl.col("id"), "id")
     checks += _id_checks(pl.col("group_id"), "group_id")
     for bad, _, message in _id_checks(pl.element(), "parents"):

@@ -18,7 +18,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy.typing as npt
 import polars as pl
 
 from cognoxium.exceptions import PlanError
+from cognoxium.items._checks import to_utc
 
 __all__ = [
     "BM25CacheInfo",
@@ -274,7 +275,10 @@ def _utc(reference: datetime | None) -> datetime | None:
         return None
     if reference.tzinfo is None or reference.utcoffset() is None:
         raise PlanError(f"reference time must be timezone-aware (UTC), got {reference!r}")
-    return reference.astimezone(UTC)
+    try:
+        return to_utc(reference)
+    except ValueError as exc:
+        raise PlanError(f"reference time {exc}, got {reference!r}") from None
 
 
 def recency_expr(

@@ -31,7 +31,7 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +41,7 @@ import polars as pl
 from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import StrategyError
 from cognoxium.governance.lineage import lineage_edges
+from cognoxium.items._checks import to_utc
 from cognoxium.items.schema import COLUMNS, conform, packed_text_expr
 from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
 from cognoxium.retrieval.ranking import bm25_scores
@@ -125,7 +126,10 @@ def _utc(value: datetime | None, what: str) -> datetime | None:
         return None
     if value.tzinfo is None or value.utcoffset() is None:
         raise StrategyError(f"{what} must be timezone-aware (UTC), got {value!r}")
-    return value.astimezone(UTC)
+    try:
+        return to_utc(value)
+    except ValueError as exc:
+        raise StrategyError(f"{what} {exc}, got {value!r}") from None
 
 
 def _meta(path: str) -> pl.Expr:
