@@ -1,0 +1,250 @@
+"""Images among the payloads: which items are images, and their media type, size and detail.
+
+An item is sent as an image (an ``image_url`` content part of the OpenAI Chat
+Completions API) when its payload is one, by this rule:
+
+==========  ===================================================================
+payload     is an image when
+==========  ===================================================================
+Binary      its bytes start with the signature of PNG, JPEG, GIF or WebP, the
+            formats the OpenAI API accepts (:data:`IMAGE_MEDIA_TYPES`). A
+            ``metadata.media_type`` that names another type is an error. Its
+            size is read from the format's header (the ``imagesize`` library;
+            no pixel is decoded) and it is sent as a ``data:`` URL.
+Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES`; or,
+            without a media type, the URI is a ``data:image/...`` URL or its
+            path ends in ``.png``, ``.jpg``, ``.jpeg``, ``.gif`` or ``.webp``
+            (any case). It is sent as its URI; its size, if known, is
+            ``metadata.width`` and ``metadata.height`` (pixels, both or
+            neither). A reference that is not an image is sent as a link.
+==========  ===================================================================
+
+Either kind takes ``metadata.detail``, one of :data:`IMAGE_DETAILS`
+(``"auto"`` when absent, the API's default). What an image costs is the token
+profile's image rule (:class:`cognoxium.tokens.images.ImageRule`).
+
+Examples
+--------
+>>> png = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000280000001e00806000000")
+>>> image_media_type(png), image_size(png)
+('image/png', (640, 480))
+>>> image_media_type(b"plain bytes") is None
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import imagesize
+import numpy as np
+import polars as pl
+
+from cognoxium.exceptions import RecordError
+
+__all__ = [
+    "IMAGE_DETAILS",
+    "IMAGE_MEDIA_TYPES",
+    "ImageSpec",
+    "binary_image_expr",
+    "image_media_type",
+    "image_size",
+    "image_specs",
+]
+
+IMAGE_MEDIA_TYPES: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The image types an item may send: those the OpenAI API accepts."""
+
+IMAGE_DETAILS: tuple[str, ...] = ("low", "high", "auto")
+"""The values of ``metadata.detail`` (the ``detail`` of the ``image_url`` part)."""
+
+# (offset, signature) pairs every file of the type starts with.
+_SIGNATURES: dict[str, tuple[tuple[int, bytes], ...]] = {
+    "image/png": ((0, b"\x89PNG\r\n\x1a\n"),),
+    "image/jpeg": ((0, b"\xff\xd8\xff"),),
+    "image/gif": ((0, b"GIF87a"),),
+    "image/webp": ((0, b"RIFF"), (8, b"WEBP")),
+}
+_GIF89 = ((0, b"GIF89a"),)
+_IMAGE_URI = (
+    r"(?i)^(?:data:image/(?:png|jpeg|gif|webp)[;,]"
+    r"|[^?#]*\.(?:png|jpe?g|gif|webp)(?:[?#]|$))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSpec:
+    """One image as it is sent.
+
+    Attributes
+    ----------
+    url
+        The ``image_url.url``: a ``data:`` URL (Binary) or the URI (Reference).
+    detail
+        One of :data:`IMAGE_DETAILS`.
+    size
+        ``(width, height)`` in pixels, or ``None`` when unknown.
+    """
+
+    url: str
+    detail: str
+    size: tuple[int, int] | None
+
+    def part(self) -> dict[str, Any]:
+        """The ``image_url`` content part that sends the image."""
+        return {"type": "image_url", "image_url": {"url": self.url, "detail": self.detail}}
+
+
+def _matches(data: bytes, signature: tuple[tuple[int, bytes], ...]) -> bool:
+    return all(data[at : at + len(magic)] == magic for at, magic in signature)
+
+
+def image_media_type(data: bytes) -> str | None:
+    """Return the image media type that ``data`` starts with, or ``None``.
+
+    Parameters
+    ----------
+    data
+        The bytes of a Binary payload.
+
+    Returns
+    -------
+    str or None
+        One of :data:`IMAGE_MEDIA_TYPES`, told by the format's signature.
+    """
+    if _matches(data, _GIF89):
+        return "image/gif"
+    for media_type, signature in _SIGNATURES.items():
+        if _matches(data, signature):
+            return media_type
+    return None
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """Return ``(width, height)`` in pixels from an image's header, or ``None`` if unreadable.
+
+    The header is parsed by the ``imagesize`` library; pixels are never
+    decoded. A JPEG's EXIF rotation is applied, as a viewer shows it.
+    """
+    width, height = imagesize.get(io.BytesIO(data))
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def binary_image_expr() -> pl.Expr:
+    """Boolean expression: the row's Binary payload starts with an image signature.
+
+    Null where the row has no Binary payload. Vectorised over the ``binary``
+    column; the same rule as :func:`image_media_type`.
+    """
+    col = pl.col("binary")
+    webp = col.bin.starts_with(b"RIFF") & (col.bin.slice(8, 4) == b"WEBP")
+    return pl.any_horizontal(
+        [col.bin.starts_with(sig[0][1]) for sig in (*_SIGNATURES.values(), _GIF89) if len(sig) == 1]
+        + [webp]
+    )
+
+
+def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
+    """Find the rows of ``df`` that send an image (see the module's table) and describe each.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (columns ``payload_kind``, ``binary``,
+        ``ref_uri`` and ``metadata``).
+
+    Returns
+    -------
+    dict of int to ImageSpec
+        Row -> its image, for the image rows only.
+
+    Raises
+    ------
+    RecordError
+        Naming the row and the field, if ``metadata.detail`` is not one of
+        :data:`IMAGE_DETAILS`; ``metadata.width``/``height`` are not both
+        positive integers (or both absent); a Binary payload's
+        ``metadata.media_type`` differs from the type its bytes show; or an
+        image's header gives no size.
+    """
+    kind = pl.col("payload_kind").cast(pl.String)
+    declares = pl.col("metadata").str.contains('"media_type":', literal=True)
+    binary = kind == "binary"
+    reference = kind == "reference"
+    flag = (binary & (binary_image_expr() | declares)) | (
+        reference & (pl.col("ref_uri").str.contains(_IMAGE_URI) | declares)
+    )
+    rows = np.flatnonzero(df.select(flag.fill_null(False)).to_series().to_numpy())
+    if len(rows) == 0:
+        return {}
+    sub = df[rows].select(kind, "binary", "ref_uri", "metadata")
+    specs: dict[int, ImageSpec] = {}
+    for row, (payload_kind, data, uri, metadata_text) in zip(
+        rows.tolist(), sub.iter_rows(), strict=True
+    ):
+        meta: dict[str, Any] = json.loads(metadata_text)
+        try:
+            spec = _binary_spec(data, meta) if payload_kind == "binary" else _ref_spec(uri, meta)
+        except RecordError as error:
+            raise RecordError(error.message, row=row, field=error.field) from None
+        if spec is not None:
+            specs[row] = spec
+    return specs
+
+
+def _detail(meta: dict[str, Any]) -> str:
+    detail = meta.get("detail", "auto")
+    if detail not in IMAGE_DETAILS:
+        raise RecordError(
+            f"an image's detail is one of {', '.join(IMAGE_DETAILS)}, got {detail!r}",
+            field="metadata.detail",
+        )
+    return str(detail)
+
+
+def _binary_spec(data: bytes, meta: dict[str, Any]) -> ImageSpec | None:
+    media_type = image_media_type(data)
+    declared = meta.get("media_type")
+    if declared is not None and declared != media_type:
+        shown = f"an {media_type}" if media_type else "no image of " + "/".join(IMAGE_MEDIA_TYPES)
+        if media_type is None and declared not in IMAGE_MEDIA_TYPES:
+            return None  # bytes of another type, declared as such: not an image
+        raise RecordError(
+            f"declares {declared!r} but the binary payload's bytes show {shown}",
+            field="metadata.media_type",
+        )
+    if media_type is None:
+        return None
+    size = image_size(data)
+    if size is None:
+        raise RecordError(
+            f"the {media_type} header gives no width and height; the image is truncated or corrupt",
+            field="binary",
+        )
+    url = f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+    return ImageSpec(url=url, detail=_detail(meta), size=size)
+
+
+def _ref_spec(uri: str, meta: dict[str, Any]) -> ImageSpec | None:
+    declared = meta.get("media_type")
+    if declared is not None and declared not in IMAGE_MEDIA_TYPES:
+        return None
+    width, height = meta.get("width"), meta.get("height")
+    if width is None and height is None:
+        return ImageSpec(url=uri, detail=_detail(meta), size=None)
+    size = (_pixels(width, "width"), _pixels(height, "height"))
+    return ImageSpec(url=uri, detail=_detail(meta), size=size)
+
+
+def _pixels(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise RecordError(
+            f"an image's width and height are positive integers (pixels), both or "
+            f"neither; got {value!r}",
+            field=f"metadata.{field}",
+        )
+    return value
