@@ -70,10 +70,9 @@ _SIGNATURES: dict[str, tuple[tuple[int, bytes], ...]] = {
     "image/webp": ((0, b"RIFF"), (8, b"WEBP")),
 }
 _GIF89 = ((0, b"GIF89a"),)
-_IMAGE_URI = (
-    r"(?i)^(?:data:image/(?:png|jpeg|gif|webp)[;,]"
-    r"|[^?#]*\.(?:png|jpe?g|gif|webp)(?:[?#]|$))"
-)
+_DATA_URL = r"(?i)^data:"
+_IMAGE_DATA_URL = r"(?i)^data:image/(?:png|jpeg|gif|webp)[;,]"
+_IMAGE_PATH = r"(?i)^[^?#]*\.(?:png|jpe?g|gif|webp)(?:[?#]|$)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +170,19 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
         ``metadata.media_type`` differs from the type its bytes show; or an
         image's header gives no size.
     """
+    if not df.get_column("payload_kind").cast(pl.String).is_in(["binary", "reference"]).any():
+        return {}
     kind = pl.col("payload_kind").cast(pl.String)
     declares = pl.col("metadata").str.contains('"media_type":', literal=True)
     binary = kind == "binary"
     reference = kind == "reference"
-    flag = (binary & (binary_image_expr() | declares)) | (
-        reference & (pl.col("ref_uri").str.contains(_IMAGE_URI) | declares)
+    uri = pl.col("ref_uri")
+    image_uri = (
+        pl.when(uri.str.contains(_DATA_URL))
+        .then(uri.str.contains(_IMAGE_DATA_URL))
+        .otherwise(uri.str.contains(_IMAGE_PATH))
     )
+    flag = (binary & (binary_image_expr() | declares)) | (reference & (image_uri | declares))
     rows = np.flatnonzero(df.select(flag.fill_null(False)).to_series().to_numpy())
     if len(rows) == 0:
         return {}
