@@ -172,6 +172,8 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
     """
     if not df.get_column("payload_kind").cast(pl.String).is_in(["binary", "reference"]).any():
         return {}
+    if "binary" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.Binary).alias("binary"))
     kind = pl.col("payload_kind").cast(pl.String)
     declares = pl.col("metadata").str.contains('"media_type":', literal=True)
     binary = kind == "binary"
