@@ -71,8 +71,14 @@ def image_items() -> list[ContextItem]:
         return ContextItem(id=i, role=role, payload=payload, metadata=metadata, created_at=START)
 
     return [
-        item("photo", "user", {"kind": "binary", "data": png(640, 480)}, detail="high"),
-        item("scan", "memory", {"kind": "binary", "data": jpeg(100, 80)}, detail="low"),
+        item("photo", "user", {"kind": "binary", "data": png(640, 480)}, media_type="image/png"),
+        item(
+            "scan",
+            "memory",
+            {"kind": "binary", "data": jpeg(100, 80)},
+            media_type="image/jpeg",
+            detail="low",
+        ),
         item(
             "cat", "document", {"kind": "reference", "uri": "https://x.org/c.webp", "title": "Cat"}
         ),

@@ -43,13 +43,24 @@ def test_bytes_of_no_image_have_no_media_type() -> None:
 def test_a_binary_image_is_sent_as_a_data_url_with_its_size_and_detail() -> None:
     data = png(800, 600)
     found = specs(
-        item(0, {"kind": "binary", "data": data}, detail="low"),
+        item(0, {"kind": "binary", "data": data}, media_type="image/png", detail="low"),
         item(1, {"kind": "binary", "data": b"\x00\x01"}),
-        item(2, {"kind": "text", "text": "hello.png"}),
+        item(2, {"kind": "text", "text": "hello.png"}, media_type="image/png"),
     )
     url = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     assert found == {0: ImageSpec(url=url, detail="low", size=(800, 600))}
     assert found[0].part() == {"type": "image_url", "image_url": {"url": url, "detail": "low"}}
+
+
+def test_binary_is_an_image_only_when_its_metadata_says_so() -> None:
+    # Stored attachments are not sent unless the application declares them images.
+    assert specs(item(0, {"kind": "binary", "data": png(8, 8)})) == {}
+    pdf = item(0, {"kind": "binary", "data": b"%PDF-1.7"}, media_type="application/pdf")
+    assert specs(pdf) == {}
+    svg = item(0, {"kind": "binary", "data": b"<svg/>"}, media_type="image/svg+xml")
+    assert specs(svg) == {}
+    nested = item(0, {"kind": "binary", "data": png(8, 8)}, source={"media_type": "image/png"})
+    assert specs(nested) == {}
 
 
 @pytest.mark.parametrize(
@@ -83,10 +94,14 @@ def test_a_reference_takes_its_size_from_metadata() -> None:
     assert found[0].detail == "high"
 
 
+PNG = {"kind": "binary", "data": png(8, 8)}
+AS_PNG = {"media_type": "image/png"}
+
+
 @pytest.mark.parametrize(
     ("payload", "metadata", "field", "words"),
     [
-        ({"kind": "binary", "data": png(8, 8)}, {"detail": "medium"}, "metadata.detail", "one of"),
+        (PNG, AS_PNG | {"detail": "medium"}, "metadata.detail", "one of"),
         ({"kind": "reference", "uri": "a.png"}, {"width": 10}, "metadata.height", "both or"),
         ({"kind": "reference", "uri": "a.png"}, {"width": 0, "height": 5}, "metadata.width", "0"),
         (
@@ -95,31 +110,21 @@ def test_a_reference_takes_its_size_from_metadata() -> None:
             "metadata.width",
             "True",
         ),
-        (
-            {"kind": "binary", "data": png(8, 8)},
-            {"media_type": "image/jpeg"},
-            "metadata.media_type",
-            "show an image/png",
-        ),
+        (PNG, {"media_type": "image/jpeg"}, "metadata.media_type", "show an image/png"),
         (
             {"kind": "binary", "data": b"not an image"},
-            {"media_type": "image/png"},
+            AS_PNG,
             "metadata.media_type",
-            "no image",
+            "no PNG, JPEG, GIF or WebP",
         ),
-        ({"kind": "binary", "data": b"\x89PNG\r\n\x1a\n"}, {}, "binary", "no width"),
+        ({"kind": "binary", "data": b"\x89PNG\r\n\x1a\n"}, AS_PNG, "binary", "no width"),
     ],
 )
 def test_bad_image_metadata_is_a_record_error_naming_row_and_field(
     payload: dict[str, Any], metadata: dict[str, Any], field: str, words: str
 ) -> None:
-    good = item(0, {"kind": "binary", "data": png(8, 8)})
+    good = item(0, PNG, **AS_PNG)
     with pytest.raises(RecordError) as caught:
         specs(good, item(1, payload, **metadata))
     assert (caught.value.row, caught.value.field) == (1, field)
     assert words in caught.value.message
-
-
-def test_binary_of_another_declared_type_is_no_image() -> None:
-    pdf = item(0, {"kind": "binary", "data": b"%PDF-1.7"}, media_type="application/pdf")
-    assert specs(pdf) == {}

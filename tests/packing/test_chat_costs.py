@@ -351,6 +351,7 @@ def image_item(draw: st.DrawFn, i: int, sizes: dict[str, tuple[int, int]]) -> di
         data = BUILDERS[media_type](*size)
         url = f"data:{media_type};base64," + base64.b64encode(data).decode("ascii")
         sizes[url] = size
+        metadata["media_type"] = media_type
         return {"role": role, "payload": {"kind": "binary", "data": data}, "metadata": metadata}
     url = f"https://img.example.org/{i}.{draw(st.sampled_from(['png', 'JPG', 'webp']))}"
     if draw(st.booleans()):

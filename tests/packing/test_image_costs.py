@@ -34,7 +34,7 @@ def data_url(media_type: str, data: bytes) -> str:
 PHOTO = png(1024, 1024)
 ITEMS = [
     item("q", "user", {"kind": "text", "text": "What is in these pictures?"}),
-    item("photo", "user", {"kind": "binary", "data": PHOTO}, detail="high"),
+    item("photo", "user", {"kind": "binary", "data": PHOTO}, media_type="image/png", detail="high"),
     item(
         "cat",
         "document",
@@ -42,7 +42,13 @@ ITEMS = [
         width=2048,
         height=4096,
     ),
-    item("thumb", "memory", {"kind": "binary", "data": gif(4000, 3000)}, detail="low"),
+    item(
+        "thumb",
+        "memory",
+        {"kind": "binary", "data": gif(4000, 3000)},
+        media_type="image/gif",
+        detail="low",
+    ),
     item("page", "document", {"kind": "reference", "uri": "https://x.org/a.html", "title": "Spec"}),
 ]
 
@@ -107,22 +113,32 @@ def test_an_image_that_does_not_fit_is_skipped_and_the_text_still_goes() -> None
     assert result.used_tokens == 13
 
 
-def test_binary_of_no_image_is_still_not_packable() -> None:
-    items = [item("blob", "user", {"kind": "binary", "data": b"\x00\x01\x02"})]
-    result = pack(items_to_frame(items), 100, as_of=AS_OF)
+def test_binary_not_declared_an_image_is_still_not_packable() -> None:
+    items = [
+        item("blob", "user", {"kind": "binary", "data": b"\x00\x01\x02"}),
+        # A stored attachment is not sent unless the application declares it an image.
+        item("attachment", "user", {"kind": "binary", "data": PHOTO}),
+    ]
+    result = pack(items_to_frame(items), 10_000, as_of=AS_OF)
     assert entries(result)["blob"] == ("excluded", None, "not_packable")
+    assert entries(result)["attachment"] == ("excluded", None, "not_packable")
+    with pytest.raises(RecordError, match="media_type") as caught:
+        to_openai_messages(items_to_frame(items))
+    assert (caught.value.row, caught.value.field) == (0, "payload_kind")
 
 
 @pytest.mark.parametrize("role", ["assistant", "system", "developer"])
 def test_an_image_outside_a_user_message_is_a_record_error(role: str) -> None:
-    items = [ITEMS[0], item("img", role, {"kind": "binary", "data": jpeg(64, 64)})]
+    img = item("img", role, {"kind": "binary", "data": jpeg(64, 64)}, media_type="image/jpeg")
+    items = [ITEMS[0], img]
     with pytest.raises(RecordError, match="only in a user message") as caught:
         pack(items_to_frame(items), 5000, as_of=AS_OF)
     assert (caught.value.row, caught.value.field) == (1, "role")
 
 
 def test_bad_image_metadata_fails_the_pack_naming_the_row() -> None:
-    items = [ITEMS[0], item("img", "user", {"kind": "binary", "data": PHOTO}, detail="ultra")]
+    bad = item("img", "user", {"kind": "binary", "data": PHOTO}, media_type="image/png", detail="x")
+    items = [ITEMS[0], bad]
     with pytest.raises(RecordError) as caught:
         pack(items_to_frame(items), 5000, as_of=AS_OF)
     assert (caught.value.row, caught.value.field) == (1, "metadata.detail")

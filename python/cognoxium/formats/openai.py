@@ -90,7 +90,7 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.images import binary_image_expr
+from cognoxium.items.images import image_media_type_expr
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import ContextItem, Json, Role, Source, Text
 from cognoxium.packing._messages import chat_columns, check_tool_results
@@ -580,7 +580,7 @@ def to_openai_messages(
     ------
     RecordError
         Naming the 0-based ``row`` and the field, when an item has a Binary
-        payload that is no image (never packed), an image with bad metadata
+        payload that is not an image (never packed), an image with bad metadata
         or outside a user message, malformed tool calls (a call without a string
         ``id``, ``function.name`` or ``function.arguments``), or a tool item
         answers a call that no earlier assistant message of the output
@@ -628,12 +628,13 @@ def to_openai_messages(
     if missing:
         raise SchemaError(f"to_openai_messages needs the item columns; missing {missing}")
     kind = pl.col("payload_kind").cast(pl.String)
-    no_image = (kind == "binary") & ~binary_image_expr().fill_null(False)
+    no_image = (kind == "binary") & ~image_media_type_expr()
     binary = np.flatnonzero(df.select(no_image.fill_null(False)).to_series().to_numpy())
     if len(binary):
         raise RecordError(
-            "a binary payload that is not a PNG, JPEG, GIF or WebP image has no chat "
-            "rendering (it is never packed); filter it out",
+            "a binary payload has no chat rendering unless its metadata.media_type is "
+            "image/png, image/jpeg, image/gif or image/webp (it is never packed); "
+            "filter it out",
             row=int(binary[0]),
             field="payload_kind",
         )

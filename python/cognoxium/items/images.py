@@ -6,11 +6,14 @@ Completions API) when its payload is one, by this rule:
 ==========  ===================================================================
 payload     is an image when
 ==========  ===================================================================
-Binary      its bytes start with the signature of PNG, JPEG, GIF or WebP, the
-            formats the OpenAI API accepts (:data:`IMAGE_MEDIA_TYPES`). A
-            ``metadata.media_type`` that names another type is an error. Its
-            size is read from the format's header (the ``imagesize`` library;
-            no pixel is decoded) and it is sent as a ``data:`` URL.
+Binary      ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES`
+            (PNG, JPEG, GIF, WebP: the formats the OpenAI API accepts), and
+            then its bytes must start with that format's signature, else it
+            is an error. Its size is read from the format's header (the
+            ``imagesize`` library; no pixel is decoded) and it is sent as a
+            ``data:`` URL. Binary without an image media type stays storage
+            only, never packed: stored attachments are not sent unless the
+            application says they are images.
 Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES`; or,
             without a media type, the URI is a ``data:image/...`` URL or its
             path ends in ``.png``, ``.jpg``, ``.jpeg``, ``.gif`` or ``.webp``
@@ -50,8 +53,8 @@ __all__ = [
     "IMAGE_DETAILS",
     "IMAGE_MEDIA_TYPES",
     "ImageSpec",
-    "binary_image_expr",
     "image_media_type",
+    "image_media_type_expr",
     "image_size",
     "image_specs",
 ]
@@ -133,18 +136,13 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return (width, height) if width > 0 and height > 0 else None
 
 
-def binary_image_expr() -> pl.Expr:
-    """Boolean expression: the row's Binary payload starts with an image signature.
+def image_media_type_expr() -> pl.Expr:
+    """Boolean expression: the row's ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES`.
 
-    Null where the row has no Binary payload. Vectorised over the ``binary``
-    column; the same rule as :func:`image_media_type`.
+    Vectorised over the ``metadata`` column (canonical JSON text); never null.
     """
-    col = pl.col("binary")
-    webp = col.bin.starts_with(b"RIFF") & (col.bin.slice(8, 4) == b"WEBP")
-    return pl.any_horizontal(
-        [col.bin.starts_with(sig[0][1]) for sig in (*_SIGNATURES.values(), _GIF89) if len(sig) == 1]
-        + [webp]
-    )
+    declared = pl.col("metadata").str.json_path_match("$.media_type")
+    return declared.is_in(list(IMAGE_MEDIA_TYPES)).fill_null(False)
 
 
 def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
@@ -166,8 +164,8 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
     RecordError
         Naming the row and the field, if ``metadata.detail`` is not one of
         :data:`IMAGE_DETAILS`; ``metadata.width``/``height`` are not both
-        positive integers (or both absent); a Binary payload's
-        ``metadata.media_type`` differs from the type its bytes show; or an
+        positive integers (or both absent); a Binary payload's bytes are not
+        of the image type its ``metadata.media_type`` declares; or an
         image's header gives no size.
     """
     if not df.get_column("payload_kind").cast(pl.String).is_in(["binary", "reference"]).any():
@@ -176,7 +174,7 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
         df = df.with_columns(pl.lit(None, pl.Binary).alias("binary"))
     kind = pl.col("payload_kind").cast(pl.String)
     declares = pl.col("metadata").str.contains('"media_type":', literal=True)
-    binary = kind == "binary"
+    binary = (kind == "binary") & image_media_type_expr()
     reference = kind == "reference"
     uri = pl.col("ref_uri")
     image_uri = (
@@ -184,7 +182,7 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
         .then(uri.str.contains(_IMAGE_DATA_URL))
         .otherwise(uri.str.contains(_IMAGE_PATH))
     )
-    flag = (binary & (binary_image_expr() | declares)) | (reference & (image_uri | declares))
+    flag = binary | (reference & (image_uri | declares))
     rows = np.flatnonzero(df.select(flag.fill_null(False)).to_series().to_numpy())
     if len(rows) == 0:
         return {}
@@ -213,19 +211,14 @@ def _detail(meta: dict[str, Any]) -> str:
     return str(detail)
 
 
-def _binary_spec(data: bytes, meta: dict[str, Any]) -> ImageSpec | None:
-    media_type = image_media_type(data)
-    declared = meta.get("media_type")
-    if declared is not None and declared != media_type:
-        shown = f"an {media_type}" if media_type else "no image of " + "/".join(IMAGE_MEDIA_TYPES)
-        if media_type is None and declared not in IMAGE_MEDIA_TYPES:
-            return None  # bytes of another type, declared as such: not an image
+def _binary_spec(data: bytes, meta: dict[str, Any]) -> ImageSpec:
+    declared, media_type = meta["media_type"], image_media_type(data)
+    if media_type != declared:
+        shown = f"an {media_type}" if media_type else "no PNG, JPEG, GIF or WebP image"
         raise RecordError(
             f"declares {declared!r} but the binary payload's bytes show {shown}",
             field="metadata.media_type",
         )
-    if media_type is None:
-        return None
     size = image_size(data)
     if size is None:
         raise RecordError(
