@@ -48,7 +48,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
-from cognoxium.exceptions import PackError
+from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import Policy
 from cognoxium.packing._checks import Overflow, check_request
 from cognoxium.packing._costing import UnitCosts, render
@@ -189,9 +189,18 @@ def pack(
     cutter = Cutter(df, marks, costs, review.column("action")) if marks.rows else None
     rendering = lower_cheap(rendering, marks, request.profile.longest_token_bytes)
     queue = order_units(df, rows, units, rendering)
-    included = select_units(
-        df.get_column("id"), costs, queue, request.item_budget, cutter, request.overflow
-    )
+    try:
+        included = select_units(
+            df.get_column("id"), costs, queue, request.item_budget, cutter, request.overflow
+        )
+    except BudgetError as error:
+        if not request.reserve:
+            raise
+        raise BudgetError(
+            f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
+            costs=error.costs,
+            budget=error.budget,
+        ) from None
     decisions = decide_rows(rows, units, included, costs)
     truncations = [] if cutter is None else cutter.records(decisions.selected)
     frame, cut_content = (
