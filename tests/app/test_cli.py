@@ -115,7 +115,7 @@ def test_pack_bad_reserve_or_overflow(
     tmp_path: Path, extra: tuple[str, ...], code: int, message: str
 ) -> None:
     args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--rank", "bm25", *extra)
-    got, stdout, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    got, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert got == code
     assert message in stderr
     assert not (tmp_path / "out" / "packs.jsonl").exists()
