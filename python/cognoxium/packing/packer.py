@@ -65,6 +65,7 @@ from cognoxium.packing._model import (
     PackManifest,
     PolicyOutcome,
     Reason,
+    TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
 from cognoxium.packing._selection import decide_rows, order_units, select_units
@@ -82,6 +83,7 @@ __all__ = [
     "PackManifest",
     "PolicyOutcome",
     "Reason",
+    "TruncationRecord",
     "pack",
 ]
 
