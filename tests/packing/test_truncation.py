@@ -14,6 +14,8 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError, RecordError
 from cognoxium.governance.policies import BoundaryPolicy
@@ -124,6 +126,7 @@ def test_a_truncatable_item_is_cut_to_what_is_left_with_hash_and_lineage() -> No
     }
     entry = result.manifest.entries[1]
     assert (entry.tokens, entry.content_hash, entry.reason) == (40, new, "selected")
+    assert entry.detail == "truncated: kept 36 of 101 tokens (side head)"
     assert result.manifest.lineage == [
         {
             "child_id": "doc",
@@ -354,3 +357,41 @@ def test_truncated_packs_give_byte_identical_manifests() -> None:
     ]
     assert runs[0] == runs[1]
     assert PackManifest.from_json(runs[0]).to_json() == runs[0]
+
+
+# --- property: what is packed is what is sent -----------------------------------------------
+
+PIECES = st.sampled_from(["word", " ", "東京", "👍🏽", "é", "\n", "naïve", "🎉", "data", "."])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(st.lists(PIECES, min_size=1, max_size=60).map("".join), min_size=1, max_size=4),
+    sides=st.lists(st.sampled_from(["head", "tail"]), min_size=4, max_size=4),
+    mins=st.lists(st.integers(1, 12), min_size=4, max_size=4),
+    budget=st.integers(10, 120),
+    reserve=st.integers(0, 10),
+)
+def test_truncated_packs_cost_what_they_send(
+    texts: list[str], sides: list[str], mins: list[int], budget: int, reserve: int
+) -> None:
+    records = [SYSTEM] + [
+        {
+            "id": f"d{i}",
+            "role": "document",
+            "text": text,
+            "rank": float(len(texts) - i),
+            "metadata": {"truncate": {"side": sides[i], "min_tokens": mins[i]}},
+        }
+        for i, text in enumerate(texts)
+    ]
+    result = pack(frame(*records), budget + reserve, reserve=reserve, as_of=AS_OF)
+    assert result.used_tokens == CL100K.request_tokens(result.messages) <= budget
+    originals = {r["id"]: r["text"] for r in records}
+    for record in result.manifest.truncations:
+        kept = result.frame.filter(pl.col("id") == record.id).get_column("text").item()
+        original = originals[record.id]
+        assert original.startswith(kept) if record.side == "head" else original.endswith(kept)
+        assert mins[int(record.id[1:])] <= record.kept_tokens < record.original_tokens
+        assert record.kept_tokens == len(CL100K.encoding.encode_ordinary(kept))
+        assert record.content_hash == content_hash("text", kept.encode())

@@ -129,12 +129,20 @@ def build_manifest(
 def _with_cut_hashes(
     entries: pl.DataFrame, truncations: Sequence[TruncationRecord]
 ) -> pl.DataFrame:
-    """``entries`` whose cut items carry the content hash of the text they sent."""
+    """``entries`` whose cut items carry the content hash of the text they sent, and say so.
+
+    A cut item's ``detail`` is ``truncated: kept K of N tokens (side S)``.
+    """
     if not truncations:
         return entries
     new_hash = {t.id: t.content_hash for t in truncations}
+    detail = {
+        t.id: f"truncated: kept {t.kept_tokens} of {t.original_tokens} tokens (side {t.side})"
+        for t in truncations
+    }
     return entries.with_columns(
-        pl.col("id").replace_strict(new_hash, default=pl.col("content_hash")).alias("content_hash")
+        pl.col("id").replace_strict(new_hash, default=pl.col("content_hash")).alias("content_hash"),
+        pl.col("id").replace_strict(detail, default=pl.col("detail")).alias("detail"),
     )
 
 
