@@ -297,7 +297,9 @@ class ContextPack:
     Attributes
     ----------
     frame
-        The selected rows (all input columns), in input order.
+        The selected rows (all input columns), in input order; an item cut
+        to fit holds the text it sent, its new ``content_hash`` and a
+        ``truncate`` step in ``lineage``.
     messages
         OpenAI Chat Completions messages, one per selected item, as
         :func:`cognoxium.formats.openai.to_openai_messages` renders them

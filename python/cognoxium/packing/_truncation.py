@@ -40,7 +40,7 @@ from cognoxium.packing._messages import chat_columns
 from cognoxium.packing._model import UNSET, TruncationRecord
 from cognoxium.tokens.truncation import cut_tokens
 
-__all__ = ["Cutter", "Marks", "find_marks"]
+__all__ = ["Cutter", "Marks", "find_marks", "lower_cheap"]
 
 
 @dataclass(frozen=True)

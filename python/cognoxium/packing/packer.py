@@ -24,7 +24,12 @@ that returns its own result:
    ones; within a tier the order is rank desc, priority desc, token cost asc,
    id asc; an item that does not fit is skipped (``over_budget``) and the next
    one is tried. The pack keeps the input (conversational) order of the
-   selected items;
+   selected items. The items fit in ``budget - reserve`` (the reply
+   reserve). A truncatable item (``metadata.truncate``, see
+   :class:`~cognoxium.items.model.Truncation`) that does not fit whole is cut
+   at token boundaries to fit what is left, if it can keep its
+   ``min_tokens``; with ``overflow="truncate"``, required items that do not
+   fit are cut first (``_truncation``);
 6. manifest (``_manifest``): every input item's entry, the totals, merges,
    policy outcomes, lineage and fingerprints.
 
@@ -136,7 +141,8 @@ def pack(
     Returns
     -------
     ContextPack
-        The selected items in input order, their chat messages (what
+        The selected items in input order (a cut item with its kept text,
+        new content hash and ``truncate`` lineage edge), their chat messages (what
         :func:`cognoxium.formats.openai.to_openai_messages` gives, tool calls,
         tool call ids and names included), token use and the
         :class:`PackManifest`. ``used_tokens`` is what the messages cost by
