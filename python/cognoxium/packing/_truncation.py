@@ -182,24 +182,24 @@ class Cutter:
         text_of = dict(zip(marked, texts, strict=True))
         target = dict(whole)
         total = int(self.costs.cost[unit])
-        cuts: dict[int, _Cut] = {}
+        chosen: dict[int, _Cut] = {}
         while total > allowed:
             if not self._shed(marked, target, total - allowed) and not partial:
                 return None
-            cuts = {r: self._cut(r, text_of[r], whole[r], target[r]) for r in marked}
+            trial = {r: self._cut(r, text_of[r], whole[r], target[r]) for r in marked}
             if any(
-                whole[r] > c.kept_tokens < self.marks.rows[r].min_tokens for r, c in cuts.items()
+                whole[r] > c.kept_tokens < self.marks.rows[r].min_tokens for r, c in trial.items()
             ):
                 return None  # a cut that keeps fewer than min_tokens is refused
             new_total = int(self.costs.cost[unit]) + sum(
-                c.cost - int(self.costs.row_tokens[r]) for r, c in cuts.items()
+                c.cost - int(self.costs.row_tokens[r]) for r, c in trial.items()
             )
             if new_total >= total:  # nothing more can be shed
                 break
-            total = new_total
+            chosen, total = trial, new_total
         if total > allowed and not partial:
             return None
-        for r, c in cuts.items():
+        for r, c in chosen.items():
             if c.kept_tokens < whole[r]:
                 self.cuts[r] = c
                 self.costs.row_tokens[r] = c.cost
