@@ -374,6 +374,8 @@ class ContextItem(BaseModel):
         Free-form JSON object, kept canonical, nested at most
         :data:`~cognoxium.items.MAX_JSON_DEPTH` (64) levels of arrays and objects deep; NaN
         and infinity are refused. A JSON payload's value has the same limits.
+        The key ``truncate`` marks the item truncatable: a
+        :class:`Truncation` (Text payloads only).
 
     Raises
     ------
@@ -381,7 +383,8 @@ class ContextItem(BaseModel):
         On an unknown field, a wrong type, a naive timestamp, a payload
         that does not match its kind, an invalid id, text holding a lone
         surrogate (anywhere: text, ids, sources, metadata, JSON payloads),
-        or ``expires_at`` before ``created_at``.
+        ``expires_at`` before ``created_at``, or a malformed
+        ``metadata["truncate"]`` (or one on a payload that is not text).
 
     Examples
     --------
