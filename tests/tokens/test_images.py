@@ -75,7 +75,7 @@ def test_bad_figures_raise_value_error(figures: dict[str, object]) -> None:
 
 
 def test_bad_detail_or_size_raise_value_error() -> None:
-    with pytest.raises(ValueError, match="low, high or auto"):
+    with pytest.raises(ValueError, match="one of low, high, auto"):
         RULE.tokens("medium", (10, 10))
     with pytest.raises(ValueError, match="positive"):
         RULE.tokens("high", (0, 10))

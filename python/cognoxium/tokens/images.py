@@ -47,6 +47,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from cognoxium.items.images import IMAGE_DETAILS
+
 __all__ = ["GPT_4O_IMAGES", "ImageRule"]
 
 
@@ -130,8 +132,9 @@ class ImageRule:
         """
         if detail == "low":
             return self.base_tokens
-        if detail not in ("high", "auto"):
-            raise ValueError(f"an image's detail is low, high or auto, got {detail!r}")
+        if detail not in IMAGE_DETAILS:
+            known = ", ".join(IMAGE_DETAILS)
+            raise ValueError(f"an image's detail is one of {known}, got {detail!r}")
         if size is None:
             return self.base_tokens + self.tile_tokens * self.max_tiles
         width, height = size

@@ -74,7 +74,7 @@ import polars as pl
 import tiktoken
 
 from cognoxium.exceptions import ProfileError, RecordError
-from cognoxium.items.images import image_media_type, image_size
+from cognoxium.items.images import IMAGE_DETAILS, image_media_type, image_size
 from cognoxium.tokens.images import GPT_4O_IMAGES, ImageRule
 
 __all__ = [
@@ -813,9 +813,9 @@ def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]
             texts.append(value)
         elif kind == "image_url" and _is_image_url(value):
             detail = value.get("detail", "auto")
-            if detail not in ("low", "high", "auto"):
+            if detail not in IMAGE_DETAILS:
                 raise RecordError(
-                    f"must be low, high or auto, got {detail!r}",
+                    f"must be one of {', '.join(IMAGE_DETAILS)}, got {detail!r}",
                     field=f"content[{j}].image_url.detail",
                 )
             images.append((value["url"], detail, f"content[{j}].image_url.url"))
