@@ -590,26 +590,49 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
         key[0]: frame.drop("request_id")
         for key, frame in rows.partition_by("request_id", as_dict=True, maintain_order=True).items()
     }
-    manifests = []
-    for number, (request_id, manifest) in enumerate(_parquet_headers(headers), start=1):
-        frame = by_request.pop(request_id, pl.DataFrame(schema=ENTRY_SCHEMA))
-        if frame.height != manifest.totals.items:
+    read = list(_parquet_headers(headers))
+    counts = {request_id: frame.height for request_id, frame in by_request.items()}
+    _check_counts([(rid, m.totals.items) for rid, m in read], counts, headers, entries)
+    empty = pl.DataFrame(schema=ENTRY_SCHEMA)
+    for request_id, manifest in read:
+        manifest._entries = by_request.get(request_id, empty)
+    return [manifest for _, manifest in read]
+
+
+def _check_counts(
+    expected: Sequence[tuple[str, int]], counts: dict[str, int], headers: Path, entries: Path
+) -> None:
+    """Every header's ``totals.items`` matches its entries; every entry has a header.
+
+    Raises RecordError naming the header line, or the request id of entries
+    without a header.
+    """
+    seen: dict[str, int] = {}
+    for number, (request_id, items) in enumerate(expected, start=1):
+        if request_id in seen:
             raise RecordError(
-                f"request {request_id!r} has {frame.height} entries in {entries.name}, "
-                f"its header counts {manifest.totals.items}",
+                f"duplicate request id {request_id!r} (first on line {seen[request_id]})",
+                source=str(headers),
+                line=number,
+                field="request_id",
+            )
+        seen[request_id] = number
+        found = counts.get(request_id, 0)
+        if found != items:
+            raise RecordError(
+                f"request {request_id!r} has {found} entries in {entries.name}, "
+                f"its header counts {items}",
                 source=str(headers),
                 line=number,
                 field="totals.items",
             )
-        manifest._entries = frame
-        manifests.append(manifest)
-    if by_request:
+    orphans = [request_id for request_id in counts if request_id not in seen]
+    if orphans:
         raise RecordError(
-            f"entries of request {next(iter(by_request))!r} have no header in {headers.name}",
+            f"entries of request {orphans[0]!r} have no header in {headers.name}",
             source=str(entries),
             field="request_id",
         )
-    return manifests
 
 
 def _figures(manifest: PackManifest) -> dict[str, Any]:
@@ -638,6 +661,17 @@ class _Stored:
     source: str
     jsonl: Path | None = None
     """The JSONL file, validated line by line to name a bad line when the scan fails."""
+    headers: Path | None = None
+    """The headers file of the Parquet form, whose ``totals.items`` the entries must match."""
+    expected: tuple[tuple[str, int], ...] = ()
+    """``(request_id, totals.items)`` per header line of the Parquet form."""
+
+    def check_counts(self) -> None:
+        """Check the Parquet form's entries per request against its headers (one column read)."""
+        if self.headers is None:
+            return
+        counts = self.entries.group_by("request_id").agg(pl.len()).collect(engine="streaming")
+        _check_counts(self.expected, dict(counts.iter_rows()), self.headers, Path(self.source))
 
     def error(self, message: str) -> RecordError:
         """The first bad line's error for JSONL; else ``message`` about the source."""
@@ -658,8 +692,14 @@ def _stored(path: Path) -> _Stored:
     form, entries, headers = _form(path)
     if form == "parquet":
         assert headers is not None
-        figures = [_figures(m) for _, m in _parquet_headers(headers)]
-        return _Stored(figures, _scan_parquet(entries), str(entries))
+        read = list(_parquet_headers(headers))
+        return _Stored(
+            [_figures(m) for _, m in read],
+            _scan_parquet(entries),
+            str(entries),
+            headers=headers,
+            expected=tuple((request_id, m.totals.items) for request_id, m in read),
+        )
     if form == "document":
         return _in_memory(_read_document(entries))
     source = str(entries)
@@ -770,6 +810,7 @@ def summarize_manifests(
     else:
         stored = _in_memory(manifests)
     groups = _collect_groups(stored, by_id=items is not None)
+    stored.check_counts()
     figures = stored.figures
     redactions: dict[str, int] = {}
     outcomes: dict[str, int] = {}
