@@ -2,7 +2,9 @@
 
 from cognoxium.packing.manifests import (
     NO_SOURCE,
+    ManifestWriter,
     read_manifests,
+    scan_manifests,
     summarize_manifests,
 )
 from cognoxium.packing.packer import (
@@ -25,11 +27,13 @@ __all__ = [
     "Decision",
     "ManifestEntry",
     "ManifestTotals",
+    "ManifestWriter",
     "MergeRecord",
     "PackManifest",
     "PolicyOutcome",
     "Reason",
     "pack",
     "read_manifests",
+    "scan_manifests",
     "summarize_manifests",
 ]
