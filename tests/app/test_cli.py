@@ -772,3 +772,32 @@ def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> Non
         result = ranked.pack(request["budget"], profile="cl100k_base", as_of=when,
                              label=request["id"])  # fmt: skip
         assert result.manifest.to_json() == line, request["id"]
+
+
+def test_manifests_option_names_the_files_written(tmp_path: Path) -> None:
+    args = [str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--as-of", AS_OF]
+    args += ["--rank", "bm25", "--json"]
+    written = {}
+    for form in ("parquet", "jsonl"):
+        out = tmp_path / form
+        code, stdout, stderr = pack(*args, "--out", str(out), "--manifests", form)
+        assert code == EXIT_OK, stderr
+        written[form] = json.loads(stdout)["files"]
+        assert sorted(Path(p).name for p in written[form].values()) == sorted(
+            p.name for p in out.iterdir()
+        )
+    assert Path(written["parquet"]["manifests"]).name == "manifests.parquet"
+    assert Path(written["parquet"]["manifest_headers"]).name == "manifest_headers.jsonl"
+    assert Path(written["jsonl"]["manifests"]).name == "manifests.jsonl"
+    code, _, stderr = pack(*args, "--out", str(tmp_path / "x"), "--manifests", "csv")
+    assert code == EXIT_USAGE
+    assert "csv" in stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_inspect_of_a_directory_without_manifests_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(tmp_path)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(
+        f"error: {tmp_path}: holds neither manifests.parquet nor manifests.jsonl"
+    )
