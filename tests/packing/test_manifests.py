@@ -215,7 +215,23 @@ def test_a_parquet_file_of_other_columns_is_refused(tmp_path: Path) -> None:
         scan_manifests(tmp_path)
 
 
-def test_a_bad_jsonl_value_is_named_by_line_and_field(tmp_path: Path) -> None:
+def test_jsonl_is_summarised_in_chunks_of_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifests = packed()
+    jsonl = write(tmp_path / "j", "jsonl", manifests) / MANIFESTS_JSONL
+    items = frame().collect()
+    whole = summarize_manifests(jsonl, items=items)
+    monkeypatch.setattr(manifests_module, "_CHUNK_BYTES", 1)  # one line per chunk
+    assert summarize_manifests(jsonl, items=items) == whole
+    assert whole == summarize_manifests(manifests, items=items)
+
+
+@pytest.mark.parametrize("chunk", [32 * 1024 * 1024, 1])
+def test_a_bad_jsonl_value_is_named_by_line_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(manifests_module, "_CHUNK_BYTES", chunk)
     lines = [m.to_json() for m in packed()]
     bad = json.loads(lines[1])
     bad["entries"][1]["id"] = None  # shaped right, so only the scan sees it

@@ -21,8 +21,9 @@ of two forms (:data:`MANIFEST_FORMS`), written by :class:`ManifestWriter`:
 columns are read as the query needs them); :func:`read_manifests` rebuilds
 the :class:`~cognoxium.packing.packer.PackManifest` objects;
 :func:`summarize_manifests` counts what ``cognoxium inspect`` shows (budget
-use, decisions, reasons, tokens per role, tier and source) with one streaming
-aggregation, so its memory does not grow with the number of entries.
+use, decisions, reasons, tokens per role, tier and source) in one pass over
+the files, with Polars aggregations over bounded pieces of the entries, so its
+memory does not grow with the number of entries.
 
 Examples
 --------
@@ -56,7 +57,6 @@ import os
 import types
 import typing
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -324,8 +324,8 @@ def _checked_header(data: Any, source: str, line: int | None) -> PackManifest:
         raise RecordError(first["msg"], source=source, line=line, field=field) from None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, Any]]:
-    r"""``(line number, JSON value)`` of each non-blank line, one line in memory at a time.
+def _raw_lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
+    r"""``(line number, bytes, JSON value)`` of each non-blank line, one line at a time.
 
     Lines end at ``\n`` only: JSON text may hold U+2028 and other line breaks.
     """
@@ -341,11 +341,17 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
             if not text.strip():
                 continue
             try:
-                yield number, json.loads(text)
+                yield number, raw, json.loads(text)
             except json.JSONDecodeError as exc:
                 raise RecordError(
                     f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
                 ) from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, JSON value)`` of each non-blank line (see :func:`_raw_lines`)."""
+    for number, _, data in _raw_lines(path):
+        yield number, data
 
 
 def _is_document(path: Path) -> bool:
@@ -463,15 +469,22 @@ def _scan_parquet(path: Path) -> pl.LazyFrame:
     return scan
 
 
-def _scan_jsonl(path: Path) -> pl.LazyFrame:
-    """The entries of a manifests JSONL file; ``request_id`` is each manifest's label."""
-    schema = {"label": pl.String(), "entries": pl.List(pl.Struct(dict(ENTRY_SCHEMA.items())))}
+_JSONL = {"label": pl.String(), "entries": pl.List(pl.Struct(dict(ENTRY_SCHEMA.items())))}
+"""What a scan of manifests JSONL reads of each line; the other fields are not parsed."""
+
+
+def _exploded(scan: pl.LazyFrame) -> pl.LazyFrame:
+    """A scan of manifests JSONL as one row per entry; ``request_id`` is the label."""
     return (
-        pl.scan_ndjson(path, schema=schema, infer_schema_length=None)
-        .select(pl.col("label").alias("request_id"), "entries")
+        scan.select(pl.col("label").alias("request_id"), "entries")
         .explode("entries")
         .unnest("entries")
     )
+
+
+def _scan_jsonl(path: Path) -> pl.LazyFrame:
+    """The entries of a manifests JSONL file; ``request_id`` is each manifest's label."""
+    return _exploded(pl.scan_ndjson(path, schema=_JSONL, infer_schema_length=None))
 
 
 def _frames(manifests: Iterable[tuple[str | None, PackManifest]]) -> pl.LazyFrame:
@@ -652,68 +665,15 @@ def _figures(manifest: PackManifest) -> dict[str, Any]:
     }
 
 
-@dataclass(slots=True)
-class _Stored:
-    """Manifests to summarise: their header figures, their entries (lazy), where they are."""
-
-    figures: list[dict[str, Any]]
-    entries: pl.LazyFrame
-    source: str
-    jsonl: Path | None = None
-    """The JSONL file, validated line by line to name a bad line when the scan fails."""
-    headers: Path | None = None
-    """The headers file of the Parquet form, whose ``totals.items`` the entries must match."""
-    expected: tuple[tuple[str, int], ...] = ()
-    """``(request_id, totals.items)`` per header line of the Parquet form."""
-
-    def check_counts(self) -> None:
-        """Check the Parquet form's entries per request against its headers (one column read)."""
-        if self.headers is None:
-            return
-        counts = self.entries.group_by("request_id").agg(pl.len()).collect(engine="streaming")
-        _check_counts(self.expected, dict(counts.iter_rows()), self.headers, Path(self.source))
-
-    def error(self, message: str) -> RecordError:
-        """The first bad line's error for JSONL; else ``message`` about the source."""
-        if self.jsonl is not None:
-            for number, data in _lines(self.jsonl):
-                _manifest(data, self.source, number)
-        return RecordError(message, source=self.source)
-
-
-def _in_memory(manifests: Sequence[PackManifest]) -> _Stored:
-    return _Stored(
-        [_figures(m) for m in manifests], _frames((m.label, m) for m in manifests), "manifests"
-    )
-
-
-def _stored(path: Path) -> _Stored:
-    """Header figures read now, entries scanned later, of any form :func:`scan_manifests` reads."""
-    form, entries, headers = _form(path)
-    if form == "parquet":
-        assert headers is not None
-        read = list(_parquet_headers(headers))
-        return _Stored(
-            [_figures(m) for _, m in read],
-            _scan_parquet(entries),
-            str(entries),
-            headers=headers,
-            expected=tuple((request_id, m.totals.items) for request_id, m in read),
-        )
-    if form == "document":
-        return _in_memory(_read_document(entries))
-    source = str(entries)
-    figures = [_figures(_checked_header(data, source, number)) for number, data in _lines(entries)]
-    scan = _scan_jsonl(entries) if figures else pl.LazyFrame(schema=PARQUET_SCHEMA)
-    return _Stored(figures, scan, source, jsonl=entries)
+_CHUNK_BYTES = 32 * 1024 * 1024
+"""Lines of a JSONL file handed to Polars at once by a summary (whole lines, about 32 MB)."""
 
 
 def _grouped(entries: pl.LazyFrame, *, by_id: bool) -> pl.LazyFrame:
     """Entries, tokens and entries lacking a required value per role, tier, decision, reason.
 
     The result has a few rows per combination (per item id too with
-    ``by_id``), whatever the number of entries: the one streaming pass of a
-    summary.
+    ``by_id``), whatever the number of entries.
     """
     keys = ["role", "tier", "decision", "reason", *(["id"] if by_id else [])]
     return entries.group_by(*keys, pl.col("tokens").is_not_null().alias("counted")).agg(
@@ -723,17 +683,95 @@ def _grouped(entries: pl.LazyFrame, *, by_id: bool) -> pl.LazyFrame:
     )
 
 
-def _collect_groups(stored: _Stored, *, by_id: bool) -> pl.DataFrame:
+def _entry_groups(entries: pl.LazyFrame, *, by_id: bool, source: str) -> pl.DataFrame:
+    """:func:`_grouped`, collected by the streaming engine; a bad value is a RecordError."""
     try:
-        groups = _grouped(stored.entries, by_id=by_id).collect(engine="streaming")
+        groups = _grouped(entries, by_id=by_id).collect(engine="streaming")
     except pl.exceptions.PolarsError as exc:
-        raise stored.error(f"invalid entries: {exc}") from None
+        raise RecordError(f"invalid entries: {exc}", source=source) from None
     invalid = int(groups.get_column("invalid").sum())
     if invalid:
-        raise stored.error(
-            f"{invalid} entries lack a value in one of the required columns {list(_NOT_NULL)}"
+        raise RecordError(
+            f"{invalid} entries lack a value in one of the required columns {list(_NOT_NULL)}",
+            source=source,
         )
     return groups
+
+
+def _merged(parts: list[pl.DataFrame], *, by_id: bool) -> pl.DataFrame:
+    """Partial :func:`_entry_groups` of chunks of entries, summed into one."""
+    if not parts:
+        return _entry_groups(pl.LazyFrame(schema=PARQUET_SCHEMA), by_id=by_id, source="")
+    keys = ["role", "tier", "decision", "reason", *(["id"] if by_id else []), "counted"]
+    return pl.concat(parts).group_by(keys).agg(pl.col("items", "tokens", "invalid").sum())
+
+
+def _jsonl_pass(path: Path, *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of a manifests JSONL file, in one pass.
+
+    Each line's header is validated as it is read; the entries are
+    aggregated by Polars per chunk of whole lines (about 32 MB), so memory
+    holds one chunk, whatever the size of the file. A chunk whose values
+    Polars refuses is validated line by line, to name the line and the field.
+    """
+    source = str(path)
+    figures: list[dict[str, Any]] = []
+    parts: list[pl.DataFrame] = []
+    chunk: list[tuple[int, bytes]] = []
+    size = 0
+
+    def flush() -> None:
+        text = b"".join(raw for _, raw in chunk)
+        try:
+            parts.append(
+                _entry_groups(
+                    _exploded(pl.scan_ndjson(text, schema=_JSONL)), by_id=by_id, source=source
+                )
+            )
+        except RecordError:
+            for number, raw in chunk:
+                _manifest(json.loads(raw), source, number)
+            raise
+
+    for number, raw, data in _raw_lines(path):
+        figures.append(_figures(_checked_header(data, source, number)))
+        chunk.append((number, raw if raw.endswith(b"\n") else raw + b"\n"))
+        size += len(raw)
+        if size >= _CHUNK_BYTES:
+            flush()
+            chunk, size = [], 0
+    if chunk:
+        flush()
+    return figures, _merged(parts, by_id=by_id)
+
+
+def _parquet_pass(
+    entries: Path, headers: Path, *, by_id: bool
+) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of the Parquet form; entries per request checked."""
+    read = list(_parquet_headers(headers))
+    scan = _scan_parquet(entries)
+    groups = _entry_groups(scan, by_id=by_id, source=str(entries))
+    counts = scan.group_by("request_id").agg(pl.len()).collect(engine="streaming")
+    expected = [(request_id, m.totals.items) for request_id, m in read]
+    _check_counts(expected, dict(counts.iter_rows()), headers, entries)
+    return [_figures(m) for _, m in read], groups
+
+
+def _summary_parts(
+    manifests: Sequence[PackManifest] | str | os.PathLike[str], *, by_id: bool
+) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of manifests in memory or stored in any form."""
+    if isinstance(manifests, str | os.PathLike):
+        form, entries, headers = _form(manifests)
+        if form == "parquet":
+            assert headers is not None
+            return _parquet_pass(entries, headers, by_id=by_id)
+        if form == "jsonl":
+            return _jsonl_pass(entries, by_id=by_id)
+        manifests = _read_document(entries)
+    frames = _frames((m.label, m) for m in manifests)
+    return [_figures(m) for m in manifests], _entry_groups(frames, by_id=by_id, source="manifests")
 
 
 def summarize_manifests(
@@ -743,10 +781,13 @@ def summarize_manifests(
 ) -> dict[str, Any]:
     """Count budget use, decisions, reasons and tokens over many manifests.
 
-    Stored manifests are read in one streaming pass over their entries
-    (:func:`scan_manifests`, Polars' streaming engine), plus one pass over
-    their headers (for JSONL, over each line in turn), so memory does not
-    grow with the number of entries.
+    Stored manifests are read in one pass, so memory does not grow with the
+    number of entries: for Parquet, the headers file, then one aggregation
+    of the entries by Polars' streaming engine (a ``group_by`` over role,
+    tier, decision and reason, and a count per request to check the
+    headers); for JSONL, one line at a time, each header validated as it is
+    read and the entries aggregated by Polars per chunk of whole lines
+    (about 32 MB), the chunks' groups then summed.
 
     Parameters
     ----------
@@ -805,13 +846,7 @@ def summarize_manifests(
         missing = [c for c in ("id", "sources") if c not in items.columns]
         if missing:
             raise RecordError(f"the items lack the columns {missing}", field=missing[0])
-    if isinstance(manifests, str | os.PathLike):
-        stored = _stored(Path(manifests))
-    else:
-        stored = _in_memory(manifests)
-    groups = _collect_groups(stored, by_id=items is not None)
-    stored.check_counts()
-    figures = stored.figures
+    figures, groups = _summary_parts(manifests, by_id=items is not None)
     redactions: dict[str, int] = {}
     outcomes: dict[str, int] = {}
     for figure in figures:
