@@ -506,6 +506,11 @@ def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
     empty = pl.read_parquet(tmp_path / "manifests.parquet")  # no rows, every column
     assert (empty.height, empty.schema) == (0, PARQUET_SCHEMA)
     assert read_manifests(tmp_path) == []
+    # Requests whose scopes are empty: headers, and no rows.
+    nothing = [Request(id=f"none{i}", budget=10, where="id = 'nothing'") for i in range(2)]
+    run_batch(store(), nothing, out_dir=tmp_path / "none", as_of=AS_OF)
+    assert [m.totals.items for m in read_manifests(tmp_path / "none")] == [0, 0]
+    assert pl.read_parquet(tmp_path / "none" / "manifests.parquet").height == 0
     run_batch(store(), [], out_dir=tmp_path / "j", as_of=AS_OF, manifests="jsonl")
     assert (tmp_path / "j" / "manifests.jsonl").read_text() == ""
     with pytest.raises(PlanError, match="unknown manifest form 'csv'"):

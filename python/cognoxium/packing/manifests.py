@@ -195,7 +195,8 @@ class ManifestWriter:
         if self._parquet is None or not self._pending:
             return
         table = pl.concat(self._pending, how="vertical").to_arrow()
-        self._parquet.write_table(table, row_group_size=table.num_rows)
+        if table.num_rows:  # requests with empty scopes add no rows
+            self._parquet.write_table(table, row_group_size=table.num_rows)
         self._pending, self._rows = [], 0
 
     def close(self) -> None:
