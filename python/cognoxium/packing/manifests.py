@@ -518,7 +518,9 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
         requests in file order, entries in input order. Parquet and JSONL
         are scanned (``pl.scan_parquet``, ``pl.scan_ndjson`` with an explicit
         schema), so filters and projections reach the reader; a JSON
-        document is read whole.
+        document is read whole. Polars maps a JSONL file into memory as it
+        scans it; :func:`summarize_manifests` reads JSONL in chunks of
+        lines instead, so its memory stays bounded.
 
     Raises
     ------
