@@ -13,6 +13,10 @@ item                        message
 any                         ``role``: :data:`~cognoxium._columns.CHAT_ROLES` of
                             the item role; ``content``: the packed text (text,
                             canonical JSON, ``"<title> <uri>"``)
+document, memory with       ``content``: one attribution line per source,
+``sources``                 ``"Source: <title> <uri>"`` (``"Source: <uri>"``
+                            without a title), in ``sources`` order, then the
+                            packed text (see :func:`attributed_expr`)
 system, developer, user,    ``name``: ``metadata.name`` when it is a string
 assistant, tool
 assistant with              ``tool_calls``: the Json payload's
@@ -45,9 +49,18 @@ from cognoxium.governance.policies import data_block_expr
 from cognoxium.items.schema import packed_text_expr
 from cognoxium.tokens.profiles import tool_call_texts
 
-__all__ = ["ChatColumns", "chat_columns", "chat_message", "check_tool_results"]
+__all__ = [
+    "ATTRIBUTED_ROLES",
+    "ChatColumns",
+    "attributed_expr",
+    "chat_columns",
+    "chat_message",
+    "check_tool_results",
+]
 
 _NAMED_ROLES = [role for role, chat in CHAT_ROLES.items() if role == chat]
+ATTRIBUTED_ROLES: tuple[str, ...] = ("document", "memory")
+"""The item roles whose messages name their sources: retrieved documents and memories."""
 _NO_CONTENT_KEY = "no-content"
 
 
@@ -73,6 +86,50 @@ def chat_message(
     if tool_call_id is not None:
         message["tool_call_id"] = tool_call_id
     return message
+
+
+def attributed_expr(content: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    r"""Prefix the content of documents and memories with their sources, for attribution.
+
+    A row of role ``document`` or ``memory`` with at least one source sends
+    one line per source, ``"Source: <title> <uri>"`` (``"Source: <uri>"``
+    when the source has no title), in ``sources`` order, then a newline and
+    its content; every other row sends ``content`` unchanged. The lines are
+    part of what is sent, so they are costed.
+
+    Parameters
+    ----------
+    content
+        The String expression of each row's content.
+
+    Returns
+    -------
+    (polars.Expr, polars.Expr)
+        The content as sent, and the source lines of each attributed row
+        (null on the others). Both read ``role``, ``sources`` and what
+        ``content`` reads.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import conform
+    >>> df = conform(pl.DataFrame({
+    ...     "role": ["document", "user"], "text": ["Refunds take 5 days.", "Hi"],
+    ...     "sources": [[{"uri": "https://x.org/faq", "title": "FAQ"}],
+    ...                 [{"uri": "chat://1"}]]}))
+    >>> print(df.select(attributed_expr(pl.col("text"))[0]).to_series().to_list())
+    ['Source: FAQ https://x.org/faq\nRefunds take 5 days.', 'Hi']
+    """
+    sources = pl.col("sources")
+    title, uri = pl.element().struct.field("title"), pl.element().struct.field("uri")
+    line = pl.concat_str(
+        [pl.lit("Source: "), pl.concat_str([title, pl.lit(" ")]), uri], ignore_nulls=True
+    )
+    attributed = pl.col("role").cast(pl.String).is_in(ATTRIBUTED_ROLES) & (
+        sources.list.len().fill_null(0) > 0
+    )
+    lines = pl.when(attributed).then(sources.list.eval(line).list.join("\n"))
+    sent = pl.when(attributed).then(pl.concat_str([lines, pl.lit("\n"), content]))
+    return sent.otherwise(content), lines
 
 
 @dataclass(frozen=True)
@@ -151,6 +208,10 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
     )
     maybe = maybe | (role == "tool")
+    if "sources" in df.columns:
+        content, lines = attributed_expr(content)
+        # The cache key of an attributed text: its content hash and its source lines.
+        key = pl.when(lines.is_null()).then(key).otherwise(pl.concat_str([key, pl.lit("|"), lines]))
     rendered = pl.lit(False)
     if action is not None:
         act = pl.lit(action)
