@@ -226,10 +226,34 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
         ([{"role": "system", "content": None}], 0, "content", "needs content"),
         ([{"role": "assistant"}], 0, "content", "content or tool_calls"),
         (
-            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
             0,
             "content[0].type",
-            "only text parts",
+            "images in user messages only",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
+            0,
+            "content[0].type",
+            "only text and image_url parts",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ""}}]}],
+            0,
+            "content[0].image_url.url",
+            "non-empty string",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "u", "detail": "max"}}],
+                },
+            ],
+            1,
+            "content[0].image_url.detail",
+            "must be one of",
         ),
         ([{"role": "user", "content": [{"type": "text"}]}], 0, "content[0].text", "string"),
         ([{"role": "user", "content": "x", "tool_call_id": "c"}], 0, "tool_call_id", "a user"),

@@ -8,11 +8,12 @@ pack position not computed.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA, frame_to_items
+from cognoxium.packing._renderers import Renderer, anthropic_request, text_transcript
 
 __all__ = [
     "ENTRY_SCHEMA",
@@ -38,6 +40,8 @@ __all__ = [
     "Reason",
     "entries_frame",
 ]
+
+RequestT = TypeVar("RequestT")
 
 MANIFEST_FORMAT = "cognoxium.pack_manifest/1"
 
@@ -289,6 +293,71 @@ class ContextPack:
     def items(self) -> list[ContextItem]:
         """The selected items as validated :class:`~cognoxium.items.model.ContextItem` objects."""
         return frame_to_items(self.frame)
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """The OpenAI Chat Completions messages of the pack: a copy of :attr:`messages`.
+
+        Returns
+        -------
+        list of dict
+            One message per selected item, in pack order; what the pack costs
+            (see :mod:`cognoxium.packing._messages`), ready for
+            ``client.chat.completions.create(messages=...)``.
+        """
+        return copy.deepcopy(self.messages)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The pack as an Anthropic Messages request, ``{"system", "messages"}``.
+
+        System and developer messages go to ``system``; tool calls become
+        ``tool_use`` blocks and tool results ``tool_result`` blocks inside a
+        ``user`` message; consecutive messages of one role are merged so that
+        ``user`` and ``assistant`` alternate. See
+        :mod:`cognoxium.packing._renderers` for every rule.
+
+        Returns
+        -------
+        dict
+            ``{"system": str, "messages": [...]}`` (no ``system`` key when the
+            pack has no system or developer message), ready for
+            ``client.messages.create(model=..., max_tokens=..., **request)``.
+
+        Raises
+        ------
+        PackError
+            If the first non-system message is an assistant message (the API
+            requires a user message first); it names the item.
+        RecordError
+            If a tool call's arguments are not a JSON object.
+        """
+        return anthropic_request(self.messages, self.ids)
+
+    def to_text(self) -> str:
+        """The pack as a plain transcript (format in :mod:`cognoxium.packing._renderers`).
+
+        Returns
+        -------
+        str
+            One block per message (``"<role>:"`` or ``"<role> (<name>):"``,
+            the content, ``"-> call <id>: <name>(<arguments>)"`` lines),
+            separated by blank lines.
+        """
+        return text_transcript(self.messages)
+
+    def render(self, renderer: Renderer[RequestT]) -> RequestT:
+        """Render the pack with ``renderer`` (any object with ``render(pack)``).
+
+        Parameters
+        ----------
+        renderer
+            A :class:`~cognoxium.packing._renderers.Renderer`.
+
+        Returns
+        -------
+        object
+            What ``renderer.render(self)`` returns.
+        """
+        return renderer.render(self)
 
     def __len__(self) -> int:
         return self.frame.height
