@@ -206,6 +206,39 @@ def test_sdk_response_keys_with_empty_values_are_accepted() -> None:
     ]
 
 
+def test_image_parts_become_grouped_reference_items_and_pack_together() -> None:
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "https://example.org/a.png", "detail": "high"},
+    }
+    data = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "name": "ada",
+            "content": [{"type": "text", "text": "Compare"}, image, data],
+        },
+        {"role": "user", "content": [image]},
+    ]
+    items = openai_messages_to_items(messages, conversation_id="c")
+    assert [(i.id, i.payload.kind, i.group_id, i.metadata) for i in items] == [
+        ("c:0", "text", None, {}),
+        ("c:1.0", "text", "c:parts:1", {"name": "ada"}),
+        ("c:1.1", "reference", "c:parts:1", {"detail": "high", "name": "ada"}),
+        ("c:1.2", "reference", "c:parts:1", {"name": "ada"}),
+        ("c:2.0", "reference", "c:parts:2", {"detail": "high"}),
+    ]
+    assert items[3].payload.model_dump()["uri"] == "data:image/png;base64,iVBORw0KGgo="
+    assert {i.created_at for i in items[1:4]} == {CHAT_EPOCH + timedelta(microseconds=1)}
+    frame = items_to_frame(items)
+    full = pack(frame, 10_000, as_of=AS_OF)
+    # The message's text and images form one unit, the costliest: one token short, it goes whole.
+    short = pack(frame, full.used_tokens - 1, as_of=AS_OF)
+    assert short.ids == ["c:0", "c:2.0"]
+    assert short.manifest.totals.by_reason == {"group_over_budget": 3, "selected": 2}
+
+
 def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "assistant", "content": "", "tool_calls": [call("c", "f", {})]}

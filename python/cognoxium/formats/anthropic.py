@@ -391,7 +391,8 @@ def to_anthropic_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     Returns
     -------
     dict
-        The request, by the rules of :mod:`cognoxium.packing._renderers`
+        The request, by the rules of
+        :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
         (system apart, ``tool_use`` and ``tool_result`` blocks, consecutive
         same-role messages merged); no ``system`` key without a system or
         developer item.

@@ -257,6 +257,15 @@ def entries_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 class ContextPack:
     """The items selected for one model call, in input order.
 
+    Render it as the request of a model API with :meth:`to_openai` (what
+    :attr:`messages` holds and what the pack costs), :meth:`to_anthropic`,
+    :meth:`to_text`, or :meth:`render` and a
+    :class:`~cognoxium.packing.Renderer` of your own. In every rendering,
+    retrieved documents and memories with ``sources`` start with one line per
+    source, ``"Source: <title> <uri>"`` (``"Source: <uri>"`` without a title),
+    so the model can attribute them; those lines are sent, so they are
+    costed.
+
     Attributes
     ----------
     frame
@@ -301,19 +310,43 @@ class ContextPack:
         -------
         list of dict
             One message per selected item, in pack order; what the pack costs
-            (see :mod:`cognoxium.packing._messages`), ready for
+            (its chat message, see :attr:`messages`), ready for
             ``client.chat.completions.create(messages=...)``.
         """
         return copy.deepcopy(self.messages)
 
     def to_anthropic(self) -> dict[str, Any]:
-        """The pack as an Anthropic Messages request, ``{"system", "messages"}``.
+        r"""The pack as an Anthropic Messages request, ``{"system", "messages"}``.
 
-        System and developer messages go to ``system``; tool calls become
-        ``tool_use`` blocks and tool results ``tool_result`` blocks inside a
-        ``user`` message; consecutive messages of one role are merged so that
-        ``user`` and ``assistant`` alternate. See
-        :mod:`cognoxium.packing._renderers` for every rule.
+        It is made from :attr:`messages` (what the pack costs), so attribution
+        lines, names and policy renderings are the same as in every format:
+
+        - ``system`` and ``developer`` messages, wherever they are, are
+          joined in order with a blank line (``"\n\n"``) into ``system``;
+          the key is left out when there are none.
+        - ``user`` messages (documents and memories included) become ``user``
+          messages of ``text`` blocks; ``image_url`` parts become ``image``
+          blocks (a ``data:<media type>;base64,<data>`` URL as a ``base64``
+          source, any other URL as a ``url`` source).
+        - ``assistant`` messages become ``assistant`` messages: a ``text``
+          block for their text, then one ``tool_use`` block per tool call
+          (``id``, function ``name``, and ``input``, the arguments parsed as
+          JSON).
+        - ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
+          ``content``) inside a ``user`` message.
+        - A message's ``name`` (the format has none) starts its first text
+          block as ``"<name>: "``.
+        - Empty text is not sent (the API rejects empty text blocks).
+        - Consecutive messages of the same role are merged into one message,
+          their blocks in order, so ``user`` and ``assistant`` alternate as
+          the API requires; a tool call and its results thus become an
+          ``assistant`` message of ``tool_use`` blocks followed by one
+          ``user`` message of ``tool_result`` blocks.
+        - The API requires the first message to be a ``user`` message: when
+          the pack's first non-system message is an assistant message,
+          nothing is invented in front of it; ``PackError`` is raised naming
+          that item (keep the user turn before it, for example by making it
+          required or giving the turn one ``group_id``).
 
         Returns
         -------
@@ -333,14 +366,39 @@ class ContextPack:
         return anthropic_request(self.messages, self.ids)
 
     def to_text(self) -> str:
-        """The pack as a plain transcript (format in :mod:`cognoxium.packing._renderers`).
+        """The pack as a plain transcript, one block per message.
+
+        Blocks are separated by a blank line, with no trailing newline. A
+        block is a header line, ``"<role>:"`` (``"<role> (<name>):"`` for a
+        named message, ``"tool [<tool_call_id>]:"`` for a tool result), then
+        the content as sent (attribution lines included), then one line per
+        tool call, ``"-> call <id>: <name>(<arguments>)"``. An image part is
+        the line ``"[image <url>]"`` (``"[image <media type>, base64]"`` for
+        a data URL).
 
         Returns
         -------
         str
-            One block per message (``"<role>:"`` or ``"<role> (<name>):"``,
-            the content, ``"-> call <id>: <name>(<arguments>)"`` lines),
-            separated by blank lines.
+            The transcript; ``""`` for an empty pack.
+
+        Examples
+        --------
+        >>> from cognoxium.formats.openai import from_openai_messages
+        >>> from datetime import UTC, datetime
+        >>> cf = from_openai_messages([
+        ...     {"role": "user", "name": "ada", "content": "Time?"},
+        ...     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1",
+        ...      "type": "function", "function": {"name": "clock", "arguments": "{}"}}]},
+        ...     {"role": "tool", "tool_call_id": "c1", "content": "14:05"}])
+        >>> print(cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC)).to_text())
+        user (ada):
+        Time?
+        <BLANKLINE>
+        assistant:
+        -> call c1: clock({})
+        <BLANKLINE>
+        tool [c1]:
+        14:05
         """
         return text_transcript(self.messages)
 
@@ -350,7 +408,7 @@ class ContextPack:
         Parameters
         ----------
         renderer
-            A :class:`~cognoxium.packing._renderers.Renderer`.
+            A :class:`~cognoxium.packing.Renderer`.
 
         Returns
         -------

@@ -1,4 +1,4 @@
-r"""A pack as a request: OpenAI Chat Completions, Anthropic Messages, a text transcript.
+"""A pack as a request: OpenAI Chat Completions, Anthropic Messages, a text transcript.
 
 Every renderer starts from the same per-item rendering, the OpenAI Chat
 Completions messages of :mod:`cognoxium.packing._messages` (what a pack costs
@@ -7,45 +7,11 @@ policy renderings are the same in every format. :class:`Renderer` is the
 protocol of a renderer: one method that takes the pack and returns the
 request; ``pack.render(renderer)`` calls it.
 
-Anthropic Messages (:func:`anthropic_request`)
-----------------------------------------------
-``{"system": str, "messages": [...]}``, ready for
-``client.messages.create(model=..., max_tokens=..., **request)``:
-
-- ``system`` and ``developer`` messages, wherever they are, are joined in
-  order with a blank line (``"\n\n"``) into ``system``; the key is left out
-  when there are none.
-- ``user`` messages (documents and memories included) become ``user``
-  messages of ``text`` blocks; ``image_url`` parts become ``image`` blocks
-  (a ``data:<media type>;base64,<data>`` URL as a ``base64`` source, any
-  other URL as a ``url`` source).
-- ``assistant`` messages become ``assistant`` messages: a ``text`` block for
-  their text, then one ``tool_use`` block per tool call (``id``, function
-  ``name``, and ``input``, the arguments parsed as JSON).
-- ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
-  ``content``) inside a ``user`` message.
-- A message's ``name`` (the format has none) starts its first text block as
-  ``"<name>: "``.
-- Empty text is not sent (the API rejects empty text blocks).
-- Consecutive messages of the same role are merged into one message, their
-  blocks in order, so ``user`` and ``assistant`` alternate as the API
-  requires; a tool call and its results thus become an ``assistant`` message
-  of ``tool_use`` blocks followed by one ``user`` message of ``tool_result``
-  blocks.
-- The API requires the first message to be a ``user`` message: when the
-  pack's first non-system message is an assistant message, nothing is
-  invented in front of it; :class:`~cognoxium.exceptions.PackError` is raised
-  naming that item (keep the user turn before it, for example by making it
-  required or giving the turn one ``group_id``).
-
-Text transcript (:func:`text_transcript`)
------------------------------------------
-One block per message, blocks separated by a blank line, no trailing newline.
-A block is a header line, ``"<role>:"`` (``"<role> (<name>):"`` for a named
-message, ``"tool [<tool_call_id>]:"`` for a tool result), then the content as
-sent, then one line per tool call, ``"-> call <id>: <name>(<arguments>)"``.
-An image part is the line ``"[image <url>]"`` (``"[image <media type>,
-base64]"`` for a data URL).
+The rules of each format are documented where users read them:
+:meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
+(:func:`anthropic_request`) and
+:meth:`ContextPack.to_text <cognoxium.packing.packer.ContextPack.to_text>`
+(:func:`text_transcript`).
 """
 
 from __future__ import annotations
@@ -158,7 +124,7 @@ def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[s
 def anthropic_request(
     messages: Sequence[dict[str, Any]], ids: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """Render OpenAI chat messages as an Anthropic Messages request (see the module's rules).
+    """Render OpenAI chat messages as an Anthropic request (rules: ``ContextPack.to_anthropic``).
 
     Parameters
     ----------
@@ -256,7 +222,7 @@ def _transcript_block(message: dict[str, Any]) -> str:
 
 
 def text_transcript(messages: Sequence[dict[str, Any]]) -> str:
-    """Render OpenAI chat messages as a plain transcript (see the module's format).
+    """Render OpenAI chat messages as a plain transcript (format: ``ContextPack.to_text``).
 
     Parameters
     ----------
