@@ -16,7 +16,7 @@ any                         ``role``: :data:`~cognoxium._columns.CHAT_ROLES` of
 document, memory with       ``content``: one attribution line per source,
 ``sources``                 ``"Source: <title> <uri>"`` (``"Source: <uri>"``
                             without a title), in ``sources`` order, then the
-                            packed text (see :func:`attributed_expr`)
+                            packed text (see :func:`source_lines`)
 system, developer, user,    ``name``: ``metadata.name`` when it is a string
 assistant, tool
 assistant with              ``tool_calls``: the Json payload's
@@ -52,10 +52,10 @@ from cognoxium.tokens.profiles import tool_call_texts
 __all__ = [
     "ATTRIBUTED_ROLES",
     "ChatColumns",
-    "attributed_expr",
     "chat_columns",
     "chat_message",
     "check_tool_results",
+    "source_lines",
 ]
 
 _NAMED_ROLES = [role for role, chat in CHAT_ROLES.items() if role == chat]
@@ -88,48 +88,56 @@ def chat_message(
     return message
 
 
-def attributed_expr(content: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    r"""Prefix the content of documents and memories with their sources, for attribution.
+def source_lines(df: pl.DataFrame) -> pl.Series | None:
+    r"""The attribution lines of every document and memory with sources.
 
     A row of role ``document`` or ``memory`` with at least one source sends
     one line per source, ``"Source: <title> <uri>"`` (``"Source: <uri>"``
     when the source has no title), in ``sources`` order, then a newline and
-    its content; every other row sends ``content`` unchanged. The lines are
+    its content; every other row sends its content unchanged. The lines are
     part of what is sent, so they are costed.
 
     Parameters
     ----------
-    content
-        The String expression of each row's content.
+    df
+        The items, ``n`` rows (columns ``role`` and ``sources``).
 
     Returns
     -------
-    (polars.Expr, polars.Expr)
-        The content as sent, and the source lines of each attributed row
-        (null on the others). Both read ``role``, ``sources`` and what
-        ``content`` reads.
+    polars.Series or None
+        ``(n,)`` String: each row's lines joined by newlines, null for a row
+        that is not attributed; None when no row is (or ``df`` has no
+        ``sources`` column).
 
     Examples
     --------
     >>> from cognoxium.items.schema import conform
     >>> df = conform(pl.DataFrame({
-    ...     "role": ["document", "user"], "text": ["Refunds take 5 days.", "Hi"],
-    ...     "sources": [[{"uri": "https://x.org/faq", "title": "FAQ"}],
-    ...                 [{"uri": "chat://1"}]]}))
-    >>> print(df.select(attributed_expr(pl.col("text"))[0]).to_series().to_list())
-    ['Source: FAQ https://x.org/faq\nRefunds take 5 days.', 'Hi']
+    ...     "role": ["document", "user", "memory"], "text": ["Refunds take 5 days.", "Hi", "x"],
+    ...     "sources": [[{"uri": "https://x.org/faq", "title": "FAQ"}, {"uri": "kb://7"}],
+    ...                 [{"uri": "chat://1"}], []]}))
+    >>> source_lines(df).to_list()
+    ['Source: FAQ https://x.org/faq\nSource: kb://7', None, None]
     """
-    sources = pl.col("sources")
-    title, uri = pl.element().struct.field("title"), pl.element().struct.field("uri")
-    line = pl.concat_str(
-        [pl.lit("Source: "), pl.concat_str([title, pl.lit(" ")]), uri], ignore_nulls=True
-    )
+    if "sources" not in df.columns:
+        return None
     attributed = pl.col("role").cast(pl.String).is_in(ATTRIBUTED_ROLES) & (
-        sources.list.len().fill_null(0) > 0
+        pl.col("sources").list.len() > 0
     )
-    lines = pl.when(attributed).then(sources.list.eval(line).list.join("\n"))
-    sent = pl.when(attributed).then(pl.concat_str([lines, pl.lit("\n"), content]))
-    return sent.otherwise(content), lines
+    rows = df.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "sources")
+    rows = rows.filter(df.select(attributed).to_series())
+    if rows.height == 0:
+        return None
+    flat = rows.explode("sources").select("row", pl.col("sources").struct.unnest())
+    line = pl.lit("Source: ") + (pl.col("title") + pl.lit(" ")).fill_null("") + pl.col("uri")
+    lines = (
+        flat.select("row", line.alias("line"))
+        .group_by("row", maintain_order=True)
+        .agg(pl.col("line"))
+        .select("row", pl.col("line").list.join("\n"))
+    )
+    empty = pl.repeat(None, df.height, dtype=pl.String, eager=True).alias("source_lines")
+    return empty.scatter(lines.get_column("row"), lines.get_column("line"))
 
 
 @dataclass(frozen=True)
@@ -208,10 +216,13 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
     )
     maybe = maybe | (role == "tool")
-    if "sources" in df.columns:
-        content, lines = attributed_expr(content)
+    lines = source_lines(df)
+    if lines is not None:
+        line = pl.lit(lines)
+        attributed = pl.concat_str([line, pl.lit("\n"), content])
+        content = pl.when(line.is_null()).then(content).otherwise(attributed)
         # The cache key of an attributed text: its content hash and its source lines.
-        key = pl.when(lines.is_null()).then(key).otherwise(pl.concat_str([key, pl.lit("|"), lines]))
+        key = pl.when(line.is_null()).then(key).otherwise(pl.concat_str([key, pl.lit("|"), line]))
     rendered = pl.lit(False)
     if action is not None:
         act = pl.lit(action)
