@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from cognoxium.exceptions import RecordError
+from cognoxium.exceptions import PackError, RecordError
 from cognoxium.formats.anthropic import (
     anthropic_messages_to_items,
     from_anthropic_messages,
@@ -106,6 +106,20 @@ def test_anthropic_round_trip_through_a_pack() -> None:
     assert to_anthropic_messages(result) == result.to_anthropic()
     assert to_anthropic_messages(cf) == result.to_anthropic()
     assert to_anthropic_messages(cf.collect()) == result.to_anthropic()
+
+
+def test_to_anthropic_messages_of_a_frame_opening_with_an_assistant_turn() -> None:
+    cf = from_anthropic_messages(ANTHROPIC[1:5], system="Be brief.", conversation_id="c")
+    with pytest.raises(PackError, match="item 'c:1' is an assistant message"):
+        to_anthropic_messages(cf)
+    request = to_anthropic_messages(cf, placeholder="(earlier turns omitted)")
+    assert request == {
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "(earlier turns omitted)"}]},
+            *ANTHROPIC[1:5],
+        ],
+    }
 
 
 def test_openai_round_trip_through_a_pack() -> None:

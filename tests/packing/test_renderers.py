@@ -204,7 +204,25 @@ def test_anthropic_roles_alternate_after_merging() -> None:
     assert "system" not in chat_pack(messages).to_anthropic()
 
 
-def test_anthropic_refuses_a_pack_that_starts_with_an_assistant_turn() -> None:
+def test_anthropic_leaves_out_a_message_with_nothing_to_send() -> None:
+    messages = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "two"},
+    ]
+    result = chat_pack(messages)
+    assert result.to_openai() == messages
+    assert result.to_anthropic() == {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
+            }
+        ]
+    }
+
+
+def test_anthropic_refuses_an_opening_assistant_turn_unless_given_a_placeholder() -> None:
     result = chat_pack(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     )
@@ -214,6 +232,14 @@ def test_anthropic_refuses_a_pack_that_starts_with_an_assistant_turn() -> None:
     )
     with pytest.raises(PackError, match=r"item 'c:1' is an assistant message at the start"):
         opening.to_anthropic()
+    assert opening.to_anthropic(placeholder="(earlier turns omitted)") == {
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "(earlier turns omitted)"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]},
+        ],
+    }
+    assert opening.used_tokens == CL100K.request_tokens(opening.messages)
 
 
 def test_anthropic_tool_arguments_must_be_a_json_object() -> None:

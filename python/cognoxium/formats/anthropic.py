@@ -378,7 +378,9 @@ def from_anthropic_messages(
     return CognitionFrame.from_items(items)
 
 
-def to_anthropic_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> dict[str, Any]:
+def to_anthropic_messages(
+    data: ContextPack | CognitionFrame | pl.DataFrame, *, placeholder: str | None = None
+) -> dict[str, Any]:
     """Render items as an Anthropic Messages request, ``{"system", "messages"}``.
 
     Parameters
@@ -387,6 +389,9 @@ def to_anthropic_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
         A :class:`~cognoxium.packing.packer.ContextPack` (then this is
         ``pack.to_anthropic()``), a :class:`CognitionFrame` (run first) or a
         Polars frame with the item columns.
+    placeholder
+        The text of a user message put first when the items would start with
+        an assistant turn; None raises instead.
 
     Returns
     -------
@@ -400,13 +405,14 @@ def to_anthropic_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     Raises
     ------
     PackError
-        If the first non-system message is an assistant message.
+        If the first non-system message is an assistant message and no
+        ``placeholder`` is given.
     RecordError, SchemaError
         As :func:`~cognoxium.formats.openai.to_openai_messages` raises them,
         and if a tool call's arguments are not a JSON object.
     """
     if isinstance(data, ContextPack):
-        return data.to_anthropic()
+        return data.to_anthropic(placeholder=placeholder)
     frame = data.collect() if isinstance(data, CognitionFrame) else data
     messages = to_openai_messages(frame)
-    return anthropic_request(messages, frame.get_column("id").to_list())
+    return anthropic_request(messages, frame.get_column("id").to_list(), placeholder=placeholder)

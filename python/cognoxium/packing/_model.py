@@ -315,7 +315,7 @@ class ContextPack:
         """
         return copy.deepcopy(self.messages)
 
-    def to_anthropic(self) -> dict[str, Any]:
+    def to_anthropic(self, *, placeholder: str | None = None) -> dict[str, Any]:
         r"""The pack as an Anthropic Messages request, ``{"system", "messages"}``.
 
         It is made from :attr:`messages` (what the pack costs), so attribution
@@ -336,17 +336,29 @@ class ContextPack:
           ``content``) inside a ``user`` message.
         - A message's ``name`` (the format has none) starts its first text
           block as ``"<name>: "``.
-        - Empty text is not sent (the API rejects empty text blocks).
+        - Empty text is not sent (the API rejects empty text blocks); a
+          message left with nothing to send is left out.
         - Consecutive messages of the same role are merged into one message,
           their blocks in order, so ``user`` and ``assistant`` alternate as
           the API requires; a tool call and its results thus become an
           ``assistant`` message of ``tool_use`` blocks followed by one
           ``user`` message of ``tool_result`` blocks.
-        - The API requires the first message to be a ``user`` message: when
-          the pack's first non-system message is an assistant message,
-          nothing is invented in front of it; ``PackError`` is raised naming
-          that item (keep the user turn before it, for example by making it
-          required or giving the turn one ``group_id``).
+        - The API requires the first message to be a ``user`` message. When
+          the pack's first non-system message is an assistant message (a
+          ranked pack of a chat log may drop the user turn before it),
+          nothing is invented unless asked: ``PackError`` is raised naming
+          that item. Keep the user turn in the pack (make it required, or
+          give the turn one ``group_id``), or pass ``placeholder``: a user
+          message of that text is then put first. The placeholder is not an
+          item of the pack, so it is not in the manifest nor in
+          ``used_tokens``.
+
+        Parameters
+        ----------
+        placeholder
+            The text of the user message put first when the pack would start
+            with an assistant turn (for example ``"(earlier turns omitted)"``);
+            None (the default) raises instead.
 
         Returns
         -------
@@ -359,11 +371,12 @@ class ContextPack:
         ------
         PackError
             If the first non-system message is an assistant message (the API
-            requires a user message first); it names the item.
+            requires a user message first) and no ``placeholder`` is given;
+            it names the item.
         RecordError
             If a tool call's arguments are not a JSON object.
         """
-        return anthropic_request(self.messages, self.ids)
+        return anthropic_request(self.messages, self.ids, placeholder=placeholder)
 
     def to_text(self) -> str:
         """The pack as a plain transcript, one block per message.

@@ -121,8 +121,24 @@ def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[s
     return role, blocks
 
 
+def _opening(placeholder: str | None, row: int, ids: Sequence[str] | None) -> dict[str, Any]:
+    """The user message put before an opening assistant turn, or PackError without one."""
+    if placeholder:
+        return {"role": "user", "content": [{"type": "text", "text": placeholder}]}
+    item = f"item {ids[row]!r}" if ids is not None else f"message {row}"
+    raise PackError(
+        f"{item} is an assistant message at the start of the conversation; the Anthropic "
+        "Messages API requires a user message first. Keep the user turn before it in the "
+        "pack (make it required, or give the turn one group_id), or give a placeholder "
+        "user text: to_anthropic(placeholder=...)"
+    )
+
+
 def anthropic_request(
-    messages: Sequence[dict[str, Any]], ids: Sequence[str] | None = None
+    messages: Sequence[dict[str, Any]],
+    ids: Sequence[str] | None = None,
+    *,
+    placeholder: str | None = None,
 ) -> dict[str, Any]:
     """Render OpenAI chat messages as an Anthropic request (rules: ``ContextPack.to_anthropic``).
 
@@ -134,6 +150,9 @@ def anthropic_request(
     ids
         The ``n`` item ids of the messages, named in errors; row indices when
         None.
+    placeholder
+        The text of a user message put first when the first non-system
+        message is an assistant message; None raises instead.
 
     Returns
     -------
@@ -144,7 +163,8 @@ def anthropic_request(
     Raises
     ------
     PackError
-        If the first non-system message is an assistant message.
+        If the first non-system message is an assistant message and no
+        ``placeholder`` is given.
     RecordError
         If a tool call's arguments are not a JSON object (``row`` the
         message's index, ``field`` ``tool_calls[j].function.arguments``).
@@ -175,13 +195,10 @@ def anthropic_request(
             system.append("\n".join(b["text"] for b in blocks if b["type"] == "text"))
             continue
         role, blocks = _anthropic_turn(message, row)
+        if not blocks:
+            continue
         if not turns and role == "assistant":
-            item = f"item {ids[row]!r}" if ids is not None else f"message {row}"
-            raise PackError(
-                f"{item} is an assistant message at the start of the conversation; the "
-                "Anthropic Messages API requires a user message first. Keep the user turn "
-                "before it in the pack (make it required, or give the turn one group_id)"
-            )
+            turns.append(_opening(placeholder, row, ids))
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
