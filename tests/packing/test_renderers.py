@@ -12,7 +12,7 @@ from cognoxium import ContextPack, Renderer
 from cognoxium.exceptions import PackError, RecordError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.governance.policies import BoundaryPolicy
-from cognoxium.items.model import ContextItem, Reference, Source, Text
+from cognoxium.items.model import ContextItem, Json, Reference, Source, Text
 from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from tests.packing.test_chat_costs import CL100K, cookbook_tokens
@@ -319,6 +319,69 @@ def test_to_text_of_a_tool_only_call_and_an_empty_pack() -> None:
     empty = from_openai_messages(messages).pack(0, as_of=AS_OF)
     assert empty.to_text() == ""
     assert empty.to_anthropic() == {"messages": []}
+
+
+def test_json_payloads_render_as_canonical_json_in_every_renderer() -> None:
+    """A tool result and a sourced document with JSON payloads: canonical JSON, the same bytes."""
+    call = {"id": "j1", "type": "function", "function": {"name": "lookup", "arguments": '{"k":1}'}}
+    items = [
+        item("q", "user", "Order status?"),
+        ContextItem(
+            id="call",
+            role="assistant",
+            payload=Json(value={"tool_calls": [call]}),
+            created_at=START,
+            group_id="g",
+            metadata={"tool_call_ids": ["j1"]},
+        ),
+        ContextItem(
+            id="result",
+            role="tool",
+            payload=Json(value={"status": "shipped", "eta": {"days": 2}}),
+            created_at=START,
+            group_id="g",
+            metadata={"tool_call_id": "j1"},
+        ),
+        ContextItem(
+            id="spec",
+            role="document",
+            payload=Json(value={"b": [1, 2], "a": "x"}),
+            created_at=START,
+            sources=(WIKI,),
+        ),
+    ]
+    result = pack(items_to_frame(items), 1000, as_of=AS_OF)
+    assert result.to_openai() == [
+        {"role": "user", "content": "Order status?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": '{"eta":{"days":2},"status":"shipped"}', "tool_call_id": "j1"},
+        {"role": "user", "content": 'Source: kb://wiki/42\n{"a":"x","b":[1,2]}'},
+    ]
+    assert result.used_tokens == cookbook_tokens(result.messages, CL100K.encoding)
+    assert result.to_anthropic()["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Order status?"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "j1", "name": "lookup", "input": {"k": 1}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "j1",
+                    "content": '{"eta":{"days":2},"status":"shipped"}',
+                },
+                {"type": "text", "text": 'Source: kb://wiki/42\n{"a":"x","b":[1,2]}'},
+            ],
+        },
+    ]
+    assert result.to_text() == (
+        "user:\nOrder status?\n\n"
+        'assistant:\n-> call j1: lookup({"k":1})\n\n'
+        'tool [j1]:\n{"eta":{"days":2},"status":"shipped"}\n\n'
+        'user:\nSource: kb://wiki/42\n{"a":"x","b":[1,2]}'
+    )
 
 
 # ---------------------------------------------------------------------------
