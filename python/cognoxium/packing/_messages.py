@@ -121,13 +121,12 @@ def source_lines(df: pl.DataFrame) -> pl.Series | None:
     """
     if "sources" not in df.columns:
         return None
-    attributed = pl.col("role").cast(pl.String).is_in(ATTRIBUTED_ROLES) & (
-        pl.col("sources").list.len() > 0
-    )
-    rows = df.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "sources")
-    rows = rows.filter(df.select(attributed).to_series())
-    if rows.height == 0:
+    # The role column is an Enum of the item roles: comparing it to strings needs no cast.
+    attributed = pl.col("role").is_in(ATTRIBUTED_ROLES) & (pl.col("sources").list.len() > 0)
+    mask = df.select(attributed).to_series()
+    if not mask.any():
         return None
+    rows = df.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "sources").filter(mask)
     flat = rows.explode("sources").select("row", pl.col("sources").struct.unnest())
     line = pl.lit("Source: ") + (pl.col("title") + pl.lit(" ")).fill_null("") + pl.col("uri")
     lines = (
