@@ -16,6 +16,7 @@ from cognoxium.packing.packer import (
     PackManifest,
     PolicyOutcome,
     Reason,
+    TruncationRecord,
     pack,
 )
 
@@ -31,6 +32,7 @@ __all__ = [
     "PolicyOutcome",
     "Reason",
     "Renderer",
+    "TruncationRecord",
     "pack",
     "read_manifests",
     "summarize_manifests",
