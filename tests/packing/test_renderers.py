@@ -13,7 +13,7 @@ from cognoxium.exceptions import PackError, RecordError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.model import ContextItem, Json, Reference, Source, Text
-from cognoxium.items.schema import items_to_frame
+from cognoxium.items.schema import items_to_frame, records_to_frame
 from cognoxium.packing.packer import pack
 from tests.packing.test_chat_costs import CL100K, cookbook_tokens
 
@@ -114,6 +114,29 @@ def test_a_reference_document_is_attributed_and_data_blocks_keep_the_source_insi
     assert content.startswith('<untrusted-data id="spec"')
     assert "Source: Refund FAQ https://help.example.org/refunds\nSpec" in content
     assert guarded.used_tokens == cookbook_tokens(guarded.messages, CL100K.encoding)
+
+
+def test_a_truncated_document_keeps_its_source_line_and_costs_what_it_sends() -> None:
+    words = "word " * 100  # 101 tokens
+    records = [
+        {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},  # 7
+        {
+            "id": "doc",
+            "role": "document",
+            "text": words,
+            "sources": [{"uri": "kb://wiki/42"}],
+            "metadata": {"truncate": {"side": "head", "min_tokens": 10}},
+        },
+    ]
+    df = records_to_frame([{"created_at": "2024-01-01T00:00:00Z", **r} for r in records])
+    result = pack(df, 50, as_of=AS_OF)
+    # 50 - 3 priming - 7 system - 4 framing - 8 for "Source: kb://wiki/42\n" = 28 tokens kept.
+    assert result.messages[1] == {
+        "role": "user",
+        "content": "Source: kb://wiki/42\n" + " ".join(["word"] * 28),
+    }
+    assert result.manifest.truncations[0].kept_tokens == 28
+    assert result.used_tokens == 50 == cookbook_tokens(result.messages, CL100K.encoding)
 
 
 def test_attribution_is_in_every_renderer() -> None:
