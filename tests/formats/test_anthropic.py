@@ -264,6 +264,7 @@ CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "k", "name":
         ([{"role": "system", "content": "x"}], None, 0, "role", "must be one of"),
         ([{"role": "user", "content": "x", "name": "ada"}], None, 0, "name", "not supported"),
         ([{"role": "user", "content": 5}], None, 0, "content", "string or a list"),
+        ([{"role": "user", "content": []}], None, 0, "content", "at least one block"),
         ([user({"type": "document", "source": {}})], None, 0, "content[0].type", "unsupported"),
         (
             [user({"type": "text", "text": "x", "citations": []})],

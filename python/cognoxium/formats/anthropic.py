@@ -336,6 +336,8 @@ def anthropic_messages_to_items(
     for index, message in enumerate(messages):
         role, blocks = _blocks(message, index, source)
         if role == "user":
+            if not blocks:
+                raise _fail(index, "content", "a user message needs at least one block", source)
             conversation.user(index, blocks)
         else:
             conversation.assistant(index, blocks)
