@@ -262,6 +262,7 @@ CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "k", "name":
     ("messages", "system", "row", "field", "words"),
     [
         ([{"role": "system", "content": "x"}], None, 0, "role", "must be one of"),
+        (["hello"], None, 0, None, "must be an object"),
         ([{"role": "user", "content": "x", "name": "ada"}], None, 0, "name", "not supported"),
         ([{"role": "user", "content": 5}], None, 0, "content", "string or a list"),
         ([{"role": "user", "content": []}], None, 0, "content", "at least one block"),
@@ -393,7 +394,7 @@ CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "k", "name":
     ],
 )
 def test_malformed_messages_name_the_index_and_field(
-    messages: list[Any], system: Any, row: int | None, field: str, words: str
+    messages: list[Any], system: Any, row: int | None, field: str | None, words: str
 ) -> None:
     with pytest.raises(RecordError, match=words) as info:
         anthropic_messages_to_items(messages, system=system, source="req.json")

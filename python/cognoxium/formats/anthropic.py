@@ -103,7 +103,7 @@ class _AnthropicWhere(_Where):
         return RecordError(message, source=self.source, row=origin.index, field=path)
 
 
-def _fail(index: int | None, field: str, message: str, source: str | None) -> RecordError:
+def _fail(index: int | None, field: str | None, message: str, source: str | None) -> RecordError:
     return RecordError(message, source=source, row=index, field=field)
 
 
@@ -255,7 +255,7 @@ class _Conversation:
 def _blocks(message: Any, index: int, source: str | None) -> tuple[str, list[Any]]:
     """Check a message's shape and role; return its role and checked ``(type, path, block)``s."""
     if not isinstance(message, Mapping):
-        raise _fail(index, "", f"a message must be an object, got {message!r}", source)
+        raise _fail(index, None, f"a message must be an object, got {message!r}", source)
     role = message.get("role")
     if role not in _ROLES:
         raise _fail(index, "role", f"must be one of {list(_ROLES)}, got {role!r}", source)
