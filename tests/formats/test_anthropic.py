@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cognoxium.exceptions import PackError, RecordError
 from cognoxium.formats.anthropic import (
@@ -20,6 +23,7 @@ from cognoxium.formats.openai import from_openai_messages, openai_messages_to_it
 from cognoxium.items.model import ContextItem, Source, Text
 from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
+from cognoxium.testing.strategies import chat_histories_strategy
 
 AS_OF = datetime(2024, 1, 1, tzinfo=UTC)
 PNG = "iVBORw0KGgo="
@@ -470,3 +474,29 @@ def test_to_anthropic_is_a_valid_request_for_the_sdk() -> None:
     bad = [user({"type": "tool_use", "id": "k", "name": "f", "input": [1]})]
     with pytest.raises(ValueError, match="validation error"):
         assert_sdk_accepts(bad)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chat_histories_strategy(), st.integers(0, 300))
+def test_every_pack_renders_a_well_formed_anthropic_request(
+    messages: list[dict[str, Any]], budget: int
+) -> None:
+    result = from_openai_messages(messages, conversation_id="c").pack(budget, as_of=AS_OF)
+    request = result.to_anthropic(placeholder="(earlier turns omitted)")
+    turns = request["messages"]
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
+    assert not turns or turns[0]["role"] == "user"
+    for before, turn in itertools.pairwise([{"role": "user", "content": []}, *turns]):
+        assert turn["content"]
+        assert all(b["text"] for b in turn["content"] if b["type"] == "text")
+        calls = {b["id"] for b in before["content"] if b["type"] == "tool_use"}
+        results = [b["tool_use_id"] for b in turn["content"] if b["type"] == "tool_result"]
+        assert set(results) <= calls
+    sent = [m for m in result.messages if m["role"] != "system"]
+    blocks = [b for turn in turns for b in turn["content"]]
+    placeholder = int(bool(turns) and sent[0]["role"] == "assistant")
+    calls = sum(len(m.get("tool_calls") or ()) for m in sent)
+    texts = sum(1 for m in sent if m["content"])  # every non-empty content is one text block
+    assert len(blocks) == placeholder + calls + texts
+    if importlib.util.find_spec("anthropic") is not None:
+        assert_sdk_accepts(turns)

@@ -385,7 +385,9 @@ class ContextPack:
           their blocks in order, so ``user`` and ``assistant`` alternate as
           the API requires; a tool call and its results thus become an
           ``assistant`` message of ``tool_use`` blocks followed by one
-          ``user`` message of ``tool_result`` blocks.
+          ``user`` message of ``tool_result`` blocks. (A call whose result
+          is not back yet is sent as it is; the API, like Chat Completions,
+          wants a result for every call: append it before sending.)
         - The API requires the first message to be a ``user`` message. When
           the pack's first non-system message is an assistant message (a
           ranked pack of a chat log may drop the user turn before it),
