@@ -666,7 +666,9 @@ def to_openai_messages(
         One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
         of the item role (documents and memories become ``user`` messages).
         ``content`` is the item's packed text (text, canonical JSON, or
-        ``"<title> <uri>"`` for a reference), except for an assistant item
+        ``"<title> <uri>"`` for a reference; a document or memory with
+        ``sources`` first names them, one ``"Source: <title> <uri>"`` line
+        per source), except for an assistant item
         whose Json payload is ``{"tool_calls": [...]}`` and whose metadata has
         ``tool_call_ids``: that becomes ``content`` None with those
         ``tool_calls``. An assistant item with text and

@@ -317,7 +317,8 @@ class ContextPack:
         OpenAI Chat Completions messages, one per selected item, as
         :func:`cognoxium.formats.openai.to_openai_messages` renders them
         (``role``, ``content``, and ``name``, ``tool_calls`` or
-        ``tool_call_id`` when the item has them).
+        ``tool_call_id`` when the item has them); :meth:`to_openai` returns
+        a copy.
     used_tokens
         Tokens used, framing and reply priming included.
     remaining_tokens
