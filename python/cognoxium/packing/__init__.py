@@ -3,7 +3,9 @@
 from cognoxium.packing._renderers import Renderer
 from cognoxium.packing.manifests import (
     NO_SOURCE,
+    ManifestWriter,
     read_manifests,
+    scan_manifests,
     summarize_manifests,
 )
 from cognoxium.packing.packer import (
@@ -27,6 +29,7 @@ __all__ = [
     "Decision",
     "ManifestEntry",
     "ManifestTotals",
+    "ManifestWriter",
     "MergeRecord",
     "PackManifest",
     "PolicyOutcome",
@@ -35,5 +38,6 @@ __all__ = [
     "TruncationRecord",
     "pack",
     "read_manifests",
+    "scan_manifests",
     "summarize_manifests",
 ]
