@@ -394,7 +394,8 @@ class ContextPack:
         - ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
           ``content``) inside a ``user`` message.
         - A message's ``name`` (the format has none) starts its first text
-          block as ``"<name>: "``.
+          block as ``"<name>: "``; a tool result's ``name`` is not sent (its
+          call's ``tool_use`` block names the function).
         - Empty text is not sent (the API rejects empty text blocks); a
           message left with nothing to send is left out.
         - Consecutive messages of the same role are merged into one message,
