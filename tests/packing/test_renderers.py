@@ -407,6 +407,21 @@ def test_json_payloads_render_as_canonical_json_in_every_renderer() -> None:
     )
 
 
+def test_a_named_tool_result_in_anthropic_and_text() -> None:
+    messages = [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": None, "tool_calls": [TIME]},
+        {"role": "tool", "name": "clock", "tool_call_id": "c2", "content": "14:05"},
+    ]
+    result = chat_pack(messages)
+    assert result.to_openai() == messages
+    assert result.to_anthropic()["messages"][2] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "c2", "content": "14:05"}],
+    }
+    assert result.to_text().endswith("tool [c2] (clock):\n14:05")
+
+
 # ---------------------------------------------------------------------------
 # The protocol
 

@@ -445,7 +445,8 @@ class ContextPack:
 
         Blocks are separated by a blank line, with no trailing newline. A
         block is a header line, ``"<role>:"`` (``"<role> (<name>):"`` for a
-        named message, ``"tool [<tool_call_id>]:"`` for a tool result), then
+        named message, ``"tool [<tool_call_id>]:"`` or ``"tool
+        [<tool_call_id>] (<name>):"`` for a tool result), then
         the content as sent (attribution lines included), then one line per
         tool call, ``"-> call <id>: <name>(<arguments>)"``. An image part is
         the line ``"[image <url>]"`` (``"[image <media type>, base64]"`` for

@@ -221,13 +221,12 @@ def _text_part(part: dict[str, Any]) -> str:
 def _transcript_block(message: dict[str, Any]) -> str:
     """One message of the transcript: header, content, tool calls."""
     role, content = message["role"], message.get("content")
+    header = role
     if role == "tool" and "tool_call_id" in message:
-        header = f"tool [{message['tool_call_id']}]:"
-    elif message.get("name") is not None:
-        header = f"{role} ({message['name']}):"
-    else:
-        header = f"{role}:"
-    lines = [header]
+        header += f" [{message['tool_call_id']}]"
+    if message.get("name") is not None:
+        header += f" ({message['name']})"
+    lines = [header + ":"]
     if isinstance(content, str):
         lines.append(content)
     elif content:
