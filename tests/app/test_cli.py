@@ -26,7 +26,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "9ee8e40d3c402457c26603f689fccf8e10b3856dcc8d457c32a23722dfdb5a45"
+SAMPLE_MANIFESTS = "ac93904862194fb97930927f4390784cd2ff39d63d0d7100a88f81c4de7355eb"
 """sha256 of the sample's manifests.jsonl (rank bm25, cl100k_base, as of AS_OF).
 
 Pinned with BM25, not the default rank: the default's MiniLM embeddings come

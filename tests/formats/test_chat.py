@@ -206,6 +206,51 @@ def test_sdk_response_keys_with_empty_values_are_accepted() -> None:
     ]
 
 
+def test_image_parts_become_grouped_reference_items_and_pack_together() -> None:
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "https://example.org/a.png", "detail": "high"},
+    }
+    data = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "name": "ada",
+            "content": [{"type": "text", "text": "Compare"}, image, data],
+        },
+        {"role": "user", "content": [image]},
+    ]
+    items = openai_messages_to_items(messages, conversation_id="c")
+    # An image URL's format is not known ("image/*"); a data URL names its own.
+    any_image = "image/*"
+    assert [(i.id, i.payload.kind, i.group_id, i.metadata) for i in items] == [
+        ("c:0", "text", None, {}),
+        ("c:1.0", "text", "c:parts:1", {"name": "ada"}),
+        (
+            "c:1.1",
+            "reference",
+            "c:parts:1",
+            {"detail": "high", "media_type": any_image, "name": "ada"},
+        ),
+        ("c:1.2", "reference", "c:parts:1", {"media_type": "image/png", "name": "ada"}),
+        ("c:2.0", "reference", "c:parts:2", {"detail": "high", "media_type": any_image}),
+    ]
+    assert items[3].payload.model_dump()["uri"] == "data:image/png;base64,iVBORw0KGgo="
+    assert {i.created_at for i in items[1:4]} == {CHAT_EPOCH + timedelta(microseconds=1)}
+    frame = items_to_frame(items)
+    full = pack(frame, 10_000, as_of=AS_OF)
+    # Every imported image is sent as an image_url part, whatever its URL looks like.
+    parts = [p for m in full.messages if isinstance(m["content"], list) for p in m["content"]]
+    assert [p["image_url"]["url"] for p in parts if p["type"] == "image_url"] == [
+        item.payload.model_dump()["uri"] for item in items[2:]
+    ]
+    # The message's text and images form one unit, the costliest: one token short, it goes whole.
+    short = pack(frame, full.used_tokens - 1, as_of=AS_OF)
+    assert short.ids == ["c:0", "c:2.0"]
+    assert short.manifest.totals.by_reason == {"group_over_budget": 3, "selected": 2}
+
+
 def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "assistant", "content": "", "tool_calls": [call("c", "f", {})]}
@@ -226,10 +271,34 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
         ([{"role": "system", "content": None}], 0, "content", "needs content"),
         ([{"role": "assistant"}], 0, "content", "content or tool_calls"),
         (
-            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
             0,
             "content[0].type",
-            "only text parts",
+            "images in user messages only",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
+            0,
+            "content[0].type",
+            "only text and image_url parts",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ""}}]}],
+            0,
+            "content[0].image_url.url",
+            "non-empty string",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "u", "detail": "max"}}],
+                },
+            ],
+            1,
+            "content[0].image_url.detail",
+            "must be one of",
         ),
         ([{"role": "user", "content": [{"type": "text"}]}], 0, "content[0].text", "string"),
         ([{"role": "user", "content": "x", "tool_call_id": "c"}], 0, "tool_call_id", "a user"),

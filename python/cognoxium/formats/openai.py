@@ -15,8 +15,17 @@ role
     ``tool``. Any other role raises.
 payload
     A Text payload with the message text. ``content`` may be a string or a
-    list of content parts; only ``{"type": "text", "text": ...}`` parts are
-    accepted, joined with ``"\n"``. An assistant message with tool calls
+    list of content parts: ``{"type": "text", "text": ...}`` parts, joined
+    with ``"\n"``, and in a user message ``{"type": "image_url",
+    "image_url": {"url": ..., "detail": ...}}`` parts. A user message with
+    image parts becomes one item per segment (a run of text parts, or one
+    image), ids ``"<conversation_id>:<index>.<k>"`` (``k`` from 0), all in
+    group ``"<conversation_id>:parts:<index>"`` so they are packed together;
+    an image is a Reference payload whose ``uri`` is the part's URL (a
+    ``data:`` URL stays one), its ``detail`` (when given) in
+    ``metadata.detail`` and its ``metadata.media_type`` the one a ``data:``
+    URL names, else ``"image/*"``, so it is sent as an image (see
+    :mod:`cognoxium.items.images`). An assistant message with tool calls
     and no text (``content`` null, absent, ``""`` or no parts) gets a Json
     payload ``{"tool_calls": [...]}`` instead, so the calls are what is
     packed and costed.
@@ -78,6 +87,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -90,14 +100,15 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.images import image_media_type_expr
+from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
-from cognoxium.items.model import ContextItem, Json, Role, Source, Text
+from cognoxium.items.model import ContextItem, Json, Reference, Role, Source, Text
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
 __all__ = [
     "CHAT_EPOCH",
+    "IMAGE_DETAILS",
     "MESSAGE_ROLES",
     "from_openai_messages",
     "openai_messages_to_items",
@@ -109,6 +120,9 @@ CHAT_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 """The default ``start`` of a conversation: the Unix epoch, 1970-01-01T00:00:00Z (UTC).
 
 A fixed instant, so items converted twice get the same ``created_at``."""
+
+IMAGE_DETAILS: tuple[str, ...] = ("auto", "low", "high")
+"""The ``detail`` values of an ``image_url`` part."""
 
 MESSAGE_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 """The OpenAI chat roles :func:`openai_messages_to_items` accepts."""
@@ -139,28 +153,73 @@ class _Where:
         )
 
 
-def _text_of(content: Any, index: int, where: _Where) -> str | None:
-    """The message text: a string, text parts joined by newlines, or None when absent."""
+@dataclass(frozen=True)
+class _Image:
+    """An ``image_url`` content part: the URL (or data URL) and its ``detail``, if given."""
+
+    url: str
+    detail: str | None
+
+
+def _image_of(part: Mapping[str, Any], index: int, at: str, where: _Where) -> _Image:
+    """Check an ``image_url`` part, ``{"type": "image_url", "image_url": {"url", "detail"}}``."""
+    extra = sorted(set(part) - {"type", "image_url"})
+    if extra:
+        raise where.error(index, f"{at}.{extra[0]}", "unknown key in an image_url part")
+    image = part.get("image_url")
+    if not isinstance(image, Mapping):
+        raise where.error(
+            index, f"{at}.image_url", f"must be an object {{url, detail}}, got {image!r}"
+        )
+    extra = sorted(set(image) - {"url", "detail"})
+    if extra:
+        raise where.error(index, f"{at}.image_url.{extra[0]}", "unknown key in an image_url")
+    url, detail = image.get("url"), image.get("detail")
+    if not isinstance(url, str) or not url:
+        raise where.error(index, f"{at}.image_url.url", f"must be a non-empty string, got {url!r}")
+    if detail is not None and detail not in IMAGE_DETAILS:
+        raise where.error(
+            index, f"{at}.image_url.detail", f"must be one of {list(IMAGE_DETAILS)}, got {detail!r}"
+        )
+    return _Image(url, detail)
+
+
+def _segments_of(
+    content: Any, index: int, where: _Where, *, images: bool
+) -> list[str | _Image] | None:
+    """The message content as text and image segments, None when absent.
+
+    Consecutive text parts are joined with newlines into one segment; each
+    image part is a segment of its own (only when ``images`` is allowed).
+    """
     if content is None or isinstance(content, str):
-        return content
+        return None if content is None else [content]
     if not isinstance(content, list):
         raise where.error(
             index,
             "content",
             f"must be a string or a list of content parts, got {type(content).__name__}",
         )
-    texts = []
+    segments: list[str | _Image] = []
+    texts: list[str] = []
     for j, part in enumerate(content):
         at = f"content[{j}]"
         if not isinstance(part, Mapping):
             raise where.error(index, at, f"a content part must be an object, got {part!r}")
         kind = part.get("type")
+        if kind == "image_url" and images:
+            if texts:
+                segments.append("\n".join(texts))
+                texts = []
+            segments.append(_image_of(part, index, at, where))
+            continue
         if kind != "text":
+            allowed = "text and image_url parts (images in user messages only)"
             raise where.error(
                 index,
                 f"{at}.type",
-                f"only text parts are supported, got {kind!r}; convert images, audio and "
-                "files to text or to document items first",
+                f"only {allowed} are supported, got {kind!r}; convert audio and files to "
+                "text or to document items first",
             )
         extra = sorted(set(part) - {"type", "text"})
         if extra:
@@ -169,7 +228,15 @@ def _text_of(content: Any, index: int, where: _Where) -> str | None:
         if not isinstance(text, str):
             raise where.error(index, f"{at}.text", f"must be a string, got {text!r}")
         texts.append(text)
-    return "\n".join(texts)
+    if texts or not segments:
+        segments.append("\n".join(texts))
+    return segments
+
+
+def _text_of(content: Any, index: int, where: _Where) -> str | None:
+    """The message text: a string, text parts joined by newlines, or None when absent."""
+    segments = _segments_of(content, index, where, images=False)
+    return None if segments is None else str(segments[0])
 
 
 def _tool_calls(value: Any, index: int, where: _Where) -> list[dict[str, Any]]:
@@ -326,25 +393,57 @@ def _tool_result_group(
     return call_id, ledger.group_of[call_id]
 
 
+_Part = tuple[str, Role, Text | Json | Reference, str | None, dict[str, Any]]
+"""One item of a message: id, role, payload, group id, metadata."""
+
+
+def _image_media_type(url: str) -> str:
+    """The media type a ``data:`` URL names, else :data:`~cognoxium.items.images.ANY_IMAGE`."""
+    match = re.match(r"(?i)data:(image/[a-z0-9.+-]+)[;,]", url)
+    return match.group(1).lower() if match else ANY_IMAGE
+
+
+def _user_parts(
+    segments: list[str | _Image], index: int, prefix: str, metadata: dict[str, Any]
+) -> list[_Part]:
+    """The items of a user message with image parts: one per segment, in one group."""
+    group_id = f"{prefix}:parts:{index}"
+    parts: list[_Part] = []
+    for k, segment in enumerate(segments):
+        item_id = f"{prefix}:{index}.{k}"
+        if isinstance(segment, str):
+            parts.append((item_id, Role.USER, Text(text=segment), group_id, dict(metadata)))
+            continue
+        image_meta = {**metadata, "media_type": _image_media_type(segment.url)}
+        if segment.detail is not None:
+            image_meta["detail"] = segment.detail
+        parts.append((item_id, Role.USER, Reference(uri=segment.url), group_id, image_meta))
+    return parts
+
+
 def _message_content(
     message: Any, index: int, where: _Where, prefix: str, ledger: _CallLedger
-) -> tuple[Role, Text | Json, str | None, dict[str, Any]]:
-    """Check one message; return its role, payload, group id and metadata."""
+) -> list[_Part]:
+    """Check one message; return its items (one, or one per part for a user message with images)."""
     role = _message_role(message, index, where)
     name = message.get("name")
-    text = _text_of(message.get("content"), index, where)
+    item_id = f"{prefix}:{index}"
+    segments = _segments_of(message.get("content"), index, where, images=role == "user")
     metadata: dict[str, Any] = {} if name is None else {"name": name}
+    if segments is not None and any(isinstance(s, _Image) for s in segments):
+        return _user_parts(segments, index, prefix, metadata)
+    text = None if segments is None else str(segments[0])
     if role == "assistant":
         group = f"{prefix}:tools:{index}"
         payload, group_id = _assistant_payload(message, index, where, text, group, ledger, metadata)
-        return role, payload, group_id, metadata
+        return [(item_id, role, payload, group_id, metadata)]
     if text is None:
         raise where.error(index, "content", f"a {role} message needs content")
     group_id = None
     if role == "tool":
         call_id, group_id = _tool_result_group(message, index, where, ledger)
         metadata["tool_call_id"] = call_id
-    return role, Text(text=text), group_id, metadata
+    return [(item_id, role, Text(text=text), group_id, metadata)]
 
 
 def _convert(
@@ -353,30 +452,45 @@ def _convert(
     conversation_id: str | None,
     start: datetime | None,
 ) -> list[ContextItem]:
+    return [item for _, item in _indexed_items(messages, where, conversation_id, start)]
+
+
+def _indexed_items(
+    messages: Iterable[Any],
+    where: _Where,
+    conversation_id: str | None,
+    start: datetime | None,
+) -> list[tuple[int, ContextItem]]:
+    """The items of ``messages``, each with the 0-based index of its message."""
     first = _checked_start(conversation_id, start, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _CallLedger()
     items = []
     for index, message in enumerate(messages):
-        role, payload, group_id, metadata = _message_content(message, index, where, prefix, ledger)
-        try:
-            items.append(
-                ContextItem(
-                    id=f"{prefix}:{index}",
-                    role=role,
-                    payload=payload,
-                    sources=sources,
-                    created_at=first + timedelta(microseconds=index),
-                    group_id=group_id,
-                    metadata=metadata,
+        for item_id, role, payload, group_id, metadata in _message_content(
+            message, index, where, prefix, ledger
+        ):
+            try:
+                items.append(
+                    (
+                        index,
+                        ContextItem(
+                            id=item_id,
+                            role=role,
+                            payload=payload,
+                            sources=sources,
+                            created_at=first + timedelta(microseconds=index),
+                            group_id=group_id,
+                            metadata=metadata,
+                        ),
+                    )
                 )
-            )
-        except ValidationError as exc:  # pragma: no cover - every field is checked above
-            error = exc.errors()[0]
-            raise where.error(
-                index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
-            ) from None
+            except ValidationError as exc:  # pragma: no cover - every field is checked above
+                error = exc.errors()[0]
+                raise where.error(
+                    index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
+                ) from None
     return items
 
 
@@ -563,9 +677,11 @@ def to_openai_messages(
         One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
         of the item role (documents and memories become ``user`` messages).
         ``content`` is the item's packed text (text, canonical JSON, or
-        ``"<title> <uri>"`` for a reference; for an image, the reference's
-        title as a text part, then an ``image_url`` part, see
-        :mod:`cognoxium.items.images`), except for an assistant item
+        ``"<title> <uri>"`` for a reference; a document or memory with
+        ``sources`` first names them, one ``"Source: <title> <uri>"`` line
+        per source; for an image, the reference's title as a text part, then
+        an ``image_url`` part, see :mod:`cognoxium.items.images`), except for
+        an assistant item
         whose Json payload is ``{"tool_calls": [...]}`` and whose metadata has
         ``tool_call_ids``: that becomes ``content`` None with those
         ``tool_calls``. An assistant item with text and
