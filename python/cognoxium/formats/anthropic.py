@@ -63,7 +63,7 @@ from typing import Any
 import polars as pl
 
 from cognoxium.exceptions import RecordError
-from cognoxium.formats.openai import _indexed_items, _Where, to_openai_messages
+from cognoxium.formats.openai import MessageLocation, indexed_chat_items, to_openai_messages
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.packing._renderers import anthropic_request
@@ -92,7 +92,7 @@ class _Origin:
 
 
 @dataclass(frozen=True)
-class _AnthropicWhere(_Where):
+class _AnthropicWhere(MessageLocation):
     """Names the Anthropic message and block of an error raised about an OpenAI message."""
 
     origins: list[_Origin] = field(default_factory=list)
@@ -342,7 +342,7 @@ def anthropic_messages_to_items(
         else:
             conversation.assistant(index, blocks)
     where = _AnthropicWhere(source, origins=conversation.origins)
-    pairs = _indexed_items(conversation.messages, where, conversation_id, start)
+    pairs = indexed_chat_items(conversation.messages, where, conversation_id, start)
     return [
         item.model_copy(update={"metadata": {**item.metadata, "is_error": True}})
         if conversation.origins[index].is_error

@@ -64,7 +64,12 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
-from cognoxium.formats.openai import CHAT_EPOCH, _indexed_items, _Where, to_openai_messages
+from cognoxium.formats.openai import (
+    CHAT_EPOCH,
+    MessageLocation,
+    indexed_chat_items,
+    to_openai_messages,
+)
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
 from cognoxium.items.model import ContextItem, Source, Text
@@ -208,8 +213,8 @@ def from_langchain_messages(
                 row=row,
             )
     dicts = [_openai_message(lc, message, row, source) for row, message in enumerate(rows)]
-    where = _Where(source)
-    pairs = _indexed_items(dicts, where, conversation_id, start)
+    where = MessageLocation(source)
+    pairs = indexed_chat_items(dicts, where, conversation_id, start)
     sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
     out = []
     for index, item in pairs:

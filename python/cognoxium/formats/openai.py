@@ -139,8 +139,11 @@ _SOURCE_KIND = "openai_messages"
 
 
 @dataclass(frozen=True)
-class _Where:
-    """Where messages come from, to name in errors: a list (row = index) or a file's lines."""
+class MessageLocation:
+    """Where chat messages come from, to name in errors: a list (row = index) or a file's lines.
+
+    Shared by the chat importers of :mod:`cognoxium.formats`.
+    """
 
     source: str | None
     lines: Sequence[int] | None = None
@@ -161,7 +164,7 @@ class _Image:
     detail: str | None
 
 
-def _image_of(part: Mapping[str, Any], index: int, at: str, where: _Where) -> _Image:
+def _image_of(part: Mapping[str, Any], index: int, at: str, where: MessageLocation) -> _Image:
     """Check an ``image_url`` part, ``{"type": "image_url", "image_url": {"url", "detail"}}``."""
     extra = sorted(set(part) - {"type", "image_url"})
     if extra:
@@ -185,7 +188,7 @@ def _image_of(part: Mapping[str, Any], index: int, at: str, where: _Where) -> _I
 
 
 def _segments_of(
-    content: Any, index: int, where: _Where, *, images: bool
+    content: Any, index: int, where: MessageLocation, *, images: bool
 ) -> list[str | _Image] | None:
     """The message content as text and image segments, None when absent.
 
@@ -233,13 +236,13 @@ def _segments_of(
     return segments
 
 
-def _text_of(content: Any, index: int, where: _Where) -> str | None:
+def _text_of(content: Any, index: int, where: MessageLocation) -> str | None:
     """The message text: a string, text parts joined by newlines, or None when absent."""
     segments = _segments_of(content, index, where, images=False)
     return None if segments is None else str(segments[0])
 
 
-def _tool_calls(value: Any, index: int, where: _Where) -> list[dict[str, Any]]:
+def _tool_calls(value: Any, index: int, where: MessageLocation) -> list[dict[str, Any]]:
     """Validate an assistant message's ``tool_calls`` and return them normalised."""
     if value is None:
         return []
@@ -297,7 +300,7 @@ class _CallLedger:
     answered: dict[str, int] = field(default_factory=dict)  # call id -> index of its result
 
 
-def _checked_start(conversation_id: Any, start: Any, where: _Where) -> datetime:
+def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> datetime:
     """Check ``conversation_id`` and ``start``; return the start time (``CHAT_EPOCH`` if None)."""
     if conversation_id is not None and (
         not isinstance(conversation_id, str) or not conversation_id
@@ -318,7 +321,7 @@ def _checked_start(conversation_id: Any, start: Any, where: _Where) -> datetime:
     return start
 
 
-def _message_role(message: Any, index: int, where: _Where) -> Role:
+def _message_role(message: Any, index: int, where: MessageLocation) -> Role:
     """Check a message's shape, role, keys and name; return its role."""
     if not isinstance(message, Mapping):
         raise where.error(index, None, f"a message must be an object, got {message!r}")
@@ -340,7 +343,7 @@ def _message_role(message: Any, index: int, where: _Where) -> Role:
 def _assistant_payload(
     message: Mapping[str, Any],
     index: int,
-    where: _Where,
+    where: MessageLocation,
     text: str | None,
     group_id: str,
     ledger: _CallLedger,
@@ -369,7 +372,7 @@ def _assistant_payload(
 
 
 def _tool_result_group(
-    message: Mapping[str, Any], index: int, where: _Where, ledger: _CallLedger
+    message: Mapping[str, Any], index: int, where: MessageLocation, ledger: _CallLedger
 ) -> tuple[str, str]:
     """Check a tool result's ``tool_call_id``; return it and its call's group id."""
     call_id = message.get("tool_call_id")
@@ -422,7 +425,7 @@ def _user_parts(
 
 
 def _message_content(
-    message: Any, index: int, where: _Where, prefix: str, ledger: _CallLedger
+    message: Any, index: int, where: MessageLocation, prefix: str, ledger: _CallLedger
 ) -> list[_Part]:
     """Check one message; return its items (one, or one per part for a user message with images)."""
     role = _message_role(message, index, where)
@@ -448,16 +451,16 @@ def _message_content(
 
 def _convert(
     messages: Iterable[Any],
-    where: _Where,
+    where: MessageLocation,
     conversation_id: str | None,
     start: datetime | None,
 ) -> list[ContextItem]:
-    return [item for _, item in _indexed_items(messages, where, conversation_id, start)]
+    return [item for _, item in indexed_chat_items(messages, where, conversation_id, start)]
 
 
-def _indexed_items(
+def indexed_chat_items(
     messages: Iterable[Any],
-    where: _Where,
+    where: MessageLocation,
     conversation_id: str | None,
     start: datetime | None,
 ) -> list[tuple[int, ContextItem]]:
@@ -550,7 +553,7 @@ def openai_messages_to_items(
     ...
     cognoxium.exceptions.RecordError: row 0: field tool_call_id: tool result for call 'x', ...
     """
-    return _convert(messages, _Where(source), conversation_id, start)
+    return _convert(messages, MessageLocation(source), conversation_id, start)
 
 
 def from_openai_messages(
@@ -638,7 +641,7 @@ def read_openai_jsonl(
     """
     name = str(path)
     lines = list(json_lines(Path(path)))
-    where = _Where(name, [number for number, _ in lines])
+    where = MessageLocation(name, [number for number, _ in lines])
     items = _convert((message for _, message in lines), where, conversation_id, start)
     return CognitionFrame.from_items(items)
 
