@@ -487,7 +487,8 @@ def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None
     assert result.ids == others
     why = reasons(result)
     assert why["bank:2"] == why["bank:3"] == "group_over_budget"
-    assert all(why[i] == "selected" for i in others)
+    assert why["bank:0"] == "required"  # the system prompt, required by default
+    assert all(why[i] == "selected" for i in others[1:])
     assert result.used_tokens == budget - cost["bank:3"]
     assert result.remaining_tokens == cost["bank:3"]  # room for the result, not for the pair
     assert to_openai_messages(result) == [messages[i] for i in (0, 1, 4, 5)]

@@ -67,7 +67,7 @@ from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.formats.openai import CHAT_EPOCH, openai_messages_to_items, to_openai_messages
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Source, Text
+from cognoxium.items.model import ContextItem, Retention, Source, Text
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -135,6 +135,7 @@ def from_langchain_messages(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     """Build a frame from LangChain chat messages, one item per message, in order.
 
@@ -144,7 +145,8 @@ def from_langchain_messages(
     messages: ids ``"<conversation_id>:<index>"``, ``created_at`` = ``start``
     + ``index`` microseconds, and a tool-calling assistant message grouped
     with its tool results. A message's own LangChain ``id``, when set, is kept
-    as ``metadata["message_id"]``.
+    as ``metadata["message_id"]``. System (and developer) messages are
+    ``required`` by default, every other message ``optional``.
 
     Parameters
     ----------
@@ -161,6 +163,10 @@ def from_langchain_messages(
     source
         Provenance uri recorded in every item's ``sources`` (kind
         ``"langchain_messages"``) and named in errors.
+    system_retention
+        The retention of system and developer messages: ``required`` by
+        default, so packing never drops the instructions; ``"optional"``
+        gives them the item default, as every other message has.
 
     Returns
     -------
@@ -175,7 +181,8 @@ def from_langchain_messages(
         At the first message that is not a ``BaseMessage`` or cannot be
         mapped (an unsupported role such as ``function``, image content, a
         tool result without its call), naming its 0-based ``row`` and the
-        field; nothing is returned.
+        field, or when ``system_retention`` is not a retention tier; nothing
+        is returned.
 
     Examples
     --------
@@ -183,9 +190,9 @@ def from_langchain_messages(
     >>> cf = from_langchain_messages(
     ...     [SystemMessage("Be brief."), HumanMessage("Hi", id="m-7", name="ada")],
     ...     conversation_id="c1")
-    >>> cf.select("id", "role", "text", "metadata").to_polars().rows()
-    [('c1:0', 'system', 'Be brief.', '{}'),
-     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}')]
+    >>> cf.select("id", "role", "text", "metadata", "retention").to_polars().rows()
+    [('c1:0', 'system', 'Be brief.', '{}', 'required'),
+     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}', 'optional')]
     """
     lc = _require("langchain_core.messages")
     rows = list(messages)
@@ -201,7 +208,12 @@ def from_langchain_messages(
         raise RecordError(
             f"convert_to_openai_messages gave {len(dicts)} messages for {len(rows)}", source=source
         )
-    items = openai_messages_to_items(dicts, conversation_id=conversation_id, start=start)
+    items = openai_messages_to_items(
+        dicts,
+        conversation_id=conversation_id,
+        start=start,
+        system_retention=system_retention,
+    )
     sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
     out = []
     for message, item in zip(rows, items, strict=True):
