@@ -1,8 +1,8 @@
 """Phase 1 of :func:`~cognoxium.packing.packer.pack`: check the request before any work.
 
-The checks run in a fixed order (budget, token profile, ``as_of``, item
-columns and their types, unique ids), so the same bad request always fails
-with the same error.
+The checks run in a fixed order (budget, conversation options, token
+profile, ``as_of``, item columns and their types, unique ids), so the same
+bad request always fails with the same error.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from cognoxium.exceptions import PackError, SchemaError
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
-__all__ = ["Request", "check_request"]
+__all__ = ["START_ON", "Request", "check_request"]
+
+START_ON: tuple[str, ...] = ("user",)
+"""The values ``pack(start_on=...)`` takes besides ``None``."""
 
 
 @dataclass(frozen=True)
@@ -32,15 +35,37 @@ class Request:
         The token profile that costs items.
     as_of
         The UTC time at which validity is evaluated.
+    turns
+        Whole turns are packing units.
+    start_on
+        ``"user"``: the pack starts on a user message after its system
+        block; ``None``: no such rule.
     """
 
     budget: int
     profile: TokenProfile
     as_of: datetime
+    turns: bool = False
+    start_on: str | None = None
+
+    def conversation_settings(self) -> dict[str, object]:
+        """The conversation options not at their defaults, for the settings fingerprint."""
+        out: dict[str, object] = {}
+        if self.turns:
+            out["turns"] = True
+        if self.start_on is not None:
+            out["start_on"] = self.start_on
+        return out
 
 
 def check_request(
-    df: pl.DataFrame, budget: object, profile: str | TokenProfile, as_of: datetime | None
+    df: pl.DataFrame,
+    budget: object,
+    profile: str | TokenProfile,
+    as_of: datetime | None,
+    *,
+    turns: object = False,
+    start_on: object = None,
 ) -> Request:
     """Check the budget, the token profile, ``as_of`` and the frame of a pack.
 
@@ -54,6 +79,10 @@ def check_request(
         A token profile or the name of a built-in one.
     as_of
         A timezone-aware time, or ``None`` for now (UTC).
+    turns
+        ``True`` or ``False``.
+    start_on
+        ``None`` or one of :data:`START_ON`.
 
     Returns
     -------
@@ -63,17 +92,27 @@ def check_request(
     Raises
     ------
     PackError
-        If ``budget`` is negative or not a whole number, ``as_of`` is naive, or
-        two rows share an id.
+        If ``budget`` is negative or not a whole number, ``as_of`` is naive,
+        ``turns`` is not a bool, ``start_on`` is not ``None`` or ``"user"``,
+        or two rows share an id.
     SchemaError
         If ``df`` lacks an item column or one has the wrong type.
     """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
         raise PackError(f"budget must be a non-negative whole number of tokens, got {budget!r}")
+    if not isinstance(turns, bool):
+        raise PackError(f"turns must be True or False, got {turns!r}")
+    if start_on is not None and start_on not in START_ON:
+        raise PackError(
+            f"start_on must be None or one of {list(START_ON)}, got {start_on!r}; "
+            "'user' makes the pack start on a user message after its system block"
+        )
     checked = Request(
         budget=int(budget),
         profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
         as_of=_as_utc(as_of),
+        turns=turns,
+        start_on=None if start_on is None else str(start_on),
     )
     _check_columns(df)
     _check_ids(df)

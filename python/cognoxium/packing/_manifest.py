@@ -250,6 +250,7 @@ def _fingerprints(df: pl.DataFrame, request: Request, review: PolicyReview) -> d
         "profile": request.profile.name,
         "tiers": list(TIERS),
         "chat_roles": CHAT_ROLES,
+        **request.conversation_settings(),
     }
     plugins = canonical_json([p.fingerprint for p in review.policies])
     return {

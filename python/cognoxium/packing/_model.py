@@ -53,7 +53,12 @@ class Decision(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why an item was included or excluded."""
+    """Why an item was included or excluded.
+
+    ``before_first_user``: with ``start_on="user"``, the item would have come
+    after the system block and before the pack's first user message, so it
+    was left out (see :func:`cognoxium.packing.packer.pack`).
+    """
 
     REQUIRED = "required"
     SELECTED = "selected"
@@ -65,6 +70,7 @@ class Reason(StrEnum):
     GROUP_INCOMPLETE = "group_incomplete"
     OVER_BUDGET = "over_budget"
     GROUP_OVER_BUDGET = "group_over_budget"
+    BEFORE_FIRST_USER = "before_first_user"
 
 
 class ManifestEntry(BaseModel):

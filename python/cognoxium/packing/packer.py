@@ -32,6 +32,18 @@ Items of one ``group_id`` form one unit: packed or dropped together. A unit's
 tier is its strongest member retention, its rank and priority the members'
 highest, its cost their sum, its id the smallest member id.
 
+Conversation integrity. A tool call and all of its results share a group
+(the chat importers give them one), so a call never goes without its
+results. With ``turns=True`` a whole turn is one unit too (``_units``): a
+``user`` message with the ``assistant`` and ``tool`` messages that answer it,
+up to the next ``user`` message; a pack then never holds a reply without its
+question nor a question with part of its answer, so it never shows the model
+``[system, user, user]`` where the input had a reply in between. With
+``start_on="user"`` (``_conversation``) the pack, after its system block,
+starts on a user message: selected units before the first one are dropped
+(reason ``before_first_user``) and the freed tokens go to the next
+candidates.
+
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
 :meth:`cognoxium.tokens.profiles.TokenProfile.lower_bound`) exceeds the remaining budget
@@ -51,6 +63,7 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import PackError
 from cognoxium.governance.policies import Policy
 from cognoxium.packing._checks import check_request
+from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import UnitCosts, render
 from cognoxium.packing._exclusions import exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._manifest import build_manifest
@@ -93,6 +106,8 @@ def pack(
     as_of: datetime | None = None,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
+    turns: bool = False,
+    start_on: str | None = None,
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -117,6 +132,19 @@ def pack(
         ``policy``), render them as ``user`` messages or as delimited data
         (costed as rendered), or fail the pack. Their outcomes and
         fingerprints go to the manifest.
+    turns
+        Pack whole turns: a ``user`` message and the ``assistant`` and
+        ``tool`` messages after it, up to the next ``user`` message, are one
+        unit (with any group they share a row with), kept or dropped
+        together; its tier is its strongest member retention. System,
+        developer, document and memory items stay units of their own.
+    start_on
+        ``"user"``: after the leading system block (``system`` and
+        ``developer`` messages) the pack starts on a message sent with the
+        ``user`` role (a user, document or memory item); selected units
+        before it are dropped with reason ``before_first_user`` and the
+        selection goes on without them. ``None`` (the default): no such rule.
+        Both options enter the settings fingerprint when set.
 
     Returns
     -------
@@ -133,11 +161,13 @@ def pack(
         If the required items alone exceed the budget; it names their ids and
         costs, and nothing is packed.
     PackError
-        If ``budget`` is negative, ``as_of`` is naive, two rows share an id, a
-        required item is quarantined, a required item is in a group that
-        cannot be packed, or a packed tool result answers a call that no
-        earlier packed message makes (give a call and its results one
-        ``group_id``).
+        If ``budget`` is negative, ``as_of`` is naive, ``turns`` is not a
+        bool, ``start_on`` is not ``None`` or ``"user"``, two rows share an
+        id, a required item is quarantined, a required item is in a group
+        (or, with ``turns``, a turn) that cannot be packed, a required item
+        would come before the first user message under ``start_on="user"``,
+        or a packed tool result answers a call that no earlier packed
+        message makes (give a call and its results one ``group_id``).
     RecordError
         If an item's tool calls are malformed (a call without a string
         ``id``, ``function.name`` or ``function.arguments``); it names the
@@ -161,16 +191,37 @@ def pack(
     >>> p = pack(df, 100, as_of=datetime(2024, 6, 1, tzinfo=UTC))
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
     (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
+
+    Whole turns and a user start: the reply that answers ``q1`` is long, so
+    without ``turns`` the pack would hold ``q1`` without its answer; with
+    ``turns`` the first turn goes whole, and ``start_on="user"`` drops the
+    greeting that came before any question.
+
+    >>> chat = conform(pl.DataFrame({
+    ...     "id": ["sys", "hello", "q1", "a1", "q2", "a2"],
+    ...     "role": ["system", "assistant", "user", "assistant", "user", "assistant"],
+    ...     "text": ["Be brief.", "Hi!", "Refunds?", "word " * 80, "Shipping?", "Free."],
+    ...     "retention": ["required"] + ["optional"] * 5,
+    ...     "created_at": ["2024-01-01T00:00:00Z"] * 6}))
+    >>> when = datetime(2024, 6, 1, tzinfo=UTC)
+    >>> pack(chat, 60, as_of=when).ids
+    ['sys', 'hello', 'q1', 'q2', 'a2']
+    >>> whole = pack(chat, 60, as_of=when, turns=True, start_on="user")
+    >>> whole.ids, whole.manifest.totals.by_reason
+    (['sys', 'q2', 'a2'],
+     {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
     """
-    request = check_request(df, budget, profile, as_of)
+    request = check_request(df, budget, profile, as_of, turns=turns, start_on=start_on)
     review = review_policies(df, policy)
     rows = find_exclusions(df, request.as_of, review)
-    units = form_units(df, rows.grouped)
+    units = form_units(df, rows.grouped, turns=request.turns)
     rows = exclude_incomplete_groups(df, rows, units)
     rendering = render(df, request.profile, review)
     costs = UnitCosts(request.profile, rendering, units)
     queue = order_units(df, rows, units, rendering)
     included = select_units(df.get_column("id"), costs, queue, request.budget)
+    if request.start_on == "user":
+        included, rows = start_on_user(df, rows, units, costs, queue, request.budget, included)
     decisions = decide_rows(rows, units, included, costs)
     manifest = build_manifest(df, request, review, decisions, label)
     messages = rendering.messages(decisions.selected)
