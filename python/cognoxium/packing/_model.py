@@ -16,7 +16,13 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA, frame_to_items
@@ -123,7 +129,11 @@ class MergeRecord(BaseModel):
 
     ``resolved`` holds the kept item's value of every merge-governed field
     (see ``merge_rules`` in the manifest); ``metadata_conflicts`` maps each
-    metadata key on which the copies differ to ``{id: value}``.
+    metadata key on which the copies differ to ``{id: value}``. ``dropped``
+    maps each copy that the dedupe dropped before merging, because it was
+    not valid at its ``as_of`` while this copy was, to its reason
+    (``expired`` or ``not_yet_valid``); it is left out of the JSON when
+    empty, so merges without such copies read as before.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -132,6 +142,14 @@ class MergeRecord(BaseModel):
     merged: list[str]
     resolved: dict[str, Any]
     metadata_conflicts: dict[str, dict[str, Any]] | None
+    dropped: dict[str, str] = {}
+
+    @model_serializer(mode="wrap")
+    def _without_empty_dropped(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.dropped:
+            data.pop("dropped", None)
+        return data
 
 
 class ManifestTotals(BaseModel):
