@@ -44,6 +44,7 @@ from pydantic import (
     Field,
     JsonValue,
     PrivateAttr,
+    StrictBool,
     StrictInt,
     ValidationError,
     field_validator,
@@ -122,6 +123,13 @@ class Request(BaseModel):
         category), nested at most :data:`~cognoxium.items.MAX_JSON_DEPTH`
         (64) levels deep, without NaN or infinity. Empty by default. Not used
         by packing.
+    turns
+        Pack whole turns (a user message with the replies and tool exchanges
+        that answer it); ``false`` by default. ``true`` or ``false`` only.
+    start_on
+        ``"user"``: after the system block the pack starts on a user
+        message; ``None`` (the default) for no such rule. See
+        :func:`cognoxium.packing.packer.pack`.
 
     Notes
     -----
@@ -153,6 +161,8 @@ class Request(BaseModel):
     as_of: AwareDatetime | None = None
     evidence: list[ItemId] = Field(default_factory=list)
     labels: dict[str, JsonValue] = Field(default_factory=dict)
+    turns: StrictBool = False
+    start_on: Literal["user"] | None = None
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
@@ -684,7 +694,14 @@ def _write_batch(
                 as_of=when,
             )
             try:
-                result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)
+                result = ranked.pack(
+                    request.budget,
+                    profile=profile,
+                    as_of=when,
+                    label=request.id,
+                    turns=request.turns,
+                    start_on=request.start_on,
+                )
             except BudgetError as exc:
                 raise BudgetError(
                     f"request {request.id!r}: {exc}", costs=exc.costs, budget=exc.budget

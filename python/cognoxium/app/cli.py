@@ -355,8 +355,10 @@ _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
         note='Each request is a JSON object per line: {"id", "budget", "query", "where", '
-        '"as_of", "evidence", "labels"}; where is a SQL predicate over the item '
-        "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
+        '"as_of", "evidence", "labels", "turns", "start_on"}; turns (true/false) packs '
+        'whole turns, start_on ("user") starts the pack on a user message after the system '
+        "block; where is a SQL predicate over the item columns (comparisons, AND/OR/NOT, IN, "
+        "LIKE, BETWEEN, IS NULL, lower, upper, length, "
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
         '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
