@@ -801,7 +801,8 @@ class Dedupe(Node):
     Copies are duplicates only within one ``group_id`` (a null group is one
     value: ungrouped items merge with each other, never with grouped ones)
     and one answered tool call (``metadata.tool_call_id``, null for other
-    items): the group and the call are part of every key, so two results of
+    items): the group and the call (when the rows have ``group_id`` and a
+    String ``metadata``) are part of every key, so two results of
     different tool calls are never folded into one and a call never loses
     its result.
 
@@ -841,6 +842,8 @@ class Dedupe(Node):
             self._require(_TEXT_COLUMNS, "dedupe(normalize=..., threshold=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
+        if self.as_of is not None:
+            self._require(("created_at", "valid_from", "expires_at"), "dedupe(as_of=...)")
 
     @override
     def label(self) -> str:
