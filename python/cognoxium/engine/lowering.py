@@ -245,7 +245,6 @@ def _normalized_text(steps: tuple[str, ...]) -> pl.Expr:
 
 
 _CALL_KEY = "__cognoxium_call"
-_PARTITION = "__cognoxium_partition"
 _ASIDE = "__cognoxium_aside"
 _TIMES = ("created_at", "valid_from", "expires_at")
 
@@ -333,12 +332,30 @@ def _set_aside(lf: pl.LazyFrame, by: list[str], as_of: datetime, record: bool) -
     ``{id, reason}`` structs.
     """
     state = _copy_state(as_of)
-    aside = (state.is_not_null() & state.is_null().any().over(by)).alias(_ASIDE)
+    aside = state.is_not_null() & state.is_null().any().over(by)
     if record:
         dropped = pl.when(aside).then(pl.struct(id=pl.col("id"), reason=state))
         lf = lf.with_columns(dropped.drop_nulls().over(by, mapping_strategy="join").alias(_ASIDE))
-        return lf.filter(~(state.is_not_null() & state.is_null().any().over(by)))
     return lf.filter(~aside)
+
+
+def _with_drop_record(lf: pl.LazyFrame, judged: bool) -> tuple[pl.LazyFrame, bool]:
+    """Give every row ``MERGE_DROPPED``: an earlier dedupe's record and this one's (``_ASIDE``).
+
+    Returns the frame and whether it has the column (only when a dedupe
+    judged expiry, now or before).
+    """
+    schema = lf.collect_schema()
+    drops = [pl.col(MERGE_DROPPED)] if MERGE_DROPPED in schema else []
+    drops += [pl.col(_ASIDE)] if judged else []
+    if not drops:
+        return lf, False
+    empty = pl.lit([], dtype=_DROPPED_DTYPE)
+    record = pl.concat_list([d.fill_null(empty) for d in drops]).list.eval(
+        _sorted_drops(pl.element())
+    )
+    lf = lf.with_columns(record.alias(MERGE_DROPPED))
+    return (lf.drop(_ASIDE) if judged else lf), True
 
 
 _ROW = "__cognoxium_row"
@@ -355,23 +372,11 @@ def _dedupe_by(
 ) -> pl.LazyFrame:
     schema = lf.collect_schema()
     judged = as_of is not None and all(c in schema for c in _TIMES)
-    if judged and as_of is not None:
+    if as_of is not None and judged:
         lf = _set_aside(lf, by, as_of, record=merge and "id" in schema)
     if not merge:
         return lf.unique(subset=by, keep="first", maintain_order=True)
-    drops = [
-        pl.col(name)
-        for name, present in ((MERGE_DROPPED, MERGE_DROPPED in schema), (_ASIDE, judged))
-        if present
-    ]
-    if drops:  # a row's own record of dropped copies: an earlier dedupe's and this one's
-        empty = pl.lit([], dtype=_DROPPED_DTYPE)
-        lf = lf.with_columns(
-            pl.concat_list([d.fill_null(empty) for d in drops])
-            .list.eval(_sorted_drops(pl.element()))
-            .alias(MERGE_DROPPED)
-        )
-        lf = lf.drop(_ASIDE) if judged else lf
+    lf, drops = _with_drop_record(lf, judged)
     schema = lf.collect_schema()
     earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged
     edges = "lineage" in schema and "content_hash" in schema
