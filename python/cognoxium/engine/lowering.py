@@ -333,10 +333,15 @@ def _set_aside(lf: pl.LazyFrame, by: list[str], as_of: datetime, record: bool) -
     """
     state = _copy_state(as_of)
     aside = state.is_not_null() & state.is_null().any().over(by)
-    if record:
-        dropped = pl.when(aside).then(pl.struct(id=pl.col("id"), reason=state))
-        lf = lf.with_columns(dropped.drop_nulls().over(by, mapping_strategy="join").alias(_ASIDE))
-    return lf.filter(~aside)
+    if not record:
+        return lf.filter(~aside)
+    # Only the groups with dropped copies get a record: a join, not a window over every group.
+    dropped = (
+        lf.filter(aside).group_by(by).agg(pl.struct(id=pl.col("id"), reason=state).alias(_ASIDE))
+    )
+    return lf.filter(~aside).join(
+        dropped, on=by, how="left", nulls_equal=True, maintain_order="left"
+    )
 
 
 def _with_drop_record(lf: pl.LazyFrame, judged: bool) -> tuple[pl.LazyFrame, bool]:

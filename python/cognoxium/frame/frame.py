@@ -1379,7 +1379,8 @@ class CognitionFrame:
 
         self._require_item_columns("pack")
         frame = self
-        if as_of is None or as_of.utcoffset() is not None:  # pack words a naive as_of's error
+        if as_of is None or (isinstance(as_of, datetime) and as_of.utcoffset() is not None):
+            # (pack words the error of a naive or mistyped as_of)
             when = as_of if as_of is not None else datetime.now(UTC)
             judged = rewrite(self._plan, lambda node: _judge_expiry(node, when))
             if judged is not self._plan:
