@@ -8,12 +8,15 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cognoxium.engine.plan import Dedupe, Scan, Source
 from cognoxium.exceptions import PlanError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.packing.packer import PackManifest
+from cognoxium.testing.strategies import chat_histories_strategy
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
@@ -193,3 +196,37 @@ def test_dedupe_as_of_must_be_aware() -> None:
         Dedupe(input=scan, as_of=datetime(2024, 1, 1))
     with pytest.raises(PlanError, match="timezone-aware"):
         docs().dedupe(as_of=datetime(2024, 1, 1))
+
+
+def test_pack_without_as_of_judges_expiry_now() -> None:
+    far = datetime(2999, 1, 1, tzinfo=UTC)
+    current = {
+        "id": "current",
+        "role": "document",
+        "text": "Standard shipping: 3 days.",
+        "created_at": T0,
+        "expires_at": far,
+    }
+    result = docs(current).dedupe().pack(1000)  # "old" expired, "new" expired by now too
+    assert result.ids == ["current"]
+    assert result.manifest.merges[0].dropped == {"new": "expired", "old": "expired"}
+    assert result.manifest.as_of < far
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chat_histories_strategy(max_turns=4, max_parallel_calls=3),
+    st.sampled_from([{}, {"normalize": ["case", "whitespace"]}, {"threshold": 0.6}]),
+)
+def test_dedupe_never_takes_a_result_from_its_call(
+    messages: list[dict[str, Any]], steps: dict[str, Any]
+) -> None:
+    cf = from_openai_messages(messages, conversation_id="c", start=T0)
+    deduped = cf.dedupe(**steps).collect()
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    kept = deduped.filter(pl.col("role") == "tool").get_column("metadata").to_list()
+    assert sorted(json.loads(m)["tool_call_id"] for m in kept) == sorted(results)
+    # The deduped conversation renders (every result after its call) and packs whole.
+    result = cf.dedupe(**steps).pack(100_000, as_of=AS_OF)
+    sent = to_openai_messages(result)
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == results
