@@ -297,6 +297,5 @@ def test_conversation_packs_are_byte_identical() -> None:
 def test_the_checked_request_carries_the_options() -> None:
     request = check_request(HISTORY, 10, "cl100k_base", AS_OF, turns=True, start_on="user")
     assert (request.turns, request.start_on) == (True, "user")
-    assert request.conversation_settings() == {"turns": True, "start_on": "user"}
     rows = find_exclusions(HISTORY, AS_OF, review_policies(HISTORY, None))
     assert form_units(HISTORY, rows.grouped).unit_of_row is None  # no turns: one row, one unit

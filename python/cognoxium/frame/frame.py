@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 import pyarrow as pa
@@ -1336,6 +1336,8 @@ class CognitionFrame:
         *,
         profile: str | TokenProfile = "cl100k_base",
         as_of: datetime | None = None,
+        reserve: int = 0,
+        overflow: Literal["error", "truncate"] = "error",
         **kwargs: Any,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
@@ -1356,6 +1358,13 @@ class CognitionFrame:
         as_of
             The UTC time validity is evaluated at; give it for reproducible
             manifests.
+        reserve
+            Tokens of the budget kept for the reply (0 to ``budget``): the
+            items fit in ``budget - reserve``.
+        overflow
+            ``"error"`` raises :class:`~cognoxium.exceptions.BudgetError`
+            when the required items alone exceed ``budget - reserve``;
+            ``"truncate"`` cuts their truncatable ones first.
 
         Raises
         ------
@@ -1385,7 +1394,15 @@ class CognitionFrame:
             judged = rewrite(self._plan, lambda node: _judge_expiry(node, when))
             if judged is not self._plan:
                 frame, as_of = self._wrap(judged), when
-        return pack(frame.collect(), budget, profile=profile, as_of=as_of, **kwargs)
+        return pack(
+            frame.collect(),
+            budget,
+            profile=profile,
+            as_of=as_of,
+            reserve=reserve,
+            overflow=overflow,
+            **kwargs,
+        )
 
     def __repr__(self) -> str:
         chain: list[str] = []

@@ -16,6 +16,7 @@ skip-and-continue selection gives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -23,10 +24,9 @@ import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import PackError
-from cognoxium.packing._costing import UnitCosts
 from cognoxium.packing._exclusions import Exclusions
 from cognoxium.packing._model import REASON_CODE, Reason
-from cognoxium.packing._selection import Queue, select_units
+from cognoxium.packing._selection import Queue
 from cognoxium.packing._units import Units
 
 __all__ = ["start_on_user"]
@@ -39,10 +39,9 @@ def start_on_user(
     df: pl.DataFrame,
     rows: Exclusions,
     units: Units,
-    costs: UnitCosts,
     queue: Queue,
-    budget: int,
     included: np.ndarray,
+    select: Callable[[Queue], np.ndarray],
 ) -> tuple[np.ndarray, Exclusions]:
     """Drop the selected units before the pack's first user message and select again.
 
@@ -54,14 +53,13 @@ def start_on_user(
         The exclusions.
     units
         The packing units.
-    costs
-        The units' lazily known costs.
     queue
         The candidates in selection order.
-    budget
-        The token budget, in tokens.
     included
         ``(n_units,)`` bool: the units of the first selection.
+    select
+        Selects the units of a queue under the pack's budget (the pack's
+        selection, with its costs, reserve and truncation).
 
     Returns
     -------
@@ -87,7 +85,7 @@ def start_on_user(
         _refuse_required(df, rows, units, early)
         dropped[early] = True
         queue = queue.without(dropped)
-        included = select_units(df.get_column("id"), costs, queue, budget)
+        included = select(queue)
     if not dropped.any():
         return included, rows
     lost = dropped if units.unit_of_row is None else dropped[units.unit_of_row]

@@ -24,7 +24,12 @@ that returns its own result:
    ones; within a tier the order is rank desc, priority desc, token cost asc,
    id asc; an item that does not fit is skipped (``over_budget``) and the next
    one is tried. The pack keeps the input (conversational) order of the
-   selected items;
+   selected items. The items fit in ``budget - reserve`` (the reply
+   reserve). A truncatable item (``metadata.truncate``, see
+   :class:`~cognoxium.items.model.Truncation`) that does not fit whole is cut
+   at token boundaries to fit what is left, if it can keep its
+   ``min_tokens``; with ``overflow="truncate"``, required items that do not
+   fit are cut first (``_truncation``);
 6. manifest (``_manifest``): every input item's entry, the totals, merges,
    policy outcomes, lineage and fingerprints.
 
@@ -54,15 +59,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
-from cognoxium.exceptions import PackError
+from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import Policy
-from cognoxium.packing._checks import check_request
+from cognoxium.packing._checks import Overflow, Request, check_request
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import UnitCosts, render
 from cognoxium.packing._exclusions import exclude_incomplete_groups, find_exclusions
@@ -78,9 +84,11 @@ from cognoxium.packing._model import (
     PackManifest,
     PolicyOutcome,
     Reason,
+    TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
-from cognoxium.packing._selection import decide_rows, order_units, select_units
+from cognoxium.packing._selection import Queue, decide_rows, order_units, select_units
+from cognoxium.packing._truncation import Cutter, find_marks, lower_cheap
 from cognoxium.packing._units import form_units
 from cognoxium.tokens.profiles import TokenProfile
 
@@ -94,6 +102,7 @@ __all__ = [
     "PackManifest",
     "PolicyOutcome",
     "Reason",
+    "TruncationRecord",
     "pack",
 ]
 
@@ -106,6 +115,8 @@ def pack(
     as_of: datetime | None = None,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
+    reserve: int = 0,
+    overflow: Overflow = "error",
     turns: bool = False,
     start_on: str | None = None,
 ) -> ContextPack:
@@ -132,6 +143,16 @@ def pack(
         ``policy``), render them as ``user`` messages or as delimited data
         (costed as rendered), or fail the pack. Their outcomes and
         fingerprints go to the manifest.
+    reserve
+        Tokens kept for the reply, from 0 to ``budget``: the items fit in
+        ``budget - reserve`` tokens. Recorded in the manifest
+        (``reserve_tokens``).
+    overflow
+        What happens when the required items alone exceed ``budget -
+        reserve``: ``"error"`` (default) raises
+        :class:`~cognoxium.exceptions.BudgetError`; ``"truncate"`` cuts the
+        required truncatable items (the one considered last first, each down
+        to its ``min_tokens``) and raises only if they still do not fit.
     turns
         Pack whole turns: a ``user`` message and the ``assistant`` and
         ``tool`` messages after it, up to the next ``user`` message, are one
@@ -149,7 +170,8 @@ def pack(
     Returns
     -------
     ContextPack
-        The selected items in input order, their chat messages (what
+        The selected items in input order (a cut item with its kept text,
+        new content hash and ``truncate`` lineage edge), their chat messages (what
         :func:`cognoxium.formats.openai.to_openai_messages` gives, tool calls,
         tool call ids and names included), token use and the
         :class:`PackManifest`. ``used_tokens`` is what the messages cost by
@@ -158,20 +180,24 @@ def pack(
     Raises
     ------
     BudgetError
-        If the required items alone exceed the budget; it names their ids and
-        costs, and nothing is packed.
+        If the required items alone exceed ``budget - reserve`` (with
+        ``overflow="truncate"``, even cut as far as allowed); it names their
+        ids and costs, and nothing is packed. Also if ``reserve`` is not a
+        whole number from 0 to ``budget``.
     PackError
-        If ``budget`` is negative, ``as_of`` is naive, ``turns`` is not a
-        bool, ``start_on`` is not ``None`` or ``"user"``, two rows share an
-        id, a required item is quarantined, a required item is in a group
-        (or, with ``turns``, a turn) that cannot be packed, a required item
-        would come before the first user message under ``start_on="user"``,
-        or a packed tool result answers a call that no earlier packed
-        message makes (give a call and its results one ``group_id``).
+        If ``budget`` is negative, ``overflow`` is unknown, ``turns`` is not
+        a bool, ``start_on`` is not ``None`` or ``"user"``, ``as_of`` is
+        naive, two rows share an id, a required item is quarantined, a
+        required item is in a group (or, with ``turns``, a turn) that cannot
+        be packed, a required item would come before the first user message
+        under ``start_on="user"``, or a packed tool result answers a call
+        that no earlier packed message makes (give a call and its results
+        one ``group_id``).
     RecordError
-        If an item's tool calls are malformed (a call without a string
-        ``id``, ``function.name`` or ``function.arguments``); it names the
-        row and the field.
+        If a truncation mark (``metadata.truncate``) is malformed or marks a
+        payload that is not text, or an item's tool calls are malformed (a
+        call without a string ``id``, ``function.name`` or
+        ``function.arguments``); it names the row and the field.
     SchemaError
         If ``df`` lacks an item column, or one has the wrong type.
     PolicyError
@@ -211,29 +237,66 @@ def pack(
     (['sys', 'q2', 'a2'],
      {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
     """
-    request = check_request(df, budget, profile, as_of, turns=turns, start_on=start_on)
+    request = check_request(
+        df,
+        budget,
+        profile,
+        as_of,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
     review = review_policies(df, policy)
     rows = find_exclusions(df, request.as_of, review)
     units = form_units(df, rows.grouped, turns=request.turns)
     rows = exclude_incomplete_groups(df, rows, units)
+    marks = find_marks(df)
     rendering = render(df, request.profile, review)
-    costs = UnitCosts(request.profile, rendering, units)
+    costs = UnitCosts(request.profile, rendering, units, marks.floor if marks.rows else None)
+    cutter = Cutter(df, marks, costs, review.column("action")) if marks.rows else None
+    rendering = lower_cheap(rendering, marks, request.profile.longest_token_bytes)
     queue = order_units(df, rows, units, rendering)
-    included = select_units(df.get_column("id"), costs, queue, request.budget)
+    select = partial(_select, df.get_column("id"), costs, request, cutter)
+    included = select(queue)
     if request.start_on == "user":
-        included, rows = start_on_user(df, rows, units, costs, queue, request.budget, included)
+        included, rows = start_on_user(df, rows, units, queue, included, select)
     decisions = decide_rows(rows, units, included, costs)
-    manifest = build_manifest(df, request, review, decisions, label)
+    truncations = [] if cutter is None else cutter.records(decisions.selected)
+    frame, cut_content = (
+        (df[decisions.selected], {})
+        if cutter is None
+        else cutter.apply(decisions.selected, truncations)
+    )
+    manifest = build_manifest(df, request, review, decisions, label, frame, truncations)
     messages = rendering.messages(decisions.selected)
+    for at, content in cut_content.items():
+        messages[at]["content"] = content
     _check_tool_results(df, decisions.selected, messages)
     return ContextPack(
-        frame=df[decisions.selected],
+        frame=frame,
         messages=messages,
         used_tokens=decisions.used_tokens,
-        remaining_tokens=request.budget - decisions.used_tokens,
+        remaining_tokens=request.item_budget - decisions.used_tokens,
         budget=request.budget,
         manifest=manifest,
     )
+
+
+def _select(
+    ids: pl.Series, costs: UnitCosts, request: Request, cutter: Cutter | None, queue: Queue
+) -> np.ndarray:
+    """Select the units of ``queue`` under the items' budget; a BudgetError names the reserve."""
+    try:
+        return select_units(ids, costs, queue, request.item_budget, cutter, request.overflow)
+    except BudgetError as error:
+        if not request.reserve:
+            raise
+        raise BudgetError(
+            f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
+            costs=error.costs,
+            budget=error.budget,
+        ) from None
 
 
 def _check_tool_results(
