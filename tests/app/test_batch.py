@@ -580,3 +580,17 @@ def test_requests_pack_whole_turns_and_start_on_a_user_message(tmp_path: Path) -
 def test_conversation_options_of_a_request_are_checked(field: str, value: Any) -> None:
     with pytest.raises(ValidationError, match=field):
         Request.model_validate({"id": "r", "budget": 1, field: value})
+
+
+def test_batch_conversation_options_apply_to_requests_without_their_own(tmp_path: Path) -> None:
+    where = "id <> 'u1' AND role <> 'document'"
+    requests = [
+        Request(id="batch", budget=500, where=where),
+        Request(id="own", budget=500, where=where, start_on=None, turns=False),
+    ]
+    run_batch(
+        store(), requests, out_dir=tmp_path, rank="none", as_of=AS_OF, turns=True, start_on="user"
+    )
+    batch, own = read_jsonl(tmp_path / "packs.jsonl")
+    assert batch["ids"] == ["policy", "u2", "a2"]  # the batch's start_on="user" drops a1
+    assert own["ids"] == ["policy", "a1", "u2", "a2"]  # the request's own options win

@@ -512,6 +512,8 @@ def run_batch(
     commit: bool = True,
     reserve: int = 0,
     overflow: Literal["error", "truncate"] = "error",
+    turns: bool = False,
+    start_on: Literal["user"] | None = None,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -590,6 +592,10 @@ def run_batch(
         ``reserve`` (>= 0, at most each such request's budget).
     overflow
         The overflow mode of the requests that do not give their own.
+    turns
+        Whole turns for the requests that do not give their own ``turns``.
+    start_on
+        ``"user"`` for the requests that do not give their own ``start_on``.
 
     Returns
     -------
@@ -663,7 +669,8 @@ def run_batch(
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
         seen.add(request.id)
-    requests = [_with_defaults(r, reserve, overflow) for r in requests]
+    defaults = {"turns": turns, "start_on": start_on}
+    requests = [_with_defaults(r, reserve, overflow, defaults) for r in requests]
     write = partial(
         _write_batch,
         store,
@@ -683,10 +690,20 @@ def run_batch(
 
 
 def _with_defaults(
-    request: Request, reserve: int, overflow: Literal["error", "truncate"]
+    request: Request,
+    reserve: int,
+    overflow: Literal["error", "truncate"],
+    conversation: dict[str, Any],
 ) -> Request:
-    """``request`` with the batch's ``reserve`` and ``overflow`` where it gives none."""
-    update: dict[str, Any] = {}
+    """``request`` with the batch's pack options where it gives none of its own.
+
+    ``conversation`` holds the batch's ``turns`` and ``start_on``.
+    """
+    update: dict[str, Any] = {
+        name: value
+        for name, value in conversation.items()
+        if name not in request.model_fields_set and value
+    }
     if "reserve" not in request.model_fields_set and reserve:
         if isinstance(reserve, bool) or not 0 <= reserve <= request.budget:
             raise request.error(

@@ -179,6 +179,12 @@ class Rank(StrEnum):
     NONE = "none"
 
 
+class StartOn(StrEnum):
+    """Where a pack's conversation starts after its system block (see ``pack``)."""
+
+    USER = "user"
+
+
 class Overflow(StrEnum):
     """What a pack does when its required items alone exceed the budget (see ``pack``)."""
 
@@ -422,6 +428,21 @@ def pack_command(
             "without their own overflow.",
         ),
     ] = Overflow.ERROR,
+    turns: Annotated[
+        bool,
+        typer.Option(
+            "--turns",
+            help="Pack whole turns (a user message with the replies and tool exchanges that "
+            "answer it), for requests without their own turns.",
+        ),
+    ] = False,
+    start_on: Annotated[
+        StartOn | None,
+        typer.Option(
+            help="'user': after the system block each pack starts on a user message, for "
+            "requests without their own start_on.",
+        ),
+    ] = None,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -458,6 +479,8 @@ def pack_command(
             retrieval=retrieval,
             reserve=reserve,
             overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
+            turns=turns,
+            start_on="user" if start_on is StartOn.USER else None,
         )
     except OSError as exc:
         _fail_io(exc, "write", out)
