@@ -299,3 +299,38 @@ def test_the_checked_request_carries_the_options() -> None:
     assert (request.turns, request.start_on) == (True, "user")
     rows = find_exclusions(HISTORY, AS_OF, review_policies(HISTORY, None))
     assert form_units(HISTORY, rows.grouped).unit_of_row is None  # no turns: one row, one unit
+
+
+def test_start_on_user_reselects_within_the_reply_reserve() -> None:
+    df = chat(
+        [
+            ("sys", "system", "Be brief."),
+            ("hi", "assistant", "Hello! How can I help?"),
+            ("q1", "user", "Refunds?"),
+            ("a1", "assistant", "30 days."),
+            ("q2", "user", "Shipping?"),
+        ],
+        rank=[None, 5.0, 1.0, 4.0, 3.0],
+    )
+    budget = PROFILE.tokens_per_pack + cost(df, "sys", "hi", "a1", "q2")
+    result = pack(df, budget + 25, as_of=AS_OF, reserve=25, start_on="user")
+    assert result.ids == ["sys", "q1", "q2"]  # as without a reserve, in budget - reserve
+    assert result.used_tokens + 25 + result.remaining_tokens == budget + 25
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def test_a_truncatable_reply_is_cut_inside_its_turn() -> None:
+    df = HISTORY.with_columns(
+        pl.when(pl.col("id") == "a1")
+        .then(pl.lit('{"truncate":{"side":"head","min_tokens":5}}'))
+        .otherwise(pl.col("metadata"))
+        .alias("metadata")
+    )
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2") + 20
+    result = pack(df, budget, as_of=AS_OF, turns=True)
+    assert result.ids == ["sys", "q1", "a1", "q2", "a2"]  # the reply is cut, not its question
+    (cut,) = result.manifest.truncations
+    assert (cut.id, cut.side) == ("a1", "head")
+    assert cut.kept_tokens < cut.original_tokens
+    assert result.used_tokens == budget
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
