@@ -88,8 +88,7 @@ def start_on_user(
         included = select(queue)
     if not dropped.any():
         return included, rows
-    lost = dropped if units.unit_of_row is None else dropped[units.unit_of_row]
-    lost &= rows.eligible
+    lost = (dropped if units.unit_of_row is None else dropped[units.unit_of_row]) & rows.eligible
     reason = np.where(lost, REASON_CODE[Reason.BEFORE_FIRST_USER], rows.reason)
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
 
