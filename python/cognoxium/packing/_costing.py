@@ -2,8 +2,9 @@
 
 An item costs the tokens of the chat message it sends, by the chat costing
 rule of :mod:`cognoxium.tokens.profiles`: the framing of its role (and name),
-its content, and its tool call id or tool calls (ids, function names,
-arguments). :func:`render` lays out every row's message once
+its content, its tool call id or tool calls (ids, function names,
+arguments), and its image by the profile's image rule
+(:mod:`cognoxium.tokens.images`). :func:`render` lays out every row's message once
 (:func:`~cognoxium.packing._messages.chat_columns`), which both the costs and
 ``ContextPack.messages`` read; :class:`UnitCosts` counts tokens lazily, only
 for the units the selection reaches, in batches, and proves cheaper lower
@@ -39,14 +40,17 @@ class Rendering:
     framing
         ``(n,)`` int64: the chat format's per-message framing, name included
         (:meth:`~cognoxium.tokens.profiles.TokenProfile.framing`), in tokens.
+    image_tokens
+        ``(n,)`` int64: the tokens of the row's image (0 for none), exact.
     cheap
         ``(n,)`` Int64: a lower bound of the cost known for every row at no
-        real cost, ``framing + ceil(UTF-8 bytes / longest token bytes)`` over
-        the content and each tool-call text, in tokens.
+        real cost, ``framing + image_tokens + ceil(UTF-8 bytes / longest
+        token bytes)`` over the content and each tool-call text, in tokens.
     """
 
     chat: ChatColumns
     framing: np.ndarray
+    image_tokens: np.ndarray
     cheap: pl.Series
 
     def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
@@ -75,7 +79,8 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
     Raises
     ------
     RecordError
-        If a row's tool calls are malformed; it names the row and the field.
+        If a row's tool calls or image are malformed; it names the row and the
+        field.
     """
     chat = chat_columns(df, review.column("action"))
     width = profile.longest_token_bytes
@@ -92,7 +97,11 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
             framing[row] = profile.framing(chat.role[row], name=name)
     for row, texts in chat.tool_texts.items():
         bytes_bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
-    return Rendering(chat=chat, framing=framing, cheap=pl.Series("cheap", framing + bytes_bound))
+    images = np.zeros(len(framing), dtype=np.int64)
+    for row, image in chat.images.items():
+        images[row] = profile.image_rule.tokens(image.detail, image.size)
+    cheap = pl.Series("cheap", framing + images + bytes_bound)
+    return Rendering(chat=chat, framing=framing, image_tokens=images, cheap=cheap)
 
 
 def _tool_text_key(text: str) -> str:
@@ -135,7 +144,7 @@ class UnitCosts:
         self.content = rendering.chat.content.fill_null("")
         self.hashes = rendering.chat.key
         self.tool_texts = rendering.chat.tool_texts
-        self.framing = rendering.framing
+        self.fixed = rendering.framing + rendering.image_tokens
         self.units = units
         self.row_tokens = np.full(len(self.content), UNSET, dtype=np.int64)
         self.cost = np.full(units.n_units, UNSET, dtype=np.int64)
@@ -155,7 +164,7 @@ class UnitCosts:
         if self.floor is not None:
             floor = self.floor[rows]
             bound = np.where(floor >= 0, np.minimum(bound, floor), bound)
-        bound = bound + self.framing[rows] + self._tool_bounds(rows)
+        bound = bound + self.fixed[rows] + self._tool_bounds(rows)
         self.bound[units] = self.units.per_unit(bound, starts)
 
     def _tool_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -197,7 +206,7 @@ class UnitCosts:
         counts = self.profile.count_cached(
             self.hashes.gather(rows).to_list(), self.content.gather(rows).to_list()
         )
-        self.row_tokens[rows] = counts + self.framing[rows] + self._tool_counts(rows)
+        self.row_tokens[rows] = counts + self.fixed[rows] + self._tool_counts(rows)
         self.cost[units] = self.units.per_unit(self.row_tokens[rows], starts)
 
     def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:
