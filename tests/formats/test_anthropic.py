@@ -481,7 +481,8 @@ def test_to_anthropic_is_a_valid_request_for_the_sdk() -> None:
 def test_every_pack_renders_a_well_formed_anthropic_request(
     messages: list[dict[str, Any]], budget: int
 ) -> None:
-    result = from_openai_messages(messages, conversation_id="c").pack(budget, as_of=AS_OF)
+    frame = from_openai_messages(messages, conversation_id="c", system_retention="optional")
+    result = frame.pack(budget, as_of=AS_OF)
     request = result.to_anthropic(placeholder="(earlier turns omitted)")
     turns = request["messages"]
     assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
@@ -500,3 +501,13 @@ def test_every_pack_renders_a_well_formed_anthropic_request(
     assert len(blocks) == placeholder + calls + texts
     if importlib.util.find_spec("anthropic") is not None:
         assert_sdk_accepts(turns)
+
+
+def test_the_system_prompt_is_required_unless_asked_otherwise() -> None:
+    messages = [{"role": "user", "content": "Hi"}]
+    required = anthropic_messages_to_items(messages, system="Be brief.")
+    optional = anthropic_messages_to_items(
+        messages, system="Be brief.", system_retention="optional"
+    )
+    assert [i.retention.value for i in required] == ["required", "optional"]
+    assert [i.retention.value for i in optional] == ["optional", "optional"]

@@ -405,3 +405,13 @@ def test_lineage_of_a_manifest_and_of_a_frame() -> None:
     )
     with pytest.raises(SchemaError, match="got list"):
         lineage_to_polars([])
+
+
+def test_langchain_system_messages_are_required_by_default(lc: Any) -> None:
+    messages = tool_conversation(lc)
+    required = from_langchain_messages(messages, conversation_id="w").to_polars()
+    assert required.get_column("retention").to_list() == ["required"] + ["optional"] * 5
+    optional = from_langchain_messages(
+        messages, conversation_id="w", system_retention="optional"
+    ).to_polars()
+    assert optional.get_column("retention").to_list() == ["optional"] * 6

@@ -65,7 +65,7 @@ import polars as pl
 from cognoxium.exceptions import RecordError
 from cognoxium.formats.openai import MessageLocation, indexed_chat_items, to_openai_messages
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.model import ContextItem
+from cognoxium.items.model import ContextItem, Retention
 from cognoxium.packing._renderers import anthropic_request
 from cognoxium.packing.packer import ContextPack
 
@@ -284,6 +284,7 @@ def anthropic_messages_to_items(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> list[ContextItem]:
     """Convert Anthropic Messages to context items, in order (see the module's mapping).
 
@@ -301,6 +302,9 @@ def anthropic_messages_to_items(
     source
         Provenance uri recorded in every item's ``sources``, and named in
         errors.
+    system_retention
+        The retention of the ``system`` item: ``required`` by default, as in
+        :func:`~cognoxium.formats.openai.openai_messages_to_items`.
 
     Returns
     -------
@@ -342,7 +346,9 @@ def anthropic_messages_to_items(
         else:
             conversation.assistant(index, blocks)
     where = _AnthropicWhere(source, origins=conversation.origins)
-    pairs = indexed_chat_items(conversation.messages, where, conversation_id, start)
+    pairs = indexed_chat_items(
+        conversation.messages, where, conversation_id, start, system_retention
+    )
     return [
         item.model_copy(update={"metadata": {**item.metadata, "is_error": True}})
         if conversation.origins[index].is_error
@@ -358,6 +364,7 @@ def from_anthropic_messages(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     """Build a frame from Anthropic Messages; all or nothing.
 
@@ -375,7 +382,12 @@ def from_anthropic_messages(
         At the first malformed message or block, naming its index and path.
     """
     items = anthropic_messages_to_items(
-        messages, system=system, conversation_id=conversation_id, start=start, source=source
+        messages,
+        system=system,
+        conversation_id=conversation_id,
+        start=start,
+        source=source,
+        system_retention=system_retention,
     )
     return CognitionFrame.from_items(items)
 

@@ -72,7 +72,7 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Source, Text
+from cognoxium.items.model import ContextItem, Retention, Source, Text
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -140,6 +140,7 @@ def from_langchain_messages(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     """Build a frame from LangChain chat messages, one item per message, in order.
 
@@ -149,7 +150,8 @@ def from_langchain_messages(
     messages: ids ``"<conversation_id>:<index>"``, ``created_at`` = ``start``
     + ``index`` microseconds, and a tool-calling assistant message grouped
     with its tool results. A message's own LangChain ``id``, when set, is kept
-    as ``metadata["message_id"]``.
+    as ``metadata["message_id"]``. System (and developer) messages are
+    ``required`` by default, every other message ``optional``.
 
     Content may be a string or a list of content parts: text parts, and in
     a ``HumanMessage`` image parts in LangChain's documented shapes, the
@@ -176,6 +178,10 @@ def from_langchain_messages(
     source
         Provenance uri recorded in every item's ``sources`` (kind
         ``"langchain_messages"``) and named in errors.
+    system_retention
+        The retention of system and developer messages: ``required`` by
+        default, so packing never drops the instructions; ``"optional"``
+        gives them the item default, as every other message has.
 
     Returns
     -------
@@ -191,7 +197,8 @@ def from_langchain_messages(
         mapped (an unsupported role such as ``function``, an image given by
         a provider file id, audio, an image outside a ``HumanMessage``, a
         tool result without its call), naming its 0-based ``row`` and the
-        field; nothing is returned.
+        field, or when ``system_retention`` is not a retention tier; nothing
+        is returned.
 
     Examples
     --------
@@ -199,9 +206,9 @@ def from_langchain_messages(
     >>> cf = from_langchain_messages(
     ...     [SystemMessage("Be brief."), HumanMessage("Hi", id="m-7", name="ada")],
     ...     conversation_id="c1")
-    >>> cf.select("id", "role", "text", "metadata").to_polars().rows()
-    [('c1:0', 'system', 'Be brief.', '{}'),
-     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}')]
+    >>> cf.select("id", "role", "text", "metadata", "retention").to_polars().rows()
+    [('c1:0', 'system', 'Be brief.', '{}', 'required'),
+     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}', 'optional')]
     """
     lc = _require("langchain_core.messages")
     rows = list(messages)
@@ -214,7 +221,7 @@ def from_langchain_messages(
             )
     dicts = [_openai_message(lc, message, row, source) for row, message in enumerate(rows)]
     where = MessageLocation(source)
-    pairs = indexed_chat_items(dicts, where, conversation_id, start)
+    pairs = indexed_chat_items(dicts, where, conversation_id, start, system_retention)
     sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
     out = []
     for index, item in pairs:

@@ -46,10 +46,15 @@ metadata
     message has a ``name``.
 sources
     ``[{"uri": source, "kind": "openai_messages"}]`` when ``source`` is given.
-trust, sensitivity, retention, priority
-    The item defaults (untrusted, internal, optional, 0): whether the system
-    prompt is trusted is the application's assertion, not the converter's.
-    Set them on the frame, for example with ``with_columns``.
+retention
+    ``required`` on ``system`` and ``developer`` messages (``system_retention``,
+    so under budget pressure the instructions stay and the rest gives way;
+    pass ``system_retention="optional"`` for the item default), ``optional``
+    on every other message.
+trust, sensitivity, priority
+    The item defaults (untrusted, internal, 0): whether the system prompt is
+    trusted is the application's assertion, not the converter's. Set them on
+    the frame, for example with ``with_columns``.
 
 Tool calls are checked: every call needs a unique ``id``, ``type``
 ``"function"`` and ``function`` ``{"name": str, "arguments": str}``
@@ -102,7 +107,7 @@ from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
-from cognoxium.items.model import ContextItem, Json, Reference, Role, Source, Text
+from cognoxium.items.model import ContextItem, Json, Reference, Retention, Role, Source, Text
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
@@ -134,6 +139,7 @@ _KEYS: dict[str, frozenset[str]] = {
     "assistant": frozenset({"role", "content", "name", "tool_calls"}),
     "tool": frozenset({"role", "content", "name", "tool_call_id"}),
 }
+_INSTRUCTION_ROLES = frozenset({Role.SYSTEM, Role.DEVELOPER})
 _EMPTY_OK = frozenset({"refusal", "audio", "function_call", "annotations"})
 _SOURCE_KIND = "openai_messages"
 
@@ -449,13 +455,27 @@ def _message_content(
     return [(item_id, role, Text(text=text), group_id, metadata)]
 
 
+def _checked_retention(value: Any, where: MessageLocation) -> Retention:
+    """Check ``system_retention``: one of the retention tiers."""
+    try:
+        return Retention(value)
+    except ValueError:
+        raise RecordError(
+            f"must be one of {[r.value for r in Retention]}, got {value!r}",
+            source=where.source,
+            field="system_retention",
+        ) from None
+
+
 def _convert(
     messages: Iterable[Any],
     where: MessageLocation,
     conversation_id: str | None,
     start: datetime | None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> list[ContextItem]:
-    return [item for _, item in indexed_chat_items(messages, where, conversation_id, start)]
+    pairs = indexed_chat_items(messages, where, conversation_id, start, system_retention)
+    return [item for _, item in pairs]
 
 
 def indexed_chat_items(
@@ -463,9 +483,15 @@ def indexed_chat_items(
     where: MessageLocation,
     conversation_id: str | None,
     start: datetime | None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> list[tuple[int, ContextItem]]:
-    """The items of ``messages``, each with the 0-based index of its message."""
+    """The items of ``messages``, each with the 0-based index of its message.
+
+    ``system`` and ``developer`` items take ``system_retention``; the others
+    are optional.
+    """
     first = _checked_start(conversation_id, start, where)
+    instructions = _checked_retention(system_retention, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _CallLedger()
@@ -474,6 +500,7 @@ def indexed_chat_items(
         for item_id, role, payload, group_id, metadata in _message_content(
             message, index, where, prefix, ledger
         ):
+            retention = instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL
             try:
                 items.append(
                     (
@@ -486,6 +513,7 @@ def indexed_chat_items(
                             created_at=first + timedelta(microseconds=index),
                             group_id=group_id,
                             metadata=metadata,
+                            retention=retention,
                         ),
                     )
                 )
@@ -503,6 +531,7 @@ def openai_messages_to_items(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> list[ContextItem]:
     """Convert OpenAI chat messages to context items, one per message, in order.
 
@@ -522,6 +551,12 @@ def openai_messages_to_items(
     source
         Provenance uri recorded in every item's ``sources``, and named in
         errors.
+    system_retention
+        The retention of ``system`` and ``developer`` messages: ``required``
+        by default, so packing never drops the instructions (it raises
+        :class:`~cognoxium.exceptions.BudgetError` instead when they alone
+        exceed the budget); ``"optional"`` gives them the item default, as
+        every other message has.
 
     Returns
     -------
@@ -536,7 +571,8 @@ def openai_messages_to_items(
         ``tool_calls[0].function.arguments``, ``tool_call_id``, ...). Raised
         for an unknown role, a tool result whose ``tool_call_id`` no earlier
         assistant message declared (or that an earlier result answered), a
-        repeated call id, and a naive ``start`` or empty ``conversation_id``.
+        repeated call id, a naive ``start``, an empty ``conversation_id`` and
+        a ``system_retention`` that is not a retention tier.
 
     Examples
     --------
@@ -546,6 +582,8 @@ def openai_messages_to_items(
     ...     conversation_id="c7")
     >>> [(i.id, i.role.value, i.payload.text, i.metadata) for i in items]
     [('c7:0', 'system', 'Be brief.', {}), ('c7:1', 'user', 'Hi', {'name': 'ada'})]
+    >>> [i.retention.value for i in items]
+    ['required', 'optional']
     >>> items[1].created_at.isoformat()
     '1970-01-01T00:00:00.000001+00:00'
     >>> openai_messages_to_items([{"role": "tool", "tool_call_id": "x", "content": "42"}])
@@ -553,7 +591,7 @@ def openai_messages_to_items(
     ...
     cognoxium.exceptions.RecordError: row 0: field tool_call_id: tool result for call 'x', ...
     """
-    return _convert(messages, MessageLocation(source), conversation_id, start)
+    return _convert(messages, MessageLocation(source), conversation_id, start, system_retention)
 
 
 def from_openai_messages(
@@ -562,6 +600,7 @@ def from_openai_messages(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     """Build a frame from OpenAI chat messages; all or nothing.
 
@@ -588,7 +627,11 @@ def from_openai_messages(
     ('c1:0', datetime.datetime(2024, 5, 1, 0, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC')))
     """
     items = openai_messages_to_items(
-        messages, conversation_id=conversation_id, start=start, source=source
+        messages,
+        conversation_id=conversation_id,
+        start=start,
+        source=source,
+        system_retention=system_retention,
     )
     return CognitionFrame.from_items(items)
 
@@ -598,6 +641,7 @@ def read_openai_jsonl(
     *,
     conversation_id: str | None = None,
     start: datetime | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     r"""Read a JSONL file of OpenAI chat messages (one per line) as a frame; all or nothing.
 
@@ -613,6 +657,9 @@ def read_openai_jsonl(
         Prefix of item ids and group ids; ``"msg"`` when not given.
     start
         Timezone-aware time of the first message; defaults to :data:`CHAT_EPOCH`.
+    system_retention
+        The retention of ``system`` and ``developer`` messages (``required``
+        by default; ``"optional"`` for the item default).
 
     Returns
     -------
@@ -642,7 +689,9 @@ def read_openai_jsonl(
     name = str(path)
     lines = list(json_lines(Path(path)))
     where = MessageLocation(name, [number for number, _ in lines])
-    items = _convert((message for _, message in lines), where, conversation_id, start)
+    items = _convert(
+        (message for _, message in lines), where, conversation_id, start, system_retention
+    )
     return CognitionFrame.from_items(items)
 
 

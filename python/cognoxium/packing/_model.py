@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 
 import polars as pl
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA, frame_to_items
@@ -58,7 +64,12 @@ class Decision(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why an item was included or excluded."""
+    """Why an item was included or excluded.
+
+    ``before_first_user``: with ``start_on="user"``, the item would have come
+    after the system block and before the pack's first user message, so it
+    was left out (see :func:`cognoxium.packing.packer.pack`).
+    """
 
     REQUIRED = "required"
     SELECTED = "selected"
@@ -70,6 +81,7 @@ class Reason(StrEnum):
     GROUP_INCOMPLETE = "group_incomplete"
     OVER_BUDGET = "over_budget"
     GROUP_OVER_BUDGET = "group_over_budget"
+    BEFORE_FIRST_USER = "before_first_user"
 
 
 class ManifestEntry(BaseModel):
@@ -122,7 +134,11 @@ class MergeRecord(BaseModel):
 
     ``resolved`` holds the kept item's value of every merge-governed field
     (see ``merge_rules`` in the manifest); ``metadata_conflicts`` maps each
-    metadata key on which the copies differ to ``{id: value}``.
+    metadata key on which the copies differ to ``{id: value}``. ``dropped``
+    maps each copy that the dedupe dropped before merging, because it was
+    not valid at its ``as_of`` while this copy was, to its reason
+    (``expired`` or ``not_yet_valid``); it is left out of the JSON when
+    empty, so merges without such copies read as before.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -131,6 +147,14 @@ class MergeRecord(BaseModel):
     merged: list[str]
     resolved: dict[str, Any]
     metadata_conflicts: dict[str, dict[str, Any]] | None
+    dropped: dict[str, str] = {}
+
+    @model_serializer(mode="wrap")
+    def _without_empty_dropped(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.dropped:
+            data.pop("dropped", None)
+        return data
 
 
 class TruncationRecord(BaseModel):
