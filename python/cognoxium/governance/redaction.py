@@ -138,11 +138,19 @@ class Recogniser:
         the run as disjoint ``(start, end)`` offsets into the value, in
         characters. So a card number after an unrelated group of four digits
         is found, and an invalid run is not split into valid-looking parts.
+    requires
+        A pattern (in the same shared subset) that every candidate value the
+        recogniser accepts contains, or, with ``refine``, every run in which
+        it finds a value: a necessary condition, such as a number of digits
+        (``(?:[0-9][^0-9]*){8}``). Candidates without it are rejected before
+        the validator runs, and :func:`redact_frame` drops them on the column
+        of candidates, so no Python runs for them.
 
     Raises
     ------
     PlanError
-        If the pattern does not compile or has no group ``v``.
+        If the pattern (or ``requires``) does not compile, or the pattern
+        has no group ``v``.
 
     Examples
     --------
@@ -159,17 +167,20 @@ class Recogniser:
     trail: str = _TRAIL
     key: str | None = None
     refine: Callable[[str], Sequence[tuple[int, int]]] | None = None
+    requires: str | None = None
     scan: str = field(init=False, repr=False, compare=False)
     prefilter: str = field(init=False, repr=False, compare=False)
     _rx: re.Pattern[str] = field(init=False, repr=False, compare=False)
     _key_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _json_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _requires_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         scan = f"(?:{self.lead})(?:{self.pattern})(?:{self.trail})"
         try:
             rx = re.compile(scan)
             key_rx = re.compile(self.key) if self.key is not None else None
+            requires_rx = re.compile(self.requires) if self.requires is not None else None
         except re.error as exc:
             raise PlanError(f"recogniser {self.name!r}: pattern does not compile: {exc}") from None
         if "v" not in rx.groupindex:
@@ -178,18 +189,22 @@ class Recogniser:
         object.__setattr__(self, "prefilter", _NAMED_GROUP.sub("(?:", self.pattern))
         object.__setattr__(self, "_rx", rx)
         object.__setattr__(self, "_key_rx", key_rx)
+        object.__setattr__(self, "_requires_rx", requires_rx)
         json_rx = None
         if self.key is not None:
             json_rx = re.compile(f'"(?:{self.key})":(?P<v>{_JSON_STRING})')
         object.__setattr__(self, "_json_rx", json_rx)
 
+    def _meets_requires(self, value: str) -> bool:
+        return self._requires_rx is None or self._requires_rx.search(value) is not None
+
     def _accepts(self, value: str) -> bool:
-        return self.validator is None or self.validator(value)
+        return self._meets_requires(value) and (self.validator is None or self.validator(value))
 
     def _parts(self, value: str) -> Sequence[tuple[int, int]]:
         """The accepted values inside a candidate value, as offsets into it."""
         if self.refine is not None:
-            return self.refine(value)
+            return self.refine(value) if self._meets_requires(value) else ()
         return ((0, len(value)),) if self._accepts(value) else ()
 
     def _accepts_candidate(self, candidate: str) -> bool:
@@ -374,6 +389,11 @@ def _card_ok(value: str) -> bool:
         if lo <= prefix <= hi and n in lengths:
             return _luhn(digits)
     return False
+
+
+def _digits_at_least(n: int) -> str:
+    """A pattern found in a text that holds at least ``n`` ASCII digits."""
+    return f"(?:[0-9][^0-9]*){{{n}}}"
 
 
 def _card_parts(value: str) -> list[tuple[int, int]]:
@@ -807,6 +827,7 @@ def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
         pattern=_PHONE_RUN,
         refine=_PhoneMatcher(chosen),
         label=f"phone number, national formats of {', '.join(chosen)} (libphonenumber)",
+        requires=_digits_at_least(8),
         lead=f"[^{_WORD}+#\\-/. \u00a0]|[^0-9A-Za-z_+#\\-/.][ \u00a0]|[A-Za-z][ \u00a0]",
         trail=f"[^{_WORD}]",
     )
@@ -1056,6 +1077,7 @@ RECOGNISERS: tuple[Recogniser, ...] = (
         refine=_card_parts,
         label="payment card number, Luhn and IIN checked (ISO/IEC 7812)",
         lead=_RUN_LEAD,
+        requires=_digits_at_least(13),
     ),
     Recogniser(
         name="IBAN",
@@ -1572,6 +1594,9 @@ def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
     found: list[pl.Series] = []
     for j, r in enumerate(recs):
         cands = sub.select("i", pl.col(f"c{j}").alias("c")).explode("c").drop_nulls("c")
+        if r.requires is not None:
+            # A superset of the value: a candidate without it has no value that has it.
+            cands = cands.filter(pl.col("c").str.contains(r.requires))
         if cands.height == 0:
             continue
         good = [c for c in cands.get_column("c").unique().to_list() if r._accepts_candidate(c)]
