@@ -17,6 +17,7 @@ import re
 import polars as pl
 import pytest
 
+import cognoxium.governance.redaction as redaction
 from cognoxium.governance.redaction import (
     PHONE_REGIONS,
     RECOGNISERS,
@@ -128,6 +129,21 @@ def test_the_vectorised_path_agrees_on_the_corpus(corpus: list[Document]) -> Non
             assert (json.loads(row["json"]), json.loads(row["redactions"])) == (value, counts)
     assert out.height == len(corpus)
     assert out.filter(pl.col("redactions") != "{}").height > len(corpus) // 2
+
+
+def test_a_phone_run_is_decided_alike_whatever_runs_came_before(corpus: list[Document]) -> None:
+    # The regions are tried in an order learnt from earlier runs; only the cost may change.
+    rx = re.compile(phone_recogniser().pattern)
+    runs = sorted({m.group("v") for d in corpus for f in d.fields for m in rx.finditer(f.text)})
+
+    def decide(order: list[str]) -> dict[str, tuple[tuple[int, int], ...]]:
+        redaction._phone_parts.cache_clear()
+        redaction._REGION_BY_SHAPE.clear()
+        return {run: redaction._phone_parts(run, PHONE_REGIONS) for run in order}
+
+    forward = decide(runs)
+    assert decide(runs[::-1]) == forward
+    assert sum(bool(parts) for parts in forward.values()) > 100
 
 
 def test_every_run_with_a_value_has_what_its_recogniser_requires(corpus: list[Document]) -> None:

@@ -611,8 +611,8 @@ class _PhoneMatcher:
     numbers are skipped. A run without a list is decided by the matcher's own
     parse and leniency check of the whole run (its search for candidates and
     for numbers inside them could only find shorter numbers), trying first
-    the regions whose number patterns the digits match. Results are cached
-    per run.
+    the region that accepted the last run of the same shape, then the regions
+    whose number patterns the digits match. Results are cached per run.
     """
 
     regions: tuple[str, ...]
@@ -639,12 +639,8 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
     if not at:
         # No list: only the whole run can be a number, so the matcher's search for
         # candidates and for numbers inside them is skipped (see _whole_run_matches).
-        plausible = [r for r in candidates if r is None or _may_be_national(digits, r)]
-        # Any region will do, so the likeliest is tried first.
-        plausible.sort(key=lambda r: r is not None and not _looks_national(digits, r))
-        whole = _whole_candidate(value) and any(
-            _matcher_for(region, international)._parse_and_verify(value, 0) is not None
-            for region in plausible
+        whole = _whole_candidate(value) and _some_region_accepts(
+            value, digits, candidates, international
         )
         return ((0, len(value)),) if whole else ()
     pieces.add((0, len(value)))
@@ -658,6 +654,36 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
         if (0, len(value)) in spans:
             break
     return tuple(_disjoint(found))
+
+
+_SHAPE = str.maketrans("0123456789", "9999999999")
+_REGION_BY_SHAPE: dict[str, str | None] = {}
+"""Per shape of a run (its digits written ``9``), the region that last accepted a run of
+that shape; at most :data:`_MAX_SHAPES` shapes are kept."""
+_MAX_SHAPES = 4096
+
+
+def _some_region_accepts(
+    value: str, digits: str, regions: Sequence[str | None], international: bool
+) -> bool:
+    """Whether the matcher of one of ``regions`` (``None``: international) accepts the run.
+
+    Any region will do, so the likeliest is tried first: the one that accepted
+    the last run of the same shape (runs of one shape are mostly numbers of one
+    region, and libphonenumber is the costliest check), then those whose
+    number patterns the digits match. Only the order of the tries depends on
+    earlier runs, never the answer.
+    """
+    plausible = [r for r in regions if r is None or _may_be_national(digits, r)]
+    shape = value.translate(_SHAPE)
+    last = _REGION_BY_SHAPE.get(shape, "")
+    plausible.sort(key=lambda r: (r != last, r is not None and not _looks_national(digits, r)))
+    for region in plausible:
+        if _matcher_for(region, international)._parse_and_verify(value, 0) is not None:
+            if shape in _REGION_BY_SHAPE or len(_REGION_BY_SHAPE) < _MAX_SHAPES:
+                _REGION_BY_SHAPE[shape] = region
+            return True
+    return False
 
 
 def _leniency(international: bool) -> Any:
