@@ -131,6 +131,19 @@ def test_the_vectorised_path_agrees_on_the_corpus(corpus: list[Document]) -> Non
     assert out.filter(pl.col("redactions") != "{}").height > len(corpus) // 2
 
 
+def test_every_text_a_recogniser_matches_has_its_prefilter(corpus: list[Document]) -> None:
+    # The vectorised path scans only the texts in which some prefilter occurs.
+    texts = [f.text for d in corpus for f in d.fields]
+    matched = 0
+    for r in RECOGNISERS:
+        prefilter = re.compile(r.prefilter)
+        for text in texts:
+            if r._rx.search(f"\n{text}\n"):
+                assert prefilter.search(text), (r.label, text)
+                matched += 1
+    assert matched > 1000
+
+
 def test_a_phone_run_is_decided_alike_whatever_runs_came_before(corpus: list[Document]) -> None:
     # The regions are tried in an order learnt from earlier runs; only the cost may change.
     rx = re.compile(phone_recogniser().pattern)

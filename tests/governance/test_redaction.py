@@ -781,6 +781,18 @@ def test_requires_rejects_a_value_before_its_validator() -> None:
         Recogniser(name="TICKET", pattern=r"(?P<v>T)", requires="(")
 
 
+def test_a_given_prefilter_selects_the_texts_and_a_bad_one_fails_at_the_call() -> None:
+    plain = Recogniser(name="TICKET", pattern=r"(?P<v>TCK-[0-9]{6})")
+    loose = Recogniser(name="TICKET", pattern=r"(?P<v>TCK-[0-9]{6})", prefilter="TCK-")
+    assert plain.prefilter == "(?:TCK-[0-9]{6})"
+    texts = ["ref TCK-123456 ok", "TCK-12 short", "none"]
+    for r in (plain, loose):
+        out = redact_frame(frame_of(texts), recognisers=r).get_column("text").to_list()
+        assert out == ["ref [TICKET] ok", "TCK-12 short", "none"]
+    with pytest.raises(PlanError, match="does not compile"):
+        Recogniser(name="TICKET", pattern=r"(?P<v>T)", prefilter="[")
+
+
 # ---------------------------------------------------------------------------
 # properties
 
