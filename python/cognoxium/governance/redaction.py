@@ -1625,8 +1625,13 @@ def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
     rows = hit.arg_true()
     if rows.len() == 0:
         return empty
-    sub = pl.DataFrame({"i": rows, "s": values.gather(rows)}).select(
-        "i", *[_padded("s").str.extract_all(r.scan).alias(f"c{j}") for j, r in enumerate(recs)]
+    # The values are padded once, then scanned by every framed pattern.
+    sub = (
+        pl.DataFrame({"i": rows, "s": values.gather(rows)})
+        .with_columns(_padded("s").alias("s"))
+        .select(
+            "i", *[pl.col("s").str.extract_all(r.scan).alias(f"c{j}") for j, r in enumerate(recs)]
+        )
     )
     found: list[pl.Series] = []
     for j, r in enumerate(recs):
