@@ -150,8 +150,7 @@ def test_a_phone_run_is_decided_alike_whatever_runs_came_before(corpus: list[Doc
     runs = sorted({m.group("v") for d in corpus for f in d.fields for m in rx.finditer(f.text)})
 
     def decide(order: list[str]) -> dict[str, tuple[tuple[int, int], ...]]:
-        redaction._phone_parts.cache_clear()
-        redaction._REGION_BY_SHAPE.clear()
+        redaction._clear_phone_caches()
         return {run: redaction._phone_parts(run, PHONE_REGIONS) for run in order}
 
     forward = decide(runs)

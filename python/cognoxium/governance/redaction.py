@@ -672,6 +672,12 @@ that shape; at most :data:`_MAX_SHAPES` shapes are kept."""
 _MAX_SHAPES = 4096
 
 
+def _clear_phone_caches() -> None:
+    """Forget the phone recogniser's answer per run and the region it learnt per shape."""
+    _phone_parts.cache_clear()
+    _REGION_BY_SHAPE.clear()
+
+
 def _some_region_accepts(
     value: str, digits: str, regions: Sequence[str | None], international: bool
 ) -> bool:
