@@ -65,7 +65,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 import polars as pl
 
 from cognoxium.exceptions import PlanError, SchemaError
-from cognoxium.items.model import canonical_json, content_hash
+from cognoxium.items.model import canonical_json, content_hashes
 
 __all__ = [
     "PHONE_REGIONS",
@@ -1763,7 +1763,7 @@ def _redact_texts(
 
 
 def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
-    merged: dict[str, int] = dict(json.loads(old)) if old else {}
+    merged: dict[str, int] = dict(json.loads(old)) if old and old != "{}" else {}
     for kind, n in new.items():
         merged[kind] = merged.get(kind, 0) + n
     return canonical_json(merged)
@@ -1914,7 +1914,7 @@ def redact_frame(
                     canonical_json(_redact_value(doc, recs, style, hkey, counts, keys))
                 )
                 row_counts.append(counts)
-        new_hashes = [content_hash(payload, out.encode("utf-8")) for out in new_values]
+        new_hashes = content_hashes(payload, (out.encode("utf-8") for out in new_values))
         new_counts = [
             _merge_counts(old, counts)
             for old, counts in zip(
