@@ -1594,10 +1594,12 @@ def _padded(column: str) -> pl.Expr:
 def _rows_with_spans(values: pl.Series, recs: tuple[_Source, ...]) -> pl.Series:
     """Positions of ``values`` for which :func:`find_spans` finds something, without Python per row.
 
-    1. Prefilter: every recogniser's bare pattern (no lead/trail, so a
-       superset) over the whole column with ``str.contains``.
+    1. Prefilter: every recogniser's prefilter (its bare pattern, no
+       lead/trail, or a looser one: a superset) over the whole column, in one
+       ``str.contains``.
     2. Candidates: ``str.extract_all`` of the framed patterns over the padded
-       values of the prefiltered rows, exploded to one candidate per row.
+       values of the prefiltered rows, exploded to one candidate per row; a
+       candidate without what its recogniser ``requires`` is dropped.
     3. Validation: each recogniser's validator on its distinct candidates.
 
     A recogniser set scans the distinct values in one batch.
@@ -1833,15 +1835,17 @@ def redact_frame(
     Notes
     -----
     No Python runs for a row that holds no candidate. The Text column and the
-    decoded JSON strings go through one ``str.contains`` prefilter per
-    recogniser over the whole column, then ``str.extract_all`` of the framed
-    patterns over the remaining rows; the validators run on the distinct
-    candidates only. A :class:`RecogniserSet` has no pattern to prefilter
-    with: it scans every distinct text (and decoded JSON string) once, in one
-    :meth:`~RecogniserSet.find_batch` call. Only the rows with a validated
-    candidate are rewritten, by the reference path (:func:`redact_text`,
-    :func:`redact_json`), so the two paths agree row by row and share one
-    overlap resolution.
+    decoded JSON strings go through one ``str.contains`` of every
+    recogniser's prefilter over the whole column, then ``str.extract_all`` of
+    the framed patterns over the remaining rows; candidates without what
+    their recogniser ``requires`` are dropped on the column, and the
+    validators run on the distinct candidates left. A :class:`RecogniserSet`
+    has no pattern to prefilter with: it scans every distinct text (and
+    decoded JSON string) once, in one :meth:`~RecogniserSet.find_batch` call.
+    Only the rows with a validated candidate are rewritten, by the reference
+    path (:func:`redact_text`, :func:`redact_json`) with the recognisers whose
+    prefilter occurs in the row, so the two paths agree row by row and share
+    one overlap resolution.
 
     Examples
     --------
