@@ -156,8 +156,8 @@ class Recogniser:
     Raises
     ------
     PlanError
-        If the pattern (or ``requires``) does not compile, or the pattern
-        has no group ``v``.
+        If the pattern (or ``requires``, or ``prefilter``) does not compile,
+        or the pattern has no group ``v``.
 
     Examples
     --------
@@ -1696,13 +1696,13 @@ def _row_recognisers(
 ) -> tuple[list[tuple[_Source, ...]], list[tuple[_Source, ...]]]:
     """Per text, the recognisers that can find anything in its first pass, and in later ones.
 
-    A recogniser whose bare pattern (no lead or trail, so a superset of its
-    matches) does not occur in a text finds nothing in it: it is left out of
-    the text's first pass. A recogniser whose value comes first also finds
-    nothing after any redaction of the text: a replacement token
-    (``[EMAIL]``, ``[EMAIL:3f2a9c1d]``, a mask) only removes characters and
-    puts in brackets, colons, capitals, hex digits or ``*``, which no bare
-    pattern matches across. The recognisers with a context before the value
+    A recogniser whose prefilter (its bare pattern, no lead or trail, or a
+    looser one: a superset of its matches) does not occur in a text finds
+    nothing in it: it is left out of the text's first pass. If its value
+    comes first, it also finds nothing after any redaction of the text: a
+    replacement token (``[EMAIL]``, ``[EMAIL:3f2a9c1d]``, a mask) only
+    removes characters and puts in brackets, colons, capitals, hex digits or
+    ``*``, which no bare pattern matches across. The recognisers with a context before the value
     (an assignment's key, the words before an SSN) are kept for the later
     passes of every text, since a shorter token can bring context and value
     closer; so are recogniser sets, in every pass. Redacting with these
