@@ -18,6 +18,12 @@ embed
 near_duplicates
     Near-duplicate dedupe (MinHash/LSH, Jaccard >= 0.8) against exact dedupe
     on the same 110k items.
+redact
+    Redaction, vectorised against the same recognisers run row by row with
+    Python ``re`` (``bench_redact``): 100k chat records through the user's
+    whole call ``CognitionFrame(records).redact().collect()``, and 100 MB of
+    lines into ``redact_frame``; three rounds each, min and median.
+    ``--quick``: 20k records, 10 MB, one round.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -50,6 +56,7 @@ import matplotlib.pyplot as plt
 import polars as pl
 
 import bench_peers
+import bench_redact
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
 from cognoxium.app.batch import RANK_METHODS
 from cognoxium.items.io import write_parquet
@@ -58,7 +65,7 @@ from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("scaling", "peers", "embed", "near_duplicates", "locomo")
+SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "locomo")
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
 
@@ -517,12 +524,14 @@ def replot() -> None:
         "scaling": (plot_scaling, scaling_markdown),
         "peers": (plot_peers, peers_markdown),
         "locomo": (plot_locomo, locomo_markdown),
+        "redact": (None, bench_redact.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
         if path.exists():
             result = json.loads(path.read_text())
-            plot(result)
+            if plot is not None:
+                plot(result)
             (RESULTS / f"{suite}.md").write_text(markdown(result))
             print(f"redrew {suite}", flush=True)
     write_summary()
@@ -567,6 +576,10 @@ def main() -> None:
     if "near_duplicates" in chosen:
         result = run_near_duplicates(20_000 if args.quick else 100_000)
         (RESULTS / "near_duplicates.md").write_text(near_duplicates_markdown(result))
+    if "redact" in chosen:
+        size = ["--rows", "20000", "--mb", "10", "--repeats", "1"] if args.quick else []
+        result = bench_redact.main([*size, "--out", str(RESULTS / "redact.json")])
+        (RESULTS / "redact.md").write_text(bench_redact.markdown(result))
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (

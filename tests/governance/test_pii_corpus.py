@@ -17,8 +17,10 @@ import re
 import polars as pl
 import pytest
 
+import cognoxium.governance.redaction as redaction
 from cognoxium.governance.redaction import (
     PHONE_REGIONS,
+    RECOGNISERS,
     _whole_run_matches,
     find_spans,
     phone_recogniser,
@@ -127,6 +129,55 @@ def test_the_vectorised_path_agrees_on_the_corpus(corpus: list[Document]) -> Non
             assert (json.loads(row["json"]), json.loads(row["redactions"])) == (value, counts)
     assert out.height == len(corpus)
     assert out.filter(pl.col("redactions") != "{}").height > len(corpus) // 2
+
+
+def test_every_text_a_recogniser_matches_has_its_prefilter(corpus: list[Document]) -> None:
+    # The vectorised path scans only the texts in which some prefilter occurs.
+    texts = [f.text for d in corpus for f in d.fields]
+    matched = 0
+    for r in RECOGNISERS:
+        prefilter = re.compile(r.prefilter)
+        for text in texts:
+            if r._rx.search(f"\n{text}\n"):
+                assert prefilter.search(text), (r.label, text)
+                matched += 1
+    assert matched > 1000
+
+
+def test_a_phone_run_is_decided_alike_whatever_runs_came_before(corpus: list[Document]) -> None:
+    # The regions are tried in an order learnt from earlier runs; only the cost may change.
+    rx = re.compile(phone_recogniser().pattern)
+    runs = sorted({m.group("v") for d in corpus for f in d.fields for m in rx.finditer(f.text)})
+
+    def decide(order: list[str]) -> dict[str, tuple[tuple[int, int], ...]]:
+        redaction._clear_phone_caches()
+        return {run: redaction._phone_parts(run, PHONE_REGIONS) for run in order}
+
+    forward = decide(runs)
+    assert decide(runs[::-1]) == forward
+    assert sum(bool(parts) for parts in forward.values()) > 100
+
+
+def test_every_run_with_a_value_has_what_its_recogniser_requires(corpus: list[Document]) -> None:
+    # `requires` lets the vectorised path drop candidates before Python runs: it must hold
+    # for every run in which the validator or refine (asked without it) finds a value.
+    texts = [f.text for d in corpus for f in d.fields]
+    checked = 0
+    for r in RECOGNISERS:
+        if r.requires is None:
+            continue
+        needed = re.compile(r.requires)
+        for text in texts:
+            for m in r._rx.finditer(f"\n{text}\n"):
+                run = m.group("v")
+                if r.refine is not None:
+                    found = bool(r.refine(run))
+                else:
+                    found = r.validator is None or r.validator(run)
+                if found:
+                    assert needed.search(run), (r.label, run)
+                    checked += 1
+    assert checked > 300
 
 
 def test_whole_run_check_agrees_with_the_phone_number_matcher(corpus: list[Document]) -> None:

@@ -639,6 +639,8 @@ def test_recognisers_compile_in_both_engines() -> None:
         assert r.label
         probe.str.extract_all(r.scan)
         probe.str.contains(r.prefilter)
+        if r.requires is not None:
+            probe.str.contains(r.requires)
         for forbidden in ("\\d", "\\w", "\\s", "\\b", "(?=", "(?!", "(?<", "(?i"):
             assert forbidden not in r.scan, (r.label, forbidden)
 
@@ -716,6 +718,79 @@ def test_rows_without_candidates_never_reach_python(monkeypatch: pytest.MonkeyPa
     # for a second pass runs on the column and finds no candidate in the result.
     assert len(luhn_calls) <= 3
     assert out.get_column("text")[1234] == "pay with [CREDIT_CARD] please"
+
+
+def test_a_first_pass_runs_only_the_recognisers_whose_bare_pattern_occurs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scans: list[tuple[str, list[str]]] = []
+    real_spans = redaction._spans
+
+    def spy_spans(text: str, recs: tuple[Any, ...]) -> list[redaction.Span]:
+        scans.append((text, [r.label for r in recs]))
+        return real_spans(text, recs)
+
+    monkeypatch.setattr(redaction, "_spans", spy_spans)
+    texts = ["mail ana@example.org", "password: hunter22 and ana@example.org"]
+    out = redact_frame(frame_of(texts))
+    assert out.get_column("text").to_list() == ["mail [EMAIL]", "password: [SECRET] and [EMAIL]"]
+    email = next(r.label for r in RECOGNISERS if r.name == "EMAIL")
+    password = next(r.label for r in RECOGNISERS if r.key and "password" in r.label)
+    assert scans == [(texts[0], [email]), (texts[1], [password, email])]
+
+
+def test_candidates_short_of_the_digits_required_never_reach_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validated: list[str] = []
+    real_card_ok, real_phone_parts = redaction._card_ok, redaction._phone_parts
+
+    def spy_card_ok(value: str) -> bool:
+        validated.append(value)
+        return real_card_ok(value)
+
+    def spy_phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+        validated.append(value)
+        return real_phone_parts(value, regions)
+
+    monkeypatch.setattr(redaction, "_card_ok", spy_card_ok)
+    monkeypatch.setattr(redaction, "_phone_parts", spy_phone_parts)
+    texts = [f"order {i:03d} 45 67 at 12.30 on 1 2 2024" for i in range(300)]
+    texts.append("card 4111 1111 1111 1111 now")
+    out = redact_frame(frame_of(texts))
+    assert out.get_column("text")[-1] == "card [CREDIT_CARD] now"
+    assert out.get_column("text")[0] == texts[0]
+    assert "4111 1111 1111 1111" in validated
+    assert all(sum(ch.isdigit() for ch in value) >= 8 for value in validated), validated
+
+
+def test_requires_rejects_a_value_before_its_validator() -> None:
+    calls: list[str] = []
+
+    def ok(value: str) -> bool:
+        calls.append(value)
+        return True
+
+    r = Recogniser(name="TICKET", pattern=r"(?P<v>T-[0-9-]+)", validator=ok, requires="[0-9]{4}")
+    assert redact_text("T-12-34 and T-1234", recognisers=r) == (
+        "T-12-34 and [TICKET]",
+        {"TICKET": 1},
+    )
+    assert calls == ["T-1234"]
+    with pytest.raises(PlanError, match="does not compile"):
+        Recogniser(name="TICKET", pattern=r"(?P<v>T)", requires="(")
+
+
+def test_a_given_prefilter_selects_the_texts_and_a_bad_one_fails_at_the_call() -> None:
+    plain = Recogniser(name="TICKET", pattern=r"(?P<v>TCK-[0-9]{6})")
+    loose = Recogniser(name="TICKET", pattern=r"(?P<v>TCK-[0-9]{6})", prefilter="TCK-")
+    assert plain.prefilter == "(?:TCK-[0-9]{6})"
+    texts = ["ref TCK-123456 ok", "TCK-12 short", "none"]
+    for r in (plain, loose):
+        out = redact_frame(frame_of(texts), recognisers=r).get_column("text").to_list()
+        assert out == ["ref [TICKET] ok", "TCK-12 short", "none"]
+    with pytest.raises(PlanError, match="does not compile"):
+        Recogniser(name="TICKET", pattern=r"(?P<v>T)", prefilter="[")
 
 
 # ---------------------------------------------------------------------------

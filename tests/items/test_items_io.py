@@ -432,6 +432,41 @@ def test_an_empty_id_is_rejected_by_records_and_tables_alike() -> None:
     assert (from_table.value.row, from_table.value.field) == (1, "id")
 
 
+def test_fields_left_out_by_some_or_all_records_take_the_item_defaults() -> None:
+    records = [
+        GOOD,
+        {
+            **GOOD,
+            "id": "b",
+            "role": "assistant",
+            "priority": 3,
+            "rank": 0.5,
+            "metadata": {"k": 1},
+            "sources": [{"uri": "https://x.org"}],
+            "parents": ["ok"],
+            "trust": "trusted",
+        },
+        {"id": "c", "role": "tool", "payload": {"kind": "json", "value": {"x": 1}}},
+    ]
+    records[2]["created_at"] = GOOD["created_at"]
+    items = [ContextItem.model_validate(r) for r in records]
+    assert_frame_equal(records_to_frame(records), items_to_frame(items))
+    assert_frame_equal(records_to_frame([GOOD]), items_to_frame(items[:1]))
+
+
+def test_chat_records_without_ids_or_times_get_distinct_ids_and_the_current_time() -> None:
+    before = datetime.now(UTC)
+    df = records_to_frame([{"role": "user", "text": f"m{i}"} for i in range(3)])
+    assert df.get_column("id").n_unique() == 3
+    times = df.get_column("created_at").to_list()
+    assert len(set(times)) == 1
+    assert before <= times[0] <= datetime.now(UTC)
+    assert df.get_column("content_hash").to_list() == [
+        content_hash("text", f"m{i}".encode()) for i in range(3)
+    ]
+    assert df.schema == records_to_frame([GOOD]).schema
+
+
 def test_one_datetime_on_every_record_is_taken_for_each_row() -> None:
     when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     df = records_to_frame(

@@ -82,11 +82,12 @@ __all__ = ["CognitionFrame", "GroupBy", "OptFlags"]
 
 def _from_iterable(data: Iterable[Any]) -> pl.DataFrame:
     rows = list(data)
-    if all(isinstance(row, ContextItem) for row in rows):
+    types = set(map(type, rows))
+    if all(issubclass(t, ContextItem) for t in types):
         return items_to_frame(rows)
-    if all(isinstance(row, Mapping) for row in rows):
+    if all(issubclass(t, Mapping) for t in types):
         return records_to_frame(rows)
-    kinds = sorted({type(row).__name__ for row in rows})
+    kinds = sorted({t.__name__ for t in types})
     raise SchemaError(
         f"expected ContextItems or record mappings, got a mix of {kinds}; give one kind per frame"
     )

@@ -65,7 +65,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 import polars as pl
 
 from cognoxium.exceptions import PlanError, SchemaError
-from cognoxium.items.model import canonical_json, content_hash
+from cognoxium.items.model import canonical_json, content_hashes
 
 __all__ = [
     "PHONE_REGIONS",
@@ -138,11 +138,26 @@ class Recogniser:
         the run as disjoint ``(start, end)`` offsets into the value, in
         characters. So a card number after an unrelated group of four digits
         is found, and an invalid run is not split into valid-looking parts.
+    requires
+        A pattern (in the same shared subset) that every candidate value the
+        recogniser accepts contains, or, with ``refine``, every run in which
+        it finds a value: a necessary condition, such as a number of digits
+        (``(?:[0-9][^0-9]*){8}``). Candidates without it are rejected before
+        the validator runs, and :func:`redact_frame` drops them on the column
+        of candidates, so no Python runs for them.
+    prefilter
+        A pattern found in every text in which ``pattern`` matches (a
+        superset), for :func:`redact_frame` to select the texts worth a scan
+        in one pass over the column. By default the pattern itself, its
+        group ``v`` made non-capturing; a looser one is worth giving when it
+        is cheaper to search (the IBAN recogniser's names any two letters
+        where the pattern lists the registered countries).
 
     Raises
     ------
     PlanError
-        If the pattern does not compile or has no group ``v``.
+        If the pattern (or ``requires``, or ``prefilter``) does not compile,
+        or the pattern has no group ``v``.
 
     Examples
     --------
@@ -159,37 +174,46 @@ class Recogniser:
     trail: str = _TRAIL
     key: str | None = None
     refine: Callable[[str], Sequence[tuple[int, int]]] | None = None
+    requires: str | None = None
+    prefilter: str = field(default="", repr=False, compare=False)
     scan: str = field(init=False, repr=False, compare=False)
-    prefilter: str = field(init=False, repr=False, compare=False)
     _rx: re.Pattern[str] = field(init=False, repr=False, compare=False)
     _key_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _json_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _requires_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         scan = f"(?:{self.lead})(?:{self.pattern})(?:{self.trail})"
         try:
             rx = re.compile(scan)
             key_rx = re.compile(self.key) if self.key is not None else None
+            requires_rx = re.compile(self.requires) if self.requires is not None else None
+            re.compile(self.prefilter)
         except re.error as exc:
             raise PlanError(f"recogniser {self.name!r}: pattern does not compile: {exc}") from None
         if "v" not in rx.groupindex:
             raise PlanError(f"recogniser {self.name!r}: the pattern needs a group named 'v'")
         object.__setattr__(self, "scan", scan)
-        object.__setattr__(self, "prefilter", _NAMED_GROUP.sub("(?:", self.pattern))
+        if not self.prefilter:
+            object.__setattr__(self, "prefilter", _NAMED_GROUP.sub("(?:", self.pattern))
         object.__setattr__(self, "_rx", rx)
         object.__setattr__(self, "_key_rx", key_rx)
+        object.__setattr__(self, "_requires_rx", requires_rx)
         json_rx = None
         if self.key is not None:
             json_rx = re.compile(f'"(?:{self.key})":(?P<v>{_JSON_STRING})')
         object.__setattr__(self, "_json_rx", json_rx)
 
+    def _meets_requires(self, value: str) -> bool:
+        return self._requires_rx is None or self._requires_rx.search(value) is not None
+
     def _accepts(self, value: str) -> bool:
-        return self.validator is None or self.validator(value)
+        return self._meets_requires(value) and (self.validator is None or self.validator(value))
 
     def _parts(self, value: str) -> Sequence[tuple[int, int]]:
         """The accepted values inside a candidate value, as offsets into it."""
         if self.refine is not None:
-            return self.refine(value)
+            return self.refine(value) if self._meets_requires(value) else ()
         return ((0, len(value)),) if self._accepts(value) else ()
 
     def _accepts_candidate(self, candidate: str) -> bool:
@@ -374,6 +398,11 @@ def _card_ok(value: str) -> bool:
         if lo <= prefix <= hi and n in lengths:
             return _luhn(digits)
     return False
+
+
+def _digits_at_least(n: int) -> str:
+    """A pattern found in a text that holds at least ``n`` ASCII digits."""
+    return f"(?:[0-9][^0-9]*){{{n}}}"
 
 
 def _card_parts(value: str) -> list[tuple[int, int]]:
@@ -591,8 +620,8 @@ class _PhoneMatcher:
     numbers are skipped. A run without a list is decided by the matcher's own
     parse and leniency check of the whole run (its search for candidates and
     for numbers inside them could only find shorter numbers), trying first
-    the regions whose number patterns the digits match. Results are cached
-    per run.
+    the region that accepted the last run of the same shape, then the regions
+    whose number patterns the digits match. Results are cached per run.
     """
 
     regions: tuple[str, ...]
@@ -619,12 +648,8 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
     if not at:
         # No list: only the whole run can be a number, so the matcher's search for
         # candidates and for numbers inside them is skipped (see _whole_run_matches).
-        plausible = [r for r in candidates if r is None or _may_be_national(digits, r)]
-        # Any region will do, so the likeliest is tried first.
-        plausible.sort(key=lambda r: r is not None and not _looks_national(digits, r))
-        whole = _whole_candidate(value) and any(
-            _matcher_for(region, international)._parse_and_verify(value, 0) is not None
-            for region in plausible
+        whole = _whole_candidate(value) and _some_region_accepts(
+            value, digits, candidates, international
         )
         return ((0, len(value)),) if whole else ()
     pieces.add((0, len(value)))
@@ -638,6 +663,42 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
         if (0, len(value)) in spans:
             break
     return tuple(_disjoint(found))
+
+
+_SHAPE = str.maketrans("0123456789", "9999999999")
+_REGION_BY_SHAPE: dict[str, str | None] = {}
+"""Per shape of a run (its digits written ``9``), the region that last accepted a run of
+that shape; at most :data:`_MAX_SHAPES` shapes are kept."""
+_MAX_SHAPES = 4096
+
+
+def _clear_phone_caches() -> None:
+    """Forget the phone recogniser's answer per run and the region it learnt per shape."""
+    _phone_parts.cache_clear()
+    _REGION_BY_SHAPE.clear()
+
+
+def _some_region_accepts(
+    value: str, digits: str, regions: Sequence[str | None], international: bool
+) -> bool:
+    """Whether the matcher of one of ``regions`` (``None``: international) accepts the run.
+
+    Any region will do, so the likeliest is tried first: the one that accepted
+    the last run of the same shape (runs of one shape are mostly numbers of one
+    region, and libphonenumber is the costliest check), then those whose
+    number patterns the digits match. Only the order of the tries depends on
+    earlier runs, never the answer.
+    """
+    plausible = [r for r in regions if r is None or _may_be_national(digits, r)]
+    shape = value.translate(_SHAPE)
+    last = _REGION_BY_SHAPE.get(shape, "")
+    plausible.sort(key=lambda r: (r != last, r is not None and not _looks_national(digits, r)))
+    for region in plausible:
+        if _matcher_for(region, international)._parse_and_verify(value, 0) is not None:
+            if shape in _REGION_BY_SHAPE or len(_REGION_BY_SHAPE) < _MAX_SHAPES:
+                _REGION_BY_SHAPE[shape] = region
+            return True
+    return False
 
 
 def _leniency(international: bool) -> Any:
@@ -807,6 +868,7 @@ def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
         pattern=_PHONE_RUN,
         refine=_PhoneMatcher(chosen),
         label=f"phone number, national formats of {', '.join(chosen)} (libphonenumber)",
+        requires=_digits_at_least(8),
         lead=f"[^{_WORD}+#\\-/. \u00a0]|[^0-9A-Za-z_+#\\-/.][ \u00a0]|[A-Za-z][ \u00a0]",
         trail=f"[^{_WORD}]",
     )
@@ -1056,11 +1118,14 @@ RECOGNISERS: tuple[Recogniser, ...] = (
         refine=_card_parts,
         label="payment card number, Luhn and IIN checked (ISO/IEC 7812)",
         lead=_RUN_LEAD,
+        requires=_digits_at_least(13),
     ),
     Recogniser(
         name="IBAN",
         pattern=_iban_pattern(),
         validator=_iban_ok,
+        # Any two letters for the country: a superset that is far cheaper to search for.
+        prefilter="[A-Za-z]{2}[0-9]{2}(?:[ \u00a0\\-]?[A-Za-z0-9]{4}){2}",
         label="IBAN, country length and mod-97 checked (ISO 13616)",
     ),
     Recogniser(
@@ -1529,10 +1594,12 @@ def _padded(column: str) -> pl.Expr:
 def _rows_with_spans(values: pl.Series, recs: tuple[_Source, ...]) -> pl.Series:
     """Positions of ``values`` for which :func:`find_spans` finds something, without Python per row.
 
-    1. Prefilter: every recogniser's bare pattern (no lead/trail, so a
-       superset) over the whole column with ``str.contains``.
+    1. Prefilter: every recogniser's prefilter (its bare pattern, no
+       lead/trail, or a looser one: a superset) over the whole column, in one
+       ``str.contains``.
     2. Candidates: ``str.extract_all`` of the framed patterns over the padded
-       values of the prefiltered rows, exploded to one candidate per row.
+       values of the prefiltered rows, exploded to one candidate per row; a
+       candidate without what its recogniser ``requires`` is dropped.
     3. Validation: each recogniser's validator on its distinct candidates.
 
     A recogniser set scans the distinct values in one batch.
@@ -1566,12 +1633,20 @@ def _builtin_rows(values: pl.Series, recs: tuple[Recogniser, ...]) -> pl.Series:
     rows = hit.arg_true()
     if rows.len() == 0:
         return empty
-    sub = pl.DataFrame({"i": rows, "s": values.gather(rows)}).select(
-        "i", *[_padded("s").str.extract_all(r.scan).alias(f"c{j}") for j, r in enumerate(recs)]
+    # The values are padded once, then scanned by every framed pattern.
+    sub = (
+        pl.DataFrame({"i": rows, "s": values.gather(rows)})
+        .with_columns(_padded("s").alias("s"))
+        .select(
+            "i", *[pl.col("s").str.extract_all(r.scan).alias(f"c{j}") for j, r in enumerate(recs)]
+        )
     )
     found: list[pl.Series] = []
     for j, r in enumerate(recs):
         cands = sub.select("i", pl.col(f"c{j}").alias("c")).explode("c").drop_nulls("c")
+        if r.requires is not None:
+            # A superset of the value: a candidate without it has no value that has it.
+            cands = cands.filter(pl.col("c").str.contains(r.requires))
         if cands.height == 0:
             continue
         good = [c for c in cands.get_column("c").unique().to_list() if r._accepts_candidate(c)]
@@ -1616,32 +1691,50 @@ def _json_rows_with_spans(
     return pl.concat(found).unique().sort()
 
 
-def _row_recognisers(values: pl.Series, recs: tuple[_Source, ...]) -> list[tuple[_Source, ...]]:
-    """Per text, the recognisers that can find anything in it, in ``recs`` order.
+def _row_recognisers(
+    values: pl.Series, recs: tuple[_Source, ...]
+) -> tuple[list[tuple[_Source, ...]], list[tuple[_Source, ...]]]:
+    """Per text, the recognisers that can find anything in its first pass, and in later ones.
 
-    A recogniser whose bare pattern (no lead or trail, so a superset of its
-    matches) does not occur in the text finds nothing in it, nor after any
-    redaction of it: a replacement token (``[EMAIL]``, ``[EMAIL:3f2a9c1d]``, a
-    mask) only removes characters and puts in brackets, colons, capitals, hex
-    digits or ``*``, which no bare pattern matches across. The recognisers
-    with a context before the value (an assignment's key, the words before an
-    SSN) are kept for every text, since a shorter token can bring context and
-    value closer; so are recogniser sets. Redacting with the kept recognisers
-    gives the same text and counts as with all of them, at a fraction of the
-    cost of the row-by-row path.
+    A recogniser whose prefilter (its bare pattern, no lead or trail, or a
+    looser one: a superset of its matches) does not occur in a text finds
+    nothing in it: it is left out of the text's first pass. If its value
+    comes first, it also finds nothing after any redaction of the text: a
+    replacement token (``[EMAIL]``, ``[EMAIL:3f2a9c1d]``, a mask) only
+    removes characters and puts in brackets, colons, capitals, hex digits or
+    ``*``, which no bare pattern matches across. The recognisers with a context before the value
+    (an assignment's key, the words before an SSN) are kept for the later
+    passes of every text, since a shorter token can bring context and value
+    closer; so are recogniser sets, in every pass. Redacting with these
+    recognisers gives the same text and counts as with all of them, at a
+    fraction of the cost of the row-by-row path.
+
+    Returns
+    -------
+    tuple of (list, list)
+        The first-pass and the later-pass recognisers of each text, in
+        ``recs`` order.
     """
+    builtin = {j: r for j, r in enumerate(recs) if isinstance(r, Recogniser)}
+    context = {j for j, r in builtin.items() if not r.pattern.startswith("(?P<v>")}
     frame = values.fill_null("").rename("s").to_frame()
-    checks = {
-        j: pl.col("s").str.contains(r.prefilter)
-        for j, r in enumerate(recs)
-        if isinstance(r, Recogniser) and r.pattern.startswith("(?P<v>")
-    }
-    found = frame.select(*(e.alias(f"r{j}") for j, e in checks.items())) if checks else None
-    columns = {j: found.get_column(f"r{j}").to_list() for j in checks} if found is not None else {}
-    out: list[tuple[_Source, ...]] = []
-    for i in range(values.len()):
-        out.append(tuple(r for j, r in enumerate(recs) if j not in columns or columns[j][i]))
-    return out
+    checks = (pl.col("s").str.contains(r.prefilter).alias(f"r{j}") for j, r in builtin.items())
+    rows = frame.select(checks).rows() if builtin else [()] * values.len()
+    # Texts in which the same recognisers occur share their subsets.
+    subsets: dict[tuple[bool, ...], tuple[tuple[_Source, ...], tuple[_Source, ...]]] = {}
+    first: list[tuple[_Source, ...]] = []
+    later: list[tuple[_Source, ...]] = []
+    for row in rows:
+        pair = subsets.get(row)
+        if pair is None:
+            absent = {j for j, hit in zip(builtin, row, strict=True) if not hit}
+            pair = subsets[row] = (
+                tuple(r for j, r in enumerate(recs) if j not in absent),
+                tuple(r for j, r in enumerate(recs) if j not in absent or j in context),
+            )
+        first.append(pair[0])
+        later.append(pair[1])
+    return first, later
 
 
 def _redact_texts(
@@ -1654,10 +1747,10 @@ def _redact_texts(
     results, the few texts in which a further pass finds something, and only
     those go on row by row. Same texts and counts as :func:`_redact_str`.
     """
-    subsets = _row_recognisers(values, recs)
+    first, later = _row_recognisers(values, recs)
     outs: list[str] = []
     counts: list[dict[str, int]] = []
-    for value, subset in zip(values.to_list(), subsets, strict=True):
+    for value, subset in zip(values.to_list(), first, strict=True):
         found: dict[str, int] = {}
         spans = _spans(value, subset)
         if spans:
@@ -1667,12 +1760,12 @@ def _redact_texts(
         outs.append(value)
         counts.append(found)
     for i in _rows_with_spans(pl.Series(outs, dtype=pl.String), recs).to_list():
-        outs[i] = _redact_str(outs[i], subsets[i], style, key, counts[i])
+        outs[i] = _redact_str(outs[i], later[i], style, key, counts[i])
     return outs, counts
 
 
 def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
-    merged: dict[str, int] = dict(json.loads(old)) if old else {}
+    merged: dict[str, int] = dict(json.loads(old)) if old and old != "{}" else {}
     for kind, n in new.items():
         merged[kind] = merged.get(kind, 0) + n
     return canonical_json(merged)
@@ -1742,15 +1835,17 @@ def redact_frame(
     Notes
     -----
     No Python runs for a row that holds no candidate. The Text column and the
-    decoded JSON strings go through one ``str.contains`` prefilter per
-    recogniser over the whole column, then ``str.extract_all`` of the framed
-    patterns over the remaining rows; the validators run on the distinct
-    candidates only. A :class:`RecogniserSet` has no pattern to prefilter
-    with: it scans every distinct text (and decoded JSON string) once, in one
-    :meth:`~RecogniserSet.find_batch` call. Only the rows with a validated
-    candidate are rewritten, by the reference path (:func:`redact_text`,
-    :func:`redact_json`), so the two paths agree row by row and share one
-    overlap resolution.
+    decoded JSON strings go through one ``str.contains`` of every
+    recogniser's prefilter over the whole column, then ``str.extract_all`` of
+    the framed patterns over the remaining rows; candidates without what
+    their recogniser ``requires`` are dropped on the column, and the
+    validators run on the distinct candidates left. A :class:`RecogniserSet`
+    has no pattern to prefilter with: it scans every distinct text (and
+    decoded JSON string) once, in one :meth:`~RecogniserSet.find_batch` call.
+    Only the rows with a validated candidate are rewritten, by the reference
+    path (:func:`redact_text`, :func:`redact_json`) with the recognisers whose
+    prefilter occurs in the row, so the two paths agree row by row and share
+    one overlap resolution.
 
     Examples
     --------
@@ -1823,7 +1918,7 @@ def redact_frame(
                     canonical_json(_redact_value(doc, recs, style, hkey, counts, keys))
                 )
                 row_counts.append(counts)
-        new_hashes = [content_hash(payload, out.encode("utf-8")) for out in new_values]
+        new_hashes = content_hashes(payload, (out.encode("utf-8") for out in new_values))
         new_counts = [
             _merge_counts(old, counts)
             for old, counts in zip(

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
@@ -59,6 +60,7 @@ __all__ = [
     "Trust",
     "canonical_json",
     "content_hash",
+    "content_hashes",
 ]
 
 
@@ -146,6 +148,27 @@ def content_hash(kind: str, canonical: bytes) -> str:
     '306f89347195cc05'
     """
     return hashlib.sha256(kind.encode("ascii") + b"\x00" + canonical).hexdigest()
+
+
+def content_hashes(kind: str, canonical: Iterable[bytes]) -> list[str]:
+    """Return :func:`content_hash` of each of many payloads of one kind, in order.
+
+    The hash state after ``kind`` and its NUL byte is computed once and copied
+    for each payload, so a column of texts costs one digest per row.
+
+    Examples
+    --------
+    >>> content_hashes("text", [b"hello", b""]) == [
+    ...     content_hash("text", b"hello"), content_hash("text", b"")]
+    True
+    """
+    prefix = hashlib.sha256(kind.encode("ascii") + b"\x00")
+    out = []
+    for data in canonical:
+        digest = prefix.copy()
+        digest.update(data)
+        out.append(digest.hexdigest())
+    return out
 
 
 _json_value = raising(json_problem)

@@ -40,11 +40,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import operator
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from itertools import accumulate, chain
+from itertools import accumulate, chain, repeat
 from typing import Any
 
 import polars as pl
@@ -70,6 +71,7 @@ from cognoxium.items.model import (
     Trust,
     canonical_json,
     content_hash,
+    content_hashes,
 )
 
 __all__ = [
@@ -432,10 +434,8 @@ def _too_deep(df: pl.DataFrame, column: str) -> int | None:
 def _hashes(df: pl.DataFrame) -> list[str]:
     kinds = df.get_column("payload_kind").cast(pl.String)
     if (kinds == "text").all():
-        # All text (chat messages): one column, no per-row dispatch.
-        return [
-            content_hash("text", text.encode("utf-8")) for text in df.get_column("text").to_list()
-        ]
+        # All text (chat messages): one column, no per-row dispatch; Polars gives the bytes.
+        return content_hashes("text", df.get_column("text").cast(pl.Binary).to_list())
     out = []
     for kind, text, js, binary, uri, title, digest in df.select(
         "payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest"
@@ -1086,11 +1086,14 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
     return ("reference", None, None, None, uri, title, digest)
 
 
-def _payload_columns(records: list[Mapping[str, Any]], fail: _Failures) -> list[pl.Series]:
+def _payload_columns(
+    records: list[Mapping[str, Any]], fail: _Failures, payloads: bool
+) -> list[pl.Series]:
+    """The payload columns; ``payloads`` is false when no record has a ``payload`` field."""
     names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
     dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
-    texts = [record.get("text") for record in records]
-    if all(type(t) is str for t in texts) and not any("payload" in r for r in records):
+    texts = _field(records, "text")
+    if not payloads and all(type(t) is str for t in texts):
         # Plain text records (chat messages): two columns to fill, no per-row dispatch.
         n = len(records)
         return [
@@ -1135,6 +1138,12 @@ _PAYLOAD_FIELDS = {
 
 def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any]]:
     """Check each record is an object with known keys and one content; others become ``{}``."""
+    if (
+        all(issubclass(kind, Mapping) for kind in set(map(type, records)))
+        and all(map(_RECORD_KEYS.issuperset, records))
+        and all(map(operator.contains, records, repeat("text")))
+    ):
+        return records  # all well formed (chat messages): no check per record in Python
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
         if type(record) is not dict and not isinstance(record, Mapping):
@@ -1151,35 +1160,63 @@ def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any
 
 
 def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> list[Any]:
-    return [record.get(name, default) for record in records]
+    """Every record's value of field ``name``, ``default`` where a record leaves it out."""
+    try:
+        return list(map(operator.itemgetter(name), records))
+    except KeyError:
+        return [record.get(name, default) for record in records]
 
 
 def _record_frame(records: list[Mapping[str, Any]], fail: _Failures) -> pl.DataFrame:
-    """Lay out checked record fields as columns; bad values are noted in ``fail``."""
-    ids = _field(records, "id", _MISSING)
-    now = datetime.now(UTC)
-    created = [now if v is _MISSING else v for v in _field(records, "created_at", _MISSING)]
-    columns = [
-        _string_column([str(uuid.uuid4()) if v is _MISSING else v for v in ids], "id", fail),
-        _string_column(_field(records, "role"), "role", fail),
-        *_payload_columns(records, fail),
-        _string_column(_field(records, "content_hash"), "content_hash", fail),
-        _sources_column(_field(records, "sources", ()), fail),
-        *(
-            _string_column(_field(records, name, _DEFAULTS[name]), name, fail)
-            for name in ("trust", "sensitivity", "retention")
-        ),
-        _integer_column(_field(records, "priority", 0), "priority", fail),
-        _float_column(_field(records, "rank"), "rank", fail),
-        _time_column(created, "created_at", fail),
-        _time_column(_field(records, "valid_from"), "valid_from", fail),
-        _time_column(_field(records, "expires_at"), "expires_at", fail),
-        _parents_column(_field(records, "parents", ()), fail),
-        _lineage_column(_field(records, "lineage", ()), fail),
-        _string_column(_field(records, "group_id"), "group_id", fail),
-        _metadata_column(_field(records, "metadata", {}), fail),
-    ]
-    return pl.DataFrame(columns)
+    """Lay out checked record fields as columns; bad values are noted in ``fail``.
+
+    A field that no record gives becomes its default column at once
+    (:func:`_fill_defaults`), without a value per record.
+    """
+    given = frozenset().union(*records) if records else frozenset()
+    columns = [*_payload_columns(records, fail, "payload" in given)]
+    if "id" in given:
+        ids = _field(records, "id", _MISSING)
+        columns.append(
+            _string_column([str(uuid.uuid4()) if v is _MISSING else v for v in ids], "id", fail)
+        )
+    if "created_at" in given:
+        now = datetime.now(UTC)
+        created = [now if v is _MISSING else v for v in _field(records, "created_at", _MISSING)]
+        columns.append(_time_column(created, "created_at", fail))
+    for name, (default, column) in _RECORD_COLUMNS.items():
+        if name in given:
+            columns.append(column(_field(records, name, default), fail))
+    df = _fill_defaults(pl.DataFrame(columns))
+    return df.select(POLARS_SCHEMA.names())
+
+
+def _strings(name: str) -> Callable[[list[Any], _Failures], pl.Series]:
+    return lambda values, fail: _string_column(values, name, fail)
+
+
+def _times(name: str) -> Callable[[list[Any], _Failures], pl.Series]:
+    return lambda values, fail: _time_column(values, name, fail)
+
+
+_RECORD_COLUMNS: dict[str, tuple[Any, Callable[[list[Any], _Failures], pl.Series]]] = {
+    "role": (None, _strings("role")),
+    "content_hash": (None, _strings("content_hash")),
+    "sources": ((), _sources_column),
+    "trust": (_DEFAULTS["trust"], _strings("trust")),
+    "sensitivity": (_DEFAULTS["sensitivity"], _strings("sensitivity")),
+    "retention": (_DEFAULTS["retention"], _strings("retention")),
+    "priority": (0, lambda values, fail: _integer_column(values, "priority", fail)),
+    "rank": (None, lambda values, fail: _float_column(values, "rank", fail)),
+    "valid_from": (None, _times("valid_from")),
+    "expires_at": (None, _times("expires_at")),
+    "parents": ((), _parents_column),
+    "lineage": ((), _lineage_column),
+    "group_id": (None, _strings("group_id")),
+    "metadata": ({}, _metadata_column),
+}
+"""Per record field (but ``id``, ``created_at`` and the payload): the value a record
+that leaves it out has, and the function that makes its column from every record's value."""
 
 
 def _first_failure(
