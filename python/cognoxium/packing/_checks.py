@@ -69,7 +69,10 @@ def check_request(
         If ``df`` lacks an item column or one has the wrong type.
     """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
-        raise PackError(f"budget must be a non-negative whole number of tokens, got {budget!r}")
+        raise PackError(
+            f"budget must be a non-negative whole number of tokens, got {budget!r}",
+            params={"budget": budget if isinstance(budget, int) else repr(budget)},
+        )
     checked = Request(
         budget=int(budget),
         profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),

@@ -42,7 +42,8 @@ class Rendering:
     cheap
         ``(n,)`` Int64: a lower bound of the cost known for every row at no
         real cost, ``framing + ceil(UTF-8 bytes / longest token bytes)`` over
-        the content and each tool-call text, in tokens.
+        the content and each tool-call text (``framing`` alone when the
+        profile has no byte bound), in tokens.
     """
 
     chat: ChatColumns
@@ -78,18 +79,20 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
         If a row's tool calls are malformed; it names the row and the field.
     """
     chat = chat_columns(df, review.column("action"))
-    width = profile.longest_token_bytes
     roles = chat.role.unique().to_list()
     framing = chat.role.replace_strict(
         {role: profile.framing(role) for role in roles}, return_dtype=pl.Int64
-    ).to_numpy(writable=True)
-    bytes_bound = (
-        (chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1) // width
     ).to_numpy(writable=True)
     for row, fields in chat.fields.items():
         name = fields.get("name")
         if name is not None:
             framing[row] = profile.framing(chat.role[row], name=name)
+    width = profile.longest_token_bytes
+    if width is None:
+        return Rendering(chat=chat, framing=framing, cheap=pl.Series("cheap", framing))
+    bytes_bound = (
+        (chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1) // width
+    ).to_numpy(writable=True)
     for row, texts in chat.tool_texts.items():
         bytes_bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
     return Rendering(chat=chat, framing=framing, cheap=pl.Series("cheap", framing + bytes_bound))

@@ -106,6 +106,7 @@ def build_manifest(
         lineage=lineage_edges(df[decisions.selected]).to_dicts(),
         merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
         unredacted=_unredacted_totals(df),
+        estimated=request.profile.estimated,
     )
     manifest._entries = entries
     return manifest

@@ -157,6 +157,10 @@ class PackManifest(BaseModel):
     held data and was not redacted (see
     :meth:`cognoxium.CognitionFrame.redact`); it is left out of the JSON and
     Arrow forms when empty, so manifests without such items read as before.
+    ``estimated`` is true when the token profile's costs are not exact counts
+    (``approximate``, an upper bound; ``huggingface:PATH``, assumed chat
+    framing; see :attr:`cognoxium.tokens.profiles.TokenProfile.estimated`);
+    it is left out when false, so exact manifests keep their bytes.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -177,6 +181,7 @@ class PackManifest(BaseModel):
     merge_rules: dict[str, str] = {}
     lineage: list[dict[str, str | None]] = []
     unredacted: dict[str, int] = {}
+    estimated: bool = False
     _entries: pl.DataFrame = PrivateAttr()
 
     @property
@@ -199,8 +204,11 @@ class PackManifest(BaseModel):
         return self._entries.to_arrow().replace_schema_metadata({"cognoxium.manifest": header})
 
     def _header(self) -> dict[str, Any]:
-        """Everything but the entries, without ``unredacted`` when it is empty."""
-        return self.model_dump(mode="json", exclude={"unredacted"} if not self.unredacted else None)
+        """Everything but the entries; ``unredacted`` when not empty, ``estimated`` when true."""
+        omit = {"unredacted"} if not self.unredacted else set()
+        if not self.estimated:
+            omit.add("estimated")
+        return self.model_dump(mode="json", exclude=omit or None)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain JSON-ready data, entries included."""
