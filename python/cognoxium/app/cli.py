@@ -156,7 +156,7 @@ class _Group(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
-        wants_json = "--json" in [*ctx._protected_args, *ctx.args]
+        wants_json = "--json" in [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
             return super().invoke(ctx)
         except _CommandError as failure:

@@ -1,9 +1,12 @@
 """Token profiles: real tokenizers with per-message framing, counts cached by content hash."""
 
 from cognoxium.tokens.profiles import (
+    APPROXIMATE,
     CACHE_MAX_ENTRIES,
+    HUGGINGFACE_PREFIX,
     PROFILE_NAMES,
     CacheInfo,
+    Encoder,
     TokenProfile,
     cache_info,
     clear_cache,
@@ -12,9 +15,12 @@ from cognoxium.tokens.profiles import (
 )
 
 __all__ = [
+    "APPROXIMATE",
     "CACHE_MAX_ENTRIES",
+    "HUGGINGFACE_PREFIX",
     "PROFILE_NAMES",
     "CacheInfo",
+    "Encoder",
     "TokenProfile",
     "cache_info",
     "clear_cache",

@@ -1,12 +1,17 @@
 """Token profiles: exact token counts, cached counts, chat framing and lower bounds.
 
-A :class:`TokenProfile` ties a tiktoken encoder to the chat-format overheads of
-the models that use it, and gives a ``fingerprint`` that identifies both, so a
+A :class:`TokenProfile` ties a tokenizer to the chat-format overheads of the
+models that use it, and gives a ``fingerprint`` that identifies both, so a
 token count can be stored next to the profile that produced it.
 
 The built-in profiles are ``cl100k_base`` (GPT-4, GPT-3.5-turbo) and
-``o200k_base`` (GPT-4o, o1, o3). Both are built from rank files bundled in
-installed packages; nothing is downloaded, ever.
+``o200k_base`` (GPT-4o, GPT-4.1, o1, o3, o4-mini). Both are built from rank
+files bundled in installed packages; nothing is downloaded, ever.
+:func:`get_profile` also resolves OpenAI model names (``gpt-4o-2024-08-06``)
+through tiktoken's model table, ``approximate`` (one token per UTF-8 byte, a
+proven upper bound of both encodings, flagged ``estimated``) and
+``huggingface:PATH`` (a ``tokenizer.json`` read with ``tokenizers``, with an
+assumed chat framing, flagged ``estimated``).
 
 Chat costing rule
 -----------------
@@ -205,8 +210,26 @@ class _HuggingFaceEncoder:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
-        encoded = self._tokenizer.encode_batch(text, add_special_tokens=False)
+        # encode_batch_fast: the same ids as encode_batch, without computing offsets.
+        encoded = self._tokenizer.encode_batch_fast(text, add_special_tokens=False)
         return [list(e.ids) for e in encoded]
+
+
+class _Utf8ByteEncoder:
+    """One token per UTF-8 byte (the byte's value): the ``approximate`` profile's encoder."""
+
+    name = APPROXIMATE
+    facts = _EncoderFacts(
+        hasher=hashlib.sha256(_FINGERPRINT_TAG + b"utf-8 bytes\x00"),
+        longest_token_bytes=1,
+        word_bound_pattern=None,
+    )
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8")) for t in text]
 
 
 _ENCODER_FACTS: weakref.WeakKeyDictionary[tiktoken.Encoding, _EncoderFacts] = (
@@ -217,7 +240,7 @@ _ENCODER_FACTS_LOCK = threading.Lock()
 
 def _encoder_facts(encoding: Encoder) -> _EncoderFacts:
     """Hash the encoder's ranks, pattern and special tokens once per encoder object."""
-    if isinstance(encoding, _HuggingFaceEncoder):
+    if isinstance(encoding, _HuggingFaceEncoder | _Utf8ByteEncoder):
         return encoding.facts
     if not isinstance(encoding, tiktoken.Encoding):
         raise ProfileError(
@@ -1125,20 +1148,10 @@ def _build_cl100k_base() -> tiktoken.Encoding:
     )
 
 
-def _build_approximate() -> tiktoken.Encoding:
-    """One token per UTF-8 byte: 256 single-byte tokens and no merges."""
-    return tiktoken.Encoding(
-        name=APPROXIMATE,
-        pat_str=r"\S+|\s+",
-        mergeable_ranks={bytes([i]): i for i in range(256)},
-        special_tokens={},
-    )
-
-
-_BUILDERS: dict[str, Callable[[], tiktoken.Encoding]] = {
+_BUILDERS: dict[str, Callable[[], Encoder]] = {
     "cl100k_base": _build_cl100k_base,
     "o200k_base": _build_o200k_base,
-    APPROXIMATE: _build_approximate,
+    APPROXIMATE: _Utf8ByteEncoder,
 }
 _OPENAI_ENCODINGS: tuple[str, ...] = ("cl100k_base", "o200k_base")
 _PROFILES: dict[str, TokenProfile] = {}
