@@ -30,11 +30,35 @@ ERROR_CLASSES = [
 
 
 def test_every_error_class_has_a_registered_default_code() -> None:
-    assert len(ERROR_CLASSES) == 17
     for cls in ERROR_CLASSES:
         assert cls.default_code in ERROR_CODES, cls.__name__
-    defaults = [cls.default_code for cls in ERROR_CLASSES]
-    assert len(set(defaults)) == len(defaults), "two classes share a default code"
+    defaults = {cls.__name__: cls.default_code for cls in ERROR_CLASSES}
+    assert defaults == {
+        "BudgetError": "budget.required_overflow",
+        "CognoxiumError": "error",
+        "ConfigError": "config.invalid",
+        "ContractError": "contract.broken",
+        "DependencyError": "dependency.missing",
+        "ModelError": "model.unavailable",
+        "OutputError": "output.invalid",
+        "PackError": "pack.invalid",
+        "PlanError": "plan.invalid",
+        "PolicyError": "policy.violated",
+        "PredicateError": "predicate.refused",
+        "ProfileError": "profile.invalid",
+        "RankError": "rank.invalid",
+        "RecordError": "record.invalid",
+        "SchemaError": "schema.invalid",
+        "StrategyError": "strategy.invalid",
+        "UnknownNoteError": "note.unknown",
+    }
+
+
+def test_a_subclass_without_its_own_code_inherits_its_parents() -> None:
+    class TruncationError(PackError):
+        pass
+
+    assert TruncationError("x").code == "pack.invalid"
 
 
 def test_codes_are_dotted_lowercase_names() -> None:
