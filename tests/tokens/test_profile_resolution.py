@@ -91,6 +91,10 @@ def test_unknown_names_list_close_matches() -> None:
     assert error.params["name"] == "gpt-4x"
     assert "gpt-4" in error.params["close_matches"]
     assert "unknown token profile 'gpt-4x'; close matches: gpt-4" in str(error)
+    # Only names that resolve are suggested: gpt2's encoding is not bundled.
+    with pytest.raises(ProfileError) as caught:
+        get_profile("gpt2x")
+    assert "gpt2" not in caught.value.params["close_matches"]
     with pytest.raises(ProfileError, match="close matches: o200k_base") as caught:
         get_profile("o200k")
     assert caught.value.code == "profile.unknown"

@@ -1161,7 +1161,8 @@ _HF_PROFILES: dict[str, tuple[tuple[int, int, int], TokenProfile]] = {}
 
 def _unknown(kind: str, name: str) -> ProfileError:
     """The error for a name that resolves to no profile, listing close matches."""
-    known = [*PROFILE_NAMES, *tiktoken.model.MODEL_TO_ENCODING]
+    models = tiktoken.model.MODEL_TO_ENCODING
+    known = [*PROFILE_NAMES, *(m for m, e in models.items() if e in _OPENAI_ENCODINGS)]
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
     hint = f"close matches: {', '.join(close)}; " if close else ""
     return ProfileError(
