@@ -125,3 +125,23 @@ def test_a_record_error_locates_itself() -> None:
     }
     located = RecordError("bad", source="t.parquet", row=4, field="id")
     assert located.to_dict()["params"] == {"row": 4}
+
+
+def test_a_bad_reply_reserve_has_its_own_code() -> None:
+    frame = cx.CognitionFrame.from_records(
+        [{"id": "u", "role": "user", "text": "hi", "created_at": AS_OF}]
+    )
+    with pytest.raises(BudgetError) as caught:
+        frame.pack(10, reserve=11, as_of=AS_OF)
+    assert caught.value.code == "budget.reserve_invalid"
+    assert caught.value.params == {"reserve": 11, "budget": 10, "costs": {}}
+
+
+def test_an_overflow_under_a_reserve_names_the_reserve() -> None:
+    records = [{"id": "s", "role": "system", "text": "Be brief.", "retention": "required"}]
+    frame = cx.CognitionFrame.from_records([{**r, "created_at": AS_OF} for r in records])
+    with pytest.raises(BudgetError) as caught:
+        frame.pack(12, reserve=4, profile="cl100k_base", as_of=AS_OF)
+    # system: 7 tokens + 3 of reply priming = 10 > 12 - 4.
+    assert caught.value.code == "budget.required_overflow"
+    assert caught.value.params == {"reserve": 4, "budget": 8, "costs": {"s": 7}}

@@ -47,6 +47,7 @@ __all__ = [
 
 ERROR_CODES: dict[str, str] = {
     "budget.required_overflow": "the required items alone exceed the token budget",
+    "budget.reserve_invalid": "the reply reserve is not a whole number from 0 to the budget",
     "config.invalid": "a configuration file or setting is invalid",
     "contract.broken": "a continuity input or output breaks its contract",
     "dependency.missing": "an optional dependency is not installed",
@@ -286,8 +287,11 @@ class BudgetError(PackError):
     budget
         The token budget, in tokens.
     params
-        Further structured values (``request_id``, ...); ``budget`` and
-        ``costs`` are always added.
+        Further structured values (``request_id``, ``reserve``, ...);
+        ``budget`` and ``costs`` are always added.
+    code
+        ``budget.reserve_invalid`` for a bad reply reserve; the default is
+        ``budget.required_overflow``.
 
     Examples
     --------
@@ -305,11 +309,14 @@ class BudgetError(PackError):
         costs: dict[str, int],
         budget: int,
         params: Mapping[str, Any] | None = None,
+        code: str | None = None,
     ) -> None:
         self.costs = dict(costs)
         self.budget = budget
         super().__init__(
-            message, params={**(params or {}), "budget": budget, "costs": dict(self.costs)}
+            message,
+            code=code,
+            params={**(params or {}), "budget": budget, "costs": dict(self.costs)},
         )
 
 

@@ -114,6 +114,8 @@ def test_request_has_exactly_its_documented_fields() -> None:
     assert list(Request.model_fields) == [
         "id",
         "budget",
+        "reserve",
+        "overflow",
         "query",
         "where",
         "as_of",
@@ -186,7 +188,8 @@ def test_request_round_trips_through_json() -> None:
             '{"id": "r2", "budget": 5, "qurey": "refund"}',
             "qurey",
             "unknown field 'qurey'; did you mean 'query'? a request has the fields id, budget, "
-            "query, where, as_of, evidence, labels (put other data under 'labels')",
+            "reserve, overflow, query, where, as_of, evidence, labels (put other data under "
+            "'labels')",
         ),
         # The misspelt field is named, not the real one it leaves missing.
         ('{"id": "r2", "budjet": 5}', "budjet", "unknown field 'budjet'; did you mean 'budget'?"),
@@ -467,3 +470,75 @@ def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
 def test_an_as_of_outside_the_years_1_to_9999_utc_is_a_validation_error() -> None:
     with pytest.raises(ValidationError, match="must fall in the years 1 to 9999 UTC"):
         Request.model_validate({"id": "r", "budget": 8, "as_of": "0001-01-01T00:30:00+01:00"})
+
+
+# ---------------------------------------------------------------------------
+# reply reserve and overflow
+
+
+def test_request_reserve_must_fit_in_its_budget(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        ['{"id": "r1", "budget": 64, "reserve": 16}', '{"id": "r2", "budget": 64, "reserve": 65}'],
+    )
+    with pytest.raises(RecordError, match="must not exceed the budget") as info:
+        read_requests(path)
+    assert (info.value.line, info.value.field) == (2, "reserve")
+    with pytest.raises(ValidationError, match="overflow"):
+        Request.model_validate({"id": "r", "budget": 64, "overflow": "drop"})
+
+
+def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path) -> None:
+    where = "role = 'system' OR metadata.topic = 'bugs'"
+    requests = [
+        Request(id="own", budget=60, reserve=20, where=where),
+        Request(id="batch", budget=60, where=where),
+        Request(id="none", budget=60, reserve=0, where=where),
+    ]
+    run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF, rank="none", reserve=10)
+    manifests = {m["label"]: m for m in read_jsonl(tmp_path / "manifests.jsonl")}
+    # The request's own reserve wins; the batch's applies to requests without one.
+    assert manifests["own"]["reserve_tokens"] == 20
+    assert manifests["batch"]["reserve_tokens"] == 10
+    assert "reserve_tokens" not in manifests["none"]
+    for label, manifest in manifests.items():
+        reserve = manifest.get("reserve_tokens", 0)
+        assert manifest["used_tokens"] + reserve + manifest["remaining_tokens"] == 60, label
+    # policy (10 tokens) + u2 (13) + a2 (20) + priming (3) = 46 fits 60 - 10; under 60 - 20
+    # a2 no longer fits: 10 + 13 + 3 = 26.
+    used = {label: m["used_tokens"] for label, m in manifests.items()}
+    assert used == {"own": 26, "batch": 46, "none": 46}
+
+
+def test_batch_reserve_above_a_request_budget_names_the_request(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="reserve 100") as info:
+        run_batch(store(), [Request(id="small", budget=50)], out_dir=tmp_path, reserve=100)
+    assert info.value.field == "reserve"
+
+
+def test_batch_overflow_truncate_cuts_a_required_truncatable_item(tmp_path: Path) -> None:
+    items = store().with_columns(
+        pl.when(pl.col("id") == "long")
+        .then(pl.lit('{"truncate":{"min_tokens":5}}'))
+        .otherwise(pl.col("metadata"))
+        .alias("metadata"),
+        pl.when(pl.col("id") == "long")
+        .then(pl.lit("required"))
+        .otherwise(pl.col("retention").cast(pl.String))
+        .cast(pl.Enum(["required", "preferred", "optional"]))
+        .alias("retention"),
+    )
+    requests = [Request(id="r", budget=100, where="id = 'long'", overflow="truncate")]
+    run_batch(items, requests, out_dir=tmp_path / "a", as_of=AS_OF, rank="none")
+    (manifest,) = read_jsonl(tmp_path / "a" / "manifests.jsonl")
+    # 100 - 3 priming - 4 framing = 93 tokens of the 400 of "refund " * 400.
+    assert manifest["truncations"][0]["kept_tokens"] == 93
+    assert manifest["used_tokens"] == 100
+    with pytest.raises(BudgetError, match="request 'r'"):
+        run_batch(
+            items,
+            [Request(id="r", budget=100, where="id = 'long'")],
+            out_dir=tmp_path / "b",
+            as_of=AS_OF,
+            rank="none",
+        )

@@ -90,6 +90,37 @@ def test_the_sample_manifests_are_pinned(tmp_path: Path) -> None:
     assert hashlib.sha256((out / "manifests.jsonl").read_bytes()).hexdigest() == SAMPLE_MANIFESTS
 
 
+def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:
+    out = tmp_path / "reserved"
+    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--reserve", "16")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_OK, stderr
+    manifests = [json.loads(line) for line in (out / "manifests.jsonl").read_text().splitlines()]
+    assert len(manifests) == 6
+    for m in manifests:
+        assert m["reserve_tokens"] == 16
+        assert m["used_tokens"] + 16 + m["remaining_tokens"] == m["budget"]
+        assert m["used_tokens"] <= m["budget"] - 16
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "message"),
+    [
+        (("--reserve", "-1"), EXIT_USAGE, "--reserve"),
+        (("--reserve", "65"), EXIT_BAD_INPUT, "request 'tiny-setup': the batch's reserve 65"),
+        (("--overflow", "drop"), EXIT_USAGE, "--overflow"),
+    ],
+)
+def test_pack_bad_reserve_or_overflow(
+    tmp_path: Path, extra: tuple[str, ...], code: int, message: str
+) -> None:
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--rank", "bm25", *extra)
+    got, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert got == code
+    assert message in stderr
+    assert not (tmp_path / "out" / "packs.jsonl").exists()
+
+
 def test_bad_request_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     requests.write_text('{"id": "a", "budget": 64}\n{"id": "b", "budget": "lots"}\n')

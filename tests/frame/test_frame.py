@@ -729,12 +729,18 @@ def test_pack_collects_and_delegates(cf: CognitionFrame, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(cognoxium.packing.packer, "pack", fake_pack)
     as_of = datetime(2024, 6, 1, tzinfo=UTC)
-    out = cf.filter(pl.col("priority") > 0).pack(100, as_of=as_of, label="r1")
+    out = cf.filter(pl.col("priority") > 0).pack(100, as_of=as_of, label="r1", reserve=16)
     assert out == "packed"
     ((df, budget, kwargs),) = calls
     assert df["id"].to_list() == ["sys", "q1", "doc"]
     assert budget == 100
-    assert kwargs == {"profile": "cl100k_base", "as_of": as_of, "label": "r1"}
+    assert kwargs == {
+        "profile": "cl100k_base",
+        "as_of": as_of,
+        "reserve": 16,
+        "overflow": "error",
+        "label": "r1",
+    }
 
 
 @pytest.mark.parametrize(

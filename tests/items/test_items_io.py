@@ -503,3 +503,47 @@ def test_the_first_and_last_representable_utc_times_are_kept() -> None:
         ]
     )
     assert [item.created_at.year for item in frame_to_items(df)] == [1, 9999]
+
+
+# ---------------------------------------------------------------------------
+# truncation marks (metadata.truncate)
+
+
+def test_a_truncation_mark_is_checked_on_the_item() -> None:
+    item = ContextItem(
+        id="d",
+        role="document",
+        text="long text",
+        created_at=T0,
+        metadata={"truncate": {"side": "tail", "min_tokens": 8}},
+    )
+    assert item.metadata["truncate"] == {"min_tokens": 8, "side": "tail"}
+    with pytest.raises(ValidationError, match="side"):
+        ContextItem(id="d", role="document", text="x", metadata={"truncate": {"side": "mid"}})
+    with pytest.raises(ValidationError, match="min_tokens"):
+        ContextItem(id="d", role="document", text="x", metadata={"truncate": {"min_tokens": 0}})
+    with pytest.raises(ValidationError, match="only a text payload can be truncated, not json"):
+        ContextItem(id="d", role="tool", payload=Json(value={"a": 1}), metadata={"truncate": {}})
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_a_truncation_mark_survives_a_round_trip(tmp_path: Path, suffix: str) -> None:
+    df = records_to_frame(
+        [
+            {
+                "id": "d",
+                "role": "document",
+                "text": "word " * 50,
+                "created_at": "2024-01-01T00:00:00Z",
+                "metadata": {"truncate": {"side": "tail", "min_tokens": 4}},
+            }
+        ]
+    )
+    path = tmp_path / f"items.{suffix}"
+    (write_jsonl if suffix == "jsonl" else write_parquet)(df, path)
+    back = read_items(path)
+    assert back.get_column("metadata").to_list() == ['{"truncate":{"min_tokens":4,"side":"tail"}}']
+    as_of = T0 + timedelta(days=1)
+    again = CognitionFrame(back).pack(20, as_of=as_of).manifest.to_json()
+    assert again == CognitionFrame(df).pack(20, as_of=as_of).manifest.to_json()
+    assert '"truncations":[{' in again

@@ -302,3 +302,25 @@ def test_the_documented_model_table_is_what_resolves() -> None:
     for model, encoding in rows:
         assert tiktoken.model.MODEL_TO_ENCODING[model] == encoding
         assert get_profile(model).fingerprint == fingerprint(encoding), model
+
+
+# --- truncation under the new profiles ----------------------------------------
+
+
+def test_approximate_cuts_at_byte_boundaries_keeping_whole_characters() -> None:
+    from cognoxium.tokens.truncation import cut_tokens
+
+    approximate = get_profile("approximate")
+    assert cut_tokens(approximate, "héllo wörld", 3, "head") == ("hé", 3)
+    assert cut_tokens(approximate, "héllo wörld", 4, "tail") == ("rld", 3)
+    assert cut_tokens(approximate, "東京", 4, "head") == ("東", 3)
+
+
+def test_a_lossy_huggingface_tokenizer_refuses_to_cut(minilm: TokenProfile) -> None:
+    from cognoxium.tokens.truncation import cut_tokens
+
+    # WordPiece lowercases: decoded tokens are not a prefix of the text, so no cut is made.
+    with pytest.raises(ProfileError, match="cannot cut at token boundaries") as caught:
+        cut_tokens(minilm, "Hello World and more words", 2, "head")
+    assert caught.value.params == {"profile": minilm.name}
+    assert cut_tokens(minilm, "Hello World", 5, "head") == ("Hello World", 2)

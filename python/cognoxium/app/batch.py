@@ -46,6 +46,7 @@ from pydantic import (
     PrivateAttr,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -101,6 +102,13 @@ class Request(BaseModel):
         The token budget, in tokens: an integer from 0 to 2**63 - 1.
         ``true``, ``64.0`` and ``"64"`` are refused (as an item's
         ``priority`` refuses them).
+    reserve
+        Tokens of the budget kept for the reply, from 0 to ``budget``
+        (default 0): the items fit in ``budget - reserve`` (see
+        :func:`cognoxium.packing.packer.pack`).
+    overflow
+        ``"error"`` (default) or ``"truncate"``: what the pack does when the
+        required items alone exceed ``budget - reserve``.
     query
         Text to rank the scope by (BM25); ``None`` for no query.
     where
@@ -148,6 +156,8 @@ class Request(BaseModel):
 
     id: ItemId
     budget: StrictInt = Field(ge=0, le=MAX_INT)
+    reserve: StrictInt = Field(default=0, ge=0, le=MAX_INT)
+    overflow: Literal["error", "truncate"] = "error"
     query: UnicodeStr | None = None
     where: UnicodeStr | None = None
     as_of: AwareDatetime | None = None
@@ -156,6 +166,14 @@ class Request(BaseModel):
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
+
+    @field_validator("reserve")
+    @classmethod
+    def _reserve_in_budget(cls, value: int, info: ValidationInfo) -> int:
+        budget = info.data.get("budget")
+        if budget is not None and value > budget:
+            raise ValueError(f"must not exceed the budget ({value} > {budget})")
+        return value
 
     @field_validator("as_of", mode="before")
     @classmethod
@@ -440,7 +458,7 @@ def rank_request(
         return scope.rank(
             "strategies",
             query=query,
-            budget=request.budget,
+            budget=request.budget - request.reserve,
             as_of=as_of,
             profile=profile,
             model=settings.model,
@@ -496,6 +514,8 @@ def run_batch(
     progress: bool = False,
     retrieval: RetrievalSettings | None = None,
     commit: bool = True,
+    reserve: int = 0,
+    overflow: Literal["error", "truncate"] = "error",
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -569,6 +589,11 @@ def run_batch(
         for a caller that commits a larger set of files itself, as
         :func:`~cognoxium.app.locomo.run_locomo` does; a failed run may then
         leave partial files there.
+    reserve
+        Tokens kept for the reply by the requests that do not give their own
+        ``reserve`` (>= 0, at most each such request's budget).
+    overflow
+        The overflow mode of the requests that do not give their own.
 
     Returns
     -------
@@ -578,7 +603,8 @@ def run_batch(
     Raises
     ------
     RecordError
-        If two requests share an id, or a request's ``where`` clause is not a
+        If two requests share an id, ``reserve`` exceeds the budget of a
+        request that takes it, or a request's ``where`` clause is not a
         valid predicate over the items (including a ``metadata.<key>`` that
         no item of the store has); the error names the request (and its file
         and line, when read by :func:`read_requests`) and the field.
@@ -641,6 +667,7 @@ def run_batch(
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
         seen.add(request.id)
+    requests = [_with_defaults(r, reserve, overflow) for r in requests]
     write = partial(
         _write_batch,
         store,
@@ -657,6 +684,24 @@ def run_batch(
         return write(folder)
     with committed_output(out_dir) as folder:
         return write(folder)
+
+
+def _with_defaults(
+    request: Request, reserve: int, overflow: Literal["error", "truncate"]
+) -> Request:
+    """``request`` with the batch's ``reserve`` and ``overflow`` where it gives none."""
+    update: dict[str, Any] = {}
+    if "reserve" not in request.model_fields_set and reserve:
+        if isinstance(reserve, bool) or not 0 <= reserve <= request.budget:
+            raise request.error(
+                f"the batch's reserve {reserve!r} is not a whole number of tokens from 0 to "
+                f"the request's budget ({request.budget})",
+                field="reserve",
+            )
+        update["reserve"] = reserve
+    if "overflow" not in request.model_fields_set and overflow != "error":
+        update["overflow"] = overflow
+    return request.model_copy(update=update) if update else request
 
 
 def _write_batch(
@@ -698,13 +743,20 @@ def _write_batch(
                 as_of=when,
             )
             try:
-                result = ranked.pack(request.budget, profile=profile, as_of=when, label=request.id)
+                result = ranked.pack(
+                    request.budget,
+                    profile=profile,
+                    as_of=when,
+                    label=request.id,
+                    reserve=request.reserve,
+                    overflow=request.overflow,
+                )
             except BudgetError as exc:
                 raise BudgetError(
                     f"request {request.id!r}: {exc}",
                     costs=exc.costs,
                     budget=exc.budget,
-                    params={"request_id": request.id},
+                    params={**exc.params, "request_id": request.id},
                 ) from None
             except (PackError, PlanError) as exc:
                 raise request.error(f"cannot pack: {exc}") from exc

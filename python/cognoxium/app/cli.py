@@ -244,6 +244,13 @@ class Rank(StrEnum):
     NONE = "none"
 
 
+class Overflow(StrEnum):
+    """What a pack does when its required items alone exceed the budget (see ``pack``)."""
+
+    ERROR = "error"
+    TRUNCATE = "truncate"
+
+
 _RANK_HELP = (
     "How to rank each scope by its query: learned (a logistic model over ranking features, "
     "fitted on LoCoMo; see cognoxium train-ranker), hybrid-lineage (reciprocal rank fusion "
@@ -429,8 +436,8 @@ _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
         "cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
-        note='Each request is a JSON object per line: {"id", "budget", "query", "where", '
-        '"as_of", "evidence", "labels"}; where is a SQL predicate over the item '
+        note='Each request is a JSON object per line: {"id", "budget", "reserve", "overflow", '
+        '"query", "where", "as_of", "evidence", "labels"}; where is a SQL predicate over the item '
         "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
@@ -470,6 +477,22 @@ def pack_command(
             ),
         ),
     ] = "now",
+    reserve: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Tokens of each budget kept for the reply, for requests without their own "
+            "reserve: the items fit in budget - reserve.",
+        ),
+    ] = 0,
+    overflow: Annotated[
+        Overflow,
+        typer.Option(
+            help="When a request's required items alone exceed budget - reserve: 'error' "
+            "(exit 3) or 'truncate' (cut its truncatable required items), for requests "
+            "without their own overflow.",
+        ),
+    ] = Overflow.ERROR,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -504,6 +527,8 @@ def pack_command(
             as_of=when,
             progress=progress and not (quiet or json_output),
             retrieval=retrieval,
+            reserve=reserve,
+            overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
         )
     except OSError as exc:
         _fail_io(exc, "write", out)

@@ -15,7 +15,7 @@ import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 import pyarrow as pa
@@ -1299,6 +1299,8 @@ class CognitionFrame:
         *,
         profile: str | TokenProfile = "cl100k_base",
         as_of: datetime | None = None,
+        reserve: int = 0,
+        overflow: Literal["error", "truncate"] = "error",
         **kwargs: Any,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
@@ -1315,6 +1317,13 @@ class CognitionFrame:
         as_of
             The UTC time validity is evaluated at; give it for reproducible
             manifests.
+        reserve
+            Tokens of the budget kept for the reply (0 to ``budget``): the
+            items fit in ``budget - reserve``.
+        overflow
+            ``"error"`` raises :class:`~cognoxium.exceptions.BudgetError`
+            when the required items alone exceed ``budget - reserve``;
+            ``"truncate"`` cuts their truncatable ones first.
 
         Raises
         ------
@@ -1337,7 +1346,15 @@ class CognitionFrame:
         from cognoxium.packing.packer import pack
 
         self._require_item_columns("pack")
-        return pack(self.collect(), budget, profile=profile, as_of=as_of, **kwargs)
+        return pack(
+            self.collect(),
+            budget,
+            profile=profile,
+            as_of=as_of,
+            reserve=reserve,
+            overflow=overflow,
+            **kwargs,
+        )
 
     def __repr__(self) -> str:
         chain: list[str] = []

@@ -43,6 +43,7 @@ from cognoxium.items._checks import (
 __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JSON_DEPTH",
+    "TRUNCATE_KEY",
     "Binary",
     "ContextItem",
     "Json",
@@ -54,6 +55,7 @@ __all__ = [
     "Sensitivity",
     "Source",
     "Text",
+    "Truncation",
     "Trust",
     "canonical_json",
     "content_hash",
@@ -272,6 +274,44 @@ class LineageEdge(BaseModel):
     detail: UnicodeStr | None = None
 
 
+TRUNCATE_KEY = "truncate"
+"""The metadata key that marks an item truncatable (see :class:`Truncation`)."""
+
+
+class Truncation(BaseModel):
+    """How a pack may cut an item that does not fit whole: ``metadata["truncate"]``.
+
+    An item whose metadata holds ``{"truncate": {"side": ..., "min_tokens": ...}}``
+    may be cut at token boundaries to fit a pack (see
+    :func:`cognoxium.tokens.truncation.cut_tokens`); only Text payloads can be.
+    Both fields may be left out.
+
+    Parameters
+    ----------
+    side
+        The side kept: ``"head"`` (default) keeps the first tokens and drops
+        the end; ``"tail"`` keeps the last tokens and drops the beginning (as
+        LangChain's ``trim_messages`` strategies ``"first"`` and ``"last"``
+        keep the first or last partial content).
+    min_tokens
+        The fewest tokens of the text worth sending, in tokens (>= 1,
+        default 1): a cut that would keep fewer is refused and the item is
+        excluded whole.
+
+    Examples
+    --------
+    >>> Truncation.model_validate({"side": "tail", "min_tokens": 32})
+    Truncation(side='tail', min_tokens=32)
+    >>> Truncation.model_validate({})
+    Truncation(side='head', min_tokens=1)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    side: Literal["head", "tail"] = "head"
+    min_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_INT)] = 1
+
+
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -334,6 +374,8 @@ class ContextItem(BaseModel):
         Free-form JSON object, kept canonical, nested at most
         :data:`~cognoxium.items.MAX_JSON_DEPTH` (64) levels of arrays and objects deep; NaN
         and infinity are refused. A JSON payload's value has the same limits.
+        The key ``truncate`` marks the item truncatable: a
+        :class:`Truncation` (Text payloads only).
 
     Raises
     ------
@@ -341,7 +383,8 @@ class ContextItem(BaseModel):
         On an unknown field, a wrong type, a naive timestamp, a payload
         that does not match its kind, an invalid id, text holding a lone
         surrogate (anywhere: text, ids, sources, metadata, JSON payloads),
-        or ``expires_at`` before ``created_at``.
+        ``expires_at`` before ``created_at``, or a malformed
+        ``metadata["truncate"]`` (or one on a payload that is not text).
 
     Examples
     --------
@@ -419,6 +462,18 @@ class ContextItem(BaseModel):
                 f"must not be before created_at ({_iso(value)} is before {_iso(created)})"
             )
         return value
+
+    @model_validator(mode="after")
+    def _truncation_mark(self) -> ContextItem:
+        """Check ``metadata["truncate"]``: a :class:`Truncation`, on a Text payload only."""
+        if TRUNCATE_KEY in self.metadata:
+            Truncation.model_validate(self.metadata[TRUNCATE_KEY])
+            if self.payload.kind != "text":
+                raise ValueError(
+                    f"metadata.{TRUNCATE_KEY}: only a text payload can be truncated, "
+                    f"not {self.payload.kind}"
+                )
+        return self
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property

@@ -15,6 +15,7 @@ from cognoxium.packing.packer import (
     PackManifest,
     PolicyOutcome,
     Reason,
+    TruncationRecord,
     pack,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "PackManifest",
     "PolicyOutcome",
     "Reason",
+    "TruncationRecord",
     "pack",
     "read_manifests",
     "summarize_manifests",

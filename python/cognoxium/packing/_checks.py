@@ -1,23 +1,28 @@
 """Phase 1 of :func:`~cognoxium.packing.packer.pack`: check the request before any work.
 
-The checks run in a fixed order (budget, token profile, ``as_of``, item
-columns and their types, unique ids), so the same bad request always fails
-with the same error.
+The checks run in a fixed order (budget, reply reserve, overflow mode, token
+profile, ``as_of``, item columns and their types, unique ids), so the same
+bad request always fails with the same error.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 import numpy as np
 import polars as pl
 
-from cognoxium.exceptions import PackError, SchemaError
+from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
-__all__ = ["Request", "check_request"]
+__all__ = ["OVERFLOW_MODES", "Overflow", "Request", "check_request"]
+
+Overflow = Literal["error", "truncate"]
+OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
+"""What a pack does when its required items alone exceed the budget."""
 
 
 @dataclass(frozen=True)
@@ -32,17 +37,36 @@ class Request:
         The token profile that costs items.
     as_of
         The UTC time at which validity is evaluated.
+    reserve
+        Tokens kept for the reply (``0 <= reserve <= budget``); the items fit
+        in ``budget - reserve``.
+    overflow
+        ``"error"`` or ``"truncate"``: what happens when the required items
+        alone exceed ``budget - reserve``.
     """
 
     budget: int
     profile: TokenProfile
     as_of: datetime
+    reserve: int = 0
+    overflow: Overflow = "error"
+
+    @property
+    def item_budget(self) -> int:
+        """The tokens the items may use: ``budget - reserve``."""
+        return self.budget - self.reserve
 
 
 def check_request(
-    df: pl.DataFrame, budget: object, profile: str | TokenProfile, as_of: datetime | None
+    df: pl.DataFrame,
+    budget: object,
+    profile: str | TokenProfile,
+    as_of: datetime | None,
+    *,
+    reserve: object = 0,
+    overflow: object = "error",
 ) -> Request:
-    """Check the budget, the token profile, ``as_of`` and the frame of a pack.
+    """Check the budget, the reserve, the overflow mode, the token profile, ``as_of`` and the frame.
 
     Parameters
     ----------
@@ -54,17 +78,25 @@ def check_request(
         A token profile or the name of a built-in one.
     as_of
         A timezone-aware time, or ``None`` for now (UTC).
+    reserve
+        Tokens kept for the reply: a whole number from 0 to ``budget``.
+    overflow
+        ``"error"`` or ``"truncate"``.
 
     Returns
     -------
     Request
-        The budget as ``int``, the resolved profile and ``as_of`` in UTC.
+        The budget and reserve as ``int``, the resolved profile and ``as_of`` in UTC.
 
     Raises
     ------
+    BudgetError
+        If ``reserve`` is not a whole number from 0 to ``budget`` (its
+        ``costs`` is empty).
     PackError
-        If ``budget`` is negative or not a whole number, ``as_of`` is naive, or
-        two rows share an id.
+        If ``budget`` is negative or not a whole number, ``overflow`` is not
+        ``"error"`` or ``"truncate"``, ``as_of`` is naive, or two rows share
+        an id.
     SchemaError
         If ``df`` lacks an item column or one has the wrong type.
     """
@@ -73,10 +105,27 @@ def check_request(
             f"budget must be a non-negative whole number of tokens, got {budget!r}",
             params={"budget": budget if isinstance(budget, int) else repr(budget)},
         )
+    if (
+        isinstance(reserve, bool)
+        or not isinstance(reserve, int | np.integer)
+        or not 0 <= reserve <= budget
+    ):
+        raise BudgetError(
+            f"reserve must be a whole number of tokens from 0 to the budget ({budget}), "
+            f"got {reserve!r}: the reply reserve is taken out of the budget",
+            costs={},
+            budget=int(budget),
+            code="budget.reserve_invalid",
+            params={"reserve": reserve if isinstance(reserve, int) else repr(reserve)},
+        )
+    if overflow not in OVERFLOW_MODES:
+        raise PackError(f"overflow must be 'error' or 'truncate', got {overflow!r}")
     checked = Request(
         budget=int(budget),
         profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
         as_of=_as_utc(as_of),
+        reserve=int(reserve),
+        overflow="truncate" if overflow == "truncate" else "error",
     )
     _check_columns(df)
     _check_ids(df)

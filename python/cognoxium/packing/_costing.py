@@ -121,9 +121,19 @@ class UnitCosts:
         What every row sends.
     units
         The packing units.
+    floor
+        ``(n,)`` int64: for a truncatable row, the fewest tokens of content it
+        may keep (its ``min_tokens``), else ``UNSET``; the content part of
+        such a row's bound is at most that, since a cut may shorten it.
     """
 
-    def __init__(self, profile: TokenProfile, rendering: Rendering, units: Units) -> None:
+    def __init__(
+        self,
+        profile: TokenProfile,
+        rendering: Rendering,
+        units: Units,
+        floor: np.ndarray | None = None,
+    ) -> None:
         self.profile = profile
         self.content = rendering.chat.content.fill_null("")
         self.hashes = rendering.chat.key
@@ -134,6 +144,7 @@ class UnitCosts:
         self.cost = np.full(units.n_units, UNSET, dtype=np.int64)
         self.bound = np.full(units.n_units, UNSET, dtype=np.int64)
         self.batch = 256
+        self.floor = floor
 
     def ensure_bounds(self, units: np.ndarray) -> None:
         """Compute the lower bound of every unit of ``units`` (``(k,)`` int64) that lacks one."""
@@ -143,7 +154,11 @@ class UnitCosts:
         rows, starts = self.units.rows_of(units)
         texts = self.content.gather(rows).to_frame("text")
         bound = texts.select(self.profile.lower_bound(pl.col("text"))).to_series().to_numpy()
-        bound = bound.astype(np.int64) + self.framing[rows] + self._tool_bounds(rows)
+        bound = bound.astype(np.int64)
+        if self.floor is not None:
+            floor = self.floor[rows]
+            bound = np.where(floor >= 0, np.minimum(bound, floor), bound)
+        bound = bound + self.framing[rows] + self._tool_bounds(rows)
         self.bound[units] = self.units.per_unit(bound, starts)
 
     def _tool_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ from cognoxium.packing._model import (
     MergeRecord,
     PackManifest,
     Reason,
+    TruncationRecord,
 )
 from cognoxium.packing._policies import PolicyReview, policy_outcomes
 from cognoxium.packing._selection import Decisions
@@ -67,6 +69,8 @@ def build_manifest(
     review: PolicyReview,
     decisions: Decisions,
     label: str | None,
+    packed: pl.DataFrame | None = None,
+    truncations: Sequence[TruncationRecord] = (),
 ) -> PackManifest:
     """The manifest of one pack.
 
@@ -82,19 +86,27 @@ def build_manifest(
         Every row's decision.
     label
         Free text recorded in the manifest.
+    packed
+        The packed rows as sent (cut items with their kept text, new content
+        hash and ``truncate`` lineage edge); ``df[decisions.selected]`` when
+        ``None``.
+    truncations
+        The items cut to fit, in input order; their entries carry the new
+        content hash.
 
     Returns
     -------
     PackManifest
-        With one entry per row; ``used_tokens`` and ``remaining_tokens`` in tokens.
+        With one entry per row; ``used_tokens``, ``reserve_tokens`` and
+        ``remaining_tokens`` (``budget - reserve - used``) in tokens.
     """
-    entries = manifest_entries(df, review, decisions)
+    entries = _with_cut_hashes(manifest_entries(df, review, decisions), truncations)
     used = decisions.used_tokens
     manifest = PackManifest(
         label=label,
         budget=request.budget,
         used_tokens=used,
-        remaining_tokens=request.budget - used,
+        remaining_tokens=request.item_budget - used,
         pack_overhead_tokens=decisions.pack_overhead,
         as_of=request.as_of,
         profile=request.profile.name,
@@ -103,13 +115,36 @@ def build_manifest(
         policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in review.policies],
         policy_outcomes=policy_outcomes(df, review, decisions.reason, decisions.included),
         merges=_merges(df),
-        lineage=lineage_edges(df[decisions.selected]).to_dicts(),
+        lineage=lineage_edges(df[decisions.selected] if packed is None else packed).to_dicts(),
         merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
         unredacted=_unredacted_totals(df),
+        reserve_tokens=request.reserve,
+        overflow=request.overflow,
+        truncations=list(truncations),
         estimated=request.profile.estimated,
     )
     manifest._entries = entries
     return manifest
+
+
+def _with_cut_hashes(
+    entries: pl.DataFrame, truncations: Sequence[TruncationRecord]
+) -> pl.DataFrame:
+    """``entries`` whose cut items carry the content hash of the text they sent, and say so.
+
+    A cut item's ``detail`` is ``truncated: kept K of N tokens (side S)``.
+    """
+    if not truncations:
+        return entries
+    new_hash = {t.id: t.content_hash for t in truncations}
+    detail = {
+        t.id: f"truncated: kept {t.kept_tokens} of {t.original_tokens} tokens (side {t.side})"
+        for t in truncations
+    }
+    return entries.with_columns(
+        pl.col("id").replace_strict(new_hash, default=pl.col("content_hash")).alias("content_hash"),
+        pl.col("id").replace_strict(detail, default=pl.col("detail")).alias("detail"),
+    )
 
 
 def _unredacted_totals(df: pl.DataFrame) -> dict[str, int]:
@@ -252,6 +287,11 @@ def _fingerprints(df: pl.DataFrame, request: Request, review: PolicyReview) -> d
         "tiers": list(TIERS),
         "chat_roles": CHAT_ROLES,
     }
+    # Only when set, so the settings of packs without them hash as before.
+    if request.reserve:
+        settings["reserve"] = request.reserve
+    if request.overflow != "error":
+        settings["overflow"] = request.overflow
     plugins = canonical_json([p.fingerprint for p in review.policies])
     return {
         "settings": hashlib.sha256(canonical_json(settings).encode()).hexdigest(),

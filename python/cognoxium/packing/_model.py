@@ -36,6 +36,7 @@ __all__ = [
     "PackManifest",
     "PolicyOutcome",
     "Reason",
+    "TruncationRecord",
     "entries_frame",
 ]
 
@@ -128,6 +129,26 @@ class MergeRecord(BaseModel):
     metadata_conflicts: dict[str, dict[str, Any]] | None
 
 
+class TruncationRecord(BaseModel):
+    """One item cut to fit: what it kept and the content it then sent.
+
+    ``original_tokens`` and ``kept_tokens`` count the item's text (content
+    only, no framing), in tokens; ``side`` is the side kept (``head`` or
+    ``tail``); ``parent_hash`` is the original content hash and
+    ``content_hash`` that of the text sent, also the entry's
+    ``content_hash``. The lineage holds the matching ``truncate`` edge.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    side: str
+    original_tokens: int
+    kept_tokens: int
+    parent_hash: str
+    content_hash: str
+
+
 class ManifestTotals(BaseModel):
     """Counts over a manifest's entries."""
 
@@ -149,7 +170,14 @@ class PackManifest(BaseModel):
     included entries' ``tokens`` plus ``pack_overhead_tokens`` (the reply
     priming of the chat format, paid once when the pack is not empty).
     The canonical JSON (:meth:`to_json`) is byte-identical for the same
-    ordered input, settings and token profile. ``lineage`` holds the lineage
+    ordered input, settings and token profile. ``reserve_tokens`` is the
+    reply reserve: the items fit in ``budget - reserve_tokens`` and
+    ``remaining_tokens`` is ``budget - reserve_tokens - used_tokens``;
+    ``overflow`` says what the pack does when the required items alone
+    exceed that (``error`` or ``truncate``); ``truncations`` lists the items
+    cut to fit, in input order. These three are left out of the JSON and
+    Arrow forms at their defaults (0, ``error``, none), so manifests of packs
+    without them read as before. ``lineage`` holds the lineage
     edges of the included items (see :mod:`cognoxium.governance.lineage`), ``merges``
     the merges a dedupe made, ``policy_outcomes`` what policies decided.
     ``unredacted`` counts, per field outside the payload (``metadata``,
@@ -181,6 +209,9 @@ class PackManifest(BaseModel):
     merge_rules: dict[str, str] = {}
     lineage: list[dict[str, str | None]] = []
     unredacted: dict[str, int] = {}
+    reserve_tokens: int = 0
+    overflow: str = "error"
+    truncations: list[TruncationRecord] = []
     estimated: bool = False
     _entries: pl.DataFrame = PrivateAttr()
 
@@ -204,11 +235,19 @@ class PackManifest(BaseModel):
         return self._entries.to_arrow().replace_schema_metadata({"cognoxium.manifest": header})
 
     def _header(self) -> dict[str, Any]:
-        """Everything but the entries; ``unredacted`` when not empty, ``estimated`` when true."""
-        omit = {"unredacted"} if not self.unredacted else set()
-        if not self.estimated:
-            omit.add("estimated")
-        return self.model_dump(mode="json", exclude=omit or None)
+        """Everything but the entries, without the fields that hold their defaults.
+
+        ``unredacted`` and ``truncations`` when empty, ``reserve_tokens`` when
+        0, ``overflow`` when ``error`` and ``estimated`` when false.
+        """
+        defaults = {
+            "unredacted": not self.unredacted,
+            "reserve_tokens": self.reserve_tokens == 0,
+            "overflow": self.overflow == "error",
+            "truncations": not self.truncations,
+            "estimated": not self.estimated,
+        }
+        return self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain JSON-ready data, entries included."""
@@ -264,7 +303,9 @@ class ContextPack:
     Attributes
     ----------
     frame
-        The selected rows (all input columns), in input order.
+        The selected rows (all input columns), in input order; an item cut
+        to fit holds the text it sent, its new ``content_hash`` and a
+        ``truncate`` step in ``lineage``.
     messages
         OpenAI Chat Completions messages, one per selected item, as
         :func:`cognoxium.formats.openai.to_openai_messages` renders them
@@ -273,9 +314,9 @@ class ContextPack:
     used_tokens
         Tokens used, framing and reply priming included.
     remaining_tokens
-        ``budget - used_tokens``.
+        ``budget - reserve - used_tokens``: tokens still free for items.
     budget
-        The token budget.
+        The token budget (the reply reserve included).
     manifest
         The account of every input item.
     """

@@ -7,13 +7,19 @@ desc, priority desc, token cost asc, id asc; a unit that does not fit is
 skipped (``over_budget``) and the next one is tried. A unit's tier is its
 strongest member retention, its rank and priority the members' highest, its
 cost their sum, its id the smallest member id.
+
+With a :class:`~cognoxium.packing._truncation.Cutter`, a unit with
+truncatable members that does not fit whole is cut to fit what is left, if
+it can be, when the selection reaches it; with ``overflow="truncate"``,
+required units that do not fit are cut first (see
+:mod:`cognoxium.packing._truncation`).
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -23,6 +29,9 @@ from cognoxium.packing._costing import Rendering, UnitCosts
 from cognoxium.packing._exclusions import Exclusions
 from cognoxium.packing._model import REASON_CODE, UNSET, Reason
 from cognoxium.packing._units import Units
+
+if TYPE_CHECKING:
+    from cognoxium.packing._truncation import Cutter
 
 __all__ = ["Decisions", "Queue", "decide_rows", "order_units", "select_units"]
 
@@ -162,7 +171,14 @@ def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Ren
     )
 
 
-def select_units(ids: pl.Series, costs: UnitCosts, queue: Queue, budget: int) -> np.ndarray:
+def select_units(
+    ids: pl.Series,
+    costs: UnitCosts,
+    queue: Queue,
+    budget: int,
+    cutter: Cutter | None = None,
+    overflow: str = "error",
+) -> np.ndarray:
     """Choose the units of the pack: the required ones, then greedy skip-and-continue.
 
     Parameters
@@ -175,6 +191,11 @@ def select_units(ids: pl.Series, costs: UnitCosts, queue: Queue, budget: int) ->
         The candidates in selection order.
     budget
         The token budget, in tokens; the profile's reply priming is taken off first.
+    cutter
+        Cuts truncatable units to fit, or ``None`` when no item is truncatable.
+    overflow
+        ``"truncate"`` lets ``cutter`` cut required units that do not fit;
+        ``"error"`` raises instead.
 
     Returns
     -------
@@ -184,8 +205,9 @@ def select_units(ids: pl.Series, costs: UnitCosts, queue: Queue, budget: int) ->
     Raises
     ------
     BudgetError
-        If the required units alone exceed the budget; it names their rows'
-        ids and costs.
+        If the required units alone exceed the budget (with ``overflow=
+        "truncate"``: even cut as far as their ``min_tokens`` allow); it names
+        their rows' ids and whole costs.
     """
     if len(ids) <= _EAGER_BOUNDS:
         costs.ensure_bounds(queue.candidates)
@@ -198,13 +220,18 @@ def select_units(ids: pl.Series, costs: UnitCosts, queue: Queue, budget: int) ->
         detail = dict(
             sorted(zip(ids.gather(rows).to_list(), costs.row_tokens[rows].tolist(), strict=True))
         )
-        raise BudgetError(
-            f"required items need {required_cost + overhead} tokens "
-            f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
-            f"{budget}: {detail}; raise the budget or lower their retention",
-            costs=detail,
-            budget=budget,
-        )
+        cut = overflow == "truncate" and cutter is not None
+        if not (cut and cutter is not None and cutter.fit_required(required, budget - overhead)):
+            raise BudgetError(
+                f"required items need {required_cost + overhead} tokens "
+                f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
+                f"{budget}{' even cut to their min_tokens' if cut else ''}: {detail}; raise the "
+                "budget, lower their retention, or mark them truncatable and pack with "
+                "overflow='truncate'",
+                costs=detail,
+                budget=budget,
+            )
+        required_cost = int(costs.cost[required].sum())
     block_start, block_end = _blocks(queue.keys.slice(queue.n_required))
     chosen = _select(
         costs,
@@ -214,6 +241,7 @@ def select_units(ids: pl.Series, costs: UnitCosts, queue: Queue, budget: int) ->
         queue.cheap,
         queue.unit_ids,
         budget - overhead - required_cost,
+        cutter,
     )
     included = np.zeros(costs.units.n_units, dtype=bool)
     included[required] = True
@@ -291,6 +319,7 @@ def _select(
     cheap: np.ndarray,
     unit_ids: pl.Series,
     remaining: int,
+    cutter: Cutter | None = None,
 ) -> list[int]:
     """Greedy skip-and-continue over ``order`` (units sorted by tier, rank desc, priority desc).
 
@@ -317,22 +346,39 @@ def _select(
         pos += int(hits[0])
         if block_end[pos] - block_start[pos] > 1:
             remaining = _select_block(
-                costs, order[pos : block_end[pos]], unit_ids, remaining, chosen
+                costs, order[pos : block_end[pos]], unit_ids, remaining, chosen, cutter
             )
             pos = int(block_end[pos])
             continue
         u = order[pos]
         if costs.cost[u] == UNSET:
             costs.prefetch(order, pos, remaining)
-        if costs.cost[u] <= remaining:
-            chosen.append(int(u))
-            remaining -= int(costs.cost[u])
+        remaining = _take(costs, int(u), remaining, chosen, cutter)
         pos += 1
     return chosen
 
 
+def _take(
+    costs: UnitCosts, unit: int, remaining: int, chosen: list[int], cutter: Cutter | None
+) -> int:
+    """Choose ``unit`` (counted) if it fits whole or cut; return the remaining budget."""
+    cost = int(costs.cost[unit])
+    if cost > remaining:
+        cut = None if cutter is None else cutter.fit(unit, remaining)
+        if cut is None:
+            return remaining
+        cost = cut
+    chosen.append(unit)
+    return remaining - cost
+
+
 def _select_block(
-    costs: UnitCosts, block: np.ndarray, unit_ids: pl.Series, remaining: int, chosen: list[int]
+    costs: UnitCosts,
+    block: np.ndarray,
+    unit_ids: pl.Series,
+    remaining: int,
+    chosen: list[int],
+    cutter: Cutter | None = None,
 ) -> int:
     """Select within a block of equal (tier, rank, priority), in cost asc, id asc order.
 
@@ -375,10 +421,8 @@ def _select_block(
         if i < k and seq_bound[i] > remaining:
             i = k  # sorted by bound: nothing further in the block can fit
         if heap and (i == k or (heap[0][0], heap[0][1]) < (seq_bound[i], seq_id[i])):
-            cost, _, u = heapq.heappop(heap)
-            if cost <= remaining:
-                chosen.append(u)
-                remaining -= cost
+            _, _, u = heapq.heappop(heap)
+            remaining = _take(costs, u, remaining, chosen, cutter)
             continue
         if i == k:
             break

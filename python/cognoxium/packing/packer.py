@@ -24,7 +24,12 @@ that returns its own result:
    ones; within a tier the order is rank desc, priority desc, token cost asc,
    id asc; an item that does not fit is skipped (``over_budget``) and the next
    one is tried. The pack keeps the input (conversational) order of the
-   selected items;
+   selected items. The items fit in ``budget - reserve`` (the reply
+   reserve). A truncatable item (``metadata.truncate``, see
+   :class:`~cognoxium.items.model.Truncation`) that does not fit whole is cut
+   at token boundaries to fit what is left, if it can keep its
+   ``min_tokens``; with ``overflow="truncate"``, required items that do not
+   fit are cut first (``_truncation``);
 6. manifest (``_manifest``): every input item's entry, the totals, merges,
    policy outcomes, lineage and fingerprints.
 
@@ -48,9 +53,9 @@ import numpy as np
 import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
-from cognoxium.exceptions import PackError
+from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import Policy
-from cognoxium.packing._checks import check_request
+from cognoxium.packing._checks import Overflow, check_request
 from cognoxium.packing._costing import UnitCosts, render
 from cognoxium.packing._exclusions import exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._manifest import build_manifest
@@ -65,9 +70,11 @@ from cognoxium.packing._model import (
     PackManifest,
     PolicyOutcome,
     Reason,
+    TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
 from cognoxium.packing._selection import decide_rows, order_units, select_units
+from cognoxium.packing._truncation import Cutter, find_marks, lower_cheap
 from cognoxium.packing._units import form_units
 from cognoxium.tokens.profiles import TokenProfile
 
@@ -81,6 +88,7 @@ __all__ = [
     "PackManifest",
     "PolicyOutcome",
     "Reason",
+    "TruncationRecord",
     "pack",
 ]
 
@@ -93,6 +101,8 @@ def pack(
     as_of: datetime | None = None,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
+    reserve: int = 0,
+    overflow: Overflow = "error",
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -117,11 +127,22 @@ def pack(
         ``policy``), render them as ``user`` messages or as delimited data
         (costed as rendered), or fail the pack. Their outcomes and
         fingerprints go to the manifest.
+    reserve
+        Tokens kept for the reply, from 0 to ``budget``: the items fit in
+        ``budget - reserve`` tokens. Recorded in the manifest
+        (``reserve_tokens``).
+    overflow
+        What happens when the required items alone exceed ``budget -
+        reserve``: ``"error"`` (default) raises
+        :class:`~cognoxium.exceptions.BudgetError`; ``"truncate"`` cuts the
+        required truncatable items (the one considered last first, each down
+        to its ``min_tokens``) and raises only if they still do not fit.
 
     Returns
     -------
     ContextPack
-        The selected items in input order, their chat messages (what
+        The selected items in input order (a cut item with its kept text,
+        new content hash and ``truncate`` lineage edge), their chat messages (what
         :func:`cognoxium.formats.openai.to_openai_messages` gives, tool calls,
         tool call ids and names included), token use and the
         :class:`PackManifest`. ``used_tokens`` is what the messages cost by
@@ -130,18 +151,21 @@ def pack(
     Raises
     ------
     BudgetError
-        If the required items alone exceed the budget; it names their ids and
-        costs, and nothing is packed.
+        If the required items alone exceed ``budget - reserve`` (with
+        ``overflow="truncate"``, even cut as far as allowed); it names their
+        ids and costs, and nothing is packed. Also if ``reserve`` is not a
+        whole number from 0 to ``budget``.
     PackError
-        If ``budget`` is negative, ``as_of`` is naive, two rows share an id, a
-        required item is quarantined, a required item is in a group that
-        cannot be packed, or a packed tool result answers a call that no
-        earlier packed message makes (give a call and its results one
-        ``group_id``).
+        If ``budget`` is negative, ``overflow`` is unknown, ``as_of`` is
+        naive, two rows share an id, a required item is quarantined, a
+        required item is in a group that cannot be packed, or a packed tool
+        result answers a call that no earlier packed message makes (give a
+        call and its results one ``group_id``).
     RecordError
-        If an item's tool calls are malformed (a call without a string
-        ``id``, ``function.name`` or ``function.arguments``); it names the
-        row and the field.
+        If a truncation mark (``metadata.truncate``) is malformed or marks a
+        payload that is not text, or an item's tool calls are malformed (a
+        call without a string ``id``, ``function.name`` or
+        ``function.arguments``); it names the row and the field.
     SchemaError
         If ``df`` lacks an item column, or one has the wrong type.
     PolicyError
@@ -162,24 +186,47 @@ def pack(
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
     (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
     """
-    request = check_request(df, budget, profile, as_of)
+    request = check_request(df, budget, profile, as_of, reserve=reserve, overflow=overflow)
     review = review_policies(df, policy)
     rows = find_exclusions(df, request.as_of, review)
     units = form_units(df, rows.grouped)
     rows = exclude_incomplete_groups(df, rows, units)
+    marks = find_marks(df)
     rendering = render(df, request.profile, review)
-    costs = UnitCosts(request.profile, rendering, units)
+    costs = UnitCosts(request.profile, rendering, units, marks.floor if marks.rows else None)
+    cutter = Cutter(df, marks, costs, review.column("action")) if marks.rows else None
+    rendering = lower_cheap(rendering, marks, request.profile.longest_token_bytes)
     queue = order_units(df, rows, units, rendering)
-    included = select_units(df.get_column("id"), costs, queue, request.budget)
+    try:
+        included = select_units(
+            df.get_column("id"), costs, queue, request.item_budget, cutter, request.overflow
+        )
+    except BudgetError as error:
+        if not request.reserve:
+            raise
+        raise BudgetError(
+            f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
+            costs=error.costs,
+            budget=error.budget,
+            params={"reserve": request.reserve},
+        ) from None
     decisions = decide_rows(rows, units, included, costs)
-    manifest = build_manifest(df, request, review, decisions, label)
+    truncations = [] if cutter is None else cutter.records(decisions.selected)
+    frame, cut_content = (
+        (df[decisions.selected], {})
+        if cutter is None
+        else cutter.apply(decisions.selected, truncations)
+    )
+    manifest = build_manifest(df, request, review, decisions, label, frame, truncations)
     messages = rendering.messages(decisions.selected)
+    for at, content in cut_content.items():
+        messages[at]["content"] = content
     _check_tool_results(df, decisions.selected, messages)
     return ContextPack(
-        frame=df[decisions.selected],
+        frame=frame,
         messages=messages,
         used_tokens=decisions.used_tokens,
-        remaining_tokens=request.budget - decisions.used_tokens,
+        remaining_tokens=request.item_budget - decisions.used_tokens,
         budget=request.budget,
         manifest=manifest,
     )

@@ -1,4 +1,7 @@
-"""Token profiles: real tokenizers with per-message framing, counts cached by content hash."""
+"""Token profiles: real tokenizers with per-message framing, counts cached by content hash.
+
+Also cutting a text at token boundaries (:func:`cut_tokens`).
+"""
 
 from cognoxium.tokens.profiles import (
     APPROXIMATE,
@@ -13,17 +16,21 @@ from cognoxium.tokens.profiles import (
     get_profile,
     tool_call_texts,
 )
+from cognoxium.tokens.truncation import SIDES, Side, cut_tokens
 
 __all__ = [
     "APPROXIMATE",
     "CACHE_MAX_ENTRIES",
     "HUGGINGFACE_PREFIX",
     "PROFILE_NAMES",
+    "SIDES",
     "CacheInfo",
     "Encoder",
+    "Side",
     "TokenProfile",
     "cache_info",
     "clear_cache",
+    "cut_tokens",
     "get_profile",
     "tool_call_texts",
 ]

@@ -151,7 +151,9 @@ class Encoder(Protocol):
     """What a token profile needs of a tokenizer: ``tiktoken.Encoding`` has it.
 
     ``encode_ordinary`` encodes one text without adding special tokens;
-    ``encode_ordinary_batch`` encodes a list of texts, in order.
+    ``encode_ordinary_batch`` encodes a list of texts, in order;
+    ``decode_bytes`` turns token ids back into UTF-8 bytes (truncation cuts
+    with it).
     """
 
     @property
@@ -165,6 +167,10 @@ class Encoder(Protocol):
 
     def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
         """Token ids of each text of ``text``."""
+        ...
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        """The UTF-8 bytes of ``tokens``."""
         ...
 
 
@@ -214,6 +220,11 @@ class _HuggingFaceEncoder:
         encoded = self._tokenizer.encode_batch_fast(text, add_special_tokens=False)
         return [list(e.ids) for e in encoded]
 
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        # Byte-level BPE tokenizers decode to the original text; lossy ones
+        # (WordPiece lowercases, drops whitespace) do not, and a cut checks it.
+        return str(self._tokenizer.decode(list(tokens), skip_special_tokens=False)).encode()
+
 
 class _Utf8ByteEncoder:
     """One token per UTF-8 byte (the byte's value): the ``approximate`` profile's encoder."""
@@ -230,6 +241,9 @@ class _Utf8ByteEncoder:
 
     def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
         return [list(t.encode("utf-8")) for t in text]
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        return bytes(tokens)
 
 
 _ENCODER_FACTS: weakref.WeakKeyDictionary[tiktoken.Encoding, _EncoderFacts] = (

@@ -1,0 +1,319 @@
+"""Truncation during selection: cutting truncatable items to fit what is left.
+
+An item is truncatable when its metadata holds a
+:class:`~cognoxium.items.model.Truncation` mark (``metadata["truncate"]``:
+``side`` kept, ``min_tokens``). Its text is cut at token boundaries
+(:func:`~cognoxium.tokens.truncation.cut_tokens`) and sent as the packed
+message, re-rendered by the one rendering of
+:func:`~cognoxium.packing._messages.chat_columns`, so the cost stays exact.
+
+Rules (see :func:`~cognoxium.packing.packer.pack`):
+
+- A unit that does not fit whole when selection reaches it is cut to fit
+  what is left when its truncatable members can shed enough tokens while
+  each keeps at least its ``min_tokens``; otherwise it is skipped as before.
+  In a unit of several rows the last row (input order) sheds first, down to
+  its ``min_tokens``, then the one before it.
+- With ``overflow="truncate"``, when the required units alone exceed the
+  budget, they are cut in reverse selection order (the unit considered last
+  is cut first), each as far as needed down to its members' ``min_tokens``;
+  if they still do not fit, :class:`~cognoxium.exceptions.BudgetError`.
+- A cut item keeps its id and gets a new content hash; its lineage gains an
+  edge ``truncate`` whose parent is the original (id and hash) and whose
+  detail is ``{"kept_tokens", "original_tokens", "side"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+import numpy as np
+import polars as pl
+from pydantic import ValidationError
+
+from cognoxium.exceptions import RecordError
+from cognoxium.items.model import TRUNCATE_KEY, Truncation, canonical_json, content_hash
+from cognoxium.items.schema import POLARS_SCHEMA
+from cognoxium.packing._costing import Rendering, UnitCosts
+from cognoxium.packing._messages import chat_columns
+from cognoxium.packing._model import UNSET, TruncationRecord
+from cognoxium.tokens.truncation import cut_tokens
+
+__all__ = ["Cutter", "Marks", "find_marks", "lower_cheap"]
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The truncation marks of ``n`` rows.
+
+    Attributes
+    ----------
+    rows
+        Row -> its :class:`~cognoxium.items.model.Truncation`, for the marked rows.
+    floor
+        ``(n,)`` int64: a marked row's ``min_tokens``, ``UNSET`` for the others.
+    """
+
+    rows: dict[int, Truncation]
+    floor: np.ndarray
+
+
+def find_marks(df: pl.DataFrame) -> Marks:
+    """Read and check every row's ``metadata["truncate"]``.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (``metadata`` and ``payload_kind`` are read;
+        only rows whose metadata text names the key are parsed).
+
+    Returns
+    -------
+    Marks
+        The marks, by row.
+
+    Raises
+    ------
+    RecordError
+        If a mark is not a :class:`~cognoxium.items.model.Truncation` (an
+        unknown side, ``min_tokens`` below 1, an unknown key) or marks an
+        item whose payload is not text; it names the row and the field.
+    """
+    floor = np.full(df.height, UNSET, dtype=np.int64)
+    flagged = df.select(
+        pl.col("metadata").str.contains(f'"{TRUNCATE_KEY}":', literal=True).fill_null(False)
+    ).to_series()
+    rows: dict[int, Truncation] = {}
+    if not flagged.any():
+        return Marks(rows=rows, floor=floor)
+    picked = flagged.arg_true().to_list()
+    sub = df[picked].select("metadata", pl.col("payload_kind").cast(pl.String))
+    field = f"metadata.{TRUNCATE_KEY}"
+    for row, (metadata, kind) in zip(picked, sub.iter_rows(), strict=True):
+        meta = json.loads(metadata)
+        if TRUNCATE_KEY not in meta:
+            continue  # the key text appears deeper in the metadata
+        try:
+            mark = Truncation.model_validate(meta[TRUNCATE_KEY])
+        except ValidationError as error:
+            problem = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors()
+            )
+            raise RecordError(f"not a truncation mark: {problem}", row=row, field=field) from None
+        if kind != "text":
+            raise RecordError(
+                f"only a text payload can be truncated, not {kind}", row=row, field=field
+            )
+        rows[row] = mark
+        floor[row] = mark.min_tokens
+    return Marks(rows=rows, floor=floor)
+
+
+def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int | None) -> Rendering:
+    """``rendering`` with each marked row's cheap bound lowered to what its shortest cut costs.
+
+    A cut keeps at least ``min_tokens`` of the text (or the whole text), so
+    the content part of the bound becomes ``min(byte bound, min_tokens)``.
+    Without a byte bound (``longest_token_bytes`` is ``None``) the bound
+    holds no content part, and nothing changes.
+    """
+    if not marks.rows or longest_token_bytes is None:
+        return rendering
+    width = longest_token_bytes
+    content = (
+        rendering.chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1
+    ) // width
+    content_np = content.to_numpy()
+    shed = np.where(marks.floor >= 0, np.maximum(content_np - marks.floor, 0), 0)
+    return replace(rendering, cheap=rendering.cheap - pl.Series(shed))
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """One row's cut: the text kept, the content sent, its tokens and its message cost."""
+
+    text: str
+    content: str
+    original_tokens: int
+    kept_tokens: int
+    cost: int
+
+
+class Cutter:
+    """Cuts the truncatable rows of a unit to fit an allowance, and remembers the cuts.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows.
+    marks
+        Their truncation marks.
+    costs
+        The units' costs; a committed cut writes the row's and the unit's new cost.
+    action
+        ``(n,)`` String: each row's policy action (a cut row is re-rendered
+        as its policy decided), or ``None`` without policies.
+    """
+
+    def __init__(
+        self, df: pl.DataFrame, marks: Marks, costs: UnitCosts, action: pl.Series | None
+    ) -> None:
+        self.df = df
+        self.marks = marks
+        self.costs = costs
+        self.action = action
+        self.cuts: dict[int, _Cut] = {}
+
+    def fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
+        """Cut ``unit`` (counted) to cost at most ``allowed`` tokens; its new cost, or ``None``.
+
+        With ``partial``, a unit that cannot reach ``allowed`` is cut as far
+        as its members' ``min_tokens`` allow (its new cost is then above
+        ``allowed``). Nothing changes when ``None`` is returned.
+        """
+        rows, _ = self.costs.units.rows_of(np.asarray([unit], dtype=np.int64))
+        marked = [r for r in rows.tolist() if r in self.marks.rows and r not in self.cuts]
+        if not marked:
+            return None
+        texts = self.df.get_column("text").gather(marked).to_list()
+        keys = self.df.get_column("content_hash").gather(marked).to_list()
+        whole = dict(
+            zip(marked, self.costs.profile.count_cached(keys, texts).tolist(), strict=True)
+        )
+        text_of = dict(zip(marked, texts, strict=True))
+        target = dict(whole)
+        total = int(self.costs.cost[unit])
+        chosen: dict[int, _Cut] = {}
+        while total > allowed:
+            if not self._shed(marked, target, total - allowed) and not partial:
+                return None
+            trial = {r: self._cut(r, text_of[r], whole[r], target[r]) for r in marked}
+            if any(
+                whole[r] > c.kept_tokens < self.marks.rows[r].min_tokens for r, c in trial.items()
+            ):
+                return None  # a cut that keeps fewer than min_tokens is refused
+            new_total = int(self.costs.cost[unit]) + sum(
+                c.cost - int(self.costs.row_tokens[r]) for r, c in trial.items()
+            )
+            if new_total >= total:  # nothing more can be shed
+                break
+            chosen, total = trial, new_total
+        if total > allowed and not partial:
+            return None
+        for r, c in chosen.items():
+            if c.kept_tokens < whole[r]:
+                self.cuts[r] = c
+                self.costs.row_tokens[r] = c.cost
+        self.costs.cost[unit] = total
+        return total
+
+    def _shed(self, marked: list[int], target: dict[int, int], excess: int) -> bool:
+        """Lower ``target`` by ``excess`` tokens, last row first, each down to its ``min_tokens``.
+
+        Returns whether the whole excess could be shed.
+        """
+        for r in reversed(marked):
+            if excess <= 0:
+                break
+            shed = min(excess, max(target[r] - self.marks.rows[r].min_tokens, 0))
+            target[r] -= shed
+            excess -= shed
+        return excess <= 0
+
+    def _cut(self, row: int, text: str, whole: int, keep: int) -> _Cut:
+        """Cut ``row``'s text to at most ``keep`` tokens and price the message it then sends."""
+        mark = self.marks.rows[row]
+        if keep >= whole:
+            kept, tokens = text, whole
+        else:
+            kept, tokens = cut_tokens(self.costs.profile, text, keep, mark.side)
+        sub = self.df[[row]].with_columns(pl.lit(kept, pl.String).alias("text"))
+        action = None if self.action is None else self.action.gather([row])
+        content = chat_columns(sub, action).content[0]
+        old_content = self.costs.content[row]
+        old_key = self.costs.hashes[row]
+        old = int(self.costs.profile.count_cached([old_key], [old_content])[0])
+        new = int(self.costs.profile.count([content])[0]) if content is not None else 0
+        cost = int(self.costs.row_tokens[row]) - old + new
+        return _Cut(
+            text=kept, content=content, original_tokens=whole, kept_tokens=tokens, cost=cost
+        )
+
+    def fit_required(self, required: np.ndarray, allowed: int) -> bool:
+        """Cut the required units (in selection order) so they cost at most ``allowed`` in all.
+
+        The unit last in ``required`` is cut first, each as far as needed.
+        Returns whether they fit.
+        """
+        need = int(self.costs.cost[required].sum()) - allowed
+        for unit in reversed(required.tolist()):
+            if need <= 0:
+                break
+            before = int(self.costs.cost[unit])
+            after = self.fit(unit, before - need, partial=True)
+            if after is not None:
+                need -= before - after
+        return need <= 0
+
+    def records(self, selected: np.ndarray) -> list[TruncationRecord]:
+        """The cuts of the rows in ``selected`` (``(k,)`` int64), in input order."""
+        ids = self.df.get_column("id")
+        hashes = self.df.get_column("content_hash")
+        out = []
+        for row in sorted(set(self.cuts) & set(selected.tolist())):
+            cut = self.cuts[row]
+            out.append(
+                TruncationRecord(
+                    id=ids[row],
+                    side=self.marks.rows[row].side,
+                    original_tokens=cut.original_tokens,
+                    kept_tokens=cut.kept_tokens,
+                    parent_hash=hashes[row],
+                    content_hash=content_hash("text", cut.text.encode("utf-8")),
+                )
+            )
+        return out
+
+    def apply(
+        self, selected: np.ndarray, records: list[TruncationRecord]
+    ) -> tuple[pl.DataFrame, dict[int, str]]:
+        """The packed rows with their cuts applied, and each cut row's content by pack position.
+
+        A cut row gets its kept text, its new content hash and a lineage edge
+        ``truncate`` (parent: the original id and hash).
+        """
+        frame = self.df[selected]
+        if not records:
+            return frame, {}
+        position = {int(row): i for i, row in enumerate(selected.tolist())}
+        rows = sorted(set(self.cuts) & set(position))
+        at = [position[r] for r in rows]
+        lineage = frame.get_column("lineage").gather(at).to_list()
+        for edges, record in zip(lineage, records, strict=True):
+            edges.append(
+                {
+                    "parent_id": record.id,
+                    "parent_hash": record.parent_hash,
+                    "operation": "truncate",
+                    "detail": canonical_json(
+                        {
+                            "kept_tokens": record.kept_tokens,
+                            "original_tokens": record.original_tokens,
+                            "side": record.side,
+                        }
+                    ),
+                }
+            )
+        # List columns cannot be scattered: each row picks its cut's index, if any.
+        cut_of = pl.Series([None] * frame.height, dtype=pl.UInt32).scatter(at, range(len(at)))
+        grown = pl.Series(lineage, dtype=POLARS_SCHEMA["lineage"])
+        frame = frame.with_columns(
+            frame.get_column("text").scatter(at, [self.cuts[r].text for r in rows]),
+            frame.get_column("content_hash").scatter(at, [r.content_hash for r in records]),
+            pl.when(cut_of.is_not_null())
+            .then(grown.gather(cut_of))
+            .otherwise(pl.col("lineage"))
+            .alias("lineage"),
+        )
+        return frame, {position[r]: self.cuts[r].content for r in rows}
