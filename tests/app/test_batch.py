@@ -16,6 +16,8 @@ from cognoxium.exceptions import BudgetError, PlanError, PredicateError, RecordE
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing import PackManifest
+from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_manifests
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -223,7 +225,8 @@ def test_read_requests_missing_file(tmp_path: Path) -> None:
 # run_batch
 
 
-def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path, form: str) -> None:
     requests = [
         Request(
             id="billing", budget=200, query="refund invoice", where="metadata.topic = 'billing'"
@@ -233,7 +236,7 @@ def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path) 
         ),
         Request(id="all", budget=4000),
     ]
-    stats = run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    stats = run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF, manifests=form)  # type: ignore[arg-type]
     assert isinstance(stats, BatchStats)
     assert stats.requests == 3
     assert len(stats.latencies_ms) == 3
@@ -247,11 +250,17 @@ def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path) 
     assert packs[1]["ids"] == ["policy", "u2", "a2"]  # conversational order kept
     assert packs[2]["ids"] == ["policy", "u1", "a1", "u2", "a2", "long"]
 
-    raw = (tmp_path / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+    lines_file = "manifests.jsonl" if form == "jsonl" else "manifest_headers.jsonl"
+    raw = (tmp_path / lines_file).read_text(encoding="utf-8").splitlines()
     assert len(raw) == 3
     for line, pack in zip(raw, packs, strict=True):
-        manifest = json.loads(line)
-        assert line == canonical_json(manifest)  # canonical JSON, one per line
+        assert line == canonical_json(json.loads(line))  # canonical JSON, one per line
+        if form == "parquet":  # the manifest without its entries, with the request id
+            assert "entries" not in json.loads(line)
+            assert json.loads(line)["request_id"] == pack["request_id"]
+    manifests = [m.to_dict() for m in read_manifests(tmp_path)]
+    assert len(manifests) == 3
+    for manifest, pack in zip(manifests, packs, strict=True):
         assert manifest["label"] == pack["request_id"]
         assert manifest["used_tokens"] == pack["used_tokens"] <= pack["budget"]
         included = sorted(
@@ -259,18 +268,49 @@ def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path) 
             key=lambda e: e["pack_position"],
         )
         assert [e["id"] for e in included] == pack["ids"]
-    scope = {e["id"] for e in json.loads(raw[0])["entries"]}
+    scope = {e["id"] for e in manifests[0]["entries"]}
     assert scope == {"u1", "a1", "promo", "long"}
-    reasons = {e["id"]: e["reason"] for e in json.loads(raw[2])["entries"]}
+    reasons = {e["id"]: e["reason"] for e in manifests[2]["entries"]}
     assert reasons["promo"] == "expired"
 
 
 def test_run_batch_is_deterministic_with_a_fixed_as_of(tmp_path: Path) -> None:
     requests = [Request(id=f"r{b}", budget=b, query="refund crash") for b in (30, 60, 120, 500)]
-    run_batch(store(), requests, out_dir=tmp_path / "a", as_of=AS_OF)
-    run_batch(store(), requests, out_dir=tmp_path / "b", as_of=AS_OF)
-    for name in ("packs.jsonl", "manifests.jsonl"):
-        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    for form in ("parquet", "jsonl"):
+        for run in ("a", "b"):
+            out = tmp_path / f"{form}-{run}"
+            run_batch(store(), requests, out_dir=out, as_of=AS_OF, manifests=form)  # type: ignore[arg-type]
+        first, second = tmp_path / f"{form}-a", tmp_path / f"{form}-b"
+        names = sorted(p.name for p in first.iterdir())
+        assert names == sorted(p.name for p in second.iterdir())
+        assert len(names) == (3 if form == "parquet" else 2)
+        for name in names:  # Parquet included: written with fixed settings
+            assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_parquet_manifests_rebuild_the_jsonl_manifests_exactly(tmp_path: Path) -> None:
+    requests = [
+        Request(id="billing", budget=60, query="refund", where="metadata.topic = 'billing'"),
+        Request(id="none", budget=500, where="id = 'nothing'"),  # an empty scope: no entries
+        Request(id="all", budget=4000, query="crash"),
+    ]
+    run_batch(store(), requests, out_dir=tmp_path / "p", as_of=AS_OF, manifests="parquet")
+    run_batch(store(), requests, out_dir=tmp_path / "j", as_of=AS_OF, manifests="jsonl")
+    from_parquet = read_manifests(tmp_path / "p")
+    lines = (tmp_path / "j" / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [m.to_json() for m in from_parquet] == lines  # byte-identical manifests
+    assert from_parquet == [PackManifest.from_json(line) for line in lines]
+    assert from_parquet[1].totals.items == 0
+    # The Parquet rows: the entry columns after request_id, requests in order.
+    rows = pl.read_parquet(tmp_path / "p" / "manifests.parquet")
+    assert rows.schema == PARQUET_SCHEMA
+    assert rows.get_column("request_id").unique(maintain_order=True).to_list() == [
+        "billing",
+        "all",
+    ]
+    # Both forms scan to the same rows.
+    for form in ("p", "j"):
+        assert scan_manifests(tmp_path / form).collect().equals(rows)
 
 
 def test_request_as_of_wins_over_the_batch_as_of(tmp_path: Path) -> None:
@@ -284,9 +324,9 @@ def test_request_as_of_wins_over_the_batch_as_of(tmp_path: Path) -> None:
     old, new = read_jsonl(tmp_path / "packs.jsonl")
     assert old["ids"] == ["promo"]
     assert new["ids"] == []
-    manifests = read_jsonl(tmp_path / "manifests.jsonl")
-    assert manifests[0]["as_of"].startswith("2025-03-15T00:00:00")
-    assert manifests[1]["as_of"].startswith("2026-01-01T00:00:00")
+    manifests = read_manifests(tmp_path)
+    assert manifests[0].as_of == datetime(2025, 3, 15, tzinfo=UTC)
+    assert manifests[1].as_of == AS_OF
 
 
 def test_rank_methods_change_the_selection(tmp_path: Path) -> None:
@@ -301,8 +341,8 @@ def test_rank_methods_change_the_selection(tmp_path: Path) -> None:
     assert chosen["bm25"] == ["policy", "u2"]
     assert chosen["recency"] == ["policy", "u2"]  # u2 is the most recent user turn
     assert chosen["none"] == ["policy", "u1"]  # unranked: ties broken by cost, then id
-    manifest = read_jsonl(tmp_path / "none" / "manifests.jsonl")[0]
-    assert all(e["rank"] is None for e in manifest["entries"])
+    manifest = read_manifests(tmp_path / "none")[0]
+    assert manifest.to_polars().get_column("rank").is_null().all()
     with pytest.raises(PlanError, match="unknown rank method"):
         run_batch(store(), [request], out_dir=tmp_path / "x", rank="bogus")  # type: ignore[arg-type]
 
@@ -441,7 +481,8 @@ def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
 def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_batch(store(), [Request(id="previous", budget=500)], out_dir=out, as_of=AS_OF)
-    before = {name: (out / name).read_bytes() for name in ("packs.jsonl", "manifests.jsonl")}
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
     committed = out.resolve()
     requests = [Request(id="fine", budget=500), Request(id="tight", budget=5)]
     with pytest.raises(BudgetError, match="request 'tight'") as info:
@@ -464,7 +505,19 @@ def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
     stats = run_batch(store(), [], out_dir=tmp_path, as_of=AS_OF)
     assert (stats.requests, stats.p50_ms, stats.p95_ms) == (0, 0.0, 0.0)
     assert (tmp_path / "packs.jsonl").read_text() == ""
-    assert (tmp_path / "manifests.jsonl").read_text() == ""
+    assert (tmp_path / "manifest_headers.jsonl").read_text() == ""
+    empty = pl.read_parquet(tmp_path / "manifests.parquet")  # no rows, every column
+    assert (empty.height, empty.schema) == (0, PARQUET_SCHEMA)
+    assert read_manifests(tmp_path) == []
+    # Requests whose scopes are empty: headers, and no rows.
+    nothing = [Request(id=f"none{i}", budget=10, where="id = 'nothing'") for i in range(2)]
+    run_batch(store(), nothing, out_dir=tmp_path / "none", as_of=AS_OF)
+    assert [m.totals.items for m in read_manifests(tmp_path / "none")] == [0, 0]
+    assert pl.read_parquet(tmp_path / "none" / "manifests.parquet").height == 0
+    run_batch(store(), [], out_dir=tmp_path / "j", as_of=AS_OF, manifests="jsonl")
+    assert (tmp_path / "j" / "manifests.jsonl").read_text() == ""
+    with pytest.raises(PlanError, match="unknown manifest form 'csv'"):
+        run_batch(store(), [], out_dir=tmp_path / "x", manifests="csv")  # type: ignore[arg-type]
 
 
 def test_an_as_of_outside_the_years_1_to_9999_utc_is_a_validation_error() -> None:
@@ -495,7 +548,9 @@ def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path
         Request(id="batch", budget=60, where=where),
         Request(id="none", budget=60, reserve=0, where=where),
     ]
-    run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF, rank="none", reserve=10)
+    run_batch(
+        store(), requests, out_dir=tmp_path, as_of=AS_OF, rank="none", reserve=10, manifests="jsonl"
+    )
     manifests = {m["label"]: m for m in read_jsonl(tmp_path / "manifests.jsonl")}
     # The request's own reserve wins; the batch's applies to requests without one.
     assert manifests["own"]["reserve_tokens"] == 20
@@ -529,7 +584,7 @@ def test_batch_overflow_truncate_cuts_a_required_truncatable_item(tmp_path: Path
         .alias("retention"),
     )
     requests = [Request(id="r", budget=100, where="id = 'long'", overflow="truncate")]
-    run_batch(items, requests, out_dir=tmp_path / "a", as_of=AS_OF, rank="none")
+    run_batch(items, requests, out_dir=tmp_path / "a", as_of=AS_OF, rank="none", manifests="jsonl")
     (manifest,) = read_jsonl(tmp_path / "a" / "manifests.jsonl")
     # 100 - 3 priming - 4 framing = 93 tokens of the 400 of "refund " * 400.
     assert manifest["truncations"][0]["kept_tokens"] == 93

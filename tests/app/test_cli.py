@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
+from cognoxium.packing.manifests import read_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -49,7 +50,7 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
     assert "packs/s" in stdout
     assert "p95" in stdout
     packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
-    manifests = [json.loads(line) for line in (out / "manifests.jsonl").read_text().splitlines()]
+    manifests = [m.to_dict() for m in read_manifests(out)]
     requests = [json.loads(line) for line in (SAMPLE / "requests.jsonl").read_text().splitlines()]
     assert [p["request_id"] for p in packs] == [r["id"] for r in requests]
     assert [m["label"] for m in manifests] == [r["id"] for r in requests]
@@ -78,21 +79,42 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
         AS_OF,
     )
     assert code == EXIT_OK, stderr
-    assert (again / "manifests.jsonl").read_bytes() == (out / "manifests.jsonl").read_bytes()
+    names = ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == names
+    for name in names:  # byte-identical, the Parquet file included
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
 
 
 def test_the_sample_manifests_are_pinned(tmp_path: Path) -> None:
     out = tmp_path / "bm25"
-    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25")
+    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     # Pinned: a change of these bytes is a change of behaviour, made on purpose.
     assert hashlib.sha256((out / "manifests.jsonl").read_bytes()).hexdigest() == SAMPLE_MANIFESTS
+    # The Parquet form holds the same manifests: rebuilt, they give the pinned bytes.
+    columnar = tmp_path / "columnar"
+    args = ("--out", str(columnar), "--as-of", AS_OF, "--rank", "bm25")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_OK, stderr
+    rebuilt = "".join(m.to_json() + "\n" for m in read_manifests(columnar))
+    assert hashlib.sha256(rebuilt.encode()).hexdigest() == SAMPLE_MANIFESTS
 
 
 def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:
     out = tmp_path / "reserved"
-    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--reserve", "16")
+    args = (
+        "--out",
+        str(out),
+        "--as-of",
+        AS_OF,
+        "--rank",
+        "bm25",
+        "--reserve",
+        "16",
+        "--manifests",
+        "jsonl",
+    )
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     manifests = [json.loads(line) for line in (out / "manifests.jsonl").read_text().splitlines()]
@@ -459,13 +481,53 @@ def test_help_shows_examples_and_exit_codes() -> None:
 
 
 @pytest.fixture(scope="module")
-def sample_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sample")
-    code, _, stderr = pack(
-        str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--out", str(out), "-q"
+def sample_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The sample packed once per manifest form (rank bm25, fixed as-of)."""
+    runs = {}
+    for form in ("parquet", "jsonl"):
+        out = tmp_path_factory.mktemp("sample") / form
+        code, _, stderr = pack(
+            str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--out", str(out),
+            "--rank", "bm25", "--as-of", AS_OF, "--manifests", form, "-q",
+        )  # fmt: skip
+        assert code == EXIT_OK, stderr
+        runs[form] = out
+    return runs
+
+
+@pytest.fixture(scope="module")
+def sample_out(sample_runs: dict[str, Path]) -> Path:
+    """The sample's output directory with --manifests jsonl (manifests.jsonl)."""
+    return sample_runs["jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("form", "target"),
+    [
+        ("parquet", ""),
+        ("parquet", "manifests.parquet"),
+        ("jsonl", ""),
+        ("jsonl", "manifests.jsonl"),
+    ],
+)
+def test_inspect_gives_one_summary_for_every_form(
+    sample_runs: dict[str, Path], form: str, target: str
+) -> None:
+    """A directory of either form, a manifests.parquet and a manifests.jsonl: one summary."""
+    items = ("--items", str(SAMPLE / "items.jsonl"))
+    reference = runner.invoke(
+        app, ["inspect", str(sample_runs["jsonl"] / "manifests.jsonl"), "--json", *items]
     )
-    assert code == EXIT_OK, stderr
-    return out
+    assert reference.exit_code == EXIT_OK, reference.stderr
+    path = sample_runs[form] / target if target else sample_runs[form]
+    result = runner.invoke(app, ["inspect", str(path), "--json", *items])
+    assert result.exit_code == EXIT_OK, result.stderr
+    expected = json.loads(reference.stdout)
+    summary = json.loads(result.stdout)
+    assert summary.pop("file") == str(path)
+    expected.pop("file")
+    assert summary == expected
+    assert summary["manifests"] == 6
 
 
 def test_inspect_prints_budget_use_reasons_and_tokens(sample_out: Path) -> None:
@@ -736,7 +798,7 @@ def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> Non
         "--as-of", AS_OF,
     )  # fmt: skip
     assert code == EXIT_OK, stderr
-    written = (out / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+    written = [m.to_json() for m in read_manifests(out)]
     store = CognitionFrame.read_jsonl(SAMPLE / "items.jsonl")
     as_of = datetime.fromisoformat(AS_OF)
     requests = [json.loads(line) for line in (SAMPLE / "requests.jsonl").read_text().splitlines()]
@@ -754,6 +816,35 @@ def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> Non
         result = ranked.pack(request["budget"], profile="cl100k_base", as_of=when,
                              label=request["id"])  # fmt: skip
         assert result.manifest.to_json() == line, request["id"]
+
+
+def test_manifests_option_names_the_files_written(tmp_path: Path) -> None:
+    args = [str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--as-of", AS_OF]
+    args += ["--rank", "bm25", "--json"]
+    written = {}
+    for form in ("parquet", "jsonl"):
+        out = tmp_path / form
+        code, stdout, stderr = pack(*args, "--out", str(out), "--manifests", form)
+        assert code == EXIT_OK, stderr
+        written[form] = json.loads(stdout)["files"]
+        assert sorted(Path(p).name for p in written[form].values()) == sorted(
+            p.name for p in out.iterdir()
+        )
+    assert Path(written["parquet"]["manifests"]).name == "manifests.parquet"
+    assert Path(written["parquet"]["manifest_headers"]).name == "manifest_headers.jsonl"
+    assert Path(written["jsonl"]["manifests"]).name == "manifests.jsonl"
+    code, _, stderr = pack(*args, "--out", str(tmp_path / "x"), "--manifests", "csv")
+    assert code == EXIT_USAGE
+    assert "csv" in stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_inspect_of_a_directory_without_manifests_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(tmp_path)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert one_line_error(result.stderr).startswith(
+        f"error: {tmp_path}: holds neither manifests.parquet nor manifests.jsonl"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -859,6 +950,7 @@ def test_profile_takes_model_names_approximate_and_huggingface(
     code, stdout, stderr = pack(str(SAMPLE / "items.jsonl"), str(requests), *args)
     assert code == EXIT_OK, stderr
     assert json.loads(stdout)["requests"] == 6
-    manifests = [json.loads(line) for line in (out / "manifests.jsonl").read_text().splitlines()]
+    headers = (out / "manifest_headers.jsonl").read_text().splitlines()
+    manifests = [json.loads(line) for line in headers]
     assert {m["profile"] for m in manifests} == {name}
     assert {m.get("estimated", False) for m in manifests} == {profile != "gpt-4o-mini"}

@@ -27,6 +27,7 @@ from cognoxium.app.locomo import (
     run_locomo,
 )
 from cognoxium.exceptions import RecordError
+from cognoxium.packing.manifests import read_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 LOCOMO = Path(
@@ -411,9 +412,13 @@ def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:
         "items.parquet",
         "requests.jsonl",
         "packs.jsonl",
-        "manifests.jsonl",
+        "manifests.parquet",
+        "manifest_headers.jsonl",
         "report.json",
     }
+    manifests = read_manifests(out)
+    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    assert [m.label for m in manifests] == [p["request_id"] for p in packs]
     assert json.loads((out / "report.json").read_text()) == report
     imported = report["import"]
     assert imported["turns"] == 5
@@ -500,7 +505,16 @@ PINNED_MANIFESTS = {
     "bm25": "fe11ca70adb9dc728c20133ee8c2015cca39bf45249827000bc5a2267712b6d4",
     "recency": "1bf314c5b5eb0092eb0d3c8d4c4807ed498cb4b3096062d076c0c725916c0424",
 }
-"""sha256 of the manifests of ``--budgets 1024,2048`` (all 1,347 questions of locomo7)."""
+"""sha256 of the manifests of ``--budgets 1024,2048`` (all 1,347 questions of locomo7).
+
+The digest of their JSONL form (``--manifests jsonl``): one canonical
+manifest per line, as :func:`_jsonl_bytes` rebuilds it from the Parquet form.
+"""
+
+
+def _jsonl_bytes(directory: Path) -> bytes:
+    """The manifests of an output directory (either form) as the bytes of manifests.jsonl."""
+    return "".join(m.to_json() + "\n" for m in read_manifests(directory)).encode("utf-8")
 
 
 @pytest.mark.skipif(
@@ -525,7 +539,7 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     # The bm25 and recency manifests are pinned: a change of their bytes is a
     # change of behaviour, to be made on purpose (update the digests with it).
     for method, digest in PINNED_MANIFESTS.items():
-        written = (first / "compare" / method / "manifests.jsonl").read_bytes()
+        written = _jsonl_bytes(first / "compare" / method)  # the default Parquet form
         assert hashlib.sha256(written).hexdigest() == digest, method
     assert "recall 1-4" in run.stdout
     assert all(caption in " ".join(run.stdout.split()) for caption in CAPTIONS)
@@ -589,8 +603,7 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     # Every manifest: token totals add up, and each in-scope turn appears exactly once.
     turns = _turns_by_conversation(LOCOMO)
     packs_by_id = {p["request_id"]: p for p in packs}
-    manifests = (first / "manifests.jsonl").read_bytes()
-    lines = manifests.decode("utf-8").splitlines()
+    lines = _jsonl_bytes(first).decode("utf-8").splitlines()
     assert len(lines) == len(packs)
     for line in lines:
         manifest = json.loads(line)
@@ -617,7 +630,8 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     second = tmp_path / "second"
     again = _cli("pack", str(first / "items.parquet"), str(sample), "--out", str(second))
     assert again.returncode == 0, again.stderr
-    assert (second / "manifests.jsonl").read_text(encoding="utf-8").splitlines() == lines[::7]
-    # The manifests take hundreds of MB: do not leave them in pytest's kept temp dirs.
+    assert _jsonl_bytes(second).decode("utf-8").splitlines() == lines[::7]
+    # Do not leave the manifests in pytest's kept temp dirs.
     for directory in (first, second, first / "compare" / "bm25", first / "compare" / "recency"):
-        (directory / "manifests.jsonl").unlink()
+        for path in directory.glob("manifest*"):
+            path.unlink()

@@ -26,7 +26,7 @@ from tests.app.test_locomo import tiny
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = "2026-01-01T00:00:00Z"
-FILES = ("packs.jsonl", "manifests.jsonl")
+FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
 
 runner = CliRunner()
 
@@ -72,7 +72,8 @@ def runs(tmp_path: Path, fewer: Path) -> tuple[dict[str, bytes], dict[str, bytes
     assert pack(fewer, tmp_path / "ref-new") == (EXIT_OK, "")
     old, new = contents(tmp_path / "ref-old"), contents(tmp_path / "ref-new")
     assert old["packs.jsonl"] != new["packs.jsonl"]
-    assert old["manifests.jsonl"] != new["manifests.jsonl"]
+    assert old["manifests.parquet"] != new["manifests.parquet"]
+    assert old["manifest_headers.jsonl"] != new["manifest_headers.jsonl"]
     return old, new
 
 
@@ -295,7 +296,14 @@ def test_locomo_commits_every_file_at_once(tmp_path: Path, monkeypatch: pytest.M
     data.write_text(json.dumps(tiny()), encoding="utf-8")
     out = tmp_path / "o"
     locomo.run_locomo(data, out, [64], rank="bm25")
-    names = ("items.parquet", "requests.jsonl", "packs.jsonl", "manifests.jsonl", "report.json")
+    names = (
+        "items.parquet",
+        "requests.jsonl",
+        "packs.jsonl",
+        "manifests.parquet",
+        "manifest_headers.jsonl",
+        "report.json",
+    )
     before = {name: (out / name).read_bytes() for name in names}
     before_beside = committed(out)
     real = locomo.run_batch

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_OK, app
 from cognoxium.app.locomo import run_locomo
 from cognoxium.app.ranker import Question, fit_fold_models, locomo_questions, pack_recall
+from cognoxium.packing.manifests import read_manifests
 from cognoxium.retrieval.features import FEATURE_NAMES
 from cognoxium.retrieval.learned import load_model
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -130,8 +131,7 @@ def test_pack_and_locomo_rank_with_a_fitted_model_given_by_ranker(
     assert (shipped.exit_code, own.exit_code) == (EXIT_OK, EXIT_OK), own.stderr
     # The same requests, ranked by other weights: other rank values in the manifests.
     manifests = [
-        (tmp_path / run / "manifests.jsonl").read_text(encoding="utf-8")
-        for run in ("shipped", "own")
+        [m.to_json() for m in read_manifests(tmp_path / run)] for run in ("shipped", "own")
     ]
     assert manifests[0] != manifests[1]
     repacked = runner.invoke(
@@ -148,7 +148,7 @@ def test_pack_and_locomo_rank_with_a_fitted_model_given_by_ranker(
         ],
     )
     assert repacked.exit_code == EXIT_OK, repacked.stderr
-    assert (tmp_path / "repacked" / "manifests.jsonl").read_text(encoding="utf-8") == manifests[1]
+    assert [m.to_json() for m in read_manifests(tmp_path / "repacked")] == manifests[1]
 
 
 def test_a_file_that_is_not_a_model_given_by_ranker_exits_2(data: Path, tmp_path: Path) -> None:

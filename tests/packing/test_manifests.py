@@ -7,11 +7,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import RecordError
-from cognoxium.packing.manifests import NO_SOURCE, read_manifests, summarize_manifests
+from cognoxium.packing import PackManifest
+from cognoxium.packing import manifests as manifests_module
+from cognoxium.packing.manifests import (
+    MANIFEST_HEADERS,
+    MANIFESTS_JSONL,
+    MANIFESTS_PARQUET,
+    NO_SOURCE,
+    ManifestWriter,
+    read_manifests,
+    scan_manifests,
+    summarize_manifests,
+)
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -97,3 +109,143 @@ def test_read_errors_name_line_and_field(tmp_path: Path) -> None:
         read_manifests(path)
     path.write_text("")
     assert read_manifests(path) == []
+
+
+# ---------------------------------------------------------------------------
+# stored forms: Parquet (entries plus headers) and JSONL
+
+
+def packed() -> list[PackManifest]:
+    cf = frame()
+    return [cf.pack(b, as_of=AS_OF, label=f"b{b}").manifest for b in (30, 60, 400)]
+
+
+def write(folder: Path, form: str, manifests: list[PackManifest]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with ManifestWriter(folder, form) as writer:  # type: ignore[arg-type]
+        for manifest in manifests:
+            writer.write(str(manifest.label), manifest)
+    return folder
+
+
+def test_both_forms_round_trip_and_summarise_alike(tmp_path: Path) -> None:
+    manifests = packed()
+    parquet = write(tmp_path / "p", "parquet", manifests)
+    jsonl = write(tmp_path / "j", "jsonl", manifests)
+    assert sorted(p.name for p in parquet.iterdir()) == [MANIFEST_HEADERS, MANIFESTS_PARQUET]
+    assert [p.name for p in jsonl.iterdir()] == [MANIFESTS_JSONL]
+    for where in (parquet, parquet / MANIFESTS_PARQUET, jsonl, jsonl / MANIFESTS_JSONL):
+        back = read_manifests(where)
+        assert back == manifests
+        assert [m.to_json() for m in back] == [m.to_json() for m in manifests]
+    headers = [json.loads(line) for line in (parquet / MANIFEST_HEADERS).read_text().splitlines()]
+    assert [h["request_id"] for h in headers] == ["b30", "b60", "b400"]
+    assert "entries" not in headers[0]
+    items = frame().collect()
+    expected = summarize_manifests(manifests, items=items)
+    assert summarize_manifests(parquet, items=items) == expected
+    assert summarize_manifests(jsonl / MANIFESTS_JSONL, items=items) == expected
+    lazy = scan_manifests(parquet)
+    assert isinstance(lazy, pl.LazyFrame)
+    assert lazy.collect().equals(scan_manifests(jsonl).collect())
+    # Projections and filters reach the scan; the rows are those of the manifests.
+    selected = lazy.filter(pl.col("decision") == "included").select("request_id", "id").collect()
+    assert selected.rows() == [
+        (str(m.label), row["id"])
+        for m in manifests
+        for row in m.to_polars().iter_rows(named=True)
+        if row["decision"] == "included"
+    ]
+
+
+def test_parquet_row_groups_end_at_a_request_and_bytes_repeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manifests_module, "_ROW_GROUP_ROWS", 5)
+    manifests = packed()
+    first = write(tmp_path / "a", "parquet", manifests)
+    second = write(tmp_path / "b", "parquet", manifests)
+    for name in (MANIFESTS_PARQUET, MANIFEST_HEADERS):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+    meta = pq.ParquetFile(first / MANIFESTS_PARQUET).metadata
+    # 4 entries per manifest, a row group once 5 rows are buffered: 8 + 4 rows.
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [8, 4]
+    column = meta.row_group(0).column(0)
+    assert column.compression == "ZSTD"
+    assert column.statistics.min == "b30"
+    assert read_manifests(first) == manifests
+
+
+def test_parquet_headers_and_entries_must_agree(tmp_path: Path) -> None:
+    folder = write(tmp_path / "p", "parquet", packed())
+    headers = (folder / MANIFEST_HEADERS).read_text().splitlines()
+    (folder / MANIFEST_HEADERS).write_text("\n".join(headers[:2]) + "\n")
+    for read in (read_manifests, summarize_manifests):
+        with pytest.raises(RecordError, match="entries of request 'b400' have no header") as info:
+            read(folder)  # type: ignore[operator]
+        assert info.value.field == "request_id"
+    broken = json.loads(headers[1])
+    broken["totals"]["items"] = 3
+    lines = [headers[0], json.dumps(broken), headers[2]]
+    (folder / MANIFEST_HEADERS).write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match=r"'b60' has 4 entries in manifests\.parquet") as info:
+        summarize_manifests(folder)
+    assert (info.value.line, info.value.field) == (2, "totals.items")
+    lines[1] = headers[0]
+    (folder / MANIFEST_HEADERS).write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match="duplicate request id 'b30'"):
+        read_manifests(folder)
+    (folder / MANIFEST_HEADERS).unlink()
+    with pytest.raises(FileNotFoundError):
+        summarize_manifests(folder)
+
+
+def test_a_parquet_file_of_other_columns_is_refused(tmp_path: Path) -> None:
+    folder = write(tmp_path / "p", "parquet", packed())
+    rows = pl.read_parquet(folder / MANIFESTS_PARQUET)
+    rows.drop("tokens").write_parquet(folder / MANIFESTS_PARQUET)
+    with pytest.raises(RecordError, match="missing column") as info:
+        scan_manifests(folder)
+    assert info.value.field == "tokens"
+    rows.with_columns(pl.col("priority").cast(pl.String)).write_parquet(folder / MANIFESTS_PARQUET)
+    with pytest.raises(RecordError, match="has type String, expected Int64") as info:
+        summarize_manifests(folder)
+    assert info.value.field == "priority"
+    with pytest.raises(RecordError, match=r"neither manifests\.parquet nor manifests\.jsonl"):
+        scan_manifests(tmp_path)
+
+
+def test_jsonl_is_summarised_in_chunks_of_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifests = packed()
+    jsonl = write(tmp_path / "j", "jsonl", manifests) / MANIFESTS_JSONL
+    items = frame().collect()
+    whole = summarize_manifests(jsonl, items=items)
+    monkeypatch.setattr(manifests_module, "_CHUNK_BYTES", 1)  # one line per chunk
+    assert summarize_manifests(jsonl, items=items) == whole
+    assert whole == summarize_manifests(manifests, items=items)
+
+
+@pytest.mark.parametrize("chunk", [32 * 1024 * 1024, 1])
+def test_a_bad_jsonl_value_is_named_by_line_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(manifests_module, "_CHUNK_BYTES", chunk)
+    lines = [m.to_json() for m in packed()]
+    bad = json.loads(lines[1])
+    bad["entries"][1]["id"] = None  # shaped right, so only the scan sees it
+    path = tmp_path / MANIFESTS_JSONL
+    path.write_text("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
+    with pytest.raises(RecordError) as info:
+        summarize_manifests(path)
+    assert (info.value.line, info.value.field) == (2, "entries[1].id")
+    bad["entries"][1]["id"] = "doc"
+    bad["entries"][2]["position"] = "two"
+    path.write_text("\n".join([lines[0], json.dumps(bad)]) + "\n")
+    with pytest.raises(RecordError) as info:
+        summarize_manifests(path)
+    assert (info.value.line, info.value.field) == (2, "entries[2].position")
+    path.write_text("")
+    assert summarize_manifests(path)["manifests"] == 0
+    assert scan_manifests(path).collect().height == 0

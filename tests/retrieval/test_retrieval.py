@@ -224,5 +224,7 @@ def test_hybrid_lineage_manifests_are_byte_identical(tmp_path: Path) -> None:
             as_of=AS_OF,
             retrieval=RetrievalSettings(model="local_hash"),
         )
-    a = (tmp_path / "a" / "manifests.jsonl").read_bytes()
-    assert a == (tmp_path / "b" / "manifests.jsonl").read_bytes()
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

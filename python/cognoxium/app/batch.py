@@ -2,19 +2,27 @@
 
 A batch is a list of :class:`Request` objects (read from JSONL with
 :func:`read_requests`) and a store (a frame of the canonical schema).
-:func:`run_batch` packs every request and writes two JSONL files, one line per
-request, in request order, and makes both visible in one step (the output
-directory is a link swapped to a fresh version directory; see
+:func:`run_batch` packs every request and writes the packs and their
+manifests, in request order, and makes every file visible in one step (the
+output directory is a link swapped to a fresh version directory; see
 :func:`run_batch`):
 
 ``packs.jsonl``
-    ``{"budget", "ids", "request_id", "used_tokens"}``: the token budget, the
-    ids of the included items in pack (conversational) order and the tokens
-    the pack uses.
-``manifests.jsonl``
-    The pack manifest exactly as :meth:`~cognoxium.packing.packer.PackManifest.to_json`
-    writes it (canonical JSON: sorted keys, compact, UTF-8), with the request
-    id as its ``label``.
+    One line per request, ``{"budget", "ids", "request_id", "used_tokens"}``:
+    the token budget, the ids of the included items in pack
+    (conversational) order and the tokens the pack uses.
+``manifests.parquet`` and ``manifest_headers.jsonl`` (``manifests="parquet"``, the default)
+    One row per manifest entry (the columns of
+    :meth:`~cognoxium.packing.packer.PackManifest.to_polars` after
+    ``request_id``), and one canonical JSON object per request: the manifest
+    without its entries, with ``request_id`` (see
+    :mod:`cognoxium.packing.manifests`).
+``manifests.jsonl`` (``manifests="jsonl"``)
+    One line per request: the pack manifest exactly as
+    :meth:`~cognoxium.packing.packer.PackManifest.to_json` writes it
+    (canonical JSON: sorted keys, compact, UTF-8).
+
+Every manifest's ``label`` is its request id.
 
 Work is shared across requests: the scope of each distinct ``where`` clause
 is filtered once; the rank kernels cache their BM25 index and retrievers
@@ -57,6 +65,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem, to_utc
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
+from cognoxium.packing.manifests import MANIFEST_FORMS, ManifestForm, ManifestWriter
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
 
@@ -516,6 +525,7 @@ def run_batch(
     commit: bool = True,
     reserve: int = 0,
     overflow: Literal["error", "truncate"] = "error",
+    manifests: ManifestForm = "parquet",
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -562,12 +572,12 @@ def run_batch(
     requests
         The requests, with unique ids.
     out_dir
-        Output directory for ``packs.jsonl`` and ``manifests.jsonl``:
-        missing, empty, or written by an earlier run. Both files are
-        committed in one step (``out_dir`` becomes a link to a fresh
-        version directory ``<out_dir>.<run id>``, swapped by one rename): a
-        reader sees both files of the previous run or both of this one, even
-        if the run fails or is killed. Leftovers of killed runs are removed,
+        Output directory for ``packs.jsonl`` and the manifests: missing,
+        empty, or written by an earlier run. Every file is committed in one
+        step (``out_dir`` becomes a link to a fresh version directory
+        ``<out_dir>.<run id>``, swapped by one rename): a reader sees every
+        file of the previous run or every file of this one, even if the run
+        fails or is killed. Leftovers of killed runs are removed,
         and a second run into the same ``out_dir`` is refused while one
         writes (see Notes).
     profile
@@ -594,6 +604,11 @@ def run_batch(
         ``reserve`` (>= 0, at most each such request's budget).
     overflow
         The overflow mode of the requests that do not give their own.
+    manifests
+        How the manifests are stored: ``"parquet"`` (``manifests.parquet``
+        and ``manifest_headers.jsonl``, about a tenth of the bytes) or
+        ``"jsonl"`` (``manifests.jsonl``); both are byte-identical on rerun
+        (see :mod:`cognoxium.packing.manifests`).
 
     Returns
     -------
@@ -612,7 +627,8 @@ def run_batch(
         If a request's required items alone exceed its budget; the message
         names the request and the items.
     PlanError
-        If ``rank`` is not one of :data:`RANK_METHODS`.
+        If ``rank`` is not one of :data:`RANK_METHODS`, or ``manifests`` not
+        one of :data:`~cognoxium.packing.manifests.MANIFEST_FORMS`.
     OutputError
         If another run is writing ``out_dir`` (it holds the lock), or
         ``out_dir`` is a non-empty directory or a link that no run wrote;
@@ -627,7 +643,8 @@ def run_batch(
 
         out/sample -> sample.20260101T120000Z-1a2b3c4d
         out/sample.20260101T120000Z-1a2b3c4d/packs.jsonl
-        out/sample.20260101T120000Z-1a2b3c4d/manifests.jsonl
+        out/sample.20260101T120000Z-1a2b3c4d/manifests.parquet
+        out/sample.20260101T120000Z-1a2b3c4d/manifest_headers.jsonl
         out/.sample.lock
 
     A run holds an exclusive ``flock`` on ``.sample.lock`` while it
@@ -635,8 +652,8 @@ def run_batch(
     Under the lock the run first removes every ``sample.<run id>`` that the
     link does not name (leftovers of killed runs), writes a new version,
     syncs it to disk, swaps the link, and removes the previous version. To
-    read both files of one run while another run may commit, resolve the
-    link once (``os.path.realpath``) or open both files before reading.
+    read the files of one run while another run may commit, resolve the
+    link once (``os.path.realpath``) or open every file before reading.
 
     Examples
     --------
@@ -658,10 +675,12 @@ def run_batch(
     >>> line["request_id"], line["ids"], line["budget"]
     ('r1', ['a'], 100)
     >>> out.is_symlink(), sorted(p.name for p in out.resolve().iterdir())
-    (True, ['manifests.jsonl', 'packs.jsonl'])
+    (True, ['manifest_headers.jsonl', 'manifests.parquet', 'packs.jsonl'])
     """
     if rank not in RANK_METHODS:
         raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    if manifests not in MANIFEST_FORMS:
+        raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
     seen: set[str] = set()
     for request in requests:
         if request.id in seen:
@@ -677,6 +696,7 @@ def run_batch(
         as_of=as_of,
         progress=progress,
         retrieval=retrieval,
+        manifests=manifests,
     )
     if not commit:
         folder = Path(out_dir)
@@ -715,8 +735,9 @@ def _write_batch(
     as_of: datetime | None,
     progress: bool,
     retrieval: RetrievalSettings | None,
+    manifests: ManifestForm,
 ) -> BatchStats:
-    """Pack the requests and write ``packs.jsonl`` and ``manifests.jsonl`` into ``folder``.
+    """Pack the requests and write ``packs.jsonl`` and the manifests into ``folder``.
 
     ``folder`` exists; see :func:`run_batch` for the arguments.
     """
@@ -727,7 +748,7 @@ def _write_batch(
     latencies: list[float] = []
     with (
         (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
-        (folder / "manifests.jsonl").open("w", encoding="utf-8") as manifests_file,
+        ManifestWriter(folder, manifests) as manifest_writer,
         _progress(len(requests), progress) as advance,
     ):
         for request in requests:
@@ -762,8 +783,7 @@ def _write_batch(
                 raise request.error(f"cannot pack: {exc}") from exc
             except pl.exceptions.PolarsError as exc:
                 raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
-            manifest = result.manifest.to_json()
-            # to_json is canonical JSON on one line (json.dumps escapes newlines).
+            manifest_writer.write(request.id, result.manifest)
             latencies.append((time.perf_counter() - t0) * 1000.0)
             packs_file.write(
                 canonical_json(
@@ -776,8 +796,6 @@ def _write_batch(
                 )
             )
             packs_file.write("\n")
-            manifests_file.write(manifest)
-            manifests_file.write("\n")
             advance()
     seconds = time.perf_counter() - started
     return BatchStats(

@@ -222,7 +222,7 @@ app = typer.Typer(
         "--out out/sample --as-of 2026-01-01T00:00:00Z\n\n"
         "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
         "--budgets 1024,2048\n\n"
-        "  cognoxium inspect out/sample/manifests.jsonl --items examples/sample/items.jsonl\n\n"
+        "  cognoxium inspect out/sample --items examples/sample/items.jsonl\n\n"
         f"Every command takes --quiet and --json. {_EXIT_CODES_HELP}"
     ),
     no_args_is_help=True,
@@ -249,6 +249,36 @@ class Overflow(StrEnum):
 
     ERROR = "error"
     TRUNCATE = "truncate"
+
+
+class ManifestFormat(StrEnum):
+    """How ``pack`` and ``locomo`` store manifests (see :mod:`cognoxium.packing.manifests`)."""
+
+    PARQUET = "parquet"
+    JSONL = "jsonl"
+
+
+_Manifests = Annotated[
+    ManifestFormat,
+    typer.Option(
+        "--manifests",
+        help="How to store the manifests: parquet (DIR/manifests.parquet, one row per entry, "
+        "and DIR/manifest_headers.jsonl, one header per request) or jsonl "
+        "(DIR/manifests.jsonl, one manifest per line).",
+    ),
+]
+
+
+def _manifest_files(out: Path, form: ManifestFormat) -> dict[str, str]:
+    """The manifest files of a run in ``form``, by role, as the --json summaries name them."""
+    from cognoxium.packing.manifests import MANIFEST_HEADERS, MANIFESTS_JSONL, MANIFESTS_PARQUET
+
+    if form is ManifestFormat.JSONL:
+        return {"manifests": str(out / MANIFESTS_JSONL)}
+    return {
+        "manifests": str(out / MANIFESTS_PARQUET),
+        "manifest_headers": str(out / MANIFEST_HEADERS),
+    }
 
 
 _RANK_HELP = (
@@ -430,6 +460,15 @@ def _readable_file(path: Path | None) -> Path | None:
 _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
 
 
+def _readable_manifests(path: Path) -> Path:
+    """Check the manifests argument of inspect: a directory or a readable file."""
+    if path.is_dir() and os.access(path, os.R_OK | os.X_OK):
+        return path
+    checked = _readable_file(path)
+    assert checked is not None
+    return checked
+
+
 @app.command(
     "pack",
     epilog=_epilog(
@@ -457,12 +496,13 @@ def pack_command(
         typer.Option(
             "--out",
             "-o",
-            help="Output directory for packs.jsonl and manifests.jsonl: a link to the last "
+            help="Output directory for packs.jsonl and the manifests: a link to the last "
             "finished run's files, swapped in one step (missing, empty or written by a run).",
         ),
     ],
     profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
     rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
+    manifests: _Manifests = ManifestFormat.PARQUET,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
     ranker: _Ranker = None,
@@ -500,9 +540,11 @@ def pack_command(
     """Pack every request of REQUESTS over the items of ITEMS.
 
     Writes DIR/packs.jsonl (request_id, included ids in order, used_tokens,
-    budget) and DIR/manifests.jsonl (one canonical manifest per request).
-    A request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
-    swapped when both files are written, so readers see both files of one
+    budget) and the manifests: DIR/manifests.parquet (one row per entry) and
+    DIR/manifest_headers.jsonl (one header per request), or with --manifests
+    jsonl DIR/manifests.jsonl (one canonical manifest per request). A
+    request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
+    swapped when every file is written, so readers see the files of one
     run; a second run into DIR while one writes exits with 2.
     """
     from cognoxium.app.batch import read_requests, run_batch
@@ -529,6 +571,7 @@ def pack_command(
             retrieval=retrieval,
             reserve=reserve,
             overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
+            manifests=manifests.value,
         )
     except OSError as exc:
         _fail_io(exc, "write", out)
@@ -536,7 +579,7 @@ def pack_command(
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
-    files = {"packs": str(out / "packs.jsonl"), "manifests": str(out / "manifests.jsonl")}
+    files = {"packs": str(out / "packs.jsonl"), **_manifest_files(out, manifests)}
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
     if quiet or json_output:
         return
@@ -637,8 +680,8 @@ def locomo_command(
         typer.Option(
             "--out",
             "-o",
-            help="Output directory: items.parquet, requests.jsonl, packs.jsonl, "
-            "manifests.jsonl, report.json; a link to the last finished run's files, swapped "
+            help="Output directory: items.parquet, requests.jsonl, packs.jsonl, the manifests "
+            "(see --manifests), report.json; a link to the last finished run's files, swapped "
             "in one step (missing, empty or written by a run).",
         ),
     ],
@@ -665,6 +708,7 @@ def locomo_command(
             "conversations only (leave one conversation out), not the shipped model.",
         ),
     ] = False,
+    manifests: _Manifests = ManifestFormat.PARQUET,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -697,6 +741,7 @@ def locomo_command(
             compare=others,  # type: ignore[arg-type]
             retrieval=retrieval,
             loco=loco,
+            manifests=manifests.value,
         )
     except OSError as exc:
         reading = exc.filename is not None and Path(exc.filename) == path
@@ -705,8 +750,9 @@ def locomo_command(
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
-    names = ("items.parquet", "requests.jsonl", "packs.jsonl", "manifests.jsonl", "report.json")
+    names = ("items.parquet", "requests.jsonl", "packs.jsonl", "report.json")
     files = {name.split(".")[0]: str(out / name) for name in names}
+    files |= _manifest_files(out, manifests)
     _report({"command": "locomo", "files": files, "report": report}, json_output=json_output)
     if quiet or json_output:
         return
@@ -976,11 +1022,14 @@ def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
 @app.command(
     "inspect",
     epilog=_epilog(
-        "cognoxium inspect out/sample/manifests.jsonl",
-        "cognoxium inspect out/sample/manifests.jsonl --items examples/sample/items.jsonl",
-        "cognoxium inspect manifest.json --json",
-        note="MANIFESTS is a manifests.jsonl written by cognoxium pack or cognoxium locomo "
-        "(one manifest per line), or one manifest saved as JSON. Tokens by source need "
+        "cognoxium inspect out/sample",
+        "cognoxium inspect out/sample --items examples/sample/items.jsonl",
+        "cognoxium inspect out/sample/manifests.jsonl --json",
+        note="MANIFESTS is the --out directory of cognoxium pack or cognoxium locomo (either "
+        "--manifests form), a manifests.parquet (with manifest_headers.jsonl beside it), a "
+        "manifests.jsonl (one manifest per line), or one manifest saved as JSON. Entries are "
+        "scanned in one streaming pass, so memory does not grow with the file. Tokens by "
+        "source need "
         "--items, since manifest entries name items, not their sources. --json prints "
         "the summary: command, file, manifests, profiles, budget, items, decisions, "
         "reasons, by_role, by_tier, by_source, redactions, policy_outcomes, merges and "
@@ -991,7 +1040,9 @@ def inspect_command(
     manifests: Annotated[
         Path,
         typer.Argument(
-            help="Manifests: a .jsonl file (one per line) or one .json manifest.", **_EXISTING_FILE
+            help="Manifests: an output directory, a manifests.parquet, a .jsonl file (one per "
+            "line) or one .json manifest.",
+            callback=_readable_manifests,
         ),
     ],
     items: Annotated[
@@ -1011,19 +1062,13 @@ def inspect_command(
 ) -> None:
     """Summarise pack manifests: budget use, decisions, reasons, tokens by role, tier, source.
 
-    Reads every manifest of MANIFESTS and prints tables of the token budget
+    Scans every manifest of MANIFESTS and prints tables of the token budget
     used (used/budget tokens, totals), the count of entries per decision and
     reason, and the items and included tokens per role, retention tier and
     (with --items) source. With --quiet it only checks that the file is valid.
     """
-    from cognoxium.packing.manifests import read_manifests, summarize_manifests
+    from cognoxium.packing.manifests import summarize_manifests
 
-    try:
-        read = read_manifests(manifests)
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail_io(exc, "read", manifests)
-    except CognoxiumError as exc:
-        _fail(exc, EXIT_BAD_INPUT)
     store = None
     if items is not None:
         from cognoxium.items.io import read_items
@@ -1034,7 +1079,12 @@ def inspect_command(
             _fail_io(exc, "read", items)
         except CognoxiumError as exc:
             _fail(exc, EXIT_BAD_INPUT)
-    summary = summarize_manifests(read, items=store)
+    try:
+        summary = summarize_manifests(manifests, items=store)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", manifests)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
     _report({"command": "inspect", "file": str(manifests), **summary}, json_output=json_output)
     if quiet or json_output:
         return

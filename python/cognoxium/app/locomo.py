@@ -73,6 +73,8 @@ from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.manifests import ManifestForm, ManifestWriter, read_manifests
+from cognoxium.packing.packer import PackManifest
 from cognoxium.retrieval.scope import RRF_K, RetrievalSettings
 
 __all__ = [
@@ -862,13 +864,15 @@ def run_locomo(
     retrieval: RetrievalSettings | None = None,
     tuning: Sequence[str] = TUNING_CONVERSATIONS,
     loco: bool = False,
+    manifests: ManifestForm = "parquet",
 ) -> dict[str, Any]:
     """Import LoCoMo, pack a context per question and budget, and report evidence recall.
 
     Writes, in ``out_dir``: ``items.parquet`` (:func:`load_locomo`),
     ``requests.jsonl`` (:func:`locomo_requests`, one canonical JSON object per
-    line), ``packs.jsonl`` and ``manifests.jsonl``
-    (:func:`cognoxium.app.batch.run_batch`) and ``report.json`` (canonical JSON,
+    line), ``packs.jsonl`` and the manifests (``manifests.parquet`` and
+    ``manifest_headers.jsonl``, or ``manifests.jsonl``; see
+    :func:`cognoxium.app.batch.run_batch`) and ``report.json`` (canonical JSON,
     sorted keys). All of them are committed in one step, as by
     :func:`~cognoxium.app.batch.run_batch`: ``out_dir`` becomes a link to a
     fresh version directory ``<out_dir>.<run id>``, so a reader sees every
@@ -913,6 +917,9 @@ def run_locomo(
         ``<method folder>/models/<sample_id>.json``), instead of the shipped
         model, which has seen every conversation. The report's
         ``per_conversation`` then gives each conversation's recall.
+    manifests
+        How the manifests are stored: ``"parquet"`` or ``"jsonl"`` (see
+        :mod:`cognoxium.packing.manifests`).
 
     Returns
     -------
@@ -951,7 +958,9 @@ def run_locomo(
 
     def measured(method: RankMethod, folder: Path) -> dict[str, Any]:
         if method == "learned" and loco:
-            stats = _run_folds(path, items, requests, conversations, folder, profile, settings)
+            stats = _run_folds(
+                path, items, requests, conversations, folder, profile, settings, manifests
+            )
         else:
             stats = run_batch(
                 items,
@@ -962,6 +971,7 @@ def run_locomo(
                 progress=progress,
                 retrieval=settings,
                 commit=False,  # committed with every other file of the run, below
+                manifests=manifests,
             )
         with (folder / "packs.jsonl").open(encoding="utf-8") as handle:
             packs = [json.loads(line) for line in handle]
@@ -1030,19 +1040,20 @@ def _run_folds(
     folder: Path,
     profile: str,
     settings: RetrievalSettings,
+    form: ManifestForm,
 ) -> BatchStats:
     """Pack each conversation's requests with ``learned`` fitted on the other conversations.
 
     Writes ``folder/models/<sample_id>.json``, the per-fold outputs under
-    ``folder/folds/<sample_id>/``, and ``packs.jsonl`` and ``manifests.jsonl``
-    of all requests in request order in ``folder``.
+    ``folder/folds/<sample_id>/``, and ``packs.jsonl`` and the manifests
+    (in ``form``) of all requests in request order in ``folder``.
     """
     from cognoxium.app.ranker import fit_fold_models
 
     started = time.perf_counter()
     models = fit_fold_models(path, folder / "models", settings=settings, profile=profile)
     packs: dict[str, str] = {}
-    manifests: dict[str, str] = {}
+    manifests: dict[str, PackManifest] = {}
     latency: dict[str, float] = {}
     for name in conversations:
         mine = [r for r in requests if r.id.rsplit(":q", 1)[0] == name]
@@ -1057,21 +1068,22 @@ def _run_folds(
             rank="learned",
             retrieval=replace(settings, ranker=str(models[name])),
             commit=False,  # inside the run's directory, committed with it
+            manifests=form,
         )
         pack_lines = (out / "packs.jsonl").read_text(encoding="utf-8").splitlines()
-        manifest_lines = (out / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
-        for request, pack_line, manifest_line, ms in zip(
-            mine, pack_lines, manifest_lines, stats.latencies_ms, strict=True
+        for request, pack_line, manifest, ms in zip(
+            mine, pack_lines, read_manifests(out), stats.latencies_ms, strict=True
         ):
             packs[request.id], manifests[request.id], latency[request.id] = (
                 pack_line,
-                manifest_line,
+                manifest,
                 ms,
             )
     with (folder / "packs.jsonl").open("w", encoding="utf-8") as handle:
         handle.writelines(packs[r.id] + "\n" for r in requests)
-    with (folder / "manifests.jsonl").open("w", encoding="utf-8") as handle:
-        handle.writelines(manifests[r.id] + "\n" for r in requests)
+    with ManifestWriter(folder, form) as writer:
+        for request in requests:
+            writer.write(request.id, manifests[request.id])
     seconds = time.perf_counter() - started
     latencies = tuple(latency[r.id] for r in requests)
     return BatchStats(

@@ -2,7 +2,9 @@
 
 from cognoxium.packing.manifests import (
     NO_SOURCE,
+    ManifestWriter,
     read_manifests,
+    scan_manifests,
     summarize_manifests,
 )
 from cognoxium.packing.packer import (
@@ -26,6 +28,7 @@ __all__ = [
     "Decision",
     "ManifestEntry",
     "ManifestTotals",
+    "ManifestWriter",
     "MergeRecord",
     "PackManifest",
     "PolicyOutcome",
@@ -33,5 +36,6 @@ __all__ = [
     "TruncationRecord",
     "pack",
     "read_manifests",
+    "scan_manifests",
     "summarize_manifests",
 ]

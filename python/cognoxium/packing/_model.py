@@ -259,6 +259,21 @@ class PackManifest(BaseModel):
         """Canonical JSON: sorted keys, compact separators, UTF-8 text."""
         return canonical_json(self.to_dict())
 
+    def __eq__(self, other: object) -> bool:
+        """Equal when the header fields and the entries are equal (NaN ranks read as null).
+
+        The canonical JSON writes a NaN rank as ``null``, so a manifest equals
+        the one :meth:`from_json` reads back from its :meth:`to_json`.
+        """
+        if not isinstance(other, PackManifest):
+            return NotImplemented
+        if self.model_dump() != other.model_dump():
+            return False
+        mine, theirs = (
+            m._entries.with_columns(pl.col("rank").fill_nan(None)) for m in (self, other)
+        )
+        return mine.equals(theirs, null_equal=True)
+
     @classmethod
     def from_json(cls, text: str) -> PackManifest:
         """Parse and validate a manifest written by :meth:`to_json`."""

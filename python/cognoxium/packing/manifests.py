@@ -1,11 +1,29 @@
-r"""Reading pack manifests back, and summarising many of them.
+r"""Storing pack manifests, reading them back, and summarising many of them.
 
-``cognoxium pack`` and ``cognoxium locomo`` write ``manifests.jsonl``: one
-canonical manifest (:meth:`PackManifest.to_json
-<cognoxium.packing.packer.PackManifest.to_json>`) per line. :func:`read_manifests`
-reads such a file, or a single manifest saved as JSON, and
-:func:`summarize_manifests` counts what ``cognoxium inspect`` shows: budget
-use, decisions, reasons, and the tokens spent per role, tier and source.
+A batch (``cognoxium pack``, ``cognoxium locomo``) stores its manifests in one
+of two forms (:data:`MANIFEST_FORMS`), written by :class:`ManifestWriter`:
+
+``parquet`` (the default)
+    ``manifests.parquet``: one row per manifest entry, the columns of
+    :meth:`PackManifest.to_polars <cognoxium.packing.packer.PackManifest.to_polars>`
+    after a ``request_id`` column (:data:`PARQUET_SCHEMA`), requests in
+    order, entries in input order; written with fixed settings
+    (:data:`PARQUET_SETTINGS`), so the same manifests give the same bytes.
+    ``manifest_headers.jsonl``: one canonical JSON object per request, the
+    manifest without its entries, with ``request_id``.
+``jsonl``
+    ``manifests.jsonl``: one canonical manifest
+    (:meth:`PackManifest.to_json <cognoxium.packing.packer.PackManifest.to_json>`)
+    per line.
+
+:func:`scan_manifests` gives the entries of either form as a Polars
+``LazyFrame`` (nothing is read until it is collected; Parquet row groups and
+columns are read as the query needs them); :func:`read_manifests` rebuilds
+the :class:`~cognoxium.packing.packer.PackManifest` objects;
+:func:`summarize_manifests` counts what ``cognoxium inspect`` shows (budget
+use, decisions, reasons, tokens per role, tier and source) in one pass over
+the files, with Polars aggregations over bounded pieces of the entries, so its
+memory does not grow with the number of entries.
 
 Examples
 --------
@@ -14,11 +32,16 @@ Examples
 >>> from cognoxium import CognitionFrame
 >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"},
 ...                      {"id": "b", "role": "document", "text": "word " * 90}])
->>> path = pathlib.Path(tempfile.mkdtemp()) / "manifests.jsonl"
->>> lines = [cf.pack(b, as_of=datetime(2030, 1, 1, tzinfo=UTC), label=f"r{b}").manifest.to_json()
-...          for b in (40, 200)]
->>> _ = path.write_text("\n".join(lines) + "\n")
->>> summary = summarize_manifests(read_manifests(path))
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> with ManifestWriter(folder, "parquet") as writer:
+...     for b in (40, 200):
+...         manifest = cf.pack(b, as_of=datetime(2030, 1, 1, tzinfo=UTC), label=f"r{b}").manifest
+...         writer.write(f"r{b}", manifest)
+>>> sorted(p.name for p in folder.iterdir())
+['manifest_headers.jsonl', 'manifests.parquet']
+>>> scan_manifests(folder).select("request_id", "id", "decision").collect().rows()[:3]
+[('r40', 'a', 'included'), ('r40', 'b', 'excluded'), ('r200', 'a', 'included')]
+>>> summary = summarize_manifests(folder)
 >>> summary["budget"]["used_tokens"], summary["budget"]["budget_tokens"]
 (111, 240)
 >>> summary["reasons"]
@@ -33,20 +56,164 @@ import json
 import os
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal
 
 import polars as pl
+import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from cognoxium.exceptions import RecordError
+from cognoxium.exceptions import PlanError, RecordError
+from cognoxium.items.model import canonical_json
 from cognoxium.packing.packer import ENTRY_SCHEMA, ManifestEntry, PackManifest
 
-__all__ = ["NO_SOURCE", "read_manifests", "summarize_manifests"]
+__all__ = [
+    "MANIFESTS_JSONL",
+    "MANIFESTS_PARQUET",
+    "MANIFEST_FORMS",
+    "MANIFEST_HEADERS",
+    "NO_SOURCE",
+    "PARQUET_SCHEMA",
+    "PARQUET_SETTINGS",
+    "ManifestForm",
+    "ManifestWriter",
+    "read_manifests",
+    "scan_manifests",
+    "summarize_manifests",
+]
 
 NO_SOURCE = "(none)"
 """The ``by_source`` key of items that have no source."""
+
+ManifestForm = Literal["parquet", "jsonl"]
+"""How a batch stores its manifests (see the module docstring)."""
+
+MANIFEST_FORMS: tuple[str, ...] = ("parquet", "jsonl")
+"""The accepted values of :data:`ManifestForm` (the first is the default)."""
+
+MANIFESTS_PARQUET = "manifests.parquet"
+"""File name of the entries of the ``parquet`` form."""
+MANIFEST_HEADERS = "manifest_headers.jsonl"
+"""File name of the headers (manifests without entries) of the ``parquet`` form."""
+MANIFESTS_JSONL = "manifests.jsonl"
+"""File name of the ``jsonl`` form."""
+
+PARQUET_SCHEMA = pl.Schema({"request_id": pl.String(), **ENTRY_SCHEMA})
+"""Columns of ``manifests.parquet``: ``request_id``, then :data:`ENTRY_SCHEMA`."""
+
+PARQUET_SETTINGS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 9,
+    "write_statistics": True,
+    "use_dictionary": True,
+    "version": "2.6",
+    "data_page_version": "1.0",
+    "store_schema": True,
+}
+"""The fixed :class:`pyarrow.parquet.ParquetWriter` settings of ``manifests.parquet``.
+
+Nothing in the file depends on the time of writing, so the same manifests
+written by the same pyarrow version give the same bytes.
+"""
+
+_ROW_GROUP_ROWS = 131_072
+"""Entries buffered before a row group is written (a row group ends at a request's end)."""
+
+_ARROW_SCHEMA = pl.DataFrame(schema=PARQUET_SCHEMA).to_arrow().schema
+
+
+class ManifestWriter:
+    """Write the manifests of a batch, one request at a time, in one of the two forms.
+
+    A context manager: the files are complete when it exits. Parquet rows are
+    buffered up to a row group (131,072 entries, ending at a request's end),
+    so memory holds at most one row group of entries.
+
+    Parameters
+    ----------
+    folder
+        An existing directory; the files of the form are created in it
+        (:data:`MANIFESTS_PARQUET` and :data:`MANIFEST_HEADERS`, or
+        :data:`MANIFESTS_JSONL`), replacing files of the same name.
+    form
+        ``"parquet"`` or ``"jsonl"`` (see the module docstring).
+
+    Raises
+    ------
+    PlanError
+        If ``form`` is not one of :data:`MANIFEST_FORMS`.
+    OSError
+        If a file cannot be created.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], form: ManifestForm = "parquet") -> None:
+        if form not in MANIFEST_FORMS:
+            raise PlanError(f"unknown manifest form {form!r}; use one of {list(MANIFEST_FORMS)}")
+        self.form = form
+        base = Path(folder)
+        self.files: dict[str, Path] = (
+            {"manifests": base / MANIFESTS_PARQUET, "manifest_headers": base / MANIFEST_HEADERS}
+            if form == "parquet"
+            else {"manifests": base / MANIFESTS_JSONL}
+        )
+        """The files written, by role (``manifests``, and ``manifest_headers`` for Parquet)."""
+        self._pending: list[pl.DataFrame] = []
+        self._rows = 0
+        self._parquet: pq.ParquetWriter | None = None
+        self._lines: IO[str] = (self.files.get("manifest_headers", self.files["manifests"])).open(
+            "w", encoding="utf-8"
+        )
+        if form == "parquet":
+            try:
+                self._parquet = pq.ParquetWriter(
+                    self.files["manifests"], _ARROW_SCHEMA, **PARQUET_SETTINGS
+                )
+            except BaseException:
+                self._lines.close()
+                raise
+
+    def write(self, request_id: str, manifest: PackManifest) -> None:
+        """Append one request's manifest (requests are stored in the order written)."""
+        if self._parquet is None:
+            self._lines.write(manifest.to_json())
+            self._lines.write("\n")
+            return
+        header = manifest._header()
+        header["request_id"] = request_id
+        self._lines.write(canonical_json(header))
+        self._lines.write("\n")
+        entries = manifest.to_polars()
+        self._pending.append(
+            entries.select(pl.lit(request_id, pl.String).alias("request_id"), pl.all())
+        )
+        self._rows += entries.height
+        if self._rows >= _ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._parquet is None or not self._pending:
+            return
+        table = pl.concat(self._pending, how="vertical").to_arrow()
+        if table.num_rows:  # requests with empty scopes add no rows
+            self._parquet.write_table(table, row_group_size=table.num_rows)
+        self._pending, self._rows = [], 0
+
+    def close(self) -> None:
+        """Write the buffered rows and close the files."""
+        try:
+            self._flush()
+        finally:
+            if self._parquet is not None:
+                self._parquet.close()
+            self._lines.close()
+
+    def __enter__(self) -> ManifestWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 _FIELDS = frozenset(ManifestEntry.model_fields)
 _STRINGS = {
@@ -127,31 +294,286 @@ def _manifest(data: Any, source: str, line: int | None) -> PackManifest:
     return manifest
 
 
-def _lines(text: str) -> Iterator[tuple[int, str]]:
-    # Split on newlines only: JSON text may hold U+2028 and other line breaks.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if line.strip():
-            yield number, line
+def _checked_header(data: Any, source: str, line: int | None) -> PackManifest:
+    """A manifest's header, validated, after a check of its entries' shape.
+
+    The entries must be a list of objects with the entry fields; their values
+    are checked by the scan (:func:`_scan_jsonl`).
+    """
+    if not isinstance(data, dict):
+        raise RecordError(
+            f"a manifest must be a JSON object, got {type(data).__name__}", source=source, line=line
+        )
+    header = dict(data)
+    if "entries" not in header:
+        raise RecordError("missing", source=source, line=line, field="entries")
+    entries = header.pop("entries")
+    if not isinstance(entries, list):
+        raise RecordError(
+            f"must be a list of entries, got {type(entries).__name__}",
+            source=source,
+            line=line,
+            field="entries",
+        )
+    if any(not isinstance(e, dict) or e.keys() != _FIELDS for e in entries):
+        raise _bad_entry(entries, source, line)
+    try:
+        return PackManifest.model_validate(header)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise RecordError(first["msg"], source=source, line=line, field=field) from None
 
 
-def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
-    r"""Read pack manifests: a JSONL file (one per line) or one manifest as JSON.
+def _raw_lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
+    r"""``(line number, bytes, JSON value)`` of each non-blank line, one line at a time.
 
-    A file whose whole text is one JSON object is read as one manifest; a
-    JSON list as a list of manifests; anything else as JSONL (blank lines
-    skipped). Reading is all or nothing.
+    Lines end at ``\n`` only: JSON text may hold U+2028 and other line breaks.
+    """
+    source = str(path)
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(
+                    f"not UTF-8 text ({exc.reason})", source=source, line=number
+                ) from None
+            if not text.strip():
+                continue
+            try:
+                yield number, raw, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise RecordError(
+                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
+                ) from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, JSON value)`` of each non-blank line (see :func:`_raw_lines`)."""
+    for number, _, data in _raw_lines(path):
+        yield number, data
+
+
+def _is_document(path: Path) -> bool:
+    """Whether ``path`` holds one JSON document (a list, or one pretty-printed manifest).
+
+    A file whose first non-blank line is a whole JSON value is JSONL.
+    """
+    with path.open("rb") as handle:
+        for raw in handle:
+            first = raw.strip()
+            if not first:
+                continue
+            if first.startswith(b"["):
+                return True
+            try:
+                json.loads(first)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return True
+            return False
+    return False
+
+
+def _read_document(path: Path) -> list[PackManifest]:
+    """Read a whole file: one manifest (one line or pretty-printed), a list, or JSONL."""
+    source = str(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad_line = raw[: exc.start].count(b"\n") + 1
+        raise RecordError(f"not UTF-8 text ({exc.reason})", source=source, line=bad_line) from None
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict):
+        lines = [n for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+        return [_manifest(whole, source, lines[0] if len(lines) == 1 else None)]
+    if isinstance(whole, list):
+        manifests = []
+        for row, data in enumerate(whole):
+            try:
+                manifests.append(_manifest(data, source, None))
+            except RecordError as exc:
+                raise RecordError(exc.message, source=source, row=row, field=exc.field) from None
+        return manifests
+    return [_manifest(data, source, number) for number, data in _lines(path)]
+
+
+def _form(path: str | os.PathLike[str]) -> tuple[str, Path, Path | None]:
+    """``(form, entries file, headers file)`` of a directory, a Parquet file or a JSON file.
+
+    ``form`` is ``"parquet"``, ``"jsonl"`` or ``"document"`` (one JSON value).
+    """
+    given = Path(path)
+    if given.is_dir():
+        if (given / MANIFESTS_PARQUET).exists():
+            return "parquet", given / MANIFESTS_PARQUET, given / MANIFEST_HEADERS
+        if (given / MANIFESTS_JSONL).exists():
+            return "jsonl", given / MANIFESTS_JSONL, None
+        raise RecordError(
+            f"holds neither {MANIFESTS_PARQUET} nor {MANIFESTS_JSONL}; give the --out "
+            "directory of cognoxium pack or cognoxium locomo, or a manifests file",
+            source=str(given),
+        )
+    if given.suffix.lower() == ".parquet":
+        return "parquet", given, given.parent / MANIFEST_HEADERS
+    return ("document" if _is_document(given) else "jsonl"), given, None
+
+
+def _parquet_headers(path: Path) -> Iterator[tuple[str, PackManifest]]:
+    """``(request_id, manifest without entries)`` per line of ``manifest_headers.jsonl``."""
+    source = str(path)
+    for number, data in _lines(path):
+        if not isinstance(data, dict):
+            raise RecordError(
+                f"a manifest header must be a JSON object, got {type(data).__name__}",
+                source=source,
+                line=number,
+            )
+        header = dict(data)
+        request_id = header.pop("request_id", None)
+        if not isinstance(request_id, str):
+            raise RecordError(
+                "missing" if request_id is None else "must be a string",
+                source=source,
+                line=number,
+                field="request_id",
+            )
+        try:
+            yield request_id, PackManifest.model_validate(header)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or None
+            raise RecordError(first["msg"], source=source, line=number, field=field) from None
+
+
+def _scan_parquet(path: Path) -> pl.LazyFrame:
+    """The entries of ``manifests.parquet``, its columns checked against :data:`PARQUET_SCHEMA`."""
+    scan = pl.scan_parquet(path)
+    try:
+        schema = scan.collect_schema()
+    except pl.exceptions.PolarsError as exc:
+        raise RecordError(f"not a readable Parquet file: {exc}", source=str(path)) from None
+    for name, dtype in PARQUET_SCHEMA.items():
+        if name not in schema:
+            raise RecordError("missing column", source=str(path), field=name)
+        if schema[name] != dtype:
+            raise RecordError(
+                f"has type {schema[name]}, expected {dtype}", source=str(path), field=name
+            )
+    extra = [name for name in schema if name not in PARQUET_SCHEMA]
+    if extra:
+        raise RecordError("unknown column", source=str(path), field=extra[0])
+    return scan
+
+
+_JSONL = {"label": pl.String(), "entries": pl.List(pl.Struct(dict(ENTRY_SCHEMA.items())))}
+"""What a scan of manifests JSONL reads of each line; the other fields are not parsed."""
+
+
+def _exploded(scan: pl.LazyFrame) -> pl.LazyFrame:
+    """A scan of manifests JSONL as one row per entry; ``request_id`` is the label."""
+    return (
+        scan.select(pl.col("label").alias("request_id"), "entries")
+        .explode("entries")
+        .unnest("entries")
+    )
+
+
+def _scan_jsonl(path: Path) -> pl.LazyFrame:
+    """The entries of a manifests JSONL file; ``request_id`` is each manifest's label."""
+    return _exploded(pl.scan_ndjson(path, schema=_JSONL, infer_schema_length=None))
+
+
+def _frames(manifests: Iterable[tuple[str | None, PackManifest]]) -> pl.LazyFrame:
+    frames = [
+        m.to_polars().lazy().select(pl.lit(rid, pl.String).alias("request_id"), pl.all())
+        for rid, m in manifests
+    ]
+    if not frames:
+        return pl.LazyFrame(schema=PARQUET_SCHEMA)
+    return pl.concat(frames, how="vertical")
+
+
+def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
+    r"""The entries of stored manifests as a lazy Polars frame, one row per (request, item).
 
     Parameters
     ----------
     path
-        The file, UTF-8, as written by ``cognoxium pack`` or ``cognoxium
-        locomo`` (``manifests.jsonl``) or by
-        :meth:`PackManifest.to_json <cognoxium.packing.packer.PackManifest.to_json>`.
+        The output directory of ``cognoxium pack`` or ``cognoxium locomo``
+        (either form), a ``manifests.parquet`` (its ``manifest_headers.jsonl``
+        beside it is not read), a ``manifests.jsonl``, or one manifest (or a
+        list of them) saved as JSON.
+
+    Returns
+    -------
+    polars.LazyFrame
+        The columns of :data:`PARQUET_SCHEMA`: ``request_id`` (for JSONL and
+        JSON, each manifest's ``label``), then the entry columns of
+        :meth:`PackManifest.to_polars <cognoxium.packing.packer.PackManifest.to_polars>`;
+        requests in file order, entries in input order. Parquet and JSONL
+        are scanned (``pl.scan_parquet``, ``pl.scan_ndjson`` with an explicit
+        schema), so filters and projections reach the reader; a JSON
+        document is read whole. Polars maps a JSONL file into memory as it
+        scans it; :func:`summarize_manifests` reads JSONL in chunks of
+        lines instead, so its memory stays bounded.
+
+    Raises
+    ------
+    RecordError
+        If a directory holds no manifests, or a Parquet file's columns
+        differ from :data:`PARQUET_SCHEMA` (naming the column), or a JSON
+        document is invalid (see :func:`read_manifests`). Values of JSONL
+        entries are checked when the frame is collected: a bad value raises
+        a Polars error then (:func:`summarize_manifests` names its line).
+    OSError
+        If a file cannot be read.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from datetime import UTC, datetime
+    >>> from cognoxium import CognitionFrame
+    >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "manifests.jsonl"
+    >>> _ = path.write_text(cf.pack(5, as_of=datetime(2030, 1, 1, tzinfo=UTC),
+    ...                             label="r1").manifest.to_json() + "\n")
+    >>> scan_manifests(path).select("request_id", "id", "reason").collect().rows()
+    [('r1', 'a', 'over_budget')]
+    """
+    form, entries, _ = _form(path)
+    if form == "parquet":
+        return _scan_parquet(entries)
+    if form == "jsonl":
+        return _scan_jsonl(entries)
+    return _frames((m.label, m) for m in _read_document(entries))
+
+
+def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
+    r"""Read stored manifests back as :class:`~cognoxium.packing.packer.PackManifest` objects.
+
+    Every manifest is validated and held in memory; to query or summarise
+    many manifests, use :func:`scan_manifests` or :func:`summarize_manifests`.
+
+    Parameters
+    ----------
+    path
+        The output directory of ``cognoxium pack`` or ``cognoxium locomo``
+        (either form), a ``manifests.parquet`` with its
+        ``manifest_headers.jsonl`` beside it, a ``manifests.jsonl`` (one
+        manifest per line, blank lines skipped), or one manifest (or a JSON
+        list of them) saved as JSON.
 
     Returns
     -------
     list of PackManifest
-        In file order.
+        In file order. A manifest rebuilt from Parquet equals the one written
+        (``==``, and the same :meth:`~cognoxium.packing.packer.PackManifest.to_json`
+        bytes).
 
     Raises
     ------
@@ -159,9 +581,11 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
         At the first bad manifest: not UTF-8, invalid JSON, not an object,
         or a missing, unknown or invalid field. The error names the file,
         the 1-based line (for JSONL; the 0-based row for a JSON list) and
-        the field, for example ``entries[3].reason``.
+        the field, for example ``entries[3].reason``. For Parquet, also a
+        column that differs from :data:`PARQUET_SCHEMA`, or a request whose
+        entries do not match its header's ``totals.items``.
     OSError
-        If the file cannot be read.
+        If a file cannot be read.
 
     Examples
     --------
@@ -173,73 +597,206 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
     ...
     cognoxium.exceptions.RecordError: ...manifests.jsonl:1: field entries: missing
     """
-    source = str(path)
-    raw = Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        bad_line = raw[: exc.start].count(b"\n") + 1
-        raise RecordError(f"not UTF-8 text ({exc.reason})", source=source, line=bad_line) from None
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
-        whole = None
-    if isinstance(whole, dict):
-        # One manifest: on one line (a JSONL file of one line), or pretty-printed.
-        lines = list(_lines(text))
-        return [_manifest(whole, source, lines[0][0] if len(lines) == 1 else None)]
-    if isinstance(whole, list):
-        manifests = []
-        for row, data in enumerate(whole):
-            try:
-                manifests.append(_manifest(data, source, None))
-            except RecordError as exc:
-                raise RecordError(exc.message, source=source, row=row, field=exc.field) from None
-        return manifests
-    manifests = []
-    for number, content in _lines(text):
-        try:
-            data = json.loads(content)
-        except json.JSONDecodeError as exc:
+    form, entries, headers = _form(path)
+    if form != "parquet":
+        return _read_document(entries)
+    assert headers is not None
+    rows = _scan_parquet(entries).collect()
+    by_request = {
+        key[0]: frame.drop("request_id")
+        for key, frame in rows.partition_by("request_id", as_dict=True, maintain_order=True).items()
+    }
+    read = list(_parquet_headers(headers))
+    counts = {request_id: frame.height for request_id, frame in by_request.items()}
+    _check_counts([(rid, m.totals.items) for rid, m in read], counts, headers, entries)
+    empty = pl.DataFrame(schema=ENTRY_SCHEMA)
+    for request_id, manifest in read:
+        manifest._entries = by_request.get(request_id, empty)
+    return [manifest for _, manifest in read]
+
+
+def _check_counts(
+    expected: Sequence[tuple[str, int]], counts: dict[str, int], headers: Path, entries: Path
+) -> None:
+    """Every header's ``totals.items`` matches its entries; every entry has a header.
+
+    Raises RecordError naming the header line, or the request id of entries
+    without a header.
+    """
+    seen: dict[str, int] = {}
+    for number, (request_id, items) in enumerate(expected, start=1):
+        if request_id in seen:
             raise RecordError(
-                f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
-            ) from None
-        manifests.append(_manifest(data, source, number))
-    return manifests
-
-
-def _groups(entries: pl.DataFrame, key: str) -> dict[str, dict[str, int]]:
-    """Items, included items and included tokens per value of ``key``, sorted by value."""
-    included = pl.col("decision") == "included"
-    rows = (
-        entries.group_by(pl.col(key).cast(pl.String).fill_null(NO_SOURCE))
-        .agg(
-            pl.len().alias("items"),
-            included.sum().alias("included"),
-            pl.col("tokens").filter(included).sum().alias("included_tokens"),
+                f"duplicate request id {request_id!r} (first on line {seen[request_id]})",
+                source=str(headers),
+                line=number,
+                field="request_id",
+            )
+        seen[request_id] = number
+        found = counts.get(request_id, 0)
+        if found != items:
+            raise RecordError(
+                f"request {request_id!r} has {found} entries in {entries.name}, "
+                f"its header counts {items}",
+                source=str(headers),
+                line=number,
+                field="totals.items",
+            )
+    orphans = [request_id for request_id in counts if request_id not in seen]
+    if orphans:
+        raise RecordError(
+            f"entries of request {orphans[0]!r} have no header in {headers.name}",
+            source=str(entries),
+            field="request_id",
         )
-        .sort(key)
-        .iter_rows(named=True)
-    )
+
+
+def _figures(manifest: PackManifest) -> dict[str, Any]:
+    """What a summary needs of one manifest's header (a few numbers, not its entries)."""
     return {
-        row[key]: {
-            "included": int(row["included"]),
-            "included_tokens": int(row["included_tokens"]),
-            "items": int(row["items"]),
-        }
-        for row in rows
+        "label": manifest.label,
+        "budget": manifest.budget,
+        "used_tokens": manifest.used_tokens,
+        "remaining_tokens": manifest.remaining_tokens,
+        "pack_overhead_tokens": manifest.pack_overhead_tokens,
+        "profile": manifest.profile,
+        "included": manifest.totals.included,
+        "excluded": manifest.totals.excluded,
+        "redactions": manifest.totals.redactions,
+        "actions": [outcome.action for outcome in manifest.policy_outcomes],
+        "merges": len(manifest.merges),
     }
 
 
+_CHUNK_BYTES = 32 * 1024 * 1024
+"""Lines of a JSONL file handed to Polars at once by a summary (whole lines, about 32 MB)."""
+
+
+def _grouped(entries: pl.LazyFrame, *, by_id: bool) -> pl.LazyFrame:
+    """Entries, tokens and entries lacking a required value per role, tier, decision, reason.
+
+    The result has a few rows per combination (per item id too with
+    ``by_id``), whatever the number of entries.
+    """
+    keys = ["role", "tier", "decision", "reason", *(["id"] if by_id else [])]
+    return entries.group_by(*keys, pl.col("tokens").is_not_null().alias("counted")).agg(
+        pl.len().alias("items"),
+        pl.col("tokens").sum().alias("tokens"),
+        pl.any_horizontal(*(pl.col(name).is_null() for name in _NOT_NULL)).sum().alias("invalid"),
+    )
+
+
+def _entry_groups(entries: pl.LazyFrame, *, by_id: bool, source: str) -> pl.DataFrame:
+    """:func:`_grouped`, collected by the streaming engine; a bad value is a RecordError."""
+    try:
+        groups = _grouped(entries, by_id=by_id).collect(engine="streaming")
+    except pl.exceptions.PolarsError as exc:
+        raise RecordError(f"invalid entries: {exc}", source=source) from None
+    invalid = int(groups.get_column("invalid").sum())
+    if invalid:
+        raise RecordError(
+            f"{invalid} entries lack a value in one of the required columns {list(_NOT_NULL)}",
+            source=source,
+        )
+    return groups
+
+
+def _merged(parts: list[pl.DataFrame], *, by_id: bool) -> pl.DataFrame:
+    """Partial :func:`_entry_groups` of chunks of entries, summed into one."""
+    if not parts:
+        return _entry_groups(pl.LazyFrame(schema=PARQUET_SCHEMA), by_id=by_id, source="")
+    keys = ["role", "tier", "decision", "reason", *(["id"] if by_id else []), "counted"]
+    return pl.concat(parts).group_by(keys).agg(pl.col("items", "tokens", "invalid").sum())
+
+
+def _jsonl_pass(path: Path, *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of a manifests JSONL file, in one pass.
+
+    Each line's header is validated as it is read; the entries are
+    aggregated by Polars per chunk of whole lines (about 32 MB), so memory
+    holds one chunk, whatever the size of the file. A chunk whose values
+    Polars refuses is validated line by line, to name the line and the field.
+    """
+    source = str(path)
+    figures: list[dict[str, Any]] = []
+    parts: list[pl.DataFrame] = []
+    chunk: list[tuple[int, bytes]] = []
+    size = 0
+
+    def flush() -> None:
+        text = b"".join(raw for _, raw in chunk)
+        try:
+            parts.append(
+                _entry_groups(
+                    _exploded(pl.scan_ndjson(text, schema=_JSONL)), by_id=by_id, source=source
+                )
+            )
+        except RecordError:
+            for number, raw in chunk:
+                _manifest(json.loads(raw), source, number)
+            raise
+
+    for number, raw, data in _raw_lines(path):
+        figures.append(_figures(_checked_header(data, source, number)))
+        chunk.append((number, raw if raw.endswith(b"\n") else raw + b"\n"))
+        size += len(raw)
+        if size >= _CHUNK_BYTES:
+            flush()
+            chunk, size = [], 0
+    if chunk:
+        flush()
+    return figures, _merged(parts, by_id=by_id)
+
+
+def _parquet_pass(
+    entries: Path, headers: Path, *, by_id: bool
+) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of the Parquet form; entries per request checked."""
+    read = list(_parquet_headers(headers))
+    scan = _scan_parquet(entries)
+    groups = _entry_groups(scan, by_id=by_id, source=str(entries))
+    counts = scan.group_by("request_id").agg(pl.len()).collect(engine="streaming")
+    expected = [(request_id, m.totals.items) for request_id, m in read]
+    _check_counts(expected, dict(counts.iter_rows()), headers, entries)
+    return [_figures(m) for _, m in read], groups
+
+
+def _summary_parts(
+    manifests: Sequence[PackManifest] | str | os.PathLike[str], *, by_id: bool
+) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of manifests in memory or stored in any form."""
+    if isinstance(manifests, str | os.PathLike):
+        form, entries, headers = _form(manifests)
+        if form == "parquet":
+            assert headers is not None
+            return _parquet_pass(entries, headers, by_id=by_id)
+        if form == "jsonl":
+            return _jsonl_pass(entries, by_id=by_id)
+        manifests = _read_document(entries)
+    frames = _frames((m.label, m) for m in manifests)
+    return [_figures(m) for m in manifests], _entry_groups(frames, by_id=by_id, source="manifests")
+
+
 def summarize_manifests(
-    manifests: Sequence[PackManifest], *, items: pl.DataFrame | None = None
+    manifests: Sequence[PackManifest] | str | os.PathLike[str],
+    *,
+    items: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Count budget use, decisions, reasons and tokens over many manifests.
+
+    Stored manifests are read in one pass, so memory does not grow with the
+    number of entries: for Parquet, the headers file, then one aggregation
+    of the entries by Polars' streaming engine (a ``group_by`` over role,
+    tier, decision and reason, and a count per request to check the
+    headers); for JSONL, one line at a time, each header validated as it is
+    read and the entries aggregated by Polars per chunk of whole lines
+    (about 32 MB), the chunks' groups then summed.
 
     Parameters
     ----------
     manifests
-        The manifests, for example from :func:`read_manifests`.
+        The manifests (for example from :func:`read_manifests`), or where
+        they are stored: anything :func:`scan_manifests` reads.
     items
         The items the manifests were packed from (a frame with ``id`` and
         ``sources``, as :func:`cognoxium.items.io.read_items` reads them), to
@@ -282,63 +839,91 @@ def summarize_manifests(
     Raises
     ------
     RecordError
-        If ``items`` lacks the ``id`` or ``sources`` column.
+        If ``items`` lacks the ``id`` or ``sources`` column, or stored
+        manifests are invalid (see :func:`read_manifests`; for JSONL the
+        error names the line and the field).
+    OSError
+        If a file cannot be read.
     """
-    frames = [m.to_polars() for m in manifests]
-    entries = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=ENTRY_SCHEMA)
-    counts = entries.select(
-        pl.len().alias("entries"),
-        (pl.col("decision") == "included").sum().alias("included"),
-        (pl.col("decision") == "excluded").sum().alias("excluded"),
-        pl.col("tokens").is_not_null().sum().alias("counted"),
-        pl.col("tokens").is_null().sum().alias("not_counted"),
-    ).row(0, named=True)
-    by_source = None if items is None else _by_source(entries, items)
+    if items is not None:
+        missing = [c for c in ("id", "sources") if c not in items.columns]
+        if missing:
+            raise RecordError(f"the items lack the columns {missing}", field=missing[0])
+    figures, groups = _summary_parts(manifests, by_id=items is not None)
     redactions: dict[str, int] = {}
     outcomes: dict[str, int] = {}
-    for manifest in manifests:
-        for kind, n in manifest.totals.redactions.items():
+    for figure in figures:
+        for kind, n in figure["redactions"].items():
             redactions[kind] = redactions.get(kind, 0) + n
-        for outcome in manifest.policy_outcomes:
-            outcomes[outcome.action] = outcomes.get(outcome.action, 0) + 1
+        for action in figure["actions"]:
+            outcomes[action] = outcomes.get(action, 0) + 1
     return {
-        "manifests": len(manifests),
-        "profiles": sorted({m.profile for m in manifests}),
-        "budget": _budget(manifests),
-        "items": {key: int(value) for key, value in counts.items()},
-        "decisions": _value_counts(entries, "decision"),
-        "reasons": _value_counts(entries, "reason"),
-        "by_role": _groups(entries, "role"),
-        "by_tier": _groups(entries, "tier"),
-        "by_source": by_source,
+        "manifests": len(figures),
+        "profiles": sorted({f["profile"] for f in figures}),
+        "budget": _budget(figures),
+        "items": _counts(groups),
+        "decisions": _value_counts(groups, "decision"),
+        "reasons": _value_counts(groups, "reason"),
+        "by_role": _groups(groups, "role"),
+        "by_tier": _groups(groups, "tier"),
+        "by_source": None if items is None else _by_source(groups, items),
         "redactions": dict(sorted(redactions.items())),
         "policy_outcomes": dict(sorted(outcomes.items())),
-        "merges": sum(len(m.merges) for m in manifests),
-        "per_manifest": [
-            {
-                "label": m.label,
-                "budget": m.budget,
-                "used_tokens": m.used_tokens,
-                "remaining_tokens": m.remaining_tokens,
-                "included": m.totals.included,
-                "excluded": m.totals.excluded,
-            }
-            for m in manifests
-        ],
+        "merges": sum(f["merges"] for f in figures),
+        "per_manifest": [{key: f[key] for key in _PER_MANIFEST} for f in figures],
     }
 
 
-def _budget(manifests: Sequence[PackManifest]) -> dict[str, Any]:
+_PER_MANIFEST = ("label", "budget", "used_tokens", "remaining_tokens", "included", "excluded")
+
+
+def _counts(groups: pl.DataFrame) -> dict[str, int]:
+    """Entries, included, excluded, counted and not counted entries."""
+    items = pl.col("items")
+    row = groups.select(
+        items.sum().alias("entries"),
+        items.filter(pl.col("decision") == "included").sum().alias("included"),
+        items.filter(pl.col("decision") == "excluded").sum().alias("excluded"),
+        items.filter(pl.col("counted")).sum().alias("counted"),
+        items.filter(~pl.col("counted")).sum().alias("not_counted"),
+    ).row(0, named=True)
+    return {key: int(value) for key, value in row.items()}
+
+
+def _groups(groups: pl.DataFrame, key: str) -> dict[str, dict[str, int]]:
+    """Items, included items and included tokens per value of ``key``, sorted by value."""
+    included = pl.col("decision") == "included"
+    rows = (
+        groups.group_by(pl.col(key).cast(pl.String).fill_null(NO_SOURCE))
+        .agg(
+            pl.col("items").sum().alias("items"),
+            pl.col("items").filter(included).sum().alias("included"),
+            pl.col("tokens").filter(included).sum().alias("included_tokens"),
+        )
+        .sort(key)
+        .iter_rows(named=True)
+    )
+    return {
+        row[key]: {
+            "included": int(row["included"]),
+            "included_tokens": int(row["included_tokens"]),
+            "items": int(row["items"]),
+        }
+        for row in rows
+    }
+
+
+def _budget(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Budget, used, remaining and overhead tokens summed, utilization and used fractions."""
-    budgets = [m.budget for m in manifests]
-    used = [m.used_tokens for m in manifests]
+    budgets = [f["budget"] for f in figures]
+    used = [f["used_tokens"] for f in figures]
     fractions = [u / b for u, b in zip(used, budgets, strict=True) if b > 0]
     total_budget, total_used = sum(budgets), sum(used)
     return {
         "budget_tokens": total_budget,
         "used_tokens": total_used,
-        "remaining_tokens": sum(m.remaining_tokens for m in manifests),
-        "pack_overhead_tokens": sum(m.pack_overhead_tokens for m in manifests),
+        "remaining_tokens": sum(f["remaining_tokens"] for f in figures),
+        "pack_overhead_tokens": sum(f["pack_overhead_tokens"] for f in figures),
         "utilization": total_used / total_budget if total_budget else None,
         "used_fraction": {
             "min": min(fractions),
@@ -350,18 +935,15 @@ def _budget(manifests: Sequence[PackManifest]) -> dict[str, Any]:
     }
 
 
-def _by_source(entries: pl.DataFrame, items: pl.DataFrame) -> dict[str, dict[str, int]]:
+def _by_source(groups: pl.DataFrame, items: pl.DataFrame) -> dict[str, dict[str, int]]:
     """:func:`_groups` per source uri of the items (``id`` and ``sources`` columns)."""
-    missing = [c for c in ("id", "sources") if c not in items.columns]
-    if missing:
-        raise RecordError(f"the items lack the columns {missing}", field=missing[0])
     uris = items.select(
         "id", pl.col("sources").list.eval(pl.element().struct.field("uri")).alias("source")
     ).explode("source")
-    return _groups(entries.join(uris, on="id", how="left"), "source")
+    return _groups(groups.join(uris, on="id", how="left"), "source")
 
 
-def _value_counts(entries: pl.DataFrame, column: str) -> dict[str, int]:
+def _value_counts(groups: pl.DataFrame, column: str) -> dict[str, int]:
     """Entries per value of ``column``, sorted by value."""
-    counts = entries.get_column(column).cast(pl.String).value_counts().iter_rows()
+    counts = groups.group_by(pl.col(column).cast(pl.String)).agg(pl.col("items").sum()).rows()
     return {str(k): int(v) for k, v in sorted(counts)}
