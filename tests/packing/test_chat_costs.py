@@ -3,13 +3,22 @@
 The count is computed here on its own, from tiktoken, by the rule of the
 OpenAI Cookbook, "How to count tokens with tiktoken": 3 tokens per message, 1
 per name, every string value encoded, 3 tokens of reply priming; a tool
-call counts its id, function name and arguments as sent.
+call counts its id, function name and arguments as sent. An image part costs
+OpenAI's documented tile rule ("Images and vision", "Calculating costs"):
+85 tokens at low detail; at high (or auto) detail the image is fitted into
+2048 x 2048, its short side brought down to 768 px, and each 512 px tile
+costs 170 more than the 85; an image of unknown size costs the most (8
+tiles).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import math
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 import polars as pl
@@ -29,40 +38,77 @@ from cognoxium.items.model import ContextItem, Retention, Trust
 from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
+from tests.image_files import BUILDERS
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 AS_OF = START + timedelta(days=1)
 CL100K = get_profile("cl100k_base")
 OPTIONAL, PREFERRED = Retention.OPTIONAL, Retention.PREFERRED
+Sizes = Mapping[str, tuple[int, int]]
 
 
-def cookbook_tokens(messages: list[dict[str, Any]], encoding: tiktoken.Encoding) -> int:
-    """The request's tokens by the cookbook rule, counted from tiktoken alone."""
+def image_tokens(detail: str, size: tuple[int, int] | None) -> int:
+    """OpenAI's documented image cost, for the GPT-4o family (85 base, 170 per 512 px tile)."""
+    if detail == "low":
+        return 85
+    if size is None:
+        return 85 + 170 * 8
+    width, height = size
+    fit = min(Fraction(1), Fraction(2048, max(width, height)))
+    short = min(Fraction(1), Fraction(768) / (min(width, height) * fit))
+    scale = fit * short
+    return 85 + 170 * math.ceil(width * scale / 512) * math.ceil(height * scale / 512)
+
+
+def request_count(
+    messages: list[dict[str, Any]], encoding: tiktoken.Encoding, sizes: Sizes
+) -> tuple[int, int]:
+    """``(sent, framing)``: tokens of every value the request sends, and the cookbook's framing.
+
+    ``sizes`` maps each image URL to its size (an image absent from it is of
+    unknown size).
+    """
 
     def n(text: str) -> int:
         return len(encoding.encode_ordinary(text))
 
     if not messages:
-        return 0
-    total = 3  # every reply is primed with <|start|>assistant<|message|>
+        return 0, 0
+    sent, framing = 0, 3  # every reply is primed with <|start|>assistant<|message|>
     for message in messages:
-        total += 3  # tokens_per_message
+        framing += 3  # tokens_per_message
         for key, value in message.items():
             if key == "tool_calls":
                 for call in value:
                     function = call["function"]
-                    total += n(call["id"]) + n(function["name"]) + n(function["arguments"])
+                    sent += n(call["id"]) + n(function["name"]) + n(function["arguments"])
+            elif isinstance(value, list):
+                for part in value:
+                    if part["type"] == "text":
+                        sent += n(part["text"])
+                    else:
+                        image = part["image_url"]
+                        sent += image_tokens(image.get("detail", "auto"), sizes.get(image["url"]))
             elif value is not None:
                 assert isinstance(value, str), (key, value)
-                total += n(value)
+                sent += n(value)
             if key == "name":
-                total += 1  # tokens_per_name
-    return total
+                framing += 1  # tokens_per_name
+    return sent, framing
 
 
-def message_tokens(message: dict[str, Any], encoding: tiktoken.Encoding) -> int:
+def cookbook_tokens(
+    messages: list[dict[str, Any]], encoding: tiktoken.Encoding, sizes: Sizes | None = None
+) -> int:
+    """The request's tokens by the cookbook rule, counted from tiktoken alone."""
+    return sum(request_count(messages, encoding, sizes or {}))
+
+
+def message_tokens(
+    message: dict[str, Any], encoding: tiktoken.Encoding, sizes: Sizes | None = None
+) -> int:
     """One message's tokens by the cookbook rule (the request's, less the reply priming)."""
-    return cookbook_tokens([message], encoding) - 3
+    return cookbook_tokens([message], encoding, sizes) - 3
 
 
 def entry_tokens(result: Any) -> list[int]:
@@ -290,12 +336,42 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
     return messages
 
 
+DETAILS = st.sampled_from(["low", "high", "auto", None])
+
+
 @st.composite
-def others(draw: st.DrawFn) -> list[ContextItem]:
-    """Items from outside the chat: JSON documents and memories, references, tool output."""
+def image_item(draw: st.DrawFn, i: int, sizes: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """An image item's fields: a binary image, or a reference with or without its size."""
+    role = draw(st.sampled_from(["user", "document", "memory"]))
+    size = (draw(st.integers(1, 5000)), draw(st.integers(1, 5000)))
+    detail = draw(DETAILS)
+    metadata: dict[str, Any] = {} if detail is None else {"detail": detail}
+    if draw(st.booleans()):
+        media_type = draw(st.sampled_from(sorted(BUILDERS)))
+        data = BUILDERS[media_type](*size)
+        url = f"data:{media_type};base64," + base64.b64encode(data).decode("ascii")
+        sizes[url] = size
+        metadata["media_type"] = media_type
+        return {"role": role, "payload": {"kind": "binary", "data": data}, "metadata": metadata}
+    url = f"https://img.example.org/{i}.{draw(st.sampled_from(['png', 'JPG', 'webp']))}"
+    if draw(st.booleans()):
+        sizes[url] = size
+        metadata |= {"width": size[0], "height": size[1]}
+    title = draw(st.one_of(st.none(), TEXT))
+    ref = {"kind": "reference", "uri": url, "title": title}
+    return {"role": role, "payload": ref, "metadata": metadata}
+
+
+@st.composite
+def others(draw: st.DrawFn, sizes: dict[str, tuple[int, int]] | None = None) -> list[ContextItem]:
+    """Items from outside the chat: JSON documents and memories, references, tool output, images.
+
+    The size of each image sent by URL is written to ``sizes``.
+    """
+    sizes = {} if sizes is None else sizes
     items = []
     for i in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from(["json", "text", "reference", "tool"]))
+        kind = draw(st.sampled_from(["json", "text", "reference", "tool", "image", "image"]))
         role = draw(st.sampled_from(["document", "memory"]))
         fields: dict[str, Any] = {"id": f"x{i}", "created_at": START}
         if draw(st.booleans()):
@@ -309,6 +385,8 @@ def others(draw: st.DrawFn) -> list[ContextItem]:
                 "role": role,
                 "payload": {"kind": "reference", "uri": "https://x.org/a", "title": draw(TEXT)},
             }
+        elif kind == "image":
+            fields |= draw(image_item(i, sizes))
         else:
             fields |= {"role": "tool", "text": draw(TEXT)}
         items.append(ContextItem.model_validate(fields))
@@ -316,14 +394,17 @@ def others(draw: st.DrawFn) -> list[ContextItem]:
 
 
 @settings(
-    max_examples=300,
+    max_examples=1000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(conversations(), others(), st.data())
+@given(conversations(), st.data())
 def test_used_tokens_are_the_cookbook_count_of_what_the_pack_sends(
-    messages: list[dict[str, Any]], extra: list[ContextItem], data: st.DataObject
+    messages: list[dict[str, Any]], data: st.DataObject
 ) -> None:
+    """Over 1,000 chat packs with tool calls, names, JSON payloads and images."""
+    sizes: dict[str, tuple[int, int]] = {}
+    extra = data.draw(others(sizes))
     profile = get_profile(data.draw(st.sampled_from(["cl100k_base", "o200k_base"])))
     items = openai_messages_to_items(messages, conversation_id="c", start=START) + extra
     items = [
@@ -338,7 +419,7 @@ def test_used_tokens_are_the_cookbook_count_of_what_the_pack_sends(
     ]
     df = items_to_frame(items)
     sent = to_openai_messages(df)
-    everything = cookbook_tokens(sent, profile.encoding)
+    everything = cookbook_tokens(sent, profile.encoding, sizes)
     budget = data.draw(st.integers(0, everything + 10))
     policy = data.draw(st.sampled_from([None, BoundaryPolicy(max_sensitivity="restricted")]))
     note(f"budget {budget} of {everything}, policy {policy}")
@@ -346,9 +427,16 @@ def test_used_tokens_are_the_cookbook_count_of_what_the_pack_sends(
     result = pack(df, budget, profile=profile, as_of=AS_OF, policy=policy)
 
     assert result.messages == to_openai_messages(result)
-    assert result.used_tokens == cookbook_tokens(result.messages, profile.encoding)
+    values, framing = request_count(result.messages, profile.encoding, sizes)
+    # Never below what the request sends, never more than the documented framing above it;
+    # exactly the cookbook count.
+    assert values <= result.used_tokens <= values + framing
+    assert result.used_tokens == values + framing
     assert result.used_tokens <= budget
-    assert entry_tokens(result) == [message_tokens(m, profile.encoding) for m in result.messages]
+    assert entry_tokens(result) == [
+        message_tokens(m, profile.encoding, sizes) for m in result.messages
+    ]
+    assert profile.request_tokens(result.messages, image_sizes=sizes) == result.used_tokens
     if policy is None:
         positions = result.manifest.to_polars().filter(pl.col("decision") == "included")
         assert result.messages == [sent[i] for i in positions["position"].to_list()]

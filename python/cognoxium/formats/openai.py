@@ -90,6 +90,7 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.images import image_media_type_expr
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import ContextItem, Json, Role, Source, Text
 from cognoxium.packing._messages import chat_columns, check_tool_results
@@ -562,7 +563,9 @@ def to_openai_messages(
         One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
         of the item role (documents and memories become ``user`` messages).
         ``content`` is the item's packed text (text, canonical JSON, or
-        ``"<title> <uri>"`` for a reference), except for an assistant item
+        ``"<title> <uri>"`` for a reference; for an image, the reference's
+        title as a text part, then an ``image_url`` part, see
+        :mod:`cognoxium.items.images`), except for an assistant item
         whose Json payload is ``{"tool_calls": [...]}`` and whose metadata has
         ``tool_call_ids``: that becomes ``content`` None with those
         ``tool_calls``. An assistant item with text and
@@ -577,7 +580,8 @@ def to_openai_messages(
     ------
     RecordError
         Naming the 0-based ``row`` and the field, when an item has a Binary
-        payload (never packed), malformed tool calls (a call without a string
+        payload that is not an image (never packed), an image with bad metadata
+        or outside a user message, malformed tool calls (a call without a string
         ``id``, ``function.name`` or ``function.arguments``), or a tool item
         answers a call that no earlier assistant message of the output
         declares (the API would reject it: keep the call and its results in
@@ -592,8 +596,9 @@ def to_openai_messages(
     assistant text next to tool calls comes back as ``None``. Packing costs
     each item as the message rendered here, by the chat costing rule of
     :mod:`cognoxium.tokens.profiles` (framing, name, content, tool call id,
-    and each tool call's id, function name and arguments), so a pack's
-    ``used_tokens`` is ``profile.request_tokens(to_openai_messages(pack))``.
+    each tool call's id, function name and arguments, and images), so a
+    pack's ``used_tokens`` is ``profile.request_tokens(to_openai_messages(pack),
+    image_sizes=...)``, given the sizes of the images sent by URL.
 
     Examples
     --------
@@ -622,10 +627,14 @@ def to_openai_messages(
     missing = [name for name in _NEEDED if name not in df.columns]
     if missing:
         raise SchemaError(f"to_openai_messages needs the item columns; missing {missing}")
-    binary = np.flatnonzero((df.get_column("payload_kind") == "binary").to_numpy())
+    kind = pl.col("payload_kind").cast(pl.String)
+    no_image = (kind == "binary") & ~image_media_type_expr()
+    binary = np.flatnonzero(df.select(no_image.fill_null(False)).to_series().to_numpy())
     if len(binary):
         raise RecordError(
-            "a binary payload has no chat rendering (it is never packed); filter it out",
+            "a binary payload has no chat rendering unless its metadata.media_type is "
+            "image/png, image/jpeg, image/gif or image/webp (it is never packed); "
+            "filter it out",
             row=int(binary[0]),
             field="payload_kind",
         )

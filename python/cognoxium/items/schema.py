@@ -1318,8 +1318,12 @@ def packed_text_expr() -> pl.Expr:
     text          the ``text`` column
     json          the canonical JSON in the ``json`` column
     reference     ``"<title> <uri>"``, or just the uri when there is no title
-    binary        ``""`` (binary payloads are never packed)
+    binary        ``""`` (binary payloads are never packed as text)
     ============  ==========================================================
+
+    An image (a Binary image, or a Reference to one) is sent as an image
+    part, with the reference's title as its text; see
+    :mod:`cognoxium.items.images`.
 
     The expression reads ``payload_kind``, ``text``, ``json``, ``ref_uri`` and
     ``ref_title``, never yields null for a valid item, and is named

@@ -2,8 +2,9 @@
 
 An item costs the tokens of the chat message it sends, by the chat costing
 rule of :mod:`cognoxium.tokens.profiles`: the framing of its role (and name),
-its content, and its tool call id or tool calls (ids, function names,
-arguments). :func:`render` lays out every row's message once
+its content, its tool call id or tool calls (ids, function names,
+arguments), and its image by the profile's image rule
+(:mod:`cognoxium.tokens.images`). :func:`render` lays out every row's message once
 (:func:`~cognoxium.packing._messages.chat_columns`), which both the costs and
 ``ContextPack.messages`` read; :class:`UnitCosts` counts tokens lazily, only
 for the units the selection reaches, in batches, and proves cheaper lower
@@ -39,15 +40,18 @@ class Rendering:
     framing
         ``(n,)`` int64: the chat format's per-message framing, name included
         (:meth:`~cognoxium.tokens.profiles.TokenProfile.framing`), in tokens.
+    image_tokens
+        ``(n,)`` int64: the tokens of the row's image (0 for none), exact.
     cheap
         ``(n,)`` Int64: a lower bound of the cost known for every row at no
-        real cost, ``framing + ceil(UTF-8 bytes / longest token bytes)`` over
-        the content and each tool-call text (``framing`` alone when the
-        profile has no byte bound), in tokens.
+        real cost, ``framing + image_tokens + ceil(UTF-8 bytes / longest
+        token bytes)`` over the content and each tool-call text (the last
+        term 0 when the profile has no byte bound), in tokens.
     """
 
     chat: ChatColumns
     framing: np.ndarray
+    image_tokens: np.ndarray
     cheap: pl.Series
 
     def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
@@ -76,7 +80,8 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
     Raises
     ------
     RecordError
-        If a row's tool calls are malformed; it names the row and the field.
+        If a row's tool calls or image are malformed; it names the row and the
+        field.
     """
     chat = chat_columns(df, review.column("action"))
     roles = chat.role.unique().to_list()
@@ -87,15 +92,27 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
         name = fields.get("name")
         if name is not None:
             framing[row] = profile.framing(chat.role[row], name=name)
-    width = profile.longest_token_bytes
+    bytes_bound = _bytes_bound(chat, profile.longest_token_bytes)
+    images = np.zeros(len(framing), dtype=np.int64)
+    for row, image in chat.images.items():
+        images[row] = profile.image_rule.tokens(image.detail, image.size)
+    cheap = pl.Series("cheap", framing + images + bytes_bound)
+    return Rendering(chat=chat, framing=framing, image_tokens=images, cheap=cheap)
+
+
+def _bytes_bound(chat: ChatColumns, width: int | None) -> np.ndarray:
+    """``(n,)`` int64: ``ceil(UTF-8 bytes / width)`` of each row's content and tool texts.
+
+    All zeros when the profile has no byte bound (``width`` is ``None``).
+    """
     if width is None:
-        return Rendering(chat=chat, framing=framing, cheap=pl.Series("cheap", framing))
-    bytes_bound = (
+        return np.zeros(len(chat.content), dtype=np.int64)
+    bound = (
         (chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1) // width
     ).to_numpy(writable=True)
     for row, texts in chat.tool_texts.items():
-        bytes_bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
-    return Rendering(chat=chat, framing=framing, cheap=pl.Series("cheap", framing + bytes_bound))
+        bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
+    return bound
 
 
 def _tool_text_key(text: str) -> str:
@@ -138,7 +155,7 @@ class UnitCosts:
         self.content = rendering.chat.content.fill_null("")
         self.hashes = rendering.chat.key
         self.tool_texts = rendering.chat.tool_texts
-        self.framing = rendering.framing
+        self.fixed = rendering.framing + rendering.image_tokens
         self.units = units
         self.row_tokens = np.full(len(self.content), UNSET, dtype=np.int64)
         self.cost = np.full(units.n_units, UNSET, dtype=np.int64)
@@ -158,7 +175,7 @@ class UnitCosts:
         if self.floor is not None:
             floor = self.floor[rows]
             bound = np.where(floor >= 0, np.minimum(bound, floor), bound)
-        bound = bound + self.framing[rows] + self._tool_bounds(rows)
+        bound = bound + self.fixed[rows] + self._tool_bounds(rows)
         self.bound[units] = self.units.per_unit(bound, starts)
 
     def _tool_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -200,7 +217,7 @@ class UnitCosts:
         counts = self.profile.count_cached(
             self.hashes.gather(rows).to_list(), self.content.gather(rows).to_list()
         )
-        self.row_tokens[rows] = counts + self.framing[rows] + self._tool_counts(rows)
+        self.row_tokens[rows] = counts + self.fixed[rows] + self._tool_counts(rows)
         self.cost[units] = self.units.per_unit(self.row_tokens[rows], starts)
 
     def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:

@@ -1,6 +1,7 @@
 """Phase 2 of :func:`~cognoxium.packing.packer.pack`: which items can never enter the pack, and why.
 
-Per row, the first that applies: not packable (Binary), quarantined, excluded
+Per row, the first that applies: not packable (Binary, unless its
+``metadata.media_type`` declares an image: see :mod:`cognoxium.items.images`), quarantined, excluded
 by a policy, expired, not yet valid. An item is valid when
 ``max(created_at, valid_from) <= as_of < expires_at``. Then a group with an
 excluded member is excluded whole (``group_incomplete``).
@@ -16,6 +17,7 @@ import polars as pl
 
 from cognoxium._columns import QUARANTINE_COLUMN
 from cognoxium.exceptions import PackError
+from cognoxium.items.images import image_media_type_expr
 from cognoxium.packing._model import REASON_CODE, TIERS, UNSET, Reason
 from cognoxium.packing._policies import PolicyReview, check_outcomes
 from cognoxium.packing._units import Units
@@ -80,12 +82,15 @@ def find_exclusions(df: pl.DataFrame, as_of: datetime, review: PolicyReview) -> 
         required item.
     """
     kind = pl.col("payload_kind").cast(pl.String)
+    unpackable = kind == "binary"
+    if bool((df.get_column("payload_kind") == "binary").any()):
+        unpackable = unpackable & ~image_media_type_expr()
     cols = df.select(
         pl.col("retention")
         .cast(pl.String)
         .replace_strict(TIERS, return_dtype=pl.Int64)
         .alias("tier"),
-        pl.when(kind == "binary")
+        pl.when(unpackable)
         .then(REASON_CODE[Reason.NOT_PACKABLE])
         .when(quarantine_expr(df).is_not_null())
         .then(REASON_CODE[Reason.QUARANTINED])
@@ -151,7 +156,8 @@ def exclude_incomplete_groups(df: pl.DataFrame, rows: Exclusions, units: Units) 
         ids = sorted(df.get_column("id").filter(pl.Series(lost)).to_list())
         raise PackError(
             f"required items {ids} are in groups with a member that cannot be packed "
-            "(expired, not yet valid or binary); fix the group or its retention"
+            "(expired, not yet valid or binary but not an image); fix the group or its "
+            "retention"
         )
     reason = np.where(broken, REASON_CODE[Reason.GROUP_INCOMPLETE], rows.reason)
     return replace(rows, reason=reason, eligible=rows.eligible & ~broken)

@@ -13,6 +13,11 @@ item                        message
 any                         ``role``: :data:`~cognoxium._columns.CHAT_ROLES` of
                             the item role; ``content``: the packed text (text,
                             canonical JSON, ``"<title> <uri>"``)
+an image (a Binary image,   ``content``: a text part with the reference's title
+or a Reference to one; see  (if any), then an ``image_url`` part (a ``data:``
+:mod:`cognoxium.items.      URL, or the URI) with the ``metadata.detail``; the
+images`)                    message must be a ``user`` one (roles user,
+                            document, memory), else a RecordError
 system, developer, user,    ``name``: ``metadata.name`` when it is a string
 assistant, tool
 assistant with              ``tool_calls``: the Json payload's
@@ -42,6 +47,7 @@ import polars as pl
 from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import RecordError
 from cognoxium.governance.policies import data_block_expr
+from cognoxium.items.images import ImageSpec, image_specs
 from cognoxium.items.schema import packed_text_expr
 from cognoxium.tokens.profiles import tool_call_texts
 
@@ -53,7 +59,7 @@ _NO_CONTENT_KEY = "no-content"
 
 def chat_message(
     role: str,
-    content: str | None,
+    content: str | list[dict[str, Any]] | None,
     *,
     name: str | None = None,
     tool_calls: list[Any] | None = None,
@@ -94,6 +100,9 @@ class ChatColumns:
     tool_texts
         Row -> :func:`~cognoxium.tokens.profiles.tool_call_texts` of its
         message, for the rows that send any.
+    images
+        Row -> the image it sends, for the image rows; their ``content`` is
+        the text part sent before the image (empty for none).
     """
 
     role: pl.Series
@@ -101,19 +110,28 @@ class ChatColumns:
     key: pl.Series
     fields: dict[int, dict[str, Any]]
     tool_texts: dict[int, list[str]]
+    images: dict[int, ImageSpec]
 
     def message(self, row: int) -> dict[str, Any]:
         """The message dict of ``row``."""
-        return chat_message(self.role[row], self.content[row], **self.fields.get(row, {}))
+        return self.messages(np.array([row], dtype=np.int64))[0]
 
     def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
         """The message dicts of ``rows`` (``(k,)`` int64), in that order."""
         roles = self.role.gather(rows).to_list()
         contents = self.content.gather(rows).to_list()
         return [
-            chat_message(role, content, **self.fields.get(int(row), {}))
+            chat_message(role, self._content(int(row), content), **self.fields.get(int(row), {}))
             for row, role, content in zip(rows, roles, contents, strict=True)
         ]
+
+    def _content(self, row: int, text: str | None) -> str | list[dict[str, Any]] | None:
+        """What ``content`` sends: ``text``, or for an image row its parts."""
+        image = self.images.get(row)
+        if image is None:
+            return text
+        title = [{"type": "text", "text": text}] if text else []
+        return [*title, image.part()]
 
 
 def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColumns:
@@ -138,13 +156,23 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     RecordError
         If a tool call of a row is malformed (it lacks a string ``id``,
         ``function.name`` or ``function.arguments``), naming the row and the
-        field (``metadata.tool_calls[0].id`` or ``json.tool_calls[0].id``).
+        field (``metadata.tool_calls[0].id`` or ``json.tool_calls[0].id``);
+        if an image's metadata is wrong (see
+        :func:`~cognoxium.items.images.image_specs`), or an image would be
+        sent in a message other than a user one (field ``role``).
     """
     role = pl.col("role").cast(pl.String)
     all_text = bool((df.get_column("payload_kind") == "text").all())
     content = pl.col("text").fill_null("") if all_text else packed_text_expr()
     chat_role = role.replace_strict(CHAT_ROLES, return_dtype=pl.String)
     key = pl.col("content_hash")
+    images = {} if all_text else image_specs(df)
+    if images:
+        # An image's text is its reference's title, sent as a text part before it.
+        is_image = pl.lit(pl.Series(np.isin(np.arange(df.height), list(images))))
+        title = pl.col("ref_title").fill_null("")
+        content = pl.when(is_image).then(title).otherwise(content)
+        key = pl.when(is_image).then(pl.concat_str([pl.lit("title:"), title])).otherwise(key)
     meta = pl.col("metadata")
     # Rows whose message may carry a name or tool fields; only these are parsed.
     maybe = (role.is_in(_NAMED_ROLES) & meta.str.contains('"name":', literal=True)) | (
@@ -178,7 +206,23 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     if as_user:
         chat = chat.clone().scatter(as_user, "user")
     fields = {r: f for r, f in fields.items() if f}
-    return ChatColumns(role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts)
+    _check_image_roles(df, chat, images)
+    return ChatColumns(
+        role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts, images=images
+    )
+
+
+def _check_image_roles(df: pl.DataFrame, chat: pl.Series, images: dict[int, ImageSpec]) -> None:
+    """Raise a RecordError naming the first image row whose message is not a user message."""
+    for row in sorted(images):
+        if chat[row] != "user":
+            raise RecordError(
+                f"item {df['id'][row]!r} is an image, which the Chat Completions API takes "
+                f"only in a user message, but it would be sent as {chat[row]!r}; give it the "
+                "role user, document or memory",
+                row=row,
+                field="role",
+            )
 
 
 def _rendered_calls(df: pl.DataFrame, rendered_call: pl.Series) -> set[tuple[str, str]]:

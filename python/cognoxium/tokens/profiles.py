@@ -25,7 +25,10 @@ what the message sends                  tokens
 every message                           ``tokens_per_message`` (3)
 ``role``                                its tokens
 ``content`` (a string)                  its tokens; none when ``content`` is null
-``content`` (a list of text parts)      the tokens of each part's ``text``
+``content`` (a list of parts)           the tokens of each text part's
+                                        ``text``; each ``image_url`` part
+                                        costs the profile's ``image_rule``
+                                        (:mod:`cognoxium.tokens.images`)
 ``name``                                ``tokens_per_name`` (1) plus its tokens
 ``tool_call_id`` (a tool result)        its tokens
 each of ``tool_calls``                  the tokens of its ``id``, of its
@@ -71,7 +74,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +83,8 @@ import tiktoken
 import tiktoken.model
 
 from cognoxium.exceptions import ProfileError, RecordError
+from cognoxium.items.images import IMAGE_DETAILS, image_media_type, image_size
+from cognoxium.tokens.images import GPT_4O_IMAGES, ImageRule
 
 __all__ = [
     "APPROXIMATE",
@@ -145,6 +150,7 @@ _WORD_BOUND_PATTERNS: dict[str, str] = {
 _FINGERPRINT_TAG = b"cognoxium.TokenProfile/1\x00"
 _RANK_HEADER = struct.Struct("<QI")
 _OVERHEADS = struct.Struct("<qqq")
+_IMAGE_RULE = struct.Struct("<qqqqq")
 
 
 class Encoder(Protocol):
@@ -427,14 +433,20 @@ class TokenProfile:
         profiles (exact content counts, assumed chat framing). A manifest
         packed with such a profile says ``"estimated": true``. Not part of
         the fingerprint, which identifies counts.
+    image_rule
+        What an ``image_url`` content part costs (:class:`~cognoxium.tokens.images.ImageRule`);
+        by default the GPT-4o family's (85 tokens base, 170 per tile), which
+        also holds for GPT-4 Turbo with vision.
 
     Attributes
     ----------
     fingerprint : str
         SHA-256 hex digest of the mergeable ranks (in rank order), the
-        pre-tokenisation pattern, the special tokens (sorted) and the three
-        overheads. Equal fingerprints give equal counts and framings. The name
-        is not part of it.
+        pre-tokenisation pattern, the special tokens (sorted), the three
+        overheads and, when it is not the default, the image rule (so the
+        fingerprints of profiles with the default rule did not change when
+        images were costed). Equal fingerprints give equal counts and
+        framings. The name is not part of it.
     longest_token_bytes : int or None
         Length of the longest mergeable token, in bytes; ``None`` when the
         tokens' bytes need not add up to the text's (a Hugging Face tokenizer
@@ -476,6 +488,7 @@ class TokenProfile:
     tokens_per_message: int = 3
     tokens_per_name: int = 1
     tokens_per_pack: int = 3
+    image_rule: ImageRule = GPT_4O_IMAGES
     estimated: bool = False
     fingerprint: str = dataclasses.field(init=False, repr=False)
     longest_token_bytes: int | None = dataclasses.field(init=False, repr=False)
@@ -507,6 +520,15 @@ class TokenProfile:
         hasher.update(
             _OVERHEADS.pack(self.tokens_per_message, self.tokens_per_name, self.tokens_per_pack)
         )
+        if not isinstance(self.image_rule, ImageRule):
+            raise ValueError(f"token profile {self.name!r}: image_rule must be an ImageRule")
+        if self.image_rule != GPT_4O_IMAGES:
+            rule = self.image_rule
+            hasher.update(
+                _IMAGE_RULE.pack(
+                    rule.base_tokens, rule.tile_tokens, rule.tile_px, rule.fit_px, rule.short_px
+                )
+            )
         object.__setattr__(self, "fingerprint", hasher.hexdigest())
         object.__setattr__(self, "longest_token_bytes", facts.longest_token_bytes)
         object.__setattr__(self, "word_bound_pattern", facts.word_bound_pattern)
@@ -851,15 +873,26 @@ class TokenProfile:
         self._framing[key] = tokens
         return tokens
 
-    def message_tokens(self, message: Mapping[str, Any]) -> int:
+    def message_tokens(
+        self,
+        message: Mapping[str, Any],
+        *,
+        image_sizes: Mapping[str, tuple[int, int]] | None = None,
+    ) -> int:
         """Return the tokens one chat message costs, by the chat costing rule.
 
         Parameters
         ----------
         message
             An OpenAI Chat Completions message: ``role``, ``content`` (a
-            string, a list of text parts, or null), and optionally ``name``,
-            ``tool_calls`` and ``tool_call_id``. Other keys are not counted.
+            string, a list of text and ``image_url`` parts, or null), and
+            optionally ``name``, ``tool_calls`` and ``tool_call_id``. Other
+            keys are not counted.
+        image_sizes
+            ``(width, height)`` in pixels of images sent by URL, by URL. The
+            size of a ``data:`` URL's image is read from its bytes; an image
+            of unknown size costs the most its detail can (see
+            :mod:`cognoxium.tokens.images`).
 
         Returns
         -------
@@ -871,8 +904,11 @@ class TokenProfile:
         ------
         RecordError
             If ``role``, ``name`` or a content part is not as the format
-            has it, or a tool call lacks a string ``id``, ``function.name`` or
-            ``function.arguments``; ``field`` names it (``tool_calls[0].id``).
+            has it (an image's ``detail`` not low, high or auto, a ``data:``
+            URL that holds no PNG, JPEG, GIF or WebP image), or a tool call
+            lacks a string ``id``, ``function.name`` or
+            ``function.arguments``; ``field`` names it (``tool_calls[0].id``,
+            ``content[1].image_url.detail``).
 
         Examples
         --------
@@ -883,22 +919,40 @@ class TokenProfile:
         12
         >>> profile.message_tokens({"role": "tool", "tool_call_id": "c1", "content": "18 C"})
         8
+        >>> image = {"type": "image_url",
+        ...          "image_url": {"url": "https://x.org/a.png", "detail": "high"}}
+        >>> profile.message_tokens({"role": "user", "content": [image]},
+        ...                        image_sizes={"https://x.org/a.png": (1024, 1024)})
+        769
         """
         role, name = message.get("role"), message.get("name")
         if not isinstance(role, str):
             raise RecordError(f"must be a string, got {role!r}", field="role")
         if name is not None and not isinstance(name, str):
             raise RecordError(f"must be a string, got {name!r}", field="name")
-        texts = _content_texts(message.get("content")) + tool_call_texts(message)
-        return self.framing(role, name=name) + int(self.count(texts).sum())
+        texts, images = _content_parts(message.get("content"))
+        sizes = image_sizes or {}
+        image_tokens = sum(
+            self.image_rule.tokens(detail, sizes.get(url) or _data_url_size(url, field))
+            for url, detail, field in images
+        )
+        texts += tool_call_texts(message)
+        return self.framing(role, name=name) + int(self.count(texts).sum()) + image_tokens
 
-    def request_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def request_tokens(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        image_sizes: Mapping[str, tuple[int, int]] | None = None,
+    ) -> int:
         """Return the tokens a chat request of ``messages`` costs, by the chat costing rule.
 
         Parameters
         ----------
         messages
             The request's messages, in order.
+        image_sizes
+            Sizes of images sent by URL, as :meth:`message_tokens` takes them.
 
         Returns
         -------
@@ -923,7 +977,7 @@ class TokenProfile:
         batch = list(messages)
         for row, message in enumerate(batch):
             try:
-                total += self.message_tokens(message)
+                total += self.message_tokens(message, image_sizes=image_sizes)
             except RecordError as error:
                 raise RecordError(error.message, row=row, field=error.field) from None
         return total + (self.tokens_per_pack if batch else 0)
@@ -1003,27 +1057,63 @@ class TokenProfile:
         return pl.max_horizontal(words, byte_bound)
 
 
-def _content_texts(content: Any) -> list[str]:
-    """The texts a message's ``content`` sends: the string, or each text part's text."""
+def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """The texts a message's ``content`` sends, and its images as ``(url, detail, field)``."""
     if content is None:
-        return []
+        return [], []
     if isinstance(content, str):
-        return [content]
+        return [content], []
     if not isinstance(content, list):
         raise RecordError(
-            f"must be a string, a list of text parts or null, got {type(content).__name__}",
+            f"must be a string, a list of content parts or null, got {type(content).__name__}",
             field="content",
         )
-    texts = []
+    texts: list[str] = []
+    images: list[tuple[str, str, str]] = []
     for j, part in enumerate(content):
-        text = part.get("text") if isinstance(part, Mapping) else None
-        if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(text, str):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        value = part.get(kind) if isinstance(part, Mapping) and isinstance(kind, str) else None
+        if kind == "text" and isinstance(value, str):
+            texts.append(value)
+        elif kind == "image_url" and _is_image_url(value):
+            detail = value.get("detail", "auto")
+            if detail not in IMAGE_DETAILS:
+                raise RecordError(
+                    f"must be one of {', '.join(IMAGE_DETAILS)}, got {detail!r}",
+                    field=f"content[{j}].image_url.detail",
+                )
+            images.append((value["url"], detail, f"content[{j}].image_url.url"))
+        else:
             raise RecordError(
-                f"only text parts {{'type': 'text', 'text': str}} are counted, got {part!r}",
+                "only text parts {'type': 'text', 'text': str} and image parts "
+                f"{{'type': 'image_url', 'image_url': {{'url': str}}}} are counted, got {part!r}",
                 field=f"content[{j}]",
             )
-        texts.append(text)
-    return texts
+    return texts, images
+
+
+def _is_image_url(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """``value`` is an ``image_url`` object: a mapping with a string ``url``."""
+    return isinstance(value, Mapping) and isinstance(value.get("url"), str)
+
+
+def _data_url_size(url: str, field: str) -> tuple[int, int] | None:
+    """The size of the image a ``data:`` URL holds; ``None`` for any other URL."""
+    if not url.startswith("data:"):
+        return None
+    header, _, encoded = url.partition(",")
+    try:
+        data = base64.b64decode(encoded, validate=True) if header.endswith(";base64") else b""
+    except binascii.Error:
+        data = b""
+    size = image_size(data) if image_media_type(data) else None
+    if size is None:
+        raise RecordError(
+            "a data: URL image must hold base64 PNG, JPEG, GIF or WebP bytes with a "
+            f"readable size, got {url[:40]!r}...",
+            field=field,
+        )
+    return size
 
 
 def tool_call_texts(message: Mapping[str, Any]) -> list[str]:
