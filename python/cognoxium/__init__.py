@@ -43,6 +43,7 @@ from cognoxium.items.model import (
     Trust,
 )
 from cognoxium.items.schema import SCHEMA, SCHEMA_VERSION
+from cognoxium.packing import Renderer
 from cognoxium.packing.packer import ContextPack, ManifestEntry, PackManifest, PolicyOutcome, pack
 from cognoxium.retrieval.embeddings import EmbeddingCache, get_embedder
 from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever
@@ -80,6 +81,7 @@ __all__ = [
     "RankError",
     "RecordError",
     "Reference",
+    "Renderer",
     "Retention",
     "RetrievalSettings",
     "Role",

@@ -12,6 +12,7 @@ __all__ = [
     "CHAT_ROLES",
     "MERGED_IDS",
     "MERGE_CONFLICTS",
+    "MERGE_DROPPED",
     "MERGE_RULES",
     "QUARANTINE_COLUMN",
     "REDACTED_FROM",
@@ -36,6 +37,10 @@ MERGED_IDS: Final = "merged_ids"
 MERGE_CONFLICTS: Final = "merge_conflicts"
 """Column written by a merging dedupe: canonical JSON of conflicting metadata."""
 
+MERGE_DROPPED: Final = "merge_dropped"
+"""Column written by a merging dedupe given an ``as_of``: the copies it dropped before merging,
+as a list of ``{id, reason}`` (reason ``expired`` or ``not_yet_valid``), sorted by id."""
+
 QUARANTINE_COLUMN: Final = "quarantine_reason"
 """Column written by quarantine: why a row is held out of packs, or null."""
 
@@ -50,11 +55,19 @@ UNREDACTED: Final = "unredacted"
 data and were not redacted (``["metadata","sources"]``), or null."""
 
 MERGE_RULES: Final[dict[str, str]] = {
+    "copies": (
+        "only copies with the same group_id (null is one group) and answering the same "
+        "tool call are merged"
+    ),
+    "expired_copies": (
+        "with an as_of (given to dedupe, or the pack's), copies expired or not yet valid "
+        "then are dropped before merging when a valid copy exists, and recorded"
+    ),
     "trust": "least trust (untrusted if any copy is)",
     "sensitivity": "highest sensitivity",
     "retention": "strongest retention",
-    "expires_at": "earliest expiry",
-    "valid_from": "latest start of validity",
+    "expires_at": "earliest expiry (of the copies kept)",
+    "valid_from": "latest start of validity (of the copies kept)",
     "priority": "highest priority",
     "rank": "best rank",
     "sources": "union, sorted by uri",

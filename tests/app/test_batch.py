@@ -123,6 +123,8 @@ def test_request_has_exactly_its_documented_fields() -> None:
         "as_of",
         "evidence",
         "labels",
+        "turns",
+        "start_on",
     ]
     # Built in Python, an unknown field is refused just as in a file.
     with pytest.raises(ValidationError, match="qurey"):
@@ -190,8 +192,8 @@ def test_request_round_trips_through_json() -> None:
             '{"id": "r2", "budget": 5, "qurey": "refund"}',
             "qurey",
             "unknown field 'qurey'; did you mean 'query'? a request has the fields id, budget, "
-            "reserve, overflow, query, where, as_of, evidence, labels (put other data under "
-            "'labels')",
+            "reserve, overflow, query, where, as_of, evidence, labels, turns, start_on "
+            "(put other data under 'labels')",
         ),
         # The misspelt field is named, not the real one it leaves missing.
         ('{"id": "r2", "budjet": 5}', "budjet", "unknown field 'budjet'; did you mean 'budget'?"),
@@ -597,3 +599,53 @@ def test_batch_overflow_truncate_cuts_a_required_truncatable_item(tmp_path: Path
             as_of=AS_OF,
             rank="none",
         )
+
+
+def test_requests_pack_whole_turns_and_start_on_a_user_message(tmp_path: Path) -> None:
+    # The scope leaves out u1, so its answer a1 would open the conversation.
+    where = "id <> 'u1' AND role <> 'document'"
+    requests = [
+        Request(id="plain", budget=500, where=where),
+        Request(id="user-first", budget=500, where=where, turns=True, start_on="user"),
+    ]
+    run_batch(store(), requests, out_dir=tmp_path, rank="none", as_of=AS_OF, manifests="jsonl")
+    plain, user_first = read_jsonl(tmp_path / "packs.jsonl")
+    assert plain["ids"] == ["policy", "a1", "u2", "a2"]
+    assert user_first["ids"] == ["policy", "u2", "a2"]
+    manifest = read_jsonl(tmp_path / "manifests.jsonl")[1]
+    reasons = {e["id"]: e["reason"] for e in manifest["entries"]}
+    assert reasons == {
+        "policy": "required",
+        "a1": "before_first_user",
+        "u2": "selected",
+        "a2": "selected",
+    }
+    # The same pack as the Python API gives.
+    direct = (
+        CognitionFrame(store())
+        .filter(where)
+        .pack(500, as_of=AS_OF, label="user-first", turns=True, start_on="user")
+    )
+    assert direct.manifest.to_json() == canonical_json(manifest)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("turns", "yes"), ("turns", 1), ("start_on", "human")]
+)
+def test_conversation_options_of_a_request_are_checked(field: str, value: Any) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Request.model_validate({"id": "r", "budget": 1, field: value})
+
+
+def test_batch_conversation_options_apply_to_requests_without_their_own(tmp_path: Path) -> None:
+    where = "id <> 'u1' AND role <> 'document'"
+    requests = [
+        Request(id="batch", budget=500, where=where),
+        Request(id="own", budget=500, where=where, start_on=None, turns=False),
+    ]
+    run_batch(
+        store(), requests, out_dir=tmp_path, rank="none", as_of=AS_OF, turns=True, start_on="user"
+    )
+    batch, own = read_jsonl(tmp_path / "packs.jsonl")
+    assert batch["ids"] == ["policy", "u2", "a2"]  # the batch's start_on="user" drops a1
+    assert own["ids"] == ["policy", "a1", "u2", "a2"]  # the request's own options win

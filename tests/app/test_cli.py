@@ -26,7 +26,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "9ee8e40d3c402457c26603f689fccf8e10b3856dcc8d457c32a23722dfdb5a45"
+SAMPLE_MANIFESTS = "ac93904862194fb97930927f4390784cd2ff39d63d0d7100a88f81c4de7355eb"
 """sha256 of the sample's manifests.jsonl (rank bm25, cl100k_base, as of AS_OF).
 
 Pinned with BM25, not the default rank: the default's MiniLM embeddings come
@@ -845,6 +845,38 @@ def test_inspect_of_a_directory_without_manifests_exits_2(tmp_path: Path) -> Non
     assert one_line_error(result.stderr).startswith(
         f"error: {tmp_path}: holds neither manifests.parquet nor manifests.jsonl"
     )
+
+
+def test_pack_turns_and_start_on_user(tmp_path: Path) -> None:
+    out = tmp_path / "turns"
+    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
+    args += ("--turns", "--start-on", "user")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_OK, stderr
+    roles = {
+        item["id"]: item["role"]
+        for item in map(json.loads, (SAMPLE / "items.jsonl").read_text().splitlines())
+    }
+    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    assert len(packs) == 6
+    for line in packs:  # after the system block, every pack starts on a user message
+        rest = [roles[i] for i in line["ids"] if roles[i] not in ("system", "developer")]
+        assert not rest or rest[0] in ("user", "document", "memory"), line
+    plain = tmp_path / "plain"
+    args = ("--out", str(plain), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
+    assert pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)[0] == EXIT_OK
+    settings = [
+        [json.loads(line)["fingerprints"]["settings"] for line in path.read_text().splitlines()]
+        for path in (out / "manifests.jsonl", plain / "manifests.jsonl")
+    ]
+    assert all(a != b for a, b in zip(*settings, strict=True))  # the options are fingerprinted
+
+
+def test_pack_bad_start_on_is_a_usage_error(tmp_path: Path) -> None:
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--start-on", "human")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_USAGE
+    assert "--start-on" in stderr
 
 
 # ---------------------------------------------------------------------------

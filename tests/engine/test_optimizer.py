@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -249,8 +249,13 @@ PRUNE_CASES: list[tuple[str, Node, Node]] = [
         sel(
             Limit(
                 input=topk(
-                    # a merge reads rank (its representative) and metadata (its conflicts)
-                    Dedupe(input=scan_of("id", "content_hash", "priority", "rank", "metadata")),
+                    # a merge reads rank (its representative) and metadata (its conflicts);
+                    # every dedupe keys on the group and the tool call (in metadata)
+                    Dedupe(
+                        input=scan_of(
+                            "id", "content_hash", "priority", "rank", "group_id", "metadata"
+                        )
+                    ),
                     2,
                 ),
                 n=1,
@@ -488,7 +493,15 @@ def _ops(
         elif kind == "dedupe":
             merge = draw(st.booleans())
             threshold = draw(st.sampled_from([None, None, 0.5, 0.9]))
-            choices.append((kind, lambda cf, m=merge, t=threshold: cf.dedupe(merge=m, threshold=t)))
+            clock = draw(st.sampled_from([None, datetime(2024, 6, 1, tzinfo=UTC)]))
+            choices.append(
+                (
+                    kind,
+                    lambda cf, m=merge, t=threshold, c=clock: cf.dedupe(
+                        merge=m, threshold=t, as_of=c
+                    ),
+                )
+            )
         elif kind == "rank":
             method = draw(st.sampled_from(["bm25", "bm25", "recency", "recency_hl", "priority"]))
             if method == "bm25":

@@ -206,6 +206,51 @@ def test_sdk_response_keys_with_empty_values_are_accepted() -> None:
     ]
 
 
+def test_image_parts_become_grouped_reference_items_and_pack_together() -> None:
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "https://example.org/a.png", "detail": "high"},
+    }
+    data = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "name": "ada",
+            "content": [{"type": "text", "text": "Compare"}, image, data],
+        },
+        {"role": "user", "content": [image]},
+    ]
+    items = openai_messages_to_items(messages, conversation_id="c")
+    # An image URL's format is not known ("image/*"); a data URL names its own.
+    any_image = "image/*"
+    assert [(i.id, i.payload.kind, i.group_id, i.metadata) for i in items] == [
+        ("c:0", "text", None, {}),
+        ("c:1.0", "text", "c:parts:1", {"name": "ada"}),
+        (
+            "c:1.1",
+            "reference",
+            "c:parts:1",
+            {"detail": "high", "media_type": any_image, "name": "ada"},
+        ),
+        ("c:1.2", "reference", "c:parts:1", {"media_type": "image/png", "name": "ada"}),
+        ("c:2.0", "reference", "c:parts:2", {"detail": "high", "media_type": any_image}),
+    ]
+    assert items[3].payload.model_dump()["uri"] == "data:image/png;base64,iVBORw0KGgo="
+    assert {i.created_at for i in items[1:4]} == {CHAT_EPOCH + timedelta(microseconds=1)}
+    frame = items_to_frame(items)
+    full = pack(frame, 10_000, as_of=AS_OF)
+    # Every imported image is sent as an image_url part, whatever its URL looks like.
+    parts = [p for m in full.messages if isinstance(m["content"], list) for p in m["content"]]
+    assert [p["image_url"]["url"] for p in parts if p["type"] == "image_url"] == [
+        item.payload.model_dump()["uri"] for item in items[2:]
+    ]
+    # The message's text and images form one unit, the costliest: one token short, it goes whole.
+    short = pack(frame, full.used_tokens - 1, as_of=AS_OF)
+    assert short.ids == ["c:0", "c:2.0"]
+    assert short.manifest.totals.by_reason == {"group_over_budget": 3, "required": 1, "selected": 1}
+
+
 def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "assistant", "content": "", "tool_calls": [call("c", "f", {})]}
@@ -226,10 +271,34 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
         ([{"role": "system", "content": None}], 0, "content", "needs content"),
         ([{"role": "assistant"}], 0, "content", "content or tool_calls"),
         (
-            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
             0,
             "content[0].type",
-            "only text parts",
+            "images in user messages only",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
+            0,
+            "content[0].type",
+            "only text and image_url parts",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ""}}]}],
+            0,
+            "content[0].image_url.url",
+            "non-empty string",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "u", "detail": "max"}}],
+                },
+            ],
+            1,
+            "content[0].image_url.detail",
+            "must be one of",
         ),
         ([{"role": "user", "content": [{"type": "text"}]}], 0, "content[0].text", "string"),
         ([{"role": "user", "content": "x", "tool_call_id": "c"}], 0, "tool_call_id", "a user"),
@@ -487,7 +556,8 @@ def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None
     assert result.ids == others
     why = reasons(result)
     assert why["bank:2"] == why["bank:3"] == "group_over_budget"
-    assert all(why[i] == "selected" for i in others)
+    assert why["bank:0"] == "required"  # the system prompt, required by default
+    assert all(why[i] == "selected" for i in others[1:])
     assert result.used_tokens == budget - cost["bank:3"]
     assert result.remaining_tokens == cost["bank:3"]  # room for the result, not for the pair
     assert to_openai_messages(result) == [messages[i] for i in (0, 1, 4, 5)]
@@ -635,3 +705,78 @@ def test_frame_input_is_accepted_by_name() -> None:
 def test_a_role_that_is_not_a_known_name_is_a_record_error(role: object) -> None:
     with pytest.raises(RecordError, match="field role: must be one of"):
         from_openai_messages([{"role": role, "content": "hi"}])
+
+
+# ---------------------------------------------------------------------------
+# Conversation integrity: required instructions, whole turns
+
+
+PRESSURE = [
+    {"role": "system", "content": "You are the billing assistant of Northwind. " * 6},
+    {"role": "developer", "content": "Answer in one sentence."},
+    {"role": "user", "content": "Why was I charged twice?"},
+    {"role": "assistant", "content": "One charge is a pending authorisation. " * 8},
+    {"role": "user", "content": "When does it go away?"},
+    {"role": "assistant", "content": "Within five days."},
+]
+
+
+def test_the_system_prompt_survives_budget_pressure() -> None:
+    df = from_openai_messages(PRESSURE, conversation_id="b").to_polars()
+    cost = costs(df)
+    # Room for the instructions and one more short message: the long system prompt stays.
+    budget = PROFILE.tokens_per_pack + cost["b:0"] + cost["b:1"] + cost["b:5"]
+    result = pack(df, budget, as_of=AS_OF)
+    assert result.ids == ["b:0", "b:1", "b:5"]
+    why = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+    assert why["b:0"] == why["b:1"] == "required"
+    assert df.get_column("retention").to_list() == ["required"] * 2 + ["optional"] * 4
+
+
+def test_optional_system_retention_keeps_the_old_behaviour() -> None:
+    df = from_openai_messages(
+        PRESSURE, conversation_id="b", system_retention="optional"
+    ).to_polars()
+    assert df.get_column("retention").to_list() == ["optional"] * 6
+    cost = costs(df)
+    budget = PROFILE.tokens_per_pack + cost["b:0"] + cost["b:1"] + cost["b:5"]
+    result = pack(df, budget, as_of=AS_OF)
+    assert "b:0" not in result.ids  # the long system prompt is the first to go
+    assert result.ids == ["b:1", "b:2", "b:4", "b:5"]
+
+
+def test_system_retention_preferred_and_errors() -> None:
+    items = openai_messages_to_items(PRESSURE[:3], system_retention=Retention.PREFERRED)
+    assert [i.retention for i in items] == ["preferred", "preferred", "optional"]
+    with pytest.raises(RecordError, match="system_retention: must be one of") as info:
+        openai_messages_to_items(PRESSURE, system_retention="always")
+    assert info.value.field == "system_retention"
+
+
+def test_the_system_prompt_alone_over_budget_is_a_budget_error() -> None:
+    df = from_openai_messages(PRESSURE, conversation_id="b").to_polars()
+    with pytest.raises(BudgetError, match="required items need"):
+        pack(df, 20, as_of=AS_OF)
+
+
+def test_whole_turns_never_give_system_user_user() -> None:
+    df = from_openai_messages(PRESSURE, conversation_id="b").to_polars()
+    cost = costs(df)
+    budget = PROFILE.tokens_per_pack + sum(cost[i] for i in ("b:0", "b:1", "b:2", "b:4", "b:5"))
+    plain = pack(df, budget, as_of=AS_OF)
+    assert [m["role"] for m in plain.messages][2:4] == ["user", "user"]  # the fault
+    whole = pack(df, budget, as_of=AS_OF, turns=True)
+    assert whole.ids == ["b:0", "b:1", "b:4", "b:5"]
+    assert [m["role"] for m in whole.messages] == ["system", "developer", "user", "assistant"]
+
+
+def test_read_openai_jsonl_takes_system_retention(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in PRESSURE[:3]) + "\n")
+    assert read_openai_jsonl(path).to_polars().get_column("retention").to_list() == [
+        "required",
+        "required",
+        "optional",
+    ]
+    optional = read_openai_jsonl(path, system_retention="optional").to_polars()
+    assert optional.get_column("retention").to_list() == ["optional"] * 3

@@ -128,6 +128,65 @@ def test_langchain_round_trip(lc: Any) -> None:
     ]
 
 
+def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any) -> None:
+    m = lc
+    content = [
+        {"type": "text", "text": "What is on these?"},
+        {"type": "image", "url": "https://example.org/a.png"},
+        {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
+        {"type": "image", "source_type": "url", "url": "https://example.org/c.jpg"},
+        {"type": "image_url", "image_url": {"url": "https://example.org/d.png", "detail": "low"}},
+        {"type": "text", "text": "Compare them."},
+    ]
+    cf = from_langchain_messages(
+        [m.SystemMessage("Be brief."), m.HumanMessage(content, id="h1"), m.AIMessage("Cats.")],
+        conversation_id="c",
+    )
+    rows = cf.select("id", "role", "payload_kind", "text", "ref_uri", "group_id", "metadata")
+    assert rows.to_polars().rows() == [
+        ("c:0", "system", "text", "Be brief.", None, None, "{}"),
+        ("c:1.0", "user", "text", "What is on these?", None, "c:parts:1", '{"message_id":"h1"}'),
+        (
+            "c:1.1",
+            "user",
+            "reference",
+            None,
+            "https://example.org/a.png",
+            "c:parts:1",
+            '{"media_type":"image/*","message_id":"h1"}',
+        ),
+        (
+            "c:1.2",
+            "user",
+            "reference",
+            None,
+            "data:image/png;base64,iVBORw0KGgo=",
+            "c:parts:1",
+            '{"media_type":"image/png","message_id":"h1"}',
+        ),
+        (
+            "c:1.3",
+            "user",
+            "reference",
+            None,
+            "https://example.org/c.jpg",
+            "c:parts:1",
+            '{"media_type":"image/*","message_id":"h1"}',
+        ),
+        (
+            "c:1.4",
+            "user",
+            "reference",
+            None,
+            "https://example.org/d.png",
+            "c:parts:1",
+            '{"detail":"low","media_type":"image/*","message_id":"h1"}',
+        ),
+        ("c:1.5", "user", "text", "Compare them.", None, "c:parts:1", '{"message_id":"h1"}'),
+        ("c:2", "assistant", "text", "Cats.", None, None, "{}"),
+    ]
+
+
 def test_langchain_message_errors_name_row_and_field(lc: Any) -> None:
     m = lc
     with pytest.raises(RecordError) as info:
@@ -140,12 +199,14 @@ def test_langchain_message_errors_name_row_and_field(lc: Any) -> None:
     with pytest.raises(RecordError) as info:
         from_langchain_messages([m.ToolMessage("42", tool_call_id="nobody")])
     assert (info.value.row, info.value.field) == (0, "tool_call_id")
+    by_file_id = [{"type": "image", "file_id": "file-1"}]
+    with pytest.raises(RecordError, match="Unsupported source type") as info:
+        from_langchain_messages([m.HumanMessage("hi"), m.HumanMessage(by_file_id)])
+    assert (info.value.row, info.value.field) == (1, "content")
     image = [{"type": "image_url", "image_url": {"url": "https://example.org/a.png"}}]
     with pytest.raises(RecordError) as info:
-        from_langchain_messages([m.HumanMessage(image)])
-    assert info.value.row == 0
-    assert info.value.field is not None
-    assert info.value.field.startswith("content[0]")
+        from_langchain_messages([m.SystemMessage(image)])
+    assert (info.value.row, info.value.field) == (0, "content[0].type")
 
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,3 +405,13 @@ def test_lineage_of_a_manifest_and_of_a_frame() -> None:
     )
     with pytest.raises(SchemaError, match="got list"):
         lineage_to_polars([])
+
+
+def test_langchain_system_messages_are_required_by_default(lc: Any) -> None:
+    messages = tool_conversation(lc)
+    required = from_langchain_messages(messages, conversation_id="w").to_polars()
+    assert required.get_column("retention").to_list() == ["required"] + ["optional"] * 5
+    optional = from_langchain_messages(
+        messages, conversation_id="w", system_retention="optional"
+    ).to_polars()
+    assert optional.get_column("retention").to_list() == ["optional"] * 6

@@ -198,14 +198,20 @@ def test_merges_are_conservative_and_order_independent(
 ) -> None:
     shuffled = list(items)
     seed.shuffle(shuffled)
-    key = ["content_hash"]
-    a = CognitionFrame(items).dedupe().collect().sort(key)
-    b = CognitionFrame(shuffled).dedupe().collect().sort(key)
+    # Copies are the items of one content hash, group and answered tool call.
+    call = pl.col("metadata").str.json_path_match("$.tool_call_id").alias("call")
+    key = ["content_hash", "group_id", "call"]
+    a = CognitionFrame(items).dedupe().collect().with_columns(call).sort(key)
+    b = CognitionFrame(shuffled).dedupe().collect().with_columns(call).sort(key)
     governed = list(MERGE_GOVERNED)
     assert_frame_equal(a.select(key + governed), b.select(key + governed))
-    source = CognitionFrame(items).collect()
+    source = CognitionFrame(items).collect().with_columns(call)
     for row in a.iter_rows(named=True):
-        copies = source.filter(pl.col("content_hash") == row["content_hash"])
+        copies = source.filter(
+            pl.col("content_hash") == row["content_hash"],
+            pl.col("group_id").eq_missing(row["group_id"]),
+            pl.col("call").eq_missing(row["call"]),
+        )
         for field, order in _ORDER.items():
             values = copies.get_column(field).cast(pl.String).to_list()
             assert row[field] == max(values, key=order.index)

@@ -52,6 +52,7 @@ from pydantic import (
     Field,
     JsonValue,
     PrivateAttr,
+    StrictBool,
     StrictInt,
     ValidationError,
     ValidationInfo,
@@ -139,6 +140,13 @@ class Request(BaseModel):
         category), nested at most :data:`~cognoxium.items.MAX_JSON_DEPTH`
         (64) levels deep, without NaN or infinity. Empty by default. Not used
         by packing.
+    turns
+        Pack whole turns (a user message with the replies and tool exchanges
+        that answer it); ``false`` by default. ``true`` or ``false`` only.
+    start_on
+        ``"user"``: after the system block the pack starts on a user
+        message; ``None`` (the default) for no such rule. See
+        :func:`cognoxium.packing.packer.pack`.
 
     Notes
     -----
@@ -172,6 +180,8 @@ class Request(BaseModel):
     as_of: AwareDatetime | None = None
     evidence: list[ItemId] = Field(default_factory=list)
     labels: dict[str, JsonValue] = Field(default_factory=dict)
+    turns: StrictBool = False
+    start_on: Literal["user"] | None = None
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
@@ -526,6 +536,8 @@ def run_batch(
     reserve: int = 0,
     overflow: Literal["error", "truncate"] = "error",
     manifests: ManifestForm = "parquet",
+    turns: bool = False,
+    start_on: Literal["user"] | None = None,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -609,6 +621,10 @@ def run_batch(
         and ``manifest_headers.jsonl``, about a tenth of the bytes) or
         ``"jsonl"`` (``manifests.jsonl``); both are byte-identical on rerun
         (see :mod:`cognoxium.packing.manifests`).
+    turns
+        Whole turns for the requests that do not give their own ``turns``.
+    start_on
+        ``"user"`` for the requests that do not give their own ``start_on``.
 
     Returns
     -------
@@ -686,7 +702,8 @@ def run_batch(
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
         seen.add(request.id)
-    requests = [_with_defaults(r, reserve, overflow) for r in requests]
+    defaults = {"turns": turns, "start_on": start_on}
+    requests = [_with_defaults(r, reserve, overflow, defaults) for r in requests]
     write = partial(
         _write_batch,
         store,
@@ -707,10 +724,20 @@ def run_batch(
 
 
 def _with_defaults(
-    request: Request, reserve: int, overflow: Literal["error", "truncate"]
+    request: Request,
+    reserve: int,
+    overflow: Literal["error", "truncate"],
+    conversation: dict[str, Any],
 ) -> Request:
-    """``request`` with the batch's ``reserve`` and ``overflow`` where it gives none."""
-    update: dict[str, Any] = {}
+    """``request`` with the batch's pack options where it gives none of its own.
+
+    ``conversation`` holds the batch's ``turns`` and ``start_on``.
+    """
+    update: dict[str, Any] = {
+        name: value
+        for name, value in conversation.items()
+        if name not in request.model_fields_set and value
+    }
     if "reserve" not in request.model_fields_set and reserve:
         if isinstance(reserve, bool) or not 0 <= reserve <= request.budget:
             raise request.error(
@@ -771,6 +798,8 @@ def _write_batch(
                     label=request.id,
                     reserve=request.reserve,
                     overflow=request.overflow,
+                    turns=request.turns,
+                    start_on=request.start_on,
                 )
             except BudgetError as exc:
                 raise BudgetError(

@@ -244,6 +244,12 @@ class Rank(StrEnum):
     NONE = "none"
 
 
+class StartOn(StrEnum):
+    """Where a pack's conversation starts after its system block (see ``pack``)."""
+
+    USER = "user"
+
+
 class Overflow(StrEnum):
     """What a pack does when its required items alone exceed the budget (see ``pack``)."""
 
@@ -476,7 +482,9 @@ def _readable_manifests(path: Path) -> Path:
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
         note='Each request is a JSON object per line: {"id", "budget", "reserve", "overflow", '
-        '"query", "where", "as_of", "evidence", "labels"}; where is a SQL predicate over the item '
+        '"query", "where", "as_of", "evidence", "labels", "turns", "start_on"}; turns '
+        '(true/false) packs whole turns, start_on ("user") starts the pack on a user message '
+        "after the system block; where is a SQL predicate over the item "
         "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
@@ -533,6 +541,21 @@ def pack_command(
             "without their own overflow.",
         ),
     ] = Overflow.ERROR,
+    turns: Annotated[
+        bool,
+        typer.Option(
+            "--turns",
+            help="Pack whole turns (a user message with the replies and tool exchanges that "
+            "answer it), for requests without their own turns.",
+        ),
+    ] = False,
+    start_on: Annotated[
+        StartOn | None,
+        typer.Option(
+            help="'user': after the system block each pack starts on a user message, for "
+            "requests without their own start_on.",
+        ),
+    ] = None,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -572,6 +595,8 @@ def pack_command(
             reserve=reserve,
             overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
             manifests=manifests.value,
+            turns=turns,
+            start_on="user" if start_on is StartOn.USER else None,
         )
     except OSError as exc:
         _fail_io(exc, "write", out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -18,6 +19,7 @@ import polars as pl
 
 from cognoxium._columns import (
     MERGE_CONFLICTS,
+    MERGE_DROPPED,
     MERGE_RULES,
     MERGED_IDS,
     QUARANTINE_COLUMN,
@@ -242,16 +244,43 @@ def _normalized_text(steps: tuple[str, ...]) -> pl.Expr:
     return text
 
 
-def _near_duplicate_key(lf: pl.LazyFrame, node: Dedupe) -> pl.LazyFrame:
-    """Add the near-duplicate group of every row (its component's first row) as the key."""
+_CALL_KEY = "__cognoxium_call"
+_ASIDE = "__cognoxium_aside"
+_TIMES = ("created_at", "valid_from", "expires_at")
+
+
+def _with_partition(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, list[str]]:
+    """Add the columns copies must share to be merged; return ``lf`` and their names.
+
+    ``group_id`` (a null group is one value: ungrouped items merge with each
+    other, never with grouped ones) and the tool call a result answers
+    (``metadata.tool_call_id``, null for other items), so two results of
+    different calls are never folded into one.
+    """
+    schema = lf.collect_schema()
+    keys = ["group_id"] if "group_id" in schema else []
+    if schema.get("metadata") == pl.String():
+        call = pl.col("metadata").str.json_path_match("$.tool_call_id")
+        lf = lf.with_columns(call.alias(_CALL_KEY))
+        keys.append(_CALL_KEY)
+    return lf, keys
+
+
+def _near_duplicate_key(lf: pl.LazyFrame, node: Dedupe, partition: list[str]) -> pl.LazyFrame:
+    """Add the near-duplicate group of every row (its component's first row) as the key.
+
+    Items are linked only within one payload kind and one ``partition``
+    value (see :func:`_with_partition`).
+    """
     from cognoxium.retrieval.near_duplicates import near_duplicate_labels
 
     threshold = float(node.threshold or 1.0)
 
     def key(df: pl.DataFrame) -> pl.DataFrame:
         texts = df.select(_normalized_text(node.normalize)).to_series()
-        kinds = df.get_column("payload_kind").cast(pl.String)
-        labels = near_duplicate_labels(texts, threshold, groups=kinds)
+        parts = [pl.col("payload_kind").cast(pl.String), *map(pl.col, partition)]
+        groups = df.select(pl.struct(parts).struct.json_encode()).to_series()
+        labels = near_duplicate_labels(texts, threshold, groups=groups)
         return df.with_columns(pl.Series(_DEDUPE_KEY, labels, dtype=pl.Int64))
 
     schema = pl.Schema(lf.collect_schema())
@@ -269,29 +298,96 @@ def _near_duplicate_key(lf: pl.LazyFrame, node: Dedupe) -> pl.LazyFrame:
 
 @register(Dedupe)
 def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
+    lf, partition = _with_partition(lf)
+    temporary = [_CALL_KEY] if _CALL_KEY in partition else []
     if node.threshold is not None:
-        keyed = _near_duplicate_key(lf, node)
-        return _dedupe_by(keyed, [_DEDUPE_KEY], node.merge).drop(_DEDUPE_KEY)
-    if node.normalize:
+        lf = _near_duplicate_key(lf, node, partition)
+        by = [_DEDUPE_KEY]
+        temporary.append(_DEDUPE_KEY)
+    elif node.normalize:
         # The payload kind and normalised text stand in for the key columns.
         kind = pl.col("payload_kind").cast(pl.String)
         text = _normalized_text(node.normalize)
-        keyed = lf.with_columns(pl.concat_str([kind, text], separator="\x00").alias(_DEDUPE_KEY))
-        return _dedupe_by(keyed, [_DEDUPE_KEY], node.merge).drop(_DEDUPE_KEY)
-    return _dedupe_by(lf, list(node.by), node.merge)
+        lf = lf.with_columns(pl.concat_str([kind, text], separator="\x00").alias(_DEDUPE_KEY))
+        by = [_DEDUPE_KEY, *partition]
+        temporary.append(_DEDUPE_KEY)
+    else:
+        by = [*node.by, *(k for k in partition if k not in node.by)]
+    return _dedupe_by(lf, by, node.merge, node.as_of).drop(temporary)
+
+
+def _copy_state(as_of: datetime) -> pl.Expr:
+    """``"expired"`` or ``"not_yet_valid"`` at ``as_of`` (pack's rule and order), else null."""
+    expired = (pl.col("expires_at") <= as_of).fill_null(False)
+    early = ((pl.col("valid_from") > as_of) | (pl.col("created_at") > as_of)).fill_null(False)
+    return pl.when(expired).then(pl.lit("expired")).when(early).then(pl.lit("not_yet_valid"))
+
+
+def _set_aside(lf: pl.LazyFrame, by: list[str], as_of: datetime, record: bool) -> pl.LazyFrame:
+    """Drop the copies not valid at ``as_of`` that have a valid copy; record them if ``record``.
+
+    A group whose copies are all invalid at ``as_of`` keeps them all (the
+    merged item is then excluded by pack, with its reason). With ``record``,
+    every remaining row gets ``_ASIDE``: its group's dropped copies as
+    ``{id, reason}`` structs.
+    """
+    state = _copy_state(as_of)
+    aside = state.is_not_null() & state.is_null().any().over(by)
+    if not record:
+        return lf.filter(~aside)
+    # Only the groups with dropped copies get a record: a join, not a window over every group.
+    dropped = (
+        lf.filter(aside).group_by(by).agg(pl.struct(id=pl.col("id"), reason=state).alias(_ASIDE))
+    )
+    return lf.filter(~aside).join(
+        dropped, on=by, how="left", nulls_equal=True, maintain_order="left"
+    )
+
+
+def _with_drop_record(lf: pl.LazyFrame, judged: bool) -> tuple[pl.LazyFrame, bool]:
+    """Give every row ``MERGE_DROPPED``: an earlier dedupe's record and this one's (``_ASIDE``).
+
+    Returns the frame and whether it has the column (only when a dedupe
+    judged expiry, now or before).
+    """
+    schema = lf.collect_schema()
+    drops = [pl.col(MERGE_DROPPED)] if MERGE_DROPPED in schema else []
+    drops += [pl.col(_ASIDE)] if judged else []
+    if not drops:
+        return lf, False
+    empty = pl.lit([], dtype=_DROPPED_DTYPE)
+    record = pl.concat_list([d.fill_null(empty) for d in drops]).list.eval(
+        _sorted_drops(pl.element())
+    )
+    lf = lf.with_columns(record.alias(MERGE_DROPPED))
+    return (lf.drop(_ASIDE) if judged else lf), True
 
 
 _ROW = "__cognoxium_row"
+_DROPPED_DTYPE = pl.List(pl.Struct({"id": pl.String(), "reason": pl.String()}))
 
 
-def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
+def _sorted_drops(union: pl.Expr) -> pl.Expr:
+    union = union.unique()
+    return union.sort_by(union.struct.field("id"))
+
+
+def _dedupe_by(
+    lf: pl.LazyFrame, by: list[str], merge: bool, as_of: datetime | None = None
+) -> pl.LazyFrame:
+    schema = lf.collect_schema()
+    judged = as_of is not None and all(c in schema for c in _TIMES)
+    if as_of is not None and judged:
+        lf = _set_aside(lf, by, as_of, record=merge and "id" in schema)
     if not merge:
         return lf.unique(subset=by, keep="first", maintain_order=True)
+    lf, drops = _with_drop_record(lf, judged)
     schema = lf.collect_schema()
     earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged
     edges = "lineage" in schema and "content_hash" in schema
-    kept = [n for n in schema.names() if n not in (MERGED_IDS, MERGE_CONFLICTS)]
-    out = [*kept, MERGED_IDS, MERGE_CONFLICTS, _ROW]
+    records_of = (MERGED_IDS, MERGE_CONFLICTS, MERGE_DROPPED)
+    kept = [n for n in schema.names() if n not in records_of]
+    out = [*kept, MERGED_IDS, MERGE_CONFLICTS, *([MERGE_DROPPED] if drops else []), _ROW]
     lf = lf.with_row_index(_ROW)
     size = pl.len().over(by)
 
@@ -304,17 +400,19 @@ def _dedupe_by(lf: pl.LazyFrame, by: list[str], merge: bool) -> pl.LazyFrame:
     previous_conflicts = (
         pl.col(MERGE_CONFLICTS) if MERGE_CONFLICTS in schema else pl.lit(None, dtype=pl.String)
     )
-    single = lf.filter(size == 1).with_columns(
-        previous_ids.alias(MERGED_IDS), previous_conflicts.alias(MERGE_CONFLICTS)
-    )
+    own = [previous_ids.alias(MERGED_IDS), previous_conflicts.alias(MERGE_CONFLICTS)]
+    single = lf.filter(size == 1).with_columns(own)
 
     # Groups of duplicates, each group's rows best first.
     grouped = lf.filter(size > 1).sort(**_best_first(schema), maintain_order=True)
     aggs = [
         _merge_agg(name, dtype, edges)
         for name, dtype in schema.items()
-        if name not in by and name != MERGED_IDS
+        if name not in by and name not in (MERGED_IDS, MERGE_DROPPED)
     ]
+    if drops:
+        union = pl.col(MERGE_DROPPED).list.explode(keep_nulls=False, empty_as_null=False)
+        aggs.append(_sorted_drops(union).implode().alias(MERGE_DROPPED))
     others = pl.col("id").slice(1)
     if earlier:
         others = others.append(pl.col(MERGED_IDS).explode(empty_as_null=False)).drop_nulls()

@@ -797,6 +797,22 @@ class Dedupe(Node):
     shingles of at least ``threshold`` are linked (MinHash with LSH banding,
     see :mod:`cognoxium.retrieval.near_duplicates`), and each connected component of
     linked items is one group. Empty texts are never near-duplicates.
+
+    Copies are duplicates only within one ``group_id`` (a null group is one
+    value: ungrouped items merge with each other, never with grouped ones)
+    and one answered tool call (``metadata.tool_call_id``, null for other
+    items): the group and the call (when the rows have ``group_id`` and a
+    String ``metadata``) are part of every key, so two results of
+    different tool calls are never folded into one and a call never loses
+    its result.
+
+    With ``as_of`` (UTC), copies that are expired (``expires_at <= as_of``)
+    or not yet valid (``valid_from`` or ``created_at`` after ``as_of``) are
+    dropped before merging when their group has a valid copy, so they never
+    shorten a live copy's life; a merge records them in ``merge_dropped``
+    (``{id, reason}`` structs, sorted by id), which the manifest reports. A
+    group with no valid copy is merged whole. Without ``as_of`` expiry is not
+    judged (``CognitionFrame.pack`` gives its own ``as_of`` to such a node).
     """
 
     input: Node
@@ -804,8 +820,10 @@ class Dedupe(Node):
     merge: bool = True
     normalize: tuple[str, ...] = ()
     threshold: float | None = None
+    as_of: datetime | None = None
 
     def _check(self) -> None:
+        object.__setattr__(self, "as_of", _check_time("dedupe as_of", self.as_of))
         if not self.by:
             raise PlanError("dedupe needs at least one key column")
         self._require(self.by, "dedupe")
@@ -824,6 +842,8 @@ class Dedupe(Node):
             self._require(_TEXT_COLUMNS, "dedupe(normalize=..., threshold=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
+        if self.as_of is not None:
+            self._require(("created_at", "valid_from", "expires_at"), "dedupe(as_of=...)")
 
     @override
     def label(self) -> str:
@@ -836,7 +856,8 @@ class Dedupe(Node):
         )
         if self.threshold is not None:
             key += f" jaccard>={self.threshold:g}"
-        return f"Dedupe by [{key}]" + (" merge" if self.merge else "")
+        when = f" as of {self.as_of.isoformat()}" if self.as_of is not None else ""
+        return f"Dedupe by [{key}]" + (" merge" if self.merge else "") + when
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

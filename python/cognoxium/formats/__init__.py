@@ -1,8 +1,13 @@
 """Chat and framework formats.
 
-OpenAI messages, LangChain and LlamaIndex objects, manifests and lineage as Arrow.
+OpenAI and Anthropic messages, LangChain and LlamaIndex objects, manifests and lineage as Arrow.
 """
 
+from cognoxium.formats.anthropic import (
+    anthropic_messages_to_items,
+    from_anthropic_messages,
+    to_anthropic_messages,
+)
 from cognoxium.formats.interop import (
     EXTRAS,
     from_langchain_documents,
@@ -26,6 +31,8 @@ __all__ = [
     "CHAT_EPOCH",
     "EXTRAS",
     "MESSAGE_ROLES",
+    "anthropic_messages_to_items",
+    "from_anthropic_messages",
     "from_langchain_documents",
     "from_langchain_messages",
     "from_llamaindex_nodes",
@@ -35,6 +42,7 @@ __all__ = [
     "manifests_to_polars",
     "openai_messages_to_items",
     "read_openai_jsonl",
+    "to_anthropic_messages",
     "to_langchain_messages",
     "to_openai_messages",
 ]

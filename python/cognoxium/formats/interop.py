@@ -64,10 +64,15 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
-from cognoxium.formats.openai import CHAT_EPOCH, openai_messages_to_items, to_openai_messages
+from cognoxium.formats.openai import (
+    CHAT_EPOCH,
+    MessageLocation,
+    indexed_chat_items,
+    to_openai_messages,
+)
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Source, Text
+from cognoxium.items.model import ContextItem, Retention, Source, Text
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -135,6 +140,7 @@ def from_langchain_messages(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     """Build a frame from LangChain chat messages, one item per message, in order.
 
@@ -144,7 +150,18 @@ def from_langchain_messages(
     messages: ids ``"<conversation_id>:<index>"``, ``created_at`` = ``start``
     + ``index`` microseconds, and a tool-calling assistant message grouped
     with its tool results. A message's own LangChain ``id``, when set, is kept
-    as ``metadata["message_id"]``.
+    as ``metadata["message_id"]``. System (and developer) messages are
+    ``required`` by default, every other message ``optional``.
+
+    Content may be a string or a list of content parts: text parts, and in
+    a ``HumanMessage`` image parts in LangChain's documented shapes, the
+    standard ``{"type": "image", "url": ...}`` or ``{"type": "image",
+    "base64": ..., "mime_type": ...}`` (and the older ``source_type``
+    form), or OpenAI's ``{"type": "image_url", "image_url": {"url": ...}}``.
+    A message with images becomes one item per segment (a run of text, or
+    one image as a Reference payload), grouped, as
+    :mod:`cognoxium.formats.openai` describes; a base64 image becomes a
+    ``data:`` URL.
 
     Parameters
     ----------
@@ -161,6 +178,10 @@ def from_langchain_messages(
     source
         Provenance uri recorded in every item's ``sources`` (kind
         ``"langchain_messages"``) and named in errors.
+    system_retention
+        The retention of system and developer messages: ``required`` by
+        default, so packing never drops the instructions; ``"optional"``
+        gives them the item default, as every other message has.
 
     Returns
     -------
@@ -173,9 +194,11 @@ def from_langchain_messages(
         If ``langchain-core`` is not installed (extra ``langchain``).
     RecordError
         At the first message that is not a ``BaseMessage`` or cannot be
-        mapped (an unsupported role such as ``function``, image content, a
+        mapped (an unsupported role such as ``function``, an image given by
+        a provider file id, audio, an image outside a ``HumanMessage``, a
         tool result without its call), naming its 0-based ``row`` and the
-        field; nothing is returned.
+        field, or when ``system_retention`` is not a retention tier; nothing
+        is returned.
 
     Examples
     --------
@@ -183,9 +206,9 @@ def from_langchain_messages(
     >>> cf = from_langchain_messages(
     ...     [SystemMessage("Be brief."), HumanMessage("Hi", id="m-7", name="ada")],
     ...     conversation_id="c1")
-    >>> cf.select("id", "role", "text", "metadata").to_polars().rows()
-    [('c1:0', 'system', 'Be brief.', '{}'),
-     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}')]
+    >>> cf.select("id", "role", "text", "metadata", "retention").to_polars().rows()
+    [('c1:0', 'system', 'Be brief.', '{}', 'required'),
+     ('c1:1', 'user', 'Hi', '{"message_id":"m-7","name":"ada"}', 'optional')]
     """
     lc = _require("langchain_core.messages")
     rows = list(messages)
@@ -196,20 +219,31 @@ def from_langchain_messages(
                 source=source,
                 row=row,
             )
-    dicts: list[dict[str, Any]] = lc.convert_to_openai_messages(rows)
-    if len(dicts) != len(rows):  # pragma: no cover - LangChain maps one to one
-        raise RecordError(
-            f"convert_to_openai_messages gave {len(dicts)} messages for {len(rows)}", source=source
-        )
-    items = openai_messages_to_items(dicts, conversation_id=conversation_id, start=start)
+    dicts = [_openai_message(lc, message, row, source) for row, message in enumerate(rows)]
+    where = MessageLocation(source)
+    pairs = indexed_chat_items(dicts, where, conversation_id, start, system_retention)
     sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
     out = []
-    for message, item in zip(rows, items, strict=True):
+    for index, item in pairs:
         update: dict[str, Any] = {"sources": sources}
-        if isinstance(message.id, str) and message.id:
-            update["metadata"] = {**item.metadata, "message_id": message.id}
+        message_id = rows[index].id
+        if isinstance(message_id, str) and message_id:
+            update["metadata"] = {**item.metadata, "message_id": message_id}
         out.append(item.model_copy(update=update))
     return CognitionFrame.from_items(out)
+
+
+def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:
+    """One LangChain message as an OpenAI message dict, by LangChain's own converter."""
+    try:
+        return lc.convert_to_openai_messages(message)
+    except ValueError as exc:
+        raise RecordError(
+            f"LangChain cannot convert this message to the OpenAI format: {exc}",
+            source=source,
+            row=row,
+            field="content",
+        ) from None
 
 
 def from_langchain_documents(

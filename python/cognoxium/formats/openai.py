@@ -15,8 +15,17 @@ role
     ``tool``. Any other role raises.
 payload
     A Text payload with the message text. ``content`` may be a string or a
-    list of content parts; only ``{"type": "text", "text": ...}`` parts are
-    accepted, joined with ``"\n"``. An assistant message with tool calls
+    list of content parts: ``{"type": "text", "text": ...}`` parts, joined
+    with ``"\n"``, and in a user message ``{"type": "image_url",
+    "image_url": {"url": ..., "detail": ...}}`` parts. A user message with
+    image parts becomes one item per segment (a run of text parts, or one
+    image), ids ``"<conversation_id>:<index>.<k>"`` (``k`` from 0), all in
+    group ``"<conversation_id>:parts:<index>"`` so they are packed together;
+    an image is a Reference payload whose ``uri`` is the part's URL (a
+    ``data:`` URL stays one), its ``detail`` (when given) in
+    ``metadata.detail`` and its ``metadata.media_type`` the one a ``data:``
+    URL names, else ``"image/*"``, so it is sent as an image (see
+    :mod:`cognoxium.items.images`). An assistant message with tool calls
     and no text (``content`` null, absent, ``""`` or no parts) gets a Json
     payload ``{"tool_calls": [...]}`` instead, so the calls are what is
     packed and costed.
@@ -37,10 +46,15 @@ metadata
     message has a ``name``.
 sources
     ``[{"uri": source, "kind": "openai_messages"}]`` when ``source`` is given.
-trust, sensitivity, retention, priority
-    The item defaults (untrusted, internal, optional, 0): whether the system
-    prompt is trusted is the application's assertion, not the converter's.
-    Set them on the frame, for example with ``with_columns``.
+retention
+    ``required`` on ``system`` and ``developer`` messages (``system_retention``,
+    so under budget pressure the instructions stay and the rest gives way;
+    pass ``system_retention="optional"`` for the item default), ``optional``
+    on every other message.
+trust, sensitivity, priority
+    The item defaults (untrusted, internal, 0): whether the system prompt is
+    trusted is the application's assertion, not the converter's. Set them on
+    the frame, for example with ``with_columns``.
 
 Tool calls are checked: every call needs a unique ``id``, ``type``
 ``"function"`` and ``function`` ``{"name": str, "arguments": str}``
@@ -78,6 +92,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -90,14 +105,15 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.images import image_media_type_expr
+from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
-from cognoxium.items.model import ContextItem, Json, Role, Source, Text
+from cognoxium.items.model import ContextItem, Json, Reference, Retention, Role, Source, Text
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
 __all__ = [
     "CHAT_EPOCH",
+    "IMAGE_DETAILS",
     "MESSAGE_ROLES",
     "from_openai_messages",
     "openai_messages_to_items",
@@ -110,6 +126,9 @@ CHAT_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 A fixed instant, so items converted twice get the same ``created_at``."""
 
+IMAGE_DETAILS: tuple[str, ...] = ("auto", "low", "high")
+"""The ``detail`` values of an ``image_url`` part."""
+
 MESSAGE_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 """The OpenAI chat roles :func:`openai_messages_to_items` accepts."""
 
@@ -120,13 +139,17 @@ _KEYS: dict[str, frozenset[str]] = {
     "assistant": frozenset({"role", "content", "name", "tool_calls"}),
     "tool": frozenset({"role", "content", "name", "tool_call_id"}),
 }
+_INSTRUCTION_ROLES = frozenset({Role.SYSTEM, Role.DEVELOPER})
 _EMPTY_OK = frozenset({"refusal", "audio", "function_call", "annotations"})
 _SOURCE_KIND = "openai_messages"
 
 
 @dataclass(frozen=True)
-class _Where:
-    """Where messages come from, to name in errors: a list (row = index) or a file's lines."""
+class MessageLocation:
+    """Where chat messages come from, to name in errors: a list (row = index) or a file's lines.
+
+    Shared by the chat importers of :mod:`cognoxium.formats`.
+    """
 
     source: str | None
     lines: Sequence[int] | None = None
@@ -139,28 +162,73 @@ class _Where:
         )
 
 
-def _text_of(content: Any, index: int, where: _Where) -> str | None:
-    """The message text: a string, text parts joined by newlines, or None when absent."""
+@dataclass(frozen=True)
+class _Image:
+    """An ``image_url`` content part: the URL (or data URL) and its ``detail``, if given."""
+
+    url: str
+    detail: str | None
+
+
+def _image_of(part: Mapping[str, Any], index: int, at: str, where: MessageLocation) -> _Image:
+    """Check an ``image_url`` part, ``{"type": "image_url", "image_url": {"url", "detail"}}``."""
+    extra = sorted(set(part) - {"type", "image_url"})
+    if extra:
+        raise where.error(index, f"{at}.{extra[0]}", "unknown key in an image_url part")
+    image = part.get("image_url")
+    if not isinstance(image, Mapping):
+        raise where.error(
+            index, f"{at}.image_url", f"must be an object {{url, detail}}, got {image!r}"
+        )
+    extra = sorted(set(image) - {"url", "detail"})
+    if extra:
+        raise where.error(index, f"{at}.image_url.{extra[0]}", "unknown key in an image_url")
+    url, detail = image.get("url"), image.get("detail")
+    if not isinstance(url, str) or not url:
+        raise where.error(index, f"{at}.image_url.url", f"must be a non-empty string, got {url!r}")
+    if detail is not None and detail not in IMAGE_DETAILS:
+        raise where.error(
+            index, f"{at}.image_url.detail", f"must be one of {list(IMAGE_DETAILS)}, got {detail!r}"
+        )
+    return _Image(url, detail)
+
+
+def _segments_of(
+    content: Any, index: int, where: MessageLocation, *, images: bool
+) -> list[str | _Image] | None:
+    """The message content as text and image segments, None when absent.
+
+    Consecutive text parts are joined with newlines into one segment; each
+    image part is a segment of its own (only when ``images`` is allowed).
+    """
     if content is None or isinstance(content, str):
-        return content
+        return None if content is None else [content]
     if not isinstance(content, list):
         raise where.error(
             index,
             "content",
             f"must be a string or a list of content parts, got {type(content).__name__}",
         )
-    texts = []
+    segments: list[str | _Image] = []
+    texts: list[str] = []
     for j, part in enumerate(content):
         at = f"content[{j}]"
         if not isinstance(part, Mapping):
             raise where.error(index, at, f"a content part must be an object, got {part!r}")
         kind = part.get("type")
+        if kind == "image_url" and images:
+            if texts:
+                segments.append("\n".join(texts))
+                texts = []
+            segments.append(_image_of(part, index, at, where))
+            continue
         if kind != "text":
+            allowed = "text and image_url parts (images in user messages only)"
             raise where.error(
                 index,
                 f"{at}.type",
-                f"only text parts are supported, got {kind!r}; convert images, audio and "
-                "files to text or to document items first",
+                f"only {allowed} are supported, got {kind!r}; convert audio and files to "
+                "text or to document items first",
             )
         extra = sorted(set(part) - {"type", "text"})
         if extra:
@@ -169,10 +237,18 @@ def _text_of(content: Any, index: int, where: _Where) -> str | None:
         if not isinstance(text, str):
             raise where.error(index, f"{at}.text", f"must be a string, got {text!r}")
         texts.append(text)
-    return "\n".join(texts)
+    if texts or not segments:
+        segments.append("\n".join(texts))
+    return segments
 
 
-def _tool_calls(value: Any, index: int, where: _Where) -> list[dict[str, Any]]:
+def _text_of(content: Any, index: int, where: MessageLocation) -> str | None:
+    """The message text: a string, text parts joined by newlines, or None when absent."""
+    segments = _segments_of(content, index, where, images=False)
+    return None if segments is None else str(segments[0])
+
+
+def _tool_calls(value: Any, index: int, where: MessageLocation) -> list[dict[str, Any]]:
     """Validate an assistant message's ``tool_calls`` and return them normalised."""
     if value is None:
         return []
@@ -230,7 +306,7 @@ class _CallLedger:
     answered: dict[str, int] = field(default_factory=dict)  # call id -> index of its result
 
 
-def _checked_start(conversation_id: Any, start: Any, where: _Where) -> datetime:
+def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> datetime:
     """Check ``conversation_id`` and ``start``; return the start time (``CHAT_EPOCH`` if None)."""
     if conversation_id is not None and (
         not isinstance(conversation_id, str) or not conversation_id
@@ -251,7 +327,7 @@ def _checked_start(conversation_id: Any, start: Any, where: _Where) -> datetime:
     return start
 
 
-def _message_role(message: Any, index: int, where: _Where) -> Role:
+def _message_role(message: Any, index: int, where: MessageLocation) -> Role:
     """Check a message's shape, role, keys and name; return its role."""
     if not isinstance(message, Mapping):
         raise where.error(index, None, f"a message must be an object, got {message!r}")
@@ -273,7 +349,7 @@ def _message_role(message: Any, index: int, where: _Where) -> Role:
 def _assistant_payload(
     message: Mapping[str, Any],
     index: int,
-    where: _Where,
+    where: MessageLocation,
     text: str | None,
     group_id: str,
     ledger: _CallLedger,
@@ -302,7 +378,7 @@ def _assistant_payload(
 
 
 def _tool_result_group(
-    message: Mapping[str, Any], index: int, where: _Where, ledger: _CallLedger
+    message: Mapping[str, Any], index: int, where: MessageLocation, ledger: _CallLedger
 ) -> tuple[str, str]:
     """Check a tool result's ``tool_call_id``; return it and its call's group id."""
     call_id = message.get("tool_call_id")
@@ -326,57 +402,126 @@ def _tool_result_group(
     return call_id, ledger.group_of[call_id]
 
 
+_Part = tuple[str, Role, Text | Json | Reference, str | None, dict[str, Any]]
+"""One item of a message: id, role, payload, group id, metadata."""
+
+
+def _image_media_type(url: str) -> str:
+    """The media type a ``data:`` URL names, else :data:`~cognoxium.items.images.ANY_IMAGE`."""
+    match = re.match(r"(?i)data:(image/[a-z0-9.+-]+)[;,]", url)
+    return match.group(1).lower() if match else ANY_IMAGE
+
+
+def _user_parts(
+    segments: list[str | _Image], index: int, prefix: str, metadata: dict[str, Any]
+) -> list[_Part]:
+    """The items of a user message with image parts: one per segment, in one group."""
+    group_id = f"{prefix}:parts:{index}"
+    parts: list[_Part] = []
+    for k, segment in enumerate(segments):
+        item_id = f"{prefix}:{index}.{k}"
+        if isinstance(segment, str):
+            parts.append((item_id, Role.USER, Text(text=segment), group_id, dict(metadata)))
+            continue
+        image_meta = {**metadata, "media_type": _image_media_type(segment.url)}
+        if segment.detail is not None:
+            image_meta["detail"] = segment.detail
+        parts.append((item_id, Role.USER, Reference(uri=segment.url), group_id, image_meta))
+    return parts
+
+
 def _message_content(
-    message: Any, index: int, where: _Where, prefix: str, ledger: _CallLedger
-) -> tuple[Role, Text | Json, str | None, dict[str, Any]]:
-    """Check one message; return its role, payload, group id and metadata."""
+    message: Any, index: int, where: MessageLocation, prefix: str, ledger: _CallLedger
+) -> list[_Part]:
+    """Check one message; return its items (one, or one per part for a user message with images)."""
     role = _message_role(message, index, where)
     name = message.get("name")
-    text = _text_of(message.get("content"), index, where)
+    item_id = f"{prefix}:{index}"
+    segments = _segments_of(message.get("content"), index, where, images=role == "user")
     metadata: dict[str, Any] = {} if name is None else {"name": name}
+    if segments is not None and any(isinstance(s, _Image) for s in segments):
+        return _user_parts(segments, index, prefix, metadata)
+    text = None if segments is None else str(segments[0])
     if role == "assistant":
         group = f"{prefix}:tools:{index}"
         payload, group_id = _assistant_payload(message, index, where, text, group, ledger, metadata)
-        return role, payload, group_id, metadata
+        return [(item_id, role, payload, group_id, metadata)]
     if text is None:
         raise where.error(index, "content", f"a {role} message needs content")
     group_id = None
     if role == "tool":
         call_id, group_id = _tool_result_group(message, index, where, ledger)
         metadata["tool_call_id"] = call_id
-    return role, Text(text=text), group_id, metadata
+    return [(item_id, role, Text(text=text), group_id, metadata)]
+
+
+def _checked_retention(value: Any, where: MessageLocation) -> Retention:
+    """Check ``system_retention``: one of the retention tiers."""
+    try:
+        return Retention(value)
+    except ValueError:
+        raise RecordError(
+            f"must be one of {[r.value for r in Retention]}, got {value!r}",
+            source=where.source,
+            field="system_retention",
+        ) from None
 
 
 def _convert(
     messages: Iterable[Any],
-    where: _Where,
+    where: MessageLocation,
     conversation_id: str | None,
     start: datetime | None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> list[ContextItem]:
+    pairs = indexed_chat_items(messages, where, conversation_id, start, system_retention)
+    return [item for _, item in pairs]
+
+
+def indexed_chat_items(
+    messages: Iterable[Any],
+    where: MessageLocation,
+    conversation_id: str | None,
+    start: datetime | None,
+    system_retention: Retention | str = Retention.REQUIRED,
+) -> list[tuple[int, ContextItem]]:
+    """The items of ``messages``, each with the 0-based index of its message.
+
+    ``system`` and ``developer`` items take ``system_retention``; the others
+    are optional.
+    """
     first = _checked_start(conversation_id, start, where)
+    instructions = _checked_retention(system_retention, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _CallLedger()
     items = []
     for index, message in enumerate(messages):
-        role, payload, group_id, metadata = _message_content(message, index, where, prefix, ledger)
-        try:
-            items.append(
-                ContextItem(
-                    id=f"{prefix}:{index}",
-                    role=role,
-                    payload=payload,
-                    sources=sources,
-                    created_at=first + timedelta(microseconds=index),
-                    group_id=group_id,
-                    metadata=metadata,
+        for item_id, role, payload, group_id, metadata in _message_content(
+            message, index, where, prefix, ledger
+        ):
+            retention = instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL
+            try:
+                items.append(
+                    (
+                        index,
+                        ContextItem(
+                            id=item_id,
+                            role=role,
+                            payload=payload,
+                            sources=sources,
+                            created_at=first + timedelta(microseconds=index),
+                            group_id=group_id,
+                            metadata=metadata,
+                            retention=retention,
+                        ),
+                    )
                 )
-            )
-        except ValidationError as exc:  # pragma: no cover - every field is checked above
-            error = exc.errors()[0]
-            raise where.error(
-                index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
-            ) from None
+            except ValidationError as exc:  # pragma: no cover - every field is checked above
+                error = exc.errors()[0]
+                raise where.error(
+                    index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
+                ) from None
     return items
 
 
@@ -386,6 +531,7 @@ def openai_messages_to_items(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> list[ContextItem]:
     """Convert OpenAI chat messages to context items, one per message, in order.
 
@@ -405,6 +551,12 @@ def openai_messages_to_items(
     source
         Provenance uri recorded in every item's ``sources``, and named in
         errors.
+    system_retention
+        The retention of ``system`` and ``developer`` messages: ``required``
+        by default, so packing never drops the instructions (it raises
+        :class:`~cognoxium.exceptions.BudgetError` instead when they alone
+        exceed the budget); ``"optional"`` gives them the item default, as
+        every other message has.
 
     Returns
     -------
@@ -419,7 +571,8 @@ def openai_messages_to_items(
         ``tool_calls[0].function.arguments``, ``tool_call_id``, ...). Raised
         for an unknown role, a tool result whose ``tool_call_id`` no earlier
         assistant message declared (or that an earlier result answered), a
-        repeated call id, and a naive ``start`` or empty ``conversation_id``.
+        repeated call id, a naive ``start``, an empty ``conversation_id`` and
+        a ``system_retention`` that is not a retention tier.
 
     Examples
     --------
@@ -429,6 +582,8 @@ def openai_messages_to_items(
     ...     conversation_id="c7")
     >>> [(i.id, i.role.value, i.payload.text, i.metadata) for i in items]
     [('c7:0', 'system', 'Be brief.', {}), ('c7:1', 'user', 'Hi', {'name': 'ada'})]
+    >>> [i.retention.value for i in items]
+    ['required', 'optional']
     >>> items[1].created_at.isoformat()
     '1970-01-01T00:00:00.000001+00:00'
     >>> openai_messages_to_items([{"role": "tool", "tool_call_id": "x", "content": "42"}])
@@ -436,7 +591,7 @@ def openai_messages_to_items(
     ...
     cognoxium.exceptions.RecordError: row 0: field tool_call_id: tool result for call 'x', ...
     """
-    return _convert(messages, _Where(source), conversation_id, start)
+    return _convert(messages, MessageLocation(source), conversation_id, start, system_retention)
 
 
 def from_openai_messages(
@@ -445,6 +600,7 @@ def from_openai_messages(
     conversation_id: str | None = None,
     start: datetime | None = None,
     source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     """Build a frame from OpenAI chat messages; all or nothing.
 
@@ -471,7 +627,11 @@ def from_openai_messages(
     ('c1:0', datetime.datetime(2024, 5, 1, 0, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC')))
     """
     items = openai_messages_to_items(
-        messages, conversation_id=conversation_id, start=start, source=source
+        messages,
+        conversation_id=conversation_id,
+        start=start,
+        source=source,
+        system_retention=system_retention,
     )
     return CognitionFrame.from_items(items)
 
@@ -481,6 +641,7 @@ def read_openai_jsonl(
     *,
     conversation_id: str | None = None,
     start: datetime | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
 ) -> CognitionFrame:
     r"""Read a JSONL file of OpenAI chat messages (one per line) as a frame; all or nothing.
 
@@ -496,6 +657,9 @@ def read_openai_jsonl(
         Prefix of item ids and group ids; ``"msg"`` when not given.
     start
         Timezone-aware time of the first message; defaults to :data:`CHAT_EPOCH`.
+    system_retention
+        The retention of ``system`` and ``developer`` messages (``required``
+        by default; ``"optional"`` for the item default).
 
     Returns
     -------
@@ -524,8 +688,10 @@ def read_openai_jsonl(
     """
     name = str(path)
     lines = list(json_lines(Path(path)))
-    where = _Where(name, [number for number, _ in lines])
-    items = _convert((message for _, message in lines), where, conversation_id, start)
+    where = MessageLocation(name, [number for number, _ in lines])
+    items = _convert(
+        (message for _, message in lines), where, conversation_id, start, system_retention
+    )
     return CognitionFrame.from_items(items)
 
 
@@ -563,9 +729,11 @@ def to_openai_messages(
         One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
         of the item role (documents and memories become ``user`` messages).
         ``content`` is the item's packed text (text, canonical JSON, or
-        ``"<title> <uri>"`` for a reference; for an image, the reference's
-        title as a text part, then an ``image_url`` part, see
-        :mod:`cognoxium.items.images`), except for an assistant item
+        ``"<title> <uri>"`` for a reference; a document or memory with
+        ``sources`` first names them, one ``"Source: <title> <uri>"`` line
+        per source; for an image, the reference's title as a text part, then
+        an ``image_url`` part, see :mod:`cognoxium.items.images`), except for
+        an assistant item
         whose Json payload is ``{"tool_calls": [...]}`` and whose metadata has
         ``tool_call_ids``: that becomes ``content`` None with those
         ``tool_calls``. An assistant item with text and

@@ -14,7 +14,8 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
@@ -48,6 +49,7 @@ from cognoxium.engine.plan import (
     format_plan,
     polars_error_text,
     rank_node,
+    rewrite,
 )
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.items import io
@@ -682,8 +684,14 @@ class CognitionFrame:
         merge: bool = True,
         normalize: str | Sequence[str] = (),
         threshold: float | None = None,
+        as_of: datetime | None = None,
     ) -> CognitionFrame:
         """Drop duplicates, keeping one item per group at its first occurrence's position.
+
+        Copies are duplicates only within one ``group_id`` (ungrouped items,
+        a null group, merge with each other, never with grouped ones) and,
+        for tool results, one answered call (``metadata.tool_call_id``): two
+        tool calls answered with the same text keep both results.
 
         Parameters
         ----------
@@ -714,13 +722,21 @@ class CognitionFrame:
             linked items is one group, so the grouping does not depend on the
             row order. Empty texts are never near-duplicates. Like BM25, it
             reads every row reaching this step.
+        as_of
+            UTC time at which expiry is judged: copies expired by then (or
+            not yet valid) are dropped before merging when a valid copy of
+            them exists, and recorded in ``merge_dropped`` (``{id, reason}``,
+            reported in the manifest's merges as ``dropped``), instead of
+            giving the kept item their earlier expiry. ``None`` (the default)
+            judges no expiry here; :meth:`pack` then judges it at the pack's
+            ``as_of``, before merging.
 
         Raises
         ------
         PlanError
             On an unknown key column or normalisation, a threshold outside
-            (0, 1], or ``normalize`` or ``threshold`` with other ``by``
-            columns.
+            (0, 1], ``normalize`` or ``threshold`` with other ``by`` columns,
+            or a naive ``as_of``.
 
         Examples
         --------
@@ -745,11 +761,32 @@ class CognitionFrame:
         ... ])
         >>> fuzzy.dedupe(threshold=0.8).collect().select("id", "merged_ids").rows()
         [('a', ['c']), ('b', [])]
+
+        A current copy and an expired one: judged at ``as_of``, the expired
+        copy is dropped and the current one keeps its own expiry.
+
+        >>> from datetime import UTC
+        >>> docs = CognitionFrame([
+        ...     {"id": "old", "role": "document", "text": "Rates: 2%",
+        ...      "created_at": "2023-01-01T00:00:00Z", "expires_at": "2024-01-01T00:00:00Z"},
+        ...     {"id": "new", "role": "document", "text": "Rates: 2%",
+        ...      "created_at": "2024-02-01T00:00:00Z"}])
+        >>> now = datetime(2024, 6, 1, tzinfo=UTC)
+        >>> kept = docs.dedupe(as_of=now).collect()
+        >>> kept.select("id", "expires_at", "merge_dropped").rows()
+        [('new', None, [{'id': 'old', 'reason': 'expired'}])]
         """
         keys = (by,) if isinstance(by, str) else tuple(by)
         steps = (normalize,) if isinstance(normalize, str) else tuple(normalize)
         return self._wrap(
-            Dedupe(input=self._plan, by=keys, merge=merge, normalize=steps, threshold=threshold)
+            Dedupe(
+                input=self._plan,
+                by=keys,
+                merge=merge,
+                normalize=steps,
+                threshold=threshold,
+                as_of=as_of,
+            )
         )
 
     def rank(
@@ -1306,7 +1343,11 @@ class CognitionFrame:
         """Run the plan and pack the rows under a token budget.
 
         Delegates to :func:`cognoxium.packing.packer.pack` (see it for the packing
-        rules, the manifest and the errors), passing any other keyword on.
+        rules, the manifest and the errors), passing any other keyword on
+        (``policy``, ``label``, ``turns``, ``start_on``, ...). A
+        :meth:`dedupe` step without its own ``as_of`` judges expiry at the
+        pack's ``as_of`` (read once, when it is ``None``): copies expired by
+        then are dropped before merging, as the pack would exclude them.
 
         Parameters
         ----------
@@ -1346,8 +1387,15 @@ class CognitionFrame:
         from cognoxium.packing.packer import pack
 
         self._require_item_columns("pack")
+        frame = self
+        if as_of is None or (isinstance(as_of, datetime) and as_of.utcoffset() is not None):
+            # (pack words the error of a naive or mistyped as_of)
+            when = as_of if as_of is not None else datetime.now(UTC)
+            judged = rewrite(self._plan, lambda node: _judge_expiry(node, when))
+            if judged is not self._plan:
+                frame, as_of = self._wrap(judged), when
         return pack(
-            self.collect(),
+            frame.collect(),
             budget,
             profile=profile,
             as_of=as_of,
@@ -1366,6 +1414,13 @@ class CognitionFrame:
         while scan.children:
             scan = scan.children[0]
         return f"<CognitionFrame {' <- '.join(chain)}: {scan.label()}>"
+
+
+def _judge_expiry(node: Node, as_of: datetime) -> Node:
+    """A dedupe that judges no expiry, made to judge it at ``as_of``; other nodes as they are."""
+    if isinstance(node, Dedupe) and node.as_of is None:
+        return replace(node, as_of=as_of)
+    return node
 
 
 class GroupBy:

@@ -14,7 +14,9 @@ Binary      ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES`
             ``data:`` URL. Binary without an image media type stays storage
             only, never packed: stored attachments are not sent unless the
             application says they are images.
-Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES`; or,
+Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES` or
+            :data:`ANY_IMAGE` (an image whose format is not known, as the
+            chat importers mark an ``image_url`` part); or,
             without a media type, the URI is a ``data:image/...`` URL or its
             path ends in ``.png``, ``.jpg``, ``.jpeg``, ``.gif`` or ``.webp``
             (any case). It is sent as its URI; its size, if known, is
@@ -50,6 +52,7 @@ import polars as pl
 from cognoxium.exceptions import RecordError
 
 __all__ = [
+    "ANY_IMAGE",
     "IMAGE_DETAILS",
     "IMAGE_MEDIA_TYPES",
     "ImageSpec",
@@ -61,6 +64,9 @@ __all__ = [
 
 IMAGE_MEDIA_TYPES: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The image types an item may send: those the OpenAI API accepts."""
+
+ANY_IMAGE = "image/*"
+"""``metadata.media_type`` of a Reference to an image whose format is not known."""
 
 IMAGE_DETAILS: tuple[str, ...] = ("low", "high", "auto")
 """The values of ``metadata.detail`` (the ``detail`` of the ``image_url`` part)."""
@@ -231,7 +237,7 @@ def _binary_spec(data: bytes, meta: dict[str, Any]) -> ImageSpec:
 
 def _ref_spec(uri: str, meta: dict[str, Any]) -> ImageSpec | None:
     declared = meta.get("media_type")
-    if declared is not None and declared not in IMAGE_MEDIA_TYPES:
+    if declared is not None and declared not in (*IMAGE_MEDIA_TYPES, ANY_IMAGE):
         return None
     width, height = meta.get("width"), meta.get("height")
     if width is None and height is None:

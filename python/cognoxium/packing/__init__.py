@@ -1,5 +1,6 @@
 """Packing: select what fits a token budget, in phases, and explain it in a manifest."""
 
+from cognoxium.packing._renderers import Renderer
 from cognoxium.packing.manifests import (
     NO_SOURCE,
     ManifestWriter,
@@ -33,6 +34,7 @@ __all__ = [
     "PackManifest",
     "PolicyOutcome",
     "Reason",
+    "Renderer",
     "TruncationRecord",
     "pack",
     "read_manifests",

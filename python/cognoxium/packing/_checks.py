@@ -1,8 +1,9 @@
 """Phase 1 of :func:`~cognoxium.packing.packer.pack`: check the request before any work.
 
-The checks run in a fixed order (budget, reply reserve, overflow mode, token
-profile, ``as_of``, item columns and their types, unique ids), so the same
-bad request always fails with the same error.
+The checks run in a fixed order (budget, reply reserve, overflow mode,
+conversation options, token profile, ``as_of``, item columns and their
+types, unique ids), so the same bad request always fails with the same
+error.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
-__all__ = ["OVERFLOW_MODES", "Overflow", "Request", "check_request"]
+__all__ = ["OVERFLOW_MODES", "START_ON", "Overflow", "Request", "check_request"]
 
 Overflow = Literal["error", "truncate"]
 OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
 """What a pack does when its required items alone exceed the budget."""
+
+START_ON: tuple[str, ...] = ("user",)
+"""The values ``pack(start_on=...)`` takes besides ``None``."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,11 @@ class Request:
     overflow
         ``"error"`` or ``"truncate"``: what happens when the required items
         alone exceed ``budget - reserve``.
+    turns
+        Whole turns are packing units.
+    start_on
+        ``"user"``: the pack starts on a user message after its system
+        block; ``None``: no such rule.
     """
 
     budget: int
@@ -50,6 +59,8 @@ class Request:
     as_of: datetime
     reserve: int = 0
     overflow: Overflow = "error"
+    turns: bool = False
+    start_on: str | None = None
 
     @property
     def item_budget(self) -> int:
@@ -65,6 +76,8 @@ def check_request(
     *,
     reserve: object = 0,
     overflow: object = "error",
+    turns: object = False,
+    start_on: object = None,
 ) -> Request:
     """Check the budget, the reserve, the overflow mode, the token profile, ``as_of`` and the frame.
 
@@ -82,6 +95,10 @@ def check_request(
         Tokens kept for the reply: a whole number from 0 to ``budget``.
     overflow
         ``"error"`` or ``"truncate"``.
+    turns
+        ``True`` or ``False``.
+    start_on
+        ``None`` or one of :data:`START_ON`.
 
     Returns
     -------
@@ -95,7 +112,8 @@ def check_request(
         ``costs`` is empty).
     PackError
         If ``budget`` is negative or not a whole number, ``overflow`` is not
-        ``"error"`` or ``"truncate"``, ``as_of`` is naive, or two rows share
+        ``"error"`` or ``"truncate"``, ``turns`` is not a bool, ``start_on``
+        is not ``None`` or ``"user"``, ``as_of`` is naive, or two rows share
         an id.
     SchemaError
         If ``df`` lacks an item column or one has the wrong type.
@@ -120,12 +138,21 @@ def check_request(
         )
     if overflow not in OVERFLOW_MODES:
         raise PackError(f"overflow must be 'error' or 'truncate', got {overflow!r}")
+    if not isinstance(turns, bool):
+        raise PackError(f"turns must be True or False, got {turns!r}")
+    if start_on is not None and start_on not in START_ON:
+        raise PackError(
+            f"start_on must be None or one of {list(START_ON)}, got {start_on!r}; "
+            "'user' makes the pack start on a user message after its system block"
+        )
     checked = Request(
         budget=int(budget),
         profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
         as_of=_as_utc(as_of),
         reserve=int(reserve),
         overflow="truncate" if overflow == "truncate" else "error",
+        turns=turns,
+        start_on=None if start_on is None else str(start_on),
     )
     _check_columns(df)
     _check_ids(df)

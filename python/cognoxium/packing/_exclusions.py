@@ -4,7 +4,8 @@ Per row, the first that applies: not packable (Binary, unless its
 ``metadata.media_type`` declares an image: see :mod:`cognoxium.items.images`), quarantined, excluded
 by a policy, expired, not yet valid. An item is valid when
 ``max(created_at, valid_from) <= as_of < expires_at``. Then a group with an
-excluded member is excluded whole (``group_incomplete``).
+excluded member is excluded whole (``group_incomplete``); so is a whole turn
+when turns are units (see :mod:`~cognoxium.packing._units`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class Exclusions:
     tier
         ``(n,)`` int64 tier codes (0 required, 1 preferred, 2 optional).
     grouped
-        ``(n,)`` bool: the row belongs to a group of more than one row.
+        ``(n,)`` bool: the row belongs to a group of more than one row (after
+        :func:`exclude_incomplete_groups`: to a unit of more than one row, a
+        group or a turn).
     """
 
     reason: np.ndarray
@@ -125,7 +128,7 @@ def find_exclusions(df: pl.DataFrame, as_of: datetime, review: PolicyReview) -> 
 
 
 def exclude_incomplete_groups(df: pl.DataFrame, rows: Exclusions, units: Units) -> Exclusions:
-    """Exclude every member of a group that has an excluded member.
+    """Exclude every member of a unit (a group or a turn) that has an excluded member.
 
     Parameters
     ----------
@@ -139,13 +142,14 @@ def exclude_incomplete_groups(df: pl.DataFrame, rows: Exclusions, units: Units) 
     Returns
     -------
     Exclusions
-        ``rows`` with the remaining members of broken groups excluded as
-        ``group_incomplete`` (``rows`` itself when no row is grouped).
+        ``rows`` with the remaining members of broken units excluded as
+        ``group_incomplete`` and ``grouped`` marking every row of a unit of
+        more than one row (``rows`` itself when every unit is one row).
 
     Raises
     ------
     PackError
-        If a required item is in a group that cannot be packed.
+        If a required item is in a group or turn that cannot be packed.
     """
     if units.unit_of_row is None:
         return rows
@@ -155,9 +159,11 @@ def exclude_incomplete_groups(df: pl.DataFrame, rows: Exclusions, units: Units) 
     if lost.any():
         ids = sorted(df.get_column("id").filter(pl.Series(lost)).to_list())
         raise PackError(
-            f"required items {ids} are in groups with a member that cannot be packed "
-            "(expired, not yet valid or binary but not an image); fix the group or its "
-            "retention"
+            f"required items {ids} are in groups (or turns) with a member that cannot be "
+            "packed (expired, not yet valid, quarantined, excluded by a policy, or binary but "
+            "not an image); fix the group or its retention"
         )
     reason = np.where(broken, REASON_CODE[Reason.GROUP_INCOMPLETE], rows.reason)
-    return replace(rows, reason=reason, eligible=rows.eligible & ~broken)
+    multi = units.multi_row()
+    grouped = rows.grouped if multi is None else multi
+    return replace(rows, reason=reason, eligible=rows.eligible & ~broken, grouped=grouped)

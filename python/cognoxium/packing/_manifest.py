@@ -21,6 +21,7 @@ import polars as pl
 from cognoxium._columns import (
     CHAT_ROLES,
     MERGE_CONFLICTS,
+    MERGE_DROPPED,
     MERGE_RULES,
     MERGED_IDS,
     REDACTIONS,
@@ -292,6 +293,10 @@ def _fingerprints(df: pl.DataFrame, request: Request, review: PolicyReview) -> d
         settings["reserve"] = request.reserve
     if request.overflow != "error":
         settings["overflow"] = request.overflow
+    if request.turns:
+        settings["turns"] = True
+    if request.start_on is not None:
+        settings["start_on"] = request.start_on
     plugins = canonical_json([p.fingerprint for p in review.policies])
     return {
         "settings": hashlib.sha256(canonical_json(settings).encode()).hexdigest(),
@@ -331,13 +336,18 @@ def _merges(df: pl.DataFrame) -> list[MergeRecord]:
     """The merges a dedupe recorded in ``merged_ids``/``merge_conflicts``, in input order."""
     if MERGED_IDS not in df.columns:
         return []
-    merged = df.filter(pl.col(MERGED_IDS).list.len() > 0)
+    dropped = MERGE_DROPPED in df.columns
+    record = pl.col(MERGED_IDS).list.len() > 0
+    if dropped:
+        record |= pl.col(MERGE_DROPPED).list.len() > 0
+    merged = df.filter(record)
     if merged.height == 0:
         return []
     fields = [f for f in MERGE_RULES if f in merged.columns]
     resolved = merged.select(
         "id",
         MERGED_IDS,
+        pl.col(MERGE_DROPPED) if dropped else pl.lit([], pl.List(pl.Null)).alias(MERGE_DROPPED),
         pl.col(MERGE_CONFLICTS) if MERGE_CONFLICTS in merged.columns else pl.lit(None, pl.String),
         *[
             pl.col(f).cast(pl.String) if f in ("trust", "sensitivity", "retention") else pl.col(f)
@@ -354,6 +364,7 @@ def _merges(df: pl.DataFrame) -> list[MergeRecord]:
                 merged=row[MERGED_IDS],
                 resolved=json.loads(canonical_json(_jsonable(values))),
                 metadata_conflicts=None if conflicts is None else json.loads(conflicts),
+                dropped={d["id"]: d["reason"] for d in row[MERGE_DROPPED] or []},
             )
         )
     return records

@@ -18,6 +18,10 @@ or a Reference to one; see  (if any), then an ``image_url`` part (a ``data:``
 :mod:`cognoxium.items.      URL, or the URI) with the ``metadata.detail``; the
 images`)                    message must be a ``user`` one (roles user,
                             document, memory), else a RecordError
+document, memory with       ``content``: one attribution line per source,
+``sources``                 ``"Source: <title> <uri>"`` (``"Source: <uri>"``
+                            without a title), in ``sources`` order, then the
+                            packed text (see :func:`source_lines`)
 system, developer, user,    ``name``: ``metadata.name`` when it is a string
 assistant, tool
 assistant with              ``tool_calls``: the Json payload's
@@ -51,9 +55,18 @@ from cognoxium.items.images import ImageSpec, image_specs
 from cognoxium.items.schema import packed_text_expr
 from cognoxium.tokens.profiles import tool_call_texts
 
-__all__ = ["ChatColumns", "chat_columns", "chat_message", "check_tool_results"]
+__all__ = [
+    "ATTRIBUTED_ROLES",
+    "ChatColumns",
+    "chat_columns",
+    "chat_message",
+    "check_tool_results",
+    "source_lines",
+]
 
 _NAMED_ROLES = [role for role, chat in CHAT_ROLES.items() if role == chat]
+ATTRIBUTED_ROLES: tuple[str, ...] = ("document", "memory")
+"""The item roles whose messages name their sources: retrieved documents and memories."""
 _NO_CONTENT_KEY = "no-content"
 
 
@@ -79,6 +92,57 @@ def chat_message(
     if tool_call_id is not None:
         message["tool_call_id"] = tool_call_id
     return message
+
+
+def source_lines(df: pl.DataFrame) -> pl.Series | None:
+    r"""The attribution lines of every document and memory with sources.
+
+    A row of role ``document`` or ``memory`` with at least one source sends
+    one line per source, ``"Source: <title> <uri>"`` (``"Source: <uri>"``
+    when the source has no title), in ``sources`` order, then a newline and
+    its content; every other row sends its content unchanged. The lines are
+    part of what is sent, so they are costed.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (columns ``role`` and ``sources``).
+
+    Returns
+    -------
+    polars.Series or None
+        ``(n,)`` String: each row's lines joined by newlines, null for a row
+        that is not attributed; None when no row is (or ``df`` has no
+        ``sources`` column).
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import conform
+    >>> df = conform(pl.DataFrame({
+    ...     "role": ["document", "user", "memory"], "text": ["Refunds take 5 days.", "Hi", "x"],
+    ...     "sources": [[{"uri": "https://x.org/faq", "title": "FAQ"}, {"uri": "kb://7"}],
+    ...                 [{"uri": "chat://1"}], []]}))
+    >>> source_lines(df).to_list()
+    ['Source: FAQ https://x.org/faq\nSource: kb://7', None, None]
+    """
+    if "sources" not in df.columns:
+        return None
+    # The role column is an Enum of the item roles: comparing it to strings needs no cast.
+    attributed = pl.col("role").is_in(ATTRIBUTED_ROLES) & (pl.col("sources").list.len() > 0)
+    mask = df.select(attributed).to_series()
+    if not mask.any():
+        return None
+    rows = df.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "sources").filter(mask)
+    flat = rows.explode("sources").select("row", pl.col("sources").struct.unnest())
+    line = pl.lit("Source: ") + (pl.col("title") + pl.lit(" ")).fill_null("") + pl.col("uri")
+    lines = (
+        flat.select("row", line.alias("line"))
+        .group_by("row", maintain_order=True)
+        .agg(pl.col("line"))
+        .select("row", pl.col("line").list.join("\n"))
+    )
+    empty = pl.repeat(None, df.height, dtype=pl.String, eager=True).alias("source_lines")
+    return empty.scatter(lines.get_column("row"), lines.get_column("line"))
 
 
 @dataclass(frozen=True)
@@ -179,6 +243,13 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
     )
     maybe = maybe | (role == "tool")
+    lines = source_lines(df)
+    if lines is not None:
+        line = pl.lit(lines)
+        attributed = pl.concat_str([line, pl.lit("\n"), content])
+        content = pl.when(line.is_null()).then(content).otherwise(attributed)
+        # The cache key of an attributed text: its content hash and its source lines.
+        key = pl.when(line.is_null()).then(key).otherwise(pl.concat_str([key, pl.lit("|"), line]))
     rendered = pl.lit(False)
     if action is not None:
         act = pl.lit(action)

@@ -8,18 +8,26 @@ pack position not computed.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA, frame_to_items
+from cognoxium.packing._renderers import Renderer, anthropic_request, text_transcript
 
 __all__ = [
     "ENTRY_SCHEMA",
@@ -40,6 +48,8 @@ __all__ = [
     "entries_frame",
 ]
 
+RequestT = TypeVar("RequestT")
+
 MANIFEST_FORMAT = "cognoxium.pack_manifest/1"
 
 TIERS: dict[str, int] = {"required": 0, "preferred": 1, "optional": 2}
@@ -54,7 +64,12 @@ class Decision(StrEnum):
 
 
 class Reason(StrEnum):
-    """Why an item was included or excluded."""
+    """Why an item was included or excluded.
+
+    ``before_first_user``: with ``start_on="user"``, the item would have come
+    after the system block and before the pack's first user message, so it
+    was left out (see :func:`cognoxium.packing.packer.pack`).
+    """
 
     REQUIRED = "required"
     SELECTED = "selected"
@@ -66,6 +81,7 @@ class Reason(StrEnum):
     GROUP_INCOMPLETE = "group_incomplete"
     OVER_BUDGET = "over_budget"
     GROUP_OVER_BUDGET = "group_over_budget"
+    BEFORE_FIRST_USER = "before_first_user"
 
 
 class ManifestEntry(BaseModel):
@@ -118,7 +134,11 @@ class MergeRecord(BaseModel):
 
     ``resolved`` holds the kept item's value of every merge-governed field
     (see ``merge_rules`` in the manifest); ``metadata_conflicts`` maps each
-    metadata key on which the copies differ to ``{id: value}``.
+    metadata key on which the copies differ to ``{id: value}``. ``dropped``
+    maps each copy that the dedupe dropped before merging, because it was
+    not valid at its ``as_of`` while this copy was, to its reason
+    (``expired`` or ``not_yet_valid``); it is left out of the JSON when
+    empty, so merges without such copies read as before.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -127,6 +147,14 @@ class MergeRecord(BaseModel):
     merged: list[str]
     resolved: dict[str, Any]
     metadata_conflicts: dict[str, dict[str, Any]] | None
+    dropped: dict[str, str] = {}
+
+    @model_serializer(mode="wrap")
+    def _without_empty_dropped(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.dropped:
+            data.pop("dropped", None)
+        return data
 
 
 class TruncationRecord(BaseModel):
@@ -315,6 +343,15 @@ def entries_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 class ContextPack:
     """The items selected for one model call, in input order.
 
+    Render it as the request of a model API with :meth:`to_openai` (what
+    :attr:`messages` holds and what the pack costs), :meth:`to_anthropic`,
+    :meth:`to_text`, or :meth:`render` and a
+    :class:`~cognoxium.packing.Renderer` of your own. In every rendering,
+    retrieved documents and memories with ``sources`` start with one line per
+    source, ``"Source: <title> <uri>"`` (``"Source: <uri>"`` without a title),
+    so the model can attribute them; those lines are sent, so they are
+    costed.
+
     Attributes
     ----------
     frame
@@ -325,7 +362,8 @@ class ContextPack:
         OpenAI Chat Completions messages, one per selected item, as
         :func:`cognoxium.formats.openai.to_openai_messages` renders them
         (``role``, ``content``, and ``name``, ``tool_calls`` or
-        ``tool_call_id`` when the item has them).
+        ``tool_call_id`` when the item has them); :meth:`to_openai` returns
+        a copy.
     used_tokens
         Tokens used, framing and reply priming included.
     remaining_tokens
@@ -353,6 +391,137 @@ class ContextPack:
     def items(self) -> list[ContextItem]:
         """The selected items as validated :class:`~cognoxium.items.model.ContextItem` objects."""
         return frame_to_items(self.frame)
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """The OpenAI Chat Completions messages of the pack: a copy of :attr:`messages`.
+
+        Returns
+        -------
+        list of dict
+            One message per selected item, in pack order; what the pack costs
+            (its chat message, see :attr:`messages`), ready for
+            ``client.chat.completions.create(messages=...)``.
+        """
+        return copy.deepcopy(self.messages)
+
+    def to_anthropic(self, *, placeholder: str | None = None) -> dict[str, Any]:
+        r"""The pack as an Anthropic Messages request, ``{"system", "messages"}``.
+
+        It is made from :attr:`messages` (what the pack costs), so attribution
+        lines, names and policy renderings are the same as in every format:
+
+        - ``system`` and ``developer`` messages, wherever they are, are
+          joined in order with a blank line (``"\n\n"``) into ``system``;
+          the key is left out when there are none.
+        - ``user`` messages (documents and memories included) become ``user``
+          messages of ``text`` blocks; ``image_url`` parts become ``image``
+          blocks (a ``data:<media type>;base64,<data>`` URL as a ``base64``
+          source, any other URL as a ``url`` source).
+        - ``assistant`` messages become ``assistant`` messages: a ``text``
+          block for their text, then one ``tool_use`` block per tool call
+          (``id``, function ``name``, and ``input``, the arguments parsed as
+          JSON).
+        - ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
+          ``content``) inside a ``user`` message.
+        - A message's ``name`` (the format has none) starts its first text
+          block as ``"<name>: "``; a tool result's ``name`` is not sent (its
+          call's ``tool_use`` block names the function).
+        - Empty text is not sent (the API rejects empty text blocks); a
+          message left with nothing to send is left out.
+        - Consecutive messages of the same role are merged into one message,
+          their blocks in order, so ``user`` and ``assistant`` alternate as
+          the API requires; a tool call and its results thus become an
+          ``assistant`` message of ``tool_use`` blocks followed by one
+          ``user`` message of ``tool_result`` blocks. (A call whose result
+          is not back yet is sent as it is; the API, like Chat Completions,
+          wants a result for every call: append it before sending.)
+        - The API requires the first message to be a ``user`` message. When
+          the pack's first non-system message is an assistant message (a
+          ranked pack of a chat log may drop the user turn before it),
+          nothing is invented unless asked: ``PackError`` is raised naming
+          that item. Keep the user turn in the pack (make it required, or
+          give the turn one ``group_id``), or pass ``placeholder``: a user
+          message of that text is then put first. The placeholder is not an
+          item of the pack, so it is not in the manifest nor in
+          ``used_tokens``.
+
+        Parameters
+        ----------
+        placeholder
+            The text of the user message put first when the pack would start
+            with an assistant turn (for example ``"(earlier turns omitted)"``);
+            None (the default) raises instead.
+
+        Returns
+        -------
+        dict
+            ``{"system": str, "messages": [...]}`` (no ``system`` key when the
+            pack has no system or developer message), ready for
+            ``client.messages.create(model=..., max_tokens=..., **request)``.
+
+        Raises
+        ------
+        PackError
+            If the first non-system message is an assistant message (the API
+            requires a user message first) and no ``placeholder`` is given;
+            it names the item.
+        RecordError
+            If a tool call's arguments are not a JSON object.
+        """
+        return anthropic_request(self.messages, self.ids, placeholder=placeholder)
+
+    def to_text(self) -> str:
+        """The pack as a plain transcript, one block per message.
+
+        Blocks are separated by a blank line, with no trailing newline. A
+        block is a header line, ``"<role>:"`` (``"<role> (<name>):"`` for a
+        named message, ``"tool [<tool_call_id>]:"`` or ``"tool
+        [<tool_call_id>] (<name>):"`` for a tool result), then
+        the content as sent (attribution lines included), then one line per
+        tool call, ``"-> call <id>: <name>(<arguments>)"``. An image part is
+        the line ``"[image <url>]"`` (``"[image <media type>, base64]"`` for
+        a data URL).
+
+        Returns
+        -------
+        str
+            The transcript; ``""`` for an empty pack.
+
+        Examples
+        --------
+        >>> from cognoxium.formats.openai import from_openai_messages
+        >>> from datetime import UTC, datetime
+        >>> cf = from_openai_messages([
+        ...     {"role": "user", "name": "ada", "content": "Time?"},
+        ...     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1",
+        ...      "type": "function", "function": {"name": "clock", "arguments": "{}"}}]},
+        ...     {"role": "tool", "tool_call_id": "c1", "content": "14:05"}])
+        >>> print(cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC)).to_text())
+        user (ada):
+        Time?
+        <BLANKLINE>
+        assistant:
+        -> call c1: clock({})
+        <BLANKLINE>
+        tool [c1]:
+        14:05
+        """
+        return text_transcript(self.messages)
+
+    def render(self, renderer: Renderer[RequestT]) -> RequestT:
+        """Render the pack with ``renderer`` (any object with ``render(pack)``).
+
+        Parameters
+        ----------
+        renderer
+            A :class:`~cognoxium.packing.Renderer`.
+
+        Returns
+        -------
+        object
+            What ``renderer.render(self)`` returns.
+        """
+        return renderer.render(self)
 
     def __len__(self) -> int:
         return self.frame.height

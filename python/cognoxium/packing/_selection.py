@@ -69,6 +69,20 @@ class Queue:
     unit_ids: pl.Series
     n_required: int
 
+    def without(self, dropped: np.ndarray) -> Queue:
+        """The queue without the units marked in ``dropped`` (``(n_units,)`` bool)."""
+        keep = ~dropped[self.order]
+        keys = self.keys.filter(pl.Series(keep))
+        cheap = np.where(dropped, 0, self.cheap)
+        return Queue(
+            order=self.order[keep],
+            keys=keys,
+            candidates=self.candidates[~dropped[self.candidates]],
+            cheap=cheap,
+            unit_ids=self.unit_ids,
+            n_required=int((keys.get_column("tier") == 0).sum()),
+        )
+
 
 @dataclass(frozen=True)
 class Decisions:

@@ -37,6 +37,18 @@ Items of one ``group_id`` form one unit: packed or dropped together. A unit's
 tier is its strongest member retention, its rank and priority the members'
 highest, its cost their sum, its id the smallest member id.
 
+Conversation integrity. A tool call and all of its results share a group
+(the chat importers give them one), so a call never goes without its
+results. With ``turns=True`` a whole turn is one unit too (``_units``): a
+``user`` message with the ``assistant`` and ``tool`` messages that answer it,
+up to the next ``user`` message; a pack then never holds a reply without its
+question nor a question with part of its answer, so it never shows the model
+``[system, user, user]`` where the input had a reply in between. With
+``start_on="user"`` (``_conversation``) the pack, after its system block,
+starts on a user message: selected units before the first one are dropped
+(reason ``before_first_user``) and the freed tokens go to the next
+candidates.
+
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
 :meth:`cognoxium.tokens.profiles.TokenProfile.lower_bound`) exceeds the remaining budget
@@ -47,6 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -55,7 +68,8 @@ import polars as pl
 from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import Policy
-from cognoxium.packing._checks import Overflow, check_request
+from cognoxium.packing._checks import Overflow, Request, check_request
+from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import UnitCosts, render
 from cognoxium.packing._exclusions import exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._manifest import build_manifest
@@ -73,7 +87,7 @@ from cognoxium.packing._model import (
     TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
-from cognoxium.packing._selection import decide_rows, order_units, select_units
+from cognoxium.packing._selection import Queue, decide_rows, order_units, select_units
 from cognoxium.packing._truncation import Cutter, find_marks, lower_cheap
 from cognoxium.packing._units import form_units
 from cognoxium.tokens.profiles import TokenProfile
@@ -103,6 +117,8 @@ def pack(
     policy: Policy | Sequence[Policy] | None = None,
     reserve: int = 0,
     overflow: Overflow = "error",
+    turns: bool = False,
+    start_on: str | None = None,
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -137,6 +153,19 @@ def pack(
         :class:`~cognoxium.exceptions.BudgetError`; ``"truncate"`` cuts the
         required truncatable items (the one considered last first, each down
         to its ``min_tokens``) and raises only if they still do not fit.
+    turns
+        Pack whole turns: a ``user`` message and the ``assistant`` and
+        ``tool`` messages after it, up to the next ``user`` message, are one
+        unit (with any group they share a row with), kept or dropped
+        together; its tier is its strongest member retention. System,
+        developer, document and memory items stay units of their own.
+    start_on
+        ``"user"``: after the leading system block (``system`` and
+        ``developer`` messages) the pack starts on a message sent with the
+        ``user`` role (a user, document or memory item); selected units
+        before it are dropped with reason ``before_first_user`` and the
+        selection goes on without them. ``None`` (the default): no such rule.
+        Both options enter the settings fingerprint when set.
 
     Returns
     -------
@@ -156,11 +185,14 @@ def pack(
         ids and costs, and nothing is packed. Also if ``reserve`` is not a
         whole number from 0 to ``budget``.
     PackError
-        If ``budget`` is negative, ``overflow`` is unknown, ``as_of`` is
+        If ``budget`` is negative, ``overflow`` is unknown, ``turns`` is not
+        a bool, ``start_on`` is not ``None`` or ``"user"``, ``as_of`` is
         naive, two rows share an id, a required item is quarantined, a
-        required item is in a group that cannot be packed, or a packed tool
-        result answers a call that no earlier packed message makes (give a
-        call and its results one ``group_id``).
+        required item is in a group (or, with ``turns``, a turn) that cannot
+        be packed, a required item would come before the first user message
+        under ``start_on="user"``, or a packed tool result answers a call
+        that no earlier packed message makes (give a call and its results
+        one ``group_id``).
     RecordError
         If a truncation mark (``metadata.truncate``) is malformed or marks a
         payload that is not text, or an item's tool calls are malformed (a
@@ -185,11 +217,39 @@ def pack(
     >>> p = pack(df, 100, as_of=datetime(2024, 6, 1, tzinfo=UTC))
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
     (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
+
+    Whole turns and a user start: the reply that answers ``q1`` is long, so
+    without ``turns`` the pack would hold ``q1`` without its answer; with
+    ``turns`` the first turn goes whole, and ``start_on="user"`` drops the
+    greeting that came before any question.
+
+    >>> chat = conform(pl.DataFrame({
+    ...     "id": ["sys", "hello", "q1", "a1", "q2", "a2"],
+    ...     "role": ["system", "assistant", "user", "assistant", "user", "assistant"],
+    ...     "text": ["Be brief.", "Hi!", "Refunds?", "word " * 80, "Shipping?", "Free."],
+    ...     "retention": ["required"] + ["optional"] * 5,
+    ...     "created_at": ["2024-01-01T00:00:00Z"] * 6}))
+    >>> when = datetime(2024, 6, 1, tzinfo=UTC)
+    >>> pack(chat, 60, as_of=when).ids
+    ['sys', 'hello', 'q1', 'q2', 'a2']
+    >>> whole = pack(chat, 60, as_of=when, turns=True, start_on="user")
+    >>> whole.ids, whole.manifest.totals.by_reason
+    (['sys', 'q2', 'a2'],
+     {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
     """
-    request = check_request(df, budget, profile, as_of, reserve=reserve, overflow=overflow)
+    request = check_request(
+        df,
+        budget,
+        profile,
+        as_of,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
     review = review_policies(df, policy)
     rows = find_exclusions(df, request.as_of, review)
-    units = form_units(df, rows.grouped)
+    units = form_units(df, rows.grouped, turns=request.turns)
     rows = exclude_incomplete_groups(df, rows, units)
     marks = find_marks(df)
     rendering = render(df, request.profile, review)
@@ -197,19 +257,10 @@ def pack(
     cutter = Cutter(df, marks, costs, review.column("action")) if marks.rows else None
     rendering = lower_cheap(rendering, marks, request.profile.longest_token_bytes)
     queue = order_units(df, rows, units, rendering)
-    try:
-        included = select_units(
-            df.get_column("id"), costs, queue, request.item_budget, cutter, request.overflow
-        )
-    except BudgetError as error:
-        if not request.reserve:
-            raise
-        raise BudgetError(
-            f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
-            costs=error.costs,
-            budget=error.budget,
-            params={"reserve": request.reserve},
-        ) from None
+    select = partial(_select, df.get_column("id"), costs, request, cutter)
+    included = select(queue)
+    if request.start_on == "user":
+        included, rows = start_on_user(df, rows, units, queue, included, select)
     decisions = decide_rows(rows, units, included, costs)
     truncations = [] if cutter is None else cutter.records(decisions.selected)
     frame, cut_content = (
@@ -230,6 +281,23 @@ def pack(
         budget=request.budget,
         manifest=manifest,
     )
+
+
+def _select(
+    ids: pl.Series, costs: UnitCosts, request: Request, cutter: Cutter | None, queue: Queue
+) -> np.ndarray:
+    """Select the units of ``queue`` under the items' budget; a BudgetError names the reserve."""
+    try:
+        return select_units(ids, costs, queue, request.item_budget, cutter, request.overflow)
+    except BudgetError as error:
+        if not request.reserve:
+            raise
+        raise BudgetError(
+            f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
+            costs=error.costs,
+            budget=error.budget,
+            params={"reserve": request.reserve},
+        ) from None
 
 
 def _check_tool_results(

@@ -42,10 +42,14 @@ def _reads(node: Node) -> set[str] | None:
             return None
         return {c for key in node.by for c in key.columns}
     if isinstance(node, Dedupe):
-        # A merge picks its representative by rank and id and reads metadata for conflicts.
+        # A merge picks its representative by rank and id and reads metadata for conflicts;
+        # every dedupe keys on the group and the answered tool call (in metadata), and one
+        # with an as_of reads the validity times.
         compares_text = bool(node.normalize) or node.threshold is not None
         text = {"payload_kind", "text", "json", "ref_uri", "ref_title"} if compares_text else set()
-        return set(node.by) | text | ({"id", "rank", "metadata"} if node.merge else set())
+        times = {"created_at", "valid_from", "expires_at"} if node.as_of is not None else set()
+        merge = {"id", "rank"} if node.merge else set()
+        return set(node.by) | text | times | merge | {"group_id", "metadata"}
     return set()
 
 

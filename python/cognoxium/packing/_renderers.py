@@ -1,0 +1,272 @@
+"""A pack as a request: OpenAI Chat Completions, Anthropic Messages, a text transcript.
+
+Every renderer starts from the same per-item rendering, the OpenAI Chat
+Completions messages of :mod:`cognoxium.packing._messages` (what a pack costs
+and what ``pack.messages`` holds), so attribution lines, names, tool calls and
+policy renderings are the same in every format. :class:`Renderer` is the
+protocol of a renderer: one method that takes the pack and returns the
+request; ``pack.render(renderer)`` calls it.
+
+The rules of each format are documented where users read them:
+:meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
+(:func:`anthropic_request`) and
+:meth:`ContextPack.to_text <cognoxium.packing.packer.ContextPack.to_text>`
+(:func:`text_transcript`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from cognoxium.exceptions import PackError, RecordError
+
+if TYPE_CHECKING:
+    from cognoxium.packing._model import ContextPack
+
+__all__ = ["Renderer", "anthropic_request", "text_transcript"]
+
+RequestT_co = TypeVar("RequestT_co", covariant=True)
+
+_SYSTEM_ROLES = ("system", "developer")
+_DATA_PREFIX = "data:"
+
+
+@runtime_checkable
+class Renderer(Protocol[RequestT_co]):
+    r"""Renders a pack as the request some model API takes.
+
+    Implement :meth:`render`; call it through ``pack.render(renderer)``.
+    Start from ``pack.messages`` (what the pack costs) or ``pack.frame``
+    (the selected items, all columns) so the request holds what was packed.
+
+    Examples
+    --------
+    >>> class Prompt:
+    ...     def render(self, pack):
+    ...         return "\\n".join(m["content"] for m in pack.messages)
+    >>> isinstance(Prompt(), Renderer)
+    True
+    """
+
+    def render(self, pack: ContextPack, /) -> RequestT_co:
+        """Return the request for ``pack``."""
+        ...
+
+
+def _image_block(url: str) -> dict[str, Any]:
+    """An Anthropic image block for an image URL (a data URL becomes a base64 source)."""
+    if url.startswith(_DATA_PREFIX) and ";base64," in url:
+        media_type, data = url[len(_DATA_PREFIX) :].split(";base64,", 1)
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _content_blocks(content: Any, name: str | None) -> list[dict[str, Any]]:
+    """Anthropic blocks of a message's content (a string, or text and image_url parts)."""
+    parts: list[dict[str, Any]] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+    )
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text":
+            blocks.append({"type": "text", "text": part["text"]})
+        else:
+            blocks.append(_image_block(part["image_url"]["url"]))
+    if name is not None:
+        texts = [b for b in blocks if b["type"] == "text"]
+        if texts:
+            texts[0]["text"] = f"{name}: {texts[0]['text']}"
+        else:
+            blocks.insert(0, {"type": "text", "text": f"{name}:"})
+    return [b for b in blocks if b["type"] != "text" or b["text"]]
+
+
+def _tool_use(call: dict[str, Any], row: int, j: int) -> dict[str, Any]:
+    """The ``tool_use`` block of an OpenAI tool call; its arguments must be a JSON object."""
+    function = call["function"]
+    field = f"tool_calls[{j}].function.arguments"
+    try:
+        arguments = json.loads(function["arguments"])
+    except json.JSONDecodeError as exc:
+        raise RecordError(
+            f"Anthropic tool_use input must be a JSON object; the arguments are not JSON ({exc})",
+            row=row,
+            field=field,
+        ) from None
+    if not isinstance(arguments, dict):
+        raise RecordError(
+            f"Anthropic tool_use input must be a JSON object, got {type(arguments).__name__}",
+            row=row,
+            field=field,
+        )
+    return {"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments}
+
+
+def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[str, Any]]]:
+    """The Anthropic role and blocks of one non-system OpenAI message."""
+    role, content = message["role"], message.get("content")
+    if role == "tool":
+        result: Any = content if isinstance(content, str) else _content_blocks(content, None)
+        block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": result}
+        return "user", [block]
+    blocks = _content_blocks(content, message.get("name"))
+    if role == "assistant":
+        calls = message.get("tool_calls") or ()
+        blocks += [_tool_use(call, row, j) for j, call in enumerate(calls)]
+    return role, blocks
+
+
+def _opening(placeholder: str | None, row: int, ids: Sequence[str] | None) -> dict[str, Any]:
+    """The user message put before an opening assistant turn, or PackError without one."""
+    if placeholder:
+        return {"role": "user", "content": [{"type": "text", "text": placeholder}]}
+    item = f"item {ids[row]!r}" if ids is not None else f"message {row}"
+    raise PackError(
+        f"{item} is an assistant message at the start of the conversation; the Anthropic "
+        "Messages API requires a user message first. Keep the user turn before it in the "
+        "pack (make it required, or give the turn one group_id), or give a placeholder "
+        "user text: to_anthropic(placeholder=...)"
+    )
+
+
+def anthropic_request(
+    messages: Sequence[dict[str, Any]],
+    ids: Sequence[str] | None = None,
+    *,
+    placeholder: str | None = None,
+) -> dict[str, Any]:
+    """Render OpenAI chat messages as an Anthropic request (rules: ``ContextPack.to_anthropic``).
+
+    Parameters
+    ----------
+    messages
+        OpenAI Chat Completions messages, as :mod:`cognoxium.packing._messages`
+        renders items, ``n`` of them.
+    ids
+        The ``n`` item ids of the messages, named in errors; row indices when
+        None.
+    placeholder
+        The text of a user message put first when the first non-system
+        message is an assistant message; None raises instead.
+
+    Returns
+    -------
+    dict
+        ``{"system": str, "messages": [...]}`` (``system`` only when there
+        is a system or developer message).
+
+    Raises
+    ------
+    PackError
+        If the first non-system message is an assistant message and no
+        ``placeholder`` is given.
+    RecordError
+        If a tool call's arguments are not a JSON object (``row`` the
+        message's index, ``field`` ``tool_calls[j].function.arguments``).
+
+    Examples
+    --------
+    >>> call = {"id": "c1", "type": "function",
+    ...         "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}
+    >>> request = anthropic_request([
+    ...     {"role": "system", "content": "Be brief."},
+    ...     {"role": "user", "content": "Weather in Paris?"},
+    ...     {"role": "assistant", "content": None, "tool_calls": [call]},
+    ...     {"role": "tool", "content": "18 C", "tool_call_id": "c1"}])
+    >>> request["system"]
+    'Be brief.'
+    >>> for message in request["messages"]:
+    ...     print(message)
+    {'role': 'user', 'content': [{'type': 'text', 'text': 'Weather in Paris?'}]}
+    {'role': 'assistant', 'content': [{'type': 'tool_use', 'id': 'c1', 'name': 'weather',
+    'input': {'city': 'Paris'}}]}
+    {'role': 'user', 'content': [{'type': 'tool_result', 'tool_use_id': 'c1', 'content': '18 C'}]}
+    """
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for row, message in enumerate(messages):
+        if message["role"] in _SYSTEM_ROLES:
+            blocks = _content_blocks(message.get("content"), message.get("name"))
+            system.append("\n".join(b["text"] for b in blocks if b["type"] == "text"))
+            continue
+        role, blocks = _anthropic_turn(message, row)
+        if not blocks:
+            continue
+        if not turns and role == "assistant":
+            turns.append(_opening(placeholder, row, ids))
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    request: dict[str, Any] = {"system": "\n\n".join(system)} if system else {}
+    request["messages"] = turns
+    return request
+
+
+def _text_part(part: dict[str, Any]) -> str:
+    """One content part of the transcript: its text, or an ``[image ...]`` line."""
+    if part["type"] == "text":
+        return str(part["text"])
+    url: str = part["image_url"]["url"]
+    if url.startswith(_DATA_PREFIX) and ";base64," in url:
+        return f"[image {url[len(_DATA_PREFIX) :].split(';', 1)[0]}, base64]"
+    return f"[image {url}]"
+
+
+def _transcript_block(message: dict[str, Any]) -> str:
+    """One message of the transcript: header, content, tool calls."""
+    role, content = message["role"], message.get("content")
+    header = role
+    if role == "tool" and "tool_call_id" in message:
+        header += f" [{message['tool_call_id']}]"
+    if message.get("name") is not None:
+        header += f" ({message['name']})"
+    lines = [header + ":"]
+    if isinstance(content, str):
+        lines.append(content)
+    elif content:
+        lines.extend(_text_part(part) for part in content)
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        lines.append(f"-> call {call['id']}: {function['name']}({function['arguments']})")
+    return "\n".join(lines)
+
+
+def text_transcript(messages: Sequence[dict[str, Any]]) -> str:
+    """Render OpenAI chat messages as a plain transcript (format: ``ContextPack.to_text``).
+
+    Parameters
+    ----------
+    messages
+        OpenAI Chat Completions messages, as :mod:`cognoxium.packing._messages`
+        renders items.
+
+    Returns
+    -------
+    str
+        The transcript; ``""`` for no message.
+
+    Examples
+    --------
+    >>> call = {"id": "r1", "type": "function",
+    ...         "function": {"name": "fx", "arguments": '{"from":"EUR"}'}}
+    >>> print(text_transcript([
+    ...     {"role": "user", "content": "Convert 20 EUR", "name": "ada"},
+    ...     {"role": "assistant", "content": "Checking.", "tool_calls": [call]},
+    ...     {"role": "tool", "content": "1.08", "tool_call_id": "r1"}]))
+    user (ada):
+    Convert 20 EUR
+    <BLANKLINE>
+    assistant:
+    Checking.
+    -> call r1: fx({"from":"EUR"})
+    <BLANKLINE>
+    tool [r1]:
+    1.08
+    """
+    return "\n\n".join(_transcript_block(message) for message in messages)

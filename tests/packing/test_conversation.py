@@ -1,0 +1,336 @@
+"""Conversation integrity in pack: whole turns (turns=True) and a user start (start_on="user")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cognoxium.exceptions import PackError
+from cognoxium.formats.openai import from_openai_messages, to_openai_messages
+from cognoxium.items.schema import conform
+from cognoxium.packing._checks import check_request
+from cognoxium.packing._exclusions import find_exclusions
+from cognoxium.packing._policies import review_policies
+from cognoxium.packing._units import form_units
+from cognoxium.packing.packer import pack
+from cognoxium.testing.strategies import chat_histories_strategy
+from cognoxium.tokens.profiles import get_profile
+
+AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+PROFILE = get_profile("cl100k_base")
+
+
+def chat(rows: list[tuple[str, str, str]], **columns: list[Any]) -> pl.DataFrame:
+    """Items (id, role, text) at one-minute steps; system messages required."""
+    return conform(
+        pl.DataFrame(
+            {
+                "id": [r[0] for r in rows],
+                "role": [r[1] for r in rows],
+                "text": [r[2] for r in rows],
+                "retention": ["required" if r[1] == "system" else "optional" for r in rows],
+                "created_at": [T0 + timedelta(minutes=i) for i in range(len(rows))],
+                **columns,
+            }
+        )
+    )
+
+
+def reasons(result: Any) -> dict[str, str]:
+    return dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+
+
+def roles(result: Any) -> list[str]:
+    return [m["role"] for m in result.messages]
+
+
+LONG = "word " * 80  # about 80 tokens
+HISTORY = chat(
+    [
+        ("sys", "system", "You are the support assistant. Be brief."),
+        ("q1", "user", "What is the refund window?"),
+        ("a1", "assistant", LONG),
+        ("q2", "user", "And shipping?"),
+        ("a2", "assistant", "Free over 50 EUR."),
+    ]
+)
+
+
+def cost(df: pl.DataFrame, *ids: str) -> int:
+    """What the rows ``ids`` cost as chat messages, in tokens (framing included)."""
+    whole = pack(df, 10_000, as_of=AS_OF).manifest.to_polars()
+    return int(whole.filter(pl.col("id").is_in(ids)).get_column("tokens").sum())
+
+
+def test_without_turns_pressure_gives_system_user_user() -> None:
+    # The fault: the long reply between two questions goes, the model sees two user turns.
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
+    result = pack(HISTORY, budget, as_of=AS_OF)
+    assert result.ids == ["sys", "q1", "q2", "a2"]
+    assert roles(result)[:3] == ["system", "user", "user"]
+
+
+def test_whole_turns_never_leave_a_question_without_its_answer() -> None:
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
+    result = pack(HISTORY, budget, as_of=AS_OF, turns=True)
+    assert result.ids == ["sys", "q2", "a2"]
+    assert roles(result) == ["system", "user", "assistant"]
+    why = reasons(result)
+    assert why["q1"] == why["a1"] == "group_over_budget"
+    assert why["sys"] == "required"
+    assert result.used_tokens == budget - cost(HISTORY, "q1")
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def test_a_turn_that_fits_whole_is_packed_whole() -> None:
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "a1", "q2", "a2")
+    result = pack(HISTORY, budget, as_of=AS_OF, turns=True)
+    assert result.ids == ["sys", "q1", "a1", "q2", "a2"]
+    assert result.remaining_tokens == 0
+
+
+def test_a_turn_takes_its_strongest_retention() -> None:
+    df = HISTORY.with_columns(
+        pl.when(pl.col("id") == "a1")
+        .then(pl.lit("required"))
+        .otherwise(pl.col("retention"))
+        .cast(HISTORY.schema["retention"])
+        .alias("retention")
+    )
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "a1")
+    # Alone, the required reply goes in and the cheaper question q2 takes the rest.
+    assert pack(df, budget, as_of=AS_OF).ids == ["sys", "a1", "q2"]
+    # As a turn, the reply brings its question in with the required items.
+    result = pack(df, budget, as_of=AS_OF, turns=True)
+    assert result.ids == ["sys", "q1", "a1"]
+    why = reasons(result)
+    assert (why["q1"], why["a1"], why["q2"]) == ("selected", "required", "group_over_budget")
+
+
+def test_a_turn_with_an_expired_reply_is_excluded_whole() -> None:
+    df = HISTORY.with_columns(
+        pl.when(pl.col("id") == "a2")
+        .then(pl.lit(AS_OF - timedelta(days=1)))
+        .otherwise(pl.col("expires_at"))
+        .alias("expires_at")
+    )
+    result = pack(df, 10_000, as_of=AS_OF, turns=True)
+    assert result.ids == ["sys", "q1", "a1"]
+    why = reasons(result)
+    assert (why["q2"], why["a2"]) == ("group_incomplete", "expired")
+
+
+def test_turns_bind_tool_exchanges_and_leave_documents_alone() -> None:
+    units = form_units(
+        chat(
+            [
+                ("sys", "system", "s"),
+                ("hi", "assistant", "hello"),
+                ("q1", "user", "q"),
+                ("call", "assistant", "c"),
+                ("doc", "document", "d"),
+                ("res", "tool", "r"),
+                ("q2", "user", "q"),
+                ("mem", "memory", "m"),
+            ],
+            group_id=[None, None, None, "t", None, "t", None, None],
+        ),
+        grouped=pl.Series([False, False, False, True, False, True, False, False]).to_numpy(),
+        turns=True,
+    )
+    assert units.unit_of_row is not None
+    assert units.unit_of_row.tolist() == [0, 1, 2, 2, 3, 2, 4, 5]
+
+
+def test_a_group_spanning_two_turns_joins_them() -> None:
+    df = chat(
+        [("q1", "user", "a"), ("c", "assistant", "b"), ("q2", "user", "c"), ("r", "tool", "d")],
+        group_id=[None, "g", None, "g"],
+    )
+    grouped = pl.Series([False, True, False, True]).to_numpy()
+    units = form_units(df, grouped, turns=True)
+    assert units.unit_of_row is not None
+    assert units.unit_of_row.tolist() == [0, 0, 0, 0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chat_histories_strategy(max_turns=4, max_parallel_calls=2), st.integers(0, 300))
+def test_whole_turns_pack_every_turn_whole_or_not_at_all(
+    messages: list[dict[str, Any]], budget: int
+) -> None:
+    df = from_openai_messages(
+        messages, conversation_id="c", system_retention="optional"
+    ).to_polars()
+    result = pack(df, budget, as_of=AS_OF, turns=True, start_on="user")
+    turn_of: list[int | None] = []
+    turn = None
+    for message in messages:
+        turn = len(turn_of) if message["role"] == "user" else turn
+        turn_of.append(turn if message["role"] in ("user", "assistant", "tool") else None)
+    packed = {int(i.split(":")[1]) for i in result.ids}
+    for index, owner in enumerate(turn_of):
+        if owner is not None:  # a turn's rows go together, and a turn opens with its user
+            assert (index in packed) == (owner in packed)
+    sent = to_openai_messages(result)
+    after_system = [m["role"] for m in sent if m["role"] not in ("system", "developer")]
+    assert not after_system or after_system[0] == "user"
+    assert result.used_tokens == (PROFILE.request_tokens(sent) if sent else 0)
+
+
+def test_start_on_user_drops_a_leading_reply_and_refills() -> None:
+    df = chat(
+        [
+            ("sys", "system", "Be brief."),
+            ("hi", "assistant", "Hello! How can I help?"),
+            ("q1", "user", "Refunds?"),
+            ("a1", "assistant", "30 days."),
+            ("q2", "user", "Shipping?"),
+        ],
+        rank=[None, 5.0, 1.0, 4.0, 3.0],
+    )
+    # Room for sys, hi, a1, q2 (by rank); q1 does not fit beside them.
+    budget = PROFILE.tokens_per_pack + cost(df, "sys", "hi", "a1", "q2")
+    plain = pack(df, budget, as_of=AS_OF)
+    assert plain.ids == ["sys", "hi", "a1", "q2"]
+    result = pack(df, budget, as_of=AS_OF, start_on="user")
+    # hi and a1 come before the first packed user message; with them gone, q1 fits.
+    assert result.ids == ["sys", "q1", "q2"]
+    why = reasons(result)
+    assert why["hi"] == why["a1"] == "before_first_user"
+    assert why["q1"] == why["q2"] == "selected"
+    assert result.manifest.totals.by_reason["before_first_user"] == 2
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def test_start_on_user_keeps_system_messages_and_takes_documents_as_user() -> None:
+    df = chat(
+        [
+            ("sys", "system", "Be brief."),
+            ("hi", "assistant", "Hello!"),
+            ("dev", "developer", "Answer in French."),
+            ("doc", "document", "Refunds: 30 days."),
+            ("a", "assistant", "Noted."),
+        ]
+    )
+    result = pack(df, 10_000, as_of=AS_OF, start_on="user")
+    assert result.ids == ["sys", "dev", "doc", "a"]
+    assert roles(result) == ["system", "developer", "user", "assistant"]
+    assert reasons(result)["hi"] == "before_first_user"
+
+
+def test_start_on_user_without_any_user_message_keeps_the_system_block() -> None:
+    df = chat([("sys", "system", "Be brief."), ("hi", "assistant", "Hello!")])
+    result = pack(df, 10_000, as_of=AS_OF, start_on="user")
+    assert result.ids == ["sys"]
+    assert reasons(result)["hi"] == "before_first_user"
+
+
+def test_start_on_user_drops_a_leading_tool_exchange_whole() -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "user", "content": "Hi"},
+    ]
+    df = from_openai_messages(messages, conversation_id="c").to_polars()
+    result = pack(df, 10_000, as_of=AS_OF, start_on="user")
+    assert result.ids == ["c:0", "c:3"]
+    why = reasons(result)
+    assert why["c:1"] == why["c:2"] == "before_first_user"
+
+
+def test_start_on_user_refuses_to_drop_a_required_item() -> None:
+    df = chat([("sys", "system", "Be brief."), ("hi", "assistant", "Hello!"), ("q", "user", "?")])
+    df = df.with_columns(pl.lit("required").cast(df.schema["retention"]).alias("retention"))
+    with pytest.raises(PackError, match=r"required items \['hi'\] come before the first user"):
+        pack(df, 10_000, as_of=AS_OF, start_on="user")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"start_on": "human"}, "start_on must be None or one of \\['user'\\], got 'human'"),
+        ({"turns": "yes"}, "turns must be True or False, got 'yes'"),
+        ({"turns": 1}, "turns must be True or False, got 1"),
+    ],
+)
+def test_bad_conversation_options_are_named(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(PackError, match=message):
+        pack(HISTORY, 100, as_of=AS_OF, **options)
+
+
+def test_options_enter_the_settings_fingerprint_only_when_set() -> None:
+    base = pack(HISTORY, 200, as_of=AS_OF, turns=False, start_on=None)
+    default = pack(HISTORY, 200, as_of=AS_OF)
+    assert base.manifest.to_json() == default.manifest.to_json()
+    prints = {
+        pack(HISTORY, 200, as_of=AS_OF, **options).manifest.fingerprints["settings"]
+        for options in (
+            {},
+            {"turns": True},
+            {"start_on": "user"},
+            {"turns": True, "start_on": "user"},
+        )
+    }
+    assert len(prints) == 4
+
+
+def test_conversation_packs_are_byte_identical() -> None:
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
+    first = pack(HISTORY, budget, as_of=AS_OF, turns=True, start_on="user")
+    second = pack(HISTORY.clone(), budget, as_of=AS_OF, turns=True, start_on="user")
+    assert first.manifest.to_json() == second.manifest.to_json()
+
+
+def test_the_checked_request_carries_the_options() -> None:
+    request = check_request(HISTORY, 10, "cl100k_base", AS_OF, turns=True, start_on="user")
+    assert (request.turns, request.start_on) == (True, "user")
+    rows = find_exclusions(HISTORY, AS_OF, review_policies(HISTORY, None))
+    assert form_units(HISTORY, rows.grouped).unit_of_row is None  # no turns: one row, one unit
+
+
+def test_start_on_user_reselects_within_the_reply_reserve() -> None:
+    df = chat(
+        [
+            ("sys", "system", "Be brief."),
+            ("hi", "assistant", "Hello! How can I help?"),
+            ("q1", "user", "Refunds?"),
+            ("a1", "assistant", "30 days."),
+            ("q2", "user", "Shipping?"),
+        ],
+        rank=[None, 5.0, 1.0, 4.0, 3.0],
+    )
+    budget = PROFILE.tokens_per_pack + cost(df, "sys", "hi", "a1", "q2")
+    result = pack(df, budget + 25, as_of=AS_OF, reserve=25, start_on="user")
+    assert result.ids == ["sys", "q1", "q2"]  # as without a reserve, in budget - reserve
+    assert result.used_tokens + 25 + result.remaining_tokens == budget + 25
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def test_a_truncatable_reply_is_cut_inside_its_turn() -> None:
+    df = HISTORY.with_columns(
+        pl.when(pl.col("id") == "a1")
+        .then(pl.lit('{"truncate":{"side":"head","min_tokens":5}}'))
+        .otherwise(pl.col("metadata"))
+        .alias("metadata")
+    )
+    budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2") + 20
+    result = pack(df, budget, as_of=AS_OF, turns=True)
+    assert result.ids == ["sys", "q1", "a1", "q2", "a2"]  # the reply is cut, not its question
+    (cut,) = result.manifest.truncations
+    assert (cut.id, cut.side) == ("a1", "head")
+    assert cut.kept_tokens < cut.original_tokens
+    assert result.used_tokens == budget
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
