@@ -3,11 +3,28 @@
 Every error raised on purpose by the package derives from
 :class:`CognoxiumError` and from the built-in exception that fits it, so code
 that catches ``ValueError`` or ``LookupError`` keeps working.
+
+Every error carries a stable ``code`` (a dotted name from :data:`ERROR_CODES`)
+and ``params``, a dict of the structured values behind its message (the
+budget and the required items' costs, the path of an output, ...). Each class
+has a default code; a raise site may pass a more specific one
+(``code="output.locked"``). Adding a code is one line in :data:`ERROR_CODES`.
+
+Examples
+--------
+>>> error = PackError("budget must be a non-negative whole number of tokens, got -1",
+...                   params={"budget": -1})
+>>> error.code, error.params
+('pack.invalid', {'budget': -1})
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 __all__ = [
+    "ERROR_CODES",
     "BudgetError",
     "CognoxiumError",
     "ConfigError",
@@ -28,8 +45,115 @@ __all__ = [
 ]
 
 
+ERROR_CODES: dict[str, str] = {
+    "budget.required_overflow": "the required items alone exceed the token budget",
+    "budget.reserve_invalid": "the reply reserve is not a whole number from 0 to the budget",
+    "config.invalid": "a configuration file or setting is invalid",
+    "contract.broken": "a continuity input or output breaks its contract",
+    "dependency.missing": "an optional dependency is not installed",
+    "error": "an error of Cognoxium without a more specific code",
+    "file.unreadable": "an input file is missing, unreadable or not UTF-8 text",
+    "file.unwritable": "an output file or directory cannot be written",
+    "model.unavailable": "an embedding model is unknown, not installed or not as published",
+    "note.unknown": "a note id is not in the memory backend",
+    "output.invalid": "an output directory cannot be committed",
+    "output.locked": "another run is writing the same output directory",
+    "pack.invalid": "a pack cannot honour its contract (budget, as_of, ids, groups)",
+    "plan.invalid": "a frame operation was given arguments that cannot make a valid plan",
+    "policy.violated": "a policy forbids packing an item",
+    "predicate.refused": "a string predicate does not parse or leaves the predicate grammar",
+    "profile.invalid": "a token profile's tokenizer files are missing or not as published",
+    "profile.unknown": "a token profile or model name is not known",
+    "rank.invalid": "scores, ranked lists or embeddings are invalid",
+    "record.invalid": "a record cannot be turned into a ContextItem",
+    "request.invalid": "a pack request is invalid or cannot be packed",
+    "schema.invalid": "a table does not match the context-item schema",
+    "strategy.invalid": "a context strategy or the strategy registry is invalid",
+    "usage.invalid": "a command-line option or argument is invalid",
+}
+"""Every stable error code, mapped to what it means.
+
+A code never changes meaning once released; new situations get new codes.
+"""
+
+
 class CognoxiumError(Exception):
-    """Root of every error raised by Cognoxium."""
+    """Root of every error raised by Cognoxium.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    code
+        A key of :data:`ERROR_CODES` more specific than the class's default
+        (``default_code``), if any.
+    params
+        The structured values behind the message (JSON-compatible), if any.
+
+    Attributes
+    ----------
+    code : str
+        The stable code: ``code`` if given, else the class's ``default_code``.
+    params : dict
+        The structured values; a subclass adds its own (``BudgetError`` its
+        ``budget`` and ``costs``).
+
+    Raises
+    ------
+    ValueError
+        If ``code`` is not a key of :data:`ERROR_CODES` (a bug at the raise
+        site, never a user's input).
+
+    Examples
+    --------
+    >>> error = CognoxiumError("something failed")
+    >>> error.code, error.params, str(error)
+    ('error', {}, 'something failed')
+    """
+
+    default_code: ClassVar[str] = "error"
+
+    def __init__(
+        self, message: str = "", *, code: str | None = None, params: Mapping[str, Any] | None = None
+    ) -> None:
+        resolved = code if code is not None else self.default_code
+        if resolved not in ERROR_CODES:
+            raise ValueError(f"unknown error code {resolved!r}; add it to ERROR_CODES")
+        self.code = resolved
+        self.params: dict[str, Any] = dict(params or {})
+        super().__init__(message)
+
+    @property
+    def location(self) -> tuple[str | None, int | None, str | None]:
+        """``(file, line, field)`` of the error, each ``None`` when unknown."""
+        return None, None, None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the error as a JSON-compatible dict.
+
+        Returns
+        -------
+        dict
+            ``{"code", "message", "file", "line", "field", "params"}``:
+            ``message`` is ``str(error)``; ``file``, ``line`` (1-based) and
+            ``field`` are ``None`` when unknown.
+
+        Examples
+        --------
+        >>> error = RecordError("must be a string", source="a.jsonl", line=3, field="role")
+        >>> error.to_dict()  # doctest: +NORMALIZE_WHITESPACE
+        {'code': 'record.invalid', 'message': 'a.jsonl:3: field role: must be a string',
+         'file': 'a.jsonl', 'line': 3, 'field': 'role', 'params': {}}
+        """
+        file, line, field = self.location
+        return {
+            "code": self.code,
+            "message": str(self),
+            "file": file,
+            "line": line,
+            "field": field,
+            "params": self.params,
+        }
 
 
 class RecordError(CognoxiumError, ValueError):
@@ -48,6 +172,10 @@ class RecordError(CognoxiumError, ValueError):
         The 0-based row index of a table (Arrow, Polars, Parquet), if known.
     field
         The dotted name of the offending field or column, if known.
+    code
+        A more specific code than ``record.invalid`` (``request.invalid``), if any.
+    params
+        Structured values behind the message; ``row`` is added when given.
 
     Examples
     --------
@@ -57,6 +185,8 @@ class RecordError(CognoxiumError, ValueError):
     'a.parquet: row 0: field id: must not be null'
     """
 
+    default_code: ClassVar[str] = "record.invalid"
+
     def __init__(
         self,
         message: str,
@@ -65,6 +195,8 @@ class RecordError(CognoxiumError, ValueError):
         line: int | None = None,
         row: int | None = None,
         field: str | None = None,
+        code: str | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         self.message = message
         self.source = source
@@ -76,15 +208,27 @@ class RecordError(CognoxiumError, ValueError):
             where = f"{where}: row {row}" if where else f"row {row}"
         prefix = f"{where}: " if where else ""
         fieldpart = f"field {field}: " if field else ""
-        super().__init__(f"{prefix}{fieldpart}{message}")
+        extra = {} if row is None else {"row": row}
+        super().__init__(
+            f"{prefix}{fieldpart}{message}", code=code, params={**(params or {}), **extra}
+        )
+
+    @property
+    def location(self) -> tuple[str | None, int | None, str | None]:
+        """``(source, line, field)`` of the record."""
+        return self.source, self.line, self.field
 
 
 class SchemaError(CognoxiumError, ValueError):
     """A table does not match the canonical context-item schema."""
 
+    default_code: ClassVar[str] = "schema.invalid"
+
 
 class PlanError(CognoxiumError, ValueError):
     """A frame operation was given arguments that cannot make a valid plan."""
+
+    default_code: ClassVar[str] = "plan.invalid"
 
 
 class PredicateError(PlanError):
@@ -109,12 +253,17 @@ class PredicateError(PlanError):
     "predicate '*', at character 1: '*' is not allowed: name the columns"
     """
 
+    default_code: ClassVar[str] = "predicate.refused"
+
     def __init__(self, message: str, *, predicate: str, position: int | None = None) -> None:
         self.message = message
         self.predicate = predicate
         self.position = position
         at = "" if position is None else f", at character {position + 1}"
-        super().__init__(f"predicate {predicate!r}{at}: {message}")
+        super().__init__(
+            f"predicate {predicate!r}{at}: {message}",
+            params={"predicate": predicate, "position": position},
+        )
 
 
 class PackError(CognoxiumError, ValueError):
@@ -122,6 +271,8 @@ class PackError(CognoxiumError, ValueError):
 
     For example: a negative budget, or a required item in a group that cannot be packed.
     """
+
+    default_code: ClassVar[str] = "pack.invalid"
 
 
 class BudgetError(PackError):
@@ -135,16 +286,44 @@ class BudgetError(PackError):
         The required items' ids mapped to their token costs.
     budget
         The token budget, in tokens.
+    params
+        Further structured values (``request_id``, ``reserve``, ...);
+        ``budget`` and ``costs`` are always added.
+    code
+        ``budget.reserve_invalid`` for a bad reply reserve; the default is
+        ``budget.required_overflow``.
+
+    Examples
+    --------
+    >>> error = BudgetError("too big", costs={"a": 9}, budget=5)
+    >>> error.code, error.params
+    ('budget.required_overflow', {'budget': 5, 'costs': {'a': 9}})
     """
 
-    def __init__(self, message: str, *, costs: dict[str, int], budget: int) -> None:
+    default_code: ClassVar[str] = "budget.required_overflow"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        costs: dict[str, int],
+        budget: int,
+        params: Mapping[str, Any] | None = None,
+        code: str | None = None,
+    ) -> None:
         self.costs = dict(costs)
         self.budget = budget
-        super().__init__(message)
+        super().__init__(
+            message,
+            code=code,
+            params={**(params or {}), "budget": budget, "costs": dict(self.costs)},
+        )
 
 
 class DependencyError(CognoxiumError, ImportError):
     """An optional dependency is not installed; the message names the extra that provides it."""
+
+    default_code: ClassVar[str] = "dependency.missing"
 
 
 class ContractError(CognoxiumError, TypeError, ValueError):
@@ -155,9 +334,13 @@ class ContractError(CognoxiumError, TypeError, ValueError):
     (wrong type) and ``ValueError`` (invalid value).
     """
 
+    default_code: ClassVar[str] = "contract.broken"
+
 
 class ConfigError(CognoxiumError, ValueError):
     """A configuration file or setting is invalid; the message names the file and the key."""
+
+    default_code: ClassVar[str] = "config.invalid"
 
 
 class OutputError(CognoxiumError, RuntimeError):
@@ -172,23 +355,49 @@ class OutputError(CognoxiumError, RuntimeError):
         What was wrong and what to do.
     path
         The output directory.
+    code
+        ``output.locked`` when another run holds the directory's lock; the
+        default is ``output.invalid``.
+
+    Examples
+    --------
+    >>> error = OutputError("busy", path="out/run", code="output.locked")
+    >>> error.code, error.to_dict()["file"]
+    ('output.locked', 'out/run')
     """
 
-    def __init__(self, message: str, *, path: str) -> None:
+    default_code: ClassVar[str] = "output.invalid"
+
+    def __init__(self, message: str, *, path: str, code: str | None = None) -> None:
         self.path = path
-        super().__init__(message)
+        super().__init__(message, code=code, params={"path": path})
+
+    @property
+    def location(self) -> tuple[str | None, int | None, str | None]:
+        """``(path, None, None)``: the output directory."""
+        return self.path, None, None
 
 
 class UnknownNoteError(CognoxiumError, LookupError):
     """A note id is not in the memory backend."""
 
+    default_code: ClassVar[str] = "note.unknown"
+
 
 class ProfileError(CognoxiumError, LookupError):
-    """A token profile is unknown or its encoder files are not as published."""
+    """A token profile is unknown or its encoder files are not as published.
+
+    Its code is ``profile.unknown`` for a name that resolves to no profile
+    (``params["name"]``, ``params["close_matches"]``), else ``profile.invalid``.
+    """
+
+    default_code: ClassVar[str] = "profile.invalid"
 
 
 class ModelError(CognoxiumError, LookupError):
     """An embedding model is unknown, not installed, or its files are not as published."""
+
+    default_code: ClassVar[str] = "model.unavailable"
 
 
 class StrategyError(CognoxiumError, ValueError):
@@ -200,6 +409,8 @@ class StrategyError(CognoxiumError, ValueError):
     strategy and the field.
     """
 
+    default_code: ClassVar[str] = "strategy.invalid"
+
 
 class RankError(CognoxiumError, ValueError):
     """Scores, ranked lists or embeddings given to a ranker or to fusion are invalid.
@@ -207,6 +418,8 @@ class RankError(CognoxiumError, ValueError):
     For example: a NaN or infinite score, a null id, or embeddings whose
     shapes do not match.
     """
+
+    default_code: ClassVar[str] = "rank.invalid"
 
 
 class PolicyError(PackError):
@@ -221,6 +434,8 @@ class PolicyError(PackError):
         action, message).
     """
 
+    default_code: ClassVar[str] = "policy.violated"
+
     def __init__(self, message: str, *, outcomes: list[dict[str, str]]) -> None:
         self.outcomes = list(outcomes)
-        super().__init__(message)
+        super().__init__(message, params={"outcomes": list(self.outcomes)})

@@ -247,7 +247,9 @@ def test_infeasible_budget_exits_3(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--rank", "fuzzy"], "fuzzy"),
-        (["--profile", "gpt2"], "unknown token profile 'gpt2'"),
+        (["--profile", "o200k"], "unknown token profile 'o200k'"),
+        (["--profile", "gpt2"], "model 'gpt2' uses the gpt2 encoding"),
+        (["--profile", "huggingface:"], "names no file"),
         (["--as-of", "2026-01-01T00:00:00"], "has no timezone"),
         (["--as-of", "tomorrow"], "not an ISO 8601 time"),
         (["--as-of", "0001-01-01T00:00:00+01:00"], "must fall in the years"),
@@ -875,3 +877,112 @@ def test_pack_bad_start_on_is_a_usage_error(tmp_path: Path) -> None:
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_USAGE
     assert "--start-on" in stderr
+
+
+# ---------------------------------------------------------------------------
+# --json on failure: one {"error": {...}} object on standard output
+
+
+def json_error(result: object) -> dict[str, object]:
+    stdout: str = result.stdout  # type: ignore[attr-defined]
+    lines = stdout.splitlines()
+    assert len(lines) == 1, stdout
+    data = json.loads(lines[0])
+    assert list(data) == ["error"]
+    error: dict[str, object] = data["error"]
+    assert sorted(error) == ["code", "field", "file", "line", "message", "params"]
+    return error
+
+
+def test_json_bad_request_names_code_file_line_and_field(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "a", "budget": 64}\n{"id": "b", "budget": "lots"}\n')
+    args = [str(SAMPLE / "items.jsonl"), str(requests), "--out", str(tmp_path / "out")]
+    result = runner.invoke(app, ["pack", *args, "--as-of", AS_OF, "--json"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json_error(result)
+    assert error["code"] == "request.invalid"
+    assert (error["file"], error["line"], error["field"]) == (str(requests), 2, "budget")
+    assert one_line_error(result.stderr) == f"error: {error['message']}"
+    plain = runner.invoke(app, ["pack", *args, "--as-of", AS_OF])
+    assert plain.exit_code == EXIT_BAD_INPUT
+    assert plain.stdout == ""
+
+
+def test_json_infeasible_budget_carries_budget_costs_and_request(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "small", "budget": 64}\n{"id": "tiny", "budget": 8}\n')
+    args = [str(SAMPLE / "items.jsonl"), str(requests), "--out", str(tmp_path / "out")]
+    result = runner.invoke(app, ["pack", *args, "--as-of", AS_OF, "--json"])
+    assert result.exit_code == EXIT_BUDGET
+    error = json_error(result)
+    assert error["code"] == "budget.required_overflow"
+    params = error["params"]
+    assert isinstance(params, dict)
+    assert params["budget"] == 8
+    assert params["request_id"] == "tiny"
+    assert list(params["costs"]) == ["policy"]
+    assert params["costs"]["policy"] > 8
+    assert (error["file"], error["line"], error["field"]) == (None, None, None)
+
+
+def test_json_usage_error_names_the_option(tmp_path: Path) -> None:
+    args = [str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), "--out", str(tmp_path)]
+    result = runner.invoke(app, ["pack", *args, "--profile", "o200k", "--json"])
+    assert result.exit_code == EXIT_USAGE
+    error = json_error(result)
+    assert error["code"] == "usage.invalid"
+    assert error["field"] == "--profile"
+    assert "unknown token profile 'o200k'; close matches: o200k_base" in str(error["message"])
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_prints_one_json_error(tmp_path: Path, command: str) -> None:
+    absent = str(tmp_path / "absent.json")
+    args = {
+        "pack": ["pack", absent, str(SAMPLE / "requests.jsonl"), "--out", str(tmp_path / "o")],
+        "locomo": ["locomo", absent, "--out", str(tmp_path / "o")],
+        "train-ranker": ["train-ranker", absent, "--out", str(tmp_path / "m.json")],
+        "redact": ["redact", absent, str(tmp_path / "x.jsonl")],
+        "inspect": ["inspect", absent],
+    }[command]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json_error(result)
+    assert error["code"] == "file.unreadable"
+    assert error["file"] == absent
+    assert error["params"] == {"reason": "no such file"}
+
+
+def test_json_redact_usage_errors(tmp_path: Path) -> None:
+    items = str(SAMPLE / "items.jsonl")
+    result = runner.invoke(app, ["redact", items, str(tmp_path / "x.csv"), "--json"])
+    assert result.exit_code == EXIT_USAGE
+    error = json_error(result)
+    assert (error["code"], error["field"]) == ("usage.invalid", "TARGET")
+    assert (
+        error["message"] == f"{tmp_path / 'x.csv'}: unsupported file type; use .jsonl or .parquet"
+    )
+
+
+@pytest.mark.parametrize("profile", ["gpt-4o-mini", "approximate", "huggingface:{tokenizer}"])
+def test_profile_takes_model_names_approximate_and_huggingface(
+    tmp_path: Path, profile: str
+) -> None:
+    from cognoxium.retrieval.embeddings import _MINILM_TOKENIZER
+
+    name = profile.format(tokenizer=_MINILM_TOKENIZER.locate())
+    requests = tmp_path / "requests.jsonl"
+    lines = (SAMPLE / "requests.jsonl").read_text().splitlines()
+    # approximate counts bytes: give every request eight times its budget.
+    scaled = [{**r, "budget": r["budget"] * 8} for r in map(json.loads, lines)]
+    requests.write_text("".join(json.dumps(r) + "\n" for r in scaled))
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--profile", name, "--json"]
+    code, stdout, stderr = pack(str(SAMPLE / "items.jsonl"), str(requests), *args)
+    assert code == EXIT_OK, stderr
+    assert json.loads(stdout)["requests"] == 6
+    headers = (out / "manifest_headers.jsonl").read_text().splitlines()
+    manifests = [json.loads(line) for line in headers]
+    assert {m["profile"] for m in manifests} == {name}
+    assert {m.get("estimated", False) for m in manifests} == {profile != "gpt-4o-mini"}

@@ -243,6 +243,8 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_lock(
         with pytest.raises(OutputError, match="being written by another run") as info:
             run_batch(read_items(SAMPLE / "items.jsonl"), [Request(id="r", budget=1)], out_dir=out)
         assert info.value.path == str(out)
+        assert info.value.code == "output.locked"
+        assert info.value.to_dict()["file"] == str(out)
     assert contents(out) == before
     assert pack(fewer, out) == (EXIT_OK, "")  # released: the next run commits
 

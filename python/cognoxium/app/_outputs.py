@@ -146,6 +146,7 @@ def _locked(target: Path) -> Iterator[None]:
                 f"{target} is being written by another run{holder}, which holds "
                 f"{lock_path(target)}; wait for it to end or choose another output directory",
                 path=str(target),
+                code="output.locked",
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)

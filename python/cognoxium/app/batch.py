@@ -228,7 +228,12 @@ class Request(BaseModel):
         known (see :func:`read_requests`), and the request id.
         """
         return RecordError(
-            f"request {self.id!r}: {message}", source=self._source, line=self._line, field=field
+            f"request {self.id!r}: {message}",
+            source=self._source,
+            line=self._line,
+            field=field,
+            code="request.invalid",
+            params={"request_id": self.id},
         )
 
 
@@ -259,11 +264,12 @@ def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
             source=source,
             line=line,
             field=unknown[0],
+            code="request.invalid",
         )
     first = errors[0]
     name = ".".join(str(part) for part in first["loc"]) or None
     message = first["msg"].removeprefix("Value error, ")
-    return RecordError(message, source=source, line=line, field=name)
+    return RecordError(message, source=source, line=line, field=name, code="request.invalid")
 
 
 def read_requests(path: str | os.PathLike[str]) -> list[Request]:
@@ -311,10 +317,17 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
         records = list(json_lines(path))
     except OSError as exc:
         detail = exc.strerror or str(exc)
-        raise RecordError(f"cannot read the requests file: {detail}", source=source) from None
+        raise RecordError(
+            f"cannot read the requests file: {detail}", source=source, code="file.unreadable"
+        ) from None
     for number, record in records:
         if not isinstance(record, dict):
-            raise RecordError("a request must be a JSON object", source=source, line=number)
+            raise RecordError(
+                "a request must be a JSON object",
+                source=source,
+                line=number,
+                code="request.invalid",
+            )
         try:
             request = Request.model_validate(record)
         except ValidationError as exc:
@@ -325,6 +338,7 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
                 source=source,
                 line=number,
                 field="id",
+                code="request.invalid",
             )
         seen[request.id] = number
         requests.append(_located(request, source, number))
@@ -789,7 +803,10 @@ def _write_batch(
                 )
             except BudgetError as exc:
                 raise BudgetError(
-                    f"request {request.id!r}: {exc}", costs=exc.costs, budget=exc.budget
+                    f"request {request.id!r}: {exc}",
+                    costs=exc.costs,
+                    budget=exc.budget,
+                    params={**exc.params, "request_id": request.id},
                 ) from None
             except (PackError, PlanError) as exc:
                 raise request.error(f"cannot pack: {exc}") from exc

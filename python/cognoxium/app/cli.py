@@ -36,6 +36,18 @@ Exit codes
     budget.
 
 Errors are printed to standard error as one message, without a traceback.
+With ``--json``, a failed command also prints exactly one JSON object to
+standard output (canonical: sorted keys, compact)::
+
+    {"error": {"code": "budget.required_overflow", "message": "...",
+               "file": null, "line": null, "field": null,
+               "params": {"budget": 64, "costs": {...}, "request_id": "q1"}}}
+
+``code`` is a stable code of :data:`cognoxium.exceptions.ERROR_CODES`
+(``usage.invalid`` for a usage error, ``file.unreadable`` and
+``file.unwritable`` for paths), ``file``, ``line`` (1-based) and ``field``
+locate the error when known, and ``params`` holds its structured values. The
+exit code is as without ``--json``.
 
 Output
 ------
@@ -61,10 +73,10 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from cognoxium.exceptions import BudgetError, CognoxiumError
+from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError
 from cognoxium.items._checks import to_utc
 from cognoxium.items.model import canonical_json
-from cognoxium.tokens.profiles import PROFILE_NAMES
+from cognoxium.tokens.profiles import PROFILE_NAMES, get_profile
 
 if TYPE_CHECKING:
     from cognoxium.retrieval.scope import RetrievalSettings
@@ -88,8 +100,53 @@ def _usage_exit(exc: typer.TyperException) -> None:
         exc.exit_code = EXIT_USAGE
 
 
+class _CommandError(Exception):
+    """A failed command: the error as the JSON output has it, and the exit code."""
+
+    def __init__(self, error: dict[str, Any], exit_code: int) -> None:
+        super().__init__(error["message"])
+        self.error = error
+        self.exit_code = exit_code
+
+
+def _error_dict(
+    code: str,
+    message: str,
+    *,
+    file: str | None = None,
+    field: str | None = None,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``error`` object of the JSON output, for an error that is not a CognoxiumError."""
+    return {
+        "code": code,
+        "message": message,
+        "file": file,
+        "line": None,
+        "field": field,
+        "params": params or {},
+    }
+
+
+def _usage_error(exc: typer.TyperException) -> dict[str, Any]:
+    """The ``error`` object of a command-line usage error (``usage.invalid``)."""
+    param = getattr(exc, "param", None)
+    hint = getattr(exc, "param_hint", None)
+    if isinstance(hint, list | tuple):
+        hint = hint[0] if hint else None
+    if hint is None and param is not None:
+        hint = param.opts[0] if getattr(param, "opts", None) else param.name
+    format_message = getattr(exc, "format_message", None)
+    message = format_message() if callable(format_message) else str(exc)
+    return _error_dict("usage.invalid", message, field=hint)
+
+
 class _Group(TyperGroup):
-    """A command group whose usage errors exit with :data:`EXIT_USAGE` (click uses 2)."""
+    """A command group whose usage errors exit with :data:`EXIT_USAGE` (click uses 2).
+
+    It also reports a failed command: its message on standard error, and with
+    ``--json`` its ``{"error": {...}}`` object on standard output.
+    """
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -99,10 +156,18 @@ class _Group(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
+        wants_json = "--json" in [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
             return super().invoke(ctx)
+        except _CommandError as failure:
+            typer.echo(f"error: {failure.error['message']}", err=True)
+            if wants_json:
+                typer.echo(canonical_json({"error": failure.error}))
+            raise typer.Exit(failure.exit_code) from None
         except typer.TyperException as exc:
             _usage_exit(exc)
+            if wants_json and hasattr(exc, "format_message"):
+                typer.echo(canonical_json({"error": _usage_error(exc)}))
             raise
 
 
@@ -268,11 +333,17 @@ def _retrieval(model: str, neighbours: float, ranker: Path | None = None) -> Ret
     )
 
 
+_PROFILE_HELP = (
+    f"Token profile: {', '.join(PROFILE_NAMES)}, an OpenAI model name (gpt-4o, gpt-4.1-mini, "
+    "o3, gpt-4, gpt-3.5-turbo, ...) or huggingface:PATH of a tokenizer.json."
+)
+
+
 def _profile(value: str) -> str:
-    if value not in PROFILE_NAMES:
-        raise typer.BadParameter(
-            f"unknown token profile {value!r}; use one of {list(PROFILE_NAMES)}"
-        )
+    try:
+        get_profile(value)
+    except ProfileError as exc:
+        raise typer.BadParameter(str(exc)) from None
     return value
 
 
@@ -324,24 +395,27 @@ def _budgets(value: str) -> list[int]:
 
 
 def _fail(exc: CognoxiumError, code: int) -> NoReturn:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code)
+    """Fail the command with ``exc`` (its code, location and params) and exit code ``code``."""
+    raise _CommandError(exc.to_dict(), code) from None
 
 
 def _fail_io(
     exc: OSError | UnicodeDecodeError, action: Literal["read", "write"], default: Path
 ) -> NoReturn:
     """Report a failed read or write as bad input, naming the path (``default`` if unknown)."""
+    code = "file.unreadable" if action == "read" else "file.unwritable"
     if isinstance(exc, UnicodeDecodeError):
-        typer.echo(f"error: cannot read {default}: not UTF-8 text ({exc.reason})", err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        message = f"cannot read {default}: not UTF-8 text ({exc.reason})"
+        error = _error_dict(code, message, file=str(default), params={"reason": "not UTF-8"})
+        raise _CommandError(error, EXIT_BAD_INPUT) from None
     path = Path(exc.filename) if exc.filename is not None else default
     reason = exc.strerror or str(exc) or type(exc).__name__
     hint = ""
     if action == "write" and isinstance(exc, FileExistsError | NotADirectoryError):
         hint = "; --out must be a directory (or a path where one can be made), not a file"
-    typer.echo(f"error: cannot {action} {path}: {reason}{hint}", err=True)
-    raise typer.Exit(EXIT_BAD_INPUT)
+    message = f"cannot {action} {path}: {reason}{hint}"
+    error = _error_dict(code, message, file=str(path), params={"reason": reason})
+    raise _CommandError(error, EXIT_BAD_INPUT) from None
 
 
 def _package_version() -> str:
@@ -384,8 +458,9 @@ def _readable_file(path: Path | None) -> Path | None:
         reason = "permission denied"
     else:
         return path
-    typer.echo(f"error: cannot read {path}: {reason}", err=True)
-    raise typer.Exit(EXIT_BAD_INPUT)
+    message = f"cannot read {path}: {reason}"
+    error = _error_dict("file.unreadable", message, file=str(path), params={"reason": reason})
+    raise _CommandError(error, EXIT_BAD_INPUT)
 
 
 _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
@@ -433,9 +508,7 @@ def pack_command(
             "finished run's files, swapped in one step (missing, empty or written by a run).",
         ),
     ],
-    profile: Annotated[
-        str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
-    ] = "cl100k_base",
+    profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
     rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
     manifests: _Manifests = ManifestFormat.PARQUET,
     model: _Model = "minilm",
@@ -651,9 +724,7 @@ def locomo_command(
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
     ranker: _Ranker = None,
-    profile: Annotated[
-        str, typer.Option(help=f"Token profile: {', '.join(PROFILE_NAMES)}.", callback=_profile)
-    ] = "cl100k_base",
+    profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
     loco: Annotated[
         bool,
         typer.Option(
@@ -742,6 +813,10 @@ def train_ranker_command(
         float,
         typer.Option(min=0.0, help="c of the rank utility log p - c * log(token cost)."),
     ] = 0.5,
+    profile: Annotated[
+        str,
+        typer.Option(help=_PROFILE_HELP + " It counts the log-cost feature.", callback=_profile),
+    ] = "cl100k_base",
     quiet: _Quiet = False,
     json_output: _Json = False,
 ) -> None:
@@ -755,7 +830,7 @@ def train_ranker_command(
     from cognoxium.app.ranker import train_ranker
 
     try:
-        model = train_ranker(path, out, l2=l2, cost_penalty=cost_penalty)
+        model = train_ranker(path, out, l2=l2, cost_penalty=cost_penalty, profile=profile)
     except OSError as exc:
         reading = exc.filename is not None and Path(exc.filename) == path
         _fail_io(exc, "read" if reading else "write", path if reading else out)
@@ -823,8 +898,8 @@ def redact_command(
     writers = {".jsonl": write_jsonl, ".ndjson": write_jsonl, ".parquet": write_parquet}
     writer = writers.get(target.suffix.lower())
     if writer is None:
-        typer.echo(f"error: {target}: unsupported file type; use .jsonl or .parquet", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        message = f"{target}: unsupported file type; use .jsonl or .parquet"
+        raise _CommandError(_error_dict("usage.invalid", message, field="TARGET"), EXIT_USAGE)
     kinds = None if types is None else [t.strip() for t in types.split(",") if t.strip()]
     key = os.environ.get(key_env) if style is Style.HASH else None
     try:
@@ -833,8 +908,9 @@ def redact_command(
         _fail_io(exc, "read", source)
     except CognoxiumError as exc:
         if style is Style.HASH and key is None:
-            typer.echo(f"error: the hash style needs a key in ${key_env}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+            message = f"the hash style needs a key in ${key_env}"
+            error = _error_dict("usage.invalid", message, field="--key-env")
+            raise _CommandError(error, EXIT_USAGE) from None
         _fail(exc, EXIT_BAD_INPUT)
     redacted = frame.collect()
     try:

@@ -119,7 +119,10 @@ def check_request(
         If ``df`` lacks an item column or one has the wrong type.
     """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
-        raise PackError(f"budget must be a non-negative whole number of tokens, got {budget!r}")
+        raise PackError(
+            f"budget must be a non-negative whole number of tokens, got {budget!r}",
+            params={"budget": budget if isinstance(budget, int) else repr(budget)},
+        )
     if (
         isinstance(reserve, bool)
         or not isinstance(reserve, int | np.integer)
@@ -130,6 +133,8 @@ def check_request(
             f"got {reserve!r}: the reply reserve is taken out of the budget",
             costs={},
             budget=int(budget),
+            code="budget.reserve_invalid",
+            params={"reserve": reserve if isinstance(reserve, int) else repr(reserve)},
         )
     if overflow not in OVERFLOW_MODES:
         raise PackError(f"overflow must be 'error' or 'truncate', got {overflow!r}")

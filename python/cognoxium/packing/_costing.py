@@ -45,7 +45,8 @@ class Rendering:
     cheap
         ``(n,)`` Int64: a lower bound of the cost known for every row at no
         real cost, ``framing + image_tokens + ceil(UTF-8 bytes / longest
-        token bytes)`` over the content and each tool-call text, in tokens.
+        token bytes)`` over the content and each tool-call text (the last
+        term 0 when the profile has no byte bound), in tokens.
     """
 
     chat: ChatColumns
@@ -83,25 +84,35 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
         field.
     """
     chat = chat_columns(df, review.column("action"))
-    width = profile.longest_token_bytes
     roles = chat.role.unique().to_list()
     framing = chat.role.replace_strict(
         {role: profile.framing(role) for role in roles}, return_dtype=pl.Int64
-    ).to_numpy(writable=True)
-    bytes_bound = (
-        (chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1) // width
     ).to_numpy(writable=True)
     for row, fields in chat.fields.items():
         name = fields.get("name")
         if name is not None:
             framing[row] = profile.framing(chat.role[row], name=name)
-    for row, texts in chat.tool_texts.items():
-        bytes_bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
+    bytes_bound = _bytes_bound(chat, profile.longest_token_bytes)
     images = np.zeros(len(framing), dtype=np.int64)
     for row, image in chat.images.items():
         images[row] = profile.image_rule.tokens(image.detail, image.size)
     cheap = pl.Series("cheap", framing + images + bytes_bound)
     return Rendering(chat=chat, framing=framing, image_tokens=images, cheap=cheap)
+
+
+def _bytes_bound(chat: ChatColumns, width: int | None) -> np.ndarray:
+    """``(n,)`` int64: ``ceil(UTF-8 bytes / width)`` of each row's content and tool texts.
+
+    All zeros when the profile has no byte bound (``width`` is ``None``).
+    """
+    if width is None:
+        return np.zeros(len(chat.content), dtype=np.int64)
+    bound = (
+        (chat.content.str.len_bytes().fill_null(0).cast(pl.Int64) + width - 1) // width
+    ).to_numpy(writable=True)
+    for row, texts in chat.tool_texts.items():
+        bound[row] += sum((len(t.encode("utf-8")) + width - 1) // width for t in texts)
+    return bound
 
 
 def _tool_text_key(text: str) -> str:

@@ -122,6 +122,7 @@ def build_manifest(
         reserve_tokens=request.reserve,
         overflow=request.overflow,
         truncations=list(truncations),
+        estimated=request.profile.estimated,
     )
     manifest._entries = entries
     return manifest

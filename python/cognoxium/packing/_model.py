@@ -213,6 +213,10 @@ class PackManifest(BaseModel):
     held data and was not redacted (see
     :meth:`cognoxium.CognitionFrame.redact`); it is left out of the JSON and
     Arrow forms when empty, so manifests without such items read as before.
+    ``estimated`` is true when the token profile's costs are not exact counts
+    (``approximate``, an upper bound; ``huggingface:PATH``, assumed chat
+    framing; see :attr:`cognoxium.tokens.profiles.TokenProfile.estimated`);
+    it is left out when false, so exact manifests keep their bytes.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -236,6 +240,7 @@ class PackManifest(BaseModel):
     reserve_tokens: int = 0
     overflow: str = "error"
     truncations: list[TruncationRecord] = []
+    estimated: bool = False
     _entries: pl.DataFrame = PrivateAttr()
 
     @property
@@ -261,13 +266,14 @@ class PackManifest(BaseModel):
         """Everything but the entries, without the fields that hold their defaults.
 
         ``unredacted`` and ``truncations`` when empty, ``reserve_tokens`` when
-        0 and ``overflow`` when ``error``.
+        0, ``overflow`` when ``error`` and ``estimated`` when false.
         """
         defaults = {
             "unredacted": not self.unredacted,
             "reserve_tokens": self.reserve_tokens == 0,
             "overflow": self.overflow == "error",
             "truncations": not self.truncations,
+            "estimated": not self.estimated,
         }
         return self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
 

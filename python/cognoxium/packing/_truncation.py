@@ -110,13 +110,15 @@ def find_marks(df: pl.DataFrame) -> Marks:
     return Marks(rows=rows, floor=floor)
 
 
-def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int) -> Rendering:
+def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int | None) -> Rendering:
     """``rendering`` with each marked row's cheap bound lowered to what its shortest cut costs.
 
     A cut keeps at least ``min_tokens`` of the text (or the whole text), so
     the content part of the bound becomes ``min(byte bound, min_tokens)``.
+    Without a byte bound (``longest_token_bytes`` is ``None``) the bound
+    holds no content part, and nothing changes.
     """
-    if not marks.rows:
+    if not marks.rows or longest_token_bytes is None:
         return rendering
     width = longest_token_bytes
     content = (

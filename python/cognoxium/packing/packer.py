@@ -296,6 +296,7 @@ def _select(
             f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
             costs=error.costs,
             budget=error.budget,
+            params={"reserve": request.reserve},
         ) from None
 
 

@@ -4,9 +4,12 @@ Also cutting a text at token boundaries (:func:`cut_tokens`).
 """
 
 from cognoxium.tokens.profiles import (
+    APPROXIMATE,
     CACHE_MAX_ENTRIES,
+    HUGGINGFACE_PREFIX,
     PROFILE_NAMES,
     CacheInfo,
+    Encoder,
     TokenProfile,
     cache_info,
     clear_cache,
@@ -16,10 +19,13 @@ from cognoxium.tokens.profiles import (
 from cognoxium.tokens.truncation import SIDES, Side, cut_tokens
 
 __all__ = [
+    "APPROXIMATE",
     "CACHE_MAX_ENTRIES",
+    "HUGGINGFACE_PREFIX",
     "PROFILE_NAMES",
     "SIDES",
     "CacheInfo",
+    "Encoder",
     "Side",
     "TokenProfile",
     "cache_info",

