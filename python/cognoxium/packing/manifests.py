@@ -248,8 +248,8 @@ def _bad_entry(entries: list[Any], source: str, line: int | None, start: int = 0
     return RecordError("invalid entries", source=source, line=line, field="entries")
 
 
-def _entries(entries: Any, source: str, line: int | None) -> pl.DataFrame:
-    """Entries as a frame of the manifest entry schema, checked column-wise."""
+def _entry_list(entries: Any, source: str, line: int | None) -> list[dict[str, Any]]:
+    """Check the shape of a manifest's entries: a list of objects with the entry fields."""
     if not isinstance(entries, list):
         raise RecordError(
             f"must be a list of entries, got {type(entries).__name__}",
@@ -259,6 +259,11 @@ def _entries(entries: Any, source: str, line: int | None) -> pl.DataFrame:
         )
     if any(not isinstance(e, dict) or e.keys() != _FIELDS for e in entries):
         raise _bad_entry(entries, source, line)
+    return entries
+
+
+def _entries(entries: list[dict[str, Any]], source: str, line: int | None) -> pl.DataFrame:
+    """Entries of the checked shape as a frame of the entry schema, checked column-wise."""
     try:
         raw = pl.DataFrame(entries, schema=_STRINGS)
     except (pl.exceptions.PolarsError, TypeError, ValueError):
@@ -275,7 +280,8 @@ def _entries(entries: Any, source: str, line: int | None) -> pl.DataFrame:
     return raw.cast(dict(ENTRY_SCHEMA.items()))
 
 
-def _manifest(data: Any, source: str, line: int | None) -> PackManifest:
+def _split(data: Any, source: str, line: int | None) -> tuple[PackManifest, list[dict[str, Any]]]:
+    """A manifest's validated header, and its entries of the checked shape."""
     if not isinstance(data, dict):
         raise RecordError(
             f"a manifest must be a JSON object, got {type(data).__name__}", source=source, line=line
@@ -283,46 +289,27 @@ def _manifest(data: Any, source: str, line: int | None) -> PackManifest:
     header = dict(data)
     if "entries" not in header:
         raise RecordError("missing", source=source, line=line, field="entries")
-    entries = _entries(header.pop("entries"), source, line)
+    entries = _entry_list(header.pop("entries"), source, line)
     try:
-        manifest = PackManifest.model_validate(header)
+        return PackManifest.model_validate(header), entries
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or None
         raise RecordError(first["msg"], source=source, line=line, field=field) from None
-    manifest._entries = entries
+
+
+def _manifest(data: Any, source: str, line: int | None) -> PackManifest:
+    manifest, entries = _split(data, source, line)
+    manifest._entries = _entries(entries, source, line)
     return manifest
 
 
 def _checked_header(data: Any, source: str, line: int | None) -> PackManifest:
     """A manifest's header, validated, after a check of its entries' shape.
 
-    The entries must be a list of objects with the entry fields; their values
-    are checked by the scan (:func:`_scan_jsonl`).
+    The entries' values are checked by the scan (:func:`_scan_jsonl`).
     """
-    if not isinstance(data, dict):
-        raise RecordError(
-            f"a manifest must be a JSON object, got {type(data).__name__}", source=source, line=line
-        )
-    header = dict(data)
-    if "entries" not in header:
-        raise RecordError("missing", source=source, line=line, field="entries")
-    entries = header.pop("entries")
-    if not isinstance(entries, list):
-        raise RecordError(
-            f"must be a list of entries, got {type(entries).__name__}",
-            source=source,
-            line=line,
-            field="entries",
-        )
-    if any(not isinstance(e, dict) or e.keys() != _FIELDS for e in entries):
-        raise _bad_entry(entries, source, line)
-    try:
-        return PackManifest.model_validate(header)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        raise RecordError(first["msg"], source=source, line=line, field=field) from None
+    return _split(data, source, line)[0]
 
 
 def _raw_lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
