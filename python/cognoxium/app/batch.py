@@ -221,6 +221,25 @@ class Request(BaseModel):
             raise ValueError("must not be blank; omit it (or use null) for the whole store")
         return value
 
+    def to_record(self) -> dict[str, Any]:
+        """Return the request as a JSON record, a line of a requests file.
+
+        The pack options (``reserve``, ``overflow``, ``turns``, ``start_on``)
+        are left out unless given, so a request that does not use them reads
+        as it did before they existed; :func:`read_requests` gives back an
+        equal request.
+
+        Examples
+        --------
+        >>> list(Request(id="r1", budget=512).to_record())
+        ['id', 'budget', 'query', 'where', 'as_of', 'evidence', 'labels']
+        >>> Request(id="r2", budget=512, reserve=64).to_record()["reserve"]
+        64
+        """
+        options = {"reserve", "overflow", "turns", "start_on"}
+        defaults = options - self.model_fields_set
+        return self.model_dump(mode="json", exclude=defaults)
+
     def error(self, message: str, *, field: str | None = None) -> RecordError:
         """Return a :class:`~cognoxium.exceptions.RecordError` about this request.
 

@@ -998,7 +998,7 @@ def run_locomo(
         write_parquet(items, out / "items.parquet")
         with (out / "requests.jsonl").open("w", encoding="utf-8") as handle:
             for request in requests:
-                handle.write(canonical_json(request.model_dump(mode="json")))
+                handle.write(canonical_json(request.to_record()))
                 handle.write("\n")
         report: dict[str, Any] = {
             "source": {"file": Path(path).name, "sha256": file_sha256(path)},
