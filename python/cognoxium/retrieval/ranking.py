@@ -318,6 +318,7 @@ def recency_expr(
 
     Examples
     --------
+    >>> from datetime import UTC
     >>> df = pl.DataFrame({"created_at": [datetime(2024, 1, 1, tzinfo=UTC),
     ...                                   datetime(2024, 1, 2, tzinfo=UTC)]})
     >>> df.select(recency_expr(half_life=86400)).to_series().to_list()
@@ -356,6 +357,7 @@ def recency_scores(
 
     Examples
     --------
+    >>> from datetime import UTC
     >>> s = pl.Series([datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 3, tzinfo=UTC)])
     >>> recency_scores(s, half_life=timedelta(days=1)).tolist()
     [0.25, 1.0]
