@@ -176,7 +176,7 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
         (lambda s: Filter(input=s, predicate=E(pl.col("priority") + 1)), "Boolean"),
         (lambda s: Filter(input=s, predicate=E(pl.col("nope") > 1)), "nope"),
         (lambda s: Limit(input=s, n=-1), "non-negative"),
-        (lambda s: Limit(input=s, n=1, offset=-2), "non-negative"),
+        (lambda s: Limit(input=s, n=1, offset=1.5), "whole number"),  # type: ignore[arg-type]
         (lambda s: Limit(input=s, n=True), "non-negative"),
         (
             lambda s: Sort(input=s, by=(E("nope"),), descending=(False,), nulls_last=(False,)),

@@ -717,7 +717,7 @@ def test_group_by_agg_is_eager(cf: CognitionFrame) -> None:
 
 def test_repr_is_brief(cf: CognitionFrame) -> None:
     text = repr(cf.filter(pl.col("priority") > 0).limit(2))
-    assert text == "<CognitionFrame Limit <- Filter <- Scan: Scan 5 rows; 23 columns>"
+    assert text == "<CognitionFrame: Limit 2 (3 plan steps); 23 columns>"
 
 
 def test_pack_collects_and_delegates(cf: CognitionFrame, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -731,19 +731,30 @@ def _check_count(value: object, name: str) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limit(Node):
-    """Keep ``n`` rows starting at row ``offset`` (0-based), in input order."""
+    """Keep ``n`` rows starting at row ``offset`` (0-based), in input order.
+
+    Polars' slice rules: a negative ``offset`` counts from the end (``-1``
+    is the last row); ``n=None`` keeps every row from ``offset`` on. The
+    window is clipped to the rows there are: an offset before the first row
+    starts at the first row (and still ends ``n`` rows after ``offset``), an
+    offset past the end keeps nothing. ``head`` is ``offset=0``; ``tail(k)``
+    is ``offset=-k, n=k``. Nulls and ties: rows pass through unchanged.
+    """
 
     input: Node
-    n: int
+    n: int | None
     offset: int = 0
 
     def _check(self) -> None:
-        _check_count(self.n, "limit n")
-        _check_count(self.offset, "limit offset")
+        if self.n is not None:
+            _check_count(self.n, "limit n")
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int):
+            raise PlanError(f"limit offset must be a whole number, got {self.offset!r}")
 
     @override
     def label(self) -> str:
-        return f"Limit {self.n}" + (f" offset {self.offset}" if self.offset else "")
+        count = "all" if self.n is None else str(self.n)
+        return f"Limit {count}" + (f" offset {self.offset}" if self.offset else "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,9 @@ Polars LazyFrame.
 from __future__ import annotations
 
 import difflib
+import html
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,8 +51,9 @@ from cognoxium.engine.plan import (
     polars_error_text,
     rank_node,
     rewrite,
+    walk,
 )
-from cognoxium.exceptions import PlanError, SchemaError
+from cognoxium.exceptions import CognoxiumError, PlanError, SchemaError
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import parse_predicate
@@ -73,7 +75,19 @@ if TYPE_CHECKING:
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
 
-__all__ = ["CognitionFrame", "GroupBy", "OptFlags"]
+__all__ = ["ENGINES", "CognitionFrame", "GroupBy", "OptFlags"]
+
+EngineType = Literal["auto", "in-memory", "streaming", "gpu"] | pl.GPUEngine
+"""A Polars engine: its name or a ``polars.GPUEngine``."""
+
+ENGINES: tuple[str, ...] = ("auto", "in-memory", "streaming", "gpu")
+"""The Polars engines :meth:`CognitionFrame.collect` runs a plan on, by name."""
+
+_HTML_ROWS = 10
+"""Rows a frame shows in a notebook."""
+
+_LABEL_CHARS = 60
+"""Characters of the plan root's label a frame's ``repr`` shows."""
 
 
 # ---------------------------------------------------------------------------
@@ -253,16 +267,57 @@ def _expr(value: pl.Expr | str, what: str) -> Expression:
     return Expression.of(value)
 
 
+def _flatten(values: Sequence[Any]) -> list[Any]:
+    """Arguments given one by one or in lists (as Polars takes them), in order."""
+    out: list[Any] = []
+    for value in values:
+        out.extend(value if isinstance(value, list | tuple) else [value])
+    return out
+
+
 def _projection(
-    what: str, exprs: Sequence[pl.Expr | str], named: Mapping[str, Any]
+    what: str, exprs: Sequence[pl.Expr | str | Sequence[pl.Expr | str]], named: Mapping[str, Any]
 ) -> tuple[Expression, ...]:
-    out = [_expr(e, what) for e in exprs]
+    out = [_expr(e, what) for e in _flatten(exprs)]
     for name, value in named.items():
         expr = value if isinstance(value, pl.Expr) else pl.lit(value)
         out.append(Expression.of(expr.alias(name)))
     if not out:
         raise PlanError(f"{what} needs at least one expression")
     return tuple(out)
+
+
+def _constraint(plan: Node, name: str, value: Any) -> pl.Expr:
+    """``pl.col(name).eq(value)``, refusing a value its enumeration column cannot hold."""
+    dtype = plan.schema.get(name)
+    if isinstance(dtype, pl.Enum) and isinstance(value, str):
+        categories = dtype.categories.to_list()
+        if value not in categories:
+            raise PlanError(
+                f"filter({name}={value!r}): {name!r} holds one of {categories}, "
+                "so no row could match"
+            )
+    return pl.col(name).eq(value)
+
+
+def _column_names(column: Any, schema: pl.Schema, what: str, *, strict: bool) -> list[str]:
+    """The columns a name or a Polars selector names in ``schema``."""
+    import polars.selectors as cs
+
+    if cs.is_selector(column):
+        try:
+            return list(cs.expand_selector(schema, column))
+        except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
+            raise PlanError(f"{what}: {polars_error_text(exc)}") from exc
+    if not isinstance(column, str):
+        raise PlanError(f"{what} takes column names or selectors, got {column!r}")
+    if column in schema:
+        return [column]
+    if not strict:
+        return []
+    close = difflib.get_close_matches(column, schema.names(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise PlanError(f"{what}: unknown column {column!r}{hint} (the frame has {schema.names()})")
 
 
 def _writes(expr: Expression) -> str | None:
@@ -463,13 +518,15 @@ class CognitionFrame:
 
     # -- plan building ------------------------------------------------------
 
-    def filter(self, *predicates: pl.Expr | str) -> CognitionFrame:
+    def filter(
+        self, *predicates: pl.Expr | str | Sequence[pl.Expr | str], **constraints: Any
+    ) -> CognitionFrame:
         """Keep the rows where every predicate is true; order is kept, null counts as false.
 
         Parameters
         ----------
         *predicates
-            Boolean Polars expressions, or SQL predicates (strings in the
+            Boolean Polars expressions (one by one or in lists), or SQL predicates (strings in the
             grammar of :mod:`cognoxium.items.predicate`: columns, literals,
             comparisons, ``AND``/``OR``/``NOT``, ``IN`` lists, ``LIKE``,
             ``BETWEEN``, ``IS NULL`` and a few scalar functions; no
@@ -480,6 +537,11 @@ class CognitionFrame:
             items lack reads as null for them). With expressions, read
             metadata with ``pl.col("metadata").str.json_path_match("$.key")``
             (a string, or null): the column holds JSON text, not a struct.
+        **constraints
+            ``name=value``: keep the rows whose column ``name`` equals
+            ``value``, as ``pl.col(name).eq(value)`` (Polars' rule: a
+            ``None`` value matches no row). Joined to the predicates with
+            ``&``.
 
         Raises
         ------
@@ -507,16 +569,20 @@ class CognitionFrame:
         >>> conv = pl.col("metadata").str.json_path_match("$.conversation")
         >>> cf.filter(conv == "c1").to_polars()["id"].to_list()
         ['a', 'c']
+        >>> cf.filter(role="user").to_polars()["id"].to_list()
+        ['a', 'b']
         >>> cf.filter("metadata.conversaton = 'c1'")
         Traceback (most recent call last):
         ...
         cognoxium.exceptions.PlanError: no item has the metadata key 'conversaton' ...;
         did you mean 'conversation'? the metadata keys are ['conversation']
         """
-        if not predicates:
+        given = _flatten(predicates)
+        given += [_constraint(self._plan, name, value) for name, value in constraints.items()]
+        if not given:
             raise PlanError("filter needs at least one predicate")
         plan = self._plan
-        for predicate in predicates:
+        for predicate in given:
             if isinstance(predicate, str):
                 expr, dtype = _sql_predicate(predicate, plan)
             elif isinstance(predicate, pl.Expr):
@@ -528,8 +594,12 @@ class CognitionFrame:
             plan = Filter(input=plan, predicate=Expression.of(expr), metadata_dtype=dtype)
         return self._wrap(plan)
 
-    def select(self, *exprs: pl.Expr | str, **named: Any) -> CognitionFrame:
+    def select(
+        self, *exprs: pl.Expr | str | Sequence[pl.Expr | str], **named: Any
+    ) -> CognitionFrame:
         """Keep only the given columns or expressions (``name=expr`` to name one).
+
+        Columns and expressions may come one by one or in lists, as in Polars.
 
         Selecting away item columns is allowed, but exports to items and
         :meth:`pack` need all of them.
@@ -544,13 +614,19 @@ class CognitionFrame:
         >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hello"}])
         >>> cf.select("id", n=pl.col("text").str.len_chars()).to_polars().row(0)
         ('a', 5)
+        >>> cf.select(["id", "role"]).columns
+        ['id', 'role']
         """
         return self._wrap(
             _rehashed(Select(input=self._plan, exprs=_projection("select", exprs, named)))
         )
 
-    def with_columns(self, *exprs: pl.Expr | str, **named: Any) -> CognitionFrame:
+    def with_columns(
+        self, *exprs: pl.Expr | str | Sequence[pl.Expr | str], **named: Any
+    ) -> CognitionFrame:
         """Add or replace columns (``name=expr`` to name one; other values become literals).
+
+        Expressions may come one by one or in lists, as in Polars.
 
         Raises
         ------
@@ -658,13 +734,14 @@ class CognitionFrame:
             )
         )
 
-    def limit(self, n: int, offset: int = 0) -> CognitionFrame:
+    def limit(self, n: int = 5, offset: int = 0) -> CognitionFrame:
         """Keep ``n`` rows starting at row ``offset`` (0-based), in order.
 
         Raises
         ------
         PlanError
-            If ``n`` or ``offset`` is negative or not a whole number.
+            If ``n`` or ``offset`` is negative or not a whole number (for an
+            offset from the end, use :meth:`slice` or :meth:`tail`).
 
         Examples
         --------
@@ -672,11 +749,261 @@ class CognitionFrame:
         >>> cf.limit(2, offset=1).to_polars()["id"].to_list()
         ['b', 'c']
         """
+        if isinstance(offset, int) and not isinstance(offset, bool) and offset < 0:
+            raise PlanError(
+                f"limit offset must be a non-negative whole number, got {offset}; "
+                "use slice() or tail() for rows counted from the end"
+            )
         return self._wrap(Limit(input=self._plan, n=n, offset=offset))
 
     def head(self, n: int = 5) -> CognitionFrame:
         """The first ``n`` rows (``limit(n)``)."""
         return self.limit(n)
+
+    def tail(self, n: int = 5) -> CognitionFrame:
+        """The last ``n`` rows, in order (all rows when there are fewer).
+
+        A :class:`~cognoxium.engine.plan.Limit` with offset ``-n``: no filter
+        is moved across it, since which rows are last depends on every row.
+
+        Raises
+        ------
+        PlanError
+            If ``n`` is negative or not a whole number.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i} for i in "abcd"])
+        >>> cf.tail(3).to_polars()["id"].to_list()
+        ['b', 'c', 'd']
+        >>> print(cf.tail(3).explain())
+        Limit 3 offset -3
+          Scan 4 rows; 23 columns
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise PlanError(f"tail n must be a non-negative whole number, got {n!r}")
+        return self._wrap(Limit(input=self._plan, n=n, offset=-n))
+
+    def slice(self, offset: int, length: int | None = None) -> CognitionFrame:
+        """Keep ``length`` rows from row ``offset``, with Polars' slice rules.
+
+        Parameters
+        ----------
+        offset
+            The first row (0-based); negative counts from the end (``-1`` is
+            the last row).
+        length
+            How many rows; ``None`` for every row from ``offset`` on. The
+            window is clipped to the rows there are.
+
+        Raises
+        ------
+        PlanError
+            If ``offset`` is not a whole number, or ``length`` is negative or
+            not a whole number.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i} for i in "abcd"])
+        >>> cf.slice(-3, 2).to_polars()["id"].to_list()
+        ['b', 'c']
+        >>> cf.slice(1).to_polars()["id"].to_list()
+        ['b', 'c', 'd']
+        """
+        return self._wrap(Limit(input=self._plan, n=length, offset=offset))
+
+    def top_k(
+        self,
+        k: int,
+        *,
+        by: pl.Expr | str | Sequence[pl.Expr | str],
+        reverse: bool | Sequence[bool] = False,
+    ) -> CognitionFrame:
+        """The ``k`` rows with the largest ``by`` values, largest first.
+
+        A :class:`~cognoxium.engine.plan.TopK`: the first ``k`` rows of a
+        stable sort by ``by`` descending, so ties keep their input order,
+        and nulls come after every value (Polars' rule: a non-null value is
+        always preferred). Polars' ``top_k`` leaves the order unspecified;
+        here it is the sort order.
+
+        Parameters
+        ----------
+        k
+            How many rows (>= 0).
+        by
+            The key column(s) or expression(s), most significant first.
+        reverse
+            Take the smallest values of a key instead (one flag for all keys,
+            or one per key).
+
+        Raises
+        ------
+        PlanError
+            On a negative ``k``, an unknown column, or flags that do not match
+            the keys.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i, "priority": p}
+        ...                      for i, p in [("a", 1), ("b", 3), ("c", 2), ("d", 3)]])
+        >>> cf.top_k(3, by="priority").to_polars()["id"].to_list()
+        ['b', 'd', 'c']
+        >>> print(cf.top_k(3, by="priority").explain())
+        TopK 3 by col("priority") desc nulls last
+          Scan 4 rows; 23 columns
+        """
+        return self._top_k("top_k", k, by, reverse, largest=True)
+
+    def bottom_k(
+        self,
+        k: int,
+        *,
+        by: pl.Expr | str | Sequence[pl.Expr | str],
+        reverse: bool | Sequence[bool] = False,
+    ) -> CognitionFrame:
+        """The ``k`` rows with the smallest ``by`` values, smallest first.
+
+        As :meth:`top_k` with the order turned: a stable ascending sort, ties
+        in input order, nulls after every value; ``reverse`` takes the
+        largest values of a key instead.
+
+        Raises
+        ------
+        PlanError
+            On a negative ``k``, an unknown column, or flags that do not match
+            the keys.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i, "priority": p}
+        ...                      for i, p in [("a", 1), ("b", 3), ("c", 2), ("d", 1)]])
+        >>> cf.bottom_k(3, by="priority").to_polars()["id"].to_list()
+        ['a', 'd', 'c']
+        """
+        return self._top_k("bottom_k", k, by, reverse, largest=False)
+
+    def _top_k(
+        self,
+        what: str,
+        k: int,
+        by: pl.Expr | str | Sequence[pl.Expr | str],
+        reverse: bool | Sequence[bool],
+        *,
+        largest: bool,
+    ) -> CognitionFrame:
+        keys = tuple(_expr(key, what) for key in _flatten([by]))
+        if not keys:
+            raise PlanError(f"{what} needs at least one key in 'by'")
+        flags = _flags(reverse, len(keys), "reverse")
+        return self._wrap(
+            TopK(
+                input=self._plan,
+                by=keys,
+                descending=tuple(flag != largest for flag in flags),
+                nulls_last=(True,) * len(keys),
+                k=k,
+            )
+        )
+
+    def drop(self, *columns: str | Sequence[str], strict: bool = True) -> CognitionFrame:
+        """Remove columns; the others keep their order.
+
+        A :class:`~cognoxium.engine.plan.Select` of the remaining columns.
+        Dropping an item column is allowed, but exports to items and
+        :meth:`pack` then raise :class:`~cognoxium.exceptions.SchemaError`.
+
+        Parameters
+        ----------
+        *columns
+            Column names, one by one or in lists, or Polars selectors
+            (``polars.selectors``), resolved against the frame's schema.
+        strict
+            Raise on a name the frame does not have (``False`` ignores it).
+
+        Raises
+        ------
+        PlanError
+            On an unknown column (with ``strict``), or when no column would
+            be left.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> cf.select("id", "role", "text").drop("role").columns
+        ['id', 'text']
+        """
+        schema = self._plan.schema
+        names: list[str] = []
+        for column in _flatten(columns):
+            names += _column_names(column, schema, "drop", strict=strict)
+        keep = [name for name in schema.names() if name not in names]
+        if not keep:
+            raise PlanError(f"drop would remove every column ({schema.names()})")
+        exprs = tuple(Expression.of(pl.col(name)) for name in keep)
+        return self._wrap(Select(input=self._plan, exprs=exprs))
+
+    def rename(
+        self, mapping: Mapping[str, str] | Callable[[str], str], *, strict: bool = True
+    ) -> CognitionFrame:
+        """Rename columns; order and values are kept.
+
+        A :class:`~cognoxium.engine.plan.Select` of every column, renamed
+        ones aliased. Renaming an item column away is allowed, but exports to
+        items and :meth:`pack` then raise
+        :class:`~cognoxium.exceptions.SchemaError`; a column renamed to a
+        payload column (``text``, ...) gets a fresh ``content_hash``.
+
+        Parameters
+        ----------
+        mapping
+            ``{old: new}``, or a function from each old name to its new name.
+            Names may be swapped.
+        strict
+            Raise on an old name the frame does not have (``False`` ignores it).
+
+        Raises
+        ------
+        PlanError
+            On an unknown column (with ``strict``), a new name that is not a
+            string, or two columns with one name.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> cf.select("id", "role").rename({"role": "speaker"}).to_polars().row(0, named=True)
+        {'id': 'a', 'speaker': 'user'}
+        """
+        schema = self._plan.schema
+        if callable(mapping):
+            new = {name: mapping(name) for name in schema.names()}
+        elif isinstance(mapping, Mapping):
+            new = dict(mapping)
+            for name in new:
+                _column_names(name, schema, "rename", strict=strict)
+        else:
+            raise PlanError(f"rename takes a mapping or a function, got {mapping!r}")
+        bad = {old: name for old, name in new.items() if not isinstance(name, str)}
+        if bad:
+            raise PlanError(f"rename: new names must be strings, got {bad}")
+        exprs = tuple(
+            Expression.of(pl.col(c).alias(new[c]) if new.get(c, c) != c else pl.col(c))
+            for c in schema.names()
+        )
+        return self._wrap(_rehashed(Select(input=self._plan, exprs=exprs)))
+
+    def pipe(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``function(self, *args, **kwargs)``: chain a function of frames into a query.
+
+        Examples
+        --------
+        >>> def users(cf):
+        ...     return cf.filter(role="user")
+        >>> cf = CognitionFrame([{"role": r, "text": "x"} for r in ("user", "tool")])
+        >>> cf.pipe(users).count()
+        1
+        """
+        return function(self, *args, **kwargs)
 
     def dedupe(
         self,
@@ -1231,7 +1558,9 @@ class CognitionFrame:
         plan = self._optimized(optimizations) if optimized else self._plan
         return lower(plan)
 
-    def collect(self, optimizations: OptFlags | None = None) -> pl.DataFrame:
+    def collect(
+        self, optimizations: OptFlags | None = None, *, engine: EngineType = "auto"
+    ) -> pl.DataFrame:
         """Run the plan and return the rows as a Polars DataFrame.
 
         Parameters
@@ -1239,14 +1568,28 @@ class CognitionFrame:
         optimizations
             Which optimizer rules run; all by default, ``OptFlags.none()``
             for the plan exactly as built. The result is the same either way.
+        engine
+            The Polars engine that runs the lowered plan, passed to
+            :meth:`polars.LazyFrame.collect`: ``"auto"``, ``"in-memory"``,
+            ``"streaming"`` (in batches, for larger-than-memory inputs) or
+            ``"gpu"`` (or a ``polars.GPUEngine``). The rows are the same.
+
+        Raises
+        ------
+        PlanError
+            On an engine Polars does not offer.
 
         Examples
         --------
         >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
         >>> cf.collect(OptFlags.none()).shape
         (1, 23)
+        >>> cf.collect(engine="streaming").equals(cf.collect())
+        True
         """
-        return self.lazy(optimizations=optimizations).collect()
+        if not isinstance(engine, pl.GPUEngine) and engine not in ENGINES:
+            raise PlanError(f"unknown engine {engine!r}; use one of {list(ENGINES)}")
+        return self.lazy(optimizations=optimizations).collect(engine=engine)
 
     def to_polars(self) -> pl.DataFrame:
         """Run the plan; the same as :meth:`collect` with all optimizations."""
@@ -1406,15 +1749,32 @@ class CognitionFrame:
         )
 
     def __repr__(self) -> str:
-        chain: list[str] = []
-        node: Node | None = self._plan
-        while node is not None:
-            chain.append(node.label().split(" ", 1)[0])
-            node = node.children[0] if node.children else None
-        scan = self._plan
-        while scan.children:
-            scan = scan.children[0]
-        return f"<CognitionFrame {' <- '.join(chain)}: {scan.label()}>"
+        """One line: the plan's root step, its number of steps and the output columns.
+
+        The number of rows is not known without running the plan.
+
+        Examples
+        --------
+        >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i} for i in "abc"])
+        >>> cf.filter(role="user").head(2)
+        <CognitionFrame: Limit 2 (3 plan steps); 23 columns>
+        """
+        label = self._plan.label()
+        if len(label) > _LABEL_CHARS:
+            label = label[: _LABEL_CHARS - 1] + "…"
+        steps = sum(1 for _ in walk(self._plan))
+        return f"<CognitionFrame: {label} ({steps} plan steps); {len(self._plan.schema)} columns>"
+
+    def _repr_html_(self) -> str:
+        """The first rows (runs the plan's head) and the optimized plan, as escaped HTML."""
+        try:
+            table = self.head(_HTML_ROWS).collect()._repr_html_()
+        except (CognoxiumError, pl.exceptions.PolarsError) as exc:
+            table = f"<p>the plan did not run: {html.escape(str(exc))}</p>"
+        return (
+            f"<div><p>{html.escape(repr(self))}; first rows</p>{table}"
+            f"<p>plan (optimized)</p><pre>{html.escape(self.explain())}</pre></div>"
+        )
 
 
 def _judge_expiry(node: Node, as_of: datetime) -> Node:

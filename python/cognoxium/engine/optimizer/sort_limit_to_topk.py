@@ -30,7 +30,9 @@ __all__ = ["sort_limit_to_topk"]
 
 
 def _to_topk(node: Node) -> Node:
-    if not isinstance(node, Limit) or node.offset != 0 or not isinstance(node.input, Sort):
+    if not isinstance(node, Limit) or not isinstance(node.input, Sort):
+        return node
+    if node.n is None or node.offset != 0:  # a tail or a slice keeps no prefix
         return node
     sort = node.input
     return TopK(
@@ -46,7 +48,8 @@ def sort_limit_to_topk(plan: Node) -> Node:
     """Replace ``Limit(Sort(x, keys), n, offset=0)`` with ``TopK(x, keys, k=n)``.
 
     TopK keeps the sort's stability, so the rows and their order are the
-    same. Returns ``plan`` itself when nothing changed.
+    same. A limit with an offset (a slice, a tail) or without a length stays
+    as it is. Returns ``plan`` itself when nothing changed.
 
     Examples
     --------
