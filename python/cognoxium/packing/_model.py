@@ -9,6 +9,7 @@ pack position not computed.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,6 +28,7 @@ from pydantic import (
 
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA, frame_to_items
+from cognoxium.packing._display import fields_html, table_html
 from cognoxium.packing._renderers import Renderer, anthropic_request, text_transcript
 
 __all__ = [
@@ -311,6 +313,74 @@ class PackManifest(BaseModel):
         manifest._entries = entries_frame([e.model_dump(mode="json") for e in entries])
         return manifest
 
+    @property
+    def digest(self) -> str:
+        """The sha256 hex digest of :meth:`to_json` (computed on each access).
+
+        Equal manifests have equal digests, so it names a manifest in logs and
+        reprs.
+        """
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    def _summary(self) -> str:
+        totals = self.totals
+        label = "" if self.label is None else f"label={self.label!r} "
+        return (
+            f"{label}budget={self.budget} used={self.used_tokens} "
+            f"included={totals.included} excluded={totals.excluded} of {totals.items} items "
+            f"sha256:{self.digest[:12]}"
+        )
+
+    def __repr__(self) -> str:
+        """One line: label, budget and used tokens, entry counts and the digest's first 12 hex.
+
+        Examples
+        --------
+        >>> from datetime import UTC, datetime
+        >>> from cognoxium import CognitionFrame
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi",
+        ...                       "created_at": "2023-12-31T00:00:00Z"}])
+        >>> manifest = cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC)).manifest
+        >>> manifest
+        <PackManifest budget=100 used=8 included=1 excluded=0 of 1 items sha256:...>
+        """
+        return f"<PackManifest {self._summary()}>"
+
+    def _totals_fields(self) -> list[tuple[str, object]]:
+        totals = self.totals
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(totals.by_reason.items()))
+        fields: list[tuple[str, object]] = [
+            ("label", self.label),
+            ("profile", self.profile),
+            ("as_of", self.as_of.isoformat()),
+            ("budget (tokens)", self.budget),
+            ("reserve (tokens)", self.reserve_tokens),
+            ("used (tokens)", self.used_tokens),
+            ("remaining (tokens)", self.remaining_tokens),
+            ("items", totals.items),
+            ("included", totals.included),
+            ("excluded", totals.excluded),
+            ("by reason", reasons or "none"),
+            ("counted / not counted", f"{totals.counted} / {totals.not_counted}"),
+            ("merges", len(self.merges)),
+            ("policy outcomes", len(self.policy_outcomes)),
+            ("truncations", len(self.truncations)),
+            ("sha256", self.digest),
+        ]
+        if totals.redactions:
+            redactions = ", ".join(f"{k}={v}" for k, v in sorted(totals.redactions.items()))
+            fields.insert(11, ("redactions", redactions))
+        return fields
+
+    def _repr_html_(self) -> str:
+        """The totals and the first entries, as escaped HTML for notebooks."""
+        return (
+            "<div>"
+            + fields_html("PackManifest", self._totals_fields())
+            + table_html("entries", self._entries)
+            + "</div>"
+        )
+
 
 ENTRY_SCHEMA = pl.Schema(
     {
@@ -339,7 +409,7 @@ def entries_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=ENTRY_SCHEMA)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ContextPack:
     """The items selected for one model call, in input order.
 
@@ -525,6 +595,51 @@ class ContextPack:
 
     def __len__(self) -> int:
         return self.frame.height
+
+    def __repr__(self) -> str:
+        """One line: budget, used tokens, kept and dropped items, the manifest's digest.
+
+        Examples
+        --------
+        >>> from datetime import UTC, datetime
+        >>> from cognoxium import CognitionFrame
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi",
+        ...                       "created_at": "2023-12-31T00:00:00Z"}])
+        >>> pack = cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC))
+        >>> pack
+        <ContextPack budget=100 used=8 kept=1 dropped=0 manifest sha256:...>
+        """
+        return (
+            f"<ContextPack budget={self.budget} used={self.used_tokens} kept={len(self)} "
+            f"dropped={self.manifest.totals.excluded} "
+            f"manifest sha256:{self.manifest.digest[:12]}>"
+        )
+
+    def _repr_html_(self) -> str:
+        """The pack's totals, its first messages and its manifest, as escaped HTML."""
+        summary = [
+            ("budget (tokens)", self.budget),
+            ("used (tokens)", self.used_tokens),
+            ("remaining (tokens)", self.remaining_tokens),
+            ("kept", len(self)),
+            ("dropped", self.manifest.totals.excluded),
+        ]
+        content = [m.get("content") for m in self.messages]
+        messages = pl.DataFrame(
+            {
+                "id": self.ids,
+                "role": [str(m.get("role")) for m in self.messages],
+                "content": [c if isinstance(c, str) else json.dumps(c) for c in content],
+            },
+            schema={"id": pl.String(), "role": pl.String(), "content": pl.String()},
+        )
+        return (
+            "<div>"
+            + fields_html("ContextPack", summary)
+            + table_html("messages", messages)
+            + self.manifest._repr_html_()
+            + "</div>"
+        )
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
