@@ -201,6 +201,8 @@ PUSH_CASES: list[tuple[str, Node, Node]] = [
 PUSH_UNCHANGED: list[tuple[str, Node]] = [
     ("at the scan", f(SCAN, P_USER)),
     ("over a limit", f(Limit(input=SCAN, n=2), P_USER)),
+    ("over a tail", f(Limit(input=SCAN, n=2, offset=-2), P_USER)),
+    ("over a slice to the end", f(Limit(input=SCAN, n=None, offset=1), P_USER)),
     ("over a top-k", f(topk(SCAN, 2), P_USER)),
     ("over a dedupe", f(Dedupe(input=SCAN), P_USER)),
     ("over bm25", f(rank_node("bm25", input=SCAN, query="refund"), P_USER)),
@@ -298,6 +300,8 @@ TOPK_CASES: list[tuple[str, Node, Node]] = [
 ]
 TOPK_UNCHANGED: list[tuple[str, Node]] = [
     ("with offset", Limit(input=srt(SCAN), n=2, offset=1)),
+    ("tail over sort", Limit(input=srt(SCAN), n=2, offset=-2)),
+    ("no length over sort", Limit(input=srt(SCAN), n=None)),
     ("limit over filter over sort", Limit(input=f(srt(SCAN), P_USER), n=1)),
     ("limit over barrier", Limit(input=Fence(input=srt(SCAN)), n=1)),
     ("sort alone", srt(SCAN)),
@@ -413,6 +417,11 @@ def _ops(
                     "rank",
                     "top_k",
                     "top_k",
+                    "top_k_native",
+                    "tail",
+                    "slice",
+                    "drop",
+                    "rename",
                     "with_columns",
                     "with_columns_touch",
                     "with_columns_agg",
@@ -490,6 +499,29 @@ def _ops(
         elif kind == "head":
             n = draw(st.integers(0, 6))
             choices.append((kind, lambda cf, n=n: cf.head(n)))
+        elif kind == "top_k_native":
+            key = draw(st.sampled_from(["priority", "created_at", "rank"]))
+            n, low = draw(st.integers(0, 6)), draw(st.booleans())
+            choices.append(
+                (
+                    kind,
+                    lambda cf, key=key, n=n, low=low: (
+                        cf.bottom_k(n, by=key) if low else cf.top_k(n, by=key)
+                    ),
+                )
+            )
+        elif kind == "tail":
+            n = draw(st.integers(0, 6))
+            choices.append((kind, lambda cf, n=n: cf.tail(n)))
+        elif kind == "slice":
+            o = draw(st.integers(-8, 8))
+            length = draw(st.one_of(st.none(), st.integers(0, 6)))
+            choices.append((kind, lambda cf, o=o, n=length: cf.slice(o, n)))
+        elif kind == "drop":
+            col = draw(st.sampled_from(["sources", "group_id", "expires_at"]))
+            choices.append((kind, lambda cf, c=col: cf.drop(c, strict=False)))
+        elif kind == "rename":
+            choices.append((kind, lambda cf: cf.rename({"priority": "p"}, strict=False)))
         elif kind == "dedupe":
             merge = draw(st.booleans())
             threshold = draw(st.sampled_from([None, None, 0.5, 0.9]))
