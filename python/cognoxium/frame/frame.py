@@ -1769,8 +1769,10 @@ class CognitionFrame:
         """The first rows (runs the plan's head) and the optimized plan, as escaped HTML."""
         try:
             table = self.head(_HTML_ROWS).collect()._repr_html_()
-        except (CognoxiumError, pl.exceptions.PolarsError) as exc:
-            table = f"<p>the plan did not run: {html.escape(str(exc))}</p>"
+        except pl.exceptions.PolarsError as exc:
+            table = f"<p>the plan did not run: {html.escape(polars_error_text(exc))}</p>"
+        except CognoxiumError as exc:
+            table = f"<p>the plan did not run: {html.escape(f'{type(exc).__name__}: {exc}')}</p>"
         return (
             f"<div><p>{html.escape(repr(self))}; first rows</p>{table}"
             f"<p>plan (optimized)</p><pre>{html.escape(self.explain())}</pre></div>"
