@@ -8,8 +8,10 @@ packing needs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -284,3 +286,23 @@ def test_renaming_a_column_onto_the_text_gives_a_fresh_content_hash(cf: Cognitio
     hashes = out.collect()["content_hash"].unique().to_list()
     assert hashes == fresh["content_hash"].to_list()
     assert cf.rename({"score": "s"}).collect()["content_hash"].equals(cf.collect()["content_hash"])
+
+
+POLARS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "polars.md"
+
+
+def test_the_polars_page_lists_exactly_the_public_lazyframe_methods() -> None:
+    """A Polars release that adds or removes a method fails here until the page follows it."""
+    text = POLARS_PAGE.read_text(encoding="utf-8")
+    table = text.split("## Every LazyFrame method", 1)[1]
+    listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    public = sorted(name for name in dir(pl.LazyFrame) if not name.startswith("_"))
+    assert len(listed) == len(set(listed)), "a method is listed twice"
+    assert sorted(listed) == public
+    assert listed == sorted(listed), "keep the table in alphabetical order"
+    lines = [line for line in table.splitlines() if re.match(r"^\| `\w+` \|", line)]
+    for line in lines:  # an equivalent, or a reason where there is none
+        _, equivalent, notes = (cell.strip() for cell in line.strip("|").split(" | ", 2))
+        assert equivalent, line
+        if equivalent.startswith("not offered"):
+            assert "because" in equivalent or notes.strip(" |"), line
