@@ -11,10 +11,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -244,6 +245,7 @@ class PackManifest(BaseModel):
     truncations: list[TruncationRecord] = []
     estimated: bool = False
     _entries: pl.DataFrame = PrivateAttr()
+    _digest: tuple[pl.DataFrame, str] | None = PrivateAttr(default=None)
 
     @property
     def entries(self) -> list[ManifestEntry]:
@@ -315,12 +317,21 @@ class PackManifest(BaseModel):
 
     @property
     def digest(self) -> str:
-        """The sha256 hex digest of :meth:`to_json` (computed on each access).
+        """The sha256 hex digest of :meth:`to_json`: equal manifests have equal digests.
 
-        Equal manifests have equal digests, so it names a manifest in logs and
-        reprs.
+        Computed once per manifest (the model is frozen), so reprs stay cheap.
         """
-        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+        cached = self._digest
+        if cached is None or cached[0] is not self._entries:
+            digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+            cached = self._digest = (self._entries, digest)
+        return cached[1]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy (see :meth:`pydantic.BaseModel.model_copy`) that computes its own digest."""
+        out = super().model_copy(update=update, deep=deep)
+        out._digest = None
+        return out
 
     def _summary(self) -> str:
         totals = self.totals
