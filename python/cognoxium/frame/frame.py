@@ -555,7 +555,9 @@ class CognitionFrame:
             not boolean (the message carries Polars' own error), or a SQL
             ``metadata.<key>`` names a key that no item of the source has
             (the message lists the keys there are; a source without rows
-            has no keys to check, and any key reads as null).
+            has no keys to check, and any key reads as null), or a
+            ``name=value`` constraint names an unknown column or a value its
+            enumeration column (``role``, ``trust``, ...) cannot hold.
 
         Examples
         --------
