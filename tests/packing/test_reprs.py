@@ -62,7 +62,8 @@ def test_manifest_repr_and_digest(pack: ContextPack) -> None:
     again = _frame(40).pack(120, as_of=AS_OF, label=SCRIPT).manifest
     assert again.digest == manifest.digest
     assert _frame(40).pack(121, as_of=AS_OF, label=SCRIPT).manifest.digest != manifest.digest
-    relabelled = manifest.model_copy(update={"label": "other"})
+    relabelled = manifest.model_copy(update={"label": "x" * 1000})
+    assert f"label='{'x' * 39}…' budget=120" in repr(relabelled)
     assert relabelled.digest == hashlib.sha256(relabelled.to_json().encode()).hexdigest()
     assert relabelled.digest != manifest.digest
     assert manifest.digest == again.digest  # the cached digest stays the manifest's own

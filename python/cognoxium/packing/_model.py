@@ -335,7 +335,8 @@ class PackManifest(BaseModel):
 
     def _summary(self) -> str:
         totals = self.totals
-        label = "" if self.label is None else f"label={self.label!r} "
+        shown = self.label if self.label is None or len(self.label) <= 40 else self.label[:39] + "…"
+        label = "" if shown is None else f"label={shown!r} "
         return (
             f"{label}budget={self.budget} used={self.used_tokens} "
             f"included={totals.included} excluded={totals.excluded} of {totals.items} items "
