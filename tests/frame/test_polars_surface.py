@@ -17,6 +17,8 @@ from typing import Any
 import polars as pl
 import polars.selectors as cs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import PlanError, SchemaError
@@ -158,6 +160,23 @@ def test_top_k_and_bottom_k_match_polars(
     )
     if not case.startswith("priority"):  # these keys have no ties: the very same rows
         assert set(ours["id"]) == set(theirs["id"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(0, 8),
+    offset=st.integers(-12, 12),
+    length=st.one_of(st.none(), st.integers(0, 12)),
+    tail=st.integers(0, 10),
+)
+def test_slice_and_tail_follow_polars_for_any_window(
+    cf: CognitionFrame, rows: int, offset: int, length: int | None, tail: int
+) -> None:
+    frame = cf.head(rows)
+    df = frame.collect()
+    assert_frame_equal(frame.slice(offset, length).collect(), df.slice(offset, length))
+    assert_frame_equal(frame.tail(tail).collect(), df.tail(tail))
+    assert frame.slice(offset, length).count() == df.slice(offset, length).height
 
 
 def test_top_k_keeps_ties_in_input_order(cf: CognitionFrame) -> None:

@@ -134,3 +134,11 @@ def test_frame_html_says_when_the_plan_does_not_run() -> None:
     assert "the plan did not run" in markup
     assert "InvalidOperationError: conversion from `str` to `datetime" in markup
     assert "WithColumns" in markup  # the plan is still shown
+
+
+def test_an_empty_frame_shows_its_columns_and_plan() -> None:
+    frame = _frame(3).head(0)
+    assert repr(frame) == "<CognitionFrame: Limit 0 (2 plan steps); 23 columns>"
+    markup = frame._repr_html_()
+    assert "shape: (0, 23)" in markup
+    assert "Limit 0" in markup
