@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.packing import ContextPack
+from cognoxium.packing import ContextPack, PackManifest
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 AS_OF = T0 + timedelta(days=1)
@@ -53,7 +53,7 @@ def test_pack_repr_is_one_short_line(pack: ContextPack) -> None:
 
 def test_manifest_repr_and_digest(pack: ContextPack) -> None:
     manifest = pack.manifest
-    assert manifest.digest == hashlib.sha256(manifest.to_json().encode()).hexdigest()
+    assert PackManifest.from_json(manifest.to_json()).digest == manifest.digest
     assert repr(manifest) == (
         f"<PackManifest label={SCRIPT!r} budget=120 used={manifest.used_tokens} "
         f"included={len(pack)} excluded={manifest.totals.excluded} of 40 items "
@@ -64,9 +64,28 @@ def test_manifest_repr_and_digest(pack: ContextPack) -> None:
     assert _frame(40).pack(121, as_of=AS_OF, label=SCRIPT).manifest.digest != manifest.digest
     relabelled = manifest.model_copy(update={"label": "x" * 1000})
     assert f"label='{'x' * 39}…' budget=120" in repr(relabelled)
-    assert relabelled.digest == hashlib.sha256(relabelled.to_json().encode()).hexdigest()
     assert relabelled.digest != manifest.digest
+    assert PackManifest.from_json(relabelled.to_json()).digest == relabelled.digest
     assert manifest.digest == again.digest  # the cached digest stays the manifest's own
+
+
+def test_the_digest_follows_every_entry_value(pack: ContextPack) -> None:
+    manifest = pack.manifest
+    entries = manifest.to_polars()
+    for column, value in [("tokens", 999_999), ("reason", "over_budget"), ("rank", 0.5)]:
+        data = manifest.to_dict()
+        row = next(i for i, e in enumerate(data["entries"]) if e[column] != value)
+        data["entries"][row][column] = value
+        changed = PackManifest.from_json(json.dumps(data))
+        assert changed != manifest
+        assert changed.digest != manifest.digest, column
+    # a NaN rank reads as null, as equality does
+    nan = manifest.model_copy()
+    nan._entries = entries.with_columns(pl.lit(float("nan")).alias("rank"))
+    null = manifest.model_copy()
+    null._entries = entries.with_columns(pl.lit(None, dtype=pl.Float64).alias("rank"))
+    assert nan == null
+    assert nan.digest == null.digest
 
 
 def _cells(markup: str) -> list[str]:

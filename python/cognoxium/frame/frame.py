@@ -12,6 +12,7 @@ Polars LazyFrame.
 from __future__ import annotations
 
 import difflib
+import functools
 import html
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -265,6 +266,12 @@ def _expr(value: pl.Expr | str, what: str) -> Expression:
     if not isinstance(value, pl.Expr | str):
         raise PlanError(f"{what} takes Polars expressions or column names, got {value!r}")
     return Expression.of(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _column(name: str) -> Expression:
+    """``pl.col(name)`` as a plan expression, built once per name (drop and rename list all)."""
+    return Expression.of(pl.col(name))
 
 
 def _flatten(values: Sequence[Any]) -> list[Any]:
@@ -942,7 +949,7 @@ class CognitionFrame:
         keep = [name for name in schema.names() if name not in names]
         if not keep:
             raise PlanError(f"drop would remove every column ({schema.names()})")
-        exprs = tuple(Expression.of(pl.col(name)) for name in keep)
+        exprs = tuple(_column(name) for name in keep)
         return self._wrap(Select(input=self._plan, exprs=exprs))
 
     def rename(
@@ -989,7 +996,7 @@ class CognitionFrame:
         if bad:
             raise PlanError(f"rename: new names must be strings, got {bad}")
         exprs = tuple(
-            Expression.of(pl.col(c).alias(new[c]) if new.get(c, c) != c else pl.col(c))
+            Expression.of(pl.col(c).alias(new[c])) if new.get(c, c) != c else _column(c)
             for c in schema.names()
         )
         return self._wrap(_rehashed(Select(input=self._plan, exprs=exprs)))

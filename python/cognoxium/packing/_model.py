@@ -317,14 +317,23 @@ class PackManifest(BaseModel):
 
     @property
     def digest(self) -> str:
-        """The sha256 hex digest of :meth:`to_json`: equal manifests have equal digests.
+        """A sha256 hex digest of the manifest: equal manifests have equal digests.
 
-        Computed once per manifest (the model is frozen), so reprs stay cheap.
+        The sha256 of the canonical JSON of everything but the entries (as
+        in :meth:`to_json`), a newline, then the entries as Polars writes
+        them in NDJSON (NaN ranks as null, as :meth:`__eq__` reads them). It
+        changes with any header field or entry value, survives
+        :meth:`to_json` and :meth:`from_json`, and is computed in Polars, once
+        per manifest (the model is frozen), so reprs of large packs stay cheap.
+        It is not the digest of the JSON file (``sha256sum`` of
+        :meth:`to_json`'s text differs).
         """
         cached = self._digest
         if cached is None or cached[0] is not self._entries:
-            digest = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
-            cached = self._digest = (self._entries, digest)
+            digest = hashlib.sha256(canonical_json(self._header()).encode("utf-8") + b"\n")
+            entries = self._entries.with_columns(pl.col("rank").fill_nan(None))
+            digest.update(entries.write_ndjson().encode("utf-8"))
+            cached = self._digest = (self._entries, digest.hexdigest())
         return cached[1]
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
