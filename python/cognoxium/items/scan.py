@@ -225,10 +225,35 @@ class _Columnar:
         if exc.row is None:
             return exc
         where = self.query(columns, predicate, n_rows, True).select(FILE_COLUMN, _ROW).collect()
-        file, row = where.row(exc.row)
-        source = self.source if file is None else str(file)
-        offset = 0 if file is None else self.offsets(file)
-        return RecordError(exc.message, source=source, row=row - offset, field=exc.field)
+
+        def at(row: int) -> tuple[str, int]:
+            file, index = where.row(row)
+            if file is None:
+                return self.source, index
+            return str(file), index - self.offsets(file)
+
+        source, row = at(exc.row)
+        message = exc.message
+        first = exc.params.get(_FIRST)
+        if isinstance(first, int):
+            first_source, first_row = at(first)
+            message = f"{message} (first at {first_source}: row {first_row})"
+        return RecordError(message, source=source, row=row, field=exc.field)
+
+
+_FIRST: Final = "first_row"
+
+
+def _check_unique_ids(df: pl.DataFrame) -> None:
+    """Raise at the first row of ``df`` whose id an earlier row has (the earlier one in params)."""
+    repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true().first()).item()
+    if repeated is None:
+        return
+    item_id = df.get_column("id")[repeated]
+    first = df.select((pl.col("id") == item_id).arg_true().first()).item()
+    raise RecordError(
+        f"duplicate id {item_id!r}", row=repeated, field="id", params={_FIRST: int(first)}
+    )
 
 
 def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
@@ -239,6 +264,8 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     RecordError
         At the first invalid row of ``df`` (its 0-based row in ``df``).
     """
+    if "id" in columns:
+        _check_unique_ids(df)
     if all(name in columns for name in COLUMNS):
         conformed = conform(df.select(COLUMNS))
         return df.with_columns(conformed.get_columns())
