@@ -345,3 +345,14 @@ def test_sink_parquet_leaves_no_partial_file_on_error(tmp_path: Path) -> None:
     assert target.read_bytes() == b"previous"
     assert [p.name for p in out.iterdir()] == ["items.parquet"]
     assert FILE_COLUMN not in CognitionFrame.scan_parquet(bad).columns
+
+
+def test_read_statistics_has_one_entry_per_scan_even_when_they_read_alike(
+    one_file: Path,
+) -> None:
+    left = CognitionFrame.scan_parquet(one_file).select("id", "priority")
+    right = CognitionFrame.scan_parquet(one_file).select("id", "priority")
+    joined = left.join(right, on="id")
+    assert joined.count() == 40
+    reads = joined.read_statistics()
+    assert [(r.files, r.rows) for r in reads] == [((str(one_file),), 40)] * 2

@@ -11,6 +11,7 @@ from polars.testing import assert_frame_equal
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import write_parquet
 from cognoxium.items.scan import (
+    KEPT_READS,
     ScanRead,
     atomic_path,
     scan_lazy_items,
@@ -147,3 +148,18 @@ def test_atomic_path_renames_on_success_and_removes_the_temporary_file_on_error(
         fail()
     assert target.read_bytes() == b"new"
     assert [p.name for p in target.parent.iterdir()] == ["out.bin"]
+
+
+def test_a_scan_remembers_only_its_latest_runs(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    write_parquet(frame(), path)
+    scan = scan_parquet_items(path)
+    lf = scan.lazy()
+    for n in range(1, KEPT_READS + 6):
+        lf.head(n).select("id").collect()
+    reads = scan.reads
+    assert len(reads) == KEPT_READS
+    assert reads[-1].rows == 5  # head(n) with n >= 5 reads every row
+    assert reads[0].rows == 5
+    lf.head(2).select("id").collect()
+    assert scan.reads[-1].rows == 2

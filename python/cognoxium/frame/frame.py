@@ -1451,10 +1451,13 @@ class CognitionFrame:
         []
         """
         out: list[ScanRead] = []
+        seen: set[int] = set()
         for node in walk(self._plan):
             if isinstance(node, Scan) and isinstance(node.source, LazySource):
-                reads = node.source.scan.reads
-                if reads and reads[-1] not in out:
+                scan = node.source.scan
+                reads = scan.reads
+                if reads and id(scan) not in seen:
+                    seen.add(id(scan))
                     out.append(reads[-1])
         return out
 

@@ -25,6 +25,7 @@ import glob
 import os
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, conform, row_checks
 
 __all__ = [
     "FILE_COLUMN",
+    "KEPT_READS",
     "ItemScan",
     "ScanRead",
     "atomic_path",
@@ -50,6 +52,9 @@ __all__ = [
 
 FILE_COLUMN: Final = "__cognoxium_file"
 """The column naming each row's file inside a scan; never part of its output."""
+
+KEPT_READS: Final = 100
+"""How many runs an :class:`ItemScan` remembers in :attr:`ItemScan.reads`."""
 
 _ROW: Final = "__cognoxium_row"
 _ENUMS: Final = frozenset(name for name, dtype in POLARS_SCHEMA.items() if dtype == pl.Enum)
@@ -100,11 +105,9 @@ class ItemScan:
         then any hive partition columns.
     partitions
         The hive partition columns, in path order.
-    reads
-        One :class:`ScanRead` per run, oldest first.
     """
 
-    __slots__ = ("_lock", "_reader", "kind", "partitions", "reads", "schema", "source")
+    __slots__ = ("_lock", "_reader", "_reads", "kind", "partitions", "schema", "source")
 
     def __init__(
         self,
@@ -119,9 +122,15 @@ class ItemScan:
         self.source = source
         self.schema = schema
         self.partitions = partitions
-        self.reads: list[ScanRead] = []
+        self._reads: deque[ScanRead] = deque(maxlen=KEPT_READS)
         self._reader = reader
         self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> list[ScanRead]:
+        """One :class:`ScanRead` per run, oldest first (the latest :data:`KEPT_READS` runs)."""
+        with self._lock:
+            return list(self._reads)
 
     def label(self) -> str:
         """One line naming the scan, for plans: kind, source and hive partition columns."""
@@ -151,7 +160,7 @@ class ItemScan:
             tuple(files), df.height, tuple(columns), None if predicate is None else str(predicate)
         )
         with self._lock:
-            self.reads.append(read)
+            self._reads.append(read)
         yield df.drop(FILE_COLUMN)
 
 
@@ -212,7 +221,8 @@ class _Columnar:
         try:
             df = self.query(columns, predicate, n_rows, False).collect()
         except pl.exceptions.PolarsError as exc:
-            raise SchemaError(f"{self.source}: cannot read the items: {exc}") from None
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SchemaError(f"{self.source}: cannot read the items: {text}") from None
         try:
             return _validated(df, columns)
         except RecordError as exc:
