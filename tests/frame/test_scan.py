@@ -356,3 +356,20 @@ def test_read_statistics_has_one_entry_per_scan_even_when_they_read_alike(
     assert joined.count() == 40
     reads = joined.read_statistics()
     assert [(r.files, r.rows) for r in reads] == [((str(one_file),), 40)] * 2
+
+
+def test_json_columns_read_alone_are_canonical_as_in_a_full_read(tmp_path: Path) -> None:
+    spaced = raw_frame(n=3).with_columns(
+        metadata=pl.lit('{"topic": "refund",  "a": [1, 2]}'), json=pl.lit(None, pl.String)
+    )
+    path = write_raw(spaced, tmp_path / "items.parquet")
+    cf = CognitionFrame.scan_parquet(path)
+    canonical = '{"a":[1,2],"topic":"refund"}'
+    assert cf.select("metadata").collect()["metadata"].to_list() == [canonical] * 3
+    assert cf.collect()["metadata"].to_list() == [canonical] * 3
+    assert cf.filter("metadata.topic = 'refund'").count() == 3
+
+
+def test_a_column_read_with_no_row_check_passes_through(one_file: Path) -> None:
+    out = CognitionFrame.scan_parquet(one_file).select("text").collect()
+    assert out["text"][0] == "turn 0 of a"

@@ -37,7 +37,13 @@ from polars.io.plugins import register_io_source
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import read_jsonl
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, conform, row_checks
+from cognoxium.items.schema import (
+    COLUMNS,
+    POLARS_SCHEMA,
+    canonical_json_columns,
+    conform,
+    row_checks,
+)
 
 __all__ = [
     "FILE_COLUMN",
@@ -267,7 +273,10 @@ def _check_unique_ids(df: pl.DataFrame) -> None:
 
 
 def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
-    """The rows read, conformed when every item column was read, else row-checked.
+    """The rows read, conformed when every item column was read.
+
+    Otherwise the JSON columns read are brought to canonical JSON and the
+    row checks of the columns read are applied.
 
     Raises
     ------
@@ -279,8 +288,11 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     if all(name in columns for name in COLUMNS):
         conformed = conform(df.select(COLUMNS))
         return df.with_columns(conformed.get_columns())
+    if df.is_empty():
+        return df
+    df = canonical_json_columns(df)
     checks = row_checks(name for name in columns if name in POLARS_SCHEMA)
-    if not checks or df.is_empty():
+    if not checks:
         return df
     firsts = df.select(
         [

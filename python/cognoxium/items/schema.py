@@ -81,6 +81,7 @@ __all__ = [
     "POLARS_SCHEMA",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "canonical_json_columns",
     "conform",
     "content_hash_expr",
     "frame_to_items",
@@ -721,14 +722,53 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
 
 def _canonicalise_json(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     """Bring ``json`` and ``metadata`` to canonical JSON; ``metadata`` must be an object."""
-    df = df.with_columns(
-        _canonical_text(df["json"], "json", source),
-        _canonical_text(df["metadata"], "metadata", source),
-    )
-    _fail_rows(
-        df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
-    )
-    for column in _DEPTH_FIELDS:
+    return canonical_json_columns(df, source=source)
+
+
+def canonical_json_columns(df: pl.DataFrame, *, source: str | None = None) -> pl.DataFrame:
+    """Bring the ``json`` and ``metadata`` columns ``df`` has to canonical JSON, as :func:`conform`.
+
+    Each distinct text is parsed once; ``metadata`` must hold JSON objects,
+    and neither column may nest deeper than
+    :data:`~cognoxium.items.MAX_JSON_DEPTH` levels. Other columns are left
+    as they are.
+
+    Parameters
+    ----------
+    df
+        Rows with any subset of the item columns; ``json`` and ``metadata``
+        as text.
+    source
+        Named in errors.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``df`` with those columns in canonical JSON (sorted keys, no spaces).
+
+    Raises
+    ------
+    RecordError
+        At the first row holding invalid or too deeply nested JSON, or
+        metadata that is not an object, naming the 0-based row and the column.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"metadata": ['{"b": 1, "a": [1, 2]}', "{}"]})
+    >>> canonical_json_columns(df)["metadata"].to_list()
+    ['{"a":[1,2],"b":1}', '{}']
+    """
+    present = [column for column in ("json", "metadata") if column in df.columns]
+    df = df.with_columns(_canonical_text(df[column], column, source) for column in present)
+    if "metadata" in present:
+        _fail_rows(
+            df,
+            ~pl.col("metadata").str.starts_with("{"),
+            "metadata",
+            "must be a JSON object",
+            source,
+        )
+    for column in present:
         row = _too_deep(df, column)
         if row is not None:
             raise RecordError(_DEPTH_MESSAGE, source=source, row=row, field=column)
