@@ -373,3 +373,45 @@ def test_json_columns_read_alone_are_canonical_as_in_a_full_read(tmp_path: Path)
 def test_a_column_read_with_no_row_check_passes_through(one_file: Path) -> None:
     out = CognitionFrame.scan_parquet(one_file).select("text").collect()
     assert out["text"][0] == "turn 0 of a"
+
+
+# ---------------------------------------------------------------------------
+# reading in batches (Polars asks for batches of streaming_chunk_size rows)
+
+
+def test_a_scan_read_in_batches_collects_the_same_frame(one_file: Path, tmp_path: Path) -> None:
+    cf = CognitionFrame.scan_parquet(one_file)
+    with pl.Config(streaming_chunk_size=7):
+        batched = cf.collect()
+        out = tmp_path / "copy.parquet"
+        cf.sink_parquet(out)
+    assert_frame_equal(batched, CognitionFrame.read_parquet(one_file).collect())
+    assert_frame_equal(read_parquet(out), batched)
+    assert cf.read_statistics()[0].rows == 40
+
+
+def test_an_invalid_row_in_a_later_batch_names_its_row_in_the_file(tmp_path: Path) -> None:
+    broken = records_to_frame(records("a", 40)).with_columns(
+        priority=pl.when(pl.int_range(pl.len()) == 31).then(None).otherwise("priority")
+    )
+    path = write_raw(broken, tmp_path / "items.parquet")
+    cf = CognitionFrame.scan_parquet(path)
+    with pl.Config(streaming_chunk_size=7), pytest.raises(RecordError) as info:
+        cf.collect()
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 31, "priority")
+    assert cf.read_statistics()[0].rows < 40  # the run stopped at the bad batch
+
+
+def test_duplicate_ids_in_different_batches_are_refused(tmp_path: Path) -> None:
+    rows = records_to_frame(records("a", 30))
+    dup = rows.with_columns(
+        id=pl.when(pl.int_range(pl.len()) == 20).then(pl.lit("a-3")).otherwise("id")
+    )
+    path = write_raw(dup, tmp_path / "items.parquet")
+    target = tmp_path / "out.parquet"
+    with pl.Config(streaming_chunk_size=7), pytest.raises(RecordError) as info:
+        CognitionFrame.scan_parquet(path).select("id").sink_parquet(target)
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 20, "id")
+    assert info.value.message == f"duplicate id 'a-3' (first at {path}: row 3)"
+    assert not target.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["items.parquet"]

@@ -90,8 +90,9 @@ class ScanRead:
     predicate: str | None
 
 
-Reader = Callable[[list[str], pl.Expr | None, int | None], pl.DataFrame]
-"""``reader(columns, predicate, n_rows)``: the validated rows of one run, with FILE_COLUMN."""
+Reader = Callable[[list[str], pl.Expr | None, int | None, int | None], Iterator[pl.DataFrame]]
+"""``reader(columns, predicate, n_rows, batch_size)``: one run's validated rows, with
+FILE_COLUMN, in batches of about ``batch_size`` rows (``None``: one batch)."""
 
 
 class ItemScan:
@@ -160,14 +161,18 @@ class ItemScan:
         batch_size: int | None,
     ) -> Iterator[pl.DataFrame]:
         columns = self.schema.names() if with_columns is None else list(with_columns)
-        df = self._reader(columns, predicate, n_rows)
-        files = df.get_column(FILE_COLUMN).drop_nulls().unique().sort().to_list()
-        read = ScanRead(
-            tuple(files), df.height, tuple(columns), None if predicate is None else str(predicate)
-        )
-        with self._lock:
-            self._reads.append(read)
-        yield df.drop(FILE_COLUMN)
+        files: set[str] = set()
+        rows = 0
+        try:
+            for df in self._reader(columns, predicate, n_rows, batch_size):
+                files.update(df.get_column(FILE_COLUMN).drop_nulls().unique().to_list())
+                rows += df.height
+                yield df.drop(FILE_COLUMN)
+        finally:  # what was read, also when the run failed or stopped early
+            text = None if predicate is None else str(predicate)
+            read = ScanRead(tuple(sorted(files)), rows, tuple(columns), text)
+            with self._lock:
+                self._reads.append(read)
 
 
 # ---------------------------------------------------------------------------
@@ -221,18 +226,47 @@ class _Columnar:
         lf = lf.select(*columns, FILE_COLUMN, *([_ROW] if index else []))
         return lf if n_rows is None else lf.head(n_rows)
 
-    def __call__(
-        self, columns: list[str], predicate: pl.Expr | None, n_rows: int | None
-    ) -> pl.DataFrame:
+    def batches(self, query: pl.LazyFrame, batch_size: int | None) -> Iterator[pl.DataFrame]:
+        """The rows of ``query``, streamed in batches of ``batch_size`` rows (None: one batch).
+
+        Raises
+        ------
+        SchemaError
+            If Polars cannot read or cast the stored columns.
+        """
         try:
-            df = self.query(columns, predicate, n_rows, False).collect()
+            if batch_size is None:
+                yield query.collect()
+            else:
+                yield from query.collect_batches(chunk_size=batch_size)
         except pl.exceptions.PolarsError as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SchemaError(f"{self.source}: cannot read the items: {text}") from None
-        try:
-            return _validated(df, columns)
-        except RecordError as exc:
-            raise self.relocate(exc, columns, predicate, n_rows) from None
+
+    def __call__(
+        self,
+        columns: list[str],
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        batch_size: int | None,
+    ) -> Iterator[pl.DataFrame]:
+        query = self.query(columns, predicate, n_rows, False)
+        offset = 0
+        ids: list[pl.Series] = []
+        for df in self.batches(query, batch_size):
+            try:
+                out = _validated(df, columns)
+            except RecordError as exc:
+                raise self.relocate(_shifted(exc, offset), columns, predicate, n_rows) from None
+            if "id" in columns:
+                ids.append(df.get_column("id"))
+            offset += df.height
+            yield out
+        if len(ids) > 1:  # each batch was checked alone: check ids across batches
+            try:
+                _check_unique_ids(pl.concat(ids).to_frame())
+            except RecordError as exc:
+                raise self.relocate(exc, columns, predicate, n_rows) from None
 
     def relocate(
         self, exc: RecordError, columns: list[str], predicate: pl.Expr | None, n_rows: int | None
@@ -258,6 +292,15 @@ class _Columnar:
 
 
 _FIRST: Final = "first_row"
+
+
+def _shifted(exc: RecordError, offset: int) -> RecordError:
+    """``exc`` at a row of one batch, restated at its row in the whole run."""
+    if exc.row is None or not offset:
+        return exc
+    first = exc.params.get(_FIRST)
+    params = {_FIRST: first + offset} if isinstance(first, int) else None
+    return RecordError(exc.message, row=exc.row + offset, field=exc.field, params=params)
 
 
 def _check_unique_ids(df: pl.DataFrame) -> None:
@@ -501,7 +544,9 @@ def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
     where = str(source)
     files = _jsonl_files(where)
 
-    def reader(columns: list[str], predicate: pl.Expr | None, n_rows: int | None) -> pl.DataFrame:
+    def reader(
+        columns: list[str], predicate: pl.Expr | None, n_rows: int | None, batch_size: int | None
+    ) -> Iterator[pl.DataFrame]:
         frames = [read_jsonl(file) for file in files]
         _check_ids_across(frames, files)
         named = [
@@ -512,7 +557,7 @@ def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
         if predicate is not None:
             lf = lf.filter(predicate)
         lf = lf.select(*columns, FILE_COLUMN)
-        return (lf if n_rows is None else lf.head(n_rows)).collect()
+        yield (lf if n_rows is None else lf.head(n_rows)).collect()
 
     return ItemScan(
         kind="ndjson",
