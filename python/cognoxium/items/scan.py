@@ -15,6 +15,11 @@ some columns applies the row checks of those columns
 in that file (the line for JSONL) and the field. Rows a query's predicate
 leaves out are not read, so they are not checked.
 
+Rows are handed to Polars in the batches it asks for (its streaming chunk
+size), each validated as it is read and the ids checked across batches, so a
+streaming sink never holds the whole result; an error raised at a later batch
+still fails the whole query.
+
 Every run appends a :class:`ScanRead` to :attr:`ItemScan.reads`: the files
 that yielded rows, the rows read and the columns read.
 """
