@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.exceptions import PlanError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet, write_jsonl, write_parquet
 from cognoxium.items.scan import FILE_COLUMN
@@ -415,3 +415,17 @@ def test_duplicate_ids_in_different_batches_are_refused(tmp_path: Path) -> None:
     assert info.value.message == f"duplicate id 'a-3' (first at {path}: row 3)"
     assert not target.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["items.parquet"]
+
+
+def test_a_sql_metadata_filter_after_a_scope_filter_reads_that_scope_alone(store: Path) -> None:
+    cf = CognitionFrame.scan_parquet(store).filter(pl.col("scope") == "s1")
+    refund = cf.filter("metadata.topic = 'refund'")  # infers the metadata keys: one read
+    (read,) = refund.read_statistics()
+    assert (read.files, read.rows, read.columns) == (
+        (str(store / "scope=s1" / "part.parquet"),),
+        PER_SCOPE,
+        ("metadata", "scope"),
+    )
+    assert refund.count() == 9
+    with pytest.raises(PlanError, match="no item has the metadata key 'topc'"):
+        cf.filter("metadata.topc = 'refund'")

@@ -193,36 +193,47 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
     Follows ``metadata`` down to the scan it comes from and infers from all
     of that table's metadata (a superset of the rows reaching ``plan``, so
     every key is covered); if a node computes ``metadata``, runs the plan up
-    to that node instead. ``None`` when there is no metadata to infer from
-    (no rows).
+    to that node instead. For a lazy scan, reads the metadata of the rows
+    that pass the filters right above the scan (pushed into the scan, so a
+    filtered partition alone is read). ``None`` when there is no metadata to
+    infer from (no rows).
     """
     if "metadata" not in plan.schema:
         raise PlanError(
             f"metadata.<key> needs a 'metadata' column; the frame has {plan.schema.names()}"
         )
     node = plan
+    path: list[Node] = []
     while not isinstance(node, Scan):
         child = _metadata_passes(node)
         if child is None:
-            try:
-                values = lower(node).select("metadata").collect().to_series()
-            except pl.exceptions.PolarsError as exc:
-                raise PlanError(
-                    f"cannot compute the metadata to read keys from: {polars_error_text(exc)}"
-                ) from exc
-            return _infer_struct(values)
+            return _infer_struct(_metadata_values(node))
+        path.append(node)
         node = child
-    cached = node.source.cache.get("metadata_dtype")
+    source = node.source
+    if isinstance(source, LazySource):
+        top: Node = node
+        for parent in reversed(path):
+            if not isinstance(parent, Filter):
+                break
+            top = parent
+        return _infer_struct(_metadata_values(top))
+    cached = source.cache.get("metadata_dtype")
     if not isinstance(cached, tuple):
-        source = node.source
-        if isinstance(source, Source):
-            values = source.frame.get_column("metadata")
-        else:  # read the metadata column of the whole scan, once
-            values = lower(Scan(source=source, columns=("metadata",))).collect().to_series()
-        cached = (_infer_struct(values),)
+        cached = (_infer_struct(source.frame.get_column("metadata")),)
         source.cache["metadata_dtype"] = cached
     dtype: pl.Struct | None = cached[0]
     return dtype
+
+
+def _metadata_values(node: Node) -> pl.Series:
+    """The ``metadata`` column of the rows ``node`` outputs (runs the plan up to it)."""
+    try:
+        return lower(node).select("metadata").collect().to_series()
+    except pl.exceptions.PolarsError as exc:
+        raise PlanError(
+            f"cannot compute the metadata to read keys from: {polars_error_text(exc)}"
+        ) from exc
 
 
 _SHOWN_KEYS = 30
