@@ -16,6 +16,11 @@ scope pack
     for one scope: the files and rows the scan read
     (``CognitionFrame.read_statistics``), against the files and rows stored,
     and its time against Polars reading that scope's rows.
+sink
+    ``CognitionFrame.scan_parquet(store).filter(priority < 8)`` (80% of the
+    rows, every column, so every row read is conformed) written with
+    ``sink_parquet`` against the same rows collected into memory, each in a
+    child process: seconds and peak RSS (MB).
 
 Timings are wall-clock seconds on a shared, noisy machine: compare the
 ratios within one run.
@@ -31,6 +36,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -163,6 +170,35 @@ def scope_mode(store: Path, items: int, scopes: int, repeats: int) -> dict[str, 
     return result
 
 
+SINK_CHILD = """
+import json, resource, sys, time
+import polars as pl
+from cognoxium import CognitionFrame
+store, mode, out = sys.argv[1:4]
+cf = CognitionFrame.scan_parquet(store).filter(pl.col("priority") < 8)
+start = time.perf_counter()
+rows = cf.sink_parquet(out) if mode == "sink" else cf.collect().height
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "peak_rss_mb": peak}))
+"""
+
+
+def sink_mode(store: Path, out: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for mode in ("sink", "collect"):
+        done = subprocess.run(
+            [sys.executable, "-c", SINK_CHILD, str(store), mode, str(out)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        result[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["rows"] = pl.scan_parquet(out).select(pl.len()).collect().item()
+    print("sink", json.dumps(result), flush=True)
+    return result
+
+
 def markdown(result: dict[str, Any]) -> str:
     """A Markdown section with both modes' figures."""
     rows = [
@@ -185,7 +221,18 @@ def markdown(result: dict[str, Any]) -> str:
         f"{s['files_stored']:,} files** and **{s['rows_read']:,} of {s['rows_stored']:,} rows** "
         f"({s['columns_read']} columns), shown by `CognitionFrame.read_statistics()`; the "
         f"whole pack took {s['pack_best_s']:.3f} s (best), Polars' read of that scope's rows "
-        f"{s['polars_scope_read_best_s']:.3f} s.\n"
+        f"{s['polars_scope_read_best_s']:.3f} s.\n" + sink_markdown(result.get("sink"))
+    )
+
+
+def sink_markdown(sink: dict[str, Any] | None) -> str:
+    if sink is None:
+        return ""
+    return (
+        f"\n`sink_parquet` of {sink['rows']:,} rows (every column, each row conformed as read): "
+        f"{sink['sink']['seconds']:.2f} s, peak RSS {sink['sink']['peak_rss_mb']:.0f} MB; "
+        f"collecting the same rows: {sink['collect']['seconds']:.2f} s, peak RSS "
+        f"{sink['collect']['peak_rss_mb']:.0f} MB (child processes).\n"
     )
 
 
@@ -210,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "count": count_mode(store, args.repeats),
         }
         result["scope"] = scope_mode(store, result["items"], args.scopes, args.repeats)
+        result["sink"] = sink_mode(store, Path(tmp) / "sink.parquet")
     result["machine"] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),

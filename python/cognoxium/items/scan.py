@@ -193,7 +193,7 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
     Raises
     ------
     SchemaError
-        On unknown (non-partition) columns or missing item columns.
+        If an item column is missing.
     """
     missing = [name for name in COLUMNS if name not in schema]
     if missing:
