@@ -3,18 +3,23 @@ sink_parquet; what a scan reads, and the validation of what it reads."""
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import PlanError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet, write_jsonl, write_parquet
+from cognoxium.items.model import ContextItem
 from cognoxium.items.scan import FILE_COLUMN
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, records_to_frame
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, items_to_frame, records_to_frame
+from cognoxium.testing.strategies import items_strategy
 
 AS_OF = datetime(2025, 1, 1, tzinfo=UTC)
 SCOPES = ("s0", "s1", "s2", "s3")
@@ -429,3 +434,21 @@ def test_a_sql_metadata_filter_after_a_scope_filter_reads_that_scope_alone(store
     assert refund.count() == 9
     with pytest.raises(PlanError, match="no item has the metadata key 'topc'"):
         cf.filter("metadata.topc = 'refund'")
+
+
+@settings(max_examples=25, deadline=None)
+@given(items_strategy(min_size=1, max_size=8), st.sampled_from(["user", "tool", "document"]))
+def test_any_items_scan_back_as_read_parquet_reads_them(
+    items: list[ContextItem], role: str
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "items.parquet"
+        write_parquet(items_to_frame(items), path)
+        scanned = CognitionFrame.scan_parquet(path)
+        read = CognitionFrame.read_parquet(path)
+        assert_frame_equal(scanned.collect(), read.collect())
+        columns = ("id", "metadata", "sources", "lineage")
+        by_role = [cf.filter(pl.col("role") == role).select(*columns) for cf in (scanned, read)]
+        assert_frame_equal(by_role[0].collect(), by_role[1].collect())
+        with pl.Config(streaming_chunk_size=3):
+            assert_frame_equal(scanned.collect(), read.collect())
