@@ -348,7 +348,9 @@ class CognitionFrame:
         :class:`~cognoxium.items.model.ContextItem` objects, JSON records (mappings
         in the JSONL record form), a PyArrow table, or a Polars DataFrame or
         LazyFrame with item columns. Everything is validated into the
-        canonical schema (:mod:`cognoxium.items.schema`), and row order is kept.
+        canonical schema (:mod:`cognoxium.items.schema`), and row order is kept;
+        a LazyFrame holding every item column stays lazy and is validated
+        as it is read (see :meth:`from_polars`).
 
     Raises
     ------
@@ -359,7 +361,8 @@ class CognitionFrame:
 
     See Also
     --------
-    from_items, from_records, from_arrow, from_polars, read_jsonl, read_parquet
+    from_items, from_records, from_arrow, from_polars, read_jsonl, read_parquet,
+    scan_parquet, scan_ndjson
 
     Examples
     --------
@@ -1420,6 +1423,8 @@ class CognitionFrame:
     def sink_parquet(self, path: str | os.PathLike[str]) -> None:
         """Run the plan and write its rows to one Parquet file, atomically.
 
+        The plan runs on Polars' streaming engine, and lazy scans hand it
+        their rows in batches, so the result is not held in memory at once.
         The rows are written to a temporary file beside ``path``, which is
         renamed onto ``path`` once complete; on any error (an invalid row
         read by a scan, a failing step) the temporary file is removed and
