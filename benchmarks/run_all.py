@@ -24,6 +24,11 @@ redact
     whole call ``CognitionFrame(records).redact().collect()``, and 100 MB of
     lines into ``redact_frame``; three rounds each, min and median.
     ``--quick``: 20k records, 10 MB, one round.
+scan
+    Lazy Parquet scans over a 1M-item store of 1,000 hive partitions
+    (``bench_scan``): ``CognitionFrame.scan_parquet(store).filter(f).count()``
+    against Polars' own scan (ratio of bests, same run), and the files and
+    rows one scope's pack reads. ``--quick``: 100k items, 100 partitions.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -57,6 +62,7 @@ import polars as pl
 
 import bench_peers
 import bench_redact
+import bench_scan
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
 from cognoxium.app.batch import RANK_METHODS
 from cognoxium.items.io import write_parquet
@@ -65,7 +71,7 @@ from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "locomo")
+SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "scan", "locomo")
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
 
@@ -525,6 +531,7 @@ def replot() -> None:
         "peers": (plot_peers, peers_markdown),
         "locomo": (plot_locomo, locomo_markdown),
         "redact": (None, bench_redact.markdown),
+        "scan": (None, bench_scan.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -580,6 +587,10 @@ def main() -> None:
         size = ["--rows", "20000", "--mb", "10", "--repeats", "1"] if args.quick else []
         result = bench_redact.main([*size, "--out", str(RESULTS / "redact.json")])
         (RESULTS / "redact.md").write_text(bench_redact.markdown(result))
+    if "scan" in chosen:
+        size = ["--items", "100000", "--scopes", "100", "--repeats", "3"] if args.quick else []
+        result = bench_scan.main([*size, "--out", str(RESULTS / "scan.json")])
+        (RESULTS / "scan.md").write_text(bench_scan.markdown(result))
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (

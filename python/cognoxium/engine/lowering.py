@@ -115,7 +115,7 @@ def lower(plan: Node) -> pl.LazyFrame:
 
 @register(Scan)
 def _scan(node: Scan) -> pl.LazyFrame:
-    lf = node.source.frame.lazy()
+    lf = node.source.lazy()
     return lf if node.columns is None else lf.select(node.columns)
 
 

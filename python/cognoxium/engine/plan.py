@@ -39,6 +39,7 @@ from cognoxium.items._checks import to_utc
 
 if TYPE_CHECKING:
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
+    from cognoxium.items.scan import ItemScan
     from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "Expression",
     "Filter",
     "Join",
+    "LazySource",
     "Limit",
     "Node",
     "Quarantine",
@@ -427,8 +429,57 @@ class Source:
     frame: pl.DataFrame
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return self.frame.columns
+
+    def lazy(self) -> pl.LazyFrame:
+        """The rows as a LazyFrame."""
+        return self.frame.lazy()
+
+    def label(self) -> str:
+        """What :class:`Scan` shows of it."""
+        return f"{self.frame.height} rows"
+
     def __repr__(self) -> str:
         return f"Source({self.frame.height} rows × {self.frame.width} columns)"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LazySource:
+    """Rows read from files or a LazyFrame each time the plan runs; equal only to itself.
+
+    Polars' optimizer pushes the plan's predicates and projections into the
+    scan (see :mod:`cognoxium.items.scan`), which validates the rows it reads.
+
+    Attributes
+    ----------
+    scan
+        The item scan.
+    cache
+        Facts derived from the rows (for example the inferred metadata struct
+        type), computed once.
+    """
+
+    scan: ItemScan
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return self.scan.schema.names()
+
+    def lazy(self) -> pl.LazyFrame:
+        """The scan as a LazyFrame."""
+        return self.scan.lazy()
+
+    def label(self) -> str:
+        """What :class:`Scan` shows of it."""
+        return self.scan.label()
+
+    def __repr__(self) -> str:
+        return f"LazySource({self.scan.label()})"
 
 
 # Where Polars' own message ends and its dump of the plan and context begins.
@@ -562,22 +613,22 @@ class Node:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scan(Node):
-    """Read the rows of an in-memory table, in their stored order.
+    """Read the rows of an in-memory table or a lazy scan, in their stored order.
 
     ``columns`` (set only by the optimizer, which keeps the table's order)
     narrows the output to those columns, in that order. Nulls and ties: rows are passed
-    through unchanged.
+    through unchanged. A :class:`LazySource` is read when the plan runs.
     """
 
     child_fields = ()
-    source: Source
+    source: Source | LazySource
     columns: tuple[str, ...] | None = None
 
     def _check(self) -> None:
-        if not isinstance(self.source, Source):
+        if not isinstance(self.source, Source | LazySource):
             raise PlanError(f"Scan needs a Source, got {type(self.source).__name__}")
         if self.columns is not None:
-            names = self.source.frame.columns
+            names = self.source.columns
             if not self.columns or len(set(self.columns)) != len(self.columns):
                 raise PlanError("Scan columns must be distinct and not empty")
             missing = [c for c in self.columns if c not in names]
@@ -586,13 +637,12 @@ class Scan(Node):
 
     @override
     def label(self) -> str:
-        frame = self.source.frame
         cols = (
-            f"{frame.width} columns"
+            f"{len(self.source.columns)} columns"
             if self.columns is None
             else "columns [" + ", ".join(self.columns) + "]"
         )
-        return f"Scan {frame.height} rows; {cols}"
+        return f"Scan {self.source.label()}; {cols}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from cognoxium.engine.plan import (
     Expression,
     Filter,
     Join,
+    LazySource,
     Limit,
     Node,
     Quarantine,
@@ -58,9 +59,17 @@ from cognoxium.exceptions import CognoxiumError, PlanError, SchemaError
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import parse_predicate
+from cognoxium.items.scan import (
+    ScanRead,
+    atomic_path,
+    scan_lazy_items,
+    scan_ndjson_items,
+    scan_parquet_items,
+)
 from cognoxium.items.schema import (
     COLUMNS,
     PAYLOAD_COLUMNS,
+    SCHEMA_VERSION,
     conform,
     content_hash_expr,
     frame_to_items,
@@ -108,11 +117,17 @@ def _from_iterable(data: Iterable[Any]) -> pl.DataFrame:
     )
 
 
+def _lazy_scan(lf: pl.LazyFrame) -> Scan:
+    """A lazy scan of ``lf`` when it holds every item column, else its rows conformed now."""
+    names = lf.collect_schema().names()
+    if all(name in names for name in COLUMNS):
+        return Scan(source=LazySource(scan_lazy_items(lf)))
+    return Scan(source=Source(conform(lf.collect())))
+
+
 def _to_frame(data: Any) -> pl.DataFrame:
     if isinstance(data, pl.DataFrame | pa.Table):
         return conform(data)
-    if isinstance(data, pl.LazyFrame):
-        return conform(data.collect())
     if isinstance(data, Mapping):
         raise SchemaError("got a single record; give a list of records")
     if isinstance(data, str | bytes | os.PathLike) or not isinstance(data, Iterable):
@@ -192,31 +207,47 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
     Follows ``metadata`` down to the scan it comes from and infers from all
     of that table's metadata (a superset of the rows reaching ``plan``, so
     every key is covered); if a node computes ``metadata``, runs the plan up
-    to that node instead. ``None`` when there is no metadata to infer from
-    (no rows).
+    to that node instead. For a lazy scan, reads the metadata of the rows
+    that pass the filters right above the scan (pushed into the scan, so a
+    filtered partition alone is read). ``None`` when there is no metadata to
+    infer from (no rows).
     """
     if "metadata" not in plan.schema:
         raise PlanError(
             f"metadata.<key> needs a 'metadata' column; the frame has {plan.schema.names()}"
         )
     node = plan
+    path: list[Node] = []
     while not isinstance(node, Scan):
         child = _metadata_passes(node)
         if child is None:
-            try:
-                values = lower(node).select("metadata").collect().to_series()
-            except pl.exceptions.PolarsError as exc:
-                raise PlanError(
-                    f"cannot compute the metadata to read keys from: {polars_error_text(exc)}"
-                ) from exc
-            return _infer_struct(values)
+            return _infer_struct(_metadata_values(node))
+        path.append(node)
         node = child
-    cached = node.source.cache.get("metadata_dtype")
+    source = node.source
+    if isinstance(source, LazySource):
+        top: Node = node
+        for parent in reversed(path):
+            if not isinstance(parent, Filter):
+                break
+            top = parent
+        return _infer_struct(_metadata_values(top))
+    cached = source.cache.get("metadata_dtype")
     if not isinstance(cached, tuple):
-        cached = (_infer_struct(node.source.frame.get_column("metadata")),)
-        node.source.cache["metadata_dtype"] = cached
+        cached = (_infer_struct(source.frame.get_column("metadata")),)
+        source.cache["metadata_dtype"] = cached
     dtype: pl.Struct | None = cached[0]
     return dtype
+
+
+def _metadata_values(node: Node) -> pl.Series:
+    """The ``metadata`` column of the rows ``node`` outputs (runs the plan up to it)."""
+    try:
+        return lower(node).select("metadata").collect().to_series()
+    except pl.exceptions.PolarsError as exc:
+        raise PlanError(
+            f"cannot compute the metadata to read keys from: {polars_error_text(exc)}"
+        ) from exc
 
 
 _SHOWN_KEYS = 30
@@ -378,7 +409,9 @@ class CognitionFrame:
         :class:`~cognoxium.items.model.ContextItem` objects, JSON records (mappings
         in the JSONL record form), a PyArrow table, or a Polars DataFrame or
         LazyFrame with item columns. Everything is validated into the
-        canonical schema (:mod:`cognoxium.items.schema`), and row order is kept.
+        canonical schema (:mod:`cognoxium.items.schema`), and row order is kept;
+        a LazyFrame holding every item column stays lazy and is validated
+        as it is read (see :meth:`from_polars`).
 
     Raises
     ------
@@ -389,7 +422,8 @@ class CognitionFrame:
 
     See Also
     --------
-    from_items, from_records, from_arrow, from_polars, read_jsonl, read_parquet
+    from_items, from_records, from_arrow, from_polars, read_jsonl, read_parquet,
+    scan_parquet, scan_ndjson
 
     Examples
     --------
@@ -417,6 +451,8 @@ class CognitionFrame:
     def __init__(self, data: Any) -> None:
         if isinstance(data, CognitionFrame):
             self._plan = data._plan
+        elif isinstance(data, pl.LazyFrame):
+            self._plan = _lazy_scan(data)
         else:
             self._plan = Scan(source=Source(_to_frame(data)))
 
@@ -484,10 +520,18 @@ class CognitionFrame:
     def from_polars(cls, df: pl.DataFrame | pl.LazyFrame) -> CognitionFrame:
         """Validate a Polars frame of item columns into a frame (see :func:`.schema.conform`).
 
+        A LazyFrame holding every item column stays lazy: the plan's
+        predicates and projections are pushed into it and the rows it yields
+        are validated when the plan runs (see :meth:`scan_parquet`). One
+        lacking some item column is collected and conformed now, with the
+        missing columns given their defaults.
+
         Raises
         ------
         SchemaError, RecordError
-            If its columns or values are not valid items.
+            If its columns or values are not valid items (for a lazy one,
+            unknown columns now; invalid rows when the plan runs, naming the
+            0-based row of the LazyFrame).
 
         Examples
         --------
@@ -496,7 +540,7 @@ class CognitionFrame:
         ('user', 'text', 'untrusted')
         """
         if isinstance(df, pl.LazyFrame):
-            df = df.collect()
+            return cls._wrap(_lazy_scan(df))
         if not isinstance(df, pl.DataFrame):
             raise SchemaError(f"from_polars takes a Polars frame, got {type(df).__name__}")
         return cls._wrap(Scan(source=Source(conform(df))))
@@ -522,6 +566,74 @@ class CognitionFrame:
             If the file is unreadable or its rows are not valid items.
         """
         return cls._wrap(Scan(source=Source(io.read_parquet(path))))
+
+    @classmethod
+    def scan_parquet(
+        cls, source: str | os.PathLike[str], *, hive_partitioning: bool | None = None
+    ) -> CognitionFrame:
+        """Scan items from Parquet lazily: a file, a glob or a hive-partitioned directory.
+
+        Nothing is read until the plan runs. Then the plan's predicates and
+        projections go down into Polars' Parquet scan, which skips the hive
+        partitions and row groups a predicate rules out and reads only the
+        columns used; the rows read are validated (see
+        :mod:`cognoxium.items.scan`). Each run is recorded in
+        :meth:`read_statistics`.
+
+        Parameters
+        ----------
+        source
+            A Parquet file, a glob, or a directory (every Parquet file under it).
+        hive_partitioning
+            Read ``key=value`` directories (``scope=s1/part.parquet``) as
+            columns, which follow the item columns; ``None`` infers it for a
+            directory.
+
+        Raises
+        ------
+        SchemaError
+            Now: if nothing can be scanned, or the files lack an item column
+            or hold another column (use :meth:`read_parquet` for tables
+            missing optional columns).
+        RecordError
+            When the plan runs: at the first invalid row read, naming the
+            file, the 0-based row in it and the field.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> store = tempfile.mkdtemp()
+        >>> for scope in ("s1", "s2"):
+        ...     rows = [{"id": f"{scope}-{i}", "role": "user", "text": "hi"} for i in range(3)]
+        ...     CognitionFrame(rows).sink_parquet(f"{store}/scope={scope}/part.parquet")
+        >>> cf = CognitionFrame.scan_parquet(store)
+        >>> cf.filter(pl.col("scope") == "s2").count()
+        3
+        >>> [(len(r.files), r.rows) for r in cf.read_statistics()]
+        [(1, 3)]
+        """
+        return cls._wrap(
+            Scan(source=LazySource(scan_parquet_items(source, hive_partitioning=hive_partitioning)))
+        )
+
+    @classmethod
+    def scan_ndjson(cls, source: str | os.PathLike[str]) -> CognitionFrame:
+        """Scan item records from JSONL lazily: a file, a directory or a glob.
+
+        The records are in the form :meth:`read_jsonl` reads; each run reads
+        the files in full (JSONL has no columns or row groups to skip), then
+        applies the plan's predicates and projections (see
+        :func:`cognoxium.items.scan.scan_ndjson_items`).
+
+        Raises
+        ------
+        SchemaError
+            Now: if there is no file to scan.
+        RecordError
+            When the plan runs: at the first invalid line, naming the file,
+            the line and the field.
+        """
+        return cls._wrap(Scan(source=LazySource(scan_ndjson_items(source))))
 
     # -- plan building ------------------------------------------------------
 
@@ -1658,6 +1770,63 @@ class CognitionFrame:
         """
         self._require_item_columns("to_records")
         return [item_to_record(item) for item in frame_to_items(self.collect())]
+
+    def sink_parquet(self, path: str | os.PathLike[str]) -> None:
+        """Run the plan and write its rows to one Parquet file, atomically.
+
+        The plan runs on Polars' streaming engine, and lazy scans hand it
+        their rows in batches, so the result is not held in memory at once.
+        The rows are written to a temporary file beside ``path``, which is
+        renamed onto ``path`` once complete; on any error (an invalid row
+        read by a scan, a failing step) the temporary file is removed and
+        ``path`` is left as it was. All output columns are written, with the
+        schema version in the file's metadata; a frame holding the item
+        columns can be read back with :meth:`scan_parquet` or
+        :meth:`read_parquet`.
+
+        Raises
+        ------
+        RecordError, SchemaError
+            As :meth:`collect` does.
+        OSError
+            If the file cannot be written.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/items.parquet"
+        >>> CognitionFrame([{"id": "a", "role": "user", "text": "hi"}]).sink_parquet(path)
+        >>> CognitionFrame.scan_parquet(path).select("id", "text").to_polars().row(0)
+        ('a', 'hi')
+        """
+        lf = self.lazy()
+        version = {"cognoxium.schema_version": str(SCHEMA_VERSION)}
+        with atomic_path(path) as tmp:
+            lf.sink_parquet(tmp, metadata=version)
+
+    def read_statistics(self) -> list[ScanRead]:
+        """What the lazy scans of the plan read in their latest run, in plan order.
+
+        One :class:`~cognoxium.items.scan.ScanRead` (files that yielded
+        rows, rows, columns, predicate) per scan that has run; in-memory
+        sources and scans not yet run are left out. Frames built on one
+        scan share it, so this is the latest run through any of them.
+
+        Examples
+        --------
+        >>> CognitionFrame([{"role": "user", "text": "hi"}]).read_statistics()
+        []
+        """
+        out: list[ScanRead] = []
+        seen: set[int] = set()
+        for node in walk(self._plan):
+            if isinstance(node, Scan) and isinstance(node.source, LazySource):
+                scan = node.source.scan
+                reads = scan.reads
+                if reads and id(scan) not in seen:
+                    seen.add(id(scan))
+                    out.append(reads[-1])
+        return out
 
     def count(self) -> int:
         """Run the plan and return its number of rows.

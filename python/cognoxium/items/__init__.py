@@ -1,7 +1,7 @@
 """Context items.
 
 The ``ContextItem`` model and payloads, the canonical Arrow schema and its
-validation, and the JSONL/Parquet readers and writers.
+validation, the JSONL/Parquet readers and writers, and lazy scans of them.
 """
 
 from cognoxium.items.io import (
@@ -32,6 +32,13 @@ from cognoxium.items.model import (
     canonical_json,
     content_hash,
 )
+from cognoxium.items.scan import (
+    ItemScan,
+    ScanRead,
+    scan_lazy_items,
+    scan_ndjson_items,
+    scan_parquet_items,
+)
 from cognoxium.items.schema import (
     COLUMNS,
     PAYLOAD_KINDS,
@@ -44,6 +51,7 @@ from cognoxium.items.schema import (
     items_to_frame,
     packed_text_expr,
     records_to_frame,
+    row_checks,
     to_arrow,
 )
 
@@ -58,12 +66,14 @@ __all__ = [
     "TRUNCATE_KEY",
     "Binary",
     "ContextItem",
+    "ItemScan",
     "Json",
     "LineageEdge",
     "Payload",
     "Reference",
     "Retention",
     "Role",
+    "ScanRead",
     "Sensitivity",
     "Source",
     "Text",
@@ -81,6 +91,10 @@ __all__ = [
     "read_jsonl",
     "read_parquet",
     "records_to_frame",
+    "row_checks",
+    "scan_lazy_items",
+    "scan_ndjson_items",
+    "scan_parquet_items",
     "to_arrow",
     "write_jsonl",
     "write_parquet",

@@ -81,6 +81,7 @@ __all__ = [
     "POLARS_SCHEMA",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "canonical_json_columns",
     "conform",
     "content_hash_expr",
     "frame_to_items",
@@ -88,6 +89,7 @@ __all__ = [
     "items_to_frame",
     "packed_text_expr",
     "records_to_frame",
+    "row_checks",
     "to_arrow",
 ]
 
@@ -662,32 +664,40 @@ def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
     _check_unique_ids(df, source, None)
 
 
-def _check_payload_columns(df: pl.DataFrame, source: str | None) -> None:
-    """Check that each row fills exactly the payload columns of its ``payload_kind``."""
+def _payload_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks that each row fills exactly the payload columns of its ``payload_kind``."""
     kinds = pl.col("payload_kind").cast(pl.String)
+    checks = []
     for kind, column in _PAYLOAD_COLUMN.items():
-        _fail_rows(
-            df,
-            (kinds == kind) & pl.col(column).is_null(),
-            column,
-            f"a {kind} payload needs a value in column {column!r}",
-            source,
+        checks.append(
+            (
+                (kinds == kind) & pl.col(column).is_null(),
+                column,
+                f"a {kind} payload needs a value in column {column!r}",
+            )
         )
-        _fail_rows(
-            df,
-            (kinds != kind) & pl.col(column).is_not_null(),
-            column,
-            f"column {column!r} must be null unless payload_kind is {kind!r}",
-            source,
+        checks.append(
+            (
+                (kinds != kind) & pl.col(column).is_not_null(),
+                column,
+                f"column {column!r} must be null unless payload_kind is {kind!r}",
+            )
         )
     for column in ("ref_title", "ref_digest"):
-        _fail_rows(
-            df,
-            (kinds != "reference") & pl.col(column).is_not_null(),
-            column,
-            "must be null unless payload_kind is 'reference'",
-            source,
+        checks.append(
+            (
+                (kinds != "reference") & pl.col(column).is_not_null(),
+                column,
+                "must be null unless payload_kind is 'reference'",
+            )
         )
+    return checks
+
+
+def _check_payload_columns(df: pl.DataFrame, source: str | None) -> None:
+    """Check that each row fills exactly the payload columns of its ``payload_kind``."""
+    for bad, column, message in _payload_checks():
+        _fail_rows(df, bad, column, message, source)
 
 
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
@@ -712,14 +722,53 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
 
 def _canonicalise_json(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     """Bring ``json`` and ``metadata`` to canonical JSON; ``metadata`` must be an object."""
-    df = df.with_columns(
-        _canonical_text(df["json"], "json", source),
-        _canonical_text(df["metadata"], "metadata", source),
-    )
-    _fail_rows(
-        df, ~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object", source
-    )
-    for column in _DEPTH_FIELDS:
+    return canonical_json_columns(df, source=source)
+
+
+def canonical_json_columns(df: pl.DataFrame, *, source: str | None = None) -> pl.DataFrame:
+    """Bring the ``json`` and ``metadata`` columns ``df`` has to canonical JSON, as :func:`conform`.
+
+    Each distinct text is parsed once; ``metadata`` must hold JSON objects,
+    and neither column may nest deeper than
+    :data:`~cognoxium.items.MAX_JSON_DEPTH` levels. Other columns are left
+    as they are.
+
+    Parameters
+    ----------
+    df
+        Rows with any subset of the item columns; ``json`` and ``metadata``
+        as text.
+    source
+        Named in errors.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``df`` with those columns in canonical JSON (sorted keys, no spaces).
+
+    Raises
+    ------
+    RecordError
+        At the first row holding invalid or too deeply nested JSON, or
+        metadata that is not an object, naming the 0-based row and the column.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"metadata": ['{"b": 1, "a": [1, 2]}', "{}"]})
+    >>> canonical_json_columns(df)["metadata"].to_list()
+    ['{"a":[1,2],"b":1}', '{}']
+    """
+    present = [column for column in ("json", "metadata") if column in df.columns]
+    df = df.with_columns(_canonical_text(df[column], column, source) for column in present)
+    if "metadata" in present:
+        _fail_rows(
+            df,
+            ~pl.col("metadata").str.starts_with("{"),
+            "metadata",
+            "must be a JSON object",
+            source,
+        )
+    for column in present:
         row = _too_deep(df, column)
         if row is not None:
             raise RecordError(_DEPTH_MESSAGE, source=source, row=row, field=column)
@@ -776,6 +825,40 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     df = _cast_to_schema(df, where, source)
     df = _canonicalise_json(df, source)
     return df.with_columns(_checked_hashes(df, source))
+
+
+def row_checks(columns: Iterable[str]) -> list[tuple[pl.Expr, str, str]]:
+    """The row checks of :func:`conform` that read only ``columns``, in the order it runs them.
+
+    For validating part of the columns of typed item rows (a scan that reads
+    a few columns): each check is a bad-row mask over columns already in
+    :data:`POLARS_SCHEMA` types (enumerations may also be text or
+    categorical), the field it reports and the message. The checks that need
+    the whole frame (unique ids, content hashes, JSON canonical form and
+    nesting depth) are not included; :func:`conform` runs them.
+
+    Parameters
+    ----------
+    columns
+        The item columns available.
+
+    Returns
+    -------
+    list of (polars.Expr, str, str)
+        ``(bad-row mask, field, message)``, a Boolean expression that is true
+        on the rows breaking the check.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"priority": [1, None]})
+    >>> [(field, msg, df.select(bad).to_series().to_list()) for bad, field, msg
+    ...  in row_checks(df.columns)]
+    [('priority', 'must not be null', [False, True])]
+    """
+    have = set(columns)
+    metadata = [(~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object")]
+    checks = [*_value_checks(), *_payload_checks(), *_typed_checks(), *metadata]
+    return [check for check in checks if set(check[0].meta.root_names()) <= have]
 
 
 # ---------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def _prune(node: Node) -> Node:
         current = current.children[0]
     if not isinstance(current, Scan):
         return node
-    available = current.columns or tuple(current.source.frame.columns)
+    available = current.columns or tuple(current.source.columns)
     # Keep one column even if none is read, so the row count survives.
     keep = tuple(c for c in available if c in needed) or available[:1]
     if len(keep) == len(available):

@@ -1,0 +1,599 @@
+"""Lazy scans of context items: Parquet files, JSONL files and Polars LazyFrames.
+
+A scan reads nothing until it is collected. It is registered as a Polars IO
+source (:func:`polars.io.plugins.register_io_source`), so Polars' optimizer
+hands it the columns a query uses and the query's predicate; a Parquet scan
+passes both to Polars' own Parquet scan, which skips the hive partitions and
+row groups the predicate rules out and reads only the columns needed.
+
+The rows a run reads are validated then, by the rules of
+:func:`~cognoxium.items.schema.conform`: a run that reads every item column
+conforms them (unique ids, content hashes, canonical JSON); a run that reads
+some columns applies the row checks of those columns
+(:func:`~cognoxium.items.schema.row_checks`). A failure raises
+:class:`~cognoxium.exceptions.RecordError` naming the file, the 0-based row
+in that file (the line for JSONL) and the field. Rows a query's predicate
+leaves out are not read, so they are not checked.
+
+Rows are handed to Polars in the batches it asks for (its streaming chunk
+size), each validated as it is read and the ids checked across batches, so a
+streaming sink never holds the whole result; an error raised at a later batch
+still fails the whole query.
+
+Every run appends a :class:`ScanRead` to :attr:`ItemScan.reads`: the files
+that yielded rows, the rows read and the columns read.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import polars as pl
+from polars.io.plugins import register_io_source
+
+from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.items.io import read_jsonl
+from cognoxium.items.schema import (
+    COLUMNS,
+    POLARS_SCHEMA,
+    canonical_json_columns,
+    conform,
+    row_checks,
+)
+
+__all__ = [
+    "FILE_COLUMN",
+    "KEPT_READS",
+    "ItemScan",
+    "ScanRead",
+    "atomic_path",
+    "scan_lazy_items",
+    "scan_ndjson_items",
+    "scan_parquet_items",
+]
+
+FILE_COLUMN: Final = "__cognoxium_file"
+"""The column naming each row's file inside a scan; never part of its output."""
+
+KEPT_READS: Final = 100
+"""How many runs an :class:`ItemScan` remembers in :attr:`ItemScan.reads`."""
+
+_ROW: Final = "__cognoxium_row"
+_ENUMS: Final = frozenset(name for name, dtype in POLARS_SCHEMA.items() if dtype == pl.Enum)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanRead:
+    """What one run of a scan read.
+
+    Attributes
+    ----------
+    files
+        The files that yielded at least one row, sorted; empty for a
+        LazyFrame. Files a hive partition filter or row-group statistics
+        rule out are never opened, so they are not here.
+    rows
+        The rows read (after the predicate given to the scan).
+    columns
+        The columns read, in output order.
+    predicate
+        The predicate given to the scan, as Polars prints it; ``None`` for none.
+    """
+
+    files: tuple[str, ...]
+    rows: int
+    columns: tuple[str, ...]
+    predicate: str | None
+
+
+Reader = Callable[[list[str], pl.Expr | None, int | None, int | None], Iterator[pl.DataFrame]]
+"""``reader(columns, predicate, n_rows, batch_size)``: one run's validated rows, with
+FILE_COLUMN, in batches of about ``batch_size`` rows (``None``: one batch)."""
+
+
+class ItemScan:
+    """A lazy source of item rows, read and validated each time a query runs.
+
+    Build one with :func:`scan_parquet_items`, :func:`scan_ndjson_items` or
+    :func:`scan_lazy_items`.
+
+    Attributes
+    ----------
+    kind
+        ``"parquet"``, ``"ndjson"`` or ``"lazyframe"``.
+    source
+        What was scanned (a path, a glob, a directory), as given.
+    schema
+        The output columns: :data:`~cognoxium.items.schema.POLARS_SCHEMA`,
+        then any hive partition columns.
+    partitions
+        The hive partition columns, in path order.
+    """
+
+    __slots__ = ("_lock", "_reader", "_reads", "kind", "partitions", "schema", "source")
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        source: str,
+        schema: pl.Schema,
+        partitions: tuple[str, ...],
+        reader: Reader,
+    ) -> None:
+        self.kind = kind
+        self.source = source
+        self.schema = schema
+        self.partitions = partitions
+        self._reads: deque[ScanRead] = deque(maxlen=KEPT_READS)
+        self._reader = reader
+        self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> list[ScanRead]:
+        """One :class:`ScanRead` per run, oldest first (the latest :data:`KEPT_READS` runs)."""
+        with self._lock:
+            return list(self._reads)
+
+    def label(self) -> str:
+        """One line naming the scan, for plans: kind, source and hive partition columns."""
+        hive = f" hive [{', '.join(self.partitions)}]" if self.partitions else ""
+        return f"{self.kind} {self.source}{hive}"
+
+    def lazy(self) -> pl.LazyFrame:
+        """The scan as a Polars LazyFrame; each collect reads the source again."""
+        return register_io_source(
+            self._run,
+            schema=self.schema,
+            explain_name="cognoxium",
+            explain_detail=self.label(),
+        )
+
+    def _run(
+        self,
+        with_columns: list[str] | None,
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        batch_size: int | None,
+    ) -> Iterator[pl.DataFrame]:
+        columns = self.schema.names() if with_columns is None else list(with_columns)
+        files: set[str] = set()
+        rows = 0
+        try:
+            for df in self._reader(columns, predicate, n_rows, batch_size):
+                files.update(df.get_column(FILE_COLUMN).drop_nulls().unique().to_list())
+                rows += df.height
+                yield df.drop(FILE_COLUMN)
+        finally:  # what was read, also when the run failed or stopped early
+            text = None if predicate is None else str(predicate)
+            read = ScanRead(tuple(sorted(files)), rows, tuple(columns), text)
+            with self._lock:
+                self._reads.append(read)
+
+
+# ---------------------------------------------------------------------------
+# columnar sources (Parquet, LazyFrame)
+
+
+def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
+    """Casts of the item columns whose type differs from the canonical one.
+
+    Enumerations are cast leniently (an unknown value becomes null, which the
+    row checks then report); other columns strictly.
+
+    Raises
+    ------
+    SchemaError
+        If an item column is missing.
+    """
+    missing = [name for name in COLUMNS if name not in schema]
+    if missing:
+        raise SchemaError(
+            f"{where}: a scan needs every item column; missing {missing} (read_parquet and "
+            "from_polars of a DataFrame fill defaults)"
+        )
+    return [
+        pl.col(name).cast(POLARS_SCHEMA[name], strict=name not in _ENUMS)
+        for name in COLUMNS
+        if schema[name] != POLARS_SCHEMA[name]
+    ]
+
+
+Frames = Callable[[bool], pl.LazyFrame]
+"""``frames(with_row_index)``: the raw rows, cast, with FILE_COLUMN (and the row index)."""
+
+
+class _Columnar:
+    """Reads and validates the rows of a columnar source (see :class:`ItemScan`)."""
+
+    __slots__ = ("frames", "offsets", "source")
+
+    def __init__(self, source: str, frames: Frames, offsets: Callable[[str], int]) -> None:
+        self.source = source
+        self.frames = frames
+        self.offsets = offsets
+
+    def query(
+        self, columns: list[str], predicate: pl.Expr | None, n_rows: int | None, index: bool
+    ) -> pl.LazyFrame:
+        lf = self.frames(index)
+        if predicate is not None:
+            lf = lf.filter(predicate)
+        lf = lf.select(*columns, FILE_COLUMN, *([_ROW] if index else []))
+        return lf if n_rows is None else lf.head(n_rows)
+
+    def batches(self, query: pl.LazyFrame, batch_size: int | None) -> Iterator[pl.DataFrame]:
+        """The rows of ``query``, streamed in batches of ``batch_size`` rows (None: one batch).
+
+        Raises
+        ------
+        SchemaError
+            If Polars cannot read or cast the stored columns.
+        """
+        try:
+            if batch_size is None:
+                yield query.collect()
+            else:
+                yield from query.collect_batches(chunk_size=batch_size)
+        except pl.exceptions.PolarsError as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SchemaError(f"{self.source}: cannot read the items: {text}") from None
+
+    def __call__(
+        self,
+        columns: list[str],
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        batch_size: int | None,
+    ) -> Iterator[pl.DataFrame]:
+        query = self.query(columns, predicate, n_rows, False)
+        offset = 0
+        ids: list[pl.Series] = []
+        for df in self.batches(query, batch_size):
+            try:
+                out = _validated(df, columns)
+            except RecordError as exc:
+                raise self.relocate(_shifted(exc, offset), columns, predicate, n_rows) from None
+            if "id" in columns:
+                ids.append(df.get_column("id"))
+            offset += df.height
+            yield out
+        if len(ids) > 1:  # each batch was checked alone: check ids across batches
+            try:
+                _check_unique_ids(pl.concat(ids).to_frame())
+            except RecordError as exc:
+                raise self.relocate(exc, columns, predicate, n_rows) from None
+
+    def relocate(
+        self, exc: RecordError, columns: list[str], predicate: pl.Expr | None, n_rows: int | None
+    ) -> RecordError:
+        """``exc`` (at a row of what was read) restated at its file and row there."""
+        if exc.row is None:
+            return exc
+        where = self.query(columns, predicate, n_rows, True).select(FILE_COLUMN, _ROW).collect()
+
+        def at(row: int) -> tuple[str, int]:
+            file, index = where.row(row)
+            if file is None:
+                return self.source, index
+            return str(file), index - self.offsets(file)
+
+        source, row = at(exc.row)
+        message = exc.message
+        first = exc.params.get(_FIRST)
+        if isinstance(first, int):
+            first_source, first_row = at(first)
+            message = f"{message} (first at {first_source}: row {first_row})"
+        return RecordError(message, source=source, row=row, field=exc.field)
+
+
+_FIRST: Final = "first_row"
+
+
+def _shifted(exc: RecordError, offset: int) -> RecordError:
+    """``exc`` at a row of one batch, restated at its row in the whole run."""
+    if exc.row is None or not offset:
+        return exc
+    first = exc.params.get(_FIRST)
+    params = {_FIRST: first + offset} if isinstance(first, int) else None
+    return RecordError(exc.message, row=exc.row + offset, field=exc.field, params=params)
+
+
+def _check_unique_ids(df: pl.DataFrame) -> None:
+    """Raise at the first row of ``df`` whose id an earlier row has (the earlier one in params)."""
+    repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true().first()).item()
+    if repeated is None:
+        return
+    item_id = df.get_column("id")[repeated]
+    first = df.select((pl.col("id") == item_id).arg_true().first()).item()
+    raise RecordError(
+        f"duplicate id {item_id!r}", row=repeated, field="id", params={_FIRST: int(first)}
+    )
+
+
+def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """The rows read, conformed when every item column was read.
+
+    Otherwise the JSON columns read are brought to canonical JSON and the
+    row checks of the columns read are applied.
+
+    Raises
+    ------
+    RecordError
+        At the first invalid row of ``df`` (its 0-based row in ``df``).
+    """
+    if "id" in columns:
+        _check_unique_ids(df)
+    if all(name in columns for name in COLUMNS):
+        conformed = conform(df.select(COLUMNS))
+        return df.with_columns(conformed.get_columns())
+    if df.is_empty():
+        return df
+    df = canonical_json_columns(df)
+    checks = row_checks(name for name in columns if name in POLARS_SCHEMA)
+    if not checks:
+        return df
+    firsts = df.select(
+        [
+            bad.fill_null(False).arg_true().first().alias(str(i))
+            for i, (bad, _, _) in enumerate(checks)
+        ]
+    ).row(0)
+    failed = [(row, i) for i, row in enumerate(firsts) if row is not None]
+    if failed:
+        row, i = min(failed)
+        _, field, message = checks[i]
+        raise RecordError(message, row=row, field=field)
+    return df
+
+
+def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Schema, list[str]]:
+    """The schema of a Parquet scan with its hive columns, and the names of the hive columns."""
+    try:
+        schema = pl.scan_parquet(source, hive_partitioning=hive_partitioning).collect_schema()
+        stored = pl.scan_parquet(source, hive_partitioning=False).collect_schema()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise SchemaError(f"{source}: cannot scan Parquet: {exc}") from None
+    hive = [name for name in schema if name not in stored]
+    unknown = [name for name in stored if name not in POLARS_SCHEMA]
+    if unknown:
+        raise SchemaError(
+            f"{source}: unknown columns {unknown}; the item columns are {list(COLUMNS)}"
+        )
+    clash = [name for name in hive if name in POLARS_SCHEMA]
+    if clash:
+        raise SchemaError(f"{source}: hive partition columns {clash} clash with item columns")
+    return schema, hive
+
+
+def scan_parquet_items(
+    source: str | os.PathLike[str], *, hive_partitioning: bool | None = None
+) -> ItemScan:
+    """Scan item rows from Parquet: a file, a glob or a (hive-partitioned) directory.
+
+    Parameters
+    ----------
+    source
+        The path; a directory or glob reads every Parquet file under it.
+    hive_partitioning
+        Read ``key=value`` directories as columns; ``None`` infers it for a
+        directory (Polars' rule).
+
+    Returns
+    -------
+    ItemScan
+        Item columns (every item column must be stored, in types castable to
+        the canonical ones), then the hive partition columns as strings or
+        numbers, as Polars infers them.
+
+    Raises
+    ------
+    SchemaError
+        If nothing can be scanned there, on unknown or missing item columns,
+        or if a partition column is named like an item column.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from cognoxium.items import records_to_frame, write_parquet
+    >>> path = tempfile.mkdtemp() + "/items.parquet"
+    >>> write_parquet(records_to_frame([{"id": "a", "role": "user", "text": "hi"}]), path)
+    >>> scan = scan_parquet_items(path)
+    >>> scan.lazy().filter(pl.col("id") == "a").select("text").collect().item()
+    'hi'
+    >>> read = scan.reads[-1]
+    >>> read.rows, read.columns, len(read.files)
+    (1, ('id', 'text'), 1)
+    """
+    where = str(source)
+    schema, hive = _parquet_schema(where, hive_partitioning)
+    casts = _casts(schema, where)
+
+    def frames(index: bool) -> pl.LazyFrame:
+        lf = pl.scan_parquet(
+            where,
+            hive_partitioning=hive_partitioning,
+            include_file_paths=FILE_COLUMN,
+            row_index_name=_ROW if index else None,
+        )
+        return lf.with_columns(casts) if casts else lf
+
+    def offset(file: str) -> int:
+        # The first global row index of ``file`` (Polars numbers rows across files).
+        rows = frames(True).filter(pl.col(FILE_COLUMN) == file).select(pl.col(_ROW).min())
+        return int(rows.collect().item())
+
+    output = pl.Schema({**dict(POLARS_SCHEMA), **{name: schema[name] for name in hive}})
+    return ItemScan(
+        kind="parquet",
+        source=where,
+        schema=output,
+        partitions=tuple(hive),
+        reader=_Columnar(where, frames, offset),
+    )
+
+
+def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
+    """Read the item rows of a Polars LazyFrame lazily; errors name the row in ``lf``.
+
+    Parameters
+    ----------
+    lf
+        A LazyFrame with every item column (types castable to the canonical
+        ones) and no other column.
+    source
+        Named in errors and plans.
+
+    Raises
+    ------
+    SchemaError
+        On unknown or missing item columns.
+    """
+    schema = lf.collect_schema()
+    unknown = [name for name in schema if name not in POLARS_SCHEMA]
+    if unknown:
+        raise SchemaError(
+            f"{source}: unknown columns {unknown}; the item columns are {list(COLUMNS)}"
+        )
+    casts = _casts(schema, source)
+    items = lf.select(COLUMNS).with_columns(casts) if casts else lf.select(COLUMNS)
+
+    def frames(index: bool) -> pl.LazyFrame:
+        out = items.with_columns(pl.lit(None, pl.String).alias(FILE_COLUMN))
+        return out.with_row_index(_ROW) if index else out
+
+    return ItemScan(
+        kind="lazyframe",
+        source=source,
+        schema=pl.Schema(POLARS_SCHEMA),
+        partitions=(),
+        reader=_Columnar(source, frames, lambda file: 0),
+    )
+
+
+# ---------------------------------------------------------------------------
+# JSONL
+
+
+_JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
+
+
+def _jsonl_files(source: str) -> list[str]:
+    """The JSONL files of a file, a directory (recursively) or a glob, sorted."""
+    if any(ch in source for ch in "*?["):
+        files = sorted(glob.glob(source, recursive=True))
+    elif Path(source).is_dir():
+        files = sorted(
+            str(p) for p in Path(source).rglob("*") if p.suffix.lower() in _JSONL_SUFFIXES
+        )
+    else:
+        files = [source] if Path(source).is_file() else []
+    if not files:
+        raise SchemaError(f"{source}: no JSONL files to scan")
+    return files
+
+
+def _check_ids_across(frames: list[pl.DataFrame], files: list[str]) -> None:
+    """Raise at the first id that an earlier file already holds."""
+    seen: pl.Series = pl.Series("id", [], pl.String)
+    for frame, file in zip(frames, files, strict=True):
+        repeated = frame.get_column("id").is_in(seen.implode()).arg_true()
+        if repeated.len():
+            row = int(repeated[0])
+            item_id = frame.get_column("id")[row]
+            raise RecordError(
+                f"duplicate id {item_id!r} (also in an earlier file)",
+                source=file,
+                row=row,
+                field="id",
+            )
+        seen = seen.append(frame.get_column("id"))
+
+
+def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
+    """Scan item records from JSONL: a file, a directory of ``.jsonl``/``.ndjson`` files or a glob.
+
+    Records are in the JSONL record form of
+    :func:`~cognoxium.items.io.read_jsonl`, whose nested payloads no
+    columnar reader parses; each run reads every file in full (in path
+    order) and then applies the predicate, projection and row limit. The
+    scan keeps the plan lazy: nothing is read before a query runs.
+
+    Raises
+    ------
+    SchemaError
+        If there is no file to scan.
+    RecordError
+        At collect: at the first invalid line, naming the file, the line
+        and the field; or at an id another file already holds (naming the
+        0-based record).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from cognoxium.items import records_to_frame, write_jsonl
+    >>> path = tempfile.mkdtemp() + "/items.jsonl"
+    >>> write_jsonl(records_to_frame([{"id": "a", "role": "user", "text": "hi"}]), path)
+    >>> scan_ndjson_items(path).lazy().select("id", "text").collect().row(0)
+    ('a', 'hi')
+    """
+    where = str(source)
+    files = _jsonl_files(where)
+
+    def reader(
+        columns: list[str], predicate: pl.Expr | None, n_rows: int | None, batch_size: int | None
+    ) -> Iterator[pl.DataFrame]:
+        frames = [read_jsonl(file) for file in files]
+        _check_ids_across(frames, files)
+        named = [
+            frame.with_columns(pl.lit(file, pl.String).alias(FILE_COLUMN))
+            for frame, file in zip(frames, files, strict=True)
+        ]
+        lf = pl.concat(named).lazy()
+        if predicate is not None:
+            lf = lf.filter(predicate)
+        lf = lf.select(*columns, FILE_COLUMN)
+        yield (lf if n_rows is None else lf.head(n_rows)).collect()
+
+    return ItemScan(
+        kind="ndjson",
+        source=where,
+        schema=pl.Schema(POLARS_SCHEMA),
+        partitions=(),
+        reader=reader,
+    )
+
+
+# ---------------------------------------------------------------------------
+# writing
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed onto ``path`` when the block succeeds.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    The directory of ``path`` is created if needed.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,165 @@
+"""The item scans of cognoxium.items.scan and the row checks they apply (schema.row_checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.items.io import write_parquet
+from cognoxium.items.scan import (
+    KEPT_READS,
+    ScanRead,
+    atomic_path,
+    scan_lazy_items,
+    scan_ndjson_items,
+    scan_parquet_items,
+)
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, conform, records_to_frame, row_checks
+
+
+def frame(n: int = 5) -> pl.DataFrame:
+    return records_to_frame(
+        [
+            {
+                "id": f"i{k}",
+                "role": "user",
+                "text": f"t{k}",
+                "priority": k,
+                "created_at": "2024-01-01T00:00:00Z",
+            }
+            for k in range(n)
+        ]
+    )
+
+
+def test_row_checks_keep_only_the_checks_of_the_given_columns() -> None:
+    fields = {field for _, field, _ in row_checks(["role", "priority"])}
+    assert fields == {"role", "priority"}
+    assert row_checks([]) == []
+    # a payload check needs payload_kind and its column
+    assert not [c for c in row_checks(["text"]) if c[1] == "text"]
+    assert [c[2] for c in row_checks(["payload_kind", "text"]) if c[1] == "text"] == [
+        "a text payload needs a value in column 'text'",
+        "column 'text' must be null unless payload_kind is 'text'",
+    ]
+    every = row_checks(COLUMNS)
+    assert len(every) == len({(str(bad), field) for bad, field, _ in every})
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("role", "robot", "must be one of"),
+        ("priority", None, "must not be null"),
+        ("metadata", "[]", "must be a JSON object"),
+        ("id", " ", "must not be blank"),
+    ],
+)
+def test_each_row_check_finds_the_row_conform_reports(
+    column: str, value: object, message: str
+) -> None:
+    df = frame().with_columns(pl.col("role").cast(pl.String))
+    broken = df.with_columns(
+        pl.when(pl.int_range(pl.len()) == 3)
+        .then(pl.lit(value))
+        .otherwise(pl.col(column))
+        .alias(column)
+    )
+    with pytest.raises(RecordError, match=message) as conformed:
+        conform(broken)
+    (bad,) = [
+        bad for bad, field, text in row_checks(COLUMNS) if field == column and message in text
+    ]
+    assert broken.select(bad.fill_null(False).arg_true()).to_series().to_list() == [3]
+    assert conformed.value.row == 3
+
+
+def test_a_parquet_scan_records_each_run(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    write_parquet(frame(), path)
+    scan = scan_parquet_items(path)
+    assert scan.schema == POLARS_SCHEMA
+    assert (scan.kind, scan.partitions, scan.label()) == ("parquet", (), f"parquet {path}")
+    assert scan.reads == []
+    lf = scan.lazy()
+    assert lf.filter(pl.col("priority") >= 3).select("id").collect()["id"].to_list() == ["i3", "i4"]
+    assert_frame_equal(lf.collect(), frame())
+    assert scan.reads == [
+        ScanRead((str(path),), 2, ("id", "priority"), '[(col("priority")) >= (3)]'),
+        ScanRead((str(path),), 5, tuple(COLUMNS), None),
+    ]
+
+
+def test_enumerations_stored_as_text_are_cast_to_the_canonical_enums(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    frame().with_columns(pl.col(["role", "trust"]).cast(pl.String)).write_parquet(path)
+    out = scan_parquet_items(path).lazy().collect()
+    assert out.schema == POLARS_SCHEMA
+    assert_frame_equal(out, frame())
+
+
+def test_a_lazyframe_scan_validates_the_rows_it_reads() -> None:
+    lf = frame().lazy()
+    scan = scan_lazy_items(lf, source="memory")
+    assert scan.lazy().select(pl.len()).collect().item() == 5
+    assert scan.reads[-1].files == ()
+    with pytest.raises(SchemaError, match=r"unknown columns \['x'\]"):
+        scan_lazy_items(lf.with_columns(x=pl.lit(1)))
+    with pytest.raises(SchemaError, match=r"missing \['rank'\]"):
+        scan_lazy_items(lf.drop("rank"))
+    broken = lf.with_columns(
+        priority=pl.when(pl.col("id") == "i4").then(None).otherwise("priority")
+    )
+    with pytest.raises(RecordError) as info:
+        scan_lazy_items(broken, source="memory").lazy().select("priority").collect()
+    assert (info.value.source, info.value.row, info.value.field) == ("memory", 4, "priority")
+
+
+def test_an_ndjson_scan_reads_every_file_then_filters(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(
+        '{"id": "x", "role": "user", "text": "hi"}\n\n{"id": "y", "role": "tool", "text": "ok"}\n'
+    )
+    (tmp_path / "notes.txt").write_text("not items")
+    scan = scan_ndjson_items(tmp_path)
+    assert scan.lazy().filter(pl.col("role") == "tool").select("id").collect().item() == "y"
+    assert scan.reads[-1].rows == 1
+    assert scan.reads[-1].files == (str(tmp_path / "a.jsonl"),)
+
+
+def test_atomic_path_renames_on_success_and_removes_the_temporary_file_on_error(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "sub" / "out.bin"
+    with atomic_path(target) as tmp:
+        assert tmp.parent == target.parent
+        tmp.write_bytes(b"new")
+    assert target.read_bytes() == b"new"
+
+    def fail() -> None:
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"partial")
+            raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        fail()
+    assert target.read_bytes() == b"new"
+    assert [p.name for p in target.parent.iterdir()] == ["out.bin"]
+
+
+def test_a_scan_remembers_only_its_latest_runs(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    write_parquet(frame(), path)
+    scan = scan_parquet_items(path)
+    lf = scan.lazy()
+    for n in range(1, KEPT_READS + 6):
+        lf.head(n).select("id").collect()
+    reads = scan.reads
+    assert len(reads) == KEPT_READS
+    assert reads[-1].rows == 5  # head(n) with n >= 5 reads every row
+    assert reads[0].rows == 5
+    lf.head(2).select("id").collect()
+    assert scan.reads[-1].rows == 2
