@@ -53,6 +53,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.items._json import canonical_json_list, canonical_text_list
 from cognoxium.items._checks import (
     CONTROL_PATTERN,
     MAX_ID_LENGTH,
@@ -394,8 +395,17 @@ def _fail_rows(
 
 
 def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Series:
-    """Canonicalise JSON text, converting each distinct value once."""
-    uniques = values.drop_nulls().unique()
+    """Canonicalise JSON text, converting each distinct value once.
+
+    The distinct texts are first checked together (:func:`canonical_text_list`);
+    only those that are not canonical yet are parsed and encoded one by one.
+    """
+    uniques = values.drop_nulls().unique().to_list()
+    flags = canonical_text_list(uniques)
+    if flags is not None:
+        uniques = [text for text, canonical in zip(uniques, flags, strict=True) if not canonical]
+        if not uniques:
+            return values
     mapping = {}
     for text in uniques:
         try:
@@ -408,6 +418,8 @@ def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Se
             raise RecordError(
                 f"invalid JSON ({exc})", source=source, row=row, field=column
             ) from None
+    if flags is not None:
+        return values.replace(mapping)
     return values.replace_strict(mapping, default=None, return_dtype=pl.String)
 
 
@@ -1002,7 +1014,36 @@ def _entry_failures(
         fail.add(_owner(offsets, inner.row), name, f"{inner.field}: {inner.message}")
 
 
+_SOURCE_TEXT = pa.large_list(pa.struct([(name, pa.large_string()) for name in _SOURCE_KEYS[:3]]))
+_SOURCE_TEXT_KEYS = frozenset(_SOURCE_KEYS[:3])
+
+
+def _text_sources(values: list[Any]) -> pl.Series | None:
+    """Sources given as lists of plain objects of text without ``retrieved_at``, converted
+    by Arrow in one call; ``None`` for any other shape, or a bad value, to check one by one."""
+    if not all(type(v) is list for v in values):
+        return None
+    entries = list(chain.from_iterable(values))
+    if not all(type(e) is dict for e in entries) or not all(
+        map(_SOURCE_TEXT_KEYS.issuperset, entries)
+    ):
+        return None
+    try:
+        lists = pa.array(values, _SOURCE_TEXT)
+    except (pa.ArrowException, ValueError, TypeError):
+        return None  # a value that is not text, or a lone surrogate
+    if lists.flatten().field("uri").null_count:
+        return None
+    series = pl.from_arrow(lists)
+    assert isinstance(series, pl.Series)
+    retrieved = pl.element().struct.with_fields(pl.lit(None, _PL_TS).alias("retrieved_at"))
+    return series.list.eval(retrieved).alias("sources").cast(POLARS_SCHEMA["sources"])
+
+
 def _sources_column(values: list[Any], fail: _Failures) -> pl.Series:
+    fast = _text_sources(values)
+    if fast is not None:
+        return fast
     offsets, flat = _struct_lists(values, "sources", _SOURCE_KEYS, fail)
     inner = _Failures()
     uri, kind, title = (_string_column(flat[k], k, inner) for k in ("uri", "kind", "title"))
@@ -1029,6 +1070,14 @@ _CANONICAL = json.JSONEncoder(
 
 
 def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
+    if all(type(value) is dict for value in values) and all(
+        type(key) is str for value in values for key in value
+    ):
+        try:
+            # Plain objects with text keys (the usual case): one encoder for the column.
+            return _string_column(canonical_json_list(values), "metadata", fail)
+        except (TypeError, ValueError, RecursionError):
+            pass  # worded value by value below
     encode = _CANONICAL.encode
     out: list[str | None] = []
     for row, value in enumerate(values):
