@@ -53,7 +53,6 @@ import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.items._json import canonical_json_list, canonical_text_list
 from cognoxium.items._checks import (
     CONTROL_PATTERN,
     MAX_ID_LENGTH,
@@ -64,6 +63,7 @@ from cognoxium.items._checks import (
     json_text_depth,
     text_problem,
 )
+from cognoxium.items._json import canonical_json_list, canonical_text_list
 from cognoxium.items.model import (
     ContextItem,
     Retention,
@@ -1019,8 +1019,11 @@ _SOURCE_TEXT_KEYS = frozenset(_SOURCE_KEYS[:3])
 
 
 def _text_sources(values: list[Any]) -> pl.Series | None:
-    """Sources given as lists of plain objects of text without ``retrieved_at``, converted
-    by Arrow in one call; ``None`` for any other shape, or a bad value, to check one by one."""
+    """Sources as Arrow converts them in one call, or ``None`` to check them one by one.
+
+    Only lists of plain objects of text without ``retrieved_at`` take this path;
+    any other shape, or a bad value, gives ``None``.
+    """
     if not all(type(v) is list for v in values):
         return None
     entries = list(chain.from_iterable(values))
