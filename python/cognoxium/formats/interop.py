@@ -66,13 +66,13 @@ from pydantic import ValidationError
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.formats.openai import (
     CHAT_EPOCH,
+    ChatColumns,
     MessageLocation,
-    indexed_chat_items,
     to_openai_messages,
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Retention, Source, Text
+from cognoxium.items.model import ContextItem, Retention, Text
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -212,25 +212,54 @@ def from_langchain_messages(
     """
     lc = _require("langchain_core.messages")
     rows = list(messages)
-    for row, message in enumerate(rows):
-        if not isinstance(message, lc.BaseMessage):
-            raise RecordError(
-                f"expected a langchain_core BaseMessage, got {type(message).__name__}",
-                source=source,
-                row=row,
-            )
-    dicts = [_openai_message(lc, message, row, source) for row, message in enumerate(rows)]
+    if not all(issubclass(kind, lc.BaseMessage) for kind in set(map(type, rows))):
+        for row, message in enumerate(rows):
+            if not isinstance(message, lc.BaseMessage):
+                raise RecordError(
+                    f"expected a langchain_core BaseMessage, got {type(message).__name__}",
+                    source=source,
+                    row=row,
+                )
+    plain = _plain_roles(lc)
+    dicts = [
+        _plain_message(plain, message) or _openai_message(lc, message, row, source)
+        for row, message in enumerate(rows)
+    ]
     where = MessageLocation(source)
-    pairs = indexed_chat_items(dicts, where, conversation_id, start, system_retention)
-    sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
-    out = []
-    for index, item in pairs:
-        update: dict[str, Any] = {"sources": sources}
-        message_id = rows[index].id
-        if isinstance(message_id, str) and message_id:
-            update["metadata"] = {**item.metadata, "message_id": message_id}
-        out.append(item.model_copy(update=update))
-    return CognitionFrame.from_items(out)
+    columns = ChatColumns(where, conversation_id, start, system_retention, _MESSAGES_KIND)
+    columns.add_all(dicts)
+    message_ids = [message.id for message in rows]
+    metadata = [
+        {**given, "message_id": message_ids[index]}
+        if isinstance(message_ids[index], str) and message_ids[index]
+        else given
+        for given, index in zip(columns.metadata, columns.index, strict=True)
+    ]
+    return CognitionFrame.from_conformed(columns.frame(metadata))
+
+
+def _plain_roles(lc: ModuleType) -> dict[type, str]:
+    """The OpenAI role of each LangChain message class whose plain text messages map directly."""
+    return {lc.SystemMessage: "system", lc.HumanMessage: "user", lc.AIMessage: "assistant"}
+
+
+def _plain_message(plain: dict[type, str], message: Any) -> dict[str, Any] | None:
+    """A plain text message as ``convert_to_openai_messages`` gives it, or ``None`` for others.
+
+    Plain: a ``SystemMessage``, ``HumanMessage`` or ``AIMessage`` (not a
+    subclass) with text content, no ``additional_kwargs`` and no tool calls.
+    """
+    role = plain.get(type(message))
+    if (
+        role is None
+        or type(message.content) is not str
+        or message.additional_kwargs
+        or (role == "assistant" and message.tool_calls)
+    ):
+        return None
+    if message.name:
+        return {"role": role, "name": message.name, "content": message.content}
+    return {"role": role, "content": message.content}
 
 
 def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:

@@ -96,6 +96,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,17 @@ from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
-from cognoxium.items.model import ContextItem, Json, Reference, Retention, Role, Source, Text
+from cognoxium.items.model import (
+    ContextItem,
+    Json,
+    Reference,
+    Retention,
+    Role,
+    Source,
+    Text,
+    canonical_json_list,
+)
+from cognoxium.items.schema import POLARS_SCHEMA, conform
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
@@ -115,6 +126,7 @@ __all__ = [
     "CHAT_EPOCH",
     "IMAGE_DETAILS",
     "MESSAGE_ROLES",
+    "ChatColumns",
     "from_openai_messages",
     "openai_messages_to_items",
     "read_openai_jsonl",
@@ -140,6 +152,9 @@ _KEYS: dict[str, frozenset[str]] = {
     "tool": frozenset({"role", "content", "name", "tool_call_id"}),
 }
 _INSTRUCTION_ROLES = frozenset({Role.SYSTEM, Role.DEVELOPER})
+_PLAIN_KEYS = frozenset({"role", "content", "name"})
+_PLAIN_ROLES = {role: Role(role) for role in ("system", "developer", "user", "assistant")}
+"""The roles whose messages with text content map to one Text item and nothing else."""
 _EMPTY_OK = frozenset({"refusal", "audio", "function_call", "annotations"})
 _SOURCE_KIND = "openai_messages"
 
@@ -354,7 +369,7 @@ def _assistant_payload(
     group_id: str,
     ledger: _CallLedger,
     metadata: dict[str, Any],
-) -> tuple[Text | Json, str | None]:
+) -> tuple[str, Any, str | None]:
     """An assistant message's payload and group id; declares its tool calls in ``ledger``."""
     calls = _tool_calls(message.get("tool_calls"), index, where)
     for j, call in enumerate(calls):
@@ -369,12 +384,12 @@ def _assistant_payload(
         ledger.group_of.update(dict.fromkeys((c["id"] for c in calls), group_id))
         metadata["tool_call_ids"] = [c["id"] for c in calls]
     if calls and not text:
-        return Json(value={"tool_calls": calls}), group_id
+        return "json", {"tool_calls": calls}, group_id
     if text is None:
         raise where.error(index, "content", "an assistant message needs content or tool_calls")
     if calls:
         metadata["tool_calls"] = calls
-    return Text(text=text), group_id if calls else None
+    return "text", text, group_id if calls else None
 
 
 def _tool_result_group(
@@ -402,8 +417,9 @@ def _tool_result_group(
     return call_id, ledger.group_of[call_id]
 
 
-_Part = tuple[str, Role, Text | Json | Reference, str | None, dict[str, Any]]
-"""One item of a message: id, role, payload, group id, metadata."""
+_Part = tuple[str, Role, str, Any, str | None, dict[str, Any]]
+"""One item of a message: id, role, payload kind, payload value (the text, the JSON
+value or the reference's uri), group id, metadata."""
 
 
 def _image_media_type(url: str) -> str:
@@ -421,12 +437,12 @@ def _user_parts(
     for k, segment in enumerate(segments):
         item_id = f"{prefix}:{index}.{k}"
         if isinstance(segment, str):
-            parts.append((item_id, Role.USER, Text(text=segment), group_id, dict(metadata)))
+            parts.append((item_id, Role.USER, "text", segment, group_id, dict(metadata)))
             continue
         image_meta = {**metadata, "media_type": _image_media_type(segment.url)}
         if segment.detail is not None:
             image_meta["detail"] = segment.detail
-        parts.append((item_id, Role.USER, Reference(uri=segment.url), group_id, image_meta))
+        parts.append((item_id, Role.USER, "reference", segment.url, group_id, image_meta))
     return parts
 
 
@@ -444,15 +460,17 @@ def _message_content(
     text = None if segments is None else str(segments[0])
     if role == "assistant":
         group = f"{prefix}:tools:{index}"
-        payload, group_id = _assistant_payload(message, index, where, text, group, ledger, metadata)
-        return [(item_id, role, payload, group_id, metadata)]
+        kind, value, group_id = _assistant_payload(
+            message, index, where, text, group, ledger, metadata
+        )
+        return [(item_id, role, kind, value, group_id, metadata)]
     if text is None:
         raise where.error(index, "content", f"a {role} message needs content")
     group_id = None
     if role == "tool":
         call_id, group_id = _tool_result_group(message, index, where, ledger)
         metadata["tool_call_id"] = call_id
-    return [(item_id, role, Text(text=text), group_id, metadata)]
+    return [(item_id, role, "text", text, group_id, metadata)]
 
 
 def _checked_retention(value: Any, where: MessageLocation) -> Retention:
@@ -478,6 +496,53 @@ def _convert(
     return [item for _, item in pairs]
 
 
+def _chat_frame(
+    messages: Iterable[Any],
+    where: MessageLocation,
+    conversation_id: str | None,
+    start: datetime | None,
+    system_retention: Retention | str,
+) -> CognitionFrame:
+    columns = ChatColumns(where, conversation_id, start, system_retention).add_all(messages)
+    return CognitionFrame.from_conformed(columns.frame())
+
+
+def _payload_model(kind: str, value: Any) -> Text | Json | Reference:
+    if kind == "text":
+        return Text(text=value)
+    if kind == "json":
+        return Json(value=value)
+    return Reference(uri=value)
+
+
+def _part_item(
+    index: int,
+    part: _Part,
+    first: datetime,
+    sources: tuple[Source, ...],
+    instructions: Retention,
+    where: MessageLocation,
+) -> ContextItem:
+    """One part as a validated item, the error worded for its message when it is not valid."""
+    item_id, role, kind, value, group_id, metadata = part
+    try:
+        return ContextItem(
+            id=item_id,
+            role=role,
+            payload=_payload_model(kind, value),
+            sources=sources,
+            created_at=first + timedelta(microseconds=index),
+            group_id=group_id,
+            metadata=metadata,
+            retention=instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise where.error(
+            index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
+        ) from None
+
+
 def indexed_chat_items(
     messages: Iterable[Any],
     where: MessageLocation,
@@ -488,41 +553,229 @@ def indexed_chat_items(
     """The items of ``messages``, each with the 0-based index of its message.
 
     ``system`` and ``developer`` items take ``system_retention``; the others
-    are optional.
+    are optional. One validated item per part: :class:`ChatColumns` builds
+    the same items as columns.
     """
     first = _checked_start(conversation_id, start, where)
     instructions = _checked_retention(system_retention, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _CallLedger()
-    items = []
-    for index, message in enumerate(messages):
-        for item_id, role, payload, group_id, metadata in _message_content(
-            message, index, where, prefix, ledger
+    return [
+        (index, _part_item(index, part, first, sources, instructions, where))
+        for index, message in enumerate(messages)
+        for part in _message_content(message, index, where, prefix, ledger)
+    ]
+
+
+class ChatColumns:
+    """Chat messages checked one by one and laid out as item columns, validated in bulk.
+
+    Each message is checked as :func:`openai_messages_to_items` checks it
+    (roles, keys, content parts, tool calls against earlier calls); its
+    items go to column lists, and :meth:`frame` validates them all at once
+    (:func:`cognoxium.items.schema.conform`: enumerations, ids, text,
+    content hashes). A list of plain text messages (``role`` system,
+    developer, user or assistant, text ``content``, an optional ``name``)
+    is laid out a column at a time. Only an item that fails is built as a
+    :class:`ContextItem`, to word its error as the item model does.
+
+    Parameters
+    ----------
+    where
+        Where the messages come from, named in errors.
+    conversation_id, start, system_retention
+        As in :func:`openai_messages_to_items`.
+    source_kind
+        The ``kind`` of the provenance source recorded when ``where.source`` is set.
+
+    Raises
+    ------
+    RecordError
+        When built, for a bad ``conversation_id``, ``start`` or ``system_retention``.
+    """
+
+    def __init__(
+        self,
+        where: MessageLocation,
+        conversation_id: str | None,
+        start: datetime | None,
+        system_retention: Retention | str = Retention.REQUIRED,
+        source_kind: str = _SOURCE_KIND,
+    ) -> None:
+        self.where = where
+        self.first = _checked_start(conversation_id, start, where)
+        self.instructions = _checked_retention(system_retention, where)
+        self.prefix = conversation_id or "msg"
+        self.source_kind = source_kind
+        self.ledger = _CallLedger()
+        self.index: list[int] = []
+        self.ids: list[str] = []
+        self.roles: list[Role] = []
+        self.kinds: list[str] = []
+        self.values: list[Any] = []
+        self.groups: list[str | None] = []
+        self.metadata: list[dict[str, Any]] = []
+
+    def add(self, index: int, message: Any) -> None:
+        """Check message ``index`` and append its items; ``RecordError`` if it is malformed."""
+        for item_id, role, kind, value, group_id, metadata in _message_content(
+            message, index, self.where, self.prefix, self.ledger
         ):
-            retention = instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL
-            try:
-                items.append(
-                    (
-                        index,
-                        ContextItem(
-                            id=item_id,
-                            role=role,
-                            payload=payload,
-                            sources=sources,
-                            created_at=first + timedelta(microseconds=index),
-                            group_id=group_id,
-                            metadata=metadata,
-                            retention=retention,
-                        ),
-                    )
-                )
-            except ValidationError as exc:  # pragma: no cover - every field is checked above
-                error = exc.errors()[0]
-                raise where.error(
-                    index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
-                ) from None
-    return items
+            self.index.append(index)
+            self.ids.append(item_id)
+            self.roles.append(role)
+            self.kinds.append(kind)
+            self.values.append(value)
+            self.groups.append(group_id)
+            self.metadata.append(metadata)
+
+    def _add_plain(self, messages: list[Any]) -> bool:
+        """Lay out plain text messages a column at a time; false (nothing added) otherwise."""
+        if self.index or set(map(type, messages)) != {dict}:
+            return False
+        if not all(map(_PLAIN_KEYS.issuperset, messages)):
+            return False
+        roles = list(map(dict.get, messages, repeat("role")))
+        texts = list(map(dict.get, messages, repeat("content")))
+        names = list(map(dict.get, messages, repeat("name")))
+        named = set(map(type, names)) != {type(None)}
+        if set(map(type, roles)) != {str} or set(map(type, texts)) != {str}:
+            return False
+        if not set(roles) <= _PLAIN_ROLES.keys():
+            return False
+        if named and not all(n is None or (type(n) is str and n) for n in names):
+            return False
+        n = len(messages)
+        self.index = list(range(n))
+        self.ids = [f"{self.prefix}:{i}" for i in range(n)]
+        self.roles = [_PLAIN_ROLES[str(role)] for role in roles]
+        self.kinds = ["text"] * n
+        self.values = texts
+        self.groups = [None] * n
+        self.metadata = [{} if m is None else {"name": m} for m in names] if named else [{}] * n
+        return True
+
+    def add_all(self, messages: Iterable[Any]) -> ChatColumns:
+        """Add every message in order; at a malformed one, raise the first error of the run.
+
+        An item of an earlier message that is not valid (text that is not
+        valid Unicode, say) is reported before the malformed message, as
+        item by item conversion would.
+        """
+        rows = list(messages)
+        if self._add_plain(rows):
+            return self
+        try:
+            for index, message in enumerate(rows):
+                self.add(index, message)
+        except RecordError:
+            self.frame()
+            raise
+        return self
+
+    def _sources(self, n: int) -> pl.Series:
+        entries = (
+            [{"uri": self.where.source, "kind": self.source_kind}] if self.where.source else []
+        )
+        one = pl.Series("sources", [entries], POLARS_SCHEMA["sources"])
+        return one.new_from_index(0, n)
+
+    def _payloads(self) -> list[pl.Series]:
+        """The ``payload_kind``, ``text``, ``json`` and ``ref_uri`` columns."""
+        kinds, values = self.kinds, self.values
+        n = len(values)
+        texts: list[Any] = values
+        payloads: list[str | None] = [None] * n
+        uris: list[str | None] = [None] * n
+        if any(kind != "text" for kind in kinds):
+            texts = [v if k == "text" else None for k, v in zip(kinds, values, strict=True)]
+            uris = [v if k == "reference" else None for k, v in zip(kinds, values, strict=True)]
+            rows = [i for i, k in enumerate(kinds) if k == "json"]
+            for i, text in zip(rows, canonical_json_list([values[i] for i in rows]), strict=True):
+                payloads[i] = text
+        return [
+            pl.Series("payload_kind", kinds, pl.String),
+            pl.Series("text", texts, pl.String),
+            pl.Series("json", payloads, pl.String),
+            pl.Series("ref_uri", uris, pl.String),
+        ]
+
+    def _columns(self, metadata: list[dict[str, Any]]) -> pl.DataFrame:
+        offset = (self.first - CHAT_EPOCH) // timedelta(microseconds=1)
+        created = pl.Series("created_at", self.index, pl.Int64) + offset
+        kept = self.instructions.value
+        retention = [kept if r in _INSTRUCTION_ROLES else "optional" for r in self.roles]
+        return pl.DataFrame(
+            [
+                pl.Series("id", self.ids, pl.String),
+                pl.Series("role", [r.value for r in self.roles], pl.String),
+                *self._payloads(),
+                self._sources(len(self.ids)),
+                pl.Series("retention", retention, pl.String),
+                created.cast(pl.Datetime("us", "UTC")),
+                pl.Series("group_id", self.groups, pl.String),
+                pl.Series("metadata", canonical_json_list(metadata), pl.String),
+            ]
+        )
+
+    def _item_error(self, row: int) -> RecordError | None:
+        """The error of item ``row`` as item by item conversion words it, or ``None``."""
+        sources = (
+            (Source(uri=self.where.source, kind=self.source_kind),) if self.where.source else ()
+        )
+        part = (
+            self.ids[row],
+            self.roles[row],
+            self.kinds[row],
+            self.values[row],
+            self.groups[row],
+            self.metadata[row],
+        )
+        try:
+            _part_item(self.index[row], part, self.first, sources, self.instructions, self.where)
+        except RecordError as exc:
+            return exc
+        return None
+
+    def frame(self, metadata: list[dict[str, Any]] | None = None) -> pl.DataFrame:
+        """The items as a validated frame of the item schema, in message order.
+
+        Parameters
+        ----------
+        metadata
+            Each item's metadata in place of the one its message gave (one per
+            item); the items are validated with their message's own.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per item, with :data:`cognoxium.items.schema.POLARS_SCHEMA`.
+
+        Raises
+        ------
+        RecordError
+            At the first item that is not valid, worded as
+            :func:`openai_messages_to_items` words it.
+        """
+        if not self.ids:
+            return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
+        try:
+            frame = self._columns(self.metadata if metadata is None else metadata)
+            return conform(frame, source=self.where.source)
+        except RecordError as exc:
+            row = exc.row
+            error = None if row is None else self._item_error(row)
+            if error is not None or row is None:
+                raise error or exc from None
+            raise self.where.error(self.index[row], exc.field, exc.message) from None
+        except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
+            # A value Arrow cannot hold (a lone surrogate): find its item.
+            for row in range(len(self.ids)):
+                error = self._item_error(row)
+                if error is not None:
+                    raise error from None
+            raise
 
 
 def openai_messages_to_items(
@@ -626,14 +879,8 @@ def from_openai_messages(
     >>> cf.select("id", "created_at").to_polars().row(0)
     ('c1:0', datetime.datetime(2024, 5, 1, 0, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC')))
     """
-    items = openai_messages_to_items(
-        messages,
-        conversation_id=conversation_id,
-        start=start,
-        source=source,
-        system_retention=system_retention,
-    )
-    return CognitionFrame.from_items(items)
+    where = MessageLocation(source)
+    return _chat_frame(messages, where, conversation_id, start, system_retention)
 
 
 def read_openai_jsonl(
@@ -689,10 +936,8 @@ def read_openai_jsonl(
     name = str(path)
     lines = list(json_lines(Path(path)))
     where = MessageLocation(name, [number for number, _ in lines])
-    items = _convert(
-        (message for _, message in lines), where, conversation_id, start, system_retention
-    )
-    return CognitionFrame.from_items(items)
+    messages = (message for _, message in lines)
+    return _chat_frame(messages, where, conversation_id, start, system_retention)
 
 
 def _frame_of(data: ContextPack | CognitionFrame | pl.DataFrame) -> pl.DataFrame:

@@ -40,6 +40,7 @@ from cognoxium.items._checks import (
     raising,
     to_utc,
 )
+from cognoxium.items._json import canonical_json_list
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -59,6 +60,7 @@ __all__ = [
     "Truncation",
     "Trust",
     "canonical_json",
+    "canonical_json_list",
     "content_hash",
     "content_hashes",
 ]
