@@ -667,39 +667,63 @@ def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
     return checks
 
 
-def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
-    """Check enumerations, non-null ``id``/``metadata``/``priority`` and unique ids."""
-    for bad, column, message in _value_checks():
-        _fail_rows(df, bad, column, message, source)
-    _check_unique_ids(df, source, None)
+def _raise_first(
+    df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], source: str | None
+) -> None:
+    """Evaluate every check in one pass; raise for the first check, in order, that fails.
+
+    The same error as checking one after the other: the first failing
+    check, at its first failing row.
+    """
+    if not df.height or not checks:
+        return
+    firsts = df.select(
+        mask.arg_true().first().alias(str(i)) for i, (mask, _, _) in enumerate(checks)
+    ).row(0)
+    for (_, column, message), row in zip(checks, firsts, strict=True):
+        if row is not None:
+            raise RecordError(message, source=source, row=int(row), field=column)
 
 
-def _check_payload_columns(df: pl.DataFrame, source: str | None) -> None:
-    """Check that each row fills exactly the payload columns of its ``payload_kind``."""
+def _payload_checks() -> list[tuple[pl.Expr, str, str]]:
+    """Row checks that each row fills exactly the payload columns of its ``payload_kind``."""
     kinds = pl.col("payload_kind").cast(pl.String)
+    checks = []
     for kind, column in _PAYLOAD_COLUMN.items():
-        _fail_rows(
-            df,
-            (kinds == kind) & pl.col(column).is_null(),
-            column,
-            f"a {kind} payload needs a value in column {column!r}",
-            source,
+        checks.append(
+            (
+                (kinds == kind) & pl.col(column).is_null(),
+                column,
+                f"a {kind} payload needs a value in column {column!r}",
+            )
         )
-        _fail_rows(
-            df,
-            (kinds != kind) & pl.col(column).is_not_null(),
-            column,
-            f"column {column!r} must be null unless payload_kind is {kind!r}",
-            source,
+        checks.append(
+            (
+                (kinds != kind) & pl.col(column).is_not_null(),
+                column,
+                f"column {column!r} must be null unless payload_kind is {kind!r}",
+            )
         )
     for column in ("ref_title", "ref_digest"):
-        _fail_rows(
-            df,
-            (kinds != "reference") & pl.col(column).is_not_null(),
-            column,
-            "must be null unless payload_kind is 'reference'",
-            source,
+        checks.append(
+            (
+                (kinds != "reference") & pl.col(column).is_not_null(),
+                column,
+                "must be null unless payload_kind is 'reference'",
+            )
         )
+    return checks
+
+
+def _check_values(df: pl.DataFrame, source: str | None) -> None:
+    """Check enumerations, non-null ``id``/``metadata``/``priority``, unique ids and payloads.
+
+    One pass over the rows; the errors are those of checking in that order.
+    """
+    values, payloads = _value_checks(), _payload_checks()
+    _raise_first(df, values, source)
+    _check_unique_ids(df, source, None)
+    _raise_first(df, payloads, source)
 
 
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
@@ -717,8 +741,7 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
         df = df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
-    for bad, column, message in _typed_checks():
-        _fail_rows(df, bad, column, message, source)
+    _raise_first(df, _typed_checks(), source)
     return df
 
 
@@ -783,8 +806,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     df = _fill_defaults(df)
     if infer_kind:
         df = _infer_payload_kind(df, source)
-    _check_required_values(df, source)
-    _check_payload_columns(df, source)
+    _check_values(df, source)
     df = _cast_to_schema(df, where, source)
     df = _canonicalise_json(df, source)
     return df.with_columns(_checked_hashes(df, source))
