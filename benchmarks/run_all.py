@@ -184,6 +184,7 @@ def scaling_markdown(result: dict[str, Any]) -> str:
 
 METHOD_LABELS = {
     "cognoxium": "Cognoxium (cold cache)",
+    "cognoxium_whole_call": "Cognoxium whole call (from LangChain messages)",
     "langchain_trim_messages": "LangChain trim_messages",
     "llamaindex_chat_memory_buffer": "LlamaIndex ChatMemoryBuffer",
     "python_loop_stop": "Python loop (stop)",
@@ -214,8 +215,10 @@ def plot_peers(result: dict[str, Any]) -> None:
     for k, (method, label) in enumerate(METHOD_LABELS.items()):
         color = f"C{k}"
         for j, entry in enumerate(result["sizes"]):
-            m = entry["methods"][method]
+            m = entry["methods"].get(method)
             x = j + k * width
+            if m is None:
+                continue  # a method that this run did not measure
             if m["seconds"] is not None:
                 ax.bar(x, m["seconds"], width, color=color, label=label if j == 0 else None)
                 continue
@@ -251,12 +254,26 @@ def plot_peers(result: dict[str, Any]) -> None:
     plt.close(fig)
 
 
+def whole_call_line(entry: dict[str, Any]) -> str:
+    """The user's whole call (conversion included) against trim_messages, if measured."""
+    whole = entry.get("whole_call")
+    if whole is None:
+        return ""
+    return (
+        "\n\nWhole call from LangChain messages (`from_langchain_messages` + rank + pack) "
+        f"against `trim_messages`: {whole['langchain_over_cognoxium_median']:.1f}x faster "
+        f"(median), {whole['langchain_over_cognoxium_min']:.1f}x (min)."
+    )
+
+
 def peers_markdown(result: dict[str, Any]) -> str:
     parts = [f"## Peers: newest messages + system message under {result['budget']} tokens\n"]
     for entry in result["sizes"]:
         rows = []
         for method, label in METHOD_LABELS.items():
-            m = entry["methods"][method]
+            m = entry["methods"].get(method)
+            if m is None:
+                continue  # a method that this run did not measure
             seconds = (
                 fmt(m["seconds"])
                 if m["seconds"] is not None
@@ -277,6 +294,7 @@ def peers_markdown(result: dict[str, Any]) -> str:
             + markdown_table(
                 ["method", "seconds", "vs Cognoxium", "messages kept", "input build (s)"], rows
             )
+            + whole_call_line(entry)
             + f"\n\nCognoxium warm (repeat) pack: {fmt(cog['warm_seconds'])} s; it tokenized "
             f"{cog['counted_items']:,} of {entry['messages']:,} messages.\n\n"
             + "Agreement: "
