@@ -220,46 +220,37 @@ def from_langchain_messages(
                     source=source,
                     row=row,
                 )
-    plain = _plain_roles(lc)
-    dicts = [
-        _plain_message(plain, message) or _openai_message(lc, message, row, source)
-        for row, message in enumerate(rows)
-    ]
     where = MessageLocation(source)
     columns = ChatColumns(where, conversation_id, start, system_retention, _MESSAGES_KIND)
-    columns.add_all(dicts)
-    message_ids = [message.id for message in rows]
-    metadata = [
-        {**given, "message_id": message_ids[index]}
-        if isinstance(message_ids[index], str) and message_ids[index]
-        else given
-        for given, index in zip(columns.metadata, columns.index, strict=True)
-    ]
-    return CognitionFrame.from_conformed(columns.frame(metadata))
+    if not _add_plain(lc, columns, rows):
+        columns.add_all(
+            _openai_message(lc, message, row, source) for row, message in enumerate(rows)
+        )
+    message_ids = [m if isinstance(m, str) and m else None for m in (r.id for r in rows)]
+    if columns.plain:
+        return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
+    per_item = [message_ids[index] for index in columns.index]
+    return CognitionFrame.from_conformed(columns.frame(("message_id", per_item)))
 
 
-def _plain_roles(lc: ModuleType) -> dict[type, str]:
-    """The OpenAI role of each LangChain message class whose plain text messages map directly."""
-    return {lc.SystemMessage: "system", lc.HumanMessage: "user", lc.AIMessage: "assistant"}
+def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> bool:
+    """Lay out plain text messages a column at a time; false (nothing added) otherwise.
 
-
-def _plain_message(plain: dict[type, str], message: Any) -> dict[str, Any] | None:
-    """A plain text message as ``convert_to_openai_messages`` gives it, or ``None`` for others.
-
-    Plain: a ``SystemMessage``, ``HumanMessage`` or ``AIMessage`` (not a
-    subclass) with text content, no ``additional_kwargs`` and no tool calls.
+    Plain: every message a ``SystemMessage``, ``HumanMessage`` or
+    ``AIMessage`` (not a subclass) with text content, no
+    ``additional_kwargs`` and no tool calls, which LangChain's
+    ``convert_to_openai_messages`` turns into ``{"role", "content"}`` and
+    ``"name"`` when the name is not empty.
     """
-    role = plain.get(type(message))
-    if (
-        role is None
-        or type(message.content) is not str
-        or message.additional_kwargs
-        or (role == "assistant" and message.tool_calls)
-    ):
-        return None
-    if message.name:
-        return {"role": role, "name": message.name, "content": message.content}
-    return {"role": role, "content": message.content}
+    plain = {lc.SystemMessage: "system", lc.HumanMessage: "user", lc.AIMessage: "assistant"}
+    roles = [plain.get(kind) for kind in map(type, rows)]
+    if None in roles or any(message.additional_kwargs for message in rows):
+        return False
+    if any(m.tool_calls for m, role in zip(rows, roles, strict=True) if role == "assistant"):
+        return False
+    texts = [message.content for message in rows]
+    names = [message.name or None for message in rows]
+    return columns.add_plain(roles, texts, names)
 
 
 def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:

@@ -106,6 +106,7 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items._checks import text_problem
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import (
@@ -117,6 +118,7 @@ from cognoxium.items.model import (
     Source,
     Text,
     canonical_json_list,
+    canonical_objects,
 )
 from cognoxium.items.schema import POLARS_SCHEMA, conform
 from cognoxium.packing._messages import chat_columns, check_tool_results
@@ -153,7 +155,7 @@ _KEYS: dict[str, frozenset[str]] = {
 }
 _INSTRUCTION_ROLES = frozenset({Role.SYSTEM, Role.DEVELOPER})
 _PLAIN_KEYS = frozenset({"role", "content", "name"})
-_PLAIN_ROLES = {role: Role(role) for role in ("system", "developer", "user", "assistant")}
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
 """The roles whose messages with text content map to one Text item and nothing else."""
 _EMPTY_OK = frozenset({"refusal", "audio", "function_call", "annotations"})
 _SOURCE_KIND = "openai_messages"
@@ -417,7 +419,7 @@ def _tool_result_group(
     return call_id, ledger.group_of[call_id]
 
 
-_Part = tuple[str, Role, str, Any, str | None, dict[str, Any]]
+_Part = tuple[str, Role | str, str, Any, str | None, dict[str, Any]]
 """One item of a message: id, role, payload kind, payload value (the text, the JSON
 value or the reference's uri), group id, metadata."""
 
@@ -528,7 +530,7 @@ def _part_item(
     try:
         return ContextItem(
             id=item_id,
-            role=role,
+            role=Role(role),
             payload=_payload_model(kind, value),
             sources=sources,
             created_at=first + timedelta(microseconds=index),
@@ -609,9 +611,10 @@ class ChatColumns:
         self.prefix = conversation_id or "msg"
         self.source_kind = source_kind
         self.ledger = _CallLedger()
+        self.plain = False  # laid out by add_plain: ids and constant columns made by Polars
         self.index: list[int] = []
         self.ids: list[str] = []
-        self.roles: list[Role] = []
+        self.roles: list[str] = []
         self.kinds: list[str] = []
         self.values: list[Any] = []
         self.groups: list[str | None] = []
@@ -624,32 +627,40 @@ class ChatColumns:
         ):
             self.index.append(index)
             self.ids.append(item_id)
-            self.roles.append(role)
+            self.roles.append(str(role))
             self.kinds.append(kind)
             self.values.append(value)
             self.groups.append(group_id)
             self.metadata.append(metadata)
 
-    def _add_plain(self, messages: list[Any]) -> bool:
-        """Lay out plain text messages a column at a time; false (nothing added) otherwise."""
-        if self.index or set(map(type, messages)) != {dict}:
+    def add_plain(self, roles: list[Any], texts: list[Any], names: list[Any]) -> bool:
+        """Lay out plain text messages a column at a time; false (nothing added) otherwise.
+
+        Plain: every role ``system``, ``developer``, ``user`` or
+        ``assistant``, every content text, every name ``None`` or non-empty
+        text. Such a message is one Text item, as :meth:`add` would make it.
+
+        Parameters
+        ----------
+        roles, texts, names
+            The messages' ``role``, ``content`` and ``name``, ``n`` each.
+
+        Returns
+        -------
+        bool
+            Whether the messages were plain and added (only into empty columns).
+        """
+        if self.index or set(map(type, roles)) != {str} or set(map(type, texts)) != {str}:
             return False
-        if not all(map(_PLAIN_KEYS.issuperset, messages)):
-            return False
-        roles = list(map(dict.get, messages, repeat("role")))
-        texts = list(map(dict.get, messages, repeat("content")))
-        names = list(map(dict.get, messages, repeat("name")))
         named = set(map(type, names)) != {type(None)}
-        if set(map(type, roles)) != {str} or set(map(type, texts)) != {str}:
-            return False
-        if not set(roles) <= _PLAIN_ROLES.keys():
+        if not set(roles) <= _PLAIN_ROLES:
             return False
         if named and not all(n is None or (type(n) is str and n) for n in names):
             return False
-        n = len(messages)
+        n = len(texts)
+        self.plain = True
         self.index = list(range(n))
-        self.ids = [f"{self.prefix}:{i}" for i in range(n)]
-        self.roles = [_PLAIN_ROLES[str(role)] for role in roles]
+        self.roles = roles
         self.kinds = ["text"] * n
         self.values = texts
         self.groups = [None] * n
@@ -664,8 +675,10 @@ class ChatColumns:
         item by item conversion would.
         """
         rows = list(messages)
-        if self._add_plain(rows):
-            return self
+        if set(map(type, rows)) == {dict} and all(map(_PLAIN_KEYS.issuperset, rows)):
+            fields = (list(map(dict.get, rows, repeat(key))) for key in ("role", "content", "name"))
+            if self.add_plain(*fields):
+                return self
         try:
             for index, message in enumerate(rows):
                 self.add(index, message)
@@ -681,10 +694,21 @@ class ChatColumns:
         one = pl.Series("sources", [entries], POLARS_SCHEMA["sources"])
         return one.new_from_index(0, n)
 
+    def _item_id(self, row: int) -> str:
+        return f"{self.prefix}:{self.index[row]}" if self.plain else self.ids[row]
+
     def _payloads(self) -> list[pl.Series]:
         """The ``payload_kind``, ``text``, ``json`` and ``ref_uri`` columns."""
         kinds, values = self.kinds, self.values
         n = len(values)
+        if self.plain:
+            nulls = pl.repeat(None, n, dtype=pl.String, eager=True)
+            return [
+                pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
+                pl.Series("text", values, pl.String),
+                nulls.alias("json"),
+                nulls.alias("ref_uri"),
+            ]
         texts: list[Any] = values
         payloads: list[str | None] = [None] * n
         uris: list[str | None] = [None] * n
@@ -701,21 +725,31 @@ class ChatColumns:
             pl.Series("ref_uri", uris, pl.String),
         ]
 
-    def _columns(self, metadata: list[dict[str, Any]]) -> pl.DataFrame:
+    def _columns(self) -> pl.DataFrame:
+        """Every item column but ``metadata``, for :func:`conform` to check."""
         offset = (self.first - CHAT_EPOCH) // timedelta(microseconds=1)
         created = pl.Series("created_at", self.index, pl.Int64) + offset
-        kept = self.instructions.value
-        retention = [kept if r in _INSTRUCTION_ROLES else "optional" for r in self.roles]
+        role = pl.Series("role", self.roles, pl.String)
+        instruction = role.is_in([r.value for r in _INSTRUCTION_ROLES])
+        retention = pl.select(
+            pl.when(instruction).then(pl.lit(self.instructions.value)).otherwise(pl.lit("optional"))
+        ).to_series()
+        n = len(self.index)
+        if self.plain:
+            ids = f"{self.prefix}:" + pl.Series(self.index, dtype=pl.Int64).cast(pl.String)
+            groups = pl.repeat(None, n, dtype=pl.String, eager=True)
+        else:
+            ids = pl.Series("id", self.ids, pl.String)
+            groups = pl.Series("group_id", self.groups, pl.String)
         return pl.DataFrame(
             [
-                pl.Series("id", self.ids, pl.String),
-                pl.Series("role", [r.value for r in self.roles], pl.String),
+                ids.alias("id"),
+                role,
                 *self._payloads(),
-                self._sources(len(self.ids)),
-                pl.Series("retention", retention, pl.String),
+                self._sources(n),
+                retention.alias("retention"),
                 created.cast(pl.Datetime("us", "UTC")),
-                pl.Series("group_id", self.groups, pl.String),
-                pl.Series("metadata", canonical_json_list(metadata), pl.String),
+                groups.alias("group_id"),
             ]
         )
 
@@ -725,7 +759,7 @@ class ChatColumns:
             (Source(uri=self.where.source, kind=self.source_kind),) if self.where.source else ()
         )
         part = (
-            self.ids[row],
+            self._item_id(row),
             self.roles[row],
             self.kinds[row],
             self.values[row],
@@ -738,14 +772,19 @@ class ChatColumns:
             return exc
         return None
 
-    def frame(self, metadata: list[dict[str, Any]] | None = None) -> pl.DataFrame:
+    def frame(self, extra: tuple[str, list[Any]] | None = None) -> pl.DataFrame:
         """The items as a validated frame of the item schema, in message order.
+
+        The metadata the converter writes (names, tool call ids and calls,
+        image media types) is canonical JSON by construction and only checked
+        for valid Unicode; every other column is checked by :func:`conform`.
 
         Parameters
         ----------
-        metadata
-            Each item's metadata in place of the one its message gave (one per
-            item); the items are validated with their message's own.
+        extra
+            A key and one value per item (``None`` to leave it out) to add to
+            the items' metadata, after the items are validated with their
+            message's own.
 
         Returns
         -------
@@ -758,11 +797,17 @@ class ChatColumns:
             At the first item that is not valid, worded as
             :func:`openai_messages_to_items` words it.
         """
-        if not self.ids:
+        if not self.index:
             return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
+        metadata = self.metadata
+        if extra is not None:
+            key, values = extra
+            metadata = [
+                m if v is None else {**m, key: v} for m, v in zip(metadata, values, strict=True)
+            ]
         try:
-            frame = self._columns(self.metadata if metadata is None else metadata)
-            return conform(frame, source=self.where.source)
+            texts = pl.Series("metadata", self._metadata_texts(metadata, extra), pl.String)
+            return conform(self._columns(), source=self.where.source).with_columns(texts)
         except RecordError as exc:
             row = exc.row
             error = None if row is None else self._item_error(row)
@@ -771,11 +816,29 @@ class ChatColumns:
             raise self.where.error(self.index[row], exc.field, exc.message) from None
         except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
             # A value Arrow cannot hold (a lone surrogate): find its item.
-            for row in range(len(self.ids)):
-                error = self._item_error(row)
-                if error is not None:
-                    raise error from None
-            raise
+            raise self._first_error(metadata) from None
+
+    def _metadata_texts(
+        self, metadata: list[dict[str, Any]], extra: tuple[str, list[Any]] | None
+    ) -> list[str]:
+        """Canonical JSON of each item's metadata; one key of text values written directly."""
+        if extra is not None and not any(self.metadata):
+            key, values = extra
+            if set(map(type, values)) <= {str, type(None)}:
+                return canonical_objects(key, values)
+        return canonical_json_list(metadata)
+
+    def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:
+        """The first item's error, else the first metadata that is not valid Unicode."""
+        for row in range(len(self.index)):
+            error = self._item_error(row)
+            if error is not None:
+                return error
+        for row, text in enumerate(canonical_json_list(metadata)):
+            problem = text_problem(text)
+            if problem is not None:
+                return self.where.error(self.index[row], "metadata", problem)
+        raise AssertionError("no value of the columns fails")  # pragma: no cover
 
 
 def openai_messages_to_items(

@@ -14,7 +14,7 @@ import json
 from json import encoder as json_encoder
 from typing import Any
 
-__all__ = ["canonical_json_list", "canonical_text_list"]
+__all__ = ["canonical_json_list", "canonical_objects", "canonical_text_list"]
 
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -75,6 +75,34 @@ def canonical_json_list(values: list[Any]) -> list[str]:
         return [_CANONICAL.encode(value) for value in values]
     encode, join = _ENCODE_ONE, "".join
     return [join(encode(value, 0)) for value in values]
+
+
+def canonical_objects(key: str, values: list[str | None]) -> list[str]:
+    r"""Canonical JSON of the object ``{key: value}`` for each text value, ``{}`` for ``None``.
+
+    The text is escaped by the encoder's own string escaping, so each result
+    equals :func:`~cognoxium.items.model.canonical_json` of its object.
+
+    Parameters
+    ----------
+    key
+        The one key.
+    values
+        ``n`` texts or ``None``.
+
+    Returns
+    -------
+    list of str
+        ``n`` texts.
+
+    Examples
+    --------
+    >>> canonical_objects("message_id", ["m-1", None, 'a"b'])
+    ['{"message_id":"m-1"}', '{}', '{"message_id":"a\\"b"}']
+    """
+    escape = json_encoder.encode_basestring
+    head = "{" + escape(key) + ":"
+    return ["{}" if value is None else head + escape(value) + "}" for value in values]
 
 
 def canonical_text_list(texts: list[str]) -> list[bool] | None:

@@ -40,7 +40,7 @@ from cognoxium.items._checks import (
     raising,
     to_utc,
 )
-from cognoxium.items._json import canonical_json_list
+from cognoxium.items._json import canonical_json_list, canonical_objects
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -61,6 +61,7 @@ __all__ = [
     "Trust",
     "canonical_json",
     "canonical_json_list",
+    "canonical_objects",
     "content_hash",
     "content_hashes",
 ]

@@ -50,6 +50,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+from polars_hash import CryptographicHashingNameSpace
 from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
@@ -72,7 +73,6 @@ from cognoxium.items.model import (
     Trust,
     canonical_json,
     content_hash,
-    content_hashes,
 )
 
 __all__ = [
@@ -443,25 +443,43 @@ def _too_deep(df: pl.DataFrame, column: str) -> int | None:
     return None
 
 
-def _hashes(df: pl.DataFrame) -> list[str]:
-    kinds = df.get_column("payload_kind").cast(pl.String)
-    if (kinds == "text").all():
-        # All text (chat messages): one column, no per-row dispatch; Polars gives the bytes.
-        return content_hashes("text", df.get_column("text").cast(pl.Binary).to_list())
-    out = []
-    for kind, text, js, binary, uri, title, digest in df.select(
-        "payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest"
-    ).iter_rows():
-        if kind == "text":
-            data = text.encode("utf-8")
-        elif kind == "json":
-            data = js.encode("utf-8")
-        elif kind == "binary":
-            data = binary
-        else:
-            data = canonical_json({"digest": digest, "title": title, "uri": uri}).encode("utf-8")
-        out.append(content_hash(kind, data))
-    return out
+def _hash_input() -> pl.Expr:
+    """Each row's kind, a NUL byte and its canonical payload bytes; null for a reference."""
+    kind = pl.col("payload_kind").cast(pl.String)
+    return (
+        pl.when(kind == "text")
+        .then(pl.lit(b"text\x00") + pl.col("text").cast(pl.Binary))
+        .when(kind == "json")
+        .then(pl.lit(b"json\x00") + pl.col("json").cast(pl.Binary))
+        .when(kind == "binary")
+        .then(pl.lit(b"binary\x00") + pl.col("binary"))
+        .otherwise(None)
+    )
+
+
+def _hashes(df: pl.DataFrame) -> pl.Series:
+    """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
+
+    A Reference's canonical bytes are the canonical JSON of its uri, title
+    and digest, built per row in Python; every other kind is hashed in one
+    expression.
+    """
+    digests = df.select(
+        CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
+    ).to_series()
+    references = df.get_column("payload_kind").cast(pl.String) == "reference"
+    if not references.any():
+        return digests
+    rows = references.arg_true()
+    refs = df.select("ref_uri", "ref_title", "ref_digest").gather(rows)
+    values = [
+        content_hash(
+            "reference",
+            canonical_json({"digest": digest, "title": title, "uri": uri}).encode("utf-8"),
+        )
+        for uri, title, digest in refs.iter_rows()
+    ]
+    return digests.scatter(rows, values)
 
 
 PAYLOAD_COLUMNS: tuple[str, ...] = (
@@ -476,7 +494,7 @@ PAYLOAD_COLUMNS: tuple[str, ...] = (
 
 
 def _struct_hashes(payload: pl.Series) -> pl.Series:
-    return pl.Series("content_hash", _hashes(payload.struct.unnest()), pl.String)
+    return _hashes(payload.struct.unnest())
 
 
 def content_hash_expr() -> pl.Expr:
@@ -517,7 +535,7 @@ def _checked_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
     chunks = []
     for start in range(0, df.height, _HASH_CHUNK):
         part = df.slice(start, _HASH_CHUNK)
-        computed = pl.Series("content_hash", _hashes(part), pl.String)
+        computed = _hashes(part)
         stated = given.slice(start, _HASH_CHUNK)
         mismatch = stated.is_not_null() & (stated != computed)
         if mismatch.any():
@@ -1310,7 +1328,7 @@ def _first_failure(
 def _hash_failure(df: pl.DataFrame, fail: _Failures) -> pl.Series:
     """Content hashes of the rows before the first failure; a mismatch with a given one fails."""
     valid = df.head(df.height if fail.row is None else fail.row)
-    computed = pl.Series("content_hash", _hashes(valid), pl.String)
+    computed = _hashes(valid)
     stated = valid.get_column("content_hash")
     mismatch = (stated.is_not_null() & (stated != computed)).arg_true()
     if mismatch.len():
