@@ -226,7 +226,11 @@ def from_langchain_messages(
         columns.add_all(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
-    message_ids = [m if isinstance(m, str) and m else None for m in (r.id for r in rows)]
+    message_ids = [message.id for message in rows]
+    if set(map(type, message_ids)) <= {str, type(None)}:
+        message_ids = [m or None for m in message_ids]  # an empty id is left out
+    else:
+        message_ids = [m if isinstance(m, str) and m else None for m in message_ids]
     if columns.plain:
         return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
     per_item = [message_ids[index] for index in columns.index]

@@ -799,14 +799,8 @@ class ChatColumns:
         """
         if not self.index:
             return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
-        metadata = self.metadata
-        if extra is not None:
-            key, values = extra
-            metadata = [
-                m if v is None else {**m, key: v} for m, v in zip(metadata, values, strict=True)
-            ]
         try:
-            texts = pl.Series("metadata", self._metadata_texts(metadata, extra), pl.String)
+            texts = pl.Series("metadata", self._metadata_texts(extra), pl.String)
             return conform(self._columns(), source=self.where.source).with_columns(texts)
         except RecordError as exc:
             row = exc.row
@@ -816,17 +810,24 @@ class ChatColumns:
             raise self.where.error(self.index[row], exc.field, exc.message) from None
         except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
             # A value Arrow cannot hold (a lone surrogate): find its item.
-            raise self._first_error(metadata) from None
+            raise self._first_error(self._merged(extra)) from None
 
-    def _metadata_texts(
-        self, metadata: list[dict[str, Any]], extra: tuple[str, list[Any]] | None
-    ) -> list[str]:
+    def _merged(self, extra: tuple[str, list[Any]] | None) -> list[dict[str, Any]]:
+        """Each item's metadata with the ``extra`` key added where it has a value."""
+        if extra is None:
+            return self.metadata
+        key, values = extra
+        return [
+            m if v is None else {**m, key: v} for m, v in zip(self.metadata, values, strict=True)
+        ]
+
+    def _metadata_texts(self, extra: tuple[str, list[Any]] | None) -> list[str]:
         """Canonical JSON of each item's metadata; one key of text values written directly."""
         if extra is not None and not any(self.metadata):
             key, values = extra
             if set(map(type, values)) <= {str, type(None)}:
                 return canonical_objects(key, values)
-        return canonical_json_list(metadata)
+        return canonical_json_list(self._merged(extra))
 
     def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:
         """The first item's error, else the first metadata that is not valid Unicode."""
