@@ -54,7 +54,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from types import ModuleType
 from typing import Any
@@ -72,7 +73,8 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Retention, Text
+from cognoxium.items.model import ContextItem, Retention, Text, canonical_json_list
+from cognoxium.items.schema import POLARS_SCHEMA, conform
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -321,36 +323,96 @@ def from_langchain_documents(
     """
     documents_module = _require("langchain_core.documents")
     when = _checked_start(created_at, None)
-    items = []
-    for row, document in enumerate(documents):
-        if not isinstance(document, documents_module.Document):
-            raise RecordError(
-                f"expected a langchain_core Document, got {type(document).__name__}", row=row
-            )
-        metadata = dict(document.metadata)
-        uri = metadata.get("source")
-        title = metadata.get("title")
-        sources: list[dict[str, str]] = []
-        if uri is not None:
-            sources.append({"uri": str(uri), "kind": _DOCUMENT_KIND})
-            if isinstance(title, str):
-                sources[0]["title"] = title
-        item_id = document.id if isinstance(document.id, str) and document.id else None
-        items.append(
-            _item(
-                {
-                    "id": item_id or f"{id_prefix}:{row}",
-                    "role": "document",
-                    "payload": Text(text=document.page_content),
-                    "sources": sources,
-                    "created_at": when,
-                    "metadata": _json_object(metadata, row=row, source=None),
-                },
-                row=row,
-                source=None,
-            )
+    records: list[dict[str, Any]] = []
+    with _earlier_errors_first(records):
+        for row, document in enumerate(documents):
+            records.append(_document_record(documents_module, document, row, id_prefix, when))
+    return CognitionFrame.from_conformed(_records_frame(records))
+
+
+def _document_record(
+    documents_module: ModuleType, document: Any, row: int, id_prefix: str, when: datetime
+) -> dict[str, Any]:
+    """One LangChain document as a record of item fields; ``RecordError`` if it cannot be."""
+    if not isinstance(document, documents_module.Document):
+        raise RecordError(
+            f"expected a langchain_core Document, got {type(document).__name__}", row=row
         )
-    return CognitionFrame.from_items(items)
+    metadata = dict(document.metadata)
+    uri = metadata.get("source")
+    title = metadata.get("title")
+    sources: list[dict[str, str]] = []
+    if uri is not None:
+        sources.append({"uri": str(uri), "kind": _DOCUMENT_KIND})
+        if isinstance(title, str):
+            sources[0]["title"] = title
+    item_id = document.id if isinstance(document.id, str) and document.id else None
+    return {
+        "id": item_id or f"{id_prefix}:{row}",
+        "role": "document",
+        "text": document.page_content,
+        "sources": sources,
+        "created_at": when,
+        "metadata": _json_object(metadata, row=row, source=None),
+    }
+
+
+@contextmanager
+def _earlier_errors_first(records: list[dict[str, Any]]) -> Iterator[None]:
+    """At a ``RecordError`` while records are gathered, first report an earlier invalid one.
+
+    Item by item conversion validates each record before reading the next,
+    so an invalid record before the one that cannot be read is the first error.
+    """
+    try:
+        yield
+    except RecordError:
+        _records_frame(records)
+        raise
+
+
+def _records_frame(records: list[dict[str, Any]]) -> pl.DataFrame:
+    """Validate document records as one table (:func:`conform`), all or nothing.
+
+    Only a record that fails is validated as a :class:`ContextItem`, to word
+    its error as the item model does (naming its 0-based ``row`` and field).
+    """
+    try:
+        return conform(_record_columns(records))
+    except RecordError as exc:
+        if exc.row is not None and not exc.message.startswith("duplicate id"):
+            _item(_item_data(records[exc.row]), row=exc.row, source=None)
+        raise
+    except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
+        # A value Arrow cannot hold (a lone surrogate): find its record.
+        for row, record in enumerate(records):
+            _item(_item_data(record), row=row, source=None)
+        raise
+
+
+def _item_data(record: dict[str, Any]) -> dict[str, Any]:
+    """A document record as the item model's fields (a Text payload)."""
+    data = {key: value for key, value in record.items() if key != "text"}
+    return {**data, "payload": Text(text=record["text"])}
+
+
+def _record_columns(records: list[dict[str, Any]]) -> pl.DataFrame:
+    """The records' fields as item columns; ``metadata`` as canonical JSON text."""
+    columns: dict[str, pl.Series] = {}
+    names = {key for record in records for key in record}
+    for name in ("id", "role", "text", "rank", "created_at"):
+        if name in names:
+            values = [record.get(name) for record in records]
+            columns[name] = pl.Series(name, values, POLARS_SCHEMA[name], strict=True)
+    for name in ("sources", "parents"):
+        if name in names:
+            values = [record.get(name, []) for record in records]
+            columns[name] = pl.Series(name, values, POLARS_SCHEMA[name], strict=True)
+    metadata = canonical_json_list([record["metadata"] for record in records])
+    columns["metadata"] = pl.Series("metadata", metadata, pl.String)
+    if not records:
+        return pl.DataFrame(schema={"role": pl.String, "text": pl.String})
+    return pl.DataFrame(list(columns.values()))
 
 
 def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> list[Any]:
@@ -454,50 +516,50 @@ def from_llamaindex_nodes(
     """
     schema = _require("llama_index.core.schema")
     when = _checked_start(created_at, None)
-    items = []
-    for row, element in enumerate(nodes):
-        score: Any = None
-        node = element
-        if isinstance(element, schema.NodeWithScore):
-            node, score = element.node, element.score
-        if not isinstance(node, schema.BaseNode):
-            raise RecordError(
-                f"expected a llama_index BaseNode or NodeWithScore, got {type(node).__name__}",
-                row=row,
-            )
-        if score is not None and (
-            isinstance(score, bool)
-            or not isinstance(score, int | float)
-            or not math.isfinite(float(score))
-        ):
-            raise RecordError(f"must be a finite number, got {score!r}", row=row, field="score")
-        text = node.get_content(metadata_mode=schema.MetadataMode.NONE)
-        if not text and getattr(node, "image", None) is not None:
-            raise RecordError(
-                "an image node has no text; describe or caption it as text first",
-                row=row,
-                field="text",
-            )
-        metadata = dict(node.metadata)
-        uri = next((metadata[k] for k in _NODE_URI_KEYS if metadata.get(k) is not None), None)
-        parent = node.ref_doc_id
-        items.append(
-            _item(
-                {
-                    "id": node.node_id,
-                    "role": "document",
-                    "payload": Text(text=text),
-                    "sources": [{"uri": str(uri), "kind": _NODE_KIND}] if uri is not None else [],
-                    "rank": None if score is None else float(score),
-                    "parents": [parent] if isinstance(parent, str) and parent else [],
-                    "created_at": when,
-                    "metadata": _json_object(metadata, row=row, source=None),
-                },
-                row=row,
-                source=None,
-            )
+    records: list[dict[str, Any]] = []
+    with _earlier_errors_first(records):
+        for row, element in enumerate(nodes):
+            records.append(_node_record(schema, element, row, when))
+    return CognitionFrame.from_conformed(_records_frame(records))
+
+
+def _node_record(schema: ModuleType, element: Any, row: int, when: datetime) -> dict[str, Any]:
+    """One LlamaIndex node as a record of item fields; ``RecordError`` if it cannot be."""
+    score: Any = None
+    node = element
+    if isinstance(element, schema.NodeWithScore):
+        node, score = element.node, element.score
+    if not isinstance(node, schema.BaseNode):
+        raise RecordError(
+            f"expected a llama_index BaseNode or NodeWithScore, got {type(node).__name__}",
+            row=row,
         )
-    return CognitionFrame.from_items(items)
+    if score is not None and (
+        isinstance(score, bool)
+        or not isinstance(score, int | float)
+        or not math.isfinite(float(score))
+    ):
+        raise RecordError(f"must be a finite number, got {score!r}", row=row, field="score")
+    text = node.get_content(metadata_mode=schema.MetadataMode.NONE)
+    if not text and getattr(node, "image", None) is not None:
+        raise RecordError(
+            "an image node has no text; describe or caption it as text first",
+            row=row,
+            field="text",
+        )
+    metadata = dict(node.metadata)
+    uri = next((metadata[k] for k in _NODE_URI_KEYS if metadata.get(k) is not None), None)
+    parent = node.ref_doc_id
+    return {
+        "id": node.node_id,
+        "role": "document",
+        "text": text,
+        "sources": [{"uri": str(uri), "kind": _NODE_KIND}] if uri is not None else [],
+        "rank": None if score is None else float(score),
+        "parents": [parent] if isinstance(parent, str) and parent else [],
+        "created_at": when,
+        "metadata": _json_object(metadata, row=row, source=None),
+    }
 
 
 def _json_object(metadata: Mapping[str, Any], *, row: int, source: str | None) -> dict[str, Any]:
