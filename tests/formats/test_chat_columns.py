@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
+from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError
 from cognoxium.formats.openai import (
@@ -23,7 +24,7 @@ from cognoxium.formats.openai import (
     indexed_chat_items,
     openai_messages_to_items,
 )
-from cognoxium.items.model import Source
+from cognoxium.items.model import ContextItem, Source
 from cognoxium.items.schema import items_to_frame
 
 lc = pytest.importorskip("langchain_core.messages")
@@ -79,6 +80,8 @@ def outcome(convert: Any) -> tuple[str, Any]:
         frame = convert()
     except RecordError as exc:
         return "error", (str(exc), exc.row, exc.line, exc.field)
+    except ValidationError as exc:  # the reference of documents validates items directly
+        return "error", (str(exc), None, None, None)
     return "frame", frame
 
 
@@ -223,3 +226,109 @@ def test_a_system_message_with_another_openai_role_keeps_it() -> None:
     frame = from_langchain_messages([message]).collect()
     assert frame.get_column("role").cast(pl.String).to_list() == ["developer"]
     assert frame.get_column("created_at").to_list() == [datetime(1970, 1, 1, tzinfo=UTC)]
+
+
+# ---------------------------------------------------------------------------
+# LangChain documents and LlamaIndex nodes
+
+
+def reference_documents(documents: list[Any]) -> pl.DataFrame:
+    """Item by item: one validated ContextItem per document, as the importer first did."""
+    items = []
+    for row, document in enumerate(documents):
+        metadata = dict(document.metadata)
+        sources = []
+        if metadata.get("source") is not None:
+            sources.append({"uri": str(metadata["source"]), "kind": "langchain_document"})
+            if isinstance(metadata.get("title"), str):
+                sources[0]["title"] = metadata["title"]
+        items.append(
+            ContextItem(
+                id=document.id or f"doc:{row}",
+                role="document",
+                text=document.page_content,
+                sources=sources,
+                created_at=datetime(1970, 1, 1, tzinfo=UTC),
+                metadata=metadata,
+            )
+        )
+    return items_to_frame(items)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            TEXTS,
+            st.sampled_from([None, "d1", "d2", "ü"]),
+            st.sampled_from([{}, {"source": "faq.md", "title": "FAQ"}, {"source": 3, "n": 1.5}]),
+        ),
+        max_size=6,
+    )
+)
+def test_langchain_documents_equal_item_by_item_conversion(
+    drawn: list[tuple[str, str | None, dict[str, Any]]],
+) -> None:
+    from langchain_core.documents import Document
+
+    from cognoxium.formats.interop import from_langchain_documents
+
+    documents = [Document(text, id=i, metadata=m) for text, i, m in drawn]
+    kind, expected = outcome(lambda: reference_documents(documents))
+    got_kind, got = outcome(lambda: from_langchain_documents(documents).collect())
+    assert got_kind == kind
+    if kind == "frame":
+        assert_frame_equal(got, expected)
+    else:
+        # The reference words errors as pydantic does; the importer names row and field.
+        assert isinstance(got, tuple)
+        assert got[1] is not None
+
+
+def test_llamaindex_nodes_keep_rank_parents_and_sources_as_items_do() -> None:
+    schema = pytest.importorskip("llama_index.core.schema")
+    from cognoxium.formats.interop import from_llamaindex_nodes
+
+    nodes = [
+        schema.NodeWithScore(
+            node=schema.TextNode(id_="n1", text="é", metadata={"url": "u"}), score=2
+        ),
+        schema.TextNode(id_="n2", text="two"),
+    ]
+    got = from_llamaindex_nodes(nodes).collect()
+    expected = items_to_frame(
+        [
+            ContextItem(
+                id="n1", role="document", text="é", rank=2.0,
+                sources=[{"uri": "u", "kind": "llamaindex_node"}],
+                created_at=datetime(1970, 1, 1, tzinfo=UTC), metadata={"url": "u"},
+            ),
+            ContextItem(
+                id="n2", role="document", text="two",
+                created_at=datetime(1970, 1, 1, tzinfo=UTC),
+            ),
+        ]
+    )  # fmt: skip
+    assert_frame_equal(got, expected)
+
+
+def test_a_bad_document_before_a_wrong_object_is_the_error_reported() -> None:
+    # Text that is not valid Unicode used to escape as pydantic's ValidationError.
+    from langchain_core.documents import Document
+
+    from cognoxium.formats.interop import from_langchain_documents
+
+    with pytest.raises(RecordError) as got:
+        from_langchain_documents([Document("ok"), Document("bad \ud800"), "not a document"])
+    assert (got.value.row, got.value.field) == (1, "payload.text.text")
+    assert "lone surrogate U+D800" in got.value.message
+
+
+def test_two_documents_with_one_id_name_both_rows() -> None:
+    from langchain_core.documents import Document
+
+    from cognoxium.formats.interop import from_langchain_documents
+
+    with pytest.raises(RecordError, match=r"duplicate id 'd' \(first at row 0\)") as got:
+        from_langchain_documents([Document("a", id="d"), Document("b", id="d")])
+    assert (got.value.row, got.value.field) == (1, "id")

@@ -73,7 +73,7 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Retention, Text, canonical_json_list
+from cognoxium.items.model import ContextItem, Retention, canonical_json_list
 from cognoxium.items.schema import POLARS_SCHEMA, conform
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
@@ -393,7 +393,7 @@ def _records_frame(records: list[dict[str, Any]]) -> pl.DataFrame:
 def _item_data(record: dict[str, Any]) -> dict[str, Any]:
     """A document record as the item model's fields (a Text payload)."""
     data = {key: value for key, value in record.items() if key != "text"}
-    return {**data, "payload": Text(text=record["text"])}
+    return {**data, "payload": {"kind": "text", "text": record["text"]}}
 
 
 def _record_columns(records: list[dict[str, Any]]) -> pl.DataFrame:
