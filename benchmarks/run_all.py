@@ -24,6 +24,11 @@ redact
     whole call ``CognitionFrame(records).redact().collect()``, and 100 MB of
     lines into ``redact_frame``; three rounds each, min and median.
     ``--quick``: 20k records, 10 MB, one round.
+ingest
+    Records, OpenAI and LangChain messages, JSONL and Parquet into a frame at
+    10k and 100k records, against pyarrow/Polars floors and the published
+    cognoxium 0.1.1 in its own virtual environment (``bench_ingest``, with
+    ``--peer``). ``--quick``: 10k only, three rounds.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -55,6 +60,7 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
+import bench_ingest
 import bench_peers
 import bench_redact
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
@@ -65,7 +71,7 @@ from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "locomo")
+SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "ingest", "locomo")
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
 
@@ -543,6 +549,7 @@ def replot() -> None:
         "peers": (plot_peers, peers_markdown),
         "locomo": (plot_locomo, locomo_markdown),
         "redact": (None, bench_redact.markdown),
+        "ingest": (None, bench_ingest.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -598,6 +605,10 @@ def main() -> None:
         size = ["--rows", "20000", "--mb", "10", "--repeats", "1"] if args.quick else []
         result = bench_redact.main([*size, "--out", str(RESULTS / "redact.json")])
         (RESULTS / "redact.md").write_text(bench_redact.markdown(result))
+    if "ingest" in chosen:
+        sizes = ["--sizes", "10000", "--repeats", "3"] if args.quick else []
+        result = bench_ingest.main([*sizes, "--peer", "--out", str(RESULTS / "ingest.json")])
+        (RESULTS / "ingest.md").write_text(bench_ingest.markdown(result))
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (
