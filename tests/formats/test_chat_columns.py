@@ -332,3 +332,32 @@ def test_two_documents_with_one_id_name_both_rows() -> None:
     with pytest.raises(RecordError, match=r"duplicate id 'd' \(first at row 0\)") as got:
         from_langchain_documents([Document("a", id="d"), Document("b", id="d")])
     assert (got.value.row, got.value.field) == (1, "id")
+
+
+@pytest.mark.parametrize(
+    ("conversation_id", "field"),
+    [("x" * 1030, "id"), ("a\x07b", "id")],
+)
+def test_plain_histories_check_their_id_prefix_once_and_word_errors_as_items_do(
+    conversation_id: str, field: str
+) -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    with pytest.raises(RecordError) as expected:
+        openai_messages_to_items(messages, conversation_id=conversation_id)
+    with pytest.raises(RecordError) as got:
+        from_openai_messages(messages, conversation_id=conversation_id)
+    assert str(got.value) == str(expected.value)
+    assert (got.value.row, got.value.field) == (0, field)
+
+
+def test_a_history_that_runs_past_the_year_9999_is_a_record_error() -> None:
+    # Item by item conversion used to let Python's OverflowError escape.
+    start = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+    messages = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(RecordError) as expected:
+        openai_messages_to_items(messages, start=start)
+    with pytest.raises(RecordError) as got:
+        from_openai_messages(messages, start=start)
+    assert str(got.value) == str(expected.value)
+    assert (got.value.row, got.value.field) == (1, "created_at")
+    assert "years 1 to 9999" in got.value.message

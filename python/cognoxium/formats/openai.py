@@ -106,7 +106,7 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items._checks import text_problem
+from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import (
@@ -120,7 +120,7 @@ from cognoxium.items.model import (
     canonical_json_list,
     canonical_objects,
 )
-from cognoxium.items.schema import POLARS_SCHEMA, conform
+from cognoxium.items.schema import POLARS_SCHEMA, complete_valid_columns, conform
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
@@ -528,12 +528,16 @@ def _part_item(
     """One part as a validated item, the error worded for its message when it is not valid."""
     item_id, role, kind, value, group_id, metadata = part
     try:
+        created_at = first + timedelta(microseconds=index)
+    except OverflowError:
+        raise where.error(index, "created_at", TIME_RANGE_MESSAGE) from None
+    try:
         return ContextItem(
             id=item_id,
             role=Role(role),
             payload=_payload_model(kind, value),
             sources=sources,
-            created_at=first + timedelta(microseconds=index),
+            created_at=created_at,
             group_id=group_id,
             metadata=metadata,
             retention=instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL,
@@ -801,6 +805,8 @@ class ChatColumns:
             return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
         try:
             texts = pl.Series("metadata", self._metadata_texts(extra), pl.String)
+            if self._valid_by_construction():
+                return complete_valid_columns(self._columns()).with_columns(texts)
             return conform(self._columns(), source=self.where.source).with_columns(texts)
         except RecordError as exc:
             row = exc.row
@@ -811,6 +817,26 @@ class ChatColumns:
         except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
             # A value Arrow cannot hold (a lone surrogate): find its item.
             raise self._first_error(self._merged(extra)) from None
+
+    def _valid_by_construction(self) -> bool:
+        """Whether plain columns hold only valid values, checked once rather than per row.
+
+        Plain ids are the prefix, a colon and an index, so the longest one
+        is checked for them all; roles, retention and sources are the same
+        few values, and times run on from a checked start. Text that is not
+        valid Unicode cannot become a column at all.
+        """
+        if not self.plain:
+            return False
+        last = len(self.index) - 1
+        source = self.where.source
+        try:
+            self.first + timedelta(microseconds=last)
+        except OverflowError:
+            return False
+        return id_problem(f"{self.prefix}:{last}") is None and (
+            source is None or text_problem(source) is None
+        )
 
     def _merged(self, extra: tuple[str, list[Any]] | None) -> list[dict[str, Any]]:
         """Each item's metadata with the ``extra`` key added where it has a value."""

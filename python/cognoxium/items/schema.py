@@ -82,6 +82,7 @@ __all__ = [
     "POLARS_SCHEMA",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "complete_valid_columns",
     "conform",
     "content_hash_expr",
     "frame_to_items",
@@ -777,6 +778,48 @@ def _canonicalise_json(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
         if row is not None:
             raise RecordError(_DEPTH_MESSAGE, source=source, row=row, field=column)
     return df
+
+
+def complete_valid_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """Complete item columns whose every value is valid by construction; no row is checked.
+
+    Missing columns get the defaults :func:`conform` gives them,
+    ``content_hash`` is computed from the payload columns, and the columns
+    take :data:`POLARS_SCHEMA`'s types and order. For converters that build
+    each value from checked parts (ids from a checked prefix and an index,
+    roles from a fixed set); anything else goes through :func:`conform`.
+
+    Parameters
+    ----------
+    df
+        A subset of :data:`COLUMNS` with ``payload_kind`` and the payload
+        columns, ``id`` and ``created_at`` included; ``n`` rows.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``n`` rows, in order, with :data:`POLARS_SCHEMA`.
+
+    Raises
+    ------
+    SchemaError
+        If a column cannot take its type.
+
+    Examples
+    --------
+    >>> df = complete_valid_columns(pl.DataFrame({
+    ...     "id": ["a"], "role": ["user"], "payload_kind": ["text"], "text": ["hi"],
+    ...     "created_at": [datetime(2024, 1, 1, tzinfo=UTC)]}))
+    >>> df.select("trust", "metadata").row(0), df["content_hash"].item() == records_to_frame(
+    ...     [{"id": "a", "role": "user", "text": "hi"}])["content_hash"].item()
+    (('untrusted', '{}'), True)
+    """
+    try:
+        df = _fill_defaults(df.drop("content_hash", strict=False))
+        df = df.with_columns(_hashes(df)).select(POLARS_SCHEMA.names())
+        return df.cast(dict(POLARS_SCHEMA.items()))
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"cannot cast to the item schema: {exc}") from None
 
 
 def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.DataFrame:
