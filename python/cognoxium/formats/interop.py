@@ -57,6 +57,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from operator import attrgetter
 from types import ModuleType
 from typing import Any
 
@@ -228,7 +229,7 @@ def from_langchain_messages(
         columns.add_all(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
-    message_ids = [message.id for message in rows]
+    message_ids = list(map(attrgetter("id"), rows))
     if set(map(type, message_ids)) <= {str, type(None)}:
         message_ids = [m or None for m in message_ids]  # an empty id is left out
     else:
@@ -249,13 +250,14 @@ def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> bool:
     ``"name"`` when the name is not empty.
     """
     plain = {lc.SystemMessage: "system", lc.HumanMessage: "user", lc.AIMessage: "assistant"}
-    roles = [plain.get(kind) for kind in map(type, rows)]
-    if None in roles or any(message.additional_kwargs for message in rows):
+    kinds = list(map(type, rows))
+    roles = list(map(plain.get, kinds))
+    if None in roles or any(map(attrgetter("additional_kwargs"), rows)):
         return False
-    if any(m.tool_calls for m, role in zip(rows, roles, strict=True) if role == "assistant"):
+    if any(m.tool_calls for m, kind in zip(rows, kinds, strict=True) if kind is lc.AIMessage):
         return False
-    texts = [message.content for message in rows]
-    names = [message.name or None for message in rows]
+    texts = list(map(attrgetter("content"), rows))
+    names = [name or None for name in map(attrgetter("name"), rows)]
     return columns.add_plain(roles, texts, names)
 
 
