@@ -14,6 +14,10 @@ measured separately as ``build_s``):
 ``cognoxium``
     ``CognitionFrame(store).rank("recency").pack(budget)``, the system message
     ``required``: cold (empty token-count cache) and warm (repeat).
+``cognoxium_whole_call``
+    The user's whole call from the same LangChain messages that
+    ``trim_messages`` gets: ``from_langchain_messages(messages)
+    .rank("recency").pack(budget)``, conversion included, cold cache.
 ``langchain_trim_messages``
     ``langchain_core.messages.trim_messages(strategy="last",
     include_system=True, token_counter=<per-message counter>)``.
@@ -53,6 +57,7 @@ import polars as pl
 
 from bench_pack import synthetic_items
 from cognoxium import CognitionFrame
+from cognoxium.formats.interop import from_langchain_messages
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
@@ -105,6 +110,13 @@ def cognoxium_select(frame: CognitionFrame, budget: int) -> tuple[list[int], dic
         "counted_items": pack.manifest.totals.counted,
     }
     return positions.get_column("position").to_list(), info
+
+
+def cognoxium_whole_call(messages: list[Any], budget: int) -> list[int]:
+    """Convert LangChain messages, rank by recency and pack: the selected message indices."""
+    pack = from_langchain_messages(messages).rank("recency").pack(budget, as_of=AS_OF)
+    positions = pack.manifest.to_polars().filter(pl.col("decision") == "included")
+    return positions.get_column("position").to_list()
 
 
 def python_loop(roles: list[str], texts: list[str], budget: int, *, skip: bool) -> list[int]:
@@ -244,8 +256,25 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
         lc_times.append(seconds)
     methods["langchain_trim_messages"] = {
         "seconds": statistics.median(lc_times),
+        "min_seconds": min(lc_times),
         "build_s": lc_build,
         "selected": len(lc),
+    }
+    whole_times = []
+    for _ in range(repeats):
+        clear_cache()
+        seconds, whole = timed(lambda: cognoxium_whole_call(lc_messages, budget))
+        whole_times.append(seconds)
+    methods["cognoxium_whole_call"] = {
+        "seconds": statistics.median(whole_times),
+        "min_seconds": min(whole_times),
+        "build_s": lc_build,
+        "selected": len(whole),
+    }
+    out["whole_call"] = {
+        "langchain_over_cognoxium_median": statistics.median(lc_times)
+        / statistics.median(whole_times),
+        "langchain_over_cognoxium_min": min(lc_times) / min(whole_times),
     }
 
     li_build, li_messages = timed(lambda: llamaindex_messages(roles, texts))
@@ -276,6 +305,7 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
     run = contiguous_newest(cog, n)
     extra = sorted(set(cog) - set(lc))
     out["agreement"] = {
+        "cognoxium_whole_call_equals_cognoxium": whole == cog,
         "langchain_equals_python_loop_stop": lc == stop,
         "cognoxium_equals_python_loop_skip": cog == skip,
         "cognoxium_newest_run_equals_langchain": [0, *run] == lc,
@@ -332,6 +362,11 @@ NOTES = {
         "beforehand (build_s, not included); Cognoxium 'seconds' starts from an empty "
         "token-count cache, 'warm_seconds' repeats with it filled."
     ),
+    "whole_call": (
+        "cognoxium_whole_call times from_langchain_messages + rank('recency') + pack on the "
+        "LangChain messages trim_messages gets (conversion included, empty token-count cache), "
+        "so it compares the user's whole call with trim_messages on the same input objects."
+    ),
 }
 
 
@@ -352,6 +387,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     langchain_select(langchain_messages(warm_roles, warm_texts), 64)
     llamaindex_select(llamaindex_messages(warm_roles, warm_texts), 64, 8)
     cognoxium_select(CognitionFrame(chat_store(100)), 64)
+    cognoxium_whole_call(langchain_messages(warm_roles, warm_texts), 64)
     results: dict[str, Any] = {
         "profile": PROFILE.name,
         "budget": args.budget,

@@ -24,6 +24,11 @@ redact
     whole call ``CognitionFrame(records).redact().collect()``, and 100 MB of
     lines into ``redact_frame``; three rounds each, min and median.
     ``--quick``: 20k records, 10 MB, one round.
+ingest
+    Records, OpenAI and LangChain messages, JSONL and Parquet into a frame at
+    10k and 100k records, against pyarrow/Polars floors and the published
+    cognoxium 0.1.1 in its own virtual environment (``bench_ingest``, with
+    ``--peer``). ``--quick``: 10k only, three rounds.
 scan
     Lazy Parquet scans over a 1M-item store of 1,000 hive partitions
     (``bench_scan``): ``CognitionFrame.scan_parquet(store).filter(f).count()``
@@ -60,6 +65,7 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
+import bench_ingest
 import bench_peers
 import bench_redact
 import bench_scan
@@ -71,7 +77,16 @@ from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "scan", "locomo")
+SUITES = (
+    "scaling",
+    "peers",
+    "embed",
+    "near_duplicates",
+    "redact",
+    "ingest",
+    "scan",
+    "locomo",
+)
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
 
@@ -190,6 +205,7 @@ def scaling_markdown(result: dict[str, Any]) -> str:
 
 METHOD_LABELS = {
     "cognoxium": "Cognoxium (cold cache)",
+    "cognoxium_whole_call": "Cognoxium whole call (from LangChain messages)",
     "langchain_trim_messages": "LangChain trim_messages",
     "llamaindex_chat_memory_buffer": "LlamaIndex ChatMemoryBuffer",
     "python_loop_stop": "Python loop (stop)",
@@ -220,8 +236,10 @@ def plot_peers(result: dict[str, Any]) -> None:
     for k, (method, label) in enumerate(METHOD_LABELS.items()):
         color = f"C{k}"
         for j, entry in enumerate(result["sizes"]):
-            m = entry["methods"][method]
+            m = entry["methods"].get(method)
             x = j + k * width
+            if m is None:
+                continue  # a method that this run did not measure
             if m["seconds"] is not None:
                 ax.bar(x, m["seconds"], width, color=color, label=label if j == 0 else None)
                 continue
@@ -257,12 +275,26 @@ def plot_peers(result: dict[str, Any]) -> None:
     plt.close(fig)
 
 
+def whole_call_line(entry: dict[str, Any]) -> str:
+    """The user's whole call (conversion included) against trim_messages, if measured."""
+    whole = entry.get("whole_call")
+    if whole is None:
+        return ""
+    return (
+        "\n\nWhole call from LangChain messages (`from_langchain_messages` + rank + pack) "
+        f"against `trim_messages`: {whole['langchain_over_cognoxium_median']:.1f}x faster "
+        f"(median), {whole['langchain_over_cognoxium_min']:.1f}x (min)."
+    )
+
+
 def peers_markdown(result: dict[str, Any]) -> str:
     parts = [f"## Peers: newest messages + system message under {result['budget']} tokens\n"]
     for entry in result["sizes"]:
         rows = []
         for method, label in METHOD_LABELS.items():
-            m = entry["methods"][method]
+            m = entry["methods"].get(method)
+            if m is None:
+                continue  # a method that this run did not measure
             seconds = (
                 fmt(m["seconds"])
                 if m["seconds"] is not None
@@ -283,6 +315,7 @@ def peers_markdown(result: dict[str, Any]) -> str:
             + markdown_table(
                 ["method", "seconds", "vs Cognoxium", "messages kept", "input build (s)"], rows
             )
+            + whole_call_line(entry)
             + f"\n\nCognoxium warm (repeat) pack: {fmt(cog['warm_seconds'])} s; it tokenized "
             f"{cog['counted_items']:,} of {entry['messages']:,} messages.\n\n"
             + "Agreement: "
@@ -531,6 +564,7 @@ def replot() -> None:
         "peers": (plot_peers, peers_markdown),
         "locomo": (plot_locomo, locomo_markdown),
         "redact": (None, bench_redact.markdown),
+        "ingest": (None, bench_ingest.markdown),
         "scan": (None, bench_scan.markdown),
     }
     for suite, (plot, markdown) in makers.items():
@@ -587,6 +621,10 @@ def main() -> None:
         size = ["--rows", "20000", "--mb", "10", "--repeats", "1"] if args.quick else []
         result = bench_redact.main([*size, "--out", str(RESULTS / "redact.json")])
         (RESULTS / "redact.md").write_text(bench_redact.markdown(result))
+    if "ingest" in chosen:
+        sizes = ["--sizes", "10000", "--repeats", "3"] if args.quick else []
+        result = bench_ingest.main([*sizes, "--peer", "--out", str(RESULTS / "ingest.json")])
+        (RESULTS / "ingest.md").write_text(bench_ingest.markdown(result))
     if "scan" in chosen:
         size = ["--items", "100000", "--scopes", "100", "--repeats", "3"] if args.quick else []
         result = bench_scan.main([*size, "--out", str(RESULTS / "scan.json")])

@@ -54,8 +54,10 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
+from operator import attrgetter
 from types import ModuleType
 from typing import Any
 
@@ -66,13 +68,14 @@ from pydantic import ValidationError
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.formats.openai import (
     CHAT_EPOCH,
+    ChatColumns,
     MessageLocation,
-    indexed_chat_items,
     to_openai_messages,
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
-from cognoxium.items.model import ContextItem, Retention, Source, Text
+from cognoxium.items.model import ContextItem, Retention, canonical_json_list
+from cognoxium.items.schema import POLARS_SCHEMA, conform
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -212,25 +215,50 @@ def from_langchain_messages(
     """
     lc = _require("langchain_core.messages")
     rows = list(messages)
-    for row, message in enumerate(rows):
-        if not isinstance(message, lc.BaseMessage):
-            raise RecordError(
-                f"expected a langchain_core BaseMessage, got {type(message).__name__}",
-                source=source,
-                row=row,
-            )
-    dicts = [_openai_message(lc, message, row, source) for row, message in enumerate(rows)]
+    if not all(issubclass(kind, lc.BaseMessage) for kind in set(map(type, rows))):
+        for row, message in enumerate(rows):
+            if not isinstance(message, lc.BaseMessage):
+                raise RecordError(
+                    f"expected a langchain_core BaseMessage, got {type(message).__name__}",
+                    source=source,
+                    row=row,
+                )
     where = MessageLocation(source)
-    pairs = indexed_chat_items(dicts, where, conversation_id, start, system_retention)
-    sources = (Source(uri=source, kind=_MESSAGES_KIND),) if source else ()
-    out = []
-    for index, item in pairs:
-        update: dict[str, Any] = {"sources": sources}
-        message_id = rows[index].id
-        if isinstance(message_id, str) and message_id:
-            update["metadata"] = {**item.metadata, "message_id": message_id}
-        out.append(item.model_copy(update=update))
-    return CognitionFrame.from_items(out)
+    columns = ChatColumns(where, conversation_id, start, system_retention, _MESSAGES_KIND)
+    if not _add_plain(lc, columns, rows):
+        columns.add_all(
+            _openai_message(lc, message, row, source) for row, message in enumerate(rows)
+        )
+    message_ids = list(map(attrgetter("id"), rows))
+    if set(map(type, message_ids)) <= {str, type(None)}:
+        message_ids = [m or None for m in message_ids]  # an empty id is left out
+    else:
+        message_ids = [m if isinstance(m, str) and m else None for m in message_ids]
+    if columns.plain:
+        return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
+    per_item = [message_ids[index] for index in columns.index]
+    return CognitionFrame.from_conformed(columns.frame(("message_id", per_item)))
+
+
+def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> bool:
+    """Lay out plain text messages a column at a time; false (nothing added) otherwise.
+
+    Plain: every message a ``SystemMessage``, ``HumanMessage`` or
+    ``AIMessage`` (not a subclass) with text content, no
+    ``additional_kwargs`` and no tool calls, which LangChain's
+    ``convert_to_openai_messages`` turns into ``{"role", "content"}`` and
+    ``"name"`` when the name is not empty.
+    """
+    plain = {lc.SystemMessage: "system", lc.HumanMessage: "user", lc.AIMessage: "assistant"}
+    kinds = list(map(type, rows))
+    roles = list(map(plain.get, kinds))
+    if None in roles or any(map(attrgetter("additional_kwargs"), rows)):
+        return False
+    if any(m.tool_calls for m, kind in zip(rows, kinds, strict=True) if kind is lc.AIMessage):
+        return False
+    texts = list(map(attrgetter("content"), rows))
+    names = [name or None for name in map(attrgetter("name"), rows)]
+    return columns.add_plain(roles, texts, names)
 
 
 def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:
@@ -297,36 +325,96 @@ def from_langchain_documents(
     """
     documents_module = _require("langchain_core.documents")
     when = _checked_start(created_at, None)
-    items = []
-    for row, document in enumerate(documents):
-        if not isinstance(document, documents_module.Document):
-            raise RecordError(
-                f"expected a langchain_core Document, got {type(document).__name__}", row=row
-            )
-        metadata = dict(document.metadata)
-        uri = metadata.get("source")
-        title = metadata.get("title")
-        sources: list[dict[str, str]] = []
-        if uri is not None:
-            sources.append({"uri": str(uri), "kind": _DOCUMENT_KIND})
-            if isinstance(title, str):
-                sources[0]["title"] = title
-        item_id = document.id if isinstance(document.id, str) and document.id else None
-        items.append(
-            _item(
-                {
-                    "id": item_id or f"{id_prefix}:{row}",
-                    "role": "document",
-                    "payload": Text(text=document.page_content),
-                    "sources": sources,
-                    "created_at": when,
-                    "metadata": _json_object(metadata, row=row, source=None),
-                },
-                row=row,
-                source=None,
-            )
+    records: list[dict[str, Any]] = []
+    with _earlier_errors_first(records):
+        for row, document in enumerate(documents):
+            records.append(_document_record(documents_module, document, row, id_prefix, when))
+    return CognitionFrame.from_conformed(_records_frame(records))
+
+
+def _document_record(
+    documents_module: ModuleType, document: Any, row: int, id_prefix: str, when: datetime
+) -> dict[str, Any]:
+    """One LangChain document as a record of item fields; ``RecordError`` if it cannot be."""
+    if not isinstance(document, documents_module.Document):
+        raise RecordError(
+            f"expected a langchain_core Document, got {type(document).__name__}", row=row
         )
-    return CognitionFrame.from_items(items)
+    metadata = dict(document.metadata)
+    uri = metadata.get("source")
+    title = metadata.get("title")
+    sources: list[dict[str, str]] = []
+    if uri is not None:
+        sources.append({"uri": str(uri), "kind": _DOCUMENT_KIND})
+        if isinstance(title, str):
+            sources[0]["title"] = title
+    item_id = document.id if isinstance(document.id, str) and document.id else None
+    return {
+        "id": item_id or f"{id_prefix}:{row}",
+        "role": "document",
+        "text": document.page_content,
+        "sources": sources,
+        "created_at": when,
+        "metadata": _json_object(metadata, row=row, source=None),
+    }
+
+
+@contextmanager
+def _earlier_errors_first(records: list[dict[str, Any]]) -> Iterator[None]:
+    """At a ``RecordError`` while records are gathered, first report an earlier invalid one.
+
+    Item by item conversion validates each record before reading the next,
+    so an invalid record before the one that cannot be read is the first error.
+    """
+    try:
+        yield
+    except RecordError:
+        _records_frame(records)
+        raise
+
+
+def _records_frame(records: list[dict[str, Any]]) -> pl.DataFrame:
+    """Validate document records as one table (:func:`conform`), all or nothing.
+
+    Only a record that fails is validated as a :class:`ContextItem`, to word
+    its error as the item model does (naming its 0-based ``row`` and field).
+    """
+    try:
+        return conform(_record_columns(records))
+    except RecordError as exc:
+        if exc.row is not None and not exc.message.startswith("duplicate id"):
+            _item(_item_data(records[exc.row]), row=exc.row, source=None)
+        raise
+    except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
+        # A value Arrow cannot hold (a lone surrogate): find its record.
+        for row, record in enumerate(records):
+            _item(_item_data(record), row=row, source=None)
+        raise
+
+
+def _item_data(record: dict[str, Any]) -> dict[str, Any]:
+    """A document record as the item model's fields (a Text payload)."""
+    data = {key: value for key, value in record.items() if key != "text"}
+    return {**data, "payload": {"kind": "text", "text": record["text"]}}
+
+
+def _record_columns(records: list[dict[str, Any]]) -> pl.DataFrame:
+    """The records' fields as item columns; ``metadata`` as canonical JSON text."""
+    columns: dict[str, pl.Series] = {}
+    names = {key for record in records for key in record}
+    for name in ("id", "role", "text", "rank", "created_at"):
+        if name in names:
+            values = [record.get(name) for record in records]
+            columns[name] = pl.Series(name, values, POLARS_SCHEMA[name], strict=True)
+    for name in ("sources", "parents"):
+        if name in names:
+            values = [record.get(name, []) for record in records]
+            columns[name] = pl.Series(name, values, POLARS_SCHEMA[name], strict=True)
+    metadata = canonical_json_list([record["metadata"] for record in records])
+    columns["metadata"] = pl.Series("metadata", metadata, pl.String)
+    if not records:
+        return pl.DataFrame(schema={"role": pl.String, "text": pl.String})
+    return pl.DataFrame(list(columns.values()))
 
 
 def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> list[Any]:
@@ -430,50 +518,50 @@ def from_llamaindex_nodes(
     """
     schema = _require("llama_index.core.schema")
     when = _checked_start(created_at, None)
-    items = []
-    for row, element in enumerate(nodes):
-        score: Any = None
-        node = element
-        if isinstance(element, schema.NodeWithScore):
-            node, score = element.node, element.score
-        if not isinstance(node, schema.BaseNode):
-            raise RecordError(
-                f"expected a llama_index BaseNode or NodeWithScore, got {type(node).__name__}",
-                row=row,
-            )
-        if score is not None and (
-            isinstance(score, bool)
-            or not isinstance(score, int | float)
-            or not math.isfinite(float(score))
-        ):
-            raise RecordError(f"must be a finite number, got {score!r}", row=row, field="score")
-        text = node.get_content(metadata_mode=schema.MetadataMode.NONE)
-        if not text and getattr(node, "image", None) is not None:
-            raise RecordError(
-                "an image node has no text; describe or caption it as text first",
-                row=row,
-                field="text",
-            )
-        metadata = dict(node.metadata)
-        uri = next((metadata[k] for k in _NODE_URI_KEYS if metadata.get(k) is not None), None)
-        parent = node.ref_doc_id
-        items.append(
-            _item(
-                {
-                    "id": node.node_id,
-                    "role": "document",
-                    "payload": Text(text=text),
-                    "sources": [{"uri": str(uri), "kind": _NODE_KIND}] if uri is not None else [],
-                    "rank": None if score is None else float(score),
-                    "parents": [parent] if isinstance(parent, str) and parent else [],
-                    "created_at": when,
-                    "metadata": _json_object(metadata, row=row, source=None),
-                },
-                row=row,
-                source=None,
-            )
+    records: list[dict[str, Any]] = []
+    with _earlier_errors_first(records):
+        for row, element in enumerate(nodes):
+            records.append(_node_record(schema, element, row, when))
+    return CognitionFrame.from_conformed(_records_frame(records))
+
+
+def _node_record(schema: ModuleType, element: Any, row: int, when: datetime) -> dict[str, Any]:
+    """One LlamaIndex node as a record of item fields; ``RecordError`` if it cannot be."""
+    score: Any = None
+    node = element
+    if isinstance(element, schema.NodeWithScore):
+        node, score = element.node, element.score
+    if not isinstance(node, schema.BaseNode):
+        raise RecordError(
+            f"expected a llama_index BaseNode or NodeWithScore, got {type(node).__name__}",
+            row=row,
         )
-    return CognitionFrame.from_items(items)
+    if score is not None and (
+        isinstance(score, bool)
+        or not isinstance(score, int | float)
+        or not math.isfinite(float(score))
+    ):
+        raise RecordError(f"must be a finite number, got {score!r}", row=row, field="score")
+    text = node.get_content(metadata_mode=schema.MetadataMode.NONE)
+    if not text and getattr(node, "image", None) is not None:
+        raise RecordError(
+            "an image node has no text; describe or caption it as text first",
+            row=row,
+            field="text",
+        )
+    metadata = dict(node.metadata)
+    uri = next((metadata[k] for k in _NODE_URI_KEYS if metadata.get(k) is not None), None)
+    parent = node.ref_doc_id
+    return {
+        "id": node.node_id,
+        "role": "document",
+        "text": text,
+        "sources": [{"uri": str(uri), "kind": _NODE_KIND}] if uri is not None else [],
+        "rank": None if score is None else float(score),
+        "parents": [parent] if isinstance(parent, str) and parent else [],
+        "created_at": when,
+        "metadata": _json_object(metadata, row=row, source=None),
+    }
 
 
 def _json_object(metadata: Mapping[str, Any], *, row: int, source: str | None) -> dict[str, Any]:

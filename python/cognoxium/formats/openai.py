@@ -96,6 +96,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +106,21 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import json_lines
-from cognoxium.items.model import ContextItem, Json, Reference, Retention, Role, Source, Text
+from cognoxium.items.model import (
+    ContextItem,
+    Json,
+    Reference,
+    Retention,
+    Role,
+    Source,
+    Text,
+    canonical_json_list,
+    canonical_objects,
+)
+from cognoxium.items.schema import POLARS_SCHEMA, complete_valid_columns, conform
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
@@ -115,6 +128,7 @@ __all__ = [
     "CHAT_EPOCH",
     "IMAGE_DETAILS",
     "MESSAGE_ROLES",
+    "ChatColumns",
     "from_openai_messages",
     "openai_messages_to_items",
     "read_openai_jsonl",
@@ -140,6 +154,9 @@ _KEYS: dict[str, frozenset[str]] = {
     "tool": frozenset({"role", "content", "name", "tool_call_id"}),
 }
 _INSTRUCTION_ROLES = frozenset({Role.SYSTEM, Role.DEVELOPER})
+_PLAIN_KEYS = frozenset({"role", "content", "name"})
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant"})
+"""The roles whose messages with text content map to one Text item and nothing else."""
 _EMPTY_OK = frozenset({"refusal", "audio", "function_call", "annotations"})
 _SOURCE_KIND = "openai_messages"
 
@@ -354,7 +371,7 @@ def _assistant_payload(
     group_id: str,
     ledger: _CallLedger,
     metadata: dict[str, Any],
-) -> tuple[Text | Json, str | None]:
+) -> tuple[str, Any, str | None]:
     """An assistant message's payload and group id; declares its tool calls in ``ledger``."""
     calls = _tool_calls(message.get("tool_calls"), index, where)
     for j, call in enumerate(calls):
@@ -369,12 +386,12 @@ def _assistant_payload(
         ledger.group_of.update(dict.fromkeys((c["id"] for c in calls), group_id))
         metadata["tool_call_ids"] = [c["id"] for c in calls]
     if calls and not text:
-        return Json(value={"tool_calls": calls}), group_id
+        return "json", {"tool_calls": calls}, group_id
     if text is None:
         raise where.error(index, "content", "an assistant message needs content or tool_calls")
     if calls:
         metadata["tool_calls"] = calls
-    return Text(text=text), group_id if calls else None
+    return "text", text, group_id if calls else None
 
 
 def _tool_result_group(
@@ -402,8 +419,9 @@ def _tool_result_group(
     return call_id, ledger.group_of[call_id]
 
 
-_Part = tuple[str, Role, Text | Json | Reference, str | None, dict[str, Any]]
-"""One item of a message: id, role, payload, group id, metadata."""
+_Part = tuple[str, Role | str, str, Any, str | None, dict[str, Any]]
+"""One item of a message: id, role, payload kind, payload value (the text, the JSON
+value or the reference's uri), group id, metadata."""
 
 
 def _image_media_type(url: str) -> str:
@@ -421,12 +439,12 @@ def _user_parts(
     for k, segment in enumerate(segments):
         item_id = f"{prefix}:{index}.{k}"
         if isinstance(segment, str):
-            parts.append((item_id, Role.USER, Text(text=segment), group_id, dict(metadata)))
+            parts.append((item_id, Role.USER, "text", segment, group_id, dict(metadata)))
             continue
         image_meta = {**metadata, "media_type": _image_media_type(segment.url)}
         if segment.detail is not None:
             image_meta["detail"] = segment.detail
-        parts.append((item_id, Role.USER, Reference(uri=segment.url), group_id, image_meta))
+        parts.append((item_id, Role.USER, "reference", segment.url, group_id, image_meta))
     return parts
 
 
@@ -444,15 +462,17 @@ def _message_content(
     text = None if segments is None else str(segments[0])
     if role == "assistant":
         group = f"{prefix}:tools:{index}"
-        payload, group_id = _assistant_payload(message, index, where, text, group, ledger, metadata)
-        return [(item_id, role, payload, group_id, metadata)]
+        kind, value, group_id = _assistant_payload(
+            message, index, where, text, group, ledger, metadata
+        )
+        return [(item_id, role, kind, value, group_id, metadata)]
     if text is None:
         raise where.error(index, "content", f"a {role} message needs content")
     group_id = None
     if role == "tool":
         call_id, group_id = _tool_result_group(message, index, where, ledger)
         metadata["tool_call_id"] = call_id
-    return [(item_id, role, Text(text=text), group_id, metadata)]
+    return [(item_id, role, "text", text, group_id, metadata)]
 
 
 def _checked_retention(value: Any, where: MessageLocation) -> Retention:
@@ -478,6 +498,57 @@ def _convert(
     return [item for _, item in pairs]
 
 
+def _chat_frame(
+    messages: Iterable[Any],
+    where: MessageLocation,
+    conversation_id: str | None,
+    start: datetime | None,
+    system_retention: Retention | str,
+) -> CognitionFrame:
+    columns = ChatColumns(where, conversation_id, start, system_retention).add_all(messages)
+    return CognitionFrame.from_conformed(columns.frame())
+
+
+def _payload_model(kind: str, value: Any) -> Text | Json | Reference:
+    if kind == "text":
+        return Text(text=value)
+    if kind == "json":
+        return Json(value=value)
+    return Reference(uri=value)
+
+
+def _part_item(
+    index: int,
+    part: _Part,
+    first: datetime,
+    sources: tuple[Source, ...],
+    instructions: Retention,
+    where: MessageLocation,
+) -> ContextItem:
+    """One part as a validated item, the error worded for its message when it is not valid."""
+    item_id, role, kind, value, group_id, metadata = part
+    try:
+        created_at = first + timedelta(microseconds=index)
+    except OverflowError:
+        raise where.error(index, "created_at", TIME_RANGE_MESSAGE) from None
+    try:
+        return ContextItem(
+            id=item_id,
+            role=Role(role),
+            payload=_payload_model(kind, value),
+            sources=sources,
+            created_at=created_at,
+            group_id=group_id,
+            metadata=metadata,
+            retention=instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise where.error(
+            index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
+        ) from None
+
+
 def indexed_chat_items(
     messages: Iterable[Any],
     where: MessageLocation,
@@ -488,41 +559,313 @@ def indexed_chat_items(
     """The items of ``messages``, each with the 0-based index of its message.
 
     ``system`` and ``developer`` items take ``system_retention``; the others
-    are optional.
+    are optional. One validated item per part: :class:`ChatColumns` builds
+    the same items as columns.
     """
     first = _checked_start(conversation_id, start, where)
     instructions = _checked_retention(system_retention, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _CallLedger()
-    items = []
-    for index, message in enumerate(messages):
-        for item_id, role, payload, group_id, metadata in _message_content(
-            message, index, where, prefix, ledger
+    return [
+        (index, _part_item(index, part, first, sources, instructions, where))
+        for index, message in enumerate(messages)
+        for part in _message_content(message, index, where, prefix, ledger)
+    ]
+
+
+class ChatColumns:
+    """Chat messages checked one by one and laid out as item columns, validated in bulk.
+
+    Each message is checked as :func:`openai_messages_to_items` checks it
+    (roles, keys, content parts, tool calls against earlier calls); its
+    items go to column lists, and :meth:`frame` validates them all at once
+    (:func:`cognoxium.items.schema.conform`: enumerations, ids, text,
+    content hashes). A list of plain text messages (``role`` system,
+    developer, user or assistant, text ``content``, an optional ``name``)
+    is laid out a column at a time. Only an item that fails is built as a
+    :class:`ContextItem`, to word its error as the item model does.
+
+    Parameters
+    ----------
+    where
+        Where the messages come from, named in errors.
+    conversation_id, start, system_retention
+        As in :func:`openai_messages_to_items`.
+    source_kind
+        The ``kind`` of the provenance source recorded when ``where.source`` is set.
+
+    Raises
+    ------
+    RecordError
+        When built, for a bad ``conversation_id``, ``start`` or ``system_retention``.
+    """
+
+    def __init__(
+        self,
+        where: MessageLocation,
+        conversation_id: str | None,
+        start: datetime | None,
+        system_retention: Retention | str = Retention.REQUIRED,
+        source_kind: str = _SOURCE_KIND,
+    ) -> None:
+        self.where = where
+        self.first = _checked_start(conversation_id, start, where)
+        self.instructions = _checked_retention(system_retention, where)
+        self.prefix = conversation_id or "msg"
+        self.source_kind = source_kind
+        self.ledger = _CallLedger()
+        self.plain = False  # laid out by add_plain: ids and constant columns made by Polars
+        self.index: list[int] = []
+        self.ids: list[str] = []
+        self.roles: list[str] = []
+        self.kinds: list[str] = []
+        self.values: list[Any] = []
+        self.groups: list[str | None] = []
+        self.metadata: list[dict[str, Any]] = []
+
+    def add(self, index: int, message: Any) -> None:
+        """Check message ``index`` and append its items; ``RecordError`` if it is malformed."""
+        for item_id, role, kind, value, group_id, metadata in _message_content(
+            message, index, self.where, self.prefix, self.ledger
         ):
-            retention = instructions if role in _INSTRUCTION_ROLES else Retention.OPTIONAL
-            try:
-                items.append(
-                    (
-                        index,
-                        ContextItem(
-                            id=item_id,
-                            role=role,
-                            payload=payload,
-                            sources=sources,
-                            created_at=first + timedelta(microseconds=index),
-                            group_id=group_id,
-                            metadata=metadata,
-                            retention=retention,
-                        ),
-                    )
-                )
-            except ValidationError as exc:  # pragma: no cover - every field is checked above
-                error = exc.errors()[0]
-                raise where.error(
-                    index, ".".join(str(p) for p in error["loc"]) or None, error["msg"]
-                ) from None
-    return items
+            self.index.append(index)
+            self.ids.append(item_id)
+            self.roles.append(str(role))
+            self.kinds.append(kind)
+            self.values.append(value)
+            self.groups.append(group_id)
+            self.metadata.append(metadata)
+
+    def add_plain(self, roles: list[Any], texts: list[Any], names: list[Any]) -> bool:
+        """Lay out plain text messages a column at a time; false (nothing added) otherwise.
+
+        Plain: every role ``system``, ``developer``, ``user`` or
+        ``assistant``, every content text, every name ``None`` or non-empty
+        text. Such a message is one Text item, as :meth:`add` would make it.
+
+        Parameters
+        ----------
+        roles, texts, names
+            The messages' ``role``, ``content`` and ``name``, ``n`` each.
+
+        Returns
+        -------
+        bool
+            Whether the messages were plain and added (only into empty columns).
+        """
+        if self.index or set(map(type, roles)) != {str} or set(map(type, texts)) != {str}:
+            return False
+        named = set(map(type, names)) != {type(None)}
+        if not set(roles) <= _PLAIN_ROLES:
+            return False
+        if named and not all(n is None or (type(n) is str and n) for n in names):
+            return False
+        n = len(texts)
+        self.plain = True
+        self.index = list(range(n))
+        self.roles = roles
+        self.kinds = ["text"] * n
+        self.values = texts
+        self.groups = [None] * n
+        self.metadata = [{} if m is None else {"name": m} for m in names] if named else [{}] * n
+        return True
+
+    def add_all(self, messages: Iterable[Any]) -> ChatColumns:
+        """Add every message in order; at a malformed one, raise the first error of the run.
+
+        An item of an earlier message that is not valid (text that is not
+        valid Unicode, say) is reported before the malformed message, as
+        item by item conversion would.
+        """
+        rows = list(messages)
+        if set(map(type, rows)) == {dict} and all(map(_PLAIN_KEYS.issuperset, rows)):
+            fields = (list(map(dict.get, rows, repeat(key))) for key in ("role", "content", "name"))
+            if self.add_plain(*fields):
+                return self
+        try:
+            for index, message in enumerate(rows):
+                self.add(index, message)
+        except RecordError:
+            self.frame()
+            raise
+        return self
+
+    def _sources(self, n: int) -> pl.Series:
+        entries = (
+            [{"uri": self.where.source, "kind": self.source_kind}] if self.where.source else []
+        )
+        one = pl.Series("sources", [entries], POLARS_SCHEMA["sources"])
+        return one.new_from_index(0, n)
+
+    def _item_id(self, row: int) -> str:
+        return f"{self.prefix}:{self.index[row]}" if self.plain else self.ids[row]
+
+    def _payloads(self) -> list[pl.Series]:
+        """The ``payload_kind``, ``text``, ``json`` and ``ref_uri`` columns."""
+        kinds, values = self.kinds, self.values
+        n = len(values)
+        if self.plain:
+            nulls = pl.repeat(None, n, dtype=pl.String, eager=True)
+            return [
+                pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
+                pl.Series("text", values, pl.String),
+                nulls.alias("json"),
+                nulls.alias("ref_uri"),
+            ]
+        texts: list[Any] = values
+        payloads: list[str | None] = [None] * n
+        uris: list[str | None] = [None] * n
+        if any(kind != "text" for kind in kinds):
+            texts = [v if k == "text" else None for k, v in zip(kinds, values, strict=True)]
+            uris = [v if k == "reference" else None for k, v in zip(kinds, values, strict=True)]
+            rows = [i for i, k in enumerate(kinds) if k == "json"]
+            for i, text in zip(rows, canonical_json_list([values[i] for i in rows]), strict=True):
+                payloads[i] = text
+        return [
+            pl.Series("payload_kind", kinds, pl.String),
+            pl.Series("text", texts, pl.String),
+            pl.Series("json", payloads, pl.String),
+            pl.Series("ref_uri", uris, pl.String),
+        ]
+
+    def _columns(self) -> pl.DataFrame:
+        """Every item column but ``metadata``, for :func:`conform` to check."""
+        offset = (self.first - CHAT_EPOCH) // timedelta(microseconds=1)
+        created = pl.Series("created_at", self.index, pl.Int64) + offset
+        role = pl.Series("role", self.roles, pl.String)
+        instruction = role.is_in([r.value for r in _INSTRUCTION_ROLES])
+        retention = pl.select(
+            pl.when(instruction).then(pl.lit(self.instructions.value)).otherwise(pl.lit("optional"))
+        ).to_series()
+        n = len(self.index)
+        if self.plain:
+            ids = f"{self.prefix}:" + pl.Series(self.index, dtype=pl.Int64).cast(pl.String)
+            groups = pl.repeat(None, n, dtype=pl.String, eager=True)
+        else:
+            ids = pl.Series("id", self.ids, pl.String)
+            groups = pl.Series("group_id", self.groups, pl.String)
+        return pl.DataFrame(
+            [
+                ids.alias("id"),
+                role,
+                *self._payloads(),
+                self._sources(n),
+                retention.alias("retention"),
+                created.cast(pl.Datetime("us", "UTC")),
+                groups.alias("group_id"),
+            ]
+        )
+
+    def _item_error(self, row: int) -> RecordError | None:
+        """The error of item ``row`` as item by item conversion words it, or ``None``."""
+        sources = (
+            (Source(uri=self.where.source, kind=self.source_kind),) if self.where.source else ()
+        )
+        part = (
+            self._item_id(row),
+            self.roles[row],
+            self.kinds[row],
+            self.values[row],
+            self.groups[row],
+            self.metadata[row],
+        )
+        try:
+            _part_item(self.index[row], part, self.first, sources, self.instructions, self.where)
+        except RecordError as exc:
+            return exc
+        return None
+
+    def frame(self, extra: tuple[str, list[Any]] | None = None) -> pl.DataFrame:
+        """The items as a validated frame of the item schema, in message order.
+
+        The metadata the converter writes (names, tool call ids and calls,
+        image media types) is canonical JSON by construction and only checked
+        for valid Unicode; every other column is checked by :func:`conform`.
+
+        Parameters
+        ----------
+        extra
+            A key and one value per item (``None`` to leave it out) to add to
+            the items' metadata, after the items are validated with their
+            message's own.
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per item, with :data:`cognoxium.items.schema.POLARS_SCHEMA`.
+
+        Raises
+        ------
+        RecordError
+            At the first item that is not valid, worded as
+            :func:`openai_messages_to_items` words it.
+        """
+        if not self.index:
+            return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
+        try:
+            texts = pl.Series("metadata", self._metadata_texts(extra), pl.String)
+            if self._valid_by_construction():
+                return complete_valid_columns(self._columns()).with_columns(texts)
+            return conform(self._columns(), source=self.where.source).with_columns(texts)
+        except RecordError as exc:
+            row = exc.row
+            error = None if row is None else self._item_error(row)
+            if error is not None or row is None:
+                raise error or exc from None
+            raise self.where.error(self.index[row], exc.field, exc.message) from None
+        except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
+            # A value Arrow cannot hold (a lone surrogate): find its item.
+            raise self._first_error(self._merged(extra)) from None
+
+    def _valid_by_construction(self) -> bool:
+        """Whether plain columns hold only valid values, checked once rather than per row.
+
+        Plain ids are the prefix, a colon and an index, so the longest one
+        is checked for them all; roles, retention and sources are the same
+        few values, and times run on from a checked start. Text that is not
+        valid Unicode cannot become a column at all.
+        """
+        if not self.plain:
+            return False
+        last = len(self.index) - 1
+        source = self.where.source
+        try:
+            self.first + timedelta(microseconds=last)
+        except OverflowError:
+            return False
+        return id_problem(f"{self.prefix}:{last}") is None and (
+            source is None or text_problem(source) is None
+        )
+
+    def _merged(self, extra: tuple[str, list[Any]] | None) -> list[dict[str, Any]]:
+        """Each item's metadata with the ``extra`` key added where it has a value."""
+        if extra is None:
+            return self.metadata
+        key, values = extra
+        return [
+            m if v is None else {**m, key: v} for m, v in zip(self.metadata, values, strict=True)
+        ]
+
+    def _metadata_texts(self, extra: tuple[str, list[Any]] | None) -> list[str]:
+        """Canonical JSON of each item's metadata; one key of text values written directly."""
+        if extra is not None and not any(self.metadata):
+            key, values = extra
+            if set(map(type, values)) <= {str, type(None)}:
+                return canonical_objects(key, values)
+        return canonical_json_list(self._merged(extra))
+
+    def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:
+        """The first item's error, else the first metadata that is not valid Unicode."""
+        for row in range(len(self.index)):
+            error = self._item_error(row)
+            if error is not None:
+                return error
+        for row, text in enumerate(canonical_json_list(metadata)):
+            problem = text_problem(text)
+            if problem is not None:
+                return self.where.error(self.index[row], "metadata", problem)
+        raise AssertionError("no value of the columns fails")  # pragma: no cover
 
 
 def openai_messages_to_items(
@@ -626,14 +969,8 @@ def from_openai_messages(
     >>> cf.select("id", "created_at").to_polars().row(0)
     ('c1:0', datetime.datetime(2024, 5, 1, 0, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC')))
     """
-    items = openai_messages_to_items(
-        messages,
-        conversation_id=conversation_id,
-        start=start,
-        source=source,
-        system_retention=system_retention,
-    )
-    return CognitionFrame.from_items(items)
+    where = MessageLocation(source)
+    return _chat_frame(messages, where, conversation_id, start, system_retention)
 
 
 def read_openai_jsonl(
@@ -689,10 +1026,8 @@ def read_openai_jsonl(
     name = str(path)
     lines = list(json_lines(Path(path)))
     where = MessageLocation(name, [number for number, _ in lines])
-    items = _convert(
-        (message for _, message in lines), where, conversation_id, start, system_retention
-    )
-    return CognitionFrame.from_items(items)
+    messages = (message for _, message in lines)
+    return _chat_frame(messages, where, conversation_id, start, system_retention)
 
 
 def _frame_of(data: ContextPack | CognitionFrame | pl.DataFrame) -> pl.DataFrame:

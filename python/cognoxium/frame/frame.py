@@ -70,6 +70,7 @@ from cognoxium.items.schema import (
     COLUMNS,
     PAYLOAD_COLUMNS,
     SCHEMA_VERSION,
+    POLARS_SCHEMA,
     conform,
     content_hash_expr,
     frame_to_items,
@@ -502,6 +503,34 @@ class CognitionFrame:
         1
         """
         return cls._wrap(Scan(source=Source(records_to_frame(records, source=source))))
+
+    @classmethod
+    def from_conformed(cls, df: pl.DataFrame) -> CognitionFrame:
+        """Wrap a frame that is already valid items, without checking its rows again.
+
+        For the output of :func:`~cognoxium.items.schema.conform`,
+        :func:`~cognoxium.items.schema.records_to_frame` and the chat
+        converters of :mod:`cognoxium.formats`, which validated every row;
+        anything else goes through :meth:`from_polars`.
+
+        Raises
+        ------
+        SchemaError
+            If the columns or their types are not exactly
+            :data:`~cognoxium.items.schema.POLARS_SCHEMA`.
+
+        Examples
+        --------
+        >>> df = records_to_frame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> CognitionFrame.from_conformed(df).count()
+        1
+        """
+        if not isinstance(df, pl.DataFrame) or df.schema != POLARS_SCHEMA:
+            raise SchemaError(
+                "from_conformed takes a Polars frame with exactly the item schema "
+                "(POLARS_SCHEMA); validate other frames with from_polars"
+            )
+        return cls._wrap(Scan(source=Source(df)))
 
     @classmethod
     def from_arrow(cls, table: pa.Table) -> CognitionFrame:

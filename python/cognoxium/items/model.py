@@ -40,6 +40,7 @@ from cognoxium.items._checks import (
     raising,
     to_utc,
 )
+from cognoxium.items._json import canonical_json_list, canonical_objects
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -59,6 +60,8 @@ __all__ = [
     "Truncation",
     "Trust",
     "canonical_json",
+    "canonical_json_list",
+    "canonical_objects",
     "content_hash",
     "content_hashes",
 ]

@@ -50,6 +50,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+from polars_hash import CryptographicHashingNameSpace
 from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
@@ -63,6 +64,7 @@ from cognoxium.items._checks import (
     json_text_depth,
     text_problem,
 )
+from cognoxium.items._json import canonical_json_list, canonical_text_list
 from cognoxium.items.model import (
     ContextItem,
     Retention,
@@ -71,7 +73,6 @@ from cognoxium.items.model import (
     Trust,
     canonical_json,
     content_hash,
-    content_hashes,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "canonical_json_columns",
+    "complete_valid_columns",
     "conform",
     "content_hash_expr",
     "frame_to_items",
@@ -396,8 +398,17 @@ def _fail_rows(
 
 
 def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Series:
-    """Canonicalise JSON text, converting each distinct value once."""
-    uniques = values.drop_nulls().unique()
+    """Canonicalise JSON text, converting each distinct value once.
+
+    The distinct texts are first checked together (:func:`canonical_text_list`);
+    only those that are not canonical yet are parsed and encoded one by one.
+    """
+    uniques = values.drop_nulls().unique().to_list()
+    flags = canonical_text_list(uniques)
+    if flags is not None:
+        uniques = [text for text, canonical in zip(uniques, flags, strict=True) if not canonical]
+        if not uniques:
+            return values
     mapping = {}
     for text in uniques:
         try:
@@ -410,6 +421,8 @@ def _canonical_text(values: pl.Series, column: str, source: str | None) -> pl.Se
             raise RecordError(
                 f"invalid JSON ({exc})", source=source, row=row, field=column
             ) from None
+    if flags is not None:
+        return values.replace(mapping)
     return values.replace_strict(mapping, default=None, return_dtype=pl.String)
 
 
@@ -433,25 +446,43 @@ def _too_deep(df: pl.DataFrame, column: str) -> int | None:
     return None
 
 
-def _hashes(df: pl.DataFrame) -> list[str]:
-    kinds = df.get_column("payload_kind").cast(pl.String)
-    if (kinds == "text").all():
-        # All text (chat messages): one column, no per-row dispatch; Polars gives the bytes.
-        return content_hashes("text", df.get_column("text").cast(pl.Binary).to_list())
-    out = []
-    for kind, text, js, binary, uri, title, digest in df.select(
-        "payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest"
-    ).iter_rows():
-        if kind == "text":
-            data = text.encode("utf-8")
-        elif kind == "json":
-            data = js.encode("utf-8")
-        elif kind == "binary":
-            data = binary
-        else:
-            data = canonical_json({"digest": digest, "title": title, "uri": uri}).encode("utf-8")
-        out.append(content_hash(kind, data))
-    return out
+def _hash_input() -> pl.Expr:
+    """Each row's kind, a NUL byte and its canonical payload bytes; null for a reference."""
+    kind = pl.col("payload_kind").cast(pl.String)
+    return (
+        pl.when(kind == "text")
+        .then(pl.lit(b"text\x00") + pl.col("text").cast(pl.Binary))
+        .when(kind == "json")
+        .then(pl.lit(b"json\x00") + pl.col("json").cast(pl.Binary))
+        .when(kind == "binary")
+        .then(pl.lit(b"binary\x00") + pl.col("binary"))
+        .otherwise(None)
+    )
+
+
+def _hashes(df: pl.DataFrame) -> pl.Series:
+    """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
+
+    A Reference's canonical bytes are the canonical JSON of its uri, title
+    and digest, built per row in Python; every other kind is hashed in one
+    expression.
+    """
+    digests = df.select(
+        CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
+    ).to_series()
+    references = df.get_column("payload_kind").cast(pl.String) == "reference"
+    if not references.any():
+        return digests
+    rows = references.arg_true()
+    refs = df.select("ref_uri", "ref_title", "ref_digest").gather(rows)
+    values = [
+        content_hash(
+            "reference",
+            canonical_json({"digest": digest, "title": title, "uri": uri}).encode("utf-8"),
+        )
+        for uri, title, digest in refs.iter_rows()
+    ]
+    return digests.scatter(rows, values)
 
 
 PAYLOAD_COLUMNS: tuple[str, ...] = (
@@ -466,7 +497,7 @@ PAYLOAD_COLUMNS: tuple[str, ...] = (
 
 
 def _struct_hashes(payload: pl.Series) -> pl.Series:
-    return pl.Series("content_hash", _hashes(payload.struct.unnest()), pl.String)
+    return _hashes(payload.struct.unnest())
 
 
 def content_hash_expr() -> pl.Expr:
@@ -507,7 +538,7 @@ def _checked_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
     chunks = []
     for start in range(0, df.height, _HASH_CHUNK):
         part = df.slice(start, _HASH_CHUNK)
-        computed = pl.Series("content_hash", _hashes(part), pl.String)
+        computed = _hashes(part)
         stated = given.slice(start, _HASH_CHUNK)
         mismatch = stated.is_not_null() & (stated != computed)
         if mismatch.any():
@@ -657,11 +688,22 @@ def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
     return checks
 
 
-def _check_required_values(df: pl.DataFrame, source: str | None) -> None:
-    """Check enumerations, non-null ``id``/``metadata``/``priority`` and unique ids."""
-    for bad, column, message in _value_checks():
-        _fail_rows(df, bad, column, message, source)
-    _check_unique_ids(df, source, None)
+def _raise_first(
+    df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], source: str | None
+) -> None:
+    """Evaluate every check in one pass; raise for the first check, in order, that fails.
+
+    The same error as checking one after the other: the first failing
+    check, at its first failing row.
+    """
+    if not df.height or not checks:
+        return
+    firsts = df.select(
+        mask.arg_true().first().alias(str(i)) for i, (mask, _, _) in enumerate(checks)
+    ).row(0)
+    for (_, column, message), row in zip(checks, firsts, strict=True):
+        if row is not None:
+            raise RecordError(message, source=source, row=int(row), field=column)
 
 
 def _payload_checks() -> list[tuple[pl.Expr, str, str]]:
@@ -694,10 +736,15 @@ def _payload_checks() -> list[tuple[pl.Expr, str, str]]:
     return checks
 
 
-def _check_payload_columns(df: pl.DataFrame, source: str | None) -> None:
-    """Check that each row fills exactly the payload columns of its ``payload_kind``."""
-    for bad, column, message in _payload_checks():
-        _fail_rows(df, bad, column, message, source)
+def _check_values(df: pl.DataFrame, source: str | None) -> None:
+    """Check enumerations, non-null ``id``/``metadata``/``priority``, unique ids and payloads.
+
+    One pass over the rows; the errors are those of checking in that order.
+    """
+    values, payloads = _value_checks(), _payload_checks()
+    _raise_first(df, values, source)
+    _check_unique_ids(df, source, None)
+    _raise_first(df, payloads, source)
 
 
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
@@ -715,8 +762,7 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
         df = df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
-    for bad, column, message in _typed_checks():
-        _fail_rows(df, bad, column, message, source)
+    _raise_first(df, _typed_checks(), source)
     return df
 
 
@@ -775,6 +821,48 @@ def canonical_json_columns(df: pl.DataFrame, *, source: str | None = None) -> pl
     return df
 
 
+def complete_valid_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """Complete item columns whose every value is valid by construction; no row is checked.
+
+    Missing columns get the defaults :func:`conform` gives them,
+    ``content_hash`` is computed from the payload columns, and the columns
+    take :data:`POLARS_SCHEMA`'s types and order. For converters that build
+    each value from checked parts (ids from a checked prefix and an index,
+    roles from a fixed set); anything else goes through :func:`conform`.
+
+    Parameters
+    ----------
+    df
+        A subset of :data:`COLUMNS` with ``payload_kind`` and the payload
+        columns, ``id`` and ``created_at`` included; ``n`` rows.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``n`` rows, in order, with :data:`POLARS_SCHEMA`.
+
+    Raises
+    ------
+    SchemaError
+        If a column cannot take its type.
+
+    Examples
+    --------
+    >>> df = complete_valid_columns(pl.DataFrame({
+    ...     "id": ["a"], "role": ["user"], "payload_kind": ["text"], "text": ["hi"],
+    ...     "created_at": [datetime(2024, 1, 1, tzinfo=UTC)]}))
+    >>> df.select("trust", "metadata").row(0), df["content_hash"].item() == records_to_frame(
+    ...     [{"id": "a", "role": "user", "text": "hi"}])["content_hash"].item()
+    (('untrusted', '{}'), True)
+    """
+    try:
+        df = _fill_defaults(df.drop("content_hash", strict=False))
+        df = df.with_columns(_hashes(df)).select(POLARS_SCHEMA.names())
+        return df.cast(dict(POLARS_SCHEMA.items()))
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"cannot cast to the item schema: {exc}") from None
+
+
 def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.DataFrame:
     """Validate a table of context items and bring it to the canonical schema.
 
@@ -820,8 +908,7 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     df = _fill_defaults(df)
     if infer_kind:
         df = _infer_payload_kind(df, source)
-    _check_required_values(df, source)
-    _check_payload_columns(df, source)
+    _check_values(df, source)
     df = _cast_to_schema(df, where, source)
     df = _canonicalise_json(df, source)
     return df.with_columns(_checked_hashes(df, source))
@@ -1085,7 +1172,39 @@ def _entry_failures(
         fail.add(_owner(offsets, inner.row), name, f"{inner.field}: {inner.message}")
 
 
+_SOURCE_TEXT = pa.large_list(pa.struct([(name, pa.large_string()) for name in _SOURCE_KEYS[:3]]))
+_SOURCE_TEXT_KEYS = frozenset(_SOURCE_KEYS[:3])
+
+
+def _text_sources(values: list[Any]) -> pl.Series | None:
+    """Sources as Arrow converts them in one call, or ``None`` to check them one by one.
+
+    Only lists of plain objects of text without ``retrieved_at`` take this path;
+    any other shape, or a bad value, gives ``None``.
+    """
+    if not all(type(v) is list for v in values):
+        return None
+    entries = list(chain.from_iterable(values))
+    if not all(type(e) is dict for e in entries) or not all(
+        map(_SOURCE_TEXT_KEYS.issuperset, entries)
+    ):
+        return None
+    try:
+        lists = pa.array(values, _SOURCE_TEXT)
+    except (pa.ArrowException, ValueError, TypeError):
+        return None  # a value that is not text, or a lone surrogate
+    if lists.flatten().field("uri").null_count:
+        return None
+    series = pl.from_arrow(lists)
+    assert isinstance(series, pl.Series)
+    retrieved = pl.element().struct.with_fields(pl.lit(None, _PL_TS).alias("retrieved_at"))
+    return series.list.eval(retrieved).alias("sources").cast(POLARS_SCHEMA["sources"])
+
+
 def _sources_column(values: list[Any], fail: _Failures) -> pl.Series:
+    fast = _text_sources(values)
+    if fast is not None:
+        return fast
     offsets, flat = _struct_lists(values, "sources", _SOURCE_KEYS, fail)
     inner = _Failures()
     uri, kind, title = (_string_column(flat[k], k, inner) for k in ("uri", "kind", "title"))
@@ -1112,6 +1231,14 @@ _CANONICAL = json.JSONEncoder(
 
 
 def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
+    if all(type(value) is dict for value in values) and all(
+        type(key) is str for value in values for key in value
+    ):
+        try:
+            # Plain objects with text keys (the usual case): one encoder for the column.
+            return _string_column(canonical_json_list(values), "metadata", fail)
+        except (TypeError, ValueError, RecursionError):
+            pass  # worded value by value below
     encode = _CANONICAL.encode
     out: list[str | None] = []
     for row, value in enumerate(values):
@@ -1319,7 +1446,7 @@ def _first_failure(
 def _hash_failure(df: pl.DataFrame, fail: _Failures) -> pl.Series:
     """Content hashes of the rows before the first failure; a mismatch with a given one fails."""
     valid = df.head(df.height if fail.row is None else fail.row)
-    computed = pl.Series("content_hash", _hashes(valid), pl.String)
+    computed = _hashes(valid)
     stated = valid.get_column("content_hash")
     mismatch = (stated.is_not_null() & (stated != computed)).arg_true()
     if mismatch.len():

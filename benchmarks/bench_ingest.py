@@ -1,0 +1,353 @@
+"""Ingest benchmark: records, chat messages, JSONL and Parquet into a frame, against floors.
+
+For each size (10k and 100k chat-like records, 1M with ``--sizes``), one run times:
+
+``records``
+    ``CognitionFrame.from_records(records)`` (the records of
+    ``bench_items_io.chat_records``: id, role, text, ISO ``created_at``,
+    priority, one source, a small metadata object), against the floor
+    ``pyarrow.Table.from_pylist(records, schema)`` plus sha256 of every text
+    (building the columns and hashing, no checks).
+``openai``
+    ``from_openai_messages`` of the same turns as OpenAI chat dicts
+    (``{"role", "content"}``, every tenth with a ``name``), against
+    ``from_pylist`` + sha256.
+``langchain``
+    ``from_langchain_messages`` of the same turns as LangChain
+    ``HumanMessage``/``AIMessage`` objects with ids, against reading their
+    attributes into columns + ``from_pylist`` + sha256.
+``jsonl``
+    ``CognitionFrame.read_jsonl`` of the records written one per line,
+    against Polars' own ``pl.read_ndjson``.
+``parquet``
+    ``CognitionFrame.read_parquet`` of the frame written by
+    ``write_parquet``, against Polars' own ``pl.read_parquet``.
+
+With ``--peer``, the published ``cognoxium`` 0.1.1 (an unrelated project of
+the same name on the package index) is installed into its own virtual
+environment (``~/.cache/cognoxium-bench/peer-0.1.1``, created with
+``python -m venv`` and ``pip install cognoxium==0.1.1`` on first use) and run
+in a child process: it reads the same records from a temporary JSONL file
+before timing, renames ``text`` to its own ``content`` field, and times its
+own ``CognitionFrame.from_records`` on them. It is never imported here.
+
+Every timing is the minimum and the median of ``--repeats`` rounds of the
+user's whole call; ratios compare figures of the same run.
+
+Usage: ``python benchmarks/bench_ingest.py [--sizes 10000,100000] [--repeats 5] [--peer]
+[--out benchmarks/results/ingest.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from bench_items_io import chat_records
+from cognoxium import CognitionFrame
+from cognoxium.formats.interop import from_langchain_messages
+from cognoxium.formats.openai import from_openai_messages
+from cognoxium.items.io import write_parquet
+
+PEER_VERSION = "0.1.1"
+PEER_VENV = Path.home() / ".cache" / "cognoxium-bench" / f"peer-{PEER_VERSION}"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+RECORD_SCHEMA = pa.schema(
+    [
+        ("id", pa.large_string()),
+        ("role", pa.large_string()),
+        ("text", pa.large_string()),
+        ("created_at", pa.large_string()),
+        ("priority", pa.int64()),
+        ("sources", pa.large_list(pa.struct([("uri", pa.string()), ("kind", pa.string())]))),
+        ("metadata", pa.struct([("conversation", pa.string()), ("turn", pa.int64())])),
+    ]
+)
+MESSAGE_SCHEMA = pa.schema([("role", pa.large_string()), ("content", pa.large_string())])
+
+PEER_SCRIPT = """
+import json, sys, time, statistics
+import cognoxium
+path, repeats = sys.argv[1], int(sys.argv[2])
+with open(path, encoding="utf-8") as handle:
+    records = [json.loads(line) for line in handle]
+# The peer's record form names the text 'content'.
+records = [{**{k: v for k, v in r.items() if k != "text"}, "content": r["text"]} for r in records]
+times, cpu = [], []
+for _ in range(repeats):
+    start, start_cpu = time.perf_counter(), time.process_time()
+    frame = cognoxium.CognitionFrame.from_records(records)
+    times.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - start_cpu)
+rows = len(frame.collect())
+print(json.dumps({"module": cognoxium.__file__, "times": times, "cpu": cpu, "rows": rows}))
+"""
+
+
+def rounds(repeats: int, call: Callable[[], object]) -> dict[str, float]:
+    """Minimum and median wall-clock seconds of ``repeats`` calls, and the least CPU time."""
+    times, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        call()
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return {"min_s": min(times), "median_s": statistics.median(times), "cpu_min_s": min(cpu)}
+
+
+def sha256_texts(kind: bytes, texts: list[str]) -> list[str]:
+    """sha256 hex of ``kind``, NUL and each text's UTF-8 bytes (the content hash, bare)."""
+    prefix = hashlib.sha256(kind + b"\x00")
+    out = []
+    for text in texts:
+        digest = prefix.copy()
+        digest.update(text.encode("utf-8"))
+        out.append(digest.hexdigest())
+    return out
+
+
+def openai_messages(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records' turns as OpenAI chat dicts, every tenth with a ``name``."""
+    return [
+        {"role": r["role"], "content": r["text"], **({"name": "ada"} if i % 10 == 0 else {})}
+        for i, r in enumerate(records)
+    ]
+
+
+def langchain_messages(records: list[dict[str, Any]]) -> list[Any]:
+    """The records' turns as LangChain messages with ids."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    kinds = {"user": HumanMessage, "assistant": AIMessage}
+    return [kinds[r["role"]](content=r["text"], id=r["id"]) for r in records]
+
+
+def floor_records(records: list[dict[str, Any]]) -> None:
+    table = pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
+    sha256_texts(b"text", table.column("text").to_pylist())
+
+
+def floor_messages(messages: list[dict[str, Any]]) -> None:
+    table = pa.Table.from_pylist(messages, schema=MESSAGE_SCHEMA)
+    sha256_texts(b"text", table.column("content").to_pylist())
+
+
+def floor_langchain(messages: list[Any]) -> None:
+    columns = {
+        "role": [m.type for m in messages],
+        "content": [m.content for m in messages],
+        "id": [m.id for m in messages],
+    }
+    pa.Table.from_pydict(columns)
+    sha256_texts(b"text", columns["content"])
+
+
+def peer_python() -> Path:
+    """The peer's interpreter, installing cognoxium 0.1.1 into its own venv on first use."""
+    python = PEER_VENV / "bin" / "python"
+    if not python.exists():
+        PEER_VENV.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+    probe = [str(python), "-c", "import importlib.metadata as m; print(m.version('cognoxium'))"]
+    found = subprocess.run(probe, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if found.stdout.strip() != PEER_VERSION:
+        install = [str(python), "-m", "pip", "install", "--quiet", f"cognoxium=={PEER_VERSION}"]
+        subprocess.run(install, check=True)
+    return python
+
+
+def run_peer(python: Path, path: Path, repeats: int) -> dict[str, Any]:
+    """Time the peer's own ``from_records`` on the records of a JSONL file, in its venv."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "peer_from_records.py"
+        script.write_text(PEER_SCRIPT, encoding="utf-8")
+        done = subprocess.run(
+            [str(python), str(script), str(path), str(repeats)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp,  # never the project's own package
+        )
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if str(PEER_VENV) not in out["module"]:
+        raise RuntimeError(f"the peer child imported {out['module']}, not the peer's venv")
+    times = out["times"]
+    return {
+        "min_s": min(times),
+        "median_s": statistics.median(times),
+        "cpu_min_s": min(out["cpu"]),
+        "rows": out["rows"],
+    }
+
+
+def write_inputs(tmp: Path, records: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """The records as a JSONL file and as the Parquet file ``write_parquet`` writes."""
+    jsonl = tmp / "records.jsonl"
+    with jsonl.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    parquet = tmp / "items.parquet"
+    write_parquet(CognitionFrame.from_records(records).collect(), parquet)
+    return jsonl, parquet
+
+
+def run_size(n: int, repeats: int, peer: Path | None) -> dict[str, Any]:
+    """Every method on ``n`` records, in one run."""
+    records = chat_records(n)
+    openai = openai_messages(records)
+    langchain = langchain_messages(records)
+    out: dict[str, Any] = {"n": n}
+    with tempfile.TemporaryDirectory() as name:
+        jsonl, parquet = write_inputs(Path(name), records)
+        cases: dict[str, tuple[Callable[[], object], str, Callable[[], object]]] = {
+            "records": (
+                lambda: CognitionFrame.from_records(records),
+                "floor",
+                lambda: floor_records(records),
+            ),
+            "openai": (
+                lambda: from_openai_messages(openai),
+                "floor",
+                lambda: floor_messages(openai),
+            ),
+            "langchain": (
+                lambda: from_langchain_messages(langchain),
+                "floor",
+                lambda: floor_langchain(langchain),
+            ),
+            "jsonl": (
+                lambda: CognitionFrame.read_jsonl(jsonl),
+                "polars",
+                lambda: pl.read_ndjson(jsonl),
+            ),
+            "parquet": (
+                lambda: CognitionFrame.read_parquet(parquet),
+                "polars",
+                lambda: pl.read_parquet(parquet),
+            ),
+        }
+        for case, (ours, label, other) in cases.items():
+            mine, theirs = rounds(repeats, ours), rounds(repeats, other)
+            out[case] = {
+                "cognoxium": mine,
+                label: theirs,
+                f"over_{label}_min": mine["min_s"] / theirs["min_s"],
+                f"over_{label}_median": mine["median_s"] / theirs["median_s"],
+            }
+            print(json.dumps({"n": n, case: out[case]}), flush=True)
+        if peer is not None:
+            peer_times = run_peer(peer, jsonl, repeats)
+            mine = out["records"]["cognoxium"]
+            out["records"]["peer_0_1_1"] = peer_times
+            out["records"]["peer_speedup_min"] = peer_times["min_s"] / mine["min_s"]
+            out["records"]["peer_speedup_median"] = peer_times["median_s"] / mine["median_s"]
+            out["records"]["peer_speedup_cpu"] = peer_times["cpu_min_s"] / mine["cpu_min_s"]
+            print(json.dumps({"n": n, "peer": out["records"]}), flush=True)
+    return out
+
+
+LABELS = {
+    "records": "`CognitionFrame.from_records`",
+    "openai": "`from_openai_messages`",
+    "langchain": "`from_langchain_messages`",
+    "jsonl": "`CognitionFrame.read_jsonl`",
+    "parquet": "`CognitionFrame.read_parquet`",
+}
+BASELINES = {
+    "floor": "`pa.Table.from_pylist` + sha256 per text",
+    "polars": "Polars' own reader",
+}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """A Markdown section: per size, every case against its baseline (and the peer)."""
+    lines = [
+        f"## Ingest: records, chat messages and files into a frame ({result['repeats']} rounds)\n"
+    ]
+    for size in result["sizes"]:
+        lines += [
+            f"### {size['n']:,} records\n",
+            "| call | Cognoxium s (min / median) | baseline | baseline s (min / median) "
+            "| Cognoxium / baseline (min) |",
+            "|---|---|---|---|---|",
+        ]
+        for case, label in LABELS.items():
+            entry = size[case]
+            base = "floor" if "floor" in entry else "polars"
+            mine, theirs = entry["cognoxium"], entry[base]
+            lines.append(
+                f"| {label} | {mine['min_s']:.3f} / {mine['median_s']:.3f} | {BASELINES[base]} "
+                f"| {theirs['min_s']:.3f} / {theirs['median_s']:.3f} "
+                f"| {entry[f'over_{base}_min']:.1f}x |"
+            )
+        peer = size["records"].get("peer_0_1_1")
+        ours_cpu = size["records"]["cognoxium"]["cpu_min_s"]
+        if peer is not None:
+            lines.append(
+                f"\nPublished cognoxium {PEER_VERSION} `CognitionFrame.from_records` on the same "
+                f"records: {peer['min_s']:.3f} / {peer['median_s']:.3f} s (min / median); "
+                f"Cognoxium is {size['records']['peer_speedup_min']:.1f}x faster (min), "
+                f"{size['records']['peer_speedup_median']:.1f}x (median), "
+                f"{size['records']['peer_speedup_cpu']:.1f}x in CPU time "
+                f"({peer['cpu_min_s']:.3f} s against {ours_cpu:.3f} s)"
+                ".\n"
+            )
+        lines.append("")
+    lines.append(
+        "Each figure times the user's whole call on inputs built beforehand. The floor builds "
+        "the same columns with pyarrow and hashes every text, without any check; Cognoxium also "
+        "validates every value (enumerations, ids, times, Unicode, JSON), canonicalises JSON and "
+        "lays out the canonical schema. The published 0.1.1 runs in its own virtual environment, "
+        "in a child process that reads the records from a JSONL file before timing. CPU time "
+        "(least of the rounds, every thread of the process) is the steadier figure on a shared "
+        "machine.\n"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000", help="1000000 for the 1M run.")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--peer", action="store_true", help="Also time cognoxium 0.1.1.")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ingest.json")
+    args = parser.parse_args(argv)
+    import langchain_core
+
+    warm = chat_records(100)
+    CognitionFrame.from_records(warm)
+    from_langchain_messages(langchain_messages(warm))
+    peer = peer_python() if args.peer else None
+    result: dict[str, Any] = {
+        "repeats": args.repeats,
+        "versions": {
+            "python": platform.python_version(),
+            "polars": pl.__version__,
+            "pyarrow": pa.__version__,
+            "langchain_core": langchain_core.__version__,
+            "peer": PEER_VERSION if peer is not None else None,
+        },
+        "sizes": [run_size(int(n), args.repeats, peer) for n in args.sizes.split(",")],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Records and tables laid out a column at a time give what item by item validation gives.
+
+The reference validates each record as a ``ContextItem`` and lays the items
+out with ``items_to_frame``; JSON helpers are compared with ``canonical_json``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from cognoxium.exceptions import RecordError
+from cognoxium.items.model import (
+    ContextItem,
+    canonical_json,
+    canonical_json_list,
+    canonical_objects,
+)
+from cognoxium.items.schema import conform, items_to_frame, records_to_frame
+
+TEXT = st.one_of(
+    st.text(max_size=10),
+    st.sampled_from(["", "é", "日本語", "🙂", 'q"uote\\', "a\nb\x00c", "\u2028"]),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | TEXT
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+SOURCE = st.fixed_dictionaries(
+    {"uri": TEXT.filter(bool)},
+    optional={"kind": TEXT, "title": st.none() | TEXT},
+)
+PAYLOAD = st.one_of(
+    TEXT.map(lambda t: {"text": t}),
+    JSON.map(lambda v: {"payload": {"kind": "json", "value": v}}),
+    st.binary(max_size=6).map(lambda b: {"payload": {"kind": "binary", "data": b}}),
+    st.tuples(TEXT.filter(bool), st.none() | TEXT).map(
+        lambda r: {"payload": {"kind": "reference", "uri": r[0], "title": r[1]}}
+    ),
+)
+
+
+@st.composite
+def record(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": f"r{index}",
+        "role": draw(st.sampled_from(["user", "assistant", "tool", "document"])),
+        "created_at": draw(st.sampled_from(["2024-01-01T00:00:00Z", "2024-05-01T12:30:00+02:00"])),
+        **draw(PAYLOAD),
+    }
+    if draw(st.booleans()):
+        out["sources"] = draw(st.lists(SOURCE, max_size=2))
+    if draw(st.booleans()):
+        out["metadata"] = draw(st.dictionaries(TEXT, JSON, max_size=3))
+    if draw(st.booleans()):
+        out["priority"] = draw(st.integers(-5, 5))
+    return out
+
+
+@st.composite
+def records(draw: st.DrawFn) -> list[dict[str, Any]]:
+    n = draw(st.integers(1, 6))
+    return [draw(record(i)) for i in range(n)]
+
+
+def item_by_item(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return items_to_frame([ContextItem.model_validate(r) for r in rows])
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=records())
+def test_records_to_frame_equals_item_by_item_validation(rows: list[dict[str, Any]]) -> None:
+    try:
+        expected = item_by_item(rows)
+    except ValueError:  # pydantic's ValidationError: the columns must refuse the record too
+        with pytest.raises(RecordError):
+            records_to_frame(rows)
+        return
+    got = records_to_frame(rows)
+    assert_frame_equal(got, expected)
+    assert_frame_equal(conform(got.drop("content_hash")), expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(JSON, max_size=6))
+def test_canonical_json_list_equals_canonical_json(values: list[Any]) -> None:
+    try:
+        expected = [canonical_json(v) for v in values]
+    except ValueError:
+        with pytest.raises((ValueError, TypeError, RecursionError)):
+            canonical_json_list(values)
+        return
+    assert canonical_json_list(values) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.none() | TEXT, max_size=6), key=TEXT)
+def test_canonical_objects_equal_canonical_json(values: list[str | None], key: str) -> None:
+    expected = ["{}" if v is None else canonical_json({key: v}) for v in values]
+    assert canonical_objects(key, values) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(JSON, min_size=1, max_size=5), spaced=st.booleans())
+def test_non_canonical_json_text_is_canonicalised_in_tables(
+    values: list[Any], spaced: bool
+) -> None:
+    texts = [json.dumps(v, indent=1 if spaced else None, ensure_ascii=True) for v in values]
+    n = len(texts)
+    df = conform(
+        pl.DataFrame(
+            {
+                "id": [f"i{k}" for k in range(n)],
+                "role": ["tool"] * n,
+                "json": texts,
+                "metadata": [json.dumps({"v": v}, indent=2) for v in values],
+                "created_at": [datetime(2024, 1, 1, tzinfo=UTC)] * n,
+            }
+        )
+    )
+    assert df["json"].to_list() == [canonical_json(v) for v in values]
+    assert df["metadata"].to_list() == [canonical_json({"v": v}) for v in values]
+
+
+def test_pieces_that_are_not_json_alone_are_refused_even_when_they_join_up() -> None:
+    with pytest.raises(RecordError, match="invalid JSON"):
+        conform(
+            pl.DataFrame({"role": ["tool"] * 3, "json": ["1,2", "[3", "4]"], "id": ["a", "b", "c"]})
+        )

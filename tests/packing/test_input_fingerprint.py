@@ -1,0 +1,60 @@
+"""The input fingerprint reads text from Arrow buffers and hashes the bytes it always hashed."""
+
+from __future__ import annotations
+
+import hashlib
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cognoxium.packing._manifest import input_fingerprint
+from cognoxium.testing.strategies import frames_strategy
+
+
+def joined_strings_fingerprint(df: pl.DataFrame) -> str:
+    """The fingerprint as first defined: strings joined from Python values, chunk by chunk."""
+    digest = hashlib.sha256(f"rows={df.height}".encode())
+    strings = []
+    exprs = []
+    for name in (
+        "id", "content_hash", "role", "retention", "priority", "rank", "trust",
+        "sensitivity", "created_at", "valid_from", "expires_at", "group_id",
+    ):  # fmt: skip
+        if name not in df.columns:
+            continue
+        col, dtype = pl.col(name), df.schema[name]
+        exprs.append(col.is_null().alias(f"{name}:null"))
+        if dtype == pl.String:
+            strings.append(name)
+            exprs.append(col.fill_null("").str.len_bytes().alias(f"{name}:len"))
+        elif isinstance(dtype, pl.Enum):
+            exprs.append(col.to_physical().cast(pl.Int64).fill_null(-1).alias(name))
+        elif isinstance(dtype, pl.Datetime):
+            exprs.append(col.dt.epoch("us").fill_null(0).alias(name))
+        else:
+            exprs.append(col.fill_null(0).alias(name))
+    parts = df.select(exprs)
+    for name in parts.columns:
+        values = parts.get_column(name).to_numpy()
+        digest.update(f"\x1d{name}\x1e".encode())
+        digest.update(values.astype("<f8" if values.dtype.kind == "f" else "<i8").tobytes())
+    for name in strings:
+        digest.update(f"\x1d{name}:bytes\x1e".encode())
+        column = df.get_column(name)
+        for start in range(0, len(column), 3):
+            chunk = column.slice(start, 3).fill_null("").to_list()
+            digest.update("".join(chunk).encode("utf-8"))
+    return digest.hexdigest()
+
+
+@settings(max_examples=40, deadline=None)
+@given(df=frames_strategy(max_size=10), cut=st.integers(0, 10), group=st.sampled_from(
+    [None, "", "grüppe", "日本🙂"]
+))  # fmt: skip
+def test_the_fingerprint_is_the_one_of_joined_python_strings(
+    df: pl.DataFrame, cut: int, group: str | None
+) -> None:
+    df = df.with_columns(pl.lit(group, pl.String).alias("group_id"))
+    for frame in (df, df.slice(cut), pl.concat([df.slice(cut), df.head(cut)], rechunk=False)):
+        assert input_fingerprint(frame) == joined_strings_fingerprint(frame)
