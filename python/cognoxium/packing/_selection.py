@@ -115,7 +115,13 @@ class Decisions:
     pack_overhead: int
 
 
-def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Rendering) -> Queue:
+def order_units(
+    df: pl.DataFrame,
+    rows: Exclusions,
+    units: Units,
+    rendering: Rendering,
+    rank: pl.Series | None = None,
+) -> Queue:
     """Sort the eligible units by tier, rank desc and priority desc.
 
     Parameters
@@ -129,6 +135,9 @@ def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Ren
         The packing units.
     rendering
         The rows' cheap cost bounds.
+    rank
+        ``(n,)`` Float64: the rows' rank, read instead of ``df``'s ``rank``
+        column (``None``: that column).
 
     Returns
     -------
@@ -138,7 +147,9 @@ def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Ren
     keys = pl.DataFrame(
         {
             "tier": rows.tier,
-            "rank": df.get_column("rank").fill_nan(None).fill_null(float("-inf")),
+            "rank": (df.get_column("rank") if rank is None else rank)
+            .fill_nan(None)
+            .fill_null(float("-inf")),
             "priority": df.get_column("priority"),
             "cheap": rendering.cheap,
             "id": df.get_column("id"),
