@@ -37,7 +37,7 @@ __all__ = ["Decisions", "Queue", "decide_rows", "order_units", "select_units"]
 
 _SMALL_BLOCK = 4096  # blocks up to this many units are ordered in Python
 _EAGER_BOUNDS = 50_000  # frames up to this many rows get every lower bound at once
-_SORT_KEYS = ["tier", "rank", "priority"]
+_NULL_PRIORITY = np.iinfo(np.int64).max  # a null priority sorts first, as Polars sorts nulls
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ class Queue:
         ``(m,)`` int64: the ``m`` eligible units sorted by tier, rank desc,
         priority desc (ties in unit order).
     keys
-        ``m`` rows of ``tier``, ``rank``, ``priority``: the sort keys of ``order``.
+        ``(m,)`` arrays ``tier`` (int64), ``rank`` (float64, ``-inf`` for a
+        null or NaN rank) and ``priority`` (int64): the sort keys of ``order``.
     candidates
         ``(m,)`` int64: the eligible units in unit order.
     cheap
@@ -63,7 +64,7 @@ class Queue:
     """
 
     order: np.ndarray
-    keys: pl.DataFrame
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray]
     candidates: np.ndarray
     cheap: np.ndarray
     unit_ids: pl.Series
@@ -72,15 +73,15 @@ class Queue:
     def without(self, dropped: np.ndarray) -> Queue:
         """The queue without the units marked in ``dropped`` (``(n_units,)`` bool)."""
         keep = ~dropped[self.order]
-        keys = self.keys.filter(pl.Series(keep))
+        tier, rank, priority = (key[keep] for key in self.keys)
         cheap = np.where(dropped, 0, self.cheap)
         return Queue(
             order=self.order[keep],
-            keys=keys,
+            keys=(tier, rank, priority),
             candidates=self.candidates[~dropped[self.candidates]],
             cheap=cheap,
             unit_ids=self.unit_ids,
-            n_required=int((keys.get_column("tier") == 0).sum()),
+            n_required=int((tier == 0).sum()),
         )
 
 
@@ -144,18 +145,17 @@ def order_units(
     Queue
         The candidates in selection order, with their keys, cheap bounds and ids.
     """
-    keys = pl.DataFrame(
-        {
-            "tier": rows.tier,
-            "rank": (df.get_column("rank") if rank is None else rank)
-            .fill_nan(None)
-            .fill_null(float("-inf")),
-            "priority": df.get_column("priority"),
-            "cheap": rendering.cheap,
-            "id": df.get_column("id"),
-        }
-    )
+    rank_values = (df.get_column("rank") if rank is None else rank).fill_nan(None)
     if units.unit_of_row is not None:
+        keys = pl.DataFrame(
+            {
+                "tier": rows.tier,
+                "rank": rank_values.fill_null(float("-inf")),
+                "priority": df.get_column("priority"),
+                "cheap": rendering.cheap,
+                "id": df.get_column("id"),
+            }
+        )
         unit_keys = (
             keys.with_columns(unit=units.unit_of_row, eligible=rows.eligible)
             .filter("eligible")
@@ -172,27 +172,30 @@ def order_units(
         candidates = unit_keys.get_column("unit").to_numpy()
         unit_ids = pl.Series("id", [None] * units.n_units, pl.String)
         unit_ids = unit_ids.scatter(candidates, unit_keys.get_column("id"))
+        tier = unit_keys.get_column("tier").to_numpy()
+        ranks = unit_keys.get_column("rank").to_numpy()
+        priority = unit_keys.get_column("priority").fill_null(_NULL_PRIORITY).to_numpy()
+        unit_cheap = unit_keys.get_column("cheap").to_numpy()
     else:
-        unit_keys = keys if rows.eligible.all() else keys.filter(pl.Series(rows.eligible))
         candidates = np.flatnonzero(rows.eligible)
         unit_ids = df.get_column("id")
-    ordering = (
-        unit_keys.select(
-            pl.arg_sort_by(_SORT_KEYS, descending=[False, True, True], maintain_order=True)
-        )
-        .to_series()
-        .to_numpy()
-    )
-    sorted_keys = unit_keys.select(_SORT_KEYS)[ordering]
+        tier = rows.tier[candidates]
+        ranks = rank_values.to_numpy(allow_copy=True).astype(np.float64, copy=False)[candidates]
+        ranks = np.where(np.isnan(ranks), -np.inf, ranks)
+        priority = df.get_column("priority").fill_null(_NULL_PRIORITY).to_numpy()[candidates]
+        unit_cheap = rendering.cheap.to_numpy()[candidates]
+    # Stable: ties keep unit order. ~priority sorts priority descending without overflow.
+    ordering = np.lexsort((~priority.astype(np.int64), -ranks, tier))
     cheap = np.zeros(units.n_units, dtype=np.int64)
-    cheap[candidates] = unit_keys.get_column("cheap").to_numpy()
+    cheap[candidates] = unit_cheap
+    sorted_tier = tier[ordering].astype(np.int64)
     return Queue(
         order=candidates[ordering],
-        keys=sorted_keys,
+        keys=(sorted_tier, ranks[ordering], priority[ordering]),
         candidates=candidates,
         cheap=cheap,
         unit_ids=unit_ids,
-        n_required=int((sorted_keys.get_column("tier") == 0).sum()),
+        n_required=int((sorted_tier == 0).sum()),
     )
 
 
@@ -257,7 +260,7 @@ def select_units(
                 budget=budget,
             )
         required_cost = int(costs.cost[required].sum())
-    block_start, block_end = _blocks(queue.keys.slice(queue.n_required))
+    block_start, block_end = _blocks(tuple(key[queue.n_required :] for key in queue.keys))
     chosen = _select(
         costs,
         queue.order[queue.n_required :],
@@ -320,16 +323,15 @@ def decide_rows(
     )
 
 
-def _blocks(keys: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _blocks(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive) of each position's run of equal sort keys."""
-    m = keys.height
+    m = len(keys[0])
     if m == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
     change = np.zeros(m, dtype=bool)
     change[0] = True
-    for name in keys.columns:
-        values = keys.get_column(name).to_numpy()
+    for values in keys:
         change[1:] |= values[1:] != values[:-1]
     heads = np.flatnonzero(change)
     lengths = np.diff(np.append(heads, m))
