@@ -45,6 +45,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -904,6 +905,7 @@ class PreparedScope:
         if self._pack is None:
             profile = self.settings.profile
             self._pack = _packing(request, lambda: PackScope(self.df, profile=profile))
+            _packing(request, self._pack.count_tokens)  # the scope's token costs, once
         return self._pack
 
     def rank(self, request: Request, as_of: datetime) -> pl.Series | None:
@@ -1074,19 +1076,17 @@ def pack_scope(
         outcomes.append(_outcome(prepared, request))
         latencies.append((time.perf_counter() - t0) * 1000.0)
     scope = prepared.pack(requests[0])
+    selected = [o.decisions.selected for o in outcomes]
+    lengths = np.array([len(rows) for rows in selected], dtype=np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    ids = scope.df.get_column("id").gather(np.concatenate(selected)).to_arrow()
     packs = pl.DataFrame(
         {
-            "budget": [r.budget for r in requests],
-            "ids": [o.ids for o in outcomes],
-            "request_id": [r.id for r in requests],
-            "used_tokens": [o.used_tokens for o in outcomes],
-        },
-        schema={
-            "budget": pl.Int64,
-            "ids": pl.List(pl.String),
-            "request_id": pl.String,
-            "used_tokens": pl.Int64,
-        },
+            "budget": pl.Series([r.budget for r in requests], dtype=pl.Int64),
+            "ids": pl.Series(pa.ListArray.from_arrays(offsets, ids)),
+            "request_id": pl.Series([r.id for r in requests], dtype=pl.String),
+            "used_tokens": pl.Series([o.used_tokens for o in outcomes], dtype=pl.Int64),
+        }
     )
     return ScopeResult(
         requests=tuple(requests),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,11 @@ class Rendering:
     def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
         """OpenAI chat messages of ``rows`` (``(k,)`` int64), in order."""
         return self.chat.messages(rows)
+
+    @cached_property
+    def texts(self) -> pl.Series:
+        """``(n,)`` String: the content each row's tokens are counted over (``""`` for none)."""
+        return self.chat.content.fill_null("")
 
 
 def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Rendering:
@@ -185,7 +191,7 @@ class UnitCosts:
     ) -> None:
         self.profile = profile
         self.known = known
-        self.content = rendering.chat.content.fill_null("")
+        self.content = rendering.texts
         self.hashes = rendering.chat.key
         self.tool_texts = rendering.chat.tool_texts
         self.fixed = rendering.framing + rendering.image_tokens

@@ -28,7 +28,6 @@ from cognoxium._columns import (
     REDACTIONS,
     UNREDACTED,
 )
-from cognoxium.governance.lineage import lineage_edges
 from cognoxium.items.model import canonical_json
 from cognoxium.packing._checks import Request
 from cognoxium.packing._exclusions import quarantine_expr
@@ -55,7 +54,6 @@ __all__ = [
     "manifest_basis",
     "manifest_entries",
     "manifest_header",
-    "pack_lineage",
 ]
 
 _FINGERPRINT_COLUMNS = (
@@ -172,17 +170,6 @@ def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
         redactions=_redaction_totals(columns.get_column("redactions")),
         linked=linked,
     )
-
-
-def pack_lineage(basis: ManifestBasis, packed: pl.DataFrame) -> list[dict[str, str | None]]:
-    """The lineage edges of the packed rows (see :mod:`cognoxium.governance.lineage`).
-
-    Empty, without joining anything, when the frame has no lineage: only a
-    cut's ``truncate`` edge can then give the packed rows one.
-    """
-    if not basis.linked and not bool((packed.get_column("lineage").list.len() > 0).any()):
-        return []
-    return lineage_edges(packed).to_dicts()
 
 
 def manifest_header(
@@ -405,6 +392,8 @@ class InputHasher:
         parts = df.select(exprs)
         self.prefix = hashlib.sha256(f"rows={df.height}".encode())
         """The digest of the columns before ``rank``."""
+        self.no_nulls = _column_bytes("rank:null", np.zeros(df.height, dtype=bool))
+        """The rank's null mask when it has no null."""
         self.suffix: list[bytes] = []
         """The bytes of the columns after ``rank``, strings last."""
         before = True
@@ -429,8 +418,12 @@ class InputHasher:
             64 lowercase hex digits.
         """
         digest = self.prefix.copy()
-        digest.update(_column_bytes("rank:null", rank.is_null().to_numpy()))
-        digest.update(_column_bytes("rank", rank.fill_null(0).to_numpy()))
+        if rank.null_count():
+            digest.update(_column_bytes("rank:null", rank.is_null().to_numpy()))
+            rank = rank.fill_null(0)
+        else:
+            digest.update(self.no_nulls)
+        digest.update(_column_bytes("rank", rank.to_numpy()))
         for chunk in self.suffix:
             digest.update(chunk)
         return digest.hexdigest()

@@ -145,13 +145,16 @@ def order_units(
     Queue
         The candidates in selection order, with their keys, cheap bounds and ids.
     """
-    rank_values = (df.get_column("rank") if rank is None else rank).fill_nan(None)
+    rank_values = df.get_column("rank") if rank is None else rank
+    priorities = df.get_column("priority")
+    if priorities.null_count():
+        priorities = priorities.fill_null(_NULL_PRIORITY)
     if units.unit_of_row is not None:
         keys = pl.DataFrame(
             {
                 "tier": rows.tier,
-                "rank": rank_values.fill_null(float("-inf")),
-                "priority": df.get_column("priority"),
+                "rank": rank_values.fill_nan(None).fill_null(float("-inf")),
+                "priority": priorities,
                 "cheap": rendering.cheap,
                 "id": df.get_column("id"),
             }
@@ -174,15 +177,16 @@ def order_units(
         unit_ids = unit_ids.scatter(candidates, unit_keys.get_column("id"))
         tier = unit_keys.get_column("tier").to_numpy()
         ranks = unit_keys.get_column("rank").to_numpy()
-        priority = unit_keys.get_column("priority").fill_null(_NULL_PRIORITY).to_numpy()
+        priority = unit_keys.get_column("priority").to_numpy()
         unit_cheap = unit_keys.get_column("cheap").to_numpy()
     else:
         candidates = np.flatnonzero(rows.eligible)
         unit_ids = df.get_column("id")
         tier = rows.tier[candidates]
-        ranks = rank_values.to_numpy(allow_copy=True).astype(np.float64, copy=False)[candidates]
+        # A null reads as NaN here; a null or NaN rank sorts last.
+        ranks = rank_values.to_numpy().astype(np.float64, copy=False)[candidates]
         ranks = np.where(np.isnan(ranks), -np.inf, ranks)
-        priority = df.get_column("priority").fill_null(_NULL_PRIORITY).to_numpy()[candidates]
+        priority = priorities.to_numpy()[candidates]
         unit_cheap = rendering.cheap.to_numpy()[candidates]
     # Stable: ties keep unit order. ~priority sorts priority descending without overflow.
     ordering = np.lexsort((~priority.astype(np.int64), -ranks, tier))

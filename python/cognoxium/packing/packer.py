@@ -58,7 +58,7 @@ is skipped without counting. Such items are reported with ``tokens`` null.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
 from typing import Any
@@ -68,6 +68,7 @@ import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.packing._checks import Overflow, Request, check_frame, check_options
 from cognoxium.packing._conversation import start_on_user
@@ -79,7 +80,6 @@ from cognoxium.packing._manifest import (
     manifest_basis,
     manifest_entries,
     manifest_header,
-    pack_lineage,
 )
 from cognoxium.packing._messages import check_tool_results
 from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
@@ -334,6 +334,7 @@ class PackScope:
         self._units: dict[bool, Units] = {}
         self._groups: dict[tuple[datetime, bool], Exclusions] = {}
         self._known: dict[bool, KnownCosts] = {}
+        self._row_tokens: np.ndarray | None = None
 
     @cached_property
     def _marks(self) -> Marks:
@@ -372,9 +373,29 @@ class PackScope:
         known = self._known.get(turns)
         if known is None:
             known = self._known[turns] = KnownCosts(self.df.height, units.n_units)
+            if self._row_tokens is not None:
+                rows, starts = units.rows_of(np.arange(units.n_units, dtype=np.int64))
+                known.row_tokens[:] = self._row_tokens
+                known.cost[:] = units.per_unit(self._row_tokens[rows], starts)
         marks = self._marks
         floor = marks.floor if marks.rows else None
         return UnitCosts(self.profile, self._rendering, units, floor, known)
+
+    def count_tokens(self) -> None:
+        """Count every row's cost now, in one call to the tokenizer, for the packs to come.
+
+        A pack counts only the rows its selection reaches; a batch of many
+        packs over one scope reaches most rows, so counting them all at once
+        is cheaper. The packs and manifests do not change: each pack still
+        records as counted only the rows its own selection reached.
+        """
+        if self._row_tokens is not None:
+            return
+        n = self.df.height
+        costs = UnitCosts(self.profile, self._rendering, Units(n_units=n))
+        costs.count(np.arange(n, dtype=np.int64))
+        self._row_tokens = costs.row_tokens
+        self._known.clear()
 
     def outcome(
         self,
@@ -443,26 +464,35 @@ class PackScope:
             included, rows = start_on_user(df, rows, units, queue, included, select)
         decisions = decide_rows(rows, units, included, costs)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
-        frame, cut_content = (
-            (ranked[decisions.selected], {})
-            if cutter is None
-            else cutter.apply(decisions.selected, truncations)
-        )
-        messages = self._rendering.messages(decisions.selected)
-        for at, content in cut_content.items():
-            messages[at]["content"] = content
-        _check_tool_results(df, decisions.selected, messages)
-        lineage = pack_lineage(self._basis, frame)
+        sent = _Sent(ranked, decisions.selected, cutter, truncations)
+        messages = self._messages(sent) if self._tool_rows else None
+        if messages is not None:
+            _check_tool_results(df, decisions.selected, messages)
+        linked = self._basis.linked or truncations
+        lineage = lineage_edges(sent.frame).to_dicts() if linked else []
         header = manifest_header(self._basis, request, decisions, label, rank, lineage, truncations)
         return PackOutcome(
             request=request,
             decisions=decisions,
             rank=rank,
             truncations=tuple(truncations),
-            frame=frame,
-            messages=messages,
             manifest=header,
+            scope=self,
+            sent=sent,
+            known_messages=messages,
         )
+
+    def _messages(self, sent: _Sent) -> list[dict[str, Any]]:
+        """The chat messages of the packed rows as sent, in pack order."""
+        messages = self._rendering.messages(sent.selected)
+        for at, content in sent.cut_content.items():
+            messages[at]["content"] = content
+        return messages
+
+    @cached_property
+    def _tool_rows(self) -> bool:
+        """Some row is sent as a tool result (only then can a pack break a tool exchange)."""
+        return bool((self._rendering.chat.role == "tool").any())
 
     def entries(self, outcomes: Sequence[PackOutcome]) -> pl.DataFrame:
         """The manifest entries of packs over this scope, one pack after another.
@@ -560,6 +590,38 @@ def _stack(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+class _Sent:
+    """The packed rows as sent (cuts applied), made when first read."""
+
+    def __init__(
+        self,
+        ranked: pl.DataFrame,
+        selected: np.ndarray,
+        cutter: Cutter | None,
+        truncations: list[TruncationRecord],
+    ) -> None:
+        self.ranked = ranked
+        self.selected = selected
+        self.cutter = cutter
+        self.truncations = truncations
+
+    @cached_property
+    def _made(self) -> tuple[pl.DataFrame, dict[int, str]]:
+        if self.cutter is None:
+            return self.ranked[self.selected], {}
+        return self.cutter.apply(self.selected, self.truncations)
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """The packed rows, in pack order."""
+        return self._made[0]
+
+    @property
+    def cut_content(self) -> dict[int, str]:
+        """Each cut row's content, by pack position."""
+        return self._made[1]
+
+
 @dataclass(frozen=True)
 class PackOutcome:
     """What one pack over a :class:`PackScope` decided.
@@ -574,26 +636,37 @@ class PackOutcome:
         ``(n,)`` Float64: the rank the rows were ordered by.
     truncations
         The items cut to fit, in input order.
-    frame
-        The packed rows as sent, in pack order.
-    messages
-        Their chat messages.
     manifest
         The manifest without its entries (see :meth:`PackScope.entries`).
+    scope
+        The scope packed.
     """
 
     request: Request
     decisions: Decisions
     rank: pl.Series
     truncations: tuple[TruncationRecord, ...]
-    frame: pl.DataFrame
-    messages: list[dict[str, Any]]
     manifest: PackManifest
+    scope: PackScope = field(repr=False)
+    sent: _Sent = field(repr=False)
+    known_messages: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """The packed rows as sent, in pack order (made when first read)."""
+        return self.sent.frame
+
+    @cached_property
+    def messages(self) -> list[dict[str, Any]]:
+        """The packed rows' chat messages, in pack order (made when first read)."""
+        if self.known_messages is not None:
+            return self.known_messages
+        return self.scope._messages(self.sent)
 
     @property
     def ids(self) -> list[str]:
         """Ids of the packed items, in pack order."""
-        return self.frame.get_column("id").to_list()
+        return self.scope.df.get_column("id").gather(self.decisions.selected).to_list()
 
     @property
     def used_tokens(self) -> int:
