@@ -374,18 +374,24 @@ def _select(
             pos += len(span)
             window = min(window * 2, 65536)
             continue
-        pos += int(hits[0])
-        if block_end[pos] - block_start[pos] > 1:
-            remaining = _select_block(
-                costs, order[pos : block_end[pos]], unit_ids, remaining, chosen, cutter
-            )
-            pos = int(block_end[pos])
-            continue
-        u = order[pos]
-        if costs.cost[u] == UNSET:
-            costs.prefetch(order, pos, remaining)
-        remaining = _take(costs, int(u), remaining, chosen, cutter)
-        pos += 1
+        # Visit the span's units that fit, in order; what did not fit never will
+        # (the budget left only shrinks), so the span's bounds are read once.
+        after = pos
+        for at in (pos + hits).tolist():
+            if at < after or costs.bound[order[at]] > remaining:
+                continue
+            if block_end[at] - block_start[at] > 1:
+                remaining = _select_block(
+                    costs, order[at : block_end[at]], unit_ids, remaining, chosen, cutter
+                )
+                after = int(block_end[at])
+                continue
+            u = int(order[at])
+            if costs.cost[u] == UNSET:
+                costs.prefetch(order, at, remaining)
+            remaining = _take(costs, u, remaining, chosen, cutter)
+            after = at + 1
+        pos = max(pos + len(span), after)
     return chosen
 
 
