@@ -219,28 +219,31 @@ def bm25_scores(
     >>> scores.dtype, int(scores.argmax()), scores[0], scores[2]
     (dtype('float64'), 1, np.float64(0.0), np.float64(0.0))
     """
-    if isinstance(texts, pl.Series):
-        docs: list[str] = texts.cast(pl.String).fill_null("").to_list()
-    else:
-        docs = ["" if t is None else str(t) for t in texts]
-    if not docs:
+    n = len(texts)
+    if not n:
         return np.zeros(0, dtype=np.float64)
-    key = cache_key if cache_key is not None else _texts_key(docs)
-    index = _CACHE.get(key)
-    if index is None:
-        index = _build_index(docs)
-        _CACHE.put(key, index)
-    if index.size != len(docs):
+    index = None if cache_key is None else _CACHE.get(cache_key)
+    if index is None:  # the texts are read only to key or build an index
+        if isinstance(texts, pl.Series):
+            docs: list[str] = texts.cast(pl.String).fill_null("").to_list()
+        else:
+            docs = ["" if t is None else str(t) for t in texts]
+        key = cache_key if cache_key is not None else _texts_key(docs)
+        index = _CACHE.get(key)
+        if index is None:
+            index = _build_index(docs)
+            _CACHE.put(key, index)
+    if index.size != n:
         raise PlanError(
-            f"BM25 cache key {key!r} names a corpus of {index.size} texts, got {len(docs)}; "
+            f"BM25 cache key {cache_key!r} names a corpus of {index.size} texts, got {n}; "
             "a cache key must identify its texts"
         )
     if index.retriever is None:
-        return np.zeros(len(docs), dtype=np.float64)
+        return np.zeros(n, dtype=np.float64)
     query_tokens: list[str] = _tokenize([query], ids=False)[0]
     token_ids = index.retriever.get_tokens_ids(query_tokens)
     if not token_ids:
-        return np.zeros(len(docs), dtype=np.float64)
+        return np.zeros(n, dtype=np.float64)
     scores = index.retriever.get_scores_from_ids(token_ids)
     return np.asarray(scores, dtype=np.float64)
 
