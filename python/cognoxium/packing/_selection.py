@@ -33,9 +33,8 @@ from cognoxium.packing._units import Units
 if TYPE_CHECKING:
     from cognoxium.packing._truncation import Cutter
 
-__all__ = ["Decisions", "Queue", "decide_rows", "order_units", "select_units"]
+__all__ = ["Decisions", "Queue", "decide_rows", "ids_in_order", "order_units", "select_units"]
 
-_SMALL_BLOCK = 4096  # blocks up to this many units are ordered in Python
 _EAGER_BOUNDS = 50_000  # frames up to this many rows get every lower bound at once
 _NULL_PRIORITY = np.iinfo(np.int64).max  # a null priority sorts first, as Polars sorts nulls
 
@@ -58,7 +57,9 @@ class Queue:
         ``(n_units,)`` int64: each unit's cheap lower bound on its cost, in
         tokens (0 for a unit that is not a candidate).
     unit_ids
-        ``(n_units,)`` String: each unit's id (null for a unit that is not a candidate).
+        ``(n_units,)`` int64: the place of each unit's id in the order of
+        the ids (UTF-8 byte order, which is code point order); 0 for a unit
+        that is not a candidate.
     n_required
         How many units of ``order`` (its head) are required.
     """
@@ -67,7 +68,7 @@ class Queue:
     keys: tuple[np.ndarray, np.ndarray, np.ndarray]
     candidates: np.ndarray
     cheap: np.ndarray
-    unit_ids: pl.Series
+    unit_ids: np.ndarray
     n_required: int
 
     def without(self, dropped: np.ndarray) -> Queue:
@@ -122,6 +123,7 @@ def order_units(
     units: Units,
     rendering: Rendering,
     rank: pl.Series | None = None,
+    id_order: np.ndarray | None = None,
 ) -> Queue:
     """Sort the eligible units by tier, rank desc and priority desc.
 
@@ -139,6 +141,9 @@ def order_units(
     rank
         ``(n,)`` Float64: the rows' rank, read instead of ``df``'s ``rank``
         column (``None``: that column).
+    id_order
+        ``(n,)`` int64: each row's place in the order of the ids (see
+        :func:`ids_in_order`); ``None``: found here.
 
     Returns
     -------
@@ -146,6 +151,8 @@ def order_units(
         The candidates in selection order, with their keys, cheap bounds and ids.
     """
     rank_values = df.get_column("rank") if rank is None else rank
+    if id_order is None:
+        id_order = ids_in_order(df)
     priorities = df.get_column("priority")
     if priorities.null_count():
         priorities = priorities.fill_null(_NULL_PRIORITY)
@@ -156,7 +163,7 @@ def order_units(
                 "rank": rank_values.fill_nan(None).fill_null(float("-inf")),
                 "priority": priorities,
                 "cheap": rendering.cheap,
-                "id": df.get_column("id"),
+                "id_order": id_order,
             }
         )
         unit_keys = (
@@ -168,20 +175,20 @@ def order_units(
                 pl.col("rank").max(),
                 pl.col("priority").max(),
                 pl.col("cheap").sum(),
-                pl.col("id").min(),
+                pl.col("id_order").min(),
             )
             .sort("unit")
         )
         candidates = unit_keys.get_column("unit").to_numpy()
-        unit_ids = pl.Series("id", [None] * units.n_units, pl.String)
-        unit_ids = unit_ids.scatter(candidates, unit_keys.get_column("id"))
+        unit_ids = np.zeros(units.n_units, dtype=np.int64)
+        unit_ids[candidates] = unit_keys.get_column("id_order").to_numpy()
         tier = unit_keys.get_column("tier").to_numpy()
         ranks = unit_keys.get_column("rank").to_numpy()
         priority = unit_keys.get_column("priority").to_numpy()
         unit_cheap = unit_keys.get_column("cheap").to_numpy()
     else:
         candidates = np.flatnonzero(rows.eligible)
-        unit_ids = df.get_column("id")
+        unit_ids = id_order
         tier = rows.tier[candidates]
         # A null reads as NaN here; a null or NaN rank sorts last.
         ranks = rank_values.to_numpy().astype(np.float64, copy=False)[candidates]
@@ -201,6 +208,12 @@ def order_units(
         unit_ids=unit_ids,
         n_required=int((sorted_tier == 0).sum()),
     )
+
+
+def ids_in_order(df: pl.DataFrame) -> np.ndarray:
+    """``(n,)`` int64: each row's place, from 0, in the order of the (unique) ids of ``df``."""
+    ranks: np.ndarray = df.get_column("id").rank("ordinal").to_numpy().astype(np.int64) - 1
+    return ranks
 
 
 def select_units(
@@ -348,7 +361,7 @@ def _select(
     block_start: np.ndarray,
     block_end: np.ndarray,
     cheap: np.ndarray,
-    unit_ids: pl.Series,
+    unit_ids: np.ndarray,
     remaining: int,
     cutter: Cutter | None = None,
 ) -> list[int]:
@@ -412,7 +425,7 @@ def _take(
 def _select_block(
     costs: UnitCosts,
     block: np.ndarray,
-    unit_ids: pl.Series,
+    unit_ids: np.ndarray,
     remaining: int,
     chosen: list[int],
     cutter: Cutter | None = None,
@@ -422,35 +435,19 @@ def _select_block(
     Units are visited by (lower bound, id); a min-heap of counted units
     releases one only when no uncounted unit of the block can precede it: the
     next uncounted unit's (lower bound, id) is past the released (cost, id).
+    Ids compare by their place in the order of the ids (``unit_ids``).
     Returns the remaining budget.
     """
     costs.ensure_bounds(block)
     block = block[costs.bound[block] <= remaining]
     if len(block) == 0:
         return remaining
-    if len(block) <= _SMALL_BLOCK:
-        # Few units: Python's sort beats building a frame. Ids compare as
-        # strings, whose code-point order is the UTF-8 byte order Polars sorts by.
-        keyed = sorted(
-            zip(
-                costs.bound[block].tolist(),
-                unit_ids.gather(block).to_list(),
-                block.tolist(),
-                strict=True,
-            )
-        )
-        seq_bound = [k[0] for k in keyed]
-        seq_id: Any = [k[1] for k in keyed]
-        seq: Any = [k[2] for k in keyed]
-    else:
-        frame = (
-            pl.DataFrame({"unit": block, "bound": costs.bound[block], "id": unit_ids.gather(block)})
-            .with_columns(pl.col("id").rank("ordinal").alias("id_rank"))
-            .sort(["bound", "id"])
-        )
-        seq = frame.get_column("unit").to_numpy()
-        seq_bound = frame.get_column("bound").to_list()
-        seq_id = frame.get_column("id_rank").to_list()
+    places = unit_ids[block]
+    bounds = costs.bound[block]
+    by = np.lexsort((places, bounds))
+    seq: Any = block[by].tolist()
+    seq_bound: Any = bounds[by].tolist()
+    seq_id: Any = places[by].tolist()
     k = len(seq)
     heap: list[tuple[int, Any, int]] = []
     i = 0

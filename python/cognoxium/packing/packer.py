@@ -99,6 +99,7 @@ from cognoxium.packing._selection import (
     Decisions,
     Queue,
     decide_rows,
+    ids_in_order,
     order_units,
     select_units,
 )
@@ -349,6 +350,10 @@ class PackScope:
         return lower_cheap(self._rendering, self._marks, self.profile.longest_token_bytes)
 
     @cached_property
+    def _id_order(self) -> np.ndarray:
+        return ids_in_order(self.df)
+
+    @cached_property
     def _basis(self) -> ManifestBasis:
         return manifest_basis(self.df, self.review)
 
@@ -457,7 +462,7 @@ class PackScope:
         ranked = df if rank is df.get_column("rank") else df.with_columns(rank)
         action = self.review.column("action")
         cutter = Cutter(ranked, marks, costs, action) if marks.rows else None
-        queue = order_units(df, rows, units, self._lowered, rank)
+        queue = order_units(df, rows, units, self._lowered, rank, self._id_order)
         select = partial(_select, df.get_column("id"), costs, request, cutter)
         included = select(queue)
         if request.start_on == "user":
