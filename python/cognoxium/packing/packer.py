@@ -459,9 +459,8 @@ class PackScope:
         rows, units = self._exclusions(request)
         costs = self._costs(units, request.turns)
         marks = self._marks
-        ranked = df if rank is df.get_column("rank") else df.with_columns(rank)
         action = self.review.column("action")
-        cutter = Cutter(ranked, marks, costs, action) if marks.rows else None
+        cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
         queue = order_units(df, rows, units, self._lowered, rank, self._id_order)
         select = partial(_select, df.get_column("id"), costs, request, cutter)
         included = select(queue)
@@ -469,7 +468,7 @@ class PackScope:
             included, rows = start_on_user(df, rows, units, queue, included, select)
         decisions = decide_rows(rows, units, included, costs)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
-        sent = _Sent(ranked, decisions.selected, cutter, truncations)
+        sent = _Sent(df, rank, decisions.selected, cutter, truncations)
         messages = self._messages(sent) if self._tool_rows else None
         if messages is not None:
             _check_tool_results(df, decisions.selected, messages)
@@ -595,17 +594,24 @@ def _stack(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+def _ranked(df: pl.DataFrame, rank: pl.Series) -> pl.DataFrame:
+    """``df`` with ``rank`` as its rank column."""
+    return df if rank is df.get_column("rank") else df.with_columns(rank)
+
+
 class _Sent:
     """The packed rows as sent (cuts applied), made when first read."""
 
     def __init__(
         self,
-        ranked: pl.DataFrame,
+        df: pl.DataFrame,
+        rank: pl.Series,
         selected: np.ndarray,
         cutter: Cutter | None,
         truncations: list[TruncationRecord],
     ) -> None:
-        self.ranked = ranked
+        self.df = df
+        self.rank = rank
         self.selected = selected
         self.cutter = cutter
         self.truncations = truncations
@@ -613,7 +619,7 @@ class _Sent:
     @cached_property
     def _made(self) -> tuple[pl.DataFrame, dict[int, str]]:
         if self.cutter is None:
-            return self.ranked[self.selected], {}
+            return _ranked(self.df, self.rank)[self.selected], {}
         return self.cutter.apply(self.selected, self.truncations)
 
     @property
