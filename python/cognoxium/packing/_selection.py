@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Decisions", "Queue", "decide_rows", "ids_in_order", "order_units", "select_units"]
 
-_EAGER_BOUNDS = 50_000  # frames up to this many rows get every lower bound at once
+_EAGER_BOUNDS = 4_096  # frames up to this many rows get every lower bound at once
 _NULL_PRIORITY = np.iinfo(np.int64).max  # a null priority sorts first, as Polars sorts nulls
 
 
