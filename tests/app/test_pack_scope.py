@@ -219,7 +219,7 @@ def test_pack_scope_names_the_request_that_cannot_be_packed() -> None:
 def test_a_prepared_scope_is_reused_across_calls() -> None:
     store = CognitionFrame(_rows())
     settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
-    prepared = PreparedScope(store, store, settings)
+    prepared = PreparedScope(store, store.collect(), settings)
     first = pack_scope(store, [Request(id="r1", budget=90, query="refund")], settings)
     again = pack_scope(
         store, [Request(id="r1", budget=90, query="refund")], settings, prepared=prepared

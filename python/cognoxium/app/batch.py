@@ -25,9 +25,14 @@ output directory is a link swapped to a fresh version directory; see
 Every manifest's ``label`` is its request id.
 
 Work is shared across requests: the scope of each distinct ``where`` clause
-is filtered once; the rank kernels cache their BM25 index and retrievers
+is filtered once and prepared once (:class:`PreparedScope`: its
+:class:`~cognoxium.packing.packer.PackScope`, its token counts in one call
+to the tokenizer, and each distinct query's rank, computed once for all its
+budgets); the rank kernels cache their BM25 index and retrievers
 (embeddings, windows, lineage links) per scope, and token counts per content
-hash, so no item is tokenized or embedded twice in a batch.
+hash, so no item is tokenized or embedded twice in a batch. Consecutive
+requests over one scope are packed together by :func:`pack_scope`, whose
+manifests' entries are built as columns.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -389,8 +394,11 @@ class BatchStats:
         ``requests / seconds``.
     p50_ms, p95_ms
         Median and 95th percentile of the per-pack latency, in milliseconds:
-        ranking, packing and serialising one request (linear interpolation
-        between order statistics; 0 for an empty batch).
+        ranking one request and selecting its pack, with its manifest
+        header (linear interpolation between order statistics; 0 for an
+        empty batch). The work a scope's requests share (preparing the
+        scope, the manifest entries built as columns, writing) is in
+        ``seconds`` only.
     latencies_ms
         The per-pack latencies, in request order, in milliseconds.
     """
@@ -409,17 +417,17 @@ class BatchStats:
         return out
 
 
-def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, CognitionFrame]:
+def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, pl.DataFrame]:
     """Filter the store once per distinct ``where``; each scope is materialised once."""
-    scopes: dict[str | None, CognitionFrame] = {}
+    scopes: dict[str | None, pl.DataFrame] = {}
     for request in requests:
         if request.where in scopes:
             continue
         if request.where is None:
-            scopes[None] = CognitionFrame(store.collect())
+            scopes[None] = store.collect()
             continue
         try:
-            scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
+            scopes[request.where] = store.filter(request.where).collect()
         except PredicateError as exc:
             raise request.error(f"invalid where clause: {exc}", field="where") from exc
         except PlanError as exc:
@@ -882,23 +890,24 @@ class PreparedScope:
     store
         The whole store (the lineage of ``hybrid-lineage`` and ``learned``).
     scope
-        The scope's items, materialised.
+        The scope's items, materialised (a frame of the canonical schema).
     settings
         The batch's settings.
     """
 
-    def __init__(
-        self, store: CognitionFrame, scope: CognitionFrame, settings: BatchSettings
-    ) -> None:
+    def __init__(self, store: CognitionFrame, scope: pl.DataFrame, settings: BatchSettings) -> None:
         self.store = store
-        self.frame = scope
-        """The scope as a frame (what :func:`rank_request` ranks)."""
-        self.df = scope.collect()
+        self.df = scope
         """The scope's rows."""
         self.settings = settings
         self._pack: PackScope | None = None
         self._ranks: dict[tuple[Any, ...], pl.Series | None] = {}
         self._bm25: tuple[list[str], tuple[str, str]] | None = None
+
+    @cached_property
+    def frame(self) -> CognitionFrame:
+        """The scope as a frame (what :func:`rank_request` ranks)."""
+        return CognitionFrame(self.df)
 
     def pack(self, request: Request) -> PackScope:
         """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""

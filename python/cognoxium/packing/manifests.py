@@ -105,7 +105,7 @@ PARQUET_SCHEMA = pl.Schema({"request_id": pl.String(), **ENTRY_SCHEMA})
 
 PARQUET_SETTINGS: dict[str, Any] = {
     "compression": "zstd",
-    "compression_level": 9,
+    "compression_level": 3,
     "write_statistics": True,
     "use_dictionary": True,
     "version": "2.6",

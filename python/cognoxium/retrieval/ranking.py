@@ -229,7 +229,7 @@ def bm25_scores(
         else:
             docs = ["" if t is None else str(t) for t in texts]
         key = cache_key if cache_key is not None else _texts_key(docs)
-        index = _CACHE.get(key)
+        index = _CACHE.get(key) if cache_key is None else None
         if index is None:
             index = _build_index(docs)
             _CACHE.put(key, index)
