@@ -268,8 +268,17 @@ def markdown(result: dict[str, Any]) -> str:
         "tokenizes the query and turns with bm25s as cognoxium does.\n\n"
         f"One `pack()` of {single['items']:,} items (budget {single['budget']}), warm caches, "
         f"{single['repeats']} calls: p50 {single['p50_ms']:.2f} ms, "
-        f"p95 {single['p95_ms']:.2f} ms.\n"
+        f"p95 {single['p95_ms']:.2f} ms.\n\n"
+        f"Aims: BM25 batch within 2x of the floor ({_met(bm25['ratio'] <= 2)}), at least 150 "
+        f"packs/s with the learned rank ({_met(learned['packs_per_s'] >= 150)}), single-pack "
+        f"p95 at most 10 ms ({_met(single['p95_ms'] <= 10)}). Load average of the machine "
+        f"(1 min) at the start and the end of the run: {result['load'][0]:.1f}, "
+        f"{result['load'][1]:.1f} on {result['cores']} cores.\n"
     )
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -284,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     items = load_locomo(args.locomo)
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
     try:
+        start_load = os.getloadavg()[0]
         result = {
             "python": platform.python_version(),
             "cores": os.cpu_count(),
@@ -294,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 items, locomo_requests(args.locomo, FOUR_BUDGETS), work
             ),
             "single_pack": single_pack(args.single_repeats),
+            "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
