@@ -250,3 +250,47 @@ def test_a_locomo_subset_batch_equals_one_request_packs(method: RankMethod, tmp_
     ]
     assert len(subset) == 48
     assert_batch_equals_one_request_packs(store, subset, method, tmp_path / "out")
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from cognoxium.packing.manifests import ManifestWriter, scan_manifests
+
+    df = _rows()
+    scope = PackScope(df)
+    budgets = [20, 60, 90, 200]
+    outcomes = [scope.outcome(b, as_of=AS_OF, label=f"r{b}") for b in budgets]
+    ids = [f"r{b}" for b in budgets]
+    one, many = tmp_path / "one", tmp_path / "many"
+    one.mkdir()
+    many.mkdir()
+    with ManifestWriter(one, form) as writer:  # type: ignore[arg-type]
+        for request_id, b in zip(ids, budgets, strict=True):
+            writer.write(request_id, pack(df, b, as_of=AS_OF, label=request_id).manifest)
+    with ManifestWriter(many, form) as writer:  # type: ignore[arg-type]
+        writer.write_many(ids[:1], [outcomes[0].manifest], scope.entries(outcomes[:1]))
+        writer.write_many(ids[1:], [o.manifest for o in outcomes[1:]], scope.entries(outcomes[1:]))
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in many.iterdir())
+    for name in names:
+        if name.endswith(".jsonl"):
+            assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    assert scan_manifests(one).collect().equals(scan_manifests(many).collect(), null_equal=True)
+    if form == "parquet":
+        rows = [pq.ParquetFile(d / "manifests.parquet").metadata.num_rows for d in (one, many)]
+        assert rows == [len(budgets) * df.height] * 2
+
+
+def test_write_many_refuses_entries_that_do_not_split_evenly(tmp_path: Path) -> None:
+    from cognoxium.exceptions import PlanError
+    from cognoxium.packing.manifests import ManifestWriter
+
+    scope = PackScope(_rows())
+    outcome = scope.outcome(90, as_of=AS_OF)
+    with (
+        ManifestWriter(tmp_path, "parquet") as writer,
+        pytest.raises(PlanError, match="do not make k manifests"),
+    ):
+        writer.write_many(["a", "b"], [outcome.manifest] * 2, scope.entries([outcome]).head(5))
