@@ -75,7 +75,7 @@ from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import packed_text_expr
 from cognoxium.packing.manifests import MANIFEST_FORMS, ManifestForm, ManifestWriter
 from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
-from cognoxium.retrieval.ranking import bm25_scores, corpus_key
+from cognoxium.retrieval.ranking import bm25_scores, bm25_scores_many, corpus_key
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -934,16 +934,42 @@ class PreparedScope:
             self._ranks[key] = self._score(request, query, as_of)
         return self._ranks[key]
 
+    def rank_all(self, requests: Sequence[Request]) -> None:
+        """Rank the new queries of ``requests`` at once, where the method allows (BM25).
+
+        BM25 tokenizes all the queries in one call; the other methods rank
+        each query when its first request comes (:meth:`rank`).
+        """
+        if self.settings.rank != "bm25":
+            return
+        queries = sorted(
+            {
+                r.query
+                for r in requests
+                if r.query is not None and r.query.strip() and (r.query,) not in self._ranks
+            }
+        )
+        if not queries:
+            return
+        docs, key = self._corpus()
+        for query, scores in zip(
+            queries, bm25_scores_many(docs, queries, cache_key=key), strict=True
+        ):
+            self._ranks[(query,)] = pl.Series("rank", scores, dtype=pl.Float64)
+
+    def _corpus(self) -> tuple[list[str], tuple[str, str]]:
+        """The scope's texts and BM25 corpus key, as its plan node scores them, made once."""
+        if self._bm25 is None:
+            texts = self.df.select(packed_text_expr()).to_series()
+            self._bm25 = (
+                texts.cast(pl.String).fill_null("").to_list(),
+                corpus_key(self.df.get_column("content_hash")),
+            )
+        return self._bm25
+
     def _score(self, request: Request, query: str | None, as_of: datetime) -> pl.Series:
         if self.settings.rank == "bm25" and query is not None:
-            # BM25 as its plan node scores it, with the scope's texts and corpus key made once.
-            if self._bm25 is None:
-                texts = self.df.select(packed_text_expr()).to_series()
-                self._bm25 = (
-                    texts.cast(pl.String).fill_null("").to_list(),
-                    corpus_key(self.df.get_column("content_hash")),
-                )
-            docs, key = self._bm25
+            docs, key = self._corpus()
             scores = bm25_scores(docs, query, cache_key=key)
             return pl.Series("rank", scores, dtype=pl.Float64)
         ranked = rank_request(
@@ -1078,6 +1104,7 @@ def pack_scope(
             )
     if prepared is None:
         prepared = PreparedScope(store, _scopes(store, requests[:1])[where], settings)
+    _packing(requests[0], lambda: prepared.rank_all(requests))
     outcomes: list[PackOutcome] = []
     latencies: list[float] = []
     for request in requests:
