@@ -38,6 +38,12 @@ locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
     ``COGNOXIUM_LOCOMO``) and is skipped, with a message, without it.
+batch
+    Batch packing (``bench_batch``): the LoCoMo BM25 batch at one budget,
+    Parquet manifests written, against a floor packer (bm25s + numpy +
+    tiktoken, no manifests) in the same run; the default (learned) rank over
+    four budgets with a warm embedding cache; one ``pack()`` of 10k items,
+    p50/p95. Needs the LoCoMo file, as ``locomo`` does. ``--quick``: one round.
 
 Timings are wall-clock seconds on a shared, noisy machine: compare ratios
 within one run, not figures across runs.
@@ -65,6 +71,7 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import polars as pl
 
+import bench_batch
 import bench_ingest
 import bench_peers
 import bench_redact
@@ -85,6 +92,7 @@ SUITES = (
     "redact",
     "ingest",
     "scan",
+    "batch",
     "locomo",
 )
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
@@ -566,6 +574,7 @@ def replot() -> None:
         "redact": (None, bench_redact.markdown),
         "ingest": (None, bench_ingest.markdown),
         "scan": (None, bench_scan.markdown),
+        "batch": (None, bench_batch.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -640,6 +649,17 @@ def main() -> None:
         else:
             rankers = ["learned", "hybrid-lineage", "bm25"] if args.quick else list(RANK_METHODS)
             run_locomo(Path(args.locomo), rankers)
+    if "batch" in chosen:
+        if args.locomo is None or not Path(args.locomo).exists():
+            message = (
+                "Batch skipped: give the LoCoMo JSON file with --locomo PATH or "
+                f"COGNOXIUM_LOCOMO (got {args.locomo})."
+            )
+            print(message, flush=True)
+            skipped += f"## Batch packing\n\n{message}\n"
+        else:
+            rounds = ["--repeats", "1", "--single-repeats", "30"] if args.quick else []
+            bench_batch.main(["--locomo", str(args.locomo), *rounds])
     write_summary(skipped)
 
 

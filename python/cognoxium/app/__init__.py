@@ -1,14 +1,19 @@
 """The applications on top of the engine.
 
-Batch packing (:func:`run_batch`), the LoCoMo evaluation adapter
+Batch packing (:func:`run_batch`, a loop over the scopes of
+:func:`pack_scope`), the LoCoMo evaluation adapter
 (:func:`run_locomo`) and the command line (:mod:`cognoxium.app.cli`).
 """
 
 from cognoxium.app.batch import (
     RANK_METHODS,
+    BatchSettings,
     BatchStats,
+    PreparedScope,
     RankMethod,
     Request,
+    ScopeResult,
+    pack_scope,
     rank_request,
     read_requests,
     run_batch,
@@ -32,13 +37,17 @@ __all__ = [
     "DEFAULT_BUDGETS",
     "RANK_METHODS",
     "TUNING_CONVERSATIONS",
+    "BatchSettings",
     "BatchStats",
+    "PreparedScope",
     "RankMethod",
     "Request",
+    "ScopeResult",
     "evaluate",
     "load_locomo",
     "locomo_requests",
     "normalize_evidence",
+    "pack_scope",
     "parse_session_time",
     "rank_request",
     "read_requests",

@@ -25,9 +25,14 @@ output directory is a link swapped to a fresh version directory; see
 Every manifest's ``label`` is its request id.
 
 Work is shared across requests: the scope of each distinct ``where`` clause
-is filtered once; the rank kernels cache their BM25 index and retrievers
+is filtered once and prepared once (:class:`PreparedScope`: its
+:class:`~cognoxium.packing.packer.PackScope`, its token counts in one call
+to the tokenizer, and each distinct query's rank, computed once for all its
+budgets); the rank kernels cache their BM25 index and retrievers
 (embeddings, windows, lineage links) per scope, and token counts per content
-hash, so no item is tokenized or embedded twice in a batch.
+hash, so no item is tokenized or embedded twice in a batch. Consecutive
+requests over one scope are packed together by :func:`pack_scope`, whose
+manifests' entries are built as columns.
 """
 
 from __future__ import annotations
@@ -39,12 +44,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -66,15 +72,22 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem, to_utc
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
+from cognoxium.items.schema import packed_text_expr
 from cognoxium.packing.manifests import MANIFEST_FORMS, ManifestForm, ManifestWriter
+from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
+from cognoxium.retrieval.ranking import bm25_scores, bm25_scores_many, corpus_key
 from cognoxium.retrieval.scope import RetrievalSettings
-from cognoxium.tokens.profiles import TokenProfile
+from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
     "RANK_METHODS",
+    "BatchSettings",
     "BatchStats",
+    "PreparedScope",
     "RankMethod",
     "Request",
+    "ScopeResult",
+    "pack_scope",
     "rank_request",
     "read_requests",
     "run_batch",
@@ -264,6 +277,8 @@ def _located(request: Request, source: str, line: int) -> Request:
 
 _FIELDS: tuple[str, ...] = tuple(Request.model_fields)
 
+_T = TypeVar("_T")
+
 
 def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
     """The first problem of an invalid request line; an unknown field comes first.
@@ -379,8 +394,11 @@ class BatchStats:
         ``requests / seconds``.
     p50_ms, p95_ms
         Median and 95th percentile of the per-pack latency, in milliseconds:
-        ranking, packing and serialising one request (linear interpolation
-        between order statistics; 0 for an empty batch).
+        ranking one request and selecting its pack, with its manifest
+        header (linear interpolation between order statistics; 0 for an
+        empty batch). The work a scope's requests share (preparing the
+        scope, the manifest entries built as columns, writing) is in
+        ``seconds`` only.
     latencies_ms
         The per-pack latencies, in request order, in milliseconds.
     """
@@ -399,17 +417,17 @@ class BatchStats:
         return out
 
 
-def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, CognitionFrame]:
+def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, pl.DataFrame]:
     """Filter the store once per distinct ``where``; each scope is materialised once."""
-    scopes: dict[str | None, CognitionFrame] = {}
+    scopes: dict[str | None, pl.DataFrame] = {}
     for request in requests:
         if request.where in scopes:
             continue
         if request.where is None:
-            scopes[None] = CognitionFrame(store.collect())
+            scopes[None] = store.collect()
             continue
         try:
-            scopes[request.where] = CognitionFrame(store.filter(request.where).collect())
+            scopes[request.where] = store.filter(request.where).collect()
         except PredicateError as exc:
             raise request.error(f"invalid where clause: {exc}", field="where") from exc
         except PlanError as exc:
@@ -516,8 +534,8 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 @contextmanager
-def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
-    """Give a callback that advances a rich progress bar, shown only on a terminal."""
+def _progress(total: int, enabled: bool) -> Iterator[Callable[..., None]]:
+    """Give a callback advancing a progress bar (by 1, or a count), shown only on a terminal."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -538,7 +556,7 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[[], None]]:
         transient=True,
     ) as bar:
         task = bar.add_task("packing", total=total)
-        yield lambda: bar.advance(task)
+        yield partial(bar.advance, task)
 
 
 def run_batch(
@@ -785,66 +803,37 @@ def _write_batch(
 ) -> BatchStats:
     """Pack the requests and write ``packs.jsonl`` and the manifests into ``folder``.
 
-    ``folder`` exists; see :func:`run_batch` for the arguments.
+    ``folder`` exists; see :func:`run_batch` for the arguments. Each run of
+    consecutive requests over one scope is one :func:`pack_scope` call; a
+    scope's shared work is prepared once and reused by its later runs.
     """
     started = time.perf_counter()
-    default_as_of = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
+    settings = BatchSettings(
+        profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
+        rank=rank,
+        as_of=(as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC),
+        retrieval=retrieval if retrieval is not None else RetrievalSettings(),
+    )
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     scopes = _scopes(frame, requests)
+    prepared: dict[str | None, PreparedScope] = {}
     latencies: list[float] = []
     with (
         (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
         ManifestWriter(folder, manifests) as manifest_writer,
         _progress(len(requests), progress) as advance,
     ):
-        for request in requests:
-            t0 = time.perf_counter()
-            when = request.as_of if request.as_of is not None else default_as_of
-            ranked = rank_request(
-                scopes[request.where],
-                request,
-                rank,
-                store=frame,
-                retrieval=retrieval,
-                profile=profile,
-                as_of=when,
-            )
-            try:
-                result = ranked.pack(
-                    request.budget,
-                    profile=profile,
-                    as_of=when,
-                    label=request.id,
-                    reserve=request.reserve,
-                    overflow=request.overflow,
-                    turns=request.turns,
-                    start_on=request.start_on,
-                )
-            except BudgetError as exc:
-                raise BudgetError(
-                    f"request {request.id!r}: {exc}",
-                    costs=exc.costs,
-                    budget=exc.budget,
-                    params={**exc.params, "request_id": request.id},
-                ) from None
-            except (PackError, PlanError) as exc:
-                raise request.error(f"cannot pack: {exc}") from exc
-            except pl.exceptions.PolarsError as exc:
-                raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
-            manifest_writer.write(request.id, result.manifest)
-            latencies.append((time.perf_counter() - t0) * 1000.0)
-            packs_file.write(
-                canonical_json(
-                    {
-                        "budget": result.budget,
-                        "ids": list(result.ids),
-                        "request_id": request.id,
-                        "used_tokens": result.used_tokens,
-                    }
-                )
-            )
-            packs_file.write("\n")
-            advance()
+        for run in _runs(requests):
+            where = run[0].where
+            if where not in prepared:
+                prepared[where] = PreparedScope(frame, scopes[where], settings)
+            result = pack_scope(frame, run, settings, prepared=prepared[where])
+            manifest_writer.write_many([r.id for r in run], list(result.manifests), result.entries)
+            for line in result.pack_lines():
+                packs_file.write(line)
+                packs_file.write("\n")
+            latencies.extend(result.latencies_ms)
+            advance(len(run))
     seconds = time.perf_counter() - started
     return BatchStats(
         requests=len(requests),
@@ -853,4 +842,312 @@ def _write_batch(
         p50_ms=_percentile(latencies, 50),
         p95_ms=_percentile(latencies, 95),
         latencies_ms=tuple(latencies),
+    )
+
+
+def _runs(requests: Sequence[Request]) -> Iterator[list[Request]]:
+    """The requests in order, cut into runs of consecutive requests with the same ``where``."""
+    run: list[Request] = []
+    for request in requests:
+        if run and request.where != run[0].where:
+            yield run
+            run = []
+        run.append(request)
+    if run:
+        yield run
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The settings every request of a batch shares.
+
+    Attributes
+    ----------
+    profile
+        The token profile that costs items.
+    rank
+        One of :data:`RANK_METHODS`.
+    as_of
+        The UTC time of the requests without their own ``as_of``.
+    retrieval
+        Model, fusion constant, neighbour weight and ranker file of the rank methods.
+    """
+
+    profile: TokenProfile
+    rank: RankMethod = "learned"
+    as_of: datetime = field(default_factory=lambda: datetime.now(UTC))
+    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+
+
+class PreparedScope:
+    """The work one scope's requests share: its rows, its :class:`PackScope` and its ranks.
+
+    Built once per scope and reused by every :func:`pack_scope` call on it
+    (the rank of a query is computed once for all its budgets).
+
+    Parameters
+    ----------
+    store
+        The whole store (the lineage of ``hybrid-lineage`` and ``learned``).
+    scope
+        The scope's items, materialised (a frame of the canonical schema).
+    settings
+        The batch's settings.
+    """
+
+    def __init__(self, store: CognitionFrame, scope: pl.DataFrame, settings: BatchSettings) -> None:
+        self.store = store
+        self.df = scope
+        """The scope's rows."""
+        self.settings = settings
+        self._pack: PackScope | None = None
+        self._ranks: dict[tuple[Any, ...], pl.Series | None] = {}
+        self._bm25: tuple[list[str], tuple[str, str]] | None = None
+
+    @cached_property
+    def frame(self) -> CognitionFrame:
+        """The scope as a frame (what :func:`rank_request` ranks)."""
+        return CognitionFrame(self.df)
+
+    def pack(self, request: Request) -> PackScope:
+        """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""
+        if self._pack is None:
+            profile = self.settings.profile
+            self._pack = _packing(request, lambda: PackScope(self.df, profile=profile))
+            _packing(request, self._pack.count_tokens)  # the scope's token costs, once
+        return self._pack
+
+    def rank(self, request: Request, as_of: datetime) -> pl.Series | None:
+        """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
+
+        The same as the ``rank`` column of :func:`rank_request`'s frame;
+        computed once per query (and, for ``strategies``, per budget and time).
+        """
+        method = self.settings.rank
+        query = request.query if request.query is not None and request.query.strip() else None
+        if method != "recency" and (method == "none" or query is None):
+            return None
+        key: tuple[Any, ...] = (query,) if method != "recency" else ()
+        if method == "strategies":
+            key = (query, request.budget - request.reserve, as_of)
+        if key not in self._ranks:
+            self._ranks[key] = self._score(request, query, as_of)
+        return self._ranks[key]
+
+    def rank_all(self, requests: Sequence[Request]) -> None:
+        """Rank the new queries of ``requests`` at once, where the method allows (BM25).
+
+        BM25 tokenizes all the queries in one call; the other methods rank
+        each query when its first request comes (:meth:`rank`).
+        """
+        if self.settings.rank != "bm25":
+            return
+        queries = sorted(
+            {
+                r.query
+                for r in requests
+                if r.query is not None and r.query.strip() and (r.query,) not in self._ranks
+            }
+        )
+        if not queries:
+            return
+        docs, key = self._corpus()
+        for query, scores in zip(
+            queries, bm25_scores_many(docs, queries, cache_key=key), strict=True
+        ):
+            self._ranks[(query,)] = pl.Series("rank", scores, dtype=pl.Float64)
+
+    def _corpus(self) -> tuple[list[str], tuple[str, str]]:
+        """The scope's texts and BM25 corpus key, as its plan node scores them, made once."""
+        if self._bm25 is None:
+            texts = self.df.select(packed_text_expr()).to_series()
+            self._bm25 = (
+                texts.cast(pl.String).fill_null("").to_list(),
+                corpus_key(self.df.get_column("content_hash")),
+            )
+        return self._bm25
+
+    def _score(self, request: Request, query: str | None, as_of: datetime) -> pl.Series:
+        if self.settings.rank == "bm25" and query is not None:
+            docs, key = self._corpus()
+            scores = bm25_scores(docs, query, cache_key=key)
+            return pl.Series("rank", scores, dtype=pl.Float64)
+        ranked = rank_request(
+            self.frame,
+            request,
+            self.settings.rank,
+            store=self.store,
+            retrieval=self.settings.retrieval,
+            profile=self.settings.profile,
+            as_of=as_of,
+        )
+        return _packing(request, ranked.collect).get_column("rank")
+
+
+def _packing(request: Request, work: Callable[[], _T]) -> _T:
+    """``work()``, with its packing errors naming ``request``."""
+    try:
+        return work()
+    except BudgetError as exc:
+        raise BudgetError(
+            f"request {request.id!r}: {exc}",
+            costs=exc.costs,
+            budget=exc.budget,
+            params={**exc.params, "request_id": request.id},
+        ) from None
+    except (PackError, PlanError) as exc:
+        raise request.error(f"cannot pack: {exc}") from exc
+    except pl.exceptions.PolarsError as exc:
+        raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
+
+
+@dataclass(frozen=True)
+class ScopeResult:
+    """The packs and manifests of some requests over one scope, as columns.
+
+    Attributes
+    ----------
+    requests
+        The ``k`` requests, in order.
+    packs
+        ``k`` rows: ``request_id``, ``budget`` and ``used_tokens`` (tokens),
+        ``ids`` (the packed ids in pack order), as ``packs.jsonl`` holds them.
+    manifests
+        The ``k`` manifests without their entries (labelled by request id).
+    entries
+        ``k * n`` rows of :data:`~cognoxium.packing.packer.ENTRY_SCHEMA`
+        (``n`` items in the scope): request ``i``'s entries are rows
+        ``i * n`` to ``(i + 1) * n - 1``.
+    latencies_ms
+        Per request, the milliseconds of its rank and selection.
+    """
+
+    requests: tuple[Request, ...]
+    packs: pl.DataFrame
+    manifests: tuple[PackManifest, ...]
+    entries: pl.DataFrame
+    latencies_ms: tuple[float, ...]
+
+    def pack_lines(self) -> Iterator[str]:
+        """The lines of ``packs.jsonl`` for these requests (canonical JSON, no newline)."""
+        for row in self.packs.iter_rows(named=True):
+            yield canonical_json(row)
+
+
+def pack_scope(
+    store: CognitionFrame,
+    requests: Sequence[Request],
+    settings: BatchSettings,
+    *,
+    prepared: PreparedScope | None = None,
+) -> ScopeResult:
+    """Pack requests that share one scope (one ``where``), with the scope's work done once.
+
+    The scope's rows, checks, rendering, exclusions, token counts, input
+    fingerprint and manifest columns are computed once (see
+    :class:`~cognoxium.packing.packer.PackScope`); each request's rank is
+    computed once per query, its selection runs over the scope's arrays,
+    and the manifests' entries are built as columns for all requests at
+    once. Every pack and manifest equals what :meth:`CognitionFrame.pack
+    <cognoxium.frame.CognitionFrame.pack>` gives for the request over
+    :func:`rank_request`'s frame.
+
+    Parameters
+    ----------
+    store
+        The whole store (a frame of the canonical schema).
+    requests
+        ``k`` requests with one ``where`` and their pack options set (the
+        batch's defaults applied).
+    settings
+        The batch's profile, rank method, default ``as_of`` and retrieval settings.
+    prepared
+        The scope's shared work from an earlier call (``None``: made here).
+
+    Returns
+    -------
+    ScopeResult
+        The packs and manifests, in request order.
+
+    Raises
+    ------
+    RecordError
+        If a ``where`` is invalid or differs between the requests, or a
+        request cannot be packed; it names the request.
+    BudgetError
+        If a request's required items alone exceed its budget.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> store = CognitionFrame(records_to_frame([
+    ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
+    ...      "created_at": "2025-01-01T00:00:00Z"},
+    ...     {"id": "b", "role": "user", "text": "the app crashes",
+    ...      "created_at": "2025-01-02T00:00:00Z"}]))
+    >>> settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25",
+    ...                          as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> result = pack_scope(store, [Request(id="r1", budget=12, query="invoice"),
+    ...                             Request(id="r2", budget=12, query="crash")], settings)
+    >>> result.packs.rows()
+    [(12, ['a'], 'r1', 11), (12, ['b'], 'r2', 10)]
+    >>> result.entries.height, [m.label for m in result.manifests]
+    (4, ['r1', 'r2'])
+    """
+    if not requests:
+        raise PlanError("pack_scope needs at least one request")
+    where = requests[0].where
+    for request in requests:
+        if request.where != where:
+            raise request.error(
+                f"the where clause {request.where!r} is not the scope's ({where!r})", field="where"
+            )
+    if prepared is None:
+        prepared = PreparedScope(store, _scopes(store, requests[:1])[where], settings)
+    _packing(requests[0], lambda: prepared.rank_all(requests))
+    outcomes: list[PackOutcome] = []
+    latencies: list[float] = []
+    for request in requests:
+        t0 = time.perf_counter()
+        outcomes.append(_outcome(prepared, request))
+        latencies.append((time.perf_counter() - t0) * 1000.0)
+    scope = prepared.pack(requests[0])
+    selected = [o.decisions.selected for o in outcomes]
+    lengths = np.array([len(rows) for rows in selected], dtype=np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    ids = scope.df.get_column("id").gather(np.concatenate(selected)).to_arrow()
+    packs = pl.DataFrame(
+        {
+            "budget": pl.Series([r.budget for r in requests], dtype=pl.Int64),
+            "ids": pl.Series(pa.ListArray.from_arrays(offsets, ids)),
+            "request_id": pl.Series([r.id for r in requests], dtype=pl.String),
+            "used_tokens": pl.Series([o.used_tokens for o in outcomes], dtype=pl.Int64),
+        }
+    )
+    return ScopeResult(
+        requests=tuple(requests),
+        packs=packs,
+        manifests=tuple(o.manifest for o in outcomes),
+        entries=scope.entries(outcomes),
+        latencies_ms=tuple(latencies),
+    )
+
+
+def _outcome(prepared: PreparedScope, request: Request) -> PackOutcome:
+    """One request's rank and selection over its prepared scope."""
+    when = request.as_of if request.as_of is not None else prepared.settings.as_of
+    scope = prepared.pack(request)
+    rank = prepared.rank(request, when)
+    return _packing(
+        request,
+        lambda: scope.outcome(
+            request.budget,
+            as_of=when,
+            label=request.id,
+            reserve=request.reserve,
+            overflow=request.overflow,
+            turns=request.turns,
+            start_on=request.start_on,
+            rank=rank,
+        ),
     )

@@ -69,8 +69,8 @@ from cognoxium.items.scan import (
 from cognoxium.items.schema import (
     COLUMNS,
     PAYLOAD_COLUMNS,
-    SCHEMA_VERSION,
     POLARS_SCHEMA,
+    SCHEMA_VERSION,
     conform,
     content_hash_expr,
     frame_to_items,

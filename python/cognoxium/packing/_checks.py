@@ -19,7 +19,15 @@ from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
-__all__ = ["OVERFLOW_MODES", "START_ON", "Overflow", "Request", "check_request"]
+__all__ = [
+    "OVERFLOW_MODES",
+    "START_ON",
+    "Overflow",
+    "Request",
+    "check_frame",
+    "check_options",
+    "check_request",
+]
 
 Overflow = Literal["error", "truncate"]
 OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
@@ -118,6 +126,41 @@ def check_request(
     SchemaError
         If ``df`` lacks an item column or one has the wrong type.
     """
+    checked = check_options(
+        budget,
+        profile,
+        as_of,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
+    check_frame(df)
+    return checked
+
+
+def check_options(
+    budget: object,
+    profile: str | TokenProfile,
+    as_of: datetime | None,
+    *,
+    reserve: object = 0,
+    overflow: object = "error",
+    turns: object = False,
+    start_on: object = None,
+) -> Request:
+    """The checks of :func:`check_request` that do not read the frame, in its order.
+
+    Returns
+    -------
+    Request
+        As :func:`check_request` returns it.
+
+    Raises
+    ------
+    BudgetError, PackError
+        As :func:`check_request`, for everything but the frame.
+    """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
         raise PackError(
             f"budget must be a non-negative whole number of tokens, got {budget!r}",
@@ -154,9 +197,21 @@ def check_request(
         turns=turns,
         start_on=None if start_on is None else str(start_on),
     )
+    return checked
+
+
+def check_frame(df: pl.DataFrame) -> None:
+    """The checks of :func:`check_request` that read the frame: item columns, then unique ids.
+
+    Raises
+    ------
+    SchemaError
+        If ``df`` lacks an item column or one has the wrong type.
+    PackError
+        If two rows share an id.
+    """
     _check_columns(df)
     _check_ids(df)
-    return checked
 
 
 def _as_utc(value: datetime | None) -> datetime:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from cognoxium.packing._policies import PolicyReview
 from cognoxium.packing._units import Units
 from cognoxium.tokens.profiles import TokenProfile
 
-__all__ = ["Rendering", "UnitCosts", "render"]
+__all__ = ["KnownCosts", "Rendering", "UnitCosts", "render"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class Rendering:
     def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
         """OpenAI chat messages of ``rows`` (``(k,)`` int64), in order."""
         return self.chat.messages(rows)
+
+    @cached_property
+    def texts(self) -> pl.Series:
+        """``(n,)`` String: the content each row's tokens are counted over (``""`` for none)."""
+        return self.chat.content.fill_null("")
 
 
 def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Rendering:
@@ -120,6 +126,33 @@ def _tool_text_key(text: str) -> str:
     return "tool:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class KnownCosts:
+    """The bounds and exact costs already found for the units of one frame, shared by its packs.
+
+    The packs of a batch over one scope reuse what earlier packs counted
+    (see :class:`UnitCosts`); each pack still marks as counted only what its
+    own selection reached, so its manifest is the one it would have alone.
+
+    Parameters
+    ----------
+    n_rows, n_units
+        The rows of the frame and its packing units.
+
+    Attributes
+    ----------
+    row_tokens
+        ``(n_rows,)`` int64: each row's exact cost in tokens, or ``UNSET``.
+    cost, bound
+        ``(n_units,)`` int64: each unit's exact cost and proven lower bound,
+        in tokens, or ``UNSET``.
+    """
+
+    def __init__(self, n_rows: int, n_units: int) -> None:
+        self.row_tokens = np.full(n_rows, UNSET, dtype=np.int64)
+        self.cost = np.full(n_units, UNSET, dtype=np.int64)
+        self.bound = np.full(n_units, UNSET, dtype=np.int64)
+
+
 class UnitCosts:
     """The costs of the packing units, known lazily.
 
@@ -142,6 +175,10 @@ class UnitCosts:
         ``(n,)`` int64: for a truncatable row, the fewest tokens of content it
         may keep (its ``min_tokens``), else ``UNSET``; the content part of
         such a row's bound is at most that, since a cut may shorten it.
+    known
+        Bounds and costs found by earlier packs over the same frame, units,
+        profile and rendering: read before counting and filled with what
+        this one counts (``None``: count everything here).
     """
 
     def __init__(
@@ -150,9 +187,11 @@ class UnitCosts:
         rendering: Rendering,
         units: Units,
         floor: np.ndarray | None = None,
+        known: KnownCosts | None = None,
     ) -> None:
         self.profile = profile
-        self.content = rendering.chat.content.fill_null("")
+        self.known = known
+        self.content = rendering.texts
         self.hashes = rendering.chat.key
         self.tool_texts = rendering.chat.tool_texts
         self.fixed = rendering.framing + rendering.image_tokens
@@ -166,6 +205,11 @@ class UnitCosts:
     def ensure_bounds(self, units: np.ndarray) -> None:
         """Compute the lower bound of every unit of ``units`` (``(k,)`` int64) that lacks one."""
         units = units[self.bound[units] == UNSET]
+        if self.known is not None and len(units):
+            have = self.known.bound[units]
+            hit = have != UNSET
+            self.bound[units[hit]] = have[hit]
+            units = units[~hit]
         if len(units) == 0:
             return
         rows, starts = self.units.rows_of(units)
@@ -177,6 +221,8 @@ class UnitCosts:
             bound = np.where(floor >= 0, np.minimum(bound, floor), bound)
         bound = bound + self.fixed[rows] + self._tool_bounds(rows)
         self.bound[units] = self.units.per_unit(bound, starts)
+        if self.known is not None:
+            self.known.bound[units] = self.bound[units]
 
     def _tool_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """The tool-call texts of ``rows`` (``(k,)`` int64), each with its index in ``rows``."""
@@ -211,6 +257,13 @@ class UnitCosts:
     def count(self, units: np.ndarray) -> None:
         """Count the exact cost of every unit of ``units`` (``(k,)`` int64) not yet counted."""
         units = units[self.cost[units] == UNSET]
+        if self.known is not None and len(units):
+            hit = self.known.cost[units] != UNSET
+            if hit.any():
+                rows, _ = self.units.rows_of(units[hit])
+                self.row_tokens[rows] = self.known.row_tokens[rows]
+                self.cost[units[hit]] = self.known.cost[units[hit]]
+                units = units[~hit]
         if len(units) == 0:
             return
         rows, starts = self.units.rows_of(units)
@@ -219,6 +272,9 @@ class UnitCosts:
         )
         self.row_tokens[rows] = counts + self.fixed[rows] + self._tool_counts(rows)
         self.cost[units] = self.units.per_unit(self.row_tokens[rows], starts)
+        if self.known is not None:
+            self.known.row_tokens[rows] = self.row_tokens[rows]
+            self.known.cost[units] = self.cost[units]
 
     def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:
         """Count the next batch of uncounted units of ``order`` from ``pos`` on that may still fit.

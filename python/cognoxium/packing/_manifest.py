@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +29,6 @@ from cognoxium._columns import (
     REDACTIONS,
     UNREDACTED,
 )
-from cognoxium.governance.lineage import lineage_edges
 from cognoxium.items.model import canonical_json
 from cognoxium.packing._checks import Request
 from cognoxium.packing._exclusions import quarantine_expr
@@ -47,7 +47,15 @@ from cognoxium.packing._model import (
 from cognoxium.packing._policies import PolicyReview, policy_outcomes
 from cognoxium.packing._selection import Decisions
 
-__all__ = ["build_manifest", "input_fingerprint", "manifest_entries"]
+__all__ = [
+    "InputHasher",
+    "ManifestBasis",
+    "basis_row",
+    "input_fingerprint",
+    "manifest_basis",
+    "manifest_entries",
+    "manifest_header",
+]
 
 _FINGERPRINT_COLUMNS = (
     "id",
@@ -65,46 +73,122 @@ _FINGERPRINT_COLUMNS = (
 )
 
 
-def build_manifest(
-    df: pl.DataFrame,
-    request: Request,
-    review: PolicyReview,
-    decisions: Decisions,
-    label: str | None,
-    packed: pl.DataFrame | None = None,
-    truncations: Sequence[TruncationRecord] = (),
-) -> PackManifest:
-    """The manifest of one pack.
+@dataclass(frozen=True)
+class ManifestBasis:
+    """What every manifest of packs over one frame shares, computed once for the frame.
+
+    The packs of a batch over one scope differ in their rank column and
+    their decisions only; everything here holds for all of them.
+
+    Attributes
+    ----------
+    df
+        The items, ``n`` rows in input order.
+    review
+        The policies' verdicts over ``df``.
+    columns
+        ``n`` rows: the entry columns that do not depend on a pack
+        (``position``, ``id``, ``content_hash``, ``role``, ``group_id``,
+        ``tier``, ``priority``, ``provenance``, ``redactions``) and the
+        ``quarantine`` reason.
+    hasher
+        The input fingerprint of ``df`` up to its rank column.
+    merges, merge_rules, unredacted, redactions
+        The manifest's merges, merge rules, unredacted totals and redaction
+        totals (over all entries).
+    linked
+        ``df`` has lineage (a ``lineage`` edge or a ``parents`` id); when
+        false every pack's lineage is empty.
+    """
+
+    df: pl.DataFrame
+    review: PolicyReview
+    columns: pl.DataFrame
+    hasher: InputHasher
+    merges: list[MergeRecord]
+    merge_rules: dict[str, str]
+    unredacted: dict[str, int]
+    redactions: dict[str, int]
+    linked: bool
+
+    @property
+    def height(self) -> int:
+        """``n``, the rows of every manifest."""
+        return self.df.height
+
+
+def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
+    """The parts of the manifests of packs over ``df`` that every pack shares.
 
     Parameters
     ----------
     df
         The items, ``n`` rows in input order.
-    request
-        The checked budget (tokens), token profile and ``as_of``.
     review
-        The policies and their verdicts.
-    decisions
-        Every row's decision.
-    label
-        Free text recorded in the manifest.
-    packed
-        The packed rows as sent (cut items with their kept text, new content
-        hash and ``truncate`` lineage edge); ``df[decisions.selected]`` when
-        ``None``.
-    truncations
-        The items cut to fit, in input order; their entries carry the new
-        content hash.
+        The policies' verdicts over ``df``.
 
     Returns
     -------
-    PackManifest
-        With one entry per row; ``used_tokens``, ``reserve_tokens`` and
-        ``remaining_tokens`` (``budget - reserve - used``) in tokens.
+    ManifestBasis
+        Computed in one pass over the frame.
     """
-    entries = _with_cut_hashes(manifest_entries(df, review, decisions), truncations)
+    n = df.height
+    quarantine = quarantine_expr(df)
+    provenance = pl.when(quarantine.is_not_null()).then(
+        pl.col("sources").list.eval(pl.element().struct.field("uri"))
+    )
+    redactions = (
+        pl.col(REDACTIONS).replace("{}", None)
+        if REDACTIONS in df.columns
+        else pl.lit(None, pl.String)
+    )
+    columns = df.select(
+        pl.int_range(n, dtype=pl.Int64).alias("position"),
+        "id",
+        "content_hash",
+        "role",
+        "group_id",
+        pl.col("retention").alias("tier"),
+        "priority",
+        quarantine.alias("quarantine"),
+        provenance.alias("provenance"),
+        redactions.alias("redactions"),
+    )
+    linked = bool(
+        df.select(
+            (pl.col("lineage").list.len().fill_null(0) > 0).any()
+            | (pl.col("parents").list.len().fill_null(0) > 0).any()
+        ).item()
+    )
+    return ManifestBasis(
+        df=df,
+        review=review,
+        columns=columns,
+        hasher=InputHasher(df),
+        merges=_merges(df),
+        merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
+        unredacted=_unredacted_totals(df),
+        redactions=_redaction_totals(columns.get_column("redactions")),
+        linked=linked,
+    )
+
+
+def manifest_header(
+    basis: ManifestBasis,
+    request: Request,
+    decisions: Decisions,
+    label: str | None,
+    rank: pl.Series,
+    lineage: list[dict[str, str | None]],
+    truncations: Sequence[TruncationRecord] = (),
+) -> PackManifest:
+    """The manifest of one pack without its entries (see :func:`build_manifest`).
+
+    Its ``_header()`` is what a batch writes per request; the entries of
+    many packs are built at once by :func:`manifest_entries`.
+    """
     used = decisions.used_tokens
-    manifest = PackManifest(
+    return PackManifest(
         label=label,
         budget=request.budget,
         used_tokens=used,
@@ -112,41 +196,29 @@ def build_manifest(
         pack_overhead_tokens=decisions.pack_overhead,
         as_of=request.as_of,
         profile=request.profile.name,
-        fingerprints=_fingerprints(df, request, review),
-        totals=_totals(entries, decisions),
-        policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in review.policies],
-        policy_outcomes=policy_outcomes(df, review, decisions.reason, decisions.included),
-        merges=_merges(df),
-        lineage=lineage_edges(df[decisions.selected] if packed is None else packed).to_dicts(),
-        merge_rules=MERGE_RULES if MERGED_IDS in df.columns else {},
-        unredacted=_unredacted_totals(df),
+        fingerprints=_fingerprints(basis, request, rank),
+        totals=_totals(basis, decisions),
+        policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in basis.review.policies],
+        policy_outcomes=policy_outcomes(
+            basis.df, basis.review, decisions.reason, decisions.included
+        ),
+        merges=basis.merges,
+        lineage=lineage,
+        merge_rules=basis.merge_rules,
+        unredacted=basis.unredacted,
         reserve_tokens=request.reserve,
         overflow=request.overflow,
         truncations=list(truncations),
         estimated=request.profile.estimated,
     )
-    manifest._entries = entries
-    return manifest
 
 
-def _with_cut_hashes(
-    entries: pl.DataFrame, truncations: Sequence[TruncationRecord]
-) -> pl.DataFrame:
-    """``entries`` whose cut items carry the content hash of the text they sent, and say so.
-
-    A cut item's ``detail`` is ``truncated: kept K of N tokens (side S)``.
-    """
-    if not truncations:
-        return entries
-    new_hash = {t.id: t.content_hash for t in truncations}
-    detail = {
-        t.id: f"truncated: kept {t.kept_tokens} of {t.original_tokens} tokens (side {t.side})"
-        for t in truncations
-    }
-    return entries.with_columns(
-        pl.col("id").replace_strict(new_hash, default=pl.col("content_hash")).alias("content_hash"),
-        pl.col("id").replace_strict(detail, default=pl.col("detail")).alias("detail"),
-    )
+def basis_row(basis: ManifestBasis, item_id: str) -> int:
+    """The row of the item ``item_id`` (ids are unique in a packed frame)."""
+    found = basis.columns.get_column("id").index_of(item_id)
+    if found is None:
+        raise KeyError(item_id)
+    return int(found)
 
 
 def _unredacted_totals(df: pl.DataFrame) -> dict[str, int]:
@@ -167,60 +239,95 @@ def _unredacted_totals(df: pl.DataFrame) -> dict[str, int]:
     return dict(sorted((str(k), int(v)) for k, v in fields.iter_rows()))
 
 
-def manifest_entries(df: pl.DataFrame, review: PolicyReview, decisions: Decisions) -> pl.DataFrame:
-    """The manifest's entries: one row per input item, in input order, of :data:`ENTRY_SCHEMA`.
+def manifest_entries(
+    basis: ManifestBasis,
+    copies: int,
+    rank: pl.Series,
+    reason: np.ndarray,
+    included: np.ndarray,
+    tokens: np.ndarray,
+    pack_position: np.ndarray,
+    cuts: Mapping[int, TruncationRecord] | None = None,
+) -> pl.DataFrame:
+    """The entries of ``copies`` manifests over the same ``n`` items, one after another.
+
+    Every argument array holds the ``copies`` packs' values one after
+    another, ``(copies * n,)``: pack ``k``'s row ``i`` is at ``k * n + i``.
 
     Parameters
     ----------
-    df
-        The items, ``n`` rows.
-    review
-        The policies' verdicts (the message of a ``policy`` exclusion is its detail).
-    decisions
-        Every row's decision.
+    basis
+        What the manifests share.
+    copies
+        How many packs.
+    rank
+        Float64: each row's rank.
+    reason
+        int64 reason codes.
+    included
+        bool: the row is in its pack.
+    tokens, pack_position
+        int64, ``UNSET`` where unset (written as null).
+    cuts
+        The cut rows, by their index in the arrays: their entries carry the
+        content hash of the text they sent, and the ``detail``
+        ``truncated: kept K of N tokens (side S)``.
 
     Returns
     -------
     polars.DataFrame
-        ``n`` rows; ``tokens`` (in tokens) and ``pack_position`` null where unset.
+        ``copies * n`` rows of :data:`ENTRY_SCHEMA`.
     """
-    n = df.height
-    quarantine = quarantine_expr(df)
-    message = review.column("message")
+    base = basis.columns if copies == 1 else pl.concat([basis.columns] * copies, rechunk=False)
     reasons = pl.Series("reason", [r.value for r in REASONS], ENTRY_SCHEMA["reason"])
     decided = pl.Series([Decision.EXCLUDED.value, Decision.INCLUDED.value])
-    detail = pl.coalesce(
-        quarantine,
-        pl.when(pl.lit(decisions.reason) == REASON_CODE[Reason.POLICY]).then(
-            pl.lit(message) if message is not None else pl.lit(None, pl.String)
-        ),
+    quarantine = base.get_column("quarantine")
+    message = basis.review.column("message")
+    detail = (
+        quarantine
+        if message is None
+        else pl.select(
+            pl.coalesce(
+                pl.lit(quarantine),
+                pl.when(pl.lit(reason) == REASON_CODE[Reason.POLICY]).then(
+                    pl.lit(pl.concat([message] * copies) if copies > 1 else message)
+                ),
+            )
+        ).to_series()
     )
-    provenance = pl.when(quarantine.is_not_null()).then(
-        pl.col("sources").list.eval(pl.element().struct.field("uri"))
-    )
+    content_hash = base.get_column("content_hash")
+    if cuts:
+        at = list(cuts)
+        content_hash = content_hash.scatter(at, [t.content_hash for t in cuts.values()])
+        detail = detail.scatter(
+            at,
+            [
+                f"truncated: kept {t.kept_tokens} of {t.original_tokens} tokens (side {t.side})"
+                for t in cuts.values()
+            ],
+        )
     return (
-        pl.DataFrame(
-            {
-                "position": np.arange(n, dtype=np.int64),
-                "id": df.get_column("id"),
-                "content_hash": df.get_column("content_hash"),
-                "role": df.get_column("role"),
-                "group_id": df.get_column("group_id"),
-                "tier": df.get_column("retention"),
-                "rank": df.get_column("rank").fill_nan(None),
-                "priority": df.get_column("priority"),
-                "decision": decided.gather(decisions.included.astype(np.int64)),
-                "reason": reasons.gather(decisions.reason),
-                "detail": df.select(detail.alias("detail")).to_series(),
-                "provenance": df.select(provenance.alias("provenance")).to_series(),
-                "redactions": df.get_column(REDACTIONS).replace("{}", None)
-                if REDACTIONS in df.columns
-                else pl.Series(REDACTIONS, [None] * n, pl.String),
-                "tokens": decisions.tokens,
-                "pack_position": decisions.pack_position,
-            }
+        base.select(
+            "position",
+            "id",
+            "role",
+            "group_id",
+            "tier",
+            "priority",
+            "provenance",
+            "redactions",
         )
         .with_columns(
+            content_hash.alias("content_hash"),
+            rank.fill_nan(None).alias("rank"),
+            decided.gather(included.astype(np.int64)).alias("decision"),
+            reasons.gather(reason).alias("reason"),
+            detail.alias("detail"),
+            pl.Series("tokens", tokens),
+            pl.Series("pack_position", pack_position),
+        )
+        .select(
+            *[name for name in ENTRY_SCHEMA.names() if name not in ("tokens", "pack_position")],
             pl.when(pl.col("tokens") >= 0).then(pl.col("tokens")).alias("tokens"),
             pl.when(pl.col("pack_position") >= 0)
             .then(pl.col("pack_position"))
@@ -236,7 +343,7 @@ def input_fingerprint(df: pl.DataFrame) -> str:
     Column by column: a null mask, then numbers and times as little-endian
     int64/float64 bytes, enumerations as their codes in the schema's fixed
     value order, and strings as their UTF-8 byte lengths followed by their
-    bytes, joined in chunks (so no second copy of a large frame is made).
+    bytes (see :class:`InputHasher`).
 
     Parameters
     ----------
@@ -248,32 +355,84 @@ def input_fingerprint(df: pl.DataFrame) -> str:
     str
         64 lowercase hex digits.
     """
-    exprs: list[pl.Expr] = []
-    strings: list[str] = []
-    schema = df.schema
-    for name in _FINGERPRINT_COLUMNS:
-        col = pl.col(name)
-        dtype = schema[name]
-        exprs.append(col.is_null().alias(f"{name}:null"))
-        if dtype == pl.String:
-            strings.append(name)
-            exprs.append(col.fill_null("").str.len_bytes().alias(f"{name}:len"))
-        elif isinstance(dtype, pl.Enum):
-            exprs.append(col.to_physical().cast(pl.Int64).fill_null(-1).alias(name))
-        elif isinstance(dtype, pl.Datetime):
-            exprs.append(col.dt.epoch("us").fill_null(0).alias(name))
+    return InputHasher(df).digest(df.get_column("rank"))
+
+
+class InputHasher:
+    """The input fingerprint of a frame, hashed once up to its ``rank`` column.
+
+    The packs of a batch over one scope differ only in their rank, so the
+    bytes of every other column are made once and :meth:`digest` hashes
+    them around each pack's rank.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows in input order.
+    """
+
+    def __init__(self, df: pl.DataFrame) -> None:
+        exprs: list[pl.Expr] = []
+        strings: list[str] = []
+        schema = df.schema
+        for name in _FINGERPRINT_COLUMNS:
+            if name == "rank":
+                continue
+            col = pl.col(name)
+            dtype = schema[name]
+            exprs.append(col.is_null().alias(f"{name}:null"))
+            if dtype == pl.String:
+                strings.append(name)
+                exprs.append(col.fill_null("").str.len_bytes().alias(f"{name}:len"))
+            elif isinstance(dtype, pl.Enum):
+                exprs.append(col.to_physical().cast(pl.Int64).fill_null(-1).alias(name))
+            elif isinstance(dtype, pl.Datetime):
+                exprs.append(col.dt.epoch("us").fill_null(0).alias(name))
+            else:
+                exprs.append(col.fill_null(0).alias(name))
+        parts = df.select(exprs)
+        self.prefix = hashlib.sha256(f"rows={df.height}".encode())
+        """The digest of the columns before ``rank``."""
+        self.no_nulls = _column_bytes("rank:null", np.zeros(df.height, dtype=bool))
+        """The rank's null mask when it has no null."""
+        self.suffix: list[bytes] = []
+        """The bytes of the columns after ``rank``, strings last."""
+        before = True
+        for name in parts.columns:
+            if name.startswith("trust"):
+                before = False
+            chunk = _column_bytes(name, parts.get_column(name).to_numpy())
+            if before:
+                self.prefix.update(chunk)
+            else:
+                self.suffix.append(chunk)
+        for name in strings:
+            self.suffix.append(f"\x1d{name}:bytes\x1e".encode() + _utf8_bytes(df.get_column(name)))
+
+    def digest(self, rank: pl.Series) -> str:
+        """The input fingerprint of the frame with ``rank`` (``(n,)`` Float64) as its rank.
+
+        Returns
+        -------
+        str
+            64 lowercase hex digits.
+        """
+        digest = self.prefix.copy()
+        if rank.null_count():
+            digest.update(_column_bytes("rank:null", rank.is_null().to_numpy()))
+            rank = rank.fill_null(0)
         else:
-            exprs.append(col.fill_null(0).alias(name))
-    parts = df.select(exprs)
-    digest = hashlib.sha256(f"rows={df.height}".encode())
-    for name in parts.columns:
-        values = parts.get_column(name).to_numpy()
-        digest.update(f"\x1d{name}\x1e".encode())
-        digest.update(values.astype("<f8" if values.dtype.kind == "f" else "<i8").tobytes())
-    for name in strings:
-        digest.update(f"\x1d{name}:bytes\x1e".encode())
-        digest.update(_utf8_bytes(df.get_column(name)))
-    return digest.hexdigest()
+            digest.update(self.no_nulls)
+        digest.update(_column_bytes("rank", rank.to_numpy()))
+        for chunk in self.suffix:
+            digest.update(chunk)
+        return digest.hexdigest()
+
+
+def _column_bytes(name: str, values: np.ndarray) -> bytes:
+    """A column's part of the input fingerprint: its name, then its values as int64/float64."""
+    data = values.astype("<f8" if values.dtype.kind == "f" else "<i8").tobytes()
+    return f"\x1d{name}\x1e".encode() + data
 
 
 def _utf8_bytes(column: pl.Series) -> memoryview:
@@ -294,7 +453,7 @@ def _utf8_bytes(column: pl.Series) -> memoryview:
     return memoryview(data)[first:last]
 
 
-def _fingerprints(df: pl.DataFrame, request: Request, review: PolicyReview) -> dict[str, str]:
+def _fingerprints(basis: ManifestBasis, request: Request, rank: pl.Series) -> dict[str, str]:
     """sha256 hex of the settings, the token profile, the input and the plugins."""
     settings = {
         "as_of": request.as_of.isoformat(),
@@ -312,18 +471,18 @@ def _fingerprints(df: pl.DataFrame, request: Request, review: PolicyReview) -> d
         settings["turns"] = True
     if request.start_on is not None:
         settings["start_on"] = request.start_on
-    plugins = canonical_json([p.fingerprint for p in review.policies])
+    plugins = canonical_json([p.fingerprint for p in basis.review.policies])
     return {
         "settings": hashlib.sha256(canonical_json(settings).encode()).hexdigest(),
         "profile": request.profile.fingerprint,
-        "input": input_fingerprint(df),
+        "input": basis.hasher.digest(rank),
         "plugins": hashlib.sha256(plugins.encode()).hexdigest(),
     }
 
 
-def _totals(entries: pl.DataFrame, decisions: Decisions) -> ManifestTotals:
+def _totals(basis: ManifestBasis, decisions: Decisions) -> ManifestTotals:
     """Counts over the entries: items, included, counted, by reason, redactions by type."""
-    n = entries.height
+    n = basis.height
     included = len(decisions.selected)
     counted = int((decisions.tokens >= 0).sum())
     by_reason = np.bincount(decisions.reason, minlength=len(REASONS))
@@ -334,14 +493,14 @@ def _totals(entries: pl.DataFrame, decisions: Decisions) -> ManifestTotals:
         counted=counted,
         not_counted=n - counted,
         by_reason={r.value: int(c) for r, c in sorted(zip(REASONS, by_reason, strict=True)) if c},
-        redactions=_redaction_totals(entries),
+        redactions=basis.redactions,
     )
 
 
-def _redaction_totals(entries: pl.DataFrame) -> dict[str, int]:
+def _redaction_totals(redactions: pl.Series) -> dict[str, int]:
     """Redactions by type over all entries (the items that had any)."""
     totals: dict[str, int] = {}
-    for text in entries.get_column("redactions").drop_nulls().to_list():
+    for text in redactions.drop_nulls().to_list():
         for kind, count in json.loads(text).items():
             totals[kind] = totals.get(kind, 0) + int(count)
     return dict(sorted(totals.items()))

@@ -33,11 +33,10 @@ from cognoxium.packing._units import Units
 if TYPE_CHECKING:
     from cognoxium.packing._truncation import Cutter
 
-__all__ = ["Decisions", "Queue", "decide_rows", "order_units", "select_units"]
+__all__ = ["Decisions", "Queue", "decide_rows", "ids_in_order", "order_units", "select_units"]
 
-_SMALL_BLOCK = 4096  # blocks up to this many units are ordered in Python
-_EAGER_BOUNDS = 50_000  # frames up to this many rows get every lower bound at once
-_SORT_KEYS = ["tier", "rank", "priority"]
+_EAGER_BOUNDS = 4_096  # frames up to this many rows get every lower bound at once
+_NULL_PRIORITY = np.iinfo(np.int64).max  # a null priority sorts first, as Polars sorts nulls
 
 
 @dataclass(frozen=True)
@@ -50,37 +49,40 @@ class Queue:
         ``(m,)`` int64: the ``m`` eligible units sorted by tier, rank desc,
         priority desc (ties in unit order).
     keys
-        ``m`` rows of ``tier``, ``rank``, ``priority``: the sort keys of ``order``.
+        ``(m,)`` arrays ``tier`` (int64), ``rank`` (float64, ``-inf`` for a
+        null or NaN rank) and ``priority`` (int64): the sort keys of ``order``.
     candidates
         ``(m,)`` int64: the eligible units in unit order.
     cheap
         ``(n_units,)`` int64: each unit's cheap lower bound on its cost, in
         tokens (0 for a unit that is not a candidate).
     unit_ids
-        ``(n_units,)`` String: each unit's id (null for a unit that is not a candidate).
+        ``(n_units,)`` int64: the place of each unit's id in the order of
+        the ids (UTF-8 byte order, which is code point order); 0 for a unit
+        that is not a candidate.
     n_required
         How many units of ``order`` (its head) are required.
     """
 
     order: np.ndarray
-    keys: pl.DataFrame
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray]
     candidates: np.ndarray
     cheap: np.ndarray
-    unit_ids: pl.Series
+    unit_ids: np.ndarray
     n_required: int
 
     def without(self, dropped: np.ndarray) -> Queue:
         """The queue without the units marked in ``dropped`` (``(n_units,)`` bool)."""
         keep = ~dropped[self.order]
-        keys = self.keys.filter(pl.Series(keep))
+        tier, rank, priority = (key[keep] for key in self.keys)
         cheap = np.where(dropped, 0, self.cheap)
         return Queue(
             order=self.order[keep],
-            keys=keys,
+            keys=(tier, rank, priority),
             candidates=self.candidates[~dropped[self.candidates]],
             cheap=cheap,
             unit_ids=self.unit_ids,
-            n_required=int((keys.get_column("tier") == 0).sum()),
+            n_required=int((tier == 0).sum()),
         )
 
 
@@ -115,7 +117,14 @@ class Decisions:
     pack_overhead: int
 
 
-def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Rendering) -> Queue:
+def order_units(
+    df: pl.DataFrame,
+    rows: Exclusions,
+    units: Units,
+    rendering: Rendering,
+    rank: pl.Series | None = None,
+    id_order: np.ndarray | None = None,
+) -> Queue:
     """Sort the eligible units by tier, rank desc and priority desc.
 
     Parameters
@@ -129,22 +138,34 @@ def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Ren
         The packing units.
     rendering
         The rows' cheap cost bounds.
+    rank
+        ``(n,)`` Float64: the rows' rank, read instead of ``df``'s ``rank``
+        column (``None``: that column).
+    id_order
+        ``(n,)`` int64: each row's place in the order of the ids (see
+        :func:`ids_in_order`); ``None``: found here.
 
     Returns
     -------
     Queue
         The candidates in selection order, with their keys, cheap bounds and ids.
     """
-    keys = pl.DataFrame(
-        {
-            "tier": rows.tier,
-            "rank": df.get_column("rank").fill_nan(None).fill_null(float("-inf")),
-            "priority": df.get_column("priority"),
-            "cheap": rendering.cheap,
-            "id": df.get_column("id"),
-        }
-    )
+    rank_values = df.get_column("rank") if rank is None else rank
+    if id_order is None:
+        id_order = ids_in_order(df)
+    priorities = df.get_column("priority")
+    if priorities.null_count():
+        priorities = priorities.fill_null(_NULL_PRIORITY)
     if units.unit_of_row is not None:
+        keys = pl.DataFrame(
+            {
+                "tier": rows.tier,
+                "rank": rank_values.fill_nan(None).fill_null(float("-inf")),
+                "priority": priorities,
+                "cheap": rendering.cheap,
+                "id_order": id_order,
+            }
+        )
         unit_keys = (
             keys.with_columns(unit=units.unit_of_row, eligible=rows.eligible)
             .filter("eligible")
@@ -154,35 +175,45 @@ def order_units(df: pl.DataFrame, rows: Exclusions, units: Units, rendering: Ren
                 pl.col("rank").max(),
                 pl.col("priority").max(),
                 pl.col("cheap").sum(),
-                pl.col("id").min(),
+                pl.col("id_order").min(),
             )
             .sort("unit")
         )
         candidates = unit_keys.get_column("unit").to_numpy()
-        unit_ids = pl.Series("id", [None] * units.n_units, pl.String)
-        unit_ids = unit_ids.scatter(candidates, unit_keys.get_column("id"))
+        unit_ids = np.zeros(units.n_units, dtype=np.int64)
+        unit_ids[candidates] = unit_keys.get_column("id_order").to_numpy()
+        tier = unit_keys.get_column("tier").to_numpy()
+        ranks = unit_keys.get_column("rank").to_numpy()
+        priority = unit_keys.get_column("priority").to_numpy()
+        unit_cheap = unit_keys.get_column("cheap").to_numpy()
     else:
-        unit_keys = keys if rows.eligible.all() else keys.filter(pl.Series(rows.eligible))
         candidates = np.flatnonzero(rows.eligible)
-        unit_ids = df.get_column("id")
-    ordering = (
-        unit_keys.select(
-            pl.arg_sort_by(_SORT_KEYS, descending=[False, True, True], maintain_order=True)
-        )
-        .to_series()
-        .to_numpy()
-    )
-    sorted_keys = unit_keys.select(_SORT_KEYS)[ordering]
+        unit_ids = id_order
+        tier = rows.tier[candidates]
+        # A null reads as NaN here; a null or NaN rank sorts last.
+        ranks = rank_values.to_numpy().astype(np.float64, copy=False)[candidates]
+        ranks = np.where(np.isnan(ranks), -np.inf, ranks)
+        priority = priorities.to_numpy()[candidates]
+        unit_cheap = rendering.cheap.to_numpy()[candidates]
+    # Stable: ties keep unit order. ~priority sorts priority descending without overflow.
+    ordering = np.lexsort((~priority.astype(np.int64), -ranks, tier))
     cheap = np.zeros(units.n_units, dtype=np.int64)
-    cheap[candidates] = unit_keys.get_column("cheap").to_numpy()
+    cheap[candidates] = unit_cheap
+    sorted_tier = tier[ordering].astype(np.int64)
     return Queue(
         order=candidates[ordering],
-        keys=sorted_keys,
+        keys=(sorted_tier, ranks[ordering], priority[ordering]),
         candidates=candidates,
         cheap=cheap,
         unit_ids=unit_ids,
-        n_required=int((sorted_keys.get_column("tier") == 0).sum()),
+        n_required=int((sorted_tier == 0).sum()),
     )
+
+
+def ids_in_order(df: pl.DataFrame) -> np.ndarray:
+    """``(n,)`` int64: each row's place, from 0, in the order of the (unique) ids of ``df``."""
+    ranks: np.ndarray = df.get_column("id").rank("ordinal").to_numpy().astype(np.int64) - 1
+    return ranks
 
 
 def select_units(
@@ -246,7 +277,7 @@ def select_units(
                 budget=budget,
             )
         required_cost = int(costs.cost[required].sum())
-    block_start, block_end = _blocks(queue.keys.slice(queue.n_required))
+    block_start, block_end = _blocks(tuple(key[queue.n_required :] for key in queue.keys))
     chosen = _select(
         costs,
         queue.order[queue.n_required :],
@@ -309,16 +340,15 @@ def decide_rows(
     )
 
 
-def _blocks(keys: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _blocks(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive) of each position's run of equal sort keys."""
-    m = keys.height
+    m = len(keys[0])
     if m == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
     change = np.zeros(m, dtype=bool)
     change[0] = True
-    for name in keys.columns:
-        values = keys.get_column(name).to_numpy()
+    for values in keys:
         change[1:] |= values[1:] != values[:-1]
     heads = np.flatnonzero(change)
     lengths = np.diff(np.append(heads, m))
@@ -331,7 +361,7 @@ def _select(
     block_start: np.ndarray,
     block_end: np.ndarray,
     cheap: np.ndarray,
-    unit_ids: pl.Series,
+    unit_ids: np.ndarray,
     remaining: int,
     cutter: Cutter | None = None,
 ) -> list[int]:
@@ -357,18 +387,24 @@ def _select(
             pos += len(span)
             window = min(window * 2, 65536)
             continue
-        pos += int(hits[0])
-        if block_end[pos] - block_start[pos] > 1:
-            remaining = _select_block(
-                costs, order[pos : block_end[pos]], unit_ids, remaining, chosen, cutter
-            )
-            pos = int(block_end[pos])
-            continue
-        u = order[pos]
-        if costs.cost[u] == UNSET:
-            costs.prefetch(order, pos, remaining)
-        remaining = _take(costs, int(u), remaining, chosen, cutter)
-        pos += 1
+        # Visit the span's units that fit, in order; what did not fit never will
+        # (the budget left only shrinks), so the span's bounds are read once.
+        after = pos
+        for at in (pos + hits).tolist():
+            if at < after or costs.bound[order[at]] > remaining:
+                continue
+            if block_end[at] - block_start[at] > 1:
+                remaining = _select_block(
+                    costs, order[at : block_end[at]], unit_ids, remaining, chosen, cutter
+                )
+                after = int(block_end[at])
+                continue
+            u = int(order[at])
+            if costs.cost[u] == UNSET:
+                costs.prefetch(order, at, remaining)
+            remaining = _take(costs, u, remaining, chosen, cutter)
+            after = at + 1
+        pos = max(pos + len(span), after)
     return chosen
 
 
@@ -389,7 +425,7 @@ def _take(
 def _select_block(
     costs: UnitCosts,
     block: np.ndarray,
-    unit_ids: pl.Series,
+    unit_ids: np.ndarray,
     remaining: int,
     chosen: list[int],
     cutter: Cutter | None = None,
@@ -399,35 +435,19 @@ def _select_block(
     Units are visited by (lower bound, id); a min-heap of counted units
     releases one only when no uncounted unit of the block can precede it: the
     next uncounted unit's (lower bound, id) is past the released (cost, id).
+    Ids compare by their place in the order of the ids (``unit_ids``).
     Returns the remaining budget.
     """
     costs.ensure_bounds(block)
     block = block[costs.bound[block] <= remaining]
     if len(block) == 0:
         return remaining
-    if len(block) <= _SMALL_BLOCK:
-        # Few units: Python's sort beats building a frame. Ids compare as
-        # strings, whose code-point order is the UTF-8 byte order Polars sorts by.
-        keyed = sorted(
-            zip(
-                costs.bound[block].tolist(),
-                unit_ids.gather(block).to_list(),
-                block.tolist(),
-                strict=True,
-            )
-        )
-        seq_bound = [k[0] for k in keyed]
-        seq_id: Any = [k[1] for k in keyed]
-        seq: Any = [k[2] for k in keyed]
-    else:
-        frame = (
-            pl.DataFrame({"unit": block, "bound": costs.bound[block], "id": unit_ids.gather(block)})
-            .with_columns(pl.col("id").rank("ordinal").alias("id_rank"))
-            .sort(["bound", "id"])
-        )
-        seq = frame.get_column("unit").to_numpy()
-        seq_bound = frame.get_column("bound").to_list()
-        seq_id = frame.get_column("id_rank").to_list()
+    places = unit_ids[block]
+    bounds = costs.bound[block]
+    by = np.lexsort((places, bounds))
+    seq: Any = block[by].tolist()
+    seq_bound: Any = bounds[by].tolist()
+    seq_id: Any = places[by].tolist()
     k = len(seq)
     heap: list[tuple[int, Any, int]] = []
     i = 0

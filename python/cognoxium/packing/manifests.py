@@ -60,6 +60,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 from pydantic import ValidationError
@@ -104,7 +105,7 @@ PARQUET_SCHEMA = pl.Schema({"request_id": pl.String(), **ENTRY_SCHEMA})
 
 PARQUET_SETTINGS: dict[str, Any] = {
     "compression": "zstd",
-    "compression_level": 9,
+    "compression_level": 3,
     "write_statistics": True,
     "use_dictionary": True,
     "version": "2.6",
@@ -190,6 +191,66 @@ class ManifestWriter:
         self._rows += entries.height
         if self._rows >= _ROW_GROUP_ROWS:
             self._flush()
+
+    def write_many(
+        self,
+        request_ids: Sequence[str],
+        manifests: Sequence[PackManifest],
+        entries: pl.DataFrame,
+    ) -> None:
+        """Append ``k`` manifests over one scope of ``n`` items, given as columns.
+
+        What ``k`` calls of :meth:`write` store, in the same files and row
+        groups, without a frame per manifest in the Parquet form.
+
+        Parameters
+        ----------
+        request_ids
+            The ``k`` request ids.
+        manifests
+            The ``k`` manifests; their entries are not read.
+        entries
+            ``k * n`` rows of :data:`~cognoxium.packing.packer.ENTRY_SCHEMA`:
+            manifest ``i``'s entries are rows ``i * n`` to ``(i + 1) * n - 1``.
+
+        Raises
+        ------
+        PlanError
+            If the lengths disagree.
+        """
+        k = len(request_ids)
+        if len(manifests) != k or (entries.height % k if k else entries.height):
+            raise PlanError(
+                f"{k} request ids, {len(manifests)} manifests and {entries.height} entries "
+                "do not make k manifests of n entries each"
+            )
+        if not k:
+            return
+        n = entries.height // k
+        if self._parquet is None:
+            for i, (request_id, manifest) in enumerate(zip(request_ids, manifests, strict=True)):
+                manifest._entries = entries.slice(i * n, n)
+                self.write(request_id, manifest)
+            return
+        for request_id, manifest in zip(request_ids, manifests, strict=True):
+            header = manifest._header()
+            header["request_id"] = request_id
+            self._lines.write(canonical_json(header))
+            self._lines.write("\n")
+        owner = pl.Series("request_id", list(request_ids), pl.String)
+        labelled = entries.select(
+            owner.gather(np.repeat(np.arange(k, dtype=np.int64), n)).alias("request_id"),
+            pl.all(),
+        )
+        start = 0
+        for i in range(k):  # a row group ends at the end of a request, as write() ends it
+            self._rows += n
+            if self._rows >= _ROW_GROUP_ROWS:
+                self._pending.append(labelled.slice(start, (i + 1) * n - start))
+                start = (i + 1) * n
+                self._flush()
+        if start < labelled.height:
+            self._pending.append(labelled.slice(start))
 
     def _flush(self) -> None:
         if self._parquet is None or not self._pending:

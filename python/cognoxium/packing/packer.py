@@ -58,8 +58,9 @@ is skipped without counting. Such items are reported with ``tokens`` null.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -67,12 +68,19 @@ import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
-from cognoxium.packing._checks import Overflow, Request, check_request
+from cognoxium.packing._checks import Overflow, Request, check_frame, check_options
 from cognoxium.packing._conversation import start_on_user
-from cognoxium.packing._costing import UnitCosts, render
-from cognoxium.packing._exclusions import exclude_incomplete_groups, find_exclusions
-from cognoxium.packing._manifest import build_manifest
+from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
+from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
+from cognoxium.packing._manifest import (
+    ManifestBasis,
+    basis_row,
+    manifest_basis,
+    manifest_entries,
+    manifest_header,
+)
 from cognoxium.packing._messages import check_tool_results
 from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
@@ -87,10 +95,17 @@ from cognoxium.packing._model import (
     TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
-from cognoxium.packing._selection import Queue, decide_rows, order_units, select_units
-from cognoxium.packing._truncation import Cutter, find_marks, lower_cheap
-from cognoxium.packing._units import form_units
-from cognoxium.tokens.profiles import TokenProfile
+from cognoxium.packing._selection import (
+    Decisions,
+    Queue,
+    decide_rows,
+    ids_in_order,
+    order_units,
+    select_units,
+)
+from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
+from cognoxium.packing._units import Units, form_units
+from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
     "CHAT_ROLES",
@@ -100,6 +115,8 @@ __all__ = [
     "ManifestTotals",
     "MergeRecord",
     "PackManifest",
+    "PackOutcome",
+    "PackScope",
     "PolicyOutcome",
     "Reason",
     "TruncationRecord",
@@ -237,8 +254,7 @@ def pack(
     (['sys', 'q2', 'a2'],
      {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
     """
-    request = check_request(
-        df,
+    request = check_options(
         budget,
         profile,
         as_of,
@@ -247,40 +263,426 @@ def pack(
         turns=turns,
         start_on=start_on,
     )
-    review = review_policies(df, policy)
-    rows = find_exclusions(df, request.as_of, review)
-    units = form_units(df, rows.grouped, turns=request.turns)
-    rows = exclude_incomplete_groups(df, rows, units)
-    marks = find_marks(df)
-    rendering = render(df, request.profile, review)
-    costs = UnitCosts(request.profile, rendering, units, marks.floor if marks.rows else None)
-    cutter = Cutter(df, marks, costs, review.column("action")) if marks.rows else None
-    rendering = lower_cheap(rendering, marks, request.profile.longest_token_bytes)
-    queue = order_units(df, rows, units, rendering)
-    select = partial(_select, df.get_column("id"), costs, request, cutter)
-    included = select(queue)
-    if request.start_on == "user":
-        included, rows = start_on_user(df, rows, units, queue, included, select)
-    decisions = decide_rows(rows, units, included, costs)
-    truncations = [] if cutter is None else cutter.records(decisions.selected)
-    frame, cut_content = (
-        (df[decisions.selected], {})
-        if cutter is None
-        else cutter.apply(decisions.selected, truncations)
-    )
-    manifest = build_manifest(df, request, review, decisions, label, frame, truncations)
-    messages = rendering.messages(decisions.selected)
-    for at, content in cut_content.items():
-        messages[at]["content"] = content
-    _check_tool_results(df, decisions.selected, messages)
-    return ContextPack(
-        frame=frame,
-        messages=messages,
-        used_tokens=decisions.used_tokens,
-        remaining_tokens=request.item_budget - decisions.used_tokens,
-        budget=request.budget,
-        manifest=manifest,
-    )
+    scope = PackScope(df, profile=request.profile, policy=policy)
+    return scope.pack_checked(request, label)
+
+
+class PackScope:
+    """The phases of :func:`pack` that hold for every pack over one frame, done once.
+
+    A batch packs many requests over one scope: the checks of the frame, the
+    policies' verdicts, the rendering and cheap bounds of every row, the
+    packing units, the exclusions at each ``as_of``, the token counts and
+    lower bounds, and the parts of the manifest that do not depend on a
+    request are found once and reused. :func:`pack` is a scope of one
+    request, so a request packed here gives the same pack and manifest as
+    :func:`pack` over the frame with that rank column.
+
+    Parameters
+    ----------
+    df
+        Items in the canonical schema (extra columns are carried along), in
+        input (conversational) order, ``n`` rows.
+    profile
+        A :class:`~cognoxium.tokens.profiles.TokenProfile` or the name of a built-in one.
+    policy
+        Policies checked over the rows (see :func:`pack`). They see ``df``
+        with its own ``rank`` column.
+
+    Raises
+    ------
+    SchemaError
+        If ``df`` lacks an item column, or one has the wrong type.
+    PackError
+        If two rows share an id, or an object is not a policy.
+    PolicyError
+        If a policy fails (see :func:`pack`).
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime
+    >>> import polars as pl
+    >>> from cognoxium.items.schema import conform
+    >>> df = conform(pl.DataFrame({
+    ...     "id": ["a", "b", "c"], "role": ["user"] * 3,
+    ...     "text": ["refund policy", "shipping times", "word " * 40],
+    ...     "created_at": ["2024-01-01T00:00:00Z"] * 3}))
+    >>> scope = PackScope(df)
+    >>> when = datetime(2024, 6, 1, tzinfo=UTC)
+    >>> first = scope.outcome(50, as_of=when, rank=pl.Series([1.0, 2.0, 3.0]))
+    >>> second = scope.outcome(50, as_of=when, rank=pl.Series([3.0, 2.0, 1.0]))
+    >>> first.ids, first.used_tokens, second.ids, second.used_tokens
+    (['c'], 48, ['a', 'b'], 15)
+    >>> entries = scope.entries([first, second])
+    >>> entries.select("id", "rank", "decision").rows()[2:4]
+    [('c', 3.0, 'included'), ('a', 3.0, 'included')]
+    """
+
+    def __init__(
+        self,
+        df: pl.DataFrame,
+        *,
+        profile: str | TokenProfile = "cl100k_base",
+        policy: Policy | Sequence[Policy] | None = None,
+    ) -> None:
+        check_frame(df)
+        self.df = df
+        """The items, ``n`` rows."""
+        self.profile = profile if isinstance(profile, TokenProfile) else get_profile(profile)
+        """The token profile that costs the rows."""
+        self.review = review_policies(df, policy)
+        self._rows: dict[datetime, Exclusions] = {}
+        self._units: dict[bool, Units] = {}
+        self._groups: dict[tuple[datetime, bool], Exclusions] = {}
+        self._known: dict[bool, KnownCosts] = {}
+        self._row_tokens: np.ndarray | None = None
+
+    @cached_property
+    def _marks(self) -> Marks:
+        return find_marks(self.df)
+
+    @cached_property
+    def _rendering(self) -> Rendering:
+        return render(self.df, self.profile, self.review)
+
+    @cached_property
+    def _lowered(self) -> Rendering:
+        return lower_cheap(self._rendering, self._marks, self.profile.longest_token_bytes)
+
+    @cached_property
+    def _id_order(self) -> np.ndarray:
+        return ids_in_order(self.df)
+
+    @cached_property
+    def _basis(self) -> ManifestBasis:
+        return manifest_basis(self.df, self.review)
+
+    def _exclusions(self, request: Request) -> tuple[Exclusions, Units]:
+        """The rows' exclusions at the request's ``as_of`` and its packing units (cached)."""
+        rows = self._rows.get(request.as_of)
+        if rows is None:
+            rows = self._rows[request.as_of] = find_exclusions(self.df, request.as_of, self.review)
+        units = self._units.get(request.turns)
+        if units is None:
+            units = self._units[request.turns] = form_units(
+                self.df, rows.grouped, turns=request.turns
+            )
+        key = (request.as_of, request.turns)
+        whole = self._groups.get(key)
+        if whole is None:
+            whole = self._groups[key] = exclude_incomplete_groups(self.df, rows, units)
+        return whole, units
+
+    def _costs(self, units: Units, turns: bool) -> UnitCosts:
+        """Fresh unit costs of one pack, reading and filling what the scope knows."""
+        known = self._known.get(turns)
+        if known is None:
+            known = self._known[turns] = KnownCosts(self.df.height, units.n_units)
+            if self._row_tokens is not None:
+                rows, starts = units.rows_of(np.arange(units.n_units, dtype=np.int64))
+                known.row_tokens[:] = self._row_tokens
+                known.cost[:] = units.per_unit(self._row_tokens[rows], starts)
+        marks = self._marks
+        floor = marks.floor if marks.rows else None
+        return UnitCosts(self.profile, self._rendering, units, floor, known)
+
+    def count_tokens(self) -> None:
+        """Count every row's cost now, in one call to the tokenizer, for the packs to come.
+
+        A pack counts only the rows its selection reaches; a batch of many
+        packs over one scope reaches most rows, so counting them all at once
+        is cheaper. The packs and manifests do not change: each pack still
+        records as counted only the rows its own selection reached.
+        """
+        if self._row_tokens is not None:
+            return
+        n = self.df.height
+        costs = UnitCosts(self.profile, self._rendering, Units(n_units=n))
+        costs.count(np.arange(n, dtype=np.int64))
+        self._row_tokens = costs.row_tokens
+        self._known.clear()
+
+    def outcome(
+        self,
+        budget: int,
+        *,
+        as_of: datetime | None = None,
+        label: str | None = None,
+        reserve: int = 0,
+        overflow: Overflow = "error",
+        turns: bool = False,
+        start_on: str | None = None,
+        rank: pl.Series | None = None,
+    ) -> PackOutcome:
+        """Select the rows of one pack: what :func:`pack` decides, without building the pack.
+
+        Parameters
+        ----------
+        budget, as_of, label, reserve, overflow, turns, start_on
+            As for :func:`pack`.
+        rank
+            ``(n,)`` Float64: the rows' rank for this pack, in place of the
+            frame's ``rank`` column (``None``: that column).
+
+        Returns
+        -------
+        PackOutcome
+            The decisions, manifest header and selected ids.
+
+        Raises
+        ------
+        BudgetError, PackError, RecordError, PolicyError
+            As :func:`pack`; a ``rank`` of the wrong length is a PackError.
+        """
+        request = check_options(
+            budget,
+            self.profile,
+            as_of,
+            reserve=reserve,
+            overflow=overflow,
+            turns=turns,
+            start_on=start_on,
+        )
+        return self.outcome_checked(request, label, rank)
+
+    def outcome_checked(
+        self, request: Request, label: str | None, rank: pl.Series | None = None
+    ) -> PackOutcome:
+        """:meth:`outcome` for a request checked by ``check_options``."""
+        df = self.df
+        if rank is None:
+            rank = df.get_column("rank")
+        elif len(rank) != df.height:
+            raise PackError(f"rank has {len(rank)} values for {df.height} rows")
+        else:
+            rank = rank.cast(pl.Float64).alias("rank")
+        rows, units = self._exclusions(request)
+        costs = self._costs(units, request.turns)
+        marks = self._marks
+        action = self.review.column("action")
+        cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
+        queue = order_units(df, rows, units, self._lowered, rank, self._id_order)
+        select = partial(_select, df.get_column("id"), costs, request, cutter)
+        included = select(queue)
+        if request.start_on == "user":
+            included, rows = start_on_user(df, rows, units, queue, included, select)
+        decisions = decide_rows(rows, units, included, costs)
+        truncations = [] if cutter is None else cutter.records(decisions.selected)
+        sent = _Sent(df, rank, decisions.selected, cutter, truncations)
+        messages = self._messages(sent) if self._tool_rows else None
+        if messages is not None:
+            _check_tool_results(df, decisions.selected, messages)
+        linked = self._basis.linked or truncations
+        lineage = lineage_edges(sent.frame).to_dicts() if linked else []
+        header = manifest_header(self._basis, request, decisions, label, rank, lineage, truncations)
+        return PackOutcome(
+            request=request,
+            decisions=decisions,
+            rank=rank,
+            truncations=tuple(truncations),
+            manifest=header,
+            scope=self,
+            sent=sent,
+            known_messages=messages,
+        )
+
+    def _messages(self, sent: _Sent) -> list[dict[str, Any]]:
+        """The chat messages of the packed rows as sent, in pack order."""
+        messages = self._rendering.messages(sent.selected)
+        for at, content in sent.cut_content.items():
+            messages[at]["content"] = content
+        return messages
+
+    @cached_property
+    def _tool_rows(self) -> bool:
+        """Some row is sent as a tool result (only then can a pack break a tool exchange)."""
+        return bool((self._rendering.chat.role == "tool").any())
+
+    def entries(self, outcomes: Sequence[PackOutcome]) -> pl.DataFrame:
+        """The manifest entries of packs over this scope, one pack after another.
+
+        Parameters
+        ----------
+        outcomes
+            ``k`` outcomes of :meth:`outcome` on this scope.
+
+        Returns
+        -------
+        polars.DataFrame
+            ``k * n`` rows of :data:`ENTRY_SCHEMA`: each pack's entries in
+            input order, what its ``manifest.to_polars()`` holds.
+        """
+        basis = self._basis
+        n = basis.height
+        if len(outcomes) == 1:
+            only = outcomes[0]
+            decisions = only.decisions
+            cuts = {basis_row(basis, t.id): t for t in only.truncations}
+            return manifest_entries(
+                basis,
+                1,
+                only.rank,
+                decisions.reason,
+                decisions.included,
+                decisions.tokens,
+                decisions.pack_position,
+                cuts,
+            )
+        cuts = {
+            k * n + basis_row(basis, t.id): t
+            for k, outcome in enumerate(outcomes)
+            for t in outcome.truncations
+        }
+        stacked = [o.decisions for o in outcomes]
+        return manifest_entries(
+            basis,
+            len(outcomes),
+            pl.concat([o.rank for o in outcomes], rechunk=False) if outcomes else pl.Series(),
+            _stack([d.reason for d in stacked]),
+            _stack([d.included for d in stacked], bool),
+            _stack([d.tokens for d in stacked]),
+            _stack([d.pack_position for d in stacked]),
+            cuts,
+        )
+
+    def pack(
+        self,
+        budget: int,
+        *,
+        as_of: datetime | None = None,
+        label: str | None = None,
+        reserve: int = 0,
+        overflow: Overflow = "error",
+        turns: bool = False,
+        start_on: str | None = None,
+        rank: pl.Series | None = None,
+    ) -> ContextPack:
+        """Pack one request over this scope: :func:`pack` with ``rank`` as the rank column.
+
+        Parameters and errors are those of :meth:`outcome`.
+        """
+        request = check_options(
+            budget,
+            self.profile,
+            as_of,
+            reserve=reserve,
+            overflow=overflow,
+            turns=turns,
+            start_on=start_on,
+        )
+        return self.pack_checked(request, label, rank)
+
+    def pack_checked(
+        self, request: Request, label: str | None, rank: pl.Series | None = None
+    ) -> ContextPack:
+        """:meth:`pack` for a request checked by ``check_options``."""
+        outcome = self.outcome_checked(request, label, rank)
+        manifest = outcome.manifest
+        manifest._entries = self.entries([outcome])
+        used = outcome.decisions.used_tokens
+        return ContextPack(
+            frame=outcome.frame,
+            messages=outcome.messages,
+            used_tokens=used,
+            remaining_tokens=request.item_budget - used,
+            budget=request.budget,
+            manifest=manifest,
+        )
+
+
+def _stack(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _ranked(df: pl.DataFrame, rank: pl.Series) -> pl.DataFrame:
+    """``df`` with ``rank`` as its rank column."""
+    return df if rank is df.get_column("rank") else df.with_columns(rank)
+
+
+class _Sent:
+    """The packed rows as sent (cuts applied), made when first read."""
+
+    def __init__(
+        self,
+        df: pl.DataFrame,
+        rank: pl.Series,
+        selected: np.ndarray,
+        cutter: Cutter | None,
+        truncations: list[TruncationRecord],
+    ) -> None:
+        self.df = df
+        self.rank = rank
+        self.selected = selected
+        self.cutter = cutter
+        self.truncations = truncations
+
+    @cached_property
+    def _made(self) -> tuple[pl.DataFrame, dict[int, str]]:
+        if self.cutter is None:
+            return _ranked(self.df, self.rank)[self.selected], {}
+        return self.cutter.apply(self.selected, self.truncations)
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """The packed rows, in pack order."""
+        return self._made[0]
+
+    @property
+    def cut_content(self) -> dict[int, str]:
+        """Each cut row's content, by pack position."""
+        return self._made[1]
+
+
+@dataclass(frozen=True)
+class PackOutcome:
+    """What one pack over a :class:`PackScope` decided.
+
+    Attributes
+    ----------
+    request
+        The checked request (budget and reserve in tokens, profile, UTC ``as_of``).
+    decisions
+        Every row's decision, reason, tokens and pack position (``(n,)`` arrays).
+    rank
+        ``(n,)`` Float64: the rank the rows were ordered by.
+    truncations
+        The items cut to fit, in input order.
+    manifest
+        The manifest without its entries (see :meth:`PackScope.entries`).
+    scope
+        The scope packed.
+    """
+
+    request: Request
+    decisions: Decisions
+    rank: pl.Series
+    truncations: tuple[TruncationRecord, ...]
+    manifest: PackManifest
+    scope: PackScope = field(repr=False)
+    sent: _Sent = field(repr=False)
+    known_messages: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """The packed rows as sent, in pack order (made when first read)."""
+        return self.sent.frame
+
+    @cached_property
+    def messages(self) -> list[dict[str, Any]]:
+        """The packed rows' chat messages, in pack order (made when first read)."""
+        if self.known_messages is not None:
+            return self.known_messages
+        return self.scope._messages(self.sent)
+
+    @property
+    def ids(self) -> list[str]:
+        """Ids of the packed items, in pack order."""
+        return self.scope.df.get_column("id").gather(self.decisions.selected).to_list()
+
+    @property
+    def used_tokens(self) -> int:
+        """Tokens the pack uses, reply priming included."""
+        return self.decisions.used_tokens
 
 
 def _select(

@@ -33,6 +33,7 @@ __all__ = [
     "bm25_cache_clear",
     "bm25_cache_info",
     "bm25_scores",
+    "bm25_scores_many",
     "corpus_key",
     "recency_expr",
     "recency_scores",
@@ -219,30 +220,75 @@ def bm25_scores(
     >>> scores.dtype, int(scores.argmax()), scores[0], scores[2]
     (dtype('float64'), 1, np.float64(0.0), np.float64(0.0))
     """
-    if isinstance(texts, pl.Series):
-        docs: list[str] = texts.cast(pl.String).fill_null("").to_list()
-    else:
-        docs = ["" if t is None else str(t) for t in texts]
-    if not docs:
-        return np.zeros(0, dtype=np.float64)
-    key = cache_key if cache_key is not None else _texts_key(docs)
-    index = _CACHE.get(key)
-    if index is None:
-        index = _build_index(docs)
-        _CACHE.put(key, index)
-    if index.size != len(docs):
+    return bm25_scores_many(texts, [query], cache_key=cache_key)[0]
+
+
+def bm25_scores_many(
+    texts: Sequence[str] | pl.Series,
+    queries: Sequence[str],
+    *,
+    cache_key: Hashable | None = None,
+) -> list[npt.NDArray[np.float64]]:
+    """Score each text against each of ``queries`` with Okapi BM25 (see :func:`bm25_scores`).
+
+    The queries are tokenized in one call; each gets what :func:`bm25_scores`
+    gives it alone.
+
+    Parameters
+    ----------
+    texts
+        The documents, shape ``(n,)``. Nulls count as empty texts.
+    queries
+        ``q`` query texts.
+    cache_key
+        Identity of the corpus for the index cache (see :func:`bm25_scores`).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``q`` arrays of ``float64`` scores, shape ``(n,)``, in query order.
+
+    Examples
+    --------
+    >>> many = bm25_scores_many(["the cat sat", "a dog barked"], ["dog", "cat"])
+    >>> [int(s.argmax()) for s in many]
+    [1, 0]
+    """
+    n = len(texts)
+    index = _index(texts, cache_key) if n else None
+    if index is None or index.retriever is None or not queries:
+        return [np.zeros(n, dtype=np.float64) for _ in queries]
+    out = []
+    for query_tokens in _tokenize(list(queries), ids=False):
+        token_ids = index.retriever.get_tokens_ids(query_tokens)
+        if not token_ids:
+            out.append(np.zeros(n, dtype=np.float64))
+            continue
+        scores = index.retriever.get_scores_from_ids(token_ids)
+        out.append(np.asarray(scores, dtype=np.float64))
+    return out
+
+
+def _index(texts: Sequence[str] | pl.Series, cache_key: Hashable | None) -> _Index:
+    """The cached BM25 index of ``texts`` (``n > 0`` of them), built on a miss."""
+    n = len(texts)
+    index = None if cache_key is None else _CACHE.get(cache_key)
+    if index is None:  # the texts are read only to key or build an index
+        if isinstance(texts, pl.Series):
+            docs: list[str] = texts.cast(pl.String).fill_null("").to_list()
+        else:
+            docs = ["" if t is None else str(t) for t in texts]
+        key = cache_key if cache_key is not None else _texts_key(docs)
+        index = _CACHE.get(key) if cache_key is None else None
+        if index is None:
+            index = _build_index(docs)
+            _CACHE.put(key, index)
+    if index.size != n:
         raise PlanError(
-            f"BM25 cache key {key!r} names a corpus of {index.size} texts, got {len(docs)}; "
+            f"BM25 cache key {cache_key!r} names a corpus of {index.size} texts, got {n}; "
             "a cache key must identify its texts"
         )
-    if index.retriever is None:
-        return np.zeros(len(docs), dtype=np.float64)
-    query_tokens: list[str] = _tokenize([query], ids=False)[0]
-    token_ids = index.retriever.get_tokens_ids(query_tokens)
-    if not token_ids:
-        return np.zeros(len(docs), dtype=np.float64)
-    scores = index.retriever.get_scores_from_ids(token_ids)
-    return np.asarray(scores, dtype=np.float64)
+    return index
 
 
 # ---------------------------------------------------------------------------

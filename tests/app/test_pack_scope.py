@@ -1,0 +1,296 @@
+"""A batch's packs and manifests equal a one-request pack() for every request.
+
+The batch packs the requests of a scope together (:func:`pack_scope`, over a
+:class:`~cognoxium.packing.packer.PackScope`); each of its packs and
+manifests must be exactly what :meth:`CognitionFrame.pack` gives for that
+request alone, over the frame :func:`rank_request` ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium.app.batch import (
+    BatchSettings,
+    PreparedScope,
+    RankMethod,
+    Request,
+    pack_scope,
+    rank_request,
+    read_requests,
+    run_batch,
+)
+from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.exceptions import BudgetError, RecordError
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.manifests import read_manifests
+from cognoxium.packing.packer import ContextPack, PackScope, pack
+from cognoxium.testing import assert_manifest_equal, assert_pack_equal
+from cognoxium.tokens.profiles import get_profile
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "sample"
+AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
+LOCOMO = Path(
+    os.environ.get(
+        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
+    )
+)
+
+
+def one_request_pack(
+    store: CognitionFrame, request: Request, method: RankMethod, as_of: datetime
+) -> ContextPack:
+    """The request packed alone, as a user of the Python API packs it."""
+    scope = store if request.where is None else store.filter(request.where)
+    when = request.as_of if request.as_of is not None else as_of
+    ranked = rank_request(scope, request, method, store=store, as_of=when)
+    return ranked.pack(
+        request.budget,
+        as_of=when,
+        label=request.id,
+        reserve=request.reserve,
+        overflow=request.overflow,
+        turns=request.turns,
+        start_on=request.start_on,
+    )
+
+
+def assert_batch_equals_one_request_packs(
+    store: CognitionFrame,
+    requests: Sequence[Request],
+    method: RankMethod,
+    out: Path,
+    manifests: str = "parquet",
+    as_of: datetime = AS_OF,
+    **options: Any,
+) -> None:
+    run_batch(
+        store,
+        requests,
+        out_dir=out,
+        rank=method,
+        as_of=as_of,
+        manifests=manifests,  # type: ignore[arg-type]
+        **options,
+    )
+    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    written = read_manifests(out)
+    assert [p["request_id"] for p in packs] == [r.id for r in requests]
+    assert len(written) == len(requests)
+    for request, line, manifest in zip(requests, packs, written, strict=True):
+        alone = one_request_pack(store, _with_options(request, options), method, as_of)
+        assert line["ids"] == alone.ids, request.id
+        assert (line["used_tokens"], line["budget"]) == (alone.used_tokens, alone.budget)
+        assert_manifest_equal(manifest, alone.manifest)
+        assert manifest.to_json() == alone.manifest.to_json(), request.id
+
+
+def _with_options(request: Request, options: dict[str, Any]) -> Request:
+    """The request with the batch's pack options where it gives none."""
+    update = {k: v for k, v in options.items() if k not in request.model_fields_set and v}
+    return request.model_copy(update=update) if update else request
+
+
+@pytest.fixture(scope="module")
+def sample() -> tuple[CognitionFrame, list[Request]]:
+    return CognitionFrame.read_jsonl(SAMPLE / "items.jsonl"), read_requests(
+        SAMPLE / "requests.jsonl"
+    )
+
+
+@pytest.mark.parametrize("method", ["bm25", "recency", "none", "learned"])
+@pytest.mark.parametrize("manifests", ["parquet", "jsonl"])
+def test_the_sample_batch_equals_one_request_packs(
+    sample: tuple[CognitionFrame, list[Request]], method: RankMethod, manifests: str, tmp_path: Path
+) -> None:
+    store, requests = sample
+    assert_batch_equals_one_request_packs(store, requests, method, tmp_path / "out", manifests)
+
+
+def test_the_sample_batch_with_pack_options_equals_one_request_packs(
+    sample: tuple[CognitionFrame, list[Request]], tmp_path: Path
+) -> None:
+    store, requests = sample
+    options = {"turns": True, "start_on": "user", "reserve": 16, "overflow": "truncate"}
+    assert_batch_equals_one_request_packs(store, requests, "bm25", tmp_path / "out", **options)
+
+
+def test_requests_of_one_scope_out_of_order_equal_one_request_packs(
+    sample: tuple[CognitionFrame, list[Request]], tmp_path: Path
+) -> None:
+    # Scopes interleave, and one query repeats at several budgets (its rank is reused).
+    store, requests = sample
+    mixed = [
+        r.model_copy(update={"id": f"{r.id}:{budget}", "budget": budget})
+        for budget in (96, 400)
+        for r in requests
+    ]
+    assert_batch_equals_one_request_packs(store, mixed[::-1], "bm25", tmp_path / "out")
+
+
+def _rows() -> pl.DataFrame:
+    """Groups, lineage (parents and a redact edge), a truncatable document, a tool exchange."""
+    words = "word " * 60
+    records: list[dict[str, Any]] = [
+        {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},
+        {"id": "q1", "role": "user", "text": "What is the refund window for shoes?"},
+        {"id": "a1", "role": "assistant", "text": "Thirty days from delivery.", "group_id": "g"},
+        {"id": "a2", "role": "assistant", "text": "Sale items are final.", "group_id": "g"},
+        {"id": "m1", "role": "memory", "text": "Buys shoes often.", "parents": ["q1", "zz"]},
+        {
+            "id": "doc",
+            "role": "document",
+            "text": f"Refund policy. {words}",
+            "metadata": {"truncate": {"side": "head", "min_tokens": 8}},
+        },
+        {"id": "q2", "role": "user", "text": "And shipping costs for shoes?"},
+        {"id": "a3", "role": "assistant", "text": "Free over fifty dollars."},
+    ]
+    return records_to_frame(
+        [{"created_at": "2024-01-01T00:00:00Z", **record} for record in records]
+    )
+
+
+@pytest.mark.parametrize("budget", [20, 40, 60, 90, 200])
+@pytest.mark.parametrize("options", [{}, {"turns": True}, {"start_on": "user", "reserve": 4}])
+def test_pack_scope_packs_equal_pack(budget: int, options: dict[str, Any]) -> None:
+    df = _rows()
+    scope = PackScope(df)
+    ranks = [
+        [float(i) for i in range(df.height)],
+        [float(-i) for i in range(df.height)],
+        [None, 3.0, float("nan"), 1.0, 2.0, 5.0, 0.5, None],
+    ]
+    outcomes = []
+    for values in ranks:
+        rank = pl.Series("rank", values, pl.Float64)
+        ranked = df.with_columns(rank)
+        alone = pack(ranked, budget, as_of=AS_OF, label="r", **options)
+        together = scope.pack(budget, as_of=AS_OF, label="r", rank=rank, **options)
+        assert_pack_equal(together, alone)
+        assert together.manifest.to_json() == alone.manifest.to_json()
+        outcomes.append(scope.outcome(budget, as_of=AS_OF, label="r", rank=rank, **options))
+    # The entries of several packs, built at once, are each pack's entries.
+    entries = scope.entries(outcomes)
+    for k, values in enumerate(ranks):
+        ranked = df.with_columns(pl.Series("rank", values, pl.Float64))
+        alone = pack(ranked, budget, as_of=AS_OF, label="r", **options).manifest.to_polars()
+        assert entries.slice(k * df.height, df.height).equals(alone, null_equal=True)
+
+
+def test_a_cut_item_carries_its_new_hash_and_lineage_in_the_batch() -> None:
+    df = _rows()
+    rank = pl.Series("rank", [0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 0.0, 0.0])
+    together = PackScope(df).pack(40, as_of=AS_OF, rank=rank)
+    alone = pack(df.with_columns(rank), 40, as_of=AS_OF)
+    assert [t.id for t in together.manifest.truncations] == ["doc"]  # the case is exercised
+    assert any(edge["operation"] == "truncate" for edge in together.manifest.lineage)
+    assert_pack_equal(together, alone)
+
+
+def test_a_rank_of_the_wrong_length_is_refused() -> None:
+    scope = PackScope(_rows())
+    with pytest.raises(ValueError, match="rank has 2 values for 8 rows"):
+        scope.outcome(100, as_of=AS_OF, rank=pl.Series([1.0, 2.0]))
+
+
+def test_pack_scope_names_the_request_that_cannot_be_packed() -> None:
+    store = CognitionFrame(_rows())
+    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
+    fine = Request(id="fine", budget=200, query="refund")
+    tight = Request(id="tight", budget=3, query="refund")
+    with pytest.raises(BudgetError, match="request 'tight'"):
+        pack_scope(store, [fine, tight], settings)
+    other = Request(id="other", budget=200, where="role = 'user'")
+    with pytest.raises(RecordError, match="not the scope's"):
+        pack_scope(store, [fine, other], settings)
+
+
+def test_a_prepared_scope_is_reused_across_calls() -> None:
+    store = CognitionFrame(_rows())
+    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
+    prepared = PreparedScope(store, store.collect(), settings)
+    first = pack_scope(store, [Request(id="r1", budget=90, query="refund")], settings)
+    again = pack_scope(
+        store, [Request(id="r1", budget=90, query="refund")], settings, prepared=prepared
+    )
+    assert first.packs.equals(again.packs)
+    assert first.entries.equals(again.entries, null_equal=True)
+    assert prepared.pack(Request(id="x", budget=1)) is prepared.pack(Request(id="y", budget=1))
+
+
+@pytest.mark.skipif(
+    not LOCOMO.is_file(),
+    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
+)
+@pytest.mark.parametrize("method", ["bm25", "recency"])
+def test_a_locomo_subset_batch_equals_one_request_packs(method: RankMethod, tmp_path: Path) -> None:
+    store = CognitionFrame(load_locomo(LOCOMO))
+    requests = locomo_requests(LOCOMO, [256, 1024])
+    by_conversation: dict[str, list[Request]] = {}
+    for request in requests:
+        by_conversation.setdefault(request.id.split(":q")[0], []).append(request)
+    # Two conversations, 12 questions at two budgets each: four runs over two scopes.
+    subset = [
+        r
+        for budget in (256, 1024)
+        for conv in list(by_conversation)[:2]
+        for r in by_conversation[conv]
+        if r.budget == budget and int(r.id.split(":q")[1].split(":")[0]) < 12
+    ]
+    assert len(subset) == 48
+    assert_batch_equals_one_request_packs(store, subset, method, tmp_path / "out")
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from cognoxium.packing.manifests import ManifestWriter, scan_manifests
+
+    df = _rows()
+    scope = PackScope(df)
+    budgets = [20, 60, 90, 200]
+    outcomes = [scope.outcome(b, as_of=AS_OF, label=f"r{b}") for b in budgets]
+    ids = [f"r{b}" for b in budgets]
+    one, many = tmp_path / "one", tmp_path / "many"
+    one.mkdir()
+    many.mkdir()
+    with ManifestWriter(one, form) as writer:  # type: ignore[arg-type]
+        for request_id, b in zip(ids, budgets, strict=True):
+            writer.write(request_id, pack(df, b, as_of=AS_OF, label=request_id).manifest)
+    with ManifestWriter(many, form) as writer:  # type: ignore[arg-type]
+        writer.write_many(ids[:1], [outcomes[0].manifest], scope.entries(outcomes[:1]))
+        writer.write_many(ids[1:], [o.manifest for o in outcomes[1:]], scope.entries(outcomes[1:]))
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in many.iterdir())
+    for name in names:
+        if name.endswith(".jsonl"):
+            assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    assert scan_manifests(one).collect().equals(scan_manifests(many).collect(), null_equal=True)
+    if form == "parquet":
+        rows = [pq.ParquetFile(d / "manifests.parquet").metadata.num_rows for d in (one, many)]
+        assert rows == [len(budgets) * df.height] * 2
+
+
+def test_write_many_refuses_entries_that_do_not_split_evenly(tmp_path: Path) -> None:
+    from cognoxium.exceptions import PlanError
+    from cognoxium.packing.manifests import ManifestWriter
+
+    scope = PackScope(_rows())
+    outcome = scope.outcome(90, as_of=AS_OF)
+    with (
+        ManifestWriter(tmp_path, "parquet") as writer,
+        pytest.raises(PlanError, match="do not make k manifests"),
+    ):
+        writer.write_many(["a", "b"], [outcome.manifest] * 2, scope.entries([outcome]).head(5))
