@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,8 @@ class ManifestBasis:
     linked
         ``df`` has lineage (a ``lineage`` edge or a ``parents`` id); when
         false every pack's lineage is empty.
+    plugins
+        The plugins fingerprint: sha256 hex of the policies' fingerprints.
     """
 
     df: pl.DataFrame
@@ -110,6 +113,7 @@ class ManifestBasis:
     unredacted: dict[str, int]
     redactions: dict[str, int]
     linked: bool
+    plugins: str
 
     @property
     def height(self) -> int:
@@ -170,6 +174,9 @@ def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
         unredacted=_unredacted_totals(df),
         redactions=_redaction_totals(columns.get_column("redactions")),
         linked=linked,
+        plugins=hashlib.sha256(
+            canonical_json([p.fingerprint for p in review.policies]).encode()
+        ).hexdigest(),
     )
 
 
@@ -455,29 +462,50 @@ def _utf8_bytes(column: pl.Series) -> memoryview:
 
 def _fingerprints(basis: ManifestBasis, request: Request, rank: pl.Series) -> dict[str, str]:
     """sha256 hex of the settings, the token profile, the input and the plugins."""
-    settings = {
-        "as_of": request.as_of.isoformat(),
-        "budget": request.budget,
-        "profile": request.profile.name,
+    return {
+        "settings": _settings_fingerprint(
+            request.as_of.isoformat(),
+            request.budget,
+            request.profile.name,
+            request.reserve,
+            request.overflow,
+            request.turns,
+            request.start_on,
+        ),
+        "profile": request.profile.fingerprint,
+        "input": basis.hasher.digest(rank),
+        "plugins": basis.plugins,
+    }
+
+
+@lru_cache(maxsize=1024)
+def _settings_fingerprint(
+    as_of: str,
+    budget: int,
+    profile: str,
+    reserve: int,
+    overflow: str,
+    turns: bool,
+    start_on: str | None,
+) -> str:
+    """sha256 hex of a pack's settings (a pure function of its arguments, so remembered)."""
+    settings: dict[str, Any] = {
+        "as_of": as_of,
+        "budget": budget,
+        "profile": profile,
         "tiers": list(TIERS),
         "chat_roles": CHAT_ROLES,
     }
     # Only when set, so the settings of packs without them hash as before.
-    if request.reserve:
-        settings["reserve"] = request.reserve
-    if request.overflow != "error":
-        settings["overflow"] = request.overflow
-    if request.turns:
+    if reserve:
+        settings["reserve"] = reserve
+    if overflow != "error":
+        settings["overflow"] = overflow
+    if turns:
         settings["turns"] = True
-    if request.start_on is not None:
-        settings["start_on"] = request.start_on
-    plugins = canonical_json([p.fingerprint for p in basis.review.policies])
-    return {
-        "settings": hashlib.sha256(canonical_json(settings).encode()).hexdigest(),
-        "profile": request.profile.fingerprint,
-        "input": basis.hasher.digest(rank),
-        "plugins": hashlib.sha256(plugins.encode()).hexdigest(),
-    }
+    if start_on is not None:
+        settings["start_on"] = start_on
+    return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
 
 
 def _totals(basis: ManifestBasis, decisions: Decisions) -> ManifestTotals:

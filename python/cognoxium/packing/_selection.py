@@ -390,16 +390,19 @@ def _select(
         # Visit the span's units that fit, in order; what did not fit never will
         # (the budget left only shrinks), so the span's bounds are read once.
         after = pos
-        for at in (pos + hits).tolist():
-            if at < after or costs.bound[order[at]] > remaining:
+        units = span[hits].tolist()
+        bounds = costs.bound[span[hits]].tolist()
+        ends = block_end[pos + hits].tolist()
+        single = (block_end[pos + hits] - block_start[pos + hits] == 1).tolist()
+        for at, u, bound, end, alone in zip(
+            (pos + hits).tolist(), units, bounds, ends, single, strict=True
+        ):
+            if at < after or bound > remaining:
                 continue
-            if block_end[at] - block_start[at] > 1:
-                remaining = _select_block(
-                    costs, order[at : block_end[at]], unit_ids, remaining, chosen, cutter
-                )
-                after = int(block_end[at])
+            if not alone:
+                remaining = _select_block(costs, order[at:end], unit_ids, remaining, chosen, cutter)
+                after = end
                 continue
-            u = int(order[at])
             if costs.cost[u] == UNSET:
                 costs.prefetch(order, at, remaining)
             remaining = _take(costs, u, remaining, chosen, cutter)
