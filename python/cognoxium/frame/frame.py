@@ -126,6 +126,10 @@ def _lazy_scan(lf: pl.LazyFrame) -> Scan:
     return Scan(source=Source(conform(lf.collect())))
 
 
+_SCOPED_PACK_OPTIONS = frozenset({"label", "turns", "start_on", "policy"})
+"""The options of :meth:`CognitionFrame.pack` a pack over a kept scope takes."""
+
+
 def _to_frame(data: Any) -> pl.DataFrame:
     if isinstance(data, pl.DataFrame | pa.Table):
         return conform(data)
@@ -1900,6 +1904,14 @@ class CognitionFrame:
         pack's ``as_of`` (read once, when it is ``None``): copies expired by
         then are dropped before merging, as the pack would exclude them.
 
+        A frame that is an in-memory table (no step over it) keeps, with its
+        table, what packing finds from the rows alone (their checks,
+        rendering, exclusions, token counts and bounds, the manifest's
+        basis), one per token profile, for its next packs without a policy
+        (see :func:`cognoxium.packing.packer.pack_reusing`); every pack and
+        manifest is still the one :func:`~cognoxium.packing.packer.pack`
+        gives over the frame's rows.
+
         Parameters
         ----------
         budget
@@ -1935,9 +1947,29 @@ class CognitionFrame:
         ['payload_kind', ...]: select them back, or use with_columns instead of select to add
         columns
         """
-        from cognoxium.packing.packer import pack
+        from cognoxium.packing.packer import pack, pack_reusing
 
         self._require_item_columns("pack")
+        plan = self._plan
+        if (
+            isinstance(plan, Scan)
+            and isinstance(plan.source, Source)
+            and kwargs.get("policy") is None
+            and set(kwargs) <= _SCOPED_PACK_OPTIONS
+        ):
+            # The rows of an in-memory source never change: what packing finds
+            # from them alone is kept with the source (see pack_reusing).
+            options = {k: v for k, v in kwargs.items() if k != "policy"}
+            return pack_reusing(
+                plan.source.cache,
+                self.collect,
+                budget,
+                profile=profile,
+                as_of=as_of,
+                reserve=reserve,
+                overflow=overflow,
+                **options,
+            )
         frame = self
         if as_of is None or (isinstance(as_of, datetime) and as_of.utcoffset() is not None):
             # (pack words the error of a naive or mistyped as_of)

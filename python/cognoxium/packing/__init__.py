@@ -22,6 +22,7 @@ from cognoxium.packing.packer import (
     Reason,
     TruncationRecord,
     pack,
+    pack_reusing,
 )
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Renderer",
     "TruncationRecord",
     "pack",
+    "pack_reusing",
     "read_manifests",
     "scan_manifests",
     "summarize_manifests",

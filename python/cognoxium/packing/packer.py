@@ -57,7 +57,7 @@ is skipped without counting. Such items are reported with ``tokens`` null.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
@@ -121,7 +121,12 @@ __all__ = [
     "Reason",
     "TruncationRecord",
     "pack",
+    "pack_reusing",
 ]
+
+
+_AS_OF_KEPT = 16
+"""How many ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
 
 
 def pack(
@@ -267,6 +272,82 @@ def pack(
     return scope.pack_checked(request, label)
 
 
+def pack_reusing(
+    scopes: MutableMapping[str, Any],
+    rows: Callable[[], pl.DataFrame],
+    budget: int,
+    *,
+    profile: str | TokenProfile = "cl100k_base",
+    as_of: datetime | None = None,
+    label: str | None = None,
+    reserve: int = 0,
+    overflow: Overflow = "error",
+    turns: bool = False,
+    start_on: str | None = None,
+) -> ContextPack:
+    """:func:`pack` without policies over rows that never change, keeping their :class:`PackScope`.
+
+    The first pack with a token profile makes a scope over ``rows()`` and
+    stores it in ``scopes`` (under the profile's fingerprint); later packs
+    with that profile reuse it, with what it found: the checks of the rows,
+    their rendering, units, exclusions at each ``as_of``, token counts and
+    lower bounds, and the manifest's basis. Each pack and manifest is the
+    one :func:`pack` gives over ``rows()``.
+
+    Parameters
+    ----------
+    scopes
+        Where the scopes of these rows are kept, one per profile; it must
+        belong to rows that never change (an immutable frame's source).
+    rows
+        Returns the items, ``n`` rows in the canonical schema, in input
+        order; called only when no scope is kept for the profile.
+    budget, profile, as_of, label, reserve, overflow, turns, start_on
+        As for :func:`pack`.
+
+    Returns
+    -------
+    ContextPack
+        What :func:`pack` returns over ``rows()``.
+
+    Raises
+    ------
+    BudgetError, PackError, RecordError, SchemaError
+        As :func:`pack`, in the same order (the options are checked first).
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime
+    >>> import polars as pl
+    >>> from cognoxium.items.schema import conform
+    >>> df = conform(pl.DataFrame({
+    ...     "id": ["a", "b"], "role": ["user"] * 2, "text": ["refund policy", "word " * 40],
+    ...     "created_at": ["2024-01-01T00:00:00Z"] * 2}))
+    >>> kept: dict[str, object] = {}
+    >>> when = datetime(2024, 6, 1, tzinfo=UTC)
+    >>> first = pack_reusing(kept, lambda: df, 20, as_of=when)
+    >>> again = pack_reusing(kept, lambda: df, 20, as_of=when)
+    >>> alone = pack(df, 20, as_of=when)
+    >>> first.ids, len(kept), again.manifest.to_json() == alone.manifest.to_json()
+    (['a'], 1, True)
+    """
+    request = check_options(
+        budget,
+        profile,
+        as_of,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
+    key = f"pack_scope:{request.profile.fingerprint}"
+    scope = scopes.get(key)
+    if not isinstance(scope, PackScope):
+        scope = PackScope(rows(), profile=request.profile)
+        scopes[key] = scope
+    return scope.pack_checked(request, label)
+
+
 class PackScope:
     """The phases of :func:`pack` that hold for every pack over one frame, done once.
 
@@ -361,6 +442,9 @@ class PackScope:
         """The rows' exclusions at the request's ``as_of`` and its packing units (cached)."""
         rows = self._rows.get(request.as_of)
         if rows is None:
+            if len(self._rows) >= _AS_OF_KEPT:  # packs at ever new times (as_of now) keep few
+                self._rows.clear()
+                self._groups.clear()
             rows = self._rows[request.as_of] = find_exclusions(self.df, request.as_of, self.review)
         units = self._units.get(request.turns)
         if units is None:
