@@ -67,14 +67,18 @@ from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem, t
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.packing.manifests import MANIFEST_FORMS, ManifestForm, ManifestWriter
+from cognoxium.packing.packer import ContextPack, PackManifest
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = [
     "RANK_METHODS",
     "BatchStats",
+    "PackedRequest",
     "RankMethod",
     "Request",
+    "pack_scope",
+    "prepare_requests",
     "rank_request",
     "read_requests",
     "run_batch",
@@ -712,17 +716,15 @@ def run_batch(
     >>> out.is_symlink(), sorted(p.name for p in out.resolve().iterdir())
     (True, ['manifest_headers.jsonl', 'manifests.parquet', 'packs.jsonl'])
     """
-    if rank not in RANK_METHODS:
-        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
-    if manifests not in MANIFEST_FORMS:
-        raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
-    seen: set[str] = set()
-    for request in requests:
-        if request.id in seen:
-            raise request.error("duplicate request id", field="id")
-        seen.add(request.id)
-    defaults = {"turns": turns, "start_on": start_on}
-    requests = [_with_defaults(r, reserve, overflow, defaults) for r in requests]
+    requests = prepare_requests(
+        requests,
+        rank=rank,
+        manifests=manifests,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
     write = partial(
         _write_batch,
         store,
@@ -740,6 +742,53 @@ def run_batch(
         return write(folder)
     with committed_output(out_dir) as folder:
         return write(folder)
+
+
+def prepare_requests(
+    requests: Sequence[Request],
+    *,
+    rank: str = "learned",
+    manifests: str = "parquet",
+    reserve: int = 0,
+    overflow: Literal["error", "truncate"] = "error",
+    turns: bool = False,
+    start_on: Literal["user"] | None = None,
+) -> list[Request]:
+    """Check a batch's settings and ids, and give each request the batch's pack options.
+
+    What :func:`run_batch` does before packing (the options a request gives
+    itself win); an engine that packs elsewhere calls it first.
+
+    Returns
+    -------
+    list of Request
+        The requests, in order, with the batch's defaults filled in.
+
+    Raises
+    ------
+    PlanError
+        If ``rank`` or ``manifests`` is unknown.
+    RecordError
+        If two requests share an id, or ``reserve`` exceeds the budget of a
+        request that takes it.
+
+    Examples
+    --------
+    >>> [r.reserve for r in prepare_requests(
+    ...     [Request(id="a", budget=100), Request(id="b", budget=100, reserve=5)], reserve=10)]
+    [10, 5]
+    """
+    if rank not in RANK_METHODS:
+        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    if manifests not in MANIFEST_FORMS:
+        raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
+    seen: set[str] = set()
+    for request in requests:
+        if request.id in seen:
+            raise request.error("duplicate request id", field="id")
+        seen.add(request.id)
+    defaults = {"turns": turns, "start_on": start_on}
+    return [_with_defaults(r, reserve, overflow, defaults) for r in requests]
 
 
 def _with_defaults(
@@ -770,6 +819,138 @@ def _with_defaults(
     return request.model_copy(update=update) if update else request
 
 
+@dataclass(frozen=True, slots=True)
+class PackedRequest:
+    """One packed request of a batch: what :func:`run_batch` writes for it.
+
+    Attributes
+    ----------
+    request_id
+        The request's id.
+    pack_line
+        Its line of ``packs.jsonl`` without the newline: canonical JSON
+        ``{"budget", "ids", "request_id", "used_tokens"}``.
+    manifest
+        Its pack manifest (labelled with the request id), written by
+        :class:`~cognoxium.packing.manifests.ManifestWriter`.
+    latency_ms
+        Ranking, packing and serialising it, in milliseconds.
+    """
+
+    request_id: str
+    pack_line: str
+    manifest: PackManifest
+    latency_ms: float
+
+
+def pack_scope(
+    scope: CognitionFrame,
+    requests: Sequence[Request],
+    *,
+    store: CognitionFrame | None = None,
+    profile: str | TokenProfile = "cl100k_base",
+    rank: RankMethod = "learned",
+    as_of: datetime,
+    retrieval: RetrievalSettings | None = None,
+) -> list[PackedRequest]:
+    """Pack requests over one scope, already filtered, without writing anything.
+
+    The kernel of :func:`run_batch`, which calls it for each request: rank
+    the scope (:func:`rank_request`) and pack it under the request's budget
+    and options (already merged with the batch's defaults).
+
+    Parameters
+    ----------
+    scope
+        The items the requests may pack: the store filtered by their common
+        ``where`` clause.
+    requests
+        Requests sharing that scope.
+    store
+        The whole store, for the rank methods that follow lineage
+        (``hybrid-lineage``, ``learned``); ``None`` means ``scope``.
+    profile, rank, retrieval
+        As for :func:`run_batch`.
+    as_of
+        UTC time for the requests without their own ``as_of``.
+
+    Returns
+    -------
+    list of PackedRequest
+        One per request, in the order given.
+
+    Raises
+    ------
+    BudgetError
+        If a request's required items alone exceed its budget (names the
+        request).
+    RecordError
+        If a request cannot be packed, naming the request.
+
+    Examples
+    --------
+    >>> scope = CognitionFrame([{"id": "a", "role": "user", "text": "refund please",
+    ...                          "created_at": "2025-01-01T00:00:00Z"}])
+    >>> (row,) = pack_scope(scope, [Request(id="r1", budget=50, query="refund")],
+    ...                     rank="bm25", as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> row.pack_line
+    '{"budget":50,"ids":["a"],"request_id":"r1","used_tokens":9}'
+    """
+    rows: list[PackedRequest] = []
+    for request in requests:
+        t0 = time.perf_counter()
+        when = request.as_of if request.as_of is not None else as_of
+        ranked = rank_request(
+            scope,
+            request,
+            rank,
+            store=store if store is not None else scope,
+            retrieval=retrieval,
+            profile=profile,
+            as_of=when,
+        )
+        result = _pack_one(ranked, request, profile, when)
+        line = canonical_json(
+            {
+                "budget": result.budget,
+                "ids": list(result.ids),
+                "request_id": request.id,
+                "used_tokens": result.used_tokens,
+            }
+        )
+        latency = (time.perf_counter() - t0) * 1000.0
+        rows.append(PackedRequest(request.id, line, result.manifest, latency))
+    return rows
+
+
+def _pack_one(
+    ranked: CognitionFrame, request: Request, profile: str | TokenProfile, when: datetime
+) -> ContextPack:
+    """Pack one ranked scope under the request's budget; errors name the request."""
+    try:
+        return ranked.pack(
+            request.budget,
+            profile=profile,
+            as_of=when,
+            label=request.id,
+            reserve=request.reserve,
+            overflow=request.overflow,
+            turns=request.turns,
+            start_on=request.start_on,
+        )
+    except BudgetError as exc:
+        raise BudgetError(
+            f"request {request.id!r}: {exc}",
+            costs=exc.costs,
+            budget=exc.budget,
+            params={**exc.params, "request_id": request.id},
+        ) from None
+    except (PackError, PlanError) as exc:
+        raise request.error(f"cannot pack: {exc}") from exc
+    except pl.exceptions.PolarsError as exc:
+        raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
+
+
 def _write_batch(
     store: pl.DataFrame | CognitionFrame,
     requests: Sequence[Request],
@@ -798,51 +979,18 @@ def _write_batch(
         _progress(len(requests), progress) as advance,
     ):
         for request in requests:
-            t0 = time.perf_counter()
-            when = request.as_of if request.as_of is not None else default_as_of
-            ranked = rank_request(
+            (row,) = pack_scope(
                 scopes[request.where],
-                request,
-                rank,
+                [request],
                 store=frame,
-                retrieval=retrieval,
                 profile=profile,
-                as_of=when,
+                rank=rank,
+                as_of=default_as_of,
+                retrieval=retrieval,
             )
-            try:
-                result = ranked.pack(
-                    request.budget,
-                    profile=profile,
-                    as_of=when,
-                    label=request.id,
-                    reserve=request.reserve,
-                    overflow=request.overflow,
-                    turns=request.turns,
-                    start_on=request.start_on,
-                )
-            except BudgetError as exc:
-                raise BudgetError(
-                    f"request {request.id!r}: {exc}",
-                    costs=exc.costs,
-                    budget=exc.budget,
-                    params={**exc.params, "request_id": request.id},
-                ) from None
-            except (PackError, PlanError) as exc:
-                raise request.error(f"cannot pack: {exc}") from exc
-            except pl.exceptions.PolarsError as exc:
-                raise request.error(f"cannot pack: {polars_error_text(exc)}") from exc
-            manifest_writer.write(request.id, result.manifest)
-            latencies.append((time.perf_counter() - t0) * 1000.0)
-            packs_file.write(
-                canonical_json(
-                    {
-                        "budget": result.budget,
-                        "ids": list(result.ids),
-                        "request_id": request.id,
-                        "used_tokens": result.used_tokens,
-                    }
-                )
-            )
+            manifest_writer.write(row.request_id, row.manifest)
+            latencies.append(row.latency_ms)
+            packs_file.write(row.pack_line)
             packs_file.write("\n")
             advance()
     seconds = time.perf_counter() - started
