@@ -295,10 +295,29 @@ def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
     return RecordError(message, source=source, line=line, field=name, code="request.invalid")
 
 
-def read_requests(path: str | os.PathLike[str]) -> list[Request]:
-    r"""Read pack requests from a JSONL file, one JSON object per line.
+def _is_parquet(path: str | os.PathLike[str]) -> bool:
+    return Path(path).suffix.lower() == ".parquet"
 
-    Blank lines are skipped. Reading is all or nothing.
+
+def _parquet_rows(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
+    """The rows of a requests Parquet file as records, numbered from 1; nulls left out."""
+    try:
+        rows = pl.read_parquet(Path(path)).to_dicts()
+    except pl.exceptions.PolarsError as exc:
+        raise RecordError(
+            f"not a readable Parquet file: {polars_error_text(exc)}",
+            source=str(path),
+            code="file.unreadable",
+        ) from None
+    return [(n, {k: v for k, v in row.items() if v is not None}) for n, row in enumerate(rows, 1)]
+
+
+def read_requests(path: str | os.PathLike[str]) -> list[Request]:
+    r"""Read pack requests from a JSONL file (one JSON object per line) or a Parquet file.
+
+    Blank lines are skipped. A ``.parquet`` file holds one request per row,
+    a column per field; a null is a field left out, and errors name the
+    1-based row as the line. Reading is all or nothing.
 
     Parameters
     ----------
@@ -337,7 +356,7 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     seen: dict[str, int] = {}
     try:
         # Lines end at "\n" only: JSON text may hold U+2028 and other line breaks.
-        records = list(json_lines(path))
+        records = _parquet_rows(path) if _is_parquet(path) else list(json_lines(path))
     except OSError as exc:
         detail = exc.strerror or str(exc)
         raise RecordError(

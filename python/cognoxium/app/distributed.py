@@ -27,7 +27,9 @@ Units run as a Ray Data ``map_batches`` over ``ray.data.from_items`` (one
 unit per batch, at most ``workers`` tasks at once). A task whose worker
 process dies is run again (``max_retries``); a unit is a pure function of
 its inputs, so a retried unit gives the same rows, and the driver keeps one
-row per request. A request whose scope holds no item (no partition or no
+row per request. (Ray Data runs its tasks with ``max_retries=-1``: a task is
+retried for as long as its worker dies, and never on an exception of its
+own.) A request whose scope holds no item (no partition or no
 matching item) is an error listing every such request, never an empty pack.
 
 Lineage (``hybrid-lineage``, ``learned``): a unit's store is the partitions
@@ -98,9 +100,6 @@ Engine = Literal["local", "ray"]
 
 ENGINES: tuple[str, ...] = ("local", "ray")
 """The accepted values of :data:`Engine` (the first is the default)."""
-
-MAX_RETRIES = 3
-"""Times a unit whose worker process died is run again before the batch fails."""
 
 _ROWS = pa.schema(
     [
@@ -578,6 +577,7 @@ def _cluster(ray: Any, address: str | None, workers: int | None) -> Iterator[Non
         ray.init(
             num_cpus=workers or os.cpu_count() or 1,
             include_dashboard=False,
+            _node_ip_address="127.0.0.1",
             log_to_driver=False,
             _temp_dir=tempfile.mkdtemp(prefix="ray-"),
         )
@@ -598,16 +598,15 @@ def _results(
 ) -> Iterator[dict[str, Any]]:
     """The rows of every unit, packed by Ray Data tasks, in the order they finish."""
     items = [{"unit": i, "payload": pickle.dumps(u)} for i, u in enumerate(units)]
-    remote: dict[str, Any] = {"max_retries": MAX_RETRIES, "num_cpus": 1}
-    if cache_dir is not None:
-        remote["runtime_env"] = {"env_vars": {CACHE_DIR_ENV: cache_dir}}
+    env = None if cache_dir is None else {"env_vars": {CACHE_DIR_ENV: cache_dir}}
     mapped = ray.data.from_items(items, override_num_blocks=max(len(items), 1)).map_batches(
         _pack_units,
         batch_size=1,
         batch_format="pyarrow",
         fn_kwargs={"store": store, "settings": settings},
         compute=ray.data.TaskPoolStrategy(size=workers),
-        **remote,
+        num_cpus=1,
+        runtime_env=env,
     )
     for batch in mapped.iter_batches(batch_size=None, batch_format="pyarrow"):
         yield from batch.to_pylist()
