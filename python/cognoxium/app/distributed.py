@@ -240,10 +240,13 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
         )
     target = Path(root)
     target.mkdir(parents=True)
-    for value in sorted(set(values.to_list())):
+    parts = store.with_columns(values.alias("__partition")).partition_by(
+        "__partition", maintain_order=True, include_key=False, as_dict=True
+    )
+    for (value,), part in sorted(parts.items(), key=lambda kv: str(kv[0][0])):
         folder = target / f"{key}={value}"
         folder.mkdir()
-        pq.write_table(to_arrow(store.filter(values == value)), folder / "part-0.parquet")
+        pq.write_table(to_arrow(part), folder / "part-0.parquet")
 
 
 # -- scopes ------------------------------------------------------------------

@@ -1,0 +1,297 @@
+"""Batch packing on Ray Data against the local engine, and an estimate for larger clusters.
+
+A synthetic store of ``--items`` chat-like items (``bench_pack.synthetic_items``)
+in ``--scopes`` conversations of equal size, written as a hive-partitioned
+Parquet store (``conversation=<id>/part-0.parquet``) in a temporary
+directory, and ``--requests`` requests, each scoped to one conversation
+(``where = "metadata.conversation = '<id>'"``, conversations drawn at random,
+seeded), with a query of three words, ranked by ``--rank`` (bm25 or recency)
+under a budget of 1,024 tokens.
+
+Timed, each the user's whole call (reading, packing, writing and committing
+the files):
+
+local
+    ``read_store`` + :func:`cognoxium.app.batch.run_batch`.
+ray-1, ray-2
+    :func:`cognoxium.app.distributed.run_batch_ray` with 1 and 2 workers on a
+    local Ray started once beforehand (its start-up is reported apart).
+
+Every Ray run's files are compared byte for byte with the local run's.
+
+The estimate for larger runs uses costs measured in the same process on a
+sample of scopes: reading one scope (``read_scope``), packing one request
+(``pack_scope``), and the driver's serial work per request (unpickling the
+manifest and writing it with the packs line); Ray's per-task overhead is the
+2-worker run's wall time less its work, spread over its tasks. A run of
+``R`` requests in ``U`` scopes on ``W`` workers then takes about::
+
+    max(U * (read + R/U * pack + overhead) / W,  R * driver)
+
+(workers and the driver overlap), plus Ray's start-up.
+
+Usage: ``python benchmarks/bench_ray.py [--small] [--items 1000000] [--scopes 1000]
+[--requests 20000] [--rank bm25] [--out benchmarks/results/ray.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from bench_pack import synthetic_items
+from cognoxium.app.batch import Request, pack_scope, run_batch
+from cognoxium.app.distributed import read_scope, read_store, run_batch_ray, write_partitioned
+from cognoxium.packing.manifests import ManifestWriter
+
+RESULTS = Path(__file__).resolve().parent / "results"
+AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
+BUDGET = 1024
+FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
+TARGET = {"items": 10_000_000, "requests": 1_000_000, "scopes": 10_000}
+WORKERS = (8, 32, 128)
+QUERY_WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
+
+
+def make_store(root: Path, items: int, scopes: int) -> None:
+    df = synthetic_items(items)
+    width = len(str(scopes - 1))
+    df = df.with_columns(
+        metadata=pl.format(
+            '{{"conversation":"s{}"}}',
+            (pl.int_range(pl.len()) * scopes // items).cast(pl.String).str.zfill(width),
+        )
+    )
+    write_partitioned(df, root, key="conversation")
+
+
+def make_requests(count: int, scopes: int, seed: int = 11) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    width = len(str(scopes - 1))
+    picks = rng.integers(0, scopes, size=count)
+    words = rng.integers(0, len(QUERY_WORDS), size=(count, 3))
+    return [
+        Request(
+            id=f"q{k:07d}",
+            budget=BUDGET,
+            query=" ".join(QUERY_WORDS[w] for w in words[k]),
+            where=f"metadata.conversation = 's{int(picks[k]):0{width}d}'",
+        )
+        for k in range(count)
+    ]
+
+
+def unit_costs(store: Path, requests: list[Request], rank: str, sample: int) -> dict[str, float]:
+    """Seconds to read a scope, pack a request, and write a request on the driver."""
+    by_scope: dict[str | None, list[Request]] = {}
+    for request in requests:
+        by_scope.setdefault(request.where, []).append(request)
+    chosen = list(by_scope.items())[:sample]
+    read_s = pack_s = write_s = 0.0
+    packed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        packs = (Path(tmp) / "packs.jsonl").open("w", encoding="utf-8")
+        with packs, ManifestWriter(tmp, "parquet") as writer:
+            for where, group in chosen:
+                t0 = time.perf_counter()
+                part, scope = read_scope(store, where)
+                t1 = time.perf_counter()
+                rows = pack_scope(scope, group, store=part, rank=rank, as_of=AS_OF)
+                t2 = time.perf_counter()
+                blobs = [
+                    pickle.dumps(row.manifest, protocol=pickle.HIGHEST_PROTOCOL) for row in rows
+                ]
+                t3 = time.perf_counter()
+                for row, blob in zip(rows, blobs, strict=True):
+                    writer.write(row.request_id, pickle.loads(blob))
+                    packs.write(row.pack_line + "\n")
+                t4 = time.perf_counter()
+                read_s += t1 - t0
+                pack_s += (t2 - t1) + (t3 - t2)
+                write_s += t4 - t3
+                packed += len(rows)
+    return {
+        "read_s_per_scope": read_s / len(chosen),
+        "pack_s_per_request": pack_s / packed,
+        "driver_s_per_request": write_s / packed,
+        "sampled_scopes": len(chosen),
+        "sampled_requests": packed,
+    }
+
+
+def timed_runs(
+    store: Path, requests: list[Request], rank: str, workdir: Path
+) -> dict[str, dict[str, float]]:
+    import ray
+
+    runs: dict[str, dict[str, float]] = {}
+    t0 = time.perf_counter()
+    local = run_batch(
+        read_store(store), requests, out_dir=workdir / "local", rank=rank, as_of=AS_OF
+    )
+    runs["local"] = {"seconds": time.perf_counter() - t0, "packs_per_s": 0.0}
+    runs["local"]["packs_per_s"] = local.requests / runs["local"]["seconds"]
+    t0 = time.perf_counter()
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+    )
+    startup = time.perf_counter() - t0
+    try:
+        for workers in (1, 2):
+            name = f"ray-{workers}"
+            t0 = time.perf_counter()
+            stats = run_batch_ray(
+                store,
+                requests,
+                out_dir=workdir / name,
+                rank=rank,
+                as_of=AS_OF,
+                workers=workers,
+            )
+            seconds = time.perf_counter() - t0
+            same = all(
+                (workdir / "local" / f).read_bytes() == (workdir / name / f).read_bytes()
+                for f in FILES
+            )
+            runs[name] = {
+                "seconds": seconds,
+                "packs_per_s": stats.requests / seconds,
+                "identical_to_local": same,
+            }
+            print(f"{name}: {seconds:.1f} s, identical to local: {same}", flush=True)
+    finally:
+        ray.shutdown()
+    runs["ray_startup"] = {"seconds": startup}
+    return runs
+
+
+def estimate(
+    costs: dict[str, float], runs: dict[str, Any], units: int, requests: int
+) -> dict[str, Any]:
+    """Per-task overhead from the 2-worker run, and the time of the target run per cluster size."""
+    work = units * costs["read_s_per_scope"] + requests * costs["pack_s_per_request"]
+    overhead = max(0.0, (runs["ray-2"]["seconds"] * 2 - work) / units)
+    per_scope_requests = TARGET["requests"] / TARGET["scopes"]
+    task = costs["read_s_per_scope"] + per_scope_requests * costs["pack_s_per_request"] + overhead
+    rows = []
+    for workers in WORKERS:
+        compute = TARGET["scopes"] * task / workers
+        driver = TARGET["requests"] * costs["driver_s_per_request"]
+        wall = max(compute, driver) + runs["ray_startup"]["seconds"]
+        rows.append(
+            {
+                "workers": workers,
+                "compute_s": compute,
+                "driver_s": driver,
+                "wall_s": wall,
+                "packs_per_s": TARGET["requests"] / wall,
+                "bound": "workers" if compute >= driver else "driver",
+            }
+        )
+    return {"overhead_s_per_task": overhead, "task_s": task, "target": TARGET, "rows": rows}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    runs, setup, est, costs = result["runs"], result["setup"], result["estimate"], result["costs"]
+    lines = [
+        "## Batch packing on Ray Data\n",
+        f"{setup['items']:,} items in {setup['scopes']:,} conversations (hive-partitioned "
+        f"Parquet), {setup['requests']:,} requests, rank {setup['rank']}, budget {BUDGET} "
+        f"tokens; {setup['cpus']} cores shared with other work. Whole calls, wall-clock. "
+        f"`python benchmarks/bench_ray.py{' --small' if setup['small'] else ''}`\n",
+        "| engine | seconds | packs/s | files identical to local |",
+        "|---|---:|---:|---|",
+    ]
+    for name in ("local", "ray-1", "ray-2"):
+        run = runs[name]
+        same = "-" if name == "local" else ("yes" if run["identical_to_local"] else "NO")
+        lines.append(f"| {name} | {run['seconds']:.1f} | {run['packs_per_s']:.1f} | {same} |")
+    lines += [
+        "",
+        f"Ray 2 workers / 1 worker: **{result['ratio_2_to_1']:.2f}x**; Ray 2 workers / local: "
+        f"{result['ratio_2_to_local']:.2f}x. Ray's start-up (not in the rows above): "
+        f"{runs['ray_startup']['seconds']:.1f} s.\n",
+        f"Measured per unit (sample of {costs['sampled_scopes']} scopes, "
+        f"{costs['sampled_requests']} requests): reading a scope "
+        f"{costs['read_s_per_scope'] * 1000:.1f} ms, packing a request "
+        f"{costs['pack_s_per_request'] * 1000:.2f} ms, driver writing a request "
+        f"{costs['driver_s_per_request'] * 1000:.2f} ms; Ray's overhead per task "
+        f"(2-worker run less its work) {est['overhead_s_per_task'] * 1000:.1f} ms.\n",
+        f"Estimate for {TARGET['items']:,} items, {TARGET['requests']:,} requests in "
+        f"{TARGET['scopes']:,} scopes (the same scope size and cost per request; one task "
+        f"per scope of {est['task_s']:.2f} s):\n",
+        "| workers | workers' time (s) | driver's time (s) | wall (s) | packs/s | bound by |",
+        "|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in est["rows"]:
+        lines.append(
+            f"| {row['workers']} | {row['compute_s']:.0f} | {row['driver_s']:.0f} | "
+            f"{row['wall_s']:.0f} | {row['packs_per_s']:.0f} | {row['bound']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", action="store_true", help="20k items, 100 scopes, 1k requests.")
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--scopes", type=int, default=1_000)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--rank", choices=("bm25", "recency"), default="bm25")
+    parser.add_argument("--sample", type=int, default=20, help="Scopes sampled for unit costs.")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ray.json")
+    args = parser.parse_args(argv)
+    if args.small:
+        args.items, args.scopes, args.requests = 20_000, 100, 1_000
+    workdir = Path(tempfile.mkdtemp(prefix="bench-ray-"))
+    try:
+        t0 = time.perf_counter()
+        make_store(workdir / "store", args.items, args.scopes)
+        requests = make_requests(args.requests, args.scopes)
+        print(f"store written in {time.perf_counter() - t0:.1f} s", flush=True)
+        costs = unit_costs(workdir / "store", requests, args.rank, args.sample)
+        runs = timed_runs(workdir / "store", requests, args.rank, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    units = len({r.where for r in requests})
+    result = {
+        "setup": {
+            "items": args.items,
+            "scopes": args.scopes,
+            "units": units,
+            "requests": args.requests,
+            "rank": args.rank,
+            "small": args.small,
+            "cpus": os.cpu_count(),
+        },
+        "costs": costs,
+        "runs": runs,
+        "ratio_2_to_1": runs["ray-1"]["seconds"] / runs["ray-2"]["seconds"],
+        "ratio_2_to_local": runs["local"]["seconds"] / runs["ray-2"]["seconds"],
+        "estimate": estimate(costs, runs, units, args.requests),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
