@@ -2,9 +2,10 @@
 
 Commands
 --------
-``cognoxium pack ITEMS REQUESTS --out DIR``
-    Pack every request of a JSONL file over a store of items (see
-    :func:`cognoxium.app.batch.run_batch`).
+``cognoxium pack ITEMS REQUESTS --out DIR [--engine ray [--address ADDR]]``
+    Pack every request of a JSONL or Parquet file over a store of items (see
+    :func:`cognoxium.app.batch.run_batch`), here or as Ray Data tasks (see
+    :func:`cognoxium.app.distributed.run_batch_ray`).
 ``cognoxium locomo PATH --out DIR``
     Import LoCoMo, pack a context per question and budget and report evidence
     recall (see :func:`cognoxium.app.locomo.run_locomo`).
@@ -614,7 +615,10 @@ def pack_command(
     jsonl DIR/manifests.jsonl (one canonical manifest per request). A
     request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
     swapped when every file is written, so readers see the files of one
-    run; a second run into DIR while one writes exits with 2.
+    run; a second run into DIR while one writes exits with 2. With --engine
+    ray the scopes are packed as Ray Data tasks over a Parquet store (a
+    hive-partitioned directory or a file) and the files are the same, byte
+    for byte; a request whose scope has no item exits with 2.
     """
     from functools import partial
 
