@@ -477,9 +477,10 @@ _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
 
 
 def _readable_store(path: Path) -> Path:
-    """Check the items argument of pack: a store directory or a readable file."""
-    if path.is_dir() and os.access(path, os.R_OK | os.X_OK):
-        return path
+    """Check the items argument of pack: a readable file, or a directory of partitions."""
+    readable = path.is_dir() and os.access(path, os.R_OK | os.X_OK)
+    if readable and any("=" in name for name in os.listdir(path)):
+        return path  # a hive-partitioned store; read_store checks the rest
     checked = _readable_file(path)
     assert checked is not None
     return checked
@@ -624,6 +625,7 @@ def pack_command(
 
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.app.distributed import read_store, run_batch_ray
+    from cognoxium.items.io import read_items
 
     when = _as_of(as_of)
     retrieval = _retrieval(model, neighbours, ranker)
@@ -632,7 +634,8 @@ def pack_command(
         runner = partial(run_batch_ray, items, address=address, workers=workers)
     else:
         try:
-            runner = partial(run_batch, read_store(items))
+            store = read_store(items) if items.is_dir() else read_items(items)
+            runner = partial(run_batch, store)
         except (OSError, UnicodeDecodeError) as exc:
             _fail_io(exc, "read", items)
         except CognoxiumError as exc:
