@@ -19,29 +19,34 @@ default). The phases:
    manifest.
 4. *Commit.* The driver writes the rows in input order with the local run's
    writers (:class:`~cognoxium.packing.manifests.ManifestWriter`) into a
-   fresh version directory and swaps the output link once
-   (:func:`~cognoxium.app._outputs.committed_output` semantics): the output
-   appears whole or not at all.
+   fresh version directory and swaps the output link once, as
+   :func:`~cognoxium.app.batch.run_batch` commits: the output appears whole
+   or not at all.
 
 Units run as a Ray Data ``map_batches`` over ``ray.data.from_items`` (one
 unit per batch, at most ``workers`` tasks at once). A task whose worker
-process dies is run again (``max_retries``); a unit is a pure function of
-its inputs, so a retried unit gives the same rows, and the driver keeps one
-row per request. (Ray Data runs its tasks with ``max_retries=-1``: a task is
-retried for as long as its worker dies, and never on an exception of its
-own.) A request whose scope holds no item (no partition or no
-matching item) is an error listing every such request, never an empty pack.
+process dies is run again (Ray Data's tasks have ``max_retries=-1``:
+retried as long as their worker dies, never for an exception of their own);
+a unit is a pure function of its inputs, so a retried unit gives the same
+rows, and the driver keeps one row per request. A unit that raises (an
+invalid ``where``, an infeasible budget) is run again by the driver, which
+raises the local run's error. A request whose scope holds no item (no
+partition or no matching item) is an error listing every such request,
+never an empty pack (the local run packs it empty).
 
-Lineage (``hybrid-lineage``, ``learned``): a unit's store is the partitions
-it read, not the whole store, so partition the store by a key that keeps
+Two conditions keep the packs equal to the local run's. Lineage
+(``hybrid-lineage``, ``learned``): a unit's store is the partitions it
+read, not the whole store, so partition the store by a key that keeps
 derived items (observations, summaries) with their parents, such as the
-conversation; then the packs equal the local run's.
+conversation. Metadata: ``metadata.<key>`` is decoded with the type its
+values have in the items read, so give a key one JSON type across the store.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -101,6 +106,8 @@ Engine = Literal["local", "ray"]
 ENGINES: tuple[str, ...] = ("local", "ray")
 """The accepted values of :data:`Engine` (the first is the default)."""
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 _ROWS = pa.schema(
     [
         ("position", pa.int64()),
@@ -137,7 +144,9 @@ def partition_key(path: str | os.PathLike[str]) -> str | None:
     ----------
     path
         A ``.parquet``/``.jsonl`` file, or a directory whose entries are
-        ``<key>=<value>`` directories of Parquet files, all with one key.
+        ``<key>=<value>`` directories of Parquet files, all with one key;
+        every item under ``<key>=<value>`` has the text ``<value>`` at
+        ``metadata.<key>`` (as :func:`write_partitioned` writes them).
 
     Raises
     ------
@@ -347,15 +356,13 @@ def _partition_keys(where: str | None) -> tuple[str, ...]:
         tree = sqlglot.parse_one(where)
     except (sqlglot.errors.SqlglotError, RecursionError):
         return ()
-    return tuple(
-        sorted(
-            {
-                column.name
-                for column in tree.find_all(exp.Column)
-                if column.table == "metadata" and not column.args.get("db")
-            }
-        )
-    )
+    names = {
+        column.name
+        for column in tree.find_all(exp.Column)
+        if column.table == "metadata" and not column.args.get("db")
+    }
+    # Only plain names: a JSON path of another key could miss the items it names.
+    return tuple(sorted(name for name in names if _PLAIN_KEY.fullmatch(name)))
 
 
 def read_scope(
