@@ -235,6 +235,20 @@ def estimate(costs: dict[str, float], runs: dict[str, Any]) -> dict[str, Any]:
     return {"overhead_s_per_task": overhead, "task_s": task, "target": TARGET, "rows": rows}
 
 
+def command(setup: dict[str, Any]) -> str:
+    """The command line that gives ``setup``."""
+    if setup["small"]:
+        return "python benchmarks/bench_ray.py --small"
+    args = [
+        f"--{name} {setup[name]}"
+        for name, default in (("items", 1_000_000), ("scopes", 1_000), ("requests", 20_000))
+        if setup[name] != default
+    ]
+    if setup["rank"] != "bm25":
+        args.append(f"--rank {setup['rank']}")
+    return " ".join(["python benchmarks/bench_ray.py", *args])
+
+
 def markdown(result: dict[str, Any]) -> str:
     runs, setup, est, costs = result["runs"], result["setup"], result["estimate"], result["costs"]
     lines = [
@@ -242,7 +256,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{setup['items']:,} items in {setup['scopes']:,} conversations (hive-partitioned "
         f"Parquet), {setup['requests']:,} requests, rank {setup['rank']}, budget {BUDGET} "
         f"tokens; {setup['cpus']} cores shared with other work. Whole calls, wall-clock. "
-        f"`python benchmarks/bench_ray.py{' --small' if setup['small'] else ''}`\n",
+        f"`{command(setup)}`\n",
         "| engine | seconds | packs/s | files identical to local |",
         "|---|---:|---:|---|",
     ]
