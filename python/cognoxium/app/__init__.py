@@ -1,17 +1,31 @@
 """The applications on top of the engine.
 
-Batch packing (:func:`run_batch`), the LoCoMo evaluation adapter
-(:func:`run_locomo`) and the command line (:mod:`cognoxium.app.cli`).
+Batch packing (:func:`run_batch`; on Ray Data, :func:`run_batch_ray`), the
+LoCoMo evaluation adapter (:func:`run_locomo`) and the command line
+(:mod:`cognoxium.app.cli`).
 """
 
 from cognoxium.app.batch import (
     RANK_METHODS,
     BatchStats,
+    PackedRequest,
     RankMethod,
     Request,
+    pack_scope,
+    prepare_requests,
     rank_request,
     read_requests,
     run_batch,
+)
+from cognoxium.app.distributed import (
+    ENGINES,
+    Engine,
+    partition_key,
+    read_scope,
+    read_store,
+    run_batch_ray,
+    scope_values,
+    write_partitioned,
 )
 from cognoxium.app.locomo import (
     ANSWERABLE_CATEGORIES,
@@ -30,18 +44,29 @@ __all__ = [
     "ANSWERABLE_CATEGORIES",
     "CATEGORY_NAMES",
     "DEFAULT_BUDGETS",
+    "ENGINES",
     "RANK_METHODS",
     "TUNING_CONVERSATIONS",
     "BatchStats",
+    "Engine",
+    "PackedRequest",
     "RankMethod",
     "Request",
     "evaluate",
     "load_locomo",
     "locomo_requests",
     "normalize_evidence",
+    "pack_scope",
     "parse_session_time",
+    "partition_key",
+    "prepare_requests",
     "rank_request",
     "read_requests",
+    "read_scope",
+    "read_store",
     "run_batch",
+    "run_batch_ray",
     "run_locomo",
+    "scope_values",
+    "write_partitioned",
 ]
