@@ -306,3 +306,23 @@ def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> No
     (tmp_path / "broken.parquet").write_text("not parquet")
     with pytest.raises(RecordError, match="not a readable Parquet file"):
         read_requests(tmp_path / "broken.parquet")
+
+
+def test_workers_share_the_embedding_cache_directory(
+    ray_local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COGNOXIUM_CACHE_DIR", str(tmp_path / "local-cache"))
+    root = tmp_path / "store"
+    write_partitioned(synthetic(3, 20), root, key="conversation")
+    requests = requests_for(3, 6)
+    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="hybrid", as_of=AS_OF)
+    shared = tmp_path / "shared-cache"
+    run_batch_ray(
+        root, requests, out_dir=tmp_path / "ray", rank="hybrid", as_of=AS_OF, cache_dir=shared
+    )
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    shards = sorted(shared.rglob("shard-*.parquet"))
+    assert shards, "the workers wrote no embedding to the shared cache"
+    hashes = pl.concat([pl.read_parquet(s, columns=["content_hash"]) for s in shards])
+    assert set(hashes["content_hash"]) == set(read_store(root)["content_hash"])
+    assert not list(shared.rglob(".tmp-*"))  # every shard was renamed into place
