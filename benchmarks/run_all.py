@@ -24,6 +24,12 @@ redact
     whole call ``CognitionFrame(records).redact().collect()``, and 100 MB of
     lines into ``redact_frame``; three rounds each, min and median.
     ``--quick``: 20k records, 10 MB, one round.
+ray
+    Batch packing on Ray Data against the local engine (``bench_ray``): 1M
+    items in 1,000 hive-partitioned conversations, 20,000 requests, ranked
+    by BM25; the local engine, Ray with 1 and 2 workers, byte-identical
+    files checked, and an estimate for 10M items and 1M requests on 8, 32
+    and 128 workers. ``--quick``: ``bench_ray --small``.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -63,6 +69,7 @@ import polars as pl
 
 import bench_batch
 import bench_peers
+import bench_ray
 import bench_redact
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
 from cognoxium.app.batch import RANK_METHODS
@@ -72,7 +79,7 @@ from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "locomo", "batch")
+SUITES = ("scaling", "peers", "embed", "near_duplicates", "redact", "ray", "locomo", "batch")
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
 
@@ -533,6 +540,7 @@ def replot() -> None:
         "locomo": (plot_locomo, locomo_markdown),
         "redact": (None, bench_redact.markdown),
         "batch": (None, bench_batch.markdown),
+        "ray": (None, bench_ray.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -588,6 +596,8 @@ def main() -> None:
         size = ["--rows", "20000", "--mb", "10", "--repeats", "1"] if args.quick else []
         result = bench_redact.main([*size, "--out", str(RESULTS / "redact.json")])
         (RESULTS / "redact.md").write_text(bench_redact.markdown(result))
+    if "ray" in chosen:
+        bench_ray.main(["--small"] if args.quick else [])
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (
