@@ -326,3 +326,41 @@ def test_workers_share_the_embedding_cache_directory(
     hashes = pl.concat([pl.read_parquet(s, columns=["content_hash"]) for s in shards])
     assert set(hashes["content_hash"]) == set(read_store(root)["content_hash"])
     assert not list(shared.rglob(".tmp-*"))  # every shard was renamed into place
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_ray_writes_runs_of_one_scope_as_the_local_run(
+    ray_local: Any, tmp_path: Path, form: str
+) -> None:
+    # Runs of consecutive same-scope requests, scopes revisited after others, and
+    # enough entries (400 requests of 400 items) for two Parquet row groups.
+    root = tmp_path / "store"
+    write_partitioned(synthetic(4, 400), root, key="conversation")
+    lengths = (1, 3, 7, 2, 12, 5)
+    requests: list[Request] = []
+    while len(requests) < 400:
+        k = len(requests)
+        run = lengths[k % len(lengths)]
+        conv = f"c{(k // 3) % 4:02d}"
+        requests += [
+            Request(
+                id=f"q{k + j}",
+                budget=40 + 23 * ((k + j) % 11),
+                query=WORDS[(k + j) % 8],
+                where=f"metadata.conversation = '{conv}'",
+            )
+            for j in range(min(run, 400 - k))
+        ]
+    options: dict[str, Any] = {"rank": "bm25", "as_of": AS_OF, "manifests": form}
+    run_batch(read_store(root), requests, out_dir=tmp_path / "local", **options)
+    run_batch_ray(root, requests, out_dir=tmp_path / "ray", workers=2, **options)
+    names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
+    assert_same_files(tmp_path / "local", tmp_path / "ray", names)
+    ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
+    assert ids == [r.id for r in requests]
+    if form == "parquet":
+        import pyarrow.parquet as pq
+
+        meta = pq.ParquetFile(tmp_path / "ray" / "manifests.parquet").metadata
+        assert meta.num_row_groups == 2
+        assert meta.num_rows == 400 * 400
