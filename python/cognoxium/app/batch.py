@@ -1101,7 +1101,8 @@ class ScopeResult:
         Examples
         --------
         >>> from cognoxium.items.schema import records_to_frame
-        >>> store = CognitionFrame(records_to_frame([{"id": "a", "role": "user", "text": "hi"}]))
+        >>> store = CognitionFrame(records_to_frame([{"id": "a", "role": "user", "text": "hi",
+        ...                                           "created_at": "2025-01-01T00:00:00Z"}]))
         >>> settings = BatchSettings(profile=get_profile("cl100k_base"), rank="none",
         ...                          as_of=datetime(2025, 6, 1, tzinfo=UTC))
         >>> result = pack_scope(store, [Request(id=f"r{b}", budget=b) for b in (4, 40)],
