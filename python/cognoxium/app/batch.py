@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import IO, Any, Literal, TypeVar
 
 import numpy as np
 import polars as pl
@@ -88,6 +88,7 @@ __all__ = [
     "Request",
     "ScopeResult",
     "pack_scope",
+    "prepare_requests",
     "rank_request",
     "read_requests",
     "run_batch",
@@ -306,10 +307,29 @@ def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
     return RecordError(message, source=source, line=line, field=name, code="request.invalid")
 
 
-def read_requests(path: str | os.PathLike[str]) -> list[Request]:
-    r"""Read pack requests from a JSONL file, one JSON object per line.
+def _is_parquet(path: str | os.PathLike[str]) -> bool:
+    return Path(path).suffix.lower() == ".parquet"
 
-    Blank lines are skipped. Reading is all or nothing.
+
+def _parquet_rows(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
+    """The rows of a requests Parquet file as records, numbered from 1; nulls left out."""
+    try:
+        rows = pl.read_parquet(Path(path)).to_dicts()
+    except pl.exceptions.PolarsError as exc:
+        raise RecordError(
+            f"not a readable Parquet file: {polars_error_text(exc)}",
+            source=str(path),
+            code="file.unreadable",
+        ) from None
+    return [(n, {k: v for k, v in row.items() if v is not None}) for n, row in enumerate(rows, 1)]
+
+
+def read_requests(path: str | os.PathLike[str]) -> list[Request]:
+    r"""Read pack requests from a JSONL file (one JSON object per line) or a Parquet file.
+
+    Blank lines are skipped. A ``.parquet`` file holds one request per row,
+    a column per field; a null is a field left out, and errors name the
+    1-based row as the line. Reading is all or nothing.
 
     Parameters
     ----------
@@ -348,7 +368,7 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     seen: dict[str, int] = {}
     try:
         # Lines end at "\n" only: JSON text may hold U+2028 and other line breaks.
-        records = list(json_lines(path))
+        records = _parquet_rows(path) if _is_parquet(path) else list(json_lines(path))
     except OSError as exc:
         detail = exc.strerror or str(exc)
         raise RecordError(
@@ -730,17 +750,15 @@ def run_batch(
     >>> out.is_symlink(), sorted(p.name for p in out.resolve().iterdir())
     (True, ['manifest_headers.jsonl', 'manifests.parquet', 'packs.jsonl'])
     """
-    if rank not in RANK_METHODS:
-        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
-    if manifests not in MANIFEST_FORMS:
-        raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
-    seen: set[str] = set()
-    for request in requests:
-        if request.id in seen:
-            raise request.error("duplicate request id", field="id")
-        seen.add(request.id)
-    defaults = {"turns": turns, "start_on": start_on}
-    requests = [_with_defaults(r, reserve, overflow, defaults) for r in requests]
+    requests = prepare_requests(
+        requests,
+        rank=rank,
+        manifests=manifests,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
     write = partial(
         _write_batch,
         store,
@@ -758,6 +776,53 @@ def run_batch(
         return write(folder)
     with committed_output(out_dir) as folder:
         return write(folder)
+
+
+def prepare_requests(
+    requests: Sequence[Request],
+    *,
+    rank: str = "learned",
+    manifests: str = "parquet",
+    reserve: int = 0,
+    overflow: Literal["error", "truncate"] = "error",
+    turns: bool = False,
+    start_on: Literal["user"] | None = None,
+) -> list[Request]:
+    """Check a batch's settings and ids, and give each request the batch's pack options.
+
+    What :func:`run_batch` does before packing (the options a request gives
+    itself win); an engine that packs elsewhere calls it first.
+
+    Returns
+    -------
+    list of Request
+        The requests, in order, with the batch's defaults filled in.
+
+    Raises
+    ------
+    PlanError
+        If ``rank`` or ``manifests`` is unknown.
+    RecordError
+        If two requests share an id, or ``reserve`` exceeds the budget of a
+        request that takes it.
+
+    Examples
+    --------
+    >>> [r.reserve for r in prepare_requests(
+    ...     [Request(id="a", budget=100), Request(id="b", budget=100, reserve=5)], reserve=10)]
+    [10, 5]
+    """
+    if rank not in RANK_METHODS:
+        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    if manifests not in MANIFEST_FORMS:
+        raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
+    seen: set[str] = set()
+    for request in requests:
+        if request.id in seen:
+            raise request.error("duplicate request id", field="id")
+        seen.add(request.id)
+    defaults = {"turns": turns, "start_on": start_on}
+    return [_with_defaults(r, reserve, overflow, defaults) for r in requests]
 
 
 def _with_defaults(
@@ -828,10 +893,7 @@ def _write_batch(
             if where not in prepared:
                 prepared[where] = PreparedScope(frame, scopes[where], settings)
             result = pack_scope(frame, run, settings, prepared=prepared[where])
-            manifest_writer.write_many([r.id for r in run], list(result.manifests), result.entries)
-            for line in result.pack_lines():
-                packs_file.write(line)
-                packs_file.write("\n")
+            result.write(packs_file, manifest_writer)
             latencies.extend(result.latencies_ms)
             advance(len(run))
     seconds = time.perf_counter() - started
@@ -1032,6 +1094,46 @@ class ScopeResult:
         """The lines of ``packs.jsonl`` for these requests (canonical JSON, no newline)."""
         for row in self.packs.iter_rows(named=True):
             yield canonical_json(row)
+
+    def take(self, start: int, stop: int) -> ScopeResult:
+        """The result of requests ``start`` to ``stop - 1`` only (``0 <= start <= stop <= k``).
+
+        Examples
+        --------
+        >>> from cognoxium.items.schema import records_to_frame
+        >>> store = CognitionFrame(records_to_frame([{"id": "a", "role": "user", "text": "hi",
+        ...                                           "created_at": "2025-01-01T00:00:00Z"}]))
+        >>> settings = BatchSettings(profile=get_profile("cl100k_base"), rank="none",
+        ...                          as_of=datetime(2025, 6, 1, tzinfo=UTC))
+        >>> result = pack_scope(store, [Request(id=f"r{b}", budget=b) for b in (4, 40)],
+        ...                     settings)
+        >>> part = result.take(1, 2)
+        >>> [r.id for r in part.requests], part.packs["ids"].to_list(), part.entries.height
+        (['r40'], [['a']], 1)
+        """
+        k = len(self.requests)
+        if not 0 <= start <= stop <= k:
+            raise PlanError(f"requests {start} to {stop} are not a range of the {k} requests")
+        n = self.entries.height // k if k else 0
+        return ScopeResult(
+            requests=self.requests[start:stop],
+            packs=self.packs.slice(start, stop - start),
+            manifests=self.manifests[start:stop],
+            entries=self.entries.slice(start * n, (stop - start) * n),
+            latencies_ms=self.latencies_ms[start:stop],
+        )
+
+    def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
+        """Append these requests' ``packs.jsonl`` lines to ``packs`` and manifests to ``manifests``.
+
+        What :func:`run_batch` writes for a run of consecutive requests over
+        one scope (with :meth:`ManifestWriter.write_many
+        <cognoxium.packing.manifests.ManifestWriter.write_many>`).
+        """
+        manifests.write_many([r.id for r in self.requests], list(self.manifests), self.entries)
+        for line in self.pack_lines():
+            packs.write(line)
+            packs.write("\n")
 
 
 def pack_scope(

@@ -2,9 +2,10 @@
 
 Commands
 --------
-``cognoxium pack ITEMS REQUESTS --out DIR``
-    Pack every request of a JSONL file over a store of items (see
-    :func:`cognoxium.app.batch.run_batch`).
+``cognoxium pack ITEMS REQUESTS --out DIR [--engine ray [--address ADDR]]``
+    Pack every request of a JSONL or Parquet file over a store of items (see
+    :func:`cognoxium.app.batch.run_batch`), here or as Ray Data tasks (see
+    :func:`cognoxium.app.distributed.run_batch_ray`).
 ``cognoxium locomo PATH --out DIR``
     Import LoCoMo, pack a context per question and budget and report evidence
     recall (see :func:`cognoxium.app.locomo.run_locomo`).
@@ -79,6 +80,8 @@ from cognoxium.items.model import canonical_json
 from cognoxium.tokens.profiles import PROFILE_NAMES, get_profile
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cognoxium.retrieval.scope import RetrievalSettings
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "main"]
@@ -255,6 +258,13 @@ class Overflow(StrEnum):
 
     ERROR = "error"
     TRUNCATE = "truncate"
+
+
+class Engine(StrEnum):
+    """Where ``cognoxium pack`` packs (see :mod:`cognoxium.app.distributed`)."""
+
+    LOCAL = "local"
+    RAY = "ray"
 
 
 class ManifestFormat(StrEnum):
@@ -466,6 +476,16 @@ def _readable_file(path: Path | None) -> Path | None:
 _EXISTING_FILE: dict[str, Any] = {"callback": _readable_file}
 
 
+def _readable_store(path: Path) -> Path:
+    """Check the items argument of pack: a readable file, or a directory of partitions."""
+    readable = path.is_dir() and os.access(path, os.R_OK | os.X_OK)
+    if readable and any("=" in name for name in os.listdir(path)):
+        return path  # a hive-partitioned store; read_store checks the rest
+    checked = _readable_file(path)
+    assert checked is not None
+    return checked
+
+
 def _readable_manifests(path: Path) -> Path:
     """Check the manifests argument of inspect: a directory or a readable file."""
     if path.is_dir() and os.access(path, os.R_OK | os.X_OK):
@@ -493,11 +513,19 @@ def _readable_manifests(path: Path) -> Path:
 )
 def pack_command(
     items: Annotated[
-        Path, typer.Argument(help="Items: a .jsonl or .parquet file.", **_EXISTING_FILE)
+        Path,
+        typer.Argument(
+            help="Items: a .jsonl or .parquet file, or a hive-partitioned Parquet store "
+            "directory (<key>=<value>/*.parquet).",
+            callback=_readable_store,
+        ),
     ],
     requests: Annotated[
         Path,
-        typer.Argument(help="Requests: a .jsonl file, one request per line.", **_EXISTING_FILE),
+        typer.Argument(
+            help="Requests: a .jsonl file, one request per line, or a .parquet file, one per row.",
+            **_EXISTING_FILE,
+        ),
     ],
     out: Annotated[
         Path,
@@ -556,6 +584,26 @@ def pack_command(
             "requests without their own start_on.",
         ),
     ] = None,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help="Where to pack: 'local' (this process) or 'ray' (Ray Data, one task per "
+            "scope; needs the ray extra and a Parquet store; same files as local)."
+        ),
+    ] = Engine.LOCAL,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="With --engine ray: the Ray cluster to connect to ('auto', "
+            "'ray://head:10001'); default a local Ray started for the run."
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="With --engine ray: most scopes packed at once (default: every CPU)."
+        ),
+    ] = None,
     progress: _Progress = True,
     quiet: _Quiet = False,
     json_output: _Json = False,
@@ -568,23 +616,33 @@ def pack_command(
     jsonl DIR/manifests.jsonl (one canonical manifest per request). A
     request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
     swapped when every file is written, so readers see the files of one
-    run; a second run into DIR while one writes exits with 2.
+    run; a second run into DIR while one writes exits with 2. With --engine
+    ray the scopes are packed as Ray Data tasks over a Parquet store (a
+    hive-partitioned directory or a file) and the files are the same, byte
+    for byte; a request whose scope has no item exits with 2.
     """
+    from functools import partial
+
     from cognoxium.app.batch import read_requests, run_batch
+    from cognoxium.app.distributed import read_store, run_batch_ray
     from cognoxium.items.io import read_items
 
     when = _as_of(as_of)
     retrieval = _retrieval(model, neighbours, ranker)
-    try:
-        store = read_items(items)
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail_io(exc, "read", items)
-    except CognoxiumError as exc:
-        _fail(exc, EXIT_BAD_INPUT)
+    runner: Callable[..., Any]
+    if engine is Engine.RAY:
+        runner = partial(run_batch_ray, items, address=address, workers=workers)
+    else:
+        try:
+            store = read_store(items) if items.is_dir() else read_items(items)
+            runner = partial(run_batch, store)
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail_io(exc, "read", items)
+        except CognoxiumError as exc:
+            _fail(exc, EXIT_BAD_INPUT)
     try:
         batch = read_requests(requests)
-        stats = run_batch(
-            store,
+        stats = runner(
             batch,
             out_dir=out,
             profile=profile,

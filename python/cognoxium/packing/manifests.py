@@ -255,7 +255,9 @@ class ManifestWriter:
     def _flush(self) -> None:
         if self._parquet is None or not self._pending:
             return
-        table = pl.concat(self._pending, how="vertical").to_arrow()
+        # One chunk of fresh buffers: pyarrow's encoding follows the Arrow buffers, so
+        # the bytes would otherwise depend on how the frames were built (or unpickled).
+        table = pl.concat(self._pending, how="vertical").to_arrow().combine_chunks()
         if table.num_rows:  # requests with empty scopes add no rows
             self._parquet.write_table(table, row_group_size=table.num_rows)
         self._pending, self._rows = [], 0

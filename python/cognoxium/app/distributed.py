@@ -1,0 +1,827 @@
+"""Batch packing on Ray Data: one task per scope over a partitioned Parquet store.
+
+:func:`run_batch_ray` gives the files of :func:`~cognoxium.app.batch.run_batch`,
+byte for byte, with the scopes packed on a Ray cluster (a local one by
+default). The phases:
+
+1. *Units.* The requests are grouped by scope (their ``where`` clause), in
+   order of first appearance; each group is one unit of work.
+2. *Read.* A unit reads only its part of the store: for a hive-partitioned
+   store (``ROOT/<key>=<value>/*.parquet``, see :func:`write_partitioned`) a
+   ``where`` that fixes ``metadata.<key>`` to text values reads only those
+   partitions (:func:`scope_values`; Polars prunes them from the scan), and a
+   row filter on the metadata JSON skips the other items before they are
+   validated. The ``where`` clause itself then selects the scope exactly as
+   the local run does.
+3. *Pack.* The unit packs its requests with the local run's kernel,
+   :func:`~cognoxium.app.batch.pack_scope` (its scope prepared once, see
+   :class:`~cognoxium.app.batch.PreparedScope`), and returns one row: the
+   columns of its :class:`~cognoxium.app.batch.ScopeResult` (the packs'
+   rows and the manifests' entries as Arrow IPC, the manifest headers,
+   the latencies).
+4. *Commit.* The driver writes each run of consecutive same-scope requests,
+   in input order, as the local run writes it
+   (:meth:`~cognoxium.app.batch.ScopeResult.write`, with
+   :meth:`ManifestWriter.write_many
+   <cognoxium.packing.manifests.ManifestWriter.write_many>`), into a fresh
+   version directory, and swaps the output link once, as
+   :func:`~cognoxium.app.batch.run_batch` commits: the output appears whole
+   or not at all.
+
+Units run as a Ray Data ``map_batches`` over ``ray.data.from_items`` (one
+unit per batch, at most ``workers`` tasks at once). A task whose worker
+process dies is run again (Ray Data's tasks have ``max_retries=-1``:
+retried as long as their worker dies, never for an exception of their own);
+a unit is a pure function of its inputs, so a retried unit gives the same
+row, and the driver keeps one row per unit. A unit that raises (an
+invalid ``where``, an infeasible budget) is run again by the driver, which
+raises the local run's error. A request whose scope holds no item (no
+partition or no matching item) is an error listing every such request,
+never an empty pack (the local run packs it empty).
+
+Two conditions keep the packs equal to the local run's. Lineage
+(``hybrid-lineage``, ``learned``): a unit's store is the partitions it
+read, not the whole store, so partition the store by a key that keeps
+derived items (observations, summaries) with their parents, such as the
+conversation. Metadata: ``metadata.<key>`` is decoded with the type its
+values have in the items read, so give a key one JSON type across the store.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlglot
+from sqlglot import exp
+
+from cognoxium.app._outputs import committed_output
+from cognoxium.app.batch import (
+    BatchSettings,
+    BatchStats,
+    PreparedScope,
+    RankMethod,
+    Request,
+    ScopeResult,
+    pack_scope,
+    prepare_requests,
+)
+from cognoxium.engine.plan import polars_error_text
+from cognoxium.exceptions import (
+    CognoxiumError,
+    DependencyError,
+    PlanError,
+    PredicateError,
+    RecordError,
+    SchemaError,
+)
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.io import read_items
+from cognoxium.items.schema import conform, to_arrow
+from cognoxium.packing.manifests import ManifestForm, ManifestWriter
+from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
+from cognoxium.retrieval.scope import RetrievalSettings
+from cognoxium.tokens.profiles import TokenProfile, get_profile
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "partition_key",
+    "read_scope",
+    "read_store",
+    "run_batch_ray",
+    "scope_values",
+    "write_partitioned",
+]
+
+Engine = Literal["local", "ray"]
+"""Where a batch is packed: in this process, or on a Ray cluster."""
+
+ENGINES: tuple[str, ...] = ("local", "ray")
+"""The accepted values of :data:`Engine` (the first is the default)."""
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_ROWS = pa.schema(
+    [
+        ("unit", pa.int64()),
+        ("status", pa.large_string()),
+        ("message", pa.large_string()),
+        ("packs", pa.large_binary()),
+        ("entries", pa.large_binary()),
+        ("manifests", pa.large_binary()),
+        ("latencies_ms", pa.large_list(pa.float64())),
+    ]
+)
+"""One row per unit: its :class:`~cognoxium.app.batch.ScopeResult` (frames as Arrow IPC)."""
+
+
+def _ray() -> Any:
+    """Import ray (with Ray Data), or raise DependencyError naming the extra."""
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise DependencyError(
+            f"the ray engine needs Ray Data, which is not installed ({exc}); "
+            "install the extra: pip install 'cognoxium[ray]'",
+            params={"extra": "ray"},
+        ) from None
+    return ray
+
+
+# -- the store ---------------------------------------------------------------
+
+
+def partition_key(path: str | os.PathLike[str]) -> str | None:
+    """The hive partition key of a store directory; ``None`` for a file.
+
+    Parameters
+    ----------
+    path
+        A ``.parquet``/``.jsonl`` file, or a directory whose entries are
+        ``<key>=<value>`` directories of Parquet files, all with one key;
+        every item under ``<key>=<value>`` has the text ``<value>`` at
+        ``metadata.<key>`` (as :func:`write_partitioned` writes them).
+
+    Raises
+    ------
+    SchemaError
+        If ``path`` is a directory that is not such a store (no partition,
+        another entry, or two keys); the message names it.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "conversation=c1").mkdir()
+    >>> partition_key(root)
+    'conversation'
+    """
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    names = sorted(entry.name for entry in os.scandir(root) if not entry.name.startswith("."))
+    keys = {name.partition("=")[0] for name in names if "=" in name}
+    stray = [name for name in names if "=" not in name or not (root / name).is_dir()]
+    if len(keys) != 1 or stray:
+        raise SchemaError(
+            f"{root}: a store directory holds only <key>=<value> partition directories with "
+            f"one key; found keys {sorted(keys)} and other entries {stray[:3]}"
+        )
+    return keys.pop()
+
+
+def _scan(path: Path, key: str | None) -> pl.LazyFrame:
+    if key is None:
+        return pl.scan_parquet(path)
+    return pl.scan_parquet(
+        path / "**" / "*.parquet", hive_partitioning=True, hive_schema={key: pl.String()}
+    )
+
+
+def _conformed(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataFrame:
+    if key is not None:
+        lazy = lazy.drop(key)
+    try:
+        table = lazy.collect()
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+    return conform(table, source=str(source))
+
+
+def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
+    """Read a whole store: an item file, or a hive-partitioned Parquet directory.
+
+    A directory's partitions are read in the order of their paths, each
+    file's rows in file order; the partition column is dropped (its value
+    is in every item's metadata).
+
+    Raises
+    ------
+    SchemaError, RecordError
+        If the files are not valid items.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
+    >>> write_partitioned(records_to_frame([
+    ...     {"id": "b", "role": "user", "text": "yo", "metadata": {"conversation": "c2"}},
+    ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"conversation": "c1"}},
+    ... ]), root, key="conversation")
+    >>> read_store(root)["id"].to_list()
+    ['a', 'b']
+    """
+    source = Path(path)
+    key = partition_key(source)
+    if key is None:
+        return read_items(source)
+    return _conformed(_scan(source, key), key, source)
+
+
+def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key: str) -> None:
+    """Write items as a hive-partitioned Parquet store by one metadata key.
+
+    Every item goes to ``root/<key>=<value>/part-0.parquet`` (canonical
+    schema), ``<value>`` being its ``metadata.<key>`` text, partitions in
+    order of value, items in store order.
+
+    Raises
+    ------
+    SchemaError
+        If an item has no text value at ``metadata.<key>``, or a value holds
+        ``/`` or is ``.``/``..``; the message names the item.
+    FileExistsError
+        If ``root`` exists.
+    """
+    values = store.get_column("metadata").str.json_path_match(f"$.{key}")
+    bad = store.filter(values.is_null() | values.is_in([".", ".."]) | values.str.contains("/"))
+    if bad.height:
+        raise SchemaError(
+            f"cannot partition by metadata.{key}: item {bad['id'][0]!r} has no text value "
+            f"there (or one that is not a directory name); {bad.height} such items"
+        )
+    target = Path(root)
+    target.mkdir(parents=True)
+    parts = store.with_columns(values.alias("__partition")).partition_by(
+        "__partition", maintain_order=True, include_key=False, as_dict=True
+    )
+    for (value,), part in sorted(parts.items(), key=lambda kv: str(kv[0][0])):
+        folder = target / f"{key}={value}"
+        folder.mkdir()
+        pq.write_table(to_arrow(part), folder / "part-0.parquet")
+
+
+# -- scopes ------------------------------------------------------------------
+
+
+def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        yield from _conjuncts(node.left)
+        yield from _conjuncts(node.right)
+    else:
+        yield node
+
+
+def _is_key(node: exp.Expr, key: str) -> bool:
+    return (
+        isinstance(node, exp.Column)
+        and node.table == "metadata"
+        and not node.args.get("db")
+        and isinstance(node.this, exp.Identifier)
+        and node.name == key
+    )
+
+
+def _texts(nodes: Sequence[exp.Expr]) -> frozenset[str] | None:
+    if all(isinstance(n, exp.Literal) and n.is_string for n in nodes):
+        return frozenset(n.this for n in nodes)
+    return None
+
+
+def _values(node: exp.Expr, key: str) -> frozenset[str] | None:
+    """The values of ``metadata.<key>`` that a conjunct allows; ``None``: not known."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.EQ):
+        for column, literal in ((node.left, node.right), (node.right, node.left)):
+            if _is_key(column, key):
+                return _texts([literal])
+    if isinstance(node, exp.In) and _is_key(node.this, key) and not node.args.get("query"):
+        return _texts(node.expressions)
+    if isinstance(node, exp.Or):
+        left, right = _values(node.left, key), _values(node.right, key)
+        return left | right if left is not None and right is not None else None
+    return None
+
+
+def scope_values(where: str | None, key: str) -> frozenset[str] | None:
+    """The text values of ``metadata.<key>`` that items of a ``where`` scope can have.
+
+    Read from the conjuncts of the clause that compare ``metadata.<key>``
+    with text literals (``=``, ``IN``, ``OR`` of those); the scope is a
+    subset of the items whose value is one of them, so a reader may skip
+    every other partition.
+
+    Parameters
+    ----------
+    where
+        A request's ``where`` clause (``None``: the whole store).
+    key
+        The metadata key (the store's partition key).
+
+    Returns
+    -------
+    frozenset of str or None
+        The values; ``None`` when the clause does not fix them (every
+        partition is read). A clause that does not parse gives ``None``:
+        filtering the scope then reports the error.
+
+    Examples
+    --------
+    >>> sorted(scope_values("metadata.conversation = 'c1' AND role <> 'tool'", "conversation"))
+    ['c1']
+    >>> sorted(scope_values("metadata.conversation IN ('c1', 'c2')", "conversation"))
+    ['c1', 'c2']
+    >>> scope_values("metadata.conversation = 'c1' OR role = 'user'", "conversation") is None
+    True
+    """
+    if where is None:
+        return None
+    try:
+        tree = sqlglot.parse_one(where)
+    except (sqlglot.errors.SqlglotError, RecursionError):
+        return None
+    found: frozenset[str] | None = None
+    for conjunct in _conjuncts(tree):
+        values = _values(conjunct, key)
+        if values is not None:
+            found = values if found is None else found & values
+    return found
+
+
+def _partition_keys(where: str | None) -> tuple[str, ...]:
+    """Metadata keys that the clause compares with text (candidates for a row filter)."""
+    if where is None:
+        return ()
+    try:
+        tree = sqlglot.parse_one(where)
+    except (sqlglot.errors.SqlglotError, RecursionError):
+        return ()
+    names = {
+        column.name
+        for column in tree.find_all(exp.Column)
+        if column.table == "metadata" and not column.args.get("db")
+    }
+    # Only plain names: a JSON path of another key could miss the items it names.
+    return tuple(sorted(name for name in names if _PLAIN_KEY.fullmatch(name)))
+
+
+def read_scope(
+    path: str | os.PathLike[str], where: str | None
+) -> tuple[CognitionFrame, CognitionFrame]:
+    """Read the part of a store that a ``where`` clause needs, and the scope in it.
+
+    Parameters
+    ----------
+    path
+        The store: a Parquet file or a hive-partitioned directory (see
+        :func:`write_partitioned`).
+    where
+        The scope's clause (``None``: the whole store).
+
+    Returns
+    -------
+    tuple of CognitionFrame
+        ``(part, scope)``: the items read (the partitions the clause allows,
+        less the items whose metadata cannot match), in store order, and
+        ``part`` filtered by ``where``, equal to the local run's scope.
+
+    Raises
+    ------
+    RecordError, PlanError
+        If the clause is not a valid predicate over the items.
+    SchemaError
+        If the files are not valid items.
+    """
+    source = Path(path)
+    key = partition_key(source)
+    lazy = _scan(source, key)
+    for name in _partition_keys(where):
+        values = scope_values(where, name)
+        if values is None:
+            continue
+        if name == key:
+            lazy = lazy.filter(pl.col(key).is_in(sorted(values)))
+        field = pl.col("metadata").str.json_path_match(f"$.{name}")
+        lazy = lazy.filter(field.is_in(sorted(values)))
+    part = CognitionFrame(_conformed(lazy, key, source))
+    scope = part if where is None else CognitionFrame(part.filter(where).collect())
+    return part, scope
+
+
+# -- units of work -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """The requests of one scope and their positions in the batch."""
+
+    where: str | None
+    requests: tuple[Request, ...]
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What every unit packs with (the batch's settings, ``as_of`` resolved)."""
+
+    profile: str | TokenProfile
+    rank: RankMethod
+    as_of: datetime
+    retrieval: RetrievalSettings | None
+
+    def batch(self) -> BatchSettings:
+        """The settings of :func:`~cognoxium.app.batch.pack_scope` (the profile loaded here)."""
+        profile = self.profile
+        return BatchSettings(
+            profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
+            rank=self.rank,
+            as_of=self.as_of,
+            retrieval=self.retrieval if self.retrieval is not None else RetrievalSettings(),
+        )
+
+
+def _units(requests: Sequence[Request]) -> list[_Unit]:
+    """Group the requests by scope, scopes in order of first appearance."""
+    groups: dict[str | None, list[int]] = {}
+    for position, request in enumerate(requests):
+        groups.setdefault(request.where, []).append(position)
+    return [
+        _Unit(where, tuple(requests[p] for p in positions), tuple(positions))
+        for where, positions in groups.items()
+    ]
+
+
+def _ipc(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.write_ipc(buffer, compression="uncompressed")
+    return buffer.getvalue()
+
+
+def _pack_unit(unit: _Unit, store: str, settings: _Settings) -> ScopeResult | None:
+    """Read one unit's scope and pack its requests; ``None`` when the scope holds no item."""
+    part, scope = read_scope(store, unit.where)
+    rows = scope.collect()
+    if rows.height == 0:
+        return None
+    batch = settings.batch()
+    return pack_scope(part, unit.requests, batch, prepared=PreparedScope(part, rows, batch))
+
+
+def _unit_row(index: int, unit: _Unit, store: str, settings: _Settings) -> dict[str, Any]:
+    """One unit's :class:`~cognoxium.app.batch.ScopeResult` as a row of :data:`_ROWS`."""
+    row: dict[str, Any] = {
+        "unit": index,
+        "status": "packed",
+        "message": "",
+        "packs": b"",
+        "entries": b"",
+        "manifests": b"",
+        "latencies_ms": [],
+    }
+    try:
+        result = _pack_unit(unit, store, settings)
+    except (CognoxiumError, pl.exceptions.PolarsError) as exc:
+        return {**row, "status": "failed", "message": f"{type(exc).__name__}: {exc}"}
+    if result is None:
+        return {**row, "status": "empty"}
+    return {
+        **row,
+        "packs": _ipc(result.packs),
+        "entries": _ipc(result.entries),
+        # The manifests without their entries: headers only, a few hundred bytes each.
+        "manifests": pickle.dumps(result.manifests, protocol=pickle.HIGHEST_PROTOCOL),
+        "latencies_ms": list(result.latencies_ms),
+    }
+
+
+def _pack_units(batch: pa.Table, *, store: str, settings: _Settings) -> pa.Table:
+    """The Ray Data map function: pack every unit of a batch (one unit by default)."""
+    indexes = batch.column("unit").to_pylist()
+    payloads = batch.column("payload").to_pylist()
+    rows = [
+        _unit_row(index, pickle.loads(payload), store, settings)
+        for index, payload in zip(indexes, payloads, strict=True)
+    ]
+    return pa.Table.from_pylist(rows, schema=_ROWS)
+
+
+# -- the driver ----------------------------------------------------------------
+
+
+def _where_error(request: Request, exc: Exception) -> RecordError:
+    """The local run's error for a ``where`` clause that cannot filter the store."""
+    if isinstance(exc, PredicateError):
+        return request.error(f"invalid where clause: {exc}", field="where")
+    text = polars_error_text(exc) if isinstance(exc, pl.exceptions.PolarsError) else str(exc)
+    return request.error(f"invalid where clause {request.where!r}: {text}", field="where")
+
+
+def _raise_failure(unit: _Unit, store: str, settings: _Settings, message: str) -> NoReturn:
+    """Run a unit that failed on a worker here, to raise its error as the local run does."""
+    try:
+        read_scope(store, unit.where)
+    except (PlanError, pl.exceptions.PolarsError) as exc:
+        raise _where_error(unit.requests[0], exc) from exc
+    _pack_unit(unit, store, settings)
+    raise CognoxiumError(f"a scope failed on a Ray worker: {message}")
+
+
+def _missing(requests: Sequence[Request], positions: Sequence[int]) -> RecordError:
+    shown = sorted(positions)
+    ids = [requests[p].id for p in shown]
+    wheres = sorted({str(requests[p].where) for p in shown})
+    return RecordError(
+        f"{len(ids)} request(s) have a scope with no item in the store (no partition or no "
+        f"matching item): {', '.join(repr(i) for i in ids[:10])}"
+        f"{', ...' if len(ids) > 10 else ''}; their where clauses: {wheres[:10]}",
+        field="where",
+        code="request.invalid",
+        params={"request_ids": ids},
+    )
+
+
+def _run_slices(units: Sequence[_Unit], total: int) -> list[tuple[int, int, int]]:
+    """The runs of :func:`~cognoxium.app.batch.run_batch`, as ``(unit, start, stop)``.
+
+    A run is a stretch of consecutive requests with one ``where``, so one
+    unit's requests ``start`` to ``stop - 1``; the runs are in request order.
+    """
+    owner = [(0, 0)] * total
+    for u, unit in enumerate(units):
+        for local, position in enumerate(unit.positions):
+            owner[position] = (u, local)
+    runs: list[tuple[int, int, int]] = []
+    for u, local in owner:
+        if runs and runs[-1][0] == u and runs[-1][2] == local:
+            runs[-1] = (u, runs[-1][1], local + 1)
+        else:
+            runs.append((u, local, local + 1))
+    return runs
+
+
+class _InOrder:
+    """Write the units' results as they arrive, in request order, as :func:`run_batch` does.
+
+    Each run of consecutive same-scope requests is written with
+    :meth:`~cognoxium.app.batch.ScopeResult.write` once its unit's result
+    has arrived (a unit's result is kept until its last run is written); a
+    result that arrives twice (a retried task) is used once.
+    """
+
+    def __init__(self, folder: Path, form: ManifestForm, units: Sequence[_Unit]) -> None:
+        self.units = units
+        self.runs = _run_slices(units, sum(len(u.positions) for u in units))
+        self._left = Counter(index for index, _, _ in self.runs)
+        self.next = 0
+        self.written = 0
+        self.latencies: list[float] = []
+        self.failed: dict[int, str] = {}
+        self.empty: list[int] = []
+        self._seen: set[int] = set()
+        self._results: dict[int, ScopeResult] = {}
+        self._packs = (folder / "packs.jsonl").open("w", encoding="utf-8")
+        self._manifests = ManifestWriter(folder, form)
+
+    def add(self, row: dict[str, Any]) -> None:
+        index = row["unit"]
+        if index in self._seen:
+            return
+        self._seen.add(index)
+        unit = self.units[index]
+        if row["status"] == "failed":
+            self.failed[min(unit.positions)] = row["message"]
+        elif row["status"] == "empty":
+            self.empty.extend(unit.positions)
+        else:
+            result = ScopeResult(
+                requests=unit.requests,
+                packs=pl.read_ipc(io.BytesIO(row["packs"])),
+                manifests=pickle.loads(row["manifests"]),
+                entries=pl.read_ipc(io.BytesIO(row["entries"])),
+                latencies_ms=tuple(row["latencies_ms"]),
+            )
+            self._results[index] = result
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.next < len(self.runs) and self.runs[self.next][0] in self._results:
+            index, start, stop = self.runs[self.next]
+            part = self._results[index].take(start, stop)
+            part.write(self._packs, self._manifests)
+            self.latencies.extend(part.latencies_ms)
+            self.written += stop - start
+            self._left[index] -= 1
+            if not self._left[index]:
+                del self._results[index]
+            self.next += 1
+
+    def close(self) -> None:
+        try:
+            self._manifests.close()
+        finally:
+            self._packs.close()
+
+
+@contextmanager
+def _cluster(ray: Any, address: str | None, workers: int | None) -> Iterator[None]:
+    """Use the running Ray, connect to ``address``, or start a local Ray for the batch."""
+    if ray.is_initialized():
+        yield
+        return
+    if address is not None:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(
+            num_cpus=workers or os.cpu_count() or 1,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=False,
+            _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+        )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _results(
+    ray: Any,
+    units: Sequence[_Unit],
+    store: str,
+    settings: _Settings,
+    *,
+    workers: int | None,
+    cache_dir: str | None,
+) -> Iterator[dict[str, Any]]:
+    """The rows of every unit, packed by Ray Data tasks, in the order they finish."""
+    items = [{"unit": i, "payload": pickle.dumps(u)} for i, u in enumerate(units)]
+    env = None if cache_dir is None else {"env_vars": {CACHE_DIR_ENV: cache_dir}}
+    mapped = ray.data.from_items(items, override_num_blocks=max(len(items), 1)).map_batches(
+        _pack_units,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_kwargs={"store": store, "settings": settings},
+        compute=ray.data.TaskPoolStrategy(size=workers),
+        num_cpus=1,
+        runtime_env=env,
+    )
+    for batch in mapped.iter_batches(batch_size=None, batch_format="pyarrow"):
+        yield from batch.to_pylist()
+
+
+def _write(
+    folder: Path,
+    rows: Iterator[dict[str, Any]],
+    units: Sequence[_Unit],
+    requests: Sequence[Request],
+    store: str,
+    settings: _Settings,
+    form: ManifestForm,
+) -> list[float]:
+    """Write the rows in request order; raise if a unit failed or a request is missing."""
+    out = _InOrder(folder, form, units)
+    try:
+        for row in rows:
+            out.add(row)
+    finally:
+        out.close()
+    if out.failed:
+        first = min(out.failed)
+        unit = next(u for u in units if first in u.positions)
+        _raise_failure(unit, store, settings, out.failed[first])
+    if out.empty:
+        raise _missing(requests, out.empty)
+    if out.written != len(requests):  # pragma: no cover - Ray returned fewer rows than units
+        raise CognoxiumError(f"request {requests[out.written].id!r} has no result from Ray")
+    return out.latencies
+
+
+def run_batch_ray(
+    store: str | os.PathLike[str],
+    requests: Sequence[Request],
+    *,
+    out_dir: str | os.PathLike[str],
+    address: str | None = None,
+    workers: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    profile: str | TokenProfile = "cl100k_base",
+    rank: RankMethod = "learned",
+    as_of: datetime | None = None,
+    retrieval: RetrievalSettings | None = None,
+    reserve: int = 0,
+    overflow: Literal["error", "truncate"] = "error",
+    manifests: ManifestForm = "parquet",
+    turns: bool = False,
+    start_on: Literal["user"] | None = None,
+    progress: bool = False,
+) -> BatchStats:
+    """Pack every request with Ray Data, one task per scope; the files of the local run.
+
+    Writes exactly the files of :func:`~cognoxium.app.batch.run_batch` with
+    the same arguments (``packs.jsonl`` and the manifests, byte-identical,
+    committed in one step into ``out_dir``); see the module docstring for
+    the phases.
+
+    Parameters
+    ----------
+    store
+        The items: a hive-partitioned Parquet directory
+        (:func:`write_partitioned`) or a Parquet file, on storage every
+        worker reads at the same path.
+    requests
+        The requests, with unique ids.
+    out_dir
+        As for :func:`~cognoxium.app.batch.run_batch` (written by this
+        process only).
+    address
+        A Ray cluster to connect to (``"auto"``, ``"ray://head:10001"``);
+        ``None`` starts a local Ray with ``workers`` CPUs for the batch and
+        stops it after. A Ray already initialised in this process is used
+        as it is.
+    workers
+        Most units packed at once (Ray tasks of one CPU each); ``None``: as
+        many as the cluster has CPUs.
+    cache_dir
+        Embedding cache directory on shared storage, set as
+        ``COGNOXIUM_CACHE_DIR`` in every worker (content-addressed,
+        write-once shard files, renamed into place; see
+        :class:`~cognoxium.retrieval.embeddings.EmbeddingCache`); ``None``:
+        the workers' own setting.
+    profile, rank, as_of, retrieval, reserve, overflow, manifests, turns, start_on
+        As for :func:`~cognoxium.app.batch.run_batch`. ``as_of=None`` is
+        the driver's current time, read once.
+    progress
+        Show Ray Data's progress bars on standard error.
+
+    Returns
+    -------
+    BatchStats
+        Wall time of the whole call (reading, packing, writing), in
+        seconds; per-pack latencies as measured on the workers.
+
+    Raises
+    ------
+    DependencyError
+        If Ray Data is not installed (extra ``ray``).
+    RecordError
+        If requests have a scope with no item (listing them), or as
+        :func:`~cognoxium.app.batch.run_batch` raises it.
+    BudgetError, PlanError, OutputError, SchemaError, OSError
+        As :func:`~cognoxium.app.batch.run_batch` raises them; nothing is
+        committed.
+    """
+    ray = _ray()
+    started = time.perf_counter()
+    prepared = prepare_requests(
+        requests,
+        rank=rank,
+        manifests=manifests,
+        reserve=reserve,
+        overflow=overflow,
+        turns=turns,
+        start_on=start_on,
+    )
+    when = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
+    settings = _Settings(profile, rank, when, retrieval)
+    units = _units(prepared)
+    source = os.path.abspath(store)
+    partition_key(source)  # refuse a bad store before starting Ray
+    shared = None if cache_dir is None else os.path.abspath(cache_dir)
+    with _cluster(ray, address, workers), _quiet(ray, progress):
+        rows = _results(ray, units, source, settings, workers=workers, cache_dir=shared)
+        with committed_output(out_dir) as folder:
+            latencies = _write(folder, rows, units, prepared, source, settings, manifests)
+    seconds = time.perf_counter() - started
+    values = np.asarray(latencies, dtype=np.float64)
+    return BatchStats(
+        requests=len(prepared),
+        seconds=seconds,
+        packs_per_s=len(prepared) / seconds if seconds > 0 else 0.0,
+        p50_ms=float(np.percentile(values, 50)) if values.size else 0.0,
+        p95_ms=float(np.percentile(values, 95)) if values.size else 0.0,
+        latencies_ms=tuple(latencies),
+    )
+
+
+@contextmanager
+def _quiet(ray: Any, progress: bool) -> Iterator[None]:
+    """Ray Data's progress bars only when asked; no execution banner."""
+    context = ray.data.DataContext.get_current()
+    saved = (context.enable_progress_bars, context.print_on_execution_start)
+    context.enable_progress_bars = progress
+    context.print_on_execution_start = False
+    try:
+        yield
+    finally:
+        context.enable_progress_bars, context.print_on_execution_start = saved

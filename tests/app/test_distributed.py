@@ -1,0 +1,366 @@
+"""Batch packing on Ray Data gives the local run's files, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from cognoxium.app.batch import Request, read_requests, run_batch
+from cognoxium.app.cli import app
+from cognoxium.app.distributed import (
+    partition_key,
+    read_scope,
+    read_store,
+    run_batch_ray,
+    scope_values,
+    write_partitioned,
+)
+from cognoxium.exceptions import DependencyError, RecordError, SchemaError
+from cognoxium.items.schema import records_to_frame
+
+REPO = Path(__file__).resolve().parents[2]
+LOCOMO = Path(
+    os.environ.get(
+        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
+    )
+)
+AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
+FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
+WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
+
+
+def synthetic(conversations: int, items: int) -> pl.DataFrame:
+    """Items of several conversations, with roles, times and words varying by position."""
+    return records_to_frame(
+        [
+            {
+                "id": f"c{c}-{i}",
+                "role": ("user", "assistant", "tool", "document")[i % 4],
+                "text": f"{WORDS[(c + i) % 8]} {WORDS[i % 8]} note {i} " * (1 + i % 3),
+                "created_at": f"2025-01-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
+                "priority": i % 3,
+                "metadata": {"conversation": f"c{c:02d}", "turn": i},
+            }
+            for c in range(conversations)
+            for i in range(items)
+        ]
+    )
+
+
+def requests_for(conversations: int, count: int) -> list[Request]:
+    """Requests over the conversations, interleaved, with varied budgets and clauses."""
+    out = []
+    for k in range(count):
+        conv = f"c{(k * 7) % conversations:02d}"
+        where = f"metadata.conversation = '{conv}'"
+        if k % 5 == 4:
+            where += " AND role <> 'tool'"
+        out.append(Request(id=f"r{k}", budget=30 + 17 * (k % 9), query=WORDS[k % 8], where=where))
+    return out
+
+
+def assert_same_files(left: Path, right: Path, names: tuple[str, ...] = FILES) -> None:
+    for name in names:
+        assert (left / name).read_bytes() == (right / name).read_bytes(), name
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("store") / "items"
+    write_partitioned(synthetic(6, 40), root, key="conversation")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("where", "values"),
+    [
+        ("metadata.conversation = 'c1'", {"c1"}),
+        ("'c1' = metadata.conversation", {"c1"}),
+        ("metadata.conversation = 'c1' AND role <> 'tool'", {"c1"}),
+        ("(metadata.conversation IN ('c1', 'c2')) AND metadata.conversation <> 'c2'", {"c1", "c2"}),
+        ("metadata.conversation = 'c1' OR metadata.conversation = 'c3'", {"c1", "c3"}),
+        ("metadata.conversation IN ('c1', 'c2') AND metadata.conversation = 'c2'", {"c2"}),
+        ("metadata.conversation = 'c1' OR role = 'user'", None),
+        ("NOT metadata.conversation = 'c1'", None),
+        ("metadata.conversation = 7", None),
+        ("metadata.topic = 'c1'", None),
+        ("conversation = 'c1'", None),
+        ("metadata.conversation = ", None),
+        (None, None),
+    ],
+)
+def test_scope_values_are_the_partitions_a_clause_allows(
+    where: str | None, values: set[str] | None
+) -> None:
+    found = scope_values(where, "conversation")
+    assert (None if found is None else set(found)) == values
+
+
+def test_read_scope_reads_only_the_partitions_of_its_clause(store: Path) -> None:
+    part, scope = read_scope(store, "metadata.conversation = 'c02' AND role = 'user'")
+    local = read_store(store)
+    assert set(part.to_polars()["id"].str.slice(0, 3).unique()) == {"c2-"}
+    expected = local.filter(pl.col("id").str.starts_with("c2-") & (pl.col("role") == "user"))
+    assert scope.to_polars()["id"].to_list() == expected["id"].to_list()
+
+
+def test_read_store_gives_back_the_items_by_partition(store: Path) -> None:
+    items = synthetic(6, 40)
+    back = read_store(store)
+    assert back.columns == items.columns
+    assert back["id"].to_list() == items["id"].to_list()  # partitions sorted = written order
+    assert back.equals(items)
+
+
+def test_partition_key_refuses_a_directory_that_is_not_a_store(tmp_path: Path) -> None:
+    (tmp_path / "conversation=c1").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(SchemaError, match=r"notes\.txt"):
+        partition_key(tmp_path)
+
+
+def test_write_partitioned_refuses_items_without_the_key(tmp_path: Path) -> None:
+    items = records_to_frame([{"id": "a", "role": "user", "text": "hi", "metadata": {}}])
+    with pytest.raises(SchemaError, match="item 'a'"):
+        write_partitioned(items, tmp_path / "s", key="conversation")
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, form: str) -> None:
+    requests = requests_for(6, 40)
+    local = run_batch(
+        read_store(store),
+        requests,
+        out_dir=tmp_path / "local",
+        rank="bm25",
+        as_of=AS_OF,
+        manifests=form,
+    )
+    remote = run_batch_ray(
+        store,
+        requests,
+        out_dir=tmp_path / "ray",
+        rank="bm25",
+        as_of=AS_OF,
+        workers=2,
+        manifests=form,
+    )
+    names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
+    assert_same_files(tmp_path / "local", tmp_path / "ray", names)
+    assert remote.requests == local.requests == 40
+    lines = (tmp_path / "ray" / "packs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == [r.id for r in requests]
+    assert sum(bool(json.loads(line)["ids"]) for line in lines) == 40
+
+
+def test_ray_on_a_single_parquet_file_with_batch_options(ray_local: Any, tmp_path: Path) -> None:
+    from cognoxium.items.io import write_parquet
+
+    path = tmp_path / "items.parquet"
+    write_parquet(synthetic(3, 30), path)
+    requests = requests_for(3, 12)
+    options: dict[str, Any] = {"rank": "recency", "as_of": AS_OF, "reserve": 5, "turns": True}
+    run_batch(read_store(path), requests, out_dir=tmp_path / "local", **options)
+    run_batch_ray(path, requests, out_dir=tmp_path / "ray", **options)
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+
+
+def test_requests_without_a_scope_are_an_error_listing_them(
+    ray_local: Any, store: Path, tmp_path: Path
+) -> None:
+    requests = [
+        *requests_for(6, 3),
+        Request(id="lost", budget=50, where="metadata.conversation = 'nowhere'"),
+        Request(id="none", budget=50, where="metadata.conversation = 'c01' AND priority > 9"),
+    ]
+    with pytest.raises(RecordError, match=r"2 request\(s\).*'lost', 'none'") as caught:
+        run_batch_ray(store, requests, out_dir=tmp_path / "out", rank="bm25", as_of=AS_OF)
+    assert caught.value.params["request_ids"] == ["lost", "none"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_scope_raises_the_local_error(
+    ray_local: Any, store: Path, tmp_path: Path
+) -> None:
+    bad = Request(id="bad", budget=50, where="metadata.conversation = 'c01' AND colour = 'red'")
+    with pytest.raises(RecordError) as local:
+        run_batch(read_store(store), [bad], out_dir=tmp_path / "l", rank="bm25", as_of=AS_OF)
+    with pytest.raises(RecordError) as remote:
+        run_batch_ray(store, [bad], out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+    assert str(remote.value) == str(local.value)
+    assert "colour" in str(remote.value)
+    assert remote.value.field == "where"
+
+
+def _kill_first_unit(killed: list[int], stop: threading.Event) -> None:
+    """SIGKILL the first Ray worker process seen packing a unit."""
+    import psutil
+
+    while not stop.is_set() and not killed:
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            title = " ".join(proc.info["cmdline"] or [])
+            if title.startswith("ray::MapBatches(_pack_units)"):
+                os.kill(proc.info["pid"], signal.SIGKILL)
+                killed.append(proc.info["pid"])
+                return
+        time.sleep(0.01)
+
+
+def test_a_killed_worker_is_retried_and_the_output_is_complete(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    root = tmp_path / "store"
+    write_partitioned(synthetic(8, 300), root, key="conversation")
+    requests = requests_for(8, 64)
+    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="bm25", as_of=AS_OF)
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_first_unit, args=(killed, stop))
+    killer.start()
+    try:
+        run_batch_ray(root, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=AS_OF)
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no worker was packing a unit"
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
+    assert ids == [r.id for r in requests]  # none missing, none twice
+
+
+def test_without_ray_the_engine_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, store: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(DependencyError, match=r"cognoxium\[ray\]") as caught:
+        run_batch_ray(store, requests_for(6, 2), out_dir=tmp_path / "out")
+    assert caught.value.code == "dependency.missing"
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_ray_engine_writes_the_local_files(ray_local: Any, store: Path, tmp_path: Path) -> None:
+    requests = requests_for(6, 10)
+    path = tmp_path / "requests.parquet"
+    records = [{k: v for k, v in r.to_record().items() if v} for r in requests]
+    pl.DataFrame(records).write_parquet(path)
+    assert [r.model_dump() for r in read_requests(path)] == [r.model_dump() for r in requests]
+    runner = CliRunner()
+    common = ["--rank", "bm25", "--as-of", "2025-06-01T00:00:00Z", "--json"]
+    for engine in ("local", "ray"):
+        result = runner.invoke(
+            app,
+            [
+                "pack",
+                str(store),
+                str(path),
+                "--out",
+                str(tmp_path / engine),
+                "--engine",
+                engine,
+                *common,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["requests"] == 10
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+
+
+@pytest.mark.skipif(
+    not LOCOMO.is_file(),
+    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
+)
+def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> None:
+    from cognoxium.app.locomo import load_locomo, locomo_requests
+
+    data = json.loads(LOCOMO.read_text(encoding="utf-8"))[:2]
+    source = tmp_path / "locomo.json"
+    source.write_text(json.dumps(data))
+    items = load_locomo(source)
+    root = tmp_path / "store"
+    write_partitioned(items, root, key="conversation")
+    requests = [r for r in locomo_requests(data, [1024]) if int(r.id.split(":q")[1][:-6]) < 25]
+    assert len({r.where for r in requests}) == 2
+    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="bm25")
+    run_batch_ray(root, requests, out_dir=tmp_path / "ray", rank="bm25")
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    assert len((tmp_path / "ray" / "packs.jsonl").read_text().splitlines()) == len(requests)
+
+
+def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> None:
+    path = tmp_path / "requests.parquet"
+    pl.DataFrame({"id": ["a", "b"], "budget": [10, -1]}).write_parquet(path)
+    with pytest.raises(RecordError, match=r"requests.parquet:2: field budget") as caught:
+        read_requests(path)
+    assert caught.value.line == 2
+    (tmp_path / "broken.parquet").write_text("not parquet")
+    with pytest.raises(RecordError, match="not a readable Parquet file"):
+        read_requests(tmp_path / "broken.parquet")
+
+
+def test_workers_share_the_embedding_cache_directory(
+    ray_local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COGNOXIUM_CACHE_DIR", str(tmp_path / "local-cache"))
+    root = tmp_path / "store"
+    write_partitioned(synthetic(3, 20), root, key="conversation")
+    requests = requests_for(3, 6)
+    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="hybrid", as_of=AS_OF)
+    shared = tmp_path / "shared-cache"
+    run_batch_ray(
+        root, requests, out_dir=tmp_path / "ray", rank="hybrid", as_of=AS_OF, cache_dir=shared
+    )
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    shards = sorted(shared.rglob("shard-*.parquet"))
+    assert shards, "the workers wrote no embedding to the shared cache"
+    hashes = pl.concat([pl.read_parquet(s, columns=["content_hash"]) for s in shards])
+    assert set(hashes["content_hash"]) == set(read_store(root)["content_hash"])
+    assert not list(shared.rglob(".tmp-*"))  # every shard was renamed into place
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_ray_writes_runs_of_one_scope_as_the_local_run(
+    ray_local: Any, tmp_path: Path, form: str
+) -> None:
+    # Runs of consecutive same-scope requests, scopes revisited after others, and
+    # enough entries (400 requests of 400 items) for two Parquet row groups.
+    root = tmp_path / "store"
+    write_partitioned(synthetic(4, 400), root, key="conversation")
+    lengths = (1, 3, 7, 2, 12, 5)
+    requests: list[Request] = []
+    while len(requests) < 400:
+        k = len(requests)
+        run = lengths[k % len(lengths)]
+        conv = f"c{(k // 3) % 4:02d}"
+        requests += [
+            Request(
+                id=f"q{k + j}",
+                budget=40 + 23 * ((k + j) % 11),
+                query=WORDS[(k + j) % 8],
+                where=f"metadata.conversation = '{conv}'",
+            )
+            for j in range(min(run, 400 - k))
+        ]
+    options: dict[str, Any] = {"rank": "bm25", "as_of": AS_OF, "manifests": form}
+    run_batch(read_store(root), requests, out_dir=tmp_path / "local", **options)
+    run_batch_ray(root, requests, out_dir=tmp_path / "ray", workers=2, **options)
+    names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
+    assert_same_files(tmp_path / "local", tmp_path / "ray", names)
+    ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
+    assert ids == [r.id for r in requests]
+    if form == "parquet":
+        import pyarrow.parquet as pq
+
+        meta = pq.ParquetFile(tmp_path / "ray" / "manifests.parquet").metadata
+        assert meta.num_row_groups == 2
+        assert meta.num_rows == 400 * 400
