@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from cognoxium.app import distributed
 from cognoxium.app.batch import Request, read_requests, run_batch
 from cognoxium.app.cli import app
 from cognoxium.app.distributed import (
@@ -187,6 +188,19 @@ def test_requests_without_a_scope_are_an_error_listing_them(
     with pytest.raises(RecordError, match=r"2 request\(s\).*'lost', 'none'") as caught:
         run_batch_ray(store, requests, out_dir=tmp_path / "out", rank="bm25", as_of=AS_OF)
     assert caught.value.params["request_ids"] == ["lost", "none"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_items_that_are_not_parquet_are_refused_before_ray_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "a", "role": "user", "text": "hi"}\n', encoding="utf-8")
+    started: list[str] = []
+    monkeypatch.setattr(distributed, "_cluster", lambda *a, **k: started.append("ray"))
+    with pytest.raises(SchemaError, match=r"items\.jsonl: the Ray engine reads a Parquet file"):
+        run_batch_ray(items, requests_for(1, 1), out_dir=tmp_path / "out", rank="bm25")
+    assert started == []
     assert not (tmp_path / "out").exists()
 
 

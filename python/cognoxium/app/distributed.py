@@ -205,6 +205,20 @@ def _conformed(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataFram
     return conform(table, source=str(source))
 
 
+def _check_store(path: Path) -> None:
+    """Refuse a store that is neither a partitioned directory nor a Parquet file, at once."""
+    if partition_key(path) is not None:
+        return
+    try:
+        pl.read_parquet_schema(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise SchemaError(
+            f"{path}: the Ray engine reads a Parquet file or a hive-partitioned directory "
+            f"of Parquet files, and this is not one ({exc}); write one with "
+            "CognitionFrame.sink_parquet or write_partitioned"
+        ) from None
+
+
 def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read a whole store: an item file, or a hive-partitioned Parquet directory.
 
@@ -796,7 +810,7 @@ def run_batch_ray(
     settings = _Settings(profile, rank, when, retrieval)
     units = _units(prepared)
     source = os.path.abspath(store)
-    partition_key(source)  # refuse a bad store before starting Ray
+    _check_store(Path(source))  # refuse a bad store before starting Ray
     shared = None if cache_dir is None else os.path.abspath(cache_dir)
     with _cluster(ray, address, workers), _quiet(ray, progress):
         rows = _results(ray, units, source, settings, workers=workers, cache_dir=shared)

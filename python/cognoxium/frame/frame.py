@@ -1997,12 +1997,15 @@ class CognitionFrame:
         >>> cf = CognitionFrame([{"id": i, "role": "user", "text": i} for i in "abc"])
         >>> cf.filter(role="user").head(2)
         <CognitionFrame: Limit 2 (3 plan steps); 23 columns>
+        >>> cf
+        <CognitionFrame: Scan 3 rows (1 plan step); 23 columns>
         """
-        label = self._plan.label()
+        columns = f"{len(self._plan.schema)} columns"
+        label = self._plan.label().removesuffix(f"; {columns}")
         if len(label) > _LABEL_CHARS:
             label = label[: _LABEL_CHARS - 1] + "…"
         steps = sum(1 for _ in walk(self._plan))
-        return f"<CognitionFrame: {label} ({steps} plan steps); {len(self._plan.schema)} columns>"
+        return f"<CognitionFrame: {label} ({steps} plan step{'s' * (steps != 1)}); {columns}>"
 
     def _repr_html_(self) -> str:
         """The first rows (runs the plan's head) and the optimized plan, as escaped HTML."""
