@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.items.schema import conform
-from cognoxium.packing._checks import check_request
+from cognoxium.packing._checks import check_options
 from cognoxium.packing._exclusions import find_exclusions
 from cognoxium.packing._policies import review_policies
 from cognoxium.packing._units import form_units
@@ -295,7 +295,7 @@ def test_conversation_packs_are_byte_identical() -> None:
 
 
 def test_the_checked_request_carries_the_options() -> None:
-    request = check_request(HISTORY, 10, "cl100k_base", AS_OF, turns=True, start_on="user")
+    request = check_options(10, "cl100k_base", AS_OF, turns=True, start_on="user")
     assert (request.turns, request.start_on) == (True, "user")
     rows = find_exclusions(HISTORY, AS_OF, review_policies(HISTORY, None))
     assert form_units(HISTORY, rows.grouped).unit_of_row is None  # no turns: one row, one unit

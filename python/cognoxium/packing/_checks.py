@@ -26,7 +26,6 @@ __all__ = [
     "Request",
     "check_frame",
     "check_options",
-    "check_request",
 ]
 
 Overflow = Literal["error", "truncate"]
@@ -76,8 +75,7 @@ class Request:
         return self.budget - self.reserve
 
 
-def check_request(
-    df: pl.DataFrame,
+def check_options(
     budget: object,
     profile: str | TokenProfile,
     as_of: datetime | None,
@@ -87,12 +85,10 @@ def check_request(
     turns: object = False,
     start_on: object = None,
 ) -> Request:
-    """Check the budget, the reserve, the overflow mode, the token profile, ``as_of`` and the frame.
+    """Check the budget, the reserve, the overflow mode, the token profile and ``as_of``.
 
     Parameters
     ----------
-    df
-        The items, ``n`` rows in the canonical schema (extra columns allowed).
     budget
         The token budget: a whole number of tokens (>= 0; ``bool`` is refused).
     profile
@@ -121,45 +117,7 @@ def check_request(
     PackError
         If ``budget`` is negative or not a whole number, ``overflow`` is not
         ``"error"`` or ``"truncate"``, ``turns`` is not a bool, ``start_on``
-        is not ``None`` or ``"user"``, ``as_of`` is naive, or two rows share
-        an id.
-    SchemaError
-        If ``df`` lacks an item column or one has the wrong type.
-    """
-    checked = check_options(
-        budget,
-        profile,
-        as_of,
-        reserve=reserve,
-        overflow=overflow,
-        turns=turns,
-        start_on=start_on,
-    )
-    check_frame(df)
-    return checked
-
-
-def check_options(
-    budget: object,
-    profile: str | TokenProfile,
-    as_of: datetime | None,
-    *,
-    reserve: object = 0,
-    overflow: object = "error",
-    turns: object = False,
-    start_on: object = None,
-) -> Request:
-    """The checks of :func:`check_request` that do not read the frame, in its order.
-
-    Returns
-    -------
-    Request
-        As :func:`check_request` returns it.
-
-    Raises
-    ------
-    BudgetError, PackError
-        As :func:`check_request`, for everything but the frame.
+        is not ``None`` or ``"user"`` or ``as_of`` is naive.
     """
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
         raise PackError(
@@ -201,7 +159,7 @@ def check_options(
 
 
 def check_frame(df: pl.DataFrame) -> None:
-    """The checks of :func:`check_request` that read the frame: item columns, then unique ids.
+    """The checks of a request that read the frame: item columns, then unique ids.
 
     Raises
     ------
