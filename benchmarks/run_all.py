@@ -34,6 +34,12 @@ scan
     (``bench_scan``): ``CognitionFrame.scan_parquet(store).filter(f).count()``
     against Polars' own scan (ratio of bests, same run), and the files and
     rows one scope's pack reads. ``--quick``: 100k items, 100 partitions.
+surface
+    The frame's surface against Polars (``bench_surface``): four query
+    chains on 100k chat records, the user's whole call on a
+    ``CognitionFrame`` against the same chain on a Polars ``LazyFrame``
+    (peer) and the prebuilt query's ``collect()`` (floor), best of five;
+    and the cost of ``repr(pack)``. ``--quick``: 10k records, best of three.
 ray
     Batch packing on Ray Data against the local engine (``bench_ray``): 1M
     items in 1,000 hive-partitioned conversations, 20,000 requests, ranked
@@ -83,6 +89,7 @@ import bench_peers
 import bench_ray
 import bench_redact
 import bench_scan
+import bench_surface
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
 from cognoxium.app.batch import RANK_METHODS
 from cognoxium.items.io import write_parquet
@@ -99,6 +106,7 @@ SUITES = (
     "redact",
     "ingest",
     "scan",
+    "surface",
     "batch",
     "ray",
     "locomo",
@@ -582,6 +590,7 @@ def replot() -> None:
         "redact": (None, bench_redact.markdown),
         "ingest": (None, bench_ingest.markdown),
         "scan": (None, bench_scan.markdown),
+        "surface": (None, bench_surface.markdown),
         "batch": (None, bench_batch.markdown),
         "ray": (None, bench_ray.markdown),
     }
@@ -647,6 +656,10 @@ def main() -> None:
         size = ["--items", "100000", "--scopes", "100", "--repeats", "3"] if args.quick else []
         result = bench_scan.main([*size, "--out", str(RESULTS / "scan.json")])
         (RESULTS / "scan.md").write_text(bench_scan.markdown(result))
+    if "surface" in chosen:
+        rows = ["--n", "10000", "--repeat", "3"] if args.quick else []
+        result = bench_surface.main([*rows, "--out", str(RESULTS / "surface.json")])
+        (RESULTS / "surface.md").write_text(bench_surface.markdown(result))
     if "ray" in chosen:
         bench_ray.main(["--small"] if args.quick else [])
     if "locomo" in chosen:
