@@ -657,8 +657,8 @@ def main() -> None:
         result = bench_scan.main([*size, "--out", str(RESULTS / "scan.json")])
         (RESULTS / "scan.md").write_text(bench_scan.markdown(result))
     if "surface" in chosen:
-        rows = ["--n", "10000", "--repeat", "3"] if args.quick else []
-        result = bench_surface.main([*rows, "--out", str(RESULTS / "surface.json")])
+        surface_size = ["--n", "10000", "--repeat", "3"] if args.quick else []
+        result = bench_surface.main([*surface_size, "--out", str(RESULTS / "surface.json")])
         (RESULTS / "surface.md").write_text(bench_surface.markdown(result))
     if "ray" in chosen:
         bench_ray.main(["--small"] if args.quick else [])
