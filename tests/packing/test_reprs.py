@@ -40,8 +40,8 @@ def test_pack_repr_is_one_short_line(pack: ContextPack) -> None:
     text = repr(pack)
     totals = pack.manifest.totals
     assert text == (
-        f"<ContextPack budget=120 used={pack.used_tokens} kept={len(pack)} "
-        f"dropped={totals.excluded} manifest sha256:{pack.manifest.digest[:12]}>"
+        f"<ContextPack budget=120 used={pack.used_tokens} included={len(pack)} "
+        f"excluded={totals.excluded} manifest sha256:{pack.manifest.digest[:12]}>"
     )
     assert len(pack) > 0
     assert totals.excluded > 0
@@ -49,6 +49,32 @@ def test_pack_repr_is_one_short_line(pack: ContextPack) -> None:
     big = _frame(400).pack(100_000, as_of=AS_OF)
     assert "\n" not in repr(big)
     assert len(repr(big)) < 120
+
+
+def _counts(text: str) -> dict[str, str]:
+    """The ``name=value`` counts of a one-line repr."""
+    return dict(re.findall(r"\b([a-z_]+)=(\d+)\b", text))
+
+
+def _html_counts(markup: str) -> dict[str, str]:
+    """The ``<th>name</th><td>value</td>`` rows of an HTML repr whose value is a count."""
+    return dict(re.findall(r"<tr><th>([^<]+)</th><td>(\d+)</td></tr>", markup))
+
+
+def test_a_pack_names_its_counts_as_its_manifest_does(pack: ContextPack) -> None:
+    # One meaning per name: a count the pack shows has the manifest's name and value.
+    for ours, theirs in [
+        (_counts(repr(pack)), _counts(repr(pack.manifest))),
+        (_html_counts(pack._repr_html_()), _html_counts(pack.manifest._repr_html_())),
+    ]:
+        assert {"included", "excluded"} <= ours.keys()
+        assert {name: ours[name] for name in ours.keys() & theirs.keys()} == {
+            name: theirs[name] for name in ours.keys() & theirs.keys()
+        }
+        assert not {"kept", "dropped"} & ours.keys()
+    totals = pack.manifest.totals
+    assert _counts(repr(pack))["included"] == str(totals.included) == str(len(pack))
+    assert _counts(repr(pack))["excluded"] == str(totals.excluded)
 
 
 def test_manifest_repr_and_digest(pack: ContextPack) -> None:
@@ -119,7 +145,7 @@ def test_small_manifest_shows_every_entry() -> None:
 
 def test_pack_html_has_totals_messages_and_manifest(pack: ContextPack) -> None:
     markup = pack._repr_html_()
-    assert f"<tr><th>kept</th><td>{len(pack)}</td></tr>" in markup
+    assert f"<tr><th>included</th><td>{len(pack)}</td></tr>" in markup
     assert "<b>messages</b>" in markup
     assert "<b>PackManifest</b>" in markup
 

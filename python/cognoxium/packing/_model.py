@@ -618,7 +618,10 @@ class ContextPack:
         return self.frame.height
 
     def __repr__(self) -> str:
-        """One line: budget, used tokens, kept and dropped items, the manifest's digest.
+        """One line: budget, used tokens, included and excluded items, the manifest's digest.
+
+        The counts are the manifest's ``totals.included`` and
+        ``totals.excluded``, named as the manifest names them.
 
         Examples
         --------
@@ -628,11 +631,12 @@ class ContextPack:
         ...                       "created_at": "2023-12-31T00:00:00Z"}])
         >>> pack = cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC))
         >>> pack
-        <ContextPack budget=100 used=8 kept=1 dropped=0 manifest sha256:...>
+        <ContextPack budget=100 used=8 included=1 excluded=0 manifest sha256:...>
         """
+        totals = self.manifest.totals
         return (
-            f"<ContextPack budget={self.budget} used={self.used_tokens} kept={len(self)} "
-            f"dropped={self.manifest.totals.excluded} "
+            f"<ContextPack budget={self.budget} used={self.used_tokens} "
+            f"included={totals.included} excluded={totals.excluded} "
             f"manifest sha256:{self.manifest.digest[:12]}>"
         )
 
@@ -642,8 +646,8 @@ class ContextPack:
             ("budget (tokens)", self.budget),
             ("used (tokens)", self.used_tokens),
             ("remaining (tokens)", self.remaining_tokens),
-            ("kept", len(self)),
-            ("dropped", self.manifest.totals.excluded),
+            ("included", self.manifest.totals.included),
+            ("excluded", self.manifest.totals.excluded),
         ]
         content = [m.get("content") for m in self.messages]
         messages = pl.DataFrame(
