@@ -281,10 +281,59 @@ def test_files_without_the_item_columns_are_refused_at_scan(
         CognitionFrame.scan_parquet(path)
 
 
-def test_nothing_to_scan_is_a_schema_error(tmp_path: Path) -> None:
-    with pytest.raises(SchemaError, match="cannot scan Parquet"):
-        CognitionFrame.scan_parquet(tmp_path / "none" / "*.parquet")
-    with pytest.raises(SchemaError, match="no JSONL files"):
+def _no_source(tmp_path: Path, case: str, suffix: str) -> Path:
+    """A path that names nothing a scan can read (the kind ``case`` says)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not items\n", encoding="utf-8")
+    (tmp_path / "plain.txt").write_text("a file\n", encoding="utf-8")
+    return {
+        "missing file": tmp_path / f"none{suffix}",
+        "glob matching nothing": tmp_path / "none" / f"*{suffix}",
+        "empty directory": tmp_path / "empty",
+        "missing directory": tmp_path / "none",
+        "path under a file": tmp_path / "plain.txt" / f"items{suffix}",
+    }[case]
+
+
+SCANS = {
+    "parquet": (CognitionFrame.scan_parquet, CognitionFrame.read_parquet, ".parquet"),
+    "ndjson": (CognitionFrame.scan_ndjson, CognitionFrame.read_jsonl, ".jsonl"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCANS))
+@pytest.mark.parametrize(
+    ("case", "error", "errno_name"),
+    [
+        ("missing file", FileNotFoundError, "ENOENT"),
+        ("glob matching nothing", FileNotFoundError, "ENOENT"),
+        ("empty directory", FileNotFoundError, "ENOENT"),
+        ("missing directory", FileNotFoundError, "ENOENT"),
+        ("path under a file", NotADirectoryError, "ENOTDIR"),
+    ],
+)
+def test_a_scan_of_nothing_readable_raises_the_readers_error_naming_the_path(
+    tmp_path: Path, kind: str, case: str, error: type[OSError], errno_name: str
+) -> None:
+    import errno
+
+    scan, read, suffix = SCANS[kind]
+    path = _no_source(tmp_path, case, suffix)
+    with pytest.raises(error) as caught:
+        scan(path)
+    assert not isinstance(caught.value, SchemaError)
+    assert caught.value.errno == getattr(errno, errno_name)
+    assert caught.value.filename == str(path)
+    assert str(path) in str(caught.value)
+    if case == "missing file":  # the reader of the same file fails the same way
+        with pytest.raises(error):
+            read(path)
+
+
+def test_a_directory_without_item_files_is_named_by_the_ndjson_scan(tmp_path: Path) -> None:
+    write_parquet(records_to_frame(records("s0", 2)), tmp_path / "items.parquet")
+    with pytest.raises(FileNotFoundError, match=r"no \.jsonl/\.ndjson file under the directory"):
         CognitionFrame.scan_ndjson(tmp_path)
 
 

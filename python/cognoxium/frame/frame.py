@@ -624,9 +624,14 @@ class CognitionFrame:
 
         Raises
         ------
+        FileNotFoundError
+            Now: if there is no such path, the glob matches no file or the
+            directory holds none (``filename`` names ``source``), as
+            :meth:`read_parquet` raises for a missing file; another
+            ``OSError`` if it cannot be opened or listed.
         SchemaError
-            Now: if nothing can be scanned, or the files lack an item column
-            or hold another column (use :meth:`read_parquet` for tables
+            Now: if the files are not Parquet, or lack an item column or
+            hold another column (use :meth:`read_parquet` for tables
             missing optional columns).
         RecordError
             When the plan runs: at the first invalid row read, naming the
@@ -660,8 +665,11 @@ class CognitionFrame:
 
         Raises
         ------
-        SchemaError
-            Now: if there is no file to scan.
+        FileNotFoundError
+            Now: if there is no such path, the glob matches no file or the
+            directory holds no ``.jsonl``/``.ndjson`` file (``filename``
+            names ``source``), as :meth:`read_jsonl` raises for a missing
+            file; another ``OSError`` if one cannot be opened or listed.
         RecordError
             When the plan runs: at the first invalid line, naming the file,
             the line and the field.

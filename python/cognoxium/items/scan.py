@@ -26,6 +26,7 @@ that yielded rows, the rows read and the columns read.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import tempfile
@@ -356,6 +357,57 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     return df
 
 
+_GLOB_CHARS: Final = "*?["
+
+
+def _missing(source: str, reason: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, reason, source)
+
+
+def _suffixed(path: Path, suffixes: tuple[str, ...] | None) -> bool:
+    return path.is_file() and (suffixes is None or path.suffix.lower() in suffixes)
+
+
+def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
+    """Check that a scan's source names something to read, as opening a file would.
+
+    ``source`` is a file, a directory (it must hold a file whose suffix is
+    in ``suffixes``, any file for ``None``, at any depth) or a glob (``*``,
+    ``?``, ``[``; ``**`` recurses), which must match a file. A file is
+    opened once; the files of a directory or glob are listed until the
+    first, not opened (the scan reads them later).
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no such path, the glob matches no file or the directory
+        holds none (``errno.ENOENT``; ``filename`` is ``source``), as
+        :func:`~cognoxium.items.io.read_items` raises for a missing file.
+    OSError
+        What opening the file or listing the directory raises
+        (``PermissionError``, ``NotADirectoryError``, ...), naming it.
+
+    Examples
+    --------
+    >>> _check_source("/no/such/items.parquet")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: [Errno 2] No such file or directory: '/no/such/items.parquet'
+    """
+    if any(ch in source for ch in _GLOB_CHARS):
+        matches = (m for m in glob.iglob(source, recursive=True) if _suffixed(Path(m), suffixes))
+        if next(matches, None) is None:
+            raise _missing(source, "no file matches the glob")
+    elif os.path.isdir(source):
+        os.listdir(source)  # a directory that cannot be listed raises PermissionError here
+        if next((p for p in Path(source).rglob("*") if _suffixed(p, suffixes)), None) is None:
+            kinds = "file" if suffixes is None else f"{'/'.join(suffixes)} file"
+            raise _missing(source, f"no {kinds} under the directory")
+    else:
+        with open(source, "rb"):
+            pass
+
+
 def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Schema, list[str]]:
     """The schema of a Parquet scan with its hive columns, and the names of the hive columns."""
     try:
@@ -397,8 +449,15 @@ def scan_parquet_items(
 
     Raises
     ------
+    FileNotFoundError
+        If there is no such path, the glob matches no file or the directory
+        holds no file (``errno.ENOENT``; ``filename`` is ``source``), as
+        :func:`~cognoxium.items.io.read_items` raises for a missing file.
+    OSError
+        If a file cannot be opened (``PermissionError``,
+        ``NotADirectoryError``, ...); ``filename`` names the file.
     SchemaError
-        If nothing can be scanned there, on unknown or missing item columns,
+        If the files are not Parquet, on unknown or missing item columns,
         or if a partition column is named like an item column.
 
     Examples
@@ -415,6 +474,7 @@ def scan_parquet_items(
     (1, ('id', 'text'), 1)
     """
     where = str(source)
+    _check_source(where)
     schema, hive = _parquet_schema(where, hive_partitioning)
     casts = _casts(schema, where)
 
@@ -489,17 +549,12 @@ _JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
 
 def _jsonl_files(source: str) -> list[str]:
     """The JSONL files of a file, a directory (recursively) or a glob, sorted."""
-    if any(ch in source for ch in "*?["):
-        files = sorted(glob.glob(source, recursive=True))
-    elif Path(source).is_dir():
-        files = sorted(
-            str(p) for p in Path(source).rglob("*") if p.suffix.lower() in _JSONL_SUFFIXES
-        )
-    else:
-        files = [source] if Path(source).is_file() else []
-    if not files:
-        raise SchemaError(f"{source}: no JSONL files to scan")
-    return files
+    _check_source(source, _JSONL_SUFFIXES)
+    if any(ch in source for ch in _GLOB_CHARS):
+        return sorted(f for f in glob.glob(source, recursive=True) if os.path.isfile(f))
+    if Path(source).is_dir():
+        return sorted(str(p) for p in Path(source).rglob("*") if _suffixed(p, _JSONL_SUFFIXES))
+    return [source]
 
 
 def _check_ids_across(frames: list[pl.DataFrame], files: list[str]) -> None:
@@ -530,8 +585,14 @@ def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
 
     Raises
     ------
-    SchemaError
-        If there is no file to scan.
+    FileNotFoundError
+        If there is no such path, the glob matches no file or the directory
+        holds no ``.jsonl``/``.ndjson`` file (``errno.ENOENT``; ``filename``
+        is ``source``), as :func:`~cognoxium.items.io.read_items` raises
+        for a missing file.
+    OSError
+        If a file cannot be opened (``PermissionError``,
+        ``NotADirectoryError``, ...); ``filename`` names the file.
     RecordError
         At collect: at the first invalid line, naming the file, the line
         and the field; or at an id another file already holds (naming the
