@@ -774,6 +774,52 @@ def test_every_command_help_has_examples_and_exit_codes(command: str) -> None:
     assert "--json" in text
 
 
+def _help_lines(args: list[str]) -> list[str]:
+    result = runner.invoke(app, [*args, "--help"])
+    assert result.exit_code == EXIT_OK, result.output
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_piped_help_keeps_examples_and_metavars_whole(
+    command: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    from rich.cells import cell_len
+    from typer import rich_utils
+
+    from cognoxium.app.cli import PIPED_HELP_WIDTH
+
+    args = [] if command is None else [command]
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(rich_utils, "MAX_WIDTH", 1000)  # as TERMINAL_WIDTH=1000: nothing wraps
+    whole = "\n".join(_help_lines(args))
+    monkeypatch.setattr(rich_utils, "MAX_WIDTH", None)  # no width setting: standard output decides
+    lines = _help_lines(args)  # CliRunner's standard output is not a terminal
+    assert rich_utils.MAX_WIDTH is None  # the run's width is not left behind
+    assert max(cell_len(line) for line in lines) == PIPED_HELP_WIDTH
+    examples = re.findall(r"^ +(cognoxium [^\n]*?) *$", whole, flags=re.MULTILINE)
+    metavars = set(re.findall(r"<[\w .|-]+>", whole))
+    assert examples
+    assert metavars
+    for piece in [*examples, *metavars]:
+        assert any(piece in line for line in lines), piece
+
+
+def test_help_at_a_terminal_or_a_set_width_is_left_to_rich_and_typer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rich.cells import cell_len
+    from typer import rich_utils
+
+    monkeypatch.setattr(rich_utils, "MAX_WIDTH", 90)  # TERMINAL_WIDTH=90
+    assert max(cell_len(line) for line in _help_lines(["pack"])) == 90
+    monkeypatch.setattr(rich_utils, "MAX_WIDTH", None)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert max(cell_len(line) for line in _help_lines(["pack"])) == 100
+
+
 def test_redact_exit_codes(tmp_path: Path) -> None:
     bad = tmp_path / "items.jsonl"
     bad.write_text('{"id": "a", "role": "user", "text": "hi"}\n{"id": "b", "role": "bot"}\n')

@@ -55,7 +55,10 @@ Output
 Every command takes ``--quiet`` (print nothing on success) and ``--json``
 (print one machine-readable JSON summary, canonical: sorted keys, compact, to
 standard output, and nothing else). Progress bars go to standard error, only
-when it is a terminal, and never with ``--quiet`` or ``--json``.
+when it is a terminal, and never with ``--quiet`` or ``--json``. ``--help``
+is as wide as the terminal, or :data:`PIPED_HELP_WIDTH` columns when standard
+output is not a terminal (``TERMINAL_WIDTH``, Typer's setting, or
+``COLUMNS``, Rich's, set another width).
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
@@ -72,6 +78,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer import rich_utils
 from typer.core import TyperGroup
 
 from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError
@@ -84,7 +91,15 @@ if TYPE_CHECKING:
 
     from cognoxium.retrieval.scope import RetrievalSettings
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_OK", "EXIT_USAGE", "app", "main"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_BUDGET",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PIPED_HELP_WIDTH",
+    "app",
+    "main",
+]
 
 EXIT_OK = 0
 """Success."""
@@ -144,12 +159,41 @@ def _usage_error(exc: typer.TyperException) -> dict[str, Any]:
     return _error_dict("usage.invalid", message, field=hint)
 
 
+PIPED_HELP_WIDTH = 132
+"""Columns of the help text when standard output is not a terminal.
+
+Rich, which renders Typer's help, falls back to 80 columns there, which
+breaks the examples and the option tables' words across lines. A terminal
+gets its own width; ``TERMINAL_WIDTH`` (Typer's setting) or ``COLUMNS``
+(Rich's) wins over both.
+"""
+
+
+@contextmanager
+def _help_width() -> Iterator[None]:
+    """Typer's help width (``typer.rich_utils.MAX_WIDTH``) for this run, then the old one."""
+    saved = rich_utils.MAX_WIDTH
+    piped = not sys.stdout.isatty()
+    if saved is None and piped and not os.environ.get("COLUMNS", "").strip():
+        rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
+    try:
+        yield
+    finally:
+        rich_utils.MAX_WIDTH = saved
+
+
 class _Group(TyperGroup):
     """A command group whose usage errors exit with :data:`EXIT_USAGE` (click uses 2).
 
     It also reports a failed command: its message on standard error, and with
-    ``--json`` its ``{"error": {...}}`` object on standard output.
+    ``--json`` its ``{"error": {...}}`` object on standard output; and renders
+    help at :data:`PIPED_HELP_WIDTH` columns when standard output is not a
+    terminal.
     """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        with _help_width():
+            return super().main(*args, **kwargs)
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -537,7 +581,7 @@ def pack_command(
         ),
     ],
     profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP, metavar="METHOD")] = Rank.LEARNED,
     manifests: _Manifests = ManifestFormat.PARQUET,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
@@ -771,7 +815,7 @@ def locomo_command(
     budgets: Annotated[
         str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
     ] = "512,1024,2048,4096",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP)] = Rank.LEARNED,
+    rank: Annotated[Rank, typer.Option(help=_RANK_HELP, metavar="METHOD")] = Rank.LEARNED,
     compare: Annotated[
         str,
         typer.Option(
