@@ -207,7 +207,9 @@ def test_items_that_are_not_parquet_are_refused_before_ray_starts(
 def test_a_failing_scope_raises_the_local_error(
     ray_local: Any, store: Path, tmp_path: Path
 ) -> None:
-    bad = Request(id="bad", budget=50, where="metadata.conversation = 'c01' AND colour = 'red'")
+    # A metadata key no item has: only the items tell, so a unit finds it on a worker.
+    where = "metadata.conversation = 'c01' AND metadata.colour = 'red'"
+    bad = Request(id="bad", budget=50, where=where)
     with pytest.raises(RecordError) as local:
         run_batch(read_store(store), [bad], out_dir=tmp_path / "l", rank="bm25", as_of=AS_OF)
     with pytest.raises(RecordError) as remote:
@@ -215,6 +217,86 @@ def test_a_failing_scope_raises_the_local_error(
     assert str(remote.value) == str(local.value)
     assert "colour" in str(remote.value)
     assert remote.value.field == "where"
+
+
+class _RayStartedError(Exception):
+    """Raised in place of starting Ray: the checks before it passed."""
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record, and stop at, the start of Ray (no Ray runs)."""
+    started: list[str] = []
+
+    def cluster(*args: Any, **kwargs: Any) -> None:
+        started.append("ray")
+        raise _RayStartedError
+
+    monkeypatch.setattr(distributed, "_cluster", cluster)
+    return started
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "colour = 'red'",  # unknown column
+        "metadata.conversation = 'c01' AND colour = 'red'",
+        "priority = 'high'",  # a type error
+        "metadata.conversation = 'c01' AND priority > 'a'",
+        "(metadata.conversation = 'c01') AND (created_at > '2024-01-01')",
+        "priority",  # not boolean
+        "lower(priority) = 'x' OR role = 'user'",
+        "upper(role) = 'USER'",
+        "id = (SELECT 1)",  # outside the grammar
+        "metadata.conversation = ",  # does not parse
+    ],
+)
+def test_a_where_that_fails_over_any_store_is_refused_before_ray_starts(
+    no_ray: list[str], store: Path, tmp_path: Path, where: str
+) -> None:
+    requests = [*requests_for(6, 2), Request(id="bad", budget=50, where=where)]
+    with pytest.raises(RecordError) as local:
+        run_batch(read_store(store), requests, out_dir=tmp_path / "l", rank="bm25", as_of=AS_OF)
+    with pytest.raises(RecordError) as remote:
+        run_batch_ray(store, requests, out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+    assert str(remote.value) == str(local.value)
+    assert (remote.value.field, remote.value.params) == (local.value.field, local.value.params)
+    assert "'bad'" in str(remote.value)
+    assert no_ray == []
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "metadata.conversation = 'c01'",
+        "lower(metadata.conversation) = 'c01'",  # needs the values' type: the items decide
+        "length(metadata.conversation) = 3 AND role <> 'tool'",
+        "metadata.conversation LIKE 'c0%'",
+        "abs(metadata.turn) > 2",
+        "metadata.colour = 'red'",  # a key no item has: the items decide
+    ],
+)
+def test_a_where_the_items_decide_goes_to_ray(
+    no_ray: list[str], store: Path, tmp_path: Path, where: str
+) -> None:
+    request = Request(id="r", budget=50, where=where)
+    with pytest.raises(_RayStartedError):
+        run_batch_ray(store, [request], out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+    assert no_ray == ["ray"]
+
+
+def test_an_unknown_profile_is_refused_before_ray_starts(
+    no_ray: list[str], store: Path, tmp_path: Path
+) -> None:
+    from cognoxium.exceptions import ProfileError
+
+    with pytest.raises(ProfileError) as local:
+        run_batch(read_store(store), requests_for(6, 1), out_dir=tmp_path / "l", profile="nope")
+    with pytest.raises(ProfileError) as remote:
+        run_batch_ray(store, requests_for(6, 1), out_dir=tmp_path / "r", profile="nope")
+    assert str(remote.value) == str(local.value)
+    assert no_ray == []
 
 
 def _kill_first_unit(killed: list[int], stop: threading.Event) -> None:

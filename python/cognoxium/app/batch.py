@@ -92,6 +92,7 @@ __all__ = [
     "rank_request",
     "read_requests",
     "run_batch",
+    "scope_rows",
 ]
 
 RankMethod = Literal[
@@ -437,27 +438,64 @@ class BatchStats:
         return out
 
 
+def scope_rows(store: CognitionFrame, request: Request) -> pl.DataFrame:
+    """The items of a request's scope: ``store`` filtered by its ``where``, materialised.
+
+    Parameters
+    ----------
+    store
+        The whole store (a frame of the canonical schema).
+    request
+        The request; ``where=None`` is the whole store.
+
+    Returns
+    -------
+    polars.DataFrame
+        The rows of ``store`` that ``where`` keeps, in store order.
+
+    Raises
+    ------
+    RecordError
+        If ``where`` is not a valid predicate over the items (it does not
+        parse, names an unknown column or metadata key, or does not type
+        check); it names the request and the field ``where``, and its cause
+        is the frame's or Polars' error.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> store = CognitionFrame(records_to_frame([
+    ...     {"id": "a", "role": "user", "text": "hi"},
+    ...     {"id": "b", "role": "assistant", "text": "hello"}]))
+    >>> scope_rows(store, Request(id="r", budget=10, where="role = 'user'"))["id"].to_list()
+    ['a']
+    >>> scope_rows(store, Request(id="r", budget=10, where="colour = 'red'"))
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: field where: request 'r': invalid where clause: ...'colour'...
+    """
+    if request.where is None:
+        return store.collect()
+    try:
+        return store.filter(request.where).collect()
+    except PredicateError as exc:
+        raise request.error(f"invalid where clause: {exc}", field="where") from exc
+    except PlanError as exc:
+        raise request.error(
+            f"invalid where clause {request.where!r}: {exc}", field="where"
+        ) from exc
+    except pl.exceptions.PolarsError as exc:
+        raise request.error(
+            f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
+        ) from exc
+
+
 def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, pl.DataFrame]:
     """Filter the store once per distinct ``where``; each scope is materialised once."""
     scopes: dict[str | None, pl.DataFrame] = {}
     for request in requests:
-        if request.where in scopes:
-            continue
-        if request.where is None:
-            scopes[None] = store.collect()
-            continue
-        try:
-            scopes[request.where] = store.filter(request.where).collect()
-        except PredicateError as exc:
-            raise request.error(f"invalid where clause: {exc}", field="where") from exc
-        except PlanError as exc:
-            raise request.error(
-                f"invalid where clause {request.where!r}: {exc}", field="where"
-            ) from exc
-        except pl.exceptions.PolarsError as exc:
-            raise request.error(
-                f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
-            ) from exc
+        if request.where not in scopes:
+            scopes[request.where] = scope_rows(store, request)
     return scopes
 
 

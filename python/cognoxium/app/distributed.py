@@ -33,9 +33,13 @@ unit per batch, at most ``workers`` tasks at once). A task whose worker
 process dies is run again (Ray Data's tasks have ``max_retries=-1``:
 retried as long as their worker dies, never for an exception of their own);
 a unit is a pure function of its inputs, so a retried unit gives the same
-row, and the driver keeps one row per unit. A unit that raises (an
-invalid ``where``, an infeasible budget) is run again by the driver, which
-raises the local run's error. A request whose scope holds no item (no
+row, and the driver keeps one row per unit. Before Ray starts, the driver
+checks the store's form, the token profile and every request's ``where``
+against the item schema (a clause outside the grammar, naming an unknown
+column or not type checking raises the local run's error at once). A unit
+that raises (a ``where`` over a metadata key no item read has, an
+infeasible budget) is run again by the driver, which raises the local run's
+error. A request whose scope holds no item (no
 partition or no matching item) is an error listing every such request,
 never an empty pack (the local run packs it empty).
 
@@ -80,6 +84,7 @@ from cognoxium.app.batch import (
     ScopeResult,
     pack_scope,
     prepare_requests,
+    scope_rows,
 )
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import (
@@ -92,7 +97,8 @@ from cognoxium.exceptions import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items
-from cognoxium.items.schema import conform, to_arrow
+from cognoxium.items.predicate import parse_predicate
+from cognoxium.items.schema import POLARS_SCHEMA, conform, to_arrow
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -533,6 +539,65 @@ def _pack_units(batch: pa.Table, *, store: str, settings: _Settings) -> pa.Table
 # -- the driver ----------------------------------------------------------------
 
 
+def _reads_metadata(sql: str) -> bool:
+    """Whether a predicate reads a ``metadata.<key>`` (``False`` if it does not parse)."""
+    try:
+        return "metadata" in parse_predicate(sql).meta.root_names()
+    except PlanError:
+        return False
+
+
+def _fails(frame: CognitionFrame, sql: str) -> bool:
+    try:
+        frame.filter(sql).collect()
+    except (CognoxiumError, pl.exceptions.PolarsError):
+        return True
+    return False
+
+
+def _schema_decides(where: str, error: RecordError, empty: CognitionFrame) -> bool:
+    """Whether a clause that fails over no item fails over every store of the item schema.
+
+    Over no item a ``metadata.<key>`` reads as null, so a clause whose
+    validity turns on a metadata value's type (``lower(metadata.topic)``)
+    fails there and may pass over the items: such a clause is refused only
+    when one of its top-level ``AND`` terms that reads no metadata fails on
+    its own. A clause outside the grammar, with an unknown column, or that
+    reads no metadata fails the same whatever the items.
+    """
+    if isinstance(error.__cause__, PredicateError) or not _reads_metadata(where):
+        return True
+    try:
+        tree = sqlglot.parse_one(where)
+    except (sqlglot.errors.SqlglotError, RecursionError):  # pragma: no cover - parsed above
+        return False
+    terms = [term.sql() for term in _conjuncts(tree)]
+    return any(not _reads_metadata(term) and _fails(empty, term) for term in terms)
+
+
+def _check_wheres(requests: Sequence[Request]) -> None:
+    """Raise the local run's error for a ``where`` clause that fails whatever the store holds.
+
+    Each distinct clause is filtered, in request order, over an empty store
+    of the item schema (:func:`~cognoxium.app.batch.scope_rows`, as the local
+    run filters), so a clause outside the grammar, naming an unknown column
+    or not type checking is refused before Ray starts; what turns on the
+    items (a metadata key no item has, a metadata value's type) is found by
+    the units.
+    """
+    empty = CognitionFrame(pl.DataFrame(schema=POLARS_SCHEMA))
+    seen: set[str] = set()
+    for request in requests:
+        if request.where is None or request.where in seen:
+            continue
+        seen.add(request.where)
+        try:
+            scope_rows(empty, request)
+        except RecordError as error:
+            if _schema_decides(request.where, error, empty):
+                raise
+
+
 def _where_error(request: Request, exc: Exception) -> RecordError:
     """The local run's error for a ``where`` clause that cannot filter the store."""
     if isinstance(exc, PredicateError):
@@ -790,7 +855,11 @@ def run_batch_ray(
         If Ray Data is not installed (extra ``ray``).
     RecordError
         If requests have a scope with no item (listing them), or as
-        :func:`~cognoxium.app.batch.run_batch` raises it.
+        :func:`~cognoxium.app.batch.run_batch` raises it; for a ``where``
+        clause that fails over any store of the item schema (grammar,
+        columns, types), before Ray starts.
+    ProfileError
+        If ``profile`` is unknown, before Ray starts.
     BudgetError, PlanError, OutputError, SchemaError, OSError
         As :func:`~cognoxium.app.batch.run_batch` raises them; nothing is
         committed.
@@ -810,7 +879,9 @@ def run_batch_ray(
     settings = _Settings(profile, rank, when, retrieval)
     units = _units(prepared)
     source = os.path.abspath(store)
-    _check_store(Path(source))  # refuse a bad store before starting Ray
+    _check_store(Path(source))  # refuse a bad store, clause or profile before starting Ray
+    _check_wheres(prepared)
+    settings.batch()
     shared = None if cache_dir is None else os.path.abspath(cache_dir)
     with _cluster(ray, address, workers), _quiet(ray, progress):
         rows = _results(ray, units, source, settings, workers=workers, cache_dir=shared)
