@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -17,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cognoxium.app import distributed
-from cognoxium.app.batch import Request, read_requests, run_batch
+from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.app.cli import app
 from cognoxium.app.distributed import (
     partition_key,
@@ -460,3 +462,64 @@ def test_ray_writes_runs_of_one_scope_as_the_local_run(
         meta = pq.ParquetFile(tmp_path / "ray" / "manifests.parquet").metadata
         assert meta.num_row_groups == 2
         assert meta.num_rows == 400 * 400
+
+
+# ---------------------------------------------------------------------------
+# --quiet: Ray's own output
+
+
+def test_quiet_ray_prints_nothing_from_start_up_to_shutdown(store: Path, tmp_path: Path) -> None:
+    """``pack --engine ray --quiet`` in a fresh process: its own local Ray, no output at all."""
+    pytest.importorskip("ray.data", reason="needs the ray extra")
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        "".join(json.dumps(r.to_record()) + "\n" for r in requests_for(6, 4)), encoding="utf-8"
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "cognoxium.app.cli", "pack", str(store), str(requests)]
+    options = ["--out", str(out), "--engine", "ray", "--workers", "1", "--rank", "bm25"]
+    done = subprocess.run(
+        [*command, *options, "--as-of", "2025-06-01T00:00:00Z", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout == ""
+    assert len((out / "packs.jsonl").read_text(encoding="utf-8").splitlines()) == 4
+
+
+def test_quiet_drops_ray_records_below_error_and_restores_the_levels() -> None:
+    ray_logger, data_logger = logging.getLogger("ray"), logging.getLogger("ray.data")
+    before = (ray_logger.level, data_logger.level)
+    with distributed._ray_logs(True):
+        for logger in (ray_logger, logging.getLogger("ray.data._internal.execution")):
+            assert not logger.isEnabledFor(logging.WARNING)
+            assert logger.isEnabledFor(logging.ERROR)
+    assert (ray_logger.level, data_logger.level) == before
+    with distributed._ray_logs(False):
+        assert (ray_logger.level, data_logger.level) == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "quiet"), [([], False), (["--quiet"], True), (["--json"], True), (["-q"], True)]
+)
+def test_the_cli_makes_ray_quiet_with_quiet_or_json(
+    monkeypatch: pytest.MonkeyPatch, store: Path, tmp_path: Path, flags: list[str], quiet: bool
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake(items: Path, requests: list[Request], **kwargs: Any) -> BatchStats:
+        seen.update(kwargs)
+        return BatchStats(requests=len(requests), seconds=1.0, packs_per_s=1.0, p50_ms=0, p95_ms=0)
+
+    monkeypatch.setattr(distributed, "run_batch_ray", fake)
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps(requests_for(6, 1)[0].to_record()) + "\n", encoding="utf-8")
+    args = ["pack", str(store), str(requests), "--out", str(tmp_path / "o"), "--engine", "ray"]
+    result = CliRunner().invoke(app, [*args, *flags])
+    assert result.exit_code == 0, result.output
+    assert seen["quiet"] is quiet
+    assert seen["progress"] is (not quiet)

@@ -675,7 +675,8 @@ def pack_command(
     retrieval = _retrieval(model, neighbours, ranker)
     runner: Callable[..., Any]
     if engine is Engine.RAY:
-        runner = partial(run_batch_ray, items, address=address, workers=workers)
+        quiet_ray = quiet or json_output  # Ray's own lines are progress output
+        runner = partial(run_batch_ray, items, address=address, workers=workers, quiet=quiet_ray)
     else:
         try:
             store = read_store(items) if items.is_dir() else read_items(items)

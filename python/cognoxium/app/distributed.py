@@ -54,6 +54,7 @@ values have in the items read, so give a key one JSON type across the store.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pickle
 import re
@@ -712,14 +713,43 @@ class _InOrder:
             self._packs.close()
 
 
+_RAY_LOGGERS = ("ray", "ray.data")
+"""Ray's driver logger (start-up lines) and Ray Data's (execution messages, its own handlers)."""
+
+
 @contextmanager
-def _cluster(ray: Any, address: str | None, workers: int | None) -> Iterator[None]:
-    """Use the running Ray, connect to ``address``, or start a local Ray for the batch."""
+def _ray_logs(quiet: bool) -> Iterator[None]:
+    """With ``quiet``, Ray's and Ray Data's records below ERROR are dropped until the exit.
+
+    The loggers' levels are set back on exit, so the process's logging is
+    as it was (Ray Data's file log keeps its records outside the call).
+    """
+    loggers = [logging.getLogger(name) for name in _RAY_LOGGERS]
+    saved = [logger.level for logger in loggers]
+    if quiet:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, saved, strict=True):
+            logger.setLevel(level)
+
+
+@contextmanager
+def _cluster(
+    ray: Any, address: str | None, workers: int | None, quiet: bool = False
+) -> Iterator[None]:
+    """Use the running Ray, connect to ``address``, or start a local Ray for the batch.
+
+    ``ray.init`` sets the ``ray`` logger's level itself: ``quiet`` asks it for ERROR.
+    """
     if ray.is_initialized():
         yield
         return
+    logs: dict[str, Any] = {"logging_level": logging.ERROR} if quiet else {}
     if address is not None:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, **logs)
     else:
         ray.init(
             num_cpus=workers or os.cpu_count() or 1,
@@ -727,6 +757,7 @@ def _cluster(ray: Any, address: str | None, workers: int | None) -> Iterator[Non
             _node_ip_address="127.0.0.1",
             log_to_driver=False,
             _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+            **logs,
         )
     try:
         yield
@@ -804,6 +835,7 @@ def run_batch_ray(
     turns: bool = False,
     start_on: Literal["user"] | None = None,
     progress: bool = False,
+    quiet: bool = False,
 ) -> BatchStats:
     """Pack every request with Ray Data, one task per scope; the files of the local run.
 
@@ -842,6 +874,11 @@ def run_batch_ray(
         the driver's current time, read once.
     progress
         Show Ray Data's progress bars on standard error.
+    quiet
+        Drop Ray's and Ray Data's log records below ERROR during the call:
+        Ray's start-up lines, Ray Data's execution messages and warnings
+        (errors still show). ``False`` leaves them as Ray logs them. The
+        workers' output never reaches this process (``log_to_driver=False``).
 
     Returns
     -------
@@ -883,7 +920,7 @@ def run_batch_ray(
     _check_wheres(prepared)
     settings.batch()
     shared = None if cache_dir is None else os.path.abspath(cache_dir)
-    with _cluster(ray, address, workers), _quiet(ray, progress):
+    with _ray_logs(quiet), _cluster(ray, address, workers, quiet), _quiet(ray, progress):
         rows = _results(ray, units, source, settings, workers=workers, cache_dir=shared)
         with committed_output(out_dir) as folder:
             latencies = _write(folder, rows, units, prepared, source, settings, manifests)
