@@ -206,19 +206,27 @@ def test_items_that_are_not_parquet_are_refused_before_ray_starts(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        # The items decide, so the units find these: a metadata key no item has (its
+        # scope reads no item), and a function of a metadata value of the wrong type.
+        "metadata.conversation = 'c01' AND metadata.colour = 'red'",
+        "metadata.conversation = 'c01' AND abs(metadata.conversation) > 1",
+    ],
+)
 def test_a_failing_scope_raises_the_local_error(
-    ray_local: Any, store: Path, tmp_path: Path
+    ray_local: Any, store: Path, tmp_path: Path, where: str
 ) -> None:
-    # A metadata key no item has: only the items tell, so a unit finds it on a worker.
-    where = "metadata.conversation = 'c01' AND metadata.colour = 'red'"
     bad = Request(id="bad", budget=50, where=where)
     with pytest.raises(RecordError) as local:
         run_batch(read_store(store), [bad], out_dir=tmp_path / "l", rank="bm25", as_of=AS_OF)
     with pytest.raises(RecordError) as remote:
         run_batch_ray(store, [bad], out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
     assert str(remote.value) == str(local.value)
-    assert "colour" in str(remote.value)
+    assert "invalid where clause" in str(remote.value)
     assert remote.value.field == "where"
+    assert not (tmp_path / "r").exists()
 
 
 class _RayStartedError(Exception):

@@ -631,6 +631,24 @@ def _missing(requests: Sequence[Request], positions: Sequence[int]) -> RecordErr
     )
 
 
+def _check_empty_scopes(store: Path, requests: Sequence[Request]) -> None:
+    """Raise the local run's error for an empty scope's clause that fails over the whole store.
+
+    A unit reads only the items its clause can match, so a clause over a
+    ``metadata.<key>`` that no item of the store has gives an empty scope
+    there, where the local run refuses the key. The whole store is scanned
+    lazily (the metadata column to learn its keys, then the clause's
+    columns); a clause that passes leaves the empty scope to be reported.
+    """
+    files = store if partition_key(store) is None else store / "**" / "*.parquet"
+    whole = CognitionFrame.scan_parquet(files, hive_partitioning=False)
+    checked: set[str | None] = set()
+    for request in requests:
+        if request.where not in checked:
+            checked.add(request.where)
+            scope_rows(whole, request)
+
+
 def _run_slices(units: Sequence[_Unit], total: int) -> list[tuple[int, int, int]]:
     """The runs of :func:`~cognoxium.app.batch.run_batch`, as ``(unit, start, stop)``.
 
@@ -811,6 +829,7 @@ def _write(
         unit = next(u for u in units if first in u.positions)
         _raise_failure(unit, store, settings, out.failed[first])
     if out.empty:
+        _check_empty_scopes(Path(store), [requests[p] for p in sorted(out.empty)])
         raise _missing(requests, out.empty)
     if out.written != len(requests):  # pragma: no cover - Ray returned fewer rows than units
         raise CognoxiumError(f"request {requests[out.written].id!r} has no result from Ray")
