@@ -41,7 +41,9 @@ that raises (a ``where`` over a metadata key no item read has, an
 infeasible budget) is run again by the driver, which raises the local run's
 error. A request whose scope holds no item (no
 partition or no matching item) is an error listing every such request,
-never an empty pack (the local run packs it empty).
+never an empty pack (the local run packs it empty); when its clause names
+a ``metadata.<key>`` that no item of the store has, the error is the local
+run's (the driver scans the store's metadata to tell).
 
 Two conditions keep the packs equal to the local run's. Lineage
 (``hybrid-lineage``, ``learned``): a unit's store is the partitions it
