@@ -284,6 +284,7 @@ def pack_reusing(
     overflow: Overflow = "error",
     turns: bool = False,
     start_on: str | None = None,
+    rank: pl.Series | None = None,
 ) -> ContextPack:
     """:func:`pack` without policies over rows that never change, keeping their :class:`PackScope`.
 
@@ -292,7 +293,9 @@ def pack_reusing(
     with that profile reuse it, with what it found: the checks of the rows,
     their rendering, units, exclusions at each ``as_of``, token counts and
     lower bounds, and the manifest's basis. Each pack and manifest is the
-    one :func:`pack` gives over ``rows()``.
+    one :func:`pack` gives over ``rows()`` with ``rank`` as their rank
+    column: a rank scores the same rows in the same order, so the packs of
+    every rank of these rows share the scope.
 
     Parameters
     ----------
@@ -304,16 +307,20 @@ def pack_reusing(
         order; called only when no scope is kept for the profile.
     budget, profile, as_of, label, reserve, overflow, turns, start_on
         As for :func:`pack`.
+    rank
+        ``(n,)``: the rows' rank for this pack, cast to Float64, in place of
+        their ``rank`` column (``None``: that column).
 
     Returns
     -------
     ContextPack
-        What :func:`pack` returns over ``rows()``.
+        What :func:`pack` returns over ``rows()`` with ``rank`` as their rank column.
 
     Raises
     ------
     BudgetError, PackError, RecordError, SchemaError
-        As :func:`pack`, in the same order (the options are checked first).
+        As :func:`pack`, in the same order (the options are checked first); a
+        ``rank`` of the wrong length is a PackError.
 
     Examples
     --------
@@ -330,6 +337,11 @@ def pack_reusing(
     >>> alone = pack(df, 20, as_of=when)
     >>> first.ids, len(kept), again.manifest.to_json() == alone.manifest.to_json()
     (['a'], 1, True)
+    >>> rank = pl.Series([0.0, 1.0])
+    >>> ranked = pack_reusing(kept, lambda: df, 50, as_of=when, rank=rank)
+    >>> alone = pack(df.with_columns(rank=rank), 50, as_of=when)
+    >>> ranked.ids, len(kept), ranked.manifest.to_json() == alone.manifest.to_json()
+    (['b'], 1, True)
     """
     request = check_options(
         budget,
@@ -345,7 +357,7 @@ def pack_reusing(
     if not isinstance(scope, PackScope):
         scope = PackScope(rows(), profile=request.profile)
         scopes[key] = scope
-    return scope.pack_checked(request, label)
+    return scope.pack_checked(request, label, rank)
 
 
 class PackScope:
