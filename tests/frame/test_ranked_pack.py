@@ -11,7 +11,9 @@ rows, whatever was packed before; a frame whose rows differ from the table's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import polars as pl
@@ -19,10 +21,10 @@ import pytest
 
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import conform
+from cognoxium.items.schema import conform, packed_text_expr
 from cognoxium.packing import packer
 from cognoxium.packing.packer import ContextPack, pack
-from cognoxium.retrieval.ranking import bm25_cache_clear
+from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_scores
 from cognoxium.testing import assert_pack_equal
 
 WHEN = datetime(2024, 6, 1, tzinfo=UTC)
@@ -89,10 +91,12 @@ OPTIONS: list[dict[str, Any]] = [
 ]
 
 
-def _from_scratch(frame: CognitionFrame, budget: int, settings: dict[str, Any]) -> ContextPack:
-    """The pack over the frame's collected rows, with a new scope and a cold BM25 cache."""
+def _from_scratch(
+    make: Callable[[CognitionFrame], CognitionFrame], budget: int, settings: dict[str, Any]
+) -> ContextPack:
+    """pack() over the rows of ``make`` applied to a new table, with a cold BM25 cache."""
     bm25_cache_clear()
-    rows = frame.collect()
+    rows = make(CognitionFrame(_rows())).collect()
     return pack(rows, budget, **settings)
 
 
@@ -114,7 +118,10 @@ def test_every_rank_of_a_table_packs_what_pack_gives_over_the_ranked_rows(
     for method, arguments in RANKS:
         ranked = frame.rank(method, **arguments)
         for _ in range(2):
-            _assert_same(ranked.pack(budget, **settings), _from_scratch(ranked, budget, settings))
+            want = _from_scratch(
+                partial(CognitionFrame.rank, method=method, **arguments), budget, settings
+            )
+            _assert_same(ranked.pack(budget, **settings), want)
     # The table's own rank is still the one its own packs use.
     _assert_same(frame.pack(budget, **settings), pack(_rows(), budget, **settings))
 
@@ -143,7 +150,10 @@ def test_a_rank_of_a_rank_packs_with_the_last_rank() -> None:
     twice = frame.rank("priority").rank("bm25", query="billing invoice")
     once = frame.rank("bm25", query="billing invoice")
     settings: dict[str, Any] = {"as_of": WHEN}
-    _assert_same(twice.pack(70, **settings), _from_scratch(twice, 70, settings))
+    want = _from_scratch(
+        lambda f: f.rank("priority").rank("bm25", query="billing invoice"), 70, settings
+    )
+    _assert_same(twice.pack(70, **settings), want)
     _assert_same(twice.pack(70, **settings), once.pack(70, **settings))
     assert "m08" in twice.pack(70, **settings).ids
 
@@ -181,7 +191,7 @@ def test_a_derived_frame_does_not_take_its_tables_kept_state(derive: Any) -> Non
     derived = derive(frame)
     settings: dict[str, Any] = {"as_of": WHEN, "turns": True}
     for budget in (60, 150):
-        _assert_same(derived.pack(budget, **settings), _from_scratch(derived, budget, settings))
+        _assert_same(derived.pack(budget, **settings), _from_scratch(derive, budget, settings))
 
 
 def test_a_ranked_pack_raises_what_pack_raises() -> None:
@@ -191,9 +201,34 @@ def test_a_ranked_pack_raises_what_pack_raises() -> None:
     with pytest.raises(BudgetError) as kept_error:
         ranked.pack(3, as_of=WHEN)
     with pytest.raises(BudgetError) as plain_error:
-        pack(ranked.collect(), 3, as_of=WHEN)
+        pack(CognitionFrame(_rows()).rank("bm25", query="refund").collect(), 3, as_of=WHEN)
     assert str(kept_error.value) == str(plain_error.value)
     assert kept_error.value.costs == plain_error.value.costs
     assert list(kept_error.value.costs) == ["m00"]
     with pytest.raises(PackError, match="budget"):
         ranked.pack(-1, as_of=WHEN)
+
+
+@pytest.mark.parametrize(
+    "derive",
+    [
+        pytest.param(lambda f: f, id="table"),
+        pytest.param(lambda f: f.filter(pl.col("priority") > 1), id="filter"),
+        pytest.param(
+            lambda f: f.with_columns(pl.col("text").str.replace_all("refund", "parcel")),
+            id="changed-text",
+        ),
+        pytest.param(lambda f: f.rank("priority"), id="rank"),
+    ],
+)
+def test_bm25_of_a_table_and_of_its_derived_frames_scores_their_own_rows(derive: Any) -> None:
+    frame = CognitionFrame(_rows())
+    for query in ("refund policy", "parcel"):  # the table keeps its BM25 corpus
+        frame.rank("bm25", query=query).collect()
+    for query in ("refund policy", "parcel", "shipping Lyon"):
+        bm25_cache_clear()
+        got = derive(frame).rank("bm25", query=query).collect()
+        texts = derive(CognitionFrame(_rows())).collect().select(packed_text_expr()).to_series()
+        want = bm25_scores(texts.to_list(), query)
+        assert got.get_column("rank").to_list() == want.tolist()
+        assert got.drop("rank").equals(derive(frame).collect().drop("rank"))
