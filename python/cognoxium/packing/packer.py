@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property, partial
 from typing import Any
 
@@ -125,8 +125,13 @@ __all__ = [
 ]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 _AS_OF_KEPT = 16
-"""How many ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
+"""How many spans of ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
+
+_VALIDITY_TIMES = ("created_at", "valid_from", "expires_at")
+"""The times of a row at which its validity can change."""
 
 
 def pack(
@@ -424,9 +429,9 @@ class PackScope:
         self.profile = profile if isinstance(profile, TokenProfile) else get_profile(profile)
         """The token profile that costs the rows."""
         self.review = review_policies(df, policy)
-        self._rows: dict[datetime, Exclusions] = {}
+        self._rows: dict[int, Exclusions] = {}
         self._units: dict[bool, Units] = {}
-        self._groups: dict[tuple[datetime, bool], Exclusions] = {}
+        self._groups: dict[tuple[int, bool], Exclusions] = {}
         self._known: dict[bool, KnownCosts] = {}
         self._row_tokens: np.ndarray | None = None
 
@@ -450,20 +455,44 @@ class PackScope:
     def _basis(self) -> ManifestBasis:
         return manifest_basis(self.df, self.review)
 
+    @cached_property
+    def _validity_changes(self) -> np.ndarray:
+        """The distinct times (µs since the Unix epoch, UTC) at which a row's validity changes.
+
+        A row is expired from its ``expires_at`` on and not yet valid before
+        its ``created_at`` and ``valid_from``, so its validity is the same at
+        every ``as_of`` between two consecutive times here.
+        """
+        times = self.df.select(
+            pl.concat([pl.col(name).dt.epoch("us") for name in _VALIDITY_TIMES]).drop_nulls()
+        )
+        return np.unique(times.to_series().to_numpy())
+
+    def _validity_span(self, as_of: datetime) -> int:
+        """The span of ``as_of`` between validity changes: how many changes are at or before it."""
+        micros = (as_of - _EPOCH) // timedelta(microseconds=1)
+        return int(np.searchsorted(self._validity_changes, micros, side="right"))
+
     def _exclusions(self, request: Request) -> tuple[Exclusions, Units]:
-        """The rows' exclusions at the request's ``as_of`` and its packing units (cached)."""
-        rows = self._rows.get(request.as_of)
+        """The rows' exclusions at the request's ``as_of`` and its packing units (cached).
+
+        Exclusions are kept per span of ``as_of`` between validity changes
+        (they are equal within one), so packs at ever new times (``as_of``
+        now) reuse them while no row's validity changes.
+        """
+        span = self._validity_span(request.as_of)
+        rows = self._rows.get(span)
         if rows is None:
-            if len(self._rows) >= _AS_OF_KEPT:  # packs at ever new times (as_of now) keep few
+            if len(self._rows) >= _AS_OF_KEPT:  # packs over many spans keep few
                 self._rows.clear()
                 self._groups.clear()
-            rows = self._rows[request.as_of] = find_exclusions(self.df, request.as_of, self.review)
+            rows = self._rows[span] = find_exclusions(self.df, request.as_of, self.review)
         units = self._units.get(request.turns)
         if units is None:
             units = self._units[request.turns] = form_units(
                 self.df, rows.grouped, turns=request.turns
             )
-        key = (request.as_of, request.turns)
+        key = (span, request.turns)
         whole = self._groups.get(key)
         if whole is None:
             whole = self._groups[key] = exclude_incomplete_groups(self.df, rows, units)
