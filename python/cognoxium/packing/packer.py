@@ -432,6 +432,7 @@ class PackScope:
         self._rows: dict[int, Exclusions] = {}
         self._units: dict[bool, Units] = {}
         self._groups: dict[tuple[int, bool], Exclusions] = {}
+        self._queues: dict[tuple[int, bool], Queue] = {}
         self._known: dict[bool, KnownCosts] = {}
         self._row_tokens: np.ndarray | None = None
 
@@ -473,6 +474,20 @@ class PackScope:
         micros = (as_of - _EPOCH) // timedelta(microseconds=1)
         return int(np.searchsorted(self._validity_changes, micros, side="right"))
 
+    def _queue(
+        self, request: Request, rows: Exclusions, units: Units, rank: pl.Series | None
+    ) -> Queue:
+        """The candidate units in selection order; kept for the rows' own rank (``None``)."""
+        if rank is not None:
+            return order_units(self.df, rows, units, self._lowered, rank, self._id_order)
+        key = (self._validity_span(request.as_of), request.turns)
+        queue = self._queues.get(key)
+        if queue is None:
+            own = self.df.get_column("rank")
+            queue = order_units(self.df, rows, units, self._lowered, own, self._id_order)
+            self._queues[key] = queue
+        return queue
+
     def _exclusions(self, request: Request) -> tuple[Exclusions, Units]:
         """The rows' exclusions at the request's ``as_of`` and its packing units (cached).
 
@@ -486,6 +501,7 @@ class PackScope:
             if len(self._rows) >= _AS_OF_KEPT:  # packs over many spans keep few
                 self._rows.clear()
                 self._groups.clear()
+                self._queues.clear()
             rows = self._rows[span] = find_exclusions(self.df, request.as_of, self.review)
         units = self._units.get(request.turns)
         if units is None:
@@ -575,18 +591,18 @@ class PackScope:
     ) -> PackOutcome:
         """:meth:`outcome` for a request checked by ``check_options``."""
         df = self.df
-        if rank is None:
-            rank = df.get_column("rank")
-        elif len(rank) != df.height:
-            raise PackError(f"rank has {len(rank)} values for {df.height} rows")
-        else:
+        if rank is not None:
+            if len(rank) != df.height:
+                raise PackError(f"rank has {len(rank)} values for {df.height} rows")
             rank = rank.cast(pl.Float64).alias("rank")
         rows, units = self._exclusions(request)
+        queue = self._queue(request, rows, units, rank)
+        if rank is None:
+            rank = df.get_column("rank")
         costs = self._costs(units, request.turns)
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        queue = order_units(df, rows, units, self._lowered, rank, self._id_order)
         select = partial(_select, df.get_column("id"), costs, request, cutter)
         included = select(queue)
         if request.start_on == "user":
