@@ -458,7 +458,7 @@ class PackScope:
 
     @cached_property
     def _validity_changes(self) -> np.ndarray:
-        """The distinct times (µs since the Unix epoch, UTC) at which a row's validity changes.
+        """The times (µs since the Unix epoch, UTC) at which a row's validity changes.
 
         A row is expired from its ``expires_at`` on and not yet valid before
         its ``created_at`` and ``valid_from``, so its validity is the same at
@@ -467,12 +467,12 @@ class PackScope:
         times = self.df.select(
             pl.concat([pl.col(name).dt.epoch("us") for name in _VALIDITY_TIMES]).drop_nulls()
         )
-        return np.unique(times.to_series().to_numpy())
+        return times.to_series().to_numpy()
 
     def _validity_span(self, as_of: datetime) -> int:
         """The span of ``as_of`` between validity changes: how many changes are at or before it."""
         micros = (as_of - _EPOCH) // timedelta(microseconds=1)
-        return int(np.searchsorted(self._validity_changes, micros, side="right"))
+        return int(np.count_nonzero(self._validity_changes <= micros))
 
     def _queue(
         self, request: Request, rows: Exclusions, units: Units, rank: pl.Series | None
