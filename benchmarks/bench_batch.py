@@ -32,7 +32,7 @@ wall-clock seconds on a shared machine (2 cores shared with other work), so
 compare the ratios, taken within one run.
 
 Usage: ``python benchmarks/bench_batch.py [--locomo PATH] [--budget 1024]
-[--repeats 3] [--single-repeats 60] [--single-only] [--profile]``; the LoCoMo
+[--repeats 3] [--single-repeats 200] [--single-only] [--profile]``; the LoCoMo
 file defaults to ``$COGNOXIUM_LOCOMO``, else
 ``../shared/data/locomo/locomo7.json``. ``--single-only`` runs the
 single-pack section alone and keeps the other results of ``batch.json``.
@@ -361,7 +361,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"p95 at most 10 ms ({_met(_single_met(single))} for the frame's pack and its "
         "bm25 and recency ranks). Load "
         "average of the machine "
-        f"(1 min) at the start and the end of the run: {result['load'][0]:.1f}, "
+        f"(1 min) at the start and the end of the full run: {result['load'][0]:.1f}, "
         f"{result['load'][1]:.1f} on {result['cores']} cores.\n"
     )
 
@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--single-repeats", type=int, default=60)
+    parser.add_argument("--single-repeats", type=int, default=200)
     parser.add_argument(
         "--single-only",
         action="store_true",

@@ -2028,9 +2028,10 @@ class CognitionFrame:
 
 
 def _ranked_scan(plan: Node) -> Scan | None:
-    """The scan of every column whose rows ``plan`` gives, only ranked (or not), else None.
+    """The whole scan whose rows ``plan`` gives, as they are but for their rank, else None.
 
-    Rank nodes keep the rows, their order and every column but ``rank``.
+    Rank nodes keep the rows, their order and every column but ``rank``; a
+    scan narrowed to some columns gives other rows than its source's.
     """
     while isinstance(plan, Rank):
         plan = plan.input
