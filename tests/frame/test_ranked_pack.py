@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -45,15 +46,15 @@ _TEXTS = [
 ]
 
 
-def _rows() -> pl.DataFrame:
-    n = len(_TEXTS)
+def _rows(texts: list[str] = _TEXTS) -> pl.DataFrame:
+    n = len(texts)
     roles = ["system"] + ["user", "assistant"] * 3 + ["tool"] + ["user", "assistant"] * 2
     return conform(
         pl.DataFrame(
             {
                 "id": [f"m{i:02d}" for i in range(n)],
                 "role": roles,
-                "text": _TEXTS,
+                "text": texts,
                 "retention": ["required"] + ["optional"] * (n - 2) + ["preferred"],
                 "priority": [0, 1, 5, 2, 4, 3, 0, 1, 2, 2, 0, 3],
                 # The table's own rank, which every rank below replaces.
@@ -232,3 +233,23 @@ def test_bm25_of_a_table_and_of_its_derived_frames_scores_their_own_rows(derive:
         want = bm25_scores(texts.to_list(), query)
         assert got.get_column("rank").to_list() == want.tolist()
         assert got.drop("rank").equals(derive(frame).collect().drop("rank"))
+
+
+def test_a_rank_of_a_scanned_file_packs_the_files_rows_as_they_are_now(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    CognitionFrame(_rows()).sink_parquet(path)
+    ranked = CognitionFrame.scan_parquet(path).rank("bm25", query="refund")
+    settings: dict[str, Any] = {"as_of": WHEN}
+    first = ranked.pack(120, **settings)
+    assert "m03" in first.ids
+    _assert_same(
+        first,
+        _from_scratch(partial(CognitionFrame.rank, method="bm25", query="refund"), 120, settings),
+    )
+    changed = _rows([text.replace("refund", "parcel") for text in _TEXTS])
+    CognitionFrame(changed).sink_parquet(path)
+    again = ranked.pack(120, **settings)
+    bm25_cache_clear()
+    want = pack(CognitionFrame(changed).rank("bm25", query="refund").collect(), 120, **settings)
+    _assert_same(again, want)
+    assert again.manifest.to_json() != first.manifest.to_json()
