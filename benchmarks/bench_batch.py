@@ -18,32 +18,41 @@ Three measurements, in one run:
 2. **LoCoMo, the default rank (learned), four budgets**, with a warm
    embedding cache (one untimed run first): packs per second.
 3. **One pack of 10k items** (``bench_pack.synthetic_items``), warm
-   caches: p50 and p95 latency of the whole call, both
+   caches: p50 and p95 latency of the user's whole call (see
+   :func:`single_calls`):
    :meth:`CognitionFrame.pack <cognoxium.frame.frame.CognitionFrame.pack>`
-   on an in-memory frame (the aim) and
-   :func:`cognoxium.packing.packer.pack` on a Polars DataFrame.
+   on an in-memory frame, ``frame.rank("bm25", query=q).pack(budget)``
+   (a new query each call; with and without ``as_of``) and ``frame.rank("recency",
+   half_life=...).pack(budget)``, the rank step included (the aim: p95 at
+   most 10 ms each), and :func:`cognoxium.packing.packer.pack` on a Polars
+   DataFrame. ``--profile`` prints each call's cProfile.
 
 Results go to ``benchmarks/results/batch.json`` and ``batch.md``. Timings are
 wall-clock seconds on a shared machine (2 cores shared with other work), so
 compare the ratios, taken within one run.
 
 Usage: ``python benchmarks/bench_batch.py [--locomo PATH] [--budget 1024]
-[--repeats 3] [--single-repeats 60]``; the LoCoMo file defaults to
-``$COGNOXIUM_LOCOMO``, else ``../shared/data/locomo/locomo7.json``.
+[--repeats 3] [--single-repeats 200] [--single-only] [--profile]``; the LoCoMo
+file defaults to ``$COGNOXIUM_LOCOMO``, else
+``../shared/data/locomo/locomo7.json``. ``--single-only`` runs the
+single-pack section alone and keeps the other results of ``batch.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
+import pstats
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -229,34 +238,100 @@ def learned_four_budgets(
     }
 
 
-def single_pack(repeats: int) -> dict[str, Any]:
-    """p50 and p95 of one pack of 10k items, warm caches: ``pack(df)`` and ``frame.pack()``.
+QUERY_WORDS = (
+    "refund order shipping account password reset invoice billing plan upgrade cancel "
+    "support ticket status delivered delayed package tracking address email phone "
+    "version install configure server database timeout retry failed"
+).split()
+"""The words of the single-pack BM25 queries (words the synthetic items use)."""
+
+WHOLE_BUDGET = 10**8
+"""A budget, in tokens, that every row of the single-pack items fits in."""
+
+WARM_CALLS = 8
+"""Untimed calls of each single-pack call before the timed ones."""
+
+SINGLE_CALLS = ("frame", "bm25", "bm25_now", "recency", "df")
+"""The timed single-pack calls, as named in ``batch.json``."""
+
+
+def bm25_queries(n: int, seed: int = 11) -> list[str]:
+    """``n`` distinct three-word queries over :data:`QUERY_WORDS`, the same for a seed."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, None] = {}
+    while len(out) < n:
+        out[" ".join(rng.choice(QUERY_WORDS, size=3, replace=False))] = None
+    return list(out)
+
+
+def single_calls(df: pl.DataFrame, repeats: int) -> dict[str, Callable[[int], object]]:
+    """The user's whole calls of one pack over ``df``, each given the call's number.
+
+    ``frame``: ``CognitionFrame.pack`` on an in-memory frame; ``bm25`` and
+    ``recency``: ``frame.rank(method, ...).pack(budget)``, the rank step
+    included (BM25 with a query no earlier call gave, from
+    :func:`bm25_queries`); ``bm25_now``: that BM25 call without ``as_of``
+    (validity judged now, a new time at each call); ``df``:
+    :func:`~cognoxium.packing.packer.pack` on a Polars DataFrame. Calls are
+    numbered from 0 to ``WARM_CALLS + repeats - 1``.
+    """
+    frame = CognitionFrame(df)
+    queries = bm25_queries(2 * (WARM_CALLS + repeats))
+    now = len(queries) // 2  # bm25_now asks queries bm25 did not
+    return {
+        "frame": lambda k: frame.pack(BUDGET, as_of=AS_OF),
+        "bm25": lambda k: frame.rank("bm25", query=queries[k]).pack(BUDGET, as_of=AS_OF),
+        "bm25_now": lambda k: frame.rank("bm25", query=queries[now + k]).pack(BUDGET),
+        "recency": lambda k: frame.rank("recency", half_life=timedelta(hours=1)).pack(
+            BUDGET, as_of=AS_OF
+        ),
+        "df": lambda k: pack(df, BUDGET, as_of=AS_OF),
+    }
+
+
+def single_pack(repeats: int, profile: bool = False) -> dict[str, Any]:
+    """p50 and p95 of one pack of 10k items, warm caches, for each of :func:`single_calls`.
 
     ``pack(df)`` over a Polars frame redoes the work the rows alone decide at
     every call (a DataFrame can change in place); ``CognitionFrame.pack``
-    over an in-memory frame keeps that work with the frame's table.
+    over an in-memory frame, and over a rank of it, keeps that work with the
+    frame's table. Warm: a pack of every row first (every row's token count
+    in the process-wide token cache), then each call runs ``WARM_CALLS``
+    times (token profile, kept scope and the BM25 index of the rows made;
+    each timed BM25 call has a new query). With ``profile``, each call's
+    cProfile (top functions by cumulative time) is printed after its timing.
     """
     df = synthetic_items(10_000)
-    frame = CognitionFrame(df)
     out: dict[str, Any] = {"items": df.height, "budget": BUDGET, "repeats": repeats}
-    calls = {
-        "df": lambda: pack(df, BUDGET, as_of=AS_OF),
-        "frame": lambda: frame.pack(BUDGET, as_of=AS_OF),
-    }
-    for name, call in calls.items():
-        for _ in range(3):  # warm the token cache and the profile
-            call()
+    start_load = os.getloadavg()[0]
+    pack(df, WHOLE_BUDGET, as_of=AS_OF)  # every row's token count in the token cache
+    for name, call in single_calls(df, repeats).items():
+        for k in range(WARM_CALLS):  # warm the caches
+            call(k)
         times = []
-        for _ in range(repeats):
+        for k in range(WARM_CALLS, WARM_CALLS + repeats):
             started = time.perf_counter()
-            call()
+            call(k)
             times.append((time.perf_counter() - started) * 1000.0)
         p50, p95 = np.percentile(np.array(times), [50, 95])
         print(f"pack 10k ({name}): p50 {p50:.2f} ms, p95 {p95:.2f} ms", flush=True)
-        prefix = "" if name == "frame" else "df_"
-        out[f"{prefix}p50_ms"] = round(float(p50), 2)
-        out[f"{prefix}p95_ms"] = round(float(p95), 2)
+        out[name] = {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2)}
+        if profile:
+            print_profile(call, range(WARM_CALLS, WARM_CALLS + repeats))
+    out["load"] = [round(start_load, 2), round(os.getloadavg()[0], 2)]
     return out
+
+
+def print_profile(call: Callable[[int], object], numbers: range) -> None:
+    """Print the cProfile of the calls ``numbers``, top 25 functions by cumulative time.
+
+    BM25 calls repeat the queries of the timed calls (their query tokens are
+    then known to the index's vocabulary as before).
+    """
+    profiler = cProfile.Profile()
+    for k in numbers:
+        profiler.runcall(call, k)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -279,18 +354,40 @@ def markdown(result: dict[str, Any]) -> str:
         f"The floor's packs equal cognoxium's in {agree['same_ids']} of {agree['packs']} "
         f"(the same ids) and use the same tokens in {agree['same_used_tokens']}; the floor "
         "tokenizes the query and turns with bm25s as cognoxium does.\n\n"
-        f"One pack of {single['items']:,} items (budget {single['budget']}), warm caches, "
-        f"{single['repeats']} calls: `CognitionFrame.pack()` on an in-memory frame (its "
-        f"table keeps what the rows alone decide) p50 {single['p50_ms']:.2f} ms, "
-        f"p95 {single['p95_ms']:.2f} ms; `pack(df)` on a Polars DataFrame (all redone per "
-        f"call) p50 {single['df_p50_ms']:.2f} ms, p95 {single['df_p95_ms']:.2f} ms.\n\n"
+        + single_paragraph(single)
+        + "\n\n"
         f"Aims: BM25 batch within 2x of the floor ({_met(bm25['ratio'] <= 2)}), at least 150 "
         f"packs/s with the learned rank ({_met(learned['packs_per_s'] >= 150)}), single-pack "
-        f"p95 at most 10 ms ({_met(single['p95_ms'] <= 10)} for the frame's pack). Load "
+        f"p95 at most 10 ms ({_met(_single_met(single))} for the frame's pack and its "
+        "bm25 and recency ranks). Load "
         "average of the machine "
-        f"(1 min) at the start and the end of the run: {result['load'][0]:.1f}, "
+        f"(1 min) at the start and the end of the full run: {result['load'][0]:.1f}, "
         f"{result['load'][1]:.1f} on {result['cores']} cores.\n"
     )
+
+
+def single_paragraph(single: dict[str, Any]) -> str:
+    """The single-pack paragraph of ``batch.md``."""
+
+    def times(name: str) -> str:
+        return f"p50 {single[name]['p50_ms']:.2f} ms, p95 {single[name]['p95_ms']:.2f} ms"
+
+    return (
+        f"One pack of {single['items']:,} items (budget {single['budget']}), warm caches, "
+        f"{single['repeats']} calls each, the user's whole call timed: `frame.pack(budget)` "
+        f"on an in-memory frame (its table keeps what the rows alone decide) {times('frame')}; "
+        '`frame.rank("bm25", query=q).pack(budget)`, rank included, a new query each call, '
+        f"{times('bm25')}, and without `as_of` (validity judged now) {times('bm25_now')}; "
+        f'`frame.rank("recency", half_life=1 h).pack(budget)` {times("recency")}; '
+        f"`pack(df, budget)` on a Polars DataFrame (all redone per call) {times('df')}. "
+        "A rank of an in-memory frame packs over the table's kept scope with the rank's "
+        "scores, and the table keeps its BM25 corpus. Load average (1 min) at the start and "
+        f"the end of this section: {single['load'][0]:.1f}, {single['load'][1]:.1f}."
+    )
+
+
+def _single_met(single: dict[str, Any]) -> bool:
+    return all(single[name]["p95_ms"] <= 10 for name in SINGLE_CALLS if name != "df")
 
 
 def _met(ok: bool) -> str:
@@ -302,15 +399,39 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--single-repeats", type=int, default=60)
+    parser.add_argument("--single-repeats", type=int, default=200)
+    parser.add_argument(
+        "--single-only",
+        action="store_true",
+        help="run only the single-pack section; the other results are kept from batch.json",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="print the cProfile of each single-pack call"
+    )
     args = parser.parse_args(argv)
+    if args.single_repeats < 60:
+        raise SystemExit("--single-repeats must be at least 60 (p95 of fewer calls is noise)")
+    if args.single_only:
+        result = json.loads((RESULTS / "batch.json").read_text())
+        result["single_pack"] = single_pack(args.single_repeats, args.profile)
+    else:
+        result = full_run(args)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "batch.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "batch.md").write_text(markdown(result))
+    print(f"wrote {RESULTS / 'batch.json'} and batch.md", flush=True)
+    return result
+
+
+def full_run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every section, in one run."""
     if not args.locomo.is_file():
         raise SystemExit(f"LoCoMo file not found: {args.locomo} (give --locomo PATH)")
     items = load_locomo(args.locomo)
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
     try:
         start_load = os.getloadavg()[0]
-        result = {
+        return {
             "python": platform.python_version(),
             "cores": os.cpu_count(),
             "bm25_one_budget": bm25_one_budget(
@@ -319,16 +440,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "learned_four_budgets": learned_four_budgets(
                 items, locomo_requests(args.locomo, FOUR_BUDGETS), work
             ),
-            "single_pack": single_pack(args.single_repeats),
+            "single_pack": single_pack(args.single_repeats, args.profile),
             "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "batch.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "batch.md").write_text(markdown(result))
-    print(f"wrote {RESULTS / 'batch.json'} and batch.md", flush=True)
-    return result
 
 
 if __name__ == "__main__":

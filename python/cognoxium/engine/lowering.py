@@ -36,6 +36,7 @@ from cognoxium.engine.plan import (
     Limit,
     Node,
     Quarantine,
+    Rank,
     RankBM25,
     RankEmbedding,
     RankHybrid,
@@ -48,6 +49,7 @@ from cognoxium.engine.plan import (
     Scan,
     Select,
     Sort,
+    Source,
     TopK,
     WithColumns,
 )
@@ -498,13 +500,42 @@ def _rank_recency(node: RankRecency, lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.with_columns(recency_expr(half_life=node.half_life, reference=node.reference))
 
 
+_BM25_CORPUS = "bm25_corpus"
+"""Key of a table's BM25 corpus (packed texts and index cache key) in its source's cache."""
+
+
+def _table_cache(node: Rank) -> dict[str, Any] | None:
+    """The cache of the in-memory table a rank scores as stored, else None.
+
+    A rank directly over a whole :class:`Source` scores the table's rows,
+    which never change, so what they alone decide may be kept with the table.
+    """
+    scan = node.input
+    if isinstance(scan, Scan) and isinstance(scan.source, Source) and scan.columns is None:
+        return scan.source.cache
+    return None
+
+
 @register(RankBM25)
 def _rank_bm25(node: RankBM25, lf: pl.LazyFrame) -> pl.LazyFrame:
     from cognoxium.retrieval.ranking import bm25_scores, corpus_key
 
+    kept = _table_cache(node)
+
+    def corpus(df: pl.DataFrame) -> tuple[pl.Series, tuple[str, str]]:
+        found: tuple[pl.Series, tuple[str, str]] | None = (
+            None if kept is None else kept.get(_BM25_CORPUS)
+        )
+        if found is None:
+            texts = df.select(packed_text_expr()).to_series()
+            found = (texts, corpus_key(df.get_column("content_hash")))
+            if kept is not None:
+                kept[_BM25_CORPUS] = found
+        return found
+
     def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
-        texts = df.select(packed_text_expr()).to_series()
-        return bm25_scores(texts, node.query, cache_key=corpus_key(df.get_column("content_hash")))
+        texts, key = corpus(df)
+        return bm25_scores(texts, node.query, cache_key=key)
 
     return rank_batches(lf, scores)
 

@@ -1912,13 +1912,16 @@ class CognitionFrame:
         pack's ``as_of`` (read once, when it is ``None``): copies expired by
         then are dropped before merging, as the pack would exclude them.
 
-        A frame that is an in-memory table (no step over it) keeps, with its
-        table, what packing finds from the rows alone (their checks,
-        rendering, exclusions, token counts and bounds, the manifest's
-        basis), one per token profile, for its next packs without a policy
-        (see :func:`cognoxium.packing.packer.pack_reusing`); every pack and
-        manifest is still the one :func:`~cognoxium.packing.packer.pack`
-        gives over the frame's rows.
+        A frame that is an in-memory table, or a rank of it (only
+        :meth:`rank` steps over it), keeps, with its table, what packing
+        finds from the rows alone (their checks, rendering, exclusions,
+        token counts and bounds, the manifest's basis), one per token
+        profile, for its next packs without a policy (see
+        :func:`cognoxium.packing.packer.pack_reusing`): a rank scores the
+        same rows in the same order, so the packs of all the table's ranks
+        share it, each with its own rank column. Every pack and manifest is
+        still the one :func:`~cognoxium.packing.packer.pack` gives over the
+        frame's rows.
 
         Parameters
         ----------
@@ -1958,24 +1961,27 @@ class CognitionFrame:
         from cognoxium.packing.packer import pack, pack_reusing
 
         self._require_item_columns("pack")
-        plan = self._plan
+        scan = _ranked_scan(self._plan)
         if (
-            isinstance(plan, Scan)
-            and isinstance(plan.source, Source)
+            scan is not None
+            and isinstance(scan.source, Source)
             and kwargs.get("policy") is None
             and set(kwargs) <= _SCOPED_PACK_OPTIONS
         ):
-            # The rows of an in-memory source never change: what packing finds
-            # from them alone is kept with the source (see pack_reusing).
+            # The rows of an in-memory source never change, and a rank only
+            # scores them: what packing finds from the rows alone is kept with
+            # the source (see pack_reusing), each rank's packs take their rank.
             options = {k: v for k, v in kwargs.items() if k != "policy"}
+            rank = None if scan is self._plan else self.lazy().select("rank").collect()
             return pack_reusing(
-                plan.source.cache,
-                self.collect,
+                scan.source.cache,
+                self._wrap(scan).collect,
                 budget,
                 profile=profile,
                 as_of=as_of,
                 reserve=reserve,
                 overflow=overflow,
+                rank=None if rank is None else rank.to_series(),
                 **options,
             )
         frame = self
@@ -2027,6 +2033,17 @@ class CognitionFrame:
             f"<div><p>{html.escape(repr(self))}; first rows</p>{table}"
             f"<p>plan (optimized)</p><pre>{html.escape(self.explain())}</pre></div>"
         )
+
+
+def _ranked_scan(plan: Node) -> Scan | None:
+    """The whole scan whose rows ``plan`` gives, as they are but for their rank, else None.
+
+    Rank nodes keep the rows, their order and every column but ``rank``; a
+    scan narrowed to some columns gives other rows than its source's.
+    """
+    while isinstance(plan, Rank):
+        plan = plan.input
+    return plan if isinstance(plan, Scan) and plan.columns is None else None
 
 
 def _judge_expiry(node: Node, as_of: datetime) -> Node:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property, partial
 from typing import Any
 
@@ -125,8 +125,13 @@ __all__ = [
 ]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 _AS_OF_KEPT = 16
-"""How many ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
+"""How many spans of ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
+
+_VALIDITY_TIMES = ("created_at", "valid_from", "expires_at")
+"""The times of a row at which its validity can change."""
 
 
 def pack(
@@ -284,6 +289,7 @@ def pack_reusing(
     overflow: Overflow = "error",
     turns: bool = False,
     start_on: str | None = None,
+    rank: pl.Series | None = None,
 ) -> ContextPack:
     """:func:`pack` without policies over rows that never change, keeping their :class:`PackScope`.
 
@@ -292,7 +298,9 @@ def pack_reusing(
     with that profile reuse it, with what it found: the checks of the rows,
     their rendering, units, exclusions at each ``as_of``, token counts and
     lower bounds, and the manifest's basis. Each pack and manifest is the
-    one :func:`pack` gives over ``rows()``.
+    one :func:`pack` gives over ``rows()`` with ``rank`` as their rank
+    column: a rank scores the same rows in the same order, so the packs of
+    every rank of these rows share the scope.
 
     Parameters
     ----------
@@ -304,16 +312,20 @@ def pack_reusing(
         order; called only when no scope is kept for the profile.
     budget, profile, as_of, label, reserve, overflow, turns, start_on
         As for :func:`pack`.
+    rank
+        ``(n,)``: the rows' rank for this pack, cast to Float64, in place of
+        their ``rank`` column (``None``: that column).
 
     Returns
     -------
     ContextPack
-        What :func:`pack` returns over ``rows()``.
+        What :func:`pack` returns over ``rows()`` with ``rank`` as their rank column.
 
     Raises
     ------
     BudgetError, PackError, RecordError, SchemaError
-        As :func:`pack`, in the same order (the options are checked first).
+        As :func:`pack`, in the same order (the options are checked first); a
+        ``rank`` of the wrong length is a PackError.
 
     Examples
     --------
@@ -330,6 +342,11 @@ def pack_reusing(
     >>> alone = pack(df, 20, as_of=when)
     >>> first.ids, len(kept), again.manifest.to_json() == alone.manifest.to_json()
     (['a'], 1, True)
+    >>> rank = pl.Series([0.0, 1.0])
+    >>> ranked = pack_reusing(kept, lambda: df, 50, as_of=when, rank=rank)
+    >>> alone = pack(df.with_columns(rank=rank), 50, as_of=when)
+    >>> ranked.ids, len(kept), ranked.manifest.to_json() == alone.manifest.to_json()
+    (['b'], 1, True)
     """
     request = check_options(
         budget,
@@ -345,7 +362,7 @@ def pack_reusing(
     if not isinstance(scope, PackScope):
         scope = PackScope(rows(), profile=request.profile)
         scopes[key] = scope
-    return scope.pack_checked(request, label)
+    return scope.pack_checked(request, label, rank)
 
 
 class PackScope:
@@ -412,9 +429,10 @@ class PackScope:
         self.profile = profile if isinstance(profile, TokenProfile) else get_profile(profile)
         """The token profile that costs the rows."""
         self.review = review_policies(df, policy)
-        self._rows: dict[datetime, Exclusions] = {}
+        self._rows: dict[int, Exclusions] = {}
         self._units: dict[bool, Units] = {}
-        self._groups: dict[tuple[datetime, bool], Exclusions] = {}
+        self._groups: dict[tuple[int, bool], Exclusions] = {}
+        self._queues: dict[tuple[int, bool], Queue] = {}
         self._known: dict[bool, KnownCosts] = {}
         self._row_tokens: np.ndarray | None = None
 
@@ -438,20 +456,59 @@ class PackScope:
     def _basis(self) -> ManifestBasis:
         return manifest_basis(self.df, self.review)
 
+    @cached_property
+    def _validity_changes(self) -> np.ndarray:
+        """The times (µs since the Unix epoch, UTC) at which a row's validity changes.
+
+        A row is expired from its ``expires_at`` on and not yet valid before
+        its ``created_at`` and ``valid_from``, so its validity is the same at
+        every ``as_of`` between two consecutive times here.
+        """
+        times = self.df.select(
+            pl.concat([pl.col(name).dt.epoch("us") for name in _VALIDITY_TIMES]).drop_nulls()
+        )
+        return times.to_series().to_numpy()
+
+    def _validity_span(self, as_of: datetime) -> int:
+        """The span of ``as_of`` between validity changes: how many changes are at or before it."""
+        micros = (as_of - _EPOCH) // timedelta(microseconds=1)
+        return int(np.count_nonzero(self._validity_changes <= micros))
+
+    def _queue(
+        self, request: Request, rows: Exclusions, units: Units, rank: pl.Series | None
+    ) -> Queue:
+        """The candidate units in selection order; kept for the rows' own rank (``None``)."""
+        if rank is not None:
+            return order_units(self.df, rows, units, self._lowered, rank, self._id_order)
+        key = (self._validity_span(request.as_of), request.turns)
+        queue = self._queues.get(key)
+        if queue is None:
+            own = self.df.get_column("rank")
+            queue = order_units(self.df, rows, units, self._lowered, own, self._id_order)
+            self._queues[key] = queue
+        return queue
+
     def _exclusions(self, request: Request) -> tuple[Exclusions, Units]:
-        """The rows' exclusions at the request's ``as_of`` and its packing units (cached)."""
-        rows = self._rows.get(request.as_of)
+        """The rows' exclusions at the request's ``as_of`` and its packing units (cached).
+
+        Exclusions are kept per span of ``as_of`` between validity changes
+        (they are equal within one), so packs at ever new times (``as_of``
+        now) reuse them while no row's validity changes.
+        """
+        span = self._validity_span(request.as_of)
+        rows = self._rows.get(span)
         if rows is None:
-            if len(self._rows) >= _AS_OF_KEPT:  # packs at ever new times (as_of now) keep few
+            if len(self._rows) >= _AS_OF_KEPT:  # packs over many spans keep few
                 self._rows.clear()
                 self._groups.clear()
-            rows = self._rows[request.as_of] = find_exclusions(self.df, request.as_of, self.review)
+                self._queues.clear()
+            rows = self._rows[span] = find_exclusions(self.df, request.as_of, self.review)
         units = self._units.get(request.turns)
         if units is None:
             units = self._units[request.turns] = form_units(
                 self.df, rows.grouped, turns=request.turns
             )
-        key = (request.as_of, request.turns)
+        key = (span, request.turns)
         whole = self._groups.get(key)
         if whole is None:
             whole = self._groups[key] = exclude_incomplete_groups(self.df, rows, units)
@@ -534,18 +591,18 @@ class PackScope:
     ) -> PackOutcome:
         """:meth:`outcome` for a request checked by ``check_options``."""
         df = self.df
-        if rank is None:
-            rank = df.get_column("rank")
-        elif len(rank) != df.height:
-            raise PackError(f"rank has {len(rank)} values for {df.height} rows")
-        else:
+        if rank is not None:
+            if len(rank) != df.height:
+                raise PackError(f"rank has {len(rank)} values for {df.height} rows")
             rank = rank.cast(pl.Float64).alias("rank")
         rows, units = self._exclusions(request)
+        queue = self._queue(request, rows, units, rank)
+        if rank is None:
+            rank = df.get_column("rank")
         costs = self._costs(units, request.turns)
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        queue = order_units(df, rows, units, self._lowered, rank, self._id_order)
         select = partial(_select, df.get_column("id"), costs, request, cutter)
         included = select(queue)
         if request.start_on == "user":
