@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from cognoxium.exceptions import BudgetError, PackError, SchemaError
+from cognoxium.exceptions import BudgetError, PackError, RankError, SchemaError
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -26,6 +26,7 @@ __all__ = [
     "Request",
     "check_frame",
     "check_options",
+    "check_rank",
 ]
 
 Overflow = Literal["error", "truncate"]
@@ -159,7 +160,7 @@ def check_options(
 
 
 def check_frame(df: pl.DataFrame) -> None:
-    """The checks of a request that read the frame: item columns, then unique ids.
+    """The checks of a request that read the frame: item columns, unique ids, finite ranks.
 
     Raises
     ------
@@ -167,9 +168,49 @@ def check_frame(df: pl.DataFrame) -> None:
         If ``df`` lacks an item column or one has the wrong type.
     PackError
         If two rows share an id.
+    RankError
+        If a rank is infinite (see :func:`check_rank`).
     """
     _check_columns(df)
     _check_ids(df)
+    check_rank(df.get_column("rank"), df.get_column("id"))
+
+
+def check_rank(rank: pl.Series, ids: pl.Series) -> None:
+    """Raise unless every rank is finite or missing (null or NaN, both read as unranked).
+
+    A manifest records each item's rank as a JSON number, which has no
+    infinity, and an infinite rank would order its items by chance among
+    themselves, so a pack refuses one rather than write it as something else.
+
+    Parameters
+    ----------
+    rank
+        ``(n,)`` Float64 ranks, in the order of ``ids``.
+    ids
+        ``(n,)`` the items' ids.
+
+    Raises
+    ------
+    RankError
+        Naming the first item whose rank is infinite, and its rank.
+
+    Examples
+    --------
+    >>> check_rank(pl.Series([1.0, None, float("nan")]), pl.Series(["a", "b", "c"]))
+    >>> check_rank(pl.Series([1.0, float("-inf")]), pl.Series(["a", "b"]))
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RankError: item 'b' has rank -inf: a rank must be a finite number, ...
+    """
+    infinite = rank.is_infinite()
+    if not infinite.any():
+        return
+    at = int(infinite.arg_true()[0])
+    raise RankError(
+        f"item {ids[at]!r} has rank {rank[at]}: a rank must be a finite number, or null for "
+        "unranked (rank with an expression that stays finite, or replace infinite values)"
+    )
 
 
 def _as_utc(value: datetime | None) -> datetime:

@@ -70,7 +70,7 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
-from cognoxium.packing._checks import Overflow, Request, check_frame, check_options
+from cognoxium.packing._checks import Overflow, Request, check_frame, check_options, check_rank
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
@@ -595,6 +595,7 @@ class PackScope:
             if len(rank) != df.height:
                 raise PackError(f"rank has {len(rank)} values for {df.height} rows")
             rank = rank.cast(pl.Float64).alias("rank")
+            check_rank(rank, df.get_column("id"))
         rows, units = self._exclusions(request)
         queue = self._queue(request, rows, units, rank)
         if rank is None:

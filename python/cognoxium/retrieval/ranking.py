@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 _LN2 = math.log(2.0)
+_LARGEST = sys.float_info.max
+"""The largest finite float: the cap of a recency score that would overflow."""
 
 
 # ---------------------------------------------------------------------------
@@ -338,7 +341,9 @@ def recency_expr(
     With a half-life ``h`` (seconds), the score is exponential decay,
     ``exp(-ln 2 · age / h)`` with ``age = reference - created_at`` in seconds:
     1.0 at the reference time, 0.5 one half-life before it. Rows newer than
-    the reference score above 1. Without a half-life the score is the Unix
+    the reference score above 1; a score past the largest float (a row more
+    than about 1,024 half-lives newer than the reference) is that largest
+    float, so every score is finite. Without a half-life the score is the Unix
     time of ``column`` in seconds: monotonic, newest highest.
 
     Parameters
@@ -377,7 +382,8 @@ def recency_expr(
         return (created.dt.epoch("us").cast(pl.Float64) / 1e6).alias("rank")
     anchor = pl.lit(ref).cast(pl.Datetime("us", "UTC")) if ref is not None else created.max()
     age = (anchor - created).dt.total_microseconds().cast(pl.Float64) / 1e6
-    return (-_LN2 * age / seconds).exp().alias("rank")
+    score = (-_LN2 * age / seconds).exp()
+    return pl.when(score.is_infinite()).then(_LARGEST).otherwise(score).alias("rank")
 
 
 def recency_scores(
