@@ -6,7 +6,9 @@ out with ``items_to_frame``; JSON helpers are compared with ``canonical_json``.
 
 from __future__ import annotations
 
+import enum
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +19,8 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import RecordError
+from cognoxium.items._checks import text_problem
+from cognoxium.items._json import canonical_flat_column
 from cognoxium.items.model import (
     ContextItem,
     canonical_json,
@@ -107,6 +111,79 @@ def test_canonical_json_list_equals_canonical_json(values: list[Any]) -> None:
 def test_canonical_objects_equal_canonical_json(values: list[str | None], key: str) -> None:
     expected = ["{}" if v is None else canonical_json({key: v}) for v in values]
     assert canonical_objects(key, values) == expected
+
+
+class _Text(str):
+    pass
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+SCALAR = st.none() | st.booleans() | st.integers(-(2**64), 2**65) | TEXT
+"""The values of a flat object, with integers beyond orjson's 64 bits."""
+ODD = st.one_of(
+    st.floats(),
+    st.just(_Colour.RED),
+    st.just(uuid.UUID(int=7)),
+    st.builds(_Text, TEXT),
+    st.lists(SCALAR, max_size=2),
+    st.dictionaries(TEXT, SCALAR, max_size=2),
+    st.sampled_from(["\ud800", "a\udfff"]),
+)
+"""Values that are not flat: each must leave the column to the exact encoder."""
+KEY = st.one_of(TEXT, TEXT.map(_Text), st.integers(0, 3), st.sampled_from(["\udc00"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.dictionaries(TEXT, SCALAR, max_size=4), max_size=6))
+def test_flat_objects_encode_as_canonical_json(values: list[dict[str, Any]]) -> None:
+    got = canonical_flat_column(values, "metadata")
+    fits = all(-(2**63) <= v < 2**64 for d in values for v in d.values() if type(v) is int)
+    if not fits:
+        assert got is None
+        return
+    assert got is not None
+    assert got.name == "metadata"
+    assert got.dtype == pl.String
+    assert got.to_list() == [canonical_json(v) for v in values]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(
+        st.dictionaries(KEY, SCALAR | ODD, max_size=3) | st.lists(SCALAR, max_size=2), max_size=5
+    )
+)
+def test_flat_column_is_exact_or_left_to_the_exact_encoder(values: list[Any]) -> None:
+    """Whatever orjson would encode differently (floats, enums, UUIDs, subclasses, nesting,
+    keys that are not text) gives None; what it encodes equals canonical_json."""
+    got = canonical_flat_column(values, "metadata")
+    if got is None:
+        return
+    assert got.to_list() == [canonical_json(v) for v in values]
+    for value in values:
+        assert type(value) is dict
+        assert all(type(k) is str and text_problem(k) is None for k in value)
+        assert all(type(v) in (str, int, bool, type(None)) for v in value.values())
+
+
+def test_a_column_with_a_float_an_enum_or_a_text_subclass_is_not_flat() -> None:
+    assert canonical_flat_column([{"a": 1}, {"a": 0.5}], "m") is None
+    assert canonical_flat_column([{"a": _Colour.RED}], "m") is None
+    assert canonical_flat_column([{"a": _Text("x")}], "m") is None
+    assert canonical_flat_column([{_Text("a"): 1}], "m") is None
+    assert canonical_flat_column([{"a": "\ud800"}], "m") is None
+    assert canonical_flat_column([{"a": 2**64}], "m") is None
+    assert canonical_flat_column([], "m") is not None
+
+
+def test_text_holding_line_breaks_and_separators_stays_in_its_row() -> None:
+    values = [{"a": ",\n,", "b": "x"}, {"c": "}\n{"}, {}]
+    got = canonical_flat_column(values, "metadata")
+    assert got is not None
+    assert got.to_list() == [canonical_json(v) for v in values]
 
 
 @settings(max_examples=150, deadline=None)

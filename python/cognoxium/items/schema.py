@@ -64,7 +64,11 @@ from cognoxium.items._checks import (
     json_text_depth,
     text_problem,
 )
-from cognoxium.items._json import canonical_json_list, canonical_text_list
+from cognoxium.items._json import (
+    canonical_flat_column,
+    canonical_json_list,
+    canonical_text_list,
+)
 from cognoxium.items.model import (
     ContextItem,
     Retention,
@@ -1231,6 +1235,9 @@ _CANONICAL = json.JSONEncoder(
 
 
 def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
+    flat = canonical_flat_column(values, "metadata")
+    if flat is not None:
+        return flat  # flat objects (the usual case): encoded by orjson, valid UTF-8
     if all(type(value) is dict for value in values) and all(
         type(key) is str for value in values for key in value
     ):
