@@ -213,3 +213,49 @@ def test_pieces_that_are_not_json_alone_are_refused_even_when_they_join_up() -> 
         conform(
             pl.DataFrame({"role": ["tool"] * 3, "json": ["1,2", "[3", "4]"], "id": ["a", "b", "c"]})
         )
+
+
+CLOCK = st.tuples(
+    st.integers(0, 9999),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 25),
+    st.integers(0, 61),
+    st.integers(0, 61),
+).map(lambda t: "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}".format(*t))
+"""Times with whole seconds, valid or not (month 13, day 32, hour 24, second 60)."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(clocks=st.lists(CLOCK | st.dates().map(lambda d: f"{d}T12:00:00"), min_size=1, max_size=6))
+def test_utc_times_with_z_parse_as_the_general_iso_spelling(clocks: list[str]) -> None:
+    """``...Z`` (parsed with a fixed format) gives what ``...+00:00`` gives, or the same error."""
+
+    def frame(zone: str) -> pl.DataFrame | RecordError:
+        rows = [
+            {"id": f"r{i}", "role": "user", "text": "t", "created_at": c + zone}
+            for i, c in enumerate(clocks)
+        ]
+        try:
+            return records_to_frame(rows)
+        except RecordError as exc:
+            return exc
+
+    z, offset = frame("Z"), frame("+00:00")
+    if isinstance(offset, RecordError):
+        assert isinstance(z, RecordError)
+        assert (z.line, z.field, z.message) == (offset.line, offset.field, offset.message)
+    else:
+        assert isinstance(z, pl.DataFrame)
+        assert_frame_equal(z.drop("content_hash"), offset.drop("content_hash"))
+
+
+def test_a_bad_time_among_utc_times_is_named_at_its_line() -> None:
+    rows = [
+        {"id": "a", "role": "user", "text": "t", "created_at": "2024-01-01T00:00:00Z"},
+        {"id": "b", "role": "user", "text": "t", "created_at": "2023-02-29T00:00:00Z"},
+    ]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert (caught.value.line, caught.value.field) == (2, "created_at")
+    assert caught.value.message.endswith("day value is outside expected range")

@@ -1065,6 +1065,30 @@ def _float_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     return pl.Series(name, numbers, pl.Float64)
 
 
+_UTC_SECONDS = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+"""The usual spelling of a time (UTC, whole seconds), which Polars parses without a
+general format; it parses to what :data:`_ISO_TIME`'s format gives, and fails alike."""
+
+
+def _parse_times(texts: pl.Series, name: str, fail: _Failures) -> pl.Series:
+    """Parse ISO 8601 text as UTC microseconds; text that is not such a time fails."""
+    present = texts.drop_nulls()
+    if present.str.contains(_UTC_SECONDS).all():
+        naive = texts.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False)
+        parsed = naive.dt.replace_time_zone("UTC")
+        fail.add_first(
+            (parsed.is_null() & texts.is_not_null()).arg_true().to_list(), name, _TIME_HINT
+        )
+        return parsed.alias(name)
+    spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
+    parsed = spelled.str.to_datetime(
+        "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
+    )
+    unparsed = texts.is_not_null() & (parsed.is_null() | ~spelled.str.contains(_ISO_TIME))
+    fail.add_first(unparsed.arg_true().to_list(), name, _TIME_HINT)
+    return parsed.alias(name)
+
+
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
     first = values[0] if values else None
@@ -1076,15 +1100,10 @@ def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
             stamp = pl.from_arrow(pa.array([first], type=_TS))
             assert isinstance(stamp, pl.Series)
             return stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name)
+    if set(map(type, values)) <= {str, type(None)}:
+        return _parse_times(_string_column(values, name, fail), name, fail)
     texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
-    spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
-    parsed = spelled.str.to_datetime(
-        "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
-    )
-    unparsed = texts.is_not_null() & (parsed.is_null() | ~spelled.str.contains(_ISO_TIME))
-    fail.add_first(unparsed.arg_true().to_list(), name, _TIME_HINT)
-    if all(v is None or isinstance(v, str) for v in values):
-        return parsed.alias(name)
+    parsed = _parse_times(texts, name, fail)
     stamps: list[datetime | None] = []
     for i, v in enumerate(values):
         if isinstance(v, datetime) and v.utcoffset() is not None:
