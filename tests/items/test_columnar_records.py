@@ -259,3 +259,30 @@ def test_a_bad_time_among_utc_times_is_named_at_its_line() -> None:
         records_to_frame(rows)
     assert (caught.value.line, caught.value.field) == (2, "created_at")
     assert caught.value.message.endswith("day value is outside expected range")
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [
+        [[{"uri": "u", "kind": "k"}, {"uri": "v", "title": "t"}], []],
+        [[], []],
+        [[{"uri": b"u", "kind": "k"}], [{"uri": "v", "title": None}]],
+        [[{"uri": "u", "kind": 3}], []],
+        [[{"kind": "k"}], []],
+        [[{"uri": None}], []],
+        [[{"uri": "u", "retrieved_at": "2024-01-01T00:00:00Z"}], [{"uri": "v"}]],
+    ],
+)
+def test_sources_convert_as_item_by_item_validation(sources: list[list[dict[str, Any]]]) -> None:
+    rows = [
+        {"id": f"r{i}", "role": "user", "text": "t", "created_at": "2024-01-01T00:00:00Z",
+         "sources": given}
+        for i, given in enumerate(sources)
+    ]  # fmt: skip
+    try:
+        expected = item_by_item(rows)
+    except ValueError:
+        with pytest.raises(RecordError, match="sources"):
+            records_to_frame(rows)
+        return
+    assert_frame_equal(records_to_frame(rows), expected)

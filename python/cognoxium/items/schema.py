@@ -1200,18 +1200,49 @@ _SOURCE_TEXT_KEYS = frozenset(_SOURCE_KEYS[:3])
 
 
 def _text_sources(values: list[Any]) -> pl.Series | None:
-    """Sources as Arrow converts them in one call, or ``None`` to check them one by one.
+    """Sources converted in bulk, or ``None`` to check them one by one.
 
-    Only lists of plain objects of text without ``retrieved_at`` take this path;
-    any other shape, or a bad value, gives ``None``.
+    Only lists of plain objects holding ``uri`` (and maybe ``kind`` and
+    ``title``), without ``retrieved_at``, take this path: each key's texts
+    become one column, or, when a value is not text, Arrow converts the
+    lists as it converts text (it reads bytes as UTF-8). Any other shape, or
+    a bad value, gives ``None``.
     """
-    if not all(type(v) is list for v in values):
+    if not set(map(type, values)) <= {list}:
         return None
     entries = list(chain.from_iterable(values))
-    if not all(type(e) is dict for e in entries) or not all(
-        map(_SOURCE_TEXT_KEYS.issuperset, entries)
-    ):
+    if not set(map(type, entries)) <= {dict}:
         return None
+    keys = frozenset().union(*entries)
+    if not keys <= _SOURCE_TEXT_KEYS:
+        return None
+    try:
+        fields = [_source_texts(entries, key, keys) for key in _SOURCE_KEYS[:3]]
+    except (KeyError, TypeError, ValueError, pl.exceptions.PolarsError):
+        return _arrow_sources(values)
+    if fields[0].null_count():
+        return None  # a missing uri
+    fields.append(pl.Series("retrieved_at", [], _PL_TS).extend_constant(None, len(entries)))
+    offsets = pa.array(accumulate(map(len, values), initial=0), pa.int64())
+    structs = pl.DataFrame(fields).to_struct("sources").to_arrow()
+    series = pl.from_arrow(pa.LargeListArray.from_arrays(offsets, structs))
+    assert isinstance(series, pl.Series)
+    return series.alias("sources").cast(POLARS_SCHEMA["sources"])
+
+
+def _source_texts(entries: list[dict[str, Any]], key: str, keys: frozenset[str]) -> pl.Series:
+    """Every entry's text under ``key``, null where it is left out; TypeError at other values."""
+    if key not in keys:
+        return pl.Series(key, [None] * len(entries), pl.String)
+    try:
+        texts = list(map(operator.itemgetter(key), entries))
+    except KeyError:
+        texts = [entry.get(key) for entry in entries]
+    return pl.Series(key, texts, pl.String, strict=True)
+
+
+def _arrow_sources(values: list[Any]) -> pl.Series | None:
+    """Lists of objects of text converted by Arrow, or ``None`` if one does not convert."""
     try:
         lists = pa.array(values, _SOURCE_TEXT)
     except (pa.ArrowException, ValueError, TypeError):
@@ -1329,11 +1360,11 @@ def _payload_columns(
     names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
     dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
     texts = _field(records, "text")
-    if not payloads and all(type(t) is str for t in texts):
+    if not payloads and set(map(type, texts)) <= {str}:
         # Plain text records (chat messages): two columns to fill, no per-row dispatch.
         n = len(records)
         return [
-            pl.Series("payload_kind", ["text"] * n, pl.String),
+            pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
             _string_column(texts, "text", fail),
             *(
                 pl.repeat(None, n, dtype=d, eager=True).alias(c)
@@ -1372,14 +1403,17 @@ _PAYLOAD_FIELDS = {
 """The record field behind each payload column, named in errors."""
 
 
-def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any]]:
-    """Check each record is an object with known keys and one content; others become ``{}``."""
-    if (
-        all(issubclass(kind, Mapping) for kind in set(map(type, records)))
-        and all(map(_RECORD_KEYS.issuperset, records))
-        and all(map(operator.contains, records, repeat("text")))
-    ):
-        return records  # all well formed (chat messages): no check per record in Python
+def _record_shapes(
+    records: list[Any], fail: _Failures
+) -> tuple[list[Mapping[str, Any]], frozenset[str]]:
+    """Check each record is an object with known keys and one content; others become ``{}``.
+
+    Returns the records and every field that at least one of them gives.
+    """
+    if all(issubclass(kind, Mapping) for kind in set(map(type, records))):
+        given = frozenset().union(*records)
+        if given <= _RECORD_KEYS and all(map(operator.contains, records, repeat("text"))):
+            return records, given  # all well formed (chat messages): no check per record
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
         if type(record) is not dict and not isinstance(record, Mapping):
@@ -1392,7 +1426,7 @@ def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any
             shaped.append(record)
             continue
         shaped.append({"text": ""})
-    return shaped
+    return shaped, frozenset().union(*shaped)
 
 
 def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> list[Any]:
@@ -1403,13 +1437,15 @@ def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> 
         return [record.get(name, default) for record in records]
 
 
-def _record_frame(records: list[Mapping[str, Any]], fail: _Failures) -> pl.DataFrame:
+def _record_frame(
+    records: list[Mapping[str, Any]], given: frozenset[str], fail: _Failures
+) -> pl.DataFrame:
     """Lay out checked record fields as columns; bad values are noted in ``fail``.
 
-    A field that no record gives becomes its default column at once
-    (:func:`_fill_defaults`), without a value per record.
+    ``given`` holds every field that some record gives; a field that no
+    record gives becomes its default column at once (:func:`_fill_defaults`),
+    without a value per record.
     """
-    given = frozenset().union(*records) if records else frozenset()
     columns = [*_payload_columns(records, fail, "payload" in given)]
     if "id" in given:
         ids = _field(records, "id", _MISSING)
@@ -1549,7 +1585,7 @@ def records_to_frame(
     """
     rows = list(records)
     fail = _Failures()
-    df = _record_frame(_record_shapes(rows, fail), fail)
+    df = _record_frame(*_record_shapes(rows, fail), fail)
     _first_failure(df, _value_checks() + _typed_checks(), fail)
     for column, field in _DEPTH_FIELDS.items():
         row = _too_deep(df, column)
