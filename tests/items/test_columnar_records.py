@@ -286,3 +286,40 @@ def test_sources_convert_as_item_by_item_validation(sources: list[list[dict[str,
             records_to_frame(rows)
         return
     assert_frame_equal(records_to_frame(rows), expected)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({}, "role"),
+        (
+            {"role": "user", "lineage": [{"parent_id": " ", "relation": "r", "step": "s"}]},
+            "lineage",
+        ),
+        ({"role": "user", "parents": [""]}, "parents"),
+        ({"role": "user", "group_id": "\x00"}, "group_id"),
+        ({"role": "user", "trust": "maybe"}, "trust"),
+    ],
+)
+def test_a_field_given_by_one_record_is_checked(extra: dict[str, Any], field: str) -> None:
+    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", "text": "u", **extra}]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert caught.value.line == 2
+    assert (caught.value.field or "").split(".")[0] == field
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"text": "bad \ud800"}, "payload"),
+        ({"text": "t", "metadata": {"k": "bad \udfff"}}, "metadata"),
+        ({"text": "t", "sources": [{"uri": "u\ud800"}]}, "sources"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_at_its_line(extra: dict[str, Any], field: str) -> None:
+    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", "role": "user", **extra}]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert caught.value.line == 2
+    assert (caught.value.field or "").split(".")[0] == field

@@ -1363,9 +1363,13 @@ def _payload_columns(
     if not payloads and set(map(type, texts)) <= {str}:
         # Plain text records (chat messages): two columns to fill, no per-row dispatch.
         n = len(records)
+        try:
+            text = pl.Series("text", texts, pl.String, strict=True)  # all str: checked above
+        except ValueError:
+            text = _string_column(texts, "text", fail)  # a lone surrogate
         return [
             pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
-            _string_column(texts, "text", fail),
+            text,
             *(
                 pl.repeat(None, n, dtype=d, eager=True).alias(c)
                 for c, d in zip(names[2:], dtypes[2:], strict=True)
@@ -1491,6 +1495,27 @@ _RECORD_COLUMNS: dict[str, tuple[Any, Callable[[list[Any], _Failures], pl.Series
 that leaves it out has, and the function that makes its column from every record's value."""
 
 
+_VALID_DEFAULTS = frozenset(
+    {"id", "created_at", "sources", "trust", "sensitivity", "retention", "priority", "rank"}
+    | {"valid_from", "expires_at", "parents", "lineage", "group_id", "metadata"}
+)
+"""The record fields whose default column (:func:`_fill_defaults`) passes every check."""
+
+
+def _record_checks(given: frozenset[str]) -> list[tuple[pl.Expr, str, str]]:
+    """The row checks of records that can fail.
+
+    A check reading only default columns (fields that no record gives, in
+    :data:`_VALID_DEFAULTS`) is left out.
+    """
+    defaults = _VALID_DEFAULTS - given
+    return [
+        check
+        for check in _value_checks() + _typed_checks()
+        if not set(check[0].meta.root_names()) <= defaults
+    ]
+
+
 def _first_failure(
     df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], fail: _Failures
 ) -> None:
@@ -1585,8 +1610,9 @@ def records_to_frame(
     """
     rows = list(records)
     fail = _Failures()
-    df = _record_frame(*_record_shapes(rows, fail), fail)
-    _first_failure(df, _value_checks() + _typed_checks(), fail)
+    shaped, given = _record_shapes(rows, fail)
+    df = _record_frame(shaped, given, fail)
+    _first_failure(df, _record_checks(given), fail)
     for column, field in _DEPTH_FIELDS.items():
         row = _too_deep(df, column)
         if row is not None:
