@@ -45,9 +45,10 @@ import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from polars_hash import CryptographicHashingNameSpace
@@ -1223,9 +1224,10 @@ def _text_sources(values: list[Any]) -> pl.Series | None:
     if fields[0].null_count():
         return None  # a missing uri
     fields.append(pl.Series("retrieved_at", [], _PL_TS).extend_constant(None, len(entries)))
-    offsets = pa.array(accumulate(map(len, values), initial=0), pa.int64())
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
     structs = pl.DataFrame(fields).to_struct("sources").to_arrow()
-    series = pl.from_arrow(pa.LargeListArray.from_arrays(offsets, structs))
+    series = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), structs))
     assert isinstance(series, pl.Series)
     return series.alias("sources").cast(POLARS_SCHEMA["sources"])
 
@@ -1326,6 +1328,8 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
         if "payload" in record or not isinstance(record["text"], str):
             raise ValueError("text")
         return ("text", record["text"], None, None, None, None, None)
+    if "payload" not in record:
+        raise ValueError("text")  # no content
     payload = _plain(record["payload"])
     kind = payload.get("kind") if isinstance(payload, Mapping) else None
     if kind not in _PAYLOAD_KEYS or not set(payload) <= _PAYLOAD_KEYS[kind]:
@@ -1416,8 +1420,10 @@ def _record_shapes(
     """
     if all(issubclass(kind, Mapping) for kind in set(map(type, records))):
         given = frozenset().union(*records)
-        if given <= _RECORD_KEYS and all(map(operator.contains, records, repeat("text"))):
-            return records, given  # all well formed (chat messages): no check per record
+        if given <= _RECORD_KEYS:
+            # All objects of known fields: no check per record here; a record
+            # without content fails with the payload (:func:`_payload_row`).
+            return records, given
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
         if type(record) is not dict and not isinstance(record, Mapping):
