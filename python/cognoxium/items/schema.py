@@ -46,7 +46,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from itertools import accumulate, chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -79,6 +79,9 @@ from cognoxium.items.model import (
     canonical_json,
     content_hash,
 )
+
+if TYPE_CHECKING:
+    from polars.lazyframe.in_process import InProcessQuery
 
 __all__ = [
     "COLUMNS",
@@ -465,16 +468,20 @@ def _hash_input() -> pl.Expr:
     )
 
 
-def _hashes(df: pl.DataFrame) -> pl.Series:
+def _digest_expr() -> pl.Expr:
+    """sha256 hex of each row's kind and canonical payload bytes; null for a reference."""
+    return CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
+
+
+def _hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
     """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
 
     A Reference's canonical bytes are the canonical JSON of its uri, title
     and digest, built per row in Python; every other kind is hashed in one
-    expression.
+    expression (``digests``, when already computed).
     """
-    digests = df.select(
-        CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
-    ).to_series()
+    if digests is None:
+        digests = df.select(_digest_expr()).to_series()
     references = df.get_column("payload_kind").cast(pl.String) == "reference"
     if not references.any():
         return digests
@@ -1439,6 +1446,14 @@ def _record_shapes(
     return shaped, frozenset().union(*shaped)
 
 
+def _field_or(records: list[Mapping[str, Any]], name: str, default: Callable[[], Any]) -> list[Any]:
+    """Every record's value of field ``name``; ``default()`` where a record leaves it out."""
+    try:
+        return list(map(operator.itemgetter(name), records))
+    except KeyError:
+        return [record[name] if name in record else default() for record in records]
+
+
 def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> list[Any]:
     """Every record's value of field ``name``, ``default`` where a record leaves it out."""
     try:
@@ -1449,28 +1464,31 @@ def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> 
 
 def _record_frame(
     records: list[Mapping[str, Any]], given: frozenset[str], fail: _Failures
-) -> pl.DataFrame:
+) -> tuple[pl.DataFrame, InProcessQuery]:
     """Lay out checked record fields as columns; bad values are noted in ``fail``.
 
     ``given`` holds every field that some record gives; a field that no
     record gives becomes its default column at once (:func:`_fill_defaults`),
-    without a value per record.
+    without a value per record. Also returns the query computing, in the
+    background, the sha256 digest of every row's payload (:func:`_digest_expr`).
     """
-    columns = [*_payload_columns(records, fail, "payload" in given)]
+    payload = _payload_columns(records, fail, "payload" in given)
+    # Hashing runs in Polars' threads while the other fields are read here.
+    digests = pl.LazyFrame(payload).select(_digest_expr()).collect(background=True)
+    columns = [*payload]
     if "id" in given:
-        ids = _field(records, "id", _MISSING)
-        columns.append(
-            _string_column([str(uuid.uuid4()) if v is _MISSING else v for v in ids], "id", fail)
-        )
+        ids = _field_or(records, "id", lambda: str(uuid.uuid4()))
+        columns.append(_string_column(ids, "id", fail))
     if "created_at" in given:
         now = datetime.now(UTC)
-        created = [now if v is _MISSING else v for v in _field(records, "created_at", _MISSING)]
-        columns.append(_time_column(created, "created_at", fail))
+        columns.append(
+            _time_column(_field_or(records, "created_at", lambda: now), "created_at", fail)
+        )
     for name, (default, column) in _RECORD_COLUMNS.items():
         if name in given:
             columns.append(column(_field(records, name, default), fail))
     df = _fill_defaults(pl.DataFrame(columns))
-    return df.select(POLARS_SCHEMA.names())
+    return df.select(POLARS_SCHEMA.names()), digests
 
 
 def _strings(name: str) -> Callable[[list[Any], _Failures], pl.Series]:
@@ -1536,10 +1554,13 @@ def _first_failure(
             fail.add(int(row), field, message)
 
 
-def _hash_failure(df: pl.DataFrame, fail: _Failures) -> pl.Series:
-    """Content hashes of the rows before the first failure; a mismatch with a given one fails."""
+def _hash_failure(df: pl.DataFrame, digests: pl.Series, fail: _Failures) -> pl.Series:
+    """Content hashes of the rows before the first failure; a mismatch with a given one fails.
+
+    ``digests`` holds every row's :func:`_digest_expr`.
+    """
     valid = df.head(df.height if fail.row is None else fail.row)
-    computed = _hashes(valid)
+    computed = _hashes(valid, digests.head(valid.height))
     stated = valid.get_column("content_hash")
     mismatch = (stated.is_not_null() & (stated != computed)).arg_true()
     if mismatch.len():
@@ -1617,13 +1638,13 @@ def records_to_frame(
     rows = list(records)
     fail = _Failures()
     shaped, given = _record_shapes(rows, fail)
-    df = _record_frame(shaped, given, fail)
+    df, digests = _record_frame(shaped, given, fail)
     _first_failure(df, _record_checks(given), fail)
     for column, field in _DEPTH_FIELDS.items():
         row = _too_deep(df, column)
         if row is not None:
             fail.add(row, field, _DEPTH_MESSAGE)
-    hashes = _hash_failure(df, fail)
+    hashes = _hash_failure(df, digests.fetch_blocking().to_series(), fail)
     if fail.row is not None:
         raise _record_error_at(rows[fail.row], fail, source, first_line + fail.row)
     _check_unique_ids(df, source, first_line)
