@@ -1529,10 +1529,11 @@ _VALID_DEFAULTS = frozenset(
 def _record_checks(given: frozenset[str]) -> list[tuple[pl.Expr, str, str]]:
     """The row checks of records that can fail.
 
-    A check reading only default columns (fields that no record gives, in
-    :data:`_VALID_DEFAULTS`) is left out.
+    A check reading only columns valid by construction is left out: default
+    columns (fields that no record gives, in :data:`_VALID_DEFAULTS`) and
+    ``payload_kind`` (one of the kinds :func:`_payload_columns` writes).
     """
-    defaults = _VALID_DEFAULTS - given
+    defaults = (_VALID_DEFAULTS - given) | {"payload_kind"}
     return [
         check
         for check in _value_checks() + _typed_checks()
