@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -20,14 +21,19 @@ from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import RecordError
 from cognoxium.items._checks import text_problem
-from cognoxium.items._json import canonical_flat_column
+from cognoxium.items._json import canonical_flat_column, canonical_text_list
 from cognoxium.items.model import (
     ContextItem,
     canonical_json,
     canonical_json_list,
     canonical_objects,
 )
-from cognoxium.items.schema import conform, items_to_frame, records_to_frame
+from cognoxium.items.schema import (
+    canonical_json_columns,
+    conform,
+    items_to_frame,
+    records_to_frame,
+)
 
 TEXT = st.one_of(
     st.text(max_size=10),
@@ -323,3 +329,34 @@ def test_a_lone_surrogate_is_refused_at_its_line(extra: dict[str, Any], field: s
         records_to_frame(rows)
     assert caught.value.line == 2
     assert (caught.value.field or "").split(".")[0] == field
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.dictionaries(TEXT, SCALAR, max_size=3) | JSON, min_size=1, max_size=6),
+    spaced=st.booleans(),
+    ascii_only=st.booleans(),
+)
+def test_canonical_texts_are_flagged_exactly(
+    values: list[Any], spaced: bool, ascii_only: bool
+) -> None:
+    """A flagged text equals canonical_json of its value; without integers beyond 64 bits
+    (which orjson reads as floats, so they are checked one by one), every such text is flagged."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    texts = [
+        json.dumps(v, separators=separators, ensure_ascii=ascii_only, sort_keys=not spaced)
+        for v in values
+    ]
+    flags = canonical_text_list(texts)
+    exact = [text == canonical_json(v) for text, v in zip(texts, values, strict=True)]
+    assert flags is not None
+    assert all(e for f, e in zip(flags, exact, strict=True) if f)
+    if not any(len(d) >= 19 for d in re.findall(r"[0-9]+", "".join(texts))):
+        assert flags == exact
+
+
+def test_an_integer_beyond_64_bits_in_canonical_text_is_kept() -> None:
+    texts = ['{"n":123456789012345678901234567890}', '{"a":1}', '{"n": 18446744073709551616}']
+    assert canonical_text_list(texts) == [False, True, False]  # the integers: one by one
+    df = canonical_json_columns(pl.DataFrame({"metadata": texts}))
+    assert df["metadata"].to_list() == [*texts[:2], '{"n":18446744073709551616}']

@@ -184,11 +184,12 @@ def canonical_objects(key: str, values: list[str | None]) -> list[str]:
 def canonical_text_list(texts: list[str]) -> list[bool] | None:
     """Which JSON texts are already canonical, found with one parse of them all.
 
-    The texts are parsed as one JSON array and each element encoded again;
-    a text is canonical when it equals its element's encoding. When the
-    array does not parse into exactly ``n`` elements (a text that is not
-    JSON on its own, NaN, nesting too deep), nothing is known and the caller
-    checks text by text.
+    The texts are parsed as one JSON array (by orjson, or by :mod:`json`
+    where orjson refuses it) and each element encoded again (flat objects
+    by :func:`canonical_flat_column`); a text is canonical when it equals
+    its element's encoding. When the array does not parse into exactly
+    ``n`` elements (a text that is not JSON on its own, nesting too deep),
+    nothing is known and the caller checks text by text.
 
     Parameters
     ----------
@@ -210,13 +211,26 @@ def canonical_text_list(texts: list[str]) -> list[bool] | None:
     """
     if not texts:
         return []
+    array = "[" + ",".join(texts) + "]"
     try:
-        values = json.loads("[" + ",".join(texts) + "]")
-        if len(values) != len(texts):
+        # orjson reads a subset of what json reads; a value it reads differently
+        # (an integer beyond 64 bits, as a float) encodes to other text, so its
+        # text is not flagged and is checked one by one.
+        values = orjson.loads(array)
+    except orjson.JSONDecodeError:
+        try:
+            values = json.loads(array)
+        except (ValueError, RecursionError):
             return None
-        encoded = canonical_json_list(values)
-    except (ValueError, TypeError, RecursionError):
+    if len(values) != len(texts):
         return None
     # A flagged text equals the encoding of some value, so it is canonical JSON on
     # its own, even where pieces that are not JSON alone paired up in the array.
+    flat = canonical_flat_column(values, "json")
+    if flat is not None:
+        return flat.eq(pl.Series(texts, dtype=pl.String)).to_list()
+    try:
+        encoded = canonical_json_list(values)
+    except (ValueError, TypeError, RecursionError):
+        return None
     return list(map(str.__eq__, encoded, texts))
