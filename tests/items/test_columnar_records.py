@@ -10,6 +10,7 @@ import enum
 import json
 import re
 import uuid
+from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -182,6 +183,8 @@ def test_a_column_with_a_float_an_enum_or_a_text_subclass_is_not_flat() -> None:
     assert canonical_flat_column([{_Text("a"): 1}], "m") is None
     assert canonical_flat_column([{"a": "\ud800"}], "m") is None
     assert canonical_flat_column([{"a": 2**64}], "m") is None
+    assert canonical_flat_column([{"a": 1}, OrderedDict(b=2)], "m") is None
+    assert canonical_flat_column([{"a": 1}, [("b", 2)]], "m") is None
     assert canonical_flat_column([], "m") is not None
 
 

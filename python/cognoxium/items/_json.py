@@ -137,9 +137,12 @@ def canonical_flat_column(values: list[Any], name: str) -> pl.Series | None:
     >>> canonical_flat_column([{"a": 1.5}], "metadata") is None
     True
     """
-    if not set(map(type, values)) <= {dict}:
+    try:
+        # dict.values refuses a value that is not a dict; orjson below refuses a subclass.
+        types = set(map(type, chain.from_iterable(map(dict.values, values))))
+    except TypeError:
         return None
-    if not set(map(type, chain.from_iterable(map(dict.values, values)))) <= _FLAT_VALUES:
+    if not types <= _FLAT_VALUES:
         return None
     if not values:
         return pl.Series(name, [], pl.String)

@@ -964,7 +964,6 @@ def row_checks(columns: Iterable[str]) -> list[tuple[pl.Expr, str, str]]:
 # records (JSON form) -> canonical frame (vectorised)
 
 _RECORD_KEYS = frozenset(ContextItem.model_fields) | {"text", "content_hash"}
-_MISSING: Any = object()
 _PAYLOAD_KEYS = {
     "text": frozenset({"kind", "text"}),
     "json": frozenset({"kind", "value"}),
