@@ -1082,7 +1082,7 @@ def _parse_times(texts: pl.Series, name: str, fail: _Failures) -> pl.Series:
     present = texts.drop_nulls()
     if present.str.contains(_UTC_SECONDS).all():
         naive = texts.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False)
-        parsed = naive.dt.replace_time_zone("UTC")
+        parsed = naive.cast(_PL_TS)  # the epoch values are UTC already: a cast, no conversion
         fail.add_first(
             (parsed.is_null() & texts.is_not_null()).arg_true().to_list(), name, _TIME_HINT
         )
@@ -1363,6 +1363,11 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
     return ("reference", None, None, None, uri, title, digest)
 
 
+def _constant(name: str, value: Any, dtype: pl.DataType | type[pl.DataType], n: int) -> pl.Series:
+    """A column of ``n`` copies of ``value``, built without a query."""
+    return pl.Series(name, [value], dtype).new_from_index(0, n)
+
+
 def _payload_columns(
     records: list[Mapping[str, Any]], fail: _Failures, payloads: bool
 ) -> list[pl.Series]:
@@ -1378,12 +1383,9 @@ def _payload_columns(
         except ValueError:
             text = _string_column(texts, "text", fail)  # a lone surrogate
         return [
-            pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
+            _constant("payload_kind", "text", pl.String, n),
             text,
-            *(
-                pl.repeat(None, n, dtype=d, eager=True).alias(c)
-                for c, d in zip(names[2:], dtypes[2:], strict=True)
-            ),
+            *(_constant(c, None, d, n) for c, d in zip(names[2:], dtypes[2:], strict=True)),
         ]
     rows: list[_Payload] = []
     empty: _Payload = ("text", "", None, None, None, None, None)
