@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -307,6 +308,13 @@ def markdown(result: dict[str, Any]) -> str:
                 ".\n"
             )
         lines.append("")
+    load = result.get("load_average")
+    if load is not None:
+        before, after = (", ".join(f"{x:.2f}" for x in load[k]) for k in ("before", "after"))
+        lines.append(
+            f"Load average (1, 5, 15 minutes) on {os.cpu_count()} cores: {before} before the "
+            f"run, {after} after.\n"
+        )
     lines.append(
         "Each figure times the user's whole call on inputs built beforehand. The floor builds "
         "the same columns with pyarrow and hashes every text, without any check; Cognoxium also "
@@ -332,6 +340,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     CognitionFrame.from_records(warm)
     from_langchain_messages(langchain_messages(warm))
     peer = peer_python() if args.peer else None
+    load_before = os.getloadavg()
     result: dict[str, Any] = {
         "repeats": args.repeats,
         "versions": {
@@ -343,6 +352,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "sizes": [run_size(int(n), args.repeats, peer) for n in args.sizes.split(",")],
     }
+    result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     args.out.with_suffix(".md").write_text(markdown(result))

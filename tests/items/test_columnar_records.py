@@ -6,7 +6,11 @@ out with ``items_to_frame``; JSON helpers are compared with ``canonical_json``.
 
 from __future__ import annotations
 
+import enum
 import json
+import re
+import uuid
+from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,13 +21,20 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import RecordError
+from cognoxium.items._checks import text_problem
+from cognoxium.items._json import canonical_flat_column, canonical_text_list
 from cognoxium.items.model import (
     ContextItem,
     canonical_json,
     canonical_json_list,
     canonical_objects,
 )
-from cognoxium.items.schema import conform, items_to_frame, records_to_frame
+from cognoxium.items.schema import (
+    canonical_json_columns,
+    conform,
+    items_to_frame,
+    records_to_frame,
+)
 
 TEXT = st.one_of(
     st.text(max_size=10),
@@ -109,6 +120,81 @@ def test_canonical_objects_equal_canonical_json(values: list[str | None], key: s
     assert canonical_objects(key, values) == expected
 
 
+class _Text(str):
+    pass
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+SCALAR = st.none() | st.booleans() | st.integers(-(2**64), 2**65) | TEXT
+"""The values of a flat object, with integers beyond orjson's 64 bits."""
+ODD = st.one_of(
+    st.floats(),
+    st.just(_Colour.RED),
+    st.just(uuid.UUID(int=7)),
+    st.builds(_Text, TEXT),
+    st.lists(SCALAR, max_size=2),
+    st.dictionaries(TEXT, SCALAR, max_size=2),
+    st.sampled_from(["\ud800", "a\udfff"]),
+)
+"""Values that are not flat: each must leave the column to the exact encoder."""
+KEY = st.one_of(TEXT, TEXT.map(_Text), st.integers(0, 3), st.sampled_from(["\udc00"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.dictionaries(TEXT, SCALAR, max_size=4), max_size=6))
+def test_flat_objects_encode_as_canonical_json(values: list[dict[str, Any]]) -> None:
+    got = canonical_flat_column(values, "metadata")
+    fits = all(-(2**63) <= v < 2**64 for d in values for v in d.values() if type(v) is int)
+    if not fits:
+        assert got is None
+        return
+    assert got is not None
+    assert got.name == "metadata"
+    assert got.dtype == pl.String
+    assert got.to_list() == [canonical_json(v) for v in values]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(
+        st.dictionaries(KEY, SCALAR | ODD, max_size=3) | st.lists(SCALAR, max_size=2), max_size=5
+    )
+)
+def test_flat_column_is_exact_or_left_to_the_exact_encoder(values: list[Any]) -> None:
+    """Whatever orjson would encode differently (floats, enums, UUIDs, subclasses, nesting,
+    keys that are not text) gives None; what it encodes equals canonical_json."""
+    got = canonical_flat_column(values, "metadata")
+    if got is None:
+        return
+    assert got.to_list() == [canonical_json(v) for v in values]
+    for value in values:
+        assert type(value) is dict
+        assert all(type(k) is str and text_problem(k) is None for k in value)
+        assert all(type(v) in (str, int, bool, type(None)) for v in value.values())
+
+
+def test_a_column_with_a_float_an_enum_or_a_text_subclass_is_not_flat() -> None:
+    assert canonical_flat_column([{"a": 1}, {"a": 0.5}], "m") is None
+    assert canonical_flat_column([{"a": _Colour.RED}], "m") is None
+    assert canonical_flat_column([{"a": _Text("x")}], "m") is None
+    assert canonical_flat_column([{_Text("a"): 1}], "m") is None
+    assert canonical_flat_column([{"a": "\ud800"}], "m") is None
+    assert canonical_flat_column([{"a": 2**64}], "m") is None
+    assert canonical_flat_column([{"a": 1}, OrderedDict(b=2)], "m") is None
+    assert canonical_flat_column([{"a": 1}, [("b", 2)]], "m") is None
+    assert canonical_flat_column([], "m") is not None
+
+
+def test_text_holding_line_breaks_and_separators_stays_in_its_row() -> None:
+    values = [{"a": ",\n,", "b": "x"}, {"c": "}\n{"}, {}]
+    got = canonical_flat_column(values, "metadata")
+    assert got is not None
+    assert got.to_list() == [canonical_json(v) for v in values]
+
+
 @settings(max_examples=150, deadline=None)
 @given(values=st.lists(JSON, min_size=1, max_size=5), spaced=st.booleans())
 def test_non_canonical_json_text_is_canonicalised_in_tables(
@@ -136,3 +222,144 @@ def test_pieces_that_are_not_json_alone_are_refused_even_when_they_join_up() -> 
         conform(
             pl.DataFrame({"role": ["tool"] * 3, "json": ["1,2", "[3", "4]"], "id": ["a", "b", "c"]})
         )
+
+
+CLOCK = st.tuples(
+    st.integers(0, 9999),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 25),
+    st.integers(0, 61),
+    st.integers(0, 61),
+).map(lambda t: "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}".format(*t))
+"""Times with whole seconds, valid or not (month 13, day 32, hour 24, second 60)."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(clocks=st.lists(CLOCK | st.dates().map(lambda d: f"{d}T12:00:00"), min_size=1, max_size=6))
+def test_utc_times_with_z_parse_as_the_general_iso_spelling(clocks: list[str]) -> None:
+    """``...Z`` (parsed with a fixed format) gives what ``...+00:00`` gives, or the same error."""
+
+    def frame(zone: str) -> pl.DataFrame | RecordError:
+        rows = [
+            {"id": f"r{i}", "role": "user", "text": "t", "created_at": c + zone}
+            for i, c in enumerate(clocks)
+        ]
+        try:
+            return records_to_frame(rows)
+        except RecordError as exc:
+            return exc
+
+    z, offset = frame("Z"), frame("+00:00")
+    if isinstance(offset, RecordError):
+        assert isinstance(z, RecordError)
+        assert (z.line, z.field, z.message) == (offset.line, offset.field, offset.message)
+    else:
+        assert isinstance(z, pl.DataFrame)
+        assert_frame_equal(z.drop("content_hash"), offset.drop("content_hash"))
+
+
+def test_a_bad_time_among_utc_times_is_named_at_its_line() -> None:
+    rows = [
+        {"id": "a", "role": "user", "text": "t", "created_at": "2024-01-01T00:00:00Z"},
+        {"id": "b", "role": "user", "text": "t", "created_at": "2023-02-29T00:00:00Z"},
+    ]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert (caught.value.line, caught.value.field) == (2, "created_at")
+    assert caught.value.message.endswith("day value is outside expected range")
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [
+        [[{"uri": "u", "kind": "k"}, {"uri": "v", "title": "t"}], []],
+        [[], []],
+        [[{"uri": b"u", "kind": "k"}], [{"uri": "v", "title": None}]],
+        [[{"uri": "u", "kind": 3}], []],
+        [[{"kind": "k"}], []],
+        [[{"uri": None}], []],
+        [[{"uri": "u", "retrieved_at": "2024-01-01T00:00:00Z"}], [{"uri": "v"}]],
+    ],
+)
+def test_sources_convert_as_item_by_item_validation(sources: list[list[dict[str, Any]]]) -> None:
+    rows = [
+        {"id": f"r{i}", "role": "user", "text": "t", "created_at": "2024-01-01T00:00:00Z",
+         "sources": given}
+        for i, given in enumerate(sources)
+    ]  # fmt: skip
+    try:
+        expected = item_by_item(rows)
+    except ValueError:
+        with pytest.raises(RecordError, match="sources"):
+            records_to_frame(rows)
+        return
+    assert_frame_equal(records_to_frame(rows), expected)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({}, "role"),
+        (
+            {"role": "user", "lineage": [{"parent_id": " ", "relation": "r", "step": "s"}]},
+            "lineage",
+        ),
+        ({"role": "user", "parents": [""]}, "parents"),
+        ({"role": "user", "group_id": "\x00"}, "group_id"),
+        ({"role": "user", "trust": "maybe"}, "trust"),
+    ],
+)
+def test_a_field_given_by_one_record_is_checked(extra: dict[str, Any], field: str) -> None:
+    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", "text": "u", **extra}]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert caught.value.line == 2
+    assert (caught.value.field or "").split(".")[0] == field
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"text": "bad \ud800"}, "payload"),
+        ({"text": "t", "metadata": {"k": "bad \udfff"}}, "metadata"),
+        ({"text": "t", "sources": [{"uri": "u\ud800"}]}, "sources"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_at_its_line(extra: dict[str, Any], field: str) -> None:
+    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", "role": "user", **extra}]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert caught.value.line == 2
+    assert (caught.value.field or "").split(".")[0] == field
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.dictionaries(TEXT, SCALAR, max_size=3) | JSON, min_size=1, max_size=6),
+    spaced=st.booleans(),
+    ascii_only=st.booleans(),
+)
+def test_canonical_texts_are_flagged_exactly(
+    values: list[Any], spaced: bool, ascii_only: bool
+) -> None:
+    """A flagged text equals canonical_json of its value; without integers beyond 64 bits
+    (which orjson reads as floats, so they are checked one by one), every such text is flagged."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    texts = [
+        json.dumps(v, separators=separators, ensure_ascii=ascii_only, sort_keys=not spaced)
+        for v in values
+    ]
+    flags = canonical_text_list(texts)
+    exact = [text == canonical_json(v) for text, v in zip(texts, values, strict=True)]
+    assert flags is not None
+    assert all(e for f, e in zip(flags, exact, strict=True) if f)
+    if not any(len(d) >= 19 for d in re.findall(r"[0-9]+", "".join(texts))):
+        assert flags == exact
+
+
+def test_an_integer_beyond_64_bits_in_canonical_text_is_kept() -> None:
+    texts = ['{"n":123456789012345678901234567890}', '{"a":1}', '{"n": 18446744073709551616}']
+    assert canonical_text_list(texts) == [False, True, False]  # the integers: one by one
+    df = canonical_json_columns(pl.DataFrame({"metadata": texts}))
+    assert df["metadata"].to_list() == [*texts[:2], '{"n":18446744073709551616}']

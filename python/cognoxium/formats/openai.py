@@ -108,7 +108,7 @@ from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
-from cognoxium.items.io import json_lines
+from cognoxium.items.io import parse_json_lines
 from cognoxium.items.model import (
     ContextItem,
     Json,
@@ -1024,7 +1024,7 @@ def read_openai_jsonl(
     got 'robot' (message 1)
     """
     name = str(path)
-    lines = list(json_lines(Path(path)))
+    lines = parse_json_lines(Path(path))
     where = MessageLocation(name, [number for number, _ in lines])
     messages = (message for _, message in lines)
     return _chat_frame(messages, where, conversation_id, start, system_retention)

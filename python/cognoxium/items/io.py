@@ -9,6 +9,7 @@ target and rename it into place, so a failed write leaves no partial file.
 from __future__ import annotations
 
 import codecs
+import gc
 import json
 import os
 import tempfile
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -33,6 +35,7 @@ from cognoxium.items.schema import (
 __all__ = [
     "atomic_write",
     "json_lines",
+    "parse_json_lines",
     "read_items",
     "read_jsonl",
     "read_parquet",
@@ -88,32 +91,122 @@ def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         for number, raw in enumerate(handle, start=1):
             if number == 1:
                 raw = raw.removeprefix(codecs.BOM_UTF8)
+            present, value = _line_value(raw, number, source)
+            if present:
+                yield number, value
+
+
+def _line_value(raw: bytes, number: int, source: str) -> tuple[bool, Any]:
+    """``(False, None)`` for a blank line, else ``(True, its JSON value)`` (:func:`json_lines`)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(
+            f"not UTF-8 text (byte {exc.start + 1} of the line)",
+            source=source,
+            line=number,
+        ) from None
+    if not line.strip():
+        return False, None
+    if line.count("{") + line.count("[") > _RECORD_DEPTH:
+        depth, key = json_text_depth(line, _RECORD_DEPTH)
+        if depth > _RECORD_DEPTH:
+            raise RecordError(
+                f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects",
+                source=source,
+                line=number,
+                field=key,
+            )
+    try:
+        # Without its line terminator, so an error's column is on this line.
+        return True, json.loads(line.rstrip("\r\n"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(
+            f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
+        ) from None
+
+
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_INTEGER = b"0" * 19
+"""A run of digits (each read as 0) that may be an integer beyond 64 bits, which orjson
+reads as a float."""
+
+
+def _long_integer(data: bytes) -> bool:
+    """Whether ``data`` holds 19 digits in a row (one C scan, no regular expression)."""
+    return _LONG_INTEGER in data.translate(_DIGITS_AS_ZERO)
+
+
+def parse_json_lines(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
+    r"""Every ``(line number, JSON value)`` of a JSONL file, as :func:`json_lines` gives them.
+
+    The file is read at once and each line parsed by orjson, which gives the
+    value Python's :mod:`json` gives for every line it accepts (the tests of
+    ``tests/items/test_items_io.py`` check it), except integers beyond 64
+    bits: a line holding 19 digits in a row, nested deeper than the limit,
+    or refused by orjson (not UTF-8, blank, not JSON, NaN, a lone surrogate)
+    goes through :func:`json_lines`' own reading, so its value and its error
+    are exactly those.
+
+    Parameters
+    ----------
+    path
+        A UTF-8 JSONL file.
+
+    Returns
+    -------
+    list of (int, Any)
+        The 1-based line number and the value of each non-blank line, in order.
+
+    Raises
+    ------
+    RecordError
+        As :func:`json_lines`, at the first bad line.
+    OSError
+        If the file cannot be read.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "items.jsonl"
+    >>> _ = path.write_text('{"a": 1}\n\n[2, 3.5]\n', encoding="utf-8")
+    >>> parse_json_lines(path)
+    [(1, {'a': 1}), (3, [2, 3.5])]
+    """
+    source = str(path)
+    data = Path(path).read_bytes().removeprefix(codecs.BOM_UTF8)
+    long_integers = _long_integer(data)
+    loads, refused = orjson.loads, orjson.JSONDecodeError
+    out: list[tuple[int, Any]] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.count(b"{") + raw.count(b"[") <= _RECORD_DEPTH and not (
+            long_integers and _long_integer(raw)
+        ):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise RecordError(
-                    f"not UTF-8 text (byte {exc.start + 1} of the line)",
-                    source=source,
-                    line=number,
-                ) from None
-            if not line.strip():
+                out.append((number, loads(raw)))
                 continue
-            if line.count("{") + line.count("[") > _RECORD_DEPTH:
-                depth, key = json_text_depth(line, _RECORD_DEPTH)
-                if depth > _RECORD_DEPTH:
-                    raise RecordError(
-                        f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects",
-                        source=source,
-                        line=number,
-                        field=key,
-                    )
-            try:
-                # Without its line terminator, so an error's column is on this line.
-                yield number, json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                raise RecordError(
-                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
-                ) from None
+            except refused:
+                pass  # worded, or read, line by line below
+        present, value = _line_value(raw, number, source)
+        if present:
+            out.append((number, value))
+    return out
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Pause Python's garbage collector, restoring its state on leaving (also on error).
+
+    Reading a file allocates an object per record and field, all kept until
+    the frame is built; the collector would traverse them again and again.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
@@ -137,22 +230,19 @@ def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
         At the first invalid line, naming the file, the line and the field.
     """
     source = Path(path)
-    lines = list(json_lines(source))
-    frame_lines = iter(lines)
-
-    def records() -> Iterator[Any]:
-        for _, record in frame_lines:
-            yield record
-
-    try:
-        return records_to_frame(records(), source=str(source))
-    except RecordError as exc:
-        # records_to_frame numbers records from 1; map back to file lines.
-        if exc.line is not None and 1 <= exc.line <= len(lines):
-            raise RecordError(
-                exc.message, source=str(source), line=lines[exc.line - 1][0], field=exc.field
-            ) from None
-        raise
+    with _collection_paused():
+        lines = parse_json_lines(source)
+        try:
+            frame = records_to_frame([record for _, record in lines], source=str(source))
+        except RecordError as exc:
+            # records_to_frame numbers records from 1; map back to file lines.
+            if exc.line is not None and 1 <= exc.line <= len(lines):
+                raise RecordError(
+                    exc.message, source=str(source), line=lines[exc.line - 1][0], field=exc.field
+                ) from None
+            raise
+        del lines  # freed while the collector is paused, so it has nothing left to traverse
+    return frame
 
 
 def write_jsonl(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:

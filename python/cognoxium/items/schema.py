@@ -45,9 +45,10 @@ import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from itertools import accumulate, chain, repeat
-from typing import Any
+from itertools import accumulate, chain
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from polars_hash import CryptographicHashingNameSpace
@@ -64,7 +65,11 @@ from cognoxium.items._checks import (
     json_text_depth,
     text_problem,
 )
-from cognoxium.items._json import canonical_json_list, canonical_text_list
+from cognoxium.items._json import (
+    canonical_flat_column,
+    canonical_json_list,
+    canonical_text_list,
+)
 from cognoxium.items.model import (
     ContextItem,
     Retention,
@@ -74,6 +79,9 @@ from cognoxium.items.model import (
     canonical_json,
     content_hash,
 )
+
+if TYPE_CHECKING:
+    from polars.lazyframe.in_process import InProcessQuery
 
 __all__ = [
     "COLUMNS",
@@ -460,16 +468,20 @@ def _hash_input() -> pl.Expr:
     )
 
 
-def _hashes(df: pl.DataFrame) -> pl.Series:
+def _digest_expr() -> pl.Expr:
+    """sha256 hex of each row's kind and canonical payload bytes; null for a reference."""
+    return CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
+
+
+def _hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
     """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
 
     A Reference's canonical bytes are the canonical JSON of its uri, title
     and digest, built per row in Python; every other kind is hashed in one
-    expression.
+    expression (``digests``, when already computed).
     """
-    digests = df.select(
-        CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
-    ).to_series()
+    if digests is None:
+        digests = df.select(_digest_expr()).to_series()
     references = df.get_column("payload_kind").cast(pl.String) == "reference"
     if not references.any():
         return digests
@@ -952,7 +964,6 @@ def row_checks(columns: Iterable[str]) -> list[tuple[pl.Expr, str, str]]:
 # records (JSON form) -> canonical frame (vectorised)
 
 _RECORD_KEYS = frozenset(ContextItem.model_fields) | {"text", "content_hash"}
-_MISSING: Any = object()
 _PAYLOAD_KEYS = {
     "text": frozenset({"kind", "text"}),
     "json": frozenset({"kind", "value"}),
@@ -1061,6 +1072,30 @@ def _float_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     return pl.Series(name, numbers, pl.Float64)
 
 
+_UTC_SECONDS = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+"""The usual spelling of a time (UTC, whole seconds), which Polars parses without a
+general format; it parses to what :data:`_ISO_TIME`'s format gives, and fails alike."""
+
+
+def _parse_times(texts: pl.Series, name: str, fail: _Failures) -> pl.Series:
+    """Parse ISO 8601 text as UTC microseconds; text that is not such a time fails."""
+    present = texts.drop_nulls()
+    if present.str.contains(_UTC_SECONDS).all():
+        naive = texts.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False)
+        parsed = naive.cast(_PL_TS)  # the epoch values are UTC already: a cast, no conversion
+        fail.add_first(
+            (parsed.is_null() & texts.is_not_null()).arg_true().to_list(), name, _TIME_HINT
+        )
+        return parsed.alias(name)
+    spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
+    parsed = spelled.str.to_datetime(
+        "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
+    )
+    unparsed = texts.is_not_null() & (parsed.is_null() | ~spelled.str.contains(_ISO_TIME))
+    fail.add_first(unparsed.arg_true().to_list(), name, _TIME_HINT)
+    return parsed.alias(name)
+
+
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
     first = values[0] if values else None
@@ -1072,15 +1107,10 @@ def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
             stamp = pl.from_arrow(pa.array([first], type=_TS))
             assert isinstance(stamp, pl.Series)
             return stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name)
+    if set(map(type, values)) <= {str, type(None)}:
+        return _parse_times(_string_column(values, name, fail), name, fail)
     texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
-    spelled = texts.str.replace(r"^(\d{4}-\d{2}-\d{2})[ t]", "${1}T")
-    parsed = spelled.str.to_datetime(
-        "%Y-%m-%dT%H:%M:%S%.f%#z", time_unit="us", time_zone="UTC", strict=False
-    )
-    unparsed = texts.is_not_null() & (parsed.is_null() | ~spelled.str.contains(_ISO_TIME))
-    fail.add_first(unparsed.arg_true().to_list(), name, _TIME_HINT)
-    if all(v is None or isinstance(v, str) for v in values):
-        return parsed.alias(name)
+    parsed = _parse_times(texts, name, fail)
     stamps: list[datetime | None] = []
     for i, v in enumerate(values):
         if isinstance(v, datetime) and v.utcoffset() is not None:
@@ -1177,18 +1207,50 @@ _SOURCE_TEXT_KEYS = frozenset(_SOURCE_KEYS[:3])
 
 
 def _text_sources(values: list[Any]) -> pl.Series | None:
-    """Sources as Arrow converts them in one call, or ``None`` to check them one by one.
+    """Sources converted in bulk, or ``None`` to check them one by one.
 
-    Only lists of plain objects of text without ``retrieved_at`` take this path;
-    any other shape, or a bad value, gives ``None``.
+    Only lists of plain objects holding ``uri`` (and maybe ``kind`` and
+    ``title``), without ``retrieved_at``, take this path: each key's texts
+    become one column, or, when a value is not text, Arrow converts the
+    lists as it converts text (it reads bytes as UTF-8). Any other shape, or
+    a bad value, gives ``None``.
     """
-    if not all(type(v) is list for v in values):
+    if not set(map(type, values)) <= {list}:
         return None
     entries = list(chain.from_iterable(values))
-    if not all(type(e) is dict for e in entries) or not all(
-        map(_SOURCE_TEXT_KEYS.issuperset, entries)
-    ):
+    if not set(map(type, entries)) <= {dict}:
         return None
+    keys = frozenset().union(*entries)
+    if not keys <= _SOURCE_TEXT_KEYS:
+        return None
+    try:
+        fields = [_source_texts(entries, key, keys) for key in _SOURCE_KEYS[:3]]
+    except (KeyError, TypeError, ValueError, pl.exceptions.PolarsError):
+        return _arrow_sources(values)
+    if fields[0].null_count():
+        return None  # a missing uri
+    fields.append(pl.Series("retrieved_at", [], _PL_TS).extend_constant(None, len(entries)))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+    structs = pl.DataFrame(fields).to_struct("sources").to_arrow()
+    series = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), structs))
+    assert isinstance(series, pl.Series)
+    return series.alias("sources").cast(POLARS_SCHEMA["sources"])
+
+
+def _source_texts(entries: list[dict[str, Any]], key: str, keys: frozenset[str]) -> pl.Series:
+    """Every entry's text under ``key``, null where it is left out; TypeError at other values."""
+    if key not in keys:
+        return pl.Series(key, [None] * len(entries), pl.String)
+    try:
+        texts = list(map(operator.itemgetter(key), entries))
+    except KeyError:
+        texts = [entry.get(key) for entry in entries]
+    return pl.Series(key, texts, pl.String, strict=True)
+
+
+def _arrow_sources(values: list[Any]) -> pl.Series | None:
+    """Lists of objects of text converted by Arrow, or ``None`` if one does not convert."""
     try:
         lists = pa.array(values, _SOURCE_TEXT)
     except (pa.ArrowException, ValueError, TypeError):
@@ -1231,6 +1293,9 @@ _CANONICAL = json.JSONEncoder(
 
 
 def _metadata_column(values: list[Any], fail: _Failures) -> pl.Series:
+    flat = canonical_flat_column(values, "metadata")
+    if flat is not None:
+        return flat  # flat objects (the usual case): encoded by orjson, valid UTF-8
     if all(type(value) is dict for value in values) and all(
         type(key) is str for value in values for key in value
     ):
@@ -1269,6 +1334,8 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
         if "payload" in record or not isinstance(record["text"], str):
             raise ValueError("text")
         return ("text", record["text"], None, None, None, None, None)
+    if "payload" not in record:
+        raise ValueError("text")  # no content
     payload = _plain(record["payload"])
     kind = payload.get("kind") if isinstance(payload, Mapping) else None
     if kind not in _PAYLOAD_KEYS or not set(payload) <= _PAYLOAD_KEYS[kind]:
@@ -1296,6 +1363,11 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
     return ("reference", None, None, None, uri, title, digest)
 
 
+def _constant(name: str, value: Any, dtype: pl.DataType | type[pl.DataType], n: int) -> pl.Series:
+    """A column of ``n`` copies of ``value``, built without a query."""
+    return pl.Series(name, [value], dtype).new_from_index(0, n)
+
+
 def _payload_columns(
     records: list[Mapping[str, Any]], fail: _Failures, payloads: bool
 ) -> list[pl.Series]:
@@ -1303,16 +1375,17 @@ def _payload_columns(
     names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
     dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
     texts = _field(records, "text")
-    if not payloads and all(type(t) is str for t in texts):
+    if not payloads and set(map(type, texts)) <= {str}:
         # Plain text records (chat messages): two columns to fill, no per-row dispatch.
         n = len(records)
+        try:
+            text = pl.Series("text", texts, pl.String, strict=True)  # all str: checked above
+        except ValueError:
+            text = _string_column(texts, "text", fail)  # a lone surrogate
         return [
-            pl.Series("payload_kind", ["text"] * n, pl.String),
-            _string_column(texts, "text", fail),
-            *(
-                pl.repeat(None, n, dtype=d, eager=True).alias(c)
-                for c, d in zip(names[2:], dtypes[2:], strict=True)
-            ),
+            _constant("payload_kind", "text", pl.String, n),
+            text,
+            *(_constant(c, None, d, n) for c, d in zip(names[2:], dtypes[2:], strict=True)),
         ]
     rows: list[_Payload] = []
     empty: _Payload = ("text", "", None, None, None, None, None)
@@ -1346,14 +1419,19 @@ _PAYLOAD_FIELDS = {
 """The record field behind each payload column, named in errors."""
 
 
-def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any]]:
-    """Check each record is an object with known keys and one content; others become ``{}``."""
-    if (
-        all(issubclass(kind, Mapping) for kind in set(map(type, records)))
-        and all(map(_RECORD_KEYS.issuperset, records))
-        and all(map(operator.contains, records, repeat("text")))
-    ):
-        return records  # all well formed (chat messages): no check per record in Python
+def _record_shapes(
+    records: list[Any], fail: _Failures
+) -> tuple[list[Mapping[str, Any]], frozenset[str]]:
+    """Check each record is an object with known keys and one content; others become ``{}``.
+
+    Returns the records and every field that at least one of them gives.
+    """
+    if all(issubclass(kind, Mapping) for kind in set(map(type, records))):
+        given = frozenset().union(*records)
+        if given <= _RECORD_KEYS:
+            # All objects of known fields: no check per record here; a record
+            # without content fails with the payload (:func:`_payload_row`).
+            return records, given
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
         if type(record) is not dict and not isinstance(record, Mapping):
@@ -1366,7 +1444,15 @@ def _record_shapes(records: list[Any], fail: _Failures) -> list[Mapping[str, Any
             shaped.append(record)
             continue
         shaped.append({"text": ""})
-    return shaped
+    return shaped, frozenset().union(*shaped)
+
+
+def _field_or(records: list[Mapping[str, Any]], name: str, default: Callable[[], Any]) -> list[Any]:
+    """Every record's value of field ``name``; ``default()`` where a record leaves it out."""
+    try:
+        return list(map(operator.itemgetter(name), records))
+    except KeyError:
+        return [record[name] if name in record else default() for record in records]
 
 
 def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> list[Any]:
@@ -1377,28 +1463,33 @@ def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> 
         return [record.get(name, default) for record in records]
 
 
-def _record_frame(records: list[Mapping[str, Any]], fail: _Failures) -> pl.DataFrame:
+def _record_frame(
+    records: list[Mapping[str, Any]], given: frozenset[str], fail: _Failures
+) -> tuple[pl.DataFrame, InProcessQuery]:
     """Lay out checked record fields as columns; bad values are noted in ``fail``.
 
-    A field that no record gives becomes its default column at once
-    (:func:`_fill_defaults`), without a value per record.
+    ``given`` holds every field that some record gives; a field that no
+    record gives becomes its default column at once (:func:`_fill_defaults`),
+    without a value per record. Also returns the query computing, in the
+    background, the sha256 digest of every row's payload (:func:`_digest_expr`).
     """
-    given = frozenset().union(*records) if records else frozenset()
-    columns = [*_payload_columns(records, fail, "payload" in given)]
+    payload = _payload_columns(records, fail, "payload" in given)
+    # Hashing runs in Polars' threads while the other fields are read here.
+    digests = pl.LazyFrame(payload).select(_digest_expr()).collect(background=True)
+    columns = [*payload]
     if "id" in given:
-        ids = _field(records, "id", _MISSING)
-        columns.append(
-            _string_column([str(uuid.uuid4()) if v is _MISSING else v for v in ids], "id", fail)
-        )
+        ids = _field_or(records, "id", lambda: str(uuid.uuid4()))
+        columns.append(_string_column(ids, "id", fail))
     if "created_at" in given:
         now = datetime.now(UTC)
-        created = [now if v is _MISSING else v for v in _field(records, "created_at", _MISSING)]
-        columns.append(_time_column(created, "created_at", fail))
+        columns.append(
+            _time_column(_field_or(records, "created_at", lambda: now), "created_at", fail)
+        )
     for name, (default, column) in _RECORD_COLUMNS.items():
         if name in given:
             columns.append(column(_field(records, name, default), fail))
     df = _fill_defaults(pl.DataFrame(columns))
-    return df.select(POLARS_SCHEMA.names())
+    return df.select(POLARS_SCHEMA.names()), digests
 
 
 def _strings(name: str) -> Callable[[list[Any], _Failures], pl.Series]:
@@ -1429,6 +1520,28 @@ _RECORD_COLUMNS: dict[str, tuple[Any, Callable[[list[Any], _Failures], pl.Series
 that leaves it out has, and the function that makes its column from every record's value."""
 
 
+_VALID_DEFAULTS = frozenset(
+    {"id", "created_at", "sources", "trust", "sensitivity", "retention", "priority", "rank"}
+    | {"valid_from", "expires_at", "parents", "lineage", "group_id", "metadata"}
+)
+"""The record fields whose default column (:func:`_fill_defaults`) passes every check."""
+
+
+def _record_checks(given: frozenset[str]) -> list[tuple[pl.Expr, str, str]]:
+    """The row checks of records that can fail.
+
+    A check reading only columns valid by construction is left out: default
+    columns (fields that no record gives, in :data:`_VALID_DEFAULTS`) and
+    ``payload_kind`` (one of the kinds :func:`_payload_columns` writes).
+    """
+    defaults = (_VALID_DEFAULTS - given) | {"payload_kind"}
+    return [
+        check
+        for check in _value_checks() + _typed_checks()
+        if not set(check[0].meta.root_names()) <= defaults
+    ]
+
+
 def _first_failure(
     df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], fail: _Failures
 ) -> None:
@@ -1443,10 +1556,13 @@ def _first_failure(
             fail.add(int(row), field, message)
 
 
-def _hash_failure(df: pl.DataFrame, fail: _Failures) -> pl.Series:
-    """Content hashes of the rows before the first failure; a mismatch with a given one fails."""
+def _hash_failure(df: pl.DataFrame, digests: pl.Series, fail: _Failures) -> pl.Series:
+    """Content hashes of the rows before the first failure; a mismatch with a given one fails.
+
+    ``digests`` holds every row's :func:`_digest_expr`.
+    """
     valid = df.head(df.height if fail.row is None else fail.row)
-    computed = _hashes(valid)
+    computed = _hashes(valid, digests.head(valid.height))
     stated = valid.get_column("content_hash")
     mismatch = (stated.is_not_null() & (stated != computed)).arg_true()
     if mismatch.len():
@@ -1523,13 +1639,14 @@ def records_to_frame(
     """
     rows = list(records)
     fail = _Failures()
-    df = _record_frame(_record_shapes(rows, fail), fail)
-    _first_failure(df, _value_checks() + _typed_checks(), fail)
+    shaped, given = _record_shapes(rows, fail)
+    df, digests = _record_frame(shaped, given, fail)
+    _first_failure(df, _record_checks(given), fail)
     for column, field in _DEPTH_FIELDS.items():
         row = _too_deep(df, column)
         if row is not None:
             fail.add(row, field, _DEPTH_MESSAGE)
-    hashes = _hash_failure(df, fail)
+    hashes = _hash_failure(df, digests.fetch_blocking().to_series(), fail)
     if fail.row is not None:
         raise _record_error_at(rows[fail.row], fail, source, first_line + fail.row)
     _check_unique_ids(df, source, first_line)
