@@ -17,6 +17,7 @@ required units that do not fit are cut first (see
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -387,28 +388,68 @@ def _select(
             pos += len(span)
             window = min(window * 2, 65536)
             continue
-        # Visit the span's units that fit, in order; what did not fit never will
-        # (the budget left only shrinks), so the span's bounds are read once.
-        after = pos
-        units = span[hits].tolist()
-        bounds = costs.bound[span[hits]].tolist()
-        ends = block_end[pos + hits].tolist()
-        single = (block_end[pos + hits] - block_start[pos + hits] == 1).tolist()
-        for at, u, bound, end, alone in zip(
-            (pos + hits).tolist(), units, bounds, ends, single, strict=True
-        ):
-            if at < after or bound > remaining:
-                continue
-            if not alone:
-                remaining = _select_block(costs, order[at:end], unit_ids, remaining, chosen, cutter)
-                after = end
-                continue
-            if costs.cost[u] == UNSET:
-                costs.prefetch(order, at, remaining)
-            remaining = _take(costs, u, remaining, chosen, cutter)
-            after = at + 1
+        remaining, after = _visit(
+            costs,
+            order,
+            pos + hits,
+            block_start,
+            block_end,
+            suffix_min,
+            unit_ids,
+            remaining,
+            chosen,
+            cutter,
+        )
         pos = max(pos + len(span), after)
     return chosen
+
+
+def _visit(
+    costs: UnitCosts,
+    order: np.ndarray,
+    at: np.ndarray,
+    block_start: np.ndarray,
+    block_end: np.ndarray,
+    suffix_min: np.ndarray,
+    unit_ids: np.ndarray,
+    remaining: int,
+    chosen: list[int],
+    cutter: Cutter | None,
+) -> tuple[int, int]:
+    """Visit the units of ``order`` at positions ``at`` (ascending) that still fit, in order.
+
+    What did not fit when ``at`` was found never will (the budget left only
+    shrinks), so the bounds are read once. A block of equal keys is selected
+    whole by :func:`_select_block` and its other positions are passed over;
+    the visit ends once no unit from the current position on can fit (its
+    cheap bound's suffix minimum exceeds the budget left). Returns the
+    budget left and the position after the last unit visited.
+    """
+    places: Any = at.tolist()
+    units: Any = order[at].tolist()
+    bounds: Any = costs.bound[order[at]].tolist()
+    ends: Any = block_end[at].tolist()
+    single: Any = (block_end[at] - block_start[at] == 1).tolist()
+    floor: Any = suffix_min[at].tolist()
+    after = int(at[0])
+    j, k = 0, len(places)
+    while j < k and floor[j] <= remaining:
+        if bounds[j] > remaining:
+            j += 1
+            continue
+        if not single[j]:
+            remaining = _select_block(
+                costs, order[places[j] : ends[j]], unit_ids, remaining, chosen, cutter
+            )
+            after = ends[j]
+            j = bisect.bisect_left(places, after, j)
+            continue
+        if costs.cost[units[j]] == UNSET:
+            costs.prefetch(order, places[j], remaining)
+        remaining = _take(costs, units[j], remaining, chosen, cutter)
+        after = places[j] + 1
+        j += 1
+    return remaining, after
 
 
 def _take(
