@@ -196,8 +196,7 @@ def order_units(
         ranks = np.where(np.isnan(ranks), -np.inf, ranks)
         priority = priorities.to_numpy()[candidates]
         unit_cheap = rendering.cheap.to_numpy()[candidates]
-    # Stable: ties keep unit order. ~priority sorts priority descending without overflow.
-    ordering = np.lexsort((~priority.astype(np.int64), -ranks, tier))
+    ordering = _ordering(tier, ranks, priority)
     cheap = np.zeros(units.n_units, dtype=np.int64)
     cheap[candidates] = unit_cheap
     sorted_tier = tier[ordering].astype(np.int64)
@@ -209,6 +208,14 @@ def order_units(
         unit_ids=unit_ids,
         n_required=int((sorted_tier == 0).sum()),
     )
+
+
+def _ordering(tier: np.ndarray, ranks: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """``(m,)`` int64: the order by tier asc, rank desc, priority desc; ties keep their order."""
+    if len(tier) and tier.min() == tier.max() and priority.min() == priority.max():
+        return np.argsort(-ranks, kind="stable")  # the usual case: rank alone decides
+    # ~priority sorts priority descending without overflow.
+    return np.lexsort((~priority.astype(np.int64), -ranks, tier))
 
 
 def ids_in_order(df: pl.DataFrame) -> np.ndarray:
@@ -425,16 +432,25 @@ def _visit(
     cheap bound's suffix minimum exceeds the budget left). Returns the
     budget left and the position after the last unit visited.
     """
+    starts = block_start[at]
+    alone = block_end[at] - starts == 1
+    # A block's positions here are one visit, at the first: its least bound decides
+    # whether any of them still fits, and the block is selected whole there.
+    first = alone.copy()
+    first[0] = True
+    first[1:] |= starts[1:] != starts[:-1]
+    heads = np.flatnonzero(first)
+    least: Any = np.minimum.reduceat(costs.bound[order[at]], heads).tolist()
+    at = at[heads]
     places: Any = at.tolist()
     units: Any = order[at].tolist()
-    bounds: Any = costs.bound[order[at]].tolist()
     ends: Any = block_end[at].tolist()
-    single: Any = (block_end[at] - block_start[at] == 1).tolist()
+    single: Any = alone[heads].tolist()
     floor: Any = suffix_min[at].tolist()
     after = int(at[0])
     j, k = 0, len(places)
     while j < k and floor[j] <= remaining:
-        if bounds[j] > remaining:
+        if least[j] > remaining:
             j += 1
             continue
         if not single[j]:
