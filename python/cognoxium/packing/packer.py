@@ -486,6 +486,21 @@ class PackScope:
         self._row_tokens = costs.row_tokens
         self._known.clear()
 
+    def fingerprint_ahead(self, ranks: Sequence[pl.Series]) -> None:
+        """Start hashing the input fingerprints of packs with these ranks, on a worker thread.
+
+        For a caller that knows the ranks of its next packs: an
+        :meth:`outcome` with one of these Series (the same object) as its
+        ``rank`` takes the fingerprint hashed meanwhile. The manifests do
+        not change.
+
+        Parameters
+        ----------
+        ranks
+            ``(n,)`` Float64 Series, in the order the packs will come.
+        """
+        self._basis.hasher.ahead(ranks)
+
     def outcome(
         self,
         budget: int,
@@ -538,7 +553,7 @@ class PackScope:
             rank = df.get_column("rank")
         elif len(rank) != df.height:
             raise PackError(f"rank has {len(rank)} values for {df.height} rows")
-        else:
+        elif rank.dtype != pl.Float64 or rank.name != "rank":
             rank = rank.cast(pl.Float64).alias("rank")
         rows, units = self._exclusions(request)
         costs = self._costs(units, request.turns)
