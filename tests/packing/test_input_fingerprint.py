@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 from datetime import UTC, datetime
+from typing import Any
 
 import polars as pl
 import pytest
@@ -111,3 +113,30 @@ def test_a_pack_scope_takes_the_fingerprints_hashed_ahead_and_its_manifests_do_n
     assert [ahead.pack(50, as_of=when, rank=rank).manifest.to_json() for rank in ranks] == expected
     with pytest.raises(AssertionError, match="hashed again"):  # taken once, not kept
         ahead.pack(50, as_of=when, rank=ranks[0])
+
+
+def _hash_ahead_in_child(hasher: InputHasher, rank: pl.Series, out: Any) -> None:
+    hasher.ahead([rank])
+    out.put(hasher.digest(rank))
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_a_forked_process_hashes_ahead_on_its_own_thread() -> None:
+    # The parent's worker thread does not exist in a forked child: the child must
+    # start its own, not wait forever for work queued to a thread that is gone.
+    df = conform(pl.DataFrame({"id": ["a", "b"], "role": ["user"] * 2, "text": ["x", "y"]}))
+    first, second = (pl.Series("rank", r, pl.Float64) for r in ([2.0, 1.0], [1.0, 2.0]))
+    hasher = InputHasher(df)  # built here: Polars' own threads do not survive a fork either
+    hasher.ahead([first])
+    assert hasher.digest(first) == joined_strings_fingerprint(df.with_columns(first))
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_hash_ahead_in_child, args=(hasher, second, out))
+    child.start()
+    try:
+        assert out.get(timeout=60) == joined_strings_fingerprint(df.with_columns(second))
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0

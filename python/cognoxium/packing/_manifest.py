@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -462,9 +463,17 @@ _AHEAD_KEPT = 4_096
 """Fingerprints hashed ahead that an :class:`InputHasher` keeps until they are asked for."""
 
 
-@lru_cache(maxsize=1)
 def _hashing() -> ThreadPoolExecutor:
-    """The one worker thread that hashes input fingerprints ahead (made when first needed)."""
+    """The one worker thread that hashes input fingerprints ahead (made when first needed).
+
+    One per process: a process forked from one that had it gets its own, as
+    the parent's thread does not exist in the child.
+    """
+    return _hashing_in(os.getpid())
+
+
+@lru_cache(maxsize=1)
+def _hashing_in(pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="cognoxium-fingerprint")
 
 
