@@ -649,3 +649,20 @@ def test_batch_conversation_options_apply_to_requests_without_their_own(tmp_path
     batch, own = read_jsonl(tmp_path / "packs.jsonl")
     assert batch["ids"] == ["policy", "u2", "a2"]  # the batch's start_on="user" drops a1
     assert own["ids"] == ["policy", "a1", "u2", "a2"]  # the request's own options win
+
+
+def test_a_manifest_write_error_fails_the_batch_and_commits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    run_batch(store(), [Request(id="previous", budget=500)], out_dir=out, as_of=AS_OF)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full_disk(writer: Any, frames: list[pl.DataFrame]) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("cognoxium.packing.manifests._write_row_group", full_disk)
+    requests = [Request(id=f"r{b}", budget=b, query="refund") for b in (60, 500)]
+    with pytest.raises(OSError, match="No space left on device"):
+        run_batch(store(), requests, out_dir=out, as_of=AS_OF)
+    assert {name: (out / name).read_bytes() for name in before} == before  # untouched

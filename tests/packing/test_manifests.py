@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -270,3 +271,59 @@ def test_parquet_bytes_follow_the_manifests_not_their_chunks(tmp_path: Path) -> 
     second = write(tmp_path / "b", "parquet", copies)
     assert (first / MANIFESTS_PARQUET).read_bytes() == (second / MANIFESTS_PARQUET).read_bytes()
     assert read_manifests(second) == manifests
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "cognoxium-manifests"]
+
+
+def test_a_row_group_that_cannot_be_written_fails_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Row groups are written on a thread of their own; its error must reach the
+    # caller (at a later write or at close) and the thread must end.
+    monkeypatch.setattr(manifests_module, "_ROW_GROUP_ROWS", 5)
+    written: list[int] = []
+
+    def full_disk(writer: pq.ParquetWriter, frames: list[pl.DataFrame]) -> None:
+        written.append(sum(f.height for f in frames))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(manifests_module, "_write_row_group", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        write(tmp_path / "p", "parquet", packed() * 4)
+    assert written == [8]  # after the first error nothing more is written
+    assert _writer_threads() == []
+
+
+def test_an_error_in_the_with_block_is_not_hidden_by_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(writer: pq.ParquetWriter, frames: list[pl.DataFrame]) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(manifests_module, "_write_row_group", broken)
+    manifest = packed()[0]
+
+    def interrupted() -> None:
+        with ManifestWriter(tmp_path, "parquet") as writer:
+            writer.write("r1", manifest)
+            raise KeyError("stop")
+
+    with pytest.raises(KeyError, match="stop"):
+        interrupted()
+    assert _writer_threads() == []
+
+
+def test_row_groups_written_on_their_thread_keep_the_order_of_the_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manifests_module, "_ROW_GROUP_ROWS", 4)
+    manifests = [m.model_copy(update={"label": f"r{i}"}) for i, m in enumerate(packed() * 5)]
+    folder = write(tmp_path / "p", "parquet", manifests)
+    meta = pq.ParquetFile(folder / MANIFESTS_PARQUET).metadata
+    assert meta.num_row_groups == 15  # one per request: 4 entries each
+    assert scan_manifests(folder).select("request_id").unique(maintain_order=True).collect()[
+        "request_id"
+    ].to_list() == [f"r{i}" for i in range(15)]
+    assert read_manifests(folder) == manifests

@@ -1023,16 +1023,40 @@ class PreparedScope:
         The same as the ``rank`` column of :func:`rank_request`'s frame;
         computed once per query (and, for ``strategies``, per budget and time).
         """
+        key = self._rank_key(request, as_of)
+        if key is None:
+            return None
+        if key not in self._ranks:
+            query = key[0] if key else None
+            self._ranks[key] = self._score(request, query, as_of)
+        return self._ranks[key]
+
+    def _rank_key(self, request: Request, as_of: datetime) -> tuple[Any, ...] | None:
+        """The key of the request's rank in the scope's ranks (``None``: not ranked)."""
         method = self.settings.rank
         query = request.query if request.query is not None and request.query.strip() else None
         if method != "recency" and (method == "none" or query is None):
             return None
-        key: tuple[Any, ...] = (query,) if method != "recency" else ()
         if method == "strategies":
-            key = (query, request.budget - request.reserve, as_of)
-        if key not in self._ranks:
-            self._ranks[key] = self._score(request, query, as_of)
-        return self._ranks[key]
+            return (query, request.budget - request.reserve, as_of)
+        return (query,) if method != "recency" else ()
+
+    def fingerprint_ahead(self, requests: Sequence[Request]) -> None:
+        """Start hashing the input fingerprints of the requests whose rank is known already.
+
+        See :meth:`PackScope.fingerprint_ahead
+        <cognoxium.packing.packer.PackScope.fingerprint_ahead>`; the packs
+        of ``requests`` then take them.
+        """
+        ranks: dict[int, pl.Series] = {}
+        for request in requests:
+            when = request.as_of if request.as_of is not None else self.settings.as_of
+            key = self._rank_key(request, when)
+            rank = None if key is None else self._ranks.get(key)
+            if rank is not None:
+                ranks[id(rank)] = rank
+        if ranks:
+            self.pack(requests[0]).fingerprint_ahead(list(ranks.values()))
 
     def rank_all(self, requests: Sequence[Request]) -> None:
         """Rank the new queries of ``requests`` at once, where the method allows (BM25).
@@ -1187,8 +1211,11 @@ def pack_scope(
     fingerprint and manifest columns are computed once (see
     :class:`~cognoxium.packing.packer.PackScope`); each request's rank is
     computed once per query, its selection runs over the scope's arrays,
-    and the manifests' entries are built as columns for all requests at
-    once. Every pack and manifest equals what :meth:`CognitionFrame.pack
+    the input fingerprints of the requests whose rank is known are hashed
+    on a worker thread meanwhile (see :meth:`PackScope.fingerprint_ahead
+    <cognoxium.packing.packer.PackScope.fingerprint_ahead>`), and the
+    manifests' entries are built as columns for all requests at once.
+    Every pack and manifest equals what :meth:`CognitionFrame.pack
     <cognoxium.frame.CognitionFrame.pack>` gives for the request over
     :func:`rank_request`'s frame.
 
@@ -1245,6 +1272,7 @@ def pack_scope(
     if prepared is None:
         prepared = PreparedScope(store, _scopes(store, requests[:1])[where], settings)
     _packing(requests[0], lambda: prepared.rank_all(requests))
+    _packing(requests[0], lambda: prepared.fingerprint_ahead(requests))
     outcomes: list[PackOutcome] = []
     latencies: list[float] = []
     for request in requests:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -398,6 +400,7 @@ class InputHasher:
             else:
                 exprs.append(col.fill_null(0).alias(name))
         parts = df.select(exprs)
+        self._ahead: dict[int, tuple[pl.Series, Future[str]]] = {}
         self.prefix = hashlib.sha256(f"rows={df.height}".encode())
         """The digest of the columns before ``rank``."""
         self.no_nulls = _column_bytes("rank:null", np.zeros(df.height, dtype=bool))
@@ -416,6 +419,20 @@ class InputHasher:
         for name in strings:
             self.suffix.append(f"\x1d{name}:bytes\x1e".encode() + _utf8_bytes(df.get_column(name)))
 
+    def ahead(self, ranks: Sequence[pl.Series]) -> None:
+        """Start hashing the frame with each of ``ranks`` on a worker thread, in order.
+
+        :meth:`digest` of one of these Series (the same object) then takes
+        the result instead of hashing again: hashlib hashes without holding
+        the GIL, so the caller's packs go on meanwhile. At most
+        :data:`_AHEAD_KEPT` results are kept; the oldest are dropped.
+        """
+        for rank in ranks:
+            exact = rank.cast(pl.Float64)
+            self._ahead[id(rank)] = (rank, _hashing().submit(self._digest, exact))
+        while len(self._ahead) > _AHEAD_KEPT:
+            del self._ahead[next(iter(self._ahead))]
+
     def digest(self, rank: pl.Series) -> str:
         """The input fingerprint of the frame with ``rank`` (``(n,)`` Float64) as its rank.
 
@@ -424,6 +441,12 @@ class InputHasher:
         str
             64 lowercase hex digits.
         """
+        started = self._ahead.pop(id(rank), None)
+        if started is not None and started[0] is rank:
+            return started[1].result()
+        return self._digest(rank)
+
+    def _digest(self, rank: pl.Series) -> str:
         digest = self.prefix.copy()
         if rank.null_count():
             digest.update(_column_bytes("rank:null", rank.is_null().to_numpy()))
@@ -434,6 +457,24 @@ class InputHasher:
         for chunk in self.suffix:
             digest.update(chunk)
         return digest.hexdigest()
+
+
+_AHEAD_KEPT = 4_096
+"""Fingerprints hashed ahead that an :class:`InputHasher` keeps until they are asked for."""
+
+
+def _hashing() -> ThreadPoolExecutor:
+    """The one worker thread that hashes input fingerprints ahead (made when first needed).
+
+    One per process: a process forked from one that had it gets its own, as
+    the parent's thread does not exist in the child.
+    """
+    return _hashing_in(os.getpid())
+
+
+@lru_cache(maxsize=1)
+def _hashing_in(pid: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="cognoxium-fingerprint")
 
 
 def _column_bytes(name: str, values: np.ndarray) -> bytes:

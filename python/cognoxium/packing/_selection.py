@@ -17,6 +17,7 @@ required units that do not fit are cut first (see
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -195,8 +196,7 @@ def order_units(
         ranks = np.where(np.isnan(ranks), -np.inf, ranks)
         priority = priorities.to_numpy()[candidates]
         unit_cheap = rendering.cheap.to_numpy()[candidates]
-    # Stable: ties keep unit order. ~priority sorts priority descending without overflow.
-    ordering = np.lexsort((~priority.astype(np.int64), -ranks, tier))
+    ordering = _ordering(tier, ranks, priority)
     cheap = np.zeros(units.n_units, dtype=np.int64)
     cheap[candidates] = unit_cheap
     sorted_tier = tier[ordering].astype(np.int64)
@@ -208,6 +208,14 @@ def order_units(
         unit_ids=unit_ids,
         n_required=int((sorted_tier == 0).sum()),
     )
+
+
+def _ordering(tier: np.ndarray, ranks: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """``(m,)`` int64: the order by tier asc, rank desc, priority desc; ties keep their order."""
+    if len(tier) and tier.min() == tier.max() and priority.min() == priority.max():
+        return np.argsort(-ranks, kind="stable")  # the usual case: rank alone decides
+    # ~priority sorts priority descending without overflow.
+    return np.lexsort((~priority.astype(np.int64), -ranks, tier))
 
 
 def ids_in_order(df: pl.DataFrame) -> np.ndarray:
@@ -387,28 +395,77 @@ def _select(
             pos += len(span)
             window = min(window * 2, 65536)
             continue
-        # Visit the span's units that fit, in order; what did not fit never will
-        # (the budget left only shrinks), so the span's bounds are read once.
-        after = pos
-        units = span[hits].tolist()
-        bounds = costs.bound[span[hits]].tolist()
-        ends = block_end[pos + hits].tolist()
-        single = (block_end[pos + hits] - block_start[pos + hits] == 1).tolist()
-        for at, u, bound, end, alone in zip(
-            (pos + hits).tolist(), units, bounds, ends, single, strict=True
-        ):
-            if at < after or bound > remaining:
-                continue
-            if not alone:
-                remaining = _select_block(costs, order[at:end], unit_ids, remaining, chosen, cutter)
-                after = end
-                continue
-            if costs.cost[u] == UNSET:
-                costs.prefetch(order, at, remaining)
-            remaining = _take(costs, u, remaining, chosen, cutter)
-            after = at + 1
+        remaining, after = _visit(
+            costs,
+            order,
+            pos + hits,
+            block_start,
+            block_end,
+            suffix_min,
+            unit_ids,
+            remaining,
+            chosen,
+            cutter,
+        )
         pos = max(pos + len(span), after)
     return chosen
+
+
+def _visit(
+    costs: UnitCosts,
+    order: np.ndarray,
+    at: np.ndarray,
+    block_start: np.ndarray,
+    block_end: np.ndarray,
+    suffix_min: np.ndarray,
+    unit_ids: np.ndarray,
+    remaining: int,
+    chosen: list[int],
+    cutter: Cutter | None,
+) -> tuple[int, int]:
+    """Visit the units of ``order`` at positions ``at`` (ascending) that still fit, in order.
+
+    What did not fit when ``at`` was found never will (the budget left only
+    shrinks), so the bounds are read once. A block of equal keys is selected
+    whole by :func:`_select_block` and its other positions are passed over;
+    the visit ends once no unit from the current position on can fit (its
+    cheap bound's suffix minimum exceeds the budget left). Returns the
+    budget left and the position after the last unit visited.
+    """
+    starts = block_start[at]
+    alone = block_end[at] - starts == 1
+    # A block's positions here are one visit, at the first: its least bound decides
+    # whether any of them still fits, and the block is selected whole there.
+    first = alone.copy()
+    first[0] = True
+    first[1:] |= starts[1:] != starts[:-1]
+    heads = np.flatnonzero(first)
+    least: Any = np.minimum.reduceat(costs.bound[order[at]], heads).tolist()
+    at = at[heads]
+    places: Any = at.tolist()
+    units: Any = order[at].tolist()
+    ends: Any = block_end[at].tolist()
+    single: Any = alone[heads].tolist()
+    floor: Any = suffix_min[at].tolist()
+    after = int(at[0])
+    j, k = 0, len(places)
+    while j < k and floor[j] <= remaining:
+        if least[j] > remaining:
+            j += 1
+            continue
+        if not single[j]:
+            remaining = _select_block(
+                costs, order[places[j] : ends[j]], unit_ids, remaining, chosen, cutter
+            )
+            after = ends[j]
+            j = bisect.bisect_left(places, after, j)
+            continue
+        if costs.cost[units[j]] == UNSET:
+            costs.prefetch(order, places[j], remaining)
+        remaining = _take(costs, units[j], remaining, chosen, cutter)
+        after = places[j] + 1
+        j += 1
+    return remaining, after
 
 
 def _take(

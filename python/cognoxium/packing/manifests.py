@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 import types
 import typing
 from collections.abc import Iterable, Iterator, Sequence
@@ -128,8 +130,12 @@ class ManifestWriter:
     """Write the manifests of a batch, one request at a time, in one of the two forms.
 
     A context manager: the files are complete when it exits. Parquet rows are
-    buffered up to a row group (131,072 entries, ending at a request's end),
-    so memory holds at most one row group of entries.
+    buffered up to a row group (131,072 entries, ending at a request's end);
+    row groups are encoded and written on a thread of their own while the
+    caller goes on, in order, at most two waiting, so memory holds at most
+    four row groups of entries (one filling, two waiting, one being written).
+    An error of writing a row group is raised by a later write or by
+    :meth:`close`.
 
     Parameters
     ----------
@@ -162,6 +168,7 @@ class ManifestWriter:
         self._pending: list[pl.DataFrame] = []
         self._rows = 0
         self._parquet: pq.ParquetWriter | None = None
+        self._row_groups: _RowGroups | None = None
         self._lines: IO[str] = (self.files.get("manifest_headers", self.files["manifests"])).open(
             "w", encoding="utf-8"
         )
@@ -173,6 +180,7 @@ class ManifestWriter:
             except BaseException:
                 self._lines.close()
                 raise
+            self._row_groups = _RowGroups(self._parquet)
 
     def write(self, request_id: str, manifest: PackManifest) -> None:
         """Append one request's manifest (requests are stored in the order written)."""
@@ -253,29 +261,94 @@ class ManifestWriter:
             self._pending.append(labelled.slice(start))
 
     def _flush(self) -> None:
-        if self._parquet is None or not self._pending:
+        if self._row_groups is None or not self._pending:
             return
-        # One chunk of fresh buffers: pyarrow's encoding follows the Arrow buffers, so
-        # the bytes would otherwise depend on how the frames were built (or unpickled).
-        table = pl.concat(self._pending, how="vertical").to_arrow().combine_chunks()
-        if table.num_rows:  # requests with empty scopes add no rows
-            self._parquet.write_table(table, row_group_size=table.num_rows)
+        self._row_groups.put(self._pending)
         self._pending, self._rows = [], 0
 
     def close(self) -> None:
-        """Write the buffered rows and close the files."""
+        """Write the buffered rows and close the files.
+
+        Raises
+        ------
+        OSError
+            Or any other error of writing a row group: the first one met, by
+            this call or by a write before it.
+        """
+        self._close(surface=True)
+
+    def _close(self, *, surface: bool) -> None:
+        """Close the files; ``surface``: raise the row group writer's error, if any."""
         try:
             self._flush()
         finally:
-            if self._parquet is not None:
-                self._parquet.close()
-            self._lines.close()
+            try:
+                if self._row_groups is not None:
+                    self._row_groups.close(surface=surface)
+            finally:
+                if self._parquet is not None:
+                    self._parquet.close()
+                self._lines.close()
 
     def __enter__(self) -> ManifestWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        # An error already raised in the with block is the one to see, not a
+        # writer's error that may follow from it.
+        self._close(surface=kind is None)
+
+
+class _RowGroups:
+    """Writes the row groups of ``manifests.parquet`` on one thread, in the order given.
+
+    pyarrow encodes, compresses and writes without holding the GIL, so the
+    packing of the next requests goes on meanwhile. The queue holds at most
+    two row groups waiting, which bounds the memory. The first error of the
+    thread is raised by the next :meth:`put` or by :meth:`close`; after it
+    the thread writes nothing more.
+    """
+
+    def __init__(self, writer: pq.ParquetWriter) -> None:
+        self._writer = writer
+        self._queue: queue.Queue[list[pl.DataFrame] | None] = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="cognoxium-manifests", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (frames := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # drain, so that put() never waits on a dead writer
+            try:
+                _write_row_group(self._writer, frames)
+            except BaseException as exc:  # raised in the caller's thread by put/close
+                self._error = exc
+
+    def put(self, frames: list[pl.DataFrame]) -> None:
+        """Queue one row group's frames (waits while two are queued)."""
+        self._raise()
+        self._queue.put(frames)
+
+    def close(self, *, surface: bool = True) -> None:
+        """Write what is queued and end the thread; ``surface``: raise its error, if any."""
+        self._queue.put(None)
+        self._thread.join()
+        if surface:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
+def _write_row_group(writer: pq.ParquetWriter, frames: list[pl.DataFrame]) -> None:
+    """Write ``frames``, one after another, as one row group (none when they have no rows)."""
+    # One chunk of fresh buffers: pyarrow's encoding follows the Arrow buffers, so
+    # the bytes would otherwise depend on how the frames were built (or unpickled).
+    table = pl.concat(frames, how="vertical").to_arrow().combine_chunks()
+    if table.num_rows:  # requests with empty scopes add no rows
+        writer.write_table(table, row_group_size=table.num_rows)
 
 
 _FIELDS = frozenset(ManifestEntry.model_fields)

@@ -543,6 +543,21 @@ class PackScope:
         self._row_tokens = costs.row_tokens
         self._known.clear()
 
+    def fingerprint_ahead(self, ranks: Sequence[pl.Series]) -> None:
+        """Start hashing the input fingerprints of packs with these ranks, on a worker thread.
+
+        For a caller that knows the ranks of its next packs: an
+        :meth:`outcome` with one of these Series (the same object) as its
+        ``rank`` takes the fingerprint hashed meanwhile. The manifests do
+        not change.
+
+        Parameters
+        ----------
+        ranks
+            ``(n,)`` Float64 Series, in the order the packs will come.
+        """
+        self._basis.hasher.ahead(ranks)
+
     def outcome(
         self,
         budget: int,
@@ -594,7 +609,8 @@ class PackScope:
         if rank is not None:
             if len(rank) != df.height:
                 raise PackError(f"rank has {len(rank)} values for {df.height} rows")
-            rank = rank.cast(pl.Float64).alias("rank")
+            if rank.dtype != pl.Float64 or rank.name != "rank":
+                rank = rank.cast(pl.Float64).alias("rank")
             check_rank(rank, df.get_column("id"))
         rows, units = self._exclusions(request)
         queue = self._queue(request, rows, units, rank)
