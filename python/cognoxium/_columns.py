@@ -17,6 +17,7 @@ __all__ = [
     "QUARANTINE_COLUMN",
     "REDACTED_FROM",
     "REDACTIONS",
+    "STORE_POSITION",
     "UNREDACTED",
 ]
 
@@ -43,6 +44,13 @@ as a list of ``{id, reason}`` (reason ``expired`` or ``not_yet_valid``), sorted 
 
 QUARANTINE_COLUMN: Final = "quarantine_reason"
 """Column written by quarantine: why a row is held out of packs, or null."""
+
+STORE_POSITION: Final = "__cognoxium_position"
+"""Column of a partitioned store's files: each item's 0-based position in the items written.
+
+A store split into partitions by a key loses the order of its items (a
+reader lists the partitions by path); readers sort by this column to give
+the items back in the order they were written, then drop it."""
 
 REDACTIONS: Final = "redactions"
 """Column written by redact: canonical JSON of redaction counts by type, or null."""

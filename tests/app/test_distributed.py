@@ -30,9 +30,12 @@ from cognoxium.app.distributed import (
     write_partitioned,
 )
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.io import read_items
 from cognoxium.items.schema import records_to_frame
 
 REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "sample"
 LOCOMO = Path(
     os.environ.get(
         "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
@@ -124,6 +127,93 @@ def test_read_store_gives_back_the_items_by_partition(store: Path) -> None:
     assert back.columns == items.columns
     assert back["id"].to_list() == items["id"].to_list()  # partitions sorted = written order
     assert back.equals(items)
+
+
+def interleaved() -> pl.DataFrame:
+    """Items whose partitions by ``metadata.key`` alternate and sort against the item order."""
+    return records_to_frame(
+        [
+            {
+                "id": f"i{i}",
+                "role": "system" if i == 0 else ("user", "assistant")[i % 2],
+                "text": f"turn {i}",
+                "created_at": f"2025-01-01T00:00:{59 - i:02d}Z",
+                "metadata": {"key": ("z", "m", "a")[i % 3]},
+            }
+            for i in range(12)
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def interleaved_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("interleaved") / "items"
+    write_partitioned(interleaved(), root, key="key")
+    return root
+
+
+def test_every_reader_of_a_partitioned_store_gives_the_written_order(
+    interleaved_store: Path,
+) -> None:
+    ids = interleaved()["id"].to_list()
+    assert read_store(interleaved_store)["id"].to_list() == ids
+    part, scope = read_scope(interleaved_store, "metadata.key IN ('z', 'a') AND role <> 'user'")
+    assert part.to_polars()["id"].to_list() == [i for k, i in enumerate(ids) if k % 3 != 1]
+    assert scope.to_polars()["id"].to_list() == ["i0", "i3", "i5", "i9", "i11"]
+    scan = CognitionFrame.scan_parquet(interleaved_store)
+    assert scan.to_polars()["id"].to_list() == ids
+    assert scan.filter("metadata.key = 'a'").to_polars()["id"].to_list() == [
+        "i2",
+        "i5",
+        "i8",
+        "i11",
+    ]
+    assert scan.head(4).to_polars()["id"].to_list() == ids[:4]
+    assert "__cognoxium_position" not in scan.to_polars().columns
+
+
+def test_a_file_of_a_partitioned_store_reads_as_items_in_written_order(
+    interleaved_store: Path, tmp_path: Path
+) -> None:
+    part = interleaved_store / "key=m" / "part-0.parquet"
+    assert read_items(part)["id"].to_list() == ["i1", "i4", "i7", "i10"]
+    shuffled = tmp_path / "shuffled.parquet"
+    pl.read_parquet(part).reverse().write_parquet(shuffled)
+    back = read_items(shuffled)
+    assert back["id"].to_list() == ["i1", "i4", "i7", "i10"]
+    assert back.columns == interleaved().columns
+
+
+def sample_store(root: Path) -> Path:
+    write_partitioned(read_items(SAMPLE / "items.jsonl"), root, key="topic")
+    return root
+
+
+def test_the_sample_partitioned_by_topic_packs_as_its_jsonl(tmp_path: Path) -> None:
+    store = sample_store(tmp_path / "store")
+    runner = CliRunner()
+    common = ["--rank", "bm25", "--as-of", "2026-01-01T00:00:00Z", "--quiet"]
+    for name, items in (("from-jsonl", SAMPLE / "items.jsonl"), ("from-store", store)):
+        out = str(tmp_path / name)
+        args = ["pack", str(items), str(SAMPLE / "requests.jsonl"), "--out", out, *common]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert_same_files(tmp_path / "from-jsonl", tmp_path / "from-store")
+    packs = [json.loads(line) for line in (tmp_path / "from-store" / "packs.jsonl").open()]
+    refund = next(pack for pack in packs if pack["request_id"] == "billing-refund")
+    assert refund["ids"][0] == "policy"
+
+
+def test_a_scan_of_the_sample_store_packs_as_the_jsonl(tmp_path: Path) -> None:
+    where = "metadata.topic IN ('billing','policy')"
+    store = sample_store(tmp_path / "store")
+    as_of = datetime(2026, 1, 1, tzinfo=UTC)
+    scanned = CognitionFrame.scan_parquet(store).filter(where).pack(256, as_of=as_of)
+    local = CognitionFrame(read_items(SAMPLE / "items.jsonl")).filter(where).pack(256, as_of=as_of)
+    assert [m["role"] for m in scanned.messages][:3] == ["system", "developer", "user"]
+    assert scanned.messages == local.messages
+    assert scanned.to_anthropic() == local.to_anthropic()
+    assert scanned.manifest.to_json() == local.manifest.to_json()
 
 
 def test_partition_key_refuses_a_directory_that_is_not_a_store(tmp_path: Path) -> None:
@@ -401,6 +491,16 @@ def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> 
     run_batch_ray(root, requests, out_dir=tmp_path / "ray", rank="bm25")
     assert_same_files(tmp_path / "local", tmp_path / "ray")
     assert len((tmp_path / "ray" / "packs.jsonl").read_text().splitlines()) == len(requests)
+
+
+def test_ray_packs_the_sample_store_as_the_local_jsonl_run(ray_local: Any, tmp_path: Path) -> None:
+    store = sample_store(tmp_path / "store")
+    requests = read_requests(SAMPLE / "requests.jsonl")
+    as_of = datetime(2026, 1, 1, tzinfo=UTC)
+    local = read_items(SAMPLE / "items.jsonl")
+    run_batch(local, requests, out_dir=tmp_path / "local", rank="bm25", as_of=as_of)
+    run_batch_ray(store, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=as_of, workers=2)
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
 def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ import pyarrow.parquet as pq
 import sqlglot
 from sqlglot import exp
 
+from cognoxium._columns import STORE_POSITION
 from cognoxium.app._outputs import committed_output
 from cognoxium.app.batch import (
     BatchSettings,
@@ -208,6 +209,12 @@ def _conformed(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataFram
     if key is not None:
         lazy = lazy.drop(key)
     try:
+        positioned = STORE_POSITION in lazy.collect_schema()
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+    if positioned:  # the items in the order they were written, whatever the partitions
+        lazy = lazy.sort(STORE_POSITION).drop(STORE_POSITION)
+    try:
         table = lazy.collect()
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
@@ -231,9 +238,10 @@ def _check_store(path: Path) -> None:
 def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read a whole store: an item file, or a hive-partitioned Parquet directory.
 
-    A directory's partitions are read in the order of their paths, each
-    file's rows in file order; the partition column is dropped (its value
-    is in every item's metadata).
+    The items come in the order :func:`write_partitioned` wrote them (by
+    their stored position); a directory without positions is read in the
+    order of its paths, each file's rows in file order. The partition
+    column is dropped (its value is in every item's metadata).
 
     Raises
     ------
@@ -250,7 +258,7 @@ def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
     ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"conversation": "c1"}},
     ... ]), root, key="conversation")
     >>> read_store(root)["id"].to_list()
-    ['a', 'b']
+    ['b', 'a']
     """
     source = Path(path)
     key = partition_key(source)
@@ -262,9 +270,14 @@ def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
 def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key: str) -> None:
     """Write items as a hive-partitioned Parquet store by one metadata key.
 
-    Every item goes to ``root/<key>=<value>/part-0.parquet`` (canonical
-    schema), ``<value>`` being its ``metadata.<key>`` text, partitions in
-    order of value, items in store order.
+    Every item goes to ``root/<key>=<value>/part-0.parquet``, ``<value>``
+    being its ``metadata.<key>`` text, partitions in order of value, items
+    in store order. A file holds the item columns (canonical schema), then
+    the column ``__cognoxium_position``: each item's 0-based
+    position in ``store`` (Int64), by which :func:`read_store`,
+    :func:`read_scope` and
+    :meth:`~cognoxium.frame.frame.CognitionFrame.scan_parquet` give the items
+    back in ``store`` order, so a pack of them is the pack of ``store``.
 
     Raises
     ------
@@ -283,7 +296,8 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
         )
     target = Path(root)
     target.mkdir(parents=True)
-    parts = store.with_columns(values.alias("__partition")).partition_by(
+    positions = pl.int_range(pl.len(), dtype=pl.Int64).alias(STORE_POSITION)
+    parts = store.with_columns(values.alias("__partition"), positions).partition_by(
         "__partition", maintain_order=True, include_key=False, as_dict=True
     )
     for (value,), part in sorted(parts.items(), key=lambda kv: str(kv[0][0])):
@@ -416,7 +430,8 @@ def read_scope(
     -------
     tuple of CognitionFrame
         ``(part, scope)``: the items read (the partitions the clause allows,
-        less the items whose metadata cannot match), in store order, and
+        less the items whose metadata cannot match), in store order (see
+        :func:`read_store`), and
         ``part`` filtered by ``where``, equal to the local run's scope.
 
     Raises

@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 import pyarrow.parquet as pq
 
+from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items._checks import MAX_JSON_DEPTH, json_text_depth
 from cognoxium.items.schema import (
@@ -258,6 +259,12 @@ def write_jsonl(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
 def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read items from a Parquet file and validate them (see :func:`~cognoxium.items.conform`).
 
+    A file of a partitioned store (see
+    :func:`~cognoxium.app.distributed.write_partitioned`), which also stores
+    each item's position in the items written (column
+    ``__cognoxium_position``), gives its items in that order, without that
+    column.
+
     Raises
     ------
     SchemaError, RecordError
@@ -267,6 +274,8 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
         table = pl.read_parquet(Path(path))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
+    if STORE_POSITION in table.columns:
+        table = table.sort(STORE_POSITION).drop(STORE_POSITION)
     return conform(table, source=str(path))
 
 

@@ -41,6 +41,7 @@ from typing import Final
 import polars as pl
 from polars.io.plugins import register_io_source
 
+from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import read_jsonl
 from cognoxium.items.schema import (
@@ -416,7 +417,7 @@ def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Sch
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise SchemaError(f"{source}: cannot scan Parquet: {exc}") from None
     hive = [name for name in schema if name not in stored]
-    unknown = [name for name in stored if name not in POLARS_SCHEMA]
+    unknown = [name for name in stored if name not in POLARS_SCHEMA and name != STORE_POSITION]
     if unknown:
         raise SchemaError(
             f"{source}: unknown columns {unknown}; the item columns are {list(COLUMNS)}"
@@ -445,7 +446,12 @@ def scan_parquet_items(
     ItemScan
         Item columns (every item column must be stored, in types castable to
         the canonical ones), then the hive partition columns as strings or
-        numbers, as Polars infers them.
+        numbers, as Polars infers them. Files that also store
+        the column ``__cognoxium_position`` (a partitioned store
+        written by :func:`~cognoxium.app.distributed.write_partitioned`) give
+        their rows in that order, so a store's items come in the order they
+        were written, not in the order of its partitions' paths; other files
+        give theirs in path order, each file's rows in file order.
 
     Raises
     ------
@@ -476,6 +482,7 @@ def scan_parquet_items(
     where = str(source)
     _check_source(where)
     schema, hive = _parquet_schema(where, hive_partitioning)
+    positioned = STORE_POSITION in schema
     casts = _casts(schema, where)
 
     def frames(index: bool) -> pl.LazyFrame:
@@ -485,7 +492,9 @@ def scan_parquet_items(
             include_file_paths=FILE_COLUMN,
             row_index_name=_ROW if index else None,
         )
-        return lf.with_columns(casts) if casts else lf
+        lf = lf.with_columns(casts) if casts else lf
+        # A partitioned store: its items in the order they were written.
+        return lf.sort(STORE_POSITION) if positioned else lf
 
     def offset(file: str) -> int:
         # The first global row index of ``file`` (Polars numbers rows across files).
