@@ -611,7 +611,10 @@ class CognitionFrame:
         partitions and row groups a predicate rules out and reads only the
         columns used; the rows read are validated (see
         :mod:`cognoxium.items.scan`). Each run is recorded in
-        :meth:`read_statistics`.
+        :meth:`read_statistics`. The rows come in path order, each file's in
+        file order; a store written by
+        :func:`~cognoxium.app.distributed.write_partitioned` gives its items
+        in the order they were written.
 
         Parameters
         ----------
