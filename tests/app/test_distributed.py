@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -182,6 +184,19 @@ def test_a_file_of_a_partitioned_store_reads_as_items_in_written_order(
     back = read_items(shuffled)
     assert back["id"].to_list() == ["i1", "i4", "i7", "i10"]
     assert back.columns == interleaved().columns
+
+
+def test_a_bad_row_of_a_partitioned_store_is_named_at_its_file_and_row(tmp_path: Path) -> None:
+    write_partitioned(interleaved(), tmp_path / "store", key="key")
+    part = tmp_path / "store" / "key=m" / "part-0.parquet"
+    table = pq.read_table(part)
+    priority = table.column("priority").to_pylist()
+    priority[2] = None  # item i7, third in its file, eighth in the store
+    index = table.schema.get_field_index("priority")
+    pq.write_table(table.set_column(index, "priority", pa.array(priority, pa.int64())), part)
+    with pytest.raises(RecordError) as caught:
+        CognitionFrame.scan_parquet(tmp_path / "store").to_polars()
+    assert (caught.value.source, caught.value.row, caught.value.field) == (str(part), 2, "priority")
 
 
 def sample_store(root: Path) -> Path:
