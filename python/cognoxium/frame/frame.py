@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
@@ -2081,7 +2082,7 @@ class CognitionFrame:
         )
 
 
-def _check_written_ranks(path: str | os.PathLike[str]) -> None:
+def _check_written_ranks(path: Path) -> None:
     """Raise as the readers do if a rank written to the Parquet file ``path`` is NaN or infinite.
 
     A rank step may score an item NaN, which packs read as unranked but a
