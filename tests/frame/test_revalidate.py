@@ -285,3 +285,26 @@ def test_a_frame_from_a_reader_packs_without_the_extra_check(
     assert calls == []
     sample.with_columns(priority=pl.col("priority") + 1).pack(512, as_of=WHEN)
     assert calls == [sample.count()]
+
+
+def test_sink_parquet_refuses_a_nan_score_of_a_rank_step(
+    sample: CognitionFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cognoxium.retrieval import ranking
+
+    out = tmp_path / "ranked.parquet"
+    sample.rank("recency").sink_parquet(out)
+    assert read_parquet(out)["rank"].is_finite().all()
+    out.unlink()
+
+    def unscored(**_: Any) -> pl.Expr:
+        return pl.when(pl.int_range(pl.len()) == 3).then(float("nan")).otherwise(1.0).alias("rank")
+
+    monkeypatch.setattr(ranking, "recency_expr", unscored)
+    ranked = sample.rank("recency")
+    assert not changes_item_values(ranked._plan)
+    assert ranked.collect()["rank"].is_nan().sum() == 1  # a pack reads it as unranked
+    with pytest.raises(RecordError) as info:
+        ranked.sink_parquet(out)
+    assert (info.value.row, info.value.field) == (3, "rank")
+    assert list(tmp_path.iterdir()) == []
