@@ -308,3 +308,19 @@ def test_sink_parquet_refuses_a_nan_score_of_a_rank_step(
         ranked.sink_parquet(out)
     assert (info.value.row, info.value.field) == (3, "rank")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("column", ["sources", "parents", "lineage"])
+def test_readers_refuse_a_null_list_as_the_record_reader_does(
+    sample: CognitionFrame, tmp_path: Path, column: str
+) -> None:
+    raw = sample.collect().with_columns(pl.lit(None, POLARS_SCHEMA[column]).alias(column))
+    path = tmp_path / "raw.parquet"
+    raw.write_parquet(path)
+    with pytest.raises(RecordError) as info:
+        read_parquet(path)
+    assert (info.value.row, info.value.field) == (0, column)
+    assert info.value.message == "must not be null"
+    with pytest.raises(RecordError) as info:
+        CognitionFrame.scan_parquet(path).select("id", column).collect()
+    assert (info.value.row, info.value.field) == (0, column)
