@@ -71,6 +71,7 @@ __all__ = [
     "Source",
     "TopK",
     "WithColumns",
+    "changes_item_values",
     "format_plan",
     "polars_error_text",
     "rank_node",
@@ -1443,6 +1444,54 @@ def rewrite(plan: Node, rule: Callable[[Node], Node]) -> Node:
     node = plan.with_children([rewrite(child, rule) for child in plan.children])
     out = rule(node)
     return node if out is node else rewrite(out, rule)
+
+
+def _passes_through(expr: Expression) -> bool:
+    """Whether ``expr`` is one input column under its own name (``pl.col(name)``)."""
+    roots = expr.expr.meta.root_names()
+    return len(roots) == 1 and expr.is_column(roots[0])
+
+
+def changes_item_values(plan: Node) -> bool:
+    """Whether a step of ``plan`` may write item values that no reader checked.
+
+    Sources are checked as they are read (in memory at construction, lazy
+    scans per batch), and filters, sorts, limits, ranks, dedupes and the
+    policy steps keep valid rows valid. A :class:`Select` or
+    :class:`WithColumns` computing a column (not only passing one through)
+    may break any item rule, and an inner, left or full :class:`Join` may
+    repeat ids or leave the left columns null; frames with such a step are
+    checked again before they are packed or written.
+
+    Parameters
+    ----------
+    plan
+        The plan as built (before optimizing).
+
+    Returns
+    -------
+    bool
+        ``True`` when some node computes column values or joins in rows.
+
+    Examples
+    --------
+    >>> import polars as pl
+    >>> source = Scan(source=Source(pl.DataFrame({"id": ["a"], "priority": [1]})))
+    >>> ranked = Filter(input=source, predicate=Expression.of(pl.col("priority") > 0))
+    >>> changes_item_values(ranked)
+    False
+    >>> changes_item_values(WithColumns(input=ranked, exprs=(Expression.of(pl.lit(2).alias(
+    ...     "priority")),)))
+    True
+    """
+    for node in walk(plan):
+        if isinstance(node, Select | WithColumns) and not all(
+            _passes_through(e) for e in node.exprs
+        ):
+            return True
+        if isinstance(node, Join) and node.how not in ("semi", "anti"):
+            return True
+    return False
 
 
 def format_plan(plan: Node) -> str:

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
@@ -49,13 +50,14 @@ from cognoxium.engine.plan import (
     Source,
     TopK,
     WithColumns,
+    changes_item_values,
     format_plan,
     polars_error_text,
     rank_node,
     rewrite,
     walk,
 )
-from cognoxium.exceptions import CognoxiumError, PlanError, SchemaError
+from cognoxium.exceptions import CognoxiumError, PlanError, RecordError, SchemaError
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import parse_predicate
@@ -71,12 +73,14 @@ from cognoxium.items.schema import (
     PAYLOAD_COLUMNS,
     POLARS_SCHEMA,
     SCHEMA_VERSION,
+    check_items,
     conform,
     content_hash_expr,
     frame_to_items,
     item_to_record,
     items_to_frame,
     records_to_frame,
+    row_checks,
     to_arrow,
 )
 from cognoxium.retrieval.ranking import half_life_seconds
@@ -1770,6 +1774,19 @@ class CognitionFrame:
                 "back, or use with_columns instead of select to add columns"
             )
 
+    def _checked_rows(self, *, finite_rank: bool = True) -> pl.DataFrame:
+        """Run the plan; rows that a step may have made invalid are checked as readers check.
+
+        Only a plan that computes columns or joins in rows
+        (:func:`~cognoxium.engine.plan.changes_item_values`) pays for the
+        check; its rows come back as :func:`~cognoxium.items.schema.check_items`
+        gives them.
+        """
+        rows = self.collect()
+        if changes_item_values(self._plan):
+            return check_items(rows, finite_rank=finite_rank)
+        return rows
+
     def to_arrow(self) -> pa.Table:
         """Run the plan and export an Arrow table of the canonical schema (extra columns follow).
 
@@ -1792,7 +1809,7 @@ class CognitionFrame:
             If a row is not a valid item (naming its 0-based row index).
         """
         self._require_item_columns("to_items")
-        return frame_to_items(self.collect())
+        return frame_to_items(self._checked_rows())
 
     def to_records(self) -> list[dict[str, Any]]:
         """Run the plan and return JSON records (see :func:`~cognoxium.items.item_to_record`).
@@ -1813,7 +1830,7 @@ class CognitionFrame:
         ('a', 'hi', '2024-01-01T00:00:00Z')
         """
         self._require_item_columns("to_records")
-        return [item_to_record(item) for item in frame_to_items(self.collect())]
+        return [item_to_record(item) for item in frame_to_items(self._checked_rows())]
 
     def sink_parquet(self, path: str | os.PathLike[str]) -> None:
         """Run the plan and write its rows to one Parquet file, atomically.
@@ -1828,10 +1845,21 @@ class CognitionFrame:
         columns can be read back with :meth:`scan_parquet` or
         :meth:`read_parquet`.
 
+        Rows that a step computed (``with_columns``, ``select`` or ``join``,
+        see :func:`~cognoxium.engine.plan.changes_item_values`) are collected
+        and checked as the readers check them
+        (:func:`~cognoxium.items.schema.check_items`) before anything is
+        written; ranks computed by :meth:`rank` are checked in the written
+        file before it takes ``path`` (NaN and infinity are refused).
+
         Raises
         ------
-        RecordError, SchemaError
-            As :meth:`collect` does.
+        SchemaError
+            As :meth:`collect` does; also, before running, if the frame holds
+            the item columns and others, which the readers would refuse.
+        RecordError
+            As :meth:`collect` does, and at the first row the readers would
+            refuse (its 0-based row in the output, and the field).
         OSError
             If the file cannot be written.
 
@@ -1843,10 +1871,23 @@ class CognitionFrame:
         >>> CognitionFrame.scan_parquet(path).select("id", "text").to_polars().row(0)
         ('a', 'hi')
         """
-        lf = self.lazy()
+        schema = self._plan.schema
+        items = all(name in schema for name in COLUMNS)
+        extra = [name for name in schema.names() if name not in POLARS_SCHEMA]
+        if items and extra:
+            raise SchemaError(
+                f"sink_parquet: columns {extra} are not item columns, and the readers refuse "
+                "a file of items holding them: drop them, or select the item columns"
+            )
+        if items and changes_item_values(self._plan):
+            lf = self._checked_rows().lazy()
+        else:
+            lf = self.lazy()
         version = {"cognoxium.schema_version": str(SCHEMA_VERSION)}
         with atomic_path(path) as tmp:
             lf.sink_parquet(tmp, metadata=version)
+            if "rank" in schema and any(isinstance(node, Rank) for node in walk(self._plan)):
+                _check_written_ranks(tmp)
 
     def read_statistics(self) -> list[ScanRead]:
         """What the lazy scans of the plan read in their latest run, in plan order.
@@ -1950,6 +1991,12 @@ class CognitionFrame:
             :data:`cognoxium.items.schema.COLUMNS` are needed; columns added with
             ``with_columns`` are carried along). Checked on the plan's
             schema, before anything runs.
+        RecordError
+            If a step computed item values (``with_columns``, ``select`` or
+            ``join``; see :func:`~cognoxium.engine.plan.changes_item_values`)
+            and a row is not a valid item, checked as the readers check
+            (:func:`~cognoxium.items.schema.check_items`; a NaN rank is read
+            as unranked), naming its 0-based row and the field.
 
         Examples
         --------
@@ -1995,7 +2042,7 @@ class CognitionFrame:
             if judged is not self._plan:
                 frame, as_of = self._wrap(judged), when
         return pack(
-            frame.collect(),
+            frame._checked_rows(finite_rank=False),
             budget,
             profile=profile,
             as_of=as_of,
@@ -2036,6 +2083,19 @@ class CognitionFrame:
             f"<div><p>{html.escape(repr(self))}; first rows</p>{table}"
             f"<p>plan (optimized)</p><pre>{html.escape(self.explain())}</pre></div>"
         )
+
+
+def _check_written_ranks(path: Path) -> None:
+    """Raise as the readers do if a rank written to the Parquet file ``path`` is NaN or infinite.
+
+    A rank step may score an item NaN, which packs read as unranked but a
+    file of items may not hold; the file is read back one column only.
+    """
+    ranks = pl.read_parquet(path, columns=["rank"])
+    for bad, field, message in row_checks(["rank"]):
+        rows = ranks.select(bad.arg_true()).to_series()
+        if rows.len():
+            raise RecordError(message, row=int(rows[0]), field=field)
 
 
 def _ranked_scan(plan: Node) -> Scan | None:

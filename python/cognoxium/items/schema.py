@@ -91,6 +91,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "canonical_json_columns",
+    "check_items",
     "complete_valid_columns",
     "conform",
     "content_hash_expr",
@@ -211,7 +212,7 @@ POLARS_SCHEMA = pl.Schema(
 )
 """The same schema as Polars dtypes (enumerations as ``pl.Enum``)."""
 
-_REQUIRED = ("id", "metadata", "priority")
+_REQUIRED = ("id", "metadata", "priority", "sources", "parents", "lineage")
 _PAYLOAD_COLUMN = {"text": "text", "json": "json", "binary": "binary", "reference": "ref_uri"}
 _DEFAULTS: dict[str, Any] = {
     "trust": Trust.UNTRUSTED.value,
@@ -924,6 +925,67 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     df = _cast_to_schema(df, where, source)
     df = _canonicalise_json(df, source)
     return df.with_columns(_checked_hashes(df, source))
+
+
+def check_items(df: pl.DataFrame, *, finite_rank: bool = True) -> pl.DataFrame:
+    """Check typed item rows as :func:`conform` checks what the readers read; all or nothing.
+
+    For rows a query computed (``with_columns``, ``select``, ``join``) before
+    they are packed or written: the same checks and errors as reading them
+    back, including unique ids and content hashes that match the payload.
+
+    Parameters
+    ----------
+    df
+        ``n`` rows holding every column of :data:`COLUMNS` with its
+        :data:`POLARS_SCHEMA` type; other columns are carried along.
+    finite_rank
+        Refuse NaN and infinite ranks, as the readers do; ``False`` leaves
+        them as they are (a pack reads NaN as unranked and refuses infinity
+        itself).
+
+    Returns
+    -------
+    polars.DataFrame
+        The ``n`` rows, in order: the item columns as :func:`conform` gives
+        them (canonical JSON, a null ``content_hash`` computed), then the
+        other columns of ``df``.
+
+    Raises
+    ------
+    SchemaError
+        If an item column is missing or has another type.
+    RecordError
+        At the first invalid row, naming its 0-based ``row`` in ``df`` and
+        the field, worded as the readers word it.
+
+    Examples
+    --------
+    >>> df = records_to_frame([{"id": "a", "role": "system", "text": "Be brief."}])
+    >>> check_items(df.with_columns(text=pl.lit(None, pl.String)))
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: row 0: field text: a text payload needs a value in ...
+    """
+    missing = [name for name in COLUMNS if name not in df.columns]
+    if missing:
+        raise SchemaError(f"missing item columns {missing}")
+    wrong = {
+        n: f"{df.schema[n]} (expected {POLARS_SCHEMA[n]})"
+        for n in COLUMNS
+        if df.schema[n] != POLARS_SCHEMA[n]
+    }
+    if wrong:
+        raise SchemaError(f"item columns of the wrong type: {wrong}; cast them back")
+    items = df.select(COLUMNS)
+    rank = items.get_column("rank")
+    if not finite_rank:
+        items = items.with_columns(rank=pl.when(pl.col("rank").is_finite()).then(pl.col("rank")))
+    checked = conform(items)
+    if not finite_rank:
+        checked = checked.with_columns(rank)
+    extra = [name for name in df.columns if name not in POLARS_SCHEMA]
+    return checked.hstack(df.select(extra).get_columns()) if extra else checked
 
 
 def row_checks(columns: Iterable[str]) -> list[tuple[pl.Expr, str, str]]:
