@@ -195,13 +195,19 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
     Raises
     ------
     SchemaError
-        If an item column is missing.
+        If an item column is missing, or an integer column is stored as floats.
     """
     missing = [name for name in COLUMNS if name not in schema]
     if missing:
         raise SchemaError(
             f"{where}: a scan needs every item column; missing {missing} (read_parquet and "
             "from_polars of a DataFrame fill defaults)"
+        )
+    floats = [n for n in COLUMNS if POLARS_SCHEMA[n].is_integer() and schema[n].is_float()]
+    if floats:
+        raise SchemaError(
+            f"{where}: integer columns {floats} are stored as floats, which a cast would "
+            "truncate; store them as integers (read_parquet checks each value instead)"
         )
     return [
         pl.col(name).cast(POLARS_SCHEMA[name], strict=name not in _ENUMS)

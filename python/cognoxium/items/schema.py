@@ -762,6 +762,7 @@ def _check_values(df: pl.DataFrame, source: str | None) -> None:
 
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
     """Parse timestamp text, cast to :data:`POLARS_SCHEMA`, check ``created_at`` and ``rank``."""
+    _raise_first(df, _whole_number_checks(df.schema), source)
     try:
         df = df.select(
             [
@@ -777,6 +778,24 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
     _raise_first(df, _typed_checks(), source)
     return df
+
+
+def _whole_number_checks(schema: pl.Schema) -> list[tuple[pl.Expr, str, str]]:
+    """Row checks that float columns cast to an integer column hold whole numbers.
+
+    A cast from float to integer drops the fraction (``1.5`` becomes ``1``)
+    and a NaN or infinity cannot be cast: both are refused, not truncated.
+    """
+    return [
+        (
+            ~pl.col(name).is_finite() | (pl.col(name) != pl.col(name).floor()),
+            name,
+            "must be a whole number (a float column is cast to integers only when no "
+            "value has a fraction, NaN or infinity)",
+        )
+        for name, dtype in POLARS_SCHEMA.items()
+        if dtype.is_integer() and name in schema and schema[name].is_float()
+    ]
 
 
 def _canonicalise_json(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
