@@ -69,7 +69,15 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items._checks import MAX_INT, ItemId, UnicodeStr, json_problem, to_utc
+from cognoxium.items._checks import (
+    FINE_TIME_MESSAGE,
+    MAX_INT,
+    ItemId,
+    UnicodeStr,
+    finer_than_microseconds,
+    json_problem,
+    to_utc,
+)
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import packed_text_expr
@@ -212,6 +220,8 @@ class Request(BaseModel):
     @field_validator("as_of", mode="before")
     @classmethod
     def _time_form(cls, value: Any) -> Any:
+        if isinstance(value, str) and finer_than_microseconds(value):
+            raise ValueError(FINE_TIME_MESSAGE)
         if value is None or isinstance(value, str | datetime):
             return value
         raise ValueError("must be an ISO 8601 time with a UTC offset, such as 2024-01-01T00:00:00Z")

@@ -82,7 +82,7 @@ from typer import rich_utils
 from typer.core import TyperGroup
 
 from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError
-from cognoxium.items._checks import to_utc
+from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds, to_utc
 from cognoxium.items.model import canonical_json
 from cognoxium.tokens.profiles import PROFILE_NAMES, get_profile
 
@@ -404,6 +404,8 @@ def _profile(value: str) -> str:
 def _as_of(value: str) -> datetime:
     if value.strip().lower() == "now":
         return datetime.now(UTC)
+    if finer_than_microseconds(value):
+        raise typer.BadParameter(f"{value!r} {FINE_TIME_MESSAGE}")
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:

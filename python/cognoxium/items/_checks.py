@@ -17,6 +17,7 @@ from pydantic import AfterValidator
 
 __all__ = [
     "CONTROL_PATTERN",
+    "FINE_TIME_MESSAGE",
     "MAX_ID_LENGTH",
     "MAX_INT",
     "MAX_JSON_DEPTH",
@@ -24,6 +25,7 @@ __all__ = [
     "TIME_RANGE_MESSAGE",
     "ItemId",
     "UnicodeStr",
+    "finer_than_microseconds",
     "id_problem",
     "json_depth",
     "json_problem",
@@ -188,6 +190,31 @@ def json_problem(value: Any) -> str | None:
 
 TIME_RANGE_MESSAGE = "must fall in the years 1 to 9999 UTC"
 """The one range of times: what a Python ``datetime`` holds, once in UTC."""
+
+FINE_TIME_MESSAGE = (
+    "must be an ISO 8601 time with at most 6 fractional digits of seconds (microseconds), "
+    "such as 2024-01-01T00:00:00.123456Z"
+)
+"""The one precision of times: microseconds, what a Python ``datetime`` holds."""
+
+_FINER_THAN_MICROSECONDS = re.compile(r"[Tt ]\d{2}:\d{2}:\d{2}[.,]\d{7,}")
+
+
+def finer_than_microseconds(text: str) -> bool:
+    """Whether ISO 8601 ``text`` gives seconds finer than microseconds.
+
+    Python's and pydantic's parsers drop the digits past the sixth, so a
+    time must be refused (:data:`FINE_TIME_MESSAGE`) before it is parsed
+    rather than silently truncated.
+
+    Examples
+    --------
+    >>> finer_than_microseconds("2025-01-01T00:00:00.123456789Z")
+    True
+    >>> finer_than_microseconds("2025-01-01T00:00:00.123456+00:00")
+    False
+    """
+    return _FINER_THAN_MICROSECONDS.search(text) is not None
 
 
 def to_utc(value: datetime) -> datetime:

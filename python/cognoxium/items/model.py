@@ -30,12 +30,14 @@ from pydantic import (
 )
 
 from cognoxium.items._checks import (
+    FINE_TIME_MESSAGE,
     MAX_ID_LENGTH,
     MAX_INT,
     MAX_JSON_DEPTH,
     MIN_INT,
     ItemId,
     UnicodeStr,
+    finer_than_microseconds,
     json_problem,
     raising,
     to_utc,
@@ -270,6 +272,13 @@ class Source(BaseModel):
     title: UnicodeStr | None = None
     retrieved_at: AwareDatetime | None = None
 
+    @field_validator("retrieved_at", mode="before")
+    @classmethod
+    def _time_form(cls, value: Any) -> Any:
+        if isinstance(value, str) and finer_than_microseconds(value):
+            raise ValueError(FINE_TIME_MESSAGE)
+        return value
+
     @field_validator("retrieved_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
@@ -462,6 +471,8 @@ class ContextItem(BaseModel):
     @field_validator("created_at", "valid_from", "expires_at", mode="before")
     @classmethod
     def _time_form(cls, value: Any) -> Any:
+        if isinstance(value, str) and finer_than_microseconds(value):
+            raise ValueError(FINE_TIME_MESSAGE)
         if value is None or isinstance(value, str | datetime):
             return value
         raise ValueError("must be an ISO 8601 time with a UTC offset, such as 2024-01-01T00:00:00Z")

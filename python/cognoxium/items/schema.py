@@ -1054,7 +1054,10 @@ _PAYLOAD_KEYS = {
 _SOURCE_KEYS = tuple(_SOURCE.names)
 _EDGE_KEYS = tuple(_EDGE.names)
 _ISO_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-]\d{2}:?\d{2})$"
-_TIME_HINT = "must be an ISO 8601 time with seconds and a UTC offset, such as 2024-01-01T00:00:00Z"
+_TIME_HINT = (
+    "must be an ISO 8601 time with seconds (at most 6 fractional digits: microseconds) and a "
+    "UTC offset, such as 2024-01-01T00:00:00Z"
+)
 
 
 class _Failures:
