@@ -20,6 +20,7 @@ from cognoxium.packing.manifests import (
     MANIFESTS_JSONL,
     MANIFESTS_PARQUET,
     NO_SOURCE,
+    NOT_IN_ITEMS,
     ManifestWriter,
     read_manifests,
     scan_manifests,
@@ -327,3 +328,18 @@ def test_row_groups_written_on_their_thread_keep_the_order_of_the_requests(
         "request_id"
     ].to_list() == [f"r{i}" for i in range(15)]
     assert read_manifests(folder) == manifests
+
+
+def test_entries_missing_from_the_items_count_apart_from_items_without_a_source() -> None:
+    cf = frame()
+    manifests = [cf.pack(b, as_of=AS_OF, label=f"b{b}").manifest for b in (30, 400)]
+    full = summarize_manifests(manifests, items=cf.collect())
+    other = cf.collect().filter(pl.col("id") != "doc")
+    summary = summarize_manifests(manifests, items=other)
+    assert summary["by_source"][NOT_IN_ITEMS]["items"] == 2
+    assert summary["by_source"][NO_SOURCE] == full["by_source"][NO_SOURCE]
+    assert "kb://refunds" not in summary["by_source"]
+    assert NOT_IN_ITEMS not in full["by_source"]
+    empty = summarize_manifests(manifests, items=other.clear())
+    assert set(empty["by_source"]) == {NOT_IN_ITEMS}
+    assert empty["by_source"][NOT_IN_ITEMS]["items"] == full["items"]["entries"]

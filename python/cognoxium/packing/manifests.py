@@ -76,6 +76,7 @@ __all__ = [
     "MANIFESTS_PARQUET",
     "MANIFEST_FORMS",
     "MANIFEST_HEADERS",
+    "NOT_IN_ITEMS",
     "NO_SOURCE",
     "PARQUET_SCHEMA",
     "PARQUET_SETTINGS",
@@ -88,6 +89,9 @@ __all__ = [
 
 NO_SOURCE = "(none)"
 """The ``by_source`` key of items that have no source."""
+
+NOT_IN_ITEMS = "(not in the items)"
+"""The ``by_source`` key of entries whose id the given items lack (other items)."""
 
 ManifestForm = Literal["parquet", "jsonl"]
 """How a batch stores its manifests (see the module docstring)."""
@@ -949,7 +953,8 @@ def summarize_manifests(
             Entry counts per decision and per reason, sorted by name.
         ``by_role``, ``by_tier``, ``by_source``
             Per item role, retention tier and source uri (an item with
-            several sources counts under each; :data:`NO_SOURCE` for none):
+            several sources counts under each; :data:`NO_SOURCE` for none,
+            :data:`NOT_IN_ITEMS` for an entry whose id ``items`` lacks):
             ``{"items", "included", "included_tokens"}``.
         ``redactions``, ``policy_outcomes``
             Redactions per type and policy outcomes per action, summed.
@@ -1059,11 +1064,20 @@ def _budget(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _by_source(groups: pl.DataFrame, items: pl.DataFrame) -> dict[str, dict[str, int]]:
-    """:func:`_groups` per source uri of the items (``id`` and ``sources`` columns)."""
-    uris = items.select(
-        "id", pl.col("sources").list.eval(pl.element().struct.field("uri")).alias("source")
-    ).explode("source")
-    return _groups(groups.join(uris, on="id", how="left"), "source")
+    """:func:`_groups` per source uri of the items (``id`` and ``sources`` columns).
+
+    Entries whose id the items lack count under :data:`NOT_IN_ITEMS`, apart
+    from the items without a source (:data:`NO_SOURCE`).
+    """
+    uris = (
+        items.select(
+            "id", pl.col("sources").list.eval(pl.element().struct.field("uri")).alias("source")
+        )
+        .explode("source", empty_as_null=True)
+        .with_columns(pl.col("source").fill_null(NO_SOURCE))
+    )
+    joined = groups.join(uris, on="id", how="left")
+    return _groups(joined.with_columns(pl.col("source").fill_null(NOT_IN_ITEMS)), "source")
 
 
 def _value_counts(groups: pl.DataFrame, column: str) -> dict[str, int]:
