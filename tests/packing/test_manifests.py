@@ -343,3 +343,26 @@ def test_entries_missing_from_the_items_count_apart_from_items_without_a_source(
     empty = summarize_manifests(manifests, items=other.clear())
     assert set(empty["by_source"]) == {NOT_IN_ITEMS}
     assert empty["by_source"][NOT_IN_ITEMS]["items"] == full["items"]["entries"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"budget": -5}, "token counts must not be negative"),
+        ({"pack_overhead_tokens": -1}, "token counts must not be negative"),
+        ({"used_tokens": 99999}, "exceed the budget"),
+        ({"remaining_tokens": 7}, "remaining_tokens 7 is not budget"),
+    ],
+)
+def test_a_manifest_whose_token_counts_do_not_add_up_is_refused(
+    tmp_path: Path, change: dict[str, int], message: str
+) -> None:
+    data = json.loads(frame().pack(400, as_of=AS_OF).manifest.to_json())
+    data |= change
+    text = json.dumps(data)
+    with pytest.raises(ValueError, match=message):
+        PackManifest.from_json(text)
+    path = tmp_path / "manifests.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(RecordError, match=message):
+        read_manifests(path)

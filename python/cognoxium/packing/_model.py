@@ -25,6 +25,7 @@ from pydantic import (
     PrivateAttr,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 
 from cognoxium.items.model import ContextItem, canonical_json
@@ -246,6 +247,30 @@ class PackManifest(BaseModel):
     estimated: bool = False
     _entries: pl.DataFrame = PrivateAttr()
     _digest: tuple[pl.DataFrame, str] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _tokens_add_up(self) -> PackManifest:
+        """Token counts are not negative, fit the budget and add up (a manifest read back)."""
+        counts = {
+            "budget": self.budget,
+            "used_tokens": self.used_tokens,
+            "reserve_tokens": self.reserve_tokens,
+            "pack_overhead_tokens": self.pack_overhead_tokens,
+        }
+        negative = [name for name, value in counts.items() if value < 0]
+        if negative:
+            raise ValueError(f"token counts must not be negative: {negative}")
+        if self.used_tokens + self.reserve_tokens > self.budget:
+            raise ValueError(
+                f"used_tokens {self.used_tokens} and reserve_tokens {self.reserve_tokens} "
+                f"exceed the budget {self.budget}"
+            )
+        if self.remaining_tokens != self.budget - self.reserve_tokens - self.used_tokens:
+            raise ValueError(
+                f"remaining_tokens {self.remaining_tokens} is not budget - reserve_tokens - "
+                f"used_tokens ({self.budget - self.reserve_tokens - self.used_tokens})"
+            )
+        return self
 
     @property
     def entries(self) -> list[ManifestEntry]:
