@@ -58,7 +58,12 @@ from cognoxium.engine.plan import (
 from cognoxium.exceptions import CognoxiumError, PlanError, SchemaError
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
-from cognoxium.items.predicate import parse_predicate
+from cognoxium.items.predicate import (
+    comparable_types,
+    describe_type,
+    parse_predicate,
+    value_dtype,
+)
 from cognoxium.items.scan import (
     ScanRead,
     atomic_path,
@@ -272,18 +277,19 @@ def _unknown_keys(sql: str, unknown: Sequence[str], known: Sequence[str]) -> Pla
 
 
 def _sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
+    """A SQL predicate lowered and type-checked against the plan's schema and metadata type."""
     expr = parse_predicate(sql, plan.schema.names())
     fields = Expression.of(expr).struct_fields("metadata")
     if not fields:
-        return expr, None
+        return parse_predicate(sql, plan.schema), None
     dtype = _metadata_dtype(plan)
     if dtype is None:  # no rows, so no keys to check against: every key reads as null
-        return expr, pl.Struct([pl.Field(name, pl.Null()) for name in fields])
+        dtype = pl.Struct([pl.Field(name, pl.Null()) for name in fields])
     known = [f.name for f in dtype.fields]
     unknown = [name for name in fields if name not in known]
     if unknown:
         raise _unknown_keys(sql, unknown, known)
-    return expr, dtype
+    return parse_predicate(sql, {**plan.schema, "metadata": dtype}), dtype
 
 
 def _predicate(value: pl.Expr | str, plan: Node) -> tuple[Expression, pl.Struct | None]:
@@ -331,8 +337,24 @@ def _projection(
 
 
 def _constraint(plan: Node, name: str, value: Any) -> pl.Expr:
-    """``pl.col(name).eq(value)``, refusing a value its enumeration column cannot hold."""
+    """``pl.col(name).eq(value)``, refusing a value the column cannot equal."""
     dtype = plan.schema.get(name)
+    if isinstance(value, list | tuple | set | frozenset | pl.Series):
+        raise PlanError(
+            f"filter({name}={value!r}): a constraint is equality with one value, as in "
+            f"Polars; to keep rows whose {name!r} is one of several values, use "
+            f'filter(pl.col({name!r}).is_in({list(value)!r})) or filter("{name} IN (...)")'
+        )
+    if dtype is not None and not comparable_types(dtype, value_dtype(value)):
+        hint = (
+            "; give a datetime.datetime (UTC) or write the SQL TIMESTAMP '...'"
+            if isinstance(dtype, pl.Datetime | pl.Date) and isinstance(value, str)
+            else ""
+        )
+        raise PlanError(
+            f"filter({name}={value!r}): column {name!r} is {describe_type(dtype)} and "
+            f"{value!r} is {describe_type(value_dtype(value))}: they cannot be compared{hint}"
+        )
     if isinstance(dtype, pl.Enum) and isinstance(value, str):
         categories = dtype.categories.to_list()
         if value not in categories:
