@@ -449,6 +449,12 @@ TYPED = pl.Schema(
         ("rank ILIKE '1%'", ["ILIKE takes text", "column rank is a number"]),
         ("abs(role) > 1", ["abs() takes a number", "column role is text"]),
         ("lower(role) = 1", ["lower(role) is text (String)", "1 is a number"]),
+        ("role AND priority > 1", ["AND takes a boolean", "column role is text"]),
+        ("priority > 1 OR lower(role)", ["OR takes a boolean", "lower(role) is text"]),
+        ("NOT priority", ["NOT takes a boolean", "column priority is a number"]),
+        ("-role = 1", ["'-' takes a number", "column role is text"]),
+        ("priority", ["a predicate is a condition (a boolean)", "column priority is a number"]),
+        ("(metadata.x)", ["a predicate is a condition", "metadata.x is text"]),
     ],
 )
 def test_a_comparison_of_types_that_do_not_compare_names_the_clause_and_types(
@@ -490,6 +496,8 @@ def test_without_types_the_same_predicates_lower_as_before(text: str) -> None:
         "metadata.n IS NULL",
         "coalesce(NULL, priority) = -1",
         "length(lower(role)) = 4",
+        "NOT (priority > 1) AND (rank < 0 OR role = 'tool')",
+        "-priority < -rank",
     ],
 )
 def test_types_that_compare_are_accepted(text: str) -> None:

@@ -723,7 +723,9 @@ class CognitionFrame:
             ``name=value``: keep the rows whose column ``name`` equals
             ``value``, as ``pl.col(name).eq(value)`` (Polars' rule: a
             ``None`` value matches no row). Joined to the predicates with
-            ``&``.
+            ``&``. As in Polars, a constraint is equality with one value: for
+            several values use ``pl.col(name).is_in([...])`` or SQL ``name IN
+            (...)``.
 
         Raises
         ------
@@ -731,15 +733,24 @@ class CognitionFrame:
             If a SQL predicate does not parse, names an unknown column or
             uses a construct outside the grammar (a subquery, a table
             function such as ``read_csv``, an unknown function, a comment,
-            a ``;``); nothing is read. A subclass of ``PlanError``.
+            a ``;``), or compares values of types that do not compare
+            (``priority = 'high'``, ``created_at > '2025-11-01'``, a
+            ``metadata.<key>`` of text with a number, an object
+            ``metadata.<key>`` with a value) or gives ``lower``, ``upper``,
+            ``length`` or ``LIKE`` something other than text: the message
+            names the clause, each side and its type, and what to write
+            instead. Nothing is read (but the metadata to infer its keys'
+            types). A subclass of ``PlanError``.
         PlanError
             If there is no predicate, a column is unknown, a predicate is
             not boolean (the message carries Polars' own error), or a SQL
             ``metadata.<key>`` names a key that no item of the source has
             (the message lists the keys there are; a source without rows
             has no keys to check, and any key reads as null), or a
-            ``name=value`` constraint names an unknown column or a value its
-            enumeration column (``role``, ``trust``, ...) cannot hold.
+            ``name=value`` constraint names an unknown column, gives a list,
+            tuple or set (use ``is_in``), a value of a type the column cannot
+            equal (``priority="high"``) or a value its enumeration column
+            (``role``, ``trust``, ...) cannot hold.
 
         Examples
         --------
@@ -755,6 +766,13 @@ class CognitionFrame:
         ['a', 'c']
         >>> cf.filter(role="user").to_polars()["id"].to_list()
         ['a', 'b']
+        >>> cf.filter(role=["user", "tool"])
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.PlanError: filter(role=['user', 'tool']): a constraint is equality
+        with one value, as in Polars; ... use filter(pl.col('role').is_in(['user', 'tool'])) ...
+        >>> cf.filter("lower(role) = 'tool'").to_polars()["id"].to_list()
+        ['c']
         >>> cf.filter("metadata.conversaton = 'c1'")
         Traceback (most recent call last):
         ...

@@ -58,6 +58,15 @@ only the rows where the predicate is true (null counts as false);
 insensitive; column names and metadata keys are case sensitive (quote a name
 with double quotes to use spaces or keywords).
 
+Given the columns' types (a frame gives them, and the types of the metadata
+keys it infers), each comparison is checked before anything runs: text
+(``String`` and enumerations) compares with text, numbers with numbers,
+times with ``TIMESTAMP '...'`` or ``DATE '...'`` (a bare ``'2025-11-01'``
+is text); ``lower``, ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take
+text and read an enumeration column as its text. A mismatch is refused with
+a :class:`~cognoxium.exceptions.PredicateError` naming the clause, each side
+and its type, and what to write instead.
+
 Examples
 --------
 >>> import polars as pl
@@ -284,12 +293,22 @@ class _Lowering:
             f"they cannot be compared; {hint}",
         )
 
+    def condition(self, node: exp.Expr) -> None:
+        """Refuse a whole predicate whose value is not a condition (a boolean)."""
+        if _family(self.dtype(node)) in (None, "boolean"):
+            return
+        raise self.error(
+            node, f"a predicate is a condition (a boolean), but {self.described(node)}"
+        )
+
     def takes(self, node: exp.Expr, argument: exp.Expr, family: str) -> None:
         """Refuse a function or pattern whose argument is not of ``family`` ('text', ...)."""
         if _family(self.dtype(argument)) in (None, family):
             return
-        if isinstance(node, exp.Like | exp.ILike):
+        if isinstance(node, exp.Like | exp.ILike | exp.Connector | exp.Not):
             what = node.key.upper()
+        elif isinstance(node, exp.Neg):
+            what = "'-'"
         else:
             what = f"{self.written_name(node)}()" if isinstance(node, exp.Func) else node.key
         raise self.error(
@@ -552,7 +571,10 @@ def _comparison(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
 def _logic(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
     def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
         low.only(node, "this", "expression")
-        return op(low.lower(node.this), low.lower(node.expression))
+        left, right = low.lower(node.this), low.lower(node.expression)
+        low.takes(node, node.this, "boolean")
+        low.takes(node, node.expression, "boolean")
+        return op(left, right)
 
     return handle
 
@@ -566,6 +588,7 @@ def _text(low: _Lowering, node: exp.Expr) -> pl.Expr:
 def _not(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this")
     inner = low.lower(node.this)
+    low.takes(node, node.this, "boolean")
     if isinstance(_unparen(node.this), exp.Column | exp.Dot | exp.Func):
         inner = inner.cast(pl.Boolean)  # a column used as a condition must hold booleans
     return inner.not_()
@@ -586,7 +609,9 @@ def _neg(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this")
     if isinstance(node.this, exp.Literal) and not node.this.is_string:
         return pl.lit(low.literal(node))  # a negative number, typed as one
-    return -low.lower(node.this)
+    negated = -low.lower(node.this)
+    low.takes(node, node.this, "number")
+    return negated
 
 
 def _in(low: _Lowering, node: exp.Expr) -> pl.Expr:
@@ -802,7 +827,10 @@ def _parse(
         raise PredicateError("a predicate is one expression", predicate=text)
     try:
         schema = None if dtypes is None else dict(dtypes)
-        return _Lowering(text, columns, schema).lower(trees[0])
+        lowering = _Lowering(text, columns, schema)
+        expr = lowering.lower(trees[0])
+        lowering.condition(trees[0])
+        return expr
     except RecursionError:
         raise PredicateError("the predicate is nested too deeply", predicate=text) from None
 
