@@ -558,3 +558,52 @@ def test_type_helpers_group_types_by_the_values_they_hold() -> None:
     assert value_dtype(True) == pl.Boolean
     assert describe_type(pl.Int64()) == "a number (Int64)"
     assert describe_type(pl.List(pl.String)) == "a list (List(String))"
+
+
+MIXED_TYPES = pl.DataFrame(
+    {
+        "n": [1, 2, None, -3],
+        "x": [0.5, None, -1.25, 2.0],
+        "s": ["ab", "Ba", None, "a_b"],
+        "e": ["user", "tool", "user", None],
+        "b": [True, False, None, True],
+        "d": [datetime(2025, m, 1, tzinfo=UTC) for m in (1, 2, 3, 4)],
+    },
+    schema_overrides={"e": pl.Enum(["user", "tool"])},
+)
+OPERANDS = st.sampled_from(
+    ["n", "x", "s", "e", "b", "d", "lower(e)", "length(s)", "abs(x)", "coalesce(n, 0)", "-n"]
+)
+LITERALS = st.sampled_from(
+    ["1", "-2.5", "'user'", "'2025-02-01'", "TRUE", "NULL", "TIMESTAMP '2025-02-01'"]
+)
+
+
+@st.composite
+def typed_atom(draw: st.DrawFn) -> str:
+    left = draw(OPERANDS)
+    right = draw(st.one_of(OPERANDS, LITERALS))
+    shape = draw(st.sampled_from(["cmp", "in", "between", "like", "not", "bare"]))
+    if shape == "cmp":
+        return f"{left} {draw(st.sampled_from(['=', '<>', '<', '>=']))} {right}"
+    if shape == "in":
+        return f"{left} IN ({draw(LITERALS)}, {draw(LITERALS)})"
+    if shape == "between":
+        return f"{left} BETWEEN {right} AND {draw(LITERALS)}"
+    if shape == "like":
+        return f"{left} LIKE 'u%'"
+    return f"NOT {left}" if shape == "not" else left
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(typed_atom(), min_size=1, max_size=3))
+def test_a_typed_predicate_accepted_runs_and_one_refused_is_a_predicate_error(
+    atoms: list[str],
+) -> None:
+    text = " AND ".join(f"({a})" for a in atoms)
+    try:
+        expr = parse_predicate(text, MIXED_TYPES.schema)
+    except PredicateError:
+        return  # refused before running, with a typed error
+    kept = MIXED_TYPES.filter(expr)  # accepted: Polars runs it with no error
+    assert kept.height <= MIXED_TYPES.height
