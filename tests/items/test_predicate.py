@@ -455,6 +455,10 @@ TYPED = pl.Schema(
         ("-role = 1", ["'-' takes a number", "column role is text"]),
         ("priority", ["a predicate is a condition (a boolean)", "column priority is a number"]),
         ("(metadata.x)", ["a predicate is a condition", "metadata.x is text"]),
+        ("role = 'admin'", ["column role is text (Enum of", "which never holds 'admin'"]),
+        ("'usr' <> role", ["which never holds 'usr'; did you mean 'user'?"]),
+        ("role IN ('user', 'tol')", ["which never holds 'tol'; did you mean 'tool'?"]),
+        ("role BETWEEN 'tool' AND 'z'", ["which never holds 'z'"]),
     ],
 )
 def test_a_comparison_of_types_that_do_not_compare_names_the_clause_and_types(

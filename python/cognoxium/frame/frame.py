@@ -736,7 +736,8 @@ class CognitionFrame:
             a ``;``), or compares values of types that do not compare
             (``priority = 'high'``, ``created_at > '2025-11-01'``, a
             ``metadata.<key>`` of text with a number, an object
-            ``metadata.<key>`` with a value) or gives ``lower``, ``upper``,
+            ``metadata.<key>`` with a value, ``role`` with a string it never
+            holds) or gives ``lower``, ``upper``,
             ``length`` or ``LIKE`` something other than text: the message
             names the clause, each side and its type, and what to write
             instead. Nothing is read (but the metadata to infer its keys'

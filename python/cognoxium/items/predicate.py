@@ -63,7 +63,8 @@ keys it infers), each comparison is checked before anything runs: text
 (``String`` and enumerations) compares with text, numbers with numbers,
 times with ``TIMESTAMP '...'`` or ``DATE '...'`` (a bare ``'2025-11-01'``
 is text); ``lower``, ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take
-text and read an enumeration column as its text. A mismatch is refused with
+text and read an enumeration column as its text; an enumeration compares
+only with the strings it can hold. A mismatch is refused with
 a :class:`~cognoxium.exceptions.PredicateError` naming the clause, each side
 and its type, and what to write instead.
 
@@ -285,6 +286,8 @@ class _Lowering:
         """Refuse a clause comparing values of two types Polars cannot compare."""
         a, b = self.dtype(left), self.dtype(right)
         if comparable_types(a, b):
+            self.enumerated(clause, (left, a), right)
+            self.enumerated(clause, (right, b), left)
             return
         hint = _mismatch_hint(self, (left, a), (right, b))
         raise self.error(
@@ -299,6 +302,23 @@ class _Lowering:
             return
         raise self.error(
             node, f"a predicate is a condition (a boolean), but {self.described(node)}"
+        )
+
+    def enumerated(self, clause: exp.Expr, side: Side, other: exp.Expr) -> None:
+        """Refuse a string literal an enumeration side cannot hold: no row could match it."""
+        node, dtype = side
+        value = _unparen(other)
+        if not (isinstance(dtype, pl.Enum) and isinstance(value, exp.Literal) and value.is_string):
+            return
+        categories = dtype.categories.to_list()
+        if str(value.this) in categories:
+            return
+        close = difflib.get_close_matches(str(value.this), categories, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise self.error(
+            clause,
+            f"in {self.clause(clause)!r}, {self.described(node)}, which never holds "
+            f"{_sql(value)}{hint}",
         )
 
     def takes(self, node: exp.Expr, argument: exp.Expr, family: str) -> None:
@@ -630,8 +650,8 @@ def _in(low: _Lowering, node: exp.Expr) -> pl.Expr:
     if len(kinds) > 1:
         raise low.error(node, "an IN list mixes types: give values of one type")
     target = low.lower(node.this)
-    known = [item for item in items if low.literal(item) is not None]
-    low.comparable(node, node.this, known[0] if known else items[0])
+    for item in items:
+        low.comparable(node, node.this, item)
     if not present:
         return pl.lit(None, dtype=pl.Boolean)
     if isinstance(present[0], str):
@@ -874,7 +894,9 @@ def parse_predicate(
         :data:`PREDICATE_FUNCTIONS`, ``*``, a cast other than ``TIMESTAMP
         '...'`` or ``DATE '...'``), or, with types, compares values that
         do not compare (``priority = 'high'``, ``created_at >
-        '2025-11-01'``) or gives a function an argument of the wrong type.
+        '2025-11-01'``), compares an enumeration column with a string it
+        never holds (``role = 'admin'``), or gives a function, ``LIKE``,
+        ``AND``, ``OR`` or ``NOT`` an argument of the wrong type.
         The message names the construct, its position and why (for a
         type, the clause, each side and its type, and what to write
         instead); it depends only on ``text`` and ``columns``.
