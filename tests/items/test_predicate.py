@@ -406,3 +406,208 @@ def test_lowered_predicates_are_row_wise_so_the_optimizer_may_move_them(text: st
     from cognoxium.engine.plan import Expression
 
     assert Expression.of(parse_predicate(text)).elementwise
+
+
+# ---------------------------------------------------------------------------
+# types: with the column types known, values that do not compare are refused
+
+TYPED = pl.Schema(
+    {
+        "role": pl.Enum(["user", "tool", "system"]),
+        "priority": pl.Int64(),
+        "rank": pl.Float64(),
+        "text": pl.String(),
+        "created_at": pl.Datetime("us", "UTC"),
+        "metadata": pl.Struct({"x": pl.String(), "n": pl.Struct({"k": pl.Int64()})}),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        (
+            "priority = 'high'",
+            ["in \"priority = 'high'\"", "column priority is a number (Int64)", "'high' is text"],
+        ),
+        ("'high' <> priority", ["column priority is a number (Int64)", "compare priority"]),
+        ("rank < TRUE", ["column rank is a number (Float64)", "TRUE is a boolean"]),
+        ("priority IN ('a', 'b')", ["column priority is a number", "'a' is text"]),
+        ("priority BETWEEN 1 AND 'z'", ["column priority is a number", "'z' is text"]),
+        ("coalesce(priority, 'x') > 1", ["column priority is a number", "'x' is text"]),
+        ("role = 3", ["column role is text (Enum of 'user', 'tool', 'system')", "3 is a number"]),
+        (
+            "created_at > '2025-11-01'",
+            ["column created_at is a time", "TIMESTAMP '2025-11-01'", "DATE '2025-11-01'"],
+        ),
+        ("created_at BETWEEN '2025-01-01' AND '2025-02-01'", ["TIMESTAMP '2025-01-01'"]),
+        ("metadata.x = 1", ["metadata.x is text (String)", "several types", "metadata.x = '1'"]),
+        ("metadata.n = 2", ["metadata.n is an object with keys k", "as metadata.n.<key>"]),
+        ("lower(priority) = 'x'", ["lower() takes text", "column priority is a number"]),
+        ("length(created_at) > 3", ["length() takes text", "column created_at is a time"]),
+        ("priority LIKE '1%'", ["LIKE takes text", "column priority is a number"]),
+        ("rank ILIKE '1%'", ["ILIKE takes text", "column rank is a number"]),
+        ("abs(role) > 1", ["abs() takes a number", "column role is text"]),
+        ("lower(role) = 1", ["lower(role) is text (String)", "1 is a number"]),
+        ("role AND priority > 1", ["AND takes a boolean", "column role is text"]),
+        ("priority > 1 OR lower(role)", ["OR takes a boolean", "lower(role) is text"]),
+        ("NOT priority", ["NOT takes a boolean", "column priority is a number"]),
+        ("-role = 1", ["'-' takes a number", "column role is text"]),
+        ("priority", ["a predicate is a condition (a boolean)", "column priority is a number"]),
+        ("(metadata.x)", ["a predicate is a condition", "metadata.x is text"]),
+        ("role = 'admin'", ["column role is text (Enum of", "which never holds 'admin'"]),
+        ("'usr' <> role", ["which never holds 'usr'; did you mean 'user'?"]),
+        ("role IN ('user', 'tol')", ["which never holds 'tol'; did you mean 'tool'?"]),
+        ("role BETWEEN 'tool' AND 'z'", ["which never holds 'z'"]),
+    ],
+)
+def test_a_comparison_of_types_that_do_not_compare_names_the_clause_and_types(
+    text: str, parts: list[str]
+) -> None:
+    with pytest.raises(PredicateError) as info:
+        parse_predicate(text, TYPED)
+    message = str(info.value)
+    for part in parts:
+        assert part in message, (part, message)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "priority = 'high'",
+        "created_at > '2025-11-01'",
+        "metadata.x = 1",
+        "lower(priority) = 'x'",
+        "priority LIKE '1%'",
+    ],
+)
+def test_without_types_the_same_predicates_lower_as_before(text: str) -> None:
+    assert isinstance(parse_predicate(text, list(TYPED)), pl.Expr)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "priority = 2.5",
+        "rank IN (1, 2)",
+        "role = 'user' AND priority > 0",
+        "role IN ('user', NULL)",
+        "priority = NULL",
+        "created_at > TIMESTAMP '2025-11-01'",
+        "created_at > DATE '2025-11-01'",
+        "metadata.x = '1'",
+        "metadata.n.k = 2",
+        "metadata.n IS NULL",
+        "coalesce(NULL, priority) = -1",
+        "length(lower(role)) = 4",
+        "NOT (priority > 1) AND (rank < 0 OR role = 'tool')",
+        "-priority < -rank",
+    ],
+)
+def test_types_that_compare_are_accepted(text: str) -> None:
+    assert isinstance(parse_predicate(text, TYPED), pl.Expr)
+
+
+def test_the_default_schema_is_the_item_schema_with_its_types() -> None:
+    with pytest.raises(PredicateError, match=r"column priority is a number \(Int64\)"):
+        parse_predicate("priority = 'high'")
+
+
+ENUMS = pl.DataFrame(
+    {
+        "role": ["user", "Tool", "system", None],
+        "priority": [1, 2, 3, 4],
+        "created_at": [datetime(2025, m, 1, tzinfo=UTC) for m in (10, 11, 12, 12)],
+    },
+    schema={
+        "role": pl.Enum(["user", "Tool", "system"]),
+        "priority": pl.Int64,
+        "created_at": pl.Datetime("us", "UTC"),
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("lower(role) = 'tool'", [2]),
+        ("upper(role) IN ('USER', 'SYSTEM')", [1, 3]),
+        ("length(role) = 4", [1, 2]),
+        ("role LIKE 'T%'", [2]),
+        ("role ILIKE 't%'", [2]),
+        ("role NOT LIKE '%s%'", [2]),
+        ("lower(role) IS NULL", [4]),
+        ("created_at >= TIMESTAMP '2025-11-01'", [2, 3, 4]),
+    ],
+)
+def test_text_functions_and_patterns_read_an_enumeration_as_its_text(
+    text: str, expected: list[int]
+) -> None:
+    for columns in (ENUMS.schema, ENUMS.columns):  # with the types, and with names only
+        kept = ENUMS.filter(parse_predicate(text, columns))["priority"].to_list()
+        assert kept == expected, (text, columns)
+
+
+def test_type_helpers_group_types_by_the_values_they_hold() -> None:
+    from cognoxium.items.predicate import comparable_types, describe_type, value_dtype
+
+    assert comparable_types(pl.Enum(["a"]), pl.Categorical())
+    assert comparable_types(pl.Date(), pl.Datetime("us", "UTC"))
+    assert comparable_types(pl.Null(), pl.Int8())
+    assert comparable_types(None, pl.String())
+    assert not comparable_types(pl.UInt8(), pl.String())
+    assert not comparable_types(pl.Struct({"a": pl.Int64}), pl.Int64())
+    assert not comparable_types(pl.Boolean(), pl.Int64())
+    assert value_dtype(datetime(2025, 1, 1, tzinfo=UTC)) == pl.Datetime("us", "UTC")
+    assert value_dtype(True) == pl.Boolean
+    assert describe_type(pl.Int64()) == "a number (Int64)"
+    assert describe_type(pl.List(pl.String)) == "a list (List(String))"
+
+
+MIXED_TYPES = pl.DataFrame(
+    {
+        "n": [1, 2, None, -3],
+        "x": [0.5, None, -1.25, 2.0],
+        "s": ["ab", "Ba", None, "a_b"],
+        "e": ["user", "tool", "user", None],
+        "b": [True, False, None, True],
+        "d": [datetime(2025, m, 1, tzinfo=UTC) for m in (1, 2, 3, 4)],
+    },
+    schema_overrides={"e": pl.Enum(["user", "tool"])},
+)
+OPERANDS = st.sampled_from(
+    ["n", "x", "s", "e", "b", "d", "lower(e)", "length(s)", "abs(x)", "coalesce(n, 0)", "-n"]
+)
+LITERALS = st.sampled_from(
+    ["1", "-2.5", "'user'", "'2025-02-01'", "TRUE", "NULL", "TIMESTAMP '2025-02-01'"]
+)
+
+
+@st.composite
+def typed_atom(draw: st.DrawFn) -> str:
+    left = draw(OPERANDS)
+    right = draw(st.one_of(OPERANDS, LITERALS))
+    shape = draw(st.sampled_from(["cmp", "in", "between", "like", "not", "bare"]))
+    if shape == "cmp":
+        return f"{left} {draw(st.sampled_from(['=', '<>', '<', '>=']))} {right}"
+    if shape == "in":
+        return f"{left} IN ({draw(LITERALS)}, {draw(LITERALS)})"
+    if shape == "between":
+        return f"{left} BETWEEN {right} AND {draw(LITERALS)}"
+    if shape == "like":
+        return f"{left} LIKE 'u%'"
+    return f"NOT {left}" if shape == "not" else left
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(typed_atom(), min_size=1, max_size=3))
+def test_a_typed_predicate_accepted_runs_and_one_refused_is_a_predicate_error(
+    atoms: list[str],
+) -> None:
+    text = " AND ".join(f"({a})" for a in atoms)
+    try:
+        expr = parse_predicate(text, MIXED_TYPES.schema)
+    except PredicateError:
+        return  # refused before running, with a typed error
+    kept = MIXED_TYPES.filter(expr)  # accepted: Polars runs it with no error
+    assert kept.height <= MIXED_TYPES.height

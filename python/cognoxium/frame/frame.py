@@ -60,7 +60,12 @@ from cognoxium.engine.plan import (
 from cognoxium.exceptions import CognoxiumError, PlanError, RecordError, SchemaError
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
-from cognoxium.items.predicate import parse_predicate
+from cognoxium.items.predicate import (
+    comparable_types,
+    describe_type,
+    parse_predicate,
+    value_dtype,
+)
 from cognoxium.items.scan import (
     ScanRead,
     atomic_path,
@@ -276,18 +281,19 @@ def _unknown_keys(sql: str, unknown: Sequence[str], known: Sequence[str]) -> Pla
 
 
 def _sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
+    """A SQL predicate lowered and type-checked against the plan's schema and metadata type."""
     expr = parse_predicate(sql, plan.schema.names())
     fields = Expression.of(expr).struct_fields("metadata")
     if not fields:
-        return expr, None
+        return parse_predicate(sql, plan.schema), None
     dtype = _metadata_dtype(plan)
     if dtype is None:  # no rows, so no keys to check against: every key reads as null
-        return expr, pl.Struct([pl.Field(name, pl.Null()) for name in fields])
+        dtype = pl.Struct([pl.Field(name, pl.Null()) for name in fields])
     known = [f.name for f in dtype.fields]
     unknown = [name for name in fields if name not in known]
     if unknown:
         raise _unknown_keys(sql, unknown, known)
-    return expr, dtype
+    return parse_predicate(sql, {**plan.schema, "metadata": dtype}), dtype
 
 
 def _predicate(value: pl.Expr | str, plan: Node) -> tuple[Expression, pl.Struct | None]:
@@ -335,8 +341,24 @@ def _projection(
 
 
 def _constraint(plan: Node, name: str, value: Any) -> pl.Expr:
-    """``pl.col(name).eq(value)``, refusing a value its enumeration column cannot hold."""
+    """``pl.col(name).eq(value)``, refusing a value the column cannot equal."""
     dtype = plan.schema.get(name)
+    if isinstance(value, list | tuple | set | frozenset | pl.Series):
+        raise PlanError(
+            f"filter({name}={value!r}): a constraint is equality with one value, as in "
+            f"Polars; to keep rows whose {name!r} is one of several values, use "
+            f'filter(pl.col({name!r}).is_in({list(value)!r})) or filter("{name} IN (...)")'
+        )
+    if dtype is not None and not comparable_types(dtype, value_dtype(value)):
+        hint = (
+            "; give a datetime.datetime (UTC) or write the SQL TIMESTAMP '...'"
+            if isinstance(dtype, pl.Datetime | pl.Date) and isinstance(value, str)
+            else ""
+        )
+        raise PlanError(
+            f"filter({name}={value!r}): column {name!r} is {describe_type(dtype)} and "
+            f"{value!r} is {describe_type(value_dtype(value))}: they cannot be compared{hint}"
+        )
     if isinstance(dtype, pl.Enum) and isinstance(value, str):
         categories = dtype.categories.to_list()
         if value not in categories:
@@ -708,7 +730,9 @@ class CognitionFrame:
             ``name=value``: keep the rows whose column ``name`` equals
             ``value``, as ``pl.col(name).eq(value)`` (Polars' rule: a
             ``None`` value matches no row). Joined to the predicates with
-            ``&``.
+            ``&``. As in Polars, a constraint is equality with one value: for
+            several values use ``pl.col(name).is_in([...])`` or SQL ``name IN
+            (...)``.
 
         Raises
         ------
@@ -716,15 +740,25 @@ class CognitionFrame:
             If a SQL predicate does not parse, names an unknown column or
             uses a construct outside the grammar (a subquery, a table
             function such as ``read_csv``, an unknown function, a comment,
-            a ``;``); nothing is read. A subclass of ``PlanError``.
+            a ``;``), or compares values of types that do not compare
+            (``priority = 'high'``, ``created_at > '2025-11-01'``, a
+            ``metadata.<key>`` of text with a number, an object
+            ``metadata.<key>`` with a value, ``role`` with a string it never
+            holds) or gives ``lower``, ``upper``,
+            ``length`` or ``LIKE`` something other than text: the message
+            names the clause, each side and its type, and what to write
+            instead. Nothing is read (but the metadata to infer its keys'
+            types). A subclass of ``PlanError``.
         PlanError
             If there is no predicate, a column is unknown, a predicate is
             not boolean (the message carries Polars' own error), or a SQL
             ``metadata.<key>`` names a key that no item of the source has
             (the message lists the keys there are; a source without rows
             has no keys to check, and any key reads as null), or a
-            ``name=value`` constraint names an unknown column or a value its
-            enumeration column (``role``, ``trust``, ...) cannot hold.
+            ``name=value`` constraint names an unknown column, gives a list,
+            tuple or set (use ``is_in``), a value of a type the column cannot
+            equal (``priority="high"``) or a value its enumeration column
+            (``role``, ``trust``, ...) cannot hold.
 
         Examples
         --------
@@ -740,6 +774,13 @@ class CognitionFrame:
         ['a', 'c']
         >>> cf.filter(role="user").to_polars()["id"].to_list()
         ['a', 'b']
+        >>> cf.filter(role=["user", "tool"])
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.PlanError: filter(role=['user', 'tool']): a constraint is equality
+        with one value, as in Polars; ... use filter(pl.col('role').is_in(['user', 'tool'])) ...
+        >>> cf.filter("lower(role) = 'tool'").to_polars()["id"].to_list()
+        ['c']
         >>> cf.filter("metadata.conversaton = 'c1'")
         Traceback (most recent call last):
         ...

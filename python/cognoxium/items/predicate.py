@@ -58,6 +58,16 @@ only the rows where the predicate is true (null counts as false);
 insensitive; column names and metadata keys are case sensitive (quote a name
 with double quotes to use spaces or keywords).
 
+Given the columns' types (a frame gives them, and the types of the metadata
+keys it infers), each comparison is checked before anything runs: text
+(``String`` and enumerations) compares with text, numbers with numbers,
+times with ``TIMESTAMP '...'`` or ``DATE '...'`` (a bare ``'2025-11-01'``
+is text); ``lower``, ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take
+text and read an enumeration column as its text; an enumeration compares
+only with the strings it can hold. A mismatch is refused with
+a :class:`~cognoxium.exceptions.PredicateError` naming the clause, each side
+and its type, and what to write instead.
+
 Examples
 --------
 >>> import polars as pl
@@ -85,15 +95,22 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import polars as pl
+from polars.datatypes import DataTypeClass
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokenizer_core import Token, TokenType
 
 from cognoxium.exceptions import PredicateError
-from cognoxium.items.schema import COLUMNS
+from cognoxium.items.schema import POLARS_SCHEMA
 
-__all__ = ["PREDICATE_FUNCTIONS", "parse_predicate"]
+__all__ = [
+    "PREDICATE_FUNCTIONS",
+    "comparable_types",
+    "describe_type",
+    "parse_predicate",
+    "value_dtype",
+]
 
 PREDICATE_FUNCTIONS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -128,6 +145,11 @@ _MISSING: Final = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w
 _FILE_READER: Final = re.compile(r"^(read|scan)_[a-z_]+$", re.IGNORECASE)
 
 
+def _sql(node: exp.Expr) -> str:
+    """A node as messages show it: SQL with lower-case function names."""
+    return node.sql(dialect=_DIALECT, normalize_functions="lower")
+
+
 def _position(node: exp.Expr) -> int | None:
     """The 0-based character offset of a node: the first offset of its parts, if known."""
     starts = [
@@ -141,9 +163,12 @@ def _position(node: exp.Expr) -> int | None:
 class _Lowering:
     """Lowers one parsed predicate; one method per allowed node type."""
 
-    def __init__(self, text: str, columns: Collection[str]) -> None:
+    def __init__(
+        self, text: str, columns: Collection[str], dtypes: Mapping[str, pl.DataType] | None
+    ) -> None:
         self.text = text
         self.columns = columns
+        self.dtypes = dtypes
 
     def error(self, node: exp.Expr | None, message: str) -> PredicateError:
         return PredicateError(
@@ -201,6 +226,117 @@ class _Lowering:
             raise self.refuse(node)
         return handler(self, node)
 
+    def dtype(self, node: exp.Expr) -> pl.DataType | None:
+        """The Polars type of a node's value; None when not known (no column types given)."""
+        node = _unparen(node)
+        if isinstance(node, exp.Column | exp.Dot):
+            return self.column_dtype(node)
+        if isinstance(node, exp.Literal | exp.Boolean | exp.Null):
+            return value_dtype(self.literal(node))
+        if isinstance(node, exp.Neg | exp.Abs):
+            return self.dtype(node.this)
+        if isinstance(node, exp.Lower | exp.Upper):
+            return pl.String()
+        if isinstance(node, exp.Length):
+            return pl.UInt32()
+        if isinstance(node, exp.Cast) and isinstance(node.args.get("to"), exp.DataType):
+            kind = node.args["to"].this
+            return pl.Date() if kind == exp.DataType.Type.DATE else pl.Datetime("us", "UTC")
+        if isinstance(node, exp.Coalesce):
+            known = [self.dtype(e) for e in (node.this, *node.expressions)]
+            return next((d for d in known if _family(d) is not None), None)
+        if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
+            return pl.Boolean()
+        return None
+
+    def column_dtype(self, node: exp.Expr) -> pl.DataType | None:
+        """The type of a column or of a ``metadata.<key>`` field; None when not known."""
+        if self.dtypes is None:
+            return None
+        names = _names(self, node)
+        dtype = self.dtypes.get(names[0])
+        for key in names[1:]:
+            if not isinstance(dtype, pl.Struct):
+                return None
+            field = next((f.dtype for f in dtype.fields if f.name == key), None)
+            dtype = None if field is None else _instance(field)
+        return dtype
+
+    def described(self, node: exp.Expr) -> str:
+        """How a message names a node and its type: ``column priority is a number (Int64)``."""
+        node = _unparen(node)
+        sql = _sql(node)
+        if isinstance(node, exp.Column) and not self.is_metadata(node):
+            sql = f"column {sql}"
+        elif _is_literal(node):
+            sql = f"the literal {sql}"
+        dtype = self.dtype(node)
+        return f"{sql} is {describe_type(dtype)}" if dtype is not None else sql
+
+    def clause(self, node: exp.Expr) -> str:
+        """The text of a clause, as sqlglot writes it back."""
+        return _sql(node)
+
+    def is_metadata(self, node: exp.Expr) -> bool:
+        """Whether a node reads a field of the metadata object (``metadata.<key>``)."""
+        node = _unparen(node)
+        return isinstance(node, exp.Column | exp.Dot) and len(_names(self, node)) > 1
+
+    def comparable(self, clause: exp.Expr, left: exp.Expr, right: exp.Expr) -> None:
+        """Refuse a clause comparing values of two types Polars cannot compare."""
+        a, b = self.dtype(left), self.dtype(right)
+        if comparable_types(a, b):
+            self.enumerated(clause, (left, a), right)
+            self.enumerated(clause, (right, b), left)
+            return
+        hint = _mismatch_hint(self, (left, a), (right, b))
+        raise self.error(
+            clause,
+            f"in {self.clause(clause)!r}, {self.described(left)} and {self.described(right)}: "
+            f"they cannot be compared; {hint}",
+        )
+
+    def condition(self, node: exp.Expr) -> None:
+        """Refuse a whole predicate whose value is not a condition (a boolean)."""
+        if _family(self.dtype(node)) in (None, "boolean"):
+            return
+        raise self.error(
+            node, f"a predicate is a condition (a boolean), but {self.described(node)}"
+        )
+
+    def enumerated(self, clause: exp.Expr, side: Side, other: exp.Expr) -> None:
+        """Refuse a string literal an enumeration side cannot hold: no row could match it."""
+        node, dtype = side
+        value = _unparen(other)
+        if not (isinstance(dtype, pl.Enum) and isinstance(value, exp.Literal) and value.is_string):
+            return
+        categories = dtype.categories.to_list()
+        if str(value.this) in categories:
+            return
+        close = difflib.get_close_matches(str(value.this), categories, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise self.error(
+            clause,
+            f"in {self.clause(clause)!r}, {self.described(node)}, which never holds "
+            f"{_sql(value)}{hint}",
+        )
+
+    def takes(self, node: exp.Expr, argument: exp.Expr, family: str) -> None:
+        """Refuse a function or pattern whose argument is not of ``family`` ('text', ...)."""
+        if _family(self.dtype(argument)) in (None, family):
+            return
+        if isinstance(node, exp.Like | exp.ILike | exp.Connector | exp.Not):
+            what = node.key.upper()
+        elif isinstance(node, exp.Neg):
+            what = "'-'"
+        else:
+            what = f"{self.written_name(node)}()" if isinstance(node, exp.Func) else node.key
+        raise self.error(
+            node,
+            f"in {self.clause(node)!r}, {what} takes {_ARTICLE[family]}{family}, "
+            f"but {self.described(argument)}",
+        )
+
     def literal(self, node: exp.Expr) -> Any:
         """The Python value of a literal node (string, number, bool, None)."""
         if isinstance(node, exp.Paren):
@@ -217,7 +353,7 @@ class _Lowering:
                 return -value
         raise self.error(
             node,
-            f"an IN list holds literals only, not {node.sql(dialect=_DIALECT)!r}: "
+            f"an IN list holds literals only, not {_sql(node)!r}: "
             "use OR for comparisons with columns",
         )
 
@@ -233,10 +369,168 @@ def _literal_value(node: exp.Literal) -> str | int | float:
 
 
 # ---------------------------------------------------------------------------
+# types: which values a comparison may set side by side
+
+_ARTICLE: Final[Mapping[str, str]] = MappingProxyType(
+    {"text": "", "number": "a ", "boolean": "a ", "time": "a ", "object": "an ", "list": "a "}
+)
+
+
+def _family(dtype: pl.DataType | None) -> str | None:
+    """The kind of value a type holds, as comparisons group them; None for null or unknown."""
+    if dtype is None or dtype == pl.Null:
+        return None
+    if dtype == pl.String or isinstance(dtype, pl.Enum | pl.Categorical):
+        return "text"
+    if dtype.is_numeric():
+        return "number"
+    if dtype == pl.Boolean:
+        return "boolean"
+    if isinstance(dtype, pl.Datetime | pl.Date):
+        return "time"
+    if isinstance(dtype, pl.Struct):
+        return "object"
+    if isinstance(dtype, pl.List | pl.Array):
+        return "list"
+    return str(dtype)
+
+
+def value_dtype(value: object) -> pl.DataType:
+    """The Polars type of a Python value, as a literal of a predicate or a filter constraint.
+
+    Parameters
+    ----------
+    value
+        A Python value: ``str``, ``int``, ``float``, ``bool``, ``None``,
+        ``datetime``, ``date``, a list, ...
+
+    Returns
+    -------
+    polars.DataType
+        The type Polars gives the value (``Null`` for ``None``; ``Object``
+        for a value Polars cannot type).
+
+    Examples
+    --------
+    >>> value_dtype("high"), value_dtype(3), value_dtype(None)
+    (String, Int64, Null)
+    """
+    try:
+        return pl.Series([value], strict=False).dtype
+    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
+        return pl.Object()
+
+
+def comparable_types(left: pl.DataType | None, right: pl.DataType | None) -> bool:
+    """Whether values of two types can be compared (``=``, ``<``, ``IN``, ``BETWEEN``).
+
+    Text (``String``, ``Enum``, ``Categorical``) compares with text, numbers of
+    any width with numbers, ``Date`` and ``Datetime`` with each other, and
+    any type with itself; null (``Null``) and an unknown type (``None``)
+    compare with anything.
+
+    Parameters
+    ----------
+    left, right
+        The two types; ``None`` when a type is not known.
+
+    Returns
+    -------
+    bool
+        False when Polars would refuse the comparison when it runs (or, for
+        an object with a number, silently match nothing).
+
+    Examples
+    --------
+    >>> comparable_types(pl.Int64(), pl.Float64()), comparable_types(pl.Int64(), pl.String())
+    (True, False)
+    >>> comparable_types(pl.Enum(["user", "tool"]), pl.String())
+    True
+    """
+    a, b = _family(left), _family(right)
+    return a is None or b is None or a == b
+
+
+def describe_type(dtype: pl.DataType) -> str:
+    """A type as messages name it: what kind of value, then the Polars type.
+
+    Parameters
+    ----------
+    dtype
+        A Polars type.
+
+    Returns
+    -------
+    str
+        For example ``"a number (Int64)"``, ``"text (String)"``, ``"an
+        object with keys a, b (Struct)"``.
+
+    Examples
+    --------
+    >>> describe_type(pl.Enum(["user", "tool"]))
+    "text (Enum of 'user', 'tool')"
+    >>> describe_type(pl.Struct({"a": pl.Int64, "b": pl.String}))
+    'an object with keys a, b (Struct)'
+    """
+    family = _family(dtype)
+    if isinstance(dtype, pl.Enum):
+        categories = ", ".join(repr(c) for c in dtype.categories.to_list())
+        return f"text (Enum of {categories})"
+    if isinstance(dtype, pl.Struct):
+        return f"an object with keys {', '.join(f.name for f in dtype.fields)} (Struct)"
+    if family is None:
+        return f"null ({dtype})"
+    return f"{_ARTICLE.get(family, 'of type ')}{family} ({dtype})"
+
+
+Side = tuple[exp.Expr, pl.DataType | None]
+
+
+def _is_literal(node: exp.Expr) -> bool:
+    node = _unparen(node)
+    if isinstance(node, exp.Neg):
+        return _is_literal(node.this)
+    return isinstance(node, exp.Literal | exp.Boolean | exp.Null | exp.Cast)
+
+
+def _mismatch_hint(low: _Lowering, *sides: Side) -> str:
+    """What to write instead of a comparison of two types that do not compare."""
+    pairs = [(_unparen(node), dtype) for node, dtype in sides]
+    for (node, dtype), (other, other_dtype) in (pairs, pairs[::-1]):
+        family, other_family = _family(dtype), _family(other_dtype)
+        name, other_sql = (
+            _sql(node),
+            _sql(other),
+        )
+        if family == "time" and other_family == "text" and _is_literal(other):
+            return (
+                f"write the time as TIMESTAMP {other_sql} (or DATE {other_sql}); "
+                "a bare string is text, not a time"
+            )
+        if family == "object":
+            return f"{name} is an object: compare one of its keys, as {name}.<key>"
+        if low.is_metadata(node) and family == "text" and _is_literal(other):
+            return (
+                f"when the items give {name} values of several types (text in some, "
+                f"{other_family} in others), every value reads as text: compare with "
+                f"text, as {name} = '{other_sql}'"
+            )
+    (node, dtype), (other, other_dtype) = pairs
+    if _is_literal(node):
+        node, dtype = other, other_dtype
+    family = _family(dtype)
+    name = _sql(node)
+    if family is not None and family in _ARTICLE:
+        return f"compare {name} with {_ARTICLE[family]}{family}"
+    return f"compare {name} with a value of type {dtype}"
+
+
+# ---------------------------------------------------------------------------
 # handlers: one per allowed node type
 
 
-def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
+def _names(low: _Lowering, node: exp.Expr) -> list[str]:
+    """The names of a column (one) or of ``metadata.<key>...`` (several), as written."""
     parts: list[exp.Expr] = []
     current: exp.Expr = node
     while isinstance(current, exp.Dot):
@@ -248,7 +542,11 @@ def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
     parts[:0] = current.parts
     if not all(isinstance(p, exp.Identifier) for p in parts):
         raise low.refuse(node)
-    names = [p.name for p in parts]
+    return [p.name for p in parts]
+
+
+def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    names = _names(low, node)
     if len(names) == 1:
         (name,) = names
         if name not in low.columns:
@@ -283,14 +581,34 @@ def _literal(low: _Lowering, node: exp.Expr) -> pl.Expr:
 def _comparison(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
     def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
         low.only(node, "this", "expression")
-        return op(low.lower(node.this), low.lower(node.expression))
+        left, right = low.lower(node.this), low.lower(node.expression)
+        low.comparable(node, node.this, node.expression)
+        return op(left, right)
 
     return handle
+
+
+def _logic(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
+    def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
+        low.only(node, "this", "expression")
+        left, right = low.lower(node.this), low.lower(node.expression)
+        low.takes(node, node.this, "boolean")
+        low.takes(node, node.expression, "boolean")
+        return op(left, right)
+
+    return handle
+
+
+def _text(low: _Lowering, node: exp.Expr) -> pl.Expr:
+    """A text value as ``String``: an enumeration or categorical column is cast to it."""
+    expr = low.lower(node)
+    return expr if low.dtype(node) == pl.String else expr.cast(pl.String)
 
 
 def _not(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this")
     inner = low.lower(node.this)
+    low.takes(node, node.this, "boolean")
     if isinstance(_unparen(node.this), exp.Column | exp.Dot | exp.Func):
         inner = inner.cast(pl.Boolean)  # a column used as a condition must hold booleans
     return inner.not_()
@@ -311,7 +629,9 @@ def _neg(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this")
     if isinstance(node.this, exp.Literal) and not node.this.is_string:
         return pl.lit(low.literal(node))  # a negative number, typed as one
-    return -low.lower(node.this)
+    negated = -low.lower(node.this)
+    low.takes(node, node.this, "number")
+    return negated
 
 
 def _in(low: _Lowering, node: exp.Expr) -> pl.Expr:
@@ -330,6 +650,8 @@ def _in(low: _Lowering, node: exp.Expr) -> pl.Expr:
     if len(kinds) > 1:
         raise low.error(node, "an IN list mixes types: give values of one type")
     target = low.lower(node.this)
+    for item in items:
+        low.comparable(node, node.this, item)
     if not present:
         return pl.lit(None, dtype=pl.Boolean)
     if isinstance(present[0], str):
@@ -354,8 +676,9 @@ def _like(case_insensitive: bool) -> Handler:
             raise low.error(
                 node, f"{node.key.upper()} needs a string literal pattern, such as 'a%'"
             )
+        low.takes(node, node.this, "text")
         flags = "(?si)" if case_insensitive else "(?s)"
-        expr = low.lower(node.this).str.contains(flags + _like_regex(str(pattern.this)))
+        expr = _text(low, node.this).str.contains(flags + _like_regex(str(pattern.this)))
         return expr.not_() if node.args.get("negate") else expr
 
     return handle
@@ -367,9 +690,10 @@ def _escape(low: _Lowering, node: exp.Expr) -> pl.Expr:
 
 def _between(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this", "low", "high")
-    return low.lower(node.this).is_between(
-        low.lower(node.args["low"]), low.lower(node.args["high"]), closed="both"
-    )
+    target, start, end = (low.lower(node.args[name]) for name in ("this", "low", "high"))
+    low.comparable(node, node.this, node.args["low"])
+    low.comparable(node, node.this, node.args["high"])
+    return target.is_between(start, end, closed="both")
 
 
 def _is(low: _Lowering, node: exp.Expr) -> pl.Expr:
@@ -380,17 +704,22 @@ def _is(low: _Lowering, node: exp.Expr) -> pl.Expr:
     return target.is_not_null() if node.args.get("negate") else target.is_null()
 
 
-def _function(method: Callable[[pl.Expr], pl.Expr]) -> Handler:
+def _function(method: Callable[[pl.Expr], pl.Expr], family: str) -> Handler:
     def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
         low.only(node, "this")
-        return method(low.lower(node.this))
+        low.takes(node, node.this, family)
+        argument = _text(low, node.this) if family == "text" else low.lower(node.this)
+        return method(argument)
 
     return handle
 
 
 def _coalesce(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this", "expressions", "is_nvl", "is_null")
-    return pl.coalesce([low.lower(node.this), *(low.lower(e) for e in node.expressions)])
+    arguments = [low.lower(node.this), *(low.lower(e) for e in node.expressions)]
+    for other in node.expressions:
+        low.comparable(node, node.this, other)
+    return pl.coalesce(arguments)
 
 
 _TIMESTAMP_TYPES: Final = frozenset({exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ})
@@ -440,8 +769,8 @@ _HANDLERS: Final[dict[type[exp.Expr], Handler]] = {
     exp.LTE: _comparison(lambda a, b: a <= b),
     exp.GT: _comparison(lambda a, b: a > b),
     exp.GTE: _comparison(lambda a, b: a >= b),
-    exp.And: _comparison(lambda a, b: a & b),
-    exp.Or: _comparison(lambda a, b: a | b),
+    exp.And: _logic(lambda a, b: a & b),
+    exp.Or: _logic(lambda a, b: a | b),
     exp.Not: _not,
     exp.Paren: _paren,
     exp.Neg: _neg,
@@ -451,10 +780,10 @@ _HANDLERS: Final[dict[type[exp.Expr], Handler]] = {
     exp.Escape: _escape,
     exp.Between: _between,
     exp.Is: _is,
-    exp.Lower: _function(lambda e: e.str.to_lowercase()),
-    exp.Upper: _function(lambda e: e.str.to_uppercase()),
-    exp.Length: _function(lambda e: e.str.len_chars()),
-    exp.Abs: _function(lambda e: e.abs()),
+    exp.Lower: _function(lambda e: e.str.to_lowercase(), "text"),
+    exp.Upper: _function(lambda e: e.str.to_uppercase(), "text"),
+    exp.Length: _function(lambda e: e.str.len_chars(), "text"),
+    exp.Abs: _function(lambda e: e.abs(), "number"),
     exp.Coalesce: _coalesce,
     exp.Cast: _cast,
 }
@@ -491,7 +820,9 @@ def _tokens(text: str) -> list[Token]:
 
 
 @lru_cache(maxsize=256)
-def _parse(text: str, columns: tuple[str, ...]) -> pl.Expr:
+def _parse(
+    text: str, columns: tuple[str, ...], dtypes: tuple[tuple[str, pl.DataType], ...] | None
+) -> pl.Expr:
     tokens = _tokens(text)
     try:
         trees = _DIALECT.parser().parse(tokens, text)
@@ -515,12 +846,18 @@ def _parse(text: str, columns: tuple[str, ...]) -> pl.Expr:
     if len(trees) != 1 or trees[0] is None:
         raise PredicateError("a predicate is one expression", predicate=text)
     try:
-        return _Lowering(text, columns).lower(trees[0])
+        schema = None if dtypes is None else dict(dtypes)
+        lowering = _Lowering(text, columns, schema)
+        expr = lowering.lower(trees[0])
+        lowering.condition(trees[0])
+        return expr
     except RecursionError:
         raise PredicateError("the predicate is nested too deeply", predicate=text) from None
 
 
-def parse_predicate(text: str, columns: Sequence[str] = COLUMNS) -> pl.Expr:
+def parse_predicate(
+    text: str, columns: Sequence[str] | Mapping[str, pl.DataType] = POLARS_SCHEMA
+) -> pl.Expr:
     """Lower a string predicate to a Polars expression, refusing anything outside the grammar.
 
     Parameters
@@ -529,9 +866,16 @@ def parse_predicate(text: str, columns: Sequence[str] = COLUMNS) -> pl.Expr:
         The predicate, in the grammar of :mod:`cognoxium.items.predicate`
         (for example ``"metadata.topic = 'billing' AND role <> 'tool'"``).
     columns
-        The column names the predicate may read (the frame's columns; by
-        default the item schema's :data:`~cognoxium.items.schema.COLUMNS`).
-        ``metadata.<key>`` needs ``metadata`` among them.
+        The columns the predicate may read: their names, or a mapping of
+        each name to its Polars type (a ``polars.Schema``; by default the
+        item schema's :data:`~cognoxium.items.schema.POLARS_SCHEMA`).
+        ``metadata.<key>`` needs ``metadata`` among them; with types, a
+        ``metadata`` of type ``Struct`` gives the types of its keys. With
+        types, every comparison is checked: each side's values must compare
+        with the other's (see :func:`comparable_types`), ``lower``,
+        ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take text (an
+        enumeration column is read as its ``String`` value) and ``abs`` a
+        number.
 
     Returns
     -------
@@ -548,8 +892,14 @@ def parse_predicate(text: str, columns: Sequence[str] = COLUMNS) -> pl.Expr:
         unknown column, or uses a construct outside the grammar (a subquery,
         a table function such as ``read_csv``, a function not in
         :data:`PREDICATE_FUNCTIONS`, ``*``, a cast other than ``TIMESTAMP
-        '...'`` or ``DATE '...'``). The message names the construct, its
-        position and why; it depends only on ``text`` and ``columns``.
+        '...'`` or ``DATE '...'``), or, with types, compares values that
+        do not compare (``priority = 'high'``, ``created_at >
+        '2025-11-01'``), compares an enumeration column with a string it
+        never holds (``role = 'admin'``), or gives a function, ``LIKE``,
+        ``AND``, ``OR`` or ``NOT`` an argument of the wrong type.
+        The message names the construct, its position and why (for a
+        type, the clause, each side and its type, and what to write
+        instead); it depends only on ``text`` and ``columns``.
 
     Examples
     --------
@@ -557,7 +907,7 @@ def parse_predicate(text: str, columns: Sequence[str] = COLUMNS) -> pl.Expr:
     >>> expr.meta.root_names()
     ['metadata', 'priority']
     >>> parse_predicate("lower(role) LIKE 'u%'", ["role"])
-    <Expr ['col("role").str.to_lowercase()…'] at ...>
+    <Expr ['col("role").strict_cast(String…'] at ...>
     >>> parse_predicate("role = 'user' -- AND trust = 'trusted'")
     Traceback (most recent call last):
     ...
@@ -566,4 +916,12 @@ def parse_predicate(text: str, columns: Sequence[str] = COLUMNS) -> pl.Expr:
     """
     if not isinstance(text, str):
         raise PredicateError(f"a predicate is a string, got {type(text).__name__}", predicate="")
-    return _parse(text, tuple(columns))
+    if isinstance(columns, Mapping):
+        dtypes = tuple((str(name), _instance(dtype)) for name, dtype in columns.items())
+        return _parse(text, tuple(name for name, _ in dtypes), dtypes)
+    return _parse(text, tuple(columns), None)
+
+
+def _instance(dtype: pl.DataType | DataTypeClass) -> pl.DataType:
+    """A type as an instance (``pl.Int64()`` for the class ``pl.Int64``)."""
+    return dtype() if isinstance(dtype, DataTypeClass) else dtype

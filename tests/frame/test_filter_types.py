@@ -1,0 +1,139 @@
+"""filter refuses, when the frame is built, comparisons of values that do not compare."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium.exceptions import PlanError, PredicateError
+from cognoxium.frame.frame import CognitionFrame
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample"
+
+
+@pytest.fixture(scope="module")
+def sample() -> CognitionFrame:
+    return CognitionFrame.read_jsonl(SAMPLE / "items.jsonl")
+
+
+def ids(frame: CognitionFrame) -> list[str]:
+    return sorted(frame.collect()["id"].to_list())
+
+
+def role_ids(frame: CognitionFrame, *roles: str) -> list[str]:
+    rows = frame.collect()
+    return sorted(rows.filter(pl.col("role").cast(pl.String).is_in(roles))["id"].to_list())
+
+
+@pytest.mark.parametrize(
+    ("predicate", "parts"),
+    [
+        ("priority = 'high'", ["column priority is a number (Int64)", "'high' is text"]),
+        ("created_at > '2025-11-01'", ["column created_at is a time", "TIMESTAMP '2025-11-01'"]),
+        ("lower(priority) = 'x'", ["lower() takes text", "column priority is a number"]),
+        ("trust IN (1, 2)", ["column trust is text (Enum of 'trusted', 'untrusted')"]),
+    ],
+)
+def test_a_sql_type_mismatch_is_refused_when_the_frame_is_built(
+    sample: CognitionFrame, predicate: str, parts: list[str]
+) -> None:
+    with pytest.raises(PredicateError) as info:
+        sample.filter(predicate)  # no collect: the schema is known here
+    for part in parts:
+        assert part in str(info.value), (part, str(info.value))
+
+
+@pytest.mark.parametrize(
+    ("constraints", "parts"),
+    [
+        ({"priority": "high"}, ["column 'priority' is a number (Int64)", "'high' is text"]),
+        ({"role": 3}, ["column 'role' is text (Enum of", "3 is a number (Int64)"]),
+        ({"created_at": "2025-11-01"}, ["is a time", "datetime.datetime", "TIMESTAMP"]),
+        ({"role": ["user", "assistant"]}, ["equality with one value", "is_in", "role IN"]),
+        ({"priority": (1, 2)}, ["equality with one value", "is_in"]),
+        ({"role": {"user"}}, ["equality with one value"]),
+    ],
+)
+def test_a_keyword_constraint_the_column_cannot_equal_is_refused(
+    sample: CognitionFrame, constraints: dict[str, Any], parts: list[str]
+) -> None:
+    with pytest.raises(PlanError) as info:
+        sample.filter(**constraints)
+    for part in parts:
+        assert part in str(info.value), (part, str(info.value))
+
+
+def test_keyword_constraints_of_the_right_type_still_filter(sample: CognitionFrame) -> None:
+    assert ids(sample.filter(role="user")) == role_ids(sample, "user")
+    high = sorted(sample.collect().filter(pl.col("priority") == 100)["id"].to_list())
+    assert high
+    assert ids(sample.filter(priority=100)) == high
+    assert ids(sample.filter(priority=100.0)) == high
+    moment = datetime(2025, 10, 1, tzinfo=UTC)
+    at = sorted(sample.collect().filter(pl.col("created_at") == moment)["id"].to_list())
+    assert at
+    assert ids(sample.filter(created_at=moment)) == at
+
+
+def test_text_functions_and_patterns_work_on_enumeration_columns(sample: CognitionFrame) -> None:
+    users = role_ids(sample, "user")
+    assert users
+    assert ids(sample.filter("lower(role) = 'user'")) == users
+    assert ids(sample.filter("upper(role) = 'USER'")) == users
+    assert ids(sample.filter("role LIKE 'us%'")) == users
+    assert ids(sample.filter("role ILIKE 'US_R'")) == users
+    four = sorted(
+        sample.collect().filter(pl.col("role").cast(pl.String).str.len_chars() == 4)["id"]
+    )
+    assert ids(sample.filter("length(role) = 4")) == four
+
+
+def test_the_timestamp_form_the_hint_suggests_works(sample: CognitionFrame) -> None:
+    moment = datetime(2025, 11, 1, tzinfo=UTC)
+    later = sorted(sample.collect().filter(pl.col("created_at") > moment)["id"].to_list())
+    assert later
+    assert ids(sample.filter("created_at > TIMESTAMP '2025-11-01'")) == later
+
+
+MIXED = [
+    {"id": "a", "role": "user", "text": "x", "metadata": {"x": "a", "n": {"k": 1}}},
+    {"id": "b", "role": "user", "text": "y", "metadata": {"x": 1, "n": {"k": 2}}},
+]
+
+
+def test_a_metadata_key_of_mixed_types_reads_as_text_and_says_so() -> None:
+    frame = CognitionFrame(MIXED)
+    with pytest.raises(PredicateError) as info:
+        frame.filter("metadata.x = 1")
+    message = str(info.value)
+    assert "metadata.x is text (String)" in message
+    assert "1 is a number (Int64)" in message
+    assert "several types" in message
+    assert "metadata.x = '1'" in message
+    assert ids(frame.filter("metadata.x = '1'")) == ["b"]  # the form the hint gives
+
+
+def test_a_metadata_object_compared_with_a_value_is_refused_not_empty() -> None:
+    frame = CognitionFrame(MIXED)
+    with pytest.raises(PredicateError) as info:
+        frame.filter("metadata.n = 2")
+    message = str(info.value)
+    assert "metadata.n is an object with keys k (Struct)" in message
+    assert "metadata.n.<key>" in message
+    assert ids(frame.filter("metadata.n.k = 2")) == ["b"]
+
+
+def test_a_metadata_key_of_one_type_compares_with_that_type() -> None:
+    frame = CognitionFrame(
+        [
+            {"id": "a", "role": "user", "text": "x", "metadata": {"n": 1}},
+            {"id": "b", "role": "user", "text": "y", "metadata": {"n": 2}},
+        ]
+    )
+    assert ids(frame.filter("metadata.n >= 2")) == ["b"]
+    with pytest.raises(PredicateError, match=r"metadata\.n is a number \(Int64\)"):
+        frame.filter("metadata.n = 'two'")
