@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cognoxium.app.batch import Request
 from cognoxium.app.cli import EXIT_USAGE, app
-from cognoxium.exceptions import RecordError
+from cognoxium.exceptions import PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 
@@ -73,3 +73,10 @@ def test_the_command_line_refuses_a_fine_as_of(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_USAGE
     assert "fractional digits" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_timestamp_literal_in_a_predicate_is_refused() -> None:
+    frame = CognitionFrame([_record()])
+    with pytest.raises(PredicateError, match=r"at most 6 fractional digits"):
+        frame.filter(f"created_at > TIMESTAMP '{FINE[0]}'").collect()
+    assert frame.filter("created_at < TIMESTAMP '2025-01-01 00:00:00.000001'").collect().height == 1

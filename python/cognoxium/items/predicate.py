@@ -102,6 +102,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokenizer_core import Token, TokenType
 
 from cognoxium.exceptions import PredicateError
+from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds
 from cognoxium.items.schema import POLARS_SCHEMA
 
 __all__ = [
@@ -737,6 +738,8 @@ def _cast(low: _Lowering, node: exp.Expr) -> pl.Expr:
         and value.is_string
     ):
         text = str(value.this)
+        if finer_than_microseconds(text):
+            raise low.error(node, f"{text!r} {FINE_TIME_MESSAGE}")
         try:
             if kind == exp.DataType.Type.DATE:
                 return pl.lit(date.fromisoformat(text))
