@@ -30,6 +30,7 @@ from cognoxium.app.distributed import (
     write_partitioned,
 )
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
+from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.schema import records_to_frame
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,6 +138,39 @@ def test_write_partitioned_refuses_items_without_the_key(tmp_path: Path) -> None
     items = records_to_frame([{"id": "a", "role": "user", "text": "hi", "metadata": {}}])
     with pytest.raises(SchemaError, match="item 'a'"):
         write_partitioned(items, tmp_path / "s", key="conversation")
+
+
+HIVE_HOSTILE = ("YWJj==", "a=b", "x/y", "..", ".", "", "sp ace", "50%", "é", "a?b*[c]", "c:d#e")
+
+
+def test_write_partitioned_values_read_back_whatever_their_characters(tmp_path: Path) -> None:
+    items = records_to_frame(
+        [
+            {"id": f"i{n}", "role": "user", "text": "hi", "metadata": {"thread": value}}
+            for n, value in enumerate(HIVE_HOSTILE)
+        ]
+    )
+    root = tmp_path / "s"
+    write_partitioned(items, root, key="thread")
+    assert partition_key(root) == "thread"
+    assert len(list(root.iterdir())) == len(HIVE_HOSTILE)
+    back = read_store(root)
+    assert back.sort("id").equals(items.sort("id"))
+    scanned = CognitionFrame.scan_parquet(root).collect()
+    assert dict(zip(scanned["id"], scanned["thread"], strict=True)) == {
+        f"i{n}": value for n, value in enumerate(HIVE_HOSTILE)
+    }
+    part, scope = read_scope(root, "metadata.thread = 'YWJj=='")
+    assert part.to_polars()["id"].to_list() == ["i0"]
+    assert scope.to_polars()["id"].to_list() == ["i0"]
+
+
+@pytest.mark.parametrize("key", ["a=b", "a/b", "a.b", "", "1st"])
+def test_write_partitioned_refuses_a_key_that_is_not_a_plain_name(tmp_path: Path, key: str) -> None:
+    items = records_to_frame([{"id": "a", "role": "user", "text": "hi", "metadata": {key: "v"}}])
+    with pytest.raises(SchemaError, match="not a plain name"):
+        write_partitioned(items, tmp_path / "s", key=key)
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
