@@ -310,12 +310,18 @@ def _shifted(exc: RecordError, offset: int) -> RecordError:
 
 
 def _check_unique_ids(df: pl.DataFrame) -> None:
-    """Raise at the first row of ``df`` whose id an earlier row has (the earlier one in params)."""
-    repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true().first()).item()
+    """Raise at the first row of ``df`` whose id is null or repeats an earlier row's (in params)."""
+    id_ = pl.col("id")
+    null, repeated = df.select(
+        id_.is_null().arg_true().first().alias("null"),
+        (id_.is_first_distinct().not_() & id_.is_not_null()).arg_true().first().alias("repeated"),
+    ).row(0)
+    if null is not None and (repeated is None or null < repeated):
+        raise RecordError("must not be null", row=null, field="id")
     if repeated is None:
         return
     item_id = df.get_column("id")[repeated]
-    first = df.select((pl.col("id") == item_id).arg_true().first()).item()
+    first = df.select((id_ == item_id).arg_true().first()).item()
     raise RecordError(
         f"duplicate id {item_id!r}", row=repeated, field="id", params={_FIRST: int(first)}
     )
