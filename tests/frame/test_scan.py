@@ -484,6 +484,16 @@ def test_a_scan_read_in_batches_collects_the_same_frame(one_file: Path, tmp_path
     assert cf.read_statistics()[0].rows == 40
 
 
+def test_sink_parquet_onto_a_directory_names_the_directory(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        CognitionFrame(records("a", 3)).sink_parquet(target)
+    assert info.value.filename == str(target)
+    assert str(target) in str(info.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary file left
+
+
 def test_an_invalid_row_in_a_later_batch_names_its_row_in_the_file(tmp_path: Path) -> None:
     broken = records_to_frame(records("a", 40)).with_columns(
         priority=pl.when(pl.int_range(pl.len()) == 31).then(None).otherwise("priority")

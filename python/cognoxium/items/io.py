@@ -9,6 +9,7 @@ target and rename it into place, so a failed write leaves no partial file.
 from __future__ import annotations
 
 import codecs
+import errno
 import gc
 import json
 import os
@@ -33,6 +34,7 @@ from cognoxium.items.schema import (
 )
 
 __all__ = [
+    "atomic_path",
     "atomic_write",
     "json_lines",
     "parse_json_lines",
@@ -45,25 +47,66 @@ __all__ = [
 
 
 @contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed onto ``path`` when the block succeeds.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    The directory of ``path`` is created if needed.
+
+    Raises
+    ------
+    IsADirectoryError
+        If ``path`` is a directory, before the block runs.
+    OSError
+        If the temporary file cannot be made or renamed onto ``path``; the
+        error's ``filename`` is ``path``, never the temporary file.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise IsADirectoryError(
+            errno.EISDIR, "Is a directory; give the path of a file to write", str(target)
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise _naming(exc, target) from None
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _naming(exc, target) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _naming(exc: OSError, target: Path) -> OSError:
+    """``exc`` restated at ``target``: the path the caller gave, not a temporary file."""
+    if exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(target))
+
+
+@contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` and rename it onto ``path`` on success.
 
     On an exception the temporary file is removed and ``path`` is untouched.
+
+    Raises
+    ------
+    OSError
+        As :func:`atomic_path` does (an ``IsADirectoryError`` for a directory).
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-    try:
-        encoding = None if "b" in mode else "utf-8"
-        with os.fdopen(fd, mode, encoding=encoding) as handle:
-            yield handle
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    encoding = None if "b" in mode else "utf-8"
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as handle:
+        yield handle
 
 
 _RECORD_DEPTH = MAX_JSON_DEPTH + 2

@@ -29,11 +29,9 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -42,7 +40,7 @@ import polars as pl
 from polars.io.plugins import register_io_source
 
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.items.io import read_jsonl
+from cognoxium.items.io import atomic_path, read_jsonl
 from cognoxium.items.schema import (
     COLUMNS,
     POLARS_SCHEMA,
@@ -638,29 +636,3 @@ def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
         partitions=(),
         reader=reader,
     )
-
-
-# ---------------------------------------------------------------------------
-# writing
-
-
-@contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed onto ``path`` when the block succeeds.
-
-    On an exception the temporary file is removed and ``path`` is untouched.
-    The directory of ``path`` is created if needed.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
