@@ -301,16 +301,41 @@ def write_jsonl(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
 def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read items from a Parquet file and validate them (see :func:`~cognoxium.items.conform`).
 
+    A directory of Parquet files is read as one table, its files in path
+    order; a hive-partitioned one (``<key>=<value>`` directories) is
+    refused, its partition columns not being item columns.
+
     Raises
     ------
     SchemaError, RecordError
-        If the file's columns or values are not valid items.
+        If the file's columns or values are not valid items; for a
+        hive-partitioned directory, a SchemaError naming its partition columns
+        and pointing to ``CognitionFrame.scan_parquet``.
     """
+    source = Path(path)
+    if source.is_dir():
+        _refuse_partitions(source)
     try:
-        table = pl.read_parquet(Path(path))
+        table = pl.read_parquet(source)
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     return conform(table, source=str(path))
+
+
+def _refuse_partitions(directory: Path) -> None:
+    """Raise SchemaError if Polars reads ``directory`` with hive partition columns."""
+    try:
+        hive = pl.scan_parquet(directory).collect_schema()
+        stored = pl.scan_parquet(directory, hive_partitioning=False).collect_schema()
+    except pl.exceptions.PolarsError:
+        return  # the read itself reports what is wrong
+    partitions = [name for name in hive if name not in stored]
+    if partitions:
+        raise SchemaError(
+            f"{directory}: a hive-partitioned directory (partition columns {partitions}), "
+            "which read_parquet does not read: scan it with CognitionFrame.scan_parquet, "
+            "which gives the partition columns as extra columns, or read its files one by one"
+        )
 
 
 def write_parquet(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
@@ -332,8 +357,13 @@ def read_items(path: str | os.PathLike[str]) -> pl.DataFrame:
     Raises
     ------
     SchemaError
-        For another suffix.
+        For another suffix, or a directory.
     """
+    if Path(path).is_dir():
+        raise SchemaError(
+            f"{path}: a directory; read_items reads one .jsonl or .parquet file (scan a "
+            "directory of Parquet files with CognitionFrame.scan_parquet)"
+        )
     suffix = Path(path).suffix.lower()
     reader = _READERS.get(suffix)
     if reader is None:
