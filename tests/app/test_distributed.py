@@ -165,6 +165,23 @@ def test_write_partitioned_values_read_back_whatever_their_characters(tmp_path: 
     assert scope.to_polars()["id"].to_list() == ["i0"]
 
 
+def test_cli_packs_a_store_whose_partition_values_hold_hive_characters(tmp_path: Path) -> None:
+    items = synthetic(3, 12).with_columns(
+        metadata=pl.col("metadata").str.replace('"conversation":"c01"', '"conversation":"YWJj=="')
+    )
+    root = tmp_path / "store"
+    write_partitioned(items, root, key="conversation")
+    requests = tmp_path / "requests.jsonl"
+    where = "metadata.conversation = 'YWJj=='"
+    requests.write_text(json.dumps({"id": "r1", "budget": 4000, "where": where}) + "\n")
+    out = tmp_path / "out"
+    args = ["pack", str(root), str(requests), "--out", str(out), "--as-of", "2025-06-01T00:00:00Z"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (pack,) = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    assert sorted(pack["ids"]) == sorted(f"c1-{i}" for i in range(12))
+
+
 @pytest.mark.parametrize("key", ["a=b", "a/b", "a.b", "", "1st"])
 def test_write_partitioned_refuses_a_key_that_is_not_a_plain_name(tmp_path: Path, key: str) -> None:
     items = records_to_frame([{"id": "a", "role": "user", "text": "hi", "metadata": {key: "v"}}])
