@@ -244,6 +244,56 @@ def test_write_partitioned_refuses_items_without_the_key(tmp_path: Path) -> None
         write_partitioned(items, tmp_path / "s", key="conversation")
 
 
+HIVE_HOSTILE = ("YWJj==", "a=b", "x/y", "..", ".", "", "sp ace", "50%", "é", "a?b*[c]", "c:d#e")
+
+
+def test_write_partitioned_values_read_back_whatever_their_characters(tmp_path: Path) -> None:
+    items = records_to_frame(
+        [
+            {"id": f"i{n}", "role": "user", "text": "hi", "metadata": {"thread": value}}
+            for n, value in enumerate(HIVE_HOSTILE)
+        ]
+    )
+    root = tmp_path / "s"
+    write_partitioned(items, root, key="thread")
+    assert partition_key(root) == "thread"
+    assert len(list(root.iterdir())) == len(HIVE_HOSTILE)
+    back = read_store(root)
+    assert back.sort("id").equals(items.sort("id"))
+    scanned = CognitionFrame.scan_parquet(root).collect()
+    assert dict(zip(scanned["id"], scanned["thread"], strict=True)) == {
+        f"i{n}": value for n, value in enumerate(HIVE_HOSTILE)
+    }
+    part, scope = read_scope(root, "metadata.thread = 'YWJj=='")
+    assert part.to_polars()["id"].to_list() == ["i0"]
+    assert scope.to_polars()["id"].to_list() == ["i0"]
+
+
+def test_cli_packs_a_store_whose_partition_values_hold_hive_characters(tmp_path: Path) -> None:
+    items = synthetic(3, 12).with_columns(
+        metadata=pl.col("metadata").str.replace('"conversation":"c01"', '"conversation":"YWJj=="')
+    )
+    root = tmp_path / "store"
+    write_partitioned(items, root, key="conversation")
+    requests = tmp_path / "requests.jsonl"
+    where = "metadata.conversation = 'YWJj=='"
+    requests.write_text(json.dumps({"id": "r1", "budget": 4000, "where": where}) + "\n")
+    out = tmp_path / "out"
+    args = ["pack", str(root), str(requests), "--out", str(out), "--as-of", "2025-06-01T00:00:00Z"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (pack,) = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    assert sorted(pack["ids"]) == sorted(f"c1-{i}" for i in range(12))
+
+
+@pytest.mark.parametrize("key", ["a=b", "a/b", "a.b", "", "1st"])
+def test_write_partitioned_refuses_a_key_that_is_not_a_plain_name(tmp_path: Path, key: str) -> None:
+    items = records_to_frame([{"id": "a", "role": "user", "text": "hi", "metadata": {key: "v"}}])
+    with pytest.raises(SchemaError, match="not a plain name"):
+        write_partitioned(items, tmp_path / "s", key=key)
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, form: str) -> None:
     requests = requests_for(6, 40)

@@ -4,6 +4,7 @@ call that made a bad plan, ranking."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -713,6 +714,26 @@ def test_group_by_agg_is_eager(cf: CognitionFrame) -> None:
     assert by_conv.rows() == [(None, ["sys"]), ("c1", ["q1", "a1"]), ("c2", ["doc", "tool"])]
     with pytest.raises(PlanError, match="at least one key"):
         cf.group_by()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda f: f.group_by("nope"), r"group_by: unknown column 'nope'"),
+        (lambda f: f.group_by("rol"), r"did you mean 'role'"),
+        (lambda f: f.group_by(pl.col("nope")), r"group_by: ColumnNotFoundError.*nope"),
+        (lambda f: f.group_by("role", 3), r"group_by takes Polars expressions"),
+        (lambda f: f.group_by("role").agg(pl.col("nope").sum()), r"agg: ColumnNotFound.*nope"),
+        (lambda f: f.group_by("role").agg(n=pl.col("text") + 1), r"agg: InvalidOperationError"),
+        (lambda f: f.group_by("role").agg(3), r"agg takes Polars expressions"),
+        (lambda f: f.group_by("role").agg(n=3), r"agg takes Polars expressions"),
+    ],
+)
+def test_group_by_refuses_what_does_not_resolve_before_running(
+    cf: CognitionFrame, call: Callable[[CognitionFrame], Any], match: str
+) -> None:
+    with pytest.raises(PlanError, match=match):
+        call(cf)
 
 
 def test_repr_is_brief(cf: CognitionFrame) -> None:

@@ -8,6 +8,7 @@ packing needs.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from cognoxium.exceptions import PlanError, SchemaError
+from cognoxium.exceptions import DependencyError, PlanError, SchemaError
 from cognoxium.frame.frame import CognitionFrame, OptFlags
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
@@ -247,6 +248,22 @@ def test_collect_passes_the_engine_to_polars(
     assert seen[-1] == "streaming"
     with pytest.raises(PlanError, match="unknown engine 'fast'"):
         cf.collect(engine="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("engine", ["gpu", pl.GPUEngine()])
+def test_the_gpu_engine_without_cudf_polars_is_a_dependency_error(
+    cf: CognitionFrame, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "cudf_polars" else find_spec(name, *args),
+    )
+    with pytest.raises(DependencyError, match=r"cudf_polars is not installed") as info:
+        cf.collect(engine=engine)
+    assert info.value.code == "dependency.missing"
+    assert isinstance(info.value, ImportError)
 
 
 BAD_CALLS: list[tuple[str, Callable[[CognitionFrame], Any], str]] = [

@@ -247,6 +247,46 @@ def test_duplicate_ids_across_partitions_are_refused(tmp_path: Path) -> None:
         CognitionFrame.scan_parquet(tmp_path).select("id").collect()
 
 
+def with_ids(ids: dict[int, str | None], n: int = 8) -> pl.DataFrame:
+    """Items whose ids at the given rows are replaced (``None``: a null id)."""
+    frame = raw_frame("a", n)
+    column = [ids.get(row, item_id) for row, item_id in enumerate(frame["id"])]
+    return frame.with_columns(id=pl.Series(column, dtype=pl.String))
+
+
+@pytest.mark.parametrize(
+    ("ids", "row", "message"),
+    [
+        ({1: None, 3: None}, 1, "must not be null"),
+        ({2: None, 4: None, 6: None}, 2, "must not be null"),
+        ({1: None, 5: "a-0"}, 1, "must not be null"),
+        ({2: "a-0", 4: None, 6: None}, 2, "duplicate id 'a-0'"),
+    ],
+)
+@pytest.mark.parametrize("columns", [None, ["id"], ["id", "text"]])
+@pytest.mark.filterwarnings("error")
+def test_null_ids_are_refused_at_the_first_invalid_row(
+    tmp_path: Path,
+    ids: dict[int, str | None],
+    row: int,
+    message: str,
+    columns: list[str] | None,
+) -> None:
+    path = write_raw(with_ids(ids), tmp_path / "items.parquet")
+    cf = CognitionFrame.scan_parquet(path)
+    with pytest.raises(RecordError) as info:
+        (cf if columns is None else cf.select(*columns)).collect()
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), row, "id")
+    assert info.value.message.startswith(message)
+
+
+def test_null_ids_in_a_later_batch_are_refused(tmp_path: Path) -> None:
+    path = write_raw(with_ids({20: None, 27: None}, 30), tmp_path / "items.parquet")
+    with pl.Config(streaming_chunk_size=7), pytest.raises(RecordError) as info:
+        CognitionFrame.scan_parquet(path).select("id").collect()
+    assert str(info.value) == f"{path}: row 20: field id: must not be null"
+
+
 def test_an_invalid_ndjson_line_names_its_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "items.jsonl"
     write_jsonl(records_to_frame(records("a", 3)), path)
@@ -442,6 +482,16 @@ def test_a_scan_read_in_batches_collects_the_same_frame(one_file: Path, tmp_path
     assert_frame_equal(batched, CognitionFrame.read_parquet(one_file).collect())
     assert_frame_equal(read_parquet(out), batched)
     assert cf.read_statistics()[0].rows == 40
+
+
+def test_sink_parquet_onto_a_directory_names_the_directory(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        CognitionFrame(records("a", 3)).sink_parquet(target)
+    assert info.value.filename == str(target)
+    assert str(target) in str(info.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary file left
 
 
 def test_an_invalid_row_in_a_later_batch_names_its_row_in_the_file(tmp_path: Path) -> None:

@@ -238,6 +238,25 @@ def test_failed_write_leaves_no_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_read_parquet_points_a_partitioned_directory_to_scan_parquet(tmp_path: Path) -> None:
+    df = records_to_frame(
+        [{"id": f"i{n}", "role": "user", "text": "hi", "priority": n % 2} for n in range(4)]
+    )
+    for value, part in df.partition_by("priority", as_dict=True).items():
+        write_parquet(part, tmp_path / f"shard={value[0]}" / "sub" / "part.parquet")
+    for read in (read_parquet, CognitionFrame.read_parquet):
+        with pytest.raises(SchemaError, match=r"partition columns \['shard'\].*scan_parquet"):
+            read(tmp_path)
+    with pytest.raises(SchemaError, match="a directory; read_items reads one"):
+        read_items(tmp_path)
+    scanned = CognitionFrame.scan_parquet(tmp_path).sort("id").collect()
+    assert scanned["shard"].to_list() == [0, 1, 0, 1]
+    plain = tmp_path / "plain"
+    write_parquet(df.head(2), plain / "a.parquet")
+    write_parquet(df.tail(2), plain / "b.parquet")
+    assert read_parquet(plain).equals(df)  # a directory without partitions reads as one table
+
+
 def test_read_items_rejects_unknown_suffix(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="unsupported"):
         read_items(tmp_path / "items.csv")

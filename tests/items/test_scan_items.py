@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -9,7 +10,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.items.io import write_parquet
+from cognoxium.items.io import write_jsonl, write_parquet
 from cognoxium.items.scan import (
     KEPT_READS,
     ScanRead,
@@ -148,6 +149,38 @@ def test_atomic_path_renames_on_success_and_removes_the_temporary_file_on_error(
         fail()
     assert target.read_bytes() == b"new"
     assert [p.name for p in target.parent.iterdir()] == ["out.bin"]
+
+
+def test_atomic_path_errors_name_the_path_given_not_the_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    target.mkdir()
+    ran = False
+    with pytest.raises(IsADirectoryError) as info, atomic_path(target):
+        ran = True  # refused before the block runs
+    assert not ran
+    assert info.value.filename == str(target)
+    assert info.value.filename2 is None
+    other = tmp_path / "later.bin"
+
+    def write_while_it_becomes_a_directory() -> None:
+        with atomic_path(other) as tmp:
+            tmp.write_bytes(b"data")
+            other.mkdir()
+
+    with pytest.raises(IsADirectoryError) as info:
+        write_while_it_becomes_a_directory()
+    assert (info.value.filename, info.value.filename2) == (str(other), None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["later.bin", "out.bin"]
+
+
+@pytest.mark.parametrize("writer", [write_parquet, write_jsonl])
+def test_item_writers_refuse_a_directory_naming_it(
+    tmp_path: Path, writer: Callable[[pl.DataFrame, Path], None]
+) -> None:
+    with pytest.raises(IsADirectoryError) as info:
+        writer(frame(), tmp_path)
+    assert info.value.filename == str(tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_scan_remembers_only_its_latest_runs(tmp_path: Path) -> None:

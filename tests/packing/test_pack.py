@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError, SchemaError
+from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
 from cognoxium.packing.packer import CHAT_ROLES, PackManifest, pack
@@ -289,6 +290,39 @@ def test_bad_budget_and_naive_as_of_raise() -> None:
         pack(df, -1, as_of=AS_OF)
     with pytest.raises(PackError, match="as_of"):
         pack(df, 10, as_of=datetime(2024, 1, 1))
+
+
+@pytest.mark.parametrize("budget", [2**63, 2**70, -(2**70)])
+def test_a_budget_beyond_int64_is_refused_by_every_pack(budget: int) -> None:
+    df = _frame(id=["a"], role=["user"], text=["x"])
+    cf = CognitionFrame(df)
+    for run in (
+        lambda: pack(df, budget, as_of=AS_OF),
+        lambda: cf.pack(budget, as_of=AS_OF),
+        lambda: cf.filter(pl.col("role") == "user").pack(budget, as_of=AS_OF),
+    ):
+        with pytest.raises(
+            PackError, match=r"budget must be a whole number .* 2\*\*63 - 1"
+        ) as info:
+            run()
+        assert info.value.params["budget"] == budget
+    assert pack(df, 2**63 - 1, as_of=AS_OF).ids == ["a"]
+
+
+@pytest.mark.parametrize(
+    "as_of", ["2026-01-01T00:00:00Z", 1_700_000_000, date(2026, 1, 1), pl.Series([AS_OF])]
+)
+def test_an_as_of_that_is_not_a_datetime_is_refused_by_every_pack(as_of: object) -> None:
+    df = _frame(id=["a"], role=["user"], text=["x"])
+    cf = CognitionFrame(df)
+    for run in (
+        lambda: pack(df, 10, as_of=as_of),  # type: ignore[arg-type]
+        lambda: cf.pack(10, as_of=as_of),  # type: ignore[arg-type]
+        lambda: cf.filter(pl.col("role") == "user").pack(10, as_of=as_of),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(PackError, match=r"as_of must be a timezone-aware datetime") as info:
+            run()
+        assert f"got {type(as_of).__name__} {as_of!r}" in str(info.value)
 
 
 def test_large_frame_counts_only_what_can_matter() -> None:

@@ -62,6 +62,7 @@ import pickle
 import re
 import tempfile
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -271,9 +272,12 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
     """Write items as a hive-partitioned Parquet store by one metadata key.
 
     Every item goes to ``root/<key>=<value>/part-0.parquet``, ``<value>``
-    being its ``metadata.<key>`` text, partitions in order of value, items
-    in store order. A file holds the item columns (canonical schema), then
-    the column ``__cognoxium_position``: each item's 0-based
+    being its ``metadata.<key>`` text percent-encoded (RFC 3986: every byte
+    of its UTF-8 but letters, digits and ``-._~`` is written ``%XX``), which
+    Polars' hive reader decodes: a value holding ``=``, ``/``, spaces or any
+    other text reads back as written. Partitions are written in order of
+    value, items in store order. A file holds the item columns (canonical
+    schema), then the column ``__cognoxium_position``: each item's 0-based
     position in ``store`` (Int64), by which :func:`read_store`,
     :func:`read_scope` and
     :meth:`~cognoxium.frame.frame.CognitionFrame.scan_parquet` give the items
@@ -282,17 +286,36 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
     Raises
     ------
     SchemaError
-        If an item has no text value at ``metadata.<key>``, or a value holds
-        ``/`` or is ``.``/``..``; the message names the item.
+        If ``key`` is not a plain name (a letter or ``_``, then letters,
+        digits or ``_``), or an item has no text value at
+        ``metadata.<key>``; the message names the key or the item.
     FileExistsError
         If ``root`` exists.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
+    >>> write_partitioned(records_to_frame([
+    ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"thread": "YWJj=="}},
+    ... ]), root, key="thread")
+    >>> [path.name for path in root.iterdir()]
+    ['thread=YWJj%3D%3D']
+    >>> read_store(root)["metadata"].to_list()
+    ['{"thread":"YWJj=="}']
     """
+    if not _PLAIN_KEY.fullmatch(key):
+        raise SchemaError(
+            f"cannot partition by metadata.{key}: the key {key!r} is not a plain name "
+            "(a letter or _, then letters, digits or _)"
+        )
     values = store.get_column("metadata").str.json_path_match(f"$.{key}")
-    bad = store.filter(values.is_null() | values.is_in([".", ".."]) | values.str.contains("/"))
+    bad = store.filter(values.is_null())
     if bad.height:
         raise SchemaError(
             f"cannot partition by metadata.{key}: item {bad['id'][0]!r} has no text value "
-            f"there (or one that is not a directory name); {bad.height} such items"
+            f"there; {bad.height} such items"
         )
     target = Path(root)
     target.mkdir(parents=True)
@@ -301,7 +324,7 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
         "__partition", maintain_order=True, include_key=False, as_dict=True
     )
     for (value,), part in sorted(parts.items(), key=lambda kv: str(kv[0][0])):
-        folder = target / f"{key}={value}"
+        folder = target / f"{key}={urllib.parse.quote(str(value), safe='')}"
         folder.mkdir()
         pq.write_table(to_arrow(part), folder / "part-0.parquet")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import functools
 import html
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -57,7 +58,13 @@ from cognoxium.engine.plan import (
     rewrite,
     walk,
 )
-from cognoxium.exceptions import CognoxiumError, PlanError, RecordError, SchemaError
+from cognoxium.exceptions import (
+    CognoxiumError,
+    DependencyError,
+    PlanError,
+    RecordError,
+    SchemaError,
+)
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import (
@@ -387,6 +394,21 @@ def _column_names(column: Any, schema: pl.Schema, what: str, *, strict: bool) ->
     close = difflib.get_close_matches(column, schema.names(), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise PlanError(f"{what}: unknown column {column!r}{hint} (the frame has {schema.names()})")
+
+
+def _check_query(
+    schema: pl.Schema, build: Callable[[pl.LazyFrame], pl.LazyFrame], what: str
+) -> None:
+    """Raise PlanError unless the query ``build`` makes over ``schema`` resolves its schema."""
+    try:
+        build(pl.LazyFrame(schema=schema)).collect_schema()
+    except pl.exceptions.PolarsError as exc:
+        raise PlanError(f"{what}: {polars_error_text(exc)}") from exc
+
+
+def _has_gpu_engine() -> bool:
+    """Whether Polars' GPU engine (the ``cudf_polars`` package) can be imported."""
+    return importlib.util.find_spec("cudf_polars") is not None
 
 
 def _writes(expr: Expression) -> str | None:
@@ -1788,6 +1810,9 @@ class CognitionFrame:
         ------
         PlanError
             On an engine Polars does not offer.
+        DependencyError
+            For the GPU engine without ``cudf_polars`` (the cuDF Polars
+            distribution of the machine's CUDA version), before the plan runs.
 
         Examples
         --------
@@ -1799,6 +1824,13 @@ class CognitionFrame:
         """
         if not isinstance(engine, pl.GPUEngine) and engine not in ENGINES:
             raise PlanError(f"unknown engine {engine!r}; use one of {list(ENGINES)}")
+        if (isinstance(engine, pl.GPUEngine) or engine == "gpu") and not _has_gpu_engine():
+            raise DependencyError(
+                f"collect(engine={engine!r}) needs Polars' GPU engine, whose package "
+                "cudf_polars is not installed: install the cuDF Polars distribution matching "
+                "the machine's CUDA version (https://docs.pola.rs/user-guide/gpu-support/), "
+                'or use engine="auto" or "streaming"'
+            )
         return self.lazy(optimizations=optimizations).collect(engine=engine)
 
     def to_polars(self) -> pl.DataFrame:
@@ -1976,7 +2008,12 @@ class CognitionFrame:
         """
         if not keys:
             raise PlanError("group_by needs at least one key")
-        return GroupBy(self, tuple(_expr(k, "group_by").expr for k in keys))
+        for key in keys:
+            if isinstance(key, str):
+                _column_names(key, self.schema, "group_by", strict=True)
+        exprs = tuple(_expr(k, "group_by").expr for k in keys)
+        _check_query(self.schema, lambda lf: lf.group_by(exprs).agg(), "group_by")
+        return GroupBy(self, exprs)
 
     def pack(
         self,
@@ -2178,7 +2215,18 @@ class GroupBy:
         -------
         polars.DataFrame
             One row per group: the keys, then the aggregates.
+
+        Raises
+        ------
+        PlanError
+            If an aggregate is not an expression or a column name, or does
+            not resolve over the frame's schema (an unknown column, a type
+            mismatch); checked before the plan runs.
         """
-        exprs = [pl.col(a) if isinstance(a, str) else a for a in aggs]
-        exprs += [expr.alias(name) for name, expr in named.items()]
-        return self._frame.collect().group_by(list(self._keys), maintain_order=True).agg(exprs)
+        exprs = [_expr(a, "agg").expr for a in aggs]
+        exprs += [_expr(expr, "agg").expr.alias(name) for name, expr in named.items()]
+        keys = list(self._keys)
+        _check_query(
+            self._frame.schema, lambda lf: lf.group_by(keys, maintain_order=True).agg(exprs), "agg"
+        )
+        return self._frame.collect().group_by(keys, maintain_order=True).agg(exprs)

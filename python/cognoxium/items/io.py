@@ -9,6 +9,7 @@ target and rename it into place, so a failed write leaves no partial file.
 from __future__ import annotations
 
 import codecs
+import errno
 import gc
 import json
 import os
@@ -34,6 +35,7 @@ from cognoxium.items.schema import (
 )
 
 __all__ = [
+    "atomic_path",
     "atomic_write",
     "json_lines",
     "parse_json_lines",
@@ -46,25 +48,66 @@ __all__ = [
 
 
 @contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed onto ``path`` when the block succeeds.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    The directory of ``path`` is created if needed.
+
+    Raises
+    ------
+    IsADirectoryError
+        If ``path`` is a directory, before the block runs.
+    OSError
+        If the temporary file cannot be made or renamed onto ``path``; the
+        error's ``filename`` is ``path``, never the temporary file.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise IsADirectoryError(
+            errno.EISDIR, "Is a directory; give the path of a file to write", str(target)
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise _naming(exc, target) from None
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _naming(exc, target) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _naming(exc: OSError, target: Path) -> OSError:
+    """``exc`` restated at ``target``: the path the caller gave, not a temporary file."""
+    if exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(target))
+
+
+@contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` and rename it onto ``path`` on success.
 
     On an exception the temporary file is removed and ``path`` is untouched.
+
+    Raises
+    ------
+    OSError
+        As :func:`atomic_path` does (an ``IsADirectoryError`` for a directory).
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-    try:
-        encoding = None if "b" in mode else "utf-8"
-        with os.fdopen(fd, mode, encoding=encoding) as handle:
-            yield handle
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    encoding = None if "b" in mode else "utf-8"
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as handle:
+        yield handle
 
 
 _RECORD_DEPTH = MAX_JSON_DEPTH + 2
@@ -265,18 +308,43 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
     ``__cognoxium_position``), gives its items in that order, without that
     column.
 
+    A directory of Parquet files is read as one table, its files in path
+    order; a hive-partitioned one (``<key>=<value>`` directories) is
+    refused, its partition columns not being item columns.
+
     Raises
     ------
     SchemaError, RecordError
-        If the file's columns or values are not valid items.
+        If the file's columns or values are not valid items; for a
+        hive-partitioned directory, a SchemaError naming its partition columns
+        and pointing to ``CognitionFrame.scan_parquet``.
     """
+    source = Path(path)
+    if source.is_dir():
+        _refuse_partitions(source)
     try:
-        table = pl.read_parquet(Path(path))
+        table = pl.read_parquet(source)
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     if STORE_POSITION in table.columns:
         table = table.sort(STORE_POSITION).drop(STORE_POSITION)
     return conform(table, source=str(path))
+
+
+def _refuse_partitions(directory: Path) -> None:
+    """Raise SchemaError if Polars reads ``directory`` with hive partition columns."""
+    try:
+        hive = pl.scan_parquet(directory).collect_schema()
+        stored = pl.scan_parquet(directory, hive_partitioning=False).collect_schema()
+    except pl.exceptions.PolarsError:
+        return  # the read itself reports what is wrong
+    partitions = [name for name in hive if name not in stored]
+    if partitions:
+        raise SchemaError(
+            f"{directory}: a hive-partitioned directory (partition columns {partitions}), "
+            "which read_parquet does not read: scan it with CognitionFrame.scan_parquet, "
+            "which gives the partition columns as extra columns, or read its files one by one"
+        )
 
 
 def write_parquet(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
@@ -298,8 +366,13 @@ def read_items(path: str | os.PathLike[str]) -> pl.DataFrame:
     Raises
     ------
     SchemaError
-        For another suffix.
+        For another suffix, or a directory.
     """
+    if Path(path).is_dir():
+        raise SchemaError(
+            f"{path}: a directory; read_items reads one .jsonl or .parquet file (scan a "
+            "directory of Parquet files with CognitionFrame.scan_parquet)"
+        )
     suffix = Path(path).suffix.lower()
     reader = _READERS.get(suffix)
     if reader is None:

@@ -29,11 +29,9 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -43,7 +41,7 @@ from polars.io.plugins import register_io_source
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.items.io import read_jsonl
+from cognoxium.items.io import atomic_path, read_jsonl
 from cognoxium.items.schema import (
     COLUMNS,
     POLARS_SCHEMA,
@@ -317,12 +315,18 @@ def _shifted(exc: RecordError, offset: int) -> RecordError:
 
 
 def _check_unique_ids(df: pl.DataFrame) -> None:
-    """Raise at the first row of ``df`` whose id an earlier row has (the earlier one in params)."""
-    repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true().first()).item()
+    """Raise at the first row of ``df`` whose id is null or repeats an earlier row's (in params)."""
+    id_ = pl.col("id")
+    null, repeated = df.select(
+        id_.is_null().arg_true().first().alias("null"),
+        (id_.is_first_distinct().not_() & id_.is_not_null()).arg_true().first().alias("repeated"),
+    ).row(0)
+    if null is not None and (repeated is None or null < repeated):
+        raise RecordError("must not be null", row=null, field="id")
     if repeated is None:
         return
     item_id = df.get_column("id")[repeated]
-    first = df.select((pl.col("id") == item_id).arg_true().first()).item()
+    first = df.select((id_ == item_id).arg_true().first()).item()
     raise RecordError(
         f"duplicate id {item_id!r}", row=repeated, field="id", params={_FIRST: int(first)}
     )
@@ -647,29 +651,3 @@ def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
         partitions=(),
         reader=reader,
     )
-
-
-# ---------------------------------------------------------------------------
-# writing
-
-
-@contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed onto ``path`` when the block succeeds.
-
-    On an exception the temporary file is removed and ``path`` is untouched.
-    The directory of ``path`` is created if needed.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

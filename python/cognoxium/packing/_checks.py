@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium.exceptions import BudgetError, PackError, RankError, SchemaError
+from cognoxium.items._checks import MAX_INT
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -91,7 +92,8 @@ def check_options(
     Parameters
     ----------
     budget
-        The token budget: a whole number of tokens (>= 0; ``bool`` is refused).
+        The token budget: a whole number of tokens from 0 to 2**63 - 1 (``bool``
+        is refused).
     profile
         A token profile or the name of a built-in one.
     as_of
@@ -116,13 +118,19 @@ def check_options(
         If ``reserve`` is not a whole number from 0 to ``budget`` (its
         ``costs`` is empty).
     PackError
-        If ``budget`` is negative or not a whole number, ``overflow`` is not
-        ``"error"`` or ``"truncate"``, ``turns`` is not a bool, ``start_on``
-        is not ``None`` or ``"user"`` or ``as_of`` is naive.
+        If ``budget`` is not a whole number from 0 to 2**63 - 1, ``overflow``
+        is not ``"error"`` or ``"truncate"``, ``turns`` is not a bool,
+        ``start_on`` is not ``None`` or ``"user"`` or ``as_of`` is not a
+        ``datetime`` (ISO text included) or is naive.
     """
-    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, int | np.integer)
+        or not 0 <= budget <= MAX_INT
+    ):
         raise PackError(
-            f"budget must be a non-negative whole number of tokens, got {budget!r}",
+            f"budget must be a whole number of tokens from 0 to 2**63 - 1 ({MAX_INT}), "
+            f"got {budget!r}",
             params={"budget": budget if isinstance(budget, int) else repr(budget)},
         )
     if (
@@ -213,9 +221,15 @@ def check_rank(rank: pl.Series, ids: pl.Series) -> None:
     )
 
 
-def _as_utc(value: datetime | None) -> datetime:
+def _as_utc(value: object) -> datetime:
     if value is None:
         return datetime.now(UTC)
+    if not isinstance(value, datetime):
+        raise PackError(
+            f"as_of must be a timezone-aware datetime (UTC) or None, got {type(value).__name__} "
+            f"{value!r}; for ISO 8601 text use datetime.fromisoformat(text)",
+            params={"as_of": repr(value)},
+        )
     if value.tzinfo is None:
         raise PackError("as_of must be timezone-aware (UTC)")
     return value.astimezone(UTC)

@@ -212,11 +212,13 @@ def pack(
         ids and costs, and nothing is packed. Also if ``reserve`` is not a
         whole number from 0 to ``budget``.
     PackError
-        If ``budget`` is negative, ``overflow`` is unknown, ``turns`` is not
-        a bool, ``start_on`` is not ``None`` or ``"user"``, ``as_of`` is
-        naive, two rows share an id, a required item is quarantined, a
-        required item is in a group (or, with ``turns``, a turn) that cannot
-        be packed, a required item would come before the first user message
+        If ``budget`` is not a whole number from 0 to 2**63 - 1,
+        ``overflow`` is unknown, ``turns`` is not a bool, ``start_on`` is not
+        ``None`` or ``"user"``, ``as_of`` is not a ``datetime`` (ISO text
+        included: parse it with ``datetime.fromisoformat``) or is naive,
+        two rows share an id, a required item is quarantined, a required
+        item is in a group (or, with ``turns``, a turn) that cannot be
+        packed, a required item would come before the first user message
         under ``start_on="user"``, or a packed tool result answers a call
         that no earlier packed message makes (give a call and its results
         one ``group_id``).
