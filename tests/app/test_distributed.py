@@ -411,7 +411,7 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         "(metadata.conversation = 'c01') AND (created_at > '2024-01-01')",
         "priority",  # not boolean
         "lower(priority) = 'x' OR role = 'user'",
-        "upper(role) = 'USER'",
+        "role = 'admin'",  # not a role
         "id = (SELECT 1)",  # outside the grammar
         "metadata.conversation = ",  # does not parse
     ],
