@@ -100,6 +100,7 @@ __all__ = [
     "items_to_frame",
     "packed_text_expr",
     "records_to_frame",
+    "require_item_columns",
     "row_checks",
     "to_arrow",
 ]
@@ -946,6 +947,43 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     return df.with_columns(_checked_hashes(df, source))
 
 
+def require_item_columns(schema: pl.Schema, *, missing_message: str | None = None) -> None:
+    """Raise unless ``schema`` holds every item column with its :data:`POLARS_SCHEMA` type.
+
+    Parameters
+    ----------
+    schema
+        The columns of typed item rows; other columns are allowed.
+    missing_message
+        The message for missing columns, ``{missing}`` standing for their
+        names (default: ``"missing item columns {missing}"``).
+
+    Raises
+    ------
+    SchemaError
+        Naming the missing columns, else the columns of another type.
+
+    Examples
+    --------
+    >>> require_item_columns(pl.Schema({"id": pl.String}))
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.SchemaError: missing item columns ['role', ...]
+    """
+    missing = [name for name in COLUMNS if name not in schema]
+    if missing:
+        raise SchemaError(
+            (missing_message or "missing item columns {missing}").format(missing=missing)
+        )
+    wrong = {
+        n: f"{schema[n]} (expected {POLARS_SCHEMA[n]})"
+        for n in COLUMNS
+        if schema[n] != POLARS_SCHEMA[n]
+    }
+    if wrong:
+        raise SchemaError(f"item columns of the wrong type: {wrong}; cast them back")
+
+
 def check_items(df: pl.DataFrame, *, finite_rank: bool = True) -> pl.DataFrame:
     """Check typed item rows as :func:`conform` checks what the readers read; all or nothing.
 
@@ -986,16 +1024,7 @@ def check_items(df: pl.DataFrame, *, finite_rank: bool = True) -> pl.DataFrame:
     ...
     cognoxium.exceptions.RecordError: row 0: field text: a text payload needs a value in ...
     """
-    missing = [name for name in COLUMNS if name not in df.columns]
-    if missing:
-        raise SchemaError(f"missing item columns {missing}")
-    wrong = {
-        n: f"{df.schema[n]} (expected {POLARS_SCHEMA[n]})"
-        for n in COLUMNS
-        if df.schema[n] != POLARS_SCHEMA[n]
-    }
-    if wrong:
-        raise SchemaError(f"item columns of the wrong type: {wrong}; cast them back")
+    require_item_columns(df.schema)
     items = df.select(COLUMNS)
     rank = items.get_column("rank")
     if not finite_rank:

@@ -15,9 +15,9 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from cognoxium.exceptions import BudgetError, PackError, RankError, SchemaError
+from cognoxium.exceptions import BudgetError, PackError, RankError
 from cognoxium.items._checks import MAX_INT
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.items.schema import require_item_columns
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
@@ -237,20 +237,11 @@ def _as_utc(value: object) -> datetime:
 
 def _check_columns(df: pl.DataFrame) -> None:
     """Raise SchemaError unless every item column is present with its schema type."""
-    missing = [name for name in COLUMNS if name not in df.columns]
-    if missing:
-        raise SchemaError(
-            f"pack needs the item columns; missing {missing} (select them back, or use "
-            "with_columns instead of select)"
-        )
-    schema = df.schema
-    wrong = {
-        n: f"{schema[n]} (expected {POLARS_SCHEMA[n]})"
-        for n in COLUMNS
-        if schema[n] != POLARS_SCHEMA[n]
-    }
-    if wrong:
-        raise SchemaError(f"item columns of the wrong type: {wrong}; cast them back")
+    require_item_columns(
+        df.schema,
+        missing_message="pack needs the item columns; missing {missing} (select them back, "
+        "or use with_columns instead of select)",
+    )
 
 
 def _check_ids(df: pl.DataFrame) -> None:
