@@ -26,7 +26,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "ac93904862194fb97930927f4390784cd2ff39d63d0d7100a88f81c4de7355eb"
+SAMPLE_MANIFESTS = "5a71945418f1212bfb88494765ab014c48487a1c35aec6bab0184665bd5ab98b"
 """sha256 of the sample's manifests.jsonl (rank bm25, cl100k_base, as of AS_OF).
 
 Pinned with BM25, not the default rank: the default's MiniLM embeddings come

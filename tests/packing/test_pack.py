@@ -13,7 +13,7 @@ from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
-from cognoxium.packing.packer import CHAT_ROLES, PackManifest, pack
+from cognoxium.packing.packer import CHAT_ROLES, PackManifest, PackScope, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
@@ -181,6 +181,54 @@ def test_manifest_is_byte_identical_across_runs(df: pl.DataFrame, budget: int) -
     second = pack(df.clone(), budget, as_of=AS_OF).manifest.to_json()
     assert first == second
     assert PackManifest.from_json(first).to_json() == first
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(df=pack_frames(), budget=st.integers(0, 300))
+def test_costs_counted_ahead_leave_the_pack_and_manifest_unchanged(
+    df: pl.DataFrame, budget: int
+) -> None:
+    # A scope whose every cost is counted first, as a batch counts them, selects with
+    # array operations; a cold pack counts lazily, in batches, as the selection reaches.
+    clear_cache()
+    try:
+        cold = pack(df, budget, as_of=AS_OF)
+    except (BudgetError, PackError) as error:
+        scope = PackScope(df)
+        scope.count_tokens()
+        with pytest.raises(type(error)):
+            scope.pack(budget, as_of=AS_OF)
+        return
+    scope = PackScope(df)
+    scope.count_tokens()
+    counted = scope.pack(budget, as_of=AS_OF)
+    again = scope.pack(budget, as_of=AS_OF)  # over the costs the first pack left
+    assert counted.ids == cold.ids
+    assert counted.manifest.to_json() == cold.manifest.to_json()
+    assert again.manifest.to_json() == cold.manifest.to_json()
+    entries = cold.manifest.to_polars()
+    assert entries.filter(pl.col("decision") == "included")["tokens"].null_count() == 0
+
+
+def test_a_manifest_counts_the_items_whose_cost_was_compared_with_the_budget_left() -> None:
+    # After "first", 19 tokens are left. "big" cannot fit by its lower bound alone: it is
+    # skipped unread (tokens null). "mid" might (its bound is 6 tokens) and is counted,
+    # at 29 tokens, and left out: its tokens are reported. "last" fits.
+    df = _frame(
+        id=["first", "big", "mid", "last"],
+        role=["user"] * 4,
+        text=["hello there " * 10, "word " * 2000, "a" * 200, "ok"],
+        rank=[4.0, 3.0, 2.0, 1.0],
+    )
+    result = pack(df, 3 + 25 + 19, as_of=AS_OF)
+    entries = result.manifest.to_polars().select("id", "tokens", "reason")
+    assert entries.rows() == [
+        ("first", 25, "selected"),
+        ("big", None, "over_budget"),
+        ("mid", 29, "over_budget"),
+        ("last", 5, "selected"),
+    ]
+    assert (result.manifest.totals.counted, result.manifest.totals.not_counted) == (3, 1)
 
 
 def _frame(**columns: list[object]) -> pl.DataFrame:

@@ -41,6 +41,7 @@ import difflib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +66,7 @@ from pydantic import (
     field_validator,
 )
 
+from cognoxium._workers import worker
 from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
@@ -1011,6 +1013,7 @@ class PreparedScope:
         """The scope's rows."""
         self.settings = settings
         self._pack: PackScope | None = None
+        self._counting: Future[None] | None = None
         self._ranks: dict[tuple[Any, ...], pl.Series | None] = {}
         self._bm25: tuple[list[str], tuple[str, str]] | None = None
 
@@ -1019,13 +1022,26 @@ class PreparedScope:
         """The scope as a frame (what :func:`rank_request` ranks)."""
         return CognitionFrame(self.df)
 
-    def pack(self, request: Request) -> PackScope:
-        """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""
+    def start(self, request: Request) -> PackScope:
+        """Make the scope's :class:`PackScope` and start counting its rows' tokens.
+
+        The rows are counted once, on a worker thread (the tokenizer does
+        not hold the GIL), while the caller goes on, ranking the queries
+        say; :meth:`pack` waits for the counts. Errors name ``request``.
+        """
         if self._pack is None:
             profile = self.settings.profile
             self._pack = _packing(request, lambda: PackScope(self.df, profile=profile))
-            _packing(request, self._pack.count_tokens)  # the scope's token costs, once
+            self._counting = worker("count").submit(self._pack.count_tokens)
         return self._pack
+
+    def pack(self, request: Request) -> PackScope:
+        """The scope's :class:`PackScope` with its rows counted (see :meth:`start`)."""
+        scope = self.start(request)
+        if self._counting is not None:
+            counting, self._counting = self._counting, None
+            _packing(request, counting.result)
+        return scope
 
     def rank(self, request: Request, as_of: datetime) -> pl.Series | None:
         """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
@@ -1281,6 +1297,7 @@ def pack_scope(
             )
     if prepared is None:
         prepared = PreparedScope(store, _scopes(store, requests[:1])[where], settings)
+    prepared.start(requests[0])
     _packing(requests[0], lambda: prepared.rank_all(requests))
     _packing(requests[0], lambda: prepared.fingerprint_ahead(requests))
     outcomes: list[PackOutcome] = []

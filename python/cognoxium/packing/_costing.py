@@ -130,8 +130,8 @@ class KnownCosts:
     """The bounds and exact costs already found for the units of one frame, shared by its packs.
 
     The packs of a batch over one scope reuse what earlier packs counted
-    (see :class:`UnitCosts`); each pack still marks as counted only what its
-    own selection reached, so its manifest is the one it would have alone.
+    (see :class:`UnitCosts`); a manifest reports as counted only the units
+    its own selection examined, so it is the one the pack would have alone.
 
     Parameters
     ----------
@@ -161,7 +161,11 @@ class UnitCosts:
     exact cost, ``(n,)`` int64 in tokens; all are
     :data:`~cognoxium.packing._model.UNSET` while not computed. They are filled
     in batches, only for the units that the selection reaches; ``batch`` is
-    the size of the next batch, doubling up to 8192.
+    the size of the next batch, doubling up to 8192. ``examined``,
+    ``(n_units,)`` bool, marks the units whose exact cost the selection
+    compared with the budget left (see
+    :func:`~cognoxium.packing._selection.select_units`): what a manifest
+    reports as counted, whatever else the batches counted.
 
     Parameters
     ----------
@@ -199,6 +203,7 @@ class UnitCosts:
         self.row_tokens = np.full(len(self.content), UNSET, dtype=np.int64)
         self.cost = np.full(units.n_units, UNSET, dtype=np.int64)
         self.bound = np.full(units.n_units, UNSET, dtype=np.int64)
+        self.examined = np.zeros(units.n_units, dtype=bool)
         self.batch = 256
         self.floor = floor
 
@@ -275,6 +280,17 @@ class UnitCosts:
         if self.known is not None:
             self.known.row_tokens[rows] = self.row_tokens[rows]
             self.known.cost[units] = self.cost[units]
+
+    def knows(self, units: np.ndarray) -> bool:
+        """Whether the exact cost of every unit of ``units`` (``(k,)`` int64) is known.
+
+        Known here or to the earlier packs that share :attr:`known`; such
+        units cost nothing more to count.
+        """
+        unknown = self.cost[units] == UNSET
+        if self.known is not None:
+            unknown &= self.known.cost[units] == UNSET
+        return not unknown.any()
 
     def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:
         """Count the next batch of uncounted units of ``order`` from ``pos`` on that may still fit.

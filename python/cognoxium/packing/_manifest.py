@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -32,6 +31,7 @@ from cognoxium._columns import (
     REDACTIONS,
     UNREDACTED,
 )
+from cognoxium._workers import worker
 from cognoxium.items.model import canonical_json
 from cognoxium.packing._checks import Request
 from cognoxium.packing._exclusions import quarantine_expr
@@ -429,7 +429,7 @@ class InputHasher:
         """
         for rank in ranks:
             exact = rank.cast(pl.Float64)
-            self._ahead[id(rank)] = (rank, _hashing().submit(self._digest, exact))
+            self._ahead[id(rank)] = (rank, worker("fingerprint").submit(self._digest, exact))
         while len(self._ahead) > _AHEAD_KEPT:
             del self._ahead[next(iter(self._ahead))]
 
@@ -461,20 +461,6 @@ class InputHasher:
 
 _AHEAD_KEPT = 4_096
 """Fingerprints hashed ahead that an :class:`InputHasher` keeps until they are asked for."""
-
-
-def _hashing() -> ThreadPoolExecutor:
-    """The one worker thread that hashes input fingerprints ahead (made when first needed).
-
-    One per process: a process forked from one that had it gets its own, as
-    the parent's thread does not exist in the child.
-    """
-    return _hashing_in(os.getpid())
-
-
-@lru_cache(maxsize=1)
-def _hashing_in(pid: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="cognoxium-fingerprint")
 
 
 def _column_bytes(name: str, values: np.ndarray) -> bytes:

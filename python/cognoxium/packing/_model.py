@@ -93,7 +93,8 @@ class ManifestEntry(BaseModel):
 
     ``tokens`` is the item's cost (its chat message: framing, name, content
     and tool calls, see :mod:`cognoxium.tokens.profiles`) in tokens, or
-    ``None`` when it was never counted because it provably could not matter.
+    ``None`` when its cost was never compared with the budget left, because
+    it provably could not matter (see :mod:`cognoxium.packing._selection`).
     ``detail`` says more about the reason (the quarantine reason), or ``None``;
     ``provenance`` lists a quarantined item's source URIs (``None`` otherwise);
     ``redactions`` is the canonical JSON ``{TYPE: count}`` of the item's
@@ -182,7 +183,11 @@ class TruncationRecord(BaseModel):
 
 
 class ManifestTotals(BaseModel):
-    """Counts over a manifest's entries."""
+    """Counts over a manifest's entries.
+
+    ``counted`` is the entries whose ``tokens`` is reported (their cost was
+    compared with the budget left) and ``not_counted`` the others.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

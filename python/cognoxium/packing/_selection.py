@@ -8,6 +8,16 @@ skipped (``over_budget``) and the next one is tried. A unit's tier is its
 strongest member retention, its rank and priority the members' highest, its
 cost their sum, its id the smallest member id.
 
+A unit is *examined* when the selection compares its exact cost with the
+budget left: a required unit, and a unit whose proven lower bound does not
+exceed the budget left at its turn (one whose bound does exceed it cannot
+fit, and is skipped unread). A manifest records the tokens of the rows of
+examined units only, so what it reports does not depend on how many costs
+were counted ahead, nor on costs that earlier packs over the same scope
+counted. When every candidate's cost is known already (a batch over one
+scope counts them all first), :func:`_select_known` makes the same choice
+with array operations.
+
 With a :class:`~cognoxium.packing._truncation.Cutter`, a unit with
 truncatable members that does not fit whole is cut to fit what is left, if
 it can be, when the selection reaches it; with ``overflow="truncate"``,
@@ -102,7 +112,8 @@ class Decisions:
     pack_position
         ``(n,)`` int64: a row's index in the pack, or ``UNSET``.
     tokens
-        ``(n,)`` int64: a row's cost in tokens, or ``UNSET`` when never counted.
+        ``(n,)`` int64: a row's cost in tokens, or ``UNSET`` when its unit was
+        not examined (see the module's notes).
     used_tokens
         Tokens of the included rows plus ``pack_overhead``.
     pack_overhead
@@ -267,6 +278,7 @@ def select_units(
     overhead = costs.profile.tokens_per_pack
     required = queue.order[: queue.n_required]
     costs.count(required)
+    costs.examined[required] = True
     required_cost = int(costs.cost[required].sum())
     if queue.n_required and required_cost + overhead > budget:
         rows, _ = costs.units.rows_of(required)
@@ -285,17 +297,16 @@ def select_units(
                 budget=budget,
             )
         required_cost = int(costs.cost[required].sum())
-    block_start, block_end = _blocks(tuple(key[queue.n_required :] for key in queue.keys))
-    chosen = _select(
-        costs,
-        queue.order[queue.n_required :],
-        block_start,
-        block_end,
-        queue.cheap,
-        queue.unit_ids,
-        budget - overhead - required_cost,
-        cutter,
-    )
+    rest = queue.order[queue.n_required :]
+    keys = tuple(key[queue.n_required :] for key in queue.keys)
+    remaining = budget - overhead - required_cost
+    if cutter is None and costs.knows(rest):
+        chosen: Any = _select_known(costs, rest, keys, queue.unit_ids, remaining)
+    else:
+        block_start, block_end = _blocks(keys)
+        chosen = _select(
+            costs, rest, block_start, block_end, queue.cheap, queue.unit_ids, remaining, cutter
+        )
     included = np.zeros(costs.units.n_units, dtype=bool)
     included[required] = True
     included[np.asarray(chosen, dtype=np.int64)] = True
@@ -337,12 +348,13 @@ def decide_rows(
     selected = np.flatnonzero(row_included)
     pack_position = np.full(len(reason), UNSET, dtype=np.int64)
     pack_position[selected] = np.arange(len(selected))
+    examined = costs.examined if units.unit_of_row is None else costs.examined[units.unit_of_row]
     return Decisions(
         reason=reason,
         included=row_included,
         selected=selected,
         pack_position=pack_position,
-        tokens=costs.row_tokens,
+        tokens=np.where(examined, costs.row_tokens, UNSET),
         used_tokens=int(costs.row_tokens[row_included].sum()) + pack_overhead,
         pack_overhead=pack_overhead,
     )
@@ -471,7 +483,8 @@ def _visit(
 def _take(
     costs: UnitCosts, unit: int, remaining: int, chosen: list[int], cutter: Cutter | None
 ) -> int:
-    """Choose ``unit`` (counted) if it fits whole or cut; return the remaining budget."""
+    """Examine ``unit`` (counted): choose it if it fits whole or cut; return the budget left."""
+    costs.examined[unit] = True
     cost = int(costs.cost[unit])
     if cost > remaining:
         cut = None if cutter is None else cutter.fit(unit, remaining)
@@ -516,7 +529,8 @@ def _select_block(
             i = k  # sorted by bound: nothing further in the block can fit
         if heap and (i == k or (heap[0][0], heap[0][1]) < (seq_bound[i], seq_id[i])):
             _, _, u = heapq.heappop(heap)
-            remaining = _take(costs, u, remaining, chosen, cutter)
+            if costs.bound[u] <= remaining:  # else it cannot fit any more: not examined
+                remaining = _take(costs, u, remaining, chosen, cutter)
             continue
         if i == k:
             break
@@ -528,3 +542,48 @@ def _select_block(
         heapq.heappush(heap, (int(costs.cost[seq[i]]), seq_id[i], int(seq[i])))
         i += 1
     return remaining
+
+
+def _select_known(
+    costs: UnitCosts,
+    order: np.ndarray,
+    keys: tuple[np.ndarray, ...],
+    unit_ids: np.ndarray,
+    remaining: int,
+) -> np.ndarray:
+    """:func:`_select` when every unit of ``order`` has a known cost, as array operations.
+
+    The units are put in the design's whole order (tier asc, rank desc,
+    priority desc, then cost asc and id asc); the longest head that fits is
+    taken at once, then each later unit that still fits, in order. A unit is
+    examined when its lower bound does not exceed the budget left at its
+    turn, as :func:`_select` examines it. Returns the chosen units, ``(c,)``
+    int64.
+    """
+    if len(order) == 0:
+        return order
+    costs.count(order)  # read from the costs known
+    costs.ensure_bounds(order)
+    tier, rank, priority = keys
+    cost = costs.cost[order]
+    # ~priority sorts priority descending without overflow.
+    by = np.lexsort((unit_ids[order], cost, ~priority.astype(np.int64), -rank, tier))
+    units, cost = order[by], cost[by]
+    taken = np.zeros(len(units), dtype=bool)
+    spent = np.cumsum(cost)
+    head = int(np.searchsorted(spent, remaining, side="right"))
+    taken[:head] = True
+    left = remaining - (int(spent[head - 1]) if head else 0)
+    fits = head + np.flatnonzero(cost[head:] <= left)  # the only ones that may still fit
+    least: Any = np.minimum.accumulate(cost[fits][::-1])[::-1].tolist()
+    for at, price, floor in zip(fits.tolist(), cost[fits].tolist(), least, strict=True):
+        if floor > left:
+            break  # nothing from here on fits
+        if price <= left:
+            taken[at] = True
+            left -= price
+    paid = np.where(taken, cost, 0)
+    before = remaining - (np.cumsum(paid) - paid)  # the budget left at each unit's turn
+    costs.examined[units[costs.bound[units] <= before]] = True
+    chosen: np.ndarray = units[taken]
+    return chosen

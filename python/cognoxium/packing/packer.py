@@ -52,7 +52,9 @@ candidates.
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
 :meth:`cognoxium.tokens.profiles.TokenProfile.lower_bound`) exceeds the remaining budget
-is skipped without counting. Such items are reported with ``tokens`` null.
+is skipped without counting. Such items are reported with ``tokens`` null;
+an item counted ahead but never compared with the budget left is too, so a
+manifest does not depend on how far ahead costs were counted.
 """
 
 from __future__ import annotations
@@ -534,8 +536,9 @@ class PackScope:
 
         A pack counts only the rows its selection reaches; a batch of many
         packs over one scope reaches most rows, so counting them all at once
-        is cheaper. The packs and manifests do not change: each pack still
-        records as counted only the rows its own selection reached.
+        is cheaper, and with every cost known a pack selects with array
+        operations. The packs and manifests do not change: each pack still
+        reports as counted only the rows its own selection examined.
         """
         if self._row_tokens is not None:
             return
