@@ -63,8 +63,9 @@ keys it infers), each comparison is checked before anything runs: text
 (``String`` and enumerations) compares with text, numbers with numbers,
 times with ``TIMESTAMP '...'`` or ``DATE '...'`` (a bare ``'2025-11-01'``
 is text); ``lower``, ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take
-text and read an enumeration column as its text; an enumeration compares
-only with the strings it can hold. A mismatch is refused with
+text and read an enumeration column as its text; an enumeration is
+compared for equality only with the strings it can hold, and ordered (``<``,
+``BETWEEN``) or against other text as its text. A mismatch is refused with
 a :class:`~cognoxium.exceptions.PredicateError` naming the clause, each side
 and its type, and what to write instead.
 
@@ -283,12 +284,19 @@ class _Lowering:
         node = _unparen(node)
         return isinstance(node, exp.Column | exp.Dot) and len(_names(self, node)) > 1
 
-    def comparable(self, clause: exp.Expr, left: exp.Expr, right: exp.Expr) -> None:
-        """Refuse a clause comparing values of two types Polars cannot compare."""
+    def comparable(
+        self, clause: exp.Expr, left: exp.Expr, right: exp.Expr, *, ordered: bool = False
+    ) -> None:
+        """Refuse a clause comparing values of two types Polars cannot compare.
+
+        An equality (not ``ordered``) of an enumeration with a string it
+        cannot hold is refused too: no row could match it.
+        """
         a, b = self.dtype(left), self.dtype(right)
         if comparable_types(a, b):
-            self.enumerated(clause, (left, a), right)
-            self.enumerated(clause, (right, b), left)
+            if not ordered:
+                self.enumerated(clause, (left, a), right)
+                self.enumerated(clause, (right, b), left)
             return
         hint = _mismatch_hint(self, (left, a), (right, b))
         raise self.error(
@@ -579,14 +587,41 @@ def _literal(low: _Lowering, node: exp.Expr) -> pl.Expr:
     return pl.lit(low.literal(node))
 
 
-def _comparison(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
+def _comparison(op: Callable[[pl.Expr, pl.Expr], pl.Expr], *, ordered: bool) -> Handler:
     def handle(low: _Lowering, node: exp.Expr) -> pl.Expr:
         low.only(node, "this", "expression")
         left, right = low.lower(node.this), low.lower(node.expression)
-        low.comparable(node, node.this, node.expression)
+        low.comparable(node, node.this, node.expression, ordered=ordered)
+        left, right = _compared(low, [(node.this, left), (node.expression, right)], ordered)
         return op(left, right)
 
     return handle
+
+
+def _compared(
+    low: _Lowering, operands: list[tuple[exp.Expr, pl.Expr]], ordered: bool
+) -> list[pl.Expr]:
+    """The lowered operands of a comparison, an enumeration read as its text where it must be.
+
+    An enumeration keeps its type only when compared for equality with
+    itself or with string literals (which it was checked to hold); ordered
+    (``<``, ``BETWEEN``), or against other text, it is read as its text, so
+    text order applies and no value is cast into the enumeration.
+    """
+    dtypes = [low.dtype(node) for node, _ in operands]
+    enums = [d for d in dtypes if isinstance(d, pl.Enum | pl.Categorical)]
+    others = [
+        _unparen(node)
+        for (node, _), dtype in zip(operands, dtypes, strict=True)
+        if _family(dtype) == "text" and dtype not in enums
+    ]
+    keep = not ordered and all(d == enums[0] for d in enums)
+    if keep and all(isinstance(n, exp.Literal) and n.is_string for n in others):
+        return [expr for _, expr in operands]
+    return [
+        _text(low, node) if dtype in enums else expr
+        for (node, expr), dtype in zip(operands, dtypes, strict=True)
+    ]
 
 
 def _logic(op: Callable[[pl.Expr, pl.Expr], pl.Expr]) -> Handler:
@@ -691,9 +726,11 @@ def _escape(low: _Lowering, node: exp.Expr) -> pl.Expr:
 
 def _between(low: _Lowering, node: exp.Expr) -> pl.Expr:
     low.only(node, "this", "low", "high")
-    target, start, end = (low.lower(node.args[name]) for name in ("this", "low", "high"))
-    low.comparable(node, node.this, node.args["low"])
-    low.comparable(node, node.this, node.args["high"])
+    nodes = [node.args[name] for name in ("this", "low", "high")]
+    lowered = [low.lower(n) for n in nodes]
+    low.comparable(node, node.this, node.args["low"], ordered=True)
+    low.comparable(node, node.this, node.args["high"], ordered=True)
+    target, start, end = _compared(low, list(zip(nodes, lowered, strict=True)), ordered=True)
     return target.is_between(start, end, closed="both")
 
 
@@ -766,12 +803,12 @@ _HANDLERS: Final[dict[type[exp.Expr], Handler]] = {
     exp.Literal: _literal,
     exp.Boolean: _literal,
     exp.Null: _literal,
-    exp.EQ: _comparison(lambda a, b: a == b),
-    exp.NEQ: _comparison(lambda a, b: a != b),
-    exp.LT: _comparison(lambda a, b: a < b),
-    exp.LTE: _comparison(lambda a, b: a <= b),
-    exp.GT: _comparison(lambda a, b: a > b),
-    exp.GTE: _comparison(lambda a, b: a >= b),
+    exp.EQ: _comparison(lambda a, b: a == b, ordered=False),
+    exp.NEQ: _comparison(lambda a, b: a != b, ordered=False),
+    exp.LT: _comparison(lambda a, b: a < b, ordered=True),
+    exp.LTE: _comparison(lambda a, b: a <= b, ordered=True),
+    exp.GT: _comparison(lambda a, b: a > b, ordered=True),
+    exp.GTE: _comparison(lambda a, b: a >= b, ordered=True),
     exp.And: _logic(lambda a, b: a & b),
     exp.Or: _logic(lambda a, b: a | b),
     exp.Not: _not,
