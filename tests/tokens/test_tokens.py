@@ -288,14 +288,13 @@ def test_count_cached_encodes_only_misses_once(
     clear_cache()
     profile.count_cached([sha("hello world")], ["hello world"])
     batches: list[list[str]] = []
-    original = profile.encoding.encode_ordinary_batch
+    original = tokens.token_lengths
 
-    def spy(texts: list[str]) -> list[list[int]]:
+    def spy(encoding: tokens.Encoder, texts: list[str]) -> np.ndarray:
         batches.append(list(texts))
-        result: list[list[int]] = original(texts)
-        return result
+        return original(encoding, texts)
 
-    monkeypatch.setattr(profile.encoding, "encode_ordinary_batch", spy)
+    monkeypatch.setattr(tokens, "token_lengths", spy)
     texts = ["hello world", "bye", "bye", "a b c"]
     counts = profile.count_cached([sha(text) for text in texts], texts)
     assert batches == [["bye", "a b c"]]
@@ -538,3 +537,20 @@ def test_tool_call_texts_are_the_id_and_each_calls_id_name_and_arguments() -> No
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     assert tool_call_texts({"role": "assistant", "tool_calls": [call]}) == ["c1", "f", "{}"]
     assert tool_call_texts({"role": "user", "content": "x"}) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=40), max_size=12),
+    long=st.lists(st.integers(0, 6_000), max_size=3),
+    name=st.sampled_from(["cl100k_base", "o200k_base", "approximate"]),
+)
+def test_token_lengths_are_the_batch_encoding_of_short_and_long_texts(
+    texts: list[str], long: list[int], name: str
+) -> None:
+    # Short texts are encoded one by one, long ones on tiktoken's threads: the same counts.
+    batch = texts + ["refund 👨‍👩‍👧‍👦 " * (n // 9) for n in long]
+    encoding = get_profile(name).encoding
+    expected = [len(ids) for ids in encoding.encode_ordinary_batch(batch)]
+    assert tokens.token_lengths(encoding, batch).tolist() == expected
+    assert tokens.token_lengths(encoding, batch).dtype == np.int64
