@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
 ==========  ===============================================================
 rank        subpackages
 ==========  ===============================================================
-0 base      ``exceptions``, ``_columns``, ``_workers``
+0 base      ``exceptions``, ``_columns``
 1 kernels   ``items``, ``tokens``, ``governance``, ``retrieval``
 2 engine    ``engine`` (plan nodes, optimizer rules, lowering)
 3 packing   ``packing`` (phases, pack, manifest)
@@ -35,7 +35,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "cognoxium"
 LAYERS: dict[str, int] = {
     "exceptions": 0,
     "_columns": 0,
-    "_workers": 0,
     "items": 1,
     "tokens": 1,
     "governance": 1,

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
-from datetime import UTC, datetime
-from typing import Any
 
 import polars as pl
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cognoxium.items.schema import conform
 from cognoxium.packing._manifest import InputHasher, input_fingerprint
-from cognoxium.packing.packer import PackScope
 from cognoxium.testing.strategies import frames_strategy
 
 
@@ -24,7 +19,7 @@ def joined_strings_fingerprint(df: pl.DataFrame) -> str:
     strings = []
     exprs = []
     for name in (
-        "id", "content_hash", "role", "retention", "priority", "rank", "trust",
+        "id", "content_hash", "role", "retention", "priority", "trust",
         "sensitivity", "created_at", "valid_from", "expires_at", "group_id",
     ):  # fmt: skip
         if name not in df.columns:
@@ -51,6 +46,9 @@ def joined_strings_fingerprint(df: pl.DataFrame) -> str:
         for start in range(0, len(column), 3):
             chunk = column.slice(start, 3).fill_null("").to_list()
             digest.update("".join(chunk).encode("utf-8"))
+    rank = df.get_column("rank")  # last
+    digest.update(b"\x1drank:null\x1e" + rank.is_null().to_numpy().astype("<i8").tobytes())
+    digest.update(b"\x1drank\x1e" + rank.fill_null(0).to_numpy().astype("<f8").tobytes())
     return digest.hexdigest()
 
 
@@ -68,7 +66,7 @@ def test_the_fingerprint_is_the_one_of_joined_python_strings(
 
 @settings(max_examples=25, deadline=None)
 @given(df=frames_strategy(min_size=1, max_size=10), data=st.data())
-def test_fingerprints_hashed_ahead_are_the_ones_hashed_in_place(
+def test_one_hasher_gives_each_rank_its_own_fingerprint(
     df: pl.DataFrame, data: st.DataObject
 ) -> None:
     n = df.height
@@ -78,65 +76,14 @@ def test_fingerprints_hashed_ahead_are_the_ones_hashed_in_place(
         for _ in range(3)
     ]
     hasher = InputHasher(df)
-    hasher.ahead([*ranks, ranks[0]])  # a rank given twice is hashed once
     expected = [joined_strings_fingerprint(df.with_columns(rank)) for rank in ranks]
-    # Taken in another order, and again once taken: each is the rank's own fingerprint.
     assert [hasher.digest(ranks[i]) for i in (2, 0, 1, 0)] == [expected[i] for i in (2, 0, 1, 0)]
-    # An equal Series that is another object is hashed in place, to the same value.
-    assert hasher.digest(ranks[1].clone()) == expected[1]
 
 
-def test_a_pack_scope_takes_the_fingerprints_hashed_ahead_and_its_manifests_do_not_change(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    df = conform(
-        pl.DataFrame(
-            {
-                "id": ["a", "b", "c"],
-                "role": ["user"] * 3,
-                "text": ["refund policy", "shipping times", "word " * 40],
-                "created_at": ["2024-01-01T00:00:00Z"] * 3,
-            }
-        )
-    )
-    when = datetime(2024, 6, 1, tzinfo=UTC)
-    ranks = [pl.Series("rank", r, pl.Float64) for r in ([1.0, 2.0, 3.0], [3.0, None, 1.0])]
-    alone = PackScope(df)
-    expected = [alone.pack(50, as_of=when, rank=rank).manifest.to_json() for rank in ranks]
-    ahead = PackScope(df)
-    ahead.fingerprint_ahead(ranks)
-
-    def hashed_again(self: InputHasher, rank: pl.Series) -> str:
-        raise AssertionError("the fingerprint was hashed again")
-
-    monkeypatch.setattr(InputHasher, "_digest", hashed_again)
-    assert [ahead.pack(50, as_of=when, rank=rank).manifest.to_json() for rank in ranks] == expected
-    with pytest.raises(AssertionError, match="hashed again"):  # taken once, not kept
-        ahead.pack(50, as_of=when, rank=ranks[0])
-
-
-def _hash_ahead_in_child(hasher: InputHasher, rank: pl.Series, out: Any) -> None:
-    hasher.ahead([rank])
-    out.put(hasher.digest(rank))
-
-
-@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
-def test_a_forked_process_hashes_ahead_on_its_own_thread() -> None:
-    # The parent's worker thread does not exist in a forked child: the child must
-    # start its own, not wait forever for work queued to a thread that is gone.
+def test_the_fingerprint_covers_every_row_of_the_rank() -> None:
     df = conform(pl.DataFrame({"id": ["a", "b"], "role": ["user"] * 2, "text": ["x", "y"]}))
-    first, second = (pl.Series("rank", r, pl.Float64) for r in ([2.0, 1.0], [1.0, 2.0]))
-    hasher = InputHasher(df)  # built here: Polars' own threads do not survive a fork either
-    hasher.ahead([first])
-    assert hasher.digest(first) == joined_strings_fingerprint(df.with_columns(first))
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    child = context.Process(target=_hash_ahead_in_child, args=(hasher, second, out))
-    child.start()
-    try:
-        assert out.get(timeout=60) == joined_strings_fingerprint(df.with_columns(second))
-    finally:
-        child.join(timeout=60)
-        if child.is_alive():
-            child.kill()
-    assert child.exitcode == 0
+    hasher = InputHasher(df)
+    ranks = ([1.0, 2.0], [2.0, 1.0], [1.0, None], [None, 1.0], [1.0, 0.0])
+    digests = {hasher.digest(pl.Series("rank", r, pl.Float64)) for r in ranks}
+    assert len(digests) == len(ranks)
+    assert hasher.digest(df.get_column("rank")) == input_fingerprint(df)

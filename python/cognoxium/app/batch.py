@@ -41,7 +41,6 @@ import difflib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -66,7 +65,6 @@ from pydantic import (
     field_validator,
 )
 
-from cognoxium._workers import worker
 from cognoxium.app._outputs import committed_output
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
@@ -1013,7 +1011,6 @@ class PreparedScope:
         """The scope's rows."""
         self.settings = settings
         self._pack: PackScope | None = None
-        self._counting: Future[None] | None = None
         self._ranks: dict[tuple[Any, ...], pl.Series | None] = {}
         self._bm25: tuple[list[str], tuple[str, str]] | None = None
 
@@ -1022,26 +1019,13 @@ class PreparedScope:
         """The scope as a frame (what :func:`rank_request` ranks)."""
         return CognitionFrame(self.df)
 
-    def start(self, request: Request) -> PackScope:
-        """Make the scope's :class:`PackScope` and start counting its rows' tokens.
-
-        The rows are counted once, on a worker thread (the tokenizer does
-        not hold the GIL), while the caller goes on, ranking the queries
-        say; :meth:`pack` waits for the counts. Errors name ``request``.
-        """
+    def pack(self, request: Request) -> PackScope:
+        """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""
         if self._pack is None:
             profile = self.settings.profile
             self._pack = _packing(request, lambda: PackScope(self.df, profile=profile))
-            self._counting = worker("count").submit(self._pack.count_tokens)
+            _packing(request, self._pack.count_tokens)  # the scope's token costs, once
         return self._pack
-
-    def pack(self, request: Request) -> PackScope:
-        """The scope's :class:`PackScope` with its rows counted (see :meth:`start`)."""
-        scope = self.start(request)
-        if self._counting is not None:
-            counting, self._counting = self._counting, None
-            _packing(request, counting.result)
-        return scope
 
     def rank(self, request: Request, as_of: datetime) -> pl.Series | None:
         """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
@@ -1066,23 +1050,6 @@ class PreparedScope:
         if method == "strategies":
             return (query, request.budget - request.reserve, as_of)
         return (query,) if method != "recency" else ()
-
-    def fingerprint_ahead(self, requests: Sequence[Request]) -> None:
-        """Start hashing the input fingerprints of the requests whose rank is known already.
-
-        See :meth:`PackScope.fingerprint_ahead
-        <cognoxium.packing.packer.PackScope.fingerprint_ahead>`; the packs
-        of ``requests`` then take them.
-        """
-        ranks: dict[int, pl.Series] = {}
-        for request in requests:
-            when = request.as_of if request.as_of is not None else self.settings.as_of
-            key = self._rank_key(request, when)
-            rank = None if key is None else self._ranks.get(key)
-            if rank is not None:
-                ranks[id(rank)] = rank
-        if ranks:
-            self.pack(requests[0]).fingerprint_ahead(list(ranks.values()))
 
     def rank_all(self, requests: Sequence[Request]) -> None:
         """Rank the new queries of ``requests`` at once, where the method allows (BM25).
@@ -1234,13 +1201,11 @@ def pack_scope(
     """Pack requests that share one scope (one ``where``), with the scope's work done once.
 
     The scope's rows, checks, rendering, exclusions, token counts, input
-    fingerprint and manifest columns are computed once (see
+    fingerprint up to the rank and manifest columns are computed once (see
     :class:`~cognoxium.packing.packer.PackScope`); each request's rank is
-    computed once per query, its selection runs over the scope's arrays,
-    the input fingerprints of the requests whose rank is known are hashed
-    on a worker thread meanwhile (see :meth:`PackScope.fingerprint_ahead
-    <cognoxium.packing.packer.PackScope.fingerprint_ahead>`), and the
-    manifests' entries are built as columns for all requests at once.
+    computed once per query, its selection runs over the scope's arrays
+    with every cost known, and the manifests' entries are built as columns
+    for all requests at once.
     Every pack and manifest equals what :meth:`CognitionFrame.pack
     <cognoxium.frame.CognitionFrame.pack>` gives for the request over
     :func:`rank_request`'s frame.
@@ -1297,9 +1262,7 @@ def pack_scope(
             )
     if prepared is None:
         prepared = PreparedScope(store, _scopes(store, requests[:1])[where], settings)
-    prepared.start(requests[0])
     _packing(requests[0], lambda: prepared.rank_all(requests))
-    _packing(requests[0], lambda: prepared.fingerprint_ahead(requests))
     outcomes: list[PackOutcome] = []
     latencies: list[float] = []
     for request in requests:

@@ -181,8 +181,8 @@ class UnitCosts:
         such a row's bound is at most that, since a cut may shorten it.
     known
         Bounds and costs found by earlier packs over the same frame, units,
-        profile and rendering: read before counting and filled with what
-        this one counts (``None``: count everything here).
+        profile and rendering: this pack starts from them and fills in
+        what it counts (``None``: count everything here).
     """
 
     def __init__(
@@ -200,9 +200,14 @@ class UnitCosts:
         self.tool_texts = rendering.chat.tool_texts
         self.fixed = rendering.framing + rendering.image_tokens
         self.units = units
-        self.row_tokens = np.full(len(self.content), UNSET, dtype=np.int64)
-        self.cost = np.full(units.n_units, UNSET, dtype=np.int64)
-        self.bound = np.full(units.n_units, UNSET, dtype=np.int64)
+        if known is None:
+            self.row_tokens = np.full(len(self.content), UNSET, dtype=np.int64)
+            self.cost = np.full(units.n_units, UNSET, dtype=np.int64)
+            self.bound = np.full(units.n_units, UNSET, dtype=np.int64)
+        else:  # a pack starts from what the earlier ones found
+            self.row_tokens = known.row_tokens.copy()
+            self.cost = known.cost.copy()
+            self.bound = known.bound.copy()
         self.examined = np.zeros(units.n_units, dtype=bool)
         self.batch = 256
         self.floor = floor
@@ -210,11 +215,6 @@ class UnitCosts:
     def ensure_bounds(self, units: np.ndarray) -> None:
         """Compute the lower bound of every unit of ``units`` (``(k,)`` int64) that lacks one."""
         units = units[self.bound[units] == UNSET]
-        if self.known is not None and len(units):
-            have = self.known.bound[units]
-            hit = have != UNSET
-            self.bound[units[hit]] = have[hit]
-            units = units[~hit]
         if len(units) == 0:
             return
         rows, starts = self.units.rows_of(units)
@@ -262,13 +262,6 @@ class UnitCosts:
     def count(self, units: np.ndarray) -> None:
         """Count the exact cost of every unit of ``units`` (``(k,)`` int64) not yet counted."""
         units = units[self.cost[units] == UNSET]
-        if self.known is not None and len(units):
-            hit = self.known.cost[units] != UNSET
-            if hit.any():
-                rows, _ = self.units.rows_of(units[hit])
-                self.row_tokens[rows] = self.known.row_tokens[rows]
-                self.cost[units[hit]] = self.known.cost[units[hit]]
-                units = units[~hit]
         if len(units) == 0:
             return
         rows, starts = self.units.rows_of(units)
@@ -280,17 +273,6 @@ class UnitCosts:
         if self.known is not None:
             self.known.row_tokens[rows] = self.row_tokens[rows]
             self.known.cost[units] = self.cost[units]
-
-    def knows(self, units: np.ndarray) -> bool:
-        """Whether the exact cost of every unit of ``units`` (``(k,)`` int64) is known.
-
-        Known here or to the earlier packs that share :attr:`known`; such
-        units cost nothing more to count.
-        """
-        unknown = self.cost[units] == UNSET
-        if self.known is not None:
-            unknown &= self.known.cost[units] == UNSET
-        return not unknown.any()
 
     def prefetch(self, order: np.ndarray, pos: int, remaining: int) -> None:
         """Count the next batch of uncounted units of ``order`` from ``pos`` on that may still fit.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -31,7 +30,6 @@ from cognoxium._columns import (
     REDACTIONS,
     UNREDACTED,
 )
-from cognoxium._workers import worker
 from cognoxium.items.model import canonical_json
 from cognoxium.packing._checks import Request
 from cognoxium.packing._exclusions import quarantine_expr
@@ -66,7 +64,6 @@ _FINGERPRINT_COLUMNS = (
     "role",
     "retention",
     "priority",
-    "rank",
     "trust",
     "sensitivity",
     "created_at",
@@ -74,6 +71,7 @@ _FINGERPRINT_COLUMNS = (
     "expires_at",
     "group_id",
 )
+"""The columns of the input fingerprint, in order; the ``rank`` column comes after them."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +350,8 @@ def input_fingerprint(df: pl.DataFrame) -> str:
     Column by column: a null mask, then numbers and times as little-endian
     int64/float64 bytes, enumerations as their codes in the schema's fixed
     value order, and strings as their UTF-8 byte lengths followed by their
-    bytes (see :class:`InputHasher`).
+    bytes; the ``rank`` column (null mask, then values) comes last (see
+    :class:`InputHasher`).
 
     Parameters
     ----------
@@ -370,9 +369,9 @@ def input_fingerprint(df: pl.DataFrame) -> str:
 class InputHasher:
     """The input fingerprint of a frame, hashed once up to its ``rank`` column.
 
-    The packs of a batch over one scope differ only in their rank, so the
-    bytes of every other column are made once and :meth:`digest` hashes
-    them around each pack's rank.
+    The fingerprint hashes the ``rank`` column last, so the packs of a batch
+    over one scope, which differ only in their rank, share the hash of every
+    other column: :meth:`digest` hashes only the rank onto a copy of it.
 
     Parameters
     ----------
@@ -385,8 +384,6 @@ class InputHasher:
         strings: list[str] = []
         schema = df.schema
         for name in _FINGERPRINT_COLUMNS:
-            if name == "rank":
-                continue
             col = pl.col(name)
             dtype = schema[name]
             exprs.append(col.is_null().alias(f"{name}:null"))
@@ -400,38 +397,14 @@ class InputHasher:
             else:
                 exprs.append(col.fill_null(0).alias(name))
         parts = df.select(exprs)
-        self._ahead: dict[int, tuple[pl.Series, Future[str]]] = {}
-        self.prefix = hashlib.sha256(f"rows={df.height}".encode())
-        """The digest of the columns before ``rank``."""
+        self.base = hashlib.sha256(f"rows={df.height}".encode())
+        """The digest of every column but ``rank``."""
+        for name in parts.columns:
+            self.base.update(_column_bytes(name, parts.get_column(name).to_numpy()))
+        for name in strings:
+            self.base.update(f"\x1d{name}:bytes\x1e".encode() + _utf8_bytes(df.get_column(name)))
         self.no_nulls = _column_bytes("rank:null", np.zeros(df.height, dtype=bool))
         """The rank's null mask when it has no null."""
-        self.suffix: list[bytes] = []
-        """The bytes of the columns after ``rank``, strings last."""
-        before = True
-        for name in parts.columns:
-            if name.startswith("trust"):
-                before = False
-            chunk = _column_bytes(name, parts.get_column(name).to_numpy())
-            if before:
-                self.prefix.update(chunk)
-            else:
-                self.suffix.append(chunk)
-        for name in strings:
-            self.suffix.append(f"\x1d{name}:bytes\x1e".encode() + _utf8_bytes(df.get_column(name)))
-
-    def ahead(self, ranks: Sequence[pl.Series]) -> None:
-        """Start hashing the frame with each of ``ranks`` on a worker thread, in order.
-
-        :meth:`digest` of one of these Series (the same object) then takes
-        the result instead of hashing again: hashlib hashes without holding
-        the GIL, so the caller's packs go on meanwhile. At most
-        :data:`_AHEAD_KEPT` results are kept; the oldest are dropped.
-        """
-        for rank in ranks:
-            exact = rank.cast(pl.Float64)
-            self._ahead[id(rank)] = (rank, worker("fingerprint").submit(self._digest, exact))
-        while len(self._ahead) > _AHEAD_KEPT:
-            del self._ahead[next(iter(self._ahead))]
 
     def digest(self, rank: pl.Series) -> str:
         """The input fingerprint of the frame with ``rank`` (``(n,)`` Float64) as its rank.
@@ -441,26 +414,14 @@ class InputHasher:
         str
             64 lowercase hex digits.
         """
-        started = self._ahead.pop(id(rank), None)
-        if started is not None and started[0] is rank:
-            return started[1].result()
-        return self._digest(rank)
-
-    def _digest(self, rank: pl.Series) -> str:
-        digest = self.prefix.copy()
+        digest = self.base.copy()
         if rank.null_count():
             digest.update(_column_bytes("rank:null", rank.is_null().to_numpy()))
             rank = rank.fill_null(0)
         else:
             digest.update(self.no_nulls)
         digest.update(_column_bytes("rank", rank.to_numpy()))
-        for chunk in self.suffix:
-            digest.update(chunk)
         return digest.hexdigest()
-
-
-_AHEAD_KEPT = 4_096
-"""Fingerprints hashed ahead that an :class:`InputHasher` keeps until they are asked for."""
 
 
 def _column_bytes(name: str, values: np.ndarray) -> bytes:
@@ -540,16 +501,20 @@ def _totals(basis: ManifestBasis, decisions: Decisions) -> ManifestTotals:
     n = basis.height
     included = len(decisions.selected)
     counted = int((decisions.tokens >= 0).sum())
-    by_reason = np.bincount(decisions.reason, minlength=len(REASONS))
+    by_reason = np.bincount(decisions.reason, minlength=len(REASONS)).tolist()
     return ManifestTotals(
         items=n,
         included=included,
         excluded=n - included,
         counted=counted,
         not_counted=n - counted,
-        by_reason={r.value: int(c) for r, c in sorted(zip(REASONS, by_reason, strict=True)) if c},
+        by_reason={name: by_reason[code] for name, code in _BY_NAME if by_reason[code]},
         redactions=basis.redactions,
     )
+
+
+_BY_NAME = sorted((reason.value, code) for code, reason in enumerate(REASONS))
+"""Each reason's name and code, in name order (the order of ``totals.by_reason``)."""
 
 
 def _redaction_totals(redactions: pl.Series) -> dict[str, int]:

@@ -15,8 +15,8 @@ fit, and is skipped unread). A manifest records the tokens of the rows of
 examined units only, so what it reports does not depend on how many costs
 were counted ahead, nor on costs that earlier packs over the same scope
 counted. When every candidate's cost is known already (a batch over one
-scope counts them all first), :func:`_select_known` makes the same choice
-with array operations.
+scope counts them all first), the queue is in the whole order and
+:func:`_select_known` makes the same choice with array operations.
 
 With a :class:`~cognoxium.packing._truncation.Cutter`, a unit with
 truncatable members that does not fit whole is cut to fit what is left, if
@@ -73,6 +73,9 @@ class Queue:
         that is not a candidate.
     n_required
         How many units of ``order`` (its head) are required.
+    whole
+        ``order`` is the whole selection order: every candidate's cost was
+        known, and cost asc, id asc order the units of equal keys.
     """
 
     order: np.ndarray
@@ -81,6 +84,7 @@ class Queue:
     cheap: np.ndarray
     unit_ids: np.ndarray
     n_required: int
+    whole: bool = False
 
     def without(self, dropped: np.ndarray) -> Queue:
         """The queue without the units marked in ``dropped`` (``(n_units,)`` bool)."""
@@ -94,6 +98,7 @@ class Queue:
             cheap=cheap,
             unit_ids=self.unit_ids,
             n_required=int((tier == 0).sum()),
+            whole=self.whole,
         )
 
 
@@ -136,8 +141,9 @@ def order_units(
     rendering: Rendering,
     rank: pl.Series | None = None,
     id_order: np.ndarray | None = None,
+    costs: np.ndarray | None = None,
 ) -> Queue:
-    """Sort the eligible units by tier, rank desc and priority desc.
+    """Sort the eligible units by tier, rank desc and priority desc (and cost and id, if known).
 
     Parameters
     ----------
@@ -156,6 +162,11 @@ def order_units(
     id_order
         ``(n,)`` int64: each row's place in the order of the ids (see
         :func:`ids_in_order`); ``None``: found here.
+    costs
+        ``(n_units,)`` int64: the units' exact costs in tokens, ``UNSET``
+        where not known (``None``: none is). When every candidate's is
+        known, cost asc and id asc order the units of equal keys too, and
+        the queue is ``whole``.
 
     Returns
     -------
@@ -207,7 +218,10 @@ def order_units(
         ranks = np.where(np.isnan(ranks), -np.inf, ranks)
         priority = priorities.to_numpy()[candidates]
         unit_cheap = rendering.cheap.to_numpy()[candidates]
-    ordering = _ordering(tier, ranks, priority)
+    ties = None
+    if costs is not None and not (costs[candidates] == UNSET).any():
+        ties = (costs[candidates], unit_ids[candidates])
+    ordering = _ordering(tier, ranks, priority, ties)
     cheap = np.zeros(units.n_units, dtype=np.int64)
     cheap[candidates] = unit_cheap
     sorted_tier = tier[ordering].astype(np.int64)
@@ -218,15 +232,27 @@ def order_units(
         cheap=cheap,
         unit_ids=unit_ids,
         n_required=int((sorted_tier == 0).sum()),
+        whole=ties is not None,
     )
 
 
-def _ordering(tier: np.ndarray, ranks: np.ndarray, priority: np.ndarray) -> np.ndarray:
-    """``(m,)`` int64: the order by tier asc, rank desc, priority desc; ties keep their order."""
+def _ordering(
+    tier: np.ndarray,
+    ranks: np.ndarray,
+    priority: np.ndarray,
+    ties: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """``(m,)`` int64: the order by tier asc, rank desc, priority desc, then ``ties``.
+
+    ``ties`` are the units' costs and id places, ``(m,)`` int64 each, to
+    order by cost asc and id asc after the keys; ``None``: ties keep their order.
+    """
+    after = () if ties is None else (ties[1], ties[0])
     if len(tier) and tier.min() == tier.max() and priority.min() == priority.max():
-        return np.argsort(-ranks, kind="stable")  # the usual case: rank alone decides
+        # The usual case: rank alone decides.
+        return np.lexsort((*after, -ranks)) if after else np.argsort(-ranks, kind="stable")
     # ~priority sorts priority descending without overflow.
-    return np.lexsort((~priority.astype(np.int64), -ranks, tier))
+    return np.lexsort((*after, ~priority.astype(np.int64), -ranks, tier))
 
 
 def ids_in_order(df: pl.DataFrame) -> np.ndarray:
@@ -298,12 +324,11 @@ def select_units(
             )
         required_cost = int(costs.cost[required].sum())
     rest = queue.order[queue.n_required :]
-    keys = tuple(key[queue.n_required :] for key in queue.keys)
     remaining = budget - overhead - required_cost
-    if cutter is None and costs.knows(rest):
-        chosen: Any = _select_known(costs, rest, keys, queue.unit_ids, remaining)
+    if cutter is None and queue.whole:
+        chosen: Any = _select_known(costs, rest, remaining)
     else:
-        block_start, block_end = _blocks(keys)
+        block_start, block_end = _blocks(tuple(key[queue.n_required :] for key in queue.keys))
         chosen = _select(
             costs, rest, block_start, block_end, queue.cheap, queue.unit_ids, remaining, cutter
         )
@@ -544,32 +569,21 @@ def _select_block(
     return remaining
 
 
-def _select_known(
-    costs: UnitCosts,
-    order: np.ndarray,
-    keys: tuple[np.ndarray, ...],
-    unit_ids: np.ndarray,
-    remaining: int,
-) -> np.ndarray:
-    """:func:`_select` when every unit of ``order`` has a known cost, as array operations.
+def _select_known(costs: UnitCosts, order: np.ndarray, remaining: int) -> np.ndarray:
+    """:func:`_select` over a whole order (every unit's cost known), as array operations.
 
-    The units are put in the design's whole order (tier asc, rank desc,
-    priority desc, then cost asc and id asc); the longest head that fits is
-    taken at once, then each later unit that still fits, in order. A unit is
-    examined when its lower bound does not exceed the budget left at its
-    turn, as :func:`_select` examines it. Returns the chosen units, ``(c,)``
-    int64.
+    ``order`` is the design's whole order (tier asc, rank desc, priority
+    desc, cost asc, id asc; see :attr:`Queue.whole`). The longest head that
+    fits is taken at once, then each later unit that still fits, in order.
+    A unit is examined when its lower bound does not exceed the budget left
+    at its turn, as :func:`_select` examines it. Returns the chosen units,
+    ``(c,)`` int64.
     """
     if len(order) == 0:
         return order
-    costs.count(order)  # read from the costs known
     costs.ensure_bounds(order)
-    tier, rank, priority = keys
     cost = costs.cost[order]
-    # ~priority sorts priority descending without overflow.
-    by = np.lexsort((unit_ids[order], cost, ~priority.astype(np.int64), -rank, tier))
-    units, cost = order[by], cost[by]
-    taken = np.zeros(len(units), dtype=bool)
+    taken = np.zeros(len(order), dtype=bool)
     spent = np.cumsum(cost)
     head = int(np.searchsorted(spent, remaining, side="right"))
     taken[:head] = True
@@ -584,6 +598,6 @@ def _select_known(
             left -= price
     paid = np.where(taken, cost, 0)
     before = remaining - (np.cumsum(paid) - paid)  # the budget left at each unit's turn
-    costs.examined[units[costs.bound[units] <= before]] = True
-    chosen: np.ndarray = units[taken]
+    costs.examined[order[costs.bound[order] <= before]] = True
+    chosen: np.ndarray = order[taken]
     return chosen

@@ -479,16 +479,25 @@ class PackScope:
         return int(np.count_nonzero(self._validity_changes <= micros))
 
     def _queue(
-        self, request: Request, rows: Exclusions, units: Units, rank: pl.Series | None
+        self,
+        request: Request,
+        rows: Exclusions,
+        units: Units,
+        rank: pl.Series | None,
+        costs: UnitCosts,
     ) -> Queue:
         """The candidate units in selection order; kept for the rows' own rank (``None``)."""
         if rank is not None:
-            return order_units(self.df, rows, units, self._lowered, rank, self._id_order)
+            return order_units(
+                self.df, rows, units, self._lowered, rank, self._id_order, costs.cost
+            )
         key = (self._validity_span(request.as_of), request.turns)
         queue = self._queues.get(key)
         if queue is None:
             own = self.df.get_column("rank")
-            queue = order_units(self.df, rows, units, self._lowered, own, self._id_order)
+            queue = order_units(
+                self.df, rows, units, self._lowered, own, self._id_order, costs.cost
+            )
             self._queues[key] = queue
         return queue
 
@@ -548,21 +557,6 @@ class PackScope:
         self._row_tokens = costs.row_tokens
         self._known.clear()
 
-    def fingerprint_ahead(self, ranks: Sequence[pl.Series]) -> None:
-        """Start hashing the input fingerprints of packs with these ranks, on a worker thread.
-
-        For a caller that knows the ranks of its next packs: an
-        :meth:`outcome` with one of these Series (the same object) as its
-        ``rank`` takes the fingerprint hashed meanwhile. The manifests do
-        not change.
-
-        Parameters
-        ----------
-        ranks
-            ``(n,)`` Float64 Series, in the order the packs will come.
-        """
-        self._basis.hasher.ahead(ranks)
-
     def outcome(
         self,
         budget: int,
@@ -618,10 +612,10 @@ class PackScope:
                 rank = rank.cast(pl.Float64).alias("rank")
             check_rank(rank, df.get_column("id"))
         rows, units = self._exclusions(request)
-        queue = self._queue(request, rows, units, rank)
+        costs = self._costs(units, request.turns)
+        queue = self._queue(request, rows, units, rank, costs)
         if rank is None:
             rank = df.get_column("rank")
-        costs = self._costs(units, request.turns)
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
