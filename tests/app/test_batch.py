@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
+from cognoxium.app import batch as batch_module
 from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.exceptions import BudgetError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
@@ -666,3 +668,33 @@ def test_a_manifest_write_error_fails_the_batch_and_commits_nothing(
     with pytest.raises(OSError, match="No space left on device"):
         run_batch(store(), requests, out_dir=out, as_of=AS_OF)
     assert {name: (out / name).read_bytes() for name in before} == before  # untouched
+
+
+def test_a_batch_freezes_the_older_heap_while_it_runs_and_leaves_it_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Objects made before the batch are out of its garbage collections; after it,
+    # and after a failed one, the process's collector is as it was.
+    seen: list[int] = []
+    packing = batch_module.pack_scope
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.get_freeze_count())
+        return packing(*args, **kwargs)
+
+    monkeypatch.setattr(batch_module, "pack_scope", spy)
+    requests = [Request(id="r1", budget=60, query="refund")]
+    run_batch(store(), requests, out_dir=tmp_path / "a", rank="bm25", as_of=AS_OF)
+    assert len(seen) == 1
+    assert seen[0] > 0
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(BudgetError):
+        run_batch(store(), [Request(id="r2", budget=5)], out_dir=tmp_path / "b", as_of=AS_OF)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a process that froze its own objects keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        run_batch(store(), requests, out_dir=tmp_path / "c", rank="bm25", as_of=AS_OF)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
