@@ -32,7 +32,7 @@ wall-clock seconds on a shared machine (2 cores shared with other work), so
 compare the ratios, taken within one run.
 
 Usage: ``python benchmarks/bench_batch.py [--locomo PATH] [--budget 1024]
-[--repeats 3] [--single-repeats 200] [--single-only] [--profile]``; the LoCoMo
+[--repeats 5] [--single-repeats 200] [--single-only] [--profile]``; the LoCoMo
 file defaults to ``$COGNOXIUM_LOCOMO``, else
 ``../shared/data/locomo/locomo7.json``. ``--single-only`` runs the
 single-pack section alone and keeps the other results of ``batch.json``.
@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--budget", type=int, default=1024)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--single-repeats", type=int, default=200)
     parser.add_argument(
         "--single-only",
