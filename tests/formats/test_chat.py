@@ -310,7 +310,13 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
             [{"role": "assistant", "tool_calls": [{"type": "function", "function": {}}]}],
             0,
             "tool_calls[0].id",
-            "non-empty string",
+            "non-blank string",
+        ),
+        (
+            [{"role": "assistant", "tool_calls": [call(" ", "f", {})]}],
+            0,
+            "tool_calls[0].id",
+            "non-blank string, got ' '",
         ),
         (
             [{"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {}}]}],
@@ -353,7 +359,8 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
             "tool_calls[0].id",
             "already declared",
         ),
-        ([{"role": "tool", "content": "1"}], 0, "tool_call_id", "non-empty string"),
+        ([{"role": "tool", "content": "1"}], 0, "tool_call_id", "non-blank string"),
+        ([{"role": "tool", "content": "1", "tool_call_id": "\t"}], 0, "tool_call_id", "non-blank"),
     ],
 )
 def test_malformed_messages_name_the_index_and_field(

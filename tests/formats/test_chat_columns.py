@@ -361,3 +361,12 @@ def test_a_history_that_runs_past_the_year_9999_is_a_record_error() -> None:
     assert str(got.value) == str(expected.value)
     assert (got.value.row, got.value.field) == (1, "created_at")
     assert "years 1 to 9999" in got.value.message
+
+
+@pytest.mark.parametrize("conversation_id", ["", " ", "\t\n"])
+def test_a_blank_conversation_id_is_refused_by_both_conversions(conversation_id: str) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    for convert in (openai_messages_to_items, from_openai_messages):
+        with pytest.raises(RecordError, match="non-blank string") as error:
+            convert(messages, conversation_id=conversation_id)
+        assert error.value.field == "conversation_id"

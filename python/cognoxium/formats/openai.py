@@ -281,8 +281,8 @@ def _tool_calls(value: Any, index: int, where: MessageLocation) -> list[dict[str
         if extra:
             raise where.error(index, f"{at}.{extra[0]}", "unknown key in a tool call")
         call_id = call.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            raise where.error(index, f"{at}.id", f"must be a non-empty string, got {call_id!r}")
+        if not isinstance(call_id, str) or not call_id.strip():
+            raise where.error(index, f"{at}.id", f"must be a non-blank string, got {call_id!r}")
         if call_id in seen:
             raise where.error(index, f"{at}.id", f"tool call id {call_id!r} appears twice")
         seen.add(call_id)
@@ -326,10 +326,10 @@ class _CallLedger:
 def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> datetime:
     """Check ``conversation_id`` and ``start``; return the start time (``CHAT_EPOCH`` if None)."""
     if conversation_id is not None and (
-        not isinstance(conversation_id, str) or not conversation_id
+        not isinstance(conversation_id, str) or not conversation_id.strip()
     ):
         raise RecordError(
-            f"must be a non-empty string, got {conversation_id!r}",
+            f"must be a non-blank string, got {conversation_id!r}",
             source=where.source,
             field="conversation_id",
         )
@@ -399,8 +399,8 @@ def _tool_result_group(
 ) -> tuple[str, str]:
     """Check a tool result's ``tool_call_id``; return it and its call's group id."""
     call_id = message.get("tool_call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise where.error(index, "tool_call_id", f"must be a non-empty string, got {call_id!r}")
+    if not isinstance(call_id, str) or not call_id.strip():
+        raise where.error(index, "tool_call_id", f"must be a non-blank string, got {call_id!r}")
     if call_id not in ledger.group_of:
         raise where.error(
             index,
