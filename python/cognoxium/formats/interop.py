@@ -254,7 +254,8 @@ def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> bool:
     roles = list(map(plain.get, kinds))
     if None in roles or any(map(attrgetter("additional_kwargs"), rows)):
         return False
-    if any(m.tool_calls for m, kind in zip(rows, kinds, strict=True) if kind is lc.AIMessage):
+    replies = [m for m, kind in zip(rows, kinds, strict=True) if kind is lc.AIMessage]
+    if any(map(attrgetter("tool_calls"), replies)):
         return False
     texts = list(map(attrgetter("content"), rows))
     names = [name or None for name in map(attrgetter("name"), rows)]
