@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.items.schema import records_to_frame
-from cognoxium.packing.packer import PackScope, pack
-from cognoxium.tokens.profiles import clear_cache
+from cognoxium.packing.packer import CHAT_ROLES, PackScope, pack
+from cognoxium.tokens.profiles import clear_cache, get_profile
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
+CL100K = get_profile("cl100k_base")
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 # Equal texts give equal costs (ties broken by id); "a" * 200 costs far above its lower
 # bound, so a unit can be examined (bound fits) and still be left out (cost does not).
@@ -67,13 +68,13 @@ class Options:
 
 
 @st.composite
-def rows(draw: st.DrawFn, truncatable: bool = False) -> pl.DataFrame:
+def rows(draw: st.DrawFn, truncatable: bool = False, plain: bool = False) -> pl.DataFrame:
     """Items with groups, tiers, priority and rank ties, NaN, nulls, ±0.0, validity, tool calls."""
     n = draw(st.integers(0, 16))
     records: list[dict[str, Any]] = []
     ranks: list[float | None] = []
     for i in range(n):
-        role = draw(st.sampled_from([*ROLES, "tool_call", "tool_result"]))
+        role = draw(st.sampled_from(ROLES if plain else [*ROLES, "tool_call", "tool_result"]))
         record: dict[str, Any] = {
             "id": draw(st.sampled_from(["a", "b", "c"])) + str(i),
             "role": role,
@@ -212,3 +213,84 @@ def test_a_zero_rank_and_a_negative_zero_rank_tie(budget: int) -> None:
         ]
     ).with_columns(pl.Series("rank", [0.0, -0.0, 0.0], dtype=pl.Float64))
     assert_known_costs_change_nothing(df, Options(budget=budget), Options(budget=budget))
+
+
+def reference_examined(
+    df: pl.DataFrame, budget: int
+) -> tuple[list[str], dict[str, int | None]] | type[Exception]:
+    """The design's rule written plainly, for text items without tools or cuts.
+
+    Every cost is counted, units are sorted by (tier, rank desc, priority desc, cost,
+    id) and taken greedily; a unit is examined when required or when its lower bound
+    (framing plus the profile's bound of its text) does not exceed the budget left at
+    its turn. Returns the packed ids and each item's reported tokens, or the error
+    expected: a required item in a group that cannot be packed, or required items
+    over the budget.
+    """
+    profile = CL100K
+    records = df.with_columns(
+        bound=profile.lower_bound(pl.col("text").fill_null("")),
+        valid=pl.col("expires_at").is_null() | (pl.col("expires_at") > AS_OF),
+        started=pl.col("valid_from").is_null() | (pl.col("valid_from") <= AS_OF),
+    ).to_dicts()
+    cost: dict[str, int] = {}
+    bound: dict[str, int] = {}
+    units: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        framing = profile.framing(CHAT_ROLES[r["role"]])
+        cost[r["id"]] = framing + len(profile.encoding.encode_ordinary(r["text"] or ""))
+        bound[r["id"]] = framing + int(r["bound"])
+        units.setdefault(r["group_id"] or "\x00" + r["id"], []).append(r)
+    tiers = {"required": 0, "preferred": 1, "optional": 2}
+    keyed = []
+    for members in units.values():
+        if not all(m["valid"] and m["started"] for m in members):
+            if any(m["retention"] == "required" and m["valid"] and m["started"] for m in members):
+                return PackError
+            continue  # expired, not yet valid, or a group with such a member
+        ranks = [m["rank"] for m in members if m["rank"] is not None and m["rank"] == m["rank"]]
+        ids = [str(m["id"]) for m in members]
+        total = sum(cost[i] for i in ids)
+        key = (
+            min(tiers[str(m["retention"])] for m in members),
+            -max(ranks, default=float("-inf")),
+            -max(int(m["priority"]) for m in members),
+            total,
+            min(i.encode() for i in ids),
+        )
+        keyed.append((key, ids, total, sum(bound[i] for i in ids)))
+    keyed.sort(key=lambda k: k[0])
+    required = [k for k in keyed if k[0][0] == 0]
+    left = budget - profile.tokens_per_pack - sum(k[2] for k in required)
+    if required and left < 0:
+        return BudgetError
+    chosen = {i for k in required for i in k[1]}
+    tokens: dict[str, int | None] = {str(r["id"]): None for r in records}
+    tokens.update({i: cost[i] for k in required for i in k[1]})
+    for _, ids, total, least in (k for k in keyed if k[0][0] != 0):
+        if least <= left:
+            tokens.update({i: cost[i] for i in ids})
+        if total <= left:
+            chosen.update(ids)
+            left -= total
+    return [str(r["id"]) for r in records if r["id"] in chosen], tokens
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows(plain=True), st.integers(0, 300))
+def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, budget: int) -> None:
+    expected = reference_examined(df, budget)
+    clear_cache()
+    scope = PackScope(df)
+    scope.count_tokens()
+    for result in (lambda: pack(df, budget, as_of=AS_OF), lambda: scope.pack(budget, as_of=AS_OF)):
+        if isinstance(expected, type):
+            with pytest.raises(expected):
+                result()
+            continue
+        packed = result()
+        entries = packed.manifest.to_polars()
+        assert (packed.ids, dict(entries.select("id", "tokens").iter_rows())) == expected
+        counted = sum(t is not None for t in expected[1].values())
+        assert packed.manifest.totals.counted == counted
+        assert packed.manifest.totals.not_counted == df.height - counted
