@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.schema import records_to_frame
 from cognoxium.packing.packer import CHAT_ROLES, PackScope, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
@@ -91,6 +92,11 @@ def rows(draw: st.DrawFn, truncatable: bool = False, plain: bool = False) -> pl.
         elif role == "tool_result":
             record["role"] = "tool"
             record["metadata"] = {"tool_call_id": "c1"}
+        elif not plain and role in ("user", "assistant") and draw(st.integers(0, 4)) == 0:
+            record["metadata"] = {"name": draw(st.sampled_from(["ann", "Bob_2"]))}
+        if not plain:
+            record["trust"] = draw(st.sampled_from(["trusted", "trusted", "untrusted"]))
+            record["sensitivity"] = draw(st.sampled_from(["internal"] * 5 + ["restricted"]))
         validity = draw(st.sampled_from(["valid"] * 6 + ["expired", "not_yet_valid"]))
         if validity == "expired":
             record["expires_at"] = AS_OF - timedelta(days=1)
@@ -129,16 +135,18 @@ def outcome(call: Any) -> tuple[str, Any]:
     return "pack", (result.ids, result.used_tokens, result.manifest.to_json())
 
 
-def assert_known_costs_change_nothing(df: pl.DataFrame, opts: Options, other: Options) -> None:
+def assert_known_costs_change_nothing(
+    df: pl.DataFrame, opts: Options, other: Options, policy: BoundaryPolicy | None = None
+) -> None:
     clear_cache()
-    cold = outcome(lambda: pack(df, opts.budget, **opts.kwargs()))
-    counted = PackScope(df)
+    cold = outcome(lambda: pack(df, opts.budget, policy=policy, **opts.kwargs()))
+    counted = PackScope(df, policy=policy)
     counted.count_tokens()
     assert outcome(lambda: counted.pack(opts.budget, **opts.kwargs())) == cold
     assert outcome(lambda: counted.pack(opts.budget, **opts.kwargs())) == cold
     # A scope that earlier packs (another budget and options, a reversed rank) left with
     # some costs known, and one that counts them all only afterwards.
-    warm = PackScope(df)
+    warm = PackScope(df, policy=policy)
     outcome(lambda: warm.pack(other.budget, **other.kwargs()))
     flipped = -df.get_column("rank")
     outcome(lambda: warm.pack(other.budget, rank=flipped, **other.kwargs()))
@@ -151,19 +159,24 @@ def assert_known_costs_change_nothing(df: pl.DataFrame, opts: Options, other: Op
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows(), options(), options())
+@given(rows(), options(), options(), st.sampled_from([None, BoundaryPolicy()]))
 def test_counted_ahead_and_cold_packs_agree(
-    df: pl.DataFrame, opts: Options, other: Options
+    df: pl.DataFrame, opts: Options, other: Options, policy: BoundaryPolicy | None
 ) -> None:
-    assert_known_costs_change_nothing(df, opts, other)
+    assert_known_costs_change_nothing(df, opts, other, policy)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows(truncatable=True), options(overflow=True), options(overflow=True))
+@given(
+    rows(truncatable=True),
+    options(overflow=True),
+    options(overflow=True),
+    st.sampled_from([None, BoundaryPolicy()]),
+)
 def test_counted_ahead_and_cold_packs_agree_with_truncatable_items(
-    df: pl.DataFrame, opts: Options, other: Options
+    df: pl.DataFrame, opts: Options, other: Options, policy: BoundaryPolicy | None
 ) -> None:
-    assert_known_costs_change_nothing(df, opts, other)
+    assert_known_costs_change_nothing(df, opts, other, policy)
 
 
 def large_frame(seed: int, n: int) -> pl.DataFrame:
