@@ -24,7 +24,7 @@ from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.schema import records_to_frame
 from cognoxium.packing.packer import CHAT_ROLES, PackScope, pack
-from cognoxium.tokens.profiles import clear_cache, get_profile
+from cognoxium.tokens.profiles import PROFILE_NAMES, clear_cache, get_profile
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 CL100K = get_profile("cl100k_base")
@@ -136,17 +136,21 @@ def outcome(call: Any) -> tuple[str, Any]:
 
 
 def assert_known_costs_change_nothing(
-    df: pl.DataFrame, opts: Options, other: Options, policy: BoundaryPolicy | None = None
+    df: pl.DataFrame,
+    opts: Options,
+    other: Options,
+    policy: BoundaryPolicy | None = None,
+    profile: str = "cl100k_base",
 ) -> None:
     clear_cache()
-    cold = outcome(lambda: pack(df, opts.budget, policy=policy, **opts.kwargs()))
-    counted = PackScope(df, policy=policy)
+    cold = outcome(lambda: pack(df, opts.budget, policy=policy, profile=profile, **opts.kwargs()))
+    counted = PackScope(df, policy=policy, profile=profile)
     counted.count_tokens()
     assert outcome(lambda: counted.pack(opts.budget, **opts.kwargs())) == cold
     assert outcome(lambda: counted.pack(opts.budget, **opts.kwargs())) == cold
     # A scope that earlier packs (another budget and options, a reversed rank) left with
     # some costs known, and one that counts them all only afterwards.
-    warm = PackScope(df, policy=policy)
+    warm = PackScope(df, policy=policy, profile=profile)
     outcome(lambda: warm.pack(other.budget, **other.kwargs()))
     flipped = -df.get_column("rank")
     outcome(lambda: warm.pack(other.budget, rank=flipped, **other.kwargs()))
@@ -159,11 +163,17 @@ def assert_known_costs_change_nothing(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows(), options(), options(), st.sampled_from([None, BoundaryPolicy()]))
+@given(
+    rows(),
+    options(),
+    options(),
+    st.sampled_from([None, BoundaryPolicy()]),
+    st.sampled_from(PROFILE_NAMES),
+)
 def test_counted_ahead_and_cold_packs_agree(
-    df: pl.DataFrame, opts: Options, other: Options, policy: BoundaryPolicy | None
+    df: pl.DataFrame, opts: Options, other: Options, policy: BoundaryPolicy | None, profile: str
 ) -> None:
-    assert_known_costs_change_nothing(df, opts, other, policy)
+    assert_known_costs_change_nothing(df, opts, other, policy, profile)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
