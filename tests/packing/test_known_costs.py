@@ -77,7 +77,7 @@ def rows(draw: st.DrawFn, truncatable: bool = False, plain: bool = False) -> pl.
     for i in range(n):
         role = draw(st.sampled_from(ROLES if plain else [*ROLES, "tool_call", "tool_result"]))
         record: dict[str, Any] = {
-            "id": draw(st.sampled_from(["a", "b", "c"])) + str(i),
+            "id": draw(st.sampled_from(["a", "b", "Z", "é", "日", "a\u0301"])) + str(i),
             "role": role,
             "text": draw(st.sampled_from(TEXTS)),
             "retention": draw(st.sampled_from(RETENTIONS)),
