@@ -103,8 +103,8 @@ def rows(draw: st.DrawFn, truncatable: bool = False, plain: bool = False) -> pl.
         elif validity == "not_yet_valid":
             record["valid_from"] = AS_OF + timedelta(days=1)
         if truncatable and record["text"] and draw(st.booleans()):
-            mark = {"side": draw(st.sampled_from(["head", "tail"])), "min_tokens": 1}
-            mark["min_tokens"] = draw(st.integers(1, 12))
+            side = draw(st.sampled_from(["head", "tail"]))
+            mark = {"side": side, "min_tokens": draw(st.integers(1, 12))}
             record["metadata"] = {**record["metadata"], "truncate": mark}
         records.append(record)
         ranks.append(draw(st.sampled_from(RANKS)))
