@@ -629,3 +629,39 @@ def test_an_enumeration_compares_as_its_text_when_ordered_or_against_other_text(
 ) -> None:
     rows = MIXED_TYPES.with_row_index("i").filter(parse_predicate(text, MIXED_TYPES.schema))
     assert rows.get_column("i").to_list() == kept
+
+
+TEXT_OPERANDS = st.sampled_from(
+    ["e", "c", "s", "lower(e)", "upper(s)", "'user'", "'tool'", "'u'", "'zzz'", "'Ba'", "NULL"]
+)
+
+
+@st.composite
+def text_comparison(draw: st.DrawFn) -> str:
+    a, b, c = draw(TEXT_OPERANDS), draw(TEXT_OPERANDS), draw(TEXT_OPERANDS)
+    shape = draw(
+        st.sampled_from(
+            ["{a} = {b}", "{a} <> {b}", "{a} < {b}", "{a} >= {b}", "{a} BETWEEN {b} AND {c}"]
+        )
+    )
+    return shape.format(a=a, b=b, c=c)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(text_comparison(), min_size=1, max_size=2), st.sampled_from([" AND ", " OR "]))
+def test_an_accepted_comparison_of_enumerations_keeps_the_rows_their_text_keeps(
+    clauses: list[str], join: str
+) -> None:
+    # An enumeration (e) and a categorical (c) compare as their text, except that an
+    # equality with a string they cannot hold is refused: where accepted, the rows kept
+    # are those the same predicate keeps with both columns cast to String.
+    typed = MIXED_TYPES.with_columns(c=pl.col("e").cast(pl.Categorical))
+    text = typed.with_columns(pl.col("e", "c").cast(pl.String))
+    predicate = join.join(clauses)
+    try:
+        expr = parse_predicate(predicate, typed.schema)
+    except PredicateError:
+        return
+    kept = typed.with_row_index("i").filter(expr).get_column("i").to_list()
+    as_text = parse_predicate(predicate, text.schema)
+    assert kept == text.with_row_index("i").filter(as_text).get_column("i").to_list()

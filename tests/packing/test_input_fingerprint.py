@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import struct
+from datetime import UTC, datetime
 
+import numpy as np
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cognoxium.items.schema import conform
 from cognoxium.packing._manifest import InputHasher, input_fingerprint
+from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import frames_strategy
 
 
@@ -48,7 +53,9 @@ def joined_strings_fingerprint(df: pl.DataFrame) -> str:
             digest.update("".join(chunk).encode("utf-8"))
     rank = df.get_column("rank")  # last
     digest.update(b"\x1drank:null\x1e" + rank.is_null().to_numpy().astype("<i8").tobytes())
-    digest.update(b"\x1drank\x1e" + rank.fill_null(0).to_numpy().astype("<f8").tobytes())
+    values = rank.fill_null(0).to_numpy()
+    values = np.where(np.isnan(values), np.nan, values)  # one NaN, whatever its bits
+    digest.update(b"\x1drank\x1e" + values.astype("<f8").tobytes())
     return digest.hexdigest()
 
 
@@ -87,3 +94,30 @@ def test_the_fingerprint_covers_every_row_of_the_rank() -> None:
     digests = {hasher.digest(pl.Series("rank", r, pl.Float64)) for r in ranks}
     assert len(digests) == len(ranks)
     assert hasher.digest(df.get_column("rank")) == input_fingerprint(df)
+
+
+def test_every_nan_rank_hashes_alike() -> None:
+    # float("nan"), inf * 0 (the processor's default NaN, sign bit set) and a NaN with a
+    # payload differ only in bits no rank comparison reads: each is unranked and recorded
+    # as null, so the fingerprint, and with it the manifest, must be the same.
+    df = conform(pl.DataFrame({"id": ["a", "b"], "role": ["user"] * 2, "text": ["x", "y"]}))
+    nans = [
+        float("nan"),
+        float("inf") * 0,
+        struct.unpack("<d", b"\x01" + b"\x00" * 5 + b"\xf8\x7f")[0],
+    ]
+    assert all(math.isnan(nan) for nan in nans)
+    assert len({struct.pack("<d", nan) for nan in nans}) == len(nans)
+    digests = {input_fingerprint(df.with_columns(pl.Series("rank", [1.0, nan]))) for nan in nans}
+    assert len(digests) == 1
+    when = datetime(2024, 6, 1, tzinfo=UTC)
+    manifests = {
+        pack(df.with_columns(pl.Series("rank", [1.0, nan])), 50, as_of=when).manifest.to_json()
+        for nan in nans
+    }
+    assert len(manifests) == 1
+    # NaN is still told from a null, and from any number.
+    others = ([1.0, None], [1.0, 0.0], [float("nan"), 1.0])
+    assert digests.isdisjoint(
+        input_fingerprint(df.with_columns(pl.Series("rank", r, pl.Float64))) for r in others
+    )

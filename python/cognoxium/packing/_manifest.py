@@ -350,8 +350,8 @@ def input_fingerprint(df: pl.DataFrame) -> str:
     Column by column: a null mask, then numbers and times as little-endian
     int64/float64 bytes, enumerations as their codes in the schema's fixed
     value order, and strings as their UTF-8 byte lengths followed by their
-    bytes; the ``rank`` column (null mask, then values) comes last (see
-    :class:`InputHasher`).
+    bytes; the ``rank`` column (null mask, then values, every NaN as the
+    one ``numpy.nan``) comes last (see :class:`InputHasher`).
 
     Parameters
     ----------
@@ -409,6 +409,10 @@ class InputHasher:
     def digest(self, rank: pl.Series) -> str:
         """The input fingerprint of the frame with ``rank`` (``(n,)`` Float64) as its rank.
 
+        A NaN rank is hashed as the one NaN ``numpy.nan``, whatever its sign
+        and payload bits (a rank computed as ``inf * 0`` has the sign bit
+        set): every NaN is unranked and recorded as null alike.
+
         Returns
         -------
         str
@@ -420,7 +424,11 @@ class InputHasher:
             rank = rank.fill_null(0)
         else:
             digest.update(self.no_nulls)
-        digest.update(_column_bytes("rank", rank.to_numpy()))
+        values = rank.to_numpy()
+        nan = np.isnan(values)
+        if nan.any():  # every NaN alike: its sign and payload bits are no part of the rank
+            values = np.where(nan, np.nan, values)
+        digest.update(_column_bytes("rank", values))
         return digest.hexdigest()
 
 
