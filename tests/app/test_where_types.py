@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -48,6 +49,12 @@ def test_a_where_type_mismatch_names_the_request_field_and_types(
     assert "ComputeError" not in str(info.value)
 
 
+def _pack(requests: Path, out: Path) -> Any:
+    """``cognoxium pack`` of the sample's items with ``requests``, into ``out``."""
+    args = ["pack", str(SAMPLE / "items.jsonl"), str(requests), "--out", str(out), "--no-progress"]
+    return CliRunner().invoke(app, args)
+
+
 def test_pack_exits_2_with_the_typed_message(tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     lines = [
@@ -55,31 +62,11 @@ def test_pack_exits_2_with_the_typed_message(tmp_path: Path) -> None:
         {"id": "bad", "budget": 64, "where": "priority = 'high'"},
     ]
     requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    result = CliRunner().invoke(
-        app,
-        [
-            "pack",
-            str(SAMPLE / "items.jsonl"),
-            str(requests),
-            "--out",
-            str(tmp_path / "out"),
-            "--no-progress",
-        ],
-    )
+    result = _pack(requests, tmp_path / "out")
     assert result.exit_code == EXIT_BAD_INPUT, result.stderr
     assert "request 'bad'" in result.stderr
     assert "column priority is a number (Int64)" in result.stderr
     assert "ComputeError" not in result.stderr
     requests.write_text(json.dumps(lines[0]) + "\n")
-    result = CliRunner().invoke(
-        app,
-        [
-            "pack",
-            str(SAMPLE / "items.jsonl"),
-            str(requests),
-            "--out",
-            str(tmp_path / "ok"),
-            "--no-progress",
-        ],
-    )
+    result = _pack(requests, tmp_path / "ok")
     assert result.exit_code == EXIT_OK, result.stderr

@@ -311,7 +311,12 @@ def test_sources_convert_as_item_by_item_validation(sources: list[list[dict[str,
     ],
 )
 def test_a_field_given_by_one_record_is_checked(extra: dict[str, Any], field: str) -> None:
-    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", "text": "u", **extra}]
+    assert_second_record_refused({"text": "u", **extra}, field)
+
+
+def assert_second_record_refused(record: dict[str, Any], field: str) -> None:
+    """``records_to_frame`` of a good record, then ``record``, names line 2 and ``field``."""
+    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", **record}]
     with pytest.raises(RecordError) as caught:
         records_to_frame(rows)
     assert caught.value.line == 2
@@ -327,11 +332,7 @@ def test_a_field_given_by_one_record_is_checked(extra: dict[str, Any], field: st
     ],
 )
 def test_a_lone_surrogate_is_refused_at_its_line(extra: dict[str, Any], field: str) -> None:
-    rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", "role": "user", **extra}]
-    with pytest.raises(RecordError) as caught:
-        records_to_frame(rows)
-    assert caught.value.line == 2
-    assert (caught.value.field or "").split(".")[0] == field
+    assert_second_record_refused({"role": "user", **extra}, field)
 
 
 @settings(max_examples=200, deadline=None)
