@@ -26,7 +26,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "6e059c527b9fff2a63ec13410838a1ddc831dbd82888bff20cdf0174022c0a6d"
+SAMPLE_MANIFESTS = "abde9eec891a58aac6936f7a582c8701eb32704e5043c09ba6cd27e5d66e2ea3"
 """sha256 of the sample's manifests.jsonl (rank bm25, cl100k_base, as of AS_OF).
 
 Pinned with BM25, not the default rank: the default's MiniLM embeddings come

@@ -44,7 +44,8 @@ def joined_strings_fingerprint(df: pl.DataFrame) -> str:
     for name in parts.columns:
         values = parts.get_column(name).to_numpy()
         digest.update(f"\x1d{name}\x1e".encode())
-        digest.update(values.astype("<f8" if values.dtype.kind == "f" else "<i8").tobytes())
+        width = {"f": "<f8", "b": "u1"}.get(values.dtype.kind, "<i8")
+        digest.update(values.astype(width).tobytes())
     for name in strings:
         digest.update(f"\x1d{name}:bytes\x1e".encode())
         column = df.get_column(name)
@@ -52,7 +53,7 @@ def joined_strings_fingerprint(df: pl.DataFrame) -> str:
             chunk = column.slice(start, 3).fill_null("").to_list()
             digest.update("".join(chunk).encode("utf-8"))
     rank = df.get_column("rank")  # last
-    digest.update(b"\x1drank:null\x1e" + rank.is_null().to_numpy().astype("<i8").tobytes())
+    digest.update(b"\x1drank:null\x1e" + rank.is_null().to_numpy().astype("u1").tobytes())
     values = rank.fill_null(0).to_numpy()
     values = np.where(np.isnan(values), np.nan, values)  # one NaN, whatever its bits
     digest.update(b"\x1drank\x1e" + values.astype("<f8").tobytes())

@@ -623,6 +623,7 @@ class ChatColumns:
         self.values: list[Any] = []
         self.groups: list[str | None] = []
         self.metadata: list[dict[str, Any]] = []
+        self.text: pl.Series | None = None  # the text column of plain messages
 
     def add(self, index: int, message: Any) -> None:
         """Check message ``index`` and append its items; ``RecordError`` if it is malformed."""
@@ -654,12 +655,22 @@ class ChatColumns:
         bool
             Whether the messages were plain and added (only into empty columns).
         """
-        if self.index or set(map(type, roles)) != {str} or set(map(type, texts)) != {str}:
+        if self.index or set(map(type, roles)) != {str}:
             return False
         named = set(map(type, names)) != {type(None)}
         if not set(roles) <= _PLAIN_ROLES:
             return False
         if named and not all(n is None or (type(n) is str and n) for n in names):
+            return False
+        try:
+            self.text = pl.Series("text", texts, pl.String, strict=True)
+        except TypeError:  # content parts, or content that is not text
+            return False
+        except UnicodeError:  # a lone surrogate: frame() names its message
+            if set(map(type, texts)) != {str}:
+                return False
+            self.text = None
+        if self.text is not None and self.text.null_count():
             return False
         n = len(texts)
         self.plain = True
@@ -691,12 +702,12 @@ class ChatColumns:
             raise
         return self
 
-    def _sources(self, n: int) -> pl.Series:
+    def _sources(self) -> pl.Expr:
+        """The ``sources`` of every item: the one provenance source, or none."""
         entries = (
             [{"uri": self.where.source, "kind": self.source_kind}] if self.where.source else []
         )
-        one = pl.Series("sources", [entries], POLARS_SCHEMA["sources"])
-        return one.new_from_index(0, n)
+        return pl.lit(entries, POLARS_SCHEMA["sources"]).alias("sources")
 
     def _item_id(self, row: int) -> str:
         return f"{self.prefix}:{self.index[row]}" if self.plain else self.ids[row]
@@ -709,7 +720,7 @@ class ChatColumns:
             nulls = pl.repeat(None, n, dtype=pl.String, eager=True)
             return [
                 pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
-                pl.Series("text", values, pl.String),
+                pl.Series("text", values, pl.String) if self.text is None else self.text,
                 nulls.alias("json"),
                 nulls.alias("ref_uri"),
             ]
@@ -750,12 +761,11 @@ class ChatColumns:
                 ids.alias("id"),
                 role,
                 *self._payloads(),
-                self._sources(n),
                 retention.alias("retention"),
                 created.cast(pl.Datetime("us", "UTC")),
                 groups.alias("group_id"),
             ]
-        )
+        ).with_columns(self._sources())
 
     def _item_error(self, row: int) -> RecordError | None:
         """The error of item ``row`` as item by item conversion words it, or ``None``."""
@@ -804,7 +814,7 @@ class ChatColumns:
         if not self.index:
             return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
         try:
-            texts = pl.Series("metadata", self._metadata_texts(extra), pl.String)
+            texts = self._metadata_texts(extra)
             if self._valid_by_construction():
                 return complete_valid_columns(self._columns()).with_columns(texts)
             return conform(self._columns(), source=self.where.source).with_columns(texts)
@@ -847,13 +857,13 @@ class ChatColumns:
             m if v is None else {**m, key: v} for m, v in zip(self.metadata, values, strict=True)
         ]
 
-    def _metadata_texts(self, extra: tuple[str, list[Any]] | None) -> list[str]:
-        """Canonical JSON of each item's metadata; one key of text values written directly."""
+    def _metadata_texts(self, extra: tuple[str, list[Any]] | None) -> pl.Series:
+        """Canonical JSON of each item's metadata; one key of text values written as columns."""
         if extra is not None and not any(self.metadata):
             key, values = extra
             if set(map(type, values)) <= {str, type(None)}:
-                return canonical_objects(key, values)
-        return canonical_json_list(self._merged(extra))
+                return canonical_objects(key, pl.Series("metadata", values, pl.String))
+        return pl.Series("metadata", canonical_json_list(self._merged(extra)), pl.String)
 
     def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:
         """The first item's error, else the first metadata that is not valid Unicode."""

@@ -156,32 +156,43 @@ def canonical_flat_column(values: list[Any], name: str) -> pl.Series | None:
     return whole.str.split(",\n,").explode().alias(name)
 
 
-def canonical_objects(key: str, values: list[str | None]) -> list[str]:
-    r"""Canonical JSON of the object ``{key: value}`` for each text value, ``{}`` for ``None``.
+def canonical_objects(key: str, values: pl.Series) -> pl.Series:
+    r"""Canonical JSON of the object ``{key: value}`` for each text value, ``{}`` for null.
 
-    The text is escaped by the encoder's own string escaping, so each result
-    equals :func:`~cognoxium.items.model.canonical_json` of its object.
+    Built as column operations: a value without a character that JSON
+    escapes (``"``, ``\``, U+0000-U+001F) is written between quotes as
+    it is; only the others are escaped, one by one, by the encoder's own
+    string escaping. Each result equals
+    :func:`~cognoxium.items.model.canonical_json` of its object.
 
     Parameters
     ----------
     key
         The one key.
     values
-        ``n`` texts or ``None``.
+        ``(n,)`` String: the texts, null for none.
 
     Returns
     -------
-    list of str
-        ``n`` texts.
+    polars.Series
+        ``(n,)`` String, named as ``values``.
 
     Examples
     --------
-    >>> canonical_objects("message_id", ["m-1", None, 'a"b'])
+    >>> canonical_objects("message_id", pl.Series(["m-1", None, 'a"b'])).to_list()
     ['{"message_id":"m-1"}', '{}', '{"message_id":"a\\"b"}']
     """
     escape = json_encoder.encode_basestring
     head = "{" + escape(key) + ":"
-    return ["{}" if value is None else head + escape(value) + "}" for value in values]
+    escaped = values.str.contains(r'[\x00-\x1f"\\]').fill_null(False)
+    value = pl.col(values.name)
+    quoted = pl.concat_str([pl.lit(head + '"'), value, pl.lit('"}')])
+    objects = pl.when(value.is_null()).then(pl.lit("{}")).otherwise(quoted).alias(values.name)
+    texts = values.to_frame().select(objects).to_series()
+    rows = escaped.arg_true()
+    if not len(rows):
+        return texts
+    return texts.scatter(rows, [head + escape(v) + "}" for v in values.gather(rows)])
 
 
 def canonical_text_list(texts: list[str]) -> list[bool] | None:

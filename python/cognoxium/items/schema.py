@@ -475,6 +475,25 @@ def _digest_expr() -> pl.Expr:
     return CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
 
 
+_HASH_PART_ROWS = 16_384
+"""The fewest rows hashed as a part of their own, on a thread of Polars' pool."""
+
+
+def _digest_query(payload: pl.LazyFrame, n: int) -> pl.LazyFrame:
+    """The query of each row's :func:`_digest_expr`, its ``n`` rows hashed in parallel parts.
+
+    A plugin expression runs on one thread per column; slices of the rows
+    concatenated in order hash on as many threads as Polars has.
+    """
+    parts = max(1, min(pl.thread_pool_size(), n // _HASH_PART_ROWS))
+    if parts == 1:
+        return payload.select(_digest_expr())
+    step = -(-n // parts)
+    return pl.concat(
+        [payload.slice(start, step).select(_digest_expr()) for start in range(0, n, step)]
+    )
+
+
 def _hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
     """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
 
@@ -483,7 +502,7 @@ def _hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
     expression (``digests``, when already computed).
     """
     if digests is None:
-        digests = df.select(_digest_expr()).to_series()
+        digests = _digest_query(df.lazy(), df.height).collect().to_series()
     references = df.get_column("payload_kind").cast(pl.String) == "reference"
     if not references.any():
         return digests
@@ -1588,7 +1607,8 @@ def _record_frame(
     """
     payload = _payload_columns(records, fail, "payload" in given)
     # Hashing runs in Polars' threads while the other fields are read here.
-    digests = pl.LazyFrame(payload).select(_digest_expr()).collect(background=True)
+    query = _digest_query(pl.LazyFrame(payload), len(payload[0]))
+    digests = query.collect(background=True)
     columns = [*payload]
     if "id" in given:
         ids = _field_or(records, "id", lambda: str(uuid.uuid4()))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from cognoxium.packing._messages import ChatColumns, chat_columns
+from cognoxium.packing._messages import CHAT_ROLE, ChatColumns, chat_columns
 from cognoxium.packing._model import UNSET
 from cognoxium.packing._policies import PolicyReview
 from cognoxium.packing._units import Units
@@ -90,10 +90,8 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
         field.
     """
     chat = chat_columns(df, review.column("action"))
-    roles = chat.role.unique().to_list()
-    framing = chat.role.replace_strict(
-        {role: profile.framing(role) for role in roles}, return_dtype=pl.Int64
-    ).to_numpy(writable=True)
+    per_role = np.array([profile.framing(role) for role in CHAT_ROLE.categories], dtype=np.int64)
+    framing = per_role[chat.role.to_physical().to_numpy()]
     for row, fields in chat.fields.items():
         name = fields.get("name")
         if name is not None:

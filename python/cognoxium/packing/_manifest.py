@@ -347,11 +347,12 @@ def manifest_entries(
 def input_fingerprint(df: pl.DataFrame) -> str:
     """sha256 over the ordered rows' identity, content hash and packing-relevant fields.
 
-    Column by column: a null mask, then numbers and times as little-endian
-    int64/float64 bytes, enumerations as their codes in the schema's fixed
-    value order, and strings as their UTF-8 byte lengths followed by their
-    bytes; the ``rank`` column (null mask, then values, every NaN as the
-    one ``numpy.nan``) comes last (see :class:`InputHasher`).
+    Column by column: a null mask (one byte per row, 1 for null), then
+    numbers and times as little-endian int64/float64 bytes, enumerations as
+    their codes in the schema's fixed value order, and strings as their UTF-8
+    byte lengths followed by their bytes; the ``rank`` column (null mask,
+    then values, every NaN as the one ``numpy.nan``) comes last (see
+    :class:`InputHasher`).
 
     Parameters
     ----------
@@ -433,8 +434,13 @@ class InputHasher:
 
 
 def _column_bytes(name: str, values: np.ndarray) -> bytes:
-    """A column's part of the input fingerprint: its name, then its values as int64/float64."""
-    data = values.astype("<f8" if values.dtype.kind == "f" else "<i8").tobytes()
+    """A column's part of the input fingerprint: its name, then its values.
+
+    Values as little-endian float64 or int64, a null mask (boolean) as one
+    byte per row.
+    """
+    kind = values.dtype.kind
+    data = values.astype("<f8" if kind == "f" else "u1" if kind == "b" else "<i8").tobytes()
     return f"\x1d{name}\x1e".encode() + data
 
 

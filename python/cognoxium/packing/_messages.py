@@ -57,6 +57,7 @@ from cognoxium.tokens.profiles import tool_call_texts
 
 __all__ = [
     "ATTRIBUTED_ROLES",
+    "CHAT_ROLE",
     "ChatColumns",
     "chat_columns",
     "chat_message",
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 _NAMED_ROLES = [role for role, chat in CHAT_ROLES.items() if role == chat]
+CHAT_ROLE = pl.Enum(list(dict.fromkeys(CHAT_ROLES.values())))
+"""The chat roles a row is sent as: ``system``, ``developer``, ``user``, ``assistant``, ``tool``."""
 ATTRIBUTED_ROLES: tuple[str, ...] = ("document", "memory")
 """The item roles whose messages name their sources: retrieved documents and memories."""
 _NO_CONTENT_KEY = "no-content"
@@ -152,7 +155,7 @@ class ChatColumns:
     Attributes
     ----------
     role
-        ``(n,)`` String: the chat role.
+        ``(n,)`` :data:`CHAT_ROLE`: the chat role.
     content
         ``(n,)`` String: the content, null when the message sends none.
     key
@@ -225,10 +228,10 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         :func:`~cognoxium.items.images.image_specs`), or an image would be
         sent in a message other than a user one (field ``role``).
     """
-    role = pl.col("role").cast(pl.String)
+    role = pl.col("role")
     all_text = bool((df.get_column("payload_kind") == "text").all())
     content = pl.col("text").fill_null("") if all_text else packed_text_expr()
-    chat_role = role.replace_strict(CHAT_ROLES, return_dtype=pl.String)
+    chat_role = _chat_role(df.schema["role"])
     key = pl.col("content_hash")
     images = {} if all_text else image_specs(df)
     if images:
@@ -260,7 +263,7 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
     declares = (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
     cols = df.select(
-        pl.when(rendered).then(pl.lit("user")).otherwise(chat_role).alias("role"),
+        pl.when(rendered).then(pl.lit("user", CHAT_ROLE)).otherwise(chat_role).alias("role"),
         content.alias("content"),
         key.alias("key"),
         (maybe & ~rendered).alias("maybe"),
@@ -281,6 +284,17 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     return ChatColumns(
         role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts, images=images
     )
+
+
+def _chat_role(dtype: pl.DataType) -> pl.Expr:
+    """Each row's chat role, :data:`~cognoxium._columns.CHAT_ROLES` of its item role.
+
+    An enumerated role is looked up by its code, without its text.
+    """
+    if isinstance(dtype, pl.Enum):
+        lookup = pl.Series([CHAT_ROLES[role] for role in dtype.categories], dtype=CHAT_ROLE)
+        return pl.lit(lookup).gather(pl.col("role").to_physical())
+    return pl.col("role").cast(pl.String).replace_strict(CHAT_ROLES, return_dtype=CHAT_ROLE)
 
 
 def _check_image_roles(df: pl.DataFrame, chat: pl.Series, images: dict[int, ImageSpec]) -> None:
