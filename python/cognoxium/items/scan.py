@@ -316,6 +316,9 @@ def _shifted(exc: RecordError, offset: int) -> RecordError:
 
 def _check_unique_ids(df: pl.DataFrame) -> None:
     """Raise at the first row of ``df`` whose id is null or repeats an earlier row's (in params)."""
+    ids = df.get_column("id")
+    if not ids.null_count() and ids.n_unique() == ids.len():  # the cheap test first
+        return
     id_ = pl.col("id")
     null, repeated = df.select(
         id_.is_null().arg_true().first().alias("null"),

@@ -98,6 +98,7 @@ __all__ = [
     "frame_to_items",
     "item_to_record",
     "items_to_frame",
+    "mapped_expr",
     "packed_text_expr",
     "records_to_frame",
     "require_item_columns",
@@ -374,6 +375,9 @@ def _record_error(
 
 def _check_unique_ids(df: pl.DataFrame, source: str | None, first_line: int | None) -> None:
     """Raise at the first row whose id an earlier row already has."""
+    ids = df.get_column("id")
+    if ids.n_unique() == ids.len():  # counting distinct ids is cheaper than finding a repeat
+        return
     repeated = df.select(pl.col("id").is_first_distinct().not_().arg_true()).to_series()
     if repeated.len():
         row = int(repeated[0])
@@ -1804,6 +1808,46 @@ def to_arrow(df: pl.DataFrame) -> pa.Table:
     fields = [SCHEMA.field(name) for name in COLUMNS] + [table.schema.field(n) for n in extra]
     target = pa.schema(fields, metadata=SCHEMA.metadata)
     return table.select(list(COLUMNS) + extra).cast(target)
+
+
+def mapped_expr(
+    name: str,
+    dtype: pl.DataType,
+    mapping: Mapping[str, Any],
+    return_dtype: pl.DataType | type[pl.DataType],
+) -> pl.Expr:
+    """Column ``name`` (of type ``dtype``) mapped value by value through ``mapping``.
+
+    An enumeration whose every value ``mapping`` holds is looked up by its
+    codes, without reading its text; any other column is cast to String and
+    replaced strictly. A null stays null.
+
+    Parameters
+    ----------
+    name, dtype
+        The column and its type.
+    mapping
+        Text -> value, for every value of the column.
+    return_dtype
+        The type of the values.
+
+    Returns
+    -------
+    polars.Expr
+        ``(n,)`` of ``return_dtype``; raises (at collect) on a value outside
+        ``mapping``.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"r": ["b", "a", None]}, schema={"r": pl.Enum(["a", "b"])})
+    >>> tier = mapped_expr("r", df.schema["r"], {"a": 1, "b": 2}, pl.Int64)
+    >>> df.select(tier).to_series().to_list()
+    [2, 1, None]
+    """
+    if isinstance(dtype, pl.Enum) and set(dtype.categories) <= set(mapping):
+        lookup = pl.Series([mapping[value] for value in dtype.categories], dtype=return_dtype)
+        return pl.lit(lookup).gather(pl.col(name).to_physical()).alias(name)
+    return pl.col(name).cast(pl.String).replace_strict(mapping, return_dtype=return_dtype)
 
 
 def packed_text_expr() -> pl.Expr:

@@ -246,9 +246,11 @@ def _check_columns(df: pl.DataFrame) -> None:
 
 def _check_ids(df: pl.DataFrame) -> None:
     """Raise PackError if two rows share an id."""
-    repeated = df.get_column("id").filter(df.get_column("id").is_duplicated()).unique()
-    if repeated.len():
-        raise PackError(
-            f"duplicate ids {sorted(repeated.to_list())[:5]}: each item in a pack needs its own "
-            "id (dedupe the frame, or give the copies distinct ids)"
-        )
+    ids = df.get_column("id")
+    if ids.n_unique() == ids.len():
+        return
+    repeated = ids.filter(ids.is_duplicated()).unique()
+    raise PackError(
+        f"duplicate ids {sorted(repeated.to_list())[:5]}: each item in a pack needs its own "
+        "id (dedupe the frame, or give the copies distinct ids)"
+    )

@@ -19,6 +19,7 @@ import polars as pl
 from cognoxium._columns import QUARANTINE_COLUMN
 from cognoxium.exceptions import PackError
 from cognoxium.items.images import image_media_type_expr
+from cognoxium.items.schema import mapped_expr
 from cognoxium.packing._model import REASON_CODE, TIERS, UNSET, Reason
 from cognoxium.packing._policies import PolicyReview, check_outcomes
 from cognoxium.packing._units import Units
@@ -84,15 +85,11 @@ def find_exclusions(df: pl.DataFrame, as_of: datetime, review: PolicyReview) -> 
         If a policy's action for a packable item is ``error``, or it excludes a
         required item.
     """
-    kind = pl.col("payload_kind").cast(pl.String)
-    unpackable = kind == "binary"
+    unpackable = pl.col("payload_kind") == "binary"
     if bool((df.get_column("payload_kind") == "binary").any()):
         unpackable = unpackable & ~image_media_type_expr()
     cols = df.select(
-        pl.col("retention")
-        .cast(pl.String)
-        .replace_strict(TIERS, return_dtype=pl.Int64)
-        .alias("tier"),
+        mapped_expr("retention", df.schema["retention"], TIERS, pl.Int64).alias("tier"),
         pl.when(unpackable)
         .then(REASON_CODE[Reason.NOT_PACKABLE])
         .when(quarantine_expr(df).is_not_null())

@@ -52,7 +52,7 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import RecordError
 from cognoxium.governance.policies import data_block_expr
 from cognoxium.items.images import ImageSpec, image_specs
-from cognoxium.items.schema import packed_text_expr
+from cognoxium.items.schema import mapped_expr, packed_text_expr
 from cognoxium.tokens.profiles import tool_call_texts
 
 __all__ = [
@@ -231,7 +231,7 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     role = pl.col("role")
     all_text = bool((df.get_column("payload_kind") == "text").all())
     content = pl.col("text").fill_null("") if all_text else packed_text_expr()
-    chat_role = _chat_role(df.schema["role"])
+    chat_role = mapped_expr("role", df.schema["role"], CHAT_ROLES, CHAT_ROLE)
     key = pl.col("content_hash")
     images = {} if all_text else image_specs(df)
     if images:
@@ -284,17 +284,6 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     return ChatColumns(
         role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts, images=images
     )
-
-
-def _chat_role(dtype: pl.DataType) -> pl.Expr:
-    """Each row's chat role, :data:`~cognoxium._columns.CHAT_ROLES` of its item role.
-
-    An enumerated role is looked up by its code, without its text.
-    """
-    if isinstance(dtype, pl.Enum):
-        lookup = pl.Series([CHAT_ROLES[role] for role in dtype.categories], dtype=CHAT_ROLE)
-        return pl.lit(lookup).gather(pl.col("role").to_physical())
-    return pl.col("role").cast(pl.String).replace_strict(CHAT_ROLES, return_dtype=CHAT_ROLE)
 
 
 def _check_image_roles(df: pl.DataFrame, chat: pl.Series, images: dict[int, ImageSpec]) -> None:
