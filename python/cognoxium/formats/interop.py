@@ -57,7 +57,9 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from operator import attrgetter
+from functools import partial
+from itertools import compress
+from operator import attrgetter, is_
 from types import ModuleType
 from typing import Any
 
@@ -230,10 +232,10 @@ def from_langchain_messages(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
     message_ids = list(map(attrgetter("id"), rows))
-    if set(map(type, message_ids)) <= {str, type(None)}:
-        message_ids = [m or None for m in message_ids]  # an empty id is left out
-    else:
+    if not set(map(type, message_ids)) <= {str, type(None)}:
         message_ids = [m if isinstance(m, str) and m else None for m in message_ids]
+    elif "" in message_ids:
+        message_ids = [m or None for m in message_ids]  # an empty id is left out
     if columns.plain:
         return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
     per_item = [message_ids[index] for index in columns.index]
@@ -254,11 +256,13 @@ def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> bool:
     roles = list(map(plain.get, kinds))
     if None in roles or any(map(attrgetter("additional_kwargs"), rows)):
         return False
-    replies = [m for m, kind in zip(rows, kinds, strict=True) if kind is lc.AIMessage]
+    replies = compress(rows, map(partial(is_, lc.AIMessage), kinds))
     if any(map(attrgetter("tool_calls"), replies)):
         return False
     texts = list(map(attrgetter("content"), rows))
-    names = [name or None for name in map(attrgetter("name"), rows)]
+    names = list(map(attrgetter("name"), rows))
+    if names.count(None) != len(names):
+        names = [name or None for name in names]  # an empty name is left out
     return columns.add_plain(roles, texts, names)
 
 

@@ -861,8 +861,12 @@ class ChatColumns:
         """Canonical JSON of each item's metadata; one key of text values written as columns."""
         if extra is not None and not any(self.metadata):
             key, values = extra
-            if set(map(type, values)) <= {str, type(None)}:
-                return canonical_objects(key, pl.Series("metadata", values, pl.String))
+            try:
+                column = pl.Series("metadata", values, pl.String, strict=True)
+            except TypeError:  # a value that is not text
+                pass
+            else:
+                return canonical_objects(key, column)
         return pl.Series("metadata", canonical_json_list(self._merged(extra)), pl.String)
 
     def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:

@@ -59,11 +59,12 @@ manifest does not depend on how far ahead costs were counted.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property, partial
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import polars as pl
@@ -369,6 +370,39 @@ def pack_reusing(
     return scope.pack_checked(request, label, rank)
 
 
+T = TypeVar("T")
+
+_AHEAD_ROWS = 16_384
+"""The fewest rows whose manifest basis a scope computes on a thread while it selects."""
+
+
+class _Ahead(Generic[T]):
+    """``fn(*args)`` computed on a thread of its own from now on, its result read once needed.
+
+    The manifest basis of a large frame is mostly hashing, which runs without
+    the interpreter lock, so it overlaps the rendering and selection.
+    """
+
+    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self) -> T:
+        """The value, once computed; the error ``fn`` raised, raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
+
+
 class PackScope:
     """The phases of :func:`pack` that hold for every pack over one frame, done once.
 
@@ -433,6 +467,9 @@ class PackScope:
         self.profile = profile if isinstance(profile, TokenProfile) else get_profile(profile)
         """The token profile that costs the rows."""
         self.review = review_policies(df, policy)
+        self._basis_ahead = None
+        if df.height >= _AHEAD_ROWS:
+            self._basis_ahead = _Ahead(manifest_basis, df, self.review)
         self._rows: dict[int, Exclusions] = {}
         self._units: dict[bool, Units] = {}
         self._groups: dict[tuple[int, bool], Exclusions] = {}
@@ -458,6 +495,8 @@ class PackScope:
 
     @cached_property
     def _basis(self) -> ManifestBasis:
+        if self._basis_ahead is not None:
+            return self._basis_ahead.result()
         return manifest_basis(self.df, self.review)
 
     @cached_property
