@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import RecordError
+from cognoxium.items import schema
 from cognoxium.items._checks import text_problem
 from cognoxium.items._json import canonical_flat_column, canonical_text_list
 from cognoxium.items.model import (
@@ -365,3 +366,23 @@ def test_an_integer_beyond_64_bits_in_canonical_text_is_kept() -> None:
     assert canonical_text_list(texts) == [False, True, False]  # the integers: one by one
     df = canonical_json_columns(pl.DataFrame({"metadata": texts}))
     assert df["metadata"].to_list() == [*texts[:2], '{"n":18446744073709551616}']
+
+
+def test_content_hashes_hashed_in_parallel_parts_equal_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    n = 3 * schema._HASH_PART_ROWS + 5  # three parts, the last one longer
+    kinds = ["text", "json", "reference", "binary"] * (n // 4) + ["text"] * (n % 4)
+    df = pl.DataFrame(
+        {
+            "payload_kind": kinds,
+            "text": [f"t{i}" if k == "text" else None for i, k in enumerate(kinds)],
+            "json": [f'{{"i":{i}}}' if k == "json" else None for i, k in enumerate(kinds)],
+            "binary": [bytes([i % 256]) if k == "binary" else None for i, k in enumerate(kinds)],
+        }
+    )
+    monkeypatch.setattr(pl, "thread_pool_size", lambda: 3)
+    parts = schema._digest_query(df.lazy(), n).collect()
+    assert parts.height == n
+    assert parts.to_series().equals(df.select(schema._digest_expr()).to_series())
+    assert parts.to_series().null_count() == n // 4  # the references'

@@ -13,6 +13,7 @@ from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
+from cognoxium.packing import packer
 from cognoxium.packing.packer import CHAT_ROLES, PackManifest, PackScope, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
@@ -443,3 +444,33 @@ def test_pack_rejects_item_columns_of_the_wrong_type() -> None:
         pack(df.with_columns(priority=pl.lit("high")), 100, as_of=AS_OF)
     with pytest.raises(SchemaError, match="retention"):
         pack(df.with_columns(pl.col("retention").cast(pl.String)), 100, as_of=AS_OF)
+
+
+def test_a_manifest_basis_hashed_ahead_is_the_one_hashed_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    df = _frame(
+        id=[f"m{i}" for i in range(40)],
+        role=["user", "assistant"] * 20,
+        text=[f"message {i} " + "word " * i for i in range(40)],
+        rank=[float(i % 7) for i in range(40)],
+    )
+    in_turn = pack(df, 300, as_of=AS_OF).manifest.to_json()
+    monkeypatch.setattr(packer, "_AHEAD_ROWS", 0)  # every scope hashes on a thread
+    scope = PackScope(df)
+    assert scope._basis_ahead is not None
+    assert scope.pack(300, as_of=AS_OF).manifest.to_json() == in_turn
+    assert pack(df, 300, as_of=AS_OF).manifest.to_json() == in_turn
+
+
+def test_an_error_of_the_manifest_basis_ahead_is_raised_by_the_pack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fails(df: pl.DataFrame, review: object) -> None:
+        raise PackError("the basis fails")
+
+    monkeypatch.setattr(packer, "_AHEAD_ROWS", 0)
+    monkeypatch.setattr(packer, "manifest_basis", fails)
+    df = _frame(id=["a", "b"], role=["user", "user"], text=["x", "y"])
+    with pytest.raises(PackError, match="the basis fails"):
+        pack(df, 100, as_of=AS_OF)
