@@ -57,6 +57,16 @@ def tool_conversation(lc: Any) -> list[Any]:
     ]
 
 
+def test_a_langchain_message_id_that_is_empty_or_not_text_is_left_out(lc: Any) -> None:
+    plain = [lc.HumanMessage("a", id="m-1"), lc.AIMessage("b", id=""), lc.HumanMessage("c")]
+    odd = lc.HumanMessage("d")
+    odd.id = 5  # assigned after validation
+    for messages in (plain, [*plain, odd]):
+        metadata = from_langchain_messages(messages).to_polars().get_column("metadata")
+        expected = ['{"message_id":"m-1"}', "{}", "{}", "{}"]
+        assert metadata.to_list() == expected[: len(messages)]
+
+
 def test_langchain_messages_map_roles_groups_and_ids(lc: Any) -> None:
     cf = from_langchain_messages(tool_conversation(lc), conversation_id="w", source="chat.log")
     df = cf.to_polars()

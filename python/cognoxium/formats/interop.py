@@ -231,11 +231,7 @@ def from_langchain_messages(
         columns.add_all(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
-    message_ids = list(map(attrgetter("id"), rows))
-    if not set(map(type, message_ids)) <= {str, type(None)}:
-        message_ids = [m if isinstance(m, str) and m else None for m in message_ids]
-    elif "" in message_ids:
-        message_ids = [m or None for m in message_ids]  # an empty id is left out
+    message_ids = list(map(attrgetter("id"), rows))  # an empty or missing one is left out
     if columns.plain:
         return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
     per_item = [message_ids[index] for index in columns.index]

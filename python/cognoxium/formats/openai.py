@@ -743,15 +743,19 @@ class ChatColumns:
     def _columns(self) -> pl.DataFrame:
         """Every item column but ``metadata``, for :func:`conform` to check."""
         offset = (self.first - CHAT_EPOCH) // timedelta(microseconds=1)
-        created = pl.Series("created_at", self.index, pl.Int64) + offset
-        role = pl.Series("role", self.roles, pl.String)
-        instruction = role.is_in([r.value for r in _INSTRUCTION_ROLES])
-        retention = pl.select(
-            pl.when(instruction).then(pl.lit(self.instructions.value)).otherwise(pl.lit("optional"))
-        ).to_series()
         n = len(self.index)
+        index = pl.int_range(n, dtype=pl.Int64, eager=True) if self.plain else pl.Series(self.index)
+        created = (index + offset).alias("created_at")
+        role = pl.Series("role", self.roles, POLARS_SCHEMA["role"] if self.plain else pl.String)
+        instruction = role.is_in([r.value for r in _INSTRUCTION_ROLES])
+        retention_dtype = POLARS_SCHEMA["retention"]
+        retention = pl.select(
+            pl.when(instruction)
+            .then(pl.lit(self.instructions.value, retention_dtype))
+            .otherwise(pl.lit("optional", retention_dtype))
+        ).to_series()
         if self.plain:
-            ids = f"{self.prefix}:" + pl.Series(self.index, dtype=pl.Int64).cast(pl.String)
+            ids = f"{self.prefix}:" + index.cast(pl.String)
             groups = pl.repeat(None, n, dtype=pl.String, eager=True)
         else:
             ids = pl.Series("id", self.ids, pl.String)
@@ -796,9 +800,9 @@ class ChatColumns:
         Parameters
         ----------
         extra
-            A key and one value per item (``None`` to leave it out) to add to
-            the items' metadata, after the items are validated with their
-            message's own.
+            A key and one value per item to add to the items' metadata, after
+            the items are validated with their message's own; a value that
+            is not a non-empty text (``None``, ``""``) is left out.
 
         Returns
         -------
@@ -854,7 +858,8 @@ class ChatColumns:
             return self.metadata
         key, values = extra
         return [
-            m if v is None else {**m, key: v} for m, v in zip(self.metadata, values, strict=True)
+            {**m, key: v} if isinstance(v, str) and v else m
+            for m, v in zip(self.metadata, values, strict=True)
         ]
 
     def _metadata_texts(self, extra: tuple[str, list[Any]] | None) -> pl.Series:
@@ -863,10 +868,10 @@ class ChatColumns:
             key, values = extra
             try:
                 column = pl.Series("metadata", values, pl.String, strict=True)
-            except TypeError:  # a value that is not text
+            except TypeError:  # a value that is neither text nor None
                 pass
             else:
-                return canonical_objects(key, column)
+                return canonical_objects(key, column.replace("", None))
         return pl.Series("metadata", canonical_json_list(self._merged(extra)), pl.String)
 
     def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:
