@@ -98,7 +98,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -120,9 +120,17 @@ from cognoxium.items.model import (
     canonical_json_list,
     canonical_objects,
 )
-from cognoxium.items.schema import POLARS_SCHEMA, complete_valid_columns, conform
+from cognoxium.items.schema import (
+    POLARS_SCHEMA,
+    complete_valid_columns,
+    conform,
+    digests_in_background,
+)
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
+
+if TYPE_CHECKING:
+    from polars.lazyframe.in_process import InProcessQuery
 
 __all__ = [
     "CHAT_EPOCH",
@@ -624,6 +632,7 @@ class ChatColumns:
         self.groups: list[str | None] = []
         self.metadata: list[dict[str, Any]] = []
         self.text: pl.Series | None = None  # the text column of plain messages
+        self.digests: InProcessQuery | None = None  # their content digests, being computed
 
     def add(self, index: int, message: Any) -> None:
         """Check message ``index`` and append its items; ``RecordError`` if it is malformed."""
@@ -680,6 +689,9 @@ class ChatColumns:
         self.values = texts
         self.groups = [None] * n
         self.metadata = [{} if m is None else {"name": m} for m in names] if named else [{}] * n
+        if self.text is not None:  # hashed on Polars' threads while the rest is laid out
+            binary = pl.repeat(None, n, dtype=pl.Binary, eager=True).alias("binary")
+            self.digests = digests_in_background([*self._payloads(), binary])
         return True
 
     def add_all(self, messages: Iterable[Any]) -> ChatColumns:
@@ -820,7 +832,11 @@ class ChatColumns:
         try:
             texts = self._metadata_texts(extra)
             if self._valid_by_construction():
-                return complete_valid_columns(self._columns()).with_columns(texts)
+                columns = self._columns()  # while the digests are computed
+                digests = None if self.digests is None else self.digests.fetch_blocking()
+                return complete_valid_columns(
+                    columns, None if digests is None else digests.to_series()
+                ).with_columns(texts)
             return conform(self._columns(), source=self.where.source).with_columns(texts)
         except RecordError as exc:
             row = exc.row

@@ -95,6 +95,7 @@ __all__ = [
     "complete_valid_columns",
     "conform",
     "content_hash_expr",
+    "digests_in_background",
     "frame_to_items",
     "item_to_record",
     "items_to_frame",
@@ -498,6 +499,26 @@ def _digest_query(payload: pl.LazyFrame, n: int) -> pl.LazyFrame:
     )
 
 
+def digests_in_background(payload: list[pl.Series]) -> InProcessQuery:
+    """Start hashing payloads on Polars' threads: each row's sha256 digest, fetched when done.
+
+    Parameters
+    ----------
+    payload
+        The payload columns (``payload_kind``, ``text``, ``json``,
+        ``binary``; others are ignored), ``n`` rows each.
+
+    Returns
+    -------
+    polars.lazyframe.in_process.InProcessQuery
+        Its ``fetch_blocking()`` gives one column of ``n`` digests (sha256
+        hex of the kind and canonical payload bytes; null for a reference),
+        to pass to :func:`complete_valid_columns`.
+    """
+    query = _digest_query(pl.LazyFrame(payload), len(payload[0]))
+    return query.collect(background=True)
+
+
 def _hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
     """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
 
@@ -877,7 +898,7 @@ def canonical_json_columns(df: pl.DataFrame, *, source: str | None = None) -> pl
     return df
 
 
-def complete_valid_columns(df: pl.DataFrame) -> pl.DataFrame:
+def complete_valid_columns(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.DataFrame:
     """Complete item columns whose every value is valid by construction; no row is checked.
 
     Missing columns get the defaults :func:`conform` gives them,
@@ -891,6 +912,9 @@ def complete_valid_columns(df: pl.DataFrame) -> pl.DataFrame:
     df
         A subset of :data:`COLUMNS` with ``payload_kind`` and the payload
         columns, ``id`` and ``created_at`` included; ``n`` rows.
+    digests
+        ``(n,)`` String: the payloads' digests, when already computed (see
+        :func:`digests_in_background`); ``None``: computed here.
 
     Returns
     -------
@@ -913,7 +937,7 @@ def complete_valid_columns(df: pl.DataFrame) -> pl.DataFrame:
     """
     try:
         df = _fill_defaults(df.drop("content_hash", strict=False))
-        df = df.with_columns(_hashes(df)).select(POLARS_SCHEMA.names())
+        df = df.with_columns(_hashes(df, digests)).select(POLARS_SCHEMA.names())
         return df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"cannot cast to the item schema: {exc}") from None
@@ -1610,9 +1634,7 @@ def _record_frame(
     background, the sha256 digest of every row's payload (:func:`_digest_expr`).
     """
     payload = _payload_columns(records, fail, "payload" in given)
-    # Hashing runs in Polars' threads while the other fields are read here.
-    query = _digest_query(pl.LazyFrame(payload), len(payload[0]))
-    digests = query.collect(background=True)
+    digests = digests_in_background(payload)  # while the other fields are read here
     columns = [*payload]
     if "id" in given:
         ids = _field_or(records, "id", lambda: str(uuid.uuid4()))
