@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from cognoxium.exceptions import BudgetError, PackError, SchemaError
+from cognoxium.exceptions import BudgetError, PackError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
@@ -474,3 +474,13 @@ def test_an_error_of_the_manifest_basis_ahead_is_raised_by_the_pack(
     df = _frame(id=["a", "b"], role=["user", "user"], text=["x", "y"])
     with pytest.raises(PackError, match="the basis fails"):
         pack(df, 100, as_of=AS_OF)
+
+
+def test_a_content_hash_of_other_content_is_refused_before_its_cached_count_is_used() -> None:
+    short = _frame(id=["a"], role=["user"], text=["hi"])
+    assert pack(short, 100, as_of=AS_OF).used_tokens < 20  # "hi" is counted, and cached
+    # The text changed in Polars, the hash left as it was: it would cost as "hi" did.
+    edited = short.with_columns(text=pl.lit("word " * 200))
+    with pytest.raises(RecordError, match=r"row 0: field content_hash: .* does not match"):
+        pack(edited, 100, as_of=AS_OF)
+    assert pack(conform(edited.drop("content_hash")), 100, as_of=AS_OF).ids == []

@@ -11,7 +11,7 @@ import pytest
 
 from cognoxium import CognitionFrame
 from cognoxium.app.locomo import load_locomo
-from cognoxium.exceptions import StrategyError
+from cognoxium.exceptions import RecordError, StrategyError
 from cognoxium.strategies import (
     BACKEND_KINDS,
     DEFAULT_HOT_SECONDS,
@@ -44,6 +44,16 @@ def test_item_store_reads_metadata_and_hierarchy(backends: Backends) -> None:
 def test_item_store_rejects_bad_frames() -> None:
     with pytest.raises(StrategyError, match="missing"):
         ItemStore(pl.DataFrame({"id": ["a"]}))
+
+
+def test_item_store_refuses_a_polars_frame_whose_content_hash_is_of_other_content() -> None:
+    df = CognitionFrame.from_records(
+        [{"id": "a", "role": "user", "text": "hi"}, {"id": "b", "role": "user", "text": "yo"}]
+    ).collect()
+    assert ItemStore(df).items.height == 2
+    edited = df.with_columns(text=pl.Series(["hi", "an edited text"]))  # the hash left as it was
+    with pytest.raises(RecordError, match="row 1: field content_hash"):
+        ItemStore(edited)
 
 
 def test_item_store_skips_binary_items() -> None:

@@ -73,6 +73,7 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
+from cognoxium.items.schema import check_content_hashes
 from cognoxium.packing._checks import Overflow, Request, check_frame, check_options, check_rank
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
@@ -226,10 +227,12 @@ def pack(
         that no earlier packed message makes (give a call and its results
         one ``group_id``).
     RecordError
-        If a truncation mark (``metadata.truncate``) is malformed or marks a
-        payload that is not text, or an item's tool calls are malformed (a
-        call without a string ``id``, ``function.name`` or
-        ``function.arguments``); it names the row and the field.
+        If a ``content_hash`` is not the hash of its row's payload (see
+        :func:`~cognoxium.items.schema.check_content_hashes`), a truncation
+        mark (``metadata.truncate``) is malformed or marks a payload that is
+        not text, or an item's tool calls are malformed (a call without a
+        string ``id``, ``function.name`` or ``function.arguments``); it names
+        the row and the field.
     SchemaError
         If ``df`` lacks an item column, or one has the wrong type.
     PolicyError
@@ -279,6 +282,7 @@ def pack(
         start_on=start_on,
     )
     scope = PackScope(df, profile=request.profile, policy=policy)
+    check_content_hashes(df)  # token counts are cached by content hash
     return scope.pack_checked(request, label)
 
 

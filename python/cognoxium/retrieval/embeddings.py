@@ -1037,6 +1037,8 @@ def embed_frame(
     The text is what packing renders (see
     :func:`cognoxium.retrieval.ranking.packed_text_expr`); the cache key is the row's
     ``content_hash``, so only rows whose hash the cache lacks are embedded.
+    The hashes are trusted: check rows of unknown origin first with
+    :func:`cognoxium.items.schema.check_content_hashes`.
 
     Parameters
     ----------

@@ -42,7 +42,7 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import StrategyError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.items._checks import to_utc
-from cognoxium.items.schema import COLUMNS, conform, packed_text_expr
+from cognoxium.items.schema import COLUMNS, check_content_hashes, conform, packed_text_expr
 from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
 from cognoxium.retrieval.ranking import bm25_scores
 from cognoxium.strategies.protocol import BACKEND_KINDS, StrategyCapabilities
@@ -173,6 +173,9 @@ class ItemStore:
     ------
     StrategyError
         If item columns are missing or two rows share an id.
+    RecordError
+        If a Polars frame's ``content_hash`` is not the hash of its row's
+        payload (see :func:`~cognoxium.items.schema.check_content_hashes`).
 
     Examples
     --------
@@ -198,6 +201,8 @@ class ItemStore:
         if repeated.any():
             first = df.get_column("id").filter(repeated)[0]
             raise StrategyError(f"an item store needs unique ids; {first!r} appears twice")
+        if isinstance(items, pl.DataFrame):  # embeddings are cached by content hash
+            check_content_hashes(df)
         self.items: pl.DataFrame = df
         self.packable: pl.DataFrame = df.filter(pl.col("payload_kind").cast(pl.String) != "binary")
         speaker = _meta("$.speaker")
