@@ -35,6 +35,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "cognoxium"
 LAYERS: dict[str, int] = {
     "exceptions": 0,
     "_columns": 0,
+    "_threads": 0,
     "items": 1,
     "tokens": 1,
     "governance": 1,

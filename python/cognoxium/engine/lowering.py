@@ -55,7 +55,7 @@ from cognoxium.engine.plan import (
 )
 from cognoxium.exceptions import PlanError
 from cognoxium.items.model import canonical_json
-from cognoxium.items.schema import POLARS_SCHEMA, packed_text_expr
+from cognoxium.items.schema import POLARS_SCHEMA, mapped_expr, packed_text_expr
 
 if TYPE_CHECKING:
     from cognoxium.retrieval.scope import RetrievalSettings
@@ -643,11 +643,7 @@ def _demote(node: Demote, lf: pl.LazyFrame) -> pl.LazyFrame:
     changes = []
     if node.retention is not None:
         dtype = lf.collect_schema()["retention"]
-        code = (
-            pl.col("retention")
-            .cast(pl.String)
-            .replace_strict(_RETENTION_CODES, return_dtype=pl.Int8)
-        )
+        code = mapped_expr("retention", dtype, _RETENTION_CODES, pl.Int8)
         stronger = code < _RETENTION_CODES[node.retention]
         changes.append(
             pl.when(match & stronger)

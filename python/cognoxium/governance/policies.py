@@ -29,6 +29,7 @@ import polars as pl
 
 from cognoxium.exceptions import PlanError
 from cognoxium.items.model import Sensitivity, canonical_json
+from cognoxium.items.schema import mapped_expr
 
 __all__ = [
     "ACTIONS",
@@ -194,10 +195,8 @@ class BoundaryPolicy:
     def check(self, df: pl.DataFrame) -> pl.DataFrame:
         """Judge every row; see the class description for the rules."""
         level = {s: i for i, s in enumerate(_SENSITIVITY)}
-        too_sensitive = (
-            pl.col("sensitivity").cast(pl.String).replace_strict(level, return_dtype=pl.Int8)
-            > level[self.max_sensitivity]
-        )
+        sensitivity = mapped_expr("sensitivity", df.schema["sensitivity"], level, pl.Int8)
+        too_sensitive = sensitivity > level[self.max_sensitivity]
         untrusted = pl.col("trust").cast(pl.String) == "untrusted"
         privileged = pl.col("role").cast(pl.String).is_in(["system", "developer"])
         action = (

@@ -59,17 +59,18 @@ manifest does not depend on how far ahead costs were counted.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, MutableMapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property, partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
+from cognoxium._threads import in_daemon_thread
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
@@ -374,37 +375,12 @@ def pack_reusing(
     return scope.pack_checked(request, label, rank)
 
 
-T = TypeVar("T")
-
 _AHEAD_ROWS = 16_384
-"""The fewest rows whose manifest basis a scope computes on a thread while it selects."""
+"""The fewest rows whose manifest basis a scope computes on a thread while it selects.
 
-
-class _Ahead(Generic[T]):
-    """``fn(*args)`` computed on a thread of its own from now on, its result read once needed.
-
-    The manifest basis of a large frame is mostly hashing, which runs without
-    the interpreter lock, so it overlaps the rendering and selection.
-    """
-
-    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[..., T], *args: Any) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as exc:
-            self._error = exc
-
-    def result(self) -> T:
-        """The value, once computed; the error ``fn`` raised, raised here."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return cast(T, self._value)
+The basis of a large frame is mostly hashing, which runs without the
+interpreter lock, so it overlaps the rendering and selection.
+"""
 
 
 class PackScope:
@@ -471,9 +447,12 @@ class PackScope:
         self.profile = profile if isinstance(profile, TokenProfile) else get_profile(profile)
         """The token profile that costs the rows."""
         self.review = review_policies(df, policy)
-        self._basis_ahead = None
+        self._basis_ahead: Future[ManifestBasis] | None = None
         if df.height >= _AHEAD_ROWS:
-            self._basis_ahead = _Ahead(manifest_basis, df, self.review)
+            review = self.review
+            self._basis_ahead = in_daemon_thread(
+                "cognoxium-basis", lambda: manifest_basis(df, review)
+            )
         self._rows: dict[int, Exclusions] = {}
         self._units: dict[bool, Units] = {}
         self._groups: dict[tuple[int, bool], Exclusions] = {}

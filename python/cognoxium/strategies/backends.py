@@ -42,7 +42,13 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import StrategyError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.items._checks import to_utc
-from cognoxium.items.schema import COLUMNS, check_content_hashes, conform, packed_text_expr
+from cognoxium.items.schema import (
+    COLUMNS,
+    check_content_hashes,
+    conform,
+    mapped_expr,
+    packed_text_expr,
+)
 from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
 from cognoxium.retrieval.ranking import bm25_scores
 from cognoxium.strategies.protocol import BACKEND_KINDS, StrategyCapabilities
@@ -209,7 +215,7 @@ class ItemStore:
         self.table: pl.DataFrame = self.packable.select(
             pl.col("id"),
             pl.col("role").cast(pl.String),
-            pl.col("role").cast(pl.String).replace_strict(CHAT_ROLES).alias("chat_role"),
+            mapped_expr("role", df.schema["role"], CHAT_ROLES, pl.String).alias("chat_role"),
             packed_text_expr().alias("text"),
             pl.col("content_hash"),
             pl.col("created_at"),

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
+from cognoxium._threads import in_daemon_thread
 from cognoxium.exceptions import StrategyError
 from cognoxium.strategies.backends import Backends
 from cognoxium.strategies.protocol import (
@@ -161,21 +162,12 @@ class CircuitBreaker:
 
 def _run_in_daemon(name: str, call: Callable[[], Any]) -> Future[tuple[Any, float]]:
     """Start ``call`` in a daemon thread; the future resolves to (result, seconds)."""
-    future: Future[tuple[Any, float]] = Future()
 
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
+    def timed() -> tuple[Any, float]:
         start = time.perf_counter()
-        try:
-            value = call()
-        except BaseException as exc:  # resolve the future whatever the strategy raised
-            future.set_exception(exc)
-        else:
-            future.set_result((value, time.perf_counter() - start))
+        return call(), time.perf_counter() - start
 
-    threading.Thread(target=work, name=f"cognoxium-strategy:{name}", daemon=True).start()
-    return future
+    return in_daemon_thread(f"cognoxium-strategy:{name}", timed)
 
 
 class StrategyExecutor:
