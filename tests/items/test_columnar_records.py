@@ -282,6 +282,9 @@ def test_a_bad_time_among_utc_times_is_named_at_its_line() -> None:
         [[{"kind": "k"}], []],
         [[{"uri": None}], []],
         [[{"uri": "u", "retrieved_at": "2024-01-01T00:00:00Z"}], [{"uri": "v"}]],
+        # As many keys in every entry, not the same keys: read key by key.
+        [[{"uri": "u", "kind": "k"}], [{"uri": "v", "title": "t"}]],
+        [[{"uri": "u", "kind": "k"}], [{"uri": "v", "colour": "t"}]],
     ],
 )
 def test_sources_convert_as_item_by_item_validation(sources: list[list[dict[str, Any]]]) -> None:
@@ -297,6 +300,25 @@ def test_sources_convert_as_item_by_item_validation(sources: list[list[dict[str,
             records_to_frame(rows)
         return
     assert_frame_equal(records_to_frame(rows), expected)
+
+
+def test_records_of_as_many_fields_but_other_fields_keep_each_field_apart() -> None:
+    rows = [
+        {"id": "a", "role": "user", "text": "t", "priority": 2},
+        {"id": "b", "role": "user", "text": "u", "rank": 0.5},
+        {"id": "c", "role": "user", "text": "v", "priority": 1},
+    ]
+    got = records_to_frame(rows)
+    assert got.get_column("priority").to_list() == [2, 0, 1]
+    assert got.get_column("rank").to_list() == [None, 0.5, None]
+    assert_frame_equal(got.drop("created_at"), item_by_item(rows).drop("created_at"))
+
+
+def test_a_record_of_as_many_fields_with_an_unknown_one_is_refused_at_its_line() -> None:
+    rows = [{"role": "user", "text": "t", "priority": 2}, {"role": "user", "text": "u", "colour": 1}]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert (caught.value.line, caught.value.field) == (2, "colour")
 
 
 @pytest.mark.parametrize(

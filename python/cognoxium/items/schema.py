@@ -44,7 +44,7 @@ import operator
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Any
 
@@ -452,11 +452,14 @@ _DEPTH_FIELDS = {"metadata": "metadata", "json": "payload.value"}
 def _too_deep(df: pl.DataFrame, column: str) -> int | None:
     """The first row whose JSON text in ``column`` nests deeper than the limit, or ``None``.
 
-    Only rows with more opening brackets than the limit are scanned.
+    Only rows with more opening brackets than the limit are scanned; when
+    no text is longer than the limit (in bytes), none has that many.
     """
-    brackets = df.select(pl.col(column).str.count_matches(r"[\[{]") > MAX_JSON_DEPTH)
     texts = df.get_column(column)
-    for row in brackets.to_series().arg_true().to_list():
+    if not (texts.str.len_bytes() > MAX_JSON_DEPTH).any():
+        return None
+    brackets = texts.str.count_matches(r"[\[{]") > MAX_JSON_DEPTH
+    for row in brackets.arg_true().to_list():
         if json_text_depth(texts[row])[0] > MAX_JSON_DEPTH:
             return int(row)
     return None
@@ -748,6 +751,23 @@ def _any_entry(column: str, bad: pl.Expr) -> pl.Expr:
     return pl.col(column).list.eval(bad).list.any().fill_null(False)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TIME_RANGE_US = (
+    (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1),
+    (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1),
+)
+"""The first and last microsecond of the years 1 to 9999 UTC, since the Unix epoch."""
+
+
+def _out_of_range(times: pl.Expr) -> pl.Expr:
+    """Whether each time falls outside the years 1 to 9999 UTC; null stays null.
+
+    Compares the instants (microseconds since the epoch), not a calendar
+    field of each, so it reads no time zone.
+    """
+    return ~times.dt.epoch("us").is_between(*_TIME_RANGE_US)
+
+
 def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
     """Row checks of every input once times, numbers and lists have their types."""
     checks = [
@@ -763,9 +783,9 @@ def _typed_checks() -> list[tuple[pl.Expr, str, str]]:
             "must not be before created_at",
         ),
     ]
-    out_of_range = ~pl.element().struct.field("retrieved_at").dt.year().is_between(1, 9999)
+    out_of_range = _out_of_range(pl.element().struct.field("retrieved_at"))
     checks += [
-        (~pl.col(name).dt.year().is_between(1, 9999), name, TIME_RANGE_MESSAGE)
+        (_out_of_range(pl.col(name)), name, TIME_RANGE_MESSAGE)
         for name in ("created_at", "valid_from", "expires_at")
     ]
     checks.append(
@@ -1273,9 +1293,12 @@ general format; it parses to what :data:`_ISO_TIME`'s format gives, and fails al
 
 def _parse_times(texts: pl.Series, name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text as UTC microseconds; text that is not such a time fails."""
-    present = texts.drop_nulls()
-    if present.str.contains(_UTC_SECONDS).all():
-        naive = texts.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False)
+    text = pl.col(texts.name)
+    usual, naive = texts.to_frame().select(  # the two expressions run in parallel
+        text.str.contains(_UTC_SECONDS).all().alias("usual"),  # nulls are left out
+        text.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False),
+    )
+    if usual.all():
         parsed = naive.cast(_PL_TS)  # the epoch values are UTC already: a cast, no conversion
         fail.add_first(
             (parsed.is_null() & texts.is_not_null()).arg_true().to_list(), name, _TIME_HINT
@@ -1302,7 +1325,11 @@ def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
             assert isinstance(stamp, pl.Series)
             return stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name)
     if set(map(type, values)) <= {str, type(None)}:
-        return _parse_times(_string_column(values, name, fail), name, fail)
+        try:
+            texts = pl.Series(name, values, pl.String, strict=True)  # all text: checked above
+        except ValueError:
+            texts = _string_column(values, name, fail)  # a lone surrogate
+        return _parse_times(texts, name, fail)
     texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
     parsed = _parse_times(texts, name, fail)
     stamps: list[datetime | None] = []
@@ -1414,12 +1441,18 @@ def _text_sources(values: list[Any]) -> pl.Series | None:
     entries = list(chain.from_iterable(values))
     if not set(map(type, entries)) <= {dict}:
         return None
-    keys = frozenset().union(*entries)
-    if not keys <= _SOURCE_TEXT_KEYS:
-        return None
+    read = _uniform_values(entries, _SOURCE_TEXT_KEYS)
+    if read is None:
+        keys = frozenset().union(*entries)
+        if not keys <= _SOURCE_TEXT_KEYS:
+            return None
+        read = {key: _values_of(entries, key) for key in keys}
     try:
-        fields = [_source_texts(entries, key, keys) for key in _SOURCE_KEYS[:3]]
-    except (KeyError, TypeError, ValueError, pl.exceptions.PolarsError):
+        fields = [
+            pl.Series(key, read.get(key, [None] * len(entries)), pl.String, strict=True)
+            for key in _SOURCE_KEYS[:3]
+        ]
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
         return _arrow_sources(values)
     if fields[0].null_count():
         return None  # a missing uri
@@ -1430,17 +1463,6 @@ def _text_sources(values: list[Any]) -> pl.Series | None:
     series = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), structs))
     assert isinstance(series, pl.Series)
     return series.alias("sources").cast(POLARS_SCHEMA["sources"])
-
-
-def _source_texts(entries: list[dict[str, Any]], key: str, keys: frozenset[str]) -> pl.Series:
-    """Every entry's text under ``key``, null where it is left out; TypeError at other values."""
-    if key not in keys:
-        return pl.Series(key, [None] * len(entries), pl.String)
-    try:
-        texts = list(map(operator.itemgetter(key), entries))
-    except KeyError:
-        texts = [entry.get(key) for entry in entries]
-    return pl.Series(key, texts, pl.String, strict=True)
 
 
 def _arrow_sources(values: list[Any]) -> pl.Series | None:
@@ -1563,13 +1585,13 @@ def _constant(name: str, value: Any, dtype: pl.DataType | type[pl.DataType], n: 
 
 
 def _payload_columns(
-    records: list[Mapping[str, Any]], fail: _Failures, payloads: bool
+    records: list[Mapping[str, Any]], fields: dict[str, list[Any]], fail: _Failures
 ) -> list[pl.Series]:
-    """The payload columns; ``payloads`` is false when no record has a ``payload`` field."""
+    """The payload columns of the records, whose fields :func:`_record_shapes` read."""
     names = ("payload_kind", "text", "json", "binary", "ref_uri", "ref_title", "ref_digest")
     dtypes = (pl.String, pl.String, pl.String, pl.Binary, pl.String, pl.String, pl.String)
-    texts = _field(records, "text")
-    if not payloads and set(map(type, texts)) <= {str}:
+    texts = fields["text"] if "text" in fields else [None] * len(records)
+    if "payload" not in fields and set(map(type, texts)) <= {str}:
         # Plain text records (chat messages): two columns to fill, no per-row dispatch.
         n = len(records)
         try:
@@ -1615,17 +1637,22 @@ _PAYLOAD_FIELDS = {
 
 def _record_shapes(
     records: list[Any], fail: _Failures
-) -> tuple[list[Mapping[str, Any]], frozenset[str]]:
+) -> tuple[list[Mapping[str, Any]], dict[str, list[Any]]]:
     """Check each record is an object with known keys and one content; others become ``{}``.
 
-    Returns the records and every field that at least one of them gives.
+    Returns the records and, for every field that at least one of them
+    gives, each record's value of it (the field's default where a record
+    leaves it out).
     """
     if all(issubclass(kind, Mapping) for kind in set(map(type, records))):
+        fields = _uniform_values(records, _RECORD_KEYS)
+        if fields is not None:
+            return records, fields
         given = frozenset().union(*records)
         if given <= _RECORD_KEYS:
             # All objects of known fields: no check per record here; a record
             # without content fails with the payload (:func:`_payload_row`).
-            return records, given
+            return records, _read_fields(records, given)
     shaped: list[Mapping[str, Any]] = []
     for row, record in enumerate(records):
         if type(record) is not dict and not isinstance(record, Mapping):
@@ -1638,49 +1665,77 @@ def _record_shapes(
             shaped.append(record)
             continue
         shaped.append({"text": ""})
-    return shaped, frozenset().union(*shaped)
+    return shaped, _read_fields(shaped, frozenset().union(*shaped))
 
 
-def _field_or(records: list[Mapping[str, Any]], name: str, default: Callable[[], Any]) -> list[Any]:
-    """Every record's value of field ``name``; ``default()`` where a record leaves it out."""
+def _uniform_values(
+    objects: list[Mapping[str, Any]], allowed: frozenset[str]
+) -> dict[str, list[Any]] | None:
+    """Each key's values, when every object has the keys of the first, all ``allowed``.
+
+    ``None`` when the objects' keys differ or one is not allowed. Objects of
+    as many keys as the first, each of which has all of the first's, have
+    exactly those: counting keys is cheaper than gathering every object's.
+    """
+    first = objects[0] if objects else {}
+    if not first.keys() <= allowed or set(map(len, objects)) != {len(first)}:
+        return None
     try:
-        return list(map(operator.itemgetter(name), records))
+        return {key: list(map(operator.itemgetter(key), objects)) for key in first}
     except KeyError:
-        return [record[name] if name in record else default() for record in records]
+        return None  # an object of other keys
 
 
-def _field(records: list[Mapping[str, Any]], name: str, default: Any = None) -> list[Any]:
-    """Every record's value of field ``name``, ``default`` where a record leaves it out."""
+def _read_fields(records: list[Mapping[str, Any]], given: frozenset[str]) -> dict[str, list[Any]]:
+    """Every record's value of each field in ``given``, its default where a record leaves it out.
+
+    A missing ``id`` is a new UUID, a missing ``created_at`` the time now.
+    """
+    defaults = {name: _always(value) for name, (value, _) in _RECORD_COLUMNS.items()}
+    defaults["id"] = lambda: str(uuid.uuid4())
+    defaults["created_at"] = _always(datetime.now(UTC))
+    return {name: _values_of(records, name, defaults.get(name, _none)) for name in given}
+
+
+def _always(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def _none() -> None:
+    return None
+
+
+def _values_of(
+    objects: list[Mapping[str, Any]], key: str, default: Callable[[], Any] = _none
+) -> list[Any]:
+    """Every object's value of ``key``; ``default()`` where an object leaves it out."""
     try:
-        return list(map(operator.itemgetter(name), records))
+        return list(map(operator.itemgetter(key), objects))
     except KeyError:
-        return [record.get(name, default) for record in records]
+        return [value[key] if key in value else default() for value in objects]
 
 
 def _record_frame(
-    records: list[Mapping[str, Any]], given: frozenset[str], fail: _Failures
+    records: list[Mapping[str, Any]], fields: dict[str, list[Any]], fail: _Failures
 ) -> tuple[pl.DataFrame, InProcessQuery]:
     """Lay out checked record fields as columns; bad values are noted in ``fail``.
 
-    ``given`` holds every field that some record gives; a field that no
-    record gives becomes its default column at once (:func:`_fill_defaults`),
-    without a value per record. Also returns the query computing, in the
-    background, the sha256 digest of every row's payload (:func:`_digest_expr`).
+    ``fields`` holds every field that some record gives, read by
+    :func:`_record_shapes`; a field that no record gives becomes its default
+    column at once (:func:`_fill_defaults`), without a value per record.
+    Also returns the query computing, in the background, the sha256 digest
+    of every row's payload (:func:`_digest_expr`).
     """
-    payload = _payload_columns(records, fail, "payload" in given)
-    digests = digests_in_background(payload)  # while the other fields are read here
+    payload = _payload_columns(records, fields, fail)
+    digests = digests_in_background(payload)  # while the other fields are laid out here
     columns = [*payload]
-    if "id" in given:
-        ids = _field_or(records, "id", lambda: str(uuid.uuid4()))
-        columns.append(_string_column(ids, "id", fail))
-    if "created_at" in given:
-        now = datetime.now(UTC)
-        columns.append(
-            _time_column(_field_or(records, "created_at", lambda: now), "created_at", fail)
-        )
-    for name, (default, column) in _RECORD_COLUMNS.items():
-        if name in given:
-            columns.append(column(_field(records, name, default), fail))
+    if "id" in fields:
+        columns.append(_string_column(fields["id"], "id", fail))
+    for name, (_, column) in _RECORD_COLUMNS.items():
+        if name in fields:
+            columns.append(column(fields[name], fail))
+    if "created_at" in fields:  # last: parsing times waits for Polars' threads, which hash
+        columns.append(_time_column(fields["created_at"], "created_at", fail))
     df = _fill_defaults(pl.DataFrame(columns))
     return df.select(POLARS_SCHEMA.names()), digests
 
@@ -1832,9 +1887,9 @@ def records_to_frame(
     """
     rows = list(records)
     fail = _Failures()
-    shaped, given = _record_shapes(rows, fail)
-    df, digests = _record_frame(shaped, given, fail)
-    _first_failure(df, _record_checks(given), fail)
+    shaped, fields = _record_shapes(rows, fail)
+    df, digests = _record_frame(shaped, fields, fail)
+    _first_failure(df, _record_checks(frozenset(fields)), fail)
     for column, field in _DEPTH_FIELDS.items():
         row = _too_deep(df, column)
         if row is not None:
