@@ -315,7 +315,10 @@ def test_records_of_as_many_fields_but_other_fields_keep_each_field_apart() -> N
 
 
 def test_a_record_of_as_many_fields_with_an_unknown_one_is_refused_at_its_line() -> None:
-    rows = [{"role": "user", "text": "t", "priority": 2}, {"role": "user", "text": "u", "colour": 1}]
+    rows = [
+        {"role": "user", "text": "t", "priority": 2},
+        {"role": "user", "text": "u", "colour": 1},
+    ]
     with pytest.raises(RecordError) as caught:
         records_to_frame(rows)
     assert (caught.value.line, caught.value.field) == (2, "colour")
