@@ -30,6 +30,11 @@ environment (``~/.cache/cognoxium-bench/peer-0.1.1``, created with
 in a child process: it reads the same records from a temporary JSONL file
 before timing, renames ``text`` to its own ``content`` field, and times its
 own ``CognitionFrame.from_records`` on them. It is never imported here.
+Against it, Cognoxium's ``from_records`` takes the records read from the same
+file in the same way, in two forms (:data:`RECORD_FORMS`: as ``json.loads``
+gives them, and with interned keys as a program's dict literals give them),
+and the two sides take turns, one call each per round, so that a change of
+the machine's speed during the run weighs on both.
 
 Every timing is the minimum and the median of ``--repeats`` rounds of the
 user's whole call; ratios compare figures of the same run.
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import platform
@@ -80,23 +86,57 @@ RECORD_SCHEMA = pa.schema(
 )
 MESSAGE_SCHEMA = pa.schema([("role", pa.large_string()), ("content", pa.large_string())])
 
-PEER_SCRIPT = """
-import json, sys, time, statistics
+
+def load_records(path: str, interned: bool) -> list[dict]:
+    """The records of a JSONL file, each line read by ``json.loads``.
+
+    ``interned``: every object rebuilt with interned keys, as the dict
+    literals of a program give them (one key object shared by every record),
+    instead of each line's own key objects.
+    """
+    import json
+    import sys
+
+    def rebuild(value):
+        if type(value) is dict:
+            return {sys.intern(k): rebuild(v) for k, v in value.items()}
+        if type(value) is list:
+            return [rebuild(v) for v in value]
+        return value
+
+    with open(path, encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle]
+    return [rebuild(r) for r in records] if interned else records
+
+
+RECORD_FORMS = {"jsonl": False, "interned": True}
+"""The two constructions of the same records timed against the peer: ``json.loads``
+of each line, and the same with interned keys (records as a program builds them)."""
+
+PEER_SCRIPT = (
+    inspect.getsource(load_records)
+    + """
+import json, sys, time
 import cognoxium
-path, repeats = sys.argv[1], int(sys.argv[2])
-with open(path, encoding="utf-8") as handle:
-    records = [json.loads(line) for line in handle]
+path = sys.argv[1]
 # The peer's record form names the text 'content'.
-records = [{**{k: v for k, v in r.items() if k != "text"}, "content": r["text"]} for r in records]
-times, cpu = [], []
-for _ in range(repeats):
+def peer_form(r):
+    return {**{k: v for k, v in r.items() if k != "text"}, "content": r["text"]}
+inputs = {
+    form: [peer_form(r) for r in load_records(path, interned)]
+    for form, interned in json.loads(sys.argv[2]).items()
+}
+for line in sys.stdin:
+    records = inputs[line.strip()]
     start, start_cpu = time.perf_counter(), time.process_time()
     frame = cognoxium.CognitionFrame.from_records(records)
-    times.append(time.perf_counter() - start)
-    cpu.append(time.process_time() - start_cpu)
-rows = len(frame.collect())
-print(json.dumps({"module": cognoxium.__file__, "times": times, "cpu": cpu, "rows": rows}))
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    print(json.dumps({"wall": wall, "cpu": cpu, "rows": len(frame.collect())}), flush=True)
+print(json.dumps({"module": cognoxium.__file__}), flush=True)
 """
+)
+"""The peer's child: it loads the records in every form, then times one
+``from_records`` per line read from its standard input (the form's name)."""
 
 
 def rounds(repeats: int, call: Callable[[], object]) -> dict[str, float]:
@@ -171,28 +211,83 @@ def peer_python() -> Path:
     return python
 
 
-def run_peer(python: Path, path: Path, repeats: int) -> dict[str, Any]:
-    """Time the peer's own ``from_records`` on the records of a JSONL file, in its venv."""
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "peer_from_records.py"
+class Peer:
+    """The peer's child process, timing one ``from_records`` call at a time."""
+
+    def __init__(self, python: Path, path: Path) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        script = Path(self.tmp.name) / "peer_from_records.py"
         script.write_text(PEER_SCRIPT, encoding="utf-8")
-        done = subprocess.run(
-            [str(python), str(script), str(path), str(repeats)],
-            capture_output=True,
+        self.child = subprocess.Popen(
+            [str(python), str(script), str(path), json.dumps(RECORD_FORMS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
-            cwd=tmp,  # never the project's own package
+            cwd=self.tmp.name,  # never the project's own package
         )
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    if str(PEER_VENV) not in out["module"]:
-        raise RuntimeError(f"the peer child imported {out['module']}, not the peer's venv")
-    times = out["times"]
-    return {
-        "min_s": min(times),
-        "median_s": statistics.median(times),
-        "cpu_min_s": min(out["cpu"]),
-        "rows": out["rows"],
-    }
+        if self.child.stdin is None or self.child.stdout is None:
+            raise RuntimeError("the peer's child has no pipes")
+        self.stdin, self.stdout = self.child.stdin, self.child.stdout
+
+    def time(self, form: str, n: int) -> tuple[float, float]:
+        """Wall-clock and CPU seconds of one call on the records of ``form``."""
+        self.stdin.write(form + "\n")
+        self.stdin.flush()
+        out = json.loads(self.stdout.readline())
+        if out["rows"] != n:
+            raise RuntimeError(f"the peer made {out['rows']} rows of {n} records")
+        return out["wall"], out["cpu"]
+
+    def close(self) -> None:
+        """End the child and check it imported the peer from its own venv."""
+        self.stdin.close()
+        out = json.loads(self.stdout.readline())
+        if self.child.wait() != 0:
+            raise RuntimeError("the peer's child failed")
+        self.tmp.cleanup()
+        if str(PEER_VENV) not in out["module"]:
+            raise RuntimeError(f"the peer child imported {out['module']}, not the peer's venv")
+
+
+def summary(walls: list[float], cpus: list[float]) -> dict[str, float]:
+    return {"min_s": min(walls), "median_s": statistics.median(walls), "cpu_min_s": min(cpus)}
+
+
+def against_peer(peer: Peer, path: Path, n: int, repeats: int) -> dict[str, Any]:
+    """Our ``from_records`` and the peer's on the same records, in alternating rounds.
+
+    Both sides load the JSONL file the same way (:data:`RECORD_FORMS`); each
+    round times one call of each, the first of the two alternating, so a
+    change of the machine's speed weighs on both.
+    """
+    out: dict[str, Any] = {}
+    for form, interned in RECORD_FORMS.items():
+        records = load_records(str(path), interned)
+        CognitionFrame.from_records(records)  # warm
+        times: dict[str, tuple[list[float], list[float]]] = {
+            "cognoxium": ([], []),
+            "peer_0_1_1": ([], []),
+        }
+        for round_ in range(repeats):
+            for side in ("cognoxium", "peer_0_1_1")[:: 1 if round_ % 2 == 0 else -1]:
+                if side == "peer_0_1_1":
+                    wall, cpu = peer.time(form, n)
+                else:
+                    start, start_cpu = time.perf_counter(), time.process_time()
+                    CognitionFrame.from_records(records)
+                    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+                times[side][0].append(wall)
+                times[side][1].append(cpu)
+        mine, theirs = (summary(*times[side]) for side in ("cognoxium", "peer_0_1_1"))
+        out[form] = {
+            "cognoxium": mine,
+            "peer_0_1_1": theirs,
+            "speedup_min": theirs["min_s"] / mine["min_s"],
+            "speedup_median": theirs["median_s"] / mine["median_s"],
+            "speedup_cpu": theirs["cpu_min_s"] / mine["cpu_min_s"],
+        }
+        print(json.dumps({"n": n, "peer": form, **out[form]}), flush=True)
+    return out
 
 
 def write_inputs(tmp: Path, records: list[dict[str, Any]]) -> tuple[Path, Path]:
@@ -251,13 +346,11 @@ def run_size(n: int, repeats: int, peer: Path | None) -> dict[str, Any]:
             }
             print(json.dumps({"n": n, case: out[case]}), flush=True)
         if peer is not None:
-            peer_times = run_peer(peer, jsonl, repeats)
-            mine = out["records"]["cognoxium"]
-            out["records"]["peer_0_1_1"] = peer_times
-            out["records"]["peer_speedup_min"] = peer_times["min_s"] / mine["min_s"]
-            out["records"]["peer_speedup_median"] = peer_times["median_s"] / mine["median_s"]
-            out["records"]["peer_speedup_cpu"] = peer_times["cpu_min_s"] / mine["cpu_min_s"]
-            print(json.dumps({"n": n, "peer": out["records"]}), flush=True)
+            child = Peer(peer, jsonl)
+            try:
+                out["peer"] = against_peer(child, jsonl, n, repeats)
+            finally:
+                child.close()
     return out
 
 
@@ -271,6 +364,10 @@ LABELS = {
 BASELINES = {
     "floor": "`pa.Table.from_pylist` + sha256 per text",
     "polars": "Polars' own reader",
+}
+FORM_LABELS = {
+    "jsonl": "each line of a JSONL file read by `json.loads`",
+    "interned": "the same, rebuilt with interned keys as a program's dict literals give them",
 }
 
 
@@ -295,17 +392,16 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {theirs['min_s']:.3f} / {theirs['median_s']:.3f} "
                 f"| {entry[f'over_{base}_min']:.1f}x |"
             )
-        peer = size["records"].get("peer_0_1_1")
-        ours_cpu = size["records"]["cognoxium"]["cpu_min_s"]
-        if peer is not None:
+        for form, entry in size.get("peer", {}).items():
+            mine, peer = entry["cognoxium"], entry["peer_0_1_1"]
             lines.append(
                 f"\nPublished cognoxium {PEER_VERSION} `CognitionFrame.from_records` on the same "
-                f"records: {peer['min_s']:.3f} / {peer['median_s']:.3f} s (min / median); "
-                f"Cognoxium is {size['records']['peer_speedup_min']:.1f}x faster (min), "
-                f"{size['records']['peer_speedup_median']:.1f}x (median), "
-                f"{size['records']['peer_speedup_cpu']:.1f}x in CPU time "
-                f"({peer['cpu_min_s']:.3f} s against {ours_cpu:.3f} s)"
-                ".\n"
+                f"records ({FORM_LABELS[form]}), in alternating rounds: "
+                f"{peer['min_s']:.3f} / {peer['median_s']:.3f} s (min / median) against "
+                f"Cognoxium's {mine['min_s']:.3f} / {mine['median_s']:.3f} s: "
+                f"Cognoxium is **{entry['speedup_min']:.1f}x** faster (min), "
+                f"{entry['speedup_median']:.1f}x (median), {entry['speedup_cpu']:.1f}x in CPU "
+                f"time ({peer['cpu_min_s']:.3f} s against {mine['cpu_min_s']:.3f} s).\n"
             )
         lines.append("")
     load = result.get("load_average")
@@ -320,9 +416,10 @@ def markdown(result: dict[str, Any]) -> str:
         "the same columns with pyarrow and hashes every text, without any check; Cognoxium also "
         "validates every value (enumerations, ids, times, Unicode, JSON), canonicalises JSON and "
         "lays out the canonical schema. The published 0.1.1 runs in its own virtual environment, "
-        "in a child process that reads the records from a JSONL file before timing. CPU time "
-        "(least of the rounds, every thread of the process) is the steadier figure on a shared "
-        "machine.\n"
+        "in a child process that reads the records from a JSONL file before timing; against "
+        "it, Cognoxium reads the same file the same way, and the two take turns, a call each. "
+        "CPU time (least of the rounds, every thread of the process) is the steadier figure "
+        "on a shared machine.\n"
     )
     return "\n".join(lines)
 
