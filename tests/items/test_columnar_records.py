@@ -324,6 +324,19 @@ def test_a_record_of_as_many_fields_with_an_unknown_one_is_refused_at_its_line()
     assert (caught.value.line, caught.value.field) == (2, "colour")
 
 
+@pytest.mark.parametrize(("first", "second"), [("id", "created_at"), ("created_at", "id")])
+def test_the_first_failing_record_is_named_whichever_check_finds_it(
+    first: str, second: str
+) -> None:
+    """The checks of flat fields run while the rest are laid out; the first row still wins."""
+    bad = {"id": " ", "created_at": None}
+    rows = [{"id": f"r{i}", "role": "user", "text": "t"} for i in range(4)]
+    rows[1][first], rows[2][second] = bad[first], bad[second]
+    with pytest.raises(RecordError) as caught:
+        records_to_frame(rows)
+    assert (caught.value.line, caught.value.field) == (2, first)
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [

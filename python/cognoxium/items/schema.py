@@ -1293,11 +1293,31 @@ general format; it parses to what :data:`_ISO_TIME`'s format gives, and fails al
 
 def _parse_times(texts: pl.Series, name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text as UTC microseconds; text that is not such a time fails."""
+    return _parsed_times(texts, _start_parse(texts), name, fail)
+
+
+def _start_parse(texts: pl.Series) -> InProcessQuery:
+    """Start parsing times on Polars' threads, in the usual spelling (:data:`_UTC_SECONDS`).
+
+    Fetched, the query gives whether every time is so spelled, and the times so parsed.
+    """
     text = pl.col(texts.name)
-    usual, naive = texts.to_frame().select(  # the two expressions run in parallel
-        text.str.contains(_UTC_SECONDS).all().alias("usual"),  # nulls are left out
-        text.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False),
+    return (
+        texts.to_frame()
+        .lazy()
+        .select(
+            text.str.contains(_UTC_SECONDS).all().alias("usual"),  # nulls are left out
+            text.str.to_datetime("%Y-%m-%dT%H:%M:%SZ", time_unit="us", strict=False),
+        )
+        .collect(background=True)
     )
+
+
+def _parsed_times(
+    texts: pl.Series, started: InProcessQuery, name: str, fail: _Failures
+) -> pl.Series:
+    """The times of :func:`_start_parse`, or, when one is spelled otherwise, of any ISO 8601."""
+    usual, naive = started.fetch_blocking()
     if usual.all():
         parsed = naive.cast(_PL_TS)  # the epoch values are UTC already: a cast, no conversion
         fail.add_first(
@@ -1315,21 +1335,32 @@ def _parse_times(texts: pl.Series, name: str, fail: _Failures) -> pl.Series:
 
 def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
     """Parse ISO 8601 text and aware datetimes as UTC microseconds; others fail."""
+    return _start_time_column(values, name, fail)()
+
+
+def _start_time_column(values: list[Any], name: str, fail: _Failures) -> Callable[[], pl.Series]:
+    """Start :func:`_time_column`: text parses on Polars' threads until the call returned."""
     first = values[0] if values else None
     # One value on every row (no time given, or the default time): no parsing per row.
     if (first is None or isinstance(first, datetime)) and all(v is first for v in values):
         if first is None:
-            return pl.Series(name, [None] * len(values), _PL_TS)
+            return _always(pl.Series(name, [None] * len(values), _PL_TS))
         if first.utcoffset() is not None:
             stamp = pl.from_arrow(pa.array([first], type=_TS))
             assert isinstance(stamp, pl.Series)
-            return stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name)
+            return _always(stamp.cast(_PL_TS).new_from_index(0, len(values)).alias(name))
     if set(map(type, values)) <= {str, type(None)}:
         try:
             texts = pl.Series(name, values, pl.String, strict=True)  # all text: checked above
         except ValueError:
             texts = _string_column(values, name, fail)  # a lone surrogate
-        return _parse_times(texts, name, fail)
+        started = _start_parse(texts)
+        return lambda: _parsed_times(texts, started, name, fail)
+    return _always(_mixed_times(values, name, fail))
+
+
+def _mixed_times(values: list[Any], name: str, fail: _Failures) -> pl.Series:
+    """Times given as text and as datetimes in one column."""
     texts = _string_column([v if isinstance(v, str) else None for v in values], name, fail)
     parsed = _parse_times(texts, name, fail)
     stamps: list[datetime | None] = []
@@ -1716,7 +1747,10 @@ def _values_of(
 
 
 def _record_frame(
-    records: list[Mapping[str, Any]], fields: dict[str, list[Any]], fail: _Failures
+    records: list[Mapping[str, Any]],
+    fields: dict[str, list[Any]],
+    checks: _RowChecks,
+    fail: _Failures,
 ) -> tuple[pl.DataFrame, InProcessQuery]:
     """Lay out checked record fields as columns; bad values are noted in ``fail``.
 
@@ -1725,27 +1759,73 @@ def _record_frame(
     column at once (:func:`_fill_defaults`), without a value per record.
     Also returns the query computing, in the background, the sha256 digest
     of every row's payload (:func:`_digest_expr`).
+
+    Polars' threads work while Python lays out the nested fields: they hash
+    the payloads, parse the times and run the ``checks`` of the flat fields.
     """
     payload = _payload_columns(records, fields, fail)
-    digests = digests_in_background(payload)  # while the other fields are laid out here
+    digests = digests_in_background(payload)
     columns = [*payload]
     if "id" in fields:
         columns.append(_string_column(fields["id"], "id", fail))
+    times = [_start_time_column(fields[n], n, fail) for n in _TIME_FIELDS if n in fields]
     for name, (_, column) in _RECORD_COLUMNS.items():
-        if name in fields:
+        if name in fields and name not in _NESTED_FIELDS:
             columns.append(column(fields[name], fail))
-    if "created_at" in fields:  # last: parsing times waits for Polars' threads, which hash
-        columns.append(_time_column(fields["created_at"], "created_at", fail))
+    checks.start(columns)
+    for name in _NESTED_FIELDS:
+        if name in fields:
+            columns.append(_RECORD_COLUMNS[name][1](fields[name], fail))
+    columns += [parsed() for parsed in times]
     df = _fill_defaults(pl.DataFrame(columns))
     return df.select(POLARS_SCHEMA.names()), digests
 
 
+_TIME_FIELDS = ("created_at", "valid_from", "expires_at")
+_NESTED_FIELDS = ("sources", "parents", "lineage", "metadata")
+"""The record fields of lists and objects: the most Python work, laid out last."""
+
+
+class _RowChecks:
+    """The first failing row of each row check.
+
+    The checks of the columns laid out first run on Polars' threads while
+    the others are laid out.
+    """
+
+    def __init__(self, checks: list[tuple[pl.Expr, str, str]]) -> None:
+        self.checks = checks
+        self.early: list[int] = []
+        self.query: InProcessQuery | None = None
+
+    def start(self, columns: list[pl.Series]) -> None:
+        """Start the checks that read only ``columns``."""
+        names = {column.name for column in columns}
+        self.early = [
+            i for i, (mask, _, _) in enumerate(self.checks) if set(mask.meta.root_names()) <= names
+        ]
+        if self.early and len(columns[0]):
+            masks = (self.checks[i][0].arg_true().first().alias(str(i)) for i in self.early)
+            self.query = pl.LazyFrame(columns).select(masks).collect(background=True)
+
+    def finish(self, df: pl.DataFrame, fail: _Failures) -> None:
+        """Run the other checks on ``df`` and note the first failing row of all, in order."""
+        if not df.height:
+            return
+        rows = dict.fromkeys(range(len(self.checks)))
+        if self.query is not None:
+            rows.update(zip(self.early, self.query.fetch_blocking().row(0), strict=True))
+        late = [i for i in range(len(self.checks)) if i not in set(self.early)]
+        if late:
+            masks = (self.checks[i][0].arg_true().first().alias(str(i)) for i in late)
+            rows.update(zip(late, df.select(masks).row(0), strict=True))
+        for (_, field, message), row in zip(self.checks, rows.values(), strict=True):
+            if row is not None:
+                fail.add(int(row), field, message)
+
+
 def _strings(name: str) -> Callable[[list[Any], _Failures], pl.Series]:
     return lambda values, fail: _string_column(values, name, fail)
-
-
-def _times(name: str) -> Callable[[list[Any], _Failures], pl.Series]:
-    return lambda values, fail: _time_column(values, name, fail)
 
 
 _RECORD_COLUMNS: dict[str, tuple[Any, Callable[[list[Any], _Failures], pl.Series]]] = {
@@ -1757,14 +1837,12 @@ _RECORD_COLUMNS: dict[str, tuple[Any, Callable[[list[Any], _Failures], pl.Series
     "retention": (_DEFAULTS["retention"], _strings("retention")),
     "priority": (0, lambda values, fail: _integer_column(values, "priority", fail)),
     "rank": (None, lambda values, fail: _float_column(values, "rank", fail)),
-    "valid_from": (None, _times("valid_from")),
-    "expires_at": (None, _times("expires_at")),
     "parents": ((), _parents_column),
     "lineage": ((), _lineage_column),
     "group_id": (None, _strings("group_id")),
     "metadata": ({}, _metadata_column),
 }
-"""Per record field (but ``id``, ``created_at`` and the payload): the value a record
+"""Per record field (but ``id``, the times and the payload): the value a record
 that leaves it out has, and the function that makes its column from every record's value."""
 
 
@@ -1788,20 +1866,6 @@ def _record_checks(given: frozenset[str]) -> list[tuple[pl.Expr, str, str]]:
         for check in _value_checks() + _typed_checks()
         if not set(check[0].meta.root_names()) <= defaults
     ]
-
-
-def _first_failure(
-    df: pl.DataFrame, checks: list[tuple[pl.Expr, str, str]], fail: _Failures
-) -> None:
-    """Evaluate every check in one pass and note the first failing row."""
-    if not df.height:
-        return
-    firsts = df.select(
-        mask.arg_true().first().alias(str(i)) for i, (mask, _, _) in enumerate(checks)
-    ).row(0)
-    for (_, field, message), row in zip(checks, firsts, strict=True):
-        if row is not None:
-            fail.add(int(row), field, message)
 
 
 def _hash_failure(df: pl.DataFrame, digests: pl.Series, fail: _Failures) -> pl.Series:
@@ -1888,8 +1952,9 @@ def records_to_frame(
     rows = list(records)
     fail = _Failures()
     shaped, fields = _record_shapes(rows, fail)
-    df, digests = _record_frame(shaped, fields, fail)
-    _first_failure(df, _record_checks(frozenset(fields)), fail)
+    checks = _RowChecks(_record_checks(frozenset(fields)))
+    df, digests = _record_frame(shaped, fields, checks, fail)
+    checks.finish(df, fail)
     for column, field in _DEPTH_FIELDS.items():
         row = _too_deep(df, column)
         if row is not None:
