@@ -1339,7 +1339,10 @@ def _time_column(values: list[Any], name: str, fail: _Failures) -> pl.Series:
 
 
 def _start_time_column(values: list[Any], name: str, fail: _Failures) -> Callable[[], pl.Series]:
-    """Start :func:`_time_column`: text parses on Polars' threads until the call returned."""
+    """Start :func:`_time_column`; calling the function returned gives the column.
+
+    Text is parsed on Polars' threads meanwhile.
+    """
     first = values[0] if values else None
     # One value on every row (no time given, or the default time): no parsing per row.
     if (first is None or isinstance(first, datetime)) and all(v is first for v in values):
