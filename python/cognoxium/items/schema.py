@@ -1818,7 +1818,8 @@ class _RowChecks:
         rows = dict.fromkeys(range(len(self.checks)))
         if self.query is not None:
             rows.update(zip(self.early, self.query.fetch_blocking().row(0), strict=True))
-        late = [i for i in range(len(self.checks)) if i not in set(self.early)]
+        early = set(self.early)
+        late = [i for i in range(len(self.checks)) if i not in early]
         if late:
             masks = (self.checks[i][0].arg_true().first().alias(str(i)) for i in late)
             rows.update(zip(late, df.select(masks).row(0), strict=True))
