@@ -77,6 +77,14 @@ A code never changes meaning once released; new situations get new codes.
 """
 
 
+def _restored(kind: type[CognoxiumError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An error of type ``kind`` with ``args`` and attributes ``state`` (see ``__reduce__``)."""
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class CognoxiumError(Exception):
     """Root of every error raised by Cognoxium.
 
@@ -122,6 +130,18 @@ class CognoxiumError(Exception):
         self.code = resolved
         self.params: dict[str, Any] = dict(params or {})
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the error whole (its message and every attribute), for worker processes.
+
+        Examples
+        --------
+        >>> import pickle
+        >>> error = RecordError("must be a string", source="a.jsonl", line=3, field="role")
+        >>> pickle.loads(pickle.dumps(error)).to_dict() == error.to_dict()
+        True
+        """
+        return (_restored, (type(self), self.args, self.__dict__))
 
     @property
     def location(self) -> tuple[str | None, int | None, str | None]:

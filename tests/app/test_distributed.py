@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cognoxium.app import distributed
+from cognoxium.app._scopes import batch_units
 from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.app.cli import app
 from cognoxium.app.distributed import (
@@ -318,7 +319,9 @@ def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, 
     assert_same_files(tmp_path / "local", tmp_path / "ray", names)
     assert remote.requests == local.requests == 40
     lines = (tmp_path / "ray" / "packs.jsonl").read_text().splitlines()
-    assert [json.loads(line)["request_id"] for line in lines] == [r.id for r in requests]
+    by_scope = [r.id for u in batch_units(requests) for r in u.requests]  # scopes interleave
+    assert by_scope != [r.id for r in requests]
+    assert [json.loads(line)["request_id"] for line in lines] == by_scope
     assert sum(bool(json.loads(line)["ids"]) for line in lines) == 40
 
 
@@ -497,7 +500,7 @@ def test_a_killed_worker_is_retried_and_the_output_is_complete(
     assert killed, "no worker was packing a unit"
     assert_same_files(tmp_path / "local", tmp_path / "ray")
     ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
-    assert ids == [r.id for r in requests]  # none missing, none twice
+    assert ids == [r.id for u in batch_units(requests) for r in u.requests]  # none missing or twice
 
 
 def test_without_ray_the_engine_names_the_extra(
@@ -628,7 +631,7 @@ def test_ray_writes_runs_of_one_scope_as_the_local_run(
     names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
     assert_same_files(tmp_path / "local", tmp_path / "ray", names)
     ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
-    assert ids == [r.id for r in requests]
+    assert ids == [r.id for u in batch_units(requests) for r in u.requests]
     if form == "parquet":
         import pyarrow.parquet as pq
 

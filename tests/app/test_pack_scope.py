@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from cognoxium.app._scopes import batch_units
 from cognoxium.app.batch import (
     BatchSettings,
     PreparedScope,
@@ -85,9 +86,10 @@ def assert_batch_equals_one_request_packs(
     )
     packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
     written = read_manifests(out)
-    assert [p["request_id"] for p in packs] == [r.id for r in requests]
+    by_scope = [r for unit in batch_units(requests) for r in unit.requests]
+    assert [p["request_id"] for p in packs] == [r.id for r in by_scope]
     assert len(written) == len(requests)
-    for request, line, manifest in zip(requests, packs, written, strict=True):
+    for request, line, manifest in zip(by_scope, packs, written, strict=True):
         alone = one_request_pack(store, _with_options(request, options), method, as_of)
         assert line["ids"] == alone.ids, request.id
         assert (line["used_tokens"], line["budget"]) == (alone.used_tokens, alone.budget)

@@ -3,7 +3,9 @@
 A batch is a list of :class:`Request` objects (read from JSONL with
 :func:`read_requests`) and a store (a frame of the canonical schema).
 :func:`run_batch` packs every request and writes the packs and their
-manifests, in request order, and makes every file visible in one step (the
+manifests, grouped by scope (scopes in the order of their first request,
+the requests of a scope in their order: the input order when the requests
+of a scope come together), and makes every file visible in one step (the
 output directory is a link swapped to a fresh version directory; see
 :func:`run_batch`):
 
@@ -67,6 +69,8 @@ from pydantic import (
 )
 
 from cognoxium.app._outputs import committed_output
+from cognoxium.app._scopes import ScopeIndex, batch_units
+from cognoxium.app._workers import default_workers, run_tasks, tasks_of
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
@@ -82,7 +86,13 @@ from cognoxium.items._checks import (
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import packed_text_expr
-from cognoxium.packing.manifests import MANIFEST_FORMS, ManifestForm, ManifestWriter
+from cognoxium.packing.manifests import (
+    MANIFEST_FORMS,
+    ManifestForm,
+    ManifestWriter,
+    RenderedManifests,
+    render_manifests,
+)
 from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
 from cognoxium.retrieval.ranking import bm25_scores, bm25_scores_many, corpus_key
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -501,15 +511,6 @@ def scope_rows(store: CognitionFrame, request: Request) -> pl.DataFrame:
         ) from exc
 
 
-def _scopes(store: CognitionFrame, requests: Sequence[Request]) -> dict[str | None, pl.DataFrame]:
-    """Filter the store once per distinct ``where``; each scope is materialised once."""
-    scopes: dict[str | None, pl.DataFrame] = {}
-    for request in requests:
-        if request.where not in scopes:
-            scopes[request.where] = scope_rows(store, request)
-    return scopes
-
-
 def rank_request(
     scope: CognitionFrame,
     request: Request,
@@ -644,11 +645,17 @@ def run_batch(
     manifests: ManifestForm = "parquet",
     turns: bool = False,
     start_on: Literal["user"] | None = None,
+    workers: int | None = 1,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
-    For each request, in order: the scope is the store filtered by the
-    request's ``where`` (computed once per distinct clause); it is ranked by
+    The requests are grouped by scope (their ``where``): scopes in the order
+    of their first request, the requests of a scope in their order, which
+    is the order of the files. A scope is the store filtered by its
+    ``where``, computed once per distinct clause over one split of the
+    store (see :mod:`cognoxium.app._scopes`: a clause that fixes a metadata
+    key to text, such as ``metadata.conversation = 'c1'``, reads only the
+    items of that value, never the whole store). Each request is ranked by
     ``rank`` with the same :meth:`CognitionFrame.rank
     <cognoxium.frame.CognitionFrame.rank>` call a user makes (see
     :func:`rank_request`), so ``explain()`` shows it and the Python API gives
@@ -731,6 +738,11 @@ def run_batch(
         Whole turns for the requests that do not give their own ``turns``.
     start_on
         ``"user"`` for the requests that do not give their own ``start_on``.
+    workers
+        Processes that pack scopes at once (``None``: one per CPU this
+        process may use); ``1`` packs in this process. The files are the
+        same, byte for byte, whatever the number (see
+        :mod:`cognoxium.app._workers`).
 
     Returns
     -------
@@ -818,6 +830,7 @@ def run_batch(
         progress=progress,
         retrieval=retrieval,
         manifests=manifests,
+        workers=default_workers() if workers is None else _checked_workers(workers),
     )
     if not commit:
         folder = Path(out_dir)
@@ -914,12 +927,15 @@ def _write_batch(
     progress: bool,
     retrieval: RetrievalSettings | None,
     manifests: ManifestForm,
+    workers: int,
 ) -> BatchStats:
     """Pack the requests and write ``packs.jsonl`` and the manifests into ``folder``.
 
-    ``folder`` exists; see :func:`run_batch` for the arguments. Each run of
-    consecutive requests over one scope is one :func:`pack_scope` call; a
-    scope's shared work is prepared once and reused by its later runs.
+    ``folder`` exists; see :func:`run_batch` for the arguments. The requests
+    of one scope are one :func:`pack_scope` call, over the scope's rows from
+    one split of the store; the calls run here or in ``workers`` processes
+    (see :mod:`cognoxium.app._workers`) and their results are written in
+    scope order.
     """
     started = time.perf_counter()
     settings = BatchSettings(
@@ -929,8 +945,9 @@ def _write_batch(
         retrieval=retrieval if retrieval is not None else RetrievalSettings(),
     )
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
-    scopes = _scopes(frame, requests)
-    prepared: dict[str | None, PreparedScope] = {}
+    units = batch_units(requests)
+    scopes = ScopeIndex(frame, units)
+    lineage = scopes.derived if rank in _READS_LINEAGE else _no_lineage
     latencies: list[float] = []
     with (
         (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
@@ -938,14 +955,11 @@ def _write_batch(
         _progress(len(requests), progress) as advance,
         _heap_frozen(),
     ):
-        for run in _runs(requests):
-            where = run[0].where
-            if where not in prepared:
-                prepared[where] = PreparedScope(frame, scopes[where], settings)
-            result = pack_scope(frame, run, settings, prepared=prepared[where])
-            result.write(packs_file, manifest_writer)
-            latencies.extend(result.latencies_ms)
-            advance(len(run))
+        tasks = tasks_of(units, scopes.rows, lineage)
+        for rendered in run_tasks(tasks, settings, manifests, workers):
+            rendered.write(packs_file, manifest_writer)
+            latencies.extend(rendered.latencies_ms)
+            advance(len(rendered.latencies_ms))
     seconds = time.perf_counter() - started
     return BatchStats(
         requests=len(requests),
@@ -955,6 +969,21 @@ def _write_batch(
         p95_ms=_percentile(latencies, 95),
         latencies_ms=tuple(latencies),
     )
+
+
+_READS_LINEAGE = ("learned", "hybrid-lineage")
+"""The rank methods that read the items derived from a scope's items."""
+
+
+def _no_lineage(scope: pl.DataFrame) -> None:
+    """A scope's lineage items for a rank that reads none."""
+    return None
+
+
+def _checked_workers(workers: int) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise PlanError(f"workers must be a whole number of processes, at least 1; got {workers!r}")
+    return workers
 
 
 @contextmanager
@@ -976,18 +1005,6 @@ def _heap_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def _runs(requests: Sequence[Request]) -> Iterator[list[Request]]:
-    """The requests in order, cut into runs of consecutive requests with the same ``where``."""
-    run: list[Request] = []
-    for request in requests:
-        if run and request.where != run[0].where:
-            yield run
-            run = []
-        run.append(request)
-    if run:
-        yield run
 
 
 @dataclass(frozen=True)
@@ -1204,14 +1221,42 @@ class ScopeResult:
     def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
         """Append these requests' ``packs.jsonl`` lines to ``packs`` and manifests to ``manifests``.
 
-        What :func:`run_batch` writes for a run of consecutive requests over
-        one scope (with :meth:`ManifestWriter.write_many
-        <cognoxium.packing.manifests.ManifestWriter.write_many>`).
+        What :func:`run_batch` writes for a scope's requests: :meth:`render`,
+        then :meth:`RenderedResult.write`.
         """
-        manifests.write_many([r.id for r in self.requests], list(self.manifests), self.entries)
-        for line in self.pack_lines():
-            packs.write(line)
-            packs.write("\n")
+        self.render(manifests.form).write(packs, manifests)
+
+    def render(self, form: ManifestForm) -> RenderedResult:
+        """The lines and manifest rows these requests add to the files of ``form``."""
+        lines = "".join(line + "\n" for line in self.pack_lines())
+        rendered = render_manifests(
+            form, [r.id for r in self.requests], list(self.manifests), self.entries
+        )
+        return RenderedResult(lines, rendered, self.latencies_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedResult:
+    """A :class:`ScopeResult` rendered for the files: what a worker process sends back.
+
+    Attributes
+    ----------
+    packs
+        The ``packs.jsonl`` lines, each ending in a newline.
+    manifests
+        The manifests, rendered for the batch's form.
+    latencies_ms
+        Per request, the milliseconds of its rank and selection.
+    """
+
+    packs: str
+    manifests: RenderedManifests
+    latencies_ms: tuple[float, ...]
+
+    def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
+        """Append the lines to ``packs`` and the manifests to ``manifests``."""
+        manifests.append(self.manifests)
+        packs.write(self.packs)
 
 
 def pack_scope(
@@ -1284,7 +1329,7 @@ def pack_scope(
                 f"the where clause {request.where!r} is not the scope's ({where!r})", field="where"
             )
     if prepared is None:
-        prepared = PreparedScope(store, _scopes(store, requests[:1])[where], settings)
+        prepared = PreparedScope(store, scope_rows(store, requests[0]), settings)
     _packing(requests[0], lambda: prepared.rank_all(requests))
     outcomes: list[PackOutcome] = []
     latencies: list[float] = []

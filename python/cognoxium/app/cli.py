@@ -647,7 +647,9 @@ def pack_command(
     workers: Annotated[
         int | None,
         typer.Option(
-            min=1, help="With --engine ray: most scopes packed at once (default: every CPU)."
+            min=1,
+            help="Processes that pack scopes at once (default: one per CPU); with --engine "
+            "ray, most Ray tasks at once. The files are the same whatever the number.",
         ),
     ] = None,
     progress: _Progress = True,
@@ -682,7 +684,7 @@ def pack_command(
     else:
         try:
             store = read_store(items) if items.is_dir() else read_items(items)
-            runner = partial(run_batch, store)
+            runner = partial(run_batch, store, workers=workers)
         except (OSError, UnicodeDecodeError) as exc:
             _fail_io(exc, "read", items)
         except CognoxiumError as exc:

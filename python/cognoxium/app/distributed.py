@@ -19,8 +19,8 @@ default). The phases:
    columns of its :class:`~cognoxium.app.batch.ScopeResult` (the packs'
    rows and the manifests' entries as Arrow IPC, the manifest headers,
    the latencies).
-4. *Commit.* The driver writes each run of consecutive same-scope requests,
-   in input order, as the local run writes it
+4. *Commit.* The driver writes each unit's result, in unit order, as the
+   local run writes it
    (:meth:`~cognoxium.app.batch.ScopeResult.write`, with
    :meth:`ManifestWriter.write_many
    <cognoxium.packing.manifests.ManifestWriter.write_many>`), into a fresh
@@ -59,11 +59,9 @@ import io
 import logging
 import os
 import pickle
-import re
 import tempfile
 import time
 import urllib.parse
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -76,10 +74,17 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlglot
-from sqlglot import exp
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.app._outputs import committed_output
+from cognoxium.app._scopes import (
+    PLAIN_KEY,
+    Unit,
+    batch_units,
+    conjuncts,
+    partition_keys,
+    scope_values,
+)
 from cognoxium.app.batch import (
     BatchSettings,
     BatchStats,
@@ -126,7 +131,6 @@ Engine = Literal["local", "ray"]
 ENGINES: tuple[str, ...] = ("local", "ray")
 """The accepted values of :data:`Engine` (the first is the default)."""
 
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _ROWS = pa.schema(
     [
@@ -305,7 +309,7 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
     >>> read_store(root)["metadata"].to_list()
     ['{"thread":"YWJj=="}']
     """
-    if not _PLAIN_KEY.fullmatch(key):
+    if not PLAIN_KEY.fullmatch(key):
         raise SchemaError(
             f"cannot partition by metadata.{key}: the key {key!r} is not a plain name "
             "(a letter or _, then letters, digits or _)"
@@ -330,110 +334,6 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
 
 
 # -- scopes ------------------------------------------------------------------
-
-
-def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        yield from _conjuncts(node.left)
-        yield from _conjuncts(node.right)
-    else:
-        yield node
-
-
-def _is_key(node: exp.Expr, key: str) -> bool:
-    return (
-        isinstance(node, exp.Column)
-        and node.table == "metadata"
-        and not node.args.get("db")
-        and isinstance(node.this, exp.Identifier)
-        and node.name == key
-    )
-
-
-def _texts(nodes: Sequence[exp.Expr]) -> frozenset[str] | None:
-    if all(isinstance(n, exp.Literal) and n.is_string for n in nodes):
-        return frozenset(n.this for n in nodes)
-    return None
-
-
-def _values(node: exp.Expr, key: str) -> frozenset[str] | None:
-    """The values of ``metadata.<key>`` that a conjunct allows; ``None``: not known."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.EQ):
-        for column, literal in ((node.left, node.right), (node.right, node.left)):
-            if _is_key(column, key):
-                return _texts([literal])
-    if isinstance(node, exp.In) and _is_key(node.this, key) and not node.args.get("query"):
-        return _texts(node.expressions)
-    if isinstance(node, exp.Or):
-        left, right = _values(node.left, key), _values(node.right, key)
-        return left | right if left is not None and right is not None else None
-    return None
-
-
-def scope_values(where: str | None, key: str) -> frozenset[str] | None:
-    """The text values of ``metadata.<key>`` that items of a ``where`` scope can have.
-
-    Read from the conjuncts of the clause that compare ``metadata.<key>``
-    with text literals (``=``, ``IN``, ``OR`` of those); the scope is a
-    subset of the items whose value is one of them, so a reader may skip
-    every other partition.
-
-    Parameters
-    ----------
-    where
-        A request's ``where`` clause (``None``: the whole store).
-    key
-        The metadata key (the store's partition key).
-
-    Returns
-    -------
-    frozenset of str or None
-        The values; ``None`` when the clause does not fix them (every
-        partition is read). A clause that does not parse gives ``None``:
-        filtering the scope then reports the error.
-
-    Examples
-    --------
-    >>> sorted(scope_values("metadata.conversation = 'c1' AND role <> 'tool'", "conversation"))
-    ['c1']
-    >>> sorted(scope_values("metadata.conversation IN ('c1', 'c2')", "conversation"))
-    ['c1', 'c2']
-    >>> scope_values("metadata.conversation = 'c1' OR role = 'user'", "conversation") is None
-    True
-    """
-    if where is None:
-        return None
-    try:
-        tree = sqlglot.parse_one(where)
-    except (sqlglot.errors.SqlglotError, RecursionError):
-        return None
-    found: frozenset[str] | None = None
-    for conjunct in _conjuncts(tree):
-        values = _values(conjunct, key)
-        if values is not None:
-            found = values if found is None else found & values
-    return found
-
-
-def _partition_keys(where: str | None) -> tuple[str, ...]:
-    """Metadata keys that the clause compares with text (candidates for a row filter)."""
-    if where is None:
-        return ()
-    try:
-        tree = sqlglot.parse_one(where)
-    except (sqlglot.errors.SqlglotError, RecursionError):
-        return ()
-    names = {
-        column.name
-        for column in tree.find_all(exp.Column)
-        if column.table == "metadata" and not column.args.get("db")
-    }
-    # Only plain names: a JSON path of another key could miss the items it names.
-    return tuple(sorted(name for name in names if _PLAIN_KEY.fullmatch(name)))
 
 
 def read_scope(
@@ -467,7 +367,7 @@ def read_scope(
     source = Path(path)
     key = partition_key(source)
     lazy = _scan(source, key)
-    for name in _partition_keys(where):
+    for name in partition_keys(where):
         values = scope_values(where, name)
         if values is None:
             continue
@@ -481,15 +381,6 @@ def read_scope(
 
 
 # -- units of work -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Unit:
-    """The requests of one scope and their positions in the batch."""
-
-    where: str | None
-    requests: tuple[Request, ...]
-    positions: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,24 +403,13 @@ class _Settings:
         )
 
 
-def _units(requests: Sequence[Request]) -> list[_Unit]:
-    """Group the requests by scope, scopes in order of first appearance."""
-    groups: dict[str | None, list[int]] = {}
-    for position, request in enumerate(requests):
-        groups.setdefault(request.where, []).append(position)
-    return [
-        _Unit(where, tuple(requests[p] for p in positions), tuple(positions))
-        for where, positions in groups.items()
-    ]
-
-
 def _ipc(frame: pl.DataFrame) -> bytes:
     buffer = io.BytesIO()
     frame.write_ipc(buffer, compression="uncompressed")
     return buffer.getvalue()
 
 
-def _pack_unit(unit: _Unit, store: str, settings: _Settings) -> ScopeResult | None:
+def _pack_unit(unit: Unit, store: str, settings: _Settings) -> ScopeResult | None:
     """Read one unit's scope and pack its requests; ``None`` when the scope holds no item."""
     part, scope = read_scope(store, unit.where)
     rows = scope.collect()
@@ -539,7 +419,7 @@ def _pack_unit(unit: _Unit, store: str, settings: _Settings) -> ScopeResult | No
     return pack_scope(part, unit.requests, batch, prepared=PreparedScope(part, rows, batch))
 
 
-def _unit_row(index: int, unit: _Unit, store: str, settings: _Settings) -> dict[str, Any]:
+def _unit_row(index: int, unit: Unit, store: str, settings: _Settings) -> dict[str, Any]:
     """One unit's :class:`~cognoxium.app.batch.ScopeResult` as a row of :data:`_ROWS`."""
     row: dict[str, Any] = {
         "unit": index,
@@ -612,7 +492,7 @@ def _schema_decides(where: str, error: RecordError, empty: CognitionFrame) -> bo
         tree = sqlglot.parse_one(where)
     except (sqlglot.errors.SqlglotError, RecursionError):  # pragma: no cover - parsed above
         return False
-    terms = [term.sql() for term in _conjuncts(tree)]
+    terms = [term.sql() for term in conjuncts(tree)]
     return any(not _reads_metadata(term) and _fails(empty, term) for term in terms)
 
 
@@ -647,7 +527,7 @@ def _where_error(request: Request, exc: Exception) -> RecordError:
     return request.error(f"invalid where clause {request.where!r}: {text}", field="where")
 
 
-def _raise_failure(unit: _Unit, store: str, settings: _Settings, message: str) -> NoReturn:
+def _raise_failure(unit: Unit, store: str, settings: _Settings, message: str) -> NoReturn:
     """Run a unit that failed on a worker here, to raise its error as the local run does."""
     try:
         read_scope(store, unit.where)
@@ -689,45 +569,23 @@ def _check_empty_scopes(store: Path, requests: Sequence[Request]) -> None:
             scope_rows(whole, request)
 
 
-def _run_slices(units: Sequence[_Unit], total: int) -> list[tuple[int, int, int]]:
-    """The runs of :func:`~cognoxium.app.batch.run_batch`, as ``(unit, start, stop)``.
-
-    A run is a stretch of consecutive requests with one ``where``, so one
-    unit's requests ``start`` to ``stop - 1``; the runs are in request order.
-    """
-    owner = [(0, 0)] * total
-    for u, unit in enumerate(units):
-        for local, position in enumerate(unit.positions):
-            owner[position] = (u, local)
-    runs: list[tuple[int, int, int]] = []
-    for u, local in owner:
-        if runs and runs[-1][0] == u and runs[-1][2] == local:
-            runs[-1] = (u, runs[-1][1], local + 1)
-        else:
-            runs.append((u, local, local + 1))
-    return runs
-
-
 class _InOrder:
-    """Write the units' results as they arrive, in request order, as :func:`run_batch` does.
+    """Write the units' results as they arrive, in unit order, as :func:`run_batch` does.
 
-    Each run of consecutive same-scope requests is written with
-    :meth:`~cognoxium.app.batch.ScopeResult.write` once its unit's result
-    has arrived (a unit's result is kept until its last run is written); a
-    result that arrives twice (a retried task) is used once.
+    Each unit's result is written whole with
+    :meth:`~cognoxium.app.batch.ScopeResult.write` once every unit before
+    it is written; a result that arrives twice (a retried task) is used once.
     """
 
-    def __init__(self, folder: Path, form: ManifestForm, units: Sequence[_Unit]) -> None:
+    def __init__(self, folder: Path, form: ManifestForm, units: Sequence[Unit]) -> None:
         self.units = units
-        self.runs = _run_slices(units, sum(len(u.positions) for u in units))
-        self._left = Counter(index for index, _, _ in self.runs)
         self.next = 0
         self.written = 0
         self.latencies: list[float] = []
         self.failed: dict[int, str] = {}
         self.empty: list[int] = []
         self._seen: set[int] = set()
-        self._results: dict[int, ScopeResult] = {}
+        self._results: dict[int, ScopeResult | None] = {}
         self._packs = (folder / "packs.jsonl").open("w", encoding="utf-8")
         self._manifests = ManifestWriter(folder, form)
 
@@ -737,32 +595,30 @@ class _InOrder:
             return
         self._seen.add(index)
         unit = self.units[index]
+        self._results[index] = None
         if row["status"] == "failed":
             self.failed[min(unit.positions)] = row["message"]
         elif row["status"] == "empty":
             self.empty.extend(unit.positions)
         else:
-            result = ScopeResult(
+            self._results[index] = ScopeResult(
                 requests=unit.requests,
                 packs=pl.read_ipc(io.BytesIO(row["packs"])),
                 manifests=pickle.loads(row["manifests"]),
                 entries=pl.read_ipc(io.BytesIO(row["entries"])),
                 latencies_ms=tuple(row["latencies_ms"]),
             )
-            self._results[index] = result
         self._drain()
 
     def _drain(self) -> None:
-        while self.next < len(self.runs) and self.runs[self.next][0] in self._results:
-            index, start, stop = self.runs[self.next]
-            part = self._results[index].take(start, stop)
-            part.write(self._packs, self._manifests)
-            self.latencies.extend(part.latencies_ms)
-            self.written += stop - start
-            self._left[index] -= 1
-            if not self._left[index]:
-                del self._results[index]
+        while self.next in self._results:
+            result = self._results.pop(self.next)
             self.next += 1
+            if result is None:  # failed or empty: reported after the run
+                continue
+            result.write(self._packs, self._manifests)
+            self.latencies.extend(result.latencies_ms)
+            self.written += len(result.requests)
 
     def close(self) -> None:
         try:
@@ -825,7 +681,7 @@ def _cluster(
 
 def _results(
     ray: Any,
-    units: Sequence[_Unit],
+    units: Sequence[Unit],
     store: str,
     settings: _Settings,
     *,
@@ -851,13 +707,13 @@ def _results(
 def _write(
     folder: Path,
     rows: Iterator[dict[str, Any]],
-    units: Sequence[_Unit],
+    units: Sequence[Unit],
     requests: Sequence[Request],
     store: str,
     settings: _Settings,
     form: ManifestForm,
 ) -> list[float]:
-    """Write the rows in request order; raise if a unit failed or a request is missing."""
+    """Write the rows in unit order; raise if a unit failed or a request is missing."""
     out = _InOrder(folder, form, units)
     try:
         for row in rows:
@@ -973,7 +829,7 @@ def run_batch_ray(
     )
     when = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
     settings = _Settings(profile, rank, when, retrieval)
-    units = _units(prepared)
+    units = batch_units(prepared)
     source = os.path.abspath(store)
     _check_store(Path(source))  # refuse a bad store, clause or profile before starting Ray
     _check_wheres(prepared)

@@ -59,6 +59,7 @@ import threading
 import types
 import typing
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -82,7 +83,9 @@ __all__ = [
     "PARQUET_SETTINGS",
     "ManifestForm",
     "ManifestWriter",
+    "RenderedManifests",
     "read_manifests",
+    "render_manifests",
     "scan_manifests",
     "summarize_manifests",
 ]
@@ -128,6 +131,89 @@ _ROW_GROUP_ROWS = 131_072
 """Entries buffered before a row group is written (a row group ends at a request's end)."""
 
 _ARROW_SCHEMA = pl.DataFrame(schema=PARQUET_SCHEMA).to_arrow().schema
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedManifests:
+    """Manifests of some requests rendered for one form, ready to append to its files.
+
+    Attributes
+    ----------
+    form
+        The form (:data:`ManifestForm`).
+    lines
+        The text lines: of ``manifest_headers.jsonl`` (``parquet``) or of
+        ``manifests.jsonl`` (``jsonl``), each ending in a newline.
+    entries
+        ``parquet``: the rows of ``manifests.parquet`` (:data:`PARQUET_SCHEMA`),
+        request by request; ``jsonl``: ``None``.
+    sizes
+        The entries of each request, in order (their sum is ``entries.height``).
+    """
+
+    form: ManifestForm
+    lines: str
+    entries: pl.DataFrame | None
+    sizes: tuple[int, ...]
+
+
+def render_manifests(
+    form: ManifestForm,
+    request_ids: Sequence[str],
+    manifests: Sequence[PackManifest],
+    entries: pl.DataFrame,
+) -> RenderedManifests:
+    """Render ``k`` manifests over one scope of ``n`` items, given as columns, for ``form``.
+
+    Parameters
+    ----------
+    form
+        ``"parquet"`` or ``"jsonl"``.
+    request_ids
+        The ``k`` request ids.
+    manifests
+        The ``k`` manifests; their entries are not read.
+    entries
+        ``k * n`` rows of :data:`~cognoxium.packing.packer.ENTRY_SCHEMA`:
+        manifest ``i``'s entries are rows ``i * n`` to ``(i + 1) * n - 1``.
+
+    Returns
+    -------
+    RenderedManifests
+        What :meth:`ManifestWriter.append` writes.
+
+    Raises
+    ------
+    PlanError
+        If the lengths disagree or ``form`` is unknown.
+    """
+    if form not in MANIFEST_FORMS:
+        raise PlanError(f"unknown manifest form {form!r}; use one of {list(MANIFEST_FORMS)}")
+    k = len(request_ids)
+    if len(manifests) != k or (entries.height % k if k else entries.height):
+        raise PlanError(
+            f"{k} request ids, {len(manifests)} manifests and {entries.height} entries "
+            "do not make k manifests of n entries each"
+        )
+    n = entries.height // k if k else 0
+    sizes = (n,) * k
+    if form == "jsonl":
+        lines = []
+        for i, manifest in enumerate(manifests):
+            manifest._entries = entries.slice(i * n, n)
+            lines.append(manifest.to_json() + "\n")
+        return RenderedManifests(form, "".join(lines), None, sizes)
+    headers = []
+    for request_id, manifest in zip(request_ids, manifests, strict=True):
+        header = manifest._header()
+        header["request_id"] = request_id
+        headers.append(canonical_json(header) + "\n")
+    owner = pl.Series("request_id", list(request_ids), pl.String)
+    labelled = entries.select(
+        owner.gather(np.repeat(np.arange(k, dtype=np.int64), n)).alias("request_id"),
+        pl.all(),
+    )
+    return RenderedManifests(form, "".join(headers), labelled, sizes)
 
 
 class ManifestWriter:
@@ -230,39 +316,34 @@ class ManifestWriter:
         PlanError
             If the lengths disagree.
         """
-        k = len(request_ids)
-        if len(manifests) != k or (entries.height % k if k else entries.height):
-            raise PlanError(
-                f"{k} request ids, {len(manifests)} manifests and {entries.height} entries "
-                "do not make k manifests of n entries each"
-            )
-        if not k:
+        self.append(render_manifests(self.form, request_ids, manifests, entries))
+
+    def append(self, rendered: RenderedManifests) -> None:
+        """Append manifests rendered by :func:`render_manifests` (in this writer's form).
+
+        What :meth:`write_many` stores for them: the rendering can run in
+        another process, and the files and row groups are the same.
+
+        Raises
+        ------
+        PlanError
+            If ``rendered`` is of the other form.
+        """
+        if rendered.form != self.form:
+            raise PlanError(f"manifests rendered as {rendered.form!r} for a {self.form!r} writer")
+        self._lines.write(rendered.lines)
+        if rendered.entries is None:
             return
-        n = entries.height // k
-        if self._parquet is None:
-            for i, (request_id, manifest) in enumerate(zip(request_ids, manifests, strict=True)):
-                manifest._entries = entries.slice(i * n, n)
-                self.write(request_id, manifest)
-            return
-        for request_id, manifest in zip(request_ids, manifests, strict=True):
-            header = manifest._header()
-            header["request_id"] = request_id
-            self._lines.write(canonical_json(header))
-            self._lines.write("\n")
-        owner = pl.Series("request_id", list(request_ids), pl.String)
-        labelled = entries.select(
-            owner.gather(np.repeat(np.arange(k, dtype=np.int64), n)).alias("request_id"),
-            pl.all(),
-        )
-        start = 0
-        for i in range(k):  # a row group ends at the end of a request, as write() ends it
-            self._rows += n
+        start = offset = 0
+        for size in rendered.sizes:  # a row group ends at the end of a request, as write() ends it
+            self._rows += size
+            offset += size
             if self._rows >= _ROW_GROUP_ROWS:
-                self._pending.append(labelled.slice(start, (i + 1) * n - start))
-                start = (i + 1) * n
+                self._pending.append(rendered.entries.slice(start, offset - start))
+                start = offset
                 self._flush()
-        if start < labelled.height:
-            self._pending.append(labelled.slice(start))
+        if start < rendered.entries.height:
+            self._pending.append(rendered.entries.slice(start))
 
     def _flush(self) -> None:
         if self._row_groups is None or not self._pending:

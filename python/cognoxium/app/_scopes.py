@@ -1,0 +1,376 @@
+"""The scopes of a batch: each distinct ``where`` evaluated once, over one split of the store.
+
+A request names its scope with a ``where`` clause, and most clauses select
+one conversation, tenant or user by equality on a key
+(``metadata.conversation = 'c1'``). Filtering the whole store once per scope
+would cost scopes x store; the store is split once instead:
+
+1. *Units.* The requests are grouped by ``where``, scopes in order of their
+   first request (:func:`batch_units`).
+2. *Checks.* Every distinct clause is parsed and type checked once against
+   the whole store (its metadata keys and their types), before anything is
+   packed, so an invalid clause fails as it fails on the whole store.
+3. *Split key.* The metadata key that the most clauses fix to text values
+   (:func:`scope_values`: ``=``, ``IN`` and ``OR`` of those, in a
+   conjunct), provided its values are text in the store.
+4. *One pass.* The key's value of every item, decoded as the clauses
+   decode it, and the row numbers of each value (one ``group_by``).
+5. *Each scope.* The rows of its values, gathered in store order, then
+   filtered by the whole clause (checked in step 2): the rows the clause
+   keeps on the whole store, since every one of them has one of the values.
+
+Clauses that fix no split key are filtered over the whole store, once each.
+
+Examples
+--------
+>>> from cognoxium.app.batch import Request
+>>> store = CognitionFrame([
+...     {"id": "a", "role": "user", "text": "hi", "metadata": {"conversation": "c1"}},
+...     {"id": "b", "role": "user", "text": "yo", "metadata": {"conversation": "c2"}},
+...     {"id": "c", "role": "tool", "text": "{}", "metadata": {"conversation": "c1"}},
+... ])
+>>> units = batch_units([
+...     Request(id="r1", budget=10, where="metadata.conversation = 'c1' AND role = 'user'"),
+...     Request(id="r2", budget=10, where="metadata.conversation = 'c2'"),
+...     Request(id="r3", budget=10, where="metadata.conversation = 'c1' AND role = 'user'"),
+... ])
+>>> [(u.positions, u.where) for u in units]  # doctest: +NORMALIZE_WHITESPACE
+[((0, 2), "metadata.conversation = 'c1' AND role = 'user'"),
+ ((1,), "metadata.conversation = 'c2'")]
+>>> index = ScopeIndex(store, units)
+>>> index.key
+'conversation'
+>>> [index.rows(u)["id"].to_list() for u in units]
+[['a'], ['b']]
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+import sqlglot
+from sqlglot import exp
+
+from cognoxium.engine.lowering import lower_node
+from cognoxium.engine.plan import Filter, polars_error_text
+from cognoxium.exceptions import PlanError, PredicateError
+from cognoxium.frame.frame import CognitionFrame
+
+if TYPE_CHECKING:
+    from cognoxium.app.batch import Request
+
+__all__ = [
+    "ScopeIndex",
+    "Unit",
+    "batch_units",
+    "conjuncts",
+    "partition_keys",
+    "scope_values",
+]
+
+PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A metadata key that is a plain name (a letter or ``_``, then letters, digits or ``_``)."""
+
+_ROW = "__cognoxium_row"
+_KEY = "__cognoxium_key"
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """The requests of one scope (one ``where``) and their positions in the batch."""
+
+    where: str | None
+    requests: tuple[Request, ...]
+    positions: tuple[int, ...]
+
+
+def batch_units(requests: Sequence[Request]) -> list[Unit]:
+    """Group the requests by ``where``: scopes in order of first request, requests in order.
+
+    Examples
+    --------
+    >>> from cognoxium.app.batch import Request
+    >>> [u.positions for u in batch_units([Request(id=str(i), budget=5, where=w)
+    ...                                    for i, w in enumerate(["a = 1", None, "a = 1"])])]
+    [(0, 2), (1,)]
+    """
+    groups: dict[str | None, list[int]] = {}
+    for position, request in enumerate(requests):
+        groups.setdefault(request.where, []).append(position)
+    return [
+        Unit(where, tuple(requests[p] for p in positions), tuple(positions))
+        for where, positions in groups.items()
+    ]
+
+
+# -- keys a clause fixes --------------------------------------------------------
+
+
+def _parsed(where: str | None) -> exp.Expr | None:
+    if where is None:
+        return None
+    try:
+        return sqlglot.parse_one(where)
+    except (sqlglot.errors.SqlglotError, RecursionError):
+        return None
+
+
+def conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
+    """The terms of a clause's top-level ``AND`` (parentheses removed), in order."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        yield from conjuncts(node.left)
+        yield from conjuncts(node.right)
+    else:
+        yield node
+
+
+def _is_key(node: exp.Expr, key: str) -> bool:
+    return (
+        isinstance(node, exp.Column)
+        and node.table == "metadata"
+        and not node.args.get("db")
+        and isinstance(node.this, exp.Identifier)
+        and node.name == key
+    )
+
+
+def _texts(nodes: Sequence[exp.Expr]) -> frozenset[str] | None:
+    if all(isinstance(n, exp.Literal) and n.is_string for n in nodes):
+        return frozenset(n.this for n in nodes)
+    return None
+
+
+def _values(node: exp.Expr, key: str) -> frozenset[str] | None:
+    """The values of ``metadata.<key>`` that a conjunct allows; ``None``: not known."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.EQ):
+        for column, literal in ((node.left, node.right), (node.right, node.left)):
+            if _is_key(column, key):
+                return _texts([literal])
+    if isinstance(node, exp.In) and _is_key(node.this, key) and not node.args.get("query"):
+        return _texts(node.expressions)
+    if isinstance(node, exp.Or):
+        left, right = _values(node.left, key), _values(node.right, key)
+        return left | right if left is not None and right is not None else None
+    return None
+
+
+def scope_values(where: str | None, key: str) -> frozenset[str] | None:
+    """The text values of ``metadata.<key>`` that items of a ``where`` scope can have.
+
+    Read from the conjuncts of the clause that compare ``metadata.<key>``
+    with text literals (``=``, ``IN``, ``OR`` of those); the scope is a
+    subset of the items whose value is one of them, so a reader may skip
+    every other item or partition.
+
+    Parameters
+    ----------
+    where
+        A request's ``where`` clause (``None``: the whole store).
+    key
+        The metadata key.
+
+    Returns
+    -------
+    frozenset of str or None
+        The values; ``None`` when the clause does not fix them (every item
+        may be in the scope). A clause that does not parse gives ``None``:
+        filtering the scope then reports the error.
+
+    Examples
+    --------
+    >>> sorted(scope_values("metadata.conversation = 'c1' AND role <> 'tool'", "conversation"))
+    ['c1']
+    >>> sorted(scope_values("metadata.conversation IN ('c1', 'c2')", "conversation"))
+    ['c1', 'c2']
+    >>> scope_values("metadata.conversation = 'c1' OR role = 'user'", "conversation") is None
+    True
+    """
+    tree = _parsed(where)
+    if tree is None:
+        return None
+    found: frozenset[str] | None = None
+    for conjunct in conjuncts(tree):
+        values = _values(conjunct, key)
+        if values is not None:
+            found = values if found is None else found & values
+    return found
+
+
+def partition_keys(where: str | None) -> tuple[str, ...]:
+    """The plain metadata keys that a clause names, sorted (candidates for a split).
+
+    Examples
+    --------
+    >>> partition_keys("metadata.user = 'u1' AND metadata.topic IN ('a', 'b')")
+    ('topic', 'user')
+    """
+    tree = _parsed(where)
+    if tree is None:
+        return ()
+    names = {
+        column.name
+        for column in tree.find_all(exp.Column)
+        if column.table == "metadata" and not column.args.get("db")
+    }
+    # Only plain names: a JSON path of another key could miss the items it names.
+    return tuple(sorted(name for name in names if PLAIN_KEY.fullmatch(name)))
+
+
+# -- the index ------------------------------------------------------------------
+
+
+def _split_key(filters: dict[str | None, Filter]) -> tuple[str, pl.Struct] | None:
+    """The metadata key, of text type in the store, that the most clauses fix, and that type.
+
+    ``None`` when no clause fixes one. Every clause's metadata type is the
+    store's (inferred from all of its items).
+    """
+    votes: Counter[str] = Counter()
+    struct: pl.Struct | None = None
+    for where, node in filters.items():
+        if not isinstance(node.metadata_dtype, pl.Struct):
+            continue
+        struct = node.metadata_dtype
+        texts = {f.name for f in struct.fields if f.dtype == pl.String()}
+        for key in partition_keys(where):
+            if key in texts and scope_values(where, key) is not None:
+                votes[key] += 1
+    if not votes or struct is None:
+        return None
+    return min(votes, key=lambda key: (-votes[key], key)), struct
+
+
+class ScopeIndex:
+    """The scope of every unit of a batch, each clause checked once, the store split once.
+
+    See the module docstring for the steps. The split (one pass over the
+    store's metadata) is made at the first scope that uses it.
+
+    Parameters
+    ----------
+    store
+        The whole store (a frame of the canonical schema).
+    units
+        The batch's units (:func:`batch_units`).
+
+    Raises
+    ------
+    RecordError
+        If a clause is not a valid predicate over the items (it does not
+        parse, names an unknown column or a ``metadata.<key>`` that no item
+        has, or does not type check); it names the first request of the
+        first such clause and the field ``where``.
+    """
+
+    def __init__(self, store: CognitionFrame, units: Sequence[Unit]) -> None:
+        self.store = store
+        self.df = store.collect()
+        self._filters: dict[str | None, Filter] = {}
+        for unit in units:
+            if unit.where is not None:
+                self._filters[unit.where] = _checked(store, unit.requests[0])
+        split = _split_key(self._filters)
+        self.key = split[0] if split is not None else None
+        """The metadata key the store is split by (``None``: no split)."""
+        self._dtype = split[1] if split is not None else None
+        self._groups: dict[str, pl.Series] | None = None
+        self._links: pl.DataFrame | None = None
+
+    def rows(self, unit: Unit) -> pl.DataFrame:
+        """The unit's scope: the store's rows its ``where`` keeps, in store order.
+
+        Raises
+        ------
+        RecordError
+            If Polars fails to run the clause; it names the unit's first request.
+        """
+        if unit.where is None:
+            return self.df
+        node = self._filters[unit.where]
+        values = scope_values(unit.where, self.key) if self.key is not None else None
+        part = self.df if values is None else self._gather(values)
+        try:
+            return lower_node(node, [part.lazy()]).collect()
+        except pl.exceptions.PolarsError as exc:
+            request = unit.requests[0]
+            raise request.error(
+                f"invalid where clause {request.where!r}: {polars_error_text(exc)}",
+                field="where",
+            ) from exc
+
+    def derived(self, scope: pl.DataFrame) -> pl.DataFrame:
+        """The store's items outside ``scope`` with a parent in it, in store order.
+
+        What :func:`~cognoxium.retrieval.scope.derived_items` finds in the
+        whole store for ``scope``, read from the store's parent links (one
+        pass, made once) rather than from the whole store.
+        """
+        ids = scope.get_column("id").implode()
+        rows = self._edges().filter(pl.col("parent").is_in(ids)).get_column(_ROW).unique().sort()
+        found = self.df.select(pl.all().gather(rows))
+        return found.filter(~pl.col("id").is_in(ids))
+
+    def _edges(self) -> pl.DataFrame:
+        """Every parent link of the store: ``parent`` (an id) and the child's row number."""
+        if self._links is None:
+            self._links = (
+                self.df.select(pl.col("parents").alias("parent"))
+                .with_row_index(_ROW)
+                .filter(pl.col("parent").list.len() > 0)
+                .explode("parent")
+            )
+        return self._links
+
+    def _gather(self, values: frozenset[str]) -> pl.DataFrame:
+        """The store's rows whose split key has one of ``values``, in store order."""
+        groups = self._split()
+        found = [groups[value] for value in sorted(values) if value in groups]
+        if not found:
+            return self.df.clear()
+        rows = found[0] if len(found) == 1 else pl.concat(found).sort()
+        return self.df.select(pl.all().gather(rows))
+
+    def _split(self) -> dict[str, pl.Series]:
+        """The row numbers of each value of the split key (one pass, made once)."""
+        if self._groups is None:
+            assert self.key is not None
+            assert self._dtype is not None
+            decoded = pl.col("metadata").str.json_decode(self._dtype)
+            keys = self.df.select(decoded.struct.field(self.key).alias(_KEY))
+            grouped = (
+                keys.with_row_index(_ROW)
+                .drop_nulls(_KEY)
+                .group_by(_KEY, maintain_order=True)
+                .agg(pl.col(_ROW))
+            )
+            self._groups = dict(
+                zip(grouped.get_column(_KEY).to_list(), grouped.get_column(_ROW), strict=True)
+            )
+        return self._groups
+
+
+def _checked(store: CognitionFrame, request: Request) -> Filter:
+    """The request's ``where`` as a filter node over ``store`` (parsed and type checked)."""
+    try:
+        plan = store.filter(request.where)._plan  # type: ignore[arg-type]
+    except PredicateError as exc:
+        raise request.error(f"invalid where clause: {exc}", field="where") from exc
+    except PlanError as exc:
+        raise request.error(
+            f"invalid where clause {request.where!r}: {exc}", field="where"
+        ) from exc
+    except pl.exceptions.PolarsError as exc:
+        raise request.error(
+            f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
+        ) from exc
+    assert isinstance(plan, Filter)
+    return plan

@@ -1,0 +1,198 @@
+"""A batch's scopes from one split of the store, and its scopes packed in worker processes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium.app import _workers
+from cognoxium.app._scopes import ScopeIndex, batch_units
+from cognoxium.app.batch import Request, run_batch, scope_rows
+from cognoxium.exceptions import BudgetError, PlanError, RecordError
+from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.schema import records_to_frame
+from cognoxium.retrieval.scope import derived_items
+
+AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
+WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
+FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
+
+
+def _items() -> pl.DataFrame:
+    """Three conversations, a numeric key, a key some items lack, and derived items."""
+    records: list[dict[str, Any]] = []
+    for c in range(3):
+        for i in range(12):
+            metadata: dict[str, Any] = {"conversation": f"c{c}", "n": i % 4}
+            if i % 3:
+                metadata["topic"] = ("billing", "bugs")[i % 2]
+            records.append(
+                {
+                    "id": f"c{c}-{i}",
+                    "role": ("user", "assistant", "tool")[i % 3],
+                    "text": f"{WORDS[(c + i) % 8]} {WORDS[i % 8]} note {i}",
+                    "created_at": f"2025-01-{1 + i:02d}T00:00:00Z",
+                    "metadata": metadata,
+                }
+            )
+    records.append(  # derived from items of two conversations, stored in a third
+        {
+            "id": "memo",
+            "role": "memory",
+            "text": "the refund of c0 and c1",
+            "created_at": "2025-02-01T00:00:00Z",
+            "parents": ["c0-1", "c1-2"],
+            "metadata": {"conversation": "c2", "n": 0},
+        }
+    )
+    return records_to_frame(records)
+
+
+WHERES = [
+    "metadata.conversation = 'c1'",
+    "'c2' = metadata.conversation",
+    "metadata.conversation = 'c0' AND role <> 'tool'",
+    "metadata.conversation IN ('c2', 'c0') AND metadata.topic = 'billing'",
+    "metadata.conversation = 'c1' OR metadata.conversation = 'c2'",
+    "metadata.conversation = 'c9'",
+    "metadata.conversation = 'c1' OR role = 'memory'",
+    "metadata.topic = 'bugs'",
+    "metadata.n = 2",
+    "role = 'user'",
+]
+
+
+def test_every_scope_is_the_whole_store_filtered_by_its_clause() -> None:
+    store = CognitionFrame(_items())
+    requests = [Request(id=f"r{k}", budget=50, where=w) for k, w in enumerate([*WHERES, None])]
+    units = batch_units(requests)
+    index = ScopeIndex(store, units)
+    assert index.key == "conversation"  # fixed by five clauses; 'topic' by none alone
+    for unit, request in zip(units, requests, strict=True):
+        expected = scope_rows(store, request)
+        assert index.rows(unit).equals(expected), request.where
+    assert index.rows(units[5]).height == 0  # a value no item has
+    expected = [f"c{c}-{i}" for c in (0, 2) for i in (2, 4, 8, 10)]  # store order, not IN's
+    assert index.rows(units[3])["id"].to_list() == expected
+
+
+def test_a_key_of_numbers_is_not_a_split_key() -> None:
+    store = CognitionFrame(_items())
+    requests = [Request(id="a", budget=9, where="metadata.n = 2"), Request(id="b", budget=9)]
+    index = ScopeIndex(store, batch_units(requests))
+    assert index.key is None
+    assert index.rows(batch_units(requests)[0]).equals(scope_rows(store, requests[0]))
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("metadata.conversaton = 'c1'", "no item has the metadata key 'conversaton'"),
+        ("colour = 'red'", "unknown column 'colour'"),
+        ("priority = 'high'", "priority"),
+    ],
+)
+def test_an_invalid_clause_is_refused_before_anything_is_packed(where: str, message: str) -> None:
+    store = CognitionFrame(_items())
+    requests = [
+        Request(id="ok", budget=9, where="metadata.conversation = 'c1'"),
+        Request(id="bad", budget=9, where=where),
+    ]
+    with pytest.raises(RecordError, match=message) as caught:
+        ScopeIndex(store, batch_units(requests))
+    with pytest.raises(RecordError) as alone:
+        scope_rows(store, requests[1])
+    assert str(caught.value) == str(alone.value)
+    assert caught.value.field == "where"
+    assert caught.value.params["request_id"] == "bad"
+
+
+def test_derived_items_come_from_the_parent_links_of_the_whole_store() -> None:
+    items = _items()
+    index = ScopeIndex(CognitionFrame(items), [])
+    for conversation, expected in (("c0", ["memo"]), ("c1", ["memo"]), ("c2", [])):
+        scope = items.filter(pl.col("id").str.starts_with(conversation))
+        derived = index.derived(scope)
+        assert derived.equals(derived_items(items, scope.get_column("id"))[0])
+        assert derived.get_column("id").to_list() == expected
+
+
+def _requests(count: int) -> list[Request]:
+    return [
+        Request(
+            id=f"q{k}",
+            budget=40 + 9 * (k % 5),
+            query=WORDS[k % 8],
+            where=f"metadata.conversation = 'c{(k * 2) % 3}'",
+        )
+        for k in range(count)
+    ]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The files of the batch packed in this process, per rank method."""
+    out = {}
+    for method in ("bm25", "learned"):
+        folder = tmp_path_factory.mktemp(method) / "out"
+        run_batch(_items(), _requests(12), out_dir=folder, rank=method, as_of=AS_OF, workers=1)
+        out[method] = folder
+    return out
+
+
+@pytest.mark.parametrize("method", ["bm25", "learned"])
+def test_worker_processes_write_the_files_of_one_process(
+    method: str, one_process: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workers, "TASK_ITEMS", 10)  # a task per scope: three tasks
+    tasks = list(_workers.tasks_of(batch_units(_requests(12)), lambda u: _items(), lambda s: None))
+    assert len(tasks) == 3
+    stats = run_batch(
+        _items(), _requests(12), out_dir=tmp_path / "out", rank=method, as_of=AS_OF, workers=2
+    )
+    assert stats.requests == 12
+    for name in FILES:
+        assert (tmp_path / "out" / name).read_bytes() == (one_process[method] / name).read_bytes()
+    lines = (tmp_path / "out" / "packs.jsonl").read_text().splitlines()
+    ids = [json.loads(line)["request_id"] for line in lines]
+    assert ids == [r.id for u in batch_units(_requests(12)) for r in u.requests]
+    assert ids != [r.id for r in _requests(12)]  # the scopes interleave in the input
+
+
+def test_an_error_in_a_worker_is_raised_whole_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workers, "TASK_ITEMS", 10)
+    items = _items().with_columns(
+        retention=pl.when(pl.col("id") == "c2-3")
+        .then(pl.lit("required"))
+        .otherwise(pl.col("retention"))
+        .cast(_items().schema["retention"])
+    )
+    requests = _requests(6)
+    errors = []
+    for workers in (1, 2):
+        with pytest.raises(BudgetError) as caught:
+            run_batch(
+                items,
+                [*requests, Request(id="tiny", budget=3, where="metadata.conversation = 'c2'")],
+                out_dir=tmp_path / f"out{workers}",
+                rank="bm25",
+                as_of=AS_OF,
+                workers=workers,
+            )
+        errors.append(caught.value)
+        assert not (tmp_path / f"out{workers}").exists()
+    assert errors[0].to_dict() == errors[1].to_dict()
+    assert errors[1].params["request_id"] == "tiny"
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 1.5])
+def test_workers_is_a_whole_number_of_processes(workers: Any, tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="workers"):
+        run_batch(_items(), _requests(2), out_dir=tmp_path / "out", rank="bm25", workers=workers)
