@@ -79,6 +79,7 @@ import sqlglot
 from sqlglot import exp
 
 from cognoxium._columns import STORE_POSITION
+from cognoxium._distribution import install_command
 from cognoxium.app._outputs import committed_output
 from cognoxium.app.batch import (
     BatchSettings,
@@ -150,7 +151,7 @@ def _ray() -> Any:
     except ImportError as exc:
         raise DependencyError(
             f"the ray engine needs Ray Data, which is not installed ({exc}); "
-            "install the extra: pip install 'cognoxium[ray]'",
+            f"install the extra: {install_command('ray')}",
             params={"extra": "ray"},
         ) from None
     return ray
