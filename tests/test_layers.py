@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
 ==========  ===============================================================
 rank        subpackages
 ==========  ===============================================================
-0 base      ``exceptions``, ``_columns``
+0 base      ``exceptions``, ``_columns``, ``_threads``, ``_distribution``
 1 kernels   ``items``, ``tokens``, ``governance``, ``retrieval``
 2 engine    ``engine`` (plan nodes, optimizer rules, lowering)
 3 packing   ``packing`` (phases, pack, manifest)
@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "exceptions": 0,
     "_columns": 0,
     "_threads": 0,
+    "_distribution": 0,
     "items": 1,
     "tokens": 1,
     "governance": 1,

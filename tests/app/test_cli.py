@@ -402,7 +402,7 @@ def test_items_that_are_not_utf8_exit_2(tmp_path: Path) -> None:
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == EXIT_OK
-    assert result.stdout == f"cognoxium {version('cognoxium')}\n"
+    assert result.stdout == f"cognoxium {version('cognoxium-engine')}\n"
 
 
 @pytest.mark.parametrize(

@@ -507,7 +507,7 @@ def test_without_ray_the_engine_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, store: Path, tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(DependencyError, match=r"cognoxium\[ray\]") as caught:
+    with pytest.raises(DependencyError, match=r"cognoxium-engine\[ray\]") as caught:
         run_batch_ray(store, requests_for(6, 2), out_dir=tmp_path / "out")
     assert caught.value.code == "dependency.missing"
     assert not (tmp_path / "out").exists()

@@ -226,8 +226,8 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
         from_langchain_messages([])
     assert isinstance(info.value, ImportError)
     assert isinstance(info.value, CognoxiumError)
-    assert "pip install 'cognoxium[langchain]'" in str(info.value)
-    with pytest.raises(DependencyError, match=r"cognoxium\[llamaindex\]"):
+    assert "pip install 'cognoxium-engine[langchain]'" in str(info.value)
+    with pytest.raises(DependencyError, match=r"cognoxium-engine\[llamaindex\]"):
         from_llamaindex_nodes([])
 
 

@@ -78,7 +78,8 @@ def test_missing_extra_raises_a_dependency_error_naming_the_extra(
     from cognoxium.governance.presidio import PresidioRecognisers
 
     monkeypatch.setitem(sys.modules, "presidio_analyzer", None)
-    with pytest.raises(DependencyError, match=r"pip install 'cognoxium\[presidio\]'") as info:
+    expected = r"pip install 'cognoxium-engine\[presidio\]'"
+    with pytest.raises(DependencyError, match=expected) as info:
         PresidioRecognisers()
     assert isinstance(info.value, ImportError)
     assert isinstance(info.value, CognoxiumError)

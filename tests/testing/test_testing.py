@@ -347,7 +347,7 @@ def test_strategies_need_the_testing_extra_and_the_asserts_do_not() -> None:
         "    print(exc)\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'cognoxium[testing]'" in run.stdout
+    assert "pip install 'cognoxium-engine[testing]'" in run.stdout
     assert "hypothesis is not installed" in run.stdout
 
 

@@ -81,6 +81,7 @@ from rich.table import Table
 from typer import rich_utils
 from typer.core import TyperGroup
 
+from cognoxium._distribution import DISTRIBUTION
 from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError
 from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds, to_utc
 from cognoxium.items.model import canonical_json
@@ -476,7 +477,7 @@ def _fail_io(
 
 def _package_version() -> str:
     try:
-        return version("cognoxium")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "unknown (the package is not installed)"
 

@@ -76,6 +76,7 @@ import pyarrow.parquet as pq
 import sqlglot
 
 from cognoxium._columns import STORE_POSITION
+from cognoxium._distribution import install_command
 from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import (
     PLAIN_KEY,
@@ -154,7 +155,7 @@ def _ray() -> Any:
     except ImportError as exc:
         raise DependencyError(
             f"the ray engine needs Ray Data, which is not installed ({exc}); "
-            "install the extra: pip install 'cognoxium[ray]'",
+            f"install the extra: {install_command('ray')}",
             params={"extra": "ray"},
         ) from None
     return ray

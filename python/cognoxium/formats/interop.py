@@ -33,7 +33,7 @@ Outputs
 LangChain (``langchain-core``) and LlamaIndex (``llama-index-core``) are
 optional: they are imported on first use, and a missing one raises
 :class:`~cognoxium.exceptions.DependencyError` naming the extra that installs
-it (``pip install 'cognoxium[langchain]'``, ``'cognoxium[llamaindex]'``).
+it (``pip install 'cognoxium-engine[langchain]'``, ``'cognoxium-engine[llamaindex]'``).
 
 Examples
 --------
@@ -67,6 +67,7 @@ import polars as pl
 import pyarrow as pa
 from pydantic import ValidationError
 
+from cognoxium._distribution import install_command
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.formats.openai import (
     CHAT_EPOCH,
@@ -111,7 +112,7 @@ def _require(module: str) -> ModuleType:
         extra = EXTRAS[root]
         raise DependencyError(
             f"{module} is not installed ({exc}); it comes with the {extra!r} extra: "
-            f"pip install 'cognoxium[{extra}]' (or pip install {_DISTRIBUTIONS[root]})"
+            f"{install_command(extra)} (or pip install {_DISTRIBUTIONS[root]})"
         ) from exc
 
 

@@ -21,7 +21,7 @@ way; a blank pipeline also has no lemmas, so Presidio's context words
 ("card", "phone", ...) do not raise scores. Pass an ``AnalyzerEngine`` built
 on an installed spaCy model as ``analyzer=`` to get them.
 
-Presidio is an optional dependency: ``pip install 'cognoxium[presidio]'``.
+Presidio is an optional dependency: ``pip install 'cognoxium-engine[presidio]'``.
 Without it, :class:`PresidioRecognisers` raises
 :class:`~cognoxium.exceptions.DependencyError` naming that extra.
 
@@ -48,6 +48,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from cognoxium._distribution import install_command
 from cognoxium.exceptions import DependencyError, PlanError
 from cognoxium.governance.redaction import Span
 from cognoxium.items.model import canonical_json
@@ -102,7 +103,7 @@ def _require(module: str) -> ModuleType:
     except ImportError as exc:
         raise DependencyError(
             f"{module} is not installed ({exc}); Presidio redaction needs the {_EXTRA!r} "
-            f"extra: pip install 'cognoxium[{_EXTRA}]'"
+            f"extra: {install_command(_EXTRA)}"
         ) from exc
 
 
@@ -201,7 +202,7 @@ class PresidioRecognisers:
     ------
     DependencyError
         If ``presidio-analyzer`` or ``spacy`` is not installed (``pip install
-        'cognoxium[presidio]'``).
+        'cognoxium-engine[presidio]'``).
     PlanError
         On an empty language, entities that are empty or not upper-case
         names, a threshold outside [0, 1], a bad type name, or an

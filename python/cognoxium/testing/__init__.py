@@ -8,7 +8,7 @@ code built on Cognoxium needs:
   differs.
 - :mod:`cognoxium.testing.strategies` holds hypothesis strategies for context
   items, frames of them and OpenAI chat histories with tool calls. It needs
-  hypothesis, an optional dependency: ``pip install 'cognoxium[testing]'``;
+  hypothesis, an optional dependency: ``pip install 'cognoxium-engine[testing]'``;
   the asserts do not.
 - :mod:`cognoxium.testing.pii_corpus` generates a seeded corpus of texts and
   JSON documents with planted personal data and hard negatives, and scores a

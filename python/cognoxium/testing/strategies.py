@@ -6,7 +6,7 @@ priorities and timestamps (ties), BM25 query terms that occur in some texts and
 not others, metadata keys present in some items only, and every payload kind.
 
 This module needs `hypothesis <https://hypothesis.readthedocs.io>`_, an
-optional dependency: ``pip install 'cognoxium[testing]'``. Importing it
+optional dependency: ``pip install 'cognoxium-engine[testing]'``. Importing it
 without hypothesis raises :class:`~cognoxium.exceptions.DependencyError`.
 
 Examples
@@ -39,6 +39,7 @@ from typing import Any
 
 import polars as pl
 
+from cognoxium._distribution import install_command
 from cognoxium.exceptions import DependencyError
 
 try:
@@ -46,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise DependencyError(
         f"hypothesis is not installed ({exc}); cognoxium.testing.strategies needs the "
-        "'testing' extra: pip install 'cognoxium[testing]'"
+        f"'testing' extra: {install_command('testing')}"
     ) from exc
 
 from cognoxium.items.model import ContextItem, Retention, Role, Sensitivity, Trust
