@@ -947,7 +947,7 @@ def _write_batch(
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     units = batch_units(requests)
     scopes = ScopeIndex(frame, units)
-    lineage = scopes.derived if rank in _READS_LINEAGE else _no_lineage
+    lineage = scopes.derived if rank in READS_LINEAGE else _no_lineage
     latencies: list[float] = []
     with (
         (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
@@ -971,8 +971,8 @@ def _write_batch(
     )
 
 
-_READS_LINEAGE = ("learned", "hybrid-lineage")
-"""The rank methods that read the items derived from a scope's items."""
+READS_LINEAGE: tuple[str, ...] = ("learned", "hybrid-lineage")
+"""The rank methods that read the items derived from a scope's items (their lineage)."""
 
 
 def _no_lineage(scope: pl.DataFrame) -> None:

@@ -80,6 +80,7 @@ from cognoxium._distribution import install_command
 from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import (
     PLAIN_KEY,
+    ScopeIndex,
     Unit,
     batch_units,
     conjuncts,
@@ -87,10 +88,12 @@ from cognoxium.app._scopes import (
     scope_values,
 )
 from cognoxium.app.batch import (
+    READS_LINEAGE,
     BatchSettings,
     BatchStats,
     PreparedScope,
     RankMethod,
+    RenderedResult,
     Request,
     ScopeResult,
     pack_scope,
@@ -110,7 +113,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items
 from cognoxium.items.predicate import parse_predicate
 from cognoxium.items.schema import POLARS_SCHEMA, conform, to_arrow
-from cognoxium.packing.manifests import ManifestForm, ManifestWriter
+from cognoxium.packing.manifests import ManifestForm, ManifestWriter, RenderedManifests
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile, get_profile
@@ -141,10 +144,11 @@ _ROWS = pa.schema(
         ("packs", pa.large_binary()),
         ("entries", pa.large_binary()),
         ("manifests", pa.large_binary()),
+        ("sizes", pa.large_list(pa.int64())),
         ("latencies_ms", pa.large_list(pa.float64())),
     ]
 )
-"""One row per unit: its :class:`~cognoxium.app.batch.ScopeResult` (frames as Arrow IPC)."""
+"""One row per unit: its result rendered for the files (manifest rows as Arrow IPC)."""
 
 
 def _ray() -> Any:
@@ -365,20 +369,52 @@ def read_scope(
     SchemaError
         If the files are not valid items.
     """
+    part = read_part(path, [where])
+    scope = part if where is None else CognitionFrame(part.filter(where).collect())
+    return part, scope
+
+
+def read_part(path: str | os.PathLike[str], wheres: Sequence[str | None]) -> CognitionFrame:
+    """Read, in one scan, the part of a store that some ``where`` clauses need.
+
+    For each plain metadata key that every clause fixes to text values
+    (:func:`scope_values`), only the items with one of the values are read:
+    for the store's partition key, only those partitions.
+
+    Parameters
+    ----------
+    path
+        The store: a Parquet file or a hive-partitioned directory (see
+        :func:`write_partitioned`).
+    wheres
+        The clauses (``None``: the whole store).
+
+    Returns
+    -------
+    CognitionFrame
+        The items read, in store order (see :func:`read_store`).
+
+    Raises
+    ------
+    SchemaError, RecordError
+        If the files are not valid items.
+    """
     source = Path(path)
     key = partition_key(source)
     lazy = _scan(source, key)
-    for name in partition_keys(where):
-        values = scope_values(where, name)
-        if values is None:
+    names = set(partition_keys(wheres[0])) if wheres else set()
+    for where in wheres[1:]:
+        names &= set(partition_keys(where))
+    for name in sorted(names):
+        fixed = [scope_values(where, name) for where in wheres]
+        if any(values is None for values in fixed):
             continue
+        values = sorted(frozenset[str]().union(*(v for v in fixed if v is not None)))
         if name == key:
-            lazy = lazy.filter(pl.col(key).is_in(sorted(values)))
+            lazy = lazy.filter(pl.col(key).is_in(values))
         field = pl.col("metadata").str.json_path_match(f"$.{name}")
-        lazy = lazy.filter(field.is_in(sorted(values)))
-    part = CognitionFrame(_conformed(lazy, key, source))
-    scope = part if where is None else CognitionFrame(part.filter(where).collect())
-    return part, scope
+        lazy = lazy.filter(field.is_in(values))
+    return CognitionFrame(_conformed(lazy, key, source))
 
 
 # -- units of work -------------------------------------------------------------
@@ -392,6 +428,7 @@ class _Settings:
     rank: RankMethod
     as_of: datetime
     retrieval: RetrievalSettings | None
+    form: ManifestForm = "parquet"
 
     def batch(self) -> BatchSettings:
         """The settings of :func:`~cognoxium.app.batch.pack_scope` (the profile loaded here)."""
@@ -410,51 +447,87 @@ def _ipc(frame: pl.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def _pack_unit(unit: Unit, store: str, settings: _Settings) -> ScopeResult | None:
-    """Read one unit's scope and pack its requests; ``None`` when the scope holds no item."""
-    part, scope = read_scope(store, unit.where)
-    rows = scope.collect()
-    if rows.height == 0:
-        return None
-    batch = settings.batch()
-    return pack_scope(part, unit.requests, batch, prepared=PreparedScope(part, rows, batch))
+def _pack_task(
+    part: CognitionFrame, units: Sequence[tuple[int, Unit]], settings: _Settings
+) -> list[dict[str, Any]]:
+    """Pack the units of a task over the part of the store it read: one row each.
 
-
-def _unit_row(index: int, unit: Unit, store: str, settings: _Settings) -> dict[str, Any]:
-    """One unit's :class:`~cognoxium.app.batch.ScopeResult` as a row of :data:`_ROWS`."""
-    row: dict[str, Any] = {
-        "unit": index,
-        "status": "packed",
-        "message": "",
-        "packs": b"",
-        "entries": b"",
-        "manifests": b"",
-        "latencies_ms": [],
-    }
+    The part is split once for all the units
+    (:class:`~cognoxium.app._scopes.ScopeIndex`); if a unit's clause is
+    invalid, each unit is split on its own, so that only the invalid ones fail.
+    """
     try:
-        result = _pack_unit(unit, store, settings)
-    except (CognoxiumError, pl.exceptions.PolarsError) as exc:
-        return {**row, "status": "failed", "message": f"{type(exc).__name__}: {exc}"}
-    if result is None:
-        return {**row, "status": "empty"}
-    return {
-        **row,
-        "packs": _ipc(result.packs),
-        "entries": _ipc(result.entries),
-        # The manifests without their entries: headers only, a few hundred bytes each.
-        "manifests": pickle.dumps(result.manifests, protocol=pickle.HIGHEST_PROTOCOL),
-        "latencies_ms": list(result.latencies_ms),
-    }
+        index = ScopeIndex(part, [unit for _, unit in units])
+    except CognoxiumError:
+        if len(units) == 1:
+            raise
+        return [row for one in units for row in _pack_task(part, [one], settings)]
+    batch = settings.batch()
+    rows = []
+    for position, unit in units:
+        row: dict[str, Any] = {**_EMPTY_ROW, "unit": position}
+        try:
+            result = _pack_one(part, index, unit, batch)
+        except (CognoxiumError, pl.exceptions.PolarsError) as exc:
+            rows.append({**row, "status": "failed", "message": f"{type(exc).__name__}: {exc}"})
+            continue
+        if result is None:
+            rows.append({**row, "status": "empty"})
+            continue
+        rendered = result.render(settings.form)
+        entries = rendered.manifests.entries
+        rows.append(
+            {
+                **row,
+                "packs": rendered.packs.encode("utf-8"),
+                "manifests": rendered.manifests.lines.encode("utf-8"),
+                "entries": b"" if entries is None else _ipc(entries),
+                "sizes": list(rendered.manifests.sizes),
+                "latencies_ms": list(rendered.latencies_ms),
+            }
+        )
+    return rows
+
+
+def _pack_one(
+    part: CognitionFrame, index: ScopeIndex, unit: Unit, batch: BatchSettings
+) -> ScopeResult | None:
+    """Pack a unit over the part of the store read for it (``None``: its scope is empty).
+
+    As the local run packs it, with the part in place of the store: the
+    lineage ranks read the items of the part derived from the scope's.
+    """
+    scope = index.rows(unit)
+    if scope.height == 0:
+        return None
+    store = part
+    if batch.rank in READS_LINEAGE:
+        store = CognitionFrame(index.derived(scope))
+    return pack_scope(store, unit.requests, batch, prepared=PreparedScope(store, scope, batch))
+
+
+_EMPTY_ROW: dict[str, Any] = {
+    "status": "packed",
+    "message": "",
+    "packs": b"",
+    "entries": b"",
+    "manifests": b"",
+    "sizes": [],
+    "latencies_ms": [],
+}
 
 
 def _pack_units(batch: pa.Table, *, store: str, settings: _Settings) -> pa.Table:
-    """The Ray Data map function: pack every unit of a batch (one unit by default)."""
-    indexes = batch.column("unit").to_pylist()
-    payloads = batch.column("payload").to_pylist()
-    rows = [
-        _unit_row(index, pickle.loads(payload), store, settings)
-        for index, payload in zip(indexes, payloads, strict=True)
-    ]
+    """The Ray Data map function: read the part of the store a task needs, pack its units."""
+    rows = []
+    for payload in batch.column("payload").to_pylist():
+        units: list[tuple[int, Unit]] = pickle.loads(payload)
+        try:
+            part = read_part(store, [unit.where for _, unit in units])
+            rows += _pack_task(part, units, settings)
+        except (CognoxiumError, pl.exceptions.PolarsError) as exc:
+            failed = {**_EMPTY_ROW, "status": "failed", "message": f"{type(exc).__name__}: {exc}"}
+            rows += [{**failed, "unit": position} for position, _ in units]
     return pa.Table.from_pylist(rows, schema=_ROWS)
 
 
@@ -531,10 +604,11 @@ def _where_error(request: Request, exc: Exception) -> RecordError:
 def _raise_failure(unit: Unit, store: str, settings: _Settings, message: str) -> NoReturn:
     """Run a unit that failed on a worker here, to raise its error as the local run does."""
     try:
-        read_scope(store, unit.where)
+        part = read_part(store, [unit.where])
+        index = ScopeIndex(part, [unit])
     except (PlanError, pl.exceptions.PolarsError) as exc:
         raise _where_error(unit.requests[0], exc) from exc
-    _pack_unit(unit, store, settings)
+    _pack_one(part, index, unit, settings.batch())
     raise CognoxiumError(f"a scope failed on a Ray worker: {message}")
 
 
@@ -586,7 +660,8 @@ class _InOrder:
         self.failed: dict[int, str] = {}
         self.empty: list[int] = []
         self._seen: set[int] = set()
-        self._results: dict[int, ScopeResult | None] = {}
+        self._results: dict[int, RenderedResult | None] = {}
+        self.form = form
         self._packs = (folder / "packs.jsonl").open("w", encoding="utf-8")
         self._manifests = ManifestWriter(folder, form)
 
@@ -602,12 +677,12 @@ class _InOrder:
         elif row["status"] == "empty":
             self.empty.extend(unit.positions)
         else:
-            self._results[index] = ScopeResult(
-                requests=unit.requests,
-                packs=pl.read_ipc(io.BytesIO(row["packs"])),
-                manifests=pickle.loads(row["manifests"]),
-                entries=pl.read_ipc(io.BytesIO(row["entries"])),
-                latencies_ms=tuple(row["latencies_ms"]),
+            entries = pl.read_ipc(io.BytesIO(row["entries"])) if row["entries"] else None
+            manifests = RenderedManifests(
+                self.form, row["manifests"].decode("utf-8"), entries, tuple(row["sizes"])
+            )
+            self._results[index] = RenderedResult(
+                row["packs"].decode("utf-8"), manifests, tuple(row["latencies_ms"])
             )
         self._drain()
 
@@ -619,7 +694,7 @@ class _InOrder:
                 continue
             result.write(self._packs, self._manifests)
             self.latencies.extend(result.latencies_ms)
-            self.written += len(result.requests)
+            self.written += len(result.latencies_ms)
 
     def close(self) -> None:
         try:
@@ -680,6 +755,36 @@ def _cluster(
         ray.shutdown()
 
 
+TASKS_PER_SLOT = 8
+"""Tasks per worker slot: units are cut into about this many tasks per slot, for balance."""
+
+
+def _task_units(units: Sequence[Unit], slots: int) -> list[list[tuple[int, Unit]]]:
+    """The units, with their positions, cut into consecutive tasks of near-equal size.
+
+    About :data:`TASKS_PER_SLOT` tasks per slot (never more tasks than
+    units), so a batch of many small scopes makes as many tasks as a batch
+    of few large ones.
+
+    Examples
+    --------
+    >>> units = batch_units([Request(id=str(i), budget=5, where=f"a = {i}") for i in range(5)])
+    >>> [[p for p, _ in task] for task in _task_units(units, 1)]
+    [[0], [1], [2], [3], [4]]
+    >>> [len(task) for task in _task_units(units * 10, 1)]
+    [7, 7, 6, 6, 6, 6, 6, 6]
+    """
+    count = min(len(units), slots * TASKS_PER_SLOT) or 1
+    indexed = list(enumerate(units))
+    size, extra = divmod(len(indexed), count)
+    out, start = [], 0
+    for k in range(count):
+        stop = start + size + (k < extra)
+        out.append(indexed[start:stop])
+        start = stop
+    return [task for task in out if task]
+
+
 def _results(
     ray: Any,
     units: Sequence[Unit],
@@ -689,8 +794,16 @@ def _results(
     workers: int | None,
     cache_dir: str | None,
 ) -> Iterator[dict[str, Any]]:
-    """The rows of every unit, packed by Ray Data tasks, in the order they finish."""
-    items = [{"unit": i, "payload": pickle.dumps(u)} for i, u in enumerate(units)]
+    """The rows of every unit, packed by Ray Data tasks, in the order they finish.
+
+    A task takes consecutive units (:func:`_task_units`) and reads the part of
+    the store they need in one scan.
+    """
+    slots = workers or max(int(ray.cluster_resources().get("CPU", 1)), 1)
+    items = [
+        {"task": k, "payload": pickle.dumps(task)}
+        for k, task in enumerate(_task_units(units, slots))
+    ]
     env = None if cache_dir is None else {"env_vars": {CACHE_DIR_ENV: cache_dir}}
     mapped = ray.data.from_items(items, override_num_blocks=max(len(items), 1)).map_batches(
         _pack_units,
@@ -829,7 +942,7 @@ def run_batch_ray(
         start_on=start_on,
     )
     when = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
-    settings = _Settings(profile, rank, when, retrieval)
+    settings = _Settings(profile, rank, when, retrieval, manifests)
     units = batch_units(prepared)
     source = os.path.abspath(store)
     _check_store(Path(source))  # refuse a bad store, clause or profile before starting Ray

@@ -1,0 +1,313 @@
+"""Batch packing whose cost follows the work: ``cognoxium pack`` against a floor packer.
+
+Stores of ``bench_pack.synthetic_items`` chat items, hive-partitioned by
+conversation (``bench_ray.make_store``: ``conversation=<id>/part-0.parquet``),
+with requests each scoped to one conversation (``where =
+"metadata.conversation = '<id>'"``, drawn at random, seeded, so the scopes
+interleave), a three-word query, rank ``bm25``, budget 1,024 tokens
+(``bench_ray.make_requests``). Each row of the table is one store:
+
+============================ ======== ======== ========
+row                          items    scopes   requests
+============================ ======== ======== ========
+20k                          20,000   20       40
+100k                         100,000  100      200
+1M                           1,000,000 1,000   2,000
+1M, 10,000 scopes            1,000,000 10,000  2,000
+============================ ======== ======== ========
+
+(``--quick``: the first two rows only; ``--rows`` picks rows by name.)
+
+Timed, each as a whole new process (interpreter start, imports, reading,
+packing, writing), the runs of one row taking turns in every round:
+
+cognoxium
+    ``cognoxium pack STORE REQUESTS --out DIR --rank bm25 --as-of ... --quiet``,
+    with ``--workers 1`` and with the default (one worker per CPU).
+floor
+    :func:`floor_main` in a process of its own: Polars reads the store once
+    and splits it by conversation (``partition_by``); per scope, a bm25s +
+    PyStemmer index and tiktoken (cl100k_base) counts built once; per
+    request, the BM25 order and a greedy fill under the budget (the OpenAI
+    Cookbook's chat costing, as ``bench_batch.floor_pack``); it writes
+    ``packs.jsonl`` and one Parquet row per (request, item) decision.
+
+Reported per row: the median seconds of each run over ``--repeats`` rounds,
+the ratios cognoxium / floor (each round's ratio, then the median), the
+seconds per request, ``--workers 1`` / default, and whether the files of
+``--workers 1`` and of the default are the same, byte for byte. The cost per
+request at 1M items is compared with the one at 100k (the same scope size,
+1,000 items). Results go to ``benchmarks/results/scale.json`` and
+``scale.md``.
+
+Usage: ``python benchmarks/bench_scale.py [--quick] [--rows 100k,1M] [--repeats 3]
+[--work DIR]``; ``--work`` keeps the stores between runs (they are built
+once per directory). ``python benchmarks/bench_scale.py --floor STORE
+REQUESTS OUT`` runs the floor alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+import polars as pl
+import Stemmer
+
+from bench_batch import TOKENS_PER_MESSAGE, TOKENS_PER_PACK, cl100k_base
+from bench_ray import BUDGET, make_requests, make_store
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve().parent
+AS_OF = "2026-01-01T00:00:00Z"
+FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
+ROWS: dict[str, tuple[int, int, int]] = {
+    "20k": (20_000, 20, 40),
+    "100k": (100_000, 100, 200),
+    "1M": (1_000_000, 1_000, 2_000),
+    "1M-10k-scopes": (1_000_000, 10_000, 2_000),
+}
+
+
+# -- the floor ------------------------------------------------------------------
+
+
+def floor_main(store: Path, requests_path: Path, out: Path) -> None:
+    """Pack every request with the least work the job needs, and write the files."""
+    encoding = cl100k_base()
+    stemmer = Stemmer.Stemmer("english")
+    requests = [json.loads(line) for line in requests_path.read_text().splitlines()]
+    items = pl.read_parquet(
+        store / "**" / "*.parquet",
+        hive_partitioning=True,
+        hive_schema={"conversation": pl.String()},
+        columns=["id", "role", "text", "conversation"],
+    )
+    scopes = items.partition_by("conversation", as_dict=True, include_key=False)
+    role_cost = {r: len(encoding.encode_ordinary(r)) for r in ("user", "assistant")}
+    built: dict[str, tuple[Any, np.ndarray, np.ndarray, list[str]]] = {}
+    out.mkdir(parents=True, exist_ok=True)
+    decisions: list[pl.DataFrame] = []
+    with (out / "packs.jsonl").open("w", encoding="utf-8") as packs:
+        for request in requests:
+            conversation = request["where"].split("'")[1]
+            if conversation not in built:
+                built[conversation] = _floor_scope(
+                    scopes[(conversation,)], encoding, stemmer, role_cost
+                )
+            chosen, _, scores = _floor_request(built[conversation], request["query"], stemmer)
+            _, costs, _, ids = built[conversation]
+            packs.write(
+                json.dumps({"request_id": request["id"], "ids": [ids[i] for i in chosen]}) + "\n"
+            )
+            included = np.zeros(len(ids), dtype=bool)
+            included[chosen] = True
+            decisions.append(
+                pl.DataFrame(
+                    {
+                        "request_id": [request["id"]] * len(ids),
+                        "id": ids,
+                        "included": included,
+                        "tokens": costs,
+                        "rank": scores,
+                    }
+                )
+            )
+    pl.concat(decisions).write_parquet(out / "decisions.parquet")
+
+
+def _floor_scope(
+    scope: pl.DataFrame, encoding: Any, stemmer: Any, role_cost: dict[str, int]
+) -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
+    texts = scope.get_column("text").to_list()
+    roles = scope.get_column("role").to_list()
+    counts = [len(t) for t in encoding.encode_ordinary_batch(texts)]
+    costs = np.array(
+        [TOKENS_PER_MESSAGE + role_cost[r] + c for r, c in zip(roles, counts, strict=True)],
+        dtype=np.int64,
+    )
+    retriever = bm25s.BM25()
+    corpus = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
+    retriever.index(corpus, show_progress=False)
+    ids = scope.get_column("id").to_list()
+    id_order = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
+    return retriever, costs, id_order, ids
+
+
+def _floor_request(
+    built: tuple[Any, np.ndarray, np.ndarray, list[str]], query: str, stemmer: Any
+) -> tuple[np.ndarray, int, np.ndarray]:
+    retriever, costs, id_order, ids = built
+    words = bm25s.tokenize(
+        [query], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )[0]
+    token_ids = retriever.get_tokens_ids(words) if words else []
+    scores = (
+        np.asarray(retriever.get_scores_from_ids(token_ids), dtype=np.float64)
+        if token_ids
+        else np.zeros(len(ids))
+    )
+    order = np.lexsort((id_order, costs, -scores))
+    remaining = BUDGET - TOKENS_PER_PACK
+    chosen = np.zeros(len(ids), dtype=bool)
+    for row in order.tolist():
+        if costs[row] <= remaining:
+            chosen[row] = True
+            remaining -= int(costs[row])
+    picked = np.flatnonzero(chosen)
+    return picked, int(costs[picked].sum()) + TOKENS_PER_PACK, scores
+
+
+# -- the runs -------------------------------------------------------------------
+
+
+def build(work: Path, name: str) -> tuple[Path, Path]:
+    """The store and requests of a row, built once in ``work``."""
+    items, scopes, count = ROWS[name]
+    root = work / name
+    store, requests = root / "store", root / "requests.jsonl"
+    if not requests.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        make_store(store, items, scopes)
+        lines = [json.dumps(r.to_record()) for r in make_requests(count, scopes)]
+        requests.write_text("\n".join(lines) + "\n")
+    return store, requests
+
+
+def _cognoxium(store: Path, requests: Path, out: Path, workers: int | None) -> list[str]:
+    exe = Path(sys.executable).with_name("cognoxium")
+    command = [str(exe), "pack", str(store), str(requests), "--out", str(out)]
+    command += ["--rank", "bm25", "--as-of", AS_OF, "--quiet"]
+    return command + (["--workers", str(workers)] if workers is not None else [])
+
+
+def timed(command: list[str]) -> float:
+    """Seconds of one whole process; raises if it fails."""
+    t0 = time.perf_counter()
+    subprocess.run(command, check=True, cwd=HERE)
+    return time.perf_counter() - t0
+
+
+def run_row(name: str, work: Path, repeats: int) -> dict[str, Any]:
+    store, requests = build(work, name)
+    out = work / name / "out"
+    commands = {
+        "floor": [sys.executable, str(Path(__file__)), "--floor", str(store), str(requests)],
+        "workers_1": _cognoxium(store, requests, out / "w1", 1),
+        "default": _cognoxium(store, requests, out / "default", None),
+    }
+    commands["floor"].append(str(out / "floor"))
+    seconds: dict[str, list[float]] = {key: [] for key in commands}
+    for _ in range(repeats):
+        for key, command in commands.items():
+            seconds[key].append(timed(command))
+    same = all((out / "w1" / f).read_bytes() == (out / "default" / f).read_bytes() for f in FILES)
+    count = ROWS[name][2]
+    median = {key: statistics.median(values) for key, values in seconds.items()}
+    return {
+        "items": ROWS[name][0],
+        "scopes": ROWS[name][1],
+        "requests": count,
+        "seconds": seconds,
+        "median_s": median,
+        "ratio_default_to_floor": statistics.median(
+            d / f for d, f in zip(seconds["default"], seconds["floor"], strict=True)
+        ),
+        "ratio_workers_1_to_floor": statistics.median(
+            d / f for d, f in zip(seconds["workers_1"], seconds["floor"], strict=True)
+        ),
+        "speedup_default_over_workers_1": statistics.median(
+            w / d for w, d in zip(seconds["workers_1"], seconds["default"], strict=True)
+        ),
+        "s_per_request": {key: value / count for key, value in median.items()},
+        "same_files_workers_1_and_default": same,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Batch packing at scale: `cognoxium pack` against a floor packer",
+        "",
+        f"bm25, budget {BUDGET:,}, stores hive-partitioned by conversation; each figure the "
+        f"median of {result['repeats']} rounds of whole processes, the runs taking turns "
+        f"({result['machine']['cpus']} CPUs; default workers = {result['default_workers']}).",
+        "",
+        "| items | scopes | requests | floor s | cognoxium s (default) | ratio | "
+        "--workers 1 s | ratio | workers speed-up | same files |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"].values():
+        m = row["median_s"]
+        lines.append(
+            f"| {row['items']:,} | {row['scopes']:,} | {row['requests']:,} | {m['floor']:.2f} | "
+            f"{m['default']:.2f} | {row['ratio_default_to_floor']:.2f}x | {m['workers_1']:.2f} | "
+            f"{row['ratio_workers_1_to_floor']:.2f}x | "
+            f"{row['speedup_default_over_workers_1']:.2f}x | "
+            f"{'yes' if row['same_files_workers_1_and_default'] else 'NO'} |"
+        )
+    flat = result.get("per_request_1M_over_100k")
+    if flat is not None:
+        lines += [
+            "",
+            f"Seconds per request at 1M items over those at 100k (1,000 items per scope): "
+            f"{flat['default']:.2f} (default workers), {flat['workers_1']:.2f} (--workers 1).",
+        ]
+    lines += ["", "Command: `python benchmarks/bench_scale.py` (see its docstring).", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--floor", nargs=3, type=Path, metavar=("STORE", "REQUESTS", "OUT"))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    args = parser.parse_args(argv)
+    if args.floor is not None:
+        floor_main(*args.floor)
+        return {}
+    names = ["20k", "100k"] if args.quick else args.rows.split(",")
+    unknown = [n for n in names if n not in ROWS]
+    if unknown or args.repeats < 1:
+        parser.error(f"unknown rows {unknown}; use {list(ROWS)}; --repeats >= 1")
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    from cognoxium.app._workers import default_workers
+
+    result: dict[str, Any] = {"repeats": args.repeats, "default_workers": default_workers()}
+    result["rows"] = {}
+    for name in names:
+        result["rows"][name] = run_row(name, work, args.repeats)
+        print(name, json.dumps(result["rows"][name]["median_s"]), flush=True)
+    rows = result["rows"]
+    if "1M" in rows and "100k" in rows:
+        result["per_request_1M_over_100k"] = {
+            key: rows["1M"]["s_per_request"][key] / rows["100k"]["s_per_request"][key]
+            for key in ("default", "workers_1", "floor")
+        }
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "polars": pl.__version__,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
