@@ -56,6 +56,11 @@ batch
     tiktoken, no manifests) in the same run; the default (learned) rank over
     four budgets with a warm embedding cache; one ``pack()`` of 10k items,
     p50/p95. Needs the LoCoMo file, as ``locomo`` does. ``--quick``: one round.
+import
+    Start-up (``bench_import``): ``import cognoxium`` against ``import polars,
+    pyarrow, numpy, pydantic, sqlglot`` (floor) and ``cognoxium --help``, each
+    in a fresh process, alternating, 15 rounds, median and min.
+    ``--quick``: 5 rounds.
 
 Timings are wall-clock seconds on a shared, noisy machine: compare ratios
 within one run, not figures across runs.
@@ -84,6 +89,7 @@ import matplotlib.pyplot as plt
 import polars as pl
 
 import bench_batch
+import bench_import
 import bench_ingest
 import bench_peers
 import bench_ray
@@ -110,6 +116,7 @@ SUITES = (
     "batch",
     "ray",
     "locomo",
+    "import",
 )
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
@@ -593,6 +600,7 @@ def replot() -> None:
         "surface": (None, bench_surface.markdown),
         "batch": (None, bench_batch.markdown),
         "ray": (None, bench_ray.markdown),
+        "import": (None, bench_import.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -660,6 +668,10 @@ def main() -> None:
         surface_size = ["--n", "10000", "--repeat", "3"] if args.quick else []
         result = bench_surface.main([*surface_size, "--out", str(RESULTS / "surface.json")])
         (RESULTS / "surface.md").write_text(bench_surface.markdown(result))
+    if "import" in chosen:
+        rounds = ["--rounds", "5"] if args.quick else []
+        result = bench_import.main([*rounds, "--out", str(RESULTS / "import.json")])
+        (RESULTS / "import.md").write_text(bench_import.markdown(result))
     if "ray" in chosen:
         bench_ray.main(["--small"] if args.quick else [])
     if "locomo" in chosen:

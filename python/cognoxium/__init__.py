@@ -6,8 +6,9 @@ lazily (filter, select, with_columns, join, sort, limit, dedupe, rank), and
 :class:`ContextPack` whose :class:`PackManifest` explains every decision.
 """
 
-# Registers the lowering of rank("strategies"), which the strategies layer provides.
-import cognoxium.strategies  # noqa: F401
+from typing import TYPE_CHECKING
+
+from cognoxium._lazy import lazy_exports
 from cognoxium.exceptions import (
     BudgetError,
     CognoxiumError,
@@ -26,28 +27,88 @@ from cognoxium.exceptions import (
     StrategyError,
     UnknownNoteError,
 )
-from cognoxium.formats.openai import from_openai_messages, read_openai_jsonl, to_openai_messages
-from cognoxium.frame.frame import CognitionFrame, GroupBy, OptFlags
-from cognoxium.governance.policies import BoundaryPolicy, Policy
-from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
-from cognoxium.items.model import (
-    Binary,
-    ContextItem,
-    Json,
-    Reference,
-    Retention,
-    Role,
-    Sensitivity,
-    Source,
-    Text,
-    Trust,
-)
-from cognoxium.items.schema import SCHEMA, SCHEMA_VERSION
-from cognoxium.packing import Renderer
-from cognoxium.packing.packer import ContextPack, ManifestEntry, PackManifest, PolicyOutcome, pack
-from cognoxium.retrieval.embeddings import EmbeddingCache, get_embedder
-from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever
-from cognoxium.tokens.profiles import TokenProfile, get_profile
+
+if TYPE_CHECKING:
+    from cognoxium.formats.openai import (
+        from_openai_messages,
+        read_openai_jsonl,
+        to_openai_messages,
+    )
+    from cognoxium.frame.frame import CognitionFrame, GroupBy, OptFlags
+    from cognoxium.governance.policies import BoundaryPolicy, Policy
+    from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
+    from cognoxium.items.model import (
+        Binary,
+        ContextItem,
+        Json,
+        Reference,
+        Retention,
+        Role,
+        Sensitivity,
+        Source,
+        Text,
+        Trust,
+    )
+    from cognoxium.items.schema import SCHEMA, SCHEMA_VERSION
+    from cognoxium.packing import Renderer
+    from cognoxium.packing.packer import (
+        ContextPack,
+        ManifestEntry,
+        PackManifest,
+        PolicyOutcome,
+        pack,
+    )
+    from cognoxium.retrieval.embeddings import EmbeddingCache, get_embedder
+    from cognoxium.retrieval.scope import RetrievalSettings, ScopeRetriever
+    from cognoxium.tokens.profiles import TokenProfile, get_profile
+else:
+    # Every name but the errors loads with its module on first use: the engine
+    # (Polars, Arrow, pydantic, sqlglot) with the first frame, item or pack, and
+    # the optional paths (chat formats, embeddings, retrieval scopes) with theirs;
+    # the command line's help needs none of them.
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cognoxium.formats.openai": [
+                "from_openai_messages",
+                "read_openai_jsonl",
+                "to_openai_messages",
+            ],
+            "cognoxium.frame.frame": ["CognitionFrame", "GroupBy", "OptFlags"],
+            "cognoxium.governance.policies": ["BoundaryPolicy", "Policy"],
+            "cognoxium.items.io": [
+                "read_items",
+                "read_jsonl",
+                "read_parquet",
+                "write_jsonl",
+                "write_parquet",
+            ],
+            "cognoxium.items.model": [
+                "Binary",
+                "ContextItem",
+                "Json",
+                "Reference",
+                "Retention",
+                "Role",
+                "Sensitivity",
+                "Source",
+                "Text",
+                "Trust",
+            ],
+            "cognoxium.items.schema": ["SCHEMA", "SCHEMA_VERSION"],
+            "cognoxium.packing": ["Renderer"],
+            "cognoxium.packing.packer": [
+                "ContextPack",
+                "ManifestEntry",
+                "PackManifest",
+                "PolicyOutcome",
+                "pack",
+            ],
+            "cognoxium.retrieval.embeddings": ["EmbeddingCache", "get_embedder"],
+            "cognoxium.retrieval.scope": ["RetrievalSettings", "ScopeRetriever"],
+            "cognoxium.tokens.profiles": ["TokenProfile", "get_profile"],
+        },
+    )
 
 __version__ = "0.1.0"
 

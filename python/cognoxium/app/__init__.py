@@ -6,42 +6,89 @@ scope), the LoCoMo evaluation adapter (:func:`run_locomo`) and the command
 line (:mod:`cognoxium.app.cli`).
 """
 
-from cognoxium.app.batch import (
-    RANK_METHODS,
-    BatchSettings,
-    BatchStats,
-    PreparedScope,
-    RankMethod,
-    Request,
-    ScopeResult,
-    pack_scope,
-    prepare_requests,
-    rank_request,
-    read_requests,
-    run_batch,
-)
-from cognoxium.app.distributed import (
-    ENGINES,
-    Engine,
-    partition_key,
-    read_scope,
-    read_store,
-    run_batch_ray,
-    scope_values,
-    write_partitioned,
-)
-from cognoxium.app.locomo import (
-    ANSWERABLE_CATEGORIES,
-    CATEGORY_NAMES,
-    DEFAULT_BUDGETS,
-    TUNING_CONVERSATIONS,
-    evaluate,
-    load_locomo,
-    locomo_requests,
-    normalize_evidence,
-    parse_session_time,
-    run_locomo,
-)
+from typing import TYPE_CHECKING
+
+from cognoxium._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from cognoxium.app.batch import (
+        RANK_METHODS,
+        BatchSettings,
+        BatchStats,
+        PreparedScope,
+        RankMethod,
+        Request,
+        ScopeResult,
+        pack_scope,
+        prepare_requests,
+        rank_request,
+        read_requests,
+        run_batch,
+    )
+    from cognoxium.app.distributed import (
+        ENGINES,
+        Engine,
+        partition_key,
+        read_scope,
+        read_store,
+        run_batch_ray,
+        scope_values,
+        write_partitioned,
+    )
+    from cognoxium.app.locomo import (
+        ANSWERABLE_CATEGORIES,
+        CATEGORY_NAMES,
+        DEFAULT_BUDGETS,
+        TUNING_CONVERSATIONS,
+        evaluate,
+        load_locomo,
+        locomo_requests,
+        normalize_evidence,
+        parse_session_time,
+        run_locomo,
+    )
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cognoxium.app.batch": [
+                "RANK_METHODS",
+                "BatchSettings",
+                "BatchStats",
+                "PreparedScope",
+                "RankMethod",
+                "Request",
+                "ScopeResult",
+                "pack_scope",
+                "prepare_requests",
+                "rank_request",
+                "read_requests",
+                "run_batch",
+            ],
+            "cognoxium.app.distributed": [
+                "ENGINES",
+                "Engine",
+                "partition_key",
+                "read_scope",
+                "read_store",
+                "run_batch_ray",
+                "scope_values",
+                "write_partitioned",
+            ],
+            "cognoxium.app.locomo": [
+                "ANSWERABLE_CATEGORIES",
+                "CATEGORY_NAMES",
+                "DEFAULT_BUDGETS",
+                "TUNING_CONVERSATIONS",
+                "evaluate",
+                "load_locomo",
+                "locomo_requests",
+                "normalize_evidence",
+                "parse_session_time",
+                "run_locomo",
+            ],
+        },
+    )
 
 __all__ = [
     "ANSWERABLE_CATEGORIES",

@@ -76,21 +76,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from typer import rich_utils
 from typer.core import TyperGroup
 
 from cognoxium._distribution import DISTRIBUTION
 from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError
-from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds, to_utc
-from cognoxium.items.model import canonical_json
-from cognoxium.tokens.profiles import PROFILE_NAMES, get_profile
+from cognoxium.tokens._names import PROFILE_NAMES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rich.table import Table
+
     from cognoxium.retrieval.scope import RetrievalSettings
+
+# The help of every command needs only Typer and Rich: the engine (Polars, Arrow,
+# pydantic, tokenizers) and each command's own imports load in the command's body.
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -173,6 +173,8 @@ gets its own width; ``TERMINAL_WIDTH`` (Typer's setting) or ``COLUMNS``
 @contextmanager
 def _help_width() -> Iterator[None]:
     """Typer's help width (``typer.rich_utils.MAX_WIDTH``) for this run, then the old one."""
+    from typer import rich_utils
+
     saved = rich_utils.MAX_WIDTH
     piped = not sys.stdout.isatty()
     if saved is None and piped and not os.environ.get("COLUMNS", "").strip():
@@ -210,12 +212,12 @@ class _Group(TyperGroup):
         except _CommandError as failure:
             typer.echo(f"error: {failure.error['message']}", err=True)
             if wants_json:
-                typer.echo(canonical_json({"error": failure.error}))
+                typer.echo(_canonical_json({"error": failure.error}))
             raise typer.Exit(failure.exit_code) from None
         except typer.TyperException as exc:
             _usage_exit(exc)
             if wants_json and hasattr(exc, "format_message"):
-                typer.echo(canonical_json({"error": _usage_error(exc)}))
+                typer.echo(_canonical_json({"error": _usage_error(exc)}))
             raise
 
 
@@ -254,10 +256,17 @@ def _epilog(*examples: str, note: str = "") -> str:
     return "\n\n".join(parts)
 
 
+def _canonical_json(value: Any) -> str:
+    """``value`` as canonical JSON (sorted keys, compact), the one line of ``--json``."""
+    from cognoxium.items.model import canonical_json
+
+    return canonical_json(value)
+
+
 def _report(summary: dict[str, Any], *, json_output: bool) -> None:
     """Print the JSON summary when asked to (the one line on standard output)."""
     if json_output:
-        typer.echo(canonical_json(summary))
+        typer.echo(_canonical_json(summary))
 
 
 app = typer.Typer(
@@ -395,6 +404,8 @@ _PROFILE_HELP = (
 
 
 def _profile(value: str) -> str:
+    from cognoxium.tokens.profiles import get_profile
+
     try:
         get_profile(value)
     except ProfileError as exc:
@@ -403,6 +414,8 @@ def _profile(value: str) -> str:
 
 
 def _as_of(value: str) -> datetime:
+    from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds, to_utc
+
     if value.strip().lower() == "now":
         return datetime.now(UTC)
     if finer_than_microseconds(value):
@@ -729,6 +742,8 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 
 def _comparison_table(report: dict[str, Any]) -> Table:
     """Recall 1-4 of the run's rank method and the compared ones, overall and per split."""
+    from rich.table import Table
+
     table = Table(
         title="Rank methods compared (recall 1-4)",
         caption=(
@@ -753,6 +768,8 @@ def _comparison_table(report: dict[str, Any]) -> Table:
 
 def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
     """The overall figures and the per-category recall, one row per budget."""
+    from rich.table import Table
+
     from cognoxium.app.locomo import CATEGORY_NAMES
 
     rows = sorted(report["budgets"].items(), key=lambda kv: int(kv[0]))
@@ -852,6 +869,8 @@ def locomo_command(
     the question; its as_of is the conversation's latest turn time, so runs
     are deterministic.
     """
+    from rich.console import Console
+
     from cognoxium.app.locomo import run_locomo
 
     # The callback has already turned the text into a list of budgets.
@@ -935,6 +954,8 @@ def train_ranker_command(
     deterministic: the same file gives the same weights. Refit after a
     change to the features, the embedding model or the LoCoMo import.
     """
+    from rich.console import Console
+
     from cognoxium.app.ranker import train_ranker
 
     try:
@@ -999,6 +1020,9 @@ def redact_command(
     """
     import os
 
+    from rich.console import Console
+    from rich.table import Table
+
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import read_items, write_jsonl, write_parquet
     from cognoxium.items.schema import COLUMNS
@@ -1055,6 +1079,8 @@ def _percent(value: float | None) -> str:
 
 def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit: int) -> Table:
     """Items, included items and included tokens per group, most tokens first."""
+    from rich.table import Table
+
     ranked = sorted(groups.items(), key=lambda kv: (-kv[1]["included_tokens"], kv[0]))
     total = sum(g["included_tokens"] for g in groups.values())
     shown = ranked[:limit]
@@ -1082,6 +1108,8 @@ def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit:
 
 def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
     """The tables of ``cognoxium inspect``: budget use, reasons, tokens by role, tier, source."""
+    from rich.table import Table
+
     budget, items = summary["budget"], summary["items"]
     use = Table(title=f"Budget use over {summary['manifests']} manifests", show_header=False)
     use.add_column("figure")
@@ -1200,6 +1228,8 @@ def inspect_command(
     reason, and the items and included tokens per role, retention tier and
     (with --items) source. With --quiet it only checks that the file is valid.
     """
+    from rich.console import Console
+
     from cognoxium.packing.manifests import summarize_manifests
 
     store = None

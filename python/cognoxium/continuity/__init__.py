@@ -39,29 +39,70 @@ id:
 ['included', 'included']
 """
 
-from cognoxium.continuity._contract import Contract
-from cognoxium.continuity.broker import (
-    AdmitInput,
-    AdmitOutput,
-    EngineContext,
-    RetrieveInput,
-    RetrieveOutput,
-    Strategy,
-)
-from cognoxium.continuity.container import CONFIG_FILE, Container
-from cognoxium.continuity.engine import ContinuityEngine
-from cognoxium.continuity.memory import InMemoryBackend, MemoryArrays, MemoryBackend
-from cognoxium.continuity.notes import Answer, Group, Hit, Note, Query, hits_to_frame
-from cognoxium.continuity.strategy import DefaultStrategy
-from cognoxium.continuity.structures import (
-    FlatQuery,
-    FlatStructure,
-    Structure,
-    StructureOutput,
-    StructureQuery,
-)
-from cognoxium.exceptions import ConfigError, ContractError, UnknownNoteError
-from cognoxium.retrieval.embeddings import Embedder
+from typing import TYPE_CHECKING
+
+from cognoxium._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from cognoxium.continuity._contract import Contract
+    from cognoxium.continuity.broker import (
+        AdmitInput,
+        AdmitOutput,
+        EngineContext,
+        RetrieveInput,
+        RetrieveOutput,
+        Strategy,
+    )
+    from cognoxium.continuity.container import CONFIG_FILE, Container
+    from cognoxium.continuity.engine import ContinuityEngine
+    from cognoxium.continuity.memory import InMemoryBackend, MemoryArrays, MemoryBackend
+    from cognoxium.continuity.notes import Answer, Group, Hit, Note, Query, hits_to_frame
+    from cognoxium.continuity.strategy import DefaultStrategy
+    from cognoxium.continuity.structures import (
+        FlatQuery,
+        FlatStructure,
+        Structure,
+        StructureOutput,
+        StructureQuery,
+    )
+    from cognoxium.exceptions import ConfigError, ContractError, UnknownNoteError
+    from cognoxium.retrieval.embeddings import Embedder
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cognoxium.continuity._contract": ["Contract"],
+            "cognoxium.continuity.broker": [
+                "AdmitInput",
+                "AdmitOutput",
+                "EngineContext",
+                "RetrieveInput",
+                "RetrieveOutput",
+                "Strategy",
+            ],
+            "cognoxium.continuity.container": ["CONFIG_FILE", "Container"],
+            "cognoxium.continuity.engine": ["ContinuityEngine"],
+            "cognoxium.continuity.memory": ["InMemoryBackend", "MemoryArrays", "MemoryBackend"],
+            "cognoxium.continuity.notes": [
+                "Answer",
+                "Group",
+                "Hit",
+                "Note",
+                "Query",
+                "hits_to_frame",
+            ],
+            "cognoxium.continuity.strategy": ["DefaultStrategy"],
+            "cognoxium.continuity.structures": [
+                "FlatQuery",
+                "FlatStructure",
+                "Structure",
+                "StructureOutput",
+                "StructureQuery",
+            ],
+            "cognoxium.exceptions": ["ConfigError", "ContractError", "UnknownNoteError"],
+            "cognoxium.retrieval.embeddings": ["Embedder"],
+        },
+    )
 
 __all__ = [
     "CONFIG_FILE",

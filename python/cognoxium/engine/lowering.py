@@ -92,16 +92,25 @@ def lower_node(node: Node, inputs: Sequence[pl.LazyFrame]) -> pl.LazyFrame:
         If no handler is registered for the node's type.
     """
     handler = HANDLERS.get(type(node))
+    if handler is None and isinstance(node, RankStrategies):
+        handler = _strategies_handler()
     if handler is None:
-        if isinstance(node, RankStrategies):
-            raise PlanError(
-                "rank('strategies') is lowered by cognoxium.strategies: import it first"
-            )
         raise PlanError(
             f"no lowering for plan node {type(node).__name__}; register a handler "
             "in cognoxium.engine.lowering"
         )
     return handler(node, *inputs)
+
+
+def _strategies_handler() -> Handler:
+    """The handler of ``rank("strategies")``, registered by the strategies layer on import.
+
+    The strategy registry and its backends (BM25, embeddings, graph, temporal
+    tiers) load only for a plan that ranks by them.
+    """
+    import cognoxium.strategies.ranking  # noqa: F401  (registers the handler)
+
+    return HANDLERS[RankStrategies]
 
 
 def lower(plan: Node) -> pl.LazyFrame:

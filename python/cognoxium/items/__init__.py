@@ -4,56 +4,117 @@ The ``ContextItem`` model and payloads, the canonical Arrow schema and its
 validation, the JSONL/Parquet readers and writers, and lazy scans of them.
 """
 
-from cognoxium.items.io import (
-    atomic_write,
-    read_items,
-    read_jsonl,
-    read_parquet,
-    write_jsonl,
-    write_parquet,
-)
-from cognoxium.items.model import (
-    MAX_ID_LENGTH,
-    MAX_JSON_DEPTH,
-    TRUNCATE_KEY,
-    Binary,
-    ContextItem,
-    Json,
-    LineageEdge,
-    Payload,
-    Reference,
-    Retention,
-    Role,
-    Sensitivity,
-    Source,
-    Text,
-    Truncation,
-    Trust,
-    canonical_json,
-    content_hash,
-)
-from cognoxium.items.scan import (
-    ItemScan,
-    ScanRead,
-    scan_lazy_items,
-    scan_ndjson_items,
-    scan_parquet_items,
-)
-from cognoxium.items.schema import (
-    COLUMNS,
-    PAYLOAD_KINDS,
-    POLARS_SCHEMA,
-    SCHEMA,
-    SCHEMA_VERSION,
-    conform,
-    frame_to_items,
-    item_to_record,
-    items_to_frame,
-    packed_text_expr,
-    records_to_frame,
-    row_checks,
-    to_arrow,
-)
+from typing import TYPE_CHECKING
+
+from cognoxium._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from cognoxium.items.io import (
+        atomic_write,
+        read_items,
+        read_jsonl,
+        read_parquet,
+        write_jsonl,
+        write_parquet,
+    )
+    from cognoxium.items.model import (
+        MAX_ID_LENGTH,
+        MAX_JSON_DEPTH,
+        TRUNCATE_KEY,
+        Binary,
+        ContextItem,
+        Json,
+        LineageEdge,
+        Payload,
+        Reference,
+        Retention,
+        Role,
+        Sensitivity,
+        Source,
+        Text,
+        Truncation,
+        Trust,
+        canonical_json,
+        content_hash,
+    )
+    from cognoxium.items.scan import (
+        ItemScan,
+        ScanRead,
+        scan_lazy_items,
+        scan_ndjson_items,
+        scan_parquet_items,
+    )
+    from cognoxium.items.schema import (
+        COLUMNS,
+        PAYLOAD_KINDS,
+        POLARS_SCHEMA,
+        SCHEMA,
+        SCHEMA_VERSION,
+        conform,
+        frame_to_items,
+        item_to_record,
+        items_to_frame,
+        packed_text_expr,
+        records_to_frame,
+        row_checks,
+        to_arrow,
+    )
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cognoxium.items.io": [
+                "atomic_write",
+                "read_items",
+                "read_jsonl",
+                "read_parquet",
+                "write_jsonl",
+                "write_parquet",
+            ],
+            "cognoxium.items.model": [
+                "MAX_ID_LENGTH",
+                "MAX_JSON_DEPTH",
+                "TRUNCATE_KEY",
+                "Binary",
+                "ContextItem",
+                "Json",
+                "LineageEdge",
+                "Payload",
+                "Reference",
+                "Retention",
+                "Role",
+                "Sensitivity",
+                "Source",
+                "Text",
+                "Truncation",
+                "Trust",
+                "canonical_json",
+                "content_hash",
+            ],
+            "cognoxium.items.scan": [
+                "ItemScan",
+                "ScanRead",
+                "scan_lazy_items",
+                "scan_ndjson_items",
+                "scan_parquet_items",
+            ],
+            "cognoxium.items.schema": [
+                "COLUMNS",
+                "PAYLOAD_KINDS",
+                "POLARS_SCHEMA",
+                "SCHEMA",
+                "SCHEMA_VERSION",
+                "conform",
+                "frame_to_items",
+                "item_to_record",
+                "items_to_frame",
+                "packed_text_expr",
+                "records_to_frame",
+                "row_checks",
+                "to_arrow",
+            ],
+        },
+    )
 
 __all__ = [
     "COLUMNS",

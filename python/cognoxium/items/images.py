@@ -45,7 +45,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import imagesize
 import numpy as np
 import polars as pl
 
@@ -138,6 +137,8 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     The header is parsed by the ``imagesize`` library; pixels are never
     decoded. A JPEG's EXIF rotation is applied, as a viewer shows it.
     """
+    import imagesize  # with its urllib and XML imports, only when an image is read
+
     width, height = imagesize.get(io.BytesIO(data))
     return (width, height) if width > 0 and height > 0 else None
 

@@ -21,7 +21,6 @@ from typing import IO, Any
 
 import orjson
 import polars as pl
-import pyarrow.parquet as pq
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
@@ -349,6 +348,8 @@ def _refuse_partitions(directory: Path) -> None:
 
 def write_parquet(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
     """Write items to Parquet with the canonical Arrow schema, atomically."""
+    import pyarrow.parquet as pq
+
     with atomic_write(path, "wb") as handle:
         pq.write_table(to_arrow(df), handle)
 

@@ -179,7 +179,8 @@ def content_hashes(kind: str, canonical: Iterable[bytes]) -> list[str]:
 _json_value = raising(json_problem)
 """Check a JSON value: nested at most MAX_JSON_DEPTH deep, finite, valid Unicode."""
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+# defer_build: a model builds its validator and serializer on first use, not on import.
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Text(BaseModel):
@@ -341,7 +342,7 @@ class Truncation(BaseModel):
     Truncation(side='head', min_tokens=1)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     side: Literal["head", "tail"] = "head"
     min_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_INT)] = 1

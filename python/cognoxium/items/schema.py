@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from polars_hash import CryptographicHashingNameSpace
 from pydantic import BaseModel, ValidationError
 
 from cognoxium.exceptions import RecordError, SchemaError
@@ -481,6 +480,8 @@ def _hash_input() -> pl.Expr:
 
 def _digest_expr() -> pl.Expr:
     """sha256 hex of each row's kind and canonical payload bytes; null for a reference."""
+    from polars_hash import CryptographicHashingNameSpace
+
     return CryptographicHashingNameSpace(_hash_input()).sha2_256().alias("content_hash")
 
 

@@ -88,6 +88,10 @@ class Reason(StrEnum):
     BEFORE_FIRST_USER = "before_first_user"
 
 
+# Every manifest model sets defer_build: it builds its validator and serializer on
+# first use, not when the package is imported.
+
+
 class ManifestEntry(BaseModel):
     """One input item's line in a manifest.
 
@@ -103,7 +107,7 @@ class ManifestEntry(BaseModel):
     index in the pack, or ``None``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     position: int
     id: str
@@ -125,7 +129,7 @@ class ManifestEntry(BaseModel):
 class PolicyOutcome(BaseModel):
     """What one policy decided about one item (every action but ``allow``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     policy: str
     rule: str | None
@@ -146,7 +150,7 @@ class MergeRecord(BaseModel):
     empty, so merges without such copies read as before.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kept: str
     merged: list[str]
@@ -172,7 +176,7 @@ class TruncationRecord(BaseModel):
     ``content_hash``. The lineage holds the matching ``truncate`` edge.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str
     side: str
@@ -189,7 +193,7 @@ class ManifestTotals(BaseModel):
     compared with the budget left) and ``not_counted`` the others.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     items: int
     included: int
@@ -228,7 +232,7 @@ class PackManifest(BaseModel):
     it is left out when false, so exact manifests keep their bytes.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format: str = MANIFEST_FORMAT
     label: str | None

@@ -4,71 +4,147 @@ BM25 and recency ranking, rank fusion, embeddings, near duplicates, hybrid
 retrieval over a scope, ranking features and the learned ranker.
 """
 
-from cognoxium.retrieval.embeddings import (
-    CACHE_DIR_ENV,
-    EMBEDDER_NAMES,
-    MINILM_DIM,
-    MINILM_MAX_LENGTH,
-    MINILM_MODEL_SHA256,
-    MINILM_TOKENIZER_SHA256,
-    CacheInfo,
-    Embedder,
-    EmbeddingCache,
-    LocalHashEmbedder,
-    MiniLMEmbedder,
-    default_cache,
-    default_cache_dir,
-    embed_frame,
-    embedding_scores,
-    get_embedder,
-)
-from cognoxium.retrieval.features import (
-    FEATURE_NAMES,
-    FeatureExtractor,
-    feature_extractor,
-)
-from cognoxium.retrieval.fusion import (
-    RankedList,
-    mmr,
-    reciprocal_rank_fusion,
-    rrf_scores,
-    weighted_score_fusion,
-)
-from cognoxium.retrieval.learned import (
-    LearnedModel,
-    default_model_path,
-    fit_logistic,
-    learned_scores,
-    load_model,
-)
-from cognoxium.retrieval.near_duplicates import (
-    MAX_BUCKET,
-    NUM_PERM,
-    SHINGLE_BYTES,
-    lsh_params,
-    minhash_signatures,
-    near_duplicate_labels,
-)
-from cognoxium.retrieval.ranking import (
-    BM25CacheInfo,
-    bm25_cache_clear,
-    bm25_cache_info,
-    bm25_scores,
-    bm25_scores_many,
-    corpus_key,
-    recency_expr,
-    recency_scores,
-)
-from cognoxium.retrieval.scope import (
-    RETRIEVAL_LISTS,
-    RETRIEVAL_METHODS,
-    RRF_K,
-    RetrievalSettings,
-    ScopeRetriever,
-    derived_items,
-    frame_key,
-    scope_retriever,
-)
+from typing import TYPE_CHECKING
+
+from cognoxium._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from cognoxium.retrieval.embeddings import (
+        CACHE_DIR_ENV,
+        EMBEDDER_NAMES,
+        MINILM_DIM,
+        MINILM_MAX_LENGTH,
+        MINILM_MODEL_SHA256,
+        MINILM_TOKENIZER_SHA256,
+        CacheInfo,
+        Embedder,
+        EmbeddingCache,
+        LocalHashEmbedder,
+        MiniLMEmbedder,
+        default_cache,
+        default_cache_dir,
+        embed_frame,
+        embedding_scores,
+        get_embedder,
+    )
+    from cognoxium.retrieval.features import (
+        FEATURE_NAMES,
+        FeatureExtractor,
+        feature_extractor,
+    )
+    from cognoxium.retrieval.fusion import (
+        RankedList,
+        mmr,
+        reciprocal_rank_fusion,
+        rrf_scores,
+        weighted_score_fusion,
+    )
+    from cognoxium.retrieval.learned import (
+        LearnedModel,
+        default_model_path,
+        fit_logistic,
+        learned_scores,
+        load_model,
+    )
+    from cognoxium.retrieval.near_duplicates import (
+        MAX_BUCKET,
+        NUM_PERM,
+        SHINGLE_BYTES,
+        lsh_params,
+        minhash_signatures,
+        near_duplicate_labels,
+    )
+    from cognoxium.retrieval.ranking import (
+        BM25CacheInfo,
+        bm25_cache_clear,
+        bm25_cache_info,
+        bm25_scores,
+        bm25_scores_many,
+        corpus_key,
+        recency_expr,
+        recency_scores,
+    )
+    from cognoxium.retrieval.scope import (
+        RETRIEVAL_LISTS,
+        RETRIEVAL_METHODS,
+        RRF_K,
+        RetrievalSettings,
+        ScopeRetriever,
+        derived_items,
+        frame_key,
+        scope_retriever,
+    )
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cognoxium.retrieval.embeddings": [
+                "CACHE_DIR_ENV",
+                "EMBEDDER_NAMES",
+                "MINILM_DIM",
+                "MINILM_MAX_LENGTH",
+                "MINILM_MODEL_SHA256",
+                "MINILM_TOKENIZER_SHA256",
+                "CacheInfo",
+                "Embedder",
+                "EmbeddingCache",
+                "LocalHashEmbedder",
+                "MiniLMEmbedder",
+                "default_cache",
+                "default_cache_dir",
+                "embed_frame",
+                "embedding_scores",
+                "get_embedder",
+            ],
+            "cognoxium.retrieval.features": [
+                "FEATURE_NAMES",
+                "FeatureExtractor",
+                "feature_extractor",
+            ],
+            "cognoxium.retrieval.fusion": [
+                "RankedList",
+                "mmr",
+                "reciprocal_rank_fusion",
+                "rrf_scores",
+                "weighted_score_fusion",
+            ],
+            "cognoxium.retrieval.learned": [
+                "LearnedModel",
+                "default_model_path",
+                "fit_logistic",
+                "learned_scores",
+                "load_model",
+            ],
+            "cognoxium.retrieval.near_duplicates": [
+                "MAX_BUCKET",
+                "NUM_PERM",
+                "SHINGLE_BYTES",
+                "lsh_params",
+                "minhash_signatures",
+                "near_duplicate_labels",
+            ],
+            "cognoxium.retrieval.ranking": [
+                "BM25CacheInfo",
+                "bm25_cache_clear",
+                "bm25_cache_info",
+                "bm25_scores",
+                "bm25_scores_many",
+                "corpus_key",
+                "recency_expr",
+                "recency_scores",
+            ],
+            "cognoxium.retrieval.scope": [
+                "RETRIEVAL_LISTS",
+                "RETRIEVAL_METHODS",
+                "RRF_K",
+                "RetrievalSettings",
+                "ScopeRetriever",
+                "derived_items",
+                "frame_key",
+                "scope_retriever",
+            ],
+        },
+    )
 
 __all__ = [
     "CACHE_DIR_ENV",

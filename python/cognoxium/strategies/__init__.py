@@ -31,61 +31,127 @@ True
 
 from __future__ import annotations
 
-from cognoxium.strategies.allocator import BudgetAllocator, split_budget
-from cognoxium.strategies.assembler import (
-    AssemblyResult,
-    ContextAssembler,
-    fragments_to_frame,
-    merge_fragments,
-)
-from cognoxium.strategies.backends import (
-    DEFAULT_EMBEDDER,
-    DEFAULT_HOT_SECONDS,
-    DEFAULT_WARM_SECONDS,
-    HITS_SCHEMA,
-    TIERS,
-    Backends,
-    EdgeWeights,
-    GraphBackend,
-    ItemStore,
-    TemporalBackend,
-    TextBackend,
-    VectorBackend,
-)
-from cognoxium.strategies.builtin import (
-    BUILTIN_STRATEGIES,
-    ArceStrategy,
-    BreadthDepthNavigatorStrategy,
-    PlanDecisionContextStrategy,
-    SemanticEmbeddingStrategy,
-    SimpleKeywordStrategy,
-    TemporalArchaeologyStrategy,
-    builtin_strategies,
-    fit_budget,
-)
-from cognoxium.strategies.executor import CircuitBreaker, StrategyExecutor
-from cognoxium.strategies.protocol import (
-    BACKEND_KINDS,
-    RESOURCE_TYPES,
-    ContextFragment,
-    ContextRequest,
-    ContextStrategy,
-    ContextStrategyResult,
-    StrategyCapabilities,
-    sort_fragments,
-)
-from cognoxium.strategies.ranking import strategy_scores
-from cognoxium.strategies.registry import (
-    DEFAULT_ENABLED,
-    FALLBACK_ORDER,
-    StrategyConfig,
-    StrategyRegistry,
-    fallback_chain,
-    load_config,
-    load_strategy,
-)
-from cognoxium.strategies.selector import Selection, StrategySelection, StrategySelector
-from cognoxium.strategies.settings import SETTING_KEYS, StrategySettings
+from typing import TYPE_CHECKING
+
+from cognoxium._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from cognoxium.strategies.allocator import BudgetAllocator, split_budget
+    from cognoxium.strategies.assembler import (
+        AssemblyResult,
+        ContextAssembler,
+        fragments_to_frame,
+        merge_fragments,
+    )
+    from cognoxium.strategies.backends import (
+        DEFAULT_EMBEDDER,
+        DEFAULT_HOT_SECONDS,
+        DEFAULT_WARM_SECONDS,
+        HITS_SCHEMA,
+        TIERS,
+        Backends,
+        EdgeWeights,
+        GraphBackend,
+        ItemStore,
+        TemporalBackend,
+        TextBackend,
+        VectorBackend,
+    )
+    from cognoxium.strategies.builtin import (
+        BUILTIN_STRATEGIES,
+        ArceStrategy,
+        BreadthDepthNavigatorStrategy,
+        PlanDecisionContextStrategy,
+        SemanticEmbeddingStrategy,
+        SimpleKeywordStrategy,
+        TemporalArchaeologyStrategy,
+        builtin_strategies,
+        fit_budget,
+    )
+    from cognoxium.strategies.executor import CircuitBreaker, StrategyExecutor
+    from cognoxium.strategies.protocol import (
+        BACKEND_KINDS,
+        RESOURCE_TYPES,
+        ContextFragment,
+        ContextRequest,
+        ContextStrategy,
+        ContextStrategyResult,
+        StrategyCapabilities,
+        sort_fragments,
+    )
+    from cognoxium.strategies.ranking import strategy_scores
+    from cognoxium.strategies.registry import (
+        DEFAULT_ENABLED,
+        FALLBACK_ORDER,
+        StrategyConfig,
+        StrategyRegistry,
+        fallback_chain,
+        load_config,
+        load_strategy,
+    )
+    from cognoxium.strategies.selector import Selection, StrategySelection, StrategySelector
+    from cognoxium.strategies.settings import SETTING_KEYS, StrategySettings
+else:
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cognoxium.strategies.allocator": ["BudgetAllocator", "split_budget"],
+            "cognoxium.strategies.assembler": [
+                "AssemblyResult",
+                "ContextAssembler",
+                "fragments_to_frame",
+                "merge_fragments",
+            ],
+            "cognoxium.strategies.backends": [
+                "DEFAULT_EMBEDDER",
+                "DEFAULT_HOT_SECONDS",
+                "DEFAULT_WARM_SECONDS",
+                "HITS_SCHEMA",
+                "TIERS",
+                "Backends",
+                "EdgeWeights",
+                "GraphBackend",
+                "ItemStore",
+                "TemporalBackend",
+                "TextBackend",
+                "VectorBackend",
+            ],
+            "cognoxium.strategies.builtin": [
+                "BUILTIN_STRATEGIES",
+                "ArceStrategy",
+                "BreadthDepthNavigatorStrategy",
+                "PlanDecisionContextStrategy",
+                "SemanticEmbeddingStrategy",
+                "SimpleKeywordStrategy",
+                "TemporalArchaeologyStrategy",
+                "builtin_strategies",
+                "fit_budget",
+            ],
+            "cognoxium.strategies.executor": ["CircuitBreaker", "StrategyExecutor"],
+            "cognoxium.strategies.protocol": [
+                "BACKEND_KINDS",
+                "RESOURCE_TYPES",
+                "ContextFragment",
+                "ContextRequest",
+                "ContextStrategy",
+                "ContextStrategyResult",
+                "StrategyCapabilities",
+                "sort_fragments",
+            ],
+            "cognoxium.strategies.ranking": ["strategy_scores"],
+            "cognoxium.strategies.registry": [
+                "DEFAULT_ENABLED",
+                "FALLBACK_ORDER",
+                "StrategyConfig",
+                "StrategyRegistry",
+                "fallback_chain",
+                "load_config",
+                "load_strategy",
+            ],
+            "cognoxium.strategies.selector": ["Selection", "StrategySelection", "StrategySelector"],
+            "cognoxium.strategies.settings": ["SETTING_KEYS", "StrategySettings"],
+        },
+    )
 
 __all__ = [
     "BACKEND_KINDS",

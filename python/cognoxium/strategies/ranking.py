@@ -1,7 +1,7 @@
 """``rank("strategies")``: the registry's assembly as a rank plan node.
 
 Registers the lowering handler of :class:`cognoxium.engine.plan.RankStrategies`
-(imported with :mod:`cognoxium.strategies`, which the package imports): the
+(imported by the lowering the first time a plan ranks by strategies): the
 rows reaching the node are the store of a :class:`~cognoxium.strategies.Backends`,
 the default :class:`~cognoxium.strategies.ContextAssembler` assembles them for
 the node's query under its budget, and each row scores the relevance of its

@@ -84,6 +84,7 @@ import tiktoken.model
 
 from cognoxium.exceptions import ProfileError, RecordError
 from cognoxium.items.images import IMAGE_DETAILS, image_media_type, image_size
+from cognoxium.tokens._names import APPROXIMATE, HUGGINGFACE_PREFIX, PROFILE_NAMES
 from cognoxium.tokens.images import GPT_4O_IMAGES, ImageRule
 
 __all__ = [
@@ -101,16 +102,6 @@ __all__ = [
     "token_lengths",
     "tool_call_texts",
 ]
-
-APPROXIMATE: str = "approximate"
-"""Name of the profile that counts UTF-8 bytes: a proven upper bound, flagged estimated."""
-
-HUGGINGFACE_PREFIX: str = "huggingface:"
-"""Prefix of a profile name that loads ``tokenizer.json`` at the path after it."""
-
-PROFILE_NAMES: tuple[str, ...] = ("cl100k_base", "o200k_base", APPROXIMATE)
-"""Built-in profile names. :func:`get_profile` also takes model names and
-``huggingface:PATH``."""
 
 CACHE_MAX_ENTRIES: int = 1 << 18
 """Most token counts :meth:`TokenProfile.count_cached` keeps per fingerprint.
