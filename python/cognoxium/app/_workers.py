@@ -104,7 +104,7 @@ def pack_task(task: Task, settings: BatchSettings, form: ManifestForm) -> list[R
 
     out = []
     for unit, rows, lineage in zip(task.units, task.rows, task.lineage, strict=True):
-        store = CognitionFrame(lineage if lineage is not None else rows)
+        store = CognitionFrame._of_checked(lineage if lineage is not None else rows)
         prepared = PreparedScope(store, rows, settings)
         result = pack_scope(store, unit.requests, settings, prepared=prepared)
         out.append(result.render(form))

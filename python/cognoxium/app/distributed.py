@@ -1,4 +1,4 @@
-"""Batch packing on Ray Data: one task per scope over a partitioned Parquet store.
+"""Batch packing on Ray Data: tasks of several scopes over a partitioned Parquet store.
 
 :func:`run_batch_ray` gives the files of :func:`~cognoxium.app.batch.run_batch`,
 byte for byte, with the scopes packed on a Ray cluster (a local one by
@@ -6,30 +6,31 @@ default). The phases:
 
 1. *Units.* The requests are grouped by scope (their ``where`` clause), in
    order of first appearance; each group is one unit of work.
-2. *Read.* A unit reads only its part of the store: for a hive-partitioned
-   store (``ROOT/<key>=<value>/*.parquet``, see :func:`write_partitioned`) a
-   ``where`` that fixes ``metadata.<key>`` to text values reads only those
-   partitions (:func:`scope_values`; Polars prunes them from the scan), and a
-   row filter on the metadata JSON skips the other items before they are
-   validated. The ``where`` clause itself then selects the scope exactly as
-   the local run does.
-3. *Pack.* The unit packs its requests with the local run's kernel,
+   Consecutive units make a task, about :data:`TASKS_PER_SLOT` tasks per
+   worker slot, so many small scopes make as many tasks as few large ones.
+2. *Read.* A task reads only its part of the store, in one scan
+   (:func:`read_part`): for a hive-partitioned store
+   (``ROOT/<key>=<value>/*.parquet``, see :func:`write_partitioned`) the
+   ``where`` clauses that fix ``metadata.<key>`` to text values read only
+   those partitions (:func:`scope_values`; Polars prunes them from the
+   scan), and a row filter on the metadata JSON skips the other items
+   before they are validated. The part is split once for the task's units
+   and each ``where`` clause then selects its scope exactly as the local
+   run does (:class:`~cognoxium.app._scopes.ScopeIndex`).
+3. *Pack.* Each unit packs its requests with the local run's kernel,
    :func:`~cognoxium.app.batch.pack_scope` (its scope prepared once, see
-   :class:`~cognoxium.app.batch.PreparedScope`), and returns one row: the
-   columns of its :class:`~cognoxium.app.batch.ScopeResult` (the packs'
-   rows and the manifests' entries as Arrow IPC, the manifest headers,
-   the latencies).
-4. *Commit.* The driver writes each unit's result, in unit order, as the
-   local run writes it
-   (:meth:`~cognoxium.app.batch.ScopeResult.write`, with
-   :meth:`ManifestWriter.write_many
-   <cognoxium.packing.manifests.ManifestWriter.write_many>`), into a fresh
-   version directory, and swaps the output link once, as
-   :func:`~cognoxium.app.batch.run_batch` commits: the output appears whole
-   or not at all.
+   :class:`~cognoxium.app.batch.PreparedScope`), and the task renders the
+   result for the files (:meth:`~cognoxium.app.batch.ScopeResult.render`:
+   the ``packs.jsonl`` lines, the manifest lines and the manifest rows as
+   Arrow IPC), one row per unit.
+4. *Commit.* The driver appends each unit's rendered result, in unit
+   order (:meth:`~cognoxium.app.batch.RenderedResult.write`: text and
+   Arrow rows, no work per request), into a fresh version directory, and
+   swaps the output link once, as :func:`~cognoxium.app.batch.run_batch`
+   commits: the output appears whole or not at all.
 
-Units run as a Ray Data ``map_batches`` over ``ray.data.from_items`` (one
-unit per batch, at most ``workers`` tasks at once). A task whose worker
+Tasks run as a Ray Data ``map_batches`` over ``ray.data.from_items`` (one
+task per batch, at most ``workers`` tasks at once). A task whose worker
 process dies is run again (Ray Data's tasks have ``max_retries=-1``:
 retried as long as their worker dies, never for an exception of their own);
 a unit is a pure function of its inputs, so a retried unit gives the same
@@ -502,7 +503,7 @@ def _pack_one(
         return None
     store = part
     if batch.rank in READS_LINEAGE:
-        store = CognitionFrame(index.derived(scope))
+        store = CognitionFrame._of_checked(index.derived(scope))
     return pack_scope(store, unit.requests, batch, prepared=PreparedScope(store, scope, batch))
 
 
@@ -866,7 +867,7 @@ def run_batch_ray(
     progress: bool = False,
     quiet: bool = False,
 ) -> BatchStats:
-    """Pack every request with Ray Data, one task per scope; the files of the local run.
+    """Pack every request with Ray Data, tasks of several scopes; the files of the local run.
 
     Writes exactly the files of :func:`~cognoxium.app.batch.run_batch` with
     the same arguments (``packs.jsonl`` and the manifests, byte-identical,
@@ -890,7 +891,7 @@ def run_batch_ray(
         stops it after. A Ray already initialised in this process is used
         as it is.
     workers
-        Most units packed at once (Ray tasks of one CPU each); ``None``: as
+        Most tasks run at once (Ray tasks of one CPU each); ``None``: as
         many as the cluster has CPUs.
     cache_dir
         Embedding cache directory on shared storage, set as

@@ -510,6 +510,16 @@ class CognitionFrame:
             self._plan = Scan(source=Source(_to_frame(data)))
 
     @classmethod
+    def _of_checked(cls, rows: pl.DataFrame) -> CognitionFrame:
+        """A frame over rows taken from a checked frame (a scope of a store), not checked again.
+
+        ``rows`` must come from a frame of the canonical schema (a filter or
+        gather of its rows): conforming them again would only repeat the
+        checks their store passed.
+        """
+        return cls._wrap(Scan(source=Source(rows)))
+
+    @classmethod
     def _wrap(cls, plan: Node) -> CognitionFrame:
         frame = object.__new__(cls)
         frame._plan = plan
