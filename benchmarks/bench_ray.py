@@ -20,17 +20,20 @@ ray-1, ray-2
 
 Every Ray run's files are compared byte for byte with the local run's.
 
-The estimate for larger runs uses costs measured in the same process on a
-sample of scopes: reading one scope (``read_scope``), packing one request
-(``pack_scope``, with encoding its result as a task sends it), and the
-driver's serial work per request (decoding the result and writing it as the
-local run writes it); Ray's overhead per task is
-measured on a Ray Data map that does nothing, one task at a time. A run of
-``R`` requests in ``U`` scopes on ``W`` workers then takes about::
+The estimate for larger runs (10M items, 1M requests in 100,000 scopes, on
+8, 32 and 128 workers) uses costs measured in the same process on a sample
+of scopes: reading one scope's part of the store (``read_part``), packing
+one request (``pack_scope``, with rendering its result and encoding its rows
+as a task sends them), and the driver's serial work (decoding the rows and
+appending the rendered result, per manifest entry); Ray's overhead per task
+is measured on a Ray Data map that does nothing, one task at a time. A run
+of ``R`` requests in ``U`` scopes of ``n`` items, cut into ``T`` tasks on
+``W`` workers, then takes about::
 
-    max(U * (read + R/U * pack + overhead) / W,  R * driver)
+    max((U * (read + R/U * pack) + T * overhead) / W,  R * n * driver_per_entry)
 
-(workers and the driver overlap), plus Ray's start-up.
+(workers and the driver overlap), plus Ray's start-up; the table names the
+term that bounds it.
 
 Usage: ``python benchmarks/bench_ray.py [--small] [--items 1000000] [--scopes 1000]
 [--requests 20000] [--rank bm25] [--out benchmarks/results/ray.json]``
@@ -42,7 +45,6 @@ import argparse
 import io
 import json
 import os
-import pickle
 import shutil
 import tempfile
 import time
@@ -55,23 +57,30 @@ import numpy as np
 import polars as pl
 
 from bench_pack import synthetic_items
+from cognoxium.app._scopes import ScopeIndex, batch_units
 from cognoxium.app.batch import (
     BatchSettings,
     PreparedScope,
+    RenderedResult,
     Request,
-    ScopeResult,
     pack_scope,
     run_batch,
 )
-from cognoxium.app.distributed import read_scope, read_store, run_batch_ray, write_partitioned
-from cognoxium.packing.manifests import ManifestWriter
+from cognoxium.app.distributed import (
+    TASKS_PER_SLOT,
+    read_part,
+    read_store,
+    run_batch_ray,
+    write_partitioned,
+)
+from cognoxium.packing.manifests import ManifestWriter, RenderedManifests
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 BUDGET = 1024
 FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
-TARGET = {"items": 10_000_000, "requests": 1_000_000, "scopes": 10_000}
+TARGET = {"items": 10_000_000, "requests": 1_000_000, "scopes": 100_000}
 WORKERS = (8, 32, 128)
 QUERY_WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
 
@@ -111,11 +120,15 @@ def _ipc(frame: pl.DataFrame) -> bytes:
 
 
 def unit_costs(store: Path, requests: list[Request], rank: str, sample: int) -> dict[str, float]:
-    """Seconds to read a scope, pack a request, and write a request on the driver.
+    """Seconds of a task's work and of the driver's, per scope, request and manifest entry.
 
-    Packing includes encoding the scope's result as a Ray task sends it (Arrow
-    IPC frames, pickled manifest headers); the driver decodes it and writes it
-    with :meth:`~cognoxium.app.batch.ScopeResult.write`.
+    A task reads its scope's part of the store (``read_part``), splits it
+    (``ScopeIndex``), packs the requests and renders them for the files (the
+    manifest rows encoded as Arrow IPC, as a task sends them); the driver
+    decodes the rows and appends the rendered result
+    (:meth:`~cognoxium.app.batch.RenderedResult.write`), work that grows with
+    the manifest entries it appends (requests x scope items), not with a
+    pass per request.
     """
     by_scope: dict[str | None, list[Request]] = {}
     for request in requests:
@@ -123,41 +136,44 @@ def unit_costs(store: Path, requests: list[Request], rank: str, sample: int) -> 
     chosen = list(by_scope.items())[:sample]
     settings = BatchSettings(profile=get_profile("cl100k_base"), rank=rank, as_of=AS_OF)
     read_s = pack_s = write_s = 0.0
-    packed = 0
+    packed = entries = 0
     with tempfile.TemporaryDirectory() as tmp:
         packs = (Path(tmp) / "packs.jsonl").open("w", encoding="utf-8")
         with packs, ManifestWriter(tmp, "parquet") as writer:
             for where, group in chosen:
+                unit = batch_units(group)[0]
                 t0 = time.perf_counter()
-                part, scope = read_scope(store, where)
-                rows = scope.collect()
+                part = read_part(store, [where])
+                rows = ScopeIndex(part, [unit]).rows(unit)
                 t1 = time.perf_counter()
                 prepared = PreparedScope(part, rows, settings)
-                result = pack_scope(part, group, settings, prepared=prepared)
-                sent = (
-                    _ipc(result.packs),
-                    _ipc(result.entries),
-                    pickle.dumps(result.manifests, protocol=pickle.HIGHEST_PROTOCOL),
-                )
+                rendered = pack_scope(part, group, settings, prepared=prepared).render("parquet")
+                assert rendered.manifests.entries is not None
+                sent = _ipc(rendered.manifests.entries)
                 t2 = time.perf_counter()
-                ScopeResult(
-                    requests=tuple(group),
-                    packs=pl.read_ipc(io.BytesIO(sent[0])),
-                    manifests=pickle.loads(sent[2]),
-                    entries=pl.read_ipc(io.BytesIO(sent[1])),
-                    latencies_ms=result.latencies_ms,
-                ).write(packs, writer)
+                manifests = RenderedManifests(
+                    "parquet",
+                    rendered.manifests.lines,
+                    pl.read_ipc(io.BytesIO(sent)),
+                    rendered.manifests.sizes,
+                )
+                RenderedResult(rendered.packs, manifests, rendered.latencies_ms).write(
+                    packs, writer
+                )
                 t3 = time.perf_counter()
                 read_s += t1 - t0
                 pack_s += t2 - t1
                 write_s += t3 - t2
                 packed += len(group)
+                entries += sum(rendered.manifests.sizes)
     return {
         "read_s_per_scope": read_s / len(chosen),
         "pack_s_per_request": pack_s / packed,
         "driver_s_per_request": write_s / packed,
+        "driver_s_per_entry": write_s / entries,
         "sampled_scopes": len(chosen),
         "sampled_requests": packed,
+        "sampled_entries": entries,
     }
 
 
@@ -240,19 +256,25 @@ def timed_runs(
 def estimate(costs: dict[str, float], runs: dict[str, Any]) -> dict[str, Any]:
     """The time of the target run per cluster size, from the measured unit costs.
 
-    Ray's overhead per task is measured on a map that does nothing.
+    Ray's overhead per task is measured on a map that does nothing; a task
+    takes about ``TASKS_PER_SLOT`` tasks' share of the scopes, so the overhead
+    is paid per task, not per scope. The driver's work is its cost per
+    manifest entry times the entries (requests x items per scope).
     """
     overhead = runs["ray_task"]["seconds"]
     per_scope_requests = TARGET["requests"] / TARGET["scopes"]
-    task = costs["read_s_per_scope"] + per_scope_requests * costs["pack_s_per_request"] + overhead
+    scope_items = TARGET["items"] / TARGET["scopes"]
+    scope_s = costs["read_s_per_scope"] + per_scope_requests * costs["pack_s_per_request"]
     rows = []
     for workers in WORKERS:
-        compute = TARGET["scopes"] * task / workers
-        driver = TARGET["requests"] * costs["driver_s_per_request"]
+        tasks = min(TARGET["scopes"], workers * TASKS_PER_SLOT)
+        compute = (TARGET["scopes"] * scope_s + tasks * overhead) / workers
+        driver = TARGET["requests"] * scope_items * costs["driver_s_per_entry"]
         wall = max(compute, driver) + runs["ray_startup"]["seconds"]
         rows.append(
             {
                 "workers": workers,
+                "tasks": tasks,
                 "compute_s": compute,
                 "driver_s": driver,
                 "wall_s": wall,
@@ -260,7 +282,7 @@ def estimate(costs: dict[str, float], runs: dict[str, Any]) -> dict[str, Any]:
                 "bound": "workers" if compute >= driver else "driver",
             }
         )
-    return {"overhead_s_per_task": overhead, "task_s": task, "target": TARGET, "rows": rows}
+    return {"overhead_s_per_task": overhead, "scope_s": scope_s, "target": TARGET, "rows": rows}
 
 
 def command(setup: dict[str, Any]) -> str:
@@ -301,13 +323,17 @@ def markdown(result: dict[str, Any]) -> str:
         f"Measured per unit (sample of {costs['sampled_scopes']} scopes, "
         f"{costs['sampled_requests']} requests): reading a scope "
         f"{costs['read_s_per_scope'] * 1000:.1f} ms, packing a request "
-        f"{costs['pack_s_per_request'] * 1000:.2f} ms, driver writing a request "
-        f"{costs['driver_s_per_request'] * 1000:.2f} ms; Ray's overhead per task "
+        f"{costs['pack_s_per_request'] * 1000:.2f} ms (rendering its lines and rows "
+        f"included), driver appending a request's rendered result "
+        f"{costs['driver_s_per_request'] * 1000:.3f} ms "
+        f"({costs['driver_s_per_entry'] * 1e6:.2f} µs per manifest entry); Ray's overhead "
+        f"per task "
         f"(a map that does nothing, one task at a time) "
         f"{est['overhead_s_per_task'] * 1000:.1f} ms.\n",
         f"Estimate for {TARGET['items']:,} items, {TARGET['requests']:,} requests in "
-        f"{TARGET['scopes']:,} scopes (the same scope size and cost per request; one task "
-        f"per scope of {est['task_s']:.2f} s):\n",
+        f"{TARGET['scopes']:,} scopes ({TARGET['items'] // TARGET['scopes']:,} items each, "
+        f"the measured costs per scope and request: {est['scope_s']:.3f} s a scope; about "
+        f"{TASKS_PER_SLOT} tasks per worker):\n",
         "| workers | workers' time (s) | driver's time (s) | wall (s) | packs/s | bound by |",
         "|---:|---:|---:|---:|---:|---|",
     ]

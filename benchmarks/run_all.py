@@ -46,6 +46,12 @@ ray
     by BM25; the local engine, Ray with 1 and 2 workers, byte-identical
     files checked, and an estimate for 10M items and 1M requests on 8, 32
     and 128 workers. ``--quick``: ``bench_ray --small``.
+scale
+    Batch packing at scale (``bench_scale``): ``cognoxium pack`` as a whole
+    process against a floor packer (Polars, bm25s, tiktoken) on stores of
+    20k, 100k and 1M items (1,000 and 10,000 scopes), ``--workers 1``
+    against the default, byte-identical files checked. ``--quick``: 20k
+    and 100k, one round.
 locomo
     Evidence recall per ranker and budget, from the ``report.json`` that
     ``cognoxium locomo`` writes; needs the LoCoMo file (``--locomo PATH`` or
@@ -94,6 +100,7 @@ import bench_ingest
 import bench_peers
 import bench_ray
 import bench_redact
+import bench_scale
 import bench_scan
 import bench_surface
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
@@ -115,6 +122,7 @@ SUITES = (
     "surface",
     "batch",
     "ray",
+    "scale",
     "locomo",
     "import",
 )
@@ -600,6 +608,7 @@ def replot() -> None:
         "surface": (None, bench_surface.markdown),
         "batch": (None, bench_batch.markdown),
         "ray": (None, bench_ray.markdown),
+        "scale": (None, bench_scale.markdown),
         "import": (None, bench_import.markdown),
     }
     for suite, (plot, markdown) in makers.items():
@@ -674,6 +683,8 @@ def main() -> None:
         (RESULTS / "import.md").write_text(bench_import.markdown(result))
     if "ray" in chosen:
         bench_ray.main(["--small"] if args.quick else [])
+    if "scale" in chosen:
+        bench_scale.main(["--quick", "--repeats", "1"] if args.quick else [])
     if "locomo" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():
             message = (

@@ -295,6 +295,54 @@ def test_write_partitioned_refuses_a_key_that_is_not_a_plain_name(tmp_path: Path
     assert not (tmp_path / "s").exists()
 
 
+def test_ray_packs_ten_thousand_small_scopes_in_tasks_of_many_scopes(
+    ray_local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scopes = 10_000
+    items = records_to_frame(
+        [
+            {
+                "id": f"s{c}-{i}",
+                "role": ("user", "assistant")[i],
+                "text": f"{WORDS[(c + i) % 8]} note {c}",
+                "created_at": f"2025-01-01T00:00:0{i}Z",
+                "metadata": {"conversation": f"s{c:05d}"},
+            }
+            for c in range(scopes)
+            for i in range(2)
+        ]
+    )
+    root = tmp_path / "store"
+    write_partitioned(items, root, key="conversation")
+    requests = [
+        Request(
+            id=f"r{c}",
+            budget=12,
+            query=WORDS[c % 8],
+            where=f"metadata.conversation = 's{(c * 7919) % scopes:05d}'",
+        )
+        for c in range(scopes)
+    ]
+    tasks: list[int] = []
+    cut = distributed._task_units
+
+    def counted(units: Any, slots: int) -> Any:
+        made = cut(units, slots)
+        tasks.append(len(made))
+        return made
+
+    monkeypatch.setattr(distributed, "_task_units", counted)
+    local = run_batch(
+        read_store(root), requests, out_dir=tmp_path / "local", rank="bm25", as_of=AS_OF
+    )
+    remote = run_batch_ray(
+        root, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=AS_OF, workers=2
+    )
+    assert tasks == [2 * distributed.TASKS_PER_SLOT]  # 16 tasks of 625 scopes, not 10,000
+    assert remote.requests == local.requests == scopes
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+
+
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, form: str) -> None:
     requests = requests_for(6, 40)

@@ -196,3 +196,22 @@ def test_an_error_in_a_worker_is_raised_whole_and_nothing_is_written(
 def test_workers_is_a_whole_number_of_processes(workers: Any, tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="workers"):
         run_batch(_items(), _requests(2), out_dir=tmp_path / "out", rank="bm25", workers=workers)
+
+
+def test_a_lazy_store_reads_each_scope_on_its_own_with_the_same_files(
+    one_process: dict[str, Path], tmp_path: Path
+) -> None:
+    CognitionFrame(_items()).sink_parquet(tmp_path / "items.parquet")
+    lazy = CognitionFrame.scan_parquet(tmp_path / "items.parquet")
+    units = batch_units(_requests(12))
+    index = ScopeIndex(lazy, units)
+    assert index.lazy
+    assert index.key is None  # no split: each scope's clause is pushed into the scan
+    for unit in units:
+        alone = scope_rows(CognitionFrame(_items()), unit.requests[0])
+        assert index.rows(unit).equals(alone)
+    for method in ("bm25", "learned"):
+        out = tmp_path / method
+        run_batch(lazy, _requests(12), out_dir=out, rank=method, as_of=AS_OF, workers=1)
+        for name in FILES:
+            assert (out / name).read_bytes() == (one_process[method] / name).read_bytes(), method

@@ -49,15 +49,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import polars as pl
 import sqlglot
 from sqlglot import exp
 
-from cognoxium.engine.lowering import lower_node
-from cognoxium.engine.plan import Filter, polars_error_text
+from cognoxium.engine.plan import Filter, LazySource, Node, Scan, Source, polars_error_text
 from cognoxium.exceptions import PlanError, PredicateError
 from cognoxium.frame.frame import CognitionFrame
 
@@ -68,9 +68,11 @@ __all__ = [
     "ScopeIndex",
     "Unit",
     "batch_units",
+    "collect_scope",
     "conjuncts",
     "partition_keys",
     "scope_values",
+    "where_filter",
 ]
 
 PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -273,12 +275,15 @@ class ScopeIndex:
 
     def __init__(self, store: CognitionFrame, units: Sequence[Unit]) -> None:
         self.store = store
-        self.df = store.collect()
         self._filters: dict[str | None, Filter] = {}
         for unit in units:
             if unit.where is not None:
-                self._filters[unit.where] = _checked(store, unit.requests[0])
-        split = _split_key(self._filters)
+                plan = where_filter(store, unit.requests[0])._plan
+                assert isinstance(plan, Filter)
+                self._filters[unit.where] = plan
+        self.lazy = _scans_files(store._plan)
+        """Whether the store is a lazy scan of files: each scope is then read on its own."""
+        split = None if self.lazy else _split_key(self._filters)
         self.key = split[0] if split is not None else None
         """The metadata key the store is split by (``None``: no split)."""
         self._dtype = split[1] if split is not None else None
@@ -293,19 +298,20 @@ class ScopeIndex:
         RecordError
             If Polars fails to run the clause; it names the unit's first request.
         """
+        request = unit.requests[0]
         if unit.where is None:
             return self.df
         node = self._filters[unit.where]
+        if self.lazy:  # the scan reads only what the clause needs (pushdown, pruning)
+            return collect_scope(CognitionFrame._wrap(node), request)
         values = scope_values(unit.where, self.key) if self.key is not None else None
         part = self.df if values is None else self._gather(values)
-        try:
-            return lower_node(node, [part.lazy()]).collect()
-        except pl.exceptions.PolarsError as exc:
-            request = unit.requests[0]
-            raise request.error(
-                f"invalid where clause {request.where!r}: {polars_error_text(exc)}",
-                field="where",
-            ) from exc
+        return collect_scope(CognitionFrame._wrap(_over(node, part)), request)
+
+    @cached_property
+    def df(self) -> pl.DataFrame:
+        """The whole store's rows (read once, when a scope or the split needs them)."""
+        return self.store.collect()
 
     def derived(self, scope: pl.DataFrame) -> pl.DataFrame:
         """The store's items outside ``scope`` with a parent in it, in store order.
@@ -315,18 +321,21 @@ class ScopeIndex:
         pass, made once) rather than from the whole store.
         """
         ids = scope.get_column("id").implode()
-        rows = self._edges().filter(pl.col("parent").is_in(ids)).get_column(_ROW).unique().sort()
-        found = self.df.select(pl.all().gather(rows))
-        return found.filter(~pl.col("id").is_in(ids))
+        edges = self._edges().filter(pl.col("parent").is_in(ids))
+        if self.lazy:  # read the derived items alone, by id
+            found = self.store.filter(pl.col("id").is_in(edges.get_column("id").implode()))
+            return found.filter(~pl.col("id").is_in(ids)).collect()
+        rows = edges.get_column(_ROW).unique().sort()
+        found_rows = self.df.select(pl.all().gather(rows))
+        return found_rows.filter(~pl.col("id").is_in(ids))
 
     def _edges(self) -> pl.DataFrame:
-        """Every parent link of the store: ``parent`` (an id) and the child's row number."""
+        """Every parent link of the store: ``parent`` (an id), the child's ``id`` and row."""
         if self._links is None:
+            columns = pl.col("id"), pl.col("parents").alias("parent")
+            links = self.store.select(*columns).collect() if self.lazy else self.df.select(*columns)
             self._links = (
-                self.df.select(pl.col("parents").alias("parent"))
-                .with_row_index(_ROW)
-                .filter(pl.col("parent").list.len() > 0)
-                .explode("parent")
+                links.with_row_index(_ROW).filter(pl.col("parent").list.len() > 0).explode("parent")
             )
         return self._links
 
@@ -358,10 +367,29 @@ class ScopeIndex:
         return self._groups
 
 
-def _checked(store: CognitionFrame, request: Request) -> Filter:
-    """The request's ``where`` as a filter node over ``store`` (parsed and type checked)."""
+def _scans_files(plan: Node) -> bool:
+    """Whether a plan reads a lazy scan of files anywhere."""
+    if isinstance(plan, Scan):
+        return isinstance(plan.source, LazySource)
+    return any(_scans_files(child) for child in plan.children)
+
+
+def _over(node: Filter, rows: pl.DataFrame) -> Node:
+    """``node`` (a filter) over ``rows`` in place of its input."""
+    return replace(node, input=Scan(source=Source(rows)))
+
+
+def where_filter(store: CognitionFrame, request: Request) -> CognitionFrame:
+    """``store`` filtered by the request's ``where``: parsed and type checked, nothing run.
+
+    Raises
+    ------
+    RecordError
+        If ``where`` is not a valid predicate over the items; it names the
+        request and the field ``where``, and its cause is the frame's error.
+    """
     try:
-        plan = store.filter(request.where)._plan  # type: ignore[arg-type]
+        return store.filter(request.where)  # type: ignore[arg-type]
     except PredicateError as exc:
         raise request.error(f"invalid where clause: {exc}", field="where") from exc
     except PlanError as exc:
@@ -372,5 +400,13 @@ def _checked(store: CognitionFrame, request: Request) -> Filter:
         raise request.error(
             f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
         ) from exc
-    assert isinstance(plan, Filter)
-    return plan
+
+
+def collect_scope(scope: CognitionFrame, request: Request) -> pl.DataFrame:
+    """Run a scope's plan; a Polars error names the request and the field ``where``."""
+    try:
+        return scope.collect()
+    except pl.exceptions.PolarsError as exc:
+        raise request.error(
+            f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
+        ) from exc

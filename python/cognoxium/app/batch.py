@@ -69,10 +69,10 @@ from pydantic import (
 )
 
 from cognoxium.app._outputs import committed_output
-from cognoxium.app._scopes import ScopeIndex, batch_units
+from cognoxium.app._scopes import ScopeIndex, batch_units, collect_scope, where_filter
 from cognoxium.app._workers import default_workers, run_tasks, tasks_of
 from cognoxium.engine.plan import polars_error_text
-from cognoxium.exceptions import BudgetError, PackError, PlanError, PredicateError, RecordError
+from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import (
     FINE_TIME_MESSAGE,
@@ -497,18 +497,7 @@ def scope_rows(store: CognitionFrame, request: Request) -> pl.DataFrame:
     """
     if request.where is None:
         return store.collect()
-    try:
-        return store.filter(request.where).collect()
-    except PredicateError as exc:
-        raise request.error(f"invalid where clause: {exc}", field="where") from exc
-    except PlanError as exc:
-        raise request.error(
-            f"invalid where clause {request.where!r}: {exc}", field="where"
-        ) from exc
-    except pl.exceptions.PolarsError as exc:
-        raise request.error(
-            f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
-        ) from exc
+    return collect_scope(where_filter(store, request), request)
 
 
 def rank_request(
