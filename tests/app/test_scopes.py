@@ -67,8 +67,12 @@ WHERES = [
 ]
 
 
-def test_every_scope_is_the_whole_store_filtered_by_its_clause() -> None:
-    store = CognitionFrame(_items())
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_every_scope_is_the_whole_store_filtered_by_its_clause(interleaved: bool) -> None:
+    items = _items()
+    if interleaved:  # the items of a conversation are no longer contiguous
+        items = items.sort(pl.col("id").str.extract(r"-(\d+)$").cast(pl.Int64), "id")
+    store = CognitionFrame(items)
     requests = [Request(id=f"r{k}", budget=50, where=w) for k, w in enumerate([*WHERES, None])]
     units = batch_units(requests)
     index = ScopeIndex(store, units)
@@ -77,8 +81,10 @@ def test_every_scope_is_the_whole_store_filtered_by_its_clause() -> None:
         expected = scope_rows(store, request)
         assert index.rows(unit).equals(expected), request.where
     assert index.rows(units[5]).height == 0  # a value no item has
-    expected = [f"c{c}-{i}" for c in (0, 2) for i in (2, 4, 8, 10)]  # store order, not IN's
-    assert index.rows(units[3])["id"].to_list() == expected
+    expected = [f"c{c}-{i}" for c in (0, 2) for i in (2, 4, 8, 10)]
+    if interleaved:
+        expected.sort(key=lambda i: (int(i.split("-")[1]), i))
+    assert index.rows(units[3])["id"].to_list() == expected  # store order
 
 
 def test_a_key_of_numbers_is_not_a_split_key() -> None:

@@ -230,25 +230,60 @@ def partition_keys(where: str | None) -> tuple[str, ...]:
 # -- the index ------------------------------------------------------------------
 
 
-def _split_key(filters: dict[str | None, Filter]) -> tuple[str, pl.Struct] | None:
+def _split_key(
+    filters: dict[str, Filter], keyed: dict[str, tuple[str, frozenset[str]]]
+) -> tuple[str, pl.Struct] | None:
     """The metadata key, of text type in the store, that the most clauses fix, and that type.
 
     ``None`` when no clause fixes one. Every clause's metadata type is the
     store's (inferred from all of its items).
     """
-    votes: Counter[str] = Counter()
+    votes: Counter[str] = Counter(key for key, _ in keyed.values())
     struct: pl.Struct | None = None
     for where, node in filters.items():
         if not isinstance(node.metadata_dtype, pl.Struct):
             continue
         struct = node.metadata_dtype
-        texts = {f.name for f in struct.fields if f.dtype == pl.String()}
+        if where in keyed:
+            continue
         for key in partition_keys(where):
-            if key in texts and scope_values(where, key) is not None:
+            if _text_field(node, key) and scope_values(where, key) is not None:
                 votes[key] += 1
     if not votes or struct is None:
         return None
     return min(votes, key=lambda key: (-votes[key], key)), struct
+
+
+def _text_field(node: Filter, key: str) -> bool:
+    """Whether ``metadata.<key>`` is text in the store the filter was checked against."""
+    dtype = node.metadata_dtype
+    return isinstance(dtype, pl.Struct) and any(
+        f.name == key and f.dtype == pl.String() for f in dtype.fields
+    )
+
+
+def _key_clause(where: str) -> tuple[str, frozenset[str]] | None:
+    """``(key, values)`` when every conjunct of a clause fixes one plain metadata key to text.
+
+    Such a clause keeps exactly the items whose key has one of the values,
+    so a split of the store by the key serves it with no filter.
+
+    Examples
+    --------
+    >>> _key_clause("metadata.user = 'u1'")
+    ('user', frozenset({'u1'}))
+    >>> _key_clause("metadata.user = 'u1' AND role = 'user'") is None
+    True
+    """
+    keys = partition_keys(where)
+    if len(keys) != 1:
+        return None
+    tree = _parsed(where)
+    assert tree is not None  # it named a key
+    found = [_values(term, keys[0]) for term in conjuncts(tree)]
+    if any(values is None for values in found):
+        return None
+    return keys[0], frozenset[str].intersection(*(v for v in found if v is not None))
 
 
 class ScopeIndex:
@@ -275,15 +310,23 @@ class ScopeIndex:
 
     def __init__(self, store: CognitionFrame, units: Sequence[Unit]) -> None:
         self.store = store
-        self._filters: dict[str | None, Filter] = {}
-        for unit in units:
-            if unit.where is not None:
-                plan = where_filter(store, unit.requests[0])._plan
-                assert isinstance(plan, Filter)
-                self._filters[unit.where] = plan
         self.lazy = _scans_files(store._plan)
         """Whether the store is a lazy scan of files: each scope is then read on its own."""
-        split = None if self.lazy else _split_key(self._filters)
+        self._filters: dict[str, Filter] = {}
+        self._keyed: dict[str, tuple[str, frozenset[str]]] = {}
+        checked: set[str] = set()
+        for unit in units:
+            where = unit.where
+            keyed = None if where is None or self.lazy else _key_clause(where)
+            if where is None or (keyed is not None and keyed[0] in checked):
+                if keyed is not None and where is not None:
+                    self._keyed[where] = keyed  # checked as its key's first clause was
+                continue
+            self._filters[where] = _checked(store, unit.requests[0])
+            if keyed is not None and _text_field(self._filters[where], keyed[0]):
+                checked.add(keyed[0])
+                self._keyed[where] = keyed
+        split = None if self.lazy else _split_key(self._filters, self._keyed)
         self.key = split[0] if split is not None else None
         """The metadata key the store is split by (``None``: no split)."""
         self._dtype = split[1] if split is not None else None
@@ -301,7 +344,12 @@ class ScopeIndex:
         request = unit.requests[0]
         if unit.where is None:
             return self.df
-        node = self._filters[unit.where]
+        keyed = self._keyed.get(unit.where)
+        if keyed is not None and keyed[0] == self.key:  # the split is the clause
+            return self._gather(keyed[1])
+        node = self._filters.get(unit.where)
+        if node is None:  # a clause of a key that is not the split's
+            node = self._filters[unit.where] = _checked(self.store, request)
         if self.lazy:  # the scan reads only what the clause needs (pushdown, pruning)
             return collect_scope(CognitionFrame._wrap(node), request)
         values = scope_values(unit.where, self.key) if self.key is not None else None
@@ -326,7 +374,7 @@ class ScopeIndex:
             found = self.store.filter(pl.col("id").is_in(edges.get_column("id").implode()))
             return found.filter(~pl.col("id").is_in(ids)).collect()
         rows = edges.get_column(_ROW).unique().sort()
-        found_rows = self.df.select(pl.all().gather(rows))
+        found_rows = _take(self.df, rows, self._empty_lists)
         return found_rows.filter(~pl.col("id").is_in(ids))
 
     def _edges(self) -> pl.DataFrame:
@@ -340,23 +388,46 @@ class ScopeIndex:
         return self._links
 
     def _gather(self, values: frozenset[str]) -> pl.DataFrame:
-        """The store's rows whose split key has one of ``values``, in store order."""
+        """The store's rows whose split key has one of ``values``, in store order.
+
+        The rows of one value that are contiguous in the store are a slice
+        of it (no copy).
+        """
         groups = self._split()
         found = [groups[value] for value in sorted(values) if value in groups]
         if not found:
             return self.df.clear()
-        rows = found[0] if len(found) == 1 else pl.concat(found).sort()
-        return self.df.select(pl.all().gather(rows))
+        if len(found) == 1:
+            rows = found[0]
+            first, last = rows[0], rows[-1]
+            if last - first + 1 == rows.len():
+                return self.df.slice(first, rows.len())
+        return _take(self.df, pl.concat(found).sort(), self._empty_lists)
+
+    @cached_property
+    def _empty_lists(self) -> frozenset[str]:
+        """The list columns in which every item holds an empty list (no null)."""
+        lists = [name for name, dtype in self.df.schema.items() if isinstance(dtype, pl.List)]
+        if not lists or self.df.is_empty():
+            return frozenset()
+        empty = self.df.select(
+            ((pl.col(name).list.len().max() == 0) & (pl.col(name).null_count() == 0)).alias(name)
+            for name in lists
+        ).row(0, named=True)
+        return frozenset(name for name, all_empty in empty.items() if all_empty)
 
     def _split(self) -> dict[str, pl.Series]:
-        """The row numbers of each value of the split key (one pass, made once)."""
+        """The row numbers of each value of the split key (one pass, made once).
+
+        The key of every item is decoded as the clauses decode it.
+        """
         if self._groups is None:
             assert self.key is not None
             assert self._dtype is not None
             decoded = pl.col("metadata").str.json_decode(self._dtype)
-            keys = self.df.select(decoded.struct.field(self.key).alias(_KEY))
             grouped = (
-                keys.with_row_index(_ROW)
+                self.df.select(decoded.struct.field(self.key).alias(_KEY))
+                .with_row_index(_ROW)
                 .drop_nulls(_KEY)
                 .group_by(_KEY, maintain_order=True)
                 .agg(pl.col(_ROW))
@@ -365,6 +436,23 @@ class ScopeIndex:
                 zip(grouped.get_column(_KEY).to_list(), grouped.get_column(_ROW), strict=True)
             )
         return self._groups
+
+
+def _take(df: pl.DataFrame, rows: pl.Series, empty_lists: frozenset[str]) -> pl.DataFrame:
+    """``df``'s ``rows``, in order; a column of empty lists only is sliced, not gathered.
+
+    Polars gathers a list-of-struct column far slower than its other
+    columns, and every row of such a column is the same empty list.
+    """
+    n = rows.len()
+    return pl.DataFrame(
+        [
+            df.get_column(name).slice(0, n)
+            if name in empty_lists
+            else df.get_column(name).gather(rows)
+            for name in df.columns
+        ]
+    )
 
 
 def _scans_files(plan: Node) -> bool:
@@ -400,6 +488,13 @@ def where_filter(store: CognitionFrame, request: Request) -> CognitionFrame:
         raise request.error(
             f"invalid where clause {request.where!r}: {polars_error_text(exc)}", field="where"
         ) from exc
+
+
+def _checked(store: CognitionFrame, request: Request) -> Filter:
+    """The request's ``where`` over ``store``, a checked filter node (:func:`where_filter`)."""
+    plan = where_filter(store, request)._plan
+    assert isinstance(plan, Filter)
+    return plan
 
 
 def collect_scope(scope: CognitionFrame, request: Request) -> pl.DataFrame:

@@ -687,6 +687,7 @@ def pack_command(
 
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.app.distributed import read_store, run_batch_ray
+    from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import read_items
 
     when = _as_of(as_of)
@@ -697,8 +698,9 @@ def pack_command(
         runner = partial(run_batch_ray, items, address=address, workers=workers, quiet=quiet_ray)
     else:
         try:
-            store = read_store(items) if items.is_dir() else read_items(items)
-            runner = partial(run_batch, store, workers=workers)
+            rows = read_store(items) if items.is_dir() else read_items(items)
+            # The readers check every item: the frame need not check them again.
+            runner = partial(run_batch, CognitionFrame._of_checked(rows), workers=workers)
         except (OSError, UnicodeDecodeError) as exc:
             _fail_io(exc, "read", items)
         except CognoxiumError as exc:
