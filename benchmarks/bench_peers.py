@@ -35,6 +35,16 @@ measured separately as ``build_s``):
 Selections are checked against each other where the semantics agree, and
 every difference is explained in the output (``agreement``).
 
+``short_words``
+    The same whole call against ``trim_messages`` on a second history of the
+    same size: texts of short common words (one token each; lengths drawn as
+    ``bench_pack.synthetic_items`` draws them, seed 4), whose bytes bound is
+    far below their cost. Its newest messages leave a budget that the bytes
+    bound of every older message fits in, so the pack must prove of each one
+    that it does not fit: the cost of a pack should not depend on how its
+    texts tokenize. Checked against ``python_loop_skip`` and
+    ``python_loop_stop``.
+
 Usage: ``python benchmarks/bench_peers.py [--sizes 10000,100000] [--budget 8192]
 [--out benchmarks/results/peers.json]``
 """
@@ -69,9 +79,32 @@ SYSTEM_TEXT = (
 )
 
 
-def chat_store(n: int, seed: int = 7) -> pl.DataFrame:
-    """``n`` messages: a required system message, then alternating user/assistant turns."""
+SHORT_WORDS = tuple(
+    "the a to and of I you it is that in for on we this with can my your be have not".split()
+)
+"""Short common words, one cl100k_base token each (with the space before them)."""
+SHORT_WORDS_SEED = 4
+
+
+def short_words_texts(n: int, seed: int = SHORT_WORDS_SEED) -> list[str]:
+    """``n`` texts of :data:`SHORT_WORDS`, lengths lognormal as ``synthetic_items`` draws them."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(mean=3.2, sigma=0.7, size=n).astype(np.int64), 1, 600)
+    words = np.array(SHORT_WORDS, dtype=object)[
+        rng.integers(0, len(SHORT_WORDS), size=int(lengths.sum()))
+    ]
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    return [" ".join(words[bounds[i] : bounds[i + 1]]) for i in range(n)]
+
+
+def chat_store(n: int, seed: int = 7, texts: list[str] | None = None) -> pl.DataFrame:
+    """``n`` messages: a required system message, then alternating user/assistant turns.
+
+    ``texts`` replaces the drawn texts of the turns (not the system message's).
+    """
     df = synthetic_items(n, seed=seed)
+    if texts is not None:
+        df = df.with_columns(text=pl.Series(texts, dtype=pl.String))
     first = pl.int_range(pl.len()) == 0
     return df.with_columns(
         pl.when(first)
@@ -313,6 +346,7 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
         "cognoxium_extra_older_messages": len(extra),
         "cognoxium_extra_all_older_than_langchain": all(i < min(lc[1:], default=n) for i in extra),
     }
+    out["short_words"] = short_words_case(n, budget, repeats=repeats)
     if li is not None:
         joined = " ".join(texts[i] for i in li[1:])
         li_tokens = len(ENCODING.encode_ordinary(joined)) + system_tokens
@@ -324,6 +358,41 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
             "llamaindex_minus_langchain_messages": len(li) - len(lc),
         }
     return out
+
+
+def short_words_case(n: int, budget: int, *, repeats: int) -> dict[str, Any]:
+    """The whole call against ``trim_messages`` on ``n`` messages of short common words."""
+    store = chat_store(n, texts=short_words_texts(n))
+    roles = store.get_column("role").cast(pl.String).to_list()
+    texts = store.get_column("text").to_list()
+    messages = langchain_messages(roles, texts)
+    lc_times, whole_times = [], []
+    lc: list[int] = []
+    whole: list[int] = []
+    for _ in range(repeats):
+        seconds, lc = timed(lambda: langchain_select(messages, budget))
+        lc_times.append(seconds)
+        clear_cache()
+        seconds, whole = timed(lambda: cognoxium_whole_call(messages, budget))
+        whole_times.append(seconds)
+    skip = python_loop(roles, texts, budget, skip=True)
+    stop = python_loop(roles, texts, budget, skip=False)
+    used = PROFILE.tokens_per_pack + sum(message_cost(roles[i], texts[i]) for i in whole)
+    return {
+        "messages": n,
+        "cognoxium_whole_call_seconds": statistics.median(whole_times),
+        "langchain_trim_messages_seconds": statistics.median(lc_times),
+        "langchain_over_cognoxium_median": statistics.median(lc_times)
+        / statistics.median(whole_times),
+        "langchain_over_cognoxium_min": min(lc_times) / min(whole_times),
+        "selected": len(whole),
+        "langchain_selected": len(lc),
+        "budget_left_tokens": budget - used,
+        "agreement": {
+            "cognoxium_whole_call_equals_python_loop_skip": whole == skip,
+            "langchain_equals_python_loop_stop": lc == stop,
+        },
+    }
 
 
 NOTES = {
@@ -361,6 +430,12 @@ NOTES = {
         "seconds = median over repeats of the trimming call alone, on input objects built "
         "beforehand (build_s, not included); Cognoxium 'seconds' starts from an empty "
         "token-count cache, 'warm_seconds' repeats with it filled."
+    ),
+    "short_words": (
+        "The whole call against trim_messages again on a history of short common words "
+        "(one token a word, seed 4), whose newest messages leave a budget in which the bytes "
+        "bound of every older message fits: Cognoxium must prove of each older message that "
+        "it does not fit, without tokenizing it (budget_left_tokens is what the pack leaves)."
     ),
     "whole_call": (
         "cognoxium_whole_call times from_langchain_messages + rank('recency') + pack on the "

@@ -2,13 +2,16 @@
 
 Builds a synthetic hive-partitioned store in a temporary directory: ``--items``
 chat-like items over ``--scopes`` scopes, one file per scope
-(``scope=<id>/part.parquet``, written by ``cognoxium.items.write_parquet``).
-Then, in one run:
+(``scope=<id>/part.parquet``, written by ``cognoxium.items.write_parquet``);
+the same items in one file (``items.parquet``); and the same items as the
+partitioned store ``cognoxium.app.distributed.write_partitioned`` writes
+(``scope=<id>/part-0.parquet`` with each item's store position, which a scan
+gives the items back in). Then, in one run:
 
 count
-    For each filter, the user's whole call
-    ``CognitionFrame.scan_parquet(store).filter(f).count()`` against Polars'
-    ``pl.scan_parquet(store).filter(f).select(pl.len()).collect()``, timed
+    For each of the three sources and each filter, the user's whole call
+    ``CognitionFrame.scan_parquet(source).filter(f).count()`` against Polars'
+    ``pl.scan_parquet(source).filter(f).select(pl.len()).collect()``, timed
     alternately for ``--repeats`` rounds; best (minimum) and median of each,
     and the ratio of the bests (Cognoxium over Polars). Both answers must agree.
 scope pack
@@ -79,8 +82,33 @@ def build_store(root: Path, items: int, scopes: int) -> float:
         part = template.with_columns(
             id=pl.lit(f"{scope}-") + pl.col("id"),
             text=pl.col("text") + pl.lit(f" ({scope})"),
+            metadata=pl.col("metadata").str.replace("}", f',"scope":"{scope}"}}', literal=True),
         ).with_columns(content_hash_expr())
         write_parquet(part, root / f"scope={scope}" / "part.parquet")
+    return time.perf_counter() - start
+
+
+COPIES_CHILD = """
+import sys
+from cognoxium import CognitionFrame
+from cognoxium.app.distributed import write_partitioned
+from cognoxium.items.io import write_parquet
+store, single, partitioned = sys.argv[1:4]
+items = CognitionFrame.scan_parquet(store).drop("scope").collect()
+write_parquet(items, single)
+write_partitioned(items, partitioned, key="scope")
+"""
+
+
+def build_copies(store: Path, single: Path, partitioned: Path) -> float:
+    """Write the store's items as one file and as a ``write_partitioned`` store; seconds taken.
+
+    In a child process: a process started later (the sink's) inherits its
+    parent's peak RSS across ``exec``, so this process never holds every item.
+    """
+    start = time.perf_counter()
+    command = [sys.executable, "-c", COPIES_CHILD, str(store), str(single), str(partitioned)]
+    subprocess.run(command, check=True)
     return time.perf_counter() - start
 
 
@@ -119,21 +147,31 @@ FILTERS: dict[str, pl.Expr] = {
 }
 
 
-def count_mode(store: Path, repeats: int) -> list[dict[str, Any]]:
+def count_mode(sources: dict[str, Path], repeats: int) -> list[dict[str, Any]]:
+    """Each filter's count on each source (label: path), against Polars' own scan."""
     rows = []
-    for label, predicate in FILTERS.items():
+    for source, path in sources.items():
+        hive = True if path.is_dir() else None
+        for label, predicate in FILTERS.items():
 
-        def ours(p: pl.Expr = predicate) -> int:
-            return CognitionFrame.scan_parquet(store).filter(p).count()
+            def ours(p: pl.Expr = predicate, at: Path = path) -> int:
+                return CognitionFrame.scan_parquet(at).filter(p).count()
 
-        def peer(p: pl.Expr = predicate) -> int:
-            lf = pl.scan_parquet(store, hive_partitioning=True)
-            return int(lf.filter(p).select(pl.len()).collect().item())
+            def peer(p: pl.Expr = predicate, at: Path = path, h: bool | None = hive) -> int:
+                lf = pl.scan_parquet(at, hive_partitioning=h)
+                return int(lf.filter(p).select(pl.len()).collect().item())
 
-        row = {"filter": label, **compare(ours, peer, repeats)}
-        print("count", json.dumps(row), flush=True)
-        rows.append(row)
+            row = {"source": source, "filter": label, **compare(ours, peer, repeats)}
+            print("count", json.dumps(row), flush=True)
+            rows.append(row)
     return rows
+
+
+SOURCES = {
+    "one file": "one Parquet file",
+    "hive store": "hive store, a file per scope",
+    "partitioned store": "`write_partitioned` store (store order by position)",
+}
 
 
 def scope_mode(store: Path, items: int, scopes: int, repeats: int) -> dict[str, Any]:
@@ -207,19 +245,21 @@ def sink_mode(store: Path, out: Path) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     """A Markdown section with both modes' figures."""
     rows = [
-        f"| `{r['filter']}` | {r['answer']:,} | {r['cognoxium_best_s']:.3f} / "
-        f"{r['cognoxium_median_s']:.3f} | {r['polars_best_s']:.3f} / {r['polars_median_s']:.3f} "
-        f"| {r['ratio_best']:.2f}x |"
+        f"| {SOURCES.get(r.get('source', 'hive store'), r.get('source'))} | `{r['filter']}` "
+        f"| {r['answer']:,} | {r['cognoxium_best_s']:.4f} / {r['cognoxium_median_s']:.4f} "
+        f"| {r['polars_best_s']:.4f} / {r['polars_median_s']:.4f} | {r['ratio_best']:.2f}x |"
         for r in result["count"]
     ]
     s = result["scope"]
     return (
         f"## Lazy scans: {result['items']:,} items in {result['scopes']:,} hive partitions "
         f"({result['repeats']} rounds)\n\n"
-        "`CognitionFrame.scan_parquet(store).filter(f).count()` against Polars' "
-        "`pl.scan_parquet(store).filter(f).select(pl.len())`, each timed as the whole call.\n\n"
-        "| filter | rows | Cognoxium s (best / median) | Polars s (best / median) "
-        "| ratio of bests |\n|---|---|---|---|---|\n"
+        "`CognitionFrame.scan_parquet(source).filter(f).count()` against Polars' "
+        "`pl.scan_parquet(source).filter(f).select(pl.len())`, each timed as the whole call, "
+        "on the same items in one file, in a hive store of a file per scope, and in the "
+        "store `write_partitioned` writes. A count reads only its filter's columns.\n\n"
+        "| source | filter | rows | Cognoxium s (best / median) | Polars s (best / median) "
+        "| ratio of bests |\n|---|---|---|---|---|---|\n"
         + "\n".join(rows)
         + f"\n\nPack of scope `{s['scope']}` under {s['budget']} tokens "
         f"({s['included_items']} items included): the scan read **{s['files_read']} of "
@@ -254,13 +294,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         build_s = build_store(store, args.items, args.scopes)
+        single, partitioned = Path(tmp) / "items.parquet", Path(tmp) / "partitioned"
+        build_s += build_copies(store, single, partitioned)
         print(f"built {args.items:,} items in {build_s:.1f} s", flush=True)
+        sources = {"one file": single, "hive store": store, "partitioned store": partitioned}
         result: dict[str, Any] = {
             "items": args.items - args.items % args.scopes,
             "scopes": args.scopes,
             "repeats": args.repeats,
             "build_s": build_s,
-            "count": count_mode(store, args.repeats),
+            "count": count_mode(sources, args.repeats),
         }
         result["scope"] = scope_mode(store, result["items"], args.scopes, args.repeats)
         result["sink"] = sink_mode(store, Path(tmp) / "sink.parquet")

@@ -10,7 +10,9 @@ scaling
 peers
     Keeping the newest chat messages plus the system message under a budget:
     Cognoxium against LangChain ``trim_messages``, LlamaIndex
-    ``ChatMemoryBuffer`` and plain Python loops (``bench_peers``).
+    ``ChatMemoryBuffer`` and plain Python loops (``bench_peers``); and the
+    whole call against ``trim_messages`` again on a history of short common
+    words, whose costs its bytes bound says little about.
 embed
     Embedding throughput (all-MiniLM-L6-v2 and the hashed bag of words) and
     the embedding cache's effect, cold against warm disk against memory
@@ -31,9 +33,11 @@ ingest
     ``--peer``). ``--quick``: 10k only, three rounds.
 scan
     Lazy Parquet scans over a 1M-item store of 1,000 hive partitions
-    (``bench_scan``): ``CognitionFrame.scan_parquet(store).filter(f).count()``
-    against Polars' own scan (ratio of bests, same run), and the files and
-    rows one scope's pack reads. ``--quick``: 100k items, 100 partitions.
+    (``bench_scan``): ``CognitionFrame.scan_parquet(source).filter(f).count()``
+    against Polars' own scan (ratio of bests, same run) on the items in one
+    file, in the hive store and in a ``write_partitioned`` store, and the
+    files and rows one scope's pack reads. ``--quick``: 100k items, 100
+    partitions.
 surface
     The frame's surface against Polars (``bench_surface``): four query
     chains on 100k chat records, the user's whole call on a
@@ -326,6 +330,23 @@ def whole_call_line(entry: dict[str, Any]) -> str:
     )
 
 
+def short_words_line(entry: dict[str, Any]) -> str:
+    """The whole call against trim_messages on short common words, if measured."""
+    short = entry.get("short_words")
+    if short is None:
+        return ""
+    agree = ", ".join(f"{k} = {v}" for k, v in short["agreement"].items())
+    return (
+        "\n\nShort common words (the same call on a history of one-token words, "
+        f"{short['budget_left_tokens']} tokens left): whole call "
+        f"{fmt(short['cognoxium_whole_call_seconds'])} s, `trim_messages` "
+        f"{fmt(short['langchain_trim_messages_seconds'])} s: "
+        f"{short['langchain_over_cognoxium_median']:.1f}x faster (median), "
+        f"{short['langchain_over_cognoxium_min']:.1f}x (min); {short['selected']} messages "
+        f"kept ({short['langchain_selected']} by `trim_messages`); {agree}."
+    )
+
+
 def peers_markdown(result: dict[str, Any]) -> str:
     parts = [f"## Peers: newest messages + system message under {result['budget']} tokens\n"]
     for entry in result["sizes"]:
@@ -355,6 +376,7 @@ def peers_markdown(result: dict[str, Any]) -> str:
                 ["method", "seconds", "vs Cognoxium", "messages kept", "input build (s)"], rows
             )
             + whole_call_line(entry)
+            + short_words_line(entry)
             + f"\n\nCognoxium warm (repeat) pack: {fmt(cog['warm_seconds'])} s; it tokenized "
             f"{cog['counted_items']:,} of {entry['messages']:,} messages.\n\n"
             + "Agreement: "

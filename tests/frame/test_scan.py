@@ -17,7 +17,7 @@ from cognoxium.exceptions import PlanError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet, write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem
-from cognoxium.items.scan import FILE_COLUMN
+from cognoxium.items.scan import FILE_COLUMN, ROWS_ONLY
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, items_to_frame, records_to_frame
 from cognoxium.testing.strategies import items_strategy
 
@@ -551,3 +551,63 @@ def test_any_items_scan_back_as_read_parquet_reads_them(
         assert_frame_equal(by_role[0].collect(), by_role[1].collect())
         with pl.Config(streaming_chunk_size=3):
             assert_frame_equal(scanned.collect(), read.collect())
+
+
+# ---------------------------------------------------------------------------
+# what a count reads
+
+
+def test_a_count_reads_only_the_columns_of_its_predicate(one_file: Path) -> None:
+    cf = CognitionFrame.scan_parquet(one_file)
+    counted = cf.filter(pl.col("priority") > 2)
+    plan = counted.lazy().select(pl.len()).explain()
+    # Polars asks the scan for the column of nulls, not for an item column
+    assert f'simple π 1/1 ["{ROWS_ONLY}"]' in plan
+    assert counted.count() == 16
+    assert cf.read_statistics()[0].columns == ("priority",)
+    assert cf.count() == 40
+    assert cf.read_statistics()[0].columns == ()
+    assert ROWS_ONLY not in cf.columns
+
+
+def test_a_count_checks_the_columns_of_its_predicate(tmp_path: Path) -> None:
+    broken = raw_frame(n=6).with_columns(
+        priority=pl.when(pl.int_range(pl.len()) == 3).then(None).otherwise(pl.col("priority")),
+    )
+    path = write_raw(broken, tmp_path / "items.parquet")
+    cf = CognitionFrame.scan_parquet(path)
+    with pytest.raises(RecordError) as info:
+        cf.filter(pl.col("priority").is_null() | (pl.col("priority") >= 0)).count()
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 3, "priority")
+
+
+def test_a_count_does_not_check_the_columns_it_does_not_read(tmp_path: Path) -> None:
+    role = pl.col("role").cast(pl.String)
+    broken = raw_frame(n=6).with_columns(
+        role=pl.when(pl.int_range(pl.len()) == 2).then(pl.lit("robot")).otherwise(role)
+    )
+    path = write_raw(broken, tmp_path / "items.parquet")
+    cf = CognitionFrame.scan_parquet(path)
+    # no value of the role reaches the answer, so the role is neither read nor checked
+    assert cf.filter(pl.col("priority") >= 1).count() == 4
+    assert cf.read_statistics()[0].columns == ("priority",)
+    with pytest.raises(RecordError) as info:  # a query that returns the roles checks them
+        cf.filter(pl.col("priority") >= 1).select("role").collect()
+    assert (info.value.row, info.value.field) == (2, "role")
+
+
+@pytest.mark.parametrize("predicate", [None, pl.col("priority") > 2, pl.col("role") == "user"])
+def test_a_count_equals_the_height_of_what_a_collect_returns(
+    store: Path, one_file: Path, tmp_path: Path, predicate: pl.Expr | None
+) -> None:
+    jsonl = tmp_path / "items.jsonl"
+    write_jsonl(records_to_frame(records("a", 40)), jsonl)
+    frames = [
+        CognitionFrame.scan_parquet(store),
+        CognitionFrame.scan_parquet(one_file),
+        CognitionFrame.scan_ndjson(jsonl),
+        CognitionFrame.from_polars(read_parquet(one_file).lazy()),
+    ]
+    for cf in frames:
+        query = cf if predicate is None else cf.filter(predicate)
+        assert query.count() == query.collect().height

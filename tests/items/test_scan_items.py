@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from cognoxium.app.distributed import write_partitioned
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import write_jsonl, write_parquet
 from cognoxium.items.scan import (
@@ -196,3 +197,52 @@ def test_a_scan_remembers_only_its_latest_runs(tmp_path: Path) -> None:
     assert reads[0].rows == 5
     lf.head(2).select("id").collect()
     assert scan.reads[-1].rows == 2
+
+
+def test_a_count_of_a_partitioned_store_reads_it_unordered(tmp_path: Path) -> None:
+    items = records_to_frame(
+        [
+            {
+                "id": f"i{k}",
+                "role": "user",
+                "text": f"t{k}",
+                "priority": k % 4,
+                "metadata": {"thread": f"t{k % 3}"},
+            }
+            for k in range(12)
+        ]
+    )
+    write_partitioned(items, tmp_path / "store", key="thread")
+    scan = scan_parquet_items(tmp_path / "store")
+    reader = scan._reader
+    ordered: list[bool] = []
+
+    def recorded(*args: object) -> Iterator[pl.DataFrame]:
+        ordered.append(bool(args[-1]))
+        return reader(*args)  # type: ignore[arg-type]
+
+    scan._reader = recorded
+    lf, kept = scan.lazy(), pl.col("priority") == 1
+    assert lf.filter(kept).select(pl.len()).collect().item() == 3
+    assert lf.filter(kept).select("id").collect()["id"].to_list() == ["i1", "i5", "i9"]
+    assert lf.head(2).select(pl.len()).collect().item() == 2  # a limit picks rows in order
+    assert ordered == [False, True, True]
+    # the store order is a sort by the stored position, which a count leaves out
+    query = reader.query  # type: ignore[attr-defined]
+    plans = [query(["priority"], kept, None, False, o).explain() for o in (False, True)]
+    assert ["SORT" in plan for plan in plans] == [False, True]
+
+
+def test_an_enumeration_outside_its_values_is_refused_by_the_check_the_scan_applies(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "items.parquet"
+    role = pl.when(pl.int_range(pl.len()) == 3).then(pl.lit("robot")).otherwise(pl.col("role"))
+    frame().with_columns(pl.col("role").cast(pl.String)).with_columns(role=role).write_parquet(path)
+    lf = scan_parquet_items(path).lazy()
+    with pytest.raises(RecordError) as info:
+        lf.select("role").collect()
+    assert (info.value.row, info.value.field) == (3, "role")
+    assert info.value.message == (
+        "must be one of ['system', 'developer', 'user', 'assistant', 'tool', 'document', 'memory']"
+    )

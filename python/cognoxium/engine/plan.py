@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime
-from functools import reduce
+from functools import lru_cache, reduce
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import polars as pl
@@ -447,6 +447,12 @@ class Source:
         return f"Source({self.frame.height} rows × {self.frame.width} columns)"
 
 
+@lru_cache(maxsize=64)
+def _empty_frame(schema: tuple[tuple[str, pl.DataType], ...]) -> pl.LazyFrame:
+    """An empty LazyFrame of ``schema``, built once: each plan node resolves its schema on one."""
+    return pl.LazyFrame(schema=dict(schema))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class LazySource:
     """Rows read from files or a LazyFrame each time the plan runs; equal only to itself.
@@ -537,7 +543,7 @@ class Node:
     def _resolve_schema(self) -> pl.Schema:
         from cognoxium.engine.lowering import lower_node
 
-        inputs = [pl.LazyFrame(schema=child.schema) for child in self.children]
+        inputs = [_empty_frame(tuple(child.schema.items())) for child in self.children]
         try:
             for probe in self._probes(inputs):
                 probe.collect_schema()

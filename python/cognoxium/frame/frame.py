@@ -1999,6 +1999,12 @@ class CognitionFrame:
     def count(self) -> int:
         """Run the plan and return its number of rows.
 
+        Over a lazy scan (:meth:`scan_parquet`, :meth:`scan_ndjson`, a lazy
+        :meth:`from_polars`), a plan whose steps need no value of the rows
+        but its filters reads and checks only the filters' columns (see
+        :mod:`cognoxium.items.scan`); the values a collect returns are
+        checked when a collect reads them.
+
         Examples
         --------
         >>> CognitionFrame([{"role": "user", "text": t} for t in "ab"]).count()

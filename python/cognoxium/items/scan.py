@@ -15,6 +15,20 @@ some columns applies the row checks of those columns
 in that file (the line for JSONL) and the field. Rows a query's predicate
 leaves out are not read, so they are not checked.
 
+A query that needs the number of rows but none of their values (a count:
+``select(pl.len())`` over the scan) reads only the columns of its
+predicate, checks only those (the rows the predicate keeps), and reads no
+other column: Polars' optimizer asks a source for its cheapest column when a
+query needs no value of it, and the scan offers :data:`ROWS_ONLY`, a column
+of nulls that costs nothing to produce, so the request names it and the scan
+knows the query needs only how many rows there are. Such a run also skips
+what only orders rows (the store order of a partitioned store), since no
+value reaches the query (a row limit still takes the rows in order), and
+reads in longer batches, as many values each as a batch of every column. A
+count therefore checks fewer columns than a collect of the same rows: every
+value a query returns has been checked, and a count returns none; a count
+with no predicate reads no item column.
+
 Rows are handed to Polars in the batches it asks for (its streaming chunk
 size), each validated as it is read and the ids checked across batches, so a
 streaming sink never holds the whole result; an error raised at a later batch
@@ -33,6 +47,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Final
 
@@ -53,6 +68,7 @@ from cognoxium.items.schema import (
 __all__ = [
     "FILE_COLUMN",
     "KEPT_READS",
+    "ROWS_ONLY",
     "ItemScan",
     "ScanRead",
     "atomic_path",
@@ -66,6 +82,13 @@ FILE_COLUMN: Final = "__cognoxium_file"
 
 KEPT_READS: Final = 100
 """How many runs an :class:`ItemScan` remembers in :attr:`ItemScan.reads`."""
+
+ROWS_ONLY: Final = "__cognoxium_rows"
+"""A column of nulls (dtype ``Null``) that the Polars source of a scan offers and its
+output leaves out. Polars asks a source for its cheapest column when a query needs
+the rows but none of their values (a count); a ``Null`` column is the cheapest, so
+such a query asks for this one, which tells the scan to read only the predicate's
+columns (see :mod:`cognoxium.items.scan`)."""
 
 _ROW: Final = "__cognoxium_row"
 _ENUMS: Final = frozenset(name for name, dtype in POLARS_SCHEMA.items() if dtype == pl.Enum)
@@ -95,9 +118,10 @@ class ScanRead:
     predicate: str | None
 
 
-Reader = Callable[[list[str], pl.Expr | None, int | None, int | None], Iterator[pl.DataFrame]]
-"""``reader(columns, predicate, n_rows, batch_size)``: one run's validated rows, with
-FILE_COLUMN, in batches of about ``batch_size`` rows (``None``: one batch)."""
+Reader = Callable[[list[str], pl.Expr | None, int | None, int | None, bool], Iterator[pl.DataFrame]]
+"""``reader(columns, predicate, n_rows, batch_size, ordered)``: one run's validated rows,
+with FILE_COLUMN, in batches of about ``batch_size`` rows (``None``: one batch); in the
+scan's order if ``ordered``, else in any order (a query that needs only how many rows)."""
 
 
 class ItemScan:
@@ -150,13 +174,18 @@ class ItemScan:
         return f"{self.kind} {self.source}{hive}"
 
     def lazy(self) -> pl.LazyFrame:
-        """The scan as a Polars LazyFrame; each collect reads the source again."""
-        return register_io_source(
+        """The scan as a Polars LazyFrame; each collect reads the source again.
+
+        The Polars source also offers :data:`ROWS_ONLY`, which the frame
+        returned leaves out.
+        """
+        source = register_io_source(
             self._run,
-            schema=self.schema,
+            schema=pl.Schema([*self.schema.items(), (ROWS_ONLY, pl.Null())]),
             explain_name="cognoxium",
             explain_detail=self.label(),
         )
+        return source.drop(ROWS_ONLY)
 
     def _run(
         self,
@@ -165,19 +194,39 @@ class ItemScan:
         n_rows: int | None,
         batch_size: int | None,
     ) -> Iterator[pl.DataFrame]:
-        columns = self.schema.names() if with_columns is None else list(with_columns)
+        # Polars asks for ROWS_ONLY only when the query needs none of the values
+        # (besides the predicate's columns, which the scan applies): then the rows
+        # may come in any order, unless a row limit picks which rows.
+        wanted = [*self.schema.names(), ROWS_ONLY] if with_columns is None else list(with_columns)
+        rows_only = with_columns is not None and ROWS_ONLY in wanted
+        columns = [name for name in wanted if name != ROWS_ONLY]
+        ordered = not rows_only or n_rows is not None
+        if rows_only and batch_size is not None:
+            # Such a batch holds only the predicate's columns: as many values as a
+            # batch of every column holds, in fewer, longer batches.
+            batch_size *= len(self.schema) // max(1, len(columns))
         files: set[str] = set()
         rows = 0
         try:
-            for df in self._reader(columns, predicate, n_rows, batch_size):
-                files.update(df.get_column(FILE_COLUMN).drop_nulls().unique().to_list())
+            for df in self._reader(columns, predicate, n_rows, batch_size, ordered):
+                # a select keeps Polars' fast path for a column of one file's name
+                named = df.select(pl.col(FILE_COLUMN).drop_nulls().unique()).to_series()
+                files.update(named.to_list())
                 rows += df.height
-                yield df.drop(FILE_COLUMN)
+                yield _output(df, wanted)
         finally:  # what was read, also when the run failed or stopped early
             text = None if predicate is None else str(predicate)
             read = ScanRead(tuple(sorted(files)), rows, tuple(columns), text)
             with self._lock:
                 self._reads.append(read)
+
+
+def _output(df: pl.DataFrame, wanted: list[str]) -> pl.DataFrame:
+    """The columns ``wanted`` of rows read (with FILE_COLUMN), ROWS_ONLY as nulls."""
+    if wanted == [ROWS_ONLY]:  # no column to broadcast a literal to: give the height
+        return pl.select(pl.repeat(None, df.height, dtype=pl.Null).alias(ROWS_ONLY))
+    null = pl.lit(None, pl.Null).alias(ROWS_ONLY)
+    return df.select([null if name == ROWS_ONLY else pl.col(name) for name in wanted])
 
 
 # ---------------------------------------------------------------------------
@@ -214,8 +263,9 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
     ]
 
 
-Frames = Callable[[bool], pl.LazyFrame]
-"""``frames(with_row_index)``: the raw rows, cast, with FILE_COLUMN (and the row index)."""
+Frames = Callable[[bool, bool], pl.LazyFrame]
+"""``frames(with_row_index, ordered)``: the raw rows, cast, with FILE_COLUMN (and the row
+index); in the scan's order if ``ordered``, else in the order read."""
 
 
 class _Columnar:
@@ -229,9 +279,15 @@ class _Columnar:
         self.offsets = offsets
 
     def query(
-        self, columns: list[str], predicate: pl.Expr | None, n_rows: int | None, index: bool
+        self,
+        columns: list[str],
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        index: bool,
+        ordered: bool = True,
     ) -> pl.LazyFrame:
-        lf = self.frames(index)
+        """The Polars query that reads a run's rows (see :data:`Reader`)."""
+        lf = self.frames(index, ordered)
         if predicate is not None:
             lf = lf.filter(predicate)
         lf = lf.select(*columns, FILE_COLUMN, *([_ROW] if index else []))
@@ -260,15 +316,20 @@ class _Columnar:
         predicate: pl.Expr | None,
         n_rows: int | None,
         batch_size: int | None,
+        ordered: bool,
     ) -> Iterator[pl.DataFrame]:
-        query = self.query(columns, predicate, n_rows, False)
+        query = self.query(columns, predicate, n_rows, False, ordered)
         offset = 0
         ids: list[pl.Series] = []
+
+        def relocated(exc: RecordError) -> RecordError:
+            return self.relocate(exc, self.query(columns, predicate, n_rows, True, ordered))
+
         for df in self.batches(query, batch_size):
             try:
                 out = _validated(df, columns)
             except RecordError as exc:
-                raise self.relocate(_shifted(exc, offset), columns, predicate, n_rows) from None
+                raise relocated(_shifted(exc, offset)) from None
             if "id" in columns:
                 ids.append(df.get_column("id"))
             offset += df.height
@@ -277,15 +338,16 @@ class _Columnar:
             try:
                 _check_unique_ids(pl.concat(ids).to_frame())
             except RecordError as exc:
-                raise self.relocate(exc, columns, predicate, n_rows) from None
+                raise relocated(exc) from None
 
-    def relocate(
-        self, exc: RecordError, columns: list[str], predicate: pl.Expr | None, n_rows: int | None
-    ) -> RecordError:
-        """``exc`` (at a row of what was read) restated at its file and row there."""
+    def relocate(self, exc: RecordError, indexed: pl.LazyFrame) -> RecordError:
+        """``exc`` (at a row of what was read) restated at its file and row there.
+
+        ``indexed`` is the run's query with the row index (see :meth:`query`).
+        """
         if exc.row is None:
             return exc
-        where = self.query(columns, predicate, n_rows, True).select(FILE_COLUMN, _ROW).collect()
+        where = indexed.select(FILE_COLUMN, _ROW).collect()
 
         def at(row: int) -> tuple[str, int]:
             file, index = where.row(row)
@@ -335,6 +397,24 @@ def _check_unique_ids(df: pl.DataFrame) -> None:
     )
 
 
+@lru_cache(maxsize=256)
+def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
+    """:func:`~cognoxium.items.schema.row_checks` of ``columns``, built once per set of columns.
+
+    Every batch of every run that reads those columns applies the same checks.
+    A scan reads each enumeration with a lenient cast to its canonical Enum
+    (:func:`_casts`), which turns a value outside it into null, so the check
+    that an enumeration holds one of its values is whether it is null: the
+    same rows, field and message, without casting the column back to text.
+    """
+    checks = []
+    for bad, field, message in row_checks(columns):
+        if field in _ENUMS and set(bad.meta.root_names()) == {field}:
+            bad = pl.col(field).is_null()
+        checks.append((bad, field, message))
+    return checks
+
+
 def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     """The rows read, conformed when every item column was read.
 
@@ -354,7 +434,7 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     if df.is_empty():
         return df
     df = canonical_json_columns(df)
-    checks = row_checks(name for name in columns if name in POLARS_SCHEMA)
+    checks = _row_checks(tuple(name for name in columns if name in POLARS_SCHEMA))
     if not checks:
         return df
     firsts = df.select(
@@ -498,7 +578,7 @@ def scan_parquet_items(
     positioned = STORE_POSITION in schema
     casts = _casts(schema, where)
 
-    def frames(index: bool) -> pl.LazyFrame:
+    def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         lf = pl.scan_parquet(
             where,
             hive_partitioning=hive_partitioning,
@@ -507,11 +587,11 @@ def scan_parquet_items(
         )
         lf = lf.with_columns(casts) if casts else lf
         # A partitioned store: its items in the order they were written.
-        return lf.sort(STORE_POSITION) if positioned else lf
+        return lf.sort(STORE_POSITION) if positioned and ordered else lf
 
     def offset(file: str) -> int:
         # The first global row index of ``file`` (Polars numbers rows across files).
-        rows = frames(True).filter(pl.col(FILE_COLUMN) == file).select(pl.col(_ROW).min())
+        rows = frames(True, False).filter(pl.col(FILE_COLUMN) == file).select(pl.col(_ROW).min())
         return int(rows.collect().item())
 
     output = pl.Schema({**dict(POLARS_SCHEMA), **{name: schema[name] for name in hive}})
@@ -549,7 +629,7 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
     casts = _casts(schema, source)
     items = lf.select(COLUMNS).with_columns(casts) if casts else lf.select(COLUMNS)
 
-    def frames(index: bool) -> pl.LazyFrame:
+    def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         out = items.with_columns(pl.lit(None, pl.String).alias(FILE_COLUMN))
         return out.with_row_index(_ROW) if index else out
 
@@ -633,7 +713,11 @@ def scan_ndjson_items(source: str | os.PathLike[str]) -> ItemScan:
     files = _jsonl_files(where)
 
     def reader(
-        columns: list[str], predicate: pl.Expr | None, n_rows: int | None, batch_size: int | None
+        columns: list[str],
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        batch_size: int | None,
+        ordered: bool,
     ) -> Iterator[pl.DataFrame]:
         frames = [read_jsonl(file) for file in files]
         _check_ids_across(frames, files)

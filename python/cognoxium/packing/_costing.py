@@ -9,6 +9,10 @@ arguments), and its image by the profile's image rule
 ``ContextPack.messages`` read; :class:`UnitCosts` counts tokens lazily, only
 for the units the selection reaches, in batches, and proves cheaper lower
 bounds first (see :meth:`~cognoxium.tokens.profiles.TokenProfile.lower_bound`).
+When the budget left is small, a unit's bound is first only proven to exceed
+it (:meth:`~cognoxium.tokens.profiles.TokenProfile.words_at_least` reads a
+text only until it has found that many words), so a long history of texts
+that cannot fit is passed over without counting every word of it.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from cognoxium.packing._messages import CHAT_ROLE, ChatColumns, chat_columns
 from cognoxium.packing._model import UNSET
 from cognoxium.packing._policies import PolicyReview
 from cognoxium.packing._units import Units
-from cognoxium.tokens.profiles import TokenProfile
+from cognoxium.tokens.profiles import MAX_WORDS_TESTED, TokenProfile
 
 __all__ = ["KnownCosts", "Rendering", "UnitCosts", "render"]
+
+_WIDEST_SPAN = 65536
+"""The most units a prefetch proves bounds for at once, when few of them fit."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +166,11 @@ class UnitCosts:
     exact cost, ``(n,)`` int64 in tokens; all are
     :data:`~cognoxium.packing._model.UNSET` while not computed. They are filled
     in batches, only for the units that the selection reaches; ``batch`` is
-    the size of the next batch, doubling up to 8192. ``examined``,
+    the size of the next batch, doubling up to 8192. A bound is either the
+    full one (:meth:`~cognoxium.tokens.profiles.TokenProfile.lower_bound` of
+    the content) or, where ``screened``, ``(n_units,)`` bool, is true, a
+    weaker one proven only because it exceeds the budget left when it was
+    found (see :meth:`ensure_bounds`); only full bounds go to ``known``. ``examined``,
     ``(n_units,)`` bool, marks the units whose exact cost the selection
     compared with the budget left (see
     :func:`~cognoxium.packing._selection.select_units`): what a manifest
@@ -207,25 +218,85 @@ class UnitCosts:
             self.cost = known.cost.copy()
             self.bound = known.bound.copy()
         self.examined = np.zeros(units.n_units, dtype=bool)
+        self.screened = np.zeros(units.n_units, dtype=bool)
         self.batch = 256
         self.floor = floor
 
-    def ensure_bounds(self, units: np.ndarray) -> None:
-        """Compute the lower bound of every unit of ``units`` (``(k,)`` int64) that lacks one."""
-        units = units[self.bound[units] == UNSET]
+    def ensure_bounds(self, units: np.ndarray, remaining: int | None = None) -> None:
+        """Prove a lower bound of every unit of ``units`` (``(k,)`` int64) that lacks one.
+
+        Without ``remaining`` every unit gets its full bound. With it (the
+        budget left, in tokens) a unit that lacks a bound is first screened:
+        a row whose content has at least ``remaining + 1 - framing`` words
+        (:meth:`~cognoxium.tokens.profiles.TokenProfile.words_at_least`, which
+        stops at that many) costs more than ``remaining``; a unit so proven
+        to exceed it keeps that weaker bound, the others get their full one.
+        After the call every unit's bound is its full bound or exceeds
+        ``remaining``, so each comparison of a bound with the budget left
+        (which only shrinks) decides as the full bound would.
+        """
+        if remaining is not None:
+            self._screen(units[self.bound[units] == UNSET], remaining)
+        bound = self.bound[units]
+        partial = self.screened[units]
+        if remaining is not None:
+            partial &= bound <= remaining
+        self._full_bounds(units[(bound == UNSET) | partial])
+
+    def _full_bounds(self, units: np.ndarray) -> None:
+        """Compute the full lower bound of each unit of ``units`` (``(k,)`` int64)."""
         if len(units) == 0:
             return
         rows, starts = self.units.rows_of(units)
         texts = self.content.gather(rows).to_frame("text")
         bound = texts.select(self.profile.lower_bound(pl.col("text"))).to_series().to_numpy()
-        bound = bound.astype(np.int64)
-        if self.floor is not None:
-            floor = self.floor[rows]
-            bound = np.where(floor >= 0, np.minimum(bound, floor), bound)
-        bound = bound + self.fixed[rows] + self._tool_bounds(rows)
-        self.bound[units] = self.units.per_unit(bound, starts)
+        self.bound[units] = self._unit_bounds(bound.astype(np.int64), rows, starts)
+        self.screened[units] = False
         if self.known is not None:
             self.known.bound[units] = self.bound[units]
+
+    def _screen(self, units: np.ndarray, remaining: int) -> None:
+        """Give the units of ``units`` (``(k,)`` int64) proven to cost over ``remaining`` a bound.
+
+        The bound of a row's content is ``words`` where it has that many
+        words, else 0, and at least its byte bound; ``words`` is the fewest
+        words that make a row of the least framing among ``rows`` cost more
+        than ``remaining`` alone. Units whose bound does not exceed
+        ``remaining`` are left without one.
+        """
+        if len(units) == 0 or self.profile.word_bound_pattern is None:
+            return
+        rows, starts = self.units.rows_of(units)
+        words = remaining + 1 - int(self.fixed[rows].min())
+        if words > MAX_WORDS_TESTED:
+            return
+        text = pl.col("text")
+        width = self.profile.longest_token_bytes
+        size = text.str.len_bytes().cast(pl.Int64)
+        parts = [
+            (size * 0 if width is None else (size + width - 1) // width).alias("bytes"),
+            pl.lit(False).alias("hit"),
+        ]
+        if words >= 1:
+            found = self.profile.words_at_least(text, words)
+            parts[1] = pl.lit(False) if found is None else found.fill_null(False).alias("hit")
+        found_frame = self.content.gather(rows).to_frame("text").select(parts)
+        hit = found_frame.get_column("hit").to_numpy()
+        content = np.maximum(np.where(hit, max(words, 0), 0), found_frame["bytes"].to_numpy())
+        bound = self._unit_bounds(content.astype(np.int64), rows, starts)
+        over = bound > remaining
+        self.bound[units[over]] = bound[over]
+        self.screened[units[over]] = True
+
+    def _unit_bounds(self, content: np.ndarray, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Units' bounds from lower bounds of their rows' content tokens (``(k,)`` int64 each)."""
+        if self.floor is not None:
+            floor = self.floor[rows]
+            content = np.where(floor >= 0, np.minimum(content, floor), content)
+        bound: np.ndarray = self.units.per_unit(
+            content + self.fixed[rows] + self._tool_bounds(rows), starts
+        )
+        return bound
 
     def _tool_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """The tool-call texts of ``rows`` (``(k,)`` int64), each with its index in ``rows``."""
@@ -281,12 +352,14 @@ class UnitCosts:
         picked: list[np.ndarray] = []
         need = self.batch
         stop = len(order)
+        width = 4 * self.batch
         while pos < stop and need > 0:
-            span = order[pos : pos + 4 * self.batch]
-            self.ensure_bounds(span)
+            span = order[pos : pos + width]
+            self.ensure_bounds(span, remaining)
             take = span[(self.bound[span] <= remaining) & (self.cost[span] == UNSET)][:need]
             picked.append(take)
             need -= len(take)
             pos += len(span)
+            width = min(width * 2, _WIDEST_SPAN)  # few fit: look further at once
         self.count(np.concatenate(picked))
         self.batch = min(self.batch * 2, 8192)

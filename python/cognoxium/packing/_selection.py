@@ -426,7 +426,7 @@ def _select(
     pos = 0
     while pos < m and suffix_min[pos] <= remaining:
         span = order[pos : pos + window]
-        costs.ensure_bounds(span)
+        costs.ensure_bounds(span, remaining)
         hits = np.flatnonzero(costs.bound[span] <= remaining)
         if len(hits) == 0:
             pos += len(span)
@@ -536,7 +536,7 @@ def _select_block(
     Ids compare by their place in the order of the ids (``unit_ids``).
     Returns the remaining budget.
     """
-    costs.ensure_bounds(block)
+    costs.ensure_bounds(block, remaining)
     block = block[costs.bound[block] <= remaining]
     if len(block) == 0:
         return remaining

@@ -91,6 +91,7 @@ __all__ = [
     "APPROXIMATE",
     "CACHE_MAX_ENTRIES",
     "HUGGINGFACE_PREFIX",
+    "MAX_WORDS_TESTED",
     "PROFILE_NAMES",
     "THREADED_CHARS",
     "CacheInfo",
@@ -102,6 +103,9 @@ __all__ = [
     "token_lengths",
     "tool_call_texts",
 ]
+
+MAX_WORDS_TESTED: int = 128
+"""The largest number of words :meth:`TokenProfile.words_at_least` tests for."""
 
 CACHE_MAX_ENTRIES: int = 1 << 18
 """Most token counts :meth:`TokenProfile.count_cached` keeps per fingerprint.
@@ -138,6 +142,14 @@ _O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2
 _WORD_BOUND_PATTERNS: dict[str, str] = {
     _CL100K_PAT_STR: r"\S+",
     _O200K_PAT_STR: r"\S+(?:[\r\n]+\S+)*",
+}
+
+# For each word regex, the whitespace that separates two of its matches: one
+# that ends right before a non-whitespace character starts a new match (see
+# TokenProfile.words_at_least).
+_WORD_SEPARATORS: dict[str, str] = {
+    r"\S+": r"\s",
+    r"\S+(?:[\r\n]+\S+)*": r"[^\S\r\n]\s*",
 }
 
 _FINGERPRINT_TAG = b"cognoxium.TokenProfile/1\x00"
@@ -1087,6 +1099,63 @@ class TokenProfile:
             return byte_bound
         words = expr.str.count_matches(self.word_bound_pattern).cast(pl.Int64)
         return pl.max_horizontal(words, byte_bound)
+
+    def words_at_least(self, text: pl.Expr | str, words: int) -> pl.Expr | None:
+        r"""Return a Polars expression that is true where a text has at least ``words`` words.
+
+        Words are the matches of ``word_bound_pattern``, as in
+        :meth:`lower_bound`, so where it is true each text has at least
+        ``words`` tokens. It reads a text only until it has found them, so it
+        is much cheaper than counting every word of long texts: a test of
+        whether a text can fit in a few tokens.
+
+        Parameters
+        ----------
+        text
+            A String expression, or the name of a String column.
+        words
+            How many words, ``1 <= words <= MAX_WORDS_TESTED``.
+
+        Returns
+        -------
+        polars.Expr or None
+            Boolean expression, null where ``text`` is null; ``None`` when the
+            profile has no word bound (``word_bound_pattern`` is ``None``).
+
+        Raises
+        ------
+        ValueError
+            If ``words`` is outside ``1..MAX_WORDS_TESTED``.
+
+        Notes
+        -----
+        The expression searches for ``\S``, then ``words - 1`` times for any
+        text, a separator and ``\S``: for ``cl100k_base`` the separator is
+        one whitespace character, for ``o200k_base`` a whitespace character
+        other than ``\r`` and ``\n``, then any whitespace. Each ``\S`` after
+        the first follows a separator directly, so (see the blocks of
+        :meth:`lower_bound`) it starts a block, and the first lies in an
+        earlier one: a match finds ``words`` distinct blocks. Conversely a
+        text with that many blocks has such characters (the first of each
+        block), so the test is exact.
+
+        Examples
+        --------
+        >>> import polars as pl
+        >>> profile = get_profile("cl100k_base")
+        >>> df = pl.DataFrame({"text": ["hello world", "hi", "a b  c", None]})
+        >>> df.select(profile.words_at_least("text", 2))["text"].to_list()
+        [True, False, True, None]
+        """
+        if isinstance(words, bool) or not isinstance(words, int):
+            raise ValueError(f"words must be an int, got {words!r}")
+        if not 1 <= words <= MAX_WORDS_TESTED:
+            raise ValueError(f"words must be in 1..{MAX_WORDS_TESTED}, got {words}")
+        if self.word_bound_pattern is None:
+            return None
+        expr = pl.col(text) if isinstance(text, str) else text
+        separator = _WORD_SEPARATORS[self.word_bound_pattern]
+        return expr.str.contains(rf"\S(?:(?s:.)*?{separator}\S){{{words - 1}}}")
 
 
 def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]:
