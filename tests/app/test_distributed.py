@@ -295,7 +295,7 @@ def test_write_partitioned_refuses_a_key_that_is_not_a_plain_name(tmp_path: Path
     assert not (tmp_path / "s").exists()
 
 
-def test_ray_packs_ten_thousand_small_scopes_in_tasks_of_many_scopes(
+def test_ray_packs_a_ten_thousand_scope_store_in_tasks_of_many_scopes(
     ray_local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scopes = 10_000
@@ -314,14 +314,14 @@ def test_ray_packs_ten_thousand_small_scopes_in_tasks_of_many_scopes(
     )
     root = tmp_path / "store"
     write_partitioned(items, root, key="conversation")
-    requests = [
+    requests = [  # a thousand scopes, from all over the store, in no order
         Request(
             id=f"r{c}",
             budget=12,
             query=WORDS[c % 8],
             where=f"metadata.conversation = 's{(c * 7919) % scopes:05d}'",
         )
-        for c in range(scopes)
+        for c in range(0, scopes, 10)
     ]
     tasks: list[int] = []
     cut = distributed._task_units
@@ -338,8 +338,8 @@ def test_ray_packs_ten_thousand_small_scopes_in_tasks_of_many_scopes(
     remote = run_batch_ray(
         root, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=AS_OF, workers=2
     )
-    assert tasks == [2 * distributed.TASKS_PER_SLOT]  # 16 tasks of 625 scopes, not 10,000
-    assert remote.requests == local.requests == scopes
+    assert tasks == [2 * distributed.TASKS_PER_SLOT]  # 16 tasks of 62 or 63 scopes, not 1,000
+    assert remote.requests == local.requests == len(requests) == 1000
     assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
