@@ -7,19 +7,26 @@ would cost scopes x store; the store is split once instead:
 
 1. *Units.* The requests are grouped by ``where``, scopes in order of their
    first request (:func:`batch_units`).
-2. *Checks.* Every distinct clause is parsed and type checked once against
-   the whole store (its metadata keys and their types), before anything is
-   packed, so an invalid clause fails as it fails on the whole store.
+2. *Checks.* Every distinct clause is parsed and type checked against the
+   whole store (its metadata keys and their types) before anything is
+   packed, so an invalid clause fails as it fails on the whole store. A
+   clause that only fixes one metadata key to text values
+   (``metadata.conversation = 'c1'``, ``IN``, ``OR`` of those) differs from
+   the first such clause of its key only in its values, which cannot make
+   it invalid once that key is text: it is checked once per key.
 3. *Split key.* The metadata key that the most clauses fix to text values
-   (:func:`scope_values`: ``=``, ``IN`` and ``OR`` of those, in a
-   conjunct), provided its values are text in the store.
+   (:func:`scope_values`), provided its values are text in the store.
 4. *One pass.* The key's value of every item, decoded as the clauses
    decode it, and the row numbers of each value (one ``group_by``).
-5. *Each scope.* The rows of its values, gathered in store order, then
-   filtered by the whole clause (checked in step 2): the rows the clause
-   keeps on the whole store, since every one of them has one of the values.
+5. *Each scope.* The rows of its values, in store order (a slice of the
+   store when they are contiguous in it), then filtered by the whole
+   clause (checked in step 2): the rows the clause keeps on the whole
+   store, since every one of them has one of the values. A clause that
+   only fixes the split key keeps exactly those rows, with no filter.
 
 Clauses that fix no split key are filtered over the whole store, once each.
+A store that is a lazy scan of files is never read whole: each scope's
+clause is pushed into the scan (predicate pushdown, partition pruning).
 
 Examples
 --------
