@@ -103,7 +103,9 @@ __all__ = [
     "BatchSettings",
     "BatchStats",
     "PreparedScope",
+    "READS_LINEAGE",
     "RankMethod",
+    "RenderedResult",
     "Request",
     "ScopeResult",
     "pack_scope",
@@ -642,9 +644,9 @@ def run_batch(
     of their first request, the requests of a scope in their order, which
     is the order of the files. A scope is the store filtered by its
     ``where``, computed once per distinct clause over one split of the
-    store (see :mod:`cognoxium.app._scopes`: a clause that fixes a metadata
-    key to text, such as ``metadata.conversation = 'c1'``, reads only the
-    items of that value, never the whole store). Each request is ranked by
+    store (a clause that fixes a metadata key to text, such as
+    ``metadata.conversation = 'c1'``, reads only the items of that value,
+    never the whole store). Each request is ranked by
     ``rank`` with the same :meth:`CognitionFrame.rank
     <cognoxium.frame.CognitionFrame.rank>` call a user makes (see
     :func:`rank_request`), so ``explain()`` shows it and the Python API gives
@@ -730,8 +732,9 @@ def run_batch(
     workers
         Processes that pack scopes at once (``None``: one per CPU this
         process may use); ``1`` packs in this process. The files are the
-        same, byte for byte, whatever the number (see
-        :mod:`cognoxium.app._workers`).
+        same, byte for byte, whatever the number: tasks of about 20,000
+        items, the same whatever the number, are packed in the workers and
+        their results appended here in order.
 
     Returns
     -------
@@ -923,7 +926,7 @@ def _write_batch(
     ``folder`` exists; see :func:`run_batch` for the arguments. The requests
     of one scope are one :func:`pack_scope` call, over the scope's rows from
     one split of the store; the calls run here or in ``workers`` processes
-    (see :mod:`cognoxium.app._workers`) and their results are written in
+    and their results are written in
     scope order.
     """
     started = time.perf_counter()

@@ -16,7 +16,7 @@ default). The phases:
    scan), and a row filter on the metadata JSON skips the other items
    before they are validated. The part is split once for the task's units
    and each ``where`` clause then selects its scope exactly as the local
-   run does (:class:`~cognoxium.app._scopes.ScopeIndex`).
+   run does.
 3. *Pack.* Each unit packs its requests with the local run's kernel,
    :func:`~cognoxium.app.batch.pack_scope` (its scope prepared once, see
    :class:`~cognoxium.app.batch.PreparedScope`), and the task renders the
@@ -453,8 +453,7 @@ def _pack_task(
 ) -> list[dict[str, Any]]:
     """Pack the units of a task over the part of the store it read: one row each.
 
-    The part is split once for all the units
-    (:class:`~cognoxium.app._scopes.ScopeIndex`); if a unit's clause is
+    The part is split once for all the units; if a unit's clause is
     invalid, each unit is split on its own, so that only the invalid ones fail.
     """
     try:
