@@ -100,10 +100,10 @@ from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
     "RANK_METHODS",
+    "READS_LINEAGE",
     "BatchSettings",
     "BatchStats",
     "PreparedScope",
-    "READS_LINEAGE",
     "RankMethod",
     "RenderedResult",
     "Request",
