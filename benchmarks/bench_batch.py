@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -113,54 +114,82 @@ def floor_pack(
     turns = pl.concat([items.select("id", "role", "text"), meta], how="horizontal").filter(
         pl.col("kind") == "turn"
     )
-    scopes: dict[str, tuple[Any, np.ndarray, np.ndarray, list[str]]] = {}
+    role_cost: dict[str, int] = {}
+    scopes: dict[str, FloorScope] = {}
     out = []
     for request in requests:
         conversation = request.id.split(":q")[0]
         if conversation not in scopes:
             scope = turns.filter(pl.col("conversation") == conversation)
-            texts = scope.get_column("text").to_list()
-            roles = scope.get_column("role").to_list()
-            role_cost = {r: len(encoding.encode_ordinary(r)) for r in set(roles)}
-            counts = [len(t) for t in encoding.encode_ordinary_batch(texts)]
-            costs = np.array(
-                [TOKENS_PER_MESSAGE + role_cost[r] + c for r, c in zip(roles, counts, strict=True)],
-                dtype=np.int64,
-            )
-            retriever = bm25s.BM25()
-            corpus = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
-            retriever.index(corpus, show_progress=False)
-            ids = scope.get_column("id").to_list()
-            id_order = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
-            scopes[conversation] = (retriever, costs, id_order, ids)
-        retriever, costs, id_order, ids = scopes[conversation]
-        words = bm25s.tokenize(
-            [request.query or ""],
-            stopwords="en",
-            stemmer=stemmer,
-            return_ids=False,
-            show_progress=False,
-        )[0]
-        token_ids = retriever.get_tokens_ids(words) if words else []
-        scores = (
-            np.asarray(retriever.get_scores_from_ids(token_ids))
-            if token_ids
-            else np.zeros(len(ids))
-        )
-        order = np.lexsort((id_order, costs, -scores))
-        remaining = request.budget - TOKENS_PER_PACK
-        cheapest = int(costs.min()) if len(costs) else 0
-        chosen = np.zeros(len(ids), dtype=bool)
-        for row in order.tolist():
-            if costs[row] <= remaining:
-                chosen[row] = True
-                remaining -= int(costs[row])
-                if remaining < cheapest:
-                    break
-        picked = np.flatnonzero(chosen)
-        used = int(costs[picked].sum()) + (TOKENS_PER_PACK if len(picked) else 0)
-        out.append({"request_id": request.id, "ids": [ids[i] for i in picked], "used": used})
+            scopes[conversation] = floor_scope(scope, encoding, stemmer, role_cost)
+        built = scopes[conversation]
+        picked, used, _ = floor_request(built, request.query or "", request.budget, stemmer)
+        out.append({"request_id": request.id, "ids": [built.ids[i] for i in picked], "used": used})
     return out
+
+
+@dataclass(frozen=True)
+class FloorScope:
+    """A scope as the floor packer prepares it once: a BM25 index, costs and id order."""
+
+    retriever: Any
+    costs: np.ndarray
+    id_order: np.ndarray
+    ids: list[str]
+
+
+def floor_scope(
+    scope: pl.DataFrame, encoding: tiktoken.Encoding, stemmer: Any, role_cost: dict[str, int]
+) -> FloorScope:
+    """Index a scope (columns ``id``, ``role``, ``text``) with bm25s and cost its turns."""
+    texts = scope.get_column("text").to_list()
+    roles = scope.get_column("role").cast(pl.String).to_list()
+    for role in set(roles) - set(role_cost):
+        role_cost[role] = len(encoding.encode_ordinary(role))
+    counts = [len(t) for t in encoding.encode_ordinary_batch(texts)]
+    costs = np.array(
+        [TOKENS_PER_MESSAGE + role_cost[r] + c for r, c in zip(roles, counts, strict=True)],
+        dtype=np.int64,
+    )
+    retriever = bm25s.BM25()
+    corpus = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
+    retriever.index(corpus, show_progress=False)
+    ids = scope.get_column("id").to_list()
+    id_order = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
+    return FloorScope(retriever, costs, id_order, ids)
+
+
+def floor_request(
+    built: FloorScope, query: str, budget: int, stemmer: Any
+) -> tuple[np.ndarray, int, np.ndarray]:
+    """The greedy fill of one request: picked rows, tokens used and the BM25 scores.
+
+    By BM25 score desc, then cost asc, then id; a turn that does not fit is
+    skipped and the next one tried.
+    """
+    words = bm25s.tokenize(
+        [query], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )[0]
+    token_ids = built.retriever.get_tokens_ids(words) if words else []
+    scores = (
+        np.asarray(built.retriever.get_scores_from_ids(token_ids), dtype=np.float64)
+        if token_ids
+        else np.zeros(len(built.ids))
+    )
+    costs = built.costs
+    order = np.lexsort((built.id_order, costs, -scores))
+    remaining = budget - TOKENS_PER_PACK
+    cheapest = int(costs.min()) if len(costs) else 0
+    chosen = np.zeros(len(built.ids), dtype=bool)
+    for row in order.tolist():
+        if costs[row] <= remaining:
+            chosen[row] = True
+            remaining -= int(costs[row])
+            if remaining < cheapest:
+                break
+    picked = np.flatnonzero(chosen)
+    used = int(costs[picked].sum()) + (TOKENS_PER_PACK if len(picked) else 0)
+    return picked, used, scores
 
 
 def timed_batch(

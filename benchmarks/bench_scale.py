@@ -61,12 +61,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import bm25s
 import numpy as np
 import polars as pl
 import Stemmer
 
-from bench_batch import TOKENS_PER_MESSAGE, TOKENS_PER_PACK, cl100k_base
+from bench_batch import FloorScope, cl100k_base, floor_request, floor_scope
 from bench_ray import BUDGET, make_requests, make_store
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -96,19 +95,19 @@ def floor_main(store: Path, requests_path: Path, out: Path) -> None:
         columns=["id", "role", "text", "conversation"],
     )
     scopes = items.partition_by("conversation", as_dict=True, include_key=False)
-    role_cost = {r: len(encoding.encode_ordinary(r)) for r in ("user", "assistant")}
-    built: dict[str, tuple[Any, np.ndarray, np.ndarray, list[str]]] = {}
+    role_cost: dict[str, int] = {}
+    built: dict[str, FloorScope] = {}
     out.mkdir(parents=True, exist_ok=True)
     decisions: list[pl.DataFrame] = []
     with (out / "packs.jsonl").open("w", encoding="utf-8") as packs:
         for request in requests:
             conversation = request["where"].split("'")[1]
             if conversation not in built:
-                built[conversation] = _floor_scope(
-                    scopes[(conversation,)], encoding, stemmer, role_cost
-                )
-            chosen, _, scores = _floor_request(built[conversation], request["query"], stemmer)
-            _, costs, _, ids = built[conversation]
+                scope = scopes[(conversation,)]
+                built[conversation] = floor_scope(scope, encoding, stemmer, role_cost)
+            scope_built = built[conversation]
+            chosen, _, scores = floor_request(scope_built, request["query"], BUDGET, stemmer)
+            ids = scope_built.ids
             packs.write(
                 json.dumps({"request_id": request["id"], "ids": [ids[i] for i in chosen]}) + "\n"
             )
@@ -120,54 +119,12 @@ def floor_main(store: Path, requests_path: Path, out: Path) -> None:
                         "request_id": [request["id"]] * len(ids),
                         "id": ids,
                         "included": included,
-                        "tokens": costs,
+                        "tokens": scope_built.costs,
                         "rank": scores,
                     }
                 )
             )
     pl.concat(decisions).write_parquet(out / "decisions.parquet")
-
-
-def _floor_scope(
-    scope: pl.DataFrame, encoding: Any, stemmer: Any, role_cost: dict[str, int]
-) -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
-    texts = scope.get_column("text").to_list()
-    roles = scope.get_column("role").to_list()
-    counts = [len(t) for t in encoding.encode_ordinary_batch(texts)]
-    costs = np.array(
-        [TOKENS_PER_MESSAGE + role_cost[r] + c for r, c in zip(roles, counts, strict=True)],
-        dtype=np.int64,
-    )
-    retriever = bm25s.BM25()
-    corpus = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
-    retriever.index(corpus, show_progress=False)
-    ids = scope.get_column("id").to_list()
-    id_order = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
-    return retriever, costs, id_order, ids
-
-
-def _floor_request(
-    built: tuple[Any, np.ndarray, np.ndarray, list[str]], query: str, stemmer: Any
-) -> tuple[np.ndarray, int, np.ndarray]:
-    retriever, costs, id_order, ids = built
-    words = bm25s.tokenize(
-        [query], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
-    )[0]
-    token_ids = retriever.get_tokens_ids(words) if words else []
-    scores = (
-        np.asarray(retriever.get_scores_from_ids(token_ids), dtype=np.float64)
-        if token_ids
-        else np.zeros(len(ids))
-    )
-    order = np.lexsort((id_order, costs, -scores))
-    remaining = BUDGET - TOKENS_PER_PACK
-    chosen = np.zeros(len(ids), dtype=bool)
-    for row in order.tolist():
-        if costs[row] <= remaining:
-            chosen[row] = True
-            remaining -= int(costs[row])
-    picked = np.flatnonzero(chosen)
-    return picked, int(costs[picked].sum()) + TOKENS_PER_PACK, scores
 
 
 # -- the runs -------------------------------------------------------------------
