@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import pickle
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -145,3 +146,25 @@ def test_an_overflow_under_a_reserve_names_the_reserve() -> None:
     # system: 7 tokens + 3 of reply priming = 10 > 12 - 4.
     assert caught.value.code == "budget.required_overflow"
     assert caught.value.params == {"reserve": 4, "budget": 8, "costs": {"s": 7}}
+
+
+def _example(cls: type[CognoxiumError]) -> CognoxiumError:
+    """An instance of ``cls`` with every keyword its constructor requires."""
+    required = {
+        name: {"costs": {"a": 9}, "budget": 5, "predicate": "a = 1", "path": "out", "outcomes": []}[
+            name
+        ]
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+    }
+    return cls(f"{cls.__name__} happened", **required)
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_error_crosses_a_process_boundary_whole(cls: type[CognoxiumError]) -> None:
+    error = _example(cls)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is cls
+    assert str(copy) == str(error)
+    assert copy.to_dict() == error.to_dict()
+    assert vars(copy) == vars(error)
