@@ -223,8 +223,10 @@ def partition_keys(where: str | None) -> tuple[str, ...]:
     ('topic', 'user')
     """
     tree = _parsed(where)
-    if tree is None:
-        return ()
+    return () if tree is None else _plain_keys(tree)
+
+
+def _plain_keys(tree: exp.Expr) -> tuple[str, ...]:
     names = {
         column.name
         for column in tree.find_all(exp.Column)
@@ -282,11 +284,10 @@ def _key_clause(where: str) -> tuple[str, frozenset[str]] | None:
     >>> _key_clause("metadata.user = 'u1' AND role = 'user'") is None
     True
     """
-    keys = partition_keys(where)
-    if len(keys) != 1:
-        return None
     tree = _parsed(where)
-    assert tree is not None  # it named a key
+    keys = () if tree is None else _plain_keys(tree)
+    if tree is None or len(keys) != 1:
+        return None
     found = [_values(term, keys[0]) for term in conjuncts(tree)]
     if any(values is None for values in found):
         return None
@@ -324,13 +325,14 @@ class ScopeIndex:
         checked: set[str] = set()
         for unit in units:
             where = unit.where
-            keyed = None if where is None or self.lazy else _key_clause(where)
-            if where is None or (keyed is not None and keyed[0] in checked):
-                if keyed is not None and where is not None:
-                    self._keyed[where] = keyed  # checked as its key's first clause was
+            if where is None:
                 continue
-            self._filters[where] = _checked(store, unit.requests[0])
-            if keyed is not None and _text_field(self._filters[where], keyed[0]):
+            keyed = None if self.lazy else _key_clause(where)
+            if keyed is not None and keyed[0] in checked:  # checked with its key's first clause
+                self._keyed[where] = keyed
+                continue
+            node = self._filters[where] = _checked(store, unit.requests[0])
+            if keyed is not None and _text_field(node, keyed[0]):
                 checked.add(keyed[0])
                 self._keyed[where] = keyed
         split = None if self.lazy else _split_key(self._filters, self._keyed)
