@@ -97,18 +97,24 @@ def _task(batch: list[tuple[Unit, pl.DataFrame, pl.DataFrame | None]]) -> Task:
     return Task(tuple(units), tuple(rows), tuple(lineage))
 
 
-def pack_task(task: Task, settings: BatchSettings, form: ManifestForm) -> list[RenderedResult]:
-    """Pack a task's units and render their results for the files of ``form``."""
+def pack_units(task: Task, settings: BatchSettings, form: ManifestForm) -> Iterator[RenderedResult]:
+    """Pack a task's units one by one, each rendered for the files of ``form``.
+
+    A generator: in this process each unit's result is written (its
+    manifest rows encoded on the writer's thread) while the next is packed.
+    """
     from cognoxium.app.batch import PreparedScope, pack_scope
     from cognoxium.frame.frame import CognitionFrame
 
-    out = []
     for unit, rows, lineage in zip(task.units, task.rows, task.lineage, strict=True):
         store = CognitionFrame._of_checked(lineage if lineage is not None else rows)
         prepared = PreparedScope(store, rows, settings)
-        result = pack_scope(store, unit.requests, settings, prepared=prepared)
-        out.append(result.render(form))
-    return out
+        yield pack_scope(store, unit.requests, settings, prepared=prepared).render(form)
+
+
+def pack_task(task: Task, settings: BatchSettings, form: ManifestForm) -> list[RenderedResult]:
+    """Every unit of a task packed and rendered: what a worker process sends back."""
+    return list(pack_units(task, settings, form))
 
 
 def run_tasks(
@@ -123,17 +129,17 @@ def run_tasks(
     Exception
         The error of the first failing task, in order (re-raised from its worker).
     """
-    first = next(tasks, None)
-    second = next(tasks, None) if first is not None else None
-    if workers <= 1 or second is None:  # a single task is packed here: no process to start
-        for task in itertools.chain(_present(first, second), tasks):
-            yield from pack_task(task, settings, form)
+    head = list(itertools.islice(tasks, 2))
+    tasks = itertools.chain(head, tasks)
+    if workers <= 1 or len(head) < 2:  # a single task is packed here: no process to start
+        for task in tasks:
+            yield from pack_units(task, settings, form)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         pending: deque[Future[list[RenderedResult]]] = deque()
         try:
-            for task in itertools.chain(_present(first, second), tasks):
+            for task in tasks:
                 pending.append(pool.submit(pack_task, task, settings, form))
                 while len(pending) >= 2 * workers:
                     yield from pending.popleft().result()
@@ -142,7 +148,3 @@ def run_tasks(
         finally:
             for future in pending:
                 future.cancel()
-
-
-def _present(*tasks: Task | None) -> list[Task]:
-    return [task for task in tasks if task is not None]
