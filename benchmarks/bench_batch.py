@@ -68,6 +68,7 @@ from cognoxium.app.batch import Request, run_batch
 from cognoxium.app.locomo import load_locomo, locomo_requests
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.packing.manifests import MANIFESTS_PARQUET
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.retrieval.ranking import bm25_cache_clear
 from cognoxium.tokens.profiles import clear_cache
@@ -206,7 +207,9 @@ def timed_batch(
         bm25_cache_clear()
         clear_cache()
     started = time.perf_counter()
-    run_batch(items, requests, out_dir=out, rank=rank, as_of=AS_OF, progress=False)  # type: ignore[arg-type]
+    run_batch(
+        items, requests, out_dir=out, rank=rank, progress=False, options=PackOptions(as_of=AS_OF)
+    )  # type: ignore[arg-type]
     return time.perf_counter() - started, out
 
 

@@ -74,7 +74,8 @@ from cognoxium.app.distributed import (
     write_partitioned,
 )
 from cognoxium.packing.manifests import ManifestWriter, RenderedManifests
-from cognoxium.tokens.profiles import clear_cache, get_profile
+from cognoxium.packing.options import PackOptions
+from cognoxium.tokens.profiles import clear_cache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -134,7 +135,7 @@ def unit_costs(store: Path, requests: list[Request], rank: str, sample: int) -> 
     for request in requests:
         by_scope.setdefault(request.where, []).append(request)
     chosen = list(by_scope.items())[:sample]
-    settings = BatchSettings(profile=get_profile("cl100k_base"), rank=rank, as_of=AS_OF)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), rank)
     read_s = pack_s = write_s = 0.0
     packed = entries = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,7 +208,9 @@ def timed_runs(
     def local() -> Any:
         clear_cache()  # every call starts without cached token counts, as a new process does
         out = workdir / "local"
-        return run_batch(read_store(store), requests, out_dir=out, rank=rank, as_of=AS_OF)
+        return run_batch(
+            read_store(store), requests, out_dir=out, rank=rank, options=PackOptions(as_of=AS_OF)
+        )
 
     seconds, _ = best_of(repeats, local)
     runs: dict[str, dict[str, Any]] = {
@@ -226,7 +229,13 @@ def timed_runs(
         # The first call on a fresh Ray also starts and warms its worker processes
         # (imports, tokenizer); it is reported apart, and the timed runs find them warm.
         t0 = time.perf_counter()
-        run_batch_ray(store, requests[:4], out_dir=workdir / "warm", rank=rank, as_of=AS_OF)
+        run_batch_ray(
+            store,
+            requests[:4],
+            out_dir=workdir / "warm",
+            rank=rank,
+            options=PackOptions(as_of=AS_OF),
+        )
         runs["ray_warm_up"] = {"seconds": time.perf_counter() - t0}
         runs["ray_task"] = {"seconds": task_overhead(ray, 200)}
         for workers in (1, 2):
@@ -234,7 +243,12 @@ def timed_runs(
             seconds, _ = best_of(
                 repeats,
                 lambda w=workers, n=name: run_batch_ray(
-                    store, requests, out_dir=workdir / n, rank=rank, as_of=AS_OF, workers=w
+                    store,
+                    requests,
+                    out_dir=workdir / n,
+                    rank=rank,
+                    workers=w,
+                    options=PackOptions(as_of=AS_OF),
                 ),
             )
             same = {

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     )
     from cognoxium.items.schema import SCHEMA, SCHEMA_VERSION
     from cognoxium.packing import Renderer
+    from cognoxium.packing.options import PackOptions
     from cognoxium.packing.packer import (
         ContextPack,
         ManifestEntry,
@@ -97,6 +98,7 @@ else:
             ],
             "cognoxium.items.schema": ["SCHEMA", "SCHEMA_VERSION"],
             "cognoxium.packing": ["Renderer"],
+            "cognoxium.packing.options": ["PackOptions"],
             "cognoxium.packing.packer": [
                 "ContextPack",
                 "ManifestEntry",
@@ -134,6 +136,7 @@ __all__ = [
     "OutputError",
     "PackError",
     "PackManifest",
+    "PackOptions",
     "PlanError",
     "Policy",
     "PolicyError",

@@ -20,6 +20,7 @@ from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
 from cognoxium.packing import PackManifest
 from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_manifests
+from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -240,7 +241,9 @@ def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path, 
         ),
         Request(id="all", budget=4000),
     ]
-    stats = run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF, manifests=form)  # type: ignore[arg-type]
+    stats = run_batch(
+        store(), requests, out_dir=tmp_path, manifests=form, options=PackOptions(as_of=AS_OF)
+    )  # type: ignore[arg-type]
     assert isinstance(stats, BatchStats)
     assert stats.requests == 3
     assert len(stats.latencies_ms) == 3
@@ -283,7 +286,9 @@ def test_run_batch_is_deterministic_with_a_fixed_as_of(tmp_path: Path) -> None:
     for form in ("parquet", "jsonl"):
         for run in ("a", "b"):
             out = tmp_path / f"{form}-{run}"
-            run_batch(store(), requests, out_dir=out, as_of=AS_OF, manifests=form)  # type: ignore[arg-type]
+            run_batch(
+                store(), requests, out_dir=out, manifests=form, options=PackOptions(as_of=AS_OF)
+            )  # type: ignore[arg-type]
         first, second = tmp_path / f"{form}-a", tmp_path / f"{form}-b"
         names = sorted(p.name for p in first.iterdir())
         assert names == sorted(p.name for p in second.iterdir())
@@ -298,8 +303,20 @@ def test_parquet_manifests_rebuild_the_jsonl_manifests_exactly(tmp_path: Path) -
         Request(id="none", budget=500, where="id = 'nothing'"),  # an empty scope: no entries
         Request(id="all", budget=4000, query="crash"),
     ]
-    run_batch(store(), requests, out_dir=tmp_path / "p", as_of=AS_OF, manifests="parquet")
-    run_batch(store(), requests, out_dir=tmp_path / "j", as_of=AS_OF, manifests="jsonl")
+    run_batch(
+        store(),
+        requests,
+        out_dir=tmp_path / "p",
+        manifests="parquet",
+        options=PackOptions(as_of=AS_OF),
+    )
+    run_batch(
+        store(),
+        requests,
+        out_dir=tmp_path / "j",
+        manifests="jsonl",
+        options=PackOptions(as_of=AS_OF),
+    )
     from_parquet = read_manifests(tmp_path / "p")
     lines = (tmp_path / "j" / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
     assert [m.to_json() for m in from_parquet] == lines  # byte-identical manifests
@@ -324,7 +341,7 @@ def test_request_as_of_wins_over_the_batch_as_of(tmp_path: Path) -> None:
         ),
         Request(id="new", budget=500, where="id = 'promo'"),
     ]
-    run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    run_batch(store(), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
     old, new = read_jsonl(tmp_path / "packs.jsonl")
     assert old["ids"] == ["promo"]
     assert new["ids"] == []
@@ -340,7 +357,13 @@ def test_rank_methods_change_the_selection(tmp_path: Path) -> None:
     )
     chosen = {}
     for method in ("bm25", "recency", "none"):
-        run_batch(store(), [request], out_dir=tmp_path / method, rank=method, as_of=AS_OF)
+        run_batch(
+            store(),
+            [request],
+            out_dir=tmp_path / method,
+            rank=method,
+            options=PackOptions(as_of=AS_OF),
+        )
         chosen[method] = read_jsonl(tmp_path / method / "packs.jsonl")[0]["ids"]
     assert chosen["bm25"] == ["policy", "u2"]
     assert chosen["recency"] == ["policy", "u2"]  # u2 is the most recent user turn
@@ -377,7 +400,7 @@ def test_scopes_are_checked_once_per_key_and_split_once(
         )
     ]
     bm25_cache_clear()
-    run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+    run_batch(store(), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
     # 'bugs' fixes the key 'billing' fixes, to other text: it is checked with the
     # first clause of its key and served by the split of the store, never filtered.
     assert calls == [billing]
@@ -396,7 +419,9 @@ def test_bad_where_names_the_request_line_and_field(tmp_path: Path) -> None:
         ],
     )
     with pytest.raises(RecordError) as info:
-        run_batch(store(), read_requests(path), out_dir=tmp_path / "out", as_of=AS_OF)
+        run_batch(
+            store(), read_requests(path), out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF)
+        )
     assert (info.value.source, info.value.line, info.value.field) == (str(path), 2, "where")
     assert "request 'bad'" in str(info.value)
     assert not (tmp_path / "out" / "packs.jsonl").exists()
@@ -426,7 +451,9 @@ def test_where_that_reads_a_file_is_refused_naming_the_request_line_and_field(
     request = {"id": "bad", "budget": 64, "where": where.format(path=canary)}
     path = write_lines(tmp_path / "r.jsonl", ['{"id": "ok", "budget": 64}', json.dumps(request)])
     with pytest.raises(RecordError) as info:
-        run_batch(store(), read_requests(path), out_dir=tmp_path / "out", as_of=AS_OF)
+        run_batch(
+            store(), read_requests(path), out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF)
+        )
     error = info.value
     assert (error.source, error.line, error.field) == (str(path), 2, "where")
     assert str(error).startswith(
@@ -450,7 +477,9 @@ def test_where_with_a_metadata_key_no_item_has_names_the_request_line_and_field(
         ],
     )
     with pytest.raises(RecordError) as info:
-        run_batch(store(), read_requests(path), out_dir=tmp_path / "out", as_of=AS_OF)
+        run_batch(
+            store(), read_requests(path), out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF)
+        )
     error = info.value
     assert (error.source, error.line, error.field) == (str(path), 2, "where")
     assert str(error) == (
@@ -478,7 +507,9 @@ def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
         Request(id="yes", budget=500, where="metadata.urgent"),
         Request(id="null", budget=500, where="metadata.urgent IS NULL AND role = 'user'"),
     ]
-    run_batch(pl.concat([store(), extra]), requests, out_dir=tmp_path, as_of=AS_OF)
+    run_batch(
+        pl.concat([store(), extra]), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF)
+    )
     yes, null = read_jsonl(tmp_path / "packs.jsonl")
     assert yes["ids"] == ["urgent"]
     assert null["ids"] == ["u1", "u2"]  # the key reads as null where it is absent
@@ -486,13 +517,15 @@ def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
 
 def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    run_batch(store(), [Request(id="previous", budget=500)], out_dir=out, as_of=AS_OF)
+    run_batch(
+        store(), [Request(id="previous", budget=500)], out_dir=out, options=PackOptions(as_of=AS_OF)
+    )
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(before) == ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
     committed = out.resolve()
     requests = [Request(id="fine", budget=500), Request(id="tight", budget=5)]
     with pytest.raises(BudgetError, match="request 'tight'") as info:
-        run_batch(store(), requests, out_dir=out, as_of=AS_OF)
+        run_batch(store(), requests, out_dir=out, options=PackOptions(as_of=AS_OF))
     assert "policy" in info.value.costs
     assert {name: (out / name).read_bytes() for name in before} == before  # untouched
     # No temporary files left: the link, its one version and the lock file.
@@ -502,13 +535,13 @@ def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) 
 def test_duplicate_request_ids_are_rejected(tmp_path: Path) -> None:
     requests = [Request(id="same", budget=100), Request(id="same", budget=200)]
     with pytest.raises(RecordError, match="duplicate request id") as info:
-        run_batch(store(), requests, out_dir=tmp_path, as_of=AS_OF)
+        run_batch(store(), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
     assert info.value.field == "id"
     assert not (tmp_path / "packs.jsonl").exists()
 
 
 def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
-    stats = run_batch(store(), [], out_dir=tmp_path, as_of=AS_OF)
+    stats = run_batch(store(), [], out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
     assert (stats.requests, stats.p50_ms, stats.p95_ms) == (0, 0.0, 0.0)
     assert (tmp_path / "packs.jsonl").read_text() == ""
     assert (tmp_path / "manifest_headers.jsonl").read_text() == ""
@@ -517,10 +550,12 @@ def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
     assert read_manifests(tmp_path) == []
     # Requests whose scopes are empty: headers, and no rows.
     nothing = [Request(id=f"none{i}", budget=10, where="id = 'nothing'") for i in range(2)]
-    run_batch(store(), nothing, out_dir=tmp_path / "none", as_of=AS_OF)
+    run_batch(store(), nothing, out_dir=tmp_path / "none", options=PackOptions(as_of=AS_OF))
     assert [m.totals.items for m in read_manifests(tmp_path / "none")] == [0, 0]
     assert pl.read_parquet(tmp_path / "none" / "manifests.parquet").height == 0
-    run_batch(store(), [], out_dir=tmp_path / "j", as_of=AS_OF, manifests="jsonl")
+    run_batch(
+        store(), [], out_dir=tmp_path / "j", manifests="jsonl", options=PackOptions(as_of=AS_OF)
+    )
     assert (tmp_path / "j" / "manifests.jsonl").read_text() == ""
     with pytest.raises(PlanError, match="unknown manifest form 'csv'"):
         run_batch(store(), [], out_dir=tmp_path / "x", manifests="csv")  # type: ignore[arg-type]
@@ -555,7 +590,12 @@ def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path
         Request(id="none", budget=60, reserve=0, where=where),
     ]
     run_batch(
-        store(), requests, out_dir=tmp_path, as_of=AS_OF, rank="none", reserve=10, manifests="jsonl"
+        store(),
+        requests,
+        out_dir=tmp_path,
+        rank="none",
+        manifests="jsonl",
+        options=PackOptions(as_of=AS_OF, reserve=10),
     )
     manifests = {m["label"]: m for m in read_jsonl(tmp_path / "manifests.jsonl")}
     # The request's own reserve wins; the batch's applies to requests without one.
@@ -573,7 +613,12 @@ def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path
 
 def test_batch_reserve_above_a_request_budget_names_the_request(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="reserve 100") as info:
-        run_batch(store(), [Request(id="small", budget=50)], out_dir=tmp_path, reserve=100)
+        run_batch(
+            store(),
+            [Request(id="small", budget=50)],
+            out_dir=tmp_path,
+            options=PackOptions(reserve=100),
+        )
     assert info.value.field == "reserve"
 
 
@@ -590,7 +635,14 @@ def test_batch_overflow_truncate_cuts_a_required_truncatable_item(tmp_path: Path
         .alias("retention"),
     )
     requests = [Request(id="r", budget=100, where="id = 'long'", overflow="truncate")]
-    run_batch(items, requests, out_dir=tmp_path / "a", as_of=AS_OF, rank="none", manifests="jsonl")
+    run_batch(
+        items,
+        requests,
+        out_dir=tmp_path / "a",
+        rank="none",
+        manifests="jsonl",
+        options=PackOptions(as_of=AS_OF),
+    )
     (manifest,) = read_jsonl(tmp_path / "a" / "manifests.jsonl")
     # 100 - 3 priming - 4 framing = 93 tokens of the 400 of "refund " * 400.
     assert manifest["truncations"][0]["kept_tokens"] == 93
@@ -600,8 +652,8 @@ def test_batch_overflow_truncate_cuts_a_required_truncatable_item(tmp_path: Path
             items,
             [Request(id="r", budget=100, where="id = 'long'")],
             out_dir=tmp_path / "b",
-            as_of=AS_OF,
             rank="none",
+            options=PackOptions(as_of=AS_OF),
         )
 
 
@@ -612,7 +664,14 @@ def test_requests_pack_whole_turns_and_start_on_a_user_message(tmp_path: Path) -
         Request(id="plain", budget=500, where=where),
         Request(id="user-first", budget=500, where=where, turns=True, start_on="user"),
     ]
-    run_batch(store(), requests, out_dir=tmp_path, rank="none", as_of=AS_OF, manifests="jsonl")
+    run_batch(
+        store(),
+        requests,
+        out_dir=tmp_path,
+        rank="none",
+        manifests="jsonl",
+        options=PackOptions(as_of=AS_OF),
+    )
     plain, user_first = read_jsonl(tmp_path / "packs.jsonl")
     assert plain["ids"] == ["policy", "a1", "u2", "a2"]
     assert user_first["ids"] == ["policy", "u2", "a2"]
@@ -648,7 +707,11 @@ def test_batch_conversation_options_apply_to_requests_without_their_own(tmp_path
         Request(id="own", budget=500, where=where, start_on=None, turns=False),
     ]
     run_batch(
-        store(), requests, out_dir=tmp_path, rank="none", as_of=AS_OF, turns=True, start_on="user"
+        store(),
+        requests,
+        out_dir=tmp_path,
+        rank="none",
+        options=PackOptions(as_of=AS_OF, turns=True, start_on="user"),
     )
     batch, own = read_jsonl(tmp_path / "packs.jsonl")
     assert batch["ids"] == ["policy", "u2", "a2"]  # the batch's start_on="user" drops a1
@@ -659,7 +722,9 @@ def test_a_manifest_write_error_fails_the_batch_and_commits_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    run_batch(store(), [Request(id="previous", budget=500)], out_dir=out, as_of=AS_OF)
+    run_batch(
+        store(), [Request(id="previous", budget=500)], out_dir=out, options=PackOptions(as_of=AS_OF)
+    )
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
     def full_disk(writer: Any, frames: list[pl.DataFrame]) -> None:
@@ -668,7 +733,7 @@ def test_a_manifest_write_error_fails_the_batch_and_commits_nothing(
     monkeypatch.setattr("cognoxium.packing.manifests._write_row_group", full_disk)
     requests = [Request(id=f"r{b}", budget=b, query="refund") for b in (60, 500)]
     with pytest.raises(OSError, match="No space left on device"):
-        run_batch(store(), requests, out_dir=out, as_of=AS_OF)
+        run_batch(store(), requests, out_dir=out, options=PackOptions(as_of=AS_OF))
     assert {name: (out / name).read_bytes() for name in before} == before  # untouched
 
 
@@ -686,17 +751,26 @@ def test_a_batch_freezes_the_older_heap_while_it_runs_and_leaves_it_as_it_was(
 
     monkeypatch.setattr(batch_module, "pack_scope", spy)
     requests = [Request(id="r1", budget=60, query="refund")]
-    run_batch(store(), requests, out_dir=tmp_path / "a", rank="bm25", as_of=AS_OF)
+    run_batch(
+        store(), requests, out_dir=tmp_path / "a", rank="bm25", options=PackOptions(as_of=AS_OF)
+    )
     assert len(seen) == 1
     assert seen[0] > 0
     assert gc.get_freeze_count() == 0
     with pytest.raises(BudgetError):
-        run_batch(store(), [Request(id="r2", budget=5)], out_dir=tmp_path / "b", as_of=AS_OF)
+        run_batch(
+            store(),
+            [Request(id="r2", budget=5)],
+            out_dir=tmp_path / "b",
+            options=PackOptions(as_of=AS_OF),
+        )
     assert gc.get_freeze_count() == 0
     gc.freeze()  # a process that froze its own objects keeps them frozen
     try:
         frozen = gc.get_freeze_count()
-        run_batch(store(), requests, out_dir=tmp_path / "c", rank="bm25", as_of=AS_OF)
+        run_batch(
+            store(), requests, out_dir=tmp_path / "c", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()

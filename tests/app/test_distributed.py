@@ -36,6 +36,7 @@ from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.options import PackOptions
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -333,10 +334,19 @@ def test_ray_packs_a_ten_thousand_scope_store_in_tasks_of_many_scopes(
 
     monkeypatch.setattr(distributed, "_task_units", counted)
     local = run_batch(
-        read_store(root), requests, out_dir=tmp_path / "local", rank="bm25", as_of=AS_OF
+        read_store(root),
+        requests,
+        out_dir=tmp_path / "local",
+        rank="bm25",
+        options=PackOptions(as_of=AS_OF),
     )
     remote = run_batch_ray(
-        root, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=AS_OF, workers=2
+        root,
+        requests,
+        out_dir=tmp_path / "ray",
+        rank="bm25",
+        workers=2,
+        options=PackOptions(as_of=AS_OF),
     )
     assert tasks == [2 * distributed.TASKS_PER_SLOT]  # 16 tasks of 62 or 63 scopes, not 1,000
     assert remote.requests == local.requests == len(requests) == 1000
@@ -351,17 +361,17 @@ def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, 
         requests,
         out_dir=tmp_path / "local",
         rank="bm25",
-        as_of=AS_OF,
         manifests=form,
+        options=PackOptions(as_of=AS_OF),
     )
     remote = run_batch_ray(
         store,
         requests,
         out_dir=tmp_path / "ray",
         rank="bm25",
-        as_of=AS_OF,
         workers=2,
         manifests=form,
+        options=PackOptions(as_of=AS_OF),
     )
     names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
     assert_same_files(tmp_path / "local", tmp_path / "ray", names)
@@ -379,7 +389,10 @@ def test_ray_on_a_single_parquet_file_with_batch_options(ray_local: Any, tmp_pat
     path = tmp_path / "items.parquet"
     write_parquet(synthetic(3, 30), path)
     requests = requests_for(3, 12)
-    options: dict[str, Any] = {"rank": "recency", "as_of": AS_OF, "reserve": 5, "turns": True}
+    options: dict[str, Any] = {
+        "rank": "recency",
+        "options": PackOptions(as_of=AS_OF, reserve=5, turns=True),
+    }
     run_batch(read_store(path), requests, out_dir=tmp_path / "local", **options)
     run_batch_ray(path, requests, out_dir=tmp_path / "ray", **options)
     assert_same_files(tmp_path / "local", tmp_path / "ray")
@@ -394,7 +407,9 @@ def test_requests_without_a_scope_are_an_error_listing_them(
         Request(id="none", budget=50, where="metadata.conversation = 'c01' AND priority > 9"),
     ]
     with pytest.raises(RecordError, match=r"2 request\(s\).*'lost', 'none'") as caught:
-        run_batch_ray(store, requests, out_dir=tmp_path / "out", rank="bm25", as_of=AS_OF)
+        run_batch_ray(
+            store, requests, out_dir=tmp_path / "out", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
     assert caught.value.params["request_ids"] == ["lost", "none"]
     assert not (tmp_path / "out").exists()
 
@@ -426,9 +441,17 @@ def test_a_failing_scope_raises_the_local_error(
 ) -> None:
     bad = Request(id="bad", budget=50, where=where)
     with pytest.raises(RecordError) as local:
-        run_batch(read_store(store), [bad], out_dir=tmp_path / "l", rank="bm25", as_of=AS_OF)
+        run_batch(
+            read_store(store),
+            [bad],
+            out_dir=tmp_path / "l",
+            rank="bm25",
+            options=PackOptions(as_of=AS_OF),
+        )
     with pytest.raises(RecordError) as remote:
-        run_batch_ray(store, [bad], out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+        run_batch_ray(
+            store, [bad], out_dir=tmp_path / "r", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
     assert str(remote.value) == str(local.value)
     assert "invalid where clause" in str(remote.value)
     assert remote.value.field == "where"
@@ -472,9 +495,17 @@ def test_a_where_that_fails_over_any_store_is_refused_before_ray_starts(
 ) -> None:
     requests = [*requests_for(6, 2), Request(id="bad", budget=50, where=where)]
     with pytest.raises(RecordError) as local:
-        run_batch(read_store(store), requests, out_dir=tmp_path / "l", rank="bm25", as_of=AS_OF)
+        run_batch(
+            read_store(store),
+            requests,
+            out_dir=tmp_path / "l",
+            rank="bm25",
+            options=PackOptions(as_of=AS_OF),
+        )
     with pytest.raises(RecordError) as remote:
-        run_batch_ray(store, requests, out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+        run_batch_ray(
+            store, requests, out_dir=tmp_path / "r", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
     assert str(remote.value) == str(local.value)
     assert (remote.value.field, remote.value.params) == (local.value.field, local.value.params)
     assert "'bad'" in str(remote.value)
@@ -498,7 +529,9 @@ def test_a_where_the_items_decide_goes_to_ray(
 ) -> None:
     request = Request(id="r", budget=50, where=where)
     with pytest.raises(_RayStartedError):
-        run_batch_ray(store, [request], out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+        run_batch_ray(
+            store, [request], out_dir=tmp_path / "r", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
     assert no_ray == ["ray"]
 
 
@@ -508,9 +541,16 @@ def test_an_unknown_profile_is_refused_before_ray_starts(
     from cognoxium.exceptions import ProfileError
 
     with pytest.raises(ProfileError) as local:
-        run_batch(read_store(store), requests_for(6, 1), out_dir=tmp_path / "l", profile="nope")
+        run_batch(
+            read_store(store),
+            requests_for(6, 1),
+            out_dir=tmp_path / "l",
+            options=PackOptions(profile="nope"),
+        )
     with pytest.raises(ProfileError) as remote:
-        run_batch_ray(store, requests_for(6, 1), out_dir=tmp_path / "r", profile="nope")
+        run_batch_ray(
+            store, requests_for(6, 1), out_dir=tmp_path / "r", options=PackOptions(profile="nope")
+        )
     assert str(remote.value) == str(local.value)
     assert no_ray == []
 
@@ -535,13 +575,21 @@ def test_a_killed_worker_is_retried_and_the_output_is_complete(
     root = tmp_path / "store"
     write_partitioned(synthetic(8, 300), root, key="conversation")
     requests = requests_for(8, 64)
-    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="bm25", as_of=AS_OF)
+    run_batch(
+        read_store(root),
+        requests,
+        out_dir=tmp_path / "local",
+        rank="bm25",
+        options=PackOptions(as_of=AS_OF),
+    )
     killed: list[int] = []
     stop = threading.Event()
     killer = threading.Thread(target=_kill_first_unit, args=(killed, stop))
     killer.start()
     try:
-        run_batch_ray(root, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=AS_OF)
+        run_batch_ray(
+            root, requests, out_dir=tmp_path / "ray", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
     finally:
         stop.set()
         killer.join()
@@ -614,8 +662,17 @@ def test_ray_packs_the_sample_store_as_the_local_jsonl_run(ray_local: Any, tmp_p
     requests = read_requests(SAMPLE / "requests.jsonl")
     as_of = datetime(2026, 1, 1, tzinfo=UTC)
     local = read_items(SAMPLE / "items.jsonl")
-    run_batch(local, requests, out_dir=tmp_path / "local", rank="bm25", as_of=as_of)
-    run_batch_ray(store, requests, out_dir=tmp_path / "ray", rank="bm25", as_of=as_of, workers=2)
+    run_batch(
+        local, requests, out_dir=tmp_path / "local", rank="bm25", options=PackOptions(as_of=as_of)
+    )
+    run_batch_ray(
+        store,
+        requests,
+        out_dir=tmp_path / "ray",
+        rank="bm25",
+        workers=2,
+        options=PackOptions(as_of=as_of),
+    )
     assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
@@ -637,10 +694,21 @@ def test_workers_share_the_embedding_cache_directory(
     root = tmp_path / "store"
     write_partitioned(synthetic(3, 20), root, key="conversation")
     requests = requests_for(3, 6)
-    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="hybrid", as_of=AS_OF)
+    run_batch(
+        read_store(root),
+        requests,
+        out_dir=tmp_path / "local",
+        rank="hybrid",
+        options=PackOptions(as_of=AS_OF),
+    )
     shared = tmp_path / "shared-cache"
     run_batch_ray(
-        root, requests, out_dir=tmp_path / "ray", rank="hybrid", as_of=AS_OF, cache_dir=shared
+        root,
+        requests,
+        out_dir=tmp_path / "ray",
+        rank="hybrid",
+        cache_dir=shared,
+        options=PackOptions(as_of=AS_OF),
     )
     assert_same_files(tmp_path / "local", tmp_path / "ray")
     shards = sorted(shared.rglob("shard-*.parquet"))
@@ -673,7 +741,11 @@ def test_ray_writes_runs_of_one_scope_as_the_local_run(
             )
             for j in range(min(run, 400 - k))
         ]
-    options: dict[str, Any] = {"rank": "bm25", "as_of": AS_OF, "manifests": form}
+    options: dict[str, Any] = {
+        "rank": "bm25",
+        "options": PackOptions(as_of=AS_OF),
+        "manifests": form,
+    }
     run_batch(read_store(root), requests, out_dir=tmp_path / "local", **options)
     run_batch_ray(root, requests, out_dir=tmp_path / "ray", workers=2, **options)
     names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")

@@ -36,6 +36,7 @@ from cognoxium.exceptions import CognoxiumError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items, read_jsonl
 from cognoxium.items.schema import frame_to_items, records_to_frame
+from cognoxium.packing.options import PackOptions
 
 AS_OF = "2026-01-01T00:00:00Z"
 T0 = "2025-01-01T00:00:00Z"
@@ -376,7 +377,7 @@ def test_request_files_succeed_or_raise_a_cognoxium_error(
             requests,
             out_dir=tmp_path / "out",
             rank="none",
-            as_of=datetime(2026, 1, 1, tzinfo=UTC),
+            options=PackOptions(as_of=datetime(2026, 1, 1, tzinfo=UTC)),
         )
     except CognoxiumError as exc:
         check_located(exc, str(path), data.count(b"\n") + 1)

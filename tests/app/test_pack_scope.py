@@ -25,6 +25,7 @@ from cognoxium.app.batch import (
     RankMethod,
     Request,
     pack_scope,
+    prepare_requests,
     rank_request,
     read_requests,
     run_batch,
@@ -34,9 +35,9 @@ from cognoxium.exceptions import BudgetError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.schema import records_to_frame
 from cognoxium.packing.manifests import read_manifests
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, PackScope, pack
 from cognoxium.testing import assert_manifest_equal, assert_pack_equal
-from cognoxium.tokens.profiles import get_profile
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -49,21 +50,14 @@ LOCOMO = Path(
 
 
 def one_request_pack(
-    store: CognitionFrame, request: Request, method: RankMethod, as_of: datetime
+    store: CognitionFrame, request: Request, method: RankMethod, batch: PackOptions
 ) -> ContextPack:
     """The request packed alone, as a user of the Python API packs it."""
     scope = store if request.where is None else store.filter(request.where)
-    when = request.as_of if request.as_of is not None else as_of
-    ranked = rank_request(scope, request, method, store=store, as_of=when)
-    return ranked.pack(
-        request.budget,
-        as_of=when,
-        label=request.id,
-        reserve=request.reserve,
-        overflow=request.overflow,
-        turns=request.turns,
-        start_on=request.start_on,
-    )
+    prepared = prepare_requests([request], options=batch)[0]
+    options = prepared.options
+    ranked = rank_request(scope, prepared, method, store=store, as_of=options.as_of)
+    return ranked.pack(request.budget, options, label=request.id)
 
 
 def assert_batch_equals_one_request_packs(
@@ -75,14 +69,14 @@ def assert_batch_equals_one_request_packs(
     as_of: datetime = AS_OF,
     **options: Any,
 ) -> None:
+    batch = PackOptions(as_of=as_of, **options)
     run_batch(
         store,
         requests,
         out_dir=out,
+        options=batch,
         rank=method,
-        as_of=as_of,
         manifests=manifests,  # type: ignore[arg-type]
-        **options,
     )
     packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
     written = read_manifests(out)
@@ -90,17 +84,11 @@ def assert_batch_equals_one_request_packs(
     assert [p["request_id"] for p in packs] == [r.id for r in by_scope]
     assert len(written) == len(requests)
     for request, line, manifest in zip(by_scope, packs, written, strict=True):
-        alone = one_request_pack(store, _with_options(request, options), method, as_of)
+        alone = one_request_pack(store, request, method, batch)
         assert line["ids"] == alone.ids, request.id
         assert (line["used_tokens"], line["budget"]) == (alone.used_tokens, alone.budget)
         assert_manifest_equal(manifest, alone.manifest)
         assert manifest.to_json() == alone.manifest.to_json(), request.id
-
-
-def _with_options(request: Request, options: dict[str, Any]) -> Request:
-    """The request with the batch's pack options where it gives none."""
-    update = {k: v for k, v in options.items() if k not in request.model_fields_set and v}
-    return request.model_copy(update=update) if update else request
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +166,12 @@ def test_pack_scope_packs_equal_pack(budget: int, options: dict[str, Any]) -> No
         rank = pl.Series("rank", values, pl.Float64)
         ranked = df.with_columns(rank)
         alone = pack(ranked, budget, as_of=AS_OF, label="r", **options)
-        together = scope.pack(budget, as_of=AS_OF, label="r", rank=rank, **options)
+        together = scope.pack(budget, PackOptions(as_of=AS_OF, **options), label="r", rank=rank)
         assert_pack_equal(together, alone)
         assert together.manifest.to_json() == alone.manifest.to_json()
-        outcomes.append(scope.outcome(budget, as_of=AS_OF, label="r", rank=rank, **options))
+        outcomes.append(
+            scope.outcome(budget, PackOptions(as_of=AS_OF, **options), label="r", rank=rank)
+        )
     # The entries of several packs, built at once, are each pack's entries.
     entries = scope.entries(outcomes)
     for k, values in enumerate(ranks):
@@ -193,7 +183,7 @@ def test_pack_scope_packs_equal_pack(budget: int, options: dict[str, Any]) -> No
 def test_a_cut_item_carries_its_new_hash_and_lineage_in_the_batch() -> None:
     df = _rows()
     rank = pl.Series("rank", [0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 0.0, 0.0])
-    together = PackScope(df).pack(40, as_of=AS_OF, rank=rank)
+    together = PackScope(df).pack(40, PackOptions(as_of=AS_OF), rank=rank)
     alone = pack(df.with_columns(rank), 40, as_of=AS_OF)
     assert [t.id for t in together.manifest.truncations] == ["doc"]  # the case is exercised
     assert any(edge["operation"] == "truncate" for edge in together.manifest.lineage)
@@ -203,12 +193,12 @@ def test_a_cut_item_carries_its_new_hash_and_lineage_in_the_batch() -> None:
 def test_a_rank_of_the_wrong_length_is_refused() -> None:
     scope = PackScope(_rows())
     with pytest.raises(ValueError, match="rank has 2 values for 8 rows"):
-        scope.outcome(100, as_of=AS_OF, rank=pl.Series([1.0, 2.0]))
+        scope.outcome(100, PackOptions(as_of=AS_OF), rank=pl.Series([1.0, 2.0]))
 
 
 def test_pack_scope_names_the_request_that_cannot_be_packed() -> None:
     store = CognitionFrame(_rows())
-    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), "bm25")
     fine = Request(id="fine", budget=200, query="refund")
     tight = Request(id="tight", budget=3, query="refund")
     with pytest.raises(BudgetError, match="request 'tight'"):
@@ -220,7 +210,7 @@ def test_pack_scope_names_the_request_that_cannot_be_packed() -> None:
 
 def test_a_prepared_scope_is_reused_across_calls() -> None:
     store = CognitionFrame(_rows())
-    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), "bm25")
     prepared = PreparedScope(store, store.collect(), settings)
     first = pack_scope(store, [Request(id="r1", budget=90, query="refund")], settings)
     again = pack_scope(
@@ -263,7 +253,7 @@ def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
     df = _rows()
     scope = PackScope(df)
     budgets = [20, 60, 90, 200]
-    outcomes = [scope.outcome(b, as_of=AS_OF, label=f"r{b}") for b in budgets]
+    outcomes = [scope.outcome(b, PackOptions(as_of=AS_OF), label=f"r{b}") for b in budgets]
     ids = [f"r{b}" for b in budgets]
     one, many = tmp_path / "one", tmp_path / "many"
     one.mkdir()
@@ -290,7 +280,7 @@ def test_write_many_refuses_entries_that_do_not_split_evenly(tmp_path: Path) -> 
     from cognoxium.packing.manifests import ManifestWriter
 
     scope = PackScope(_rows())
-    outcome = scope.outcome(90, as_of=AS_OF)
+    outcome = scope.outcome(90, PackOptions(as_of=AS_OF))
     with (
         ManifestWriter(tmp_path, "parquet") as writer,
         pytest.raises(PlanError, match="do not make k manifests"),
@@ -303,7 +293,7 @@ def test_a_scope_result_written_in_pieces_writes_the_whole(form: str, tmp_path: 
     from cognoxium.packing.manifests import ManifestWriter
 
     store = CognitionFrame(_rows())
-    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25", as_of=AS_OF)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), "bm25")
     requests = [Request(id=f"r{b}", budget=b, query="refund") for b in (20, 60, 90, 200)]
     result = pack_scope(store, requests, settings)
     whole, pieces = tmp_path / "whole", tmp_path / "pieces"
@@ -331,7 +321,7 @@ def test_take_refuses_a_range_outside_the_requests() -> None:
     from cognoxium.exceptions import PlanError
 
     store = CognitionFrame(_rows())
-    settings = BatchSettings(profile=get_profile("cl100k_base"), rank="none", as_of=AS_OF)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), "none")
     result = pack_scope(store, [Request(id="a", budget=50), Request(id="b", budget=90)], settings)
     for start, stop in ((0, 3), (2, 1), (-1, 1)):
         with pytest.raises(PlanError, match=f"requests {start} to {stop}"):

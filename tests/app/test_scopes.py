@@ -16,6 +16,7 @@ from cognoxium.app.batch import Request, run_batch, scope_rows
 from cognoxium.exceptions import BudgetError, PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.scope import derived_items
 
 AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
@@ -146,7 +147,14 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for method in ("bm25", "learned"):
         folder = tmp_path_factory.mktemp(method) / "out"
-        run_batch(_items(), _requests(12), out_dir=folder, rank=method, as_of=AS_OF, workers=1)
+        run_batch(
+            _items(),
+            _requests(12),
+            out_dir=folder,
+            rank=method,
+            workers=1,
+            options=PackOptions(as_of=AS_OF),
+        )
         out[method] = folder
     return out
 
@@ -159,7 +167,12 @@ def test_worker_processes_write_the_files_of_one_process(
     tasks = list(_workers.tasks_of(batch_units(_requests(12)), lambda u: _items(), lambda s: None))
     assert len(tasks) == 3
     stats = run_batch(
-        _items(), _requests(12), out_dir=tmp_path / "out", rank=method, as_of=AS_OF, workers=2
+        _items(),
+        _requests(12),
+        out_dir=tmp_path / "out",
+        rank=method,
+        workers=2,
+        options=PackOptions(as_of=AS_OF),
     )
     assert stats.requests == 12
     for name in FILES:
@@ -189,8 +202,8 @@ def test_an_error_in_a_worker_is_raised_whole_and_nothing_is_written(
                 [*requests, Request(id="tiny", budget=3, where="metadata.conversation = 'c2'")],
                 out_dir=tmp_path / f"out{workers}",
                 rank="bm25",
-                as_of=AS_OF,
                 workers=workers,
+                options=PackOptions(as_of=AS_OF),
             )
         errors.append(caught.value)
         assert not (tmp_path / f"out{workers}").exists()
@@ -218,6 +231,13 @@ def test_a_lazy_store_reads_each_scope_on_its_own_with_the_same_files(
         assert index.rows(unit).equals(alone)
     for method in ("bm25", "learned"):
         out = tmp_path / method
-        run_batch(lazy, _requests(12), out_dir=out, rank=method, as_of=AS_OF, workers=1)
+        run_batch(
+            lazy,
+            _requests(12),
+            out_dir=out,
+            rank=method,
+            workers=1,
+            options=PackOptions(as_of=AS_OF),
+        )
         for name in FILES:
             assert (out / name).read_bytes() == (one_process[method] / name).read_bytes(), method

@@ -17,11 +17,13 @@ from hypothesis import given, settings
 from polars.testing import assert_frame_equal
 
 import cognoxium.packing.packer
+import cognoxium.packing.planned
 from cognoxium.exceptions import PlanError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame, OptFlags
 from cognoxium.items.io import write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA, items_to_frame
+from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info, bm25_scores
 from cognoxium.testing.strategies import items_strategy
 
@@ -742,26 +744,21 @@ def test_repr_is_brief(cf: CognitionFrame) -> None:
 
 
 def test_pack_collects_and_delegates(cf: CognitionFrame, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[pl.DataFrame, int, dict[str, Any]]] = []
+    calls: list[tuple[pl.DataFrame, int, PackOptions, dict[str, Any]]] = []
 
-    def fake_pack(df: pl.DataFrame, budget: int, **kwargs: Any) -> str:
-        calls.append((df, budget, kwargs))
+    def fake_pack(df: pl.DataFrame, budget: int, options: PackOptions, **kwargs: Any) -> str:
+        calls.append((df, budget, options, kwargs))
         return "packed"
 
-    monkeypatch.setattr(cognoxium.packing.packer, "pack", fake_pack)
+    monkeypatch.setattr(cognoxium.packing.planned, "pack", fake_pack)
     as_of = datetime(2024, 6, 1, tzinfo=UTC)
     out = cf.filter(pl.col("priority") > 0).pack(100, as_of=as_of, label="r1", reserve=16)
     assert out == "packed"
-    ((df, budget, kwargs),) = calls
+    ((df, budget, options, kwargs),) = calls
     assert df["id"].to_list() == ["sys", "q1", "doc"]
     assert budget == 100
-    assert kwargs == {
-        "profile": "cl100k_base",
-        "as_of": as_of,
-        "reserve": 16,
-        "overflow": "error",
-        "label": "r1",
-    }
+    assert options == PackOptions(as_of=as_of, reserve=16)
+    assert kwargs == {"label": "r1", "policy": None}
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,9 @@ from typing import Any
 import polars as pl
 import pytest
 
+from cognoxium.engine import execute as execute_module
 from cognoxium.engine.plan import changes_item_values
 from cognoxium.exceptions import RankError, RecordError, SchemaError
-from cognoxium.frame import frame as frame_module
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, check_items
@@ -276,7 +276,7 @@ def test_a_frame_from_a_reader_packs_without_the_extra_check(
         calls.append(df.height)
         return check_items(df, finite_rank=finite_rank)
 
-    monkeypatch.setattr(frame_module, "check_items", counted)
+    monkeypatch.setattr(execute_module, "check_items", counted)
     sample.pack(512, as_of=WHEN)
     sample.rank("bm25", query="refund").pack(512, as_of=WHEN)
     sample.filter(pl.col("role") != "tool").sort("priority").pack(512, as_of=WHEN)

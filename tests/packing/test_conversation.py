@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.items.schema import conform
-from cognoxium.packing._checks import check_options
+from cognoxium.packing._checks import check_call
 from cognoxium.packing._exclusions import find_exclusions
 from cognoxium.packing._policies import review_policies
 from cognoxium.packing._units import form_units
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
@@ -294,9 +295,14 @@ def test_conversation_packs_are_byte_identical() -> None:
     assert first.manifest.to_json() == second.manifest.to_json()
 
 
-def test_the_checked_request_carries_the_options() -> None:
-    request = check_options(10, "cl100k_base", AS_OF, turns=True, start_on="user")
-    assert (request.turns, request.start_on) == (True, "user")
+def test_the_checked_call_carries_the_options() -> None:
+    call = check_call(10, PackOptions(as_of=AS_OF, turns=True, start_on="user"))
+    assert (call.budget, call.as_of, call.options.turns, call.options.start_on) == (
+        10,
+        AS_OF,
+        True,
+        "user",
+    )
     rows = find_exclusions(HISTORY, AS_OF, review_policies(HISTORY, None))
     assert form_units(HISTORY, rows.grouped).unit_of_row is None  # no turns: one row, one unit
 

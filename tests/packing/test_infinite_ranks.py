@@ -19,6 +19,7 @@ import pytest
 from cognoxium.exceptions import RankError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.schema import conform
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackScope, pack, pack_reusing
 from cognoxium.retrieval.ranking import recency_expr
 
@@ -50,11 +51,15 @@ def test_a_kept_scope_refuses_an_infinite_rank_given_for_one_pack() -> None:
     df = conform(pl.DataFrame(_records()))
     with pytest.raises(RankError, match="item 'm3' has rank inf"):
         pack_reusing(
-            {}, lambda: df, 1000, as_of=WHEN, rank=pl.Series([1.0, 2.0, 3.0, float("inf")])
+            {},
+            lambda: df,
+            1000,
+            PackOptions(as_of=WHEN),
+            rank=pl.Series([1.0, 2.0, 3.0, float("inf")]),
         )
     scope = PackScope(df)
     with pytest.raises(RankError, match="item 'm0' has rank -inf"):
-        scope.outcome(1000, as_of=WHEN, rank=pl.Series([float("-inf"), 1.0, 2.0, 3.0]))
+        scope.outcome(1000, PackOptions(as_of=WHEN), rank=pl.Series([float("-inf"), 1.0, 2.0, 3.0]))
 
 
 def test_nan_and_null_ranks_still_read_as_unranked() -> None:

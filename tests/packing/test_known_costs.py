@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, PackScope, pack
 from cognoxium.tokens.profiles import PROFILE_NAMES, clear_cache, get_profile
 
@@ -57,6 +58,9 @@ class Options:
     turns: bool = False
     start_on: str | None = None
     overflow: str = "error"
+
+    def options(self, profile: str) -> PackOptions:
+        return PackOptions(profile=profile, **self.kwargs())
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -146,20 +150,20 @@ def assert_known_costs_change_nothing(
     cold = outcome(lambda: pack(df, opts.budget, policy=policy, profile=profile, **opts.kwargs()))
     counted = PackScope(df, policy=policy, profile=profile)
     counted.count_tokens()
-    assert outcome(lambda: counted.pack(opts.budget, **opts.kwargs())) == cold
-    assert outcome(lambda: counted.pack(opts.budget, **opts.kwargs())) == cold
+    assert outcome(lambda: counted.pack(opts.budget, opts.options(profile))) == cold
+    assert outcome(lambda: counted.pack(opts.budget, opts.options(profile))) == cold
     # A scope that earlier packs (another budget and options, a reversed rank) left with
     # some costs known, and one that counts them all only afterwards.
     warm = PackScope(df, policy=policy, profile=profile)
-    outcome(lambda: warm.pack(other.budget, **other.kwargs()))
+    outcome(lambda: warm.pack(other.budget, other.options(profile)))
     flipped = -df.get_column("rank")
-    outcome(lambda: warm.pack(other.budget, rank=flipped, **other.kwargs()))
-    assert outcome(lambda: warm.pack(opts.budget, **opts.kwargs())) == cold
+    outcome(lambda: warm.pack(other.budget, other.options(profile), rank=flipped))
+    assert outcome(lambda: warm.pack(opts.budget, opts.options(profile))) == cold
     warm.count_tokens()
-    assert outcome(lambda: warm.pack(opts.budget, **opts.kwargs())) == cold
+    assert outcome(lambda: warm.pack(opts.budget, opts.options(profile))) == cold
     # With an explicit rank equal to the frame's own, the queue is not the cached one.
     own = df.get_column("rank")
-    assert outcome(lambda: warm.pack(opts.budget, rank=own, **opts.kwargs())) == cold
+    assert outcome(lambda: warm.pack(opts.budget, opts.options(profile), rank=own)) == cold
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -306,7 +310,10 @@ def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, b
     clear_cache()
     scope = PackScope(df)
     scope.count_tokens()
-    for result in (lambda: pack(df, budget, as_of=AS_OF), lambda: scope.pack(budget, as_of=AS_OF)):
+    for result in (
+        lambda: pack(df, budget, as_of=AS_OF),
+        lambda: scope.pack(budget, PackOptions(as_of=AS_OF)),
+    ):
         if isinstance(expected, type):
             with pytest.raises(expected):
                 result()

@@ -14,6 +14,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
 from cognoxium.packing import packer
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, PackManifest, PackScope, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
@@ -198,12 +199,12 @@ def test_costs_counted_ahead_leave_the_pack_and_manifest_unchanged(
         scope = PackScope(df)
         scope.count_tokens()
         with pytest.raises(type(error)):
-            scope.pack(budget, as_of=AS_OF)
+            scope.pack(budget, PackOptions(as_of=AS_OF))
         return
     scope = PackScope(df)
     scope.count_tokens()
-    counted = scope.pack(budget, as_of=AS_OF)
-    again = scope.pack(budget, as_of=AS_OF)  # over the costs the first pack left
+    counted = scope.pack(budget, PackOptions(as_of=AS_OF))
+    again = scope.pack(budget, PackOptions(as_of=AS_OF))  # over the costs the first pack left
     assert counted.ids == cold.ids
     assert counted.manifest.to_json() == cold.manifest.to_json()
     assert again.manifest.to_json() == cold.manifest.to_json()
@@ -459,7 +460,7 @@ def test_a_manifest_basis_hashed_ahead_is_the_one_hashed_in_turn(
     monkeypatch.setattr(packer, "_AHEAD_ROWS", 0)  # every scope hashes on a thread
     scope = PackScope(df)
     assert scope._basis_ahead is not None
-    assert scope.pack(300, as_of=AS_OF).manifest.to_json() == in_turn
+    assert scope.pack(300, PackOptions(as_of=AS_OF)).manifest.to_json() == in_turn
     assert pack(df, 300, as_of=AS_OF).manifest.to_json() == in_turn
 
 

@@ -19,6 +19,7 @@ from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.schema import conform
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackScope, pack, pack_reusing
 from cognoxium.testing import assert_pack_equal
 
@@ -93,7 +94,7 @@ def test_pack_reusing_keeps_one_scope_per_profile_and_reads_the_rows_once() -> N
         return df
 
     for profile in ("cl100k_base", "o200k_base", "cl100k_base"):
-        got = pack_reusing(kept, rows, 70, profile=profile, as_of=WHEN)
+        got = pack_reusing(kept, rows, 70, PackOptions(profile=profile, as_of=WHEN))
         assert_pack_equal(got, pack(df, 70, profile=profile, as_of=WHEN))
     assert len(reads) == 2
     assert sorted(type(v).__name__ for v in kept.values()) == ["PackScope", "PackScope"]
@@ -107,9 +108,9 @@ def test_pack_reusing_checks_the_options_before_reading_the_rows() -> None:
         raise AssertionError("the rows must not be read for a bad request")
 
     with pytest.raises(PackError, match="budget"):
-        pack_reusing(kept, rows, -1, as_of=WHEN)
+        pack_reusing(kept, rows, -1, PackOptions(as_of=WHEN))
     with pytest.raises(PackError, match="as_of"):
-        pack_reusing(kept, rows, 10, as_of=datetime(2024, 6, 1))
+        pack_reusing(kept, rows, 10, PackOptions(as_of=datetime(2024, 6, 1)))
     assert kept == {}
 
 
@@ -117,10 +118,10 @@ def test_pack_reusing_keeps_no_scope_when_the_rows_are_bad() -> None:
     bad = _rows().with_columns(pl.lit("same").alias("id"))
     kept: dict[str, Any] = {}
     with pytest.raises(PackError, match="id"):
-        pack_reusing(kept, lambda: bad, 50, as_of=WHEN)
+        pack_reusing(kept, lambda: bad, 50, PackOptions(as_of=WHEN))
     assert kept == {}
     with pytest.raises(SchemaError):
-        pack_reusing(kept, lambda: bad.drop("role"), 50, as_of=WHEN)
+        pack_reusing(kept, lambda: bad.drop("role"), 50, PackOptions(as_of=WHEN))
     assert kept == {}
 
 

@@ -16,6 +16,7 @@ import pytest
 from cognoxium.exceptions import PackError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.schema import conform
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackScope, pack
 from cognoxium.testing import assert_pack_equal
 
@@ -72,7 +73,7 @@ def test_a_scope_packs_what_pack_gives_with_ranks_at_every_time() -> None:
     scope = PackScope(df)
     rank = pl.Series([float(i % 3) for i in range(df.height)])
     for when in _times():
-        got = scope.pack(30, as_of=when, rank=rank)
+        got = scope.pack(30, PackOptions(as_of=when), rank=rank)
         want = pack(df.with_columns(rank=rank), 30, as_of=when)
         assert_pack_equal(got, want)
         assert got.manifest.to_json() == want.manifest.to_json()

@@ -21,6 +21,7 @@ from cognoxium.exceptions import BudgetError, PackError, RecordError
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.model import content_hash
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, pack
 from cognoxium.tokens.profiles import get_profile
 from cognoxium.tokens.truncation import cut_tokens
@@ -290,10 +291,17 @@ def test_reserve_without_truncation_arithmetic() -> None:
     assert "reserve_tokens" not in pack(items, 30, as_of=AS_OF).manifest.to_json()
 
 
-@pytest.mark.parametrize("reserve", [-1, 31, True, 2.0, "5"])
-def test_reserve_outside_the_budget_is_a_budget_error(reserve: Any) -> None:
+def test_reserve_over_the_budget_is_a_budget_error() -> None:
     with pytest.raises(BudgetError, match="reserve must be a whole number of tokens from 0 to"):
+        pack(frame(SYSTEM), 30, reserve=31, as_of=AS_OF)
+
+
+@pytest.mark.parametrize("reserve", [-1, True, 2.0, "5"])
+def test_a_reserve_that_is_not_a_whole_number_of_tokens_is_a_pack_error(reserve: Any) -> None:
+    with pytest.raises(PackError, match=r"^reserve must be a whole number of tokens >= 0, got "):
         pack(frame(SYSTEM), 30, reserve=reserve, as_of=AS_OF)
+    with pytest.raises(PackError, match=r"^reserve must be a whole number of tokens >= 0, got "):
+        PackOptions(reserve=reserve)
 
 
 def test_required_items_must_fit_beside_the_reserve() -> None:

@@ -14,6 +14,7 @@ import pytest
 from cognoxium.app.batch import RANK_METHODS, Request, run_batch
 from cognoxium.exceptions import PlanError
 from cognoxium.items.schema import records_to_frame
+from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
 from cognoxium.retrieval.fusion import rrf_scores
 from cognoxium.retrieval.scope import RRF_K, RetrievalSettings, ScopeRetriever, derived_items
@@ -221,8 +222,8 @@ def test_hybrid_lineage_manifests_are_byte_identical(tmp_path: Path) -> None:
             requests,
             out_dir=tmp_path / run,
             rank="hybrid-lineage",
-            as_of=AS_OF,
             retrieval=RetrievalSettings(model="local_hash"),
+            options=PackOptions(as_of=AS_OF),
         )
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert names == ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]

@@ -39,6 +39,7 @@ manifests' entries are built as columns.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gc
 import os
@@ -46,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property, partial
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
@@ -93,10 +94,11 @@ from cognoxium.packing.manifests import (
     RenderedManifests,
     render_manifests,
 )
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
 from cognoxium.retrieval.ranking import bm25_scores, bm25_scores_many, corpus_key
 from cognoxium.retrieval.scope import RetrievalSettings
-from cognoxium.tokens.profiles import TokenProfile, get_profile
+from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = [
     "RANK_METHODS",
@@ -221,6 +223,7 @@ class Request(BaseModel):
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
+    _options: PackOptions | None = PrivateAttr(default=None)
 
     @field_validator("reserve")
     @classmethod
@@ -278,6 +281,51 @@ class Request(BaseModel):
         defaults = options - self.model_fields_set
         return self.model_dump(mode="json", exclude=defaults)
 
+    @property
+    def options(self) -> PackOptions:
+        """The request's pack options: the batch's, with those the request gives in their place.
+
+        The batch's are those :func:`prepare_requests` was given; a request
+        that was not prepared takes the defaults of
+        :class:`~cognoxium.packing.options.PackOptions`.
+
+        Examples
+        --------
+        >>> Request(id="r", budget=100, reserve=10, turns=True).options.reserve
+        10
+        >>> prepared = prepare_requests([Request(id="r", budget=100)],
+        ...                             options=PackOptions(reserve=5, turns=True))
+        >>> prepared[0].options.reserve, prepared[0].options.turns
+        (5, True)
+        """
+        if self._options is None:
+            return self.over(PackOptions())
+        return self._options
+
+    def over(self, defaults: PackOptions) -> PackOptions:
+        """``defaults`` with the pack options this request gives in their place.
+
+        An option counts as given when the request's record holds it; an
+        ``as_of`` of ``None`` means the batch's time.
+
+        Raises
+        ------
+        RecordError
+            If the options' ``reserve`` exceeds the request's budget; it
+            names the request and the field.
+        """
+        own = {name: getattr(self, name) for name in _OPTIONS if name in self.model_fields_set}
+        if own.get("as_of", 0) is None:
+            del own["as_of"]
+        options = dataclasses.replace(defaults, **own) if own else defaults
+        if options.reserve > self.budget:
+            raise self.error(
+                f"the batch's reserve {options.reserve!r} is not a whole number of tokens from "
+                f"0 to the request's budget ({self.budget})",
+                field="reserve",
+            )
+        return options
+
     def error(self, message: str, *, field: str | None = None) -> RecordError:
         """Return a :class:`~cognoxium.exceptions.RecordError` about this request.
 
@@ -292,6 +340,10 @@ class Request(BaseModel):
             code="request.invalid",
             params={"request_id": self.id},
         )
+
+
+_OPTIONS: tuple[str, ...] = ("reserve", "overflow", "as_of", "turns", "start_on")
+"""The fields of a :class:`Request` that are pack options (:class:`PackOptions` fields)."""
 
 
 def _located(request: Request, source: str, line: int) -> Request:
@@ -575,7 +627,7 @@ def rank_request(
         return scope.rank(
             "strategies",
             query=query,
-            budget=request.budget - request.reserve,
+            budget=request.budget - request.options.reserve,
             as_of=as_of,
             profile=profile,
             model=settings.model,
@@ -625,18 +677,13 @@ def run_batch(
     requests: Sequence[Request],
     *,
     out_dir: str | os.PathLike[str],
-    profile: str | TokenProfile = "cl100k_base",
+    options: PackOptions | None = None,
     rank: RankMethod = "learned",
-    as_of: datetime | None = None,
-    progress: bool = False,
     retrieval: RetrievalSettings | None = None,
-    commit: bool = True,
-    reserve: int = 0,
-    overflow: Literal["error", "truncate"] = "error",
     manifests: ManifestForm = "parquet",
-    turns: bool = False,
-    start_on: Literal["user"] | None = None,
     workers: int | None = 1,
+    progress: bool = False,
+    commit: bool = True,
 ) -> BatchStats:
     """Pack every request over one store and write the packs and manifests.
 
@@ -696,45 +743,37 @@ def run_batch(
         fails or is killed. Leftovers of killed runs are removed,
         and a second run into the same ``out_dir`` is refused while one
         writes (see Notes).
-    profile
-        Token profile name or object.
+    options
+        The batch's pack options (:class:`~cognoxium.packing.options.PackOptions`;
+        ``None``: the defaults): its token profile, and the ``reserve``,
+        ``overflow``, ``as_of``, ``turns`` and ``start_on`` of the requests
+        that do not give their own (see :attr:`Request.options`). An
+        ``as_of`` of ``None`` means the current time, read once for the
+        whole batch; give a fixed time for byte-identical manifests.
     rank
         One of :data:`RANK_METHODS` (table above).
-    as_of
-        UTC time at which expiry is evaluated for requests without their own
-        ``as_of``. ``None`` means the current time, read once for the whole
-        batch; give a fixed time for byte-identical manifests.
-    progress
-        Show a progress bar on standard error, when it is a terminal.
     retrieval
         Model, RRF constant (``None``: the method's own) and neighbour
         expansion of the embedding and fused rank methods.
-    commit
-        Commit the files in one step, as described under ``out_dir``.
-        ``False`` writes them straight into ``out_dir`` (created if missing),
-        for a caller that commits a larger set of files itself, as
-        :func:`~cognoxium.app.locomo.run_locomo` does; a failed run may then
-        leave partial files there.
-    reserve
-        Tokens kept for the reply by the requests that do not give their own
-        ``reserve`` (>= 0, at most each such request's budget).
-    overflow
-        The overflow mode of the requests that do not give their own.
     manifests
         How the manifests are stored: ``"parquet"`` (``manifests.parquet``
         and ``manifest_headers.jsonl``, about a tenth of the bytes) or
         ``"jsonl"`` (``manifests.jsonl``); both are byte-identical on rerun
         (see :mod:`cognoxium.packing.manifests`).
-    turns
-        Whole turns for the requests that do not give their own ``turns``.
-    start_on
-        ``"user"`` for the requests that do not give their own ``start_on``.
     workers
         Processes that pack scopes at once (``None``: one per CPU this
         process may use); ``1`` packs in this process. The files are the
         same, byte for byte, whatever the number: tasks of about 20,000
         items, the same whatever the number, are packed in the workers and
         their results appended here in order.
+    progress
+        Show a progress bar on standard error, when it is a terminal.
+    commit
+        Commit the files in one step, as described under ``out_dir``.
+        ``False`` writes them straight into ``out_dir`` (created if missing),
+        for a caller that commits a larger set of files itself, as
+        :func:`~cognoxium.app.locomo.run_locomo` does; a failed run may then
+        leave partial files there.
 
     Returns
     -------
@@ -793,8 +832,8 @@ def run_batch(
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "out"
     >>> reqs = [Request(id="r1", budget=100, query="invoice",
     ...                 where="metadata.topic = 'billing'")]
-    >>> stats = run_batch(store, reqs, out_dir=out, rank="bm25",
-    ...                   as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> when = PackOptions(as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> stats = run_batch(store, reqs, out_dir=out, options=when, rank="bm25")
     >>> stats.requests
     1
     >>> line = json.loads((out / "packs.jsonl").read_text())
@@ -803,24 +842,18 @@ def run_batch(
     >>> out.is_symlink(), sorted(p.name for p in out.resolve().iterdir())
     (True, ['manifest_headers.jsonl', 'manifests.parquet', 'packs.jsonl'])
     """
-    requests = prepare_requests(
-        requests,
+    settings = BatchSettings(
+        options=(options if options is not None else PackOptions()).at_time(),
         rank=rank,
-        manifests=manifests,
-        reserve=reserve,
-        overflow=overflow,
-        turns=turns,
-        start_on=start_on,
+        retrieval=retrieval if retrieval is not None else RetrievalSettings(),
     )
+    requests = prepare_requests(requests, rank=rank, manifests=manifests, options=settings.options)
     write = partial(
         _write_batch,
         store,
         requests,
-        profile=profile,
-        rank=rank,
-        as_of=as_of,
+        settings=settings,
         progress=progress,
-        retrieval=retrieval,
         manifests=manifests,
         workers=default_workers() if workers is None else _checked_workers(workers),
     )
@@ -837,20 +870,19 @@ def prepare_requests(
     *,
     rank: str = "learned",
     manifests: str = "parquet",
-    reserve: int = 0,
-    overflow: Literal["error", "truncate"] = "error",
-    turns: bool = False,
-    start_on: Literal["user"] | None = None,
+    options: PackOptions | None = None,
 ) -> list[Request]:
-    """Check a batch's settings and ids, and give each request the batch's pack options.
+    """Check a batch's settings and ids, and give each request its pack options.
 
-    What :func:`run_batch` does before packing (the options a request gives
-    itself win); an engine that packs elsewhere calls it first.
+    What :func:`run_batch` does before packing: each request's
+    :attr:`Request.options` are the batch's ``options`` with those the
+    request gives in their place; an engine that packs elsewhere calls it
+    first.
 
     Returns
     -------
     list of Request
-        The requests, in order, with the batch's defaults filled in.
+        The requests, in order, each carrying its options.
 
     Raises
     ------
@@ -862,8 +894,9 @@ def prepare_requests(
 
     Examples
     --------
-    >>> [r.reserve for r in prepare_requests(
-    ...     [Request(id="a", budget=100), Request(id="b", budget=100, reserve=5)], reserve=10)]
+    >>> [r.options.reserve for r in prepare_requests(
+    ...     [Request(id="a", budget=100), Request(id="b", budget=100, reserve=5)],
+    ...     options=PackOptions(reserve=10))]
     [10, 5]
     """
     if rank not in RANK_METHODS:
@@ -875,36 +908,15 @@ def prepare_requests(
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
         seen.add(request.id)
-    defaults = {"turns": turns, "start_on": start_on}
-    return [_with_defaults(r, reserve, overflow, defaults) for r in requests]
+    defaults = options if options is not None else PackOptions()
+    return [_with_options(r, r.over(defaults)) for r in requests]
 
 
-def _with_defaults(
-    request: Request,
-    reserve: int,
-    overflow: Literal["error", "truncate"],
-    conversation: dict[str, Any],
-) -> Request:
-    """``request`` with the batch's pack options where it gives none of its own.
-
-    ``conversation`` holds the batch's ``turns`` and ``start_on``.
-    """
-    update: dict[str, Any] = {
-        name: value
-        for name, value in conversation.items()
-        if name not in request.model_fields_set and value
-    }
-    if "reserve" not in request.model_fields_set and reserve:
-        if isinstance(reserve, bool) or not 0 <= reserve <= request.budget:
-            raise request.error(
-                f"the batch's reserve {reserve!r} is not a whole number of tokens from 0 to "
-                f"the request's budget ({request.budget})",
-                field="reserve",
-            )
-        update["reserve"] = reserve
-    if "overflow" not in request.model_fields_set and overflow != "error":
-        update["overflow"] = overflow
-    return request.model_copy(update=update) if update else request
+def _with_options(request: Request, options: PackOptions) -> Request:
+    """A copy of ``request`` carrying ``options`` (its file and line kept)."""
+    copy = request.model_copy()
+    copy._options = options
+    return copy
 
 
 def _write_batch(
@@ -913,11 +925,8 @@ def _write_batch(
     folder: Path,
     /,
     *,
-    profile: str | TokenProfile,
-    rank: RankMethod,
-    as_of: datetime | None,
+    settings: BatchSettings,
     progress: bool,
-    retrieval: RetrievalSettings | None,
     manifests: ManifestForm,
     workers: int,
 ) -> BatchStats:
@@ -930,16 +939,10 @@ def _write_batch(
     scope order.
     """
     started = time.perf_counter()
-    settings = BatchSettings(
-        profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
-        rank=rank,
-        as_of=(as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC),
-        retrieval=retrieval if retrieval is not None else RetrievalSettings(),
-    )
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     units = batch_units(requests)
     scopes = ScopeIndex(frame, units)
-    lineage = scopes.derived if rank in READS_LINEAGE else _no_lineage
+    lineage = scopes.derived if settings.rank in READS_LINEAGE else _no_lineage
     latencies: list[float] = []
     with (
         (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
@@ -1005,19 +1008,17 @@ class BatchSettings:
 
     Attributes
     ----------
-    profile
-        The token profile that costs items.
+    options
+        The batch's pack options, ``as_of`` fixed (the time of the requests
+        without their own): what each request's options start from.
     rank
         One of :data:`RANK_METHODS`.
-    as_of
-        The UTC time of the requests without their own ``as_of``.
     retrieval
         Model, fusion constant, neighbour weight and ranker file of the rank methods.
     """
 
-    profile: TokenProfile
+    options: PackOptions = field(default_factory=lambda: PackOptions().at_time())
     rank: RankMethod = "learned"
-    as_of: datetime = field(default_factory=lambda: datetime.now(UTC))
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
 
 
@@ -1054,12 +1055,12 @@ class PreparedScope:
     def pack(self, request: Request) -> PackScope:
         """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""
         if self._pack is None:
-            profile = self.settings.profile
+            profile = self.settings.options.profile
             self._pack = _packing(request, lambda: PackScope(self.df, profile=profile))
             _packing(request, self._pack.count_tokens)  # the scope's token costs, once
         return self._pack
 
-    def rank(self, request: Request, as_of: datetime) -> pl.Series | None:
+    def rank(self, request: Request, as_of: datetime | None) -> pl.Series | None:
         """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
 
         The same as the ``rank`` column of :func:`rank_request`'s frame;
@@ -1073,14 +1074,14 @@ class PreparedScope:
             self._ranks[key] = self._score(request, query, as_of)
         return self._ranks[key]
 
-    def _rank_key(self, request: Request, as_of: datetime) -> tuple[Any, ...] | None:
+    def _rank_key(self, request: Request, as_of: datetime | None) -> tuple[Any, ...] | None:
         """The key of the request's rank in the scope's ranks (``None``: not ranked)."""
         method = self.settings.rank
         query = request.query if request.query is not None and request.query.strip() else None
         if method != "recency" and (method == "none" or query is None):
             return None
         if method == "strategies":
-            return (query, request.budget - request.reserve, as_of)
+            return (query, request.budget - request.options.reserve, as_of)
         return (query,) if method != "recency" else ()
 
     def rank_all(self, requests: Sequence[Request]) -> None:
@@ -1116,7 +1117,7 @@ class PreparedScope:
             )
         return self._bm25
 
-    def _score(self, request: Request, query: str | None, as_of: datetime) -> pl.Series:
+    def _score(self, request: Request, query: str | None, as_of: datetime | None) -> pl.Series:
         if self.settings.rank == "bm25" and query is not None:
             docs, key = self._corpus()
             scores = bm25_scores(docs, query, cache_key=key)
@@ -1127,7 +1128,7 @@ class PreparedScope:
             self.settings.rank,
             store=self.store,
             retrieval=self.settings.retrieval,
-            profile=self.settings.profile,
+            profile=self.settings.options.profile,
             as_of=as_of,
         )
         return _packing(request, ranked.collect).get_column("rank")
@@ -1303,8 +1304,7 @@ def pack_scope(
     ...      "created_at": "2025-01-01T00:00:00Z"},
     ...     {"id": "b", "role": "user", "text": "the app crashes",
     ...      "created_at": "2025-01-02T00:00:00Z"}]))
-    >>> settings = BatchSettings(profile=get_profile("cl100k_base"), rank="bm25",
-    ...                          as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> settings = BatchSettings(PackOptions(as_of=datetime(2025, 6, 1, tzinfo=UTC)), "bm25")
     >>> result = pack_scope(store, [Request(id="r1", budget=12, query="invoice"),
     ...                             Request(id="r2", budget=12, query="crash")], settings)
     >>> result.packs.rows()
@@ -1353,19 +1353,9 @@ def pack_scope(
 
 def _outcome(prepared: PreparedScope, request: Request) -> PackOutcome:
     """One request's rank and selection over its prepared scope."""
-    when = request.as_of if request.as_of is not None else prepared.settings.as_of
+    options = request.options
     scope = prepared.pack(request)
-    rank = prepared.rank(request, when)
+    rank = prepared.rank(request, options.as_of)
     return _packing(
-        request,
-        lambda: scope.outcome(
-            request.budget,
-            as_of=when,
-            label=request.id,
-            reserve=request.reserve,
-            overflow=request.overflow,
-            turns=request.turns,
-            start_on=request.start_on,
-            rank=rank,
-        ),
+        request, lambda: scope.outcome(request.budget, options, label=request.id, rank=rank)
     )

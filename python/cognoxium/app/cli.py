@@ -87,6 +87,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
+    from cognoxium.packing.options import PackOptions
     from cognoxium.retrieval.scope import RetrievalSettings
 
 # The help of every command needs only Typer and Rich: the engine (Polars, Arrow,
@@ -397,6 +398,16 @@ def _retrieval(model: str, neighbours: float, ranker: Path | None = None) -> Ret
     )
 
 
+def _pack_options(**given: Any) -> PackOptions:
+    """The pack options of the command's flags (a bad value is a usage error)."""
+    from cognoxium.packing.options import PackOptions
+
+    try:
+        return PackOptions(**given)
+    except CognoxiumError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 _PROFILE_HELP = (
     f"Token profile: {', '.join(PROFILE_NAMES)}, an OpenAI model name (gpt-4o, gpt-4.1-mini, "
     "o3, gpt-4, gpt-3.5-turbo, ...) or huggingface:PATH of a tokenizer.json."
@@ -690,7 +701,14 @@ def pack_command(
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import read_items
 
-    when = _as_of(as_of)
+    options = _pack_options(
+        profile=profile,
+        as_of=_as_of(as_of),
+        reserve=reserve,
+        overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
+        turns=turns,
+        start_on="user" if start_on is StartOn.USER else None,
+    )
     retrieval = _retrieval(model, neighbours, ranker)
     runner: Callable[..., Any]
     if engine is Engine.RAY:
@@ -710,16 +728,11 @@ def pack_command(
         stats = runner(
             batch,
             out_dir=out,
-            profile=profile,
+            options=options,
             rank=rank.value,
-            as_of=when,
-            progress=progress and not (quiet or json_output),
             retrieval=retrieval,
-            reserve=reserve,
-            overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
             manifests=manifests.value,
-            turns=turns,
-            start_on="user" if start_on is StartOn.USER else None,
+            progress=progress and not (quiet or json_output),
         )
     except OSError as exc:
         _fail_io(exc, "write", out)

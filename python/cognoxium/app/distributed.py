@@ -66,7 +66,6 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -115,9 +114,9 @@ from cognoxium.items.io import read_items
 from cognoxium.items.predicate import parse_predicate
 from cognoxium.items.schema import POLARS_SCHEMA, conform, to_arrow
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter, RenderedManifests
+from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
 from cognoxium.retrieval.scope import RetrievalSettings
-from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
     "ENGINES",
@@ -423,23 +422,17 @@ def read_part(path: str | os.PathLike[str], wheres: Sequence[str | None]) -> Cog
 
 @dataclass(frozen=True, slots=True)
 class _Settings:
-    """What every unit packs with (the batch's settings, ``as_of`` resolved)."""
+    """What every unit packs with (the batch's settings, ``as_of`` fixed)."""
 
-    profile: str | TokenProfile
+    options: PackOptions
     rank: RankMethod
-    as_of: datetime
     retrieval: RetrievalSettings | None
     form: ManifestForm = "parquet"
 
     def batch(self) -> BatchSettings:
-        """The settings of :func:`~cognoxium.app.batch.pack_scope` (the profile loaded here)."""
-        profile = self.profile
-        return BatchSettings(
-            profile=profile if isinstance(profile, TokenProfile) else get_profile(profile),
-            rank=self.rank,
-            as_of=self.as_of,
-            retrieval=self.retrieval if self.retrieval is not None else RetrievalSettings(),
-        )
+        """The settings of :func:`~cognoxium.app.batch.pack_scope`."""
+        retrieval = self.retrieval if self.retrieval is not None else RetrievalSettings()
+        return BatchSettings(options=self.options, rank=self.rank, retrieval=retrieval)
 
 
 def _ipc(frame: pl.DataFrame) -> bytes:
@@ -854,15 +847,10 @@ def run_batch_ray(
     address: str | None = None,
     workers: int | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
-    profile: str | TokenProfile = "cl100k_base",
+    options: PackOptions | None = None,
     rank: RankMethod = "learned",
-    as_of: datetime | None = None,
     retrieval: RetrievalSettings | None = None,
-    reserve: int = 0,
-    overflow: Literal["error", "truncate"] = "error",
     manifests: ManifestForm = "parquet",
-    turns: bool = False,
-    start_on: Literal["user"] | None = None,
     progress: bool = False,
     quiet: bool = False,
 ) -> BatchStats:
@@ -898,9 +886,9 @@ def run_batch_ray(
         write-once shard files, renamed into place; see
         :class:`~cognoxium.retrieval.embeddings.EmbeddingCache`); ``None``:
         the workers' own setting.
-    profile, rank, as_of, retrieval, reserve, overflow, manifests, turns, start_on
-        As for :func:`~cognoxium.app.batch.run_batch`. ``as_of=None`` is
-        the driver's current time, read once.
+    options, rank, retrieval, manifests
+        As for :func:`~cognoxium.app.batch.run_batch`. An ``as_of`` of
+        ``None`` is the driver's current time, read once.
     progress
         Show Ray Data's progress bars on standard error.
     quiet
@@ -924,30 +912,19 @@ def run_batch_ray(
         :func:`~cognoxium.app.batch.run_batch` raises it; for a ``where``
         clause that fails over any store of the item schema (grammar,
         columns, types), before Ray starts.
-    ProfileError
-        If ``profile`` is unknown, before Ray starts.
     BudgetError, PlanError, OutputError, SchemaError, OSError
         As :func:`~cognoxium.app.batch.run_batch` raises them; nothing is
         committed.
     """
     ray = _ray()
     started = time.perf_counter()
-    prepared = prepare_requests(
-        requests,
-        rank=rank,
-        manifests=manifests,
-        reserve=reserve,
-        overflow=overflow,
-        turns=turns,
-        start_on=start_on,
-    )
-    when = (as_of if as_of is not None else datetime.now(UTC)).astimezone(UTC)
-    settings = _Settings(profile, rank, when, retrieval, manifests)
+    timed = (options if options is not None else PackOptions()).at_time()
+    prepared = prepare_requests(requests, rank=rank, manifests=manifests, options=timed)
+    settings = _Settings(timed, rank, retrieval, manifests)
     units = batch_units(prepared)
     source = os.path.abspath(store)
     _check_store(Path(source))  # refuse a bad store, clause or profile before starting Ray
     _check_wheres(prepared)
-    settings.batch()
     shared = None if cache_dir is None else os.path.abspath(cache_dir)
     with _ray_logs(quiet), _cluster(ray, address, workers, quiet), _quiet(ray, progress):
         rows = _results(ray, units, source, settings, workers=workers, cache_dir=shared)

@@ -74,6 +74,7 @@ from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import records_to_frame
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter, read_manifests
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest
 from cognoxium.retrieval.scope import RRF_K, RetrievalSettings
 
@@ -966,7 +967,7 @@ def run_locomo(
                 items,
                 requests,
                 out_dir=folder,
-                profile=profile,
+                options=PackOptions(profile=profile),
                 rank=method,
                 progress=progress,
                 retrieval=settings,
@@ -1064,7 +1065,7 @@ def _run_folds(
             items,
             mine,
             out_dir=out,
-            profile=profile,
+            options=PackOptions(profile=profile),
             rank="learned",
             retrieval=replace(settings, ranker=str(models[name])),
             commit=False,  # inside the run's directory, committed with it

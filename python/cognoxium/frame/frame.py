@@ -17,14 +17,14 @@ import html
 import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 import pyarrow as pa
 
+from cognoxium.engine.execute import checked_rows, lowered
 from cognoxium.engine.lowering import lower
 from cognoxium.engine.optimizer import OptFlags, optimize
 from cognoxium.engine.plan import (
@@ -55,7 +55,6 @@ from cognoxium.engine.plan import (
     format_plan,
     polars_error_text,
     rank_node,
-    rewrite,
     walk,
 )
 from cognoxium.exceptions import (
@@ -85,7 +84,6 @@ from cognoxium.items.schema import (
     PAYLOAD_COLUMNS,
     POLARS_SCHEMA,
     SCHEMA_VERSION,
-    check_items,
     conform,
     content_hash_expr,
     frame_to_items,
@@ -98,7 +96,9 @@ from cognoxium.items.schema import (
 from cognoxium.retrieval.ranking import half_life_seconds
 
 if TYPE_CHECKING:
+    from cognoxium.governance.policies import Policy
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
+    from cognoxium.packing.options import Overflow, PackOptions, StartOn
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
 
@@ -140,10 +140,6 @@ def _lazy_scan(lf: pl.LazyFrame) -> Scan:
     if all(name in names for name in COLUMNS):
         return Scan(source=LazySource(scan_lazy_items(lf)))
     return Scan(source=Source(conform(lf.collect())))
-
-
-_SCOPED_PACK_OPTIONS = frozenset({"label", "turns", "start_on", "policy"})
-"""The options of :meth:`CognitionFrame.pack` a pack over a kept scope takes."""
 
 
 def _to_frame(data: Any) -> pl.DataFrame:
@@ -1797,8 +1793,7 @@ class CognitionFrame:
         self, optimized: bool = True, *, optimizations: OptFlags | None = None
     ) -> pl.LazyFrame:
         """The plan as a Polars LazyFrame (optimized by our rules unless ``optimized=False``)."""
-        plan = self._optimized(optimizations) if optimized else self._plan
-        return lower(plan)
+        return lowered(self._plan, optimizations) if optimized else lower(self._plan)
 
     def collect(
         self, optimizations: OptFlags | None = None, *, engine: EngineType = "auto"
@@ -1857,19 +1852,6 @@ class CognitionFrame:
                 "back, or use with_columns instead of select to add columns"
             )
 
-    def _checked_rows(self, *, finite_rank: bool = True) -> pl.DataFrame:
-        """Run the plan; rows that a step may have made invalid are checked as readers check.
-
-        Only a plan that computes columns or joins in rows
-        (:func:`~cognoxium.engine.plan.changes_item_values`) pays for the
-        check; its rows come back as :func:`~cognoxium.items.schema.check_items`
-        gives them.
-        """
-        rows = self.collect()
-        if changes_item_values(self._plan):
-            return check_items(rows, finite_rank=finite_rank)
-        return rows
-
     def to_arrow(self) -> pa.Table:
         """Run the plan and export an Arrow table of the canonical schema (extra columns follow).
 
@@ -1892,7 +1874,7 @@ class CognitionFrame:
             If a row is not a valid item (naming its 0-based row index).
         """
         self._require_item_columns("to_items")
-        return frame_to_items(self._checked_rows())
+        return frame_to_items(checked_rows(self._plan))
 
     def to_records(self) -> list[dict[str, Any]]:
         """Run the plan and return JSON records (see :func:`~cognoxium.items.item_to_record`).
@@ -1913,7 +1895,7 @@ class CognitionFrame:
         ('a', 'hi', '2024-01-01T00:00:00Z')
         """
         self._require_item_columns("to_records")
-        return [item_to_record(item) for item in frame_to_items(self._checked_rows())]
+        return [item_to_record(item) for item in frame_to_items(checked_rows(self._plan))]
 
     def sink_parquet(self, path: str | os.PathLike[str]) -> None:
         """Run the plan and write its rows to one Parquet file, atomically.
@@ -1963,7 +1945,7 @@ class CognitionFrame:
                 "a file of items holding them: drop them, or select the item columns"
             )
         if items and changes_item_values(self._plan):
-            lf = self._checked_rows().lazy()
+            lf = checked_rows(self._plan).lazy()
         else:
             lf = self.lazy()
         version = {"cognoxium.schema_version": str(SCHEMA_VERSION)}
@@ -2034,21 +2016,25 @@ class CognitionFrame:
     def pack(
         self,
         budget: int,
+        options: PackOptions | None = None,
         *,
-        profile: str | TokenProfile = "cl100k_base",
+        label: str | None = None,
+        policy: Policy | Sequence[Policy] | None = None,
+        profile: str | TokenProfile | None = None,
         as_of: datetime | None = None,
-        reserve: int = 0,
-        overflow: Literal["error", "truncate"] = "error",
-        **kwargs: Any,
+        reserve: int | None = None,
+        overflow: Overflow | None = None,
+        turns: bool | None = None,
+        start_on: StartOn | None = None,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
 
-        Delegates to :func:`cognoxium.packing.packer.pack` (see it for the packing
-        rules, the manifest and the errors), passing any other keyword on
-        (``policy``, ``label``, ``turns``, ``start_on``, ...). A
-        :meth:`dedupe` step without its own ``as_of`` judges expiry at the
-        pack's ``as_of`` (read once, when it is ``None``): copies expired by
-        then are dropped before merging, as the pack would exclude them.
+        Packs with :func:`cognoxium.packing.planned.pack_plan` (see
+        :func:`cognoxium.packing.packer.pack` for the packing rules, the
+        manifest and the errors). A :meth:`dedupe` step without its own
+        ``as_of`` judges expiry at the pack's ``as_of`` (read once, when it
+        is ``None``): copies expired by then are dropped before merging, as
+        the pack would exclude them.
 
         A frame that is an in-memory table, or a rank of it (only
         :meth:`rank` steps over it), keeps, with its table, what packing
@@ -2065,18 +2051,22 @@ class CognitionFrame:
         ----------
         budget
             The token budget, in tokens.
-        profile
-            The token profile (a name or a TokenProfile).
-        as_of
-            The UTC time validity is evaluated at; give it for reproducible
-            manifests.
-        reserve
-            Tokens of the budget kept for the reply (0 to ``budget``): the
-            items fit in ``budget - reserve``.
-        overflow
-            ``"error"`` raises :class:`~cognoxium.exceptions.BudgetError`
-            when the required items alone exceed ``budget - reserve``;
-            ``"truncate"`` cuts their truncatable ones first.
+        options
+            How the pack is made (:class:`~cognoxium.packing.options.PackOptions`;
+            ``None``: the defaults).
+        label
+            Free text recorded in the manifest (a request id, for example).
+        policy
+            Policies checked over the candidates (see
+            :func:`~cognoxium.packing.packer.pack`).
+        profile, as_of, reserve, overflow, turns, start_on
+            Options in place of those of ``options`` when not ``None``: the
+            token profile (a name or a TokenProfile), the UTC time validity
+            is evaluated at (give it for reproducible manifests), the tokens
+            of the budget kept for the reply, ``"error"`` or ``"truncate"``
+            when the required items alone exceed ``budget - reserve``, whole
+            turns as packing units, and ``"user"`` to start on a user
+            message (see :class:`~cognoxium.packing.options.PackOptions`).
 
         Raises
         ------
@@ -2091,10 +2081,16 @@ class CognitionFrame:
             and a row is not a valid item, checked as the readers check
             (:func:`~cognoxium.items.schema.check_items`; a NaN rank is read
             as unranked), naming its 0-based row and the field.
+        PackError, BudgetError, PolicyError
+            As :func:`~cognoxium.packing.packer.pack`.
 
         Examples
         --------
         >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> from cognoxium.packing.options import PackOptions
+        >>> options = PackOptions(reserve=20, turns=True)
+        >>> cf.pack(100, options).ids, cf.pack(100, options, reserve=0).remaining_tokens
+        (['a'], 92)
         >>> cf.select("id", "role").pack(100)
         Traceback (most recent call last):
         ...
@@ -2102,48 +2098,19 @@ class CognitionFrame:
         ['payload_kind', ...]: select them back, or use with_columns instead of select to add
         columns
         """
-        from cognoxium.packing.packer import pack, pack_reusing
+        from cognoxium.packing.options import PackOptions
+        from cognoxium.packing.planned import pack_plan
 
         self._require_item_columns("pack")
-        scan = _ranked_scan(self._plan)
-        if (
-            scan is not None
-            and isinstance(scan.source, Source)
-            and kwargs.get("policy") is None
-            and set(kwargs) <= _SCOPED_PACK_OPTIONS
-        ):
-            # The rows of an in-memory source never change, and a rank only
-            # scores them: what packing finds from the rows alone is kept with
-            # the source (see pack_reusing), each rank's packs take their rank.
-            options = {k: v for k, v in kwargs.items() if k != "policy"}
-            rank = None if scan is self._plan else self.lazy().select("rank").collect()
-            return pack_reusing(
-                scan.source.cache,
-                self._wrap(scan).collect,
-                budget,
-                profile=profile,
-                as_of=as_of,
-                reserve=reserve,
-                overflow=overflow,
-                rank=None if rank is None else rank.to_series(),
-                **options,
-            )
-        frame = self
-        if as_of is None or (isinstance(as_of, datetime) and as_of.utcoffset() is not None):
-            # (pack words the error of a naive or mistyped as_of)
-            when = as_of if as_of is not None else datetime.now(UTC)
-            judged = rewrite(self._plan, lambda node: _judge_expiry(node, when))
-            if judged is not self._plan:
-                frame, as_of = self._wrap(judged), when
-        return pack(
-            frame._checked_rows(finite_rank=False),
-            budget,
+        given = (options if options is not None else PackOptions()).merged(
             profile=profile,
             as_of=as_of,
             reserve=reserve,
             overflow=overflow,
-            **kwargs,
+            turns=turns,
+            start_on=start_on,
         )
+        return pack_plan(self._plan, budget, given, label=label, policy=policy)
 
     def __repr__(self) -> str:
         """One line: the plan's root step, its number of steps and the output columns.
@@ -2190,24 +2157,6 @@ def _check_written_ranks(path: Path) -> None:
         rows = ranks.select(bad.arg_true()).to_series()
         if rows.len():
             raise RecordError(message, row=int(rows[0]), field=field)
-
-
-def _ranked_scan(plan: Node) -> Scan | None:
-    """The whole scan whose rows ``plan`` gives, as they are but for their rank, else None.
-
-    Rank nodes keep the rows, their order and every column but ``rank``; a
-    scan narrowed to some columns gives other rows than its source's.
-    """
-    while isinstance(plan, Rank):
-        plan = plan.input
-    return plan if isinstance(plan, Scan) and plan.columns is None else None
-
-
-def _judge_expiry(node: Node, as_of: datetime) -> Node:
-    """A dedupe that judges no expiry, made to judge it at ``as_of``; other nodes as they are."""
-    if isinstance(node, Dedupe) and node.as_of is None:
-        return replace(node, as_of=as_of)
-    return node
 
 
 class GroupBy:

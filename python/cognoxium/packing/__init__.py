@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         scan_manifests,
         summarize_manifests,
     )
+    from cognoxium.packing.options import PackOptions
     from cognoxium.packing.packer import (
         CHAT_ROLES,
         ContextPack,
@@ -41,6 +42,7 @@ else:
                 "scan_manifests",
                 "summarize_manifests",
             ],
+            "cognoxium.packing.options": ["PackOptions"],
             "cognoxium.packing.packer": [
                 "CHAT_ROLES",
                 "ContextPack",
@@ -70,6 +72,7 @@ __all__ = [
     "ManifestWriter",
     "MergeRecord",
     "PackManifest",
+    "PackOptions",
     "PackOutcome",
     "PackScope",
     "PolicyOutcome",

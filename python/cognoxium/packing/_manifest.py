@@ -31,7 +31,7 @@ from cognoxium._columns import (
     UNREDACTED,
 )
 from cognoxium.items.model import canonical_json
-from cognoxium.packing._checks import Request
+from cognoxium.packing._checks import PackCall
 from cognoxium.packing._exclusions import quarantine_expr
 from cognoxium.packing._model import (
     ENTRY_SCHEMA,
@@ -182,7 +182,7 @@ def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
 
 def manifest_header(
     basis: ManifestBasis,
-    request: Request,
+    call: PackCall,
     decisions: Decisions,
     label: str | None,
     rank: pl.Series,
@@ -197,13 +197,13 @@ def manifest_header(
     used = decisions.used_tokens
     return PackManifest(
         label=label,
-        budget=request.budget,
+        budget=call.budget,
         used_tokens=used,
-        remaining_tokens=request.item_budget - used,
+        remaining_tokens=call.item_budget - used,
         pack_overhead_tokens=decisions.pack_overhead,
-        as_of=request.as_of,
-        profile=request.profile.name,
-        fingerprints=_fingerprints(basis, request, rank),
+        as_of=call.as_of,
+        profile=call.profile.name,
+        fingerprints=_fingerprints(basis, call, rank),
         totals=_totals(basis, decisions),
         policies=[{"name": p.name, "fingerprint": p.fingerprint} for p in basis.review.policies],
         policy_outcomes=policy_outcomes(
@@ -213,10 +213,10 @@ def manifest_header(
         lineage=lineage,
         merge_rules=basis.merge_rules,
         unredacted=basis.unredacted,
-        reserve_tokens=request.reserve,
-        overflow=request.overflow,
+        reserve_tokens=call.options.reserve,
+        overflow=call.options.overflow,
         truncations=list(truncations),
-        estimated=request.profile.estimated,
+        estimated=call.profile.estimated,
     )
 
 
@@ -462,19 +462,19 @@ def _utf8_bytes(column: pl.Series) -> memoryview:
     return memoryview(data)[first:last]
 
 
-def _fingerprints(basis: ManifestBasis, request: Request, rank: pl.Series) -> dict[str, str]:
+def _fingerprints(basis: ManifestBasis, call: PackCall, rank: pl.Series) -> dict[str, str]:
     """sha256 hex of the settings, the token profile, the input and the plugins."""
     return {
         "settings": _settings_fingerprint(
-            request.as_of.isoformat(),
-            request.budget,
-            request.profile.name,
-            request.reserve,
-            request.overflow,
-            request.turns,
-            request.start_on,
+            call.as_of.isoformat(),
+            call.budget,
+            call.profile.name,
+            call.options.reserve,
+            call.options.overflow,
+            call.options.turns,
+            call.options.start_on,
         ),
-        "profile": request.profile.fingerprint,
+        "profile": call.profile.fingerprint,
         "input": basis.hasher.digest(rank),
         "plugins": basis.plugins,
     }

@@ -75,7 +75,7 @@ from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.schema import check_content_hashes
-from cognoxium.packing._checks import Overflow, Request, check_frame, check_options, check_rank
+from cognoxium.packing._checks import PackCall, check_call, check_frame, check_rank
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
@@ -110,6 +110,7 @@ from cognoxium.packing._selection import (
 )
 from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
 from cognoxium.packing._units import Units, form_units
+from cognoxium.packing.options import Overflow, PackOptions, StartOn
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
@@ -142,15 +143,16 @@ _VALIDITY_TIMES = ("created_at", "valid_from", "expires_at")
 def pack(
     df: pl.DataFrame,
     budget: int,
+    options: PackOptions | None = None,
     *,
-    profile: str | TokenProfile = "cl100k_base",
-    as_of: datetime | None = None,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
-    reserve: int = 0,
-    overflow: Overflow = "error",
-    turns: bool = False,
-    start_on: str | None = None,
+    profile: str | TokenProfile | None = None,
+    as_of: datetime | None = None,
+    reserve: int | None = None,
+    overflow: Overflow | None = None,
+    turns: bool | None = None,
+    start_on: StartOn | None = None,
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -161,12 +163,10 @@ def pack(
         input (conversational) order.
     budget
         The token budget, in tokens (>= 0).
-    profile
-        A :class:`~cognoxium.tokens.profiles.TokenProfile` or the name of a built-in one.
-    as_of
-        UTC time at which validity is evaluated (items created or valid from
-        after it, or expired by it, are excluded); defaults to now, which is
-        not reproducible: give it for byte-identical manifests.
+    options
+        How the pack is made (:class:`~cognoxium.packing.options.PackOptions`;
+        ``None``: the defaults). The keywords ``profile`` to ``start_on``
+        below, when not ``None``, replace the option of their name.
     label
         Free text recorded in the manifest (a request id, for example).
     policy
@@ -175,29 +175,21 @@ def pack(
         ``policy``), render them as ``user`` messages or as delimited data
         (costed as rendered), or fail the pack. Their outcomes and
         fingerprints go to the manifest.
-    reserve
-        Tokens kept for the reply, from 0 to ``budget``: the items fit in
-        ``budget - reserve`` tokens. Recorded in the manifest
-        (``reserve_tokens``).
-    overflow
-        What happens when the required items alone exceed ``budget -
-        reserve``: ``"error"`` (default) raises
-        :class:`~cognoxium.exceptions.BudgetError`; ``"truncate"`` cuts the
-        required truncatable items (the one considered last first, each down
-        to its ``min_tokens``) and raises only if they still do not fit.
-    turns
-        Pack whole turns: a ``user`` message and the ``assistant`` and
-        ``tool`` messages after it, up to the next ``user`` message, are one
-        unit (with any group they share a row with), kept or dropped
-        together; its tier is its strongest member retention. System,
-        developer, document and memory items stay units of their own.
-    start_on
-        ``"user"``: after the leading system block (``system`` and
-        ``developer`` messages) the pack starts on a message sent with the
-        ``user`` role (a user, document or memory item); selected units
-        before it are dropped with reason ``before_first_user`` and the
-        selection goes on without them. ``None`` (the default): no such rule.
-        Both options enter the settings fingerprint when set.
+    profile, as_of, reserve, overflow, turns, start_on
+        Options in place of those of ``options`` (see
+        :class:`~cognoxium.packing.options.PackOptions`): the token profile,
+        the UTC time validity is evaluated at (items created or valid from
+        after it, or expired by it, are excluded; ``None`` in both means now,
+        which is not reproducible: give it for byte-identical manifests),
+        the tokens kept for the reply (the items fit in ``budget -
+        reserve``), what happens when the required items alone do not fit
+        (``"error"`` or ``"truncate"``), whole turns as packing units (a
+        ``user`` message with the ``assistant`` and ``tool`` messages that
+        answer it; system, developer, document and memory items stay units
+        of their own), and ``"user"`` to start the pack, after its system
+        block, on a message sent with the ``user`` role (units before it are
+        dropped with reason ``before_first_user``). ``turns`` and
+        ``start_on`` enter the settings fingerprint when set.
 
     Returns
     -------
@@ -273,32 +265,27 @@ def pack(
     (['sys', 'q2', 'a2'],
      {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
     """
-    request = check_options(
-        budget,
-        profile,
-        as_of,
+    given = (options if options is not None else PackOptions()).merged(
+        profile=profile,
+        as_of=as_of,
         reserve=reserve,
         overflow=overflow,
         turns=turns,
         start_on=start_on,
     )
-    scope = PackScope(df, profile=request.profile, policy=policy)
+    call = check_call(budget, given)
+    scope = PackScope(df, profile=call.profile, policy=policy)
     check_content_hashes(df)  # token counts are cached by content hash
-    return scope.pack_checked(request, label)
+    return scope.pack_checked(call, label)
 
 
 def pack_reusing(
     scopes: MutableMapping[str, Any],
     rows: Callable[[], pl.DataFrame],
     budget: int,
+    options: PackOptions,
     *,
-    profile: str | TokenProfile = "cl100k_base",
-    as_of: datetime | None = None,
     label: str | None = None,
-    reserve: int = 0,
-    overflow: Overflow = "error",
-    turns: bool = False,
-    start_on: str | None = None,
     rank: pl.Series | None = None,
 ) -> ContextPack:
     """:func:`pack` without policies over rows that never change, keeping their :class:`PackScope`.
@@ -320,7 +307,7 @@ def pack_reusing(
     rows
         Returns the items, ``n`` rows in the canonical schema, in input
         order; called only when no scope is kept for the profile.
-    budget, profile, as_of, label, reserve, overflow, turns, start_on
+    budget, options, label
         As for :func:`pack`.
     rank
         ``(n,)``: the rows' rank for this pack, cast to Float64, in place of
@@ -346,33 +333,25 @@ def pack_reusing(
     ...     "id": ["a", "b"], "role": ["user"] * 2, "text": ["refund policy", "word " * 40],
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 2}))
     >>> kept: dict[str, object] = {}
-    >>> when = datetime(2024, 6, 1, tzinfo=UTC)
-    >>> first = pack_reusing(kept, lambda: df, 20, as_of=when)
-    >>> again = pack_reusing(kept, lambda: df, 20, as_of=when)
-    >>> alone = pack(df, 20, as_of=when)
+    >>> options = PackOptions(as_of=datetime(2024, 6, 1, tzinfo=UTC))
+    >>> first = pack_reusing(kept, lambda: df, 20, options)
+    >>> again = pack_reusing(kept, lambda: df, 20, options)
+    >>> alone = pack(df, 20, options)
     >>> first.ids, len(kept), again.manifest.to_json() == alone.manifest.to_json()
     (['a'], 1, True)
     >>> rank = pl.Series([0.0, 1.0])
-    >>> ranked = pack_reusing(kept, lambda: df, 50, as_of=when, rank=rank)
-    >>> alone = pack(df.with_columns(rank=rank), 50, as_of=when)
+    >>> ranked = pack_reusing(kept, lambda: df, 50, options, rank=rank)
+    >>> alone = pack(df.with_columns(rank=rank), 50, options)
     >>> ranked.ids, len(kept), ranked.manifest.to_json() == alone.manifest.to_json()
     (['b'], 1, True)
     """
-    request = check_options(
-        budget,
-        profile,
-        as_of,
-        reserve=reserve,
-        overflow=overflow,
-        turns=turns,
-        start_on=start_on,
-    )
-    key = f"pack_scope:{request.profile.fingerprint}"
+    call = check_call(budget, options)
+    key = f"pack_scope:{call.profile.fingerprint}"
     scope = scopes.get(key)
     if not isinstance(scope, PackScope):
-        scope = PackScope(rows(), profile=request.profile)
+        scope = PackScope(rows(), profile=call.profile)
         scopes[key] = scope
-    return scope.pack_checked(request, label, rank)
+    return scope.pack_checked(call, label, rank)
 
 
 _AHEAD_ROWS = 16_384
@@ -424,9 +403,9 @@ class PackScope:
     ...     "text": ["refund policy", "shipping times", "word " * 40],
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 3}))
     >>> scope = PackScope(df)
-    >>> when = datetime(2024, 6, 1, tzinfo=UTC)
-    >>> first = scope.outcome(50, as_of=when, rank=pl.Series([1.0, 2.0, 3.0]))
-    >>> second = scope.outcome(50, as_of=when, rank=pl.Series([3.0, 2.0, 1.0]))
+    >>> options = PackOptions(as_of=datetime(2024, 6, 1, tzinfo=UTC))
+    >>> first = scope.outcome(50, options, rank=pl.Series([1.0, 2.0, 3.0]))
+    >>> second = scope.outcome(50, options, rank=pl.Series([3.0, 2.0, 1.0]))
     >>> first.ids, first.used_tokens, second.ids, second.used_tokens
     (['c'], 48, ['a', 'b'], 15)
     >>> entries = scope.entries([first, second])
@@ -502,7 +481,7 @@ class PackScope:
 
     def _queue(
         self,
-        request: Request,
+        call: PackCall,
         rows: Exclusions,
         units: Units,
         rank: pl.Series | None,
@@ -513,7 +492,7 @@ class PackScope:
             return order_units(
                 self.df, rows, units, self._lowered, rank, self._id_order, costs.cost
             )
-        key = (self._validity_span(request.as_of), request.turns)
+        key = (self._validity_span(call.as_of), call.options.turns)
         queue = self._queues.get(key)
         if queue is None:
             own = self.df.get_column("rank")
@@ -523,27 +502,27 @@ class PackScope:
             self._queues[key] = queue
         return queue
 
-    def _exclusions(self, request: Request) -> tuple[Exclusions, Units]:
+    def _exclusions(self, call: PackCall) -> tuple[Exclusions, Units]:
         """The rows' exclusions at the request's ``as_of`` and its packing units (cached).
 
         Exclusions are kept per span of ``as_of`` between validity changes
         (they are equal within one), so packs at ever new times (``as_of``
         now) reuse them while no row's validity changes.
         """
-        span = self._validity_span(request.as_of)
+        span = self._validity_span(call.as_of)
         rows = self._rows.get(span)
         if rows is None:
             if len(self._rows) >= _AS_OF_KEPT:  # packs over many spans keep few
                 self._rows.clear()
                 self._groups.clear()
                 self._queues.clear()
-            rows = self._rows[span] = find_exclusions(self.df, request.as_of, self.review)
-        units = self._units.get(request.turns)
+            rows = self._rows[span] = find_exclusions(self.df, call.as_of, self.review)
+        units = self._units.get(call.options.turns)
         if units is None:
-            units = self._units[request.turns] = form_units(
-                self.df, rows.grouped, turns=request.turns
+            units = self._units[call.options.turns] = form_units(
+                self.df, rows.grouped, turns=call.options.turns
             )
-        key = (span, request.turns)
+        key = (span, call.options.turns)
         whole = self._groups.get(key)
         if whole is None:
             whole = self._groups[key] = exclude_incomplete_groups(self.df, rows, units)
@@ -582,21 +561,20 @@ class PackScope:
     def outcome(
         self,
         budget: int,
+        options: PackOptions | None = None,
         *,
-        as_of: datetime | None = None,
         label: str | None = None,
-        reserve: int = 0,
-        overflow: Overflow = "error",
-        turns: bool = False,
-        start_on: str | None = None,
         rank: pl.Series | None = None,
     ) -> PackOutcome:
         """Select the rows of one pack: what :func:`pack` decides, without building the pack.
 
         Parameters
         ----------
-        budget, as_of, label, reserve, overflow, turns, start_on
+        budget, label
             As for :func:`pack`.
+        options
+            As for :func:`pack`, with the scope's token profile (``None``:
+            the defaults with that profile).
         rank
             ``(n,)`` Float64: the rows' rank for this pack, in place of the
             frame's ``rank`` column (``None``: that column).
@@ -609,23 +587,26 @@ class PackScope:
         Raises
         ------
         BudgetError, PackError, RecordError, PolicyError
-            As :func:`pack`; a ``rank`` of the wrong length is a PackError.
+            As :func:`pack`; a ``rank`` of the wrong length, or options of
+            another token profile, is a PackError.
         """
-        request = check_options(
-            budget,
-            self.profile,
-            as_of,
-            reserve=reserve,
-            overflow=overflow,
-            turns=turns,
-            start_on=start_on,
-        )
-        return self.outcome_checked(request, label, rank)
+        return self.outcome_checked(self._call(budget, options), label, rank)
+
+    def _call(self, budget: int, options: PackOptions | None) -> PackCall:
+        """``budget`` and ``options`` checked, for a pack over this scope."""
+        if options is None:
+            options = PackOptions(profile=self.profile)
+        elif getattr(options.profile, "fingerprint", None) != self.profile.fingerprint:
+            raise PackError(
+                f"the options' token profile {getattr(options.profile, 'name', '?')!r} is not "
+                f"the scope's ({self.profile.name!r}): a scope costs its rows with one profile"
+            )
+        return check_call(budget, options)
 
     def outcome_checked(
-        self, request: Request, label: str | None, rank: pl.Series | None = None
+        self, call: PackCall, label: str | None, rank: pl.Series | None = None
     ) -> PackOutcome:
-        """:meth:`outcome` for a request checked by ``check_options``."""
+        """:meth:`outcome` for a budget and options checked by ``check_call``."""
         df = self.df
         if rank is not None:
             if len(rank) != df.height:
@@ -633,17 +614,17 @@ class PackScope:
             if rank.dtype != pl.Float64 or rank.name != "rank":
                 rank = rank.cast(pl.Float64).alias("rank")
             check_rank(rank, df.get_column("id"))
-        rows, units = self._exclusions(request)
-        costs = self._costs(units, request.turns)
-        queue = self._queue(request, rows, units, rank, costs)
+        rows, units = self._exclusions(call)
+        costs = self._costs(units, call.options.turns)
+        queue = self._queue(call, rows, units, rank, costs)
         if rank is None:
             rank = df.get_column("rank")
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        select = partial(_select, df.get_column("id"), costs, request, cutter)
+        select = partial(_select, df.get_column("id"), costs, call, cutter)
         included = select(queue)
-        if request.start_on == "user":
+        if call.options.start_on == "user":
             included, rows = start_on_user(df, rows, units, queue, included, select)
         decisions = decide_rows(rows, units, included, costs)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
@@ -653,9 +634,9 @@ class PackScope:
             _check_tool_results(df, decisions.selected, messages)
         linked = self._basis.linked or truncations
         lineage = lineage_edges(sent.frame).to_dicts() if linked else []
-        header = manifest_header(self._basis, request, decisions, label, rank, lineage, truncations)
+        header = manifest_header(self._basis, call, decisions, label, rank, lineage, truncations)
         return PackOutcome(
-            request=request,
+            call=call,
             decisions=decisions,
             rank=rank,
             truncations=tuple(truncations),
@@ -727,35 +708,22 @@ class PackScope:
     def pack(
         self,
         budget: int,
+        options: PackOptions | None = None,
         *,
-        as_of: datetime | None = None,
         label: str | None = None,
-        reserve: int = 0,
-        overflow: Overflow = "error",
-        turns: bool = False,
-        start_on: str | None = None,
         rank: pl.Series | None = None,
     ) -> ContextPack:
         """Pack one request over this scope: :func:`pack` with ``rank`` as the rank column.
 
         Parameters and errors are those of :meth:`outcome`.
         """
-        request = check_options(
-            budget,
-            self.profile,
-            as_of,
-            reserve=reserve,
-            overflow=overflow,
-            turns=turns,
-            start_on=start_on,
-        )
-        return self.pack_checked(request, label, rank)
+        return self.pack_checked(self._call(budget, options), label, rank)
 
     def pack_checked(
-        self, request: Request, label: str | None, rank: pl.Series | None = None
+        self, call: PackCall, label: str | None, rank: pl.Series | None = None
     ) -> ContextPack:
-        """:meth:`pack` for a request checked by ``check_options``."""
-        outcome = self.outcome_checked(request, label, rank)
+        """:meth:`pack` for a budget and options checked by ``check_call``."""
+        outcome = self.outcome_checked(call, label, rank)
         manifest = outcome.manifest
         manifest._entries = self.entries([outcome])
         used = outcome.decisions.used_tokens
@@ -763,8 +731,8 @@ class PackScope:
             frame=outcome.frame,
             messages=outcome.messages,
             used_tokens=used,
-            remaining_tokens=request.item_budget - used,
-            budget=request.budget,
+            remaining_tokens=call.item_budget - used,
+            budget=call.budget,
             manifest=manifest,
         )
 
@@ -818,8 +786,8 @@ class PackOutcome:
 
     Attributes
     ----------
-    request
-        The checked request (budget and reserve in tokens, profile, UTC ``as_of``).
+    call
+        The checked budget and options (budget and reserve in tokens, profile, UTC ``as_of``).
     decisions
         Every row's decision, reason, tokens and pack position (``(n,)`` arrays).
     rank
@@ -832,7 +800,7 @@ class PackOutcome:
         The scope packed.
     """
 
-    request: Request
+    call: PackCall
     decisions: Decisions
     rank: pl.Series
     truncations: tuple[TruncationRecord, ...]
@@ -865,19 +833,19 @@ class PackOutcome:
 
 
 def _select(
-    ids: pl.Series, costs: UnitCosts, request: Request, cutter: Cutter | None, queue: Queue
+    ids: pl.Series, costs: UnitCosts, call: PackCall, cutter: Cutter | None, queue: Queue
 ) -> np.ndarray:
     """Select the units of ``queue`` under the items' budget; a BudgetError names the reserve."""
     try:
-        return select_units(ids, costs, queue, request.item_budget, cutter, request.overflow)
+        return select_units(ids, costs, queue, call.item_budget, cutter, call.options.overflow)
     except BudgetError as error:
-        if not request.reserve:
+        if not call.options.reserve:
             raise
         raise BudgetError(
-            f"{error} (the budget {request.budget} less the reply reserve {request.reserve})",
+            f"{error} (the budget {call.budget} less the reply reserve {call.options.reserve})",
             costs=error.costs,
             budget=error.budget,
-            params={"reserve": request.reserve},
+            params={"reserve": call.options.reserve},
         ) from None
 
 

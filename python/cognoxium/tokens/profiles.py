@@ -545,6 +545,17 @@ class TokenProfile:
         init=False, repr=False, default_factory=dict
     )
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickle a built-in profile by its name, so it crosses a process as a few bytes.
+
+        The profile :func:`get_profile` keeps under this name is rebuilt by
+        that name on the other side (one object per process, as on this
+        one); any other profile pickles whole, with its ranks.
+        """
+        if _PROFILES.get(self.name) is self:
+            return (get_profile, (self.name,))
+        return object.__reduce_ex__(self, protocol)
+
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"a token profile needs a non-empty name, got {self.name!r}")

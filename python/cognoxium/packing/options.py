@@ -1,0 +1,230 @@
+"""How a pack is made: :class:`PackOptions`, one frozen object checked once.
+
+Every edge that packs (:meth:`CognitionFrame.pack
+<cognoxium.frame.CognitionFrame.pack>`, :func:`cognoxium.packing.packer.pack`,
+a batch request, the command line, the Ray engine) builds one
+:class:`PackOptions` and passes it unchanged to the packing kernel, which
+pairs it with a token budget (:func:`check_budget`). The budget is not an
+option: it is what every call sets, while the options are what a batch of
+calls shares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import numpy as np
+
+from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.items._checks import MAX_INT
+from cognoxium.tokens.profiles import TokenProfile, get_profile
+
+__all__ = [
+    "OPTION_NAMES",
+    "OVERFLOW_MODES",
+    "START_ON",
+    "Overflow",
+    "PackOptions",
+    "StartOn",
+    "check_budget",
+]
+
+Overflow = Literal["error", "truncate"]
+OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
+"""What a pack does when its required items alone exceed the budget."""
+
+StartOn = Literal["user"]
+START_ON: tuple[StartOn, ...] = ("user",)
+"""The values ``start_on`` takes besides ``None``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackOptions:
+    """The options of a pack, checked when made; frozen and hashable.
+
+    Parameters
+    ----------
+    reserve
+        Tokens of the budget kept for the reply: a whole number >= 0, at
+        most the budget of each pack it is used with; the items fit in
+        ``budget - reserve``. Recorded in the manifest (``reserve_tokens``).
+    profile
+        A :class:`~cognoxium.tokens.profiles.TokenProfile` or the name of
+        one (see :func:`~cognoxium.tokens.profiles.get_profile`); held
+        resolved.
+    as_of
+        The time (timezone-aware, held in UTC) at which validity and expiry
+        are evaluated; ``None`` means the time of each pack, read once when
+        it starts, which is not reproducible: give it for byte-identical
+        manifests.
+    overflow
+        What happens when the required items alone exceed ``budget -
+        reserve``: ``"error"`` raises
+        :class:`~cognoxium.exceptions.BudgetError`; ``"truncate"`` cuts the
+        required truncatable items (the one considered last first, each down
+        to its ``min_tokens``) and raises only if they still do not fit.
+    turns
+        Pack whole turns: a ``user`` message and the ``assistant`` and
+        ``tool`` messages after it, up to the next ``user`` message, are one
+        unit, kept or dropped together.
+    start_on
+        ``"user"``: after the leading system block the pack starts on a
+        message sent with the ``user`` role; ``None``: no such rule.
+
+    Raises
+    ------
+    PackError
+        If ``reserve`` is not a whole number >= 0 (``bool`` is refused),
+        ``overflow`` is not one of :data:`OVERFLOW_MODES`, ``turns`` is not a
+        bool, ``start_on`` is not ``None`` or one of :data:`START_ON`, or
+        ``as_of`` is not a ``datetime`` (ISO text included) or is naive.
+        The checks run in this order, so the same bad options always fail
+        with the same error.
+    ProfileError
+        If ``profile`` names no token profile.
+
+    Examples
+    --------
+    >>> from datetime import UTC, datetime
+    >>> options = PackOptions(reserve=64, as_of=datetime(2025, 1, 1, tzinfo=UTC), turns=True)
+    >>> options.profile.name, options.reserve, options.turns
+    ('cl100k_base', 64, True)
+    >>> options.merged(reserve=None, start_on="user").start_on
+    'user'
+    >>> PackOptions(overflow="drop")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PackError: overflow must be one of ['error', 'truncate'], got 'drop'
+    """
+
+    reserve: int = 0
+    profile: TokenProfile | str = "cl100k_base"
+    as_of: datetime | None = None
+    overflow: Overflow = "error"
+    turns: bool = False
+    start_on: StartOn | None = None
+
+    def __post_init__(self) -> None:
+        reserve = self.reserve
+        if isinstance(reserve, bool) or not isinstance(reserve, int | np.integer) or reserve < 0:
+            raise PackError(
+                f"reserve must be a whole number of tokens >= 0, got {reserve!r}",
+                params={"reserve": repr(reserve)},
+            )
+        if self.overflow not in OVERFLOW_MODES:
+            raise PackError(
+                f"overflow must be one of {list(OVERFLOW_MODES)}, got {self.overflow!r}"
+            )
+        if not isinstance(self.turns, bool):
+            raise PackError(f"turns must be True or False, got {self.turns!r}")
+        if self.start_on is not None and self.start_on not in START_ON:
+            raise PackError(
+                f"start_on must be None or one of {list(START_ON)}, got {self.start_on!r}; "
+                "'user' makes the pack start on a user message after its system block"
+            )
+        profile: str | TokenProfile = self.profile
+        set_field = object.__setattr__
+        set_field(self, "reserve", int(reserve))
+        if not isinstance(profile, TokenProfile):
+            set_field(self, "profile", get_profile(profile))
+        set_field(self, "as_of", None if self.as_of is None else _as_utc(self.as_of))
+
+    def __repr__(self) -> str:
+        profile = getattr(self.profile, "name", self.profile)
+        return (
+            f"PackOptions(reserve={self.reserve}, profile={profile!r}, as_of={self.as_of!r}, "
+            f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r})"
+        )
+
+    def merged(self, **given: Any) -> PackOptions:
+        """These options with the ``given`` ones that are not ``None`` in their place.
+
+        Raises
+        ------
+        PackError
+            If a name is not an option, or a value is bad (see above).
+        """
+        unknown = sorted(set(given) - set(OPTION_NAMES))
+        if unknown:
+            raise PackError(f"{unknown} are not pack options; the options are {list(OPTION_NAMES)}")
+        changes = {name: value for name, value in given.items() if value is not None}
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def at_time(self) -> PackOptions:
+        """These options with ``as_of`` fixed: the current UTC time when it is ``None``."""
+        if self.as_of is not None:
+            return self
+        return dataclasses.replace(self, as_of=datetime.now(UTC))
+
+
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(PackOptions))
+"""The names of the pack options, in field order."""
+
+
+def check_budget(budget: object, options: PackOptions) -> int:
+    """The token budget of a pack with ``options``, checked against them.
+
+    Parameters
+    ----------
+    budget
+        A whole number of tokens from 0 to 2**63 - 1 (``bool`` is refused).
+    options
+        The pack's options; their ``reserve`` must not exceed the budget.
+
+    Returns
+    -------
+    int
+        The budget.
+
+    Raises
+    ------
+    PackError
+        If ``budget`` is not a whole number from 0 to 2**63 - 1.
+    BudgetError
+        If ``options.reserve`` exceeds the budget (code
+        ``budget.reserve_invalid``; its ``costs`` is empty).
+
+    Examples
+    --------
+    >>> check_budget(100, PackOptions(reserve=10))
+    100
+    >>> check_budget(5, PackOptions(reserve=10))
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.BudgetError: reserve must be ... from 0 to the budget (5), got 10: ...
+    """
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, int | np.integer)
+        or not 0 <= budget <= MAX_INT
+    ):
+        raise PackError(
+            f"budget must be a whole number of tokens from 0 to 2**63 - 1 ({MAX_INT}), "
+            f"got {budget!r}",
+            params={"budget": budget if isinstance(budget, int) else repr(budget)},
+        )
+    if options.reserve > budget:
+        raise BudgetError(
+            f"reserve must be a whole number of tokens from 0 to the budget ({budget}), "
+            f"got {options.reserve}: the reply reserve is taken out of the budget",
+            costs={},
+            budget=int(budget),
+            code="budget.reserve_invalid",
+            params={"reserve": options.reserve},
+        )
+    return int(budget)
+
+
+def _as_utc(value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise PackError(
+            f"as_of must be a timezone-aware datetime (UTC) or None, got {type(value).__name__} "
+            f"{value!r}; for ISO 8601 text use datetime.fromisoformat(text)",
+            params={"as_of": repr(value)},
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise PackError("as_of must be timezone-aware (UTC)")
+    return value.astimezone(UTC)
