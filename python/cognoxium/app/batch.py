@@ -538,6 +538,7 @@ def scope_rows(store: CognitionFrame, request: Request) -> pl.DataFrame:
 
     Examples
     --------
+    >>> from datetime import UTC
     >>> from cognoxium.items.schema import records_to_frame
     >>> store = CognitionFrame(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "hi"},
@@ -823,6 +824,7 @@ def run_batch(
     Examples
     --------
     >>> import tempfile, json, pathlib
+    >>> from datetime import UTC
     >>> from cognoxium.items.schema import records_to_frame
     >>> store = records_to_frame([
     ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
@@ -1188,11 +1190,11 @@ class ScopeResult:
 
         Examples
         --------
+        >>> from datetime import UTC
         >>> from cognoxium.items.schema import records_to_frame
         >>> store = CognitionFrame(records_to_frame([{"id": "a", "role": "user", "text": "hi",
         ...                                           "created_at": "2025-01-01T00:00:00Z"}]))
-        >>> settings = BatchSettings(profile=get_profile("cl100k_base"), rank="none",
-        ...                          as_of=datetime(2025, 6, 1, tzinfo=UTC))
+        >>> settings = BatchSettings(PackOptions(as_of=datetime(2025, 6, 1, tzinfo=UTC)), "none")
         >>> result = pack_scope(store, [Request(id=f"r{b}", budget=b) for b in (4, 40)],
         ...                     settings)
         >>> part = result.take(1, 2)
@@ -1298,6 +1300,7 @@ def pack_scope(
 
     Examples
     --------
+    >>> from datetime import UTC
     >>> from cognoxium.items.schema import records_to_frame
     >>> store = CognitionFrame(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "my invoice is wrong",

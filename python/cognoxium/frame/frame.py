@@ -11,8 +11,6 @@ Polars LazyFrame.
 
 from __future__ import annotations
 
-import difflib
-import functools
 import html
 import importlib.util
 import os
@@ -24,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 import pyarrow as pa
 
+from cognoxium.engine import arguments
 from cognoxium.engine.execute import checked_rows, lowered
 from cognoxium.engine.lowering import lower
 from cognoxium.engine.optimizer import OptFlags, optimize
@@ -57,6 +56,7 @@ from cognoxium.engine.plan import (
     rank_node,
     walk,
 )
+from cognoxium.engine.predicates import row_predicate, sql_predicate
 from cognoxium.exceptions import (
     CognoxiumError,
     DependencyError,
@@ -66,12 +66,6 @@ from cognoxium.exceptions import (
 )
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
-from cognoxium.items.predicate import (
-    comparable_types,
-    describe_type,
-    parse_predicate,
-    value_dtype,
-)
 from cognoxium.items.scan import (
     ScanRead,
     atomic_path,
@@ -81,11 +75,9 @@ from cognoxium.items.scan import (
 )
 from cognoxium.items.schema import (
     COLUMNS,
-    PAYLOAD_COLUMNS,
     POLARS_SCHEMA,
     SCHEMA_VERSION,
     conform,
-    content_hash_expr,
     frame_to_items,
     item_to_record,
     items_to_frame,
@@ -177,272 +169,9 @@ def _embedder_name(method: str, model: object) -> str:
     return str(model)
 
 
-# ---------------------------------------------------------------------------
-# SQL predicates over metadata
-
-
-def _metadata_passes(node: Node) -> Node | None:
-    """The child ``metadata`` comes from unchanged, or None if ``node`` computes it."""
-    child = node.children[0] if node.children else None
-    if child is None or "metadata" not in child.schema:
-        return None
-    if isinstance(node, Filter | Sort | Limit | TopK | Dedupe | Rank | Join):
-        return child
-    if isinstance(node, Select) and any(e.is_column("metadata") for e in node.exprs):
-        return child
-    if isinstance(node, WithColumns):
-        for e in node.exprs:
-            try:
-                name = e.expr.meta.output_name()
-            except pl.exceptions.PolarsError:
-                return None
-            if not e.exact_columns or name == "metadata":
-                return None
-        return child
-    return None
-
-
-def _infer_struct(values: pl.Series) -> pl.Struct | None:
-    """The struct type of the metadata JSON objects; None when there is no metadata at all."""
-    if values.dtype != pl.String:
-        raise PlanError(f"metadata.<key> needs 'metadata' to hold JSON text, it is {values.dtype}")
-    texts = values.drop_nulls().unique()
-    if texts.is_empty():
-        return None
-    try:
-        dtype = texts.str.json_decode(infer_schema_length=None).dtype
-    except pl.exceptions.PolarsError as exc:
-        raise PlanError(f"cannot decode the metadata JSON: {polars_error_text(exc)}") from exc
-    if not isinstance(dtype, pl.Struct):
-        raise PlanError(f"metadata must hold JSON objects, found {dtype}")
-    return dtype
-
-
-def _metadata_dtype(plan: Node) -> pl.Struct | None:
-    """The struct type of ``metadata`` reaching ``plan``, inferred from the data.
-
-    Follows ``metadata`` down to the scan it comes from and infers from all
-    of that table's metadata (a superset of the rows reaching ``plan``, so
-    every key is covered); if a node computes ``metadata``, runs the plan up
-    to that node instead. For a lazy scan, reads the metadata of the rows
-    that pass the filters right above the scan (pushed into the scan, so a
-    filtered partition alone is read). ``None`` when there is no metadata to
-    infer from (no rows).
-    """
-    if "metadata" not in plan.schema:
-        raise PlanError(
-            f"metadata.<key> needs a 'metadata' column; the frame has {plan.schema.names()}"
-        )
-    node = plan
-    path: list[Node] = []
-    while not isinstance(node, Scan):
-        child = _metadata_passes(node)
-        if child is None:
-            return _infer_struct(_metadata_values(node))
-        path.append(node)
-        node = child
-    source = node.source
-    if isinstance(source, LazySource):
-        top: Node = node
-        for parent in reversed(path):
-            if not isinstance(parent, Filter):
-                break
-            top = parent
-        return _infer_struct(_metadata_values(top))
-    cached = source.cache.get("metadata_dtype")
-    if not isinstance(cached, tuple):
-        cached = (_infer_struct(source.frame.get_column("metadata")),)
-        source.cache["metadata_dtype"] = cached
-    dtype: pl.Struct | None = cached[0]
-    return dtype
-
-
-def _metadata_values(node: Node) -> pl.Series:
-    """The ``metadata`` column of the rows ``node`` outputs (runs the plan up to it)."""
-    try:
-        return lower(node).select("metadata").collect().to_series()
-    except pl.exceptions.PolarsError as exc:
-        raise PlanError(
-            f"cannot compute the metadata to read keys from: {polars_error_text(exc)}"
-        ) from exc
-
-
-_SHOWN_KEYS = 30
-
-
-def _unknown_keys(sql: str, unknown: Sequence[str], known: Sequence[str]) -> PlanError:
-    names = ", ".join(repr(name) for name in unknown)
-    close = difflib.get_close_matches(unknown[0], known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    shown = sorted(known)[:_SHOWN_KEYS]
-    more = f" and {len(known) - len(shown)} more" if len(known) > len(shown) else ""
-    keys = f"the metadata keys are {shown}{more}" if known else "no item has any metadata key"
-    return PlanError(
-        f"no item has the metadata key{'s' if len(unknown) > 1 else ''} {names} "
-        f"(in SQL predicate {sql!r}), so it would read as null for every row; {hint}{keys}"
-    )
-
-
-def _sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
-    """A SQL predicate lowered and type-checked against the plan's schema and metadata type."""
-    expr = parse_predicate(sql, plan.schema.names())
-    fields = Expression.of(expr).struct_fields("metadata")
-    if not fields:
-        return parse_predicate(sql, plan.schema), None
-    dtype = _metadata_dtype(plan)
-    if dtype is None:  # no rows, so no keys to check against: every key reads as null
-        dtype = pl.Struct([pl.Field(name, pl.Null()) for name in fields])
-    known = [f.name for f in dtype.fields]
-    unknown = [name for name in fields if name not in known]
-    if unknown:
-        raise _unknown_keys(sql, unknown, known)
-    return parse_predicate(sql, {**plan.schema, "metadata": dtype}), dtype
-
-
-def _predicate(value: pl.Expr | str, plan: Node) -> tuple[Expression, pl.Struct | None]:
-    """A row predicate from a Polars expression or a SQL predicate, with its metadata type."""
-    if isinstance(value, str):
-        expr, dtype = _sql_predicate(value, plan)
-        return Expression.of(expr), dtype
-    return _expr(value, "a predicate"), None
-
-
-# ---------------------------------------------------------------------------
-# argument helpers
-
-
-def _expr(value: pl.Expr | str, what: str) -> Expression:
-    if not isinstance(value, pl.Expr | str):
-        raise PlanError(f"{what} takes Polars expressions or column names, got {value!r}")
-    return Expression.of(value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _column(name: str) -> Expression:
-    """``pl.col(name)`` as a plan expression, built once per name (drop and rename list all)."""
-    return Expression.of(pl.col(name))
-
-
-def _flatten(values: Sequence[Any]) -> list[Any]:
-    """Arguments given one by one or in lists (as Polars takes them), in order."""
-    out: list[Any] = []
-    for value in values:
-        out.extend(value if isinstance(value, list | tuple) else [value])
-    return out
-
-
-def _projection(
-    what: str, exprs: Sequence[pl.Expr | str | Sequence[pl.Expr | str]], named: Mapping[str, Any]
-) -> tuple[Expression, ...]:
-    out = [_expr(e, what) for e in _flatten(exprs)]
-    for name, value in named.items():
-        expr = value if isinstance(value, pl.Expr) else pl.lit(value)
-        out.append(Expression.of(expr.alias(name)))
-    if not out:
-        raise PlanError(f"{what} needs at least one expression")
-    return tuple(out)
-
-
-def _constraint(plan: Node, name: str, value: Any) -> pl.Expr:
-    """``pl.col(name).eq(value)``, refusing a value the column cannot equal."""
-    dtype = plan.schema.get(name)
-    if isinstance(value, list | tuple | set | frozenset | pl.Series):
-        raise PlanError(
-            f"filter({name}={value!r}): a constraint is equality with one value, as in "
-            f"Polars; to keep rows whose {name!r} is one of several values, use "
-            f'filter(pl.col({name!r}).is_in({list(value)!r})) or filter("{name} IN (...)")'
-        )
-    if dtype is not None and not comparable_types(dtype, value_dtype(value)):
-        hint = (
-            "; give a datetime.datetime (UTC) or write the SQL TIMESTAMP '...'"
-            if isinstance(dtype, pl.Datetime | pl.Date) and isinstance(value, str)
-            else ""
-        )
-        raise PlanError(
-            f"filter({name}={value!r}): column {name!r} is {describe_type(dtype)} and "
-            f"{value!r} is {describe_type(value_dtype(value))}: they cannot be compared{hint}"
-        )
-    if isinstance(dtype, pl.Enum) and isinstance(value, str):
-        categories = dtype.categories.to_list()
-        if value not in categories:
-            raise PlanError(
-                f"filter({name}={value!r}): {name!r} holds one of {categories}, "
-                "so no row could match"
-            )
-    return pl.col(name).eq(value)
-
-
-def _column_names(column: Any, schema: pl.Schema, what: str, *, strict: bool) -> list[str]:
-    """The columns a name or a Polars selector names in ``schema``."""
-    import polars.selectors as cs
-
-    if cs.is_selector(column):
-        try:
-            return list(cs.expand_selector(schema, column))
-        except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
-            raise PlanError(f"{what}: {polars_error_text(exc)}") from exc
-    if not isinstance(column, str):
-        raise PlanError(f"{what} takes column names or selectors, got {column!r}")
-    if column in schema:
-        return [column]
-    if not strict:
-        return []
-    close = difflib.get_close_matches(column, schema.names(), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise PlanError(f"{what}: unknown column {column!r}{hint} (the frame has {schema.names()})")
-
-
-def _check_query(
-    schema: pl.Schema, build: Callable[[pl.LazyFrame], pl.LazyFrame], what: str
-) -> None:
-    """Raise PlanError unless the query ``build`` makes over ``schema`` resolves its schema."""
-    try:
-        build(pl.LazyFrame(schema=schema)).collect_schema()
-    except pl.exceptions.PolarsError as exc:
-        raise PlanError(f"{what}: {polars_error_text(exc)}") from exc
-
-
 def _has_gpu_engine() -> bool:
     """Whether Polars' GPU engine (the ``cudf_polars`` package) can be imported."""
     return importlib.util.find_spec("cudf_polars") is not None
-
-
-def _writes(expr: Expression) -> str | None:
-    """The column an expression writes, None when not known (a selector, several outputs)."""
-    if not expr.exact_columns:
-        return None
-    try:
-        return expr.expr.meta.output_name()
-    except pl.exceptions.PolarsError:
-        return None
-
-
-def _rehashed(node: Select | WithColumns) -> Node:
-    """``node``, then a fresh ``content_hash`` where it may replace a payload column.
-
-    An item's content hash follows its payload: a projection that writes
-    ``text``, ``json``, a reference column or ``payload_kind`` (other than
-    passing the column through) recomputes it, so token caches, dedupe and
-    the manifest see the new content.
-    """
-    schema = node.schema
-    if "content_hash" not in schema or not all(c in schema for c in PAYLOAD_COLUMNS):
-        return node
-    written = [(_writes(e), e) for e in node.exprs]
-    if not any(
-        name is None or (name in PAYLOAD_COLUMNS and not e.is_column(name)) for name, e in written
-    ):
-        return node
-    return WithColumns(input=node, exprs=(Expression.of(content_hash_expr()),))
-
-
-def _flags(value: bool | Sequence[bool], n: int, name: str) -> tuple[bool, ...]:
-    if isinstance(value, bool):
-        return (value,) * n
-    flags = tuple(value)
-    if len(flags) != n or not all(isinstance(v, bool) for v in flags):
-        raise PlanError(f"{name} needs a bool or one bool per sort key ({n} keys), got {value!r}")
-    return flags
 
 
 # ---------------------------------------------------------------------------
@@ -815,14 +544,16 @@ class CognitionFrame:
         cognoxium.exceptions.PlanError: no item has the metadata key 'conversaton' ...;
         did you mean 'conversation'? the metadata keys are ['conversation']
         """
-        given = _flatten(predicates)
-        given += [_constraint(self._plan, name, value) for name, value in constraints.items()]
+        given = arguments.flatten(predicates)
+        given += [
+            arguments.constraint(self._plan, name, value) for name, value in constraints.items()
+        ]
         if not given:
             raise PlanError("filter needs at least one predicate")
         plan = self._plan
         for predicate in given:
             if isinstance(predicate, str):
-                expr, dtype = _sql_predicate(predicate, plan)
+                expr, dtype = sql_predicate(predicate, plan)
             elif isinstance(predicate, pl.Expr):
                 expr, dtype = predicate, None
             else:
@@ -856,7 +587,9 @@ class CognitionFrame:
         ['id', 'role']
         """
         return self._wrap(
-            _rehashed(Select(input=self._plan, exprs=_projection("select", exprs, named)))
+            arguments.rehashed(
+                Select(input=self._plan, exprs=arguments.projection("select", exprs, named))
+            )
         )
 
     def with_columns(
@@ -878,8 +611,10 @@ class CognitionFrame:
         [4]
         """
         return self._wrap(
-            _rehashed(
-                WithColumns(input=self._plan, exprs=_projection("with_columns", exprs, named))
+            arguments.rehashed(
+                WithColumns(
+                    input=self._plan, exprs=arguments.projection("with_columns", exprs, named)
+                )
             )
         )
 
@@ -897,7 +632,7 @@ class CognitionFrame:
             A CognitionFrame, or a Polars DataFrame (taken as is, not validated:
             for example per-id scores).
         on
-            Key column(s) present on both sides. Null keys never match.
+            Key arguments.column(s) present on both sides. Null keys never match.
         how
             ``"inner"``, ``"left"``, ``"full"``, ``"semi"`` or ``"anti"``.
 
@@ -960,15 +695,15 @@ class CognitionFrame:
         ['b', 'a', 'c']
         """
         first = [by] if isinstance(by, pl.Expr | str) else list(by)
-        keys = tuple(_expr(k, "sort") for k in [*first, *more_by])
+        keys = tuple(arguments.expression(k, "sort") for k in [*first, *more_by])
         if not keys:
             raise PlanError("sort needs at least one key")
         return self._wrap(
             Sort(
                 input=self._plan,
                 by=keys,
-                descending=_flags(descending, len(keys), "descending"),
-                nulls_last=_flags(nulls_last, len(keys), "nulls_last"),
+                descending=arguments.flags(descending, len(keys), "descending"),
+                nulls_last=arguments.flags(nulls_last, len(keys), "nulls_last"),
             )
         )
 
@@ -1070,7 +805,7 @@ class CognitionFrame:
         k
             How many rows (>= 0).
         by
-            The key column(s) or expression(s), most significant first.
+            The key arguments.column(s) or arguments.expression(s), most significant first.
         reverse
             Take the smallest values of a key instead (one flag for all keys,
             or one per key).
@@ -1130,10 +865,10 @@ class CognitionFrame:
         *,
         largest: bool,
     ) -> CognitionFrame:
-        keys = tuple(_expr(key, what) for key in _flatten([by]))
+        keys = tuple(arguments.expression(key, what) for key in arguments.flatten([by]))
         if not keys:
             raise PlanError(f"{what} needs at least one key in 'by'")
-        flags = _flags(reverse, len(keys), "reverse")
+        flags = arguments.flags(reverse, len(keys), "reverse")
         return self._wrap(
             TopK(
                 input=self._plan,
@@ -1173,12 +908,12 @@ class CognitionFrame:
         """
         schema = self._plan.schema
         names: list[str] = []
-        for column in _flatten(columns):
-            names += _column_names(column, schema, "drop", strict=strict)
+        for column in arguments.flatten(columns):
+            names += arguments.column_names(column, schema, "drop", strict=strict)
         keep = [name for name in schema.names() if name not in names]
         if not keep:
             raise PlanError(f"drop would remove every column ({schema.names()})")
-        exprs = tuple(_column(name) for name in keep)
+        exprs = tuple(arguments.column(name) for name in keep)
         return self._wrap(Select(input=self._plan, exprs=exprs))
 
     def rename(
@@ -1218,17 +953,17 @@ class CognitionFrame:
         elif isinstance(mapping, Mapping):
             new = dict(mapping)
             for name in new:
-                _column_names(name, schema, "rename", strict=strict)
+                arguments.column_names(name, schema, "rename", strict=strict)
         else:
             raise PlanError(f"rename takes a mapping or a function, got {mapping!r}")
         bad = {old: name for old, name in new.items() if not isinstance(name, str)}
         if bad:
             raise PlanError(f"rename: new names must be strings, got {bad}")
         exprs = tuple(
-            Expression.of(pl.col(c).alias(new[c])) if new.get(c, c) != c else _column(c)
+            Expression.of(pl.col(c).alias(new[c])) if new.get(c, c) != c else arguments.column(c)
             for c in schema.names()
         )
-        return self._wrap(_rehashed(Select(input=self._plan, exprs=exprs)))
+        return self._wrap(arguments.rehashed(Select(input=self._plan, exprs=exprs)))
 
     def pipe(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``function(self, *args, **kwargs)``: chain a function of frames into a query.
@@ -1262,7 +997,7 @@ class CognitionFrame:
         Parameters
         ----------
         by
-            Key column(s); the content hash by default (exact duplicates).
+            Key arguments.column(s); the content hash by default (exact duplicates).
         merge
             Keep the group's best-ranked item (then the smallest id) and fold
             the others into it conservatively and independently of their
@@ -1553,7 +1288,7 @@ class CognitionFrame:
         """
         if predicate is None:
             return self._wrap(Quarantine(input=self._plan, reason=reason))
-        expr, dtype = _predicate(predicate, self._plan)
+        expr, dtype = row_predicate(predicate, self._plan)
         return self._wrap(
             Quarantine(input=self._plan, predicate=expr, reason=reason, metadata_dtype=dtype)
         )
@@ -1696,7 +1431,7 @@ class CognitionFrame:
         >>> out.select("id", "retention", "priority").rows()
         [('a', 'optional', -2), ('b', 'required', 0)]
         """
-        expr, dtype = _predicate(predicate, self._plan)
+        expr, dtype = row_predicate(predicate, self._plan)
         return self._wrap(
             Demote(
                 input=self._plan,
@@ -2008,9 +1743,9 @@ class CognitionFrame:
             raise PlanError("group_by needs at least one key")
         for key in keys:
             if isinstance(key, str):
-                _column_names(key, self.schema, "group_by", strict=True)
-        exprs = tuple(_expr(k, "group_by").expr for k in keys)
-        _check_query(self.schema, lambda lf: lf.group_by(exprs).agg(), "group_by")
+                arguments.column_names(key, self.schema, "group_by", strict=True)
+        exprs = tuple(arguments.expression(k, "group_by").expr for k in keys)
+        arguments.check_query(self.schema, lambda lf: lf.group_by(exprs).agg(), "group_by")
         return GroupBy(self, exprs)
 
     def pack(
@@ -2188,10 +1923,12 @@ class GroupBy:
             not resolve over the frame's schema (an unknown column, a type
             mismatch); checked before the plan runs.
         """
-        exprs = [_expr(a, "agg").expr for a in aggs]
-        exprs += [_expr(expr, "agg").expr.alias(name) for name, expr in named.items()]
+        exprs = [arguments.expression(a, "agg").expr for a in aggs]
+        exprs += [
+            arguments.expression(expr, "agg").expr.alias(name) for name, expr in named.items()
+        ]
         keys = list(self._keys)
-        _check_query(
+        arguments.check_query(
             self._frame.schema, lambda lf: lf.group_by(keys, maintain_order=True).agg(exprs), "agg"
         )
         return self._frame.collect().group_by(keys, maintain_order=True).agg(exprs)
