@@ -12,21 +12,35 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from cognoxium.engine.plan import (
     Expression,
+    LazySource,
     Node,
+    Scan,
     Select,
+    Source,
     WithColumns,
     polars_error_text,
 )
-from cognoxium.exceptions import PlanError
+from cognoxium.exceptions import PlanError, SchemaError
+from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import comparable_types, describe_type, value_dtype
-from cognoxium.items.schema import PAYLOAD_COLUMNS, content_hash_expr
+from cognoxium.items.scan import scan_lazy_items
+from cognoxium.items.schema import (
+    COLUMNS,
+    PAYLOAD_COLUMNS,
+    conform,
+    content_hash_expr,
+    items_to_frame,
+    records_to_frame,
+)
 
 __all__ = [
     "check_query",
@@ -36,6 +50,8 @@ __all__ = [
     "expression",
     "flags",
     "flatten",
+    "input_rows",
+    "lazy_scan",
     "projection",
     "rehashed",
 ]
@@ -171,3 +187,39 @@ def flags(value: bool | Sequence[bool], n: int, name: str) -> tuple[bool, ...]:
     if len(flags) != n or not all(isinstance(v, bool) for v in flags):
         raise PlanError(f"{name} needs a bool or one bool per sort key ({n} keys), got {value!r}")
     return flags
+
+
+def _from_iterable(data: Iterable[Any]) -> pl.DataFrame:
+    rows = list(data)
+    types = set(map(type, rows))
+    if all(issubclass(t, ContextItem) for t in types):
+        return items_to_frame(rows)
+    if all(issubclass(t, Mapping) for t in types):
+        return records_to_frame(rows)
+    kinds = sorted({t.__name__ for t in types})
+    raise SchemaError(
+        f"expected ContextItems or record mappings, got a mix of {kinds}; give one kind per frame"
+    )
+
+
+def lazy_scan(lf: pl.LazyFrame) -> Scan:
+    """A lazy scan of ``lf`` when it holds every item column, else its rows conformed now."""
+    names = lf.collect_schema().names()
+    if all(name in names for name in COLUMNS):
+        return Scan(source=LazySource(scan_lazy_items(lf)))
+    return Scan(source=Source(conform(lf.collect())))
+
+
+def input_rows(data: Any) -> pl.DataFrame:
+    """The rows of what a frame is built from: a table conformed, or items or records converted."""
+    if isinstance(data, pl.DataFrame | pa.Table):
+        return conform(data)
+    if isinstance(data, Mapping):
+        raise SchemaError("got a single record; give a list of records")
+    if isinstance(data, str | bytes | os.PathLike) or not isinstance(data, Iterable):
+        raise SchemaError(
+            f"cannot build a CognitionFrame from {type(data).__name__}; give ContextItems, "
+            "records, an Arrow table or a Polars frame (read files with "
+            "CognitionFrame.read_jsonl or read_parquet)"
+        )
+    return _from_iterable(data)

@@ -12,18 +12,25 @@ Polars LazyFrame.
 from __future__ import annotations
 
 import html
-import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
 
 from cognoxium.engine import arguments
-from cognoxium.engine.execute import checked_rows, lowered
+from cognoxium.engine.arguments import input_rows, lazy_scan
+from cognoxium.engine.execute import (
+    ENGINES,
+    EngineType,
+    checked_rows,
+    collect,
+    lowered,
+    scan_reads,
+    sink_items,
+)
 from cognoxium.engine.lowering import lower
 from cognoxium.engine.optimizer import OptFlags, optimize
 from cognoxium.engine.plan import (
@@ -50,7 +57,6 @@ from cognoxium.engine.plan import (
     Source,
     TopK,
     WithColumns,
-    changes_item_values,
     format_plan,
     polars_error_text,
     rank_node,
@@ -59,30 +65,25 @@ from cognoxium.engine.plan import (
 from cognoxium.engine.predicates import row_predicate, sql_predicate
 from cognoxium.exceptions import (
     CognoxiumError,
-    DependencyError,
     PlanError,
-    RecordError,
     SchemaError,
 )
+from cognoxium.frame.groupby import GroupBy
 from cognoxium.items import io
 from cognoxium.items.model import ContextItem
 from cognoxium.items.scan import (
     ScanRead,
-    atomic_path,
-    scan_lazy_items,
     scan_ndjson_items,
     scan_parquet_items,
 )
 from cognoxium.items.schema import (
     COLUMNS,
     POLARS_SCHEMA,
-    SCHEMA_VERSION,
     conform,
     frame_to_items,
     item_to_record,
     items_to_frame,
     records_to_frame,
-    row_checks,
     to_arrow,
 )
 from cognoxium.retrieval.ranking import half_life_seconds
@@ -96,12 +97,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ENGINES", "CognitionFrame", "GroupBy", "OptFlags"]
 
-EngineType = Literal["auto", "in-memory", "streaming", "gpu"] | pl.GPUEngine
-"""A Polars engine: its name or a ``polars.GPUEngine``."""
-
-ENGINES: tuple[str, ...] = ("auto", "in-memory", "streaming", "gpu")
-"""The Polars engines :meth:`CognitionFrame.collect` runs a plan on, by name."""
-
 _HTML_ROWS = 10
 """Rows a frame shows in a notebook."""
 
@@ -111,41 +106,6 @@ _LABEL_CHARS = 60
 
 # ---------------------------------------------------------------------------
 # input
-
-
-def _from_iterable(data: Iterable[Any]) -> pl.DataFrame:
-    rows = list(data)
-    types = set(map(type, rows))
-    if all(issubclass(t, ContextItem) for t in types):
-        return items_to_frame(rows)
-    if all(issubclass(t, Mapping) for t in types):
-        return records_to_frame(rows)
-    kinds = sorted({t.__name__ for t in types})
-    raise SchemaError(
-        f"expected ContextItems or record mappings, got a mix of {kinds}; give one kind per frame"
-    )
-
-
-def _lazy_scan(lf: pl.LazyFrame) -> Scan:
-    """A lazy scan of ``lf`` when it holds every item column, else its rows conformed now."""
-    names = lf.collect_schema().names()
-    if all(name in names for name in COLUMNS):
-        return Scan(source=LazySource(scan_lazy_items(lf)))
-    return Scan(source=Source(conform(lf.collect())))
-
-
-def _to_frame(data: Any) -> pl.DataFrame:
-    if isinstance(data, pl.DataFrame | pa.Table):
-        return conform(data)
-    if isinstance(data, Mapping):
-        raise SchemaError("got a single record; give a list of records")
-    if isinstance(data, str | bytes | os.PathLike) or not isinstance(data, Iterable):
-        raise SchemaError(
-            f"cannot build a CognitionFrame from {type(data).__name__}; give ContextItems, "
-            "records, an Arrow table or a Polars frame (read files with "
-            "CognitionFrame.read_jsonl or read_parquet)"
-        )
-    return _from_iterable(data)
 
 
 # ---------------------------------------------------------------------------
@@ -167,11 +127,6 @@ def _embedder_name(method: str, model: object) -> str:
             f"rank({method!r}): unknown model {model!r}; use one of {list(EMBEDDER_NAMES)}"
         )
     return str(model)
-
-
-def _has_gpu_engine() -> bool:
-    """Whether Polars' GPU engine (the ``cudf_polars`` package) can be imported."""
-    return importlib.util.find_spec("cudf_polars") is not None
 
 
 # ---------------------------------------------------------------------------
@@ -230,9 +185,9 @@ class CognitionFrame:
         if isinstance(data, CognitionFrame):
             self._plan = data._plan
         elif isinstance(data, pl.LazyFrame):
-            self._plan = _lazy_scan(data)
+            self._plan = lazy_scan(data)
         else:
-            self._plan = Scan(source=Source(_to_frame(data)))
+            self._plan = Scan(source=Source(input_rows(data)))
 
     @classmethod
     def _of_checked(cls, rows: pl.DataFrame) -> CognitionFrame:
@@ -356,7 +311,7 @@ class CognitionFrame:
         ('user', 'text', 'untrusted')
         """
         if isinstance(df, pl.LazyFrame):
-            return cls._wrap(_lazy_scan(df))
+            return cls._wrap(lazy_scan(df))
         if not isinstance(df, pl.DataFrame):
             raise SchemaError(f"from_polars takes a Polars frame, got {type(df).__name__}")
         return cls._wrap(Scan(source=Source(conform(df))))
@@ -1562,16 +1517,7 @@ class CognitionFrame:
         >>> cf.collect(engine="streaming").equals(cf.collect())
         True
         """
-        if not isinstance(engine, pl.GPUEngine) and engine not in ENGINES:
-            raise PlanError(f"unknown engine {engine!r}; use one of {list(ENGINES)}")
-        if (isinstance(engine, pl.GPUEngine) or engine == "gpu") and not _has_gpu_engine():
-            raise DependencyError(
-                f"collect(engine={engine!r}) needs Polars' GPU engine, whose package "
-                "cudf_polars is not installed: install the cuDF Polars distribution matching "
-                "the machine's CUDA version (https://docs.pola.rs/user-guide/gpu-support/), "
-                'or use engine="auto" or "streaming"'
-            )
-        return self.lazy(optimizations=optimizations).collect(engine=engine)
+        return collect(self._plan, optimizations, engine)
 
     def to_polars(self) -> pl.DataFrame:
         """Run the plan; the same as :meth:`collect` with all optimizations."""
@@ -1671,23 +1617,7 @@ class CognitionFrame:
         >>> CognitionFrame.scan_parquet(path).select("id", "text").to_polars().row(0)
         ('a', 'hi')
         """
-        schema = self._plan.schema
-        items = all(name in schema for name in COLUMNS)
-        extra = [name for name in schema.names() if name not in POLARS_SCHEMA]
-        if items and extra:
-            raise SchemaError(
-                f"sink_parquet: columns {extra} are not item columns, and the readers refuse "
-                "a file of items holding them: drop them, or select the item columns"
-            )
-        if items and changes_item_values(self._plan):
-            lf = checked_rows(self._plan).lazy()
-        else:
-            lf = self.lazy()
-        version = {"cognoxium.schema_version": str(SCHEMA_VERSION)}
-        with atomic_path(path) as tmp:
-            lf.sink_parquet(tmp, metadata=version)
-            if "rank" in schema and any(isinstance(node, Rank) for node in walk(self._plan)):
-                _check_written_ranks(tmp)
+        sink_items(self._plan, path)
 
     def read_statistics(self) -> list[ScanRead]:
         """What the lazy scans of the plan read in their latest run, in plan order.
@@ -1702,16 +1632,7 @@ class CognitionFrame:
         >>> CognitionFrame([{"role": "user", "text": "hi"}]).read_statistics()
         []
         """
-        out: list[ScanRead] = []
-        seen: set[int] = set()
-        for node in walk(self._plan):
-            if isinstance(node, Scan) and isinstance(node.source, LazySource):
-                scan = node.source.scan
-                reads = scan.reads
-                if reads and id(scan) not in seen:
-                    seen.add(id(scan))
-                    out.append(reads[-1])
-        return out
+        return scan_reads(self._plan)
 
     def count(self) -> int:
         """Run the plan and return its number of rows.
@@ -1879,56 +1800,3 @@ class CognitionFrame:
             f"<div><p>{html.escape(repr(self))}; first rows</p>{table}"
             f"<p>plan (optimized)</p><pre>{html.escape(self.explain())}</pre></div>"
         )
-
-
-def _check_written_ranks(path: Path) -> None:
-    """Raise as the readers do if a rank written to the Parquet file ``path`` is NaN or infinite.
-
-    A rank step may score an item NaN, which packs read as unranked but a
-    file of items may not hold; the file is read back one column only.
-    """
-    ranks = pl.read_parquet(path, columns=["rank"])
-    for bad, field, message in row_checks(["rank"]):
-        rows = ranks.select(bad.arg_true()).to_series()
-        if rows.len():
-            raise RecordError(message, row=int(rows[0]), field=field)
-
-
-class GroupBy:
-    """Rows of a :class:`CognitionFrame` grouped by keys; :meth:`agg` runs eagerly."""
-
-    __slots__ = ("_frame", "_keys")
-
-    def __init__(self, frame: CognitionFrame, keys: tuple[pl.Expr, ...]) -> None:
-        self._frame = frame
-        self._keys = keys
-
-    def agg(self, *aggs: pl.Expr | str, **named: pl.Expr) -> pl.DataFrame:
-        """Run the plan and aggregate each group; groups in order of first appearance.
-
-        Parameters
-        ----------
-        *aggs, **named
-            Polars aggregation expressions (``name=expr`` to name one).
-
-        Returns
-        -------
-        polars.DataFrame
-            One row per group: the keys, then the aggregates.
-
-        Raises
-        ------
-        PlanError
-            If an aggregate is not an expression or a column name, or does
-            not resolve over the frame's schema (an unknown column, a type
-            mismatch); checked before the plan runs.
-        """
-        exprs = [arguments.expression(a, "agg").expr for a in aggs]
-        exprs += [
-            arguments.expression(expr, "agg").expr.alias(name) for name, expr in named.items()
-        ]
-        keys = list(self._keys)
-        arguments.check_query(
-            self._frame.schema, lambda lf: lf.group_by(keys, maintain_order=True).agg(exprs), "agg"
-        )
-        return self._frame.collect().group_by(keys, maintain_order=True).agg(exprs)
