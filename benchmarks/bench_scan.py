@@ -51,8 +51,9 @@ from typing import Any
 import polars as pl
 
 from cognoxium import CognitionFrame
+from cognoxium.items.hashing import content_hash_expr
 from cognoxium.items.io import write_parquet
-from cognoxium.items.schema import content_hash_expr, records_to_frame
+from cognoxium.items.records import records_to_frame
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AS_OF = datetime(2025, 1, 1, tzinfo=UTC)

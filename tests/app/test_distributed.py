@@ -35,7 +35,7 @@ from cognoxium.app.distributed import (
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"

@@ -18,19 +18,12 @@ from pydantic import ValidationError
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import id_problem
+from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
 from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
-from cognoxium.items.schema import (
-    COLUMNS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    conform,
-    frame_to_items,
-    item_to_record,
-    items_to_frame,
-    records_to_frame,
-    to_arrow,
-)
+from cognoxium.items.records import item_to_record, records_to_frame
+from cognoxium.items.schema import COLUMNS, SCHEMA, SCHEMA_VERSION
+from cognoxium.items.validation import conform
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -486,7 +486,7 @@ def scope_rows(store: CognitionFrame, request: Request) -> pl.DataFrame:
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = CognitionFrame(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "hi"},
     ...     {"id": "b", "role": "assistant", "text": "hello"}]))
@@ -784,7 +784,7 @@ def run_batch(
     Examples
     --------
     >>> import tempfile, json, pathlib
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = records_to_frame([
     ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
     ...      "created_at": "2025-01-01T00:00:00Z", "metadata": {"topic": "billing"}},
@@ -1187,7 +1187,7 @@ class ScopeResult:
 
         Examples
         --------
-        >>> from cognoxium.items.schema import records_to_frame
+        >>> from cognoxium.items.records import records_to_frame
         >>> store = CognitionFrame(records_to_frame([{"id": "a", "role": "user", "text": "hi",
         ...                                           "created_at": "2025-01-01T00:00:00Z"}]))
         >>> settings = BatchSettings(profile=get_profile("cl100k_base"), rank="none",
@@ -1297,7 +1297,7 @@ def pack_scope(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = CognitionFrame(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
     ...      "created_at": "2025-01-01T00:00:00Z"},

@@ -111,9 +111,11 @@ from cognoxium.exceptions import (
     SchemaError,
 )
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import read_items
 from cognoxium.items.predicate import parse_predicate
-from cognoxium.items.schema import POLARS_SCHEMA, conform, to_arrow
+from cognoxium.items.schema import POLARS_SCHEMA
+from cognoxium.items.validation import conform
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter, RenderedManifests
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -262,7 +264,7 @@ def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
     >>> write_partitioned(records_to_frame([
     ...     {"id": "b", "role": "user", "text": "yo", "metadata": {"conversation": "c2"}},
@@ -305,7 +307,7 @@ def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key:
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
     >>> write_partitioned(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"thread": "YWJj=="}},

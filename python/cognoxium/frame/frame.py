@@ -66,6 +66,8 @@ from cognoxium.exceptions import (
     SchemaError,
 )
 from cognoxium.items import io
+from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
+from cognoxium.items.hashing import content_hash_expr
 from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import (
     comparable_types,
@@ -73,6 +75,7 @@ from cognoxium.items.predicate import (
     parse_predicate,
     value_dtype,
 )
+from cognoxium.items.records import item_to_record, records_to_frame
 from cognoxium.items.scan import (
     ScanRead,
     atomic_path,
@@ -80,21 +83,8 @@ from cognoxium.items.scan import (
     scan_ndjson_items,
     scan_parquet_items,
 )
-from cognoxium.items.schema import (
-    COLUMNS,
-    PAYLOAD_COLUMNS,
-    POLARS_SCHEMA,
-    SCHEMA_VERSION,
-    check_items,
-    conform,
-    content_hash_expr,
-    frame_to_items,
-    item_to_record,
-    items_to_frame,
-    records_to_frame,
-    row_checks,
-    to_arrow,
-)
+from cognoxium.items.schema import COLUMNS, PAYLOAD_COLUMNS, POLARS_SCHEMA, SCHEMA_VERSION
+from cognoxium.items.validation import check_items, conform, row_checks
 from cognoxium.retrieval.ranking import half_life_seconds
 
 if TYPE_CHECKING:
@@ -570,8 +560,8 @@ class CognitionFrame:
     def from_conformed(cls, df: pl.DataFrame) -> CognitionFrame:
         """Wrap a frame that is already valid items, without checking its rows again.
 
-        For the output of :func:`~cognoxium.items.schema.conform`,
-        :func:`~cognoxium.items.schema.records_to_frame` and the chat
+        For the output of :func:`~cognoxium.items.validation.conform`,
+        :func:`~cognoxium.items.records.records_to_frame` and the chat
         converters of :mod:`cognoxium.formats`, which validated every row;
         anything else goes through :meth:`from_polars`.
 
@@ -1862,7 +1852,7 @@ class CognitionFrame:
 
         Only a plan that computes columns or joins in rows
         (:func:`~cognoxium.engine.plan.changes_item_values`) pays for the
-        check; its rows come back as :func:`~cognoxium.items.schema.check_items`
+        check; its rows come back as :func:`~cognoxium.items.validation.check_items`
         gives them.
         """
         rows = self.collect()
@@ -1931,7 +1921,7 @@ class CognitionFrame:
         Rows that a step computed (``with_columns``, ``select`` or ``join``,
         see :func:`~cognoxium.engine.plan.changes_item_values`) are collected
         and checked as the readers check them
-        (:func:`~cognoxium.items.schema.check_items`) before anything is
+        (:func:`~cognoxium.items.validation.check_items`) before anything is
         written; ranks computed by :meth:`rank` are checked in the written
         file before it takes ``path`` (NaN and infinity are refused).
 
@@ -2089,7 +2079,7 @@ class CognitionFrame:
             If a step computed item values (``with_columns``, ``select`` or
             ``join``; see :func:`~cognoxium.engine.plan.changes_item_values`)
             and a row is not a valid item, checked as the readers check
-            (:func:`~cognoxium.items.schema.check_items`; a NaN rank is read
+            (:func:`~cognoxium.items.validation.check_items`; a NaN rank is read
             as unranked), naming its 0-based row and the field.
 
         Examples

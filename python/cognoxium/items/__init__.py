@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from cognoxium._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
     from cognoxium.items.io import (
         atomic_write,
         read_items,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         canonical_json,
         content_hash,
     )
+    from cognoxium.items.records import item_to_record, records_to_frame
     from cognoxium.items.scan import (
         ItemScan,
         ScanRead,
@@ -50,15 +52,9 @@ if TYPE_CHECKING:
         POLARS_SCHEMA,
         SCHEMA,
         SCHEMA_VERSION,
-        conform,
-        frame_to_items,
-        item_to_record,
-        items_to_frame,
         packed_text_expr,
-        records_to_frame,
-        row_checks,
-        to_arrow,
     )
+    from cognoxium.items.validation import conform, row_checks
 else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
@@ -98,21 +94,17 @@ else:
                 "scan_ndjson_items",
                 "scan_parquet_items",
             ],
+            "cognoxium.items.convert": ["frame_to_items", "items_to_frame", "to_arrow"],
+            "cognoxium.items.records": ["item_to_record", "records_to_frame"],
             "cognoxium.items.schema": [
                 "COLUMNS",
                 "PAYLOAD_KINDS",
                 "POLARS_SCHEMA",
                 "SCHEMA",
                 "SCHEMA_VERSION",
-                "conform",
-                "frame_to_items",
-                "item_to_record",
-                "items_to_frame",
                 "packed_text_expr",
-                "records_to_frame",
-                "row_checks",
-                "to_arrow",
             ],
+            "cognoxium.items.validation": ["conform", "row_checks"],
         },
     )
 

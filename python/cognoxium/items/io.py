@@ -25,13 +25,9 @@ import polars as pl
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items._checks import MAX_JSON_DEPTH, json_text_depth
-from cognoxium.items.schema import (
-    conform,
-    frame_to_items,
-    item_to_record,
-    records_to_frame,
-    to_arrow,
-)
+from cognoxium.items.convert import frame_to_items, to_arrow
+from cognoxium.items.records import item_to_record, records_to_frame
+from cognoxium.items.validation import conform
 
 __all__ = [
     "atomic_path",
