@@ -686,9 +686,10 @@ def pack_command(
     from functools import partial
 
     from cognoxium.app.batch import read_requests, run_batch
-    from cognoxium.app.distributed import read_store, run_batch_ray
+    from cognoxium.app.distributed import run_batch_ray
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import read_items
+    from cognoxium.items.store import read_store
 
     when = _as_of(as_of)
     retrieval = _retrieval(model, neighbours, ranker)

@@ -661,7 +661,7 @@ class CognitionFrame:
         :mod:`cognoxium.items.scan`). Each run is recorded in
         :meth:`read_statistics`. The rows come in path order, each file's in
         file order; a store written by
-        :func:`~cognoxium.app.distributed.write_partitioned` gives its items
+        :func:`~cognoxium.items.store.write_partitioned` gives its items
         in the order they were written.
 
         Parameters

@@ -1,7 +1,8 @@
 """Context items.
 
 The ``ContextItem`` model and payloads, the canonical Arrow schema and its
-validation, the JSONL/Parquet readers and writers, and lazy scans of them.
+validation, the JSONL/Parquet readers and writers, partitioned stores of
+Parquet files, and lazy scans of them.
 """
 
 from typing import TYPE_CHECKING
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         SCHEMA_VERSION,
         packed_text_expr,
     )
+    from cognoxium.items.store import partition_key, read_store, write_partitioned
     from cognoxium.items.validation import conform, row_checks
 else:
     __getattr__, __dir__ = lazy_exports(
@@ -104,6 +106,7 @@ else:
                 "SCHEMA_VERSION",
                 "packed_text_expr",
             ],
+            "cognoxium.items.store": ["partition_key", "read_store", "write_partitioned"],
             "cognoxium.items.validation": ["conform", "row_checks"],
         },
     )
@@ -140,9 +143,11 @@ __all__ = [
     "item_to_record",
     "items_to_frame",
     "packed_text_expr",
+    "partition_key",
     "read_items",
     "read_jsonl",
     "read_parquet",
+    "read_store",
     "records_to_frame",
     "row_checks",
     "scan_lazy_items",
@@ -151,4 +156,5 @@ __all__ = [
     "to_arrow",
     "write_jsonl",
     "write_parquet",
+    "write_partitioned",
 ]

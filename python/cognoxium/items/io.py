@@ -298,7 +298,7 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read items from a Parquet file and validate them (see :func:`~cognoxium.items.conform`).
 
     A file of a partitioned store (see
-    :func:`~cognoxium.app.distributed.write_partitioned`), which also stores
+    :func:`~cognoxium.items.store.write_partitioned`), which also stores
     each item's position in the items written (column
     ``__cognoxium_position``), gives its items in that order, without that
     column.

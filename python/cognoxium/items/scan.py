@@ -536,7 +536,7 @@ def scan_parquet_items(
         the canonical ones), then the hive partition columns as strings or
         numbers, as Polars infers them. Files that also store
         the column ``__cognoxium_position`` (a partitioned store
-        written by :func:`~cognoxium.app.distributed.write_partitioned`) give
+        written by :func:`~cognoxium.items.store.write_partitioned`) give
         their rows in that order, so a store's items come in the order they
         were written, not in the order of its partitions' paths; other files
         give theirs in path order, each file's rows in file order.
