@@ -56,7 +56,7 @@ from polars.io.plugins import register_io_source
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.items.io import atomic_path, read_jsonl
+from cognoxium.items.io import ITEM_FORMATS, atomic_path, read_jsonl
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.items.validation import canonical_json_columns, conform, row_checks
 
@@ -641,7 +641,9 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
 # JSONL
 
 
-_JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
+_JSONL_SUFFIXES: Final = tuple(
+    suffix for suffix, form in ITEM_FORMATS.items() if form.name == "jsonl"
+)
 
 
 def _jsonl_files(source: str) -> list[str]:
