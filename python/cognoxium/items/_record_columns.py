@@ -45,7 +45,7 @@ __all__ = [
     "lineage_column",
     "metadata_column",
     "parents_column",
-    "plain",
+    "plain_value",
     "sources_column",
     "start_time_column",
     "string_column",
@@ -85,7 +85,7 @@ class Failures:
             self.add(first, field, message)
 
 
-def plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A pydantic model given in place of its dict, as that dict."""
     return value.model_dump() if isinstance(value, BaseModel) else value
 
@@ -302,7 +302,7 @@ def _struct_lists(
     """Flatten a column of lists of objects: offsets, and the entries' values by key."""
     offsets, entries = _flatten(values, name, fail)
     if not all(type(e) is dict for e in entries):
-        entries = [plain(e) for e in entries]
+        entries = [plain_value(e) for e in entries]
     allowed = frozenset(keys)
     bad = next(
         (i for i, e in enumerate(entries) if not (isinstance(e, Mapping) and e.keys() <= allowed)),

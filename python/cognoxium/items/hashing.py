@@ -27,8 +27,8 @@ __all__ = [
     "check_content_hashes",
     "checked_content_hashes",
     "content_hash_expr",
-    "content_hashes",
     "digests_in_background",
+    "row_content_hashes",
 ]
 
 
@@ -96,7 +96,7 @@ def digests_in_background(payload: list[pl.Series]) -> InProcessQuery:
     return query.collect(background=True)
 
 
-def content_hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
+def row_content_hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Series:
     """The content hash of every row: sha256 in bulk (polars-hash), references one by one.
 
     A Reference's canonical bytes are the canonical JSON of its uri, title
@@ -136,7 +136,7 @@ def content_hashes(df: pl.DataFrame, digests: pl.Series | None = None) -> pl.Ser
 
 
 def _struct_hashes(payload: pl.Series) -> pl.Series:
-    return content_hashes(payload.struct.unnest())
+    return row_content_hashes(payload.struct.unnest())
 
 
 def content_hash_expr() -> pl.Expr:
@@ -197,7 +197,7 @@ def checked_content_hashes(df: pl.DataFrame, source: str | None) -> pl.Series:
     chunks = []
     for start in range(0, df.height, _HASH_CHUNK):
         part = df.slice(start, _HASH_CHUNK)
-        computed = content_hashes(part)
+        computed = row_content_hashes(part)
         stated = given.slice(start, _HASH_CHUNK)
         mismatch = stated.is_not_null() & (stated != computed)
         if mismatch.any():

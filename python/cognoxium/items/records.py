@@ -31,14 +31,14 @@ from cognoxium.items._record_columns import (
     lineage_column,
     metadata_column,
     parents_column,
-    plain,
+    plain_value,
     sources_column,
     start_time_column,
     string_column,
     uniform_values,
     values_of,
 )
-from cognoxium.items.hashing import content_hashes, digests_in_background
+from cognoxium.items.hashing import digests_in_background, row_content_hashes
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import DEFAULTS, POLARS_SCHEMA
 from cognoxium.items.validation import (
@@ -96,7 +96,7 @@ def _payload_row(record: Mapping[str, Any]) -> _Payload:
         return ("text", record["text"], None, None, None, None, None)
     if "payload" not in record:
         raise ValueError("text")  # no content
-    payload = plain(record["payload"])
+    payload = plain_value(record["payload"])
     kind = payload.get("kind") if isinstance(payload, Mapping) else None
     if kind not in _PAYLOAD_KEYS or not set(payload) <= _PAYLOAD_KEYS[kind]:
         raise ValueError("payload")
@@ -353,7 +353,7 @@ def _hash_failure(df: pl.DataFrame, digests: pl.Series, fail: Failures) -> pl.Se
     (:func:`~cognoxium.items.hashing.digests_in_background`).
     """
     valid = df.head(df.height if fail.row is None else fail.row)
-    computed = content_hashes(valid, digests.head(valid.height))
+    computed = row_content_hashes(valid, digests.head(valid.height))
     stated = valid.get_column("content_hash")
     mismatch = (stated.is_not_null() & (stated != computed)).arg_true()
     if mismatch.len():

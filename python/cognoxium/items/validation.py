@@ -31,7 +31,7 @@ from cognoxium.items._checks import (
     json_text_depth,
 )
 from cognoxium.items._json import canonical_text_list
-from cognoxium.items.hashing import checked_content_hashes, content_hashes
+from cognoxium.items.hashing import checked_content_hashes, row_content_hashes
 from cognoxium.items.model import canonical_json
 from cognoxium.items.schema import (
     COLUMNS,
@@ -571,7 +571,7 @@ def complete_valid_columns(df: pl.DataFrame, digests: pl.Series | None = None) -
     """
     try:
         df = fill_defaults(df.drop("content_hash", strict=False))
-        df = df.with_columns(content_hashes(df, digests)).select(POLARS_SCHEMA.names())
+        df = df.with_columns(row_content_hashes(df, digests)).select(POLARS_SCHEMA.names())
         return df.cast(dict(POLARS_SCHEMA.items()))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"cannot cast to the item schema: {exc}") from None
