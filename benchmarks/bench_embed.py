@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.retrieval.embeddings import (
     Embedder,
     EmbeddingCache,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from cognoxium.items.io import read_jsonl
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 _WORDS = (

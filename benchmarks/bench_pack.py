@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import write_parquet
-from cognoxium.items.schema import conform, to_arrow
+from cognoxium.items.validation import conform
 from cognoxium.packing.packer import CHAT_ROLES, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 

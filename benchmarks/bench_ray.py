@@ -66,13 +66,8 @@ from cognoxium.app.batch import (
     pack_scope,
     run_batch,
 )
-from cognoxium.app.distributed import (
-    TASKS_PER_SLOT,
-    read_part,
-    read_store,
-    run_batch_ray,
-    write_partitioned,
-)
+from cognoxium.app.distributed import TASKS_PER_SLOT, read_part, run_batch_ray
+from cognoxium.items.store import read_store, write_partitioned
 from cognoxium.packing.manifests import ManifestWriter, RenderedManifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.tokens.profiles import clear_cache

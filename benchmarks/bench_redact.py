@@ -59,7 +59,7 @@ from cognoxium.governance.redaction import (
     redact_frame,
     redact_text,
 )
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.testing.pii_corpus import generate, luhn_complete
 
 RESULT = Path(__file__).resolve().parent / "results" / "redact.json"

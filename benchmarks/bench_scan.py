@@ -4,7 +4,7 @@ Builds a synthetic hive-partitioned store in a temporary directory: ``--items``
 chat-like items over ``--scopes`` scopes, one file per scope
 (``scope=<id>/part.parquet``, written by ``cognoxium.items.write_parquet``);
 the same items in one file (``items.parquet``); and the same items as the
-partitioned store ``cognoxium.app.distributed.write_partitioned`` writes
+partitioned store ``cognoxium.items.store.write_partitioned`` writes
 (``scope=<id>/part-0.parquet`` with each item's store position, which a scan
 gives the items back in). Then, in one run:
 
@@ -51,8 +51,9 @@ from typing import Any
 import polars as pl
 
 from cognoxium import CognitionFrame
+from cognoxium.items.hashing import content_hash_expr
 from cognoxium.items.io import write_parquet
-from cognoxium.items.schema import content_hash_expr, records_to_frame
+from cognoxium.items.records import records_to_frame
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AS_OF = datetime(2025, 1, 1, tzinfo=UTC)
@@ -91,8 +92,8 @@ def build_store(root: Path, items: int, scopes: int) -> float:
 COPIES_CHILD = """
 import sys
 from cognoxium import CognitionFrame
-from cognoxium.app.distributed import write_partitioned
 from cognoxium.items.io import write_parquet
+from cognoxium.items.store import write_partitioned
 store, single, partitioned = sys.argv[1:4]
 items = CognitionFrame.scan_parquet(store).drop("scope").collect()
 write_parquet(items, single)

@@ -109,8 +109,8 @@ import bench_scan
 import bench_surface
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
 from cognoxium.app.batch import RANK_METHODS
+from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import write_parquet
-from cognoxium.items.schema import to_arrow
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 

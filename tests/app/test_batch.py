@@ -17,7 +17,7 @@ from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.exceptions import BudgetError, PlanError, PredicateError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import canonical_json
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing import PackManifest
 from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_manifests
 from cognoxium.packing.options import PackOptions

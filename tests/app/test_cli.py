@@ -1006,9 +1006,11 @@ def test_json_redact_usage_errors(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_USAGE
     error = json_error(result)
     assert (error["code"], error["field"]) == ("usage.invalid", "TARGET")
-    assert (
-        error["message"] == f"{tmp_path / 'x.csv'}: unsupported file type; use .jsonl or .parquet"
+    assert error["message"] == (
+        f"{tmp_path / 'x.csv'}: unsupported file type '.csv'; use one of .jsonl, .ndjson, .parquet"
     )
+    assert error["params"] == {"suffix": ".csv", "accepted": [".jsonl", ".ndjson", ".parquet"]}
+    assert not (tmp_path / "x.csv").exists()
 
 
 @pytest.mark.parametrize("profile", ["gpt-4o-mini", "approximate", "huggingface:{tokenizer}"])

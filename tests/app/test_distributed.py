@@ -24,18 +24,12 @@ from cognoxium.app import distributed
 from cognoxium.app._scopes import batch_units
 from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
 from cognoxium.app.cli import app
-from cognoxium.app.distributed import (
-    partition_key,
-    read_scope,
-    read_store,
-    run_batch_ray,
-    scope_values,
-    write_partitioned,
-)
+from cognoxium.app.distributed import read_scope, run_batch_ray, scope_values
 from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_items
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
+from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -34,8 +34,9 @@ from cognoxium.app.batch import Request, read_requests, run_batch
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_OK, app
 from cognoxium.exceptions import CognoxiumError, RecordError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.convert import frame_to_items
 from cognoxium.items.io import read_items, read_jsonl
-from cognoxium.items.schema import frame_to_items, records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 
 AS_OF = "2026-01-01T00:00:00Z"

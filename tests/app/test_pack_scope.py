@@ -33,7 +33,7 @@ from cognoxium.app.batch import (
 from cognoxium.app.locomo import load_locomo, locomo_requests
 from cognoxium.exceptions import BudgetError, RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.manifests import read_manifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, PackScope, pack

@@ -15,7 +15,7 @@ from cognoxium.app._scopes import ScopeIndex, batch_units
 from cognoxium.app.batch import Request, run_batch, scope_rows
 from cognoxium.exceptions import BudgetError, PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.scope import derived_items
 

@@ -37,8 +37,9 @@ from cognoxium.engine.plan import (
 )
 from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import COLUMNS, items_to_frame
+from cognoxium.items.schema import COLUMNS
 from cognoxium.testing.strategies import WORDS, frames_strategy, items_strategy
 
 E = Expression.of

@@ -31,8 +31,9 @@ from cognoxium.engine.plan import (
     walk,
 )
 from cognoxium.exceptions import PlanError
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import POLARS_SCHEMA, items_to_frame
+from cognoxium.items.schema import POLARS_SCHEMA
 
 E = Expression.of
 

@@ -20,8 +20,8 @@ from cognoxium.formats.anthropic import (
     to_anthropic_messages,
 )
 from cognoxium.formats.openai import from_openai_messages, openai_messages_to_items
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Source, Text
-from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 

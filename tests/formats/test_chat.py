@@ -22,8 +22,8 @@ from cognoxium.formats.openai import (
     to_openai_messages,
 )
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Retention
-from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile

@@ -24,8 +24,8 @@ from cognoxium.formats.openai import (
     indexed_chat_items,
     openai_messages_to_items,
 )
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Source
-from cognoxium.items.schema import items_to_frame
 
 lc = pytest.importorskip("langchain_core.messages")
 from cognoxium.formats.interop import from_langchain_messages  # noqa: E402

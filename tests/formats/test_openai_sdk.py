@@ -24,8 +24,8 @@ from cognoxium.formats.openai import (
     to_openai_messages,
 )
 from cognoxium.governance.policies import BoundaryPolicy
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from tests.image_files import jpeg, png
 from tests.packing.test_chat_costs import conversations, others

@@ -20,9 +20,10 @@ import cognoxium.packing.packer
 import cognoxium.packing.planned
 from cognoxium.exceptions import PlanError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame, OptFlags
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.io import write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA, items_to_frame
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info, bm25_scores
 from cognoxium.testing.strategies import items_strategy

@@ -22,7 +22,8 @@ import pytest
 
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import conform, packed_text_expr
+from cognoxium.items.schema import packed_text_expr
+from cognoxium.items.validation import conform
 from cognoxium.packing import packer
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_scores

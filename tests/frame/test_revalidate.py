@@ -22,7 +22,8 @@ from cognoxium.engine.plan import changes_item_values
 from cognoxium.exceptions import RankError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, check_items
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.items.validation import check_items
 from cognoxium.packing.packer import pack
 from cognoxium.testing import assert_pack_equal
 

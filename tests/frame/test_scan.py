@@ -15,10 +15,12 @@ from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import PlanError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.io import read_parquet, write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem
+from cognoxium.items.records import records_to_frame
 from cognoxium.items.scan import FILE_COLUMN, ROWS_ONLY
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, items_to_frame, records_to_frame
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.testing.strategies import items_strategy
 
 AS_OF = datetime(2025, 1, 1, tzinfo=UTC)

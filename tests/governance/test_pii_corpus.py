@@ -28,8 +28,8 @@ from cognoxium.governance.redaction import (
     redact_json,
     redact_text,
 )
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import items_to_frame
 from cognoxium.testing.pii_corpus import Document, format_table, generate, score
 
 

@@ -28,8 +28,8 @@ from cognoxium.governance.redaction import (
     redact_json,
     redact_text,
 )
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import items_to_frame
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"

@@ -163,8 +163,8 @@ def test_cli_redacts_a_file_and_names_bad_arguments(tmp_path: Path) -> None:
 
 
 def _items_with_fields() -> pl.DataFrame:
+    from cognoxium.items.convert import items_to_frame
     from cognoxium.items.model import ContextItem
-    from cognoxium.items.schema import items_to_frame
 
     return items_to_frame(
         [

@@ -28,8 +28,9 @@ from cognoxium.governance.redaction import (
     redact_json,
     redact_text,
 )
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, canonical_json, content_hash
-from cognoxium.items.schema import conform, items_to_frame
+from cognoxium.items.validation import conform
 
 # ---------------------------------------------------------------------------
 # generators of values, one per format variant

@@ -21,21 +21,18 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import RecordError
-from cognoxium.items import schema
+from cognoxium.items import hashing
 from cognoxium.items._checks import text_problem
 from cognoxium.items._json import canonical_flat_column, canonical_text_list
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import (
     ContextItem,
     canonical_json,
     canonical_json_list,
     canonical_objects,
 )
-from cognoxium.items.schema import (
-    canonical_json_columns,
-    conform,
-    items_to_frame,
-    records_to_frame,
-)
+from cognoxium.items.records import records_to_frame
+from cognoxium.items.validation import canonical_json_columns, conform
 
 TEXT = st.one_of(
     st.text(max_size=10),
@@ -409,7 +406,7 @@ def test_an_integer_beyond_64_bits_in_canonical_text_is_kept() -> None:
 def test_content_hashes_hashed_in_parallel_parts_equal_one_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    n = 3 * schema._HASH_PART_ROWS + 5  # three parts, the last one longer
+    n = 3 * hashing._HASH_PART_ROWS + 5  # three parts, the last one longer
     kinds = ["text", "json", "reference", "binary"] * (n // 4) + ["text"] * (n % 4)
     df = pl.DataFrame(
         {
@@ -420,7 +417,7 @@ def test_content_hashes_hashed_in_parallel_parts_equal_one_pass(
         }
     )
     monkeypatch.setattr(pl, "thread_pool_size", lambda: 3)
-    parts = schema._digest_query(df.lazy(), n).collect()
+    parts = hashing._digest_query(df.lazy(), n).collect()
     assert parts.height == n
-    assert parts.to_series().equals(df.select(schema._digest_expr()).to_series())
+    assert parts.to_series().equals(df.select(hashing._digest_expr()).to_series())
     assert parts.to_series().null_count() == n // 4  # the references'

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cognoxium.exceptions import RecordError
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.images import ImageSpec, image_media_type, image_size, image_specs
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import items_to_frame
 from tests.image_files import BUILDERS, png
 
 START = datetime(2024, 5, 1, tzinfo=UTC)

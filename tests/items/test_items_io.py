@@ -18,19 +18,20 @@ from pydantic import ValidationError
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import id_problem
-from cognoxium.items.io import read_items, read_jsonl, read_parquet, write_jsonl, write_parquet
-from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
-from cognoxium.items.schema import (
-    COLUMNS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    conform,
-    frame_to_items,
-    item_to_record,
-    items_to_frame,
-    records_to_frame,
-    to_arrow,
+from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
+from cognoxium.items.io import (
+    ITEM_FORMATS,
+    item_format,
+    read_items,
+    read_jsonl,
+    read_parquet,
+    write_jsonl,
+    write_parquet,
 )
+from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
+from cognoxium.items.records import item_to_record, records_to_frame
+from cognoxium.items.schema import COLUMNS, SCHEMA, SCHEMA_VERSION
+from cognoxium.items.validation import conform
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -264,6 +265,57 @@ def test_read_items_rejects_unknown_suffix(tmp_path: Path) -> None:
     pq.write_table(pa.table({"role": ["user"], "text": ["hi"], "shade": [1]}), path)
     with pytest.raises(SchemaError, match="unknown columns"):
         read_parquet(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("items.jsonl", "jsonl"),
+        ("items.ndjson", "jsonl"),
+        ("ITEMS.JSONL", "jsonl"),
+        ("items.parquet", "parquet"),
+        ("items.Parquet", "parquet"),
+    ],
+)
+def test_each_suffix_reads_and_writes_its_format(tmp_path: Path, name: str, expected: str) -> None:
+    form = item_format(tmp_path / name)
+    assert form.name == expected
+    df = items_to_frame([ContextItem(id="a", role="user", text="hi", created_at=T0)])
+    form.write(df, tmp_path / name)
+    assert_frame_equal(form.read(tmp_path / name), df)
+    assert_frame_equal(read_items(tmp_path / name), df)
+    if expected == "jsonl":
+        assert json.loads((tmp_path / name).read_text())["text"] == "hi"
+    else:
+        assert pq.read_schema(tmp_path / name).names == list(COLUMNS)
+
+
+def test_the_formats_are_jsonl_and_parquet() -> None:
+    assert {suffix: form.name for suffix, form in ITEM_FORMATS.items()} == {
+        ".jsonl": "jsonl",
+        ".ndjson": "jsonl",
+        ".parquet": "parquet",
+    }
+    assert ITEM_FORMATS[".jsonl"].read is read_jsonl
+    assert ITEM_FORMATS[".jsonl"].write is write_jsonl
+    assert ITEM_FORMATS[".parquet"].read is read_parquet
+    assert ITEM_FORMATS[".parquet"].write is write_parquet
+
+
+@pytest.mark.parametrize("name", ["items.csv", "items", "items.jsonl.gz"])
+def test_an_unknown_suffix_is_an_error_naming_the_path_and_the_formats(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
+    suffix = path.suffix
+    with pytest.raises(SchemaError) as caught:
+        item_format(path)
+    assert str(caught.value) == (
+        f"{path}: unsupported file type {suffix!r}; use one of .jsonl, .ndjson, .parquet"
+    )
+    assert caught.value.params == {"suffix": suffix, "accepted": [".jsonl", ".ndjson", ".parquet"]}
+    with pytest.raises(SchemaError, match=r"use one of \.jsonl, \.ndjson, \.parquet$"):
+        read_items(path)
 
 
 def test_written_files_get_the_usual_mode(tmp_path: Path) -> None:

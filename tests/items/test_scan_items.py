@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from cognoxium.app.distributed import write_partitioned
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import write_jsonl, write_parquet
+from cognoxium.items.records import records_to_frame
 from cognoxium.items.scan import (
     KEPT_READS,
     ScanRead,
@@ -20,7 +20,9 @@ from cognoxium.items.scan import (
     scan_ndjson_items,
     scan_parquet_items,
 )
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, conform, records_to_frame, row_checks
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.items.store import write_partitioned
+from cognoxium.items.validation import conform, row_checks
 
 
 def frame(n: int = 5) -> pl.DataFrame:

@@ -16,7 +16,7 @@ import pytest
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 
 
 def _table(priority: list[float]) -> pl.DataFrame:

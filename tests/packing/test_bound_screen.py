@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing._costing import KnownCosts, UnitCosts, render
 from cognoxium.packing._model import UNSET
 from cognoxium.packing._policies import review_policies

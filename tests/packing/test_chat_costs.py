@@ -34,8 +34,8 @@ from cognoxium.formats.openai import (
     to_openai_messages,
 )
 from cognoxium.governance.policies import BoundaryPolicy
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Retention, Trust
-from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import BUILDERS

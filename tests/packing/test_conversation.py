@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.packing._checks import check_call
 from cognoxium.packing._exclusions import find_exclusions
 from cognoxium.packing._policies import review_policies

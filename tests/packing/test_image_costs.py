@@ -11,8 +11,8 @@ import pytest
 
 from cognoxium.exceptions import RecordError
 from cognoxium.formats.openai import to_openai_messages
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import items_to_frame
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import gif, jpeg, png

@@ -18,7 +18,7 @@ import pytest
 
 from cognoxium.exceptions import RankError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackScope, pack, pack_reusing
 from cognoxium.retrieval.ranking import recency_expr

@@ -12,7 +12,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.packing._manifest import InputHasher, input_fingerprint
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import frames_strategy

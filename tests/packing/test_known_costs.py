@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.policies import BoundaryPolicy
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, PackScope, pack
 from cognoxium.tokens.profiles import PROFILE_NAMES, clear_cache, get_profile

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.items.schema import conform, items_to_frame, packed_text_expr
+from cognoxium.items.schema import packed_text_expr
+from cognoxium.items.validation import conform
 from cognoxium.packing import packer
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, PackManifest, PackScope, pack

@@ -18,7 +18,7 @@ import pytest
 from cognoxium.exceptions import BudgetError, PackError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.policies import BoundaryPolicy
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackScope, pack, pack_reusing
 from cognoxium.testing import assert_pack_equal

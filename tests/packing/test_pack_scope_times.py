@@ -15,7 +15,7 @@ import pytest
 
 from cognoxium.exceptions import PackError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackScope, pack
 from cognoxium.testing import assert_pack_equal

@@ -12,8 +12,9 @@ from cognoxium import ContextPack, Renderer
 from cognoxium.exceptions import PackError, RecordError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.governance.policies import BoundaryPolicy
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Json, Reference, Source, Text
-from cognoxium.items.schema import items_to_frame, records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.packer import pack
 from tests.packing.test_chat_costs import CL100K, cookbook_tokens
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from cognoxium.exceptions import BudgetError, PackError, RecordError
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.model import content_hash
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, pack
 from cognoxium.tokens.profiles import get_profile

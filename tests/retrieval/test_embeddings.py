@@ -24,7 +24,7 @@ from polars.testing import assert_frame_equal
 import cognoxium.retrieval.embeddings as emb_mod
 from cognoxium.exceptions import CognoxiumError, ModelError, PlanError, SchemaError
 from cognoxium.frame.frame import CognitionFrame, OptFlags
-from cognoxium.items.schema import conform
+from cognoxium.items.validation import conform
 from cognoxium.retrieval.embeddings import (
     CACHE_DIR_ENV,
     EMBEDDER_NAMES,

@@ -13,7 +13,7 @@ import pytest
 
 from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.retrieval.embeddings import EmbeddingCache
 from cognoxium.retrieval.features import (
     FEATURE_NAMES,

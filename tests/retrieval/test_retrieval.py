@@ -13,7 +13,7 @@ import pytest
 
 from cognoxium.app.batch import RANK_METHODS, Request, run_batch
 from cognoxium.exceptions import PlanError
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
 from cognoxium.retrieval.fusion import rrf_scores

@@ -28,12 +28,9 @@ if TYPE_CHECKING:
     from cognoxium.app.distributed import (
         ENGINES,
         Engine,
-        partition_key,
         read_scope,
-        read_store,
         run_batch_ray,
         scope_values,
-        write_partitioned,
     )
     from cognoxium.app.locomo import (
         ANSWERABLE_CATEGORIES,
@@ -68,12 +65,9 @@ else:
             "cognoxium.app.distributed": [
                 "ENGINES",
                 "Engine",
-                "partition_key",
                 "read_scope",
-                "read_store",
                 "run_batch_ray",
                 "scope_values",
-                "write_partitioned",
             ],
             "cognoxium.app.locomo": [
                 "ANSWERABLE_CATEGORIES",
@@ -110,15 +104,12 @@ __all__ = [
     "normalize_evidence",
     "pack_scope",
     "parse_session_time",
-    "partition_key",
     "prepare_requests",
     "rank_request",
     "read_requests",
     "read_scope",
-    "read_store",
     "run_batch",
     "run_batch_ray",
     "run_locomo",
     "scope_values",
-    "write_partitioned",
 ]

@@ -53,7 +53,6 @@ Examples
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -67,6 +66,7 @@ from sqlglot import exp
 from cognoxium.engine.plan import Filter, LazySource, Node, Scan, Source, polars_error_text
 from cognoxium.exceptions import PlanError, PredicateError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.store import PLAIN_KEY
 
 if TYPE_CHECKING:
     from cognoxium.app.batch import Request
@@ -81,9 +81,6 @@ __all__ = [
     "scope_values",
     "where_filter",
 ]
-
-PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""A metadata key that is a plain name (a letter or ``_``, then letters, digits or ``_``)."""
 
 _ROW = "__cognoxium_row"
 _KEY = "__cognoxium_key"

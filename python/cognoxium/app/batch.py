@@ -539,7 +539,7 @@ def scope_rows(store: CognitionFrame, request: Request) -> pl.DataFrame:
     Examples
     --------
     >>> from datetime import UTC
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = CognitionFrame(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "hi"},
     ...     {"id": "b", "role": "assistant", "text": "hello"}]))
@@ -825,7 +825,7 @@ def run_batch(
     --------
     >>> import tempfile, json, pathlib
     >>> from datetime import UTC
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = records_to_frame([
     ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
     ...      "created_at": "2025-01-01T00:00:00Z", "metadata": {"topic": "billing"}},
@@ -1191,7 +1191,7 @@ class ScopeResult:
         Examples
         --------
         >>> from datetime import UTC
-        >>> from cognoxium.items.schema import records_to_frame
+        >>> from cognoxium.items.records import records_to_frame
         >>> store = CognitionFrame(records_to_frame([{"id": "a", "role": "user", "text": "hi",
         ...                                           "created_at": "2025-01-01T00:00:00Z"}]))
         >>> settings = BatchSettings(PackOptions(as_of=datetime(2025, 6, 1, tzinfo=UTC)), "none")
@@ -1301,7 +1301,7 @@ def pack_scope(
     Examples
     --------
     >>> from datetime import UTC
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = CognitionFrame(records_to_frame([
     ...     {"id": "a", "role": "user", "text": "my invoice is wrong",
     ...      "created_at": "2025-01-01T00:00:00Z"},

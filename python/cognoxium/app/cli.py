@@ -79,7 +79,7 @@ import typer
 from typer.core import TyperGroup
 
 from cognoxium._distribution import DISTRIBUTION
-from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError
+from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError, SchemaError
 from cognoxium.tokens._names import PROFILE_NAMES
 
 if TYPE_CHECKING:
@@ -697,9 +697,10 @@ def pack_command(
     from functools import partial
 
     from cognoxium.app.batch import read_requests, run_batch
-    from cognoxium.app.distributed import read_store, run_batch_ray
+    from cognoxium.app.distributed import run_batch_ray
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import read_items
+    from cognoxium.items.store import read_store
 
     options = _pack_options(
         profile=profile,
@@ -1039,14 +1040,14 @@ def redact_command(
     from rich.table import Table
 
     from cognoxium.frame.frame import CognitionFrame
-    from cognoxium.items.io import read_items, write_jsonl, write_parquet
+    from cognoxium.items.io import item_format, read_items
     from cognoxium.items.schema import COLUMNS
 
-    writers = {".jsonl": write_jsonl, ".ndjson": write_jsonl, ".parquet": write_parquet}
-    writer = writers.get(target.suffix.lower())
-    if writer is None:
-        message = f"{target}: unsupported file type; use .jsonl or .parquet"
-        raise _CommandError(_error_dict("usage.invalid", message, field="TARGET"), EXIT_USAGE)
+    try:
+        writer = item_format(target).write
+    except SchemaError as exc:
+        error = _error_dict("usage.invalid", str(exc), field="TARGET", params=exc.params)
+        raise _CommandError(error, EXIT_USAGE) from None
     kinds = None if types is None else [t.strip() for t in types.split(",") if t.strip()]
     key = os.environ.get(key_env) if style is Style.HASH else None
     try:

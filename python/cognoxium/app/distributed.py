@@ -10,7 +10,7 @@ default). The phases:
    worker slot, so many small scopes make as many tasks as few large ones.
 2. *Read.* A task reads only its part of the store, in one scan
    (:func:`read_part`): for a hive-partitioned store
-   (``ROOT/<key>=<value>/*.parquet``, see :func:`write_partitioned`) the
+   (``ROOT/<key>=<value>/*.parquet``, see :func:`~cognoxium.items.store.write_partitioned`) the
    ``where`` clauses that fix ``metadata.<key>`` to text values read only
    those partitions (:func:`scope_values`; Polars prunes them from the
    scan), and a row filter on the metadata JSON skips the other items
@@ -62,7 +62,6 @@ import os
 import pickle
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,14 +71,11 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 import sqlglot
 
-from cognoxium._columns import STORE_POSITION
 from cognoxium._distribution import install_command
 from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import (
-    PLAIN_KEY,
     ScopeIndex,
     Unit,
     batch_units,
@@ -110,9 +106,9 @@ from cognoxium.exceptions import (
     SchemaError,
 )
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.io import read_items
 from cognoxium.items.predicate import parse_predicate
-from cognoxium.items.schema import POLARS_SCHEMA, conform, to_arrow
+from cognoxium.items.schema import POLARS_SCHEMA
+from cognoxium.items.store import collect_store, partition_key, scan_store
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter, RenderedManifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
@@ -121,12 +117,9 @@ from cognoxium.retrieval.scope import RetrievalSettings
 __all__ = [
     "ENGINES",
     "Engine",
-    "partition_key",
     "read_scope",
-    "read_store",
     "run_batch_ray",
     "scope_values",
-    "write_partitioned",
 ]
 
 Engine = Literal["local", "ray"]
@@ -168,69 +161,6 @@ def _ray() -> Any:
 # -- the store ---------------------------------------------------------------
 
 
-def partition_key(path: str | os.PathLike[str]) -> str | None:
-    """The hive partition key of a store directory; ``None`` for a file.
-
-    Parameters
-    ----------
-    path
-        A ``.parquet``/``.jsonl`` file, or a directory whose entries are
-        ``<key>=<value>`` directories of Parquet files, all with one key;
-        every item under ``<key>=<value>`` has the text ``<value>`` at
-        ``metadata.<key>`` (as :func:`write_partitioned` writes them).
-
-    Raises
-    ------
-    SchemaError
-        If ``path`` is a directory that is not such a store (no partition,
-        another entry, or two keys); the message names it.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> (root / "conversation=c1").mkdir()
-    >>> partition_key(root)
-    'conversation'
-    """
-    root = Path(path)
-    if not root.is_dir():
-        return None
-    names = sorted(entry.name for entry in os.scandir(root) if not entry.name.startswith("."))
-    keys = {name.partition("=")[0] for name in names if "=" in name}
-    stray = [name for name in names if "=" not in name or not (root / name).is_dir()]
-    if len(keys) != 1 or stray:
-        raise SchemaError(
-            f"{root}: a store directory holds only <key>=<value> partition directories with "
-            f"one key; found keys {sorted(keys)} and other entries {stray[:3]}"
-        )
-    return keys.pop()
-
-
-def _scan(path: Path, key: str | None) -> pl.LazyFrame:
-    if key is None:
-        return pl.scan_parquet(path)
-    return pl.scan_parquet(
-        path / "**" / "*.parquet", hive_partitioning=True, hive_schema={key: pl.String()}
-    )
-
-
-def _conformed(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataFrame:
-    if key is not None:
-        lazy = lazy.drop(key)
-    try:
-        positioned = STORE_POSITION in lazy.collect_schema()
-    except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
-    if positioned:  # the items in the order they were written, whatever the partitions
-        lazy = lazy.sort(STORE_POSITION).drop(STORE_POSITION)
-    try:
-        table = lazy.collect()
-    except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
-    return conform(table, source=str(source))
-
-
 def _check_store(path: Path) -> None:
     """Refuse a store that is neither a partitioned directory nor a Parquet file, at once."""
     if partition_key(path) is not None:
@@ -245,99 +175,6 @@ def _check_store(path: Path) -> None:
         ) from None
 
 
-def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
-    """Read a whole store: an item file, or a hive-partitioned Parquet directory.
-
-    The items come in the order :func:`write_partitioned` wrote them (by
-    their stored position); a directory without positions is read in the
-    order of its paths, each file's rows in file order. The partition
-    column is dropped (its value is in every item's metadata).
-
-    Raises
-    ------
-    SchemaError, RecordError
-        If the files are not valid items.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> from cognoxium.items.schema import records_to_frame
-    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
-    >>> write_partitioned(records_to_frame([
-    ...     {"id": "b", "role": "user", "text": "yo", "metadata": {"conversation": "c2"}},
-    ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"conversation": "c1"}},
-    ... ]), root, key="conversation")
-    >>> read_store(root)["id"].to_list()
-    ['b', 'a']
-    """
-    source = Path(path)
-    key = partition_key(source)
-    if key is None:
-        return read_items(source)
-    return _conformed(_scan(source, key), key, source)
-
-
-def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key: str) -> None:
-    """Write items as a hive-partitioned Parquet store by one metadata key.
-
-    Every item goes to ``root/<key>=<value>/part-0.parquet``, ``<value>``
-    being its ``metadata.<key>`` text percent-encoded (RFC 3986: every byte
-    of its UTF-8 but letters, digits and ``-._~`` is written ``%XX``), which
-    Polars' hive reader decodes: a value holding ``=``, ``/``, spaces or any
-    other text reads back as written. Partitions are written in order of
-    value, items in store order. A file holds the item columns (canonical
-    schema), then the column ``__cognoxium_position``: each item's 0-based
-    position in ``store`` (Int64), by which :func:`read_store`,
-    :func:`read_scope` and
-    :meth:`~cognoxium.frame.frame.CognitionFrame.scan_parquet` give the items
-    back in ``store`` order, so a pack of them is the pack of ``store``.
-
-    Raises
-    ------
-    SchemaError
-        If ``key`` is not a plain name (a letter or ``_``, then letters,
-        digits or ``_``), or an item has no text value at
-        ``metadata.<key>``; the message names the key or the item.
-    FileExistsError
-        If ``root`` exists.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> from cognoxium.items.schema import records_to_frame
-    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
-    >>> write_partitioned(records_to_frame([
-    ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"thread": "YWJj=="}},
-    ... ]), root, key="thread")
-    >>> [path.name for path in root.iterdir()]
-    ['thread=YWJj%3D%3D']
-    >>> read_store(root)["metadata"].to_list()
-    ['{"thread":"YWJj=="}']
-    """
-    if not PLAIN_KEY.fullmatch(key):
-        raise SchemaError(
-            f"cannot partition by metadata.{key}: the key {key!r} is not a plain name "
-            "(a letter or _, then letters, digits or _)"
-        )
-    values = store.get_column("metadata").str.json_path_match(f"$.{key}")
-    bad = store.filter(values.is_null())
-    if bad.height:
-        raise SchemaError(
-            f"cannot partition by metadata.{key}: item {bad['id'][0]!r} has no text value "
-            f"there; {bad.height} such items"
-        )
-    target = Path(root)
-    target.mkdir(parents=True)
-    positions = pl.int_range(pl.len(), dtype=pl.Int64).alias(STORE_POSITION)
-    parts = store.with_columns(values.alias("__partition"), positions).partition_by(
-        "__partition", maintain_order=True, include_key=False, as_dict=True
-    )
-    for (value,), part in sorted(parts.items(), key=lambda kv: str(kv[0][0])):
-        folder = target / f"{key}={urllib.parse.quote(str(value), safe='')}"
-        folder.mkdir()
-        pq.write_table(to_arrow(part), folder / "part-0.parquet")
-
-
 # -- scopes ------------------------------------------------------------------
 
 
@@ -350,7 +187,7 @@ def read_scope(
     ----------
     path
         The store: a Parquet file or a hive-partitioned directory (see
-        :func:`write_partitioned`).
+        :func:`~cognoxium.items.store.write_partitioned`).
     where
         The scope's clause (``None``: the whole store).
 
@@ -359,7 +196,7 @@ def read_scope(
     tuple of CognitionFrame
         ``(part, scope)``: the items read (the partitions the clause allows,
         less the items whose metadata cannot match), in store order (see
-        :func:`read_store`), and
+        :func:`~cognoxium.items.store.read_store`), and
         ``part`` filtered by ``where``, equal to the local run's scope.
 
     Raises
@@ -385,14 +222,14 @@ def read_part(path: str | os.PathLike[str], wheres: Sequence[str | None]) -> Cog
     ----------
     path
         The store: a Parquet file or a hive-partitioned directory (see
-        :func:`write_partitioned`).
+        :func:`~cognoxium.items.store.write_partitioned`).
     wheres
         The clauses (``None``: the whole store).
 
     Returns
     -------
     CognitionFrame
-        The items read, in store order (see :func:`read_store`).
+        The items read, in store order (see :func:`~cognoxium.items.store.read_store`).
 
     Raises
     ------
@@ -401,7 +238,7 @@ def read_part(path: str | os.PathLike[str], wheres: Sequence[str | None]) -> Cog
     """
     source = Path(path)
     key = partition_key(source)
-    lazy = _scan(source, key)
+    lazy = scan_store(source, key)
     names = set(partition_keys(wheres[0])) if wheres else set()
     for where in wheres[1:]:
         names &= set(partition_keys(where))
@@ -414,7 +251,7 @@ def read_part(path: str | os.PathLike[str], wheres: Sequence[str | None]) -> Cog
             lazy = lazy.filter(pl.col(key).is_in(values))
         field = pl.col("metadata").str.json_path_match(f"$.{name}")
         lazy = lazy.filter(field.is_in(values))
-    return CognitionFrame(_conformed(lazy, key, source))
+    return CognitionFrame(collect_store(lazy, key, source))
 
 
 # -- units of work -------------------------------------------------------------
@@ -865,7 +702,7 @@ def run_batch_ray(
     ----------
     store
         The items: a hive-partitioned Parquet directory
-        (:func:`write_partitioned`) or a Parquet file, on storage every
+        (:func:`~cognoxium.items.store.write_partitioned`) or a Parquet file, on storage every
         worker reads at the same path.
     requests
         The requests, with unique ids.

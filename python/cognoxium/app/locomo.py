@@ -72,7 +72,7 @@ from cognoxium.app.batch import RANK_METHODS, BatchStats, RankMethod, Request, r
 from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter, read_manifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest

@@ -30,17 +30,14 @@ from cognoxium.engine.plan import (
     polars_error_text,
 )
 from cognoxium.exceptions import PlanError, SchemaError
+from cognoxium.items.convert import items_to_frame
+from cognoxium.items.hashing import content_hash_expr
 from cognoxium.items.model import ContextItem
 from cognoxium.items.predicate import comparable_types, describe_type, value_dtype
+from cognoxium.items.records import records_to_frame
 from cognoxium.items.scan import scan_lazy_items
-from cognoxium.items.schema import (
-    COLUMNS,
-    PAYLOAD_COLUMNS,
-    conform,
-    content_hash_expr,
-    items_to_frame,
-    records_to_frame,
-)
+from cognoxium.items.schema import COLUMNS, PAYLOAD_COLUMNS
+from cognoxium.items.validation import conform
 
 __all__ = [
     "check_query",

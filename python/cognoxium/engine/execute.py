@@ -14,13 +14,8 @@ from cognoxium.engine.optimizer import OptFlags, optimize
 from cognoxium.engine.plan import LazySource, Node, Rank, Scan, changes_item_values, walk
 from cognoxium.exceptions import DependencyError, PlanError, RecordError, SchemaError
 from cognoxium.items.scan import ScanRead, atomic_path
-from cognoxium.items.schema import (
-    COLUMNS,
-    POLARS_SCHEMA,
-    SCHEMA_VERSION,
-    check_items,
-    row_checks,
-)
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA_VERSION
+from cognoxium.items.validation import check_items, row_checks
 
 __all__ = [
     "ENGINES",
@@ -49,7 +44,7 @@ def checked_rows(plan: Node, *, finite_rank: bool = True) -> pl.DataFrame:
 
     Only a plan that computes columns or joins in rows
     (:func:`~cognoxium.engine.plan.changes_item_values`) pays for the check;
-    its rows come back as :func:`~cognoxium.items.schema.check_items` gives them.
+    its rows come back as :func:`~cognoxium.items.validation.check_items` gives them.
 
     Parameters
     ----------

@@ -78,7 +78,8 @@ from cognoxium.formats.openai import (
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
 from cognoxium.items.model import ContextItem, Retention, canonical_json_list
-from cognoxium.items.schema import POLARS_SCHEMA, conform
+from cognoxium.items.schema import POLARS_SCHEMA
+from cognoxium.items.validation import conform
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 

@@ -107,6 +107,7 @@ from pydantic import ValidationError
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
+from cognoxium.items.hashing import digests_in_background
 from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
 from cognoxium.items.io import parse_json_lines
 from cognoxium.items.model import (
@@ -120,12 +121,8 @@ from cognoxium.items.model import (
     canonical_json_list,
     canonical_objects,
 )
-from cognoxium.items.schema import (
-    POLARS_SCHEMA,
-    complete_valid_columns,
-    conform,
-    digests_in_background,
-)
+from cognoxium.items.schema import POLARS_SCHEMA
+from cognoxium.items.validation import complete_valid_columns, conform
 from cognoxium.packing._messages import chat_columns, check_tool_results
 from cognoxium.packing.packer import ContextPack
 
@@ -588,7 +585,7 @@ class ChatColumns:
     Each message is checked as :func:`openai_messages_to_items` checks it
     (roles, keys, content parts, tool calls against earlier calls); its
     items go to column lists, and :meth:`frame` validates them all at once
-    (:func:`cognoxium.items.schema.conform`: enumerations, ids, text,
+    (:func:`cognoxium.items.validation.conform`: enumerations, ids, text,
     content hashes). A list of plain text messages (``role`` system,
     developer, user or assistant, text ``content``, an optional ``name``)
     is laid out a column at a time. Only an item that fails is built as a

@@ -70,22 +70,16 @@ from cognoxium.exceptions import (
 )
 from cognoxium.frame.groupby import GroupBy
 from cognoxium.items import io
+from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
 from cognoxium.items.model import ContextItem
+from cognoxium.items.records import item_to_record, records_to_frame
 from cognoxium.items.scan import (
     ScanRead,
     scan_ndjson_items,
     scan_parquet_items,
 )
-from cognoxium.items.schema import (
-    COLUMNS,
-    POLARS_SCHEMA,
-    conform,
-    frame_to_items,
-    item_to_record,
-    items_to_frame,
-    records_to_frame,
-    to_arrow,
-)
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.items.validation import conform
 from cognoxium.retrieval.ranking import half_life_seconds
 
 if TYPE_CHECKING:
@@ -250,8 +244,8 @@ class CognitionFrame:
     def from_conformed(cls, df: pl.DataFrame) -> CognitionFrame:
         """Wrap a frame that is already valid items, without checking its rows again.
 
-        For the output of :func:`~cognoxium.items.schema.conform`,
-        :func:`~cognoxium.items.schema.records_to_frame` and the chat
+        For the output of :func:`~cognoxium.items.validation.conform`,
+        :func:`~cognoxium.items.records.records_to_frame` and the chat
         converters of :mod:`cognoxium.formats`, which validated every row;
         anything else goes through :meth:`from_polars`.
 
@@ -351,7 +345,7 @@ class CognitionFrame:
         :mod:`cognoxium.items.scan`). Each run is recorded in
         :meth:`read_statistics`. The rows come in path order, each file's in
         file order; a store written by
-        :func:`~cognoxium.app.distributed.write_partitioned` gives its items
+        :func:`~cognoxium.items.store.write_partitioned` gives its items
         in the order they were written.
 
         Parameters
@@ -1594,7 +1588,7 @@ class CognitionFrame:
         Rows that a step computed (``with_columns``, ``select`` or ``join``,
         see :func:`~cognoxium.engine.plan.changes_item_values`) are collected
         and checked as the readers check them
-        (:func:`~cognoxium.items.schema.check_items`) before anything is
+        (:func:`~cognoxium.items.validation.check_items`) before anything is
         written; ranks computed by :meth:`rank` are checked in the written
         file before it takes ``path`` (NaN and infinity are refused).
 
@@ -1735,7 +1729,7 @@ class CognitionFrame:
             If a step computed item values (``with_columns``, ``select`` or
             ``join``; see :func:`~cognoxium.engine.plan.changes_item_values`)
             and a row is not a valid item, checked as the readers check
-            (:func:`~cognoxium.items.schema.check_items`; a NaN rank is read
+            (:func:`~cognoxium.items.validation.check_items`; a NaN rank is read
             as unranked), naming its 0-based row and the field.
         PackError, BudgetError, PolicyError
             As :func:`~cognoxium.packing.packer.pack`.

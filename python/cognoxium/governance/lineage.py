@@ -49,7 +49,7 @@ def lineage_edges(df: pl.DataFrame) -> pl.DataFrame:
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> df = records_to_frame([
     ...     {"id": "t1", "role": "user", "text": "I moved to Lyon."},
     ...     {"id": "m1", "role": "memory", "text": "Lives in Lyon.", "parents": ["t1"]},

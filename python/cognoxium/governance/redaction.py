@@ -1850,7 +1850,7 @@ def redact_frame(
     Examples
     --------
     >>> from cognoxium.items.model import ContextItem
-    >>> from cognoxium.items.schema import items_to_frame
+    >>> from cognoxium.items.convert import items_to_frame
     >>> df = items_to_frame([
     ...     ContextItem(id="a", role="user", text="I am ana@example.org",
     ...                 created_at="2024-01-01T00:00:00Z"),

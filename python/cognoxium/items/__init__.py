@@ -1,7 +1,8 @@
 """Context items.
 
 The ``ContextItem`` model and payloads, the canonical Arrow schema and its
-validation, the JSONL/Parquet readers and writers, and lazy scans of them.
+validation, the JSONL/Parquet readers and writers, partitioned stores of
+Parquet files, and lazy scans of them.
 """
 
 from typing import TYPE_CHECKING
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 from cognoxium._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
     from cognoxium.items.io import (
         atomic_write,
         read_items,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
         canonical_json,
         content_hash,
     )
+    from cognoxium.items.records import item_to_record, records_to_frame
     from cognoxium.items.scan import (
         ItemScan,
         ScanRead,
@@ -50,15 +53,10 @@ if TYPE_CHECKING:
         POLARS_SCHEMA,
         SCHEMA,
         SCHEMA_VERSION,
-        conform,
-        frame_to_items,
-        item_to_record,
-        items_to_frame,
         packed_text_expr,
-        records_to_frame,
-        row_checks,
-        to_arrow,
     )
+    from cognoxium.items.store import partition_key, read_store, write_partitioned
+    from cognoxium.items.validation import conform, row_checks
 else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
@@ -98,21 +96,18 @@ else:
                 "scan_ndjson_items",
                 "scan_parquet_items",
             ],
+            "cognoxium.items.convert": ["frame_to_items", "items_to_frame", "to_arrow"],
+            "cognoxium.items.records": ["item_to_record", "records_to_frame"],
             "cognoxium.items.schema": [
                 "COLUMNS",
                 "PAYLOAD_KINDS",
                 "POLARS_SCHEMA",
                 "SCHEMA",
                 "SCHEMA_VERSION",
-                "conform",
-                "frame_to_items",
-                "item_to_record",
-                "items_to_frame",
                 "packed_text_expr",
-                "records_to_frame",
-                "row_checks",
-                "to_arrow",
             ],
+            "cognoxium.items.store": ["partition_key", "read_store", "write_partitioned"],
+            "cognoxium.items.validation": ["conform", "row_checks"],
         },
     )
 
@@ -148,9 +143,11 @@ __all__ = [
     "item_to_record",
     "items_to_frame",
     "packed_text_expr",
+    "partition_key",
     "read_items",
     "read_jsonl",
     "read_parquet",
+    "read_store",
     "records_to_frame",
     "row_checks",
     "scan_lazy_items",
@@ -159,4 +156,5 @@ __all__ = [
     "to_arrow",
     "write_jsonl",
     "write_parquet",
+    "write_partitioned",
 ]

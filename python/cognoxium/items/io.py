@@ -1,6 +1,8 @@
 """Reading and writing context items as JSONL and Parquet.
 
-Readers are all-or-nothing: the first bad record raises a
+:data:`ITEM_FORMATS` holds the reader and the writer of each file suffix;
+:func:`item_format` looks a path's up, and :func:`read_items` reads a file
+by it. Readers are all-or-nothing: the first bad record raises a
 :class:`~cognoxium.exceptions.RecordError` naming the file, the line and the
 field, and nothing is returned. Writers write to a temporary file beside the
 target and rename it into place, so a failed write leaves no partial file.
@@ -14,9 +16,11 @@ import gc
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import IO, Any
 
 import orjson
@@ -25,17 +29,16 @@ import polars as pl
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items._checks import MAX_JSON_DEPTH, json_text_depth
-from cognoxium.items.schema import (
-    conform,
-    frame_to_items,
-    item_to_record,
-    records_to_frame,
-    to_arrow,
-)
+from cognoxium.items.convert import frame_to_items, to_arrow
+from cognoxium.items.records import item_to_record, records_to_frame
+from cognoxium.items.validation import conform
 
 __all__ = [
+    "ITEM_FORMATS",
+    "ItemFormat",
     "atomic_path",
     "atomic_write",
+    "item_format",
     "json_lines",
     "parse_json_lines",
     "read_items",
@@ -302,7 +305,7 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read items from a Parquet file and validate them (see :func:`~cognoxium.items.conform`).
 
     A file of a partitioned store (see
-    :func:`~cognoxium.app.distributed.write_partitioned`), which also stores
+    :func:`~cognoxium.items.store.write_partitioned`), which also stores
     each item's position in the items written (column
     ``__cognoxium_position``), gives its items in that order, without that
     column.
@@ -354,28 +357,91 @@ def write_parquet(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
         pq.write_table(to_arrow(df), handle)
 
 
-_READERS: dict[str, Callable[[str | os.PathLike[str]], pl.DataFrame]] = {
-    ".jsonl": read_jsonl,
-    ".ndjson": read_jsonl,
-    ".parquet": read_parquet,
-}
+@dataclass(frozen=True, slots=True)
+class ItemFormat:
+    """A file format of context items: its name, and the reader and the writer of its files.
+
+    Parameters
+    ----------
+    name
+        ``"jsonl"`` or ``"parquet"``.
+    read
+        Reads a file of the format as items (a frame of the item schema).
+    write
+        Writes items (the item columns of a frame) as a file of the format,
+        atomically.
+    """
+
+    name: str
+    read: Callable[[str | os.PathLike[str]], pl.DataFrame]
+    write: Callable[[pl.DataFrame, str | os.PathLike[str]], None]
+
+
+_JSONL = ItemFormat("jsonl", read_jsonl, write_jsonl)
+
+ITEM_FORMATS: Mapping[str, ItemFormat] = MappingProxyType(
+    {
+        ".jsonl": _JSONL,
+        ".ndjson": _JSONL,
+        ".parquet": ItemFormat("parquet", read_parquet, write_parquet),
+    }
+)
+"""The item file formats by file suffix (lower case): what the readers and writers
+that go by a path's suffix accept."""
+
+
+def item_format(path: str | os.PathLike[str]) -> ItemFormat:
+    """The format of an item file, by the suffix of its path (in any case).
+
+    Parameters
+    ----------
+    path
+        The file, to read or to write; it need not exist.
+
+    Returns
+    -------
+    ItemFormat
+        The format of :data:`ITEM_FORMATS` for the suffix.
+
+    Raises
+    ------
+    SchemaError
+        For another suffix, naming the path and the accepted suffixes
+        (``params``: ``suffix`` and ``accepted``).
+
+    Examples
+    --------
+    >>> item_format("out/items.NDJSON").name
+    'jsonl'
+    >>> try:
+    ...     item_format("items.csv")
+    ... except SchemaError as exc:
+    ...     print(exc)
+    items.csv: unsupported file type '.csv'; use one of .jsonl, .ndjson, .parquet
+    """
+    suffix = Path(path).suffix.lower()
+    found = ITEM_FORMATS.get(suffix)
+    if found is None:
+        raise SchemaError(
+            f"{path}: unsupported file type {suffix!r}; use one of {', '.join(ITEM_FORMATS)}",
+            params={"suffix": suffix, "accepted": list(ITEM_FORMATS)},
+        )
+    return found
 
 
 def read_items(path: str | os.PathLike[str]) -> pl.DataFrame:
     """Read items from a ``.jsonl``/``.ndjson`` or ``.parquet`` file, by its suffix.
 
+    The reader is the one :func:`item_format` gives for ``path``.
+
     Raises
     ------
     SchemaError
-        For another suffix, or a directory.
+        For another suffix (naming the accepted ones), or a directory.
     """
     if Path(path).is_dir():
         raise SchemaError(
             f"{path}: a directory; read_items reads one .jsonl or .parquet file (scan a "
             "directory of Parquet files with CognitionFrame.scan_parquet)"
         )
-    suffix = Path(path).suffix.lower()
-    reader = _READERS.get(suffix)
-    if reader is None:
-        raise SchemaError(f"{path}: unsupported file type {suffix!r}; use .jsonl or .parquet")
-    return reader(path)
+    return item_format(path).read(path)

@@ -7,10 +7,10 @@ passes both to Polars' own Parquet scan, which skips the hive partitions and
 row groups the predicate rules out and reads only the columns needed.
 
 The rows a run reads are validated then, by the rules of
-:func:`~cognoxium.items.schema.conform`: a run that reads every item column
+:func:`~cognoxium.items.validation.conform`: a run that reads every item column
 conforms them (unique ids, content hashes, canonical JSON); a run that reads
 some columns applies the row checks of those columns
-(:func:`~cognoxium.items.schema.row_checks`). A failure raises
+(:func:`~cognoxium.items.validation.row_checks`). A failure raises
 :class:`~cognoxium.exceptions.RecordError` naming the file, the 0-based row
 in that file (the line for JSONL) and the field. Rows a query's predicate
 leaves out are not read, so they are not checked.
@@ -56,14 +56,9 @@ from polars.io.plugins import register_io_source
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
-from cognoxium.items.io import atomic_path, read_jsonl
-from cognoxium.items.schema import (
-    COLUMNS,
-    POLARS_SCHEMA,
-    canonical_json_columns,
-    conform,
-    row_checks,
-)
+from cognoxium.items.io import ITEM_FORMATS, atomic_path, read_jsonl
+from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.items.validation import canonical_json_columns, conform, row_checks
 
 __all__ = [
     "FILE_COLUMN",
@@ -399,7 +394,7 @@ def _check_unique_ids(df: pl.DataFrame) -> None:
 
 @lru_cache(maxsize=256)
 def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
-    """:func:`~cognoxium.items.schema.row_checks` of ``columns``, built once per set of columns.
+    """:func:`~cognoxium.items.validation.row_checks` of ``columns``, built once per set of columns.
 
     Every batch of every run that reads those columns applies the same checks.
     A scan reads each enumeration with a lenient cast to its canonical Enum
@@ -541,7 +536,7 @@ def scan_parquet_items(
         the canonical ones), then the hive partition columns as strings or
         numbers, as Polars infers them. Files that also store
         the column ``__cognoxium_position`` (a partitioned store
-        written by :func:`~cognoxium.app.distributed.write_partitioned`) give
+        written by :func:`~cognoxium.items.store.write_partitioned`) give
         their rows in that order, so a store's items come in the order they
         were written, not in the order of its partitions' paths; other files
         give theirs in path order, each file's rows in file order.
@@ -646,7 +641,9 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
 # JSONL
 
 
-_JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
+_JSONL_SUFFIXES: Final = tuple(
+    suffix for suffix, form in ITEM_FORMATS.items() if form.name == "jsonl"
+)
 
 
 def _jsonl_files(source: str) -> list[str]:

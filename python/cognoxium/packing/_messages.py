@@ -120,7 +120,7 @@ def source_lines(df: pl.DataFrame) -> pl.Series | None:
 
     Examples
     --------
-    >>> from cognoxium.items.schema import conform
+    >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({
     ...     "role": ["document", "user", "memory"], "text": ["Refunds take 5 days.", "Hi", "x"],
     ...     "sources": [[{"uri": "https://x.org/faq", "title": "FAQ"}, {"uri": "kb://7"}],

@@ -28,8 +28,9 @@ from pydantic import (
     model_validator,
 )
 
+from cognoxium.items.convert import frame_to_items
 from cognoxium.items.model import ContextItem, canonical_json
-from cognoxium.items.schema import POLARS_SCHEMA, frame_to_items
+from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.packing._display import fields_html, table_html
 from cognoxium.packing._renderers import Renderer, anthropic_request, text_transcript
 

@@ -74,7 +74,7 @@ from cognoxium._threads import in_daemon_thread
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
-from cognoxium.items.schema import check_content_hashes
+from cognoxium.items.hashing import check_content_hashes
 from cognoxium.packing._checks import PackCall, check_call, check_frame, check_rank
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
@@ -221,7 +221,7 @@ def pack(
         one ``group_id``).
     RecordError
         If a ``content_hash`` is not the hash of its row's payload (see
-        :func:`~cognoxium.items.schema.check_content_hashes`), a truncation
+        :func:`~cognoxium.items.hashing.check_content_hashes`), a truncation
         mark (``metadata.truncate``) is malformed or marks a payload that is
         not text, or an item's tool calls are malformed (a call without a
         string ``id``, ``function.name`` or ``function.arguments``); it names
@@ -236,7 +236,7 @@ def pack(
     --------
     >>> from datetime import UTC, datetime
     >>> import polars as pl
-    >>> from cognoxium.items.schema import conform
+    >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({
     ...     "id": ["sys", "q", "doc"], "role": ["system", "user", "document"],
     ...     "text": ["Be brief.", "What is the refund window?", "word " * 500],
@@ -328,7 +328,7 @@ def pack_reusing(
     --------
     >>> from datetime import UTC, datetime
     >>> import polars as pl
-    >>> from cognoxium.items.schema import conform
+    >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({
     ...     "id": ["a", "b"], "role": ["user"] * 2, "text": ["refund policy", "word " * 40],
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 2}))
@@ -397,7 +397,7 @@ class PackScope:
     --------
     >>> from datetime import UTC, datetime
     >>> import polars as pl
-    >>> from cognoxium.items.schema import conform
+    >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({
     ...     "id": ["a", "b", "c"], "role": ["user"] * 3,
     ...     "text": ["refund policy", "shipping times", "word " * 40],

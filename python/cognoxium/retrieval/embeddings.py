@@ -1038,7 +1038,7 @@ def embed_frame(
     :func:`cognoxium.retrieval.ranking.packed_text_expr`); the cache key is the row's
     ``content_hash``, so only rows whose hash the cache lacks are embedded.
     The hashes are trusted: check rows of unknown origin first with
-    :func:`cognoxium.items.schema.check_content_hashes`.
+    :func:`cognoxium.items.hashing.check_content_hashes`.
 
     Parameters
     ----------
@@ -1064,7 +1064,7 @@ def embed_frame(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import conform
+    >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({"role": ["user", "user"], "text": ["hi there", "hi"]}))
     >>> cache = EmbeddingCache(persist=False)
     >>> embed_frame(df, "local_hash", cache).shape, cache.info().computed
@@ -1103,7 +1103,7 @@ def embedding_scores(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import conform
+    >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({"role": ["user"] * 2,
     ...                            "text": ["october product launch", "lunch menu"]}))
     >>> scores = embedding_scores(df, "october launch", "local_hash", EmbeddingCache(persist=False))

@@ -208,7 +208,7 @@ class FeatureExtractor:
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = records_to_frame([
     ...     {"id": "t1", "role": "user", "text": "Ann: We moved to Lyon last spring.",
     ...      "metadata": {"speaker": "Ann", "session": 1}},
@@ -451,7 +451,7 @@ def feature_extractor(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> scope = records_to_frame([{"id": "a", "role": "user", "text": "hello"}])
     >>> settings = RetrievalSettings(model="local_hash")
     >>> one = feature_extractor(scope, settings, lineage=scope)

@@ -184,7 +184,7 @@ def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFra
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = records_to_frame([
     ...     {"id": "t1", "role": "user", "text": "I adopted a cat."},
     ...     {"id": "t2", "role": "assistant", "text": "Lovely!"},
@@ -281,7 +281,7 @@ class ScopeRetriever:
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> store = records_to_frame([
     ...     {"id": "t1", "role": "user", "text": "We moved to Lyon last spring."},
     ...     {"id": "t2", "role": "assistant", "text": "How do you like it?"},
@@ -516,7 +516,7 @@ def scope_retriever(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> scope = records_to_frame([{"id": "a", "role": "user", "text": "hello"}])
     >>> one = scope_retriever(scope, "hybrid", RetrievalSettings(model="local_hash"))
     >>> one is scope_retriever(scope, "hybrid", RetrievalSettings(model="local_hash"))

@@ -42,13 +42,9 @@ from cognoxium._columns import CHAT_ROLES
 from cognoxium.exceptions import StrategyError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.items._checks import to_utc
-from cognoxium.items.schema import (
-    COLUMNS,
-    check_content_hashes,
-    conform,
-    mapped_expr,
-    packed_text_expr,
-)
+from cognoxium.items.hashing import check_content_hashes
+from cognoxium.items.schema import COLUMNS, mapped_expr, packed_text_expr
+from cognoxium.items.validation import conform
 from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
 from cognoxium.retrieval.ranking import bm25_scores
 from cognoxium.strategies.protocol import BACKEND_KINDS, StrategyCapabilities
@@ -181,7 +177,7 @@ class ItemStore:
         If item columns are missing or two rows share an id.
     RecordError
         If a Polars frame's ``content_hash`` is not the hash of its row's
-        payload (see :func:`~cognoxium.items.schema.check_content_hashes`).
+        payload (see :func:`~cognoxium.items.hashing.check_content_hashes`).
 
     Examples
     --------

@@ -50,8 +50,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
         f"'testing' extra: {install_command('testing')}"
     ) from exc
 
+from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Retention, Role, Sensitivity, Trust
-from cognoxium.items.schema import items_to_frame
 
 __all__ = [
     "CHAT_WORDS",
@@ -212,7 +212,7 @@ def frames_strategy(*, min_size: int = 0, max_size: int = 12) -> st.SearchStrate
     Returns
     -------
     hypothesis.strategies.SearchStrategy[polars.DataFrame]
-        Frames as :func:`~cognoxium.items.schema.items_to_frame` makes them.
+        Frames as :func:`~cognoxium.items.convert.items_to_frame` makes them.
 
     Examples
     --------

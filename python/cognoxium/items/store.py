@@ -1,0 +1,238 @@
+"""A store of context items: an item file, or Parquet files partitioned by one metadata key.
+
+:func:`write_partitioned` writes items as a hive-partitioned store,
+``ROOT/<key>=<value>/part-0.parquet``, each item under the text of its
+``metadata.<key>``, with each item's position in the items written (column
+``__cognoxium_position``). :func:`read_store` reads a store back whole, in
+the order it was written; :func:`partition_key` tells a store's key, and
+:func:`scan_store` and :func:`collect_store` read part of one (the Ray
+engine, :mod:`cognoxium.app.distributed`, reads only the partitions a scope
+needs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from pathlib import Path
+
+import polars as pl
+
+from cognoxium._columns import STORE_POSITION
+from cognoxium.exceptions import SchemaError
+from cognoxium.items.convert import to_arrow
+from cognoxium.items.io import read_items
+from cognoxium.items.validation import conform
+
+__all__ = [
+    "PLAIN_KEY",
+    "collect_store",
+    "partition_key",
+    "read_store",
+    "scan_store",
+    "write_partitioned",
+]
+
+PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A metadata key that is a plain name (a letter or ``_``, then letters, digits or ``_``)."""
+
+
+def partition_key(path: str | os.PathLike[str]) -> str | None:
+    """The hive partition key of a store directory; ``None`` for a file.
+
+    Parameters
+    ----------
+    path
+        A ``.parquet``/``.jsonl`` file, or a directory whose entries are
+        ``<key>=<value>`` directories of Parquet files, all with one key;
+        every item under ``<key>=<value>`` has the text ``<value>`` at
+        ``metadata.<key>`` (as :func:`write_partitioned` writes them).
+
+    Raises
+    ------
+    SchemaError
+        If ``path`` is a directory that is not such a store (no partition,
+        another entry, or two keys); the message names it.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "conversation=c1").mkdir()
+    >>> partition_key(root)
+    'conversation'
+    """
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    names = sorted(entry.name for entry in os.scandir(root) if not entry.name.startswith("."))
+    keys = {name.partition("=")[0] for name in names if "=" in name}
+    stray = [name for name in names if "=" not in name or not (root / name).is_dir()]
+    if len(keys) != 1 or stray:
+        raise SchemaError(
+            f"{root}: a store directory holds only <key>=<value> partition directories with "
+            f"one key; found keys {sorted(keys)} and other entries {stray[:3]}"
+        )
+    return keys.pop()
+
+
+def scan_store(path: Path, key: str | None) -> pl.LazyFrame:
+    """A lazy scan of a store's Parquet files, the partition column (``key``) as text.
+
+    Parameters
+    ----------
+    path
+        A Parquet file (``key`` ``None``) or a store directory.
+    key
+        The store's :func:`partition_key`.
+
+    Returns
+    -------
+    polars.LazyFrame
+        The stored columns, the partition column among them for a directory;
+        read with :func:`collect_store`.
+    """
+    if key is None:
+        return pl.scan_parquet(path)
+    return pl.scan_parquet(
+        path / "**" / "*.parquet", hive_partitioning=True, hive_schema={key: pl.String()}
+    )
+
+
+def collect_store(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataFrame:
+    """Read a scan of a store (:func:`scan_store`, maybe filtered) as validated items.
+
+    The partition column is dropped, the items are put in their stored
+    order (by ``__cognoxium_position``, when the files hold it), and the
+    rows are conformed (:func:`~cognoxium.items.validation.conform`).
+
+    Parameters
+    ----------
+    lazy
+        The scan.
+    key
+        The store's partition key, or ``None`` for a file.
+    source
+        The store, named in errors.
+
+    Returns
+    -------
+    polars.DataFrame
+        The items, with :data:`~cognoxium.items.schema.POLARS_SCHEMA`.
+
+    Raises
+    ------
+    SchemaError
+        If the files cannot be read as Parquet or do not have item columns.
+    RecordError
+        If a value is not valid.
+    """
+    if key is not None:
+        lazy = lazy.drop(key)
+    try:
+        positioned = STORE_POSITION in lazy.collect_schema()
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+    if positioned:  # the items in the order they were written, whatever the partitions
+        lazy = lazy.sort(STORE_POSITION).drop(STORE_POSITION)
+    try:
+        table = lazy.collect()
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+    return conform(table, source=str(source))
+
+
+def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
+    """Read a whole store: an item file, or a hive-partitioned Parquet directory.
+
+    The items come in the order :func:`write_partitioned` wrote them (by
+    their stored position); a directory without positions is read in the
+    order of its paths, each file's rows in file order. The partition
+    column is dropped (its value is in every item's metadata).
+
+    Raises
+    ------
+    SchemaError, RecordError
+        If the files are not valid items.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from cognoxium.items.records import records_to_frame
+    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
+    >>> write_partitioned(records_to_frame([
+    ...     {"id": "b", "role": "user", "text": "yo", "metadata": {"conversation": "c2"}},
+    ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"conversation": "c1"}},
+    ... ]), root, key="conversation")
+    >>> read_store(root)["id"].to_list()
+    ['b', 'a']
+    """
+    source = Path(path)
+    key = partition_key(source)
+    if key is None:
+        return read_items(source)
+    return collect_store(scan_store(source, key), key, source)
+
+
+def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key: str) -> None:
+    """Write items as a hive-partitioned Parquet store by one metadata key.
+
+    Every item goes to ``root/<key>=<value>/part-0.parquet``, ``<value>``
+    being its ``metadata.<key>`` text percent-encoded (RFC 3986: every byte
+    of its UTF-8 but letters, digits and ``-._~`` is written ``%XX``), which
+    Polars' hive reader decodes: a value holding ``=``, ``/``, spaces or any
+    other text reads back as written. Partitions are written in order of
+    value, items in store order. A file holds the item columns (canonical
+    schema), then the column ``__cognoxium_position``: each item's 0-based
+    position in ``store`` (Int64), by which :func:`read_store`,
+    :func:`~cognoxium.app.distributed.read_scope` and
+    :meth:`~cognoxium.frame.frame.CognitionFrame.scan_parquet` give the items
+    back in ``store`` order, so a pack of them is the pack of ``store``.
+
+    Raises
+    ------
+    SchemaError
+        If ``key`` is not a plain name (a letter or ``_``, then letters,
+        digits or ``_``), or an item has no text value at
+        ``metadata.<key>``; the message names the key or the item.
+    FileExistsError
+        If ``root`` exists.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from cognoxium.items.records import records_to_frame
+    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
+    >>> write_partitioned(records_to_frame([
+    ...     {"id": "a", "role": "user", "text": "hi", "metadata": {"thread": "YWJj=="}},
+    ... ]), root, key="thread")
+    >>> [path.name for path in root.iterdir()]
+    ['thread=YWJj%3D%3D']
+    >>> read_store(root)["metadata"].to_list()
+    ['{"thread":"YWJj=="}']
+    """
+    import pyarrow.parquet as pq
+
+    if not PLAIN_KEY.fullmatch(key):
+        raise SchemaError(
+            f"cannot partition by metadata.{key}: the key {key!r} is not a plain name "
+            "(a letter or _, then letters, digits or _)"
+        )
+    values = store.get_column("metadata").str.json_path_match(f"$.{key}")
+    bad = store.filter(values.is_null())
+    if bad.height:
+        raise SchemaError(
+            f"cannot partition by metadata.{key}: item {bad['id'][0]!r} has no text value "
+            f"there; {bad.height} such items"
+        )
+    target = Path(root)
+    target.mkdir(parents=True)
+    positions = pl.int_range(pl.len(), dtype=pl.Int64).alias(STORE_POSITION)
+    parts = store.with_columns(values.alias("__partition"), positions).partition_by(
+        "__partition", maintain_order=True, include_key=False, as_dict=True
+    )
+    for (value,), part in sorted(parts.items(), key=lambda kv: str(kv[0][0])):
+        folder = target / f"{key}={urllib.parse.quote(str(value), safe='')}"
+        folder.mkdir()
+        pq.write_table(to_arrow(part), folder / "part-0.parquet")
