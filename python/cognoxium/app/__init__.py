@@ -2,8 +2,9 @@
 
 Batch packing (:func:`run_batch`, a loop over the scopes of
 :func:`pack_scope`; on Ray Data, :func:`run_batch_ray`, one task per
-scope), the LoCoMo evaluation adapter (:func:`run_locomo`) and the command
-line (:mod:`cognoxium.app.cli`).
+scope), the LoCoMo dataset as items and requests (:func:`read_locomo`),
+the LoCoMo evaluation (:func:`run_locomo`) and the command line
+(:mod:`cognoxium.app.cli`).
 """
 
 from typing import TYPE_CHECKING
@@ -35,17 +36,17 @@ if TYPE_CHECKING:
         scope_values,
         write_partitioned,
     )
-    from cognoxium.app.locomo import (
+    from cognoxium.app.locomo import TUNING_CONVERSATIONS, evaluate, run_locomo
+    from cognoxium.app.locomo_dataset import (
         ANSWERABLE_CATEGORIES,
         CATEGORY_NAMES,
         DEFAULT_BUDGETS,
-        TUNING_CONVERSATIONS,
-        evaluate,
+        LocomoData,
         load_locomo,
         locomo_requests,
         normalize_evidence,
         parse_session_time,
-        run_locomo,
+        read_locomo,
     )
 else:
     __getattr__, __dir__ = lazy_exports(
@@ -75,17 +76,17 @@ else:
                 "scope_values",
                 "write_partitioned",
             ],
-            "cognoxium.app.locomo": [
+            "cognoxium.app.locomo": ["TUNING_CONVERSATIONS", "evaluate", "run_locomo"],
+            "cognoxium.app.locomo_dataset": [
                 "ANSWERABLE_CATEGORIES",
                 "CATEGORY_NAMES",
                 "DEFAULT_BUDGETS",
-                "TUNING_CONVERSATIONS",
-                "evaluate",
+                "LocomoData",
                 "load_locomo",
                 "locomo_requests",
                 "normalize_evidence",
                 "parse_session_time",
-                "run_locomo",
+                "read_locomo",
             ],
         },
     )
@@ -100,6 +101,7 @@ __all__ = [
     "BatchSettings",
     "BatchStats",
     "Engine",
+    "LocomoData",
     "PreparedScope",
     "RankMethod",
     "Request",
@@ -113,6 +115,7 @@ __all__ = [
     "partition_key",
     "prepare_requests",
     "rank_request",
+    "read_locomo",
     "read_requests",
     "read_scope",
     "read_store",
