@@ -65,7 +65,7 @@ import tiktoken
 
 from bench_pack import AS_OF, BUDGET, synthetic_items
 from cognoxium.app.batch import Request, run_batch
-from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.packing.manifests import MANIFESTS_PARQUET
 from cognoxium.packing.options import PackOptions

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from cognoxium.app.batch import rank_request
-from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 from cognoxium.app.ranker import cross_validate, locomo_questions
 from cognoxium.frame.frame import CognitionFrame
 

@@ -1,7 +1,7 @@
 """Context strategy benchmark on LoCoMo: evidence recall and latency per strategy and budget.
 
 For each conversation, the backends are built over its dialog turns (the scope
-of :func:`cognoxium.app.locomo.locomo_requests`): BM25 index, MiniLM embeddings
+of :func:`cognoxium.app.locomo_dataset.locomo_requests`): BM25 index, MiniLM embeddings
 (through an embedding cache in a fresh temporary directory, so the first build
 is cold; a second build is timed warm), the graph and the temporal tiers. Then,
 for the first ``--questions`` questions of each conversation and each budget,
@@ -38,7 +38,7 @@ from typing import Any
 
 import polars as pl
 
-from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 from cognoxium.retrieval.embeddings import EmbeddingCache
 from cognoxium.strategies import (
     ArceStrategy,

@@ -635,7 +635,7 @@ def test_cli_ray_engine_writes_the_local_files(ray_local: Any, store: Path, tmp_
     reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
 )
 def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> None:
-    from cognoxium.app.locomo import load_locomo, locomo_requests
+    from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 
     data = json.loads(LOCOMO.read_text(encoding="utf-8"))[:2]
     source = tmp_path / "locomo.json"

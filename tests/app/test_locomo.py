@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 
 from cognoxium.app.batch import Request, read_requests
 from cognoxium.app.cli import app
-from cognoxium.app.locomo import (
-    evaluate,
+from cognoxium.app.locomo import evaluate, run_locomo
+from cognoxium.app.locomo_dataset import (
     load_locomo,
     locomo_requests,
     normalize_evidence,
     parse_session_time,
-    run_locomo,
+    read_locomo,
 )
 from cognoxium.exceptions import RecordError
 from cognoxium.packing.manifests import read_manifests
@@ -312,6 +312,28 @@ def test_requests_per_question_and_budget(tiny_path: Path) -> None:
     assert [(r.evidence, r.labels) for r in requests[4:]] == [
         (r.evidence, r.labels) for r in requests[:4]
     ]
+
+
+def test_one_read_serves_the_items_and_the_requests(tiny_path: Path) -> None:
+    data = read_locomo(tiny_path)
+    assert data.sample_ids == ["t-1"]
+    assert data.items().equals(load_locomo(tiny_path))
+    assert data.counts["turns"] == 5
+    assert data.counts["questions"] == 0  # questions are read when the requests are built
+    built = data.requests([256])
+    assert [r.model_dump() for r in built] == [
+        r.model_dump() for r in locomo_requests(tiny_path, [256])
+    ]
+    question_counts = {
+        "questions": 4,
+        "questions_without_evidence": 1,
+        "question_evidence_malformed": 1,
+        "question_evidence_missing": 1,
+    }
+    assert {key: data.counts[key] for key in question_counts} == question_counts
+    assert len(data.requests([256, 1024])) == 8
+    # A second build sets the same counts instead of adding to them.
+    assert {key: data.counts[key] for key in question_counts} == question_counts
 
 
 def test_evaluate_recall_hit_rate_and_exclusions(tiny_path: Path) -> None:

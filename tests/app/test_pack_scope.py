@@ -30,7 +30,7 @@ from cognoxium.app.batch import (
     read_requests,
     run_batch,
 )
-from cognoxium.app.locomo import load_locomo, locomo_requests
+from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 from cognoxium.exceptions import BudgetError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.records import records_to_frame

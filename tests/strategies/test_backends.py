@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from cognoxium import CognitionFrame
-from cognoxium.app.locomo import load_locomo
+from cognoxium.app.locomo_dataset import load_locomo
 from cognoxium.exceptions import RecordError, StrategyError
 from cognoxium.strategies import (
     BACKEND_KINDS,

@@ -2,8 +2,9 @@
 
 Batch packing (:func:`run_batch`, a loop over the scopes of
 :func:`pack_scope`; on Ray Data, :func:`run_batch_ray`, one task per
-scope), the LoCoMo evaluation adapter (:func:`run_locomo`) and the command
-line (:mod:`cognoxium.app.cli`).
+scope), the LoCoMo dataset as items and requests (:func:`read_locomo`),
+the LoCoMo evaluation (:func:`run_locomo`) and the command line
+(:mod:`cognoxium.app.cli`).
 """
 
 from typing import TYPE_CHECKING
@@ -32,17 +33,17 @@ if TYPE_CHECKING:
         run_batch_ray,
         scope_values,
     )
-    from cognoxium.app.locomo import (
+    from cognoxium.app.locomo import TUNING_CONVERSATIONS, evaluate, run_locomo
+    from cognoxium.app.locomo_dataset import (
         ANSWERABLE_CATEGORIES,
         CATEGORY_NAMES,
         DEFAULT_BUDGETS,
-        TUNING_CONVERSATIONS,
-        evaluate,
+        LocomoData,
         load_locomo,
         locomo_requests,
         normalize_evidence,
         parse_session_time,
-        run_locomo,
+        read_locomo,
     )
 else:
     __getattr__, __dir__ = lazy_exports(
@@ -69,17 +70,17 @@ else:
                 "run_batch_ray",
                 "scope_values",
             ],
-            "cognoxium.app.locomo": [
+            "cognoxium.app.locomo": ["TUNING_CONVERSATIONS", "evaluate", "run_locomo"],
+            "cognoxium.app.locomo_dataset": [
                 "ANSWERABLE_CATEGORIES",
                 "CATEGORY_NAMES",
                 "DEFAULT_BUDGETS",
-                "TUNING_CONVERSATIONS",
-                "evaluate",
+                "LocomoData",
                 "load_locomo",
                 "locomo_requests",
                 "normalize_evidence",
                 "parse_session_time",
-                "run_locomo",
+                "read_locomo",
             ],
         },
     )
@@ -94,6 +95,7 @@ __all__ = [
     "BatchSettings",
     "BatchStats",
     "Engine",
+    "LocomoData",
     "PreparedScope",
     "RankMethod",
     "Request",
@@ -106,6 +108,7 @@ __all__ = [
     "parse_session_time",
     "prepare_requests",
     "rank_request",
+    "read_locomo",
     "read_requests",
     "read_scope",
     "run_batch",

@@ -786,7 +786,7 @@ def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
     """The overall figures and the per-category recall, one row per budget."""
     from rich.table import Table
 
-    from cognoxium.app.locomo import CATEGORY_NAMES
+    from cognoxium.app.locomo_dataset import CATEGORY_NAMES
 
     rows = sorted(report["budgets"].items(), key=lambda kv: int(kv[0]))
     overall = Table(

@@ -30,12 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from cognoxium.app.locomo import (
-    ANSWERABLE_CATEGORIES,
-    file_sha256,
-    load_locomo,
-    locomo_requests,
-)
+from cognoxium.app.locomo_dataset import ANSWERABLE_CATEGORIES, file_sha256, read_locomo
 from cognoxium.exceptions import RecordError
 from cognoxium.items.io import atomic_write
 from cognoxium.retrieval.features import FEATURE_NAMES, FeatureExtractor
@@ -132,8 +127,9 @@ def locomo_questions(
     RecordError
         If the file is not LoCoMo-shaped.
     """
-    items = load_locomo(path)
-    requests = locomo_requests(path, [0])
+    data = read_locomo(path)  # one read for the items and the questions
+    items = data.items()
+    requests = data.requests([0])
     settings = settings if settings is not None else RetrievalSettings()
     conversation = pl.col("metadata").str.json_path_match("$.conversation")
     kind = pl.col("metadata").str.json_path_match("$.kind")

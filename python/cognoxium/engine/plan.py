@@ -891,22 +891,12 @@ class Dedupe(Node):
     as_of: datetime | None = None
 
     def _check(self) -> None:
+        from cognoxium.governance.dedupe import check_dedupe
+
         object.__setattr__(self, "as_of", _check_time("dedupe as_of", self.as_of))
-        if not self.by:
-            raise PlanError("dedupe needs at least one key column")
         self._require(self.by, "dedupe")
-        unknown = [n for n in self.normalize if n not in NORMALIZATIONS]
-        if unknown:
-            raise PlanError(f"unknown normalisation {unknown}; use any of {list(NORMALIZATIONS)}")
-        if self.threshold is not None and (
-            isinstance(self.threshold, bool)
-            or not isinstance(self.threshold, int | float)
-            or not 0.0 < self.threshold <= 1.0
-        ):
-            raise PlanError(f"a near-duplicate threshold must be in (0, 1], got {self.threshold!r}")
+        check_dedupe(self.by, self.normalize, self.threshold)
         if self.normalize or self.threshold is not None:
-            if self.by != ("content_hash",):
-                raise PlanError("normalize and threshold compare text: they take no 'by' columns")
             self._require(_TEXT_COLUMNS, "dedupe(normalize=..., threshold=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
@@ -1289,9 +1279,6 @@ _REQUIRED_TEXT: Final = {
 
 
 _RETENTIONS: Final = ("required", "preferred", "optional")
-
-NORMALIZATIONS: Final = ("whitespace", "case", "nfc")
-"""Text normalisations :class:`Dedupe` can apply before comparing packed text."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Governance kernels: redaction, injection detection, policies and lineage.
+"""Governance kernels: dedupe, redaction, injection detection, policies and lineage.
 
 The optional Presidio adapter lives in :mod:`cognoxium.governance.presidio`
 (extra ``presidio``).
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from cognoxium._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from cognoxium.governance.dedupe import NORMALIZATIONS, check_dedupe, dedupe_frame
     from cognoxium.governance.injection import (
         INJECTION_SIGNS,
         detect_injection,
@@ -46,6 +47,7 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "cognoxium.governance.dedupe": ["NORMALIZATIONS", "check_dedupe", "dedupe_frame"],
             "cognoxium.governance.injection": [
                 "INJECTION_SIGNS",
                 "detect_injection",
@@ -87,6 +89,7 @@ __all__ = [
     "DATA_BLOCK_CLOSE",
     "EDGE_SCHEMA",
     "INJECTION_SIGNS",
+    "NORMALIZATIONS",
     "PHONE_REGIONS",
     "RECOGNISERS",
     "TYPES",
@@ -97,7 +100,9 @@ __all__ = [
     "RedactionStyle",
     "Span",
     "ancestors",
+    "check_dedupe",
     "data_block_expr",
+    "dedupe_frame",
     "descendants",
     "detect_injection",
     "find_spans",

@@ -18,8 +18,8 @@ temporal      :class:`TemporalBackend`  hot, warm and cold tiers by age (seconds
 
 Item metadata read here (all optional): ``conversation``, ``session``,
 ``speaker`` (else ``name``), ``kind``, ``parent_id`` and ``parent_ids``.
-LoCoMo items (:mod:`cognoxium.app.locomo`) carry ``conversation``, ``session``,
-``speaker``, ``dia_id`` and ``kind``.
+LoCoMo items (:mod:`cognoxium.app.locomo_dataset`) carry ``conversation``,
+``session``, ``speaker``, ``dia_id`` and ``kind``.
 
 Indexes are built once per backend, so one :class:`Backends` serves many
 requests.
