@@ -317,7 +317,7 @@ def single_calls(df: pl.DataFrame, repeats: int) -> dict[str, Callable[[int], ob
         "recency": lambda k: frame.rank("recency", half_life=timedelta(hours=1)).pack(
             BUDGET, as_of=AS_OF
         ),
-        "df": lambda k: pack(df, BUDGET, as_of=AS_OF),
+        "df": lambda k: pack(df, BUDGET, PackOptions(as_of=AS_OF)),
     }
 
 
@@ -336,7 +336,7 @@ def single_pack(repeats: int, profile: bool = False) -> dict[str, Any]:
     df = synthetic_items(10_000)
     out: dict[str, Any] = {"items": df.height, "budget": BUDGET, "repeats": repeats}
     start_load = os.getloadavg()[0]
-    pack(df, WHOLE_BUDGET, as_of=AS_OF)  # every row's token count in the token cache
+    pack(df, WHOLE_BUDGET, PackOptions(as_of=AS_OF))  # every row's token count in the token cache
     for name, call in single_calls(df, repeats).items():
         for k in range(WARM_CALLS):  # warm the caches
             call(k)

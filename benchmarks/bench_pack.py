@@ -34,6 +34,7 @@ import polars as pl
 from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import write_parquet
 from cognoxium.items.validation import conform
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
@@ -123,6 +124,7 @@ import polars as pl
 from cognoxium.items.io import read_parquet
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
+from cognoxium.packing.options import PackOptions
 
 def status(field):
     for line in open("/proc/self/status"):
@@ -141,7 +143,7 @@ df = read_parquet({str(parquet)!r}).with_columns(
     pl.col("created_at").dt.epoch("s").cast(pl.Float64).alias("rank"))
 loaded, load_peak = status("VmRSS"), status("VmHWM")
 reset_peak()
-pack(df, {BUDGET}, as_of=datetime(2030, 1, 1, tzinfo=UTC))
+pack(df, {BUDGET}, PackOptions(as_of=datetime(2030, 1, 1, tzinfo=UTC)))
 pack_peak = status("VmHWM")
 print(json.dumps({{"rss_start_mb": start, "rss_loaded_mb": loaded, "load_peak_mb": load_peak,
                   "pack_peak_mb": pack_peak}}))
@@ -187,8 +189,8 @@ def main() -> None:
     by_priority = df  # rank null: priority desc, then tokens asc, then id
     for name, frame in (("recency", by_recency), ("priority", by_priority)):
         clear_cache()
-        first_s, first = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
-        repeat_s, repeat = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
+        first_s, first = timed(lambda f=frame: pack(f, BUDGET, PackOptions(as_of=AS_OF)))
+        repeat_s, repeat = timed(lambda f=frame: pack(f, BUDGET, PackOptions(as_of=AS_OF)))
         expected = reference_selection(frame, counts, BUDGET)
         results[name] = {
             "first_pack_s": first_s,
@@ -209,9 +211,11 @@ def main() -> None:
     for i in range(60):
         clear_cache()
         frame = by_recency.slice(i * 10_000 % max(1, args.items - 10_000), 10_000)
-        seconds, _ = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
+        seconds, _ = timed(lambda f=frame: pack(f, BUDGET, PackOptions(as_of=AS_OF)))
         latencies.append(seconds * 1000)
-    warm = [timed(lambda: pack(small, BUDGET, as_of=AS_OF))[0] * 1000 for _ in range(60)]
+    warm = [
+        timed(lambda: pack(small, BUDGET, PackOptions(as_of=AS_OF)))[0] * 1000 for _ in range(60)
+    ]
     results["single_pack_10k_ms"] = {
         "cold_p50": float(np.percentile(latencies, 50)),
         "cold_p95": float(np.percentile(latencies, 95)),

@@ -111,6 +111,7 @@ from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
 from cognoxium.app.batch import RANK_METHODS
 from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import write_parquet
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
 
@@ -161,8 +162,8 @@ def run_scaling(sizes: list[int]) -> dict[str, Any]:
         build_s, df = timed(lambda n=n: synthetic_items(n))
         frame = df.with_columns(pl.col("created_at").dt.epoch("s").cast(pl.Float64).alias("rank"))
         clear_cache()
-        first_s, first = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
-        repeat_s, repeat = timed(lambda f=frame: pack(f, BUDGET, as_of=AS_OF))
+        first_s, first = timed(lambda f=frame: pack(f, BUDGET, PackOptions(as_of=AS_OF)))
+        repeat_s, repeat = timed(lambda f=frame: pack(f, BUDGET, PackOptions(as_of=AS_OF)))
         assert first.ids == repeat.ids
         arrow_mb = to_arrow(df).nbytes / 2**20
         with tempfile.TemporaryDirectory() as tmp:

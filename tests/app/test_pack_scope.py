@@ -165,7 +165,7 @@ def test_pack_scope_packs_equal_pack(budget: int, options: dict[str, Any]) -> No
     for values in ranks:
         rank = pl.Series("rank", values, pl.Float64)
         ranked = df.with_columns(rank)
-        alone = pack(ranked, budget, as_of=AS_OF, label="r", **options)
+        alone = pack(ranked, budget, PackOptions(as_of=AS_OF, **options), label="r")
         together = scope.pack(budget, PackOptions(as_of=AS_OF, **options), label="r", rank=rank)
         assert_pack_equal(together, alone)
         assert together.manifest.to_json() == alone.manifest.to_json()
@@ -176,7 +176,9 @@ def test_pack_scope_packs_equal_pack(budget: int, options: dict[str, Any]) -> No
     entries = scope.entries(outcomes)
     for k, values in enumerate(ranks):
         ranked = df.with_columns(pl.Series("rank", values, pl.Float64))
-        alone = pack(ranked, budget, as_of=AS_OF, label="r", **options).manifest.to_polars()
+        alone = pack(
+            ranked, budget, PackOptions(as_of=AS_OF, **options), label="r"
+        ).manifest.to_polars()
         assert entries.slice(k * df.height, df.height).equals(alone, null_equal=True)
 
 
@@ -184,7 +186,7 @@ def test_a_cut_item_carries_its_new_hash_and_lineage_in_the_batch() -> None:
     df = _rows()
     rank = pl.Series("rank", [0.0, 0.0, 0.0, 0.0, 0.0, 9.0, 0.0, 0.0])
     together = PackScope(df).pack(40, PackOptions(as_of=AS_OF), rank=rank)
-    alone = pack(df.with_columns(rank), 40, as_of=AS_OF)
+    alone = pack(df.with_columns(rank), 40, PackOptions(as_of=AS_OF))
     assert [t.id for t in together.manifest.truncations] == ["doc"]  # the case is exercised
     assert any(edge["operation"] == "truncate" for edge in together.manifest.lineage)
     assert_pack_equal(together, alone)
@@ -260,7 +262,9 @@ def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
     many.mkdir()
     with ManifestWriter(one, form) as writer:  # type: ignore[arg-type]
         for request_id, b in zip(ids, budgets, strict=True):
-            writer.write(request_id, pack(df, b, as_of=AS_OF, label=request_id).manifest)
+            writer.write(
+                request_id, pack(df, b, PackOptions(as_of=AS_OF), label=request_id).manifest
+            )
     with ManifestWriter(many, form) as writer:  # type: ignore[arg-type]
         writer.write_many(ids[:1], [outcomes[0].manifest], scope.entries(outcomes[:1]))
         writer.write_many(ids[1:], [o.manifest for o in outcomes[1:]], scope.entries(outcomes[1:]))

@@ -22,6 +22,7 @@ from cognoxium.formats.anthropic import (
 from cognoxium.formats.openai import from_openai_messages, openai_messages_to_items
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Source, Text
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 
@@ -443,7 +444,7 @@ def test_to_anthropic_is_a_valid_request_for_the_sdk() -> None:
     ]
     cf = from_anthropic_messages(ANTHROPIC, system="Be brief.", conversation_id="c")
     frame = pl.concat([items_to_frame(docs), cf.collect()], how="vertical_relaxed")
-    request = pack(frame, 10_000, as_of=AS_OF).to_anthropic()
+    request = pack(frame, 10_000, PackOptions(as_of=AS_OF)).to_anthropic()
     assert_sdk_accepts(request["messages"])
     system = TypeAdapter(str | list[TextBlockParam]).validate_python(request["system"])
     assert system == "Be brief."

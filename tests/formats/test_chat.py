@@ -24,6 +24,7 @@ from cognoxium.formats.openai import (
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Retention
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
@@ -239,14 +240,14 @@ def test_image_parts_become_grouped_reference_items_and_pack_together() -> None:
     assert items[3].payload.model_dump()["uri"] == "data:image/png;base64,iVBORw0KGgo="
     assert {i.created_at for i in items[1:4]} == {CHAT_EPOCH + timedelta(microseconds=1)}
     frame = items_to_frame(items)
-    full = pack(frame, 10_000, as_of=AS_OF)
+    full = pack(frame, 10_000, PackOptions(as_of=AS_OF))
     # Every imported image is sent as an image_url part, whatever its URL looks like.
     parts = [p for m in full.messages if isinstance(m["content"], list) for p in m["content"]]
     assert [p["image_url"]["url"] for p in parts if p["type"] == "image_url"] == [
         item.payload.model_dump()["uri"] for item in items[2:]
     ]
     # The message's text and images form one unit, the costliest: one token short, it goes whole.
-    short = pack(frame, full.used_tokens - 1, as_of=AS_OF)
+    short = pack(frame, full.used_tokens - 1, PackOptions(as_of=AS_OF))
     assert short.ids == ["c:0", "c:2.0"]
     assert short.manifest.totals.by_reason == {"group_over_budget": 3, "required": 1, "selected": 1}
 
@@ -558,7 +559,7 @@ def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None
     budget = PROFILE.tokens_per_pack + sum(cost[i] for i in others) + cost["bank:3"]
     assert budget < PROFILE.tokens_per_pack + sum(cost.values())
 
-    result = pack(df, budget, as_of=AS_OF)
+    result = pack(df, budget, PackOptions(as_of=AS_OF))
 
     assert result.ids == others
     why = reasons(result)
@@ -614,7 +615,7 @@ def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
 
 def test_parallel_calls_are_dropped_whole_when_one_result_does_not_fit() -> None:
     df, cost, budget = parallel_frame()
-    result = pack(df, budget, as_of=AS_OF)
+    result = pack(df, budget, PackOptions(as_of=AS_OF))
     assert result.ids == ["trip:0"]
     why = reasons(result)
     assert why == {
@@ -637,12 +638,12 @@ def test_required_parallel_group_that_cannot_fit_raises_budget_error() -> None:
         .alias("retention")
     )
     with pytest.raises(BudgetError) as info:
-        pack(required, budget, as_of=AS_OF)
+        pack(required, budget, PackOptions(as_of=AS_OF))
     assert info.value.costs == {i: cost[i] for i in ("trip:1", "trip:2", "trip:3")}
     assert info.value.budget == budget
     # With room for the whole group it packs, and the optional question is what gives way.
     group = cost["trip:1"] + cost["trip:2"] + cost["trip:3"]
-    result = pack(required, PROFILE.tokens_per_pack + group, as_of=AS_OF)
+    result = pack(required, PROFILE.tokens_per_pack + group, PackOptions(as_of=AS_OF))
     assert result.ids == ["trip:1", "trip:2", "trip:3"]
 
 
@@ -682,10 +683,10 @@ def test_groups_are_atomic_in_every_pack(messages: list[dict[str, Any]], data: A
     )["id"].to_list()
     if required and PROFILE.tokens_per_pack + sum(cost[i] for i in required) > budget:
         with pytest.raises(BudgetError) as info:
-            pack(df, budget, as_of=AS_OF)
+            pack(df, budget, PackOptions(as_of=AS_OF))
         assert info.value.costs == {i: cost[i] for i in required}
         return
-    result = pack(df, budget, as_of=AS_OF)
+    result = pack(df, budget, PackOptions(as_of=AS_OF))
     entries = result.manifest.to_polars()
     by_group = (
         entries.filter(pl.col("group_id").is_not_null())
@@ -733,7 +734,7 @@ def test_the_system_prompt_survives_budget_pressure() -> None:
     cost = costs(df)
     # Room for the instructions and one more short message: the long system prompt stays.
     budget = PROFILE.tokens_per_pack + cost["b:0"] + cost["b:1"] + cost["b:5"]
-    result = pack(df, budget, as_of=AS_OF)
+    result = pack(df, budget, PackOptions(as_of=AS_OF))
     assert result.ids == ["b:0", "b:1", "b:5"]
     why = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
     assert why["b:0"] == why["b:1"] == "required"
@@ -747,7 +748,7 @@ def test_optional_system_retention_keeps_the_old_behaviour() -> None:
     assert df.get_column("retention").to_list() == ["optional"] * 6
     cost = costs(df)
     budget = PROFILE.tokens_per_pack + cost["b:0"] + cost["b:1"] + cost["b:5"]
-    result = pack(df, budget, as_of=AS_OF)
+    result = pack(df, budget, PackOptions(as_of=AS_OF))
     assert "b:0" not in result.ids  # the long system prompt is the first to go
     assert result.ids == ["b:1", "b:2", "b:4", "b:5"]
 
@@ -763,16 +764,16 @@ def test_system_retention_preferred_and_errors() -> None:
 def test_the_system_prompt_alone_over_budget_is_a_budget_error() -> None:
     df = from_openai_messages(PRESSURE, conversation_id="b").to_polars()
     with pytest.raises(BudgetError, match="required items need"):
-        pack(df, 20, as_of=AS_OF)
+        pack(df, 20, PackOptions(as_of=AS_OF))
 
 
 def test_whole_turns_never_give_system_user_user() -> None:
     df = from_openai_messages(PRESSURE, conversation_id="b").to_polars()
     cost = costs(df)
     budget = PROFILE.tokens_per_pack + sum(cost[i] for i in ("b:0", "b:1", "b:2", "b:4", "b:5"))
-    plain = pack(df, budget, as_of=AS_OF)
+    plain = pack(df, budget, PackOptions(as_of=AS_OF))
     assert [m["role"] for m in plain.messages][2:4] == ["user", "user"]  # the fault
-    whole = pack(df, budget, as_of=AS_OF, turns=True)
+    whole = pack(df, budget, PackOptions(as_of=AS_OF, turns=True))
     assert whole.ids == ["b:0", "b:1", "b:4", "b:5"]
     assert [m["role"] for m in whole.messages] == ["system", "developer", "user", "assistant"]
 

@@ -26,6 +26,7 @@ from cognoxium.formats.openai import (
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from tests.image_files import jpeg, png
 from tests.packing.test_chat_costs import conversations, others
@@ -97,7 +98,7 @@ def test_text_tool_calls_tool_results_and_names_are_valid_sdk_messages() -> None
 
 def test_images_documents_json_and_tool_output_are_valid_sdk_messages() -> None:
     df = items_to_frame(image_items())
-    result = pack(df, 10_000, as_of=AS_OF)
+    result = pack(df, 10_000, PackOptions(as_of=AS_OF))
     assert len(result.messages) == 6
     photo = result.messages[0]["content"][0]["image_url"]
     assert base64.b64decode(photo["url"].split(",", 1)[1]) == png(640, 480)
@@ -107,7 +108,7 @@ def test_images_documents_json_and_tool_output_are_valid_sdk_messages() -> None:
 
 def test_messages_a_policy_renders_as_data_are_valid_sdk_messages() -> None:
     items = openai_messages_to_items(CHAT, conversation_id="fx", start=START) + image_items()
-    result = pack(items_to_frame(items), 10_000, as_of=AS_OF, policy=BoundaryPolicy())
+    result = pack(items_to_frame(items), 10_000, PackOptions(as_of=AS_OF), policy=BoundaryPolicy())
     assert any(str(m["content"]).startswith("<untrusted-data") for m in result.messages)
     assert_sdk_valid(result.messages)
 
@@ -143,5 +144,5 @@ def test_every_pack_sends_valid_sdk_messages(
     messages: list[dict[str, Any]], extra: list[ContextItem]
 ) -> None:
     items = openai_messages_to_items(messages, conversation_id="c", start=START) + extra
-    result = pack(items_to_frame(items), 100_000, as_of=AS_OF)
+    result = pack(items_to_frame(items), 100_000, PackOptions(as_of=AS_OF))
     assert_sdk_valid(result.messages)

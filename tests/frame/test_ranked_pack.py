@@ -25,6 +25,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.schema import packed_text_expr
 from cognoxium.items.validation import conform
 from cognoxium.packing import packer
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_scores
 from cognoxium.testing import assert_pack_equal
@@ -99,7 +100,8 @@ def _from_scratch(
     """pack() over the rows of ``make`` applied to a new table, with a cold BM25 cache."""
     bm25_cache_clear()
     rows = make(CognitionFrame(_rows())).collect()
-    return pack(rows, budget, **settings)
+    options = {k: v for k, v in settings.items() if k != "label"}
+    return pack(rows, budget, PackOptions(**options), label=settings.get("label"))
 
 
 def _assert_same(got: ContextPack, want: ContextPack) -> None:
@@ -125,7 +127,11 @@ def test_every_rank_of_a_table_packs_what_pack_gives_over_the_ranked_rows(
             )
             _assert_same(ranked.pack(budget, **settings), want)
     # The table's own rank is still the one its own packs use.
-    _assert_same(frame.pack(budget, **settings), pack(_rows(), budget, **settings))
+    label = settings.pop("label", None)
+    _assert_same(
+        frame.pack(budget, label=label, **settings),
+        pack(_rows(), budget, PackOptions(**settings), label=label),
+    )
 
 
 def test_the_ranks_of_one_table_share_one_scope_per_profile(
@@ -203,7 +209,11 @@ def test_a_ranked_pack_raises_what_pack_raises() -> None:
     with pytest.raises(BudgetError) as kept_error:
         ranked.pack(3, as_of=WHEN)
     with pytest.raises(BudgetError) as plain_error:
-        pack(CognitionFrame(_rows()).rank("bm25", query="refund").collect(), 3, as_of=WHEN)
+        pack(
+            CognitionFrame(_rows()).rank("bm25", query="refund").collect(),
+            3,
+            PackOptions(as_of=WHEN),
+        )
     assert str(kept_error.value) == str(plain_error.value)
     assert kept_error.value.costs == plain_error.value.costs
     assert list(kept_error.value.costs) == ["m00"]
@@ -251,6 +261,8 @@ def test_a_rank_of_a_scanned_file_packs_the_files_rows_as_they_are_now(tmp_path:
     CognitionFrame(changed).sink_parquet(path)
     again = ranked.pack(120, **settings)
     bm25_cache_clear()
-    want = pack(CognitionFrame(changed).rank("bm25", query="refund").collect(), 120, **settings)
+    want = pack(
+        CognitionFrame(changed).rank("bm25", query="refund").collect(), 120, PackOptions(**settings)
+    )
     _assert_same(again, want)
     assert again.manifest.to_json() != first.manifest.to_json()

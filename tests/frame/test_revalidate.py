@@ -24,6 +24,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.io import read_parquet
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.items.validation import check_items
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing import assert_pack_equal
 
@@ -188,7 +189,7 @@ def test_a_nan_rank_still_packs_as_unranked(sample: CognitionFrame) -> None:
     null = sample.with_columns(rank=pl.lit(None, pl.Float64)).pack(512, as_of=WHEN)
     assert nan.messages == null.messages
     # The rows reach the packer as they are, NaN ranks included.
-    assert_pack_equal(nan, pack(ranked.collect(), 512, as_of=WHEN))
+    assert_pack_equal(nan, pack(ranked.collect(), 512, PackOptions(as_of=WHEN)))
 
 
 def test_an_infinite_rank_is_refused_by_the_pack_as_before(sample: CognitionFrame) -> None:

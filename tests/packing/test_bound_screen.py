@@ -22,6 +22,7 @@ from cognoxium.packing._costing import KnownCosts, UnitCosts, render
 from cognoxium.packing._model import UNSET
 from cognoxium.packing._policies import review_policies
 from cognoxium.packing._units import Units
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import MAX_WORDS_TESTED, clear_cache, get_profile
 
@@ -116,7 +117,9 @@ def test_a_long_chat_packs_as_a_count_of_every_message_would() -> None:
     budget = int(newest[newest < 400][-1]) + 5 + profile.tokens_per_pack
     clear_cache()
     packed = pack(
-        df.with_columns(rank=pl.int_range(pl.len()).cast(pl.Float64)), budget, as_of=AS_OF
+        df.with_columns(rank=pl.int_range(pl.len()).cast(pl.Float64)),
+        budget,
+        PackOptions(as_of=AS_OF),
     )
     taken = len(newest[newest < 400])
     expected = [f"m{i:05d}" for i in (10, *range(len(texts) - taken, len(texts)))]

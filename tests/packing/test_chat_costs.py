@@ -36,6 +36,7 @@ from cognoxium.formats.openai import (
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Retention, Trust
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import BUILDERS
@@ -225,7 +226,7 @@ def test_tool_call_id_is_costed_and_a_call_without_text_costs_no_payload_json() 
 
 def test_tool_output_without_a_call_id_is_sent_as_a_user_message() -> None:
     items = [ContextItem(id="t", role="tool", text="exit code 0", created_at=START)]
-    result = pack(items_to_frame(items), 100, as_of=AS_OF)
+    result = pack(items_to_frame(items), 100, PackOptions(as_of=AS_OF))
     assert result.messages == [{"role": "user", "content": "exit code 0"}]
     assert result.used_tokens == cookbook_tokens(result.messages, CL100K.encoding)
 
@@ -246,7 +247,7 @@ def test_a_result_whose_call_is_not_packed_is_a_pack_error() -> None:
         ),
     ]
     with pytest.raises(PackError, match=r"item 'result' \(row 1\).*'c9'.*group_id"):
-        pack(items_to_frame(items), 100, as_of=AS_OF)
+        pack(items_to_frame(items), 100, PackOptions(as_of=AS_OF))
 
 
 def test_a_malformed_tool_call_names_the_row_and_field() -> None:
@@ -262,7 +263,7 @@ def test_a_malformed_tool_call_names_the_row_and_field() -> None:
         ),
     ]
     with pytest.raises(RecordError) as info:
-        pack(items_to_frame(items), 100, as_of=AS_OF)
+        pack(items_to_frame(items), 100, PackOptions(as_of=AS_OF))
     assert (info.value.row, info.value.field) == (1, "metadata.tool_calls[0].function.arguments")
 
 
@@ -424,7 +425,7 @@ def test_used_tokens_are_the_cookbook_count_of_what_the_pack_sends(
     policy = data.draw(st.sampled_from([None, BoundaryPolicy(max_sensitivity="restricted")]))
     note(f"budget {budget} of {everything}, policy {policy}")
 
-    result = pack(df, budget, profile=profile, as_of=AS_OF, policy=policy)
+    result = pack(df, budget, PackOptions(profile=profile, as_of=AS_OF), policy=policy)
 
     assert result.messages == to_openai_messages(result)
     values, framing = request_count(result.messages, profile.encoding, sizes)

@@ -65,21 +65,21 @@ HISTORY = chat(
 
 def cost(df: pl.DataFrame, *ids: str) -> int:
     """What the rows ``ids`` cost as chat messages, in tokens (framing included)."""
-    whole = pack(df, 10_000, as_of=AS_OF).manifest.to_polars()
+    whole = pack(df, 10_000, PackOptions(as_of=AS_OF)).manifest.to_polars()
     return int(whole.filter(pl.col("id").is_in(ids)).get_column("tokens").sum())
 
 
 def test_without_turns_pressure_gives_system_user_user() -> None:
     # The fault: the long reply between two questions goes, the model sees two user turns.
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
-    result = pack(HISTORY, budget, as_of=AS_OF)
+    result = pack(HISTORY, budget, PackOptions(as_of=AS_OF))
     assert result.ids == ["sys", "q1", "q2", "a2"]
     assert roles(result)[:3] == ["system", "user", "user"]
 
 
 def test_whole_turns_never_leave_a_question_without_its_answer() -> None:
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
-    result = pack(HISTORY, budget, as_of=AS_OF, turns=True)
+    result = pack(HISTORY, budget, PackOptions(as_of=AS_OF, turns=True))
     assert result.ids == ["sys", "q2", "a2"]
     assert roles(result) == ["system", "user", "assistant"]
     why = reasons(result)
@@ -91,7 +91,7 @@ def test_whole_turns_never_leave_a_question_without_its_answer() -> None:
 
 def test_a_turn_that_fits_whole_is_packed_whole() -> None:
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "a1", "q2", "a2")
-    result = pack(HISTORY, budget, as_of=AS_OF, turns=True)
+    result = pack(HISTORY, budget, PackOptions(as_of=AS_OF, turns=True))
     assert result.ids == ["sys", "q1", "a1", "q2", "a2"]
     assert result.remaining_tokens == 0
 
@@ -106,9 +106,9 @@ def test_a_turn_takes_its_strongest_retention() -> None:
     )
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "a1")
     # Alone, the required reply goes in and the cheaper question q2 takes the rest.
-    assert pack(df, budget, as_of=AS_OF).ids == ["sys", "a1", "q2"]
+    assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == ["sys", "a1", "q2"]
     # As a turn, the reply brings its question in with the required items.
-    result = pack(df, budget, as_of=AS_OF, turns=True)
+    result = pack(df, budget, PackOptions(as_of=AS_OF, turns=True))
     assert result.ids == ["sys", "q1", "a1"]
     why = reasons(result)
     assert (why["q1"], why["a1"], why["q2"]) == ("selected", "required", "group_over_budget")
@@ -121,7 +121,7 @@ def test_a_turn_with_an_expired_reply_is_excluded_whole() -> None:
         .otherwise(pl.col("expires_at"))
         .alias("expires_at")
     )
-    result = pack(df, 10_000, as_of=AS_OF, turns=True)
+    result = pack(df, 10_000, PackOptions(as_of=AS_OF, turns=True))
     assert result.ids == ["sys", "q1", "a1"]
     why = reasons(result)
     assert (why["q2"], why["a2"]) == ("group_incomplete", "expired")
@@ -168,7 +168,7 @@ def test_whole_turns_pack_every_turn_whole_or_not_at_all(
     df = from_openai_messages(
         messages, conversation_id="c", system_retention="optional"
     ).to_polars()
-    result = pack(df, budget, as_of=AS_OF, turns=True, start_on="user")
+    result = pack(df, budget, PackOptions(as_of=AS_OF, turns=True, start_on="user"))
     turn_of: list[int | None] = []
     turn = None
     for message in messages:
@@ -197,9 +197,9 @@ def test_start_on_user_drops_a_leading_reply_and_refills() -> None:
     )
     # Room for sys, hi, a1, q2 (by rank); q1 does not fit beside them.
     budget = PROFILE.tokens_per_pack + cost(df, "sys", "hi", "a1", "q2")
-    plain = pack(df, budget, as_of=AS_OF)
+    plain = pack(df, budget, PackOptions(as_of=AS_OF))
     assert plain.ids == ["sys", "hi", "a1", "q2"]
-    result = pack(df, budget, as_of=AS_OF, start_on="user")
+    result = pack(df, budget, PackOptions(as_of=AS_OF, start_on="user"))
     # hi and a1 come before the first packed user message; with them gone, q1 fits.
     assert result.ids == ["sys", "q1", "q2"]
     why = reasons(result)
@@ -219,7 +219,7 @@ def test_start_on_user_keeps_system_messages_and_takes_documents_as_user() -> No
             ("a", "assistant", "Noted."),
         ]
     )
-    result = pack(df, 10_000, as_of=AS_OF, start_on="user")
+    result = pack(df, 10_000, PackOptions(as_of=AS_OF, start_on="user"))
     assert result.ids == ["sys", "dev", "doc", "a"]
     assert roles(result) == ["system", "developer", "user", "assistant"]
     assert reasons(result)["hi"] == "before_first_user"
@@ -227,7 +227,7 @@ def test_start_on_user_keeps_system_messages_and_takes_documents_as_user() -> No
 
 def test_start_on_user_without_any_user_message_keeps_the_system_block() -> None:
     df = chat([("sys", "system", "Be brief."), ("hi", "assistant", "Hello!")])
-    result = pack(df, 10_000, as_of=AS_OF, start_on="user")
+    result = pack(df, 10_000, PackOptions(as_of=AS_OF, start_on="user"))
     assert result.ids == ["sys"]
     assert reasons(result)["hi"] == "before_first_user"
 
@@ -246,7 +246,7 @@ def test_start_on_user_drops_a_leading_tool_exchange_whole() -> None:
         {"role": "user", "content": "Hi"},
     ]
     df = from_openai_messages(messages, conversation_id="c").to_polars()
-    result = pack(df, 10_000, as_of=AS_OF, start_on="user")
+    result = pack(df, 10_000, PackOptions(as_of=AS_OF, start_on="user"))
     assert result.ids == ["c:0", "c:3"]
     why = reasons(result)
     assert why["c:1"] == why["c:2"] == "before_first_user"
@@ -256,7 +256,7 @@ def test_start_on_user_refuses_to_drop_a_required_item() -> None:
     df = chat([("sys", "system", "Be brief."), ("hi", "assistant", "Hello!"), ("q", "user", "?")])
     df = df.with_columns(pl.lit("required").cast(df.schema["retention"]).alias("retention"))
     with pytest.raises(PackError, match=r"required items \['hi'\] come before the first user"):
-        pack(df, 10_000, as_of=AS_OF, start_on="user")
+        pack(df, 10_000, PackOptions(as_of=AS_OF, start_on="user"))
 
 
 @pytest.mark.parametrize(
@@ -269,15 +269,15 @@ def test_start_on_user_refuses_to_drop_a_required_item() -> None:
 )
 def test_bad_conversation_options_are_named(options: dict[str, Any], message: str) -> None:
     with pytest.raises(PackError, match=message):
-        pack(HISTORY, 100, as_of=AS_OF, **options)
+        pack(HISTORY, 100, PackOptions(as_of=AS_OF, **options))
 
 
 def test_options_enter_the_settings_fingerprint_only_when_set() -> None:
-    base = pack(HISTORY, 200, as_of=AS_OF, turns=False, start_on=None)
-    default = pack(HISTORY, 200, as_of=AS_OF)
+    base = pack(HISTORY, 200, PackOptions(as_of=AS_OF, turns=False, start_on=None))
+    default = pack(HISTORY, 200, PackOptions(as_of=AS_OF))
     assert base.manifest.to_json() == default.manifest.to_json()
     prints = {
-        pack(HISTORY, 200, as_of=AS_OF, **options).manifest.fingerprints["settings"]
+        pack(HISTORY, 200, PackOptions(as_of=AS_OF, **options)).manifest.fingerprints["settings"]
         for options in (
             {},
             {"turns": True},
@@ -290,8 +290,8 @@ def test_options_enter_the_settings_fingerprint_only_when_set() -> None:
 
 def test_conversation_packs_are_byte_identical() -> None:
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
-    first = pack(HISTORY, budget, as_of=AS_OF, turns=True, start_on="user")
-    second = pack(HISTORY.clone(), budget, as_of=AS_OF, turns=True, start_on="user")
+    first = pack(HISTORY, budget, PackOptions(as_of=AS_OF, turns=True, start_on="user"))
+    second = pack(HISTORY.clone(), budget, PackOptions(as_of=AS_OF, turns=True, start_on="user"))
     assert first.manifest.to_json() == second.manifest.to_json()
 
 
@@ -319,7 +319,7 @@ def test_start_on_user_reselects_within_the_reply_reserve() -> None:
         rank=[None, 5.0, 1.0, 4.0, 3.0],
     )
     budget = PROFILE.tokens_per_pack + cost(df, "sys", "hi", "a1", "q2")
-    result = pack(df, budget + 25, as_of=AS_OF, reserve=25, start_on="user")
+    result = pack(df, budget + 25, PackOptions(as_of=AS_OF, reserve=25, start_on="user"))
     assert result.ids == ["sys", "q1", "q2"]  # as without a reserve, in budget - reserve
     assert result.used_tokens + 25 + result.remaining_tokens == budget + 25
     assert result.used_tokens == PROFILE.request_tokens(result.messages)
@@ -333,7 +333,7 @@ def test_a_truncatable_reply_is_cut_inside_its_turn() -> None:
         .alias("metadata")
     )
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2") + 20
-    result = pack(df, budget, as_of=AS_OF, turns=True)
+    result = pack(df, budget, PackOptions(as_of=AS_OF, turns=True))
     assert result.ids == ["sys", "q1", "a1", "q2", "a2"]  # the reply is cut, not its question
     (cut,) = result.manifest.truncations
     assert (cut.id, cut.side) == ("a1", "head")

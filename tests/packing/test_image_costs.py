@@ -13,6 +13,7 @@ from cognoxium.exceptions import RecordError
 from cognoxium.formats.openai import to_openai_messages
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import gif, jpeg, png
@@ -62,7 +63,7 @@ def entries(result: Any) -> dict[str, tuple[str, int | None, str | None]]:
 
 
 def test_images_are_sent_as_image_parts_and_cost_the_tile_rule() -> None:
-    result = pack(items_to_frame(ITEMS), 5000, as_of=AS_OF, profile=CL100K)
+    result = pack(items_to_frame(ITEMS), 5000, PackOptions(as_of=AS_OF, profile=CL100K))
     question, photo, cat, thumb, page = result.messages
     assert question == {"role": "user", "content": "What is in these pictures?"}
     assert photo == {
@@ -101,12 +102,12 @@ def test_images_are_sent_as_image_parts_and_cost_the_tile_rule() -> None:
 def test_an_image_of_unknown_size_costs_the_most_its_detail_can() -> None:
     ref = {"kind": "reference", "uri": CAT_URI}
     items = [item("hi", "user", ref), item("lo", "user", ref, detail="low")]
-    result = pack(items_to_frame(items), 5000, as_of=AS_OF, profile=CL100K)
+    result = pack(items_to_frame(items), 5000, PackOptions(as_of=AS_OF, profile=CL100K))
     assert [e[1] for e in entries(result).values()] == [4 + 1445, 4 + 85]
 
 
 def test_an_image_that_does_not_fit_is_skipped_and_the_text_still_goes() -> None:
-    result = pack(items_to_frame(ITEMS[:2]), 100, as_of=AS_OF, profile=CL100K)
+    result = pack(items_to_frame(ITEMS[:2]), 100, PackOptions(as_of=AS_OF, profile=CL100K))
     # Its image alone (765) is a bound above the budget left: skipped without counting.
     assert entries(result)["photo"] == ("excluded", None, "over_budget")
     assert result.ids == ["q"]
@@ -119,7 +120,7 @@ def test_binary_not_declared_an_image_is_still_not_packable() -> None:
         # A stored attachment is not sent unless the application declares it an image.
         item("attachment", "user", {"kind": "binary", "data": PHOTO}),
     ]
-    result = pack(items_to_frame(items), 10_000, as_of=AS_OF)
+    result = pack(items_to_frame(items), 10_000, PackOptions(as_of=AS_OF))
     assert entries(result)["blob"] == ("excluded", None, "not_packable")
     assert entries(result)["attachment"] == ("excluded", None, "not_packable")
     with pytest.raises(RecordError, match="media_type") as caught:
@@ -132,7 +133,7 @@ def test_an_image_outside_a_user_message_is_a_record_error(role: str) -> None:
     img = item("img", role, {"kind": "binary", "data": jpeg(64, 64)}, media_type="image/jpeg")
     items = [ITEMS[0], img]
     with pytest.raises(RecordError, match="only in a user message") as caught:
-        pack(items_to_frame(items), 5000, as_of=AS_OF)
+        pack(items_to_frame(items), 5000, PackOptions(as_of=AS_OF))
     assert (caught.value.row, caught.value.field) == (1, "role")
 
 
@@ -140,14 +141,14 @@ def test_bad_image_metadata_fails_the_pack_naming_the_row() -> None:
     bad = item("img", "user", {"kind": "binary", "data": PHOTO}, media_type="image/png", detail="x")
     items = [ITEMS[0], bad]
     with pytest.raises(RecordError) as caught:
-        pack(items_to_frame(items), 5000, as_of=AS_OF)
+        pack(items_to_frame(items), 5000, PackOptions(as_of=AS_OF))
     assert (caught.value.row, caught.value.field) == (1, "metadata.detail")
 
 
 def test_packs_with_images_are_deterministic() -> None:
     df = items_to_frame(ITEMS)
-    first = pack(df, 1200, as_of=AS_OF)
-    second = pack(df.clone(), 1200, as_of=AS_OF)
+    first = pack(df, 1200, PackOptions(as_of=AS_OF))
+    second = pack(df.clone(), 1200, PackOptions(as_of=AS_OF))
     assert first.manifest.to_json() == second.manifest.to_json()
     assert first.messages == second.messages
     included = first.manifest.to_polars().filter(pl.col("decision") == "included")

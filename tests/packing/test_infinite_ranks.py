@@ -65,7 +65,7 @@ def test_a_kept_scope_refuses_an_infinite_rank_given_for_one_pack() -> None:
 def test_nan_and_null_ranks_still_read_as_unranked() -> None:
     df = conform(pl.DataFrame(_records()))
     ranked = df.with_columns(rank=pl.Series([float("nan"), None, 2.0, 1.0]))
-    manifest = pack(ranked, 1000, as_of=WHEN).manifest
+    manifest = pack(ranked, 1000, PackOptions(as_of=WHEN)).manifest
     entries = json.loads(manifest.to_json())["entries"]
     assert {e["id"]: e["rank"] for e in entries} == {"m0": None, "m1": None, "m2": 2.0, "m3": 1.0}
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from cognoxium.items.validation import conform
 from cognoxium.packing._manifest import InputHasher, input_fingerprint
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import frames_strategy
 
@@ -113,7 +114,9 @@ def test_every_nan_rank_hashes_alike() -> None:
     assert len(digests) == 1
     when = datetime(2024, 6, 1, tzinfo=UTC)
     manifests = {
-        pack(df.with_columns(pl.Series("rank", [1.0, nan])), 50, as_of=when).manifest.to_json()
+        pack(
+            df.with_columns(pl.Series("rank", [1.0, nan])), 50, PackOptions(as_of=when)
+        ).manifest.to_json()
         for nan in nans
     }
     assert len(manifests) == 1

@@ -147,7 +147,9 @@ def assert_known_costs_change_nothing(
     profile: str = "cl100k_base",
 ) -> None:
     clear_cache()
-    cold = outcome(lambda: pack(df, opts.budget, policy=policy, profile=profile, **opts.kwargs()))
+    cold = outcome(
+        lambda: pack(df, opts.budget, PackOptions(profile=profile, **opts.kwargs()), policy=policy)
+    )
     counted = PackScope(df, policy=policy, profile=profile)
     counted.count_tokens()
     assert outcome(lambda: counted.pack(opts.budget, opts.options(profile))) == cold
@@ -311,7 +313,7 @@ def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, b
     scope = PackScope(df)
     scope.count_tokens()
     for result in (
-        lambda: pack(df, budget, as_of=AS_OF),
+        lambda: pack(df, budget, PackOptions(as_of=AS_OF)),
         lambda: scope.pack(budget, PackOptions(as_of=AS_OF)),
     ):
         if isinstance(expected, type):

@@ -141,13 +141,13 @@ def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: i
         expected = reference_pack(df, budget)
     except BudgetError:
         with pytest.raises(BudgetError):
-            pack(df, budget, as_of=AS_OF)
+            pack(df, budget, PackOptions(as_of=AS_OF))
         return
     if expected is None:
         with pytest.raises(PackError):
-            pack(df, budget, as_of=AS_OF)
+            pack(df, budget, PackOptions(as_of=AS_OF))
         return
-    result = pack(df, budget, as_of=AS_OF)
+    result = pack(df, budget, PackOptions(as_of=AS_OF))
     ids, used, reasons = expected
     assert result.ids == ids
     assert result.used_tokens == used
@@ -178,11 +178,11 @@ def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: i
 @given(df=pack_frames(), budget=st.integers(20, 300))
 def test_manifest_is_byte_identical_across_runs(df: pl.DataFrame, budget: int) -> None:
     try:
-        first = pack(df, budget, as_of=AS_OF).manifest.to_json()
+        first = pack(df, budget, PackOptions(as_of=AS_OF)).manifest.to_json()
     except PackError:
         return
     clear_cache()
-    second = pack(df.clone(), budget, as_of=AS_OF).manifest.to_json()
+    second = pack(df.clone(), budget, PackOptions(as_of=AS_OF)).manifest.to_json()
     assert first == second
     assert PackManifest.from_json(first).to_json() == first
 
@@ -196,7 +196,7 @@ def test_costs_counted_ahead_leave_the_pack_and_manifest_unchanged(
     # array operations; a cold pack counts lazily, in batches, as the selection reaches.
     clear_cache()
     try:
-        cold = pack(df, budget, as_of=AS_OF)
+        cold = pack(df, budget, PackOptions(as_of=AS_OF))
     except (BudgetError, PackError) as error:
         scope = PackScope(df)
         scope.count_tokens()
@@ -224,7 +224,7 @@ def test_a_manifest_counts_the_items_whose_cost_was_compared_with_the_budget_lef
         text=["hello there " * 10, "word " * 2000, "a" * 200, "ok"],
         rank=[4.0, 3.0, 2.0, 1.0],
     )
-    result = pack(df, 3 + 25 + 19, as_of=AS_OF)
+    result = pack(df, 3 + 25 + 19, PackOptions(as_of=AS_OF))
     entries = result.manifest.to_polars().select("id", "tokens", "reason")
     assert entries.rows() == [
         ("first", 25, "selected"),
@@ -247,7 +247,7 @@ def test_empty_frame_gives_empty_pack_with_valid_manifest() -> None:
             schema={"id": pl.String, "role": pl.String, "text": pl.String},
         )
     )
-    result = pack(df, 0, as_of=AS_OF)
+    result = pack(df, 0, PackOptions(as_of=AS_OF))
     assert result.ids == []
     assert result.used_tokens == 0
     assert result.manifest.totals.items == 0
@@ -262,7 +262,7 @@ def test_required_over_budget_names_ids_and_costs() -> None:
         retention=["required", "optional"],
     )
     with pytest.raises(BudgetError) as info:
-        pack(df, 1000, as_of=AS_OF)
+        pack(df, 1000, PackOptions(as_of=AS_OF))
     assert set(info.value.costs) == {"sys"}
     assert info.value.costs["sys"] == 1300 + 4
     assert "sys" in str(info.value)
@@ -275,7 +275,7 @@ def test_required_question_packed_and_large_document_excluded() -> None:
         text=["lorem " * 5000, "What is the refund window for orders?"],
         retention=["optional", "required"],
     )
-    result = pack(df, 1000, as_of=AS_OF)
+    result = pack(df, 1000, PackOptions(as_of=AS_OF))
     assert result.ids == ["q"]
     reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
     assert reasons == {"doc": "over_budget", "q": "required"}
@@ -288,7 +288,7 @@ def test_skip_and_continue_then_input_order() -> None:
         text=["one two", "word " * 50, "three"],
         rank=[1.0, 3.0, 2.0],
     )
-    result = pack(df, 20, as_of=AS_OF)
+    result = pack(df, 20, PackOptions(as_of=AS_OF))
     # b ranks first but does not fit; c and a do; the pack keeps input order.
     assert result.ids == ["a", "c"]
     assert result.used_tokens == (2 + 4) + (1 + 4) + 3
@@ -302,7 +302,7 @@ def test_tool_call_group_leaves_together() -> None:
         group_id=["c1", "c1", None],
         rank=[5.0, 0.0, 1.0],
     )
-    result = pack(df, 40, as_of=AS_OF)
+    result = pack(df, 40, PackOptions(as_of=AS_OF))
     assert result.ids == ["q"]
     reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
     assert reasons["call"] == reasons["result"] == "group_over_budget"
@@ -321,7 +321,7 @@ def test_expired_and_binary_are_excluded_with_reasons() -> None:
             }
         )
     )
-    result = pack(df, 100, as_of=AS_OF)
+    result = pack(df, 100, PackOptions(as_of=AS_OF))
     reasons = dict(result.manifest.to_polars().select("id", "reason").iter_rows())
     assert reasons == {"old": "expired", "bin": "not_packable", "ok": "selected"}
 
@@ -329,7 +329,7 @@ def test_expired_and_binary_are_excluded_with_reasons() -> None:
 def test_unicode_costed_by_real_tokenizer_and_recounts_within_budget() -> None:
     texts = ["朗琴是一个用于开发应用程序的框架", "👨‍👩‍👧‍👦", "Refund window is thirty days."]
     df = _frame(id=["zh", "emoji", "en"], role=["document"] * 3, text=texts)
-    result = pack(df, 25, as_of=AS_OF)
+    result = pack(df, 25, PackOptions(as_of=AS_OF))
     enc = get_profile("cl100k_base").encoding
     recount = sum(len(enc.encode_ordinary(m["content"])) + 4 for m in result.messages)
     assert recount + (3 if result.messages else 0) == result.used_tokens <= 25
@@ -339,9 +339,9 @@ def test_unicode_costed_by_real_tokenizer_and_recounts_within_budget() -> None:
 def test_bad_budget_and_naive_as_of_raise() -> None:
     df = _frame(id=["a"], role=["user"], text=["x"])
     with pytest.raises(PackError, match="budget"):
-        pack(df, -1, as_of=AS_OF)
+        pack(df, -1, PackOptions(as_of=AS_OF))
     with pytest.raises(PackError, match="as_of"):
-        pack(df, 10, as_of=datetime(2024, 1, 1))
+        pack(df, 10, PackOptions(as_of=datetime(2024, 1, 1)))
 
 
 @pytest.mark.parametrize("budget", [2**63, 2**70, -(2**70)])
@@ -349,7 +349,7 @@ def test_a_budget_beyond_int64_is_refused_by_every_pack(budget: int) -> None:
     df = _frame(id=["a"], role=["user"], text=["x"])
     cf = CognitionFrame(df)
     for run in (
-        lambda: pack(df, budget, as_of=AS_OF),
+        lambda: pack(df, budget, PackOptions(as_of=AS_OF)),
         lambda: cf.pack(budget, as_of=AS_OF),
         lambda: cf.filter(pl.col("role") == "user").pack(budget, as_of=AS_OF),
     ):
@@ -358,7 +358,7 @@ def test_a_budget_beyond_int64_is_refused_by_every_pack(budget: int) -> None:
         ) as info:
             run()
         assert info.value.params["budget"] == budget
-    assert pack(df, 2**63 - 1, as_of=AS_OF).ids == ["a"]
+    assert pack(df, 2**63 - 1, PackOptions(as_of=AS_OF)).ids == ["a"]
 
 
 @pytest.mark.parametrize(
@@ -368,7 +368,7 @@ def test_an_as_of_that_is_not_a_datetime_is_refused_by_every_pack(as_of: object)
     df = _frame(id=["a"], role=["user"], text=["x"])
     cf = CognitionFrame(df)
     for run in (
-        lambda: pack(df, 10, as_of=as_of),  # type: ignore[arg-type]
+        lambda: pack(df, 10, PackOptions(as_of=as_of)),  # type: ignore[arg-type]
         lambda: cf.pack(10, as_of=as_of),  # type: ignore[arg-type]
         lambda: cf.filter(pl.col("role") == "user").pack(10, as_of=as_of),  # type: ignore[arg-type]
     ):
@@ -391,7 +391,7 @@ def test_large_frame_counts_only_what_can_matter() -> None:
         )
     )
     clear_cache()
-    result = pack(df, 2048, as_of=AS_OF)
+    result = pack(df, 2048, PackOptions(as_of=AS_OF))
     totals = result.manifest.totals
     assert totals.counted < n // 10
     assert totals.counted + totals.not_counted == n
@@ -419,7 +419,7 @@ def test_ties_are_broken_by_cost_then_id(
     )
     expected = reference_pack(df, budget)
     assert expected is not None
-    assert pack(df, budget, as_of=AS_OF).ids == expected[0]
+    assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == expected[0]
 
 
 def test_items_created_after_as_of_are_not_yet_valid() -> None:
@@ -427,26 +427,28 @@ def test_items_created_after_as_of_are_not_yet_valid() -> None:
     df = df.with_columns(
         pl.Series("created_at", [T0, AS_OF + timedelta(microseconds=1)], df.schema["created_at"])
     )
-    reasons = dict(pack(df, 100, as_of=AS_OF).manifest.to_polars().select("id", "reason").rows())
+    reasons = dict(
+        pack(df, 100, PackOptions(as_of=AS_OF)).manifest.to_polars().select("id", "reason").rows()
+    )
     assert reasons == {"old": "selected", "new": "not_yet_valid"}
-    at_creation = pack(df, 100, as_of=AS_OF + timedelta(microseconds=1))
+    at_creation = pack(df, 100, PackOptions(as_of=AS_OF + timedelta(microseconds=1)))
     assert at_creation.ids == ["old", "new"]
 
 
 def test_pack_rejects_missing_columns_and_duplicate_ids() -> None:
     df = _frame(id=["a", "b"], role=["user", "user"], text=["x", "y"])
     with pytest.raises(SchemaError, match="payload_kind"):
-        pack(df.select("id", "role", "text"), 100, as_of=AS_OF)
+        pack(df.select("id", "role", "text"), 100, PackOptions(as_of=AS_OF))
     with pytest.raises(PackError, match=r"duplicate ids \['a'\]"):
-        pack(pl.concat([df, df.head(1)]), 100, as_of=AS_OF)
+        pack(pl.concat([df, df.head(1)]), 100, PackOptions(as_of=AS_OF))
 
 
 def test_pack_rejects_item_columns_of_the_wrong_type() -> None:
     df = _frame(id=["a"], role=["user"], text=["x"])
     with pytest.raises(SchemaError, match="priority"):
-        pack(df.with_columns(priority=pl.lit("high")), 100, as_of=AS_OF)
+        pack(df.with_columns(priority=pl.lit("high")), 100, PackOptions(as_of=AS_OF))
     with pytest.raises(SchemaError, match="retention"):
-        pack(df.with_columns(pl.col("retention").cast(pl.String)), 100, as_of=AS_OF)
+        pack(df.with_columns(pl.col("retention").cast(pl.String)), 100, PackOptions(as_of=AS_OF))
 
 
 def test_a_manifest_basis_hashed_ahead_is_the_one_hashed_in_turn(
@@ -458,12 +460,12 @@ def test_a_manifest_basis_hashed_ahead_is_the_one_hashed_in_turn(
         text=[f"message {i} " + "word " * i for i in range(40)],
         rank=[float(i % 7) for i in range(40)],
     )
-    in_turn = pack(df, 300, as_of=AS_OF).manifest.to_json()
+    in_turn = pack(df, 300, PackOptions(as_of=AS_OF)).manifest.to_json()
     monkeypatch.setattr(packer, "_AHEAD_ROWS", 0)  # every scope hashes on a thread
     scope = PackScope(df)
     assert scope._basis_ahead is not None
     assert scope.pack(300, PackOptions(as_of=AS_OF)).manifest.to_json() == in_turn
-    assert pack(df, 300, as_of=AS_OF).manifest.to_json() == in_turn
+    assert pack(df, 300, PackOptions(as_of=AS_OF)).manifest.to_json() == in_turn
 
 
 def test_an_error_of_the_manifest_basis_ahead_is_raised_by_the_pack(
@@ -476,14 +478,16 @@ def test_an_error_of_the_manifest_basis_ahead_is_raised_by_the_pack(
     monkeypatch.setattr(packer, "manifest_basis", fails)
     df = _frame(id=["a", "b"], role=["user", "user"], text=["x", "y"])
     with pytest.raises(PackError, match="the basis fails"):
-        pack(df, 100, as_of=AS_OF)
+        pack(df, 100, PackOptions(as_of=AS_OF))
 
 
 def test_a_content_hash_of_other_content_is_refused_before_its_cached_count_is_used() -> None:
     short = _frame(id=["a"], role=["user"], text=["hi"])
-    assert pack(short, 100, as_of=AS_OF).used_tokens < 20  # "hi" is counted, and cached
+    assert (
+        pack(short, 100, PackOptions(as_of=AS_OF)).used_tokens < 20
+    )  # "hi" is counted, and cached
     # The text changed in Polars, the hash left as it was: it would cost as "hi" did.
     edited = short.with_columns(text=pl.lit("word " * 200))
     with pytest.raises(RecordError, match=r"row 0: field content_hash: .* does not match"):
-        pack(edited, 100, as_of=AS_OF)
-    assert pack(conform(edited.drop("content_hash")), 100, as_of=AS_OF).ids == []
+        pack(edited, 100, PackOptions(as_of=AS_OF))
+    assert pack(conform(edited.drop("content_hash")), 100, PackOptions(as_of=AS_OF)).ids == []

@@ -80,8 +80,12 @@ def test_frame_pack_equals_pack_over_its_rows_after_other_packs(options: dict[st
     # Other packs first, so the kept scope holds counts, bounds and exclusions.
     frame.pack(500, as_of=WHEN)
     frame.pack(30, as_of=WHEN - timedelta(days=100), turns=True)
+    label = settings.pop("label", None)
     for _ in range(2):
-        assert_pack_equal(frame.pack(budget, **settings), pack(df, budget, **settings))
+        assert_pack_equal(
+            frame.pack(budget, label=label, **settings),
+            pack(df, budget, PackOptions(**settings), label=label),
+        )
 
 
 def test_pack_reusing_keeps_one_scope_per_profile_and_reads_the_rows_once() -> None:
@@ -95,7 +99,7 @@ def test_pack_reusing_keeps_one_scope_per_profile_and_reads_the_rows_once() -> N
 
     for profile in ("cl100k_base", "o200k_base", "cl100k_base"):
         got = pack_reusing(kept, rows, 70, PackOptions(profile=profile, as_of=WHEN))
-        assert_pack_equal(got, pack(df, 70, profile=profile, as_of=WHEN))
+        assert_pack_equal(got, pack(df, 70, PackOptions(profile=profile, as_of=WHEN)))
     assert len(reads) == 2
     assert sorted(type(v).__name__ for v in kept.values()) == ["PackScope", "PackScope"]
     assert all(isinstance(v, PackScope) and v.df is df for v in kept.values())
@@ -131,10 +135,10 @@ def test_a_frame_pack_raises_what_pack_raises_and_packs_after() -> None:
     with pytest.raises(BudgetError) as kept_error:
         frame.pack(5, as_of=WHEN)
     with pytest.raises(BudgetError) as plain_error:
-        pack(df, 5, as_of=WHEN)
+        pack(df, 5, PackOptions(as_of=WHEN))
     assert str(kept_error.value) == str(plain_error.value)
     assert kept_error.value.costs == plain_error.value.costs == {"m0": 7}
-    assert_pack_equal(frame.pack(60, as_of=WHEN), pack(df, 60, as_of=WHEN))
+    assert_pack_equal(frame.pack(60, as_of=WHEN), pack(df, 60, PackOptions(as_of=WHEN)))
 
 
 def test_packs_at_many_times_stay_right() -> None:
@@ -143,7 +147,7 @@ def test_packs_at_many_times_stay_right() -> None:
     frame = CognitionFrame(df)
     times = [WHEN - timedelta(days=200) + timedelta(days=7 * k) for k in range(40)]
     for when in times + times[:3]:
-        assert_pack_equal(frame.pack(70, as_of=when), pack(df, 70, as_of=when))
+        assert_pack_equal(frame.pack(70, as_of=when), pack(df, 70, PackOptions(as_of=when)))
 
 
 def test_a_frame_pack_with_a_policy_or_a_plan_packs_its_collected_rows() -> None:
@@ -158,10 +162,11 @@ def test_a_frame_pack_with_a_policy_or_a_plan_packs_its_collected_rows() -> None
     )
     policy = BoundaryPolicy(max_sensitivity="internal")
     with_policy = CognitionFrame(secret).pack(200, as_of=WHEN, policy=policy)
-    assert_pack_equal(with_policy, pack(secret, 200, as_of=WHEN, policy=policy))
+    assert_pack_equal(with_policy, pack(secret, 200, PackOptions(as_of=WHEN), policy=policy))
     assert "m5" not in with_policy.ids
     narrowed = frame.filter(pl.col("priority") > 1)
     assert_pack_equal(
-        narrowed.pack(70, as_of=WHEN), pack(df.filter(pl.col("priority") > 1), 70, as_of=WHEN)
+        narrowed.pack(70, as_of=WHEN),
+        pack(df.filter(pl.col("priority") > 1), 70, PackOptions(as_of=WHEN)),
     )
-    assert_pack_equal(frame.pack(70, as_of=WHEN), pack(df, 70, as_of=WHEN))
+    assert_pack_equal(frame.pack(70, as_of=WHEN), pack(df, 70, PackOptions(as_of=WHEN)))

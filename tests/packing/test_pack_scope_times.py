@@ -64,7 +64,8 @@ def test_a_kept_scope_packs_what_pack_gives_at_every_time(turns: bool) -> None:
     times = _times()
     for when in times + times[::-1]:  # back again: spans kept and spans forgotten
         assert_pack_equal(
-            frame.pack(200, as_of=when, turns=turns), pack(df, 200, as_of=when, turns=turns)
+            frame.pack(200, as_of=when, turns=turns),
+            pack(df, 200, PackOptions(as_of=when, turns=turns)),
         )
 
 
@@ -74,7 +75,7 @@ def test_a_scope_packs_what_pack_gives_with_ranks_at_every_time() -> None:
     rank = pl.Series([float(i % 3) for i in range(df.height)])
     for when in _times():
         got = scope.pack(30, PackOptions(as_of=when), rank=rank)
-        want = pack(df.with_columns(rank=rank), 30, as_of=when)
+        want = pack(df.with_columns(rank=rank), 30, PackOptions(as_of=when))
         assert_pack_equal(got, want)
         assert got.manifest.to_json() == want.manifest.to_json()
 
@@ -94,6 +95,6 @@ def test_a_required_item_in_a_group_not_yet_valid_raises_in_its_span_only() -> N
         with pytest.raises(PackError, match="m4") as kept_error:
             frame.pack(500, as_of=when)
         with pytest.raises(PackError, match="m4") as plain_error:
-            pack(df, 500, as_of=when)
+            pack(df, 500, PackOptions(as_of=when))
         assert str(kept_error.value) == str(plain_error.value)
     assert frame.pack(500, as_of=valid + TICK).ids == ["m0", "m1", "m3", "m4", "m6", "m7"]

@@ -15,6 +15,7 @@ from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Json, Reference, Source, Text
 from cognoxium.items.records import records_to_frame
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from tests.packing.test_chat_costs import CL100K, cookbook_tokens
 
@@ -68,7 +69,7 @@ def test_documents_and_memories_name_their_sources_and_the_cost_counts_them() ->
         item("mem", "memory", "Ada prefers email.", [WIKI]),
         item("bare", "document", "No source here."),
     ]
-    result = pack(items_to_frame(items), 1000, as_of=AS_OF)
+    result = pack(items_to_frame(items), 1000, PackOptions(as_of=AS_OF))
     assert [m["content"] for m in result.messages] == [
         "Refund window?",
         "Source: Refund FAQ https://help.example.org/refunds\n"
@@ -88,7 +89,7 @@ def test_same_text_with_other_sources_costs_its_own_lines() -> None:
         item("a", "document", "Same words.", [WIKI]),
         item("b", "document", "Same words.", [long_title]),
     ]
-    result = pack(items_to_frame(items), 1000, as_of=AS_OF)
+    result = pack(items_to_frame(items), 1000, PackOptions(as_of=AS_OF))
     a, b = (entry.tokens for entry in result.manifest.entries)
     assert a == CL100K.message_tokens(result.messages[0])
     assert b == CL100K.message_tokens(result.messages[1])
@@ -106,11 +107,11 @@ def test_a_reference_document_is_attributed_and_data_blocks_keep_the_source_insi
         created_at=START,
         sources=(FAQ,),
     )
-    result = pack(items_to_frame([ref]), 1000, as_of=AS_OF)
+    result = pack(items_to_frame([ref]), 1000, PackOptions(as_of=AS_OF))
     assert result.messages[0]["content"] == (
         "Source: Refund FAQ https://help.example.org/refunds\nSpec https://example.org/spec.pdf"
     )
-    guarded = pack(items_to_frame([ref]), 1000, as_of=AS_OF, policy=BoundaryPolicy())
+    guarded = pack(items_to_frame([ref]), 1000, PackOptions(as_of=AS_OF), policy=BoundaryPolicy())
     content = guarded.messages[0]["content"]
     assert content.startswith('<untrusted-data id="spec"')
     assert "Source: Refund FAQ https://help.example.org/refunds\nSpec" in content
@@ -130,7 +131,7 @@ def test_a_truncated_document_keeps_its_source_line_and_costs_what_it_sends() ->
         },
     ]
     df = records_to_frame([{"created_at": "2024-01-01T00:00:00Z", **r} for r in records])
-    result = pack(df, 50, as_of=AS_OF)
+    result = pack(df, 50, PackOptions(as_of=AS_OF))
     # 50 - 3 priming - 7 system - 4 framing - 8 for "Source: kb://wiki/42\n" = 28 tokens kept.
     assert result.messages[1] == {
         "role": "user",
@@ -142,7 +143,7 @@ def test_a_truncated_document_keeps_its_source_line_and_costs_what_it_sends() ->
 
 def test_attribution_is_in_every_renderer() -> None:
     items = [item("q", "user", "Refund window?"), item("faq", "document", "5 days.", [FAQ])]
-    result = pack(items_to_frame(items), 1000, as_of=AS_OF)
+    result = pack(items_to_frame(items), 1000, PackOptions(as_of=AS_OF))
     line = "Source: Refund FAQ https://help.example.org/refunds"
     assert result.to_openai()[1]["content"] == f"{line}\n5 days."
     anthropic = result.to_anthropic()["messages"]
@@ -374,7 +375,7 @@ def test_json_payloads_render_as_canonical_json_in_every_renderer() -> None:
             sources=(WIKI,),
         ),
     ]
-    result = pack(items_to_frame(items), 1000, as_of=AS_OF)
+    result = pack(items_to_frame(items), 1000, PackOptions(as_of=AS_OF))
     assert result.to_openai() == [
         {"role": "user", "content": "Order status?"},
         {"role": "assistant", "content": None, "tool_calls": [call]},

@@ -107,7 +107,7 @@ def test_cut_refuses_a_negative_count_and_an_unknown_side() -> None:
 
 
 def test_a_truncatable_item_is_cut_to_what_is_left_with_hash_and_lineage() -> None:
-    result = pack(frame(SYSTEM, doc()), 50, as_of=AS_OF)
+    result = pack(frame(SYSTEM, doc()), 50, PackOptions(as_of=AS_OF))
     # 50 - 3 priming - 7 system - 4 framing of the document = 36 tokens of text.
     kept = " ".join(["word"] * 36)
     assert result.ids == ["sys", "doc"]
@@ -144,25 +144,25 @@ def test_a_truncatable_item_is_cut_to_what_is_left_with_hash_and_lineage() -> No
 
 
 def test_tail_keeps_the_end_of_the_text() -> None:
-    result = pack(frame(SYSTEM, doc(side="tail")), 50, as_of=AS_OF)
+    result = pack(frame(SYSTEM, doc(side="tail")), 50, PackOptions(as_of=AS_OF))
     assert result.messages[1]["content"] == " word" * 35 + " "  # the last 36 tokens
     assert result.manifest.truncations[0].side == "tail"
 
 
 def test_min_tokens_refuses_a_cut_that_keeps_too_little() -> None:
     # 30 - 3 - 7 - 4 = 16 tokens would be left for the text: below min_tokens 20.
-    result = pack(frame(SYSTEM, doc(min_tokens=20)), 30, as_of=AS_OF)
+    result = pack(frame(SYSTEM, doc(min_tokens=20)), 30, PackOptions(as_of=AS_OF))
     assert result.ids == ["sys"]
     assert result.manifest.entries[1].reason == "over_budget"
     assert result.manifest.truncations == []
     # With min_tokens 16 the same budget keeps exactly 16.
-    result = pack(frame(SYSTEM, doc(min_tokens=16)), 30, as_of=AS_OF)
+    result = pack(frame(SYSTEM, doc(min_tokens=16)), 30, PackOptions(as_of=AS_OF))
     assert result.manifest.truncations[0].kept_tokens == 16
     assert result.used_tokens == 30
 
 
 def test_an_item_that_fits_whole_is_not_cut() -> None:
-    result = pack(frame(SYSTEM, doc()), 200, as_of=AS_OF)
+    result = pack(frame(SYSTEM, doc()), 200, PackOptions(as_of=AS_OF))
     assert result.messages[1]["content"] == WORDS
     assert result.used_tokens == 3 + 7 + 4 + 101
     assert result.manifest.truncations == []
@@ -171,7 +171,7 @@ def test_an_item_that_fits_whole_is_not_cut() -> None:
 
 def test_higher_ranked_truncatable_item_is_cut_before_lower_ranked_items_are_tried() -> None:
     small = {"id": "small", "role": "user", "text": "hello there", "rank": 0.1}  # 6 tokens
-    result = pack(frame(SYSTEM, doc(rank=0.9), small), 60, as_of=AS_OF)
+    result = pack(frame(SYSTEM, doc(rank=0.9), small), 60, PackOptions(as_of=AS_OF))
     # The document is reached first and takes all that is left: 60 - 3 - 7 - 4 = 46.
     assert result.ids == ["sys", "doc"]
     assert result.manifest.truncations[0].kept_tokens == 46
@@ -197,10 +197,10 @@ def test_a_grouped_tool_result_is_cut_and_its_call_kept() -> None:
             "metadata": {"tool_call_id": "c1", "truncate": {"min_tokens": 5}},
         },
     ]
-    full = pack(frame(*records), 1000, as_of=AS_OF)
+    full = pack(frame(*records), 1000, PackOptions(as_of=AS_OF))
     whole_cost = full.used_tokens - 3 - 7
     cut_by = whole_cost - (80 - 3 - 7)
-    result = pack(frame(*records), 80, as_of=AS_OF)
+    result = pack(frame(*records), 80, PackOptions(as_of=AS_OF))
     assert result.ids == ["sys", "call", "result"]
     assert result.used_tokens == 80 == CL100K.request_tokens(result.messages)
     assert result.messages[2]["tool_call_id"] == "c1"
@@ -209,7 +209,9 @@ def test_a_grouped_tool_result_is_cut_and_its_call_kept() -> None:
 
 def test_a_cut_data_block_is_priced_as_sent() -> None:
     policy = BoundaryPolicy(wrap_untrusted=True)
-    result = pack(frame(SYSTEM | {"trust": "trusted"}, doc()), 90, as_of=AS_OF, policy=policy)
+    result = pack(
+        frame(SYSTEM | {"trust": "trusted"}, doc()), 90, PackOptions(as_of=AS_OF), policy=policy
+    )
     content = result.messages[1]["content"]
     assert content.startswith('<untrusted-data id="doc"')
     assert "word word" in content
@@ -240,7 +242,7 @@ def test_a_malformed_mark_names_the_row_and_field(mark: Any, match: str) -> None
         .alias("metadata")
     )
     with pytest.raises(RecordError, match=match) as info:
-        pack(df, 100, as_of=AS_OF)
+        pack(df, 100, PackOptions(as_of=AS_OF))
     assert (info.value.row, info.value.field) == (1, "metadata.truncate")
 
 
@@ -256,13 +258,13 @@ def test_a_mark_on_a_json_payload_is_refused() -> None:
         ]
     ).with_columns(metadata=pl.lit('{"truncate":{}}'))
     with pytest.raises(RecordError, match="only a text payload") as info:
-        pack(df, 100, as_of=AS_OF)
+        pack(df, 100, PackOptions(as_of=AS_OF))
     assert (info.value.row, info.value.field) == (0, "metadata.truncate")
 
 
 def test_a_nested_truncate_key_is_not_a_mark() -> None:
     nested = {"id": "d", "role": "document", "text": WORDS, "metadata": {"x": {"truncate": 1}}}
-    result = pack(frame(SYSTEM, nested), 50, as_of=AS_OF)
+    result = pack(frame(SYSTEM, nested), 50, PackOptions(as_of=AS_OF))
     assert result.ids == ["sys"]
 
 
@@ -270,8 +272,8 @@ def test_a_nested_truncate_key_is_not_a_mark() -> None:
 
 
 def test_reserve_is_taken_out_of_the_budget_and_recorded() -> None:
-    reserved = pack(frame(SYSTEM, doc()), 80, reserve=30, as_of=AS_OF)
-    plain = pack(frame(SYSTEM, doc()), 50, as_of=AS_OF)
+    reserved = pack(frame(SYSTEM, doc()), 80, PackOptions(reserve=30, as_of=AS_OF))
+    plain = pack(frame(SYSTEM, doc()), 50, PackOptions(as_of=AS_OF))
     assert reserved.messages == plain.messages
     assert reserved.used_tokens == 50
     assert (reserved.budget, reserved.remaining_tokens) == (80, 0)
@@ -285,30 +287,30 @@ def test_reserve_is_taken_out_of_the_budget_and_recorded() -> None:
 
 def test_reserve_without_truncation_arithmetic() -> None:
     items = frame(SYSTEM, {"id": "q", "role": "user", "text": "hello there"})  # 7 + 6
-    result = pack(items, 30, reserve=10, as_of=AS_OF)
+    result = pack(items, 30, PackOptions(reserve=10, as_of=AS_OF))
     assert result.used_tokens == 16
     assert result.remaining_tokens == 30 - 10 - 16
-    assert "reserve_tokens" not in pack(items, 30, as_of=AS_OF).manifest.to_json()
+    assert "reserve_tokens" not in pack(items, 30, PackOptions(as_of=AS_OF)).manifest.to_json()
 
 
 def test_reserve_over_the_budget_is_a_budget_error() -> None:
     with pytest.raises(BudgetError, match="reserve must be a whole number of tokens from 0 to"):
-        pack(frame(SYSTEM), 30, reserve=31, as_of=AS_OF)
+        pack(frame(SYSTEM), 30, PackOptions(reserve=31, as_of=AS_OF))
 
 
 @pytest.mark.parametrize("reserve", [-1, True, 2.0, "5"])
 def test_a_reserve_that_is_not_a_whole_number_of_tokens_is_a_pack_error(reserve: Any) -> None:
     with pytest.raises(PackError, match=r"^reserve must be a whole number of tokens >= 0, got "):
-        pack(frame(SYSTEM), 30, reserve=reserve, as_of=AS_OF)
+        pack(frame(SYSTEM), 30, PackOptions(reserve=reserve, as_of=AS_OF))
     with pytest.raises(PackError, match=r"^reserve must be a whole number of tokens >= 0, got "):
         PackOptions(reserve=reserve)
 
 
 def test_required_items_must_fit_beside_the_reserve() -> None:
     with pytest.raises(BudgetError, match="budget is 9") as info:
-        pack(frame(SYSTEM), 20, reserve=11, as_of=AS_OF)
+        pack(frame(SYSTEM), 20, PackOptions(reserve=11, as_of=AS_OF))
     assert info.value.costs == {"sys": 7}
-    assert pack(frame(SYSTEM), 20, reserve=10, as_of=AS_OF).used_tokens == 10
+    assert pack(frame(SYSTEM), 20, PackOptions(reserve=10, as_of=AS_OF)).used_tokens == 10
 
 
 # --- overflow -------------------------------------------------------------------------------
@@ -320,12 +322,12 @@ def required_doc(min_tokens: int = 10) -> dict[str, Any]:
 
 def test_overflow_error_refuses_required_items_that_do_not_fit() -> None:
     with pytest.raises(BudgetError, match="required items need 115 tokens") as info:
-        pack(frame(SYSTEM, required_doc()), 50, as_of=AS_OF)
+        pack(frame(SYSTEM, required_doc()), 50, PackOptions(as_of=AS_OF))
     assert info.value.costs == {"doc": 105, "sys": 7}
 
 
 def test_overflow_truncate_cuts_required_truncatable_items() -> None:
-    result = pack(frame(SYSTEM, required_doc()), 50, overflow="truncate", as_of=AS_OF)
+    result = pack(frame(SYSTEM, required_doc()), 50, PackOptions(overflow="truncate", as_of=AS_OF))
     assert result.ids == ["sys", "doc"]
     assert result.used_tokens == 50
     assert result.manifest.truncations[0].kept_tokens == 36
@@ -336,7 +338,7 @@ def test_overflow_truncate_cuts_required_truncatable_items() -> None:
 def test_overflow_truncate_cuts_the_unit_considered_last_first() -> None:
     low = required_doc(min_tokens=5) | {"id": "low", "priority": 0}
     high = required_doc(min_tokens=5) | {"id": "high", "priority": 1}
-    result = pack(frame(SYSTEM, high, low), 150, overflow="truncate", as_of=AS_OF)
+    result = pack(frame(SYSTEM, high, low), 150, PackOptions(overflow="truncate", as_of=AS_OF))
     # 150 - 3 - 7 - 105 (high whole) - 4 = 31 tokens of text left for "low".
     cuts = {t.id: t.kept_tokens for t in result.manifest.truncations}
     assert cuts == {"low": 31}
@@ -345,13 +347,17 @@ def test_overflow_truncate_cuts_the_unit_considered_last_first() -> None:
 
 def test_overflow_truncate_fails_when_min_tokens_cannot_be_met() -> None:
     with pytest.raises(BudgetError, match="even cut to their min_tokens") as info:
-        pack(frame(SYSTEM, required_doc(min_tokens=40)), 50, overflow="truncate", as_of=AS_OF)
+        pack(
+            frame(SYSTEM, required_doc(min_tokens=40)),
+            50,
+            PackOptions(overflow="truncate", as_of=AS_OF),
+        )
     assert info.value.costs == {"doc": 105, "sys": 7}
 
 
 def test_overflow_must_be_a_known_mode() -> None:
     with pytest.raises(PackError, match="overflow must be"):
-        pack(frame(SYSTEM), 30, overflow="drop", as_of=AS_OF)  # type: ignore[arg-type]
+        pack(frame(SYSTEM), 30, PackOptions(overflow="drop", as_of=AS_OF))  # type: ignore[arg-type]
 
 
 # --- determinism ----------------------------------------------------------------------------
@@ -360,7 +366,9 @@ def test_overflow_must_be_a_known_mode() -> None:
 def test_truncated_packs_give_byte_identical_manifests() -> None:
     records = [SYSTEM, doc(rank=0.5), doc(side="tail") | {"id": "doc2", "rank": 0.4}]
     runs = [
-        pack(frame(*records), 90, reserve=20, overflow="truncate", as_of=AS_OF).manifest.to_json()
+        pack(
+            frame(*records), 90, PackOptions(reserve=20, overflow="truncate", as_of=AS_OF)
+        ).manifest.to_json()
         for _ in range(2)
     ]
     assert runs[0] == runs[1]
@@ -393,7 +401,7 @@ def test_truncated_packs_cost_what_they_send(
         }
         for i, text in enumerate(texts)
     ]
-    result = pack(frame(*records), budget + reserve, reserve=reserve, as_of=AS_OF)
+    result = pack(frame(*records), budget + reserve, PackOptions(reserve=reserve, as_of=AS_OF))
     assert result.used_tokens == CL100K.request_tokens(result.messages) <= budget
     originals = {r["id"]: r["text"] for r in records}
     for record in result.manifest.truncations:

@@ -18,6 +18,7 @@ from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem
+from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, pack
 from cognoxium.testing import assert_manifest_equal, assert_pack_equal
 from cognoxium.testing.strategies import (
@@ -357,13 +358,13 @@ def test_packing_is_reproducible_and_a_budget_change_is_reported(
     df: pl.DataFrame, budget: int
 ) -> None:
     try:
-        left = pack(df, budget, as_of=AS_OF)
+        left = pack(df, budget, PackOptions(as_of=AS_OF))
     except PackError:
         return
-    assert_pack_equal(left, pack(df, budget, as_of=AS_OF))
+    assert_pack_equal(left, pack(df, budget, PackOptions(as_of=AS_OF)))
     assert_manifest_equal(left.manifest, PackManifest.from_json(left.manifest.to_json()))
     try:
-        right = pack(df, budget + 50, as_of=AS_OF)
+        right = pack(df, budget + 50, PackOptions(as_of=AS_OF))
     except PackError:
         return
     found = blocks(failure(assert_pack_equal, left, right))

@@ -270,7 +270,7 @@ class CognitionFrame:
 
     @classmethod
     def from_arrow(cls, table: pa.Table) -> CognitionFrame:
-        """Validate an Arrow table of item columns into a frame (see :func:`.schema.conform`).
+        """Validate an Arrow table of item columns into a frame (see :func:`.validation.conform`).
 
         Raises
         ------
@@ -283,7 +283,7 @@ class CognitionFrame:
 
     @classmethod
     def from_polars(cls, df: pl.DataFrame | pl.LazyFrame) -> CognitionFrame:
-        """Validate a Polars frame of item columns into a frame (see :func:`.schema.conform`).
+        """Validate a Polars frame of item columns into a frame (see :func:`.validation.conform`).
 
         A LazyFrame holding every item column stays lazy: the plan's
         predicates and projections are pushed into it and the rows it yields

@@ -110,7 +110,7 @@ from cognoxium.packing._selection import (
 )
 from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
 from cognoxium.packing._units import Units, form_units
-from cognoxium.packing.options import Overflow, PackOptions, StartOn
+from cognoxium.packing.options import PackOptions
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
@@ -147,12 +147,6 @@ def pack(
     *,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
-    profile: str | TokenProfile | None = None,
-    as_of: datetime | None = None,
-    reserve: int | None = None,
-    overflow: Overflow | None = None,
-    turns: bool | None = None,
-    start_on: StartOn | None = None,
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -165,8 +159,19 @@ def pack(
         The token budget, in tokens (>= 0).
     options
         How the pack is made (:class:`~cognoxium.packing.options.PackOptions`;
-        ``None``: the defaults). The keywords ``profile`` to ``start_on``
-        below, when not ``None``, replace the option of their name.
+        ``None``: the defaults): the token profile, the UTC time validity is
+        evaluated at (items created or valid from after it, or expired by
+        it, are excluded; ``None`` means now, which is not reproducible: give
+        it for byte-identical manifests), the tokens kept for the reply (the
+        items fit in ``budget - reserve``), what happens when the required
+        items alone do not fit (``"error"`` or ``"truncate"``), whole turns
+        as packing units (a ``user`` message with the ``assistant`` and
+        ``tool`` messages that answer it; system, developer, document and
+        memory items stay units of their own), and ``start_on="user"``
+        (after its system block the pack starts on a message sent with the
+        ``user`` role; units before it are dropped with reason
+        ``before_first_user``). ``turns`` and ``start_on`` enter the
+        settings fingerprint when set.
     label
         Free text recorded in the manifest (a request id, for example).
     policy
@@ -175,21 +180,6 @@ def pack(
         ``policy``), render them as ``user`` messages or as delimited data
         (costed as rendered), or fail the pack. Their outcomes and
         fingerprints go to the manifest.
-    profile, as_of, reserve, overflow, turns, start_on
-        Options in place of those of ``options`` (see
-        :class:`~cognoxium.packing.options.PackOptions`): the token profile,
-        the UTC time validity is evaluated at (items created or valid from
-        after it, or expired by it, are excluded; ``None`` in both means now,
-        which is not reproducible: give it for byte-identical manifests),
-        the tokens kept for the reply (the items fit in ``budget -
-        reserve``), what happens when the required items alone do not fit
-        (``"error"`` or ``"truncate"``), whole turns as packing units (a
-        ``user`` message with the ``assistant`` and ``tool`` messages that
-        answer it; system, developer, document and memory items stay units
-        of their own), and ``"user"`` to start the pack, after its system
-        block, on a message sent with the ``user`` role (units before it are
-        dropped with reason ``before_first_user``). ``turns`` and
-        ``start_on`` enter the settings fingerprint when set.
 
     Returns
     -------
@@ -242,7 +232,7 @@ def pack(
     ...     "text": ["Be brief.", "What is the refund window?", "word " * 500],
     ...     "retention": ["required", "required", "optional"],
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 3}))
-    >>> p = pack(df, 100, as_of=datetime(2024, 6, 1, tzinfo=UTC))
+    >>> p = pack(df, 100, PackOptions(as_of=datetime(2024, 6, 1, tzinfo=UTC)))
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
     (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
 
@@ -258,22 +248,14 @@ def pack(
     ...     "retention": ["required"] + ["optional"] * 5,
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 6}))
     >>> when = datetime(2024, 6, 1, tzinfo=UTC)
-    >>> pack(chat, 60, as_of=when).ids
+    >>> pack(chat, 60, PackOptions(as_of=when)).ids
     ['sys', 'hello', 'q1', 'q2', 'a2']
-    >>> whole = pack(chat, 60, as_of=when, turns=True, start_on="user")
+    >>> whole = pack(chat, 60, PackOptions(as_of=when, turns=True, start_on="user"))
     >>> whole.ids, whole.manifest.totals.by_reason
     (['sys', 'q2', 'a2'],
      {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
     """
-    given = (options if options is not None else PackOptions()).merged(
-        profile=profile,
-        as_of=as_of,
-        reserve=reserve,
-        overflow=overflow,
-        turns=turns,
-        start_on=start_on,
-    )
-    call = check_call(budget, given)
+    call = check_call(budget, options if options is not None else PackOptions())
     scope = PackScope(df, profile=call.profile, policy=policy)
     check_content_hashes(df)  # token counts are cached by content hash
     return scope.pack_checked(call, label)

@@ -18,12 +18,13 @@ required items that cannot be packed).
 >>> from datetime import UTC, datetime
 >>> from hypothesis import given, settings
 >>> from cognoxium.exceptions import PackError
+>>> from cognoxium.packing.options import PackOptions
 >>> from cognoxium.packing.packer import pack
 >>> @settings(max_examples=20, deadline=None)
 ... @given(frames_strategy(max_size=6))
 ... def test_pack_fits(df):
 ...     try:
-...         result = pack(df, 200, as_of=datetime(2024, 6, 1, tzinfo=UTC))
+...         result = pack(df, 200, PackOptions(as_of=datetime(2024, 6, 1, tzinfo=UTC)))
 ...     except PackError:
 ...         return
 ...     assert result.manifest.totals.items == df.height
