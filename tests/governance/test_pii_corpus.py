@@ -17,16 +17,19 @@ import re
 import polars as pl
 import pytest
 
-import cognoxium.governance.redaction as redaction
 from cognoxium.governance.redaction import (
     PHONE_REGIONS,
     RECOGNISERS,
-    _whole_run_matches,
     find_spans,
     phone_recogniser,
     redact_frame,
     redact_json,
     redact_text,
+)
+from cognoxium.governance.redaction._phone import (
+    _clear_phone_caches,
+    _phone_parts,
+    _whole_run_matches,
 )
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import items_to_frame
@@ -150,8 +153,8 @@ def test_a_phone_run_is_decided_alike_whatever_runs_came_before(corpus: list[Doc
     runs = sorted({m.group("v") for d in corpus for f in d.fields for m in rx.finditer(f.text)})
 
     def decide(order: list[str]) -> dict[str, tuple[tuple[int, int], ...]]:
-        redaction._clear_phone_caches()
-        return {run: redaction._phone_parts(run, PHONE_REGIONS) for run in order}
+        _clear_phone_caches()
+        return {run: _phone_parts(run, PHONE_REGIONS) for run in order}
 
     forward = decide(runs)
     assert decide(runs[::-1]) == forward

@@ -16,13 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cognoxium.governance.redaction as redaction
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.governance.redaction import (
     RECOGNISERS,
     TYPES,
     Recogniser,
     Span,
+    _engine,
+    _frame,
+    _phone,
+    _validators,
     find_spans,
     redact_frame,
     redact_json,
@@ -698,9 +701,9 @@ def test_redact_frame_columns_and_lineage() -> None:
 def test_rows_without_candidates_never_reach_python(monkeypatch: pytest.MonkeyPatch) -> None:
     rewritten: list[str] = []
     luhn_calls: list[str] = []
-    real_spans, real_luhn = redaction._spans, redaction._luhn
+    real_spans, real_luhn = _engine.text_spans, _validators._luhn
 
-    def spy_spans(text: str, *args: Any) -> list[redaction.Span]:
+    def spy_spans(text: str, *args: Any) -> list[Span]:
         rewritten.append(text)
         return real_spans(text, *args)
 
@@ -708,8 +711,9 @@ def test_rows_without_candidates_never_reach_python(monkeypatch: pytest.MonkeyPa
         luhn_calls.append(digits)
         return real_luhn(digits)
 
-    monkeypatch.setattr(redaction, "_spans", spy_spans)
-    monkeypatch.setattr(redaction, "_luhn", spy_luhn)
+    monkeypatch.setattr(_engine, "text_spans", spy_spans)
+    monkeypatch.setattr(_frame, "text_spans", spy_spans)
+    monkeypatch.setattr(_validators, "_luhn", spy_luhn)
     texts = [f"order {i} shipped, ref 4111 1111 1111 1112" for i in range(3000)]
     texts[1234] = "pay with 4111 1111 1111 1111 please"
     out = redact_frame(frame_of(texts))
@@ -724,13 +728,14 @@ def test_a_first_pass_runs_only_the_recognisers_whose_bare_pattern_occurs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     scans: list[tuple[str, list[str]]] = []
-    real_spans = redaction._spans
+    real_spans = _engine.text_spans
 
-    def spy_spans(text: str, recs: tuple[Any, ...]) -> list[redaction.Span]:
+    def spy_spans(text: str, recs: tuple[Any, ...]) -> list[Span]:
         scans.append((text, [r.label for r in recs]))
         return real_spans(text, recs)
 
-    monkeypatch.setattr(redaction, "_spans", spy_spans)
+    monkeypatch.setattr(_engine, "text_spans", spy_spans)
+    monkeypatch.setattr(_frame, "text_spans", spy_spans)
     texts = ["mail ana@example.org", "password: hunter22 and ana@example.org"]
     out = redact_frame(frame_of(texts))
     assert out.get_column("text").to_list() == ["mail [EMAIL]", "password: [SECRET] and [EMAIL]"]
@@ -743,7 +748,7 @@ def test_candidates_short_of_the_digits_required_never_reach_python(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     validated: list[str] = []
-    real_card_ok, real_phone_parts = redaction._card_ok, redaction._phone_parts
+    real_card_ok, real_phone_parts = _validators._card_ok, _phone._phone_parts
 
     def spy_card_ok(value: str) -> bool:
         validated.append(value)
@@ -753,8 +758,8 @@ def test_candidates_short_of_the_digits_required_never_reach_python(
         validated.append(value)
         return real_phone_parts(value, regions)
 
-    monkeypatch.setattr(redaction, "_card_ok", spy_card_ok)
-    monkeypatch.setattr(redaction, "_phone_parts", spy_phone_parts)
+    monkeypatch.setattr(_validators, "_card_ok", spy_card_ok)
+    monkeypatch.setattr(_phone, "_phone_parts", spy_phone_parts)
     texts = [f"order {i:03d} 45 67 at 12.30 on 1 2 2024" for i in range(300)]
     texts.append("card 4111 1111 1111 1111 now")
     out = redact_frame(frame_of(texts))
