@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         data_block_expr,
     )
     from cognoxium.governance.redaction import (
+        CONTEXT_FILLERS,
         PHONE_REGIONS,
         RECOGNISERS,
         TYPES,
@@ -66,6 +67,7 @@ else:
                 "data_block_expr",
             ],
             "cognoxium.governance.redaction": [
+                "CONTEXT_FILLERS",
                 "PHONE_REGIONS",
                 "RECOGNISERS",
                 "TYPES",
@@ -84,6 +86,7 @@ else:
 
 __all__ = [
     "ACTIONS",
+    "CONTEXT_FILLERS",
     "DATA_BLOCK_CLOSE",
     "EDGE_SCHEMA",
     "INJECTION_SIGNS",

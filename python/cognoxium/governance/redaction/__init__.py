@@ -58,11 +58,18 @@ from cognoxium.governance.redaction._engine import find_spans, redact_json, reda
 # Not public: checks the ``recognisers=`` argument of CognitionFrame.redact.
 from cognoxium.governance.redaction._engine import recogniser_pool as recogniser_pool
 from cognoxium.governance.redaction._frame import redact_frame
-from cognoxium.governance.redaction._model import Recogniser, RecogniserSet, RedactionStyle, Span
+from cognoxium.governance.redaction._model import (
+    CONTEXT_FILLERS,
+    Recogniser,
+    RecogniserSet,
+    RedactionStyle,
+    Span,
+)
 from cognoxium.governance.redaction._phone import PHONE_REGIONS, phone_recogniser
 from cognoxium.governance.redaction._recognisers import RECOGNISERS, TYPES
 
 __all__ = [
+    "CONTEXT_FILLERS",
     "PHONE_REGIONS",
     "RECOGNISERS",
     "TYPES",

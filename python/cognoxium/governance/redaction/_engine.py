@@ -142,7 +142,7 @@ def text_spans(text: str, recs: tuple[Source, ...]) -> list[Span]:
             continue
         for m in r._rx.finditer(padded):
             base = m.start("v") - 1
-            for start, end in r._parts(m.group("v")):
+            for start, end in r._match_parts(m):
                 found.append((base + start, base + end, order, r.name))
     if not found:
         return []
@@ -194,7 +194,7 @@ def _assigned_member(name: str, core: str, recs: tuple[Source, ...]) -> Recognis
     for r in recs:
         if not isinstance(r, Recogniser):
             continue
-        if r._key_rx is not None and r._key_rx.fullmatch(name) and r._accepts(core):
+        if r._key_rx is not None and r._key_rx.fullmatch(name) and r._accepts_whole(core):
             return r
     return None
 

@@ -168,7 +168,9 @@ def _row_recognisers(
         ``recs`` order.
     """
     builtin = {j: r for j, r in enumerate(recs) if isinstance(r, Recogniser)}
-    context = {j for j, r in builtin.items() if not r.pattern.startswith("(?P<v>")}
+    context = {
+        j for j, r in builtin.items() if r.context is not None or not r.pattern.startswith("(?P<v>")
+    }
     frame = values.fill_null("").rename("s").to_frame()
     checks = (pl.col("s").str.contains(r.prefilter).alias(f"r{j}") for j, r in builtin.items())
     rows = frame.select(checks).rows() if builtin else [()] * values.len()

@@ -23,7 +23,9 @@ from typing import Literal, Protocol, get_args, runtime_checkable
 from cognoxium.exceptions import PlanError
 
 __all__ = [
+    "CONTEXT_FILLERS",
     "JSON_STRING",
+    "KEY_CHARS",
     "PAD",
     "STYLES",
     "WORD_CHARS",
@@ -34,6 +36,8 @@ __all__ = [
     "RedactionStyle",
     "Source",
     "Span",
+    "any_case",
+    "any_of",
     "digits_at_least",
 ]
 
@@ -56,6 +60,52 @@ _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 JSON_STRING = r'"(?:[^"\\]|\\.)*"'
 
 
+def any_case(word: str) -> str:
+    """Case-insensitive literal as explicit classes (``api_key`` -> ``[Aa][Pp][Ii][_-]?[Kk]...``).
+
+    The engines' ``(?i)`` case folding differs on some Unicode letters
+    (the Kelvin sign, long s), so the patterns spell the cases out; ``_``
+    and ``-`` are optional, a space is a space or a no-break space.
+    """
+    out = []
+    for ch in word:
+        if ch in "_-":
+            out.append("[_-]?")
+        elif ch == " ":
+            out.append("[ \u00a0]")
+        elif ch.isalpha():
+            out.append(f"[{ch.upper()}{ch.lower()}]" if ch.upper() != ch.lower() else ch)
+        else:
+            out.append(re.escape(ch))
+    return "".join(out)
+
+
+def any_of(words: Iterable[str]) -> str:
+    """A pattern of any of ``words`` in any case (:func:`any_case`), the longest tried first."""
+    return "(?:" + "|".join(any_case(w) for w in sorted(words, key=lambda w: (-len(w), w))) + ")"
+
+
+CONTEXT_FILLERS: tuple[str, ...] = (
+    "is", "are", "was", "no", "nr", "num", "number", "me", "at", "on", "to", "of", "for",
+    "my", "your", "our", "the", "his", "her", "es", "ist", "est", "nummer", "numéro",
+    "número", "numero", "numara", "numaram", "numarası", "nomor", "ng",
+)  # fmt: skip
+"""Words that may stand between a recogniser's context words and its value.
+
+``phone number is 0532...``, ``SSN no. 078...``, ``call me at ...``,
+``Telefon numaram ...``: at most three of them, each after one to three
+characters that are no letter, digit or line break (``: ``, `` ``, ``. ``).
+Any other word in between (``call about order 12345678``) breaks the
+context."""
+# After the context words: separators, then filler words each followed by separators. The
+# first separator is not "]": a placeholder such as "[PHONE]" is no context for the value.
+_SEP = f"[^{WORD_CHARS}\n]{{1,3}}"
+_GAP = f"[^{WORD_CHARS}\n\\]][^{WORD_CHARS}\n]{{0,2}}(?:{any_of(CONTEXT_FILLERS)}{_SEP}){{0,3}}"
+
+KEY_CHARS = "[A-Za-z0-9_.\\-]*"
+"""Characters around the word in a JSON key pattern (``db_password``, ``phone.home``)."""
+
+
 def digits_at_least(n: int) -> str:
     """A pattern found in a text that holds at least ``n`` ASCII digits."""
     return f"(?:[0-9][^0-9]*){{{n}}}"
@@ -76,7 +126,9 @@ class Recogniser:
         the value to replace.
     validator
         Called on each candidate value (group ``v``) only; the candidate is
-        kept when it returns true. ``None`` keeps every match.
+        kept when it returns true. ``None`` keeps every match. With
+        ``context``, called with a second argument: whether the context
+        words precede the value.
     label
         What the recogniser finds, for documentation (``"JWT"``).
     lead, trail
@@ -87,16 +139,28 @@ class Recogniser:
         values (``.`` in IPv4, ``:`` in IPv6, ``.-+%`` in e-mail addresses),
         so no scan starts in the middle of a value.
     key
-        For assignment recognisers: a pattern that a JSON object key must
-        match in full for its string value to be treated as assigned, so
-        ``{"api_key": "..."}`` is redacted like ``api_key=...`` in text.
+        A pattern that a JSON object key must match in full for its string
+        value to be taken as a whole: the value is redacted when the
+        recogniser accepts all of it (with ``context``, as if the context
+        words preceded it). So ``{"api_key": "..."}`` is redacted like
+        ``api_key=...`` in text, and ``{"ssn": "078051120"}`` like ``SSN
+        078051120``.
     refine
         For patterns that match a whole run (a run of digit groups, of
         colon-separated hex groups): called on each candidate value (group
-        ``v``) instead of ``validator``, it returns the valid values inside
-        the run as disjoint ``(start, end)`` offsets into the value, in
-        characters. So a card number after an unrelated group of four digits
-        is found, and an invalid run is not split into valid-looking parts.
+        ``v``) instead of ``validator`` (with ``context``, with the same
+        second argument), it returns the valid values inside the run as
+        disjoint ``(start, end)`` offsets into the value, in characters. So
+        a card number after an unrelated group of four digits is found, and
+        an invalid run is not split into valid-looking parts.
+    context
+        Words (a pattern in the shared subset, in full words) that make a
+        value likelier when they are written just before it: ``SSN`` before
+        ``078 05 1120``, ``phone`` before ``05321234567``. The scan then
+        also matches, in place of the lead, the words, separators and up to
+        three of :data:`CONTEXT_FILLERS` (``phone number is``, ``SSN no.``),
+        and the value; ``validator`` or ``refine`` tells by its second
+        argument whether they did.
     requires
         A pattern (in the same shared subset) that every candidate value the
         recogniser accepts contains, or, with ``refine``, every run in which
@@ -105,12 +169,14 @@ class Recogniser:
         the validator runs, and :func:`redact_frame` drops them on the column
         of candidates, so no Python runs for them.
     prefilter
-        A pattern found in every text in which ``pattern`` matches (a
-        superset), for :func:`redact_frame` to select the texts worth a scan
-        in one pass over the column. By default the pattern itself, its
+        A pattern found in every text in which the recogniser finds a value
+        (a superset), for :func:`redact_frame` to select the texts worth a
+        scan in one pass over the column. By default the pattern itself, its
         group ``v`` made non-capturing; a looser one is worth giving when it
         is cheaper to search (the IBAN recogniser's names any two letters
-        where the pattern lists the registered countries).
+        where the pattern lists the registered countries), a narrower one
+        when most matches need the context words (the US SSN recogniser's
+        is a dashed number or the words).
 
     Raises
     ------
@@ -127,13 +193,14 @@ class Recogniser:
 
     name: str
     pattern: str
-    validator: Callable[[str], bool] | None = None
+    validator: Callable[..., bool] | None = None
     label: str = ""
     lead: str = _LEAD
     trail: str = _TRAIL
     key: str | None = None
-    refine: Callable[[str], Sequence[tuple[int, int]]] | None = None
+    refine: Callable[..., Sequence[tuple[int, int]]] | None = None
     requires: str | None = None
+    context: str | None = None
     prefilter: str = field(default="", repr=False, compare=False)
     scan: str = field(init=False, repr=False, compare=False)
     _rx: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -142,9 +209,14 @@ class Recogniser:
     _requires_rx: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        scan = f"(?:{self.lead})(?:{self.pattern})(?:{self.trail})"
+        head = f"(?:{self.lead})"
+        if self.context is not None:
+            # The words (after a word boundary), a gap that starts and ends off a word, the value.
+            head = f"(?:{_LEAD}(?P<c>{self.context}){_GAP}|{self.lead})"
+        scan = f"{head}(?:{self.pattern})(?:{self.trail})"
         try:
             rx = re.compile(scan)
+            re.compile(self.context or "")
             key_rx = re.compile(self.key) if self.key is not None else None
             requires_rx = re.compile(self.requires) if self.requires is not None else None
             re.compile(self.prefilter)
@@ -152,6 +224,11 @@ class Recogniser:
             raise PlanError(f"recogniser {self.name!r}: pattern does not compile: {exc}") from None
         if "v" not in rx.groupindex:
             raise PlanError(f"recogniser {self.name!r}: the pattern needs a group named 'v'")
+        if self.context is not None and rx.groupindex.get("c") != rx.groupindex["v"] - 1:
+            raise PlanError(
+                f"recogniser {self.name!r}: with context, neither the context words nor the "
+                "pattern before the group 'v' may hold a group named 'c' or other groups"
+            )
         object.__setattr__(self, "scan", scan)
         if not self.prefilter:
             object.__setattr__(self, "prefilter", _NAMED_GROUP.sub("(?:", self.pattern))
@@ -166,14 +243,27 @@ class Recogniser:
     def _meets_requires(self, value: str) -> bool:
         return self._requires_rx is None or self._requires_rx.search(value) is not None
 
-    def _accepts(self, value: str) -> bool:
-        return self._meets_requires(value) and (self.validator is None or self.validator(value))
+    def _call(self, check: Callable[..., object], value: str, context: bool) -> object:
+        return check(value) if self.context is None else check(value, context)
 
-    def _parts(self, value: str) -> Sequence[tuple[int, int]]:
+    def _parts(self, value: str, context: bool = False) -> Sequence[tuple[int, int]]:
         """The accepted values inside a candidate value, as offsets into it."""
+        if not self._meets_requires(value):
+            return ()
         if self.refine is not None:
-            return self.refine(value) if self._meets_requires(value) else ()
-        return ((0, len(value)),) if self._accepts(value) else ()
+            return self._call(self.refine, value, context)  # type: ignore[return-value]
+        if self.validator is None or self._call(self.validator, value, context):
+            return ((0, len(value)),)
+        return ()
+
+    def _match_parts(self, m: re.Match[str]) -> Sequence[tuple[int, int]]:
+        """The accepted values of a match of the scan, as offsets into its group ``v``."""
+        context = self.context is not None and m.group("c") is not None
+        return self._parts(m.group("v"), context)
+
+    def _accepts_whole(self, value: str) -> bool:
+        """Whether all of ``value``, the string value of a member named by ``key``, is one value."""
+        return tuple(self._parts(value, True)) == ((0, len(value)),)
 
     def _accepts_candidate(self, candidate: str) -> bool:
         """Whether a match found by the Rust engine (lead + value + trail) is a valid value.
@@ -183,12 +273,12 @@ class Recogniser:
         candidate's end is the scan's own.
         """
         m = self._rx.fullmatch(candidate)
-        return m is not None and bool(self._parts(m.group("v")))
+        return m is not None and bool(self._match_parts(m))
 
     def _accepts_json_pair(self, candidate: str) -> bool:
         assert self._json_rx is not None
         m = self._json_rx.fullmatch(candidate)
-        return m is not None and self._accepts(json.loads(m.group("v")).strip())
+        return m is not None and self._accepts_whole(json.loads(m.group("v")).strip())
 
 
 @dataclass(frozen=True, slots=True)

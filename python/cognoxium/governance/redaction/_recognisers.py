@@ -5,7 +5,7 @@ Patterns are written in the subset of regular expressions that Python's
 :mod:`cognoxium.governance.redaction`); case-insensitive words are spelt as
 explicit classes by ``_ci``.
 
->>> _ci("api_key")
+>>> any_case("api_key")
 '[Aa][Pp][Ii][_-]?[Kk][Ee][Yy]'
 >>> TYPES
 ('SECRET', 'CREDIT_CARD', 'IBAN', 'US_SSN', 'EMAIL', 'PHONE', 'IP_ADDRESS')
@@ -13,9 +13,14 @@ explicit classes by ``_ci``.
 
 from __future__ import annotations
 
-import re
-
-from cognoxium.governance.redaction._model import WORD_CHARS, Recogniser, digits_at_least
+from cognoxium.governance.redaction._model import (
+    KEY_CHARS,
+    WORD_CHARS,
+    Recogniser,
+    any_case,
+    any_of,
+    digits_at_least,
+)
 from cognoxium.governance.redaction._phone import phone_recogniser
 from cognoxium.governance.redaction._validators import (
     GROUP_SEP,
@@ -33,25 +38,6 @@ from cognoxium.governance.redaction._validators import (
 )
 
 __all__ = ["RECOGNISERS", "TYPES"]
-
-
-def _ci(word: str) -> str:
-    """Case-insensitive literal as explicit classes (``api_key`` -> ``[Aa][Pp][Ii][_-]?[Kk]...``).
-
-    The engines' ``(?i)`` case folding differs on some Unicode letters
-    (the Kelvin sign, long s), so the patterns spell the cases out.
-    """
-    out = []
-    for ch in word:
-        if ch in "_-":
-            out.append("[_-]?")
-        elif ch == " ":
-            out.append("[ \u00a0]")
-        elif ch.isalpha():
-            out.append(f"[{ch.upper()}{ch.lower()}]")
-        else:
-            out.append(re.escape(ch))
-    return "".join(out)
 
 
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -85,7 +71,7 @@ def _iban_pattern() -> str:
     branches = []
     for length, countries in sorted(by_length.items()):
         groups, rest = divmod(length - 4, 4)
-        names = "|".join(_ci(c) for c in countries)
+        names = "|".join(any_case(c) for c in countries)
         branch = f"(?:{names})[0-9]{{2}}(?:[ \u00a0\\-]?[A-Za-z0-9]{{4}}){{{groups}}}"
         if rest:
             branch += f"[ \u00a0\\-]?[A-Za-z0-9]{{{rest}}}"
@@ -94,16 +80,23 @@ def _iban_pattern() -> str:
 
 
 _PHONE = r"(?P<v>(?:\+|00)[1-9](?:[ .\-" + "\u00a0" + r"]?(?:\([0-9]{1,4}\)|[0-9])){6,18})"
-_SSN_CONTEXT = "(?:" + "|".join(_ci(w) for w in ("ssn", "social security")) + ")[^0-9\n]{0,24}"
+_SSN_WORDS = ("ssn", "social security", "social security number")
+# Words before an IPv6 address that make the unspecified address "::" one (RFC 4291 §2.5.2).
+_IP_WORDS = (
+    "ip", "ipv4", "ipv6", "ip address", "address", "addr", "src", "dst", "source",
+    "destination", "host", "bind", "listen", "listening", "gateway", "route", "unspecified",
+    "interface", "server", "peer", "remote", "local address",
+)  # fmt: skip
 _IPV4 = f"(?P<v>{_OCTET}(?:\\.{_OCTET}){{3}}(?:/[0-9]{{1,2}})?)"
 # An IPv6 address (full, compressed, or with an IPv4 tail), then the rest of its run of
-# colon-separated hex groups and a CIDR prefix length: the whole run must be one address
-# (ip_parts), so "2001:db8::1::2" is not cut into two.
+# colon-separated hex groups, a zone index (RFC 4007 §11: "fe80::1%eth0") and a CIDR prefix
+# length: the whole run must be one address (ip_parts), so "2001:db8::1::2" is not cut in two.
 _IPV6 = (
     f"(?P<v>(?:{_HEX}(?::{_HEX}){{7}}"
     f"|{_HEX}(?::{_HEX}){{5}}:{_OCTET}(?:\\.{_OCTET}){{3}}"
     f"|(?:{_HEX}(?::{_HEX}){{0,6}})?::(?:{_HEX}(?::{_HEX}){{0,6}})?)"
-    f"(?::[0-9A-Fa-f]{{0,4}})*(?:\\.{_OCTET}){{0,3}}(?:/[0-9]{{1,3}})?)"
+    f"(?::[0-9A-Fa-f]{{0,4}})*(?:\\.{_OCTET}){{0,3}}(?:%[0-9A-Za-z_\\-]{{1,32}})?"
+    f"(?:/[0-9]{{1,3}})?)"
 )
 _PEM = (
     "(?P<v>-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----"
@@ -128,17 +121,17 @@ _TOKEN_KEY = (
     _KEY_PREFIX
     + "(?:"
     + "|".join(
-        _ci(w)
+        any_case(w)
         for w in ("api_key", "access_key", "secret_key", "private_key", "token", "secret", "auth")
     )
     + "|"
-    + _ci("authorization")
+    + any_case("authorization")
     + ")"
 )
 _PASSWORD_KEY = (
     _KEY_PREFIX
     + "(?:"
-    + "|".join(_ci(w) for w in ("password", "passwd", "passphrase", "pwd"))
+    + "|".join(any_case(w) for w in ("password", "passwd", "passphrase", "pwd"))
     + ")"
 )
 _ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*[\"']?"
@@ -150,7 +143,7 @@ _VALUE = (
     r"(?P<v>[^ \t\r\n\"'`\[\]*<>{}()$%,;&=\\]"
     r"(?:[^ \t\r\n\"'`,;&]*[^ \t\r\n\"'`,;&.)\]}>])?)"
 )
-_SCHEME = "(?:(?:" + "|".join(_ci(w) for w in ("bearer", "basic", "token")) + ")[ \t]+)?"
+_SCHEME = "(?:(?:" + "|".join(any_case(w) for w in ("bearer", "basic", "token")) + ")[ \t]+)?"
 
 
 RECOGNISERS: tuple[Recogniser, ...] = (
@@ -194,18 +187,16 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     ),
     Recogniser(
         name="US_SSN",
-        pattern=r"(?P<v>[0-9]{3}-[0-9]{2}-[0-9]{4})",
+        pattern=r"(?P<v>[0-9]{3}[ .\-]?[0-9]{2}[ .\-]?[0-9]{4})",
         validator=ssn_ok,
-        label="US Social Security number outside the never-issued ranges",
+        context=any_of(_SSN_WORDS),
+        key=f"{KEY_CHARS}{any_of(('ssn', 'social security'))}{KEY_CHARS}",
+        # A dashed number or the words: every text with a value has one of them.
+        prefilter=f"[0-9]{{3}}-[0-9]{{2}}-[0-9]{{4}}|{any_of(_SSN_WORDS)}[^0-9\\n]*[0-9]",
+        label="US Social Security number outside the never-issued ranges; with dots, spaces "
+        "or no separator after 'SSN' or 'social security'",
         lead=f"[^{WORD_CHARS}\\-]",
-        trail=f"[^{WORD_CHARS}\\-]|-[^{WORD_CHARS}]",
-    ),
-    Recogniser(
-        name="US_SSN",
-        pattern=f"{_SSN_CONTEXT}(?P<v>[0-9]{{3}}[ .][0-9]{{2}}[ .][0-9]{{4}})",
-        validator=ssn_ok,
-        label="US Social Security number with dots or spaces, after 'SSN' or 'social security'",
-        trail=f"[^{WORD_CHARS}.]|\\.[^{WORD_CHARS}]",
+        trail=f"[^{WORD_CHARS}\\-.]|[\\-.][^{WORD_CHARS}]",
     ),
     Recogniser(
         name="EMAIL",
@@ -233,7 +224,11 @@ RECOGNISERS: tuple[Recogniser, ...] = (
         name="IP_ADDRESS",
         pattern=_IPV6,
         refine=ip_parts,
-        label="IPv6 address, full or compressed, with its CIDR prefix length (RFC 4291 §2.2-2.3)",
+        context=any_of(_IP_WORDS),
+        key=f"{KEY_CHARS}{any_of(_IP_WORDS)}{KEY_CHARS}",
+        label="IPv6 address, full or compressed, with a zone index and its CIDR prefix length "
+        "(RFC 4291 §2.2-2.3, RFC 4007); the unspecified '::' with a prefix length or after "
+        "words such as 'ip' or 'bind'",
         lead=f"[^{WORD_CHARS}:.]",
     ),
     phone_recogniser(),
@@ -259,9 +254,10 @@ Each type and what it finds (and, in brackets, what checks a candidate):
 - ``IBAN``: an IBAN of a registered country, in either case, compact or in
   groups of 4 separated by spaces or dashes [the country's length, ISO 7064
   mod 97-10].
-- ``US_SSN``: ``AAA-GG-SSSS``; with dots or spaces only after ``SSN`` or
-  ``social security`` (within 24 characters) [not area 000/666/9xx, group
-  00, serial 0000; one kind of separator].
+- ``US_SSN``: ``AAA-GG-SSSS``; with dots, spaces or no separator only after
+  ``SSN`` or ``social security`` (``my SSN is 078051120``), or as the value
+  of a JSON member whose key names one (``{"ssn": "078 05 1120"}``) [not
+  area 000/666/9xx, group 00, serial 0000; one kind of separator].
 - ``EMAIL``: ``local@domain.tld``, also with internationalised domains in
   Unicode (``bücher.de``) or punycode (``example.xn--p1ai``) [RFC 5321
   lengths, label rules on the IDNA form].
@@ -269,13 +265,18 @@ Each type and what it finds (and, in brackets, what checks a candidate):
   (``+44 20 7946 0958``, ``+1 (415) 555-2671``, ``+49-30-123456``,
   ``0044 20 7946 0958``) [assigned E.164 country code, 8-15 digits]; and
   numbers in the national formats of :data:`PHONE_REGIONS` (``(415)
-  555-2671``, ``020 7946 0958``, ``03-1234-5678``) [libphonenumber, see
-  :func:`phone_recogniser`].
-- ``IP_ADDRESS``: IPv4 and IPv6 (compressed, with an embedded IPv4 tail),
-  with a CIDR prefix length (``10.0.0.0/8``, ``2001:db8::/32``)
+  555-2671``, ``(415)555-2671``, ``020 7946 0958``, ``03-1234-5678``), mobile
+  numbers written bare with their national prefix 0 (``09171234567``), and
+  after words such as ``phone`` or ``tel`` (or as the value of a JSON member
+  named ``phone``, ``mobile``, ...) any valid number of those regions, also
+  bare (``Phone: 5321234567``) [libphonenumber, see :func:`phone_recogniser`].
+- ``IP_ADDRESS``: IPv4 and IPv6 (compressed, with an embedded IPv4 tail,
+  IPv4-mapped ``::ffff:192.0.2.1``, with a zone index ``fe80::1%eth0``),
+  with a CIDR prefix length (``10.0.0.0/8``, ``2001:db8::/32``, ``::/0``)
   [:func:`ipaddress.ip_address` on the whole run, so ``2001:db8::1::2`` is
-  none; the unspecified ``::`` is kept; a prefix length beyond the version's
-  bits stays outside the span].
+  none; the unspecified ``::`` alone only after words such as ``ip``,
+  ``bind`` or ``src=``; a prefix length beyond the version's bits stays
+  outside the span].
 """
 
 TYPES: tuple[str, ...] = tuple(dict.fromkeys(r.name for r in RECOGNISERS))

@@ -156,14 +156,17 @@ _IBAN_SEPARATORS = " \u00a0-"
 def iban_ok(value: str) -> bool:
     """Check an IBAN: ISO 13616-1 length per country and ISO 7064 MOD 97-10.
 
-    Letters may be written in either case and the groups of four separated
-    by spaces, no-break spaces or dashes (one kind per IBAN).
+    Letters may be written in either case (one case after the check digits)
+    and the groups of four separated by spaces, no-break spaces or dashes
+    (one kind per IBAN).
 
     The first four characters move to the end, letters become numbers
     (A=10 ... Z=35), and the remainder modulo 97 must be 1.
     """
     if len({ch for ch in value if ch in _IBAN_SEPARATORS}) > 1:
         return False
+    if any(ch.isupper() for ch in value[4:]) and any(ch.islower() for ch in value[4:]):
+        return False  # "LV80 bANK ...": one case for the letters of the account
     iban = "".join(ch for ch in value if ch not in _IBAN_SEPARATORS).upper()
     if len(iban) != IBAN_LENGTHS.get(iban[:2], -1) or not 2 <= int(iban[2:4]) <= 98:
         return False
@@ -171,23 +174,35 @@ def iban_ok(value: str) -> bool:
     return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
 
 
-def ssn_ok(value: str) -> bool:
+def ssn_ok(value: str, context: bool = False) -> bool:
     """US Social Security number AAA-GG-SSSS outside the ranges the SSA never assigns.
 
-    The separator is a dash, a dot or a space, the same twice.
+    Written with dashes; with dots, spaces (the same twice) or no separator
+    only after context words (``context``), since a run of nine digits or a
+    spaced ``AAA GG SSSS`` is as often a phone number or a reference.
 
     Area 000, 666 and 900-999, group 00 and serial 0000 are never issued (SSA,
     "Social Security Number Randomization", 2011; Program Operations Manual
     RM 10201.060); 078-05-1120 and 219-09-9999 were voided after appearing in
     advertising.
+
+    Examples
+    --------
+    >>> ssn_ok("123-45-6789"), ssn_ok("123 45 6789"), ssn_ok("123456789", True)
+    (True, False, True)
     """
-    parts = re.split("[ .\\-]", value)
-    if len(parts) != 3 or len(set(re.findall("[ .\\-]", value))) != 1:
+    digits = "".join(ch for ch in value if "0" <= ch <= "9")
+    separators = value[3:4] + value[6:7] if len(value) == 11 else ""
+    if len(digits) != 9 or len(value) not in (9, 11):
         return False
-    area, group, serial = parts
+    if len(value) == 11 and (separators[0] != separators[1] or separators[0] not in " .-"):
+        return False
+    if separators[:1] != "-" and not context:
+        return False
+    area, group, serial = digits[:3], digits[3:5], digits[5:]
     if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
         return False
-    return value not in ("078-05-1120", "219-09-9999")
+    return f"{area}-{group}-{serial}" not in ("078-05-1120", "219-09-9999")
 
 
 # ITU-T E.164 assigned country calling codes (ITU-T "List of ITU-T Recommendation E.164
@@ -226,31 +241,34 @@ def phone_ok(value: str) -> bool:
     return any(digits[:n] in _COUNTRY_CODES for n in (1, 2, 3))
 
 
-def _ip_ok(value: str) -> bool:
-    """Check an IPv4 or IPv6 address with :func:`ipaddress.ip_address`; reject ``::``."""
-    try:
-        address = ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return not (address.version == 6 and address.is_unspecified)
+def ip_parts(value: str, context: bool = False) -> tuple[tuple[int, int], ...]:
+    """An IP address, with its zone index and CIDR prefix length when they are valid.
 
+    The whole run must be one address (:func:`ipaddress.ip_address`, which
+    reads an IPv6 zone index such as ``%eth0``), so a run with two ``::`` is
+    no address at all rather than two. The unspecified IPv6 address ``::`` is
+    reported only with a prefix length (``::/0``) or after context words
+    (``context``: ``bind ::``), since ``::`` alone is as often C++ or Haskell.
+    A prefix length beyond 32 (IPv4) or 128 (IPv6) leaves the suffix out of
+    the span.
 
-def ip_parts(value: str) -> tuple[tuple[int, int], ...]:
-    """An IP address, with its CIDR prefix length (``/64``) when that is valid for its version.
-
-    The whole run must be one address (:func:`ipaddress.ip_address`), so a
-    run with two ``::`` is no address at all rather than two; the unspecified
-    ``::`` is not reported. A prefix length beyond 32 (IPv4) or 128 (IPv6)
-    leaves the suffix out of the span.
+    Examples
+    --------
+    >>> ip_parts("fe80::1%eth0/64"), ip_parts("::"), ip_parts("::", True), ip_parts("10.0.0.0/40")
+    (((0, 15),), (), ((0, 2),), ((0, 8),))
     """
     address, slash, _ = value.partition("/")
-    if not _ip_ok(address):
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return ()
+    if parsed.version == 6 and parsed.is_unspecified and not (slash or context):
         return ()
     if slash:
         try:
             ipaddress.ip_interface(value)
         except ValueError:
-            return ((0, len(address)),)
+            return ((0, len(address)),) if not parsed.is_unspecified or context else ()
     return ((0, len(value)),)
 
 
