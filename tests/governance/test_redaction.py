@@ -197,6 +197,16 @@ VARIANTS: dict[str, dict[str, Gen]] = {
         "+55 11 91234-5678": lambda r: whole(f"+55 11 9{digits(r, 4)}-{digits(r, 4)}"),
         "+353 1 234 5678": lambda r: whole(f"+353 1 {digits(r, 3)} {digits(r, 4)}"),
         "no-break spaces": lambda r: whole(f"+44\u00a020\u00a07946\u00a0{digits(r, 4)}"),
+        "(415)555-2671": lambda r: whole(
+            f"({r.choice(['415', '212', '617', '312'])}){r.randint(2, 9)}{digits(r, 2)}-"
+            f"{digits(r, 4)}"
+        ),
+        "bare mobile 0917...": lambda r: whole(f"0917{digits(r, 7)}"),
+        "Tel. bare 0207946...": assigned("Tel. {v}", lambda r: f"0207946{digits(r, 4)}"),
+        "call me at bare 5321...": assigned("call me at {v}", lambda r: f"5321{digits(r, 6)}"),
+        "phone number is ...": assigned(
+            "phone number is {v}", lambda r: f"0532 {digits(r, 3)} {digits(r, 2)} {digits(r, 2)}"
+        ),
     },
     "CREDIT_CARD": {
         "visa spaces": lambda r: whole(group(card(r, "4", 16), (4, 4, 4, 4), " ")),
@@ -341,6 +351,9 @@ NEAR_MISSES: dict[str, Gen] = {
     "ISBN-10 bare": lambda r: whole(f"ISBN 0{digits(r, 8)}{r.choice('0123456789X')}"),
     "order with dashes": lambda r: whole(
         f"order {r.randint(100, 499)}-{digits(r, 7)}-{digits(r, 7)}"
+    ),
+    "amount in spaced thousands": lambda r: whole(
+        f"{r.randint(1, 99)} {digits(r, 3)} {digits(r, 3)},{digits(r, 2)} €"
     ),
     "build number": lambda r: whole(f"build {r.randint(10, 30)}.0.{r.randint(10000, 30000)}.1"),
     "C++ scope": lambda r: whole(f"std::{name(r)}"),
@@ -670,6 +683,20 @@ def test_errors_name_the_bad_value_and_the_valid_ones() -> None:
         ("src=:: dst=::1", "src=[IP_ADDRESS] dst=[IP_ADDRESS]"),
         ("std::cout << x; f :: Int; a ::: b", "std::cout << x; f :: Int; a ::: b"),
         ("2001:db8::%eth0/128", "[IP_ADDRESS]"),
+        # phones: no space after the bracket, bare after words, bare mobile with 0
+        ("_: (415)555-0132", "_: [PHONE]"),
+        ("Cep no: 05321234567", "Cep no: [PHONE]"),
+        ("Phone: 5321234567", "Phone: [PHONE]"),
+        ("My CN number is 13812345678", "My CN number is [PHONE]"),
+        ("Telepono: 09171234567", "Telepono: [PHONE]"),
+        ("First: +639171234567, Second: 09181234567", "First: [PHONE], Second: [PHONE]"),
+        ("5321234567 13812345678", "5321234567 13812345678"),  # no words, no mobile prefix
+        (
+            "Call about order 12345678, my order number is 48291057",
+            "Call about order 12345678, my order number is 48291057",
+        ),
+        ("call [PHONE] 12345678", "call [PHONE] 12345678"),  # a placeholder is no context
+        ("39 030 537,17 €", "39 030 537,17 €"),  # no country code read without "+"
         # IBAN: one case for the letters of the account
         ("LV80 bANK 0000 4351 9500 1", "LV80 bANK 0000 4351 9500 1"),
         ("lv80 bank 0000 4351 9500 1", "[IBAN]"),
@@ -686,8 +713,12 @@ def test_context_words_and_new_forms(text: str, expected: str) -> None:
         ({"ssn": "078051123"}, {"ssn": "[US_SSN]"}),
         ({"employee_ssn": " 078 05 1123 "}, {"employee_ssn": " [US_SSN] "}),
         ({"note": "078051123"}, {"note": "078051123"}),
+        ({"phone": "5321234567"}, {"phone": "[PHONE]"}),
+        ({"mobile_phone": "0207946 0123"}, {"mobile_phone": "[PHONE]"}),
+        ({"order": "5321234567"}, {"order": "5321234567"}),
         ({"bind_address": "::"}, {"bind_address": "[IP_ADDRESS]"}),
         ({"scope": "::"}, {"scope": "::"}),
+        ({"05321234567": "home"}, {"[PHONE]": "home"}),
     ],
 )
 def test_a_json_key_is_the_context_of_its_value(doc: Any, expected: Any) -> None:
@@ -847,9 +878,11 @@ def test_candidates_short_of_the_digits_required_never_reach_python(
         validated.append(value)
         return real_card_ok(value)
 
-    def spy_phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    def spy_phone_parts(
+        value: str, regions: tuple[str, ...], context: bool = False
+    ) -> tuple[tuple[int, int], ...]:
         validated.append(value)
-        return real_phone_parts(value, regions)
+        return real_phone_parts(value, regions, context)
 
     monkeypatch.setattr(_validators, "_card_ok", spy_card_ok)
     monkeypatch.setattr(_phone, "_phone_parts", spy_phone_parts)

@@ -2,10 +2,12 @@
 
 A run of digit groups is a phone number when libphonenumber
 (``phonenumbers``) finds the whole run, or a whole piece of a list
-``a / b``, to be a number of one of the chosen regions. Numbers written with
-``+`` and a country code are also found by the international recogniser
-(see :data:`~cognoxium.governance.redaction.RECOGNISERS`), which needs no
-region.
+``a / b``, to be a number of one of the chosen regions: grouped as the
+region groups its numbers, or, after words such as ``phone`` or ``tel``,
+any valid number of the region, also written without separators. Numbers
+written with ``+`` and a country code are also found by the international
+recogniser (see :data:`~cognoxium.governance.redaction.RECOGNISERS`), which
+needs no region.
 """
 
 from __future__ import annotations
@@ -17,28 +19,66 @@ from dataclasses import dataclass
 from typing import Any
 
 from cognoxium.exceptions import PlanError
-from cognoxium.governance.redaction._model import WORD_CHARS, Recogniser, digits_at_least
+from cognoxium.governance.redaction._model import (
+    KEY_CHARS,
+    WORD_CHARS,
+    Recogniser,
+    any_of,
+    digits_at_least,
+)
 from cognoxium.governance.redaction._validators import CARD_GROUPING, disjoint
 
 __all__ = ["PHONE_REGIONS", "phone_recogniser"]
 
 PHONE_REGIONS: tuple[str, ...] = (
-    "US", "GB", "DE", "FR", "IN", "BR", "JP", "AU", "CA", "ES", "IT", "MX", "NL",
+    "US", "GB", "DE", "FR", "IL", "IN", "CA", "BR",
+    "CN", "ID", "PK", "NG", "BD", "RU", "ET", "MX", "JP", "EG", "PH", "CD", "VN", "IR", "TR",
+    "TH", "AU", "ES", "IT", "NL",
 )  # fmt: skip
 """The regions (ISO 3166-1 alpha-2) whose national phone formats the built-in recogniser finds.
 
-United States, United Kingdom, Germany, France, India, Brazil, Japan,
-Australia, Canada, Spain, Italy, Mexico and the Netherlands. A number written
-with ``+`` and a country code is found whatever its country; pass other regions
-to :func:`phone_recogniser` for other national formats."""
+Presidio's default regions (United States, United Kingdom, Germany, France,
+Israel, India, Canada, Brazil); the other countries among the twenty most
+populous (United Nations, World Population Prospects 2024: China, Indonesia,
+Pakistan, Nigeria, Bangladesh, Russia, Ethiopia, Mexico, Japan, Egypt, the
+Philippines, DR Congo, Viet Nam, Iran, Türkiye, Thailand); and Australia,
+Spain, Italy and the Netherlands. A number written with ``+`` and a country
+code is found whatever its country; pass other regions to
+:func:`phone_recogniser` (``regions=``) for other national formats."""
+
+# Words that make a run of digits a phone number when they come shortly before it: English,
+# the languages of PHONE_REGIONS' most spoken ones that write them in Latin letters, and
+# Chinese, Japanese and Russian. "number" alone is left out ("order number 12345678"), but
+# "my number" and "my US number" (a region code between) are in.
+_PHONE_WORDS = (
+    "phone", "telephone", "tel", "mobile", "cell", "cellphone", "call", "fax", "whatsapp",
+    "sms", "contact number", "phone no", "telefon", "telefono", "teléfono", "téléphone",
+    "tél", "telefone", "telefoon", "telepono", "handy", "mobil", "mobiel", "móvil", "movil",
+    "celular", "cellulare", "cep", "gsm", "numaram", "nomor",
+    "телефон", "тел", "电话", "手机", "電話", "携帯",
+)  # fmt: skip
+_PHONE_CONTEXT = (
+    f"(?:{any_of(_PHONE_WORDS)}|[Mm][Yy](?:[ \u00a0][A-Z]{{2}})?[ \u00a0][Nn][Uu][Mm][Bb][Ee][Rr])"
+)
+_PHONE_KEY = (
+    f"{KEY_CHARS}{any_of(('phone', 'tel', 'mobile', 'cell', 'fax', 'msisdn', 'whatsapp'))}"
+    f"{KEY_CHARS}"
+)
 
 # A run that may hold a phone number: an optional "+" or "00", digit groups separated by
-# one or two of " .-/" or a no-break space, or in brackets; at least one separator or
-# bracket, so a bare run of digits (an order number, an id) is no candidate.
-_PHONE_RUN = (
-    "(?P<v>(?:\\+|00)?(?:\\([0-9]{1,5}\\)|[0-9]{1,6})"
-    "(?:[ .\\-/\u00a0]{1,2}(?:\\([0-9]{1,5}\\)|[0-9]{1,8})|\\([0-9]{1,5}\\)){1,6})"
+# one or two of " .-/" or a no-break space, or in brackets ("(415)555-0132"); or a bare run
+# of 8 to 15 digits, which is a phone number only after context words or as a mobile
+# number written with its national prefix 0 (see _phone_parts).
+_BRACKET = "\\([0-9]{1,5}\\)[0-9]{0,8}"
+_SEPARATED = (
+    f"(?:\\+|00)?(?:{_BRACKET}|[0-9]{{1,6}})"
+    f"(?:[ .\\-/\u00a0]{{1,2}}(?:{_BRACKET}|[0-9]{{1,8}})|{_BRACKET}){{1,6}}"
 )
+_PHONE_RUN = f"(?P<v>{_SEPARATED}|\\([0-9]{{1,5}}\\)[0-9]{{1,8}}|[0-9]{{8,15}})"
+# Found in every text with a number: a run with a separator or a bracket, or a bare run of
+# at least 8 digits (after context words or not).
+_PHONE_PREFILTER = f"{_SEPARATED}|\\([0-9]{{1,5}}\\)[0-9]|[0-9]{{8}}"
+_DIGIT_RUN = re.compile("[^0-9]+")
 _SSN_LIKE = re.compile("[0-9]{3}([ .\\-])[0-9]{2}\\1[0-9]{4}")
 _PHONE_LIST_SEP = re.compile("[ \u00a0]+/[ \u00a0]+")
 _DATE_LIKE = re.compile(
@@ -56,7 +96,15 @@ class _PhoneMatcher:
     prefix where the region writes one, and grouped as the region groups its
     numbers. ``VALID`` alone accepts too much there: the numbering plans of
     Germany and Italy have variable lengths, so ``0.20.19.15.0`` (a version)
-    and ``4746 7583 46`` (part of an IBAN) are valid numbers somewhere.
+    and ``4746 7583 46`` (part of an IBAN) are valid numbers somewhere. After
+    context words (``phone``, ``tel``, ``my number``, ...), ``VALID`` is
+    enough, and a run may be bare digits (``Phone: 5321234567``).
+
+    A bare run of digits without context words is a number only when it is
+    a mobile number written with the national prefix 0 of a region whose
+    national prefix is 0, 11 or 12 digits in all (``09171234567``,
+    ``05321234567``): other bare runs are as often order numbers, ids or
+    ISBNs.
 
     A number must be the whole run, or a whole piece of a list written
     ``a / b``: a valid-looking part of a longer run of digit groups (a
@@ -74,18 +122,23 @@ class _PhoneMatcher:
 
     regions: tuple[str, ...]
 
-    def __call__(self, value: str) -> tuple[tuple[int, int], ...]:
-        return _phone_parts(value, self.regions)
+    def __call__(self, value: str, context: bool = False) -> tuple[tuple[int, int], ...]:
+        return _phone_parts(value, self.regions, context)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+def _phone_parts(
+    value: str, regions: tuple[str, ...], context: bool = False
+) -> tuple[tuple[int, int], ...]:
     digits = "".join(ch for ch in value if "0" <= ch <= "9")
     if len(digits) < 8 or _DATE_LIKE.fullmatch(value) or _SSN_LIKE.fullmatch(value):
         return ()
     if CARD_GROUPING.fullmatch(value):
         return ()
     international = value[0] == "+" or value.startswith("00")
+    if value.isdigit() and not international and not context:
+        return ((0, len(value)),) if _national_mobile(digits, regions) else ()
+    lenient = international or context
     candidates = (None,) if international else regions
     # A number is a whole run, or a whole piece of a list "a / b".
     at = 0
@@ -96,9 +149,7 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
     if not at:
         # No list: only the whole run can be a number, so the matcher's search for
         # candidates and for numbers inside them is skipped (see _whole_run_matches).
-        whole = _whole_candidate(value) and _some_region_accepts(
-            value, digits, candidates, international
-        )
+        whole = _whole_candidate(value) and _some_region_accepts(value, digits, candidates, lenient)
         return ((0, len(value)),) if whole else ()
     pieces.add((0, len(value)))
     pieces.add((at, len(value)))
@@ -106,11 +157,44 @@ def _phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int],
     for region in candidates:
         if region is not None and not _may_be_national(digits, region):
             continue
-        spans = _matches(value, region, _leniency(international), 65535) & pieces
+        spans = _matches(value, region, _leniency(lenient), 65535) & pieces
         found.extend(spans)
         if (0, len(value)) in spans:
             break
     return tuple(disjoint(found))
+
+
+def _national_mobile(digits: str, regions: Sequence[str]) -> bool:
+    """Whether a bare run is 0 and a mobile number of a region of ``regions`` whose prefix is 0.
+
+    11 or 12 digits in all (``09171234567`` in the Philippines,
+    ``05321234567`` in Türkiye): libphonenumber parses the run for the
+    region, the number must be valid there, of type ``MOBILE`` (or
+    ``FIXED_LINE_OR_MOBILE``), and written as its national prefix and its
+    national number, nothing dropped.
+    """
+    if not (11 <= len(digits) <= 12 and digits[0] == "0"):
+        return False
+    import phonenumbers
+
+    mobile = (
+        phonenumbers.PhoneNumberType.MOBILE,
+        phonenumbers.PhoneNumberType.FIXED_LINE_OR_MOBILE,
+    )
+    for region in regions:
+        if _number_types(region)[0] != "0" or not _may_be_national(digits, region):
+            continue
+        try:
+            number = phonenumbers.parse(digits, region)
+        except phonenumbers.NumberParseException:
+            continue
+        if (
+            f"0{number.national_number}" == digits
+            and phonenumbers.is_valid_number_for_region(number, region)
+            and phonenumbers.number_type(number) in mobile
+        ):
+            return True
+    return False
 
 
 _SHAPE = str.maketrans("0123456789", "9999999999")
@@ -127,7 +211,7 @@ def _clear_phone_caches() -> None:
 
 
 def _some_region_accepts(
-    value: str, digits: str, regions: Sequence[str | None], international: bool
+    value: str, digits: str, regions: Sequence[str | None], lenient: bool
 ) -> bool:
     """Whether the matcher of one of ``regions`` (``None``: international) accepts the run.
 
@@ -142,27 +226,53 @@ def _some_region_accepts(
     last = _REGION_BY_SHAPE.get(shape, "")
     plausible.sort(key=lambda r: (r != last, r is not None and not _looks_national(digits, r)))
     for region in plausible:
-        if _matcher_for(region, international)._parse_and_verify(value, 0) is not None:
+        match = _matcher_for(region, lenient)._parse_and_verify(value, 0)
+        if match is not None and _written_nationally(match.number, digits, region):
             if shape in _REGION_BY_SHAPE or len(_REGION_BY_SHAPE) < _MAX_SHAPES:
                 _REGION_BY_SHAPE[shape] = region
             return True
     return False
 
 
-def _leniency(international: bool) -> Any:
+def _leniency(lenient: bool) -> Any:
+    """``VALID`` for a number with ``+`` or after context words, else ``STRICT_GROUPING``."""
     import phonenumbers
 
-    return phonenumbers.Leniency.VALID if international else phonenumbers.Leniency.STRICT_GROUPING
+    return phonenumbers.Leniency.VALID if lenient else phonenumbers.Leniency.STRICT_GROUPING
 
 
 def _matches(value: str, region: str | None, leniency: Any, max_tries: int) -> set[tuple[int, int]]:
     import phonenumbers
 
     matcher = phonenumbers.PhoneNumberMatcher(value, region, leniency=leniency, max_tries=max_tries)
-    return {(m.start, m.end) for m in matcher}
+    return {
+        (m.start, m.end)
+        for m in matcher
+        if _written_nationally(m.number, _DIGIT_RUN.sub("", m.raw_string), region)
+    }
 
 
-def _whole_run_matches(value: str, region: str | None, international: bool) -> bool:
+def _written_nationally(number: Any, digits: str, region: str | None) -> bool:
+    """Whether ``digits`` are the national number, after nothing or the region's national prefix.
+
+    libphonenumber also reads a country calling code written without ``+``
+    (``39 030 537`` as the Italian ``030537``); a run written nationally
+    holds the national number (with its leading zeros), after the region's
+    national prefix (and a carrier code) or after nothing. Numbers read for
+    no region (written with ``+``) pass.
+    """
+    if region is None:
+        return True
+    zeros = (number.number_of_leading_zeros or 1) if number.italian_leading_zero else 0
+    national = "0" * zeros + str(number.national_number)
+    if not digits.endswith(national):
+        return False
+    prefix = digits[: len(digits) - len(national)]
+    national_prefix = _number_types(region)[0]
+    return not prefix or (bool(national_prefix) and prefix.startswith(national_prefix))
+
+
+def _whole_run_matches(value: str, region: str | None, lenient: bool) -> bool:
     """Whether ``PhoneNumberMatcher(value, region)`` finds a number spanning all of ``value``.
 
     The same decision as ``(0, len(value)) in _matches(value, region, ...)``
@@ -175,7 +285,7 @@ def _whole_run_matches(value: str, region: str | None, international: bool) -> b
     """
     if not _whole_candidate(value):
         return False
-    matcher = _matcher_for(region, international)
+    matcher = _matcher_for(region, lenient)
     return matcher._parse_and_verify(value, 0) is not None
 
 
@@ -193,7 +303,7 @@ def _whole_candidate(value: str) -> bool:
 
 
 @functools.cache
-def _matcher_for(region: str | None, international: bool) -> Any:
+def _matcher_for(region: str | None, lenient: bool) -> Any:
     """A matcher whose ``_parse_and_verify`` checks candidates for ``region`` (no text of its own).
 
     With an empty text, the checks of the characters around a candidate find
@@ -205,7 +315,7 @@ def _matcher_for(region: str | None, international: bool) -> Any:
     enable_cache = getattr(phonenumbers, "enable_pattern_cache", None)
     if enable_cache is not None:
         enable_cache()
-    return phonenumbers.PhoneNumberMatcher("", region, leniency=_leniency(international))
+    return phonenumbers.PhoneNumberMatcher("", region, leniency=_leniency(lenient))
 
 
 @functools.cache
@@ -264,20 +374,31 @@ def _looks_national(digits: str, region: str) -> bool:
 def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
     """A ``PHONE`` recogniser for numbers in the national formats of ``regions`` (and ``+CC``).
 
-    A vectorised prefilter selects runs of digit groups (at least one space,
-    dot, dash, slash or bracket between or around them); libphonenumber's
-    ``PhoneNumberMatcher`` (``phonenumbers`` package, leniency ``VALID`` for
-    numbers with ``+``, ``STRICT_GROUPING`` for national ones) then decides
-    each distinct run once: the whole run, or each piece of a list ``a / b``,
-    must be a number of one of the regions. Version strings, dates and order numbers are not valid numbers,
-    or not candidates (a date-shaped run, a bare run of digits, a run after
-    ``#`` or ``-``).
+    A vectorised prefilter selects runs of digit groups (a space, dot, dash,
+    slash or bracket between or around them), bare runs of national mobile
+    numbers, and context words; libphonenumber's ``PhoneNumberMatcher``
+    (``phonenumbers`` package) then decides each distinct run once: the whole
+    run, or each piece of a list ``a / b``, must be a number of one of the
+    regions. A run written nationally must be grouped as its region groups
+    numbers (leniency ``STRICT_GROUPING``); after context words (``phone``,
+    ``tel``, ``mobile``, ``call``, ``my number``, ``Telefon``, ``cep``,
+    ``电话``, ...: just before the number, or with filler words between such
+    as ``number is``, see :data:`~cognoxium.governance.redaction.CONTEXT_FILLERS`)
+    any valid number of a region will do (leniency ``VALID``), also written
+    without separators (``Phone: 5321234567``). A bare run without context
+    words is a number only as a mobile number written with the national
+    prefix 0 (``09171234567``). A run valid in no region is left alone:
+    version strings, dates, order numbers, ISBNs and amounts are not valid
+    numbers, or not candidates (a date-shaped run, a bare run that is no
+    mobile number, a run after ``#`` or ``-``). In JSON, the string value of
+    a member whose key names a phone (``phone``, ``mobile``, ``tel``, ``fax``
+    in any case, with any prefix or suffix) counts as after context words.
 
     Parameters
     ----------
     regions
-        ISO 3166-1 alpha-2 region codes, in the order they are tried;
-        :data:`PHONE_REGIONS` by default.
+        ISO 3166-1 alpha-2 region codes, tried in this order (the order
+        changes the cost, not the answer); :data:`PHONE_REGIONS` by default.
 
     Returns
     -------
@@ -293,9 +414,12 @@ def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
     Examples
     --------
     >>> from cognoxium.governance.redaction import redact_text
-    >>> uk = phone_recogniser(["GB"])
+    >>> uk = phone_recogniser(regions=["GB"])
     >>> redact_text("ring 020 7946 0958 or (415) 555-2671", recognisers=uk)[0]
     'ring [PHONE] or (415) 555-2671'
+    >>> tr = phone_recogniser(regions=["TR"])
+    >>> redact_text("Cep no: 05321234567, sipariş 5321234567", recognisers=tr)[0]
+    'Cep no: [PHONE], sipariş 5321234567'
     >>> phone_recogniser(["XX"])
     Traceback (most recent call last):
     ...
@@ -318,6 +442,9 @@ def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
         refine=_PhoneMatcher(chosen),
         label=f"phone number, national formats of {', '.join(chosen)} (libphonenumber)",
         requires=digits_at_least(8),
+        context=_PHONE_CONTEXT,
+        key=_PHONE_KEY,
+        prefilter=_PHONE_PREFILTER,
         lead=f"[^{WORD_CHARS}+#\\-/. \u00a0]|[^0-9A-Za-z_+#\\-/.][ \u00a0]|[A-Za-z][ \u00a0]",
         trail=f"[^{WORD_CHARS}]",
     )
