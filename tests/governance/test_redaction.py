@@ -697,6 +697,8 @@ def test_errors_name_the_bad_value_and_the_valid_ones() -> None:
         ),
         ("call [PHONE] 12345678", "call [PHONE] 12345678"),  # a placeholder is no context
         ("39 030 537,17 €", "39 030 537,17 €"),  # no country code read without "+"
+        ("NL05 UYXS 9034 8092 28 ok", "NL05 UYXS 9034 8092 28 ok"),  # a bad IBAN's groups
+        ("UK 020 7946 0958, home 020 7946 0959", "UK [PHONE], home [PHONE]"),
         # IBAN: one case for the letters of the account
         ("LV80 bANK 0000 4351 9500 1", "LV80 bANK 0000 4351 9500 1"),
         ("lv80 bank 0000 4351 9500 1", "[IBAN]"),

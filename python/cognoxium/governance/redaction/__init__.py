@@ -19,6 +19,12 @@ Matching rules, the same in both paths:
   expiry date, an IBAN followed by a capitalised word).
 - The value is the pattern's group ``v``; a candidate is kept when its
   validator accepts the value.
+- A recogniser with context words (``SSN``, ``phone``, ``bind``) also
+  matches them just before the value, with separators and at most three
+  filler words between (:data:`CONTEXT_FILLERS`: ``phone number is``), and
+  its validator learns whether they were there: ``078 05 1120`` is an SSN
+  after ``SSN:`` and not alone. In JSON, a member whose key names the
+  words (``{"ssn": "078051120"}``) counts as them.
 - Overlapping spans of different recognisers: the longest wins, ties go to
   the recogniser that comes first in :data:`RECOGNISERS`.
 - Redaction repeats until no recogniser matches (a fixed point), so a value
@@ -29,7 +35,9 @@ Matching rules, the same in both paths:
 The recognisers are not a substitute for a data-protection review: they find
 the formats listed in :data:`RECOGNISERS`; names and postal addresses are not
 found, nor phone numbers written nationally in regions outside
-:data:`PHONE_REGIONS` (pass :func:`phone_recogniser` other regions).
+:data:`PHONE_REGIONS` (pass :func:`phone_recogniser` other regions), nor a
+bare run of digits or an SSN written without dashes when no context words
+come before it.
 
 A recogniser may match a whole *run* (of digit groups, of colon-separated hex
 groups) and pick the valid values inside it with a ``refine`` function, so a

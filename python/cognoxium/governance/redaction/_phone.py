@@ -78,6 +78,13 @@ _PHONE_RUN = f"(?P<v>{_SEPARATED}|\\([0-9]{{1,5}}\\)[0-9]{{1,8}}|[0-9]{{8,15}})"
 # Found in every text with a number: a run with a separator or a bracket, or a bare run of
 # at least 8 digits (after context words or not).
 _PHONE_PREFILTER = f"{_SEPARATED}|\\([0-9]{{1,5}}\\)[0-9]|[0-9]{{8}}"
+# Before a run: not inside a longer run or a word, nor after "+", "#", "-", "/" or "."; after
+# a word, a lower-case letter or an upper-case word of at most three letters ("Tel", "UK"),
+# so the groups of an IBAN ("NL05 UYXS 9034 8092 28") are no run of their own.
+_PHONE_LEAD = (
+    f"[^{WORD_CHARS}+#\\-/. \u00a0]|[^0-9A-Za-z_+#\\-/.][ \u00a0]|[a-z][ \u00a0]"
+    f"|[^A-Za-z][A-Z]{{1,3}}[ \u00a0]"
+)
 _DIGIT_RUN = re.compile("[^0-9]+")
 _SSN_LIKE = re.compile("[0-9]{3}([ .\\-])[0-9]{2}\\1[0-9]{4}")
 _PHONE_LIST_SEP = re.compile("[ \u00a0]+/[ \u00a0]+")
@@ -445,6 +452,6 @@ def phone_recogniser(regions: Iterable[str] = PHONE_REGIONS) -> Recogniser:
         context=_PHONE_CONTEXT,
         key=_PHONE_KEY,
         prefilter=_PHONE_PREFILTER,
-        lead=f"[^{WORD_CHARS}+#\\-/. \u00a0]|[^0-9A-Za-z_+#\\-/.][ \u00a0]|[A-Za-z][ \u00a0]",
+        lead=_PHONE_LEAD,
         trail=f"[^{WORD_CHARS}]",
     )

@@ -84,8 +84,8 @@ _SSN_WORDS = ("ssn", "social security", "social security number")
 # Words before an IPv6 address that make the unspecified address "::" one (RFC 4291 §2.5.2).
 _IP_WORDS = (
     "ip", "ipv4", "ipv6", "ip address", "address", "addr", "src", "dst", "source",
-    "destination", "host", "bind", "listen", "listening", "gateway", "route", "unspecified",
-    "interface", "server", "peer", "remote", "local address",
+    "destination", "host", "bind", "listen", "listens", "listening", "gateway", "route",
+    "unspecified", "interface", "server", "peer", "remote", "local address",
 )  # fmt: skip
 _IPV4 = f"(?P<v>{_OCTET}(?:\\.{_OCTET}){{3}}(?:/[0-9]{{1,2}})?)"
 # An IPv6 address (full, compressed, or with an IPv4 tail), then the rest of its run of
