@@ -275,8 +275,8 @@ def main() -> None:
         "regions and leniency), through `find_spans` with the national phone recogniser "
         "built for the same regions (Cognoxium), and through `find_spans` with the "
         "built-in recognisers (Cognoxium defaults). A case passes when the spans of the "
-        "table's type are as many as expected and, where the table gives positions, at "
-        "those positions.\n\n"
+        "table's type that a redaction to a fixed point replaces are as many as expected "
+        "and, where the table gives positions, at those positions.\n\n"
         "Command: `python benchmarks/presidio_tables.py --presidio-tests "
         "<presidio checkout>/presidio-analyzer/tests`\n\n" + table
     )
