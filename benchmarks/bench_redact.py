@@ -52,13 +52,8 @@ import numpy as np
 import polars as pl
 
 from cognoxium import CognitionFrame
-from cognoxium.governance.redaction import (
-    RECOGNISERS,
-    TYPES,
-    _clear_phone_caches,
-    redact_frame,
-    redact_text,
-)
+from cognoxium.governance.redaction import RECOGNISERS, TYPES, redact_frame, redact_text
+from cognoxium.governance.redaction._phone import _clear_phone_caches
 from cognoxium.items.validation import conform
 from cognoxium.testing.pii_corpus import generate, luhn_complete
 

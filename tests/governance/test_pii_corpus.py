@@ -1,12 +1,16 @@
 """Recall and precision of the built-in recognisers on the generated PII corpus.
 
 The corpus (:mod:`cognoxium.testing.pii_corpus`) plants every redaction type
-in texts and JSON documents (as keys, whole values and inside strings), with
-the formats a recogniser missed before: phones in national formats, cards
-after a group of digits and UATP cards, lower-case and dashed IBANs, SSNs
-with dots or spaces after a context word, e-mail addresses with Unicode and
-punycode domains, IPv6 and CIDR blocks; and hard negatives that look like
-them.
+in texts and JSON documents (as keys, whole values, inside strings and as
+values under a key that gives their context), with the formats a recogniser
+missed before: phones in national formats of 28 regions, written bare after
+words such as ``Phone:``, bare mobile numbers with their national prefix and
+``(415)555-2671``; cards after a group of digits and UATP cards; lower-case
+and dashed IBANs; SSNs with dots, spaces or no separator after a context
+word; e-mail addresses with Unicode and punycode domains; IPv6, IPv4-mapped
+IPv6, zone indices, the unspecified ``::`` and CIDR blocks; and hard
+negatives that look like them (order numbers, build versions, ISBNs, times,
+amounts), which must keep all their text.
 """
 
 from __future__ import annotations
@@ -17,24 +21,41 @@ import re
 import polars as pl
 import pytest
 
-import cognoxium.governance.redaction as redaction
 from cognoxium.governance.redaction import (
     PHONE_REGIONS,
     RECOGNISERS,
-    _whole_run_matches,
     find_spans,
     phone_recogniser,
     redact_frame,
     redact_json,
     redact_text,
 )
+from cognoxium.governance.redaction._phone import (
+    _clear_phone_caches,
+    _phone_parts,
+    _whole_run_matches,
+)
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
-from cognoxium.testing.pii_corpus import Document, format_table, generate, score
+from cognoxium.testing.pii_corpus import (
+    Document,
+    format_table,
+    generate,
+    score,
+    score_near_misses,
+)
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:
     return [(s.start, s.end, s.type) for s in find_spans(text)]
+
+
+def _member_spans(key: str, text: str) -> list[tuple[int, int, str]]:
+    """The spans of a JSON string value under ``key``: all of it when its key gives the context."""
+    out = redact_json({key: text})[0][key]
+    if re.fullmatch(r"\[[A-Z_]+\]", out):
+        return [(0, len(text), out[1:-1])]
+    return _spans(text)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +65,7 @@ def corpus() -> list[Document]:
 
 @pytest.fixture(scope="module")
 def table(corpus: list[Document]) -> list[dict[str, object]]:
-    rows = score(corpus, _spans)
+    rows = score(corpus, _spans, _member_spans)
     print("\n" + format_table(rows))
     return rows
 
@@ -62,13 +83,51 @@ def test_the_corpus_covers_every_type_region_and_negative(corpus: list[Document]
         ("IBAN", "dashed"),
         ("US_SSN", "dotted"),
         ("US_SSN", "spaced"),
+        ("US_SSN", "bare"),
         ("IP_ADDRESS", "ipv6_cidr"),
         ("IP_ADDRESS", "ipv4_cidr"),
+        ("IP_ADDRESS", "ipv4_mapped"),
+        ("IP_ADDRESS", "zone"),
+        ("IP_ADDRESS", "unspecified"),
+        ("IP_ADDRESS", "unspecified_cidr"),
         ("SECRET", "jwt"),
     }
     assert expected <= groups
+    phones = {p.variant for d in corpus for f in d.fields for p in f.spans if p.type == "PHONE"}
+    assert phones == {"national", "after_words", "bare_mobile", "tight", "international"}
+    # The new forms also in JSON documents: as keys, whole values and keyed values.
+    in_json = {
+        (p.type, p.variant, f.key is not None)
+        for d in corpus
+        if d.kind == "json"
+        for f in d.fields
+        for p in f.spans
+        if p.start == 0 and p.end == len(f.text)
+    }
+    for form in [("PHONE", "bare_mobile"), ("IP_ADDRESS", "zone"), ("IP_ADDRESS", "ipv4_mapped")]:
+        assert (*form, False) in in_json, form
+    for form in [("US_SSN", "bare"), ("PHONE", "after_words"), ("IP_ADDRESS", "unspecified")]:
+        assert (*form, True) in in_json, form
     negatives = {f.negative for d in corpus for f in d.fields if f.negative}
-    assert {"version", "date", "order", "bad_card", "bad_iban", "bad_ipv6", "isbn"} <= negatives
+    assert {
+        "version",
+        "build",
+        "date",
+        "time",
+        "order",
+        "order_after_words",
+        "amazon_order",
+        "bad_card",
+        "bad_iban",
+        "bad_ipv6",
+        "cpp_scope",
+        "isbn",
+        "isbn10",
+        "price",
+        "amount",
+        "ssn_no_context",
+        "ssn_bare_no_context",
+    } == negatives
     assert {d.kind for d in corpus} == {"text", "json"}
 
 
@@ -91,6 +150,22 @@ def test_recall_and_precision_per_phone_region(table: list[dict[str, object]]) -
     for region, row in regions.items():
         assert float(row["recall"]) >= 0.99, (region, row)  # type: ignore[arg-type]
         assert float(row["precision"]) >= 0.97, (region, row)  # type: ignore[arg-type]
+
+
+def test_recall_per_written_form(table: list[dict[str, object]]) -> None:
+    variants = {r["key"]: r for r in table if r["group"] == "variant"}
+    assert {"PHONE:after_words", "US_SSN:bare", "IP_ADDRESS:unspecified"} <= set(variants)
+    for variant, row in variants.items():
+        assert float(row["recall"]) >= 0.99, (variant, row)  # type: ignore[arg-type]
+        assert float(row["precision"]) >= 0.97, (variant, row)  # type: ignore[arg-type]
+
+
+def test_near_misses_keep_all_their_text(corpus: list[Document]) -> None:
+    rows = score_near_misses(corpus, lambda text: redact_text(text)[0])
+    assert len(rows) == 17
+    for row in rows:
+        assert row["kept"] == row["texts"] == 40, row
+        assert row["share_kept"] == 1.0, row
 
 
 def test_no_planted_value_survives_redaction(corpus: list[Document]) -> None:
@@ -131,14 +206,16 @@ def test_the_vectorised_path_agrees_on_the_corpus(corpus: list[Document]) -> Non
     assert out.filter(pl.col("redactions") != "{}").height > len(corpus) // 2
 
 
-def test_every_text_a_recogniser_matches_has_its_prefilter(corpus: list[Document]) -> None:
+def test_every_text_a_recogniser_finds_a_value_in_has_its_prefilter(
+    corpus: list[Document],
+) -> None:
     # The vectorised path scans only the texts in which some prefilter occurs.
     texts = [f.text for d in corpus for f in d.fields]
     matched = 0
     for r in RECOGNISERS:
         prefilter = re.compile(r.prefilter)
         for text in texts:
-            if r._rx.search(f"\n{text}\n"):
+            if any(r._match_parts(m) for m in r._rx.finditer(f"\n{text}\n")):
                 assert prefilter.search(text), (r.label, text)
                 matched += 1
     assert matched > 1000
@@ -150,8 +227,8 @@ def test_a_phone_run_is_decided_alike_whatever_runs_came_before(corpus: list[Doc
     runs = sorted({m.group("v") for d in corpus for f in d.fields for m in rx.finditer(f.text)})
 
     def decide(order: list[str]) -> dict[str, tuple[tuple[int, int], ...]]:
-        redaction._clear_phone_caches()
-        return {run: redaction._phone_parts(run, PHONE_REGIONS) for run in order}
+        _clear_phone_caches()
+        return {run: _phone_parts(run, PHONE_REGIONS) for run in order}
 
     forward = decide(runs)
     assert decide(runs[::-1]) == forward

@@ -93,15 +93,29 @@ def test_redacting_twice_changes_nothing() -> None:
     assert twice.row(0, named=True)["lineage"] == once.row(0, named=True)["lineage"]
 
 
-def test_a_value_found_only_after_a_first_redaction_is_redacted_too() -> None:
-    # The e-mail address keeps the SSN too far from its context word; once it is
-    # replaced, a second pass finds the SSN, on the column as row by row.
-    text = "SSN of ana.lopez.garcia@example.org 123 45 6789 ok"
-    out = frame(text).redact().collect().row(0, named=True)
-    assert (out["text"], json.loads(out["redactions"])) == (
-        "SSN of [EMAIL] [US_SSN] ok",
-        {"EMAIL": 1, "US_SSN": 1},
+def test_context_words_hold_only_just_before_the_value_in_every_pass() -> None:
+    # Context words must come just before the value (filler words aside): an e-mail
+    # address between them breaks the context, and so does its placeholder once the
+    # first pass has replaced it, on the column as row by row. Two values sharing one
+    # boundary character are found by the second pass.
+    texts = [
+        "SSN of ana.lopez.garcia@example.org 123 45 6789 ok, SSN: 123 45 6789",
+        "a@b.io c@d.io",
+    ]
+    out = (
+        CognitionFrame(
+            [
+                {"id": str(i), "role": "user", "text": t, "created_at": T0}
+                for i, t in enumerate(texts)
+            ]
+        )
+        .redact()
+        .collect()
     )
+    assert [(r["text"], json.loads(r["redactions"])) for r in out.iter_rows(named=True)] == [
+        ("SSN of [EMAIL] 123 45 6789 ok, SSN: [US_SSN]", {"EMAIL": 1, "US_SSN": 1}),
+        ("[EMAIL] [EMAIL]", {"EMAIL": 2}),
+    ]
 
 
 def test_filters_never_move_below_redact() -> None:

@@ -16,13 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cognoxium.governance.redaction as redaction
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.governance.redaction import (
     RECOGNISERS,
     TYPES,
     Recogniser,
     Span,
+    _engine,
+    _frame,
+    _phone,
+    _validators,
     find_spans,
     redact_frame,
     redact_json,
@@ -153,6 +156,11 @@ def assigned(template: str, make: Callable[[random.Random], str]) -> Gen:
     return gen
 
 
+def ssn_digits(r: random.Random, sep: str) -> str:
+    area = r.choice([*range(1, 666), *range(667, 900)])
+    return f"{area:03d}{sep}{r.randint(1, 99):02d}{sep}{r.randint(1, 9999):04d}"
+
+
 def ipv4(r: random.Random) -> str:
     return ".".join(str(r.randint(0, 255)) for _ in range(4))
 
@@ -190,6 +198,16 @@ VARIANTS: dict[str, dict[str, Gen]] = {
         "+55 11 91234-5678": lambda r: whole(f"+55 11 9{digits(r, 4)}-{digits(r, 4)}"),
         "+353 1 234 5678": lambda r: whole(f"+353 1 {digits(r, 3)} {digits(r, 4)}"),
         "no-break spaces": lambda r: whole(f"+44\u00a020\u00a07946\u00a0{digits(r, 4)}"),
+        "(415)555-2671": lambda r: whole(
+            f"({r.choice(['415', '212', '617', '312'])}){r.randint(2, 9)}{digits(r, 2)}-"
+            f"{digits(r, 4)}"
+        ),
+        "bare mobile 0917...": lambda r: whole(f"0917{digits(r, 7)}"),
+        "Tel. bare 0207946...": assigned("Tel. {v}", lambda r: f"0207946{digits(r, 4)}"),
+        "call me at bare 5321...": assigned("call me at {v}", lambda r: f"5321{digits(r, 6)}"),
+        "phone number is ...": assigned(
+            "phone number is {v}", lambda r: f"0532 {digits(r, 3)} {digits(r, 2)} {digits(r, 2)}"
+        ),
     },
     "CREDIT_CARD": {
         "visa spaces": lambda r: whole(group(card(r, "4", 16), (4, 4, 4, 4), " ")),
@@ -228,6 +246,11 @@ VARIANTS: dict[str, dict[str, Gen]] = {
         "ipv6 link-local": lambda r: whole("fe80::" + ":".join(hex4(r) for _ in range(4))),
         "ipv6 loopback": lambda r: whole("::1"),
         "ipv6 mapped ipv4": lambda r: whole(f"::ffff:{ipv4(r)}"),
+        "ipv6 zone index": lambda r: whole(f"fe80::{hex4(r)}%eth{r.randint(0, 3)}"),
+        "ipv6 zone and prefix": lambda r: whole(f"fe80::{hex4(r)}%en0/64"),
+        "unspecified with prefix": lambda r: whole(r.choice(["::/0", "::/128"])),
+        "unspecified after bind": assigned("bind {v}", lambda r: "::"),
+        "unspecified after src=": assigned("src={v}", lambda r: "::"),
     },
     "SECRET": {
         "aws access key id": lambda r: whole(
@@ -264,9 +287,11 @@ VARIANTS: dict[str, dict[str, Gen]] = {
         '"password": "..."': assigned('"password": "{v}"', password),
     },
     "US_SSN": {
-        "AAA-GG-SSSS": lambda r: whole(
-            f"{r.choice([*range(1, 666), *range(667, 900)]):03d}-{r.randint(1, 99):02d}-"
-            f"{r.randint(1, 9999):04d}"
+        "AAA-GG-SSSS": lambda r: whole(ssn_digits(r, "-")),
+        "SSN: AAAGGSSSS": assigned("SSN: {v}", lambda r: ssn_digits(r, "")),
+        "my SSN is AAA.GG.SSSS": assigned("my SSN is {v}", lambda r: ssn_digits(r, ".")),
+        "social security no. AAA GG SSSS": assigned(
+            "social security no. {v}", lambda r: ssn_digits(r, " ")
         ),
     },
 }
@@ -319,6 +344,22 @@ NEAR_MISSES: dict[str, Gen] = {
     "templated key": lambda r: whole("api_key=${API_KEY}"),
     "null secret": lambda r: whole(r.choice(["secret=null", "token: none", "password: <yours>"])),
     "token count": lambda r: whole(f"max_tokens: {r.randint(100, 9000)}"),
+    "order number after a phone word": lambda r: whole(f"Call about order {digits(r, 8)}"),
+    "ticket after a phone word": lambda r: whole(f"phone ticket {digits(r, 10)}"),
+    "bare SSN-shaped reference": lambda r: whole(f"ref {ssn_digits(r, '')}"),
+    "spaced SSN-shaped reference": lambda r: whole(f"ref {ssn_digits(r, ' ')}"),
+    "ISBN-10": lambda r: whole(f"ISBN 0-{digits(r, 3)}-{digits(r, 5)}-{r.randint(0, 9)}"),
+    "ISBN-10 bare": lambda r: whole(f"ISBN 0{digits(r, 8)}{r.choice('0123456789X')}"),
+    "order with dashes": lambda r: whole(
+        f"order {r.randint(100, 499)}-{digits(r, 7)}-{digits(r, 7)}"
+    ),
+    "amount in spaced thousands": lambda r: whole(
+        f"{r.randint(1, 99)} {digits(r, 3)} {digits(r, 3)},{digits(r, 2)} €"
+    ),
+    "build number": lambda r: whole(f"build {r.randint(10, 30)}.0.{r.randint(10000, 30000)}.1"),
+    "C++ scope": lambda r: whole(f"std::{name(r)}"),
+    "Haskell signature": lambda r: whole(f"{name(r)} :: Int -> Int"),
+    "mixed-case IBAN": lambda r: whole("LV80 bANK 0000 4351 9500 1"),
 }
 
 PRE = ["", "Contact: ", "my details are ", "Send it to ", "(", '"', "see ", "é ", "→ ", "line\n",
@@ -480,7 +521,8 @@ def test_recall_and_precision_per_type() -> None:
             stats[kind]["fn"] += max(0, t - g)
             stats[kind]["fp"] += max(0, g - t)
         for raw in raws:
-            assert json.dumps(raw, ensure_ascii=False)[1:-1] not in doc_out
+            if raw != "::":  # the unspecified address is also in C++ near misses ("std::x")
+                assert json.dumps(raw, ensure_ascii=False)[1:-1] not in doc_out
 
     print(f"\n{len(corpus)} texts, {len(docs)} JSON documents")
     print(f"{'type':<12} {'truth':>6} {'tp':>6} {'fp':>4} {'fn':>4} {'recall':>7} {'precision':>9}")
@@ -625,6 +667,93 @@ def test_errors_name_the_bad_value_and_the_valid_ones() -> None:
         Recogniser(name="X", pattern="[0-9]+")
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # SSN: dots, spaces or no separator only after the words
+        ("my SSN is 078051123", "my SSN is [US_SSN]"),
+        ("SSN: 078 05 1123.", "SSN: [US_SSN]."),
+        ("social security no. 123.45.6789", "social security no. [US_SSN]"),
+        ("078051123 078 05 1123 078.05.1123", "078051123 078 05 1123 078.05.1123"),
+        ("SSN: 666051123, SSN 078 00 1123", "SSN: 666051123, SSN 078 00 1123"),
+        ("SSN request for order 123456789", "SSN request for order 123456789"),
+        # IPv6: zone index, IPv4-mapped, "::" with a prefix length or after the words
+        ("fe80::1%eth0 is up", "[IP_ADDRESS] is up"),
+        ("route ::/0 via fe80::1%en0", "route [IP_ADDRESS] via [IP_ADDRESS]"),
+        ("listen on :: port 80", "listen on [IP_ADDRESS] port 80"),
+        ("src=:: dst=::1", "src=[IP_ADDRESS] dst=[IP_ADDRESS]"),
+        ("std::cout << x; f :: Int; a ::: b", "std::cout << x; f :: Int; a ::: b"),
+        ("2001:db8::%eth0/128", "[IP_ADDRESS]"),
+        # phones: no space after the bracket, bare after words, bare mobile with 0
+        ("_: (415)555-0132", "_: [PHONE]"),
+        ("Cep no: 05321234567", "Cep no: [PHONE]"),
+        ("Phone: 5321234567", "Phone: [PHONE]"),
+        ("My CN number is 13812345678", "My CN number is [PHONE]"),
+        ("Telepono: 09171234567", "Telepono: [PHONE]"),
+        ("First: +639171234567, Second: 09181234567", "First: [PHONE], Second: [PHONE]"),
+        ("5321234567 13812345678", "5321234567 13812345678"),  # no words, no mobile prefix
+        (
+            "Call about order 12345678, my order number is 48291057",
+            "Call about order 12345678, my order number is 48291057",
+        ),
+        ("call [PHONE] 12345678", "call [PHONE] 12345678"),  # a placeholder is no context
+        ("39 030 537,17 €", "39 030 537,17 €"),  # no country code read without "+"
+        ("NL05 UYXS 9034 8092 28 ok", "NL05 UYXS 9034 8092 28 ok"),  # a bad IBAN's groups
+        ("UK 020 7946 0958, home 020 7946 0959", "UK [PHONE], home [PHONE]"),
+        # IBAN: one case for the letters of the account
+        ("LV80 bANK 0000 4351 9500 1", "LV80 bANK 0000 4351 9500 1"),
+        ("lv80 bank 0000 4351 9500 1", "[IBAN]"),
+    ],
+)
+def test_context_words_and_new_forms(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_frame(frame_of([text])).get_column("text").to_list() == [expected]
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ({"ssn": "078051123"}, {"ssn": "[US_SSN]"}),
+        ({"employee_ssn": " 078 05 1123 "}, {"employee_ssn": " [US_SSN] "}),
+        ({"note": "078051123"}, {"note": "078051123"}),
+        ({"phone": "5321234567"}, {"phone": "[PHONE]"}),
+        ({"mobile_phone": "0207946 0123"}, {"mobile_phone": "[PHONE]"}),
+        ({"order": "5321234567"}, {"order": "5321234567"}),
+        ({"bind_address": "::"}, {"bind_address": "[IP_ADDRESS]"}),
+        ({"scope": "::"}, {"scope": "::"}),
+        ({"05321234567": "home"}, {"[PHONE]": "home"}),
+    ],
+)
+def test_a_json_key_is_the_context_of_its_value(doc: Any, expected: Any) -> None:
+    assert redact_json(doc)[0] == expected
+    out = redact_frame(frame_of(docs=[doc])).get_column("json").to_list()
+    assert out == [canonical_json(expected)]
+
+
+def test_a_recogniser_with_context_words() -> None:
+    def employee_id(value: str, context: bool) -> bool:
+        return context or value.startswith("E")
+
+    staff = Recogniser(
+        name="EMPLOYEE",
+        pattern=r"(?P<v>E?[0-9]{6})",
+        validator=employee_id,
+        context="(?:[Ee]mployee|[Ss]taff)",
+        key="(?:employee|staff)(?:_id)?",
+        label="employee number",
+    )
+    texts = ["employee no. 123456", "staff: 123456", "order 123456", "id E123456", "staff x 123"]
+    expected = ["employee no. [EMPLOYEE]", "staff: [EMPLOYEE]", "order 123456", "id [EMPLOYEE]"]
+    assert [redact_text(t, recognisers=staff)[0] for t in texts] == [*expected, "staff x 123"]
+    out = redact_frame(frame_of(texts), recognisers=staff).get_column("text").to_list()
+    assert out == [*expected, "staff x 123"]
+    assert redact_json({"staff_id": "123456"}, recognisers=staff)[0] == {"staff_id": "[EMPLOYEE]"}
+    with pytest.raises(PlanError, match="context"):
+        Recogniser(name="X", pattern=r"(?P<v>[0-9]+)", validator=employee_id, context="(ssn)")
+    with pytest.raises(PlanError, match="does not compile"):
+        Recogniser(name="X", pattern=r"(?P<v>[0-9]+)", context="(?:ssn")
+
+
 def test_types_select_recognisers() -> None:
     text = "ana@example.org +44 20 7946 0958"
     assert redact_text(text, types=["PHONE"]) == ("ana@example.org [PHONE]", {"PHONE": 1})
@@ -699,9 +828,9 @@ def test_redact_frame_columns_and_lineage() -> None:
 def test_rows_without_candidates_never_reach_python(monkeypatch: pytest.MonkeyPatch) -> None:
     rewritten: list[str] = []
     luhn_calls: list[str] = []
-    real_spans, real_luhn = redaction._spans, redaction._luhn
+    real_spans, real_luhn = _engine.text_spans, _validators._luhn
 
-    def spy_spans(text: str, *args: Any) -> list[redaction.Span]:
+    def spy_spans(text: str, *args: Any) -> list[Span]:
         rewritten.append(text)
         return real_spans(text, *args)
 
@@ -709,8 +838,9 @@ def test_rows_without_candidates_never_reach_python(monkeypatch: pytest.MonkeyPa
         luhn_calls.append(digits)
         return real_luhn(digits)
 
-    monkeypatch.setattr(redaction, "_spans", spy_spans)
-    monkeypatch.setattr(redaction, "_luhn", spy_luhn)
+    monkeypatch.setattr(_engine, "text_spans", spy_spans)
+    monkeypatch.setattr(_frame, "text_spans", spy_spans)
+    monkeypatch.setattr(_validators, "_luhn", spy_luhn)
     texts = [f"order {i} shipped, ref 4111 1111 1111 1112" for i in range(3000)]
     texts[1234] = "pay with 4111 1111 1111 1111 please"
     out = redact_frame(frame_of(texts))
@@ -725,13 +855,14 @@ def test_a_first_pass_runs_only_the_recognisers_whose_bare_pattern_occurs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     scans: list[tuple[str, list[str]]] = []
-    real_spans = redaction._spans
+    real_spans = _engine.text_spans
 
-    def spy_spans(text: str, recs: tuple[Any, ...]) -> list[redaction.Span]:
+    def spy_spans(text: str, recs: tuple[Any, ...]) -> list[Span]:
         scans.append((text, [r.label for r in recs]))
         return real_spans(text, recs)
 
-    monkeypatch.setattr(redaction, "_spans", spy_spans)
+    monkeypatch.setattr(_engine, "text_spans", spy_spans)
+    monkeypatch.setattr(_frame, "text_spans", spy_spans)
     texts = ["mail ana@example.org", "password: hunter22 and ana@example.org"]
     out = redact_frame(frame_of(texts))
     assert out.get_column("text").to_list() == ["mail [EMAIL]", "password: [SECRET] and [EMAIL]"]
@@ -744,18 +875,20 @@ def test_candidates_short_of_the_digits_required_never_reach_python(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     validated: list[str] = []
-    real_card_ok, real_phone_parts = redaction._card_ok, redaction._phone_parts
+    real_card_ok, real_phone_parts = _validators._card_ok, _phone._phone_parts
 
     def spy_card_ok(value: str) -> bool:
         validated.append(value)
         return real_card_ok(value)
 
-    def spy_phone_parts(value: str, regions: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    def spy_phone_parts(
+        value: str, regions: tuple[str, ...], context: bool = False
+    ) -> tuple[tuple[int, int], ...]:
         validated.append(value)
-        return real_phone_parts(value, regions)
+        return real_phone_parts(value, regions, context)
 
-    monkeypatch.setattr(redaction, "_card_ok", spy_card_ok)
-    monkeypatch.setattr(redaction, "_phone_parts", spy_phone_parts)
+    monkeypatch.setattr(_validators, "_card_ok", spy_card_ok)
+    monkeypatch.setattr(_phone, "_phone_parts", spy_phone_parts)
     texts = [f"order {i:03d} 45 67 at 12.30 on 1 2 2024" for i in range(300)]
     texts.append("card 4111 1111 1111 1111 now")
     out = redact_frame(frame_of(texts))

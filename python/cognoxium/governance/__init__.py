@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         data_block_expr,
     )
     from cognoxium.governance.redaction import (
+        CONTEXT_FILLERS,
         PHONE_REGIONS,
         RECOGNISERS,
         TYPES,
@@ -68,6 +69,7 @@ else:
                 "data_block_expr",
             ],
             "cognoxium.governance.redaction": [
+                "CONTEXT_FILLERS",
                 "PHONE_REGIONS",
                 "RECOGNISERS",
                 "TYPES",
@@ -86,6 +88,7 @@ else:
 
 __all__ = [
     "ACTIONS",
+    "CONTEXT_FILLERS",
     "DATA_BLOCK_CLOSE",
     "EDGE_SCHEMA",
     "INJECTION_SIGNS",

@@ -12,7 +12,8 @@ code built on Cognoxium needs:
   the asserts do not.
 - :mod:`cognoxium.testing.pii_corpus` generates a seeded corpus of texts and
   JSON documents with planted personal data and hard negatives, and scores a
-  redactor's spans on it (recall and precision per type and phone region).
+  redactor's spans on it (recall and precision per type, phone region and
+  written form) and how much of each hard negative it keeps.
 
 Examples
 --------

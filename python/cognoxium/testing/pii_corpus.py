@@ -6,18 +6,26 @@ punycode domains; phone numbers in the national formats of the regions of
 :data:`cognoxium.governance.redaction.PHONE_REGIONS` and in international
 form; payment cards, UATP and cards written after an unrelated group of
 digits; IBANs in upper case, lower case, spaced, compact and dashed; US SSNs
-with dashes, and with dots or spaces after a context word; IPv4, IPv6 and
-CIDR blocks; secrets), and hard negatives that look like them and are not:
-version strings, dates, times, order numbers, Luhn-failing cards, IBANs with
-a wrong checksum, IPv6 runs with two ``::``, ISBNs, prices and SSN-shaped
-numbers without a context word. :func:`score` compares the spans a redactor
-finds with the planted ones, span by span (same start, end and type), and
-gives recall and precision per type and per phone region.
+with dashes, and with dots, spaces or no separator after a context word;
+IPv4, IPv6, IPv4-mapped IPv6, IPv6 with a zone index, the unspecified ``::``
+after a context word, and CIDR blocks; secrets), and hard negatives that look
+like them and are not: version strings and build numbers, dates, times,
+order numbers (also after a word such as ``call``), Luhn-failing cards, IBANs
+with a wrong checksum, IPv6 runs with two ``::``, C++ scopes, ISBN-13 and
+ISBN-10, prices and amounts, and SSN-shaped numbers without a context word.
+:func:`score` compares the spans a redactor finds with the planted ones,
+span by span (same start, end and type), and gives recall and precision per
+type and per phone region; :func:`score_near_misses` how much of each hard
+negative a redactor keeps.
 
 Phone numbers are drawn from libphonenumber's example numbers (the
 ``phonenumbers`` package) with their last digits varied until valid, and
-written in the region's national format as the library formats it, or with
-the separators people also use (``415-555-2671``).
+written in the region's national format as the library formats it, with the
+separators people also use (``415-555-2671``, ``(415)555-2671``), as bare
+digits after words such as ``Phone:`` or ``Cep no:``, or, for a mobile number
+with the national prefix 0, as bare digits alone (``09171234567``). In JSON
+documents a value is a key, a whole string value, part of a longer string, or
+the value of a member whose key gives the context (``{"ssn": "078051123"}``).
 
 Examples
 --------
@@ -28,6 +36,9 @@ Examples
 >>> rows = score(docs, lambda text: [(s.start, s.end, s.type) for s in find_spans(text)])
 >>> rows[0].keys() == {"group", "key", "planted", "found", "correct", "recall", "precision"}
 True
+>>> kept = score_near_misses(docs, lambda text: text)
+>>> kept[0]["kind"], kept[0]["share_kept"]
+('amazon_order', 1.0)
 """
 
 from __future__ import annotations
@@ -38,31 +49,51 @@ import random
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Document", "Field", "Planted", "format_table", "generate", "luhn_complete", "score"]
+__all__ = [
+    "Document",
+    "Field",
+    "Planted",
+    "format_table",
+    "generate",
+    "luhn_complete",
+    "score",
+    "score_near_misses",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Planted:
-    """A planted value: ``text[start:end]`` of a field, its redaction type and its group.
+    """A planted value: ``text[start:end]`` of a field, its redaction type, group and variant.
 
     ``group`` is the phone region (``"GB"``, ``"intl"``) for phones, the
     variant for other types (``"idn"``, ``"after_group"``, ``"dashed"``).
+    ``variant`` is how the value is written (``"national"``,
+    ``"after_words"``, ``"bare_mobile"``, ``"tight"`` for phones; the group
+    for other types).
     """
 
     start: int
     end: int
     type: str
     group: str
+    variant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One string of a document (a text, or a JSON key or string value) and what it holds."""
+    """One string of a document (a text, or a JSON key or string value) and what it holds.
+
+    ``negative`` names the kind of a hard negative; ``key`` is the key of the
+    member a JSON string value belongs to, when the key gives the value's
+    context (``"ssn"``, ``"phone"``).
+    """
 
     text: str
     spans: tuple[Planted, ...]
     negative: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +127,38 @@ _SSN_CONTEXTS = (
     "Social Security number {v}",
     "social security no. {v}",
 )
+_PHONE_CONTEXTS = (
+    "Phone: {v}",
+    "call me at {v} after six",
+    "my number is {v}",
+    "Tel. {v} (office)",
+    "mobile {v}",
+    "WhatsApp: {v}",
+    "Telefon: {v}",
+    "Cep no: {v}",
+    "Telepono: {v}",
+    "phone number is {v}.",
+)
+_IP_CONTEXTS = (
+    "bind {v} port 443",
+    "listen on {v}",
+    "ip: {v}",
+    "the server listens on {v} too",
+)
+# Keys of JSON members that give their string value its context, per type.
+_CONTEXT_KEYS = {
+    "US_SSN": ("ssn", "employee_ssn"),
+    "PHONE": ("phone", "mobile", "contact_phone"),
+    "IP_ADDRESS": ("bind_address", "listen_ip"),
+}
+# Values that need context words (or a member key) to be found.
+_NEEDS_CONTEXT = {
+    ("US_SSN", "spaced"),
+    ("US_SSN", "dotted"),
+    ("US_SSN", "bare"),
+    ("PHONE", "after_words"),
+    ("IP_ADDRESS", "unspecified"),
+}
 
 
 def luhn_complete(body: str) -> str:
@@ -208,10 +271,33 @@ def _email(rng: random.Random) -> tuple[str, str]:
 
 
 def _ip(rng: random.Random) -> tuple[str, str]:
-    variant = rng.choice(("ipv4", "ipv6", "ipv4_cidr", "ipv6_cidr"))
-    if variant.startswith("ipv4"):
-        text = ".".join(str(rng.randint(1, 254)) for _ in range(4))
-        return (text + f"/{rng.randint(8, 30)}" if variant == "ipv4_cidr" else text), variant
+    variant = rng.choice(
+        (
+            "ipv4",
+            "ipv6",
+            "ipv4_cidr",
+            "ipv6_cidr",
+            "ipv4_mapped",
+            "zone",
+            "unspecified",
+            "unspecified_cidr",
+        )
+    )
+    ipv4 = ".".join(str(rng.randint(1, 254)) for _ in range(4))
+    if variant == "ipv4":
+        return ipv4, variant
+    if variant == "ipv4_cidr":
+        return ipv4 + f"/{rng.randint(8, 30)}", variant
+    if variant == "ipv4_mapped":
+        return "::ffff:" + ipv4, variant
+    if variant == "zone":
+        zone = rng.choice(("eth0", "en0", "wlan1", "25"))
+        text = f"fe80::{rng.randint(1, 0xFFFF):x}%{zone}"
+        return (text + "/64" if rng.random() < 0.3 else text), variant
+    if variant == "unspecified":
+        return "::", variant
+    if variant == "unspecified_cidr":
+        return rng.choice(("::/0", "::/128")), variant
     groups = [f"{rng.randint(1, 0xFFFF):x}" for _ in range(rng.randint(2, 4))]
     text = "2001:db8:" + ":".join(groups[:-1]) + "::" + groups[-1]
     if variant == "ipv6_cidr":
@@ -247,9 +333,32 @@ def _secret(rng: random.Random) -> tuple[str, str, str]:
     return value, variant, "login with password: {v} please"
 
 
-def _phone(rng: random.Random, region: str) -> str:
+def _phone(rng: random.Random, region: str) -> tuple[str, str]:
+    """A valid number of ``region`` as written, and how: see :class:`Planted` ``variant``."""
     import phonenumbers
     from phonenumbers import PhoneNumberFormat, PhoneNumberType
+
+    number = _valid_number(rng, region)
+    text = phonenumbers.format_number(number, PhoneNumberFormat.NATIONAL)
+    digits = "".join(ch for ch in text if ch.isdigit())
+    mobile = phonenumbers.number_type(number) == PhoneNumberType.MOBILE
+    roll = rng.random()
+    if roll < 0.15 and mobile and digits[0] == "0" and 11 <= len(digits) <= 12:
+        return digits, "bare_mobile"
+    if roll < 0.35 and len(digits) <= 12:
+        return digits, "after_words"
+    if region in ("US", "CA") and roll < 0.5:
+        return text.replace(") ", ")"), "tight"
+    if region in ("US", "CA") and rng.random() < 0.5:
+        digits = str(number.national_number)
+        text = rng.choice(("-", ".", " ")).join((digits[:3], digits[3:6], digits[6:]))
+    return text, "national"
+
+
+def _valid_number(rng: random.Random, region: str) -> Any:
+    """A valid fixed-line or mobile number of ``region``: an example with its last digits varied."""
+    import phonenumbers
+    from phonenumbers import PhoneNumberType
 
     kind = rng.choice((PhoneNumberType.FIXED_LINE, PhoneNumberType.MOBILE))
     example = phonenumbers.example_number_for_type(region, kind) or phonenumbers.example_number(
@@ -265,14 +374,8 @@ def _phone(rng: random.Random, region: str) -> str:
             italian_leading_zero=example.italian_leading_zero,
         )
         if phonenumbers.is_valid_number_for_region(number, region):
-            break
-    else:
-        number = example
-    text = phonenumbers.format_number(number, PhoneNumberFormat.NATIONAL)
-    if region in ("US", "CA") and rng.random() < 0.5:
-        digits = str(number.national_number)
-        text = rng.choice(("-", ".", " ")).join((digits[:3], digits[3:6], digits[6:]))
-    return text
+            return number
+    return example
 
 
 def _international(rng: random.Random, regions: Sequence[str]) -> str:
@@ -280,8 +383,7 @@ def _international(rng: random.Random, regions: Sequence[str]) -> str:
     from phonenumbers import PhoneNumberFormat
 
     region = rng.choice(regions)
-    national = _phone(rng, region)
-    number = phonenumbers.parse(national, region)
+    number = _valid_number(rng, region)
     text = phonenumbers.format_number(number, PhoneNumberFormat.INTERNATIONAL)
     return text if rng.random() < 0.7 else "00" + text[1:]
 
@@ -293,33 +395,39 @@ def _isbn13(rng: random.Random) -> str:
     return f"{body[:3]}-{body[3]}-{body[4:8]}-{body[8:12]}-{check}"
 
 
-def _negative(rng: random.Random) -> tuple[str, str]:
-    """A value that looks like personal data and is not, and its kind."""
-    kind = rng.choice(
-        (
-            "version",
-            "date",
-            "time",
-            "order",
-            "bad_card",
-            "bad_iban",
-            "bad_ipv6",
-            "isbn",
-            "price",
-            "ssn_no_context",
-        )
-    )
+_NEGATIVES = (
+    "version", "build", "date", "time", "order", "order_after_words", "amazon_order",
+    "bad_card", "bad_iban", "bad_ipv6", "cpp_scope", "isbn", "isbn10", "price", "amount",
+    "ssn_no_context", "ssn_bare_no_context",
+)  # fmt: skip
+"""The kinds of hard negatives, ``per_type`` of each in a corpus."""
+
+
+def _negative(rng: random.Random, kind: str) -> str:
+    """A value of ``kind`` that looks like personal data and is not."""
     if kind == "version":
         parts = [str(rng.randint(0, 20)) for _ in range(rng.choice((3, 4, 5)))]
         text = ".".join(parts)
-        text = ("v" + text) if len(parts) == 4 else text
-    elif kind == "date":
+        return ("v" + text) if len(parts) == 4 else text
+    if kind == "build":
+        major, minor, patch = rng.randint(1, 30), rng.randint(0, 20), rng.randint(0, 999)
+        return rng.choice(
+            (
+                f"build {major}.0.{rng.randint(10000, 30000)}.{patch}",
+                f"v{major}.{minor}.{patch}-rc.{rng.randint(1, 9)}",
+                f"build {rng.randint(2015, 2030)}.{rng.randint(1, 12):02d}.{_digits(rng, 4)}",
+            )
+        )
+    if kind == "date":
         y, m, d = rng.randint(1990, 2030), rng.randint(1, 12), rng.randint(1, 28)
-        text = rng.choice((f"{y}-{m:02d}-{d:02d}", f"{d:02d}/{m:02d}/{y}", f"{d}.{m}.{y}"))
-    elif kind == "time":
-        text = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
-    elif kind == "order":
-        text = rng.choice(
+        return rng.choice((f"{y}-{m:02d}-{d:02d}", f"{d:02d}/{m:02d}/{y}", f"{d}.{m}.{y}"))
+    if kind == "time":
+        hh, mm = rng.randint(0, 23), rng.randint(0, 59)
+        return rng.choice(
+            (f"{hh:02d}:{mm:02d}:{rng.randint(0, 59):02d}", f"{hh:02d}:{mm:02d}-{hh:02d}:59")
+        )
+    if kind == "order":
+        return rng.choice(
             (
                 f"#{_digits(rng, 7)}",
                 f"ORD-{rng.randint(2015, 2030)}-{_digits(rng, 6)}",
@@ -327,23 +435,44 @@ def _negative(rng: random.Random) -> tuple[str, str]:
                 f"PO{_digits(rng, 9)}",
             )
         )
-    elif kind == "bad_card":
+    if kind == "order_after_words":
+        # A word that gives a phone number its context, then other words: no context.
+        return f"{rng.choice(('call', 'phone', 'Tel'))} about order {_digits(rng, 8)}"
+    if kind == "amazon_order":
+        return f"order {rng.randint(100, 499)}-{_digits(rng, 7)}-{_digits(rng, 7)}"
+    if kind == "bad_card":
         good = luhn_complete("4" + _digits(rng, 14))
         bad = good[:-1] + str((int(good[-1]) + rng.randint(1, 9)) % 10)
-        text = _group(bad, (4, 4, 4, 4), rng.choice((" ", "-")))
-    elif kind == "bad_iban":
-        text, _ = _iban(rng, valid=False)
-    elif kind == "bad_ipv6":
-        text = f"2001:db8::{rng.randint(1, 0xFFFF):x}::{rng.randint(1, 0xFFFF):x}"
-    elif kind == "isbn":
-        text = "ISBN " + _isbn13(rng)
-    elif kind == "price":
-        text = f"${rng.randint(1, 9)},{_digits(rng, 3)}.{_digits(rng, 2)}"
-    else:
-        # Areas 001-599: "612 34 5678" would be a valid Spanish number, not a negative.
-        area, group, serial = _ssn_digits(rng)
-        text = f"{int(area) % 600 or 1:03d} {group} {serial}"
-    return text, kind
+        return _group(bad, (4, 4, 4, 4), rng.choice((" ", "-")))
+    if kind == "bad_iban":
+        return _iban(rng, valid=False)[0]
+    if kind == "bad_ipv6":
+        return f"2001:db8::{rng.randint(1, 0xFFFF):x}::{rng.randint(1, 0xFFFF):x}"
+    if kind == "cpp_scope":
+        return rng.choice(("std::vector<int>", "MyClass::toString()", "f :: Int -> Int"))
+    if kind == "isbn":
+        return "ISBN " + _isbn13(rng)
+    if kind == "isbn10":
+        body = _digits(rng, 9)
+        check = sum((10 - i) * int(d) for i, d in enumerate(body)) * 10 % 11
+        digit = "X" if check == 10 else str(check)
+        dashed = f"{body[0]}-{body[1:4]}-{body[4:9]}-{digit}"
+        return "ISBN " + rng.choice((dashed, body + digit))
+    if kind == "price":
+        return f"${rng.randint(1, 9)},{_digits(rng, 3)}.{_digits(rng, 2)}"
+    if kind == "amount":
+        return rng.choice(
+            (
+                f"{rng.randint(1, 99)} {_digits(rng, 3)} {_digits(rng, 3)},{_digits(rng, 2)} €",
+                f"€{rng.randint(1, 999)}.{_digits(rng, 3)},{_digits(rng, 2)}",
+                f"USD {rng.randint(1, 999)},{_digits(rng, 3)},{_digits(rng, 3)}.{_digits(rng, 2)}",
+            )
+        )
+    area, group, serial = _ssn_digits(rng)
+    if kind == "ssn_bare_no_context":
+        return f"ref {area}{group}{serial}"
+    # Areas 001-599: "612 34 5678" would be a valid Spanish number, not a negative.
+    return f"{int(area) % 600 or 1:03d} {group} {serial}"
 
 
 def _sentence(rng: random.Random, template: str, value: str) -> tuple[str, int]:
@@ -357,29 +486,41 @@ def _planted(rng: random.Random, kind: str, regions: Sequence[str]) -> tuple[str
     template = rng.choice(_LEADS)
     if kind == "EMAIL":
         value, group = _email(rng)
+        variant = group
     elif kind.startswith("PHONE:"):
         group = kind.split(":", 1)[1]
-        value = _international(rng, regions) if group == "intl" else _phone(rng, group)
+        if group == "intl":
+            value, variant = _international(rng, regions), "international"
+        else:
+            value, variant = _phone(rng, group)
+        if variant == "after_words":
+            template = rng.choice(_PHONE_CONTEXTS)
         kind = "PHONE"
     elif kind == "CREDIT_CARD":
         value, group = _card(rng)
+        variant = group
         if group == "after_group":
             prefix = "ref " + _card_after_group(rng, value)
     elif kind == "IBAN":
         value, group = _iban(rng)
+        variant = group
     elif kind == "US_SSN":
         area, grp, serial = _ssn_digits(rng)
-        sep = rng.choice(("-", " ", "."))
+        sep = rng.choice(("-", " ", ".", ""))
         value = sep.join((area, grp, serial))
-        group = {"-": "dashed", " ": "spaced", ".": "dotted"}[sep]
+        group = variant = {"-": "dashed", " ": "spaced", ".": "dotted", "": "bare"}[sep]
         template = rng.choice(_SSN_CONTEXTS)
     elif kind == "IP_ADDRESS":
         value, group = _ip(rng)
+        variant = group
+        if group == "unspecified":
+            template = rng.choice(_IP_CONTEXTS)
     else:
         value, group, template = _secret(rng)
+        variant = group
     text, at = _sentence(rng, template, prefix + value)
     start = at + len(prefix)
-    return text, Planted(start, start + len(value), kind, group)
+    return text, Planted(start, start + len(value), kind, group, variant)
 
 
 def generate(
@@ -432,18 +573,21 @@ def generate(
             docs.append(Document("text", (Field(text, (planted,)),), text))
     for _ in range(per_type):
         docs.append(_json_document(rng, kinds, regions))
-    negatives = (
-        "version date time order bad_card bad_iban bad_ipv6 isbn price ssn_no_context".split()
-    )
-    for _ in range(per_type * len(negatives)):
-        value, kind = _negative(rng)
-        text, _ = _sentence(rng, rng.choice(_LEADS), value)
-        docs.append(Document("text", (Field(text, (), negative=kind),), text))
+    for kind in _NEGATIVES:
+        for _ in range(per_type):
+            text, _ = _sentence(rng, rng.choice(_LEADS), _negative(rng, kind))
+            docs.append(Document("text", (Field(text, (), negative=kind),), text))
     return docs
 
 
 def _json_document(rng: random.Random, kinds: Sequence[str], regions: Sequence[str]) -> Document:
-    """A JSON object holding one value per kind: as a key, a whole value or inside a string."""
+    """A JSON object holding one value per kind.
+
+    Each value is a key, a whole string value, inside a longer string value,
+    or the value of a member whose key gives its context (``"ssn"``); a value
+    that needs context words is inside a sentence that has them or under such
+    a key.
+    """
     members: dict[str, object] = {}
     fields: list[Field] = []
     chosen = [k for k in kinds if not k.startswith("PHONE:")] + [
@@ -453,19 +597,28 @@ def _json_document(rng: random.Random, kinds: Sequence[str], regions: Sequence[s
     for n, kind in enumerate(chosen):
         text, planted = _planted(rng, kind, regions)
         value = text[planted.start : planted.end]
-        where = rng.choice(("key", "value", "inside"))
+        whole = Planted(0, len(value), planted.type, planted.group, planted.variant)
+        places = ["key", "value", "inside", "keyed"]
         if planted.type == "SECRET":
-            where = "inside"  # a secret's recogniser may need its context words
-        if planted.type == "US_SSN" and "-" not in value:
-            where = "inside"  # dots and spaces need the context word
+            places = ["inside"]  # a secret's recogniser may need its context words
+        elif (planted.type, planted.variant) in _NEEDS_CONTEXT:
+            places = ["inside", "keyed"]
+        if planted.type not in _CONTEXT_KEYS:
+            places = [p for p in places if p != "keyed"]
+        where = rng.choice(places)
         if where == "key":
             contacts[value] = f"contact {n}"
-            fields.append(Field(value, (Planted(0, len(value), planted.type, planted.group),)))
+            fields.append(Field(value, (whole,)))
             fields.append(Field(f"contact {n}", ()))
         elif where == "value":
             members[f"field_{n}"] = value
             fields.append(Field(f"field_{n}", ()))
-            fields.append(Field(value, (Planted(0, len(value), planted.type, planted.group),)))
+            fields.append(Field(value, (whole,)))
+        elif where == "keyed":
+            key = f"{rng.choice(_CONTEXT_KEYS[planted.type])}_{n}"
+            members[key] = value
+            fields.append(Field(key, ()))
+            fields.append(Field(value, (whole,), key=key))
         else:
             members[f"note_{n}"] = text
             fields.append(Field(f"note_{n}", ()))
@@ -477,15 +630,19 @@ def _json_document(rng: random.Random, kinds: Sequence[str], regions: Sequence[s
 
 
 _Finder = Callable[[str], Sequence[tuple[int, int, str]]]
+_MemberFinder = Callable[[str, str], Sequence[tuple[int, int, str]]]
 
 
-def score(docs: Sequence[Document], find: _Finder) -> list[dict[str, object]]:
-    """Recall and precision of a span finder on the corpus, per type and per phone region.
+def score(
+    docs: Sequence[Document], find: _Finder, find_member: _MemberFinder | None = None
+) -> list[dict[str, object]]:
+    """Recall and precision of a span finder on the corpus, per type, phone region and variant.
 
     A found span is correct when a planted span has the same start, end and
     type. Per type, recall is correct / planted and precision correct /
-    found. Per phone region (group ``PHONE:<region>``), the found spans are
-    those of the fields that hold a phone of that region.
+    found. Per phone region (group ``"phone region"``) and per variant
+    (group ``"variant"``, key ``TYPE:variant``), the found spans are those of
+    the fields that hold a value of that region or variant.
 
     Parameters
     ----------
@@ -494,14 +651,18 @@ def score(docs: Sequence[Document], find: _Finder) -> list[dict[str, object]]:
     find
         Called on each field's text; returns ``(start, end, type)`` spans in
         characters.
+    find_member
+        Called with the member key and the text in place of ``find`` for a
+        JSON string value whose key gives its context (:attr:`Field.key`):
+        ``{"ssn": "078051123"}``. ``None`` calls ``find`` on the text alone.
 
     Returns
     -------
     list of dict
-        One row per type (``group`` ``"type"``) and per phone region
-        (``group`` ``"phone region"``), with ``key``, ``planted``, ``found``,
-        ``correct``, ``recall`` and ``precision`` (``1.0`` when there is
-        nothing to divide).
+        One row per type (``group`` ``"type"``), per phone region (``"phone
+        region"``) and per variant (``"variant"``), with ``key``,
+        ``planted``, ``found``, ``correct``, ``recall`` and ``precision``
+        (``1.0`` when there is nothing to divide).
     """
     counts: dict[tuple[str, str], list[int]] = {}
 
@@ -514,7 +675,10 @@ def score(docs: Sequence[Document], find: _Finder) -> list[dict[str, object]]:
     for doc in docs:
         for f in doc.fields:
             truth = {(p.start, p.end, p.type) for p in f.spans}
-            hits = {(int(s), int(e), str(t)) for s, e, t in find(f.text)}
+            spans = (
+                find(f.text) if f.key is None or find_member is None else find_member(f.key, f.text)
+            )
+            hits = {(int(s), int(e), str(t)) for s, e, t in spans}
             for t in {p.type for p in f.spans} | {t for _, _, t in hits}:
                 add(
                     ("type", t),
@@ -523,14 +687,11 @@ def score(docs: Sequence[Document], find: _Finder) -> list[dict[str, object]]:
                     sum(1 for p in hits & truth if p[2] == t),
                 )
             for p in f.spans:
+                same_type = {s for s in hits if s[2] == p.type}
+                correct = int((p.start, p.end, p.type) in same_type)
+                add(("variant", f"{p.type}:{p.variant}"), 1, len(same_type), correct)
                 if p.type == "PHONE":
-                    region_found = {s for s in hits if s[2] == "PHONE"}
-                    add(
-                        ("phone region", p.group),
-                        1,
-                        len(region_found),
-                        int((p.start, p.end, p.type) in region_found),
-                    )
+                    add(("phone region", p.group), 1, len(same_type), correct)
     rows: list[dict[str, object]] = []
     for (group, key), (planted, found, correct) in sorted(counts.items()):
         rows.append(
@@ -545,6 +706,54 @@ def score(docs: Sequence[Document], find: _Finder) -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def score_near_misses(
+    docs: Sequence[Document], redact: Callable[[str], str]
+) -> list[dict[str, object]]:
+    """How much of each hard negative a redactor keeps, per kind.
+
+    Parameters
+    ----------
+    docs
+        Documents from :func:`generate`.
+    redact
+        Called on the text of each hard negative; returns the redacted text.
+
+    Returns
+    -------
+    list of dict
+        One row per kind of hard negative, sorted by kind, with ``kind``,
+        ``texts``, ``kept`` (texts returned unchanged) and ``share_kept``
+        (characters of the texts kept in place, over all characters: 1.0
+        when every text is unchanged).
+    """
+    counts: dict[str, list[int]] = {}
+    for doc in docs:
+        for f in doc.fields:
+            if f.negative is None:
+                continue
+            out = redact(f.text)
+            row = counts.setdefault(f.negative, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += out == f.text
+            row[2] += len(f.text) if out == f.text else _kept_in_place(f.text, out)
+            row[3] += len(f.text)
+    return [
+        {"kind": kind, "texts": n, "kept": kept, "share_kept": chars / total if total else 1.0}
+        for kind, (n, kept, chars, total) in sorted(counts.items())
+    ]
+
+
+def _kept_in_place(text: str, out: str) -> int:
+    """Characters of ``text`` that ``out`` keeps: its common prefix and suffix with ``text``."""
+    head = 0
+    while head < min(len(text), len(out)) and text[head] == out[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(text), len(out)) - head and text[-1 - tail] == out[-1 - tail]:
+        tail += 1
+    return head + tail
 
 
 def format_table(rows: Sequence[dict[str, object]]) -> str:
