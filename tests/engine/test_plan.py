@@ -10,15 +10,12 @@ import pytest
 
 from cognoxium.engine import lowering as _lowering
 from cognoxium.engine.plan import (
-    RANK_METHODS,
-    RANK_NODES,
     Dedupe,
     Expression,
     Filter,
     Join,
     Limit,
     Node,
-    Rank,
     Scan,
     Select,
     Sort,
@@ -26,10 +23,10 @@ from cognoxium.engine.plan import (
     TopK,
     WithColumns,
     format_plan,
-    rank_node,
     rewrite,
     walk,
 )
+from cognoxium.engine.ranks import Rank, rank_entry, rank_methods, rank_node
 from cognoxium.exceptions import PlanError
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import POLARS_SCHEMA, items_to_frame
@@ -358,16 +355,14 @@ def test_every_node_type_has_one_handler() -> None:
     for node_type in (Scan, Filter, Select, WithColumns, Join, Sort, Limit, TopK, Dedupe):
         assert node_type in _lowering.HANDLERS
     # Every rank method is its own node type with its own handler (strategies'
-    # handler is registered by the strategies layer, which lowering imports on
-    # first use; see test_rank_strategies_lowers_without_importing_strategies).
-    import cognoxium.strategies.ranking  # noqa: F401
-
-    assert sorted(RANK_NODES) == sorted(RANK_METHODS)
-    for method, node_type in RANK_NODES.items():
+    # handler imports its scorer on first use; see
+    # test_rank_strategies_lowers_without_importing_strategies).
+    nodes = [rank_entry(method).node for method in rank_methods()]
+    for method, node_type in zip(rank_methods(), nodes, strict=True):
         assert issubclass(node_type, Rank)
         assert node_type.method == method
-        assert node_type in _lowering.HANDLERS, method
-    assert len({_lowering.HANDLERS[t] for t in RANK_NODES.values()}) == len(RANK_NODES)
+        assert _lowering.HANDLERS[node_type] is rank_entry(method).lower, method
+    assert len({_lowering.HANDLERS[t] for t in nodes}) == len(nodes) == 8
 
 
 def test_lowering_runs_the_plan_as_given(scan: Scan) -> None:
