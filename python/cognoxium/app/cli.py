@@ -892,7 +892,7 @@ def locomo_command(
             rank=rank.value,
             profile=profile,
             progress=progress and not (quiet or json_output),
-            compare=others,  # type: ignore[arg-type]
+            compare=others,
             retrieval=retrieval,
             loco=loco,
             manifests=manifests.value,
