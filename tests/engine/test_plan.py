@@ -211,6 +211,18 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
         (lambda s: rank_node("recency", input=s, half_life=float("inf")), "positive"),
         (lambda s: rank_node("recency", input=s, reference=datetime(2024, 1, 1)), "timezone"),
         (
+            lambda s: rank_node(
+                "strategies", input=s, query="x", budget=10, as_of=datetime(2024, 1, 1)
+            ),
+            "as_of must be a timezone-aware datetime",
+        ),
+        (
+            lambda s: rank_node(
+                "strategies", input=Select(input=s, exprs=(E("id"),)), query="x", budget=10
+            ),
+            r"rank\('strategies'\) needs columns",
+        ),
+        (
             lambda s: rank_node("bm25", input=Select(input=s, exprs=(E("id"),)), query="x"),
             "needs columns",
         ),
@@ -298,6 +310,17 @@ def test_rank_reference_is_normalised_to_utc(scan: Scan) -> None:
     assert node.reference == datetime(2024, 1, 1, tzinfo=UTC)
     assert node.reference is not None
     assert node.reference.tzinfo == UTC
+
+
+def test_rank_strategies_as_of_is_normalised_to_utc(scan: Scan) -> None:
+    plus2 = timezone(timedelta(hours=2))
+    node = rank_node(
+        "strategies", input=scan, query="x", budget=10, as_of=datetime(2024, 1, 1, 2, tzinfo=plus2)
+    )
+    assert node.as_of == datetime(2024, 1, 1, tzinfo=UTC)
+    assert node.as_of is not None
+    assert node.as_of.tzinfo == UTC
+    assert node.label().endswith("as_of=2024-01-01T00:00:00+00:00 profile=cl100k_base model=minilm")
 
 
 def test_with_children_returns_self_when_unchanged(scan: Scan) -> None:

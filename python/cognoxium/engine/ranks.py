@@ -331,8 +331,9 @@ class RankStrategies(Rank):
     """The context strategy registry's assembly of the rows for ``query`` under ``budget``.
 
     Rows the assembly selects score their fragment's relevance; the others
-    -1.0. The scorer lives in :mod:`cognoxium.strategies.ranking`, loaded the
-    first time such a node is lowered.
+    -1.0. ``as_of`` (timezone-aware, converted to UTC) is the assembly's
+    evaluation time. The scorer lives in :mod:`cognoxium.strategies.ranking`,
+    loaded the first time such a node is lowered.
     """
 
     method: ClassVar[str] = "strategies"
@@ -354,14 +355,14 @@ class RankStrategies(Rank):
             raise PlanError(
                 f"rank('strategies') needs a token profile or its name, got {self.profile!r}"
             )
+        object.__setattr__(self, "as_of", check_time("as_of", self.as_of))
+        Rank._check(self)
 
     @override
     def arguments(self) -> dict[str, object]:
         out = Rank.arguments(self)
         out["profile"] = getattr(self.profile, "name", self.profile)
         return out
-        object.__setattr__(self, "as_of", check_time("as_of", self.as_of))
-        Rank._check(self)
 
 
 # ---------------------------------------------------------------------------
