@@ -549,6 +549,13 @@ def register_rank(
         method is already registered, or ``convert`` or ``batch`` name a
         field the node does not have or ``batch`` a source not in
         :data:`BATCH_SOURCES`.
+
+    Notes
+    -----
+    A batch packed in worker processes (``run_batch(workers=N)`` starts
+    them with ``spawn``) finds a method there only when registering it is
+    part of importing a module they import (the main script is one): call
+    ``register_rank`` at a module's import, or pack with ``workers=1``.
     """
     if not (isinstance(node, type) and issubclass(node, Rank)):
         raise PlanError(f"register_rank needs a Rank subclass, got {node!r}")
