@@ -1079,8 +1079,11 @@ class PreparedScope:
 
     @cached_property
     def frame(self) -> CognitionFrame:
-        """The scope as a frame (what :func:`rank_request` ranks)."""
-        return CognitionFrame(self.df)
+        """The scope as a frame (what :func:`rank_request` ranks).
+
+        Its rows come from the checked store, so they are not checked again.
+        """
+        return CognitionFrame._of_checked(self.df)
 
     def pack(self, request: Request) -> PackScope:
         """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""

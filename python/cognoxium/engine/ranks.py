@@ -110,7 +110,7 @@ class Rank(Node):
     def _resolve_schema(self) -> pl.Schema:
         # Known without lowering: a method's handler may load its scorer
         # (strategies: the strategy registry and its backends) on first use.
-        out = pl.Schema(self.input.schema)
+        out = pl.Schema(self.input.schema, check_dtypes=False)  # its types are checked
         out["rank"] = pl.Float64()
         return out
 
