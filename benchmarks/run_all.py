@@ -108,7 +108,7 @@ import bench_scale
 import bench_scan
 import bench_surface
 from bench_pack import AS_OF, BUDGET, measure_memory, synthetic_items, timed
-from cognoxium.app.batch import RANK_METHODS
+from cognoxium.app.batch import batch_rank_methods
 from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import write_parquet
 from cognoxium.packing.options import PackOptions
@@ -717,7 +717,9 @@ def main() -> None:
             print(message, flush=True)
             skipped = f"## LoCoMo\n\n{message}\n"
         else:
-            rankers = ["learned", "hybrid-lineage", "bm25"] if args.quick else list(RANK_METHODS)
+            rankers = (
+                ["learned", "hybrid-lineage", "bm25"] if args.quick else list(batch_rank_methods())
+            )
             run_locomo(Path(args.locomo), rankers)
     if "batch" in chosen:
         if args.locomo is None or not Path(args.locomo).exists():

@@ -56,7 +56,7 @@ ABOVE_KERNELS = ("engine", "packing", "frame", "formats", "strategies", "continu
 
 # Upward imports that are allowed, each made lazily inside one function, with why.
 LAZY_UPWARD: dict[tuple[str, str], str] = {
-    ("engine", "strategies"): "lower_node imports the handler of rank('strategies') on first "
+    ("engine", "strategies"): "the lowering of rank('strategies') imports its scorer on first "
     "use, so that the strategy registry and its backends load only for the plans that use them",
 }
 

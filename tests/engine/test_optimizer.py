@@ -33,8 +33,8 @@ from cognoxium.engine.plan import (
     Source,
     TopK,
     WithColumns,
-    rank_node,
 )
+from cognoxium.engine.ranks import rank_node
 from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.convert import items_to_frame

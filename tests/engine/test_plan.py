@@ -10,15 +10,12 @@ import pytest
 
 from cognoxium.engine import lowering as _lowering
 from cognoxium.engine.plan import (
-    RANK_METHODS,
-    RANK_NODES,
     Dedupe,
     Expression,
     Filter,
     Join,
     Limit,
     Node,
-    Rank,
     Scan,
     Select,
     Sort,
@@ -26,10 +23,10 @@ from cognoxium.engine.plan import (
     TopK,
     WithColumns,
     format_plan,
-    rank_node,
     rewrite,
     walk,
 )
+from cognoxium.engine.ranks import Rank, rank_entry, rank_methods, rank_node
 from cognoxium.exceptions import PlanError
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem
@@ -215,6 +212,18 @@ def test_schema_is_resolved_at_construction(scan: Scan) -> None:
         (lambda s: rank_node("recency", input=s, half_life=float("inf")), "positive"),
         (lambda s: rank_node("recency", input=s, reference=datetime(2024, 1, 1)), "timezone"),
         (
+            lambda s: rank_node(
+                "strategies", input=s, query="x", budget=10, as_of=datetime(2024, 1, 1)
+            ),
+            "as_of must be a timezone-aware datetime",
+        ),
+        (
+            lambda s: rank_node(
+                "strategies", input=Select(input=s, exprs=(E("id"),)), query="x", budget=10
+            ),
+            r"rank\('strategies'\) needs columns",
+        ),
+        (
             lambda s: rank_node("bm25", input=Select(input=s, exprs=(E("id"),)), query="x"),
             "needs columns",
         ),
@@ -304,6 +313,17 @@ def test_rank_reference_is_normalised_to_utc(scan: Scan) -> None:
     assert node.reference.tzinfo == UTC
 
 
+def test_rank_strategies_as_of_is_normalised_to_utc(scan: Scan) -> None:
+    plus2 = timezone(timedelta(hours=2))
+    node = rank_node(
+        "strategies", input=scan, query="x", budget=10, as_of=datetime(2024, 1, 1, 2, tzinfo=plus2)
+    )
+    assert node.as_of == datetime(2024, 1, 1, tzinfo=UTC)
+    assert node.as_of is not None
+    assert node.as_of.tzinfo == UTC
+    assert node.label().endswith("as_of=2024-01-01T00:00:00+00:00 profile=cl100k_base model=minilm")
+
+
 def test_with_children_returns_self_when_unchanged(scan: Scan) -> None:
     node = Limit(input=scan, n=1)
     assert node.with_children([scan]) is node
@@ -359,16 +379,14 @@ def test_every_node_type_has_one_handler() -> None:
     for node_type in (Scan, Filter, Select, WithColumns, Join, Sort, Limit, TopK, Dedupe):
         assert node_type in _lowering.HANDLERS
     # Every rank method is its own node type with its own handler (strategies'
-    # handler is registered by the strategies layer, which lowering imports on
-    # first use; see test_rank_strategies_lowers_without_importing_strategies).
-    import cognoxium.strategies.ranking  # noqa: F401
-
-    assert sorted(RANK_NODES) == sorted(RANK_METHODS)
-    for method, node_type in RANK_NODES.items():
+    # handler imports its scorer on first use; see
+    # test_rank_strategies_lowers_without_importing_strategies).
+    nodes = [rank_entry(method).node for method in rank_methods()]
+    for method, node_type in zip(rank_methods(), nodes, strict=True):
         assert issubclass(node_type, Rank)
         assert node_type.method == method
-        assert node_type in _lowering.HANDLERS, method
-    assert len({_lowering.HANDLERS[t] for t in RANK_NODES.values()}) == len(RANK_NODES)
+        assert _lowering.HANDLERS[node_type] is rank_entry(method).lower, method
+    assert len({_lowering.HANDLERS[t] for t in nodes}) == len(nodes) == 8
 
 
 def test_lowering_runs_the_plan_as_given(scan: Scan) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from cognoxium.app.batch import RANK_METHODS, Request, run_batch
+from cognoxium.app.batch import Request, batch_rank_methods, run_batch
 from cognoxium.exceptions import PlanError
 from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
@@ -190,10 +190,10 @@ def test_every_rank_method_packs_a_batch(tmp_path: Path) -> None:
         Request(id="q2", budget=30, where="metadata.kind = 'turn'", as_of=AS_OF),
     ]
     packed: dict[str, list[str]] = {}
-    for method in RANK_METHODS:
+    for method in batch_rank_methods():
         out = tmp_path / method
         settings = RetrievalSettings(model="local_hash")
-        run_batch(store(), requests, out_dir=out, rank=method, retrieval=settings)  # type: ignore[arg-type]
+        run_batch(store(), requests, out_dir=out, rank=method, retrieval=settings)
         lines = [json.loads(x) for x in (out / "packs.jsonl").read_text().splitlines()]
         assert [x["request_id"] for x in lines] == ["q1", "q2"]
         assert all(x["used_tokens"] <= 30 for x in lines)

@@ -30,7 +30,9 @@ Work is shared across requests: the scope of each distinct ``where`` clause
 is filtered once and prepared once (:class:`PreparedScope`: its
 :class:`~cognoxium.packing.packer.PackScope`, its token counts in one call
 to the tokenizer, and each distinct query's rank, computed once for all its
-budgets); the rank kernels cache their BM25 index and retrievers
+budgets, the queries of a method with a batched lowering, such as BM25,
+scored together through the plan: :func:`~cognoxium.engine.ranks.collect_ranks`);
+the rank kernels cache their BM25 index and retrievers
 (embeddings, windows, lineage links) per scope, and token counts per content
 hash, so no item is tokenized or embedded twice in a batch. Consecutive
 requests over one scope are packed together by :func:`pack_scope`, whose
@@ -50,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cached_property, partial
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal, TypeAlias, TypeVar
 
 import numpy as np
 import polars as pl
@@ -73,6 +75,7 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import ScopeIndex, batch_units, collect_scope, where_filter
 from cognoxium.app._workers import default_workers, run_tasks, tasks_of
 from cognoxium.engine.plan import polars_error_text
+from cognoxium.engine.ranks import Rank, RankContext, collect_ranks, rank_entry, rank_methods
 from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import (
@@ -86,7 +89,6 @@ from cognoxium.items._checks import (
 )
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
-from cognoxium.items.schema import packed_text_expr
 from cognoxium.packing.manifests import (
     MANIFEST_FORMS,
     ManifestForm,
@@ -96,13 +98,11 @@ from cognoxium.packing.manifests import (
 )
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
-from cognoxium.retrieval.ranking import bm25_scores, bm25_scores_many, corpus_key
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = [
-    "RANK_METHODS",
-    "READS_LINEAGE",
+    "NO_RANK",
     "BatchSettings",
     "BatchStats",
     "PreparedScope",
@@ -110,6 +110,8 @@ __all__ = [
     "RenderedResult",
     "Request",
     "ScopeResult",
+    "batch_rank_methods",
+    "check_rank_method",
     "pack_scope",
     "prepare_requests",
     "rank_request",
@@ -118,22 +120,41 @@ __all__ = [
     "scope_rows",
 ]
 
-RankMethod = Literal[
-    "learned", "hybrid-lineage", "hybrid", "embedding", "bm25", "strategies", "recency", "none"
-]
-"""How :func:`run_batch` ranks a request's scope before packing."""
+RankMethod: TypeAlias = str
+"""How :func:`run_batch` ranks a request's scope before packing: one of
+:func:`batch_rank_methods`."""
 
-RANK_METHODS: tuple[str, ...] = (
-    "learned",
-    "hybrid-lineage",
-    "hybrid",
-    "embedding",
-    "bm25",
-    "strategies",
-    "recency",
-    "none",
-)
-"""The accepted values of :data:`RankMethod` (the first is the default)."""
+NO_RANK: str = "none"
+"""The batch's rank method that ranks nothing: the scope's order and priorities."""
+
+
+def batch_rank_methods() -> tuple[str, ...]:
+    """The rank methods :func:`run_batch` takes: the registered ones, then :data:`NO_RANK`.
+
+    Read from the rank registry (:func:`~cognoxium.engine.ranks.rank_methods`)
+    at each call, so a method registered by the application is offered too.
+
+    Examples
+    --------
+    >>> batch_rank_methods()[:2], batch_rank_methods()[-3:]
+    (('bm25', 'embedding'), ('priority', 'strategies', 'none'))
+    """
+    return (*rank_methods(), NO_RANK)
+
+
+def check_rank_method(method: str) -> None:
+    """Check that ``method`` is one of :func:`batch_rank_methods`.
+
+    Raises
+    ------
+    PlanError
+        If it is not; the message lists the methods and the closest one.
+    """
+    methods = batch_rank_methods()
+    if method not in methods:
+        close = difflib.get_close_matches(str(method), methods, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise PlanError(f"unknown rank method {method!r}; use one of {list(methods)}{hint}")
 
 
 class Request(BaseModel):
@@ -567,15 +588,18 @@ def rank_request(
 ) -> CognitionFrame:
     """The request's scope ranked as :func:`run_batch` ranks it, by one ``rank`` call.
 
-    A request without a query (or a blank one) is not ranked, except by
-    recency; ``"none"`` never ranks. Every other method is
-    :meth:`CognitionFrame.rank <cognoxium.frame.CognitionFrame.rank>` with the
-    request's query and ``retrieval``'s model, fusion constant and neighbour
-    weight; ``hybrid-lineage`` and ``learned`` look derived items up in
-    ``store``, and ``learned`` scores with ``retrieval.ranker``'s model file
-    (``None``: the shipped model);
-    ``strategies`` assembles under the request's budget, ``profile`` and
-    ``as_of``.
+    ``"none"`` never ranks. Every other method is :meth:`CognitionFrame.rank
+    <cognoxium.frame.CognitionFrame.rank>` with the arguments its entry in the
+    rank registry takes from the request
+    (:meth:`~cognoxium.engine.ranks.RankEntry.batch_arguments`): for the
+    built-in methods the request's query, ``retrieval``'s model, fusion
+    constant and neighbour weight; ``hybrid-lineage`` and ``learned`` look
+    derived items up in ``store``, and ``learned`` scores with
+    ``retrieval.ranker``'s model file (``None``: the shipped model);
+    ``strategies`` assembles under the request's item budget (its budget
+    minus its reserve), ``profile`` and ``as_of``. A request without a query
+    (or a blank one) is not ranked by a method that takes one (all built-in
+    ones but recency and priority).
 
     Parameters
     ----------
@@ -584,7 +608,7 @@ def rank_request(
     request
         The request.
     method
-        One of :data:`RANK_METHODS`.
+        One of :func:`batch_rank_methods`.
     store
         The whole store (for ``hybrid-lineage`` and ``learned``); ``None``
         means the scope.
@@ -600,6 +624,11 @@ def rank_request(
     CognitionFrame
         ``scope`` with one more plan node, or ``scope`` itself when unranked.
 
+    Raises
+    ------
+    PlanError
+        If ``method`` is not one of :func:`batch_rank_methods`.
+
     Examples
     --------
     >>> scope = CognitionFrame([{"id": "a", "role": "user", "text": "refund"}])
@@ -607,39 +636,37 @@ def rank_request(
     >>> print(ranked.explain().splitlines()[0])
     Rank bm25 query='refund'
     """
-    query = request.query if request.query is not None and request.query.strip() else None
-    if method == "recency":
-        return scope.rank("recency")
-    if method == "none" or query is None:
+    check_rank_method(method)
+    if method == NO_RANK:
         return scope
-    if method == "bm25":
-        return scope.rank("bm25", query=query)
-    settings = retrieval if retrieval is not None else RetrievalSettings()
-    if method == "learned":
-        return scope.rank(
-            "learned",
-            query=query,
-            model=settings.ranker,
-            lineage=store if store is not None else scope,
-        )
-    if method == "embedding":
-        return scope.rank("embedding", query=query, model=settings.model)
-    if method == "strategies":
-        return scope.rank(
-            "strategies",
-            query=query,
-            budget=request.budget - request.options.reserve,
-            as_of=as_of,
-            profile=profile,
-            model=settings.model,
-        )
-    return scope.rank(
-        method,
+    context = _rank_context(
+        request,
+        lineage=store if store is not None else scope,
+        retrieval=retrieval,
+        profile=profile,
+        as_of=as_of,
+    )
+    arguments = rank_entry(method).batch_arguments(context)
+    return scope if arguments is None else scope.rank(method, **arguments)
+
+
+def _rank_context(
+    request: Request,
+    *,
+    lineage: object,
+    retrieval: RetrievalSettings | None,
+    profile: str | TokenProfile,
+    as_of: datetime | None,
+) -> RankContext:
+    """What ``request`` gives the rank of its scope (see :func:`rank_request`)."""
+    query = request.query if request.query is not None and request.query.strip() else None
+    return RankContext(
         query=query,
-        model=settings.model,
-        rrf_k=settings.rrf_k,
-        neighbours=settings.neighbours,
-        lineage=store if method == "hybrid-lineage" else None,
+        budget=request.budget - request.options.reserve,
+        as_of=as_of,
+        profile=profile,
+        retrieval=retrieval if retrieval is not None else RetrievalSettings(),
+        lineage=lineage,
     )
 
 
@@ -703,21 +730,24 @@ def run_batch(
 
     ============== ===========================================================
     rank           scores (requests without a query are not ranked, except
-                   by recency)
+                   by recency and priority)
     ============== ===========================================================
-    learned        the shipped learned ranker (logistic regression over
-                   ranking features: the hybrid-lineage lists, BM25 of
-                   windows and of derived items, speaker, time and cost;
-                   :mod:`cognoxium.retrieval.learned`), or the model file
-                   of ``retrieval.ranker``; the store is its lineage
+    bm25           Okapi BM25; the scope's queries are scored together
+    embedding      embedding cosine (all-MiniLM-L6-v2 by default)
+    hybrid         reciprocal rank fusion of BM25 and embedding cosine;
+                   k = 5 by default
     hybrid-lineage reciprocal rank fusion of BM25, embedding cosine, the
                    cosine of each item with the item before it, and the best
                    cosine of the store's items derived from it (observations,
                    summaries: lineage expansion); k = 10 by default
-    hybrid         reciprocal rank fusion of BM25 and embedding cosine;
-                   k = 5 by default
-    embedding      embedding cosine (all-MiniLM-L6-v2 by default)
-    bm25           Okapi BM25
+    learned        the default: the shipped learned ranker (logistic
+                   regression over ranking features: the hybrid-lineage
+                   lists, BM25 of windows and of derived items, speaker, time
+                   and cost; :mod:`cognoxium.retrieval.learned`), or the
+                   model file of ``retrieval.ranker``; the store is its
+                   lineage
+    recency        the ``created_at`` time
+    priority       the priority
     strategies     the context strategy registry's default assembly
                    (:class:`cognoxium.strategies.ContextAssembler`) under the
                    request's budget: its fragments first, by relevance. Its
@@ -725,9 +755,11 @@ def run_batch(
                    breakers apply, so a strategy that times out changes the
                    ranking of later requests: byte-identical manifests hold
                    only while no strategy times out.
-    recency        the ``created_at`` time
     none           no ranking: the scope's order and priorities
     ============== ===========================================================
+
+    A method an application registers
+    (:func:`~cognoxium.engine.ranks.register_rank`) is offered too.
 
     Parameters
     ----------
@@ -752,7 +784,7 @@ def run_batch(
         ``as_of`` of ``None`` means the current time, read once for the
         whole batch; give a fixed time for byte-identical manifests.
     rank
-        One of :data:`RANK_METHODS` (table above).
+        One of :func:`batch_rank_methods` (table above).
     retrieval
         Model, RRF constant (``None``: the method's own) and neighbour
         expansion of the embedding and fused rank methods.
@@ -793,7 +825,7 @@ def run_batch(
         If a request's required items alone exceed its budget; the message
         names the request and the items.
     PlanError
-        If ``rank`` is not one of :data:`RANK_METHODS`, or ``manifests`` not
+        If ``rank`` is not one of :func:`batch_rank_methods`, or ``manifests`` not
         one of :data:`~cognoxium.packing.manifests.MANIFEST_FORMS`.
     OutputError
         If another run is writing ``out_dir`` (it holds the lock), or
@@ -901,8 +933,7 @@ def prepare_requests(
     ...     options=PackOptions(reserve=10))]
     [10, 5]
     """
-    if rank not in RANK_METHODS:
-        raise PlanError(f"unknown rank method {rank!r}; use one of {list(RANK_METHODS)}")
+    check_rank_method(rank)
     if manifests not in MANIFEST_FORMS:
         raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
     seen: set[str] = set()
@@ -944,7 +975,7 @@ def _write_batch(
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     units = batch_units(requests)
     scopes = ScopeIndex(frame, units)
-    lineage = scopes.derived if settings.rank in READS_LINEAGE else _no_lineage
+    lineage = scopes.derived if settings.reads_lineage else _no_lineage
     latencies: list[float] = []
     with (
         (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
@@ -966,10 +997,6 @@ def _write_batch(
         p95_ms=_percentile(latencies, 95),
         latencies_ms=tuple(latencies),
     )
-
-
-READS_LINEAGE: tuple[str, ...] = ("learned", "hybrid-lineage")
-"""The rank methods that read the items derived from a scope's items (their lineage)."""
 
 
 def _no_lineage(scope: pl.DataFrame) -> None:
@@ -1014,7 +1041,7 @@ class BatchSettings:
         The batch's pack options, ``as_of`` fixed (the time of the requests
         without their own): what each request's options start from.
     rank
-        One of :data:`RANK_METHODS`.
+        One of :func:`batch_rank_methods`.
     retrieval
         Model, fusion constant, neighbour weight and ranker file of the rank methods.
     """
@@ -1022,6 +1049,11 @@ class BatchSettings:
     options: PackOptions = field(default_factory=lambda: PackOptions().at_time())
     rank: RankMethod = "learned"
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+
+    @property
+    def reads_lineage(self) -> bool:
+        """Whether the rank reads the items derived from a scope's items (its lineage)."""
+        return self.rank != NO_RANK and rank_entry(self.rank).reads_lineage
 
 
 class PreparedScope:
@@ -1046,13 +1078,15 @@ class PreparedScope:
         """The scope's rows."""
         self.settings = settings
         self._pack: PackScope | None = None
-        self._ranks: dict[tuple[Any, ...], pl.Series | None] = {}
-        self._bm25: tuple[list[str], tuple[str, str]] | None = None
+        self._ranks: dict[tuple[Any, ...], pl.Series] = {}
 
     @cached_property
     def frame(self) -> CognitionFrame:
-        """The scope as a frame (what :func:`rank_request` ranks)."""
-        return CognitionFrame(self.df)
+        """The scope as a frame (what :func:`rank_request` ranks).
+
+        Its rows come from the checked store, so they are not checked again.
+        """
+        return CognitionFrame._of_checked(self.df)
 
     def pack(self, request: Request) -> PackScope:
         """The scope's :class:`PackScope`, made at the first request (whose error it raises)."""
@@ -1066,65 +1100,21 @@ class PreparedScope:
         """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
 
         The same as the ``rank`` column of :func:`rank_request`'s frame;
-        computed once per query (and, for ``strategies``, per budget and time).
+        computed once per rank key (the query, and what else the method
+        takes from the request: see
+        :meth:`~cognoxium.engine.ranks.RankEntry.batch_key`).
         """
         key = self._rank_key(request, as_of)
         if key is None:
             return None
         if key not in self._ranks:
-            query = key[0] if key else None
-            self._ranks[key] = self._score(request, query, as_of)
+            ranked = self._ranked(request, as_of)
+            self._ranks[key] = _packing(request, ranked.collect).get_column("rank")
         return self._ranks[key]
 
-    def _rank_key(self, request: Request, as_of: datetime | None) -> tuple[Any, ...] | None:
-        """The key of the request's rank in the scope's ranks (``None``: not ranked)."""
-        method = self.settings.rank
-        query = request.query if request.query is not None and request.query.strip() else None
-        if method != "recency" and (method == "none" or query is None):
-            return None
-        if method == "strategies":
-            return (query, request.budget - request.options.reserve, as_of)
-        return (query,) if method != "recency" else ()
-
-    def rank_all(self, requests: Sequence[Request]) -> None:
-        """Rank the new queries of ``requests`` at once, where the method allows (BM25).
-
-        BM25 tokenizes all the queries in one call; the other methods rank
-        each query when its first request comes (:meth:`rank`).
-        """
-        if self.settings.rank != "bm25":
-            return
-        queries = sorted(
-            {
-                r.query
-                for r in requests
-                if r.query is not None and r.query.strip() and (r.query,) not in self._ranks
-            }
-        )
-        if not queries:
-            return
-        docs, key = self._corpus()
-        for query, scores in zip(
-            queries, bm25_scores_many(docs, queries, cache_key=key), strict=True
-        ):
-            self._ranks[(query,)] = pl.Series("rank", scores, dtype=pl.Float64)
-
-    def _corpus(self) -> tuple[list[str], tuple[str, str]]:
-        """The scope's texts and BM25 corpus key, as its plan node scores them, made once."""
-        if self._bm25 is None:
-            texts = self.df.select(packed_text_expr()).to_series()
-            self._bm25 = (
-                texts.cast(pl.String).fill_null("").to_list(),
-                corpus_key(self.df.get_column("content_hash")),
-            )
-        return self._bm25
-
-    def _score(self, request: Request, query: str | None, as_of: datetime | None) -> pl.Series:
-        if self.settings.rank == "bm25" and query is not None:
-            docs, key = self._corpus()
-            scores = bm25_scores(docs, query, cache_key=key)
-            return pl.Series("rank", scores, dtype=pl.Float64)
-        ranked = rank_request(
+    def _ranked(self, request: Request, as_of: datetime | None) -> CognitionFrame:
+        """The scope as :func:`rank_request` ranks it for ``request``."""
+        return rank_request(
             self.frame,
             request,
             self.settings.rank,
@@ -1133,7 +1123,44 @@ class PreparedScope:
             profile=self.settings.options.profile,
             as_of=as_of,
         )
-        return _packing(request, ranked.collect).get_column("rank")
+
+    def _rank_key(self, request: Request, as_of: datetime | None) -> tuple[Any, ...] | None:
+        """The key of the request's rank in the scope's ranks (``None``: not ranked)."""
+        method = self.settings.rank
+        if method == NO_RANK:
+            return None
+        context = _rank_context(
+            request,
+            lineage=self.store,
+            retrieval=self.settings.retrieval,
+            profile=self.settings.options.profile,
+            as_of=as_of,
+        )
+        return rank_entry(method).batch_key(context)
+
+    def rank_all(self, requests: Sequence[Request]) -> None:
+        """Rank the new rank keys of ``requests`` at once, where the method allows (BM25).
+
+        The rank nodes of the requests go to
+        :func:`~cognoxium.engine.ranks.collect_ranks`, whose batched lowering
+        scores them in one pass (BM25 tokenizes all the queries in one
+        call); a method without a batched lowering ranks each key when its
+        first request comes (:meth:`rank`).
+        """
+        method = self.settings.rank
+        if method == NO_RANK or rank_entry(method).lower_many is None:
+            return
+        nodes: dict[tuple[Any, ...], Rank] = {}
+        for request in requests:
+            when = request.options.as_of
+            key = self._rank_key(request, when)
+            if key is None or key in self._ranks or key in nodes:
+                continue
+            plan = self._ranked(request, when)._plan
+            assert isinstance(plan, Rank)
+            nodes[key] = plan
+        for key, column in zip(nodes, collect_ranks(list(nodes.values())), strict=True):
+            self._ranks[key] = column
 
 
 def _packing(request: Request, work: Callable[[], _T]) -> _T:

@@ -199,6 +199,15 @@ class _Group(TyperGroup):
         with _help_width():
             return super().main(*args, **kwargs)
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command ``cmd_name``, its rank options' help naming the methods there are now."""
+        command = super().get_command(ctx, cmd_name)
+        for param in getattr(command, "params", ()):
+            live = _LIVE_HELP.get(param.name)
+            if live is not None:
+                param.help = live()
+        return command
+
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().make_context(*args, **kwargs)
@@ -289,19 +298,6 @@ app = typer.Typer(
 )
 
 
-class Rank(StrEnum):
-    """Ranking methods of the command line (see :func:`cognoxium.app.batch.run_batch`)."""
-
-    LEARNED = "learned"
-    HYBRID_LINEAGE = "hybrid-lineage"
-    HYBRID = "hybrid"
-    EMBEDDING = "embedding"
-    BM25 = "bm25"
-    STRATEGIES = "strategies"
-    RECENCY = "recency"
-    NONE = "none"
-
-
 class StartOn(StrEnum):
     """Where a pack's conversation starts after its system block (see ``pack``)."""
 
@@ -352,13 +348,72 @@ def _manifest_files(out: Path, form: ManifestFormat) -> dict[str, str]:
     }
 
 
-_RANK_HELP = (
-    "How to rank each scope by its query: learned (a logistic model over ranking features, "
-    "fitted on LoCoMo; see cognoxium train-ranker), hybrid-lineage (reciprocal rank fusion "
-    "of BM25, embedding cosine, the cosine of each item read with the one before it, and the "
-    "best cosine of items derived from it), hybrid (BM25 and embedding), embedding, bm25, "
-    "strategies (the context strategy registry's assembly), recency, or none."
+_BUILT_IN_RANKS = (
+    "bm25",
+    "embedding",
+    "hybrid",
+    "hybrid-lineage",
+    "learned",
+    "recency",
+    "priority",
+    "strategies",
+    "none",
 )
+"""The rank methods a help names before the engine is loaded: ``--help`` loads no engine.
+
+The rank registry's built-in methods and ``none``, as
+:func:`cognoxium.app.batch.batch_rank_methods` gives them (a test holds the two
+equal). Once the engine is loaded the help names the registry's methods,
+which include those an application registered.
+"""
+
+
+def _rank_methods() -> tuple[str, ...]:
+    """The methods ``--rank`` takes, as the help names them (see :data:`_BUILT_IN_RANKS`)."""
+    if "cognoxium.engine.ranks" not in sys.modules:
+        return _BUILT_IN_RANKS
+    from cognoxium.app.batch import batch_rank_methods
+
+    return batch_rank_methods()
+
+
+def _rank_help() -> str:
+    return (
+        f"How to rank each scope by its query: {', '.join(_rank_methods())}. The default, "
+        "learned, is a logistic model over ranking features fitted on LoCoMo (see cognoxium "
+        "train-ranker); hybrid-lineage fuses BM25, embedding cosine, the cosine of each item "
+        "read with the one before it and the best cosine of items derived from it; "
+        "strategies is the context strategy registry's assembly; none keeps the scope's "
+        "order. Every method is described under CognitionFrame.rank."
+    )
+
+
+def _compare_help() -> str:
+    return (
+        "Comma-separated rank methods to run on the same questions in the same run for the "
+        f"report's comparison (files in DIR/compare/<method>/), each one of "
+        f"{', '.join(_rank_methods())}; '' compares none."
+    )
+
+
+_LIVE_HELP: dict[str, Callable[[], str]] = {"rank": _rank_help, "compare": _compare_help}
+"""The options whose help :class:`_Group` writes when a command runs, by parameter name."""
+
+
+def _rank_option(value: str) -> str:
+    """Check ``--rank`` against the rank registry (when the command runs, not for its help)."""
+    from cognoxium.app.batch import check_rank_method
+
+    try:
+        check_rank_method(value)
+    except CognoxiumError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+_RankOption = Annotated[
+    str, typer.Option(help=_rank_help(), metavar="METHOD", callback=_rank_option)
+]
 _Model = Annotated[
     str,
     typer.Option(help="Embedding model of the retrieval ranks: minilm or local_hash."),
@@ -608,7 +663,7 @@ def pack_command(
         ),
     ],
     profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP, metavar="METHOD")] = Rank.LEARNED,
+    rank: _RankOption = "learned",
     manifests: _Manifests = ManifestFormat.PARQUET,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
@@ -730,7 +785,7 @@ def pack_command(
             batch,
             out_dir=out,
             options=options,
-            rank=rank.value,
+            rank=rank,
             retrieval=retrieval,
             manifests=manifests.value,
             progress=progress and not (quiet or json_output),
@@ -854,14 +909,8 @@ def locomo_command(
     budgets: Annotated[
         str, typer.Option(help="Comma-separated token budgets.", callback=_budgets)
     ] = "512,1024,2048,4096",
-    rank: Annotated[Rank, typer.Option(help=_RANK_HELP, metavar="METHOD")] = Rank.LEARNED,
-    compare: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated rank methods to run on the same questions in the same run "
-            "for the report's comparison (files in DIR/compare/<method>/); '' for none.",
-        ),
-    ] = "bm25,recency",
+    rank: _RankOption = "learned",
+    compare: Annotated[str, typer.Option(help=_compare_help())] = "bm25,recency",
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
     ranker: _Ranker = None,
@@ -887,26 +936,29 @@ def locomo_command(
     """
     from rich.console import Console
 
+    from cognoxium.app.batch import check_rank_method
     from cognoxium.app.locomo import run_locomo
 
     # The callback has already turned the text into a list of budgets.
     chosen: list[int] = budgets  # type: ignore[assignment]
     retrieval = _retrieval(model, neighbours, ranker)
-    try:
-        others = [Rank(name.strip()).value for name in compare.split(",") if name.strip()]
-    except ValueError:
-        raise typer.BadParameter(
-            f"{compare!r} is not a list of {[r.value for r in Rank]}", param_hint="--compare"
-        ) from None
+    others = [name.strip() for name in compare.split(",") if name.strip()]
+    for name in others:
+        try:
+            check_rank_method(name)
+        except CognoxiumError as exc:
+            raise typer.BadParameter(
+                f"{compare!r} is not a list of rank methods: {exc}", param_hint="--compare"
+            ) from None
     try:
         report = run_locomo(
             path,
             out,
             chosen,
-            rank=rank.value,
+            rank=rank,
             profile=profile,
             progress=progress and not (quiet or json_output),
-            compare=others,  # type: ignore[arg-type]
+            compare=others,
             retrieval=retrieval,
             loco=loco,
             manifests=manifests.value,

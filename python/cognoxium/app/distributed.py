@@ -84,7 +84,6 @@ from cognoxium.app._scopes import (
     scope_values,
 )
 from cognoxium.app.batch import (
-    READS_LINEAGE,
     BatchSettings,
     BatchStats,
     PreparedScope,
@@ -331,7 +330,7 @@ def _pack_one(
     if scope.height == 0:
         return None
     store = part
-    if batch.rank in READS_LINEAGE:
+    if batch.reads_lineage:
         store = CognitionFrame._of_checked(index.derived(scope))
     return pack_scope(store, unit.requests, batch, prepared=PreparedScope(store, scope, batch))
 

@@ -27,14 +27,20 @@ import numpy as np
 import polars as pl
 
 from cognoxium.app._outputs import committed_output
-from cognoxium.app.batch import RANK_METHODS, BatchStats, RankMethod, Request, run_batch
+from cognoxium.app.batch import (
+    BatchStats,
+    RankMethod,
+    Request,
+    check_rank_method,
+    run_batch,
+)
 from cognoxium.app.locomo_dataset import (
     ANSWERABLE_CATEGORIES,
     DEFAULT_BUDGETS,
     file_sha256,
     read_locomo,
 )
-from cognoxium.exceptions import PlanError, RecordError
+from cognoxium.exceptions import RecordError
 from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
 from cognoxium.packing.manifests import ManifestForm, ManifestWriter, read_manifests
@@ -222,7 +228,7 @@ def run_locomo(
     budgets
         Token budgets; every question is packed once per budget.
     rank
-        One of :data:`cognoxium.app.batch.RANK_METHODS`; the default,
+        One of :func:`cognoxium.app.batch.batch_rank_methods`; the default,
         ``learned``, scores each turn with the shipped logistic model over
         ranking features (the ``hybrid-lineage`` fusion of BM25, embeddings,
         neighbour windows and lineage expansion, plus BM25 views, speaker,
@@ -272,14 +278,13 @@ def run_locomo(
         If the file is not LoCoMo-shaped.
     PlanError
         If ``rank`` or a ``compare`` method is not one of
-        :data:`~cognoxium.app.batch.RANK_METHODS`.
+        :func:`~cognoxium.app.batch.batch_rank_methods`.
     OutputError
         If another run is writing ``out_dir``, or it is a non-empty
         directory or a link that no run wrote.
     """
     for method in (rank, *compare):
-        if method not in RANK_METHODS:
-            raise PlanError(f"unknown rank method {method!r}; use one of {list(RANK_METHODS)}")
+        check_rank_method(method)
     imported = read_locomo(path)
     items = imported.items()
     requests = imported.requests(budgets)

@@ -11,7 +11,8 @@ import polars as pl
 
 from cognoxium.engine.lowering import lower
 from cognoxium.engine.optimizer import OptFlags, optimize
-from cognoxium.engine.plan import LazySource, Node, Rank, Scan, changes_item_values, walk
+from cognoxium.engine.plan import LazySource, Node, Scan, changes_item_values, walk
+from cognoxium.engine.ranks import Rank
 from cognoxium.exceptions import DependencyError, PlanError, RecordError, SchemaError
 from cognoxium.items.scan import ScanRead, atomic_path
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA_VERSION

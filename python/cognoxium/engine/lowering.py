@@ -9,10 +9,8 @@ result). Scorers run batched over whole columns.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from cognoxium._columns import (
@@ -30,30 +28,17 @@ from cognoxium.engine.plan import (
     Limit,
     Node,
     Quarantine,
-    Rank,
-    RankBM25,
-    RankEmbedding,
-    RankHybrid,
-    RankHybridLineage,
-    RankLearned,
-    RankPriority,
-    RankRecency,
-    RankStrategies,
     Redact,
     Scan,
     Select,
     Sort,
-    Source,
     TopK,
     WithColumns,
 )
 from cognoxium.exceptions import PlanError
 from cognoxium.items.schema import mapped_expr, packed_text_expr
 
-if TYPE_CHECKING:
-    from cognoxium.retrieval.scope import RetrievalSettings
-
-__all__ = ["HANDLERS", "lower", "lower_node", "rank_batches", "register"]
+__all__ = ["HANDLERS", "Handler", "lower", "lower_node", "register"]
 
 Handler = Callable[..., pl.LazyFrame]
 """``handler(node, *inputs) -> LazyFrame``, one input per child of ``node``."""
@@ -85,25 +70,12 @@ def lower_node(node: Node, inputs: Sequence[pl.LazyFrame]) -> pl.LazyFrame:
         If no handler is registered for the node's type.
     """
     handler = HANDLERS.get(type(node))
-    if handler is None and isinstance(node, RankStrategies):
-        handler = _strategies_handler()
     if handler is None:
         raise PlanError(
             f"no lowering for plan node {type(node).__name__}; register a handler "
             "in cognoxium.engine.lowering"
         )
     return handler(node, *inputs)
-
-
-def _strategies_handler() -> Handler:
-    """The handler of ``rank("strategies")``, registered by the strategies layer on import.
-
-    The strategy registry and its backends (BM25, embeddings, graph, temporal
-    tiers) load only for a plan that ranks by them.
-    """
-    import cognoxium.strategies.ranking  # noqa: F401  (registers the handler)
-
-    return HANDLERS[RankStrategies]
 
 
 def lower(plan: Node) -> pl.LazyFrame:
@@ -185,156 +157,6 @@ def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
         threshold=node.threshold,
         as_of=node.as_of,
     )
-
-
-def _with_rank(schema: pl.Schema) -> pl.Schema:
-    out = pl.Schema(schema)
-    out["rank"] = pl.Float64()
-    return out
-
-
-def rank_batches(
-    lf: pl.LazyFrame, scores: Callable[[pl.DataFrame], npt.NDArray[np.float64]]
-) -> pl.LazyFrame:
-    """Write ``scores(rows)`` as the ``rank`` column, computed over all rows in one call.
-
-    BM25's IDF and fused ranks depend on every row reaching the rank, so no
-    filter, projection or slice may pass it (embedding scores alone are per
-    row, but share this one batched call).
-
-    Parameters
-    ----------
-    lf
-        The rows to rank.
-    scores
-        Maps the collected rows to ``(n,)`` scores, higher is better.
-
-    Returns
-    -------
-    polars.LazyFrame
-        ``lf`` with the float64 ``rank`` column.
-    """
-
-    def score(df: pl.DataFrame) -> pl.DataFrame:
-        return df.with_columns(pl.Series("rank", scores(df), dtype=pl.Float64))
-
-    return lf.map_batches(
-        score,
-        schema=_with_rank(lf.collect_schema()),
-        predicate_pushdown=False,
-        projection_pushdown=False,
-        slice_pushdown=False,
-        streamable=False,
-    )
-
-
-@register(RankPriority)
-def _rank_priority(node: RankPriority, lf: pl.LazyFrame) -> pl.LazyFrame:
-    return lf.with_columns(pl.col("priority").cast(pl.Float64).alias("rank"))
-
-
-@register(RankRecency)
-def _rank_recency(node: RankRecency, lf: pl.LazyFrame) -> pl.LazyFrame:
-    from cognoxium.retrieval.ranking import recency_expr
-
-    return lf.with_columns(recency_expr(half_life=node.half_life, reference=node.reference))
-
-
-_BM25_CORPUS = "bm25_corpus"
-"""Key of a table's BM25 corpus (packed texts and index cache key) in its source's cache."""
-
-
-def _table_cache(node: Rank) -> dict[str, Any] | None:
-    """The cache of the in-memory table a rank scores as stored, else None.
-
-    A rank directly over a whole :class:`Source` scores the table's rows,
-    which never change, so what they alone decide may be kept with the table.
-    """
-    scan = node.input
-    if isinstance(scan, Scan) and isinstance(scan.source, Source) and scan.columns is None:
-        return scan.source.cache
-    return None
-
-
-@register(RankBM25)
-def _rank_bm25(node: RankBM25, lf: pl.LazyFrame) -> pl.LazyFrame:
-    from cognoxium.retrieval.ranking import bm25_scores, corpus_key
-
-    kept = _table_cache(node)
-
-    def corpus(df: pl.DataFrame) -> tuple[pl.Series, tuple[str, str]]:
-        found: tuple[pl.Series, tuple[str, str]] | None = (
-            None if kept is None else kept.get(_BM25_CORPUS)
-        )
-        if found is None:
-            texts = df.select(packed_text_expr()).to_series()
-            found = (texts, corpus_key(df.get_column("content_hash")))
-            if kept is not None:
-                kept[_BM25_CORPUS] = found
-        return found
-
-    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
-        texts, key = corpus(df)
-        return bm25_scores(texts, node.query, cache_key=key)
-
-    return rank_batches(lf, scores)
-
-
-@register(RankEmbedding)
-def _rank_embedding(node: RankEmbedding, lf: pl.LazyFrame) -> pl.LazyFrame:
-    from cognoxium.retrieval.embeddings import embedding_scores
-
-    return rank_batches(lf, lambda df: embedding_scores(df, node.query, node.model))
-
-
-def _settings(node: RankHybrid | RankHybridLineage) -> RetrievalSettings:
-    from cognoxium.retrieval.scope import RetrievalSettings
-
-    return RetrievalSettings(model=node.model, rrf_k=node.rrf_k, neighbours=node.neighbours)
-
-
-@register(RankHybrid)
-def _rank_hybrid(node: RankHybrid, lf: pl.LazyFrame) -> pl.LazyFrame:
-    from cognoxium.retrieval.scope import scope_retriever
-
-    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
-        return scope_retriever(df, "hybrid", _settings(node)).scores(node.query)
-
-    return rank_batches(lf, scores)
-
-
-@register(RankHybridLineage)
-def _rank_hybrid_lineage(
-    node: RankHybridLineage, lf: pl.LazyFrame, lineage: pl.LazyFrame
-) -> pl.LazyFrame:
-    from cognoxium.retrieval.scope import scope_retriever
-
-    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
-        # The lineage plan identifies its rows (a scan's source is equal only
-        # to itself), so a batch over one store collects and links it once.
-        retriever = scope_retriever(
-            df, "hybrid-lineage", _settings(node), lineage=lineage.collect, lineage_key=node.lineage
-        )
-        return retriever.scores(node.query)
-
-    return rank_batches(lf, scores)
-
-
-@register(RankLearned)
-def _rank_learned(node: RankLearned, lf: pl.LazyFrame, lineage: pl.LazyFrame) -> pl.LazyFrame:
-    from cognoxium.retrieval.features import feature_extractor
-    from cognoxium.retrieval.learned import learned_scores, load_model
-    from cognoxium.retrieval.scope import RetrievalSettings
-
-    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
-        model = load_model(node.model)
-        settings = RetrievalSettings(model=model.embedding_model)
-        extractor = feature_extractor(
-            df, settings, lineage=lineage.collect, lineage_key=node.lineage
-        )
-        return learned_scores(extractor, node.query, model)
-
-    return rank_batches(lf, scores)
 
 
 _MATCH = "__cognoxium_match"

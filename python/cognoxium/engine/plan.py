@@ -14,19 +14,18 @@ unknown column, a non-boolean predicate, a negative limit) raises
 
 Barrier nodes (``barrier = True``) are never crossed by an optimizer rule:
 nothing is moved from one side of them to the other. Redact, quarantine and
-demote are barriers. Filters additionally never cross :class:`Rank`,
-:class:`Dedupe`, :class:`Limit` or :class:`TopK`, because each of those
-depends on which rows reach it.
+demote are barriers. Filters additionally never cross a rank
+(:class:`~cognoxium.engine.ranks.Rank`, one node type per rank method, declared
+in :mod:`cognoxium.engine.ranks`), :class:`Dedupe`, :class:`Limit` or
+:class:`TopK`, because each of those depends on which rows reach it.
 """
 
 from __future__ import annotations
 
-import difflib
 import io
 import json
-import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from functools import lru_cache, reduce
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -40,12 +39,10 @@ from cognoxium.items._checks import to_utc
 if TYPE_CHECKING:
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
     from cognoxium.items.scan import ItemScan
-    from cognoxium.tokens.profiles import TokenProfile
 
 __all__ = [
     "JOIN_HOWS",
-    "RANK_METHODS",
-    "RANK_NODES",
+    "TEXT_COLUMNS",
     "Dedupe",
     "Demote",
     "Expression",
@@ -55,15 +52,6 @@ __all__ = [
     "Limit",
     "Node",
     "Quarantine",
-    "Rank",
-    "RankBM25",
-    "RankEmbedding",
-    "RankHybrid",
-    "RankHybridLineage",
-    "RankLearned",
-    "RankPriority",
-    "RankRecency",
-    "RankStrategies",
     "Redact",
     "Scan",
     "Select",
@@ -72,9 +60,9 @@ __all__ = [
     "TopK",
     "WithColumns",
     "changes_item_values",
+    "check_time",
     "format_plan",
     "polars_error_text",
-    "rank_node",
     "rewrite",
     "walk",
 ]
@@ -893,11 +881,11 @@ class Dedupe(Node):
     def _check(self) -> None:
         from cognoxium.governance.dedupe import check_dedupe
 
-        object.__setattr__(self, "as_of", _check_time("dedupe as_of", self.as_of))
+        object.__setattr__(self, "as_of", check_time("dedupe as_of", self.as_of))
         self._require(self.by, "dedupe")
         check_dedupe(self.by, self.normalize, self.threshold)
         if self.normalize or self.threshold is not None:
-            self._require(_TEXT_COLUMNS, "dedupe(normalize=..., threshold=...)")
+            self._require(TEXT_COLUMNS, "dedupe(normalize=..., threshold=...)")
         if self.merge:
             self._require(("id",), "dedupe(merge=True)")
         if self.as_of is not None:
@@ -918,93 +906,21 @@ class Dedupe(Node):
         return f"Dedupe by [{key}]" + (" merge" if self.merge else "") + when
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Rank(Node):
-    """Base of the rank nodes: write a ``rank`` column (float64, higher is better).
+TEXT_COLUMNS: Final = ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash")
+"""The columns an item's packed text is read from.
 
-    Every row is scored; rows, their order and the other columns are kept.
-    Each method is its own node type with its own arguments, named by the
-    class attribute ``method`` (see :data:`RANK_METHODS`), and lowered by its
-    own handler. Scores depend on every row reaching the node (BM25's IDF,
-    fused ranks), so no optimizer rule moves a filter, limit or projection
-    across a rank. Ties are left as ties; a null input gives a null rank.
+See :func:`~cognoxium.items.schema.packed_text_expr`.
+"""
+
+
+def check_time(name: str, value: datetime | None) -> datetime | None:
+    """``value`` in UTC, ``None`` kept; a node's check of a time argument named ``name``.
+
+    Raises
+    ------
+    PlanError
+        If ``value`` is not a timezone-aware datetime, or is out of range in UTC.
     """
-
-    method: ClassVar[str] = ""
-    columns: ClassVar[tuple[str, ...]] = ()
-    input: Node
-
-    def _check(self) -> None:
-        self._require(self.columns, f"rank({self.method!r})")
-
-    @override
-    def _resolve_schema(self) -> pl.Schema:
-        # Known without lowering: the handler of a method may live in a
-        # higher layer (strategies) that registers it when imported.
-        out = pl.Schema(self.input.schema)
-        out["rank"] = pl.Float64()
-        return out
-
-    def arguments(self) -> dict[str, object]:
-        """The method's arguments as shown by ``explain()``, in field order, set ones only."""
-        out: dict[str, object] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("input", "schema", *self.child_fields) or value is None:
-                continue
-            out[f.name] = value
-        return out
-
-    @override
-    def label(self) -> str:
-        parts = [self.method]
-        for name, value in self.arguments().items():
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif isinstance(value, float):
-                value = f"{value:g}"
-            elif isinstance(value, str) and name == "query":
-                value = repr(value)
-            parts.append(f"{name}={value}")
-        return "Rank " + " ".join(parts)
-
-
-_TEXT_COLUMNS: Final = ("payload_kind", "text", "json", "ref_uri", "ref_title", "content_hash")
-
-
-def _check_query(node: Rank, query: str | None) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise PlanError(f"rank({node.method!r}) needs a non-empty query")
-
-
-def _check_fraction(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise PlanError(f"{name} must be in [0, 1], got {value!r}")
-
-
-def _check_rrf_k(value: float) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value < float("inf")
-    ):
-        raise PlanError(f"rrf_k must be a finite number >= 0, got {value!r}")
-
-
-def _check_model(node: Rank, model: str) -> None:
-    if not isinstance(model, str) or not model:
-        raise PlanError(f"rank({node.method!r}) needs an embedding model name, got {model!r}")
-
-
-def _check_fused(node: Rank, query: str, model: str, rrf_k: float, neighbours: float) -> None:
-    _check_query(node, query)
-    _check_model(node, model)
-    _check_rrf_k(rrf_k)
-    _check_fraction("neighbours", neighbours)
-    Rank._check(node)
-
-
-def _check_time(name: str, value: datetime | None) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, datetime) or value.utcoffset() is None:
@@ -1013,269 +929,6 @@ def _check_time(name: str, value: datetime | None) -> datetime | None:
         return to_utc(value)
     except ValueError as exc:
         raise PlanError(f"{name} {exc}, got {value!r}") from None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankBM25(Rank):
-    """Okapi BM25 of each row's packed text against ``query``, over exactly the rows here.
-
-    0.0 where no query term occurs.
-    """
-
-    method: ClassVar[str] = "bm25"
-    columns: ClassVar[tuple[str, ...]] = _TEXT_COLUMNS
-    query: str
-
-    @override
-    def _check(self) -> None:
-        _check_query(self, self.query)
-        Rank._check(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankEmbedding(Rank):
-    """Cosine similarity of each row's packed text with ``query`` under the embedder ``model``.
-
-    0.0 for empty text; rounded to 6 decimals.
-    """
-
-    method: ClassVar[str] = "embedding"
-    columns: ClassVar[tuple[str, ...]] = _TEXT_COLUMNS
-    query: str
-    model: str = "minilm"
-
-    @override
-    def _check(self) -> None:
-        _check_query(self, self.query)
-        _check_model(self, self.model)
-        Rank._check(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankHybrid(Rank):
-    """Reciprocal rank fusion (constant ``rrf_k``) of the BM25 and embedding orders.
-
-    Each order breaks score ties by id; then neighbour expansion with weight
-    ``neighbours`` (0 = off): ``max(s_i, λ·s_{i-1}, λ·s_{i+1})`` in row order.
-    """
-
-    method: ClassVar[str] = "hybrid"
-    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
-    query: str
-    rrf_k: float
-    model: str = "minilm"
-    neighbours: float = 0.0
-
-    @override
-    def _check(self) -> None:
-        _check_fused(self, self.query, self.model, self.rrf_k, self.neighbours)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankHybridLineage(Rank):
-    """Reciprocal rank fusion of BM25, embedding, neighbour-window and lineage orders.
-
-    The window list scores each row with the row before it (in row order);
-    the lineage list gives each row the best cosine of the rows of
-    ``lineage`` outside the input derived from it (whose ``parents`` hold its
-    id); rows without derived rows are absent from that list. Constant
-    ``rrf_k``, ties by id, then neighbour expansion as for :class:`RankHybrid`.
-    """
-
-    method: ClassVar[str] = "hybrid-lineage"
-    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
-    child_fields: ClassVar[tuple[str, ...]] = ("input", "lineage")
-    lineage: Node
-    query: str
-    rrf_k: float
-    model: str = "minilm"
-    neighbours: float = 0.0
-
-    @override
-    def _check(self) -> None:
-        _check_fused(self, self.query, self.model, self.rrf_k, self.neighbours)
-        missing = [c for c in ("id", "parents", *_TEXT_COLUMNS) if c not in self.lineage.schema]
-        if missing:
-            raise PlanError(f"rank('hybrid-lineage'): the lineage items lack columns {missing}")
-
-    @override
-    def label(self) -> str:
-        return Rank.label(self) + "; lineage from the second input"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankLearned(Rank):
-    """A learned ranker's utility ``log p - c·log_cost`` of each row as evidence for ``query``.
-
-    ``p`` is the logistic model's probability over the ranking features of
-    :mod:`cognoxium.retrieval.features` (the ``hybrid-lineage`` lists, BM25
-    of windows and of derived rows, cosines, speaker, time and cost
-    features), computed over exactly the rows here, with derived rows looked
-    up in ``lineage``; ``model`` is the model file (``None``: the shipped
-    one). Rounded to 9 decimals; ties are left as ties.
-    """
-
-    method: ClassVar[str] = "learned"
-    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id", "role", "metadata")
-    child_fields: ClassVar[tuple[str, ...]] = ("input", "lineage")
-    lineage: Node
-    query: str
-    model: str | None = None
-
-    @override
-    def _check(self) -> None:
-        _check_query(self, self.query)
-        if self.model is not None and (not isinstance(self.model, str) or not self.model):
-            raise PlanError(f"rank('learned'): model must be a file path, got {self.model!r}")
-        Rank._check(self)
-        missing = [c for c in ("id", "parents", *_TEXT_COLUMNS) if c not in self.lineage.schema]
-        if missing:
-            raise PlanError(f"rank('learned'): the lineage items lack columns {missing}")
-
-    @override
-    def label(self) -> str:
-        return Rank.label(self) + "; lineage from the second input"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankRecency(Rank):
-    """Exponential decay ``exp(-ln 2 · age / half_life)`` of ``created_at``.
-
-    Age in seconds before ``reference`` (default: the latest ``created_at``
-    of the rows here); without ``half_life``, the Unix time in seconds.
-    """
-
-    method: ClassVar[str] = "recency"
-    columns: ClassVar[tuple[str, ...]] = ("created_at",)
-    half_life: float | None = None
-    reference: datetime | None = None
-
-    @override
-    def _check(self) -> None:
-        if self.half_life is not None and (
-            isinstance(self.half_life, bool)
-            or not isinstance(self.half_life, int | float)
-            or not math.isfinite(self.half_life)
-            or self.half_life <= 0
-        ):
-            raise PlanError(f"half_life must be positive seconds, got {self.half_life!r}")
-        object.__setattr__(self, "reference", _check_time("reference", self.reference))
-        Rank._check(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankPriority(Rank):
-    """The ``priority`` as a float."""
-
-    method: ClassVar[str] = "priority"
-    columns: ClassVar[tuple[str, ...]] = ("priority",)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankStrategies(Rank):
-    """The context strategy registry's assembly of the rows for ``query`` under ``budget``.
-
-    Rows the assembly selects score their fragment's relevance; the others
-    -1.0. The handler is registered by :mod:`cognoxium.strategies`.
-    """
-
-    method: ClassVar[str] = "strategies"
-    columns: ClassVar[tuple[str, ...]] = (*_TEXT_COLUMNS, "id")
-    query: str
-    budget: int
-    as_of: datetime | None = None
-    profile: str | TokenProfile = "cl100k_base"
-    model: str = "minilm"
-
-    @override
-    def _check(self) -> None:
-        _check_query(self, self.query)
-        _check_model(self, self.model)
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
-            raise PlanError(f"rank('strategies') needs a budget >= 0 tokens, got {self.budget!r}")
-        named = isinstance(self.profile, str) and bool(self.profile)
-        if not named and not hasattr(self.profile, "fingerprint"):
-            raise PlanError(
-                f"rank('strategies') needs a token profile or its name, got {self.profile!r}"
-            )
-
-    @override
-    def arguments(self) -> dict[str, object]:
-        out = Rank.arguments(self)
-        out["profile"] = getattr(self.profile, "name", self.profile)
-        return out
-        object.__setattr__(self, "as_of", _check_time("as_of", self.as_of))
-        Rank._check(self)
-
-
-RANK_NODES: Final[dict[str, type[Rank]]] = {
-    node.method: node
-    for node in (
-        RankBM25,
-        RankEmbedding,
-        RankHybrid,
-        RankHybridLineage,
-        RankLearned,
-        RankRecency,
-        RankPriority,
-        RankStrategies,
-    )
-}
-"""The node type of each rank method."""
-
-RANK_METHODS: Final = tuple(RANK_NODES)
-"""The rank methods, in the order of :data:`RANK_NODES`."""
-
-
-def rank_node(method: str, *, input: Node, **arguments: Any) -> Rank:
-    """Build the rank node of ``method`` over ``input`` with its keyword ``arguments``.
-
-    Arguments set to ``None`` count as not given.
-
-    Raises
-    ------
-    PlanError
-        On an unknown method, an argument the method does not take, a
-        missing query or budget, or a bad value.
-
-    Examples
-    --------
-    >>> scan = Scan(source=Source(pl.DataFrame({"priority": [1, 2]})))
-    >>> rank_node("priority", input=scan).label()
-    'Rank priority'
-    >>> rank_node("priority", input=scan, query="x")
-    Traceback (most recent call last):
-    ...
-    cognoxium.exceptions.PlanError: rank('priority') takes no query; it takes no arguments
-    """
-    node_type = RANK_NODES.get(method) if isinstance(method, str) else None
-    if node_type is None:
-        close = difflib.get_close_matches(str(method), RANK_METHODS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise PlanError(f"unknown rank method {method!r}; use one of {list(RANK_METHODS)}{hint}")
-    given = {name: value for name, value in arguments.items() if value is not None}
-    accepted = [f.name for f in fields(node_type) if f.init and f.name != "input"]
-    extra = [name for name in given if name not in accepted]
-    if extra:
-        takes = ", ".join(a for a in accepted if a not in node_type.child_fields) or "no arguments"
-        raise PlanError(f"rank({method!r}) takes no {', '.join(extra)}; it takes {takes}")
-    required = [
-        f.name
-        for f in fields(node_type)
-        if f.init and f.name != "input" and f.default is MISSING and f.default_factory is MISSING
-    ]
-    missing = [_REQUIRED_TEXT.get(name, name) for name in required if name not in given]
-    if missing:
-        raise PlanError(f"rank({method!r}) needs {' and '.join(missing)}")
-    return node_type(input=input, **given)
-
-
-_REQUIRED_TEXT: Final = {
-    "query": "a non-empty query",
-    "budget": "a budget (tokens)",
-    "lineage": "lineage (the frame holding the derived items)",
-    "rrf_k": "rrf_k (the reciprocal rank fusion constant)",
-}
 
 
 _RETENTIONS: Final = ("required", "preferred", "optional")
@@ -1306,7 +959,7 @@ class Quarantine(Node):
         if not isinstance(self.reason, str) or not self.reason.strip():
             raise PlanError(f"quarantine reason must be non-empty text, got {self.reason!r}")
         if self.predicate is None:
-            self._require(("trust", *_TEXT_COLUMNS[:-1]), "the default detector")
+            self._require(("trust", *TEXT_COLUMNS[:-1]), "the default detector")
 
     @override
     def label(self) -> str:

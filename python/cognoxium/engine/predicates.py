@@ -24,7 +24,6 @@ from cognoxium.engine.plan import (
     LazySource,
     Limit,
     Node,
-    Rank,
     Scan,
     Select,
     Sort,
@@ -32,6 +31,7 @@ from cognoxium.engine.plan import (
     WithColumns,
     polars_error_text,
 )
+from cognoxium.engine.ranks import Rank
 from cognoxium.exceptions import PlanError
 from cognoxium.items.predicate import parse_predicate
 

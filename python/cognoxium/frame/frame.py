@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -34,7 +34,6 @@ from cognoxium.engine.execute import (
 from cognoxium.engine.lowering import lower
 from cognoxium.engine.optimizer import OptFlags, optimize
 from cognoxium.engine.plan import (
-    RANK_NODES,
     Dedupe,
     Demote,
     Expression,
@@ -44,12 +43,6 @@ from cognoxium.engine.plan import (
     Limit,
     Node,
     Quarantine,
-    Rank,
-    RankEmbedding,
-    RankHybrid,
-    RankHybridLineage,
-    RankLearned,
-    RankStrategies,
     Redact,
     Scan,
     Select,
@@ -59,10 +52,10 @@ from cognoxium.engine.plan import (
     WithColumns,
     format_plan,
     polars_error_text,
-    rank_node,
     walk,
 )
 from cognoxium.engine.predicates import row_predicate, sql_predicate
+from cognoxium.engine.ranks import rank_node
 from cognoxium.exceptions import (
     CognoxiumError,
     PlanError,
@@ -80,7 +73,6 @@ from cognoxium.items.scan import (
 )
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.items.validation import conform
-from cognoxium.retrieval.ranking import half_life_seconds
 
 if TYPE_CHECKING:
     from cognoxium.governance.policies import Policy
@@ -96,31 +88,6 @@ _HTML_ROWS = 10
 
 _LABEL_CHARS = 60
 """Characters of the plan root's label a frame's ``repr`` shows."""
-
-
-# ---------------------------------------------------------------------------
-# input
-
-
-# ---------------------------------------------------------------------------
-# rank arguments
-
-_EMBEDDING_RANKS: tuple[type[Rank], ...] = (
-    RankEmbedding,
-    RankHybrid,
-    RankHybridLineage,
-    RankStrategies,
-)
-
-
-def _embedder_name(method: str, model: object) -> str:
-    from cognoxium.retrieval.embeddings import EMBEDDER_NAMES
-
-    if model not in EMBEDDER_NAMES:
-        raise PlanError(
-            f"rank({method!r}): unknown model {model!r}; use one of {list(EMBEDDER_NAMES)}"
-        )
-    return str(model)
 
 
 # ---------------------------------------------------------------------------
@@ -1039,25 +1006,13 @@ class CognitionFrame:
             )
         )
 
-    def rank(
-        self,
-        method: str,
-        *,
-        query: str | None = None,
-        half_life: float | timedelta | None = None,
-        reference: datetime | None = None,
-        model: str | os.PathLike[str] | None = None,
-        rrf_k: float | None = None,
-        neighbours: float | None = None,
-        lineage: CognitionFrame | None = None,
-        budget: int | None = None,
-        as_of: datetime | None = None,
-        profile: str | TokenProfile | None = None,
-    ) -> CognitionFrame:
+    def rank(self, method: str, **arguments: Any) -> CognitionFrame:
         """Score every row into the ``rank`` column (float64, higher is better); order is kept.
 
-        Every method is one plan node, shown by :meth:`explain`. Scores
-        depend on exactly the rows reaching this step.
+        Every method is one plan node, shown by :meth:`explain`, declared in
+        the rank registry (:mod:`cognoxium.engine.ranks`), which checks the
+        arguments each method takes. Scores depend on exactly the rows
+        reaching this step.
 
         ============== ==========================================================
         method         score (and the arguments it takes)
@@ -1101,38 +1056,47 @@ class CognitionFrame:
         Parameters
         ----------
         method
-            One of the methods above.
-        query
-            The query text (bm25, embedding, hybrid, hybrid-lineage, learned,
-            strategies).
-        half_life
-            Recency half-life, in seconds or as a timedelta.
-        reference
-            Recency reference time (timezone-aware; converted to UTC).
-        model
-            The embedder: ``"minilm"`` (the default; all-MiniLM-L6-v2,
-            semantic) or ``"local_hash"`` (hashed bag of words, lexical); see
-            :func:`cognoxium.retrieval.embeddings.get_embedder`. For
-            ``learned``, the path of a model file written by ``cognoxium
-            train-ranker`` (``None``: the shipped model, whose embedder is
-            minilm).
-        rrf_k
-            The reciprocal rank fusion constant (>= 0); default the method's
-            own, :data:`cognoxium.retrieval.RRF_K` (hybrid 5, hybrid-lineage 10).
-        neighbours
-            Neighbour expansion weight ``λ`` in [0, 1] (default 0, off): each
-            item's fused score becomes ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
-        lineage
-            The frame in which derived items are looked up (hybrid-lineage and
-            learned, required): its rows outside this frame whose ``parents`` hold an
-            id of this frame. Often the whole store, of which this frame is a
-            part.
-        budget
-            The strategies' token budget (>= 0 tokens).
-        as_of
-            The strategies' evaluation time (timezone-aware); default none.
-        profile
-            The strategies' token profile or its name (default ``"cl100k_base"``).
+            One of the methods above, or one an application registered
+            (:func:`~cognoxium.engine.ranks.register_rank`).
+        **arguments
+            The method's arguments by name; ``None`` counts as not given.
+            The built-in methods take:
+
+            ``query``
+                The query text (bm25, embedding, hybrid, hybrid-lineage,
+                learned, strategies).
+            ``half_life``
+                Recency half-life, in seconds or as a timedelta.
+            ``reference``
+                Recency reference time (timezone-aware; converted to UTC).
+            ``model``
+                The embedder: ``"minilm"`` (the default; all-MiniLM-L6-v2,
+                semantic) or ``"local_hash"`` (hashed bag of words, lexical);
+                see :func:`cognoxium.retrieval.embeddings.get_embedder`. For
+                ``learned``, the path of a model file written by ``cognoxium
+                train-ranker`` (``None``: the shipped model, whose embedder is
+                minilm).
+            ``rrf_k``
+                The reciprocal rank fusion constant (>= 0); default the
+                method's own, :data:`cognoxium.retrieval.RRF_K` (hybrid 5,
+                hybrid-lineage 10).
+            ``neighbours``
+                Neighbour expansion weight ``λ`` in [0, 1] (default 0, off):
+                each item's fused score becomes
+                ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
+            ``lineage``
+                The frame in which derived items are looked up
+                (hybrid-lineage and learned, required): its rows outside this
+                frame whose ``parents`` hold an id of this frame. Often the
+                whole store, of which this frame is a part.
+            ``budget``
+                The strategies' token budget (>= 0 tokens).
+            ``as_of``
+                The strategies' evaluation time (timezone-aware; converted to
+                UTC); default none.
+            ``profile``
+                The strategies' token profile or its name (default
+                ``"cl100k_base"``).
 
         Raises
         ------
@@ -1164,28 +1128,10 @@ class CognitionFrame:
         ...
         cognoxium.exceptions.PlanError: rank('bm25') takes no half_life; it takes query
         """
-        given: dict[str, Any] = {
-            "query": query,
-            "half_life": half_life_seconds(half_life),
-            "reference": reference,
-            "model": model,
-            "rrf_k": rrf_k,
-            "neighbours": neighbours,
-            "budget": budget,
-            "as_of": as_of,
-            "profile": profile,
+        given = {
+            name: value._plan if isinstance(value, CognitionFrame) else value
+            for name, value in arguments.items()
         }
-        node_type = RANK_NODES.get(method) if isinstance(method, str) else None
-        if lineage is not None:
-            given["lineage"] = lineage._plan
-        if node_type in _EMBEDDING_RANKS:
-            given["model"] = _embedder_name(method, model if model is not None else "minilm")
-        elif node_type is RankLearned and isinstance(model, os.PathLike):
-            given["model"] = os.fspath(model)
-        if node_type in (RankHybrid, RankHybridLineage) and rrf_k is None:
-            from cognoxium.retrieval.scope import RRF_K
-
-            given["rrf_k"] = RRF_K[method]
         return self._wrap(rank_node(method, input=self._plan, **given))
 
     def quarantine(

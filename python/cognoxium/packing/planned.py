@@ -23,7 +23,8 @@ from datetime import datetime
 import polars as pl
 
 from cognoxium.engine.execute import checked_rows, lowered
-from cognoxium.engine.plan import Dedupe, Node, Rank, Scan, Source, rewrite
+from cognoxium.engine.plan import Dedupe, Node, Scan, Source, rewrite
+from cognoxium.engine.ranks import Rank
 from cognoxium.governance.policies import Policy
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack, pack_reusing

@@ -1,8 +1,8 @@
 """``rank("strategies")``: the registry's assembly as a rank plan node.
 
-Registers the lowering handler of :class:`cognoxium.engine.plan.RankStrategies`
-(imported by the lowering the first time a plan ranks by strategies): the
-rows reaching the node are the store of a :class:`~cognoxium.strategies.Backends`,
+The scorer of :class:`cognoxium.engine.ranks.RankStrategies`, imported by its
+lowering the first time a plan ranks by strategies: the rows reaching the
+node are the store of a :class:`~cognoxium.strategies.Backends`,
 the default :class:`~cognoxium.strategies.ContextAssembler` assembles them for
 the node's query under its budget, and each row scores the relevance of its
 fragment, -1.0 for rows not assembled.
@@ -23,8 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from cognoxium.engine.lowering import rank_batches, register
-from cognoxium.engine.plan import RankStrategies
+from cognoxium.engine.ranks import RankStrategies
 from cognoxium.retrieval.embeddings import default_cache
 from cognoxium.retrieval.scope import frame_key
 from cognoxium.strategies.assembler import ContextAssembler, merge_fragments
@@ -77,8 +76,3 @@ def strategy_scores(node: RankStrategies, rows: pl.DataFrame) -> npt.NDArray[np.
     ids = rows.get_column("id")
     scores = ids.replace_strict(relevance, default=-1.0, return_dtype=pl.Float64)
     return scores.to_numpy().astype(np.float64)
-
-
-@register(RankStrategies)
-def _rank_strategies(node: RankStrategies, lf: pl.LazyFrame) -> pl.LazyFrame:
-    return rank_batches(lf, lambda rows: strategy_scores(node, rows))
