@@ -45,7 +45,7 @@ from cognoxium.engine.ranks import (
 )
 from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.schema import records_to_frame
+from cognoxium.items.records import records_to_frame
 from cognoxium.packing.manifests import read_manifests
 from cognoxium.retrieval import ranking
 from cognoxium.retrieval.scope import RetrievalSettings
