@@ -47,9 +47,9 @@ from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.records import records_to_frame
 from cognoxium.packing.manifests import read_manifests
+from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval import ranking
 from cognoxium.retrieval.scope import RetrievalSettings
-from cognoxium.tokens.profiles import get_profile
 
 REPO = Path(__file__).resolve().parents[2]
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -159,7 +159,13 @@ def test_a_registered_method_packs_a_batch(
 ) -> None:
     assert batch_rank_methods() == (*BUILT_IN, "length", "none")
     requests = [Request(id="all", budget=1000), Request(id="one", budget=25)]
-    run_batch(store, requests, out_dir=tmp_path / "out", rank=length_rank, as_of=AS_OF)
+    run_batch(
+        store,
+        requests,
+        out_dir=tmp_path / "out",
+        rank=length_rank,
+        options=PackOptions(as_of=AS_OF),
+    )
     packs = [
         json.loads(line) for line in (tmp_path / "out" / "packs.jsonl").read_text().splitlines()
     ]
@@ -322,8 +328,7 @@ def test_what_a_batch_request_gives_each_method(
 
 
 def test_reads_lineage_follows_the_registry(length_rank: str) -> None:
-    profile = get_profile("cl100k_base")
-    reading = [m for m in batch_rank_methods() if BatchSettings(profile, m).reads_lineage]
+    reading = [m for m in batch_rank_methods() if BatchSettings(PackOptions(), m).reads_lineage]
     assert reading == ["hybrid-lineage", "learned"]
 
 
@@ -369,7 +374,7 @@ def test_batch_bm25_scores_every_query_of_a_scope_in_one_plan_call(
 
     monkeypatch.setattr(ranking, "bm25_scores_many", counted)
     assert not hasattr(batch_module, "bm25_scores_many")  # the batch scores through the plan
-    settings = BatchSettings(get_profile("cl100k_base"), "bm25", AS_OF)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), "bm25")
     prepared = PreparedScope(CognitionFrame(store), store, settings)
     requests = [
         Request(id="a", budget=50, query="sensor firmware"),
