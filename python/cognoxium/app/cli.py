@@ -807,84 +807,6 @@ def pack_command(
     typer.echo(f"wrote {files['packs']} and {files['manifests']}")
 
 
-def _fmt(value: float | None, spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _comparison_table(report: dict[str, Any]) -> Table:
-    """Recall 1-4 of the run's rank method and the compared ones, overall and per split."""
-    from rich.table import Table
-
-    table = Table(
-        title="Rank methods compared (recall 1-4)",
-        caption=(
-            "tuning = conversations the default settings were chosen on "
-            f"({', '.join(report['settings']['tuning_conversations']) or 'none'}); "
-            "held out = the others."
-        ),
-        caption_justify="left",
-    )
-    for header in ("rank", "budget", "all", "tuning", "held out"):
-        table.add_column(header, justify="left" if header == "rank" else "right")
-    runs = {report["settings"]["rank"]: report, **report["compare"]}
-    for method, run in runs.items():
-        for budget, figures in sorted(run["budgets"].items(), key=lambda kv: int(kv[0])):
-            splits = [
-                run["splits"][name]["budgets"].get(budget, {}).get("recall_answerable")
-                for name in ("tuning", "held_out")
-            ]
-            table.add_row(method, budget, _fmt(figures["recall_answerable"]), *map(_fmt, splits))
-    return table
-
-
-def _report_tables(report: dict[str, Any]) -> tuple[Table, Table]:
-    """The overall figures and the per-category recall, one row per budget."""
-    from rich.table import Table
-
-    from cognoxium.app.locomo_dataset import CATEGORY_NAMES
-
-    rows = sorted(report["budgets"].items(), key=lambda kv: int(kv[0]))
-    overall = Table(
-        title="LoCoMo evidence recall (mean per question)",
-        caption=(
-            "recall 1-4 = mean per-question evidence recall (share of a question's evidence "
-            "turns that are packed) over categories 1-4; recall all = the same over all "
-            "categories; all found 1-4 = share of questions of categories 1-4 whose evidence "
-            "is all packed; tokens = mean tokens used per pack; packs/s = packs per second "
-            "of packing. Questions without valid evidence are excluded."
-        ),
-        caption_justify="left",
-    )
-    for header in ("budget", "recall 1-4", "recall all", "all found 1-4", "tokens", "packs/s"):
-        overall.add_column(header, justify="right")
-    for budget, row in rows:
-        overall.add_row(
-            budget,
-            _fmt(row["recall_answerable"]),
-            _fmt(row["recall_all"]),
-            _fmt(row["hit_rate_answerable"]),
-            _fmt(row.get("mean_used_tokens"), ".0f"),
-            _fmt(row.get("packs_per_s"), ".1f"),
-        )
-    per_category = Table(
-        title="Recall per question category",
-        caption=(
-            "Mean per-question evidence recall of each LoCoMo question category "
-            "(5 adversarial: questions the conversation does not answer); - = no question."
-        ),
-        caption_justify="left",
-    )
-    per_category.add_column("budget", justify="right")
-    for category, name in CATEGORY_NAMES.items():
-        per_category.add_column(f"{category} {name}", justify="right")
-    for budget, row in rows:
-        per = row["per_category"]
-        per_category.add_row(
-            budget, *[_fmt(per.get(str(c), {}).get("recall")) for c in CATEGORY_NAMES]
-        )
-    return overall, per_category
-
-
 @app.command(
     "locomo",
     epilog=_epilog(
@@ -936,6 +858,7 @@ def locomo_command(
     """
     from rich.console import Console
 
+    from cognoxium.app._reports import comparison_table, locomo_tables
     from cognoxium.app.batch import check_rank_method
     from cognoxium.app.locomo import run_locomo
 
@@ -977,9 +900,9 @@ def locomo_command(
     if quiet or json_output:
         return
     console = Console(highlight=False)
-    for table in _report_tables(report):
+    for table in locomo_tables(report):
         console.print(table)
-    console.print(_comparison_table(report))
+    console.print(comparison_table(report))
     imported = report["import"]
     batch = report["batch"]
     console.print(
