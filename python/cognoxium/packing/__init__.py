@@ -11,6 +11,7 @@ if TYPE_CHECKING:
         ManifestWriter,
         read_manifests,
         scan_manifests,
+        scan_packs,
         summarize_manifests,
     )
     from cognoxium.packing.packer import (
@@ -39,6 +40,7 @@ else:
                 "ManifestWriter",
                 "read_manifests",
                 "scan_manifests",
+                "scan_packs",
                 "summarize_manifests",
             ],
             "cognoxium.packing.packer": [
@@ -80,5 +82,6 @@ __all__ = [
     "pack_reusing",
     "read_manifests",
     "scan_manifests",
+    "scan_packs",
     "summarize_manifests",
 ]
