@@ -512,6 +512,31 @@ def test_a_where_the_items_decide_goes_to_ray(
     assert no_ray == ["ray"]
 
 
+def test_clauses_that_only_fix_one_key_are_checked_once_before_ray_starts(
+    no_ray: list[str], store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[str | None] = []
+    real = distributed.scope_rows
+
+    def counting(frame: CognitionFrame, request: Request) -> pl.DataFrame:
+        checked.append(request.where)
+        return real(frame, request)
+
+    monkeypatch.setattr(distributed, "scope_rows", counting)
+    wheres = [
+        *(f"metadata.conversation = 'c{c:02d}'" for c in range(6)),
+        "metadata.conversation IN ('c01', 'c02')",
+        "metadata.conversation = 'c01' AND role <> 'tool'",
+        "metadata.turn = 'x'",
+        "metadata.turn = 'y'",
+    ]
+    requests = [Request(id=f"r{k}", budget=50, where=w) for k, w in enumerate(wheres)]
+    with pytest.raises(_RayStartedError):
+        run_batch_ray(store, requests, out_dir=tmp_path / "r", rank="bm25", as_of=AS_OF)
+    # One check per key of the clauses that only fix a key; the others each.
+    assert checked == [wheres[0], wheres[7], wheres[8]]
+
+
 def test_an_unknown_profile_is_refused_before_ray_starts(
     no_ray: list[str], store: Path, tmp_path: Path
 ) -> None:

@@ -90,6 +90,7 @@ from cognoxium.app._scopes import (
     PLAIN_KEY,
     ScopeIndex,
     Unit,
+    _key_clause,
     batch_units,
     conjuncts,
     partition_keys,
@@ -604,19 +605,28 @@ def _check_wheres(requests: Sequence[Request]) -> None:
     run filters), so a clause outside the grammar, naming an unknown column
     or not type checking is refused before Ray starts; what turns on the
     items (a metadata key no item has, a metadata value's type) is found by
-    the units.
+    the units. A clause that only fixes one metadata key to text values
+    (``metadata.conversation = 'c1'``) is checked once per key, as the local
+    run checks it: it differs from the first of its key only in its values,
+    which cannot make it invalid, so 100,000 scopes of one key cost one check.
     """
     empty = CognitionFrame(pl.DataFrame(schema=POLARS_SCHEMA))
     seen: set[str] = set()
+    keys: set[str] = set()
     for request in requests:
         if request.where is None or request.where in seen:
             continue
         seen.add(request.where)
+        keyed = _key_clause(request.where)
+        if keyed is not None and keyed[0] in keys:
+            continue
         try:
             scope_rows(empty, request)
         except RecordError as error:
             if _schema_decides(request.where, error, empty):
                 raise
+        if keyed is not None:
+            keys.add(keyed[0])
 
 
 def _where_error(request: Request, exc: Exception) -> RecordError:
