@@ -647,8 +647,9 @@ def pack_command(
     engine: Annotated[
         Engine,
         typer.Option(
-            help="Where to pack: 'local' (this process) or 'ray' (Ray Data, one task per "
-            "scope; needs the ray extra and a Parquet store; same files as local)."
+            help="Where to pack: 'local' (this machine) or 'ray' (Ray Data, tasks of several "
+            "scopes, each writing its parts into DIR, which must be on storage every worker "
+            "writes; needs the ray extra and a Parquet store; same files as local)."
         ),
     ] = Engine.LOCAL,
     address: Annotated[

@@ -788,7 +788,10 @@ def _ray_tasks(units: Sequence[Unit], store: Path) -> list[_RayTask]:
     >>> [[position for position, _ in task.units] for task in _ray_tasks(units, root)]
     [[0, 1]]
     """
-    ranges = task_ranges(unit_weights(units, _whole(store)))
+    try:
+        ranges = task_ranges(unit_weights(units, _whole(store)))
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{store}: not a readable Parquet store: {exc}") from None
     return [
         _RayTask(k, tuple((position, units[position]) for position in positions))
         for k, positions in enumerate(ranges)
