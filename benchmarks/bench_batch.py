@@ -67,7 +67,7 @@ from bench_pack import AS_OF, BUDGET, synthetic_items
 from cognoxium.app.batch import Request, run_batch
 from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.packing.manifests import MANIFESTS_PARQUET
+from cognoxium.packing.manifests import scan_manifests, scan_packs
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.retrieval.ranking import bm25_cache_clear
@@ -215,7 +215,7 @@ def timed_batch(
 
 def agreement(out: Path, floor: list[dict[str, Any]]) -> dict[str, Any]:
     """How many packs of the batch equal the floor's (ids and tokens used)."""
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = scan_packs(out).collect().to_dicts()
     same_ids = sum(set(p["ids"]) == set(f["ids"]) for p, f in zip(packs, floor, strict=True))
     same_tokens = sum(p["used_tokens"] == f["used"] for p, f in zip(packs, floor, strict=True))
     return {"packs": len(packs), "same_ids": same_ids, "same_used_tokens": same_tokens}
@@ -231,7 +231,7 @@ def bm25_one_budget(
         floor = floor_pack(items, requests, encoding)
         floor_s = time.perf_counter() - started
         batch_s, out = timed_batch(items, requests, "bm25", work, cold=True)
-        assert (out / MANIFESTS_PARQUET).stat().st_size > 0
+        assert scan_manifests(out).select("request_id").collect().height > 0
         rounds.append({"cognoxium_s": batch_s, "floor_s": floor_s, "ratio": batch_s / floor_s})
         print(
             f"bm25: cognoxium {batch_s:.2f} s, floor {floor_s:.2f} s, "

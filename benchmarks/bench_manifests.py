@@ -2,15 +2,17 @@
 
 1. One LoCoMo run (rank BM25, one budget, no compared methods) is packed
    twice, with ``--manifests parquet`` and ``--manifests jsonl``; the bytes
-   of ``manifests.parquet`` (and of ``manifest_headers.jsonl``) are compared
-   with those of ``manifests.jsonl``. Both forms are read back and compared.
+   of the Parquet form's parts (and of its headers' parts) are compared
+   with those of the JSONL form's parts (the rows of the table below name
+   each form by the one file it was written as before the output came in
+   parts). Both forms are read back and compared.
 2. A JSONL manifests file of about ``--size-gb`` GB is generated from that
-   run's ``manifests.jsonl`` (its lines repeated, each copy relabelled), and
+   run's JSONL manifests (their lines repeated, each copy relabelled), and
    ``cognoxium inspect FILE --json`` runs on it in a child process; its peak
    resident memory comes from ``/usr/bin/time -f %M`` (Linux). The same is
    measured for the run's own files (both forms), and, for contrast, for the
-   eager path (``summarize_manifests(read_manifests(FILE))``, every manifest
-   held as an object) on the run's ``manifests.jsonl``.
+   eager path (``summarize_manifests(read_manifests(DIR))``, every manifest
+   held as an object) on the run's JSONL manifests.
 
 Results go to ``benchmarks/results/manifests.json`` and ``manifests.md``.
 Timings are wall-clock seconds on a shared machine.
@@ -34,12 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cognoxium.app.locomo import run_locomo
-from cognoxium.packing.manifests import (
-    MANIFEST_HEADERS,
-    MANIFESTS_JSONL,
-    MANIFESTS_PARQUET,
-    read_manifests,
-)
+from cognoxium.packing.manifests import MANIFEST_HEADERS, MANIFESTS, part_files, read_manifests
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -78,9 +75,9 @@ def pack_both(locomo: Path, budget: int, work: Path) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 2),
             "packs": report["batch"]["requests"],
         }
-    jsonl = (work / "jsonl" / MANIFESTS_JSONL).stat().st_size
-    parquet = (work / "parquet" / MANIFESTS_PARQUET).stat().st_size
-    headers = (work / "parquet" / MANIFEST_HEADERS).stat().st_size
+    jsonl = table_bytes(work / "jsonl", MANIFESTS, ".jsonl")
+    parquet = table_bytes(work / "parquet", MANIFESTS, ".parquet")
+    headers = table_bytes(work / "parquet", MANIFEST_HEADERS, ".jsonl")
     same = read_manifests(work / "parquet") == read_manifests(work / "jsonl")
     return {
         "runs": out,
@@ -91,13 +88,19 @@ def pack_both(locomo: Path, budget: int, work: Path) -> dict[str, Any]:
     }
 
 
+def table_bytes(folder: Path, table: str, suffix: str) -> int:
+    """The bytes of a table's parts."""
+    return sum(part.stat().st_size for part in part_files(folder / table, suffix))
+
+
 def generate(source: Path, target: Path, size: int) -> dict[str, int]:
-    """Repeat the lines of ``source`` into ``target`` until it holds ``size`` bytes.
+    """Repeat the lines of the JSONL manifests of ``source`` into ``target`` up to ``size`` bytes.
 
     Each copy's labels get a ``copy<k>:`` prefix (the top-level ``"label"``
     key is the only one in a LoCoMo manifest), so every manifest is distinct.
     """
-    lines = source.read_text(encoding="utf-8").splitlines()
+    parts = part_files(source / MANIFESTS, ".jsonl")
+    lines = [line for part in parts for line in part.read_text(encoding="utf-8").splitlines()]
     written = manifests = copy = 0
     with target.open("w", encoding="utf-8") as handle:
         while written < size:
@@ -165,23 +168,23 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         size = pack_both(args.locomo, args.budget, work)
-        big = work / "big" / MANIFESTS_JSONL
+        big = work / "big" / "manifests.jsonl"
         big.parent.mkdir(exist_ok=True)
-        generated = generate(work / "jsonl" / MANIFESTS_JSONL, big, int(args.size_gb * 1024**3))
+        generated = generate(work / "jsonl", big, int(args.size_gb * 1024**3))
         targets = {
-            f"of the generated {MANIFESTS_JSONL}": big,
-            f"of the run's {MANIFESTS_JSONL}": work / "jsonl" / MANIFESTS_JSONL,
+            "of the generated manifests.jsonl": big,
+            "of the run's JSONL manifests": work / "jsonl",
             "of the run's Parquet directory": work / "parquet",
         }
         measured = {}
         for name, path in targets.items():
-            files = [path] if path.is_file() else list(path.glob("manifest*"))
+            files = [path] if path.is_file() else list(path.glob("manifest*/part-*"))
             measured[name] = {
                 "input_mb": sum(f.stat().st_size for f in files) / 1024**2,
                 **inspect(path),
             }
-        eager = peak([sys.executable, "-c", EAGER, str(work / "jsonl" / MANIFESTS_JSONL)])
-        measured[f"(eager read_manifests + summarize) of the run's {MANIFESTS_JSONL}"] = {
+        eager = peak([sys.executable, "-c", EAGER, str(work / "jsonl")])
+        measured["(eager read_manifests + summarize) of the run's JSONL manifests"] = {
             "input_mb": size["bytes"]["manifests.jsonl"] / 1024**2,
             **eager,
         }

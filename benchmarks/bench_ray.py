@@ -18,22 +18,29 @@ ray-1, ray-2
     local Ray started once beforehand and warmed by a first call of 4 requests
     (both reported apart).
 
-Every Ray run's files are compared byte for byte with the local run's.
+Every Ray run's parts are compared byte for byte with the local run's.
 
 The estimate for larger runs (10M items, 1M requests in 100,000 scopes, on
-8, 32 and 128 workers) uses costs measured in the same process on a sample
-of scopes: reading one scope's part of the store (``read_part``), packing
-one request (``pack_scope``, with rendering its result and encoding its rows
-as a task sends them), and the driver's serial work (decoding the rows and
-appending the rendered result, per manifest entry); Ray's overhead per task
-is measured on a Ray Data map that does nothing, one task at a time. A run
-of ``R`` requests in ``U`` scopes of ``n`` items, cut into ``T`` tasks on
-``W`` workers, then takes about::
+8, 32 and 128 workers) uses costs measured in the same process. A task's
+(on a worker): reading one scope's part of the store (``read_part``) and
+packing one request (``pack_scope``, writing its pack line and manifest rows
+into the task's part files). The driver's: the lazy count of the store's
+items by the scopes' key that cuts the tasks (per partition file), its
+input work per request (reading the requests file, grouping by scope,
+pickling the tasks' requests), checking each scope's ``where`` before Ray
+starts (per scope), and collecting a task's row (latencies and failures),
+measured for tasks of 10 and of 10,000 requests to show that it does not
+grow with the requests: no result comes back to the driver. Ray's overhead per task is
+measured on a Ray Data map that does nothing, one task at a time. A run of
+``R`` requests in ``U`` scopes, ``F`` partition files, cut into ``T`` tasks
+of about 20,000 items on ``W`` workers, then takes about::
 
-    max((U * (read + R/U * pack) + T * overhead) / W,  R * n * driver_per_entry)
+    (F * count + R * input + U * check)
+        + max((U * (read + R/U * pack) + T * overhead) / W,  T * collect)
 
-(workers and the driver overlap), plus Ray's start-up; the table names the
-term that bounds it.
+plus Ray's start-up: the driver counts, reads and checks before the tasks
+start, and collects their rows while they run. The table names the larger
+of the workers' time and the driver's.
 
 Usage: ``python benchmarks/bench_ray.py [--small] [--items 1000000] [--scopes 1000]
 [--requests 20000] [--rank bm25] [--out benchmarks/results/ray.json]``
@@ -42,9 +49,9 @@ Usage: ``python benchmarks/bench_ray.py [--small] [--items 1000000] [--scopes 10
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -55,27 +62,29 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from bench_pack import synthetic_items
+from cognoxium.app import distributed
 from cognoxium.app._scopes import ScopeIndex, batch_units
+from cognoxium.app._workers import TASK_ITEMS, open_part
 from cognoxium.app.batch import (
     BatchSettings,
     PreparedScope,
-    RenderedResult,
     Request,
     pack_scope,
+    prepare_requests,
+    read_requests,
     run_batch,
 )
-from cognoxium.app.distributed import TASKS_PER_SLOT, read_part, run_batch_ray
+from cognoxium.app.distributed import read_part, run_batch_ray
 from cognoxium.items.store import read_store, write_partitioned
-from cognoxium.packing.manifests import ManifestWriter, RenderedManifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.tokens.profiles import clear_cache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 BUDGET = 1024
-FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
 TARGET = {"items": 10_000_000, "requests": 1_000_000, "scopes": 100_000}
 WORKERS = (8, 32, 128)
 QUERY_WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
@@ -109,68 +118,101 @@ def make_requests(count: int, scopes: int, seed: int = 11) -> list[Request]:
     ]
 
 
-def _ipc(frame: pl.DataFrame) -> bytes:
-    buffer = io.BytesIO()
-    frame.write_ipc(buffer, compression="uncompressed")
-    return buffer.getvalue()
-
-
 def unit_costs(store: Path, requests: list[Request], rank: str, sample: int) -> dict[str, float]:
-    """Seconds of a task's work and of the driver's, per scope, request and manifest entry.
+    """Seconds of a task's work, per scope read and per request packed and written.
 
     A task reads its scope's part of the store (``read_part``), splits it
-    (``ScopeIndex``), packs the requests and renders them for the files (the
-    manifest rows encoded as Arrow IPC, as a task sends them); the driver
-    decodes the rows and appends the rendered result
-    (:meth:`~cognoxium.app.batch.RenderedResult.write`), work that grows with
-    the manifest entries it appends (requests x scope items), not with a
-    pass per request.
+    (``ScopeIndex``), packs the requests and writes them into its part files
+    (what a Ray task does, here in this process).
     """
     by_scope: dict[str | None, list[Request]] = {}
     for request in requests:
         by_scope.setdefault(request.where, []).append(request)
     chosen = list(by_scope.items())[:sample]
     settings = BatchSettings(PackOptions(as_of=AS_OF), rank)
-    read_s = pack_s = write_s = 0.0
+    read_s = pack_s = 0.0
     packed = entries = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        packs = (Path(tmp) / "packs.jsonl").open("w", encoding="utf-8")
-        with packs, ManifestWriter(tmp, "parquet") as writer:
-            for where, group in chosen:
-                unit = batch_units(group)[0]
-                t0 = time.perf_counter()
-                part = read_part(store, [where])
-                rows = ScopeIndex(part, [unit]).rows(unit)
-                t1 = time.perf_counter()
-                prepared = PreparedScope(part, rows, settings)
-                rendered = pack_scope(part, group, settings, prepared=prepared).render("parquet")
-                assert rendered.manifests.entries is not None
-                sent = _ipc(rendered.manifests.entries)
-                t2 = time.perf_counter()
-                manifests = RenderedManifests(
-                    "parquet",
-                    rendered.manifests.lines,
-                    pl.read_ipc(io.BytesIO(sent)),
-                    rendered.manifests.sizes,
-                )
-                RenderedResult(rendered.packs, manifests, rendered.latencies_ms).write(
-                    packs, writer
-                )
-                t3 = time.perf_counter()
-                read_s += t1 - t0
-                pack_s += t2 - t1
-                write_s += t3 - t2
-                packed += len(group)
-                entries += sum(rendered.manifests.sizes)
+    with tempfile.TemporaryDirectory() as tmp, open_part(tmp, "parquet", 0) as (packs, writer):
+        for where, group in chosen:
+            unit = batch_units(group)[0]
+            t0 = time.perf_counter()
+            part = read_part(store, [where])
+            rows = ScopeIndex(part, [unit]).rows(unit)
+            t1 = time.perf_counter()
+            prepared = PreparedScope(part, rows, settings)
+            result = pack_scope(part, group, settings, prepared=prepared)
+            result.write(packs, writer)
+            t2 = time.perf_counter()
+            read_s += t1 - t0
+            pack_s += t2 - t1
+            packed += len(group)
+            entries += result.entries.height
     return {
         "read_s_per_scope": read_s / len(chosen),
         "pack_s_per_request": pack_s / packed,
-        "driver_s_per_request": write_s / packed,
-        "driver_s_per_entry": write_s / entries,
         "sampled_scopes": len(chosen),
         "sampled_requests": packed,
         "sampled_entries": entries,
     }
+
+
+def driver_costs(store: Path, requests: list[Request], items: int, scopes: int) -> dict[str, float]:
+    """Seconds of the driver's work: per item counted, per request read, per task collected.
+
+    ``count_s_per_file``: the lazy count of the store's items by the scopes'
+    key that cuts the tasks (``_ray_tasks``), over the whole store, per
+    partition file (a file per scope here; the count reads each file's
+    metadata column, and at 100 items a file the opening dominates).
+    ``input_s_per_request``: reading the requests file, checking them,
+    grouping them by scope and pickling the tasks (every request goes to a
+    worker once). ``check_s_per_scope``: checking each distinct ``where``
+    against the item schema before Ray starts. ``collect_s_per_task_of_<n>``:
+    taking the rows of tasks of ``n`` requests (each task's latencies come as
+    one buffer) and the
+    latencies in order at the end; ``collect_s_per_request_of_<n>`` is that
+    over the ``n`` requests.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "requests.jsonl"
+        path.write_text("".join(json.dumps(r.to_record()) + "\n" for r in requests))
+        t0 = time.perf_counter()
+        prepared = prepare_requests(read_requests(path), rank="bm25")
+        units = batch_units(prepared)
+        t1 = time.perf_counter()
+        tasks = distributed._ray_tasks(units, store)
+        t2 = time.perf_counter()
+        payloads = [pickle.dumps(task) for task in tasks]
+        t3 = time.perf_counter()
+        distributed._check_wheres(prepared)
+        t4 = time.perf_counter()
+    assert sum(len(p) for p in payloads) > 0
+    out: dict[str, float] = {
+        "count_s": t2 - t1,
+        "count_s_per_item": (t2 - t1) / items,
+        "count_s_per_file": (t2 - t1) / scopes,
+        "input_s_per_request": ((t1 - t0) + (t3 - t2)) / len(requests),
+        "check_s_per_scope": (t4 - t3) / len(units),
+        "tasks": len(tasks),
+    }
+    count = 200
+    for size in (10, 10_000):
+        latencies = np.random.default_rng(1).random(size).tobytes()
+        batches = [
+            pa.Table.from_pylist(
+                [{"task": k, "failed": [], "messages": [], "empty": [], "latencies_ms": latencies}],
+                schema=distributed._STATS,
+            )
+            for k in range(count)
+        ]
+        t5 = time.perf_counter()
+        collected = distributed._Collected(count)
+        for batch in batches:
+            collected.add(batch)
+        assert collected.in_order().size == count * size
+        per_task = (time.perf_counter() - t5) / count
+        out[f"collect_s_per_task_of_{size}"] = per_task
+        out[f"collect_s_per_request_of_{size}"] = per_task / size
+    return out
 
 
 def best_of(repeats: int, call: Any) -> tuple[float, Any]:
@@ -193,6 +235,15 @@ def task_overhead(ray: Any, tasks: int) -> float:
     rows = sum(len(b["x"]) for b in mapped.iter_batches(batch_size=None, batch_format="numpy"))
     assert rows == tasks
     return (time.perf_counter() - t0) / tasks
+
+
+def same_parts(first: Path, second: Path) -> dict[str, bool]:
+    """Per part file of ``first``, whether ``second`` holds it with the same bytes."""
+    one, two = first.resolve(), second.resolve()
+    names = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
+    return {
+        n: (two / n).is_file() and (one / n).read_bytes() == (two / n).read_bytes() for n in names
+    }
 
 
 def timed_runs(
@@ -246,52 +297,68 @@ def timed_runs(
                     options=PackOptions(as_of=AS_OF),
                 ),
             )
-            same = {
-                f: (workdir / "local" / f).read_bytes() == (workdir / name / f).read_bytes()
-                for f in FILES
-            }
+            same = same_parts(workdir / "local", workdir / name)
             runs[name] = {
                 "seconds": seconds,
                 "packs_per_s": len(requests) / seconds,
-                "identical_to_local": all(same.values()),
-                "identical_files": same,
+                "identical_to_local": all(same.values()) and bool(same),
+                "parts": len(same),
             }
-            print(f"{name}: {seconds:.1f} s, identical to local: {same}", flush=True)
+            print(f"{name}: {seconds:.1f} s, {len(same)} parts identical: {all(same.values())}")
     finally:
         ray.shutdown()
     return runs
 
 
-def estimate(costs: dict[str, float], runs: dict[str, Any]) -> dict[str, Any]:
+def estimate(
+    task: dict[str, float], driver: dict[str, float], runs: dict[str, Any]
+) -> dict[str, Any]:
     """The time of the target run per cluster size, from the measured unit costs.
 
-    Ray's overhead per task is measured on a map that does nothing; a task
-    takes about ``TASKS_PER_SLOT`` tasks' share of the scopes, so the overhead
-    is paid per task, not per scope. The driver's work is its cost per
-    manifest entry times the entries (requests x items per scope).
+    The target's scopes are all requested (1M draws over 100,000 scopes), so
+    its tasks are its items over :data:`TASK_ITEMS`; its store has a file
+    per scope, so the driver's count costs its measured time per file.
+    Workers: every scope read once and every request packed, plus Ray's
+    overhead per task, shared by ``W``. Driver: counting the store, reading
+    the requests and checking the scopes' clauses before the tasks start,
+    then collecting a task's row while they run (the cost measured for tasks
+    of 10,000 requests); no result comes back, so nothing per manifest entry.
     """
     overhead = runs["ray_task"]["seconds"]
+    tasks = TARGET["items"] // TASK_ITEMS
     per_scope_requests = TARGET["requests"] / TARGET["scopes"]
-    scope_items = TARGET["items"] / TARGET["scopes"]
-    scope_s = costs["read_s_per_scope"] + per_scope_requests * costs["pack_s_per_request"]
+    scope_s = task["read_s_per_scope"] + per_scope_requests * task["pack_s_per_request"]
+    terms = {
+        "count": TARGET["scopes"] * driver["count_s_per_file"],
+        "input": TARGET["requests"] * driver["input_s_per_request"],
+        "check": TARGET["scopes"] * driver["check_s_per_scope"],
+        "collect": tasks * driver["collect_s_per_task_of_10000"],
+    }
+    driver_s = sum(terms.values())
     rows = []
     for workers in WORKERS:
-        tasks = min(TARGET["scopes"], workers * TASKS_PER_SLOT)
         compute = (TARGET["scopes"] * scope_s + tasks * overhead) / workers
-        driver = TARGET["requests"] * scope_items * costs["driver_s_per_entry"]
-        wall = max(compute, driver) + runs["ray_startup"]["seconds"]
+        before = driver_s - terms["collect"]  # counting, reading and checking: serial
+        wall = runs["ray_startup"]["seconds"] + before + max(compute, terms["collect"])
         rows.append(
             {
                 "workers": workers,
                 "tasks": tasks,
                 "compute_s": compute,
-                "driver_s": driver,
+                "driver_s": driver_s,
                 "wall_s": wall,
                 "packs_per_s": TARGET["requests"] / wall,
-                "bound": "workers" if compute >= driver else "driver",
+                "bound": "workers" if compute >= driver_s else "driver",
             }
         )
-    return {"overhead_s_per_task": overhead, "scope_s": scope_s, "target": TARGET, "rows": rows}
+    return {
+        "overhead_s_per_task": overhead,
+        "scope_s": scope_s,
+        "tasks": tasks,
+        "driver_terms_s": terms,
+        "target": TARGET,
+        "rows": rows,
+    }
 
 
 def command(setup: dict[str, Any]) -> str:
@@ -309,40 +376,54 @@ def command(setup: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    runs, setup, est, costs = result["runs"], result["setup"], result["estimate"], result["costs"]
+    runs, setup, est = result["runs"], result["setup"], result["estimate"]
+    costs, driver = result["costs"], result["driver"]
+    terms = est["driver_terms_s"]
     lines = [
         "## Batch packing on Ray Data\n",
         f"{setup['items']:,} items in {setup['scopes']:,} conversations (hive-partitioned "
         f"Parquet), {setup['requests']:,} requests, rank {setup['rank']}, budget {BUDGET} "
         f"tokens; {setup['cpus']} cores shared with other work. Whole calls, wall-clock. "
         f"`{command(setup)}`\n",
-        "| engine | seconds | packs/s | files identical to local |",
+        "| engine | seconds | packs/s | parts identical to local |",
         "|---|---:|---:|---|",
     ]
     for name in ("local", "ray-1", "ray-2"):
         run = runs[name]
-        same = "-" if name == "local" else ("yes" if run["identical_to_local"] else "NO")
+        same = "-"
+        if name != "local":
+            same = f"{'yes' if run['identical_to_local'] else 'NO'} ({run['parts']} files)"
         lines.append(f"| {name} | {run['seconds']:.1f} | {run['packs_per_s']:.1f} | {same} |")
     lines += [
         "",
         f"Ray 2 workers / 1 worker: **{result['ratio_2_to_1']:.2f}x**; Ray 2 workers / local: "
-        f"{result['ratio_2_to_local']:.2f}x. Not in the rows above: Ray's start-up "
-        f"{runs['ray_startup']['seconds']:.1f} s, and the first call on it (4 requests, "
-        f"starting and warming its workers) {runs['ray_warm_up']['seconds']:.1f} s.\n",
-        f"Measured per unit (sample of {costs['sampled_scopes']} scopes, "
+        f"{result['ratio_2_to_local']:.2f}x (one run each, on cores shared with other work). "
+        f"Not in the rows above: Ray's start-up {runs['ray_startup']['seconds']:.1f} s, and "
+        f"the first call on it (4 requests, starting and warming its workers) "
+        f"{runs['ray_warm_up']['seconds']:.1f} s.\n",
+        f"Measured per unit, on a worker (sample of {costs['sampled_scopes']} scopes, "
         f"{costs['sampled_requests']} requests): reading a scope "
-        f"{costs['read_s_per_scope'] * 1000:.1f} ms, packing a request "
-        f"{costs['pack_s_per_request'] * 1000:.2f} ms (rendering its lines and rows "
-        f"included), driver appending a request's rendered result "
-        f"{costs['driver_s_per_request'] * 1000:.3f} ms "
-        f"({costs['driver_s_per_entry'] * 1e6:.2f} µs per manifest entry); Ray's overhead "
-        f"per task "
-        f"(a map that does nothing, one task at a time) "
+        f"{costs['read_s_per_scope'] * 1000:.1f} ms, packing a request and writing it into "
+        f"the task's parts {costs['pack_s_per_request'] * 1000:.2f} ms; Ray's overhead per "
+        f"task (a map that does nothing, one task at a time) "
         f"{est['overhead_s_per_task'] * 1000:.1f} ms.\n",
+        "On the driver, no result comes back: a task writes its own parts and sends one row "
+        "(its latencies as one buffer). Collecting a task's row takes "
+        f"{driver['collect_s_per_task_of_10'] * 1e6:.0f} µs for a task of 10 requests and "
+        f"{driver['collect_s_per_task_of_10000'] * 1e6:.0f} µs for one of 10,000 "
+        f"({driver['collect_s_per_request_of_10000'] * 1e9:.1f} ns per request: a copy of "
+        "its latency). What the driver still does before the tasks run: count the store's "
+        f"items by the scopes' key to cut the tasks, {driver['count_s']:.2f} s here "
+        f"({driver['count_s_per_file'] * 1000:.2f} ms per partition file, "
+        f"{driver['count_s_per_item'] * 1e9:.0f} ns per item); check each scope's `where`, "
+        f"{driver['check_s_per_scope'] * 1e6:.0f} µs per scope; read, group and send the "
+        f"requests, {driver['input_s_per_request'] * 1e6:.1f} µs per request.\n",
         f"Estimate for {TARGET['items']:,} items, {TARGET['requests']:,} requests in "
-        f"{TARGET['scopes']:,} scopes ({TARGET['items'] // TARGET['scopes']:,} items each, "
-        f"the measured costs per scope and request: {est['scope_s']:.3f} s a scope; about "
-        f"{TASKS_PER_SLOT} tasks per worker):\n",
+        f"{TARGET['scopes']:,} scopes ({TARGET['items'] // TARGET['scopes']:,} items each; "
+        f"{est['scope_s']:.3f} s a scope on a worker; {est['tasks']:,} tasks of "
+        f"{TASK_ITEMS:,} items). The driver's time is counting {terms['count']:.0f} s + "
+        f"checking the scopes {terms['check']:.0f} s + reading and sending the requests "
+        f"{terms['input']:.0f} s + collecting the tasks {terms['collect']:.1f} s:\n",
         "| workers | workers' time (s) | driver's time (s) | wall (s) | packs/s | bound by |",
         "|---:|---:|---:|---:|---:|---|",
     ]
@@ -376,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         requests = make_requests(args.requests, args.scopes)
         print(f"store written in {time.perf_counter() - t0:.1f} s", flush=True)
         costs = unit_costs(workdir / "store", requests, args.rank, args.sample)
+        driver = driver_costs(workdir / "store", requests, args.items, args.scopes)
         runs = timed_runs(workdir / "store", requests, args.rank, workdir, args.repeats)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -391,10 +473,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "cpus": os.cpu_count(),
         },
         "costs": costs,
+        "driver": driver,
         "runs": runs,
         "ratio_2_to_1": runs["ray-1"]["seconds"] / runs["ray-2"]["seconds"],
         "ratio_2_to_local": runs["local"]["seconds"] / runs["ray-2"]["seconds"],
-        "estimate": estimate(costs, runs),
+        "estimate": estimate(costs, driver, runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

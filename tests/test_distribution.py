@@ -169,8 +169,10 @@ def test_the_installed_wheel_packs_the_sample_as_the_tree_does(
     )
     in_tree = [sys.executable, "-c", "from cognoxium.app.cli import main; main()"]
     _run([*in_tree, *PACK_ARGS, "--out", str(from_tree)], cwd=ROOT)
-    files = sorted(p.name for p in from_tree.iterdir())
-    assert "packs.jsonl" in files
-    assert sorted(p.name for p in from_wheel.iterdir()) == files
+    tree, wheel = from_tree.resolve(), from_wheel.resolve()
+    files = [p.relative_to(tree).as_posix() for p in sorted(tree.rglob("*")) if p.is_file()]
+    assert "packs/part-00000.jsonl" in files
+    wheel_files = [p.relative_to(wheel).as_posix() for p in sorted(wheel.rglob("*")) if p.is_file()]
+    assert wheel_files == files
     differ = [f for f in files if (from_wheel / f).read_bytes() != (from_tree / f).read_bytes()]
     assert differ == []

@@ -23,6 +23,7 @@ from cognoxium.packing import PackManifest
 from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_manifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
+from tests.app.parts import joined, layout, records
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -81,10 +82,6 @@ def store() -> pl.DataFrame:
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 # ---------------------------------------------------------------------------
@@ -251,15 +248,15 @@ def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path, 
     assert 0 < stats.p50_ms <= stats.p95_ms
     assert stats.packs_per_s > 0
 
-    packs = read_jsonl(tmp_path / "packs.jsonl")
+    packs = records(tmp_path)
     assert [p["request_id"] for p in packs] == ["billing", "bugs", "all"]
     assert all(set(p) == {"budget", "ids", "request_id", "used_tokens"} for p in packs)
     assert packs[0]["ids"] == ["u1", "a1"]  # promo expired, "long" over budget
     assert packs[1]["ids"] == ["policy", "u2", "a2"]  # conversational order kept
     assert packs[2]["ids"] == ["policy", "u1", "a1", "u2", "a2", "long"]
 
-    lines_file = "manifests.jsonl" if form == "jsonl" else "manifest_headers.jsonl"
-    raw = (tmp_path / lines_file).read_text(encoding="utf-8").splitlines()
+    lines_table = "manifests" if form == "jsonl" else "manifest_headers"
+    raw = joined(tmp_path, lines_table).decode("utf-8").splitlines()
     assert len(raw) == 3
     for line, pack in zip(raw, packs, strict=True):
         assert line == canonical_json(json.loads(line))  # canonical JSON, one per line
@@ -291,9 +288,9 @@ def test_run_batch_is_deterministic_with_a_fixed_as_of(tmp_path: Path) -> None:
                 store(), requests, out_dir=out, manifests=form, options=PackOptions(as_of=AS_OF)
             )  # type: ignore[arg-type]
         first, second = tmp_path / f"{form}-a", tmp_path / f"{form}-b"
-        names = sorted(p.name for p in first.iterdir())
-        assert names == sorted(p.name for p in second.iterdir())
-        assert len(names) == (3 if form == "parquet" else 2)
+        names = layout(first.resolve())
+        assert names == layout(second.resolve())
+        assert len(names) == (3 if form == "parquet" else 2)  # one part of each table
         for name in names:  # Parquet included: written with fixed settings
             assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -319,12 +316,12 @@ def test_parquet_manifests_rebuild_the_jsonl_manifests_exactly(tmp_path: Path) -
         options=PackOptions(as_of=AS_OF),
     )
     from_parquet = read_manifests(tmp_path / "p")
-    lines = (tmp_path / "j" / "manifests.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = joined(tmp_path / "j", "manifests").decode("utf-8").splitlines()
     assert [m.to_json() for m in from_parquet] == lines  # byte-identical manifests
     assert from_parquet == [PackManifest.from_json(line) for line in lines]
     assert from_parquet[1].totals.items == 0
     # The Parquet rows: the entry columns after request_id, requests in order.
-    rows = pl.read_parquet(tmp_path / "p" / "manifests.parquet")
+    rows = pl.read_parquet(tmp_path / "p" / "manifests" / "part-00000.parquet")
     assert rows.schema == PARQUET_SCHEMA
     assert rows.get_column("request_id").unique(maintain_order=True).to_list() == [
         "billing",
@@ -343,7 +340,7 @@ def test_request_as_of_wins_over_the_batch_as_of(tmp_path: Path) -> None:
         Request(id="new", budget=500, where="id = 'promo'"),
     ]
     run_batch(store(), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
-    old, new = read_jsonl(tmp_path / "packs.jsonl")
+    old, new = records(tmp_path)
     assert old["ids"] == ["promo"]
     assert new["ids"] == []
     manifests = read_manifests(tmp_path)
@@ -365,7 +362,7 @@ def test_rank_methods_change_the_selection(tmp_path: Path) -> None:
             rank=method,
             options=PackOptions(as_of=AS_OF),
         )
-        chosen[method] = read_jsonl(tmp_path / method / "packs.jsonl")[0]["ids"]
+        chosen[method] = records(tmp_path / method)[0]["ids"]
     assert chosen["bm25"] == ["policy", "u2"]
     assert chosen["recency"] == ["policy", "u2"]  # u2 is the most recent user turn
     assert chosen["none"] == ["policy", "u1"]  # unranked: ties broken by cost, then id
@@ -425,7 +422,7 @@ def test_bad_where_names_the_request_line_and_field(tmp_path: Path) -> None:
         )
     assert (info.value.source, info.value.line, info.value.field) == (str(path), 2, "where")
     assert "request 'bad'" in str(info.value)
-    assert not (tmp_path / "out" / "packs.jsonl").exists()
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -464,7 +461,7 @@ def test_where_that_reads_a_file_is_refused_naming_the_request_line_and_field(
     assert why in str(error)
     assert "canary-51d2" not in str(error)
     assert isinstance(error.__cause__, PredicateError)
-    assert not (tmp_path / "out" / "packs.jsonl").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_where_with_a_metadata_key_no_item_has_names_the_request_line_and_field(
@@ -489,7 +486,7 @@ def test_where_with_a_metadata_key_no_item_has_names_the_request_line_and_field(
         "(in SQL predicate \"metadata.topik = 'billing'\"), so it would read as null for "
         "every row; did you mean 'topic'? the metadata keys are ['conversation', 'topic']"
     )
-    assert not (tmp_path / "out" / "packs.jsonl").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
@@ -511,7 +508,7 @@ def test_where_with_a_metadata_key_some_items_have(tmp_path: Path) -> None:
     run_batch(
         pl.concat([store(), extra]), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF)
     )
-    yes, null = read_jsonl(tmp_path / "packs.jsonl")
+    yes, null = records(tmp_path)
     assert yes["ids"] == ["urgent"]
     assert null["ids"] == ["u1", "u2"]  # the key reads as null where it is absent
 
@@ -521,8 +518,12 @@ def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) 
     run_batch(
         store(), [Request(id="previous", budget=500)], out_dir=out, options=PackOptions(as_of=AS_OF)
     )
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert sorted(before) == ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
+    before = {name: (out / name).read_bytes() for name in layout(out.resolve())}
+    assert sorted(before) == [
+        "manifest_headers/part-00000.jsonl",
+        "manifests/part-00000.parquet",
+        "packs/part-00000.jsonl",
+    ]
     committed = out.resolve()
     requests = [Request(id="fine", budget=500), Request(id="tight", budget=5)]
     with pytest.raises(BudgetError, match="request 'tight'") as info:
@@ -538,26 +539,33 @@ def test_duplicate_request_ids_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="duplicate request id") as info:
         run_batch(store(), requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
     assert info.value.field == "id"
-    assert not (tmp_path / "packs.jsonl").exists()
+    assert not (tmp_path / "packs").exists()
 
 
 def test_empty_batch_writes_empty_files(tmp_path: Path) -> None:
     stats = run_batch(store(), [], out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
     assert (stats.requests, stats.p50_ms, stats.p95_ms) == (0, 0.0, 0.0)
-    assert (tmp_path / "packs.jsonl").read_text() == ""
-    assert (tmp_path / "manifest_headers.jsonl").read_text() == ""
-    empty = pl.read_parquet(tmp_path / "manifests.parquet")  # no rows, every column
+    # No task, yet part 0 of every table: the layout is the same for every batch.
+    assert layout(tmp_path.resolve()) == [
+        "manifest_headers/part-00000.jsonl",
+        "manifests/part-00000.parquet",
+        "packs/part-00000.jsonl",
+    ]
+    assert (tmp_path / "packs" / "part-00000.jsonl").read_text() == ""
+    assert (tmp_path / "manifest_headers" / "part-00000.jsonl").read_text() == ""
+    empty = pl.read_parquet(tmp_path / "manifests" / "part-00000.parquet")  # no rows
     assert (empty.height, empty.schema) == (0, PARQUET_SCHEMA)
     assert read_manifests(tmp_path) == []
     # Requests whose scopes are empty: headers, and no rows.
     nothing = [Request(id=f"none{i}", budget=10, where="id = 'nothing'") for i in range(2)]
     run_batch(store(), nothing, out_dir=tmp_path / "none", options=PackOptions(as_of=AS_OF))
     assert [m.totals.items for m in read_manifests(tmp_path / "none")] == [0, 0]
-    assert pl.read_parquet(tmp_path / "none" / "manifests.parquet").height == 0
+    assert scan_manifests(tmp_path / "none").collect().height == 0
     run_batch(
         store(), [], out_dir=tmp_path / "j", manifests="jsonl", options=PackOptions(as_of=AS_OF)
     )
-    assert (tmp_path / "j" / "manifests.jsonl").read_text() == ""
+    assert layout(tmp_path / "j") == ["manifests/part-00000.jsonl", "packs/part-00000.jsonl"]
+    assert joined(tmp_path / "j", "manifests") == b""
     with pytest.raises(PlanError, match="unknown manifest form 'csv'"):
         run_batch(store(), [], out_dir=tmp_path / "x", manifests="csv")  # type: ignore[arg-type]
 
@@ -598,7 +606,7 @@ def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path
         manifests="jsonl",
         options=PackOptions(as_of=AS_OF, reserve=10),
     )
-    manifests = {m["label"]: m for m in read_jsonl(tmp_path / "manifests.jsonl")}
+    manifests = {m["label"]: m for m in records(tmp_path, "manifests")}
     # The request's own reserve wins; the batch's applies to requests without one.
     assert manifests["own"]["reserve_tokens"] == 20
     assert manifests["batch"]["reserve_tokens"] == 10
@@ -644,7 +652,7 @@ def test_batch_overflow_truncate_cuts_a_required_truncatable_item(tmp_path: Path
         manifests="jsonl",
         options=PackOptions(as_of=AS_OF),
     )
-    (manifest,) = read_jsonl(tmp_path / "a" / "manifests.jsonl")
+    (manifest,) = records(tmp_path / "a", "manifests")
     # 100 - 3 priming - 4 framing = 93 tokens of the 400 of "refund " * 400.
     assert manifest["truncations"][0]["kept_tokens"] == 93
     assert manifest["used_tokens"] == 100
@@ -673,10 +681,10 @@ def test_requests_pack_whole_turns_and_start_on_a_user_message(tmp_path: Path) -
         manifests="jsonl",
         options=PackOptions(as_of=AS_OF),
     )
-    plain, user_first = read_jsonl(tmp_path / "packs.jsonl")
+    plain, user_first = records(tmp_path)
     assert plain["ids"] == ["policy", "a1", "u2", "a2"]
     assert user_first["ids"] == ["policy", "u2", "a2"]
-    manifest = read_jsonl(tmp_path / "manifests.jsonl")[1]
+    manifest = records(tmp_path, "manifests")[1]
     reasons = {e["id"]: e["reason"] for e in manifest["entries"]}
     assert reasons == {
         "policy": "required",
@@ -714,7 +722,7 @@ def test_batch_conversation_options_apply_to_requests_without_their_own(tmp_path
         rank="none",
         options=PackOptions(as_of=AS_OF, turns=True, start_on="user"),
     )
-    batch, own = read_jsonl(tmp_path / "packs.jsonl")
+    batch, own = records(tmp_path)
     assert batch["ids"] == ["policy", "u2", "a2"]  # the batch's start_on="user" drops a1
     assert own["ids"] == ["policy", "a1", "u2", "a2"]  # the request's own options win
 
@@ -726,7 +734,7 @@ def test_a_manifest_write_error_fails_the_batch_and_commits_nothing(
     run_batch(
         store(), [Request(id="previous", budget=500)], out_dir=out, options=PackOptions(as_of=AS_OF)
     )
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {name: (out / name).read_bytes() for name in layout(out.resolve())}
 
     def full_disk(writer: Any, frames: list[pl.DataFrame]) -> None:
         raise OSError(28, "No space left on device")
@@ -782,3 +790,130 @@ def test_a_batch_freezes_the_older_heap_while_it_runs_and_leaves_it_as_it_was(
         assert calls == []
     finally:
         gc.unfreeze()
+
+
+# ---------------------------------------------------------------------------
+# parts: each task writes its own, cut the same whatever the number of workers
+
+
+def conversations(count: int = 6) -> tuple[pl.DataFrame, list[Request]]:
+    """``count`` conversations of the store's 7 items, and requests over them, interleaved."""
+    copies = [
+        store().with_columns(
+            pl.col("id") + f"-c{c}",
+            pl.col("metadata").str.replace('"c1"', f'"c{c}"', literal=True),
+        )
+        for c in range(count)
+    ]
+    requests = [
+        Request(
+            id=f"r{k}",
+            budget=(60, 500)[k % 2],
+            query=("refund invoice", "crash settings")[k % 2],
+            where=f"metadata.conversation = 'c{(k * 5) % count}'",
+        )
+        for k in range(3 * count)
+    ]
+    return pl.concat(copies), [*requests, Request(id="all", budget=300, query="refund")]
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_parts_are_the_same_whatever_the_number_of_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    items, requests = conversations()
+    monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 14)  # two conversations a task
+    runs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        runs[workers] = run_batch(
+            items,
+            requests,
+            out_dir=out,
+            rank="bm25",
+            manifests=form,
+            workers=workers,
+            options=PackOptions(as_of=AS_OF),
+        )
+    first, second = (tmp_path / "w1").resolve(), (tmp_path / "w2").resolve()
+    # Six conversations in three tasks, then the whole store in a fourth.
+    assert layout(first) == layout(second)
+    assert [name for name in layout(first) if name.startswith("packs/")] == [
+        f"packs/part-0000{k}.jsonl" for k in range(4)
+    ]
+    for name in layout(first):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    assert [r["request_id"] for r in records(first)][-1] == "all"
+    assert len(runs[1].latencies_ms) == len(runs[2].latencies_ms) == len(requests)
+
+
+def test_the_parts_in_order_are_the_one_file_of_a_single_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    from cognoxium.packing.manifests import PARQUET_SETTINGS
+
+    items, requests = conversations()
+    for form in ("parquet", "jsonl"):
+        run_batch(items,
+                  requests,
+                  out_dir=tmp_path / f"one-{form}",
+                  rank="bm25",
+                  manifests=form,
+                  options=PackOptions(as_of=AS_OF))  # fmt: skip
+    monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 14)
+    for form in ("parquet", "jsonl"):
+        run_batch(items,
+                  requests,
+                  out_dir=tmp_path / f"many-{form}",
+                  rank="bm25",
+                  manifests=form,
+                  options=PackOptions(as_of=AS_OF))  # fmt: skip
+    one, many = tmp_path / "one-jsonl", tmp_path / "many-jsonl"
+    assert len(layout(one.resolve())) == 2
+    assert len(layout(many.resolve())) == 8
+    for table in ("packs", "manifests"):  # the text parts concatenate to the one file
+        assert joined(many, table) == joined(one, table)
+    one, many = tmp_path / "one-parquet", tmp_path / "many-parquet"
+    assert joined(many, "manifest_headers") == joined(one, "manifest_headers")
+    # The Parquet parts' rows, written as one file as a single task writes it (one
+    # row group below 131,072 entries), give that file byte for byte.
+    assert len(list((many / "manifests").iterdir())) == 4
+    rows = scan_manifests(many).collect().to_arrow().combine_chunks()
+    rewritten = tmp_path / "rewritten.parquet"
+    schema = pl.DataFrame(schema=PARQUET_SCHEMA).to_arrow().schema
+    with pq.ParquetWriter(rewritten, schema, **PARQUET_SETTINGS) as writer:
+        writer.write_table(rows, row_group_size=rows.num_rows)
+    assert rewritten.read_bytes() == (one / "manifests" / "part-00000.parquet").read_bytes()
+
+
+def test_a_task_packed_again_replaces_its_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task run twice (its process died after writing part of its files) writes
+    # the same parts again: replaced, never doubled; a dead attempt's temporary
+    # files are removed before the commit.
+    from cognoxium.app import _workers
+
+    items, requests = conversations()
+    monkeypatch.setattr(_workers, "TASK_ITEMS", 14)
+    run_batch(
+        items, requests, out_dir=tmp_path / "once", rank="bm25", options=PackOptions(as_of=AS_OF)
+    )
+    packing = _workers.pack_task
+
+    def twice(task: Any, settings: Any, form: Any, folder: Path) -> Any:
+        stale = folder / "manifests" / f".part-{task.index:05d}.parquet.0123456789abcdef.tmp"
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.write_bytes(b"half a part")
+        packing(task, settings, form, folder)
+        return packing(task, settings, form, folder)
+
+    monkeypatch.setattr(_workers, "pack_task", twice)
+    run_batch(
+        items, requests, out_dir=tmp_path / "twice", rank="bm25", options=PackOptions(as_of=AS_OF)
+    )
+    once, again = (tmp_path / "once").resolve(), (tmp_path / "twice").resolve()
+    assert layout(again) == layout(once)
+    assert all((once / n).read_bytes() == (again / n).read_bytes() for n in layout(once))

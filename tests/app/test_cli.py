@@ -13,12 +13,15 @@ from typer.testing import CliRunner
 
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
 from cognoxium.packing.manifests import read_manifests
+from tests.app.parts import joined, layout, records
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = "2026-01-01T00:00:00Z"
 
 runner = CliRunner()
+MANIFESTS_JSONL = "manifests/part-00000.jsonl"
+"""The one part of the sample's manifests in the jsonl form (the sample is one task)."""
 
 
 def pack(*args: str) -> tuple[int, str, str]:
@@ -27,7 +30,11 @@ def pack(*args: str) -> tuple[int, str, str]:
 
 
 SAMPLE_MANIFESTS = "abde9eec891a58aac6936f7a582c8701eb32704e5043c09ba6cd27e5d66e2ea3"
-"""sha256 of the sample's manifests.jsonl (rank bm25, cl100k_base, as of AS_OF).
+"""sha256 of the sample's manifests in the jsonl form (rank bm25, cl100k_base, as of AS_OF).
+
+The bytes of the parts of ``manifests/`` concatenated in number order: the
+same digest as the one manifests.jsonl file written before the output came in
+parts, so the concatenation is that file, byte for byte.
 
 Pinned with BM25, not the default rank: the default's MiniLM embeddings come
 from ONNX Runtime, whose int8 kernels differ in the last bits from one CPU
@@ -49,7 +56,7 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
     assert "6 requests" in stdout
     assert "packs/s" in stdout
     assert "p95" in stdout
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = records(out)
     manifests = [m.to_dict() for m in read_manifests(out)]
     requests = [json.loads(line) for line in (SAMPLE / "requests.jsonl").read_text().splitlines()]
     assert [p["request_id"] for p in packs] == [r["id"] for r in requests]
@@ -79,19 +86,34 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
         AS_OF,
     )
     assert code == EXIT_OK, stderr
-    names = ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
-    assert sorted(p.name for p in out.iterdir()) == names
-    for name in names:  # byte-identical, the Parquet file included
+    # One task, so one part of each table, always parts: the layout is one.
+    names = [
+        "manifest_headers/part-00000.jsonl",
+        "manifests/part-00000.parquet",
+        "packs/part-00000.jsonl",
+    ]
+    assert layout(out.resolve()) == names
+    for name in names:  # byte-identical, the Parquet part included
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
 
 
-def test_the_sample_manifests_are_pinned(tmp_path: Path) -> None:
+def test_the_sample_manifests_are_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "bm25"
     args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     # Pinned: a change of these bytes is a change of behaviour, made on purpose.
-    assert hashlib.sha256((out / "manifests.jsonl").read_bytes()).hexdigest() == SAMPLE_MANIFESTS
+    assert hashlib.sha256(joined(out, "manifests")).hexdigest() == SAMPLE_MANIFESTS
+    # A task per scope: more parts, whose concatenation is the same bytes.
+    monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 1)
+    parted = tmp_path / "parted"
+    args = ("--out", str(parted), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_OK, stderr
+    assert len(list((parted / "manifests").iterdir())) == 6  # six distinct scopes
+    assert hashlib.sha256(joined(parted, "manifests")).hexdigest() == SAMPLE_MANIFESTS
+    assert joined(parted, "packs") == joined(out, "packs")
+    monkeypatch.undo()
     # The Parquet form holds the same manifests: rebuilt, they give the pinned bytes.
     columnar = tmp_path / "columnar"
     args = ("--out", str(columnar), "--as-of", AS_OF, "--rank", "bm25")
@@ -117,7 +139,7 @@ def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:
     )
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
-    manifests = [json.loads(line) for line in (out / "manifests.jsonl").read_text().splitlines()]
+    manifests = records(out, "manifests")
     assert len(manifests) == 6
     for m in manifests:
         assert m["reserve_tokens"] == 16
@@ -140,7 +162,7 @@ def test_pack_bad_reserve_or_overflow(
     got, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert got == code
     assert message in stderr
-    assert not (tmp_path / "out" / "packs.jsonl").exists()
+    assert not (tmp_path / "out" / "packs").exists()
 
 
 def test_bad_request_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
@@ -152,7 +174,7 @@ def test_bad_request_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
     assert code == EXIT_BAD_INPUT
     assert f"{requests}:2: field budget:" in stderr
     assert "Traceback" not in stderr + stdout
-    assert not (tmp_path / "out" / "packs.jsonl").exists()
+    assert not (tmp_path / "out" / "packs").exists()
 
 
 def test_bad_item_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
@@ -240,7 +262,7 @@ def test_infeasible_budget_exits_3(tmp_path: Path) -> None:
     assert "'policy'" in stderr
     assert "budget is 8" in stderr
     assert "Traceback" not in stderr
-    assert not (tmp_path / "out" / "packs.jsonl").exists()
+    assert not (tmp_path / "out" / "packs").exists()
 
 
 @pytest.mark.parametrize(
@@ -345,8 +367,8 @@ def test_out_that_is_a_file_exits_2_naming_it(tmp_path: Path, command: str) -> N
         ),
         (
             "cognoxium.app.batch.run_batch",
-            PermissionError(errno.EACCES, "Permission denied", "OUT/packs.jsonl"),
-            "error: cannot write OUT/packs.jsonl: Permission denied",
+            PermissionError(errno.EACCES, "Permission denied", "OUT/packs/part-00000.jsonl"),
+            "error: cannot write OUT/packs/part-00000.jsonl: Permission denied",
         ),
     ],
 )
@@ -497,7 +519,7 @@ def sample_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def sample_out(sample_runs: dict[str, Path]) -> Path:
-    """The sample's output directory with --manifests jsonl (manifests.jsonl)."""
+    """The sample's output directory with --manifests jsonl (one part: MANIFESTS_JSONL)."""
     return sample_runs["jsonl"]
 
 
@@ -505,18 +527,19 @@ def sample_out(sample_runs: dict[str, Path]) -> Path:
     ("form", "target"),
     [
         ("parquet", ""),
-        ("parquet", "manifests.parquet"),
+        ("parquet", "manifests"),
+        ("parquet", "manifests/part-00000.parquet"),
         ("jsonl", ""),
-        ("jsonl", "manifests.jsonl"),
+        ("jsonl", "manifests/part-00000.jsonl"),
     ],
 )
 def test_inspect_gives_one_summary_for_every_form(
     sample_runs: dict[str, Path], form: str, target: str
 ) -> None:
-    """A directory of either form, a manifests.parquet and a manifests.jsonl: one summary."""
+    """A directory of either form, its manifests directory and a part of it: one summary."""
     items = ("--items", str(SAMPLE / "items.jsonl"))
     reference = runner.invoke(
-        app, ["inspect", str(sample_runs["jsonl"] / "manifests.jsonl"), "--json", *items]
+        app, ["inspect", str(sample_runs["jsonl"] / MANIFESTS_JSONL), "--json", *items]
     )
     assert reference.exit_code == EXIT_OK, reference.stderr
     path = sample_runs[form] / target if target else sample_runs[form]
@@ -531,10 +554,10 @@ def test_inspect_gives_one_summary_for_every_form(
 
 
 def test_inspect_prints_budget_use_reasons_and_tokens(sample_out: Path) -> None:
-    result = runner.invoke(app, ["inspect", str(sample_out / "manifests.jsonl")])
+    result = runner.invoke(app, ["inspect", str(sample_out / MANIFESTS_JSONL)])
     assert result.exit_code == EXIT_OK, result.stderr
     text = " ".join(result.stdout.split())
-    packs = [json.loads(line) for line in (sample_out / "packs.jsonl").read_text().splitlines()]
+    packs = records(sample_out)
     used = sum(p["used_tokens"] for p in packs)
     budget = sum(p["budget"] for p in packs)
     assert "Budget use over 6 manifests" in text
@@ -545,15 +568,15 @@ def test_inspect_prints_budget_use_reasons_and_tokens(sample_out: Path) -> None:
     assert "expired" in text
     assert "not_packable" in text
     assert "Per manifest" in text
-    labels = [json.loads(line)["label"] for line in (sample_out / "manifests.jsonl").open()]
+    labels = [json.loads(line)["label"] for line in (sample_out / MANIFESTS_JSONL).open()]
     assert all(label in text for label in labels)
 
 
 def test_inspect_limit_cuts_the_per_manifest_rows_and_says_so(sample_out: Path) -> None:
-    result = runner.invoke(app, ["inspect", str(sample_out / "manifests.jsonl"), "--limit", "2"])
+    result = runner.invoke(app, ["inspect", str(sample_out / MANIFESTS_JSONL), "--limit", "2"])
     assert result.exit_code == EXIT_OK, result.stderr
     text = " ".join(result.stdout.split())
-    labels = [json.loads(line)["label"] for line in (sample_out / "manifests.jsonl").open()]
+    labels = [json.loads(line)["label"] for line in (sample_out / MANIFESTS_JSONL).open()]
     assert "Per manifest" in text
     assert [label in text for label in labels].count(True) >= 2
     assert labels[-1] not in text
@@ -563,7 +586,7 @@ def test_inspect_limit_cuts_the_per_manifest_rows_and_says_so(sample_out: Path) 
 def test_inspect_json_summary_adds_up(sample_out: Path) -> None:
     from cognoxium.packing.manifests import NO_SOURCE
 
-    manifests = sample_out / "manifests.jsonl"
+    manifests = sample_out / MANIFESTS_JSONL
     result = runner.invoke(
         app, ["inspect", str(manifests), "--json", "--items", str(SAMPLE / "items.jsonl")]
     )
@@ -573,7 +596,7 @@ def test_inspect_json_summary_adds_up(sample_out: Path) -> None:
     assert summary["command"] == "inspect"
     assert summary["file"] == str(manifests)
     lines = [json.loads(line) for line in manifests.read_text().splitlines()]
-    packs = [json.loads(line) for line in (sample_out / "packs.jsonl").read_text().splitlines()]
+    packs = records(sample_out)
     assert summary["manifests"] == len(lines) == 6
     assert summary["budget"]["used_tokens"] == sum(p["used_tokens"] for p in packs)
     assert summary["budget"]["budget_tokens"] == sum(p["budget"] for p in packs)
@@ -602,7 +625,7 @@ def test_inspect_json_summary_adds_up(sample_out: Path) -> None:
 
 
 def test_inspect_reads_one_manifest_as_json(sample_out: Path, tmp_path: Path) -> None:
-    first = json.loads((sample_out / "manifests.jsonl").read_text().splitlines()[0])
+    first = json.loads((sample_out / MANIFESTS_JSONL).read_text().splitlines()[0])
     single = tmp_path / "manifest.json"
     single.write_text(json.dumps(first, indent=2))
     result = runner.invoke(app, ["inspect", str(single), "--json"])
@@ -619,7 +642,7 @@ def test_inspect_reads_one_manifest_as_json(sample_out: Path, tmp_path: Path) ->
 def test_inspect_bad_manifests_exit_2_naming_file_line_and_field(
     sample_out: Path, tmp_path: Path
 ) -> None:
-    lines = (sample_out / "manifests.jsonl").read_text().splitlines()
+    lines = (sample_out / MANIFESTS_JSONL).read_text().splitlines()
     broken = json.loads(lines[1])
     broken["entries"][3]["reason"] = "lost"
     bad = tmp_path / "bad.jsonl"
@@ -707,7 +730,7 @@ def test_quiet_prints_nothing_and_json_prints_one_summary(tmp_path: Path, comman
 
 
 def test_inspect_quiet_only_checks(sample_out: Path) -> None:
-    result = runner.invoke(app, ["inspect", str(sample_out / "manifests.jsonl"), "--quiet"])
+    result = runner.invoke(app, ["inspect", str(sample_out / MANIFESTS_JSONL), "--quiet"])
     assert result.exit_code == EXIT_OK
     assert result.stdout == ""
     result = runner.invoke(app, ["inspect", str(SAMPLE / "requests.jsonl"), "--quiet"])
@@ -876,9 +899,15 @@ def test_manifests_option_names_the_files_written(tmp_path: Path) -> None:
         assert sorted(Path(p).name for p in written[form].values()) == sorted(
             p.name for p in out.iterdir()
         )
-    assert Path(written["parquet"]["manifests"]).name == "manifests.parquet"
-    assert Path(written["parquet"]["manifest_headers"]).name == "manifest_headers.jsonl"
-    assert Path(written["jsonl"]["manifests"]).name == "manifests.jsonl"
+    assert {role: Path(p).name for role, p in written["parquet"].items()} == {
+        "packs": "packs",
+        "manifests": "manifests",
+        "manifest_headers": "manifest_headers",
+    }
+    assert {role: Path(p).name for role, p in written["jsonl"].items()} == {
+        "packs": "packs",
+        "manifests": "manifests",
+    }
     code, _, stderr = pack(*args, "--out", str(tmp_path / "x"), "--manifests", "csv")
     assert code == EXIT_USAGE
     assert "csv" in stderr
@@ -889,7 +918,7 @@ def test_inspect_of_a_directory_without_manifests_exits_2(tmp_path: Path) -> Non
     result = runner.invoke(app, ["inspect", str(tmp_path)])
     assert result.exit_code == EXIT_BAD_INPUT
     assert one_line_error(result.stderr).startswith(
-        f"error: {tmp_path}: holds neither manifests.parquet nor manifests.jsonl"
+        f"error: {tmp_path}: holds no manifests (manifests/part-<n>.parquet or .jsonl)"
     )
 
 
@@ -903,7 +932,7 @@ def test_pack_turns_and_start_on_user(tmp_path: Path) -> None:
         item["id"]: item["role"]
         for item in map(json.loads, (SAMPLE / "items.jsonl").read_text().splitlines())
     }
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = records(out)
     assert len(packs) == 6
     for line in packs:  # after the system block, every pack starts on a user message
         rest = [roles[i] for i in line["ids"] if roles[i] not in ("system", "developer")]
@@ -913,7 +942,7 @@ def test_pack_turns_and_start_on_user(tmp_path: Path) -> None:
     assert pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)[0] == EXIT_OK
     settings = [
         [json.loads(line)["fingerprints"]["settings"] for line in path.read_text().splitlines()]
-        for path in (out / "manifests.jsonl", plain / "manifests.jsonl")
+        for path in (out / MANIFESTS_JSONL, plain / MANIFESTS_JSONL)
     ]
     assert all(a != b for a, b in zip(*settings, strict=True))  # the options are fingerprinted
 
@@ -1030,7 +1059,6 @@ def test_profile_takes_model_names_approximate_and_huggingface(
     code, stdout, stderr = pack(str(SAMPLE / "items.jsonl"), str(requests), *args)
     assert code == EXIT_OK, stderr
     assert json.loads(stdout)["requests"] == 6
-    headers = (out / "manifest_headers.jsonl").read_text().splitlines()
-    manifests = [json.loads(line) for line in headers]
+    manifests = records(out, "manifest_headers")
     assert {m["profile"] for m in manifests} == {name}
     assert {m.get("estimated", False) for m in manifests} == {profile != "gpt-4o-mini"}

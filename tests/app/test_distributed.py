@@ -31,6 +31,7 @@ from cognoxium.items.io import read_items
 from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
+from tests.app.parts import layout, records
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -40,7 +41,6 @@ LOCOMO = Path(
     )
 )
 AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
-FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
 WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
 
 
@@ -74,7 +74,11 @@ def requests_for(conversations: int, count: int) -> list[Request]:
     return out
 
 
-def assert_same_files(left: Path, right: Path, names: tuple[str, ...] = FILES) -> None:
+def assert_same_files(left: Path, right: Path) -> None:
+    """The same parts of every table, byte for byte."""
+    names = layout(left.resolve())
+    assert names
+    assert layout(right.resolve()) == names
     for name in names:
         assert (left / name).read_bytes() == (right / name).read_bytes(), name
 
@@ -210,7 +214,7 @@ def test_the_sample_partitioned_by_topic_packs_as_its_jsonl(tmp_path: Path) -> N
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
     assert_same_files(tmp_path / "from-jsonl", tmp_path / "from-store")
-    packs = [json.loads(line) for line in (tmp_path / "from-store" / "packs.jsonl").open()]
+    packs = records(tmp_path / "from-store")
     refund = next(pack for pack in packs if pack["request_id"] == "billing-refund")
     assert refund["ids"][0] == "policy"
 
@@ -278,7 +282,7 @@ def test_cli_packs_a_store_whose_partition_values_hold_hive_characters(tmp_path:
     args = ["pack", str(root), str(requests), "--out", str(out), "--as-of", "2025-06-01T00:00:00Z"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    (pack,) = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    (pack,) = records(out)
     assert sorted(pack["ids"]) == sorted(f"c1-{i}" for i in range(12))
 
 
@@ -319,14 +323,15 @@ def test_ray_packs_a_ten_thousand_scope_store_in_tasks_of_many_scopes(
         for c in range(0, scopes, 10)
     ]
     tasks: list[int] = []
-    cut = distributed._task_units
+    cut = distributed._ray_tasks
 
-    def counted(units: Any, slots: int) -> Any:
-        made = cut(units, slots)
+    def counted(units: Any, store: Path) -> Any:
+        made = cut(units, store)
         tasks.append(len(made))
         return made
 
-    monkeypatch.setattr(distributed, "_task_units", counted)
+    monkeypatch.setattr(distributed, "_ray_tasks", counted)
+    monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 100)  # 50 scopes of 2 items
     local = run_batch(
         read_store(root),
         requests,
@@ -342,13 +347,18 @@ def test_ray_packs_a_ten_thousand_scope_store_in_tasks_of_many_scopes(
         workers=2,
         options=PackOptions(as_of=AS_OF),
     )
-    assert tasks == [2 * distributed.TASKS_PER_SLOT]  # 16 tasks of 62 or 63 scopes, not 1,000
+    assert tasks == [20]  # 20 tasks of 50 scopes, not 1,000
     assert remote.requests == local.requests == len(requests) == 1000
+    # Each engine's task k wrote part k: the same parts, byte for byte.
+    assert len(layout((tmp_path / "ray").resolve())) == 3 * 20
     assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
-def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, form: str) -> None:
+def test_ray_gives_the_local_files(
+    ray_local: Any, store: Path, tmp_path: Path, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 80)  # two conversations a task
     requests = requests_for(6, 40)
     local = run_batch(
         read_store(store),
@@ -367,14 +377,14 @@ def test_ray_gives_the_local_files(ray_local: Any, store: Path, tmp_path: Path, 
         manifests=form,
         options=PackOptions(as_of=AS_OF),
     )
-    names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
-    assert_same_files(tmp_path / "local", tmp_path / "ray", names)
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    assert len(list((tmp_path / "ray" / "packs").iterdir())) == 6  # 12 scopes of 40 items
     assert remote.requests == local.requests == 40
-    lines = (tmp_path / "ray" / "packs.jsonl").read_text().splitlines()
+    lines = records(tmp_path / "ray")
     by_scope = [r.id for u in batch_units(requests) for r in u.requests]  # scopes interleave
     assert by_scope != [r.id for r in requests]
-    assert [json.loads(line)["request_id"] for line in lines] == by_scope
-    assert sum(bool(json.loads(line)["ids"]) for line in lines) == 40
+    assert [line["request_id"] for line in lines] == by_scope
+    assert sum(bool(line["ids"]) for line in lines) == 40
 
 
 def test_ray_on_a_single_parquet_file_with_batch_options(ray_local: Any, tmp_path: Path) -> None:
@@ -529,6 +539,33 @@ def test_a_where_the_items_decide_goes_to_ray(
     assert no_ray == ["ray"]
 
 
+def test_clauses_that_only_fix_one_key_are_checked_once_before_ray_starts(
+    no_ray: list[str], store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[str | None] = []
+    real = distributed.scope_rows
+
+    def counting(frame: CognitionFrame, request: Request) -> pl.DataFrame:
+        checked.append(request.where)
+        return real(frame, request)
+
+    monkeypatch.setattr(distributed, "scope_rows", counting)
+    wheres = [
+        *(f"metadata.conversation = 'c{c:02d}'" for c in range(6)),
+        "metadata.conversation IN ('c01', 'c02')",
+        "metadata.conversation = 'c01' AND role <> 'tool'",
+        "metadata.turn = 'x'",
+        "metadata.turn = 'y'",
+    ]
+    requests = [Request(id=f"r{k}", budget=50, where=w) for k, w in enumerate(wheres)]
+    with pytest.raises(_RayStartedError):
+        run_batch_ray(
+            store, requests, out_dir=tmp_path / "r", rank="bm25", options=PackOptions(as_of=AS_OF)
+        )
+    # One check per key of the clauses that only fix a key; the others each.
+    assert checked == [wheres[0], wheres[7], wheres[8]]
+
+
 def test_an_unknown_profile_is_refused_before_ray_starts(
     no_ray: list[str], store: Path, tmp_path: Path
 ) -> None:
@@ -589,8 +626,41 @@ def test_a_killed_worker_is_retried_and_the_output_is_complete(
         killer.join()
     assert killed, "no worker was packing a unit"
     assert_same_files(tmp_path / "local", tmp_path / "ray")
-    ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
+    ids = [line["request_id"] for line in records(tmp_path / "ray")]
     assert ids == [r.id for u in batch_units(requests) for r in u.requests]  # none missing or twice
+    assert not list((tmp_path / "ray").resolve().rglob(".*"))  # no temporary file left
+
+
+def test_a_task_run_again_rewrites_its_parts_and_counts_once(store: Path, tmp_path: Path) -> None:
+    # What Ray does with a task whose worker died: the same task runs again, into
+    # the same version directory. Its parts are replaced, never doubled; a dead
+    # attempt's temporary files are swept; the driver keeps one row per task.
+    import pickle
+
+    from cognoxium.app._workers import finish_parts
+
+    requests = requests_for(6, 12)
+    units = batch_units(requests)
+    (task,) = distributed._ray_tasks(units, store)
+    settings = distributed._Settings("cl100k_base", "bm25", AS_OF, None, "parquet")
+    batch = pa.table({"task": [task.index], "payload": [pickle.dumps(task)]})
+    folder = tmp_path / "version"
+    rows = [distributed._pack_units(batch, store=str(store), settings=settings, folder=str(folder))]
+    first = {name: (folder / name).read_bytes() for name in layout(folder)}
+    assert sorted(first) == [
+        "manifest_headers/part-00000.jsonl",
+        "manifests/part-00000.parquet",
+        "packs/part-00000.jsonl",
+    ]
+    dead = folder / "manifests" / ".part-00000.parquet.0123456789abcdef.tmp"
+    dead.write_bytes(b"half a part")  # an attempt killed while it wrote
+    rows.append(
+        distributed._pack_units(batch, store=str(store), settings=settings, folder=str(folder))
+    )
+    finish_parts(folder, "parquet", 1)
+    assert {name: (folder / name).read_bytes() for name in layout(folder)} == first
+    latencies = distributed._collect(iter(rows), [task], units, requests, str(store), settings)
+    assert len(latencies) == len(requests)  # one row used: each request once
 
 
 def test_without_ray_the_engine_names_the_extra(
@@ -648,7 +718,7 @@ def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> 
     run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="bm25")
     run_batch_ray(root, requests, out_dir=tmp_path / "ray", rank="bm25")
     assert_same_files(tmp_path / "local", tmp_path / "ray")
-    assert len((tmp_path / "ray" / "packs.jsonl").read_text().splitlines()) == len(requests)
+    assert len(records(tmp_path / "ray")) == len(requests)
 
 
 def test_ray_packs_the_sample_store_as_the_local_jsonl_run(ray_local: Any, tmp_path: Path) -> None:
@@ -742,14 +812,13 @@ def test_ray_writes_runs_of_one_scope_as_the_local_run(
     }
     run_batch(read_store(root), requests, out_dir=tmp_path / "local", **options)
     run_batch_ray(root, requests, out_dir=tmp_path / "ray", workers=2, **options)
-    names = FILES if form == "parquet" else ("packs.jsonl", "manifests.jsonl")
-    assert_same_files(tmp_path / "local", tmp_path / "ray", names)
-    ids = [json.loads(line)["request_id"] for line in (tmp_path / "ray" / "packs.jsonl").open()]
+    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    ids = [line["request_id"] for line in records(tmp_path / "ray")]
     assert ids == [r.id for u in batch_units(requests) for r in u.requests]
     if form == "parquet":
         import pyarrow.parquet as pq
 
-        meta = pq.ParquetFile(tmp_path / "ray" / "manifests.parquet").metadata
+        meta = pq.ParquetFile(tmp_path / "ray" / "manifests" / "part-00000.parquet").metadata
         assert meta.num_row_groups == 2
         assert meta.num_rows == 400 * 400
 
@@ -778,7 +847,7 @@ def test_quiet_ray_prints_nothing_from_start_up_to_shutdown(store: Path, tmp_pat
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert done.stdout == ""
-    assert len((out / "packs.jsonl").read_text(encoding="utf-8").splitlines()) == 4
+    assert len(records(out)) == 4
 
 
 def test_quiet_drops_ray_records_below_error_and_restores_the_levels() -> None:

@@ -37,6 +37,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.convert import frame_to_items
 from cognoxium.items.io import read_items, read_jsonl
 from cognoxium.items.records import records_to_frame
+from cognoxium.packing.manifests import scan_packs
 from cognoxium.packing.options import PackOptions
 
 AS_OF = "2026-01-01T00:00:00Z"
@@ -402,7 +403,7 @@ def test_requests_from_python_are_pydantic_errors_or_pack(
     except CognoxiumError:
         return
     assert stats.requests == len(requests)
-    assert len((tmp_path / "out" / "packs.jsonl").read_text().splitlines()) == len(requests)
+    assert scan_packs(tmp_path / "out").collect().height == len(requests)
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from cognoxium.app.locomo_dataset import (
 )
 from cognoxium.exceptions import RecordError
 from cognoxium.packing.manifests import read_manifests
+from tests.app.parts import records
 
 REPO = Path(__file__).resolve().parents[2]
 LOCOMO = Path(
@@ -424,7 +426,7 @@ def test_locomo_command_explains_the_report_columns(tiny_path: Path, tmp_path: P
     assert sorted(report["compare"]) == ["bm25", "recency"]  # the default --compare
     for method in ("learned", "bm25", "recency"):
         assert f" {method} " in f" {text} "
-    assert (tmp_path / "o" / "compare" / "bm25" / "packs.jsonl").is_file()
+    assert (tmp_path / "o" / "compare" / "bm25" / "packs" / "part-00000.jsonl").is_file()
 
 
 def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:
@@ -433,13 +435,13 @@ def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:
     assert {p.name for p in out.iterdir()} >= {
         "items.parquet",
         "requests.jsonl",
-        "packs.jsonl",
-        "manifests.parquet",
-        "manifest_headers.jsonl",
+        "packs",
+        "manifests",
+        "manifest_headers",
         "report.json",
     }
     manifests = read_manifests(out)
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = records(out)
     assert [m.label for m in manifests] == [p["request_id"] for p in packs]
     assert json.loads((out / "report.json").read_text()) == report
     imported = report["import"]
@@ -453,7 +455,7 @@ def test_run_locomo_on_tiny_data(tiny_path: Path, tmp_path: Path) -> None:
     # At 4096 tokens the whole conversation fits: every evidence turn is found.
     assert report["budgets"]["4096"]["recall_all"] == 1.0
     assert report["budgets"]["20"]["recall_all"] < 1.0  # room for one turn only
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = records(out)
     assert all(
         not set(p["ids"]) - {f"t-1:D{s}:{t}" for s, t in [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2)]}
         for p in packs
@@ -535,7 +537,7 @@ manifest per line, as :func:`_jsonl_bytes` rebuilds it from the Parquet form.
 
 
 def _jsonl_bytes(directory: Path) -> bytes:
-    """The manifests of an output directory (either form) as the bytes of manifests.jsonl."""
+    """The manifests of an output directory (either form, every part in order) as JSONL bytes."""
     return "".join(m.to_json() + "\n" for m in read_manifests(directory)).encode("utf-8")
 
 
@@ -567,7 +569,7 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     assert all(caption in " ".join(run.stdout.split()) for caption in CAPTIONS)
     report = json.loads((first / "report.json").read_text(encoding="utf-8"))
 
-    # Report figures equal a recomputation from packs.jsonl and the raw JSON.
+    # Report figures equal a recomputation from the packs and the raw JSON.
     evidence = _independent_evidence(LOCOMO)
     # The requests carry the evidence and, under labels, the category of the raw JSON.
     written_lines = (first / "requests.jsonl").read_text(encoding="utf-8").splitlines()
@@ -577,7 +579,7 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
         wanted, category = evidence[request["id"].rsplit(":b", 1)[0]]
         assert set(request) == {"id", "budget", "query", "where", "as_of", "evidence", "labels"}
         assert (set(request["evidence"]), request["labels"]) == (wanted, {"category": category})
-    packs = [json.loads(line) for line in (first / "packs.jsonl").read_text().splitlines()]
+    packs = records(first)
     assert len(packs) == len(evidence) * len(budgets)
     for budget in budgets:
         recalls: dict[int, list[float]] = {}
@@ -659,4 +661,4 @@ def test_locomo_end_to_end(tmp_path: Path) -> None:
     # Do not leave the manifests in pytest's kept temp dirs.
     for directory in (first, second, first / "compare" / "bm25", first / "compare" / "recency"):
         for path in directory.glob("manifest*"):
-            path.unlink()
+            shutil.rmtree(path)

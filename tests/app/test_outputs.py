@@ -26,7 +26,11 @@ from tests.app.test_locomo import tiny
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = "2026-01-01T00:00:00Z"
-FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
+PACKS = "packs/part-00000.jsonl"
+MANIFESTS = "manifests/part-00000.parquet"
+HEADERS = "manifest_headers/part-00000.jsonl"
+FILES = (PACKS, MANIFESTS, HEADERS)
+"""The files of a run of the sample (one task: one part of each table)."""
 
 runner = CliRunner()
 
@@ -71,9 +75,9 @@ def runs(tmp_path: Path, fewer: Path) -> tuple[dict[str, bytes], dict[str, bytes
     assert pack(SAMPLE / "requests.jsonl", tmp_path / "ref-old") == (EXIT_OK, "")
     assert pack(fewer, tmp_path / "ref-new") == (EXIT_OK, "")
     old, new = contents(tmp_path / "ref-old"), contents(tmp_path / "ref-new")
-    assert old["packs.jsonl"] != new["packs.jsonl"]
-    assert old["manifests.parquet"] != new["manifests.parquet"]
-    assert old["manifest_headers.jsonl"] != new["manifest_headers.jsonl"]
+    assert old[PACKS] != new[PACKS]
+    assert old[MANIFESTS] != new[MANIFESTS]
+    assert old[HEADERS] != new[HEADERS]
     return old, new
 
 
@@ -215,7 +219,8 @@ def test_the_sweep_removes_only_leftovers_of_runs(tmp_path: Path, fewer: Path) -
     assert pack(fewer, out) == (EXIT_OK, "")
     dead = tmp_path / "out.20250101T000000Z-deadbeef"
     dead.mkdir()
-    (dead / "packs.jsonl").write_text("half\n")
+    (dead / "packs").mkdir()
+    (dead / PACKS).write_text("half\n")
     os.symlink(dead.name, tmp_path / ".out.20250101T000000Z-deadbeef.link")
     kept = ["out.backup", "out.20250101T000000Z-deadbeef.txt", "other.20250101T000000Z-deadbeef"]
     for name in kept:
@@ -299,9 +304,7 @@ def test_locomo_commits_every_file_at_once(tmp_path: Path, monkeypatch: pytest.M
     names = (
         "items.parquet",
         "requests.jsonl",
-        "packs.jsonl",
-        "manifests.parquet",
-        "manifest_headers.jsonl",
+        *FILES,
         "report.json",
     )
     before = {name: (out / name).read_bytes() for name in names}

@@ -8,7 +8,6 @@ request alone, over the frame :func:`rank_request` ranks.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from cognoxium.packing.manifests import read_manifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, PackScope, pack
 from cognoxium.testing import assert_manifest_equal, assert_pack_equal
+from tests.app.parts import layout, records
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -78,7 +78,7 @@ def assert_batch_equals_one_request_packs(
         rank=method,
         manifests=manifests,  # type: ignore[arg-type]
     )
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = records(out)
     written = read_manifests(out)
     by_scope = [r for unit in batch_units(requests) for r in unit.requests]
     assert [p["request_id"] for p in packs] == [r.id for r in by_scope]
@@ -268,14 +268,15 @@ def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
     with ManifestWriter(many, form) as writer:  # type: ignore[arg-type]
         writer.write_many(ids[:1], [outcomes[0].manifest], scope.entries(outcomes[:1]))
         writer.write_many(ids[1:], [o.manifest for o in outcomes[1:]], scope.entries(outcomes[1:]))
-    names = sorted(p.name for p in one.iterdir())
-    assert names == sorted(p.name for p in many.iterdir())
+    names = layout(one)
+    assert names == layout(many)
     for name in names:
         if name.endswith(".jsonl"):
             assert (one / name).read_bytes() == (many / name).read_bytes(), name
     assert scan_manifests(one).collect().equals(scan_manifests(many).collect(), null_equal=True)
     if form == "parquet":
-        rows = [pq.ParquetFile(d / "manifests.parquet").metadata.num_rows for d in (one, many)]
+        part = Path("manifests", "part-00000.parquet")
+        rows = [pq.ParquetFile(d / part).metadata.num_rows for d in (one, many)]
         assert rows == [len(budgets) * df.height] * 2
 
 
@@ -294,7 +295,7 @@ def test_write_many_refuses_entries_that_do_not_split_evenly(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_a_scope_result_written_in_pieces_writes_the_whole(form: str, tmp_path: Path) -> None:
-    from cognoxium.packing.manifests import ManifestWriter
+    from cognoxium.app._workers import open_part
 
     store = CognitionFrame(_rows())
     settings = BatchSettings(PackOptions(as_of=AS_OF), "bm25")
@@ -302,19 +303,14 @@ def test_a_scope_result_written_in_pieces_writes_the_whole(form: str, tmp_path: 
     result = pack_scope(store, requests, settings)
     whole, pieces = tmp_path / "whole", tmp_path / "pieces"
     for folder, parts in ((whole, [(0, 4)]), (pieces, [(0, 1), (1, 1), (1, 3), (3, 4)])):
-        folder.mkdir()
-        with (
-            (folder / "packs.jsonl").open("w", encoding="utf-8") as packs,
-            ManifestWriter(folder, form) as writer,  # type: ignore[arg-type]
-        ):
+        with open_part(folder, form, 0) as (packs, writer):  # type: ignore[arg-type]
             for start, stop in parts:
                 result.take(start, stop).write(packs, writer)
-    names = sorted(p.name for p in whole.iterdir())
-    assert names == sorted(p.name for p in pieces.iterdir())
+    names = layout(whole)
+    assert names == layout(pieces)
     for name in names:
         assert (whole / name).read_bytes() == (pieces / name).read_bytes(), name
-    lines = (whole / "packs.jsonl").read_text().splitlines()
-    assert [json.loads(line)["request_id"] for line in lines] == [r.id for r in requests]
+    assert [line["request_id"] for line in records(whole)] == [r.id for r in requests]
     assert [m.label for m in read_manifests(pieces)] == [r.id for r in requests]
     middle = result.take(1, 3)
     assert middle.entries.height == 2 * store.count()

@@ -16,6 +16,7 @@ from cognoxium.packing.manifests import read_manifests
 from cognoxium.retrieval.features import FEATURE_NAMES
 from cognoxium.retrieval.learned import load_model
 from cognoxium.retrieval.scope import RetrievalSettings
+from tests.app.parts import records
 from tests.app.test_locomo import tiny
 
 LOCAL = RetrievalSettings(model="local_hash")
@@ -110,7 +111,7 @@ def test_run_locomo_ranks_learned_leaving_one_conversation_out(data: Path, tmp_p
     )
     assert report["settings"]["leave_one_conversation_out"] is True
     assert (out / "models" / "t-1.json").is_file()
-    packs = [json.loads(line) for line in (out / "packs.jsonl").read_text().splitlines()]
+    packs = records(out)
     requests = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert [p["request_id"] for p in packs] == [r["id"] for r in requests]
     assert report["budgets"]["4096"]["recall_all"] == 1.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,10 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.scope import derived_items
+from tests.app.parts import layout, records, same_tables
 
 AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
 WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
-FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
 
 
 def _items() -> pl.DataFrame:
@@ -164,8 +163,9 @@ def test_worker_processes_write_the_files_of_one_process(
     method: str, one_process: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_workers, "TASK_ITEMS", 10)  # a task per scope: three tasks
-    tasks = list(_workers.tasks_of(batch_units(_requests(12)), lambda u: _items(), lambda s: None))
-    assert len(tasks) == 3
+    units = batch_units(_requests(12))
+    ranges = _workers.task_ranges(_workers.unit_weights(units, CognitionFrame(_items())))
+    assert [list(r) for r in ranges] == [[0], [1], [2]]
     stats = run_batch(
         _items(),
         _requests(12),
@@ -175,10 +175,10 @@ def test_worker_processes_write_the_files_of_one_process(
         options=PackOptions(as_of=AS_OF),
     )
     assert stats.requests == 12
-    for name in FILES:
-        assert (tmp_path / "out" / name).read_bytes() == (one_process[method] / name).read_bytes()
-    lines = (tmp_path / "out" / "packs.jsonl").read_text().splitlines()
-    ids = [json.loads(line)["request_id"] for line in lines]
+    assert len(layout(tmp_path / "out")) == 9  # three parts of each table
+    # The one task of one process, and three in two workers: the same tables.
+    assert same_tables(tmp_path / "out", one_process[method])
+    ids = [line["request_id"] for line in records(tmp_path / "out")]
     assert ids == [r.id for u in batch_units(_requests(12)) for r in u.requests]
     assert ids != [r.id for r in _requests(12)]  # the scopes interleave in the input
 
@@ -239,5 +239,6 @@ def test_a_lazy_store_reads_each_scope_on_its_own_with_the_same_files(
             workers=1,
             options=PackOptions(as_of=AS_OF),
         )
-        for name in FILES:
+        assert layout(out) == layout(one_process[method])
+        for name in layout(out):
             assert (out / name).read_bytes() == (one_process[method] / name).read_bytes(), method

@@ -15,19 +15,27 @@ from cognoxium import CognitionFrame
 from cognoxium.exceptions import RecordError
 from cognoxium.packing import PackManifest
 from cognoxium.packing import manifests as manifests_module
+from cognoxium.packing._parts import sweep
 from cognoxium.packing.manifests import (
-    MANIFEST_HEADERS,
-    MANIFESTS_JSONL,
-    MANIFESTS_PARQUET,
     NO_SOURCE,
     NOT_IN_ITEMS,
     ManifestWriter,
     read_manifests,
     scan_manifests,
+    scan_packs,
     summarize_manifests,
 )
 
 AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
+MANIFESTS_PARQUET = "manifests/part-00000.parquet"
+MANIFEST_HEADERS = "manifest_headers/part-00000.jsonl"
+MANIFESTS_JSONL = "manifests/part-00000.jsonl"
+"""Part 0 of each table, what one writer writes by default."""
+
+
+def files(folder: Path) -> list[str]:
+    """Every file under ``folder``, relative, sorted."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
 def frame() -> CognitionFrame:
@@ -122,9 +130,9 @@ def packed() -> list[PackManifest]:
     return [cf.pack(b, as_of=AS_OF, label=f"b{b}").manifest for b in (30, 60, 400)]
 
 
-def write(folder: Path, form: str, manifests: list[PackManifest]) -> Path:
+def write(folder: Path, form: str, manifests: list[PackManifest], part: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    with ManifestWriter(folder, form) as writer:  # type: ignore[arg-type]
+    with ManifestWriter(folder, form, part=part) as writer:  # type: ignore[arg-type]
         for manifest in manifests:
             writer.write(str(manifest.label), manifest)
     return folder
@@ -134,9 +142,10 @@ def test_both_forms_round_trip_and_summarise_alike(tmp_path: Path) -> None:
     manifests = packed()
     parquet = write(tmp_path / "p", "parquet", manifests)
     jsonl = write(tmp_path / "j", "jsonl", manifests)
-    assert sorted(p.name for p in parquet.iterdir()) == [MANIFEST_HEADERS, MANIFESTS_PARQUET]
-    assert [p.name for p in jsonl.iterdir()] == [MANIFESTS_JSONL]
-    for where in (parquet, parquet / MANIFESTS_PARQUET, jsonl, jsonl / MANIFESTS_JSONL):
+    assert files(parquet) == [MANIFEST_HEADERS, MANIFESTS_PARQUET]
+    assert files(jsonl) == [MANIFESTS_JSONL]
+    places = (parquet, parquet / "manifests", parquet / MANIFESTS_PARQUET)
+    for where in (*places, jsonl, jsonl / "manifests", jsonl / MANIFESTS_JSONL):
         back = read_manifests(where)
         assert back == manifests
         assert [m.to_json() for m in back] == [m.to_json() for m in manifests]
@@ -190,9 +199,13 @@ def test_parquet_headers_and_entries_must_agree(tmp_path: Path) -> None:
     broken["totals"]["items"] = 3
     lines = [headers[0], json.dumps(broken), headers[2]]
     (folder / MANIFEST_HEADERS).write_text("\n".join(lines) + "\n")
-    with pytest.raises(RecordError, match=r"'b60' has 4 entries in manifests\.parquet") as info:
+    with pytest.raises(RecordError, match=r"'b60' has 4 entries in p, its header counts 3") as info:
         summarize_manifests(folder)
-    assert (info.value.line, info.value.field) == (2, "totals.items")
+    assert (info.value.source, info.value.line, info.value.field) == (
+        str(folder / MANIFEST_HEADERS),
+        2,
+        "totals.items",
+    )
     lines[1] = headers[0]
     (folder / MANIFEST_HEADERS).write_text("\n".join(lines) + "\n")
     with pytest.raises(RecordError, match="duplicate request id 'b30'"):
@@ -213,7 +226,7 @@ def test_a_parquet_file_of_other_columns_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="has type String, expected Int64") as info:
         summarize_manifests(folder)
     assert info.value.field == "priority"
-    with pytest.raises(RecordError, match=r"neither manifests\.parquet nor manifests\.jsonl"):
+    with pytest.raises(RecordError, match=r"holds no manifests \(manifests/part-<n>\.parquet"):
         scan_manifests(tmp_path)
 
 
@@ -238,6 +251,7 @@ def test_a_bad_jsonl_value_is_named_by_line_and_field(
     bad = json.loads(lines[1])
     bad["entries"][1]["id"] = None  # shaped right, so only the scan sees it
     path = tmp_path / MANIFESTS_JSONL
+    path.parent.mkdir()
     path.write_text("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
     with pytest.raises(RecordError) as info:
         summarize_manifests(path)
@@ -366,3 +380,98 @@ def test_a_manifest_whose_token_counts_do_not_add_up_is_refused(
     path.write_text(text + "\n")
     with pytest.raises(RecordError, match=message):
         read_manifests(path)
+
+
+# ---------------------------------------------------------------------------
+# parts: one per task, read in number order as one table
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_parts_are_read_in_number_order_as_one_table(tmp_path: Path, form: str) -> None:
+    manifests = [m.model_copy(update={"label": f"r{i}"}) for i, m in enumerate(packed() * 4)]
+    # Parts 0, 2, 10 and 100000: a name sort would put 100000 before 2 and 10.
+    for part, group in zip(
+        (10, 0, 100000, 2),
+        (manifests[6:9], manifests[:3], manifests[9:], manifests[3:6]),
+        strict=True,
+    ):
+        write(tmp_path / "p", form, group, part=part)
+    folder = tmp_path / "p"
+    assert read_manifests(folder) == manifests
+    whole = write(tmp_path / "one", form, manifests)
+    assert scan_manifests(folder).collect().equals(scan_manifests(whole).collect())
+    items = frame().collect()
+    assert summarize_manifests(folder, items=items) == summarize_manifests(whole, items=items)
+    # One part alone, by its path.
+    assert read_manifests(folder / "manifests" / f"part-00002.{form}") == manifests[3:6]
+
+
+def test_the_parts_of_jsonl_concatenate_to_the_one_file(tmp_path: Path) -> None:
+    manifests = packed()
+    write(tmp_path / "p", "jsonl", manifests[:1], part=0)
+    write(tmp_path / "p", "jsonl", manifests[1:], part=1)
+    whole = write(tmp_path / "one", "jsonl", manifests)
+    parts = sorted((tmp_path / "p" / "manifests").iterdir())
+    joined = b"".join(part.read_bytes() for part in parts)
+    assert joined == (whole / MANIFESTS_JSONL).read_bytes()
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_a_part_written_again_replaces_the_first(tmp_path: Path, form: str) -> None:
+    # A task run again (its worker died) writes its part again: the part is
+    # replaced, never doubled, and no temporary file is left.
+    manifests = packed()
+    first = files(write(tmp_path / "p", form, manifests[:2], part=3))
+    write(tmp_path / "p", form, manifests[:2], part=3)
+    assert files(tmp_path / "p") == first
+    assert read_manifests(tmp_path / "p") == manifests[:2]
+
+
+def test_a_part_whose_writing_fails_is_not_left(tmp_path: Path) -> None:
+    manifest = packed()[0]
+    write(tmp_path, "parquet", [manifest], part=0)
+    before = {name: (tmp_path / name).read_bytes() for name in files(tmp_path)}
+
+    def interrupted(part: int) -> None:
+        with ManifestWriter(tmp_path, "parquet", part=part) as writer:
+            writer.write("other", manifest)
+            raise KeyError("stop")
+
+    for part in (1, 0):  # a new part, and one already written
+        with pytest.raises(KeyError, match="stop"):
+            interrupted(part)
+    assert {name: (tmp_path / name).read_bytes() for name in files(tmp_path)} == before
+
+
+def test_sweep_removes_what_a_dead_writer_left(tmp_path: Path) -> None:
+    manifests = packed()
+    write(tmp_path, "parquet", manifests, part=0)
+    left = ManifestWriter(tmp_path, "parquet", part=1)  # never closed, as if its process died
+    left.write("r1", manifests[0])
+    assert len(files(tmp_path)) == 4
+    sweep(tmp_path)
+    assert files(tmp_path) == [MANIFEST_HEADERS, MANIFESTS_PARQUET]
+    assert read_manifests(tmp_path) == manifests
+    left._discard(KeyError("died"))  # close its files (already removed)
+    assert files(tmp_path) == [MANIFEST_HEADERS, MANIFESTS_PARQUET]
+
+
+def test_scan_packs_reads_the_parts_in_order(tmp_path: Path) -> None:
+    table = tmp_path / "packs"
+    table.mkdir()
+    line = '{"budget":%d,"ids":["a","b"],"request_id":"r%d","used_tokens":3}\n'
+    for part, requests in ((1, (3,)), (0, (1, 2)), (2, ())):
+        text = "".join(line % (10 * r, r) for r in requests)
+        (table / f"part-{part:05d}.jsonl").write_text(text)
+    (table / ".part-00003.jsonl.0123456789abcdef.tmp").write_text(line % (1, 9))
+    rows = scan_packs(tmp_path).collect()
+    assert rows.rows() == [
+        (10, ["a", "b"], "r1", 3),
+        (20, ["a", "b"], "r2", 3),
+        (30, ["a", "b"], "r3", 3),
+    ]
+    assert scan_packs(table).collect().equals(rows)
+    assert scan_packs(table / "part-00001.jsonl").collect()["request_id"].to_list() == ["r3"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RecordError, match="holds no packs"):
+        scan_packs(tmp_path / "empty")

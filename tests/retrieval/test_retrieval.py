@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from cognoxium.app.batch import Request, batch_rank_methods, run_batch
 from cognoxium.exceptions import PlanError
 from cognoxium.items.records import records_to_frame
+from cognoxium.packing.manifests import scan_packs
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
 from cognoxium.retrieval.fusion import rrf_scores
@@ -193,8 +193,8 @@ def test_every_rank_method_packs_a_batch(tmp_path: Path) -> None:
     for method in batch_rank_methods():
         out = tmp_path / method
         settings = RetrievalSettings(model="local_hash")
-        run_batch(store(), requests, out_dir=out, rank=method, retrieval=settings)
-        lines = [json.loads(x) for x in (out / "packs.jsonl").read_text().splitlines()]
+        run_batch(store(), requests, out_dir=out, rank=method, retrieval=settings)  # type: ignore[arg-type]
+        lines = scan_packs(out).collect().to_dicts()
         assert [x["request_id"] for x in lines] == ["q1", "q2"]
         assert all(x["used_tokens"] <= 30 for x in lines)
         assert all(i.startswith("t") for x in lines for i in x["ids"])  # derived stay out
@@ -225,7 +225,12 @@ def test_hybrid_lineage_manifests_are_byte_identical(tmp_path: Path) -> None:
             retrieval=RetrievalSettings(model="local_hash"),
             options=PackOptions(as_of=AS_OF),
         )
-    names = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert names == ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
+    folder = (tmp_path / "a").resolve()
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.*"))
+    assert names == [
+        "manifest_headers/part-00000.jsonl",
+        "manifests/part-00000.parquet",
+        "packs/part-00000.jsonl",
+    ]
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

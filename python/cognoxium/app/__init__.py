@@ -1,10 +1,10 @@
 """The applications on top of the engine.
 
-Batch packing (:func:`run_batch`, a loop over the scopes of
-:func:`pack_scope`; on Ray Data, :func:`run_batch_ray`, one task per
-scope), the LoCoMo dataset as items and requests (:func:`read_locomo`),
-the LoCoMo evaluation (:func:`run_locomo`) and the command line
-(:mod:`cognoxium.app.cli`).
+Batch packing (:func:`run_batch`, tasks of scopes packed with
+:func:`pack_scope`, each writing its part of the files; on Ray Data,
+:func:`run_batch_ray`, the same tasks), the LoCoMo dataset as items and
+requests (:func:`read_locomo`), the LoCoMo evaluation (:func:`run_locomo`)
+and the command line (:mod:`cognoxium.app.cli`).
 """
 
 from typing import TYPE_CHECKING

@@ -3,13 +3,13 @@
 ``DIR`` (the ``--out`` of ``cognoxium pack`` and ``cognoxium locomo``) is a
 symbolic link to a sibling version directory ``DIR.<run id>`` that holds
 every file of one run. A run writes a new version directory, then swaps the
-link with one ``rename(2)``, so a reader of ``DIR/packs.jsonl`` and
-``DIR/manifests.jsonl`` sees every file of the previous run or every file of
-this one, never a mix, whatever stops the run (an error, a kill, a power
-loss after the files were synced)::
+link with one ``rename(2)``, so a reader of ``DIR/packs/`` and
+``DIR/manifests/`` (their parts) sees every file of the previous run or every
+file of this one, never a mix, whatever stops the run (an error, a kill, a
+power loss after the files were synced)::
 
     out/sample -> sample.20260101T120000Z-1a2b3c4d
-    out/sample.20260101T120000Z-1a2b3c4d/{packs.jsonl,manifests.jsonl}
+    out/sample.20260101T120000Z-1a2b3c4d/{packs,manifests}/part-00000.jsonl
     out/.sample.lock
 
 Phases of one commit (:func:`committed_output`), under an exclusive

@@ -77,6 +77,7 @@ __all__ = [
     "batch_units",
     "collect_scope",
     "conjuncts",
+    "fixed_values",
     "partition_keys",
     "scope_values",
     "where_filter",
@@ -201,14 +202,35 @@ def scope_values(where: str | None, key: str) -> frozenset[str] | None:
     True
     """
     tree = _parsed(where)
-    if tree is None:
-        return None
+    return None if tree is None else _fixed(tree, key)
+
+
+def _fixed(tree: exp.Expr, key: str) -> frozenset[str] | None:
+    """:func:`scope_values` of a parsed clause."""
     found: frozenset[str] | None = None
     for conjunct in conjuncts(tree):
         values = _values(conjunct, key)
         if values is not None:
             found = values if found is None else found & values
     return found
+
+
+def fixed_values(where: str | None) -> dict[str, frozenset[str]]:
+    """:func:`scope_values` of every plain metadata key a clause fixes, the clause parsed once.
+
+    Examples
+    --------
+    >>> found = fixed_values("metadata.user = 'u1' AND metadata.topic IN ('a', 'b')")
+    >>> {key: sorted(values) for key, values in found.items()}
+    {'topic': ['a', 'b'], 'user': ['u1']}
+    >>> fixed_values("metadata.user = 'u1' OR role = 'user'"), fixed_values(None)
+    ({}, {})
+    """
+    tree = _parsed(where)
+    if tree is None:
+        return {}
+    found = {key: _fixed(tree, key) for key in _plain_keys(tree)}
+    return {key: values for key, values in found.items() if values is not None}
 
 
 def partition_keys(where: str | None) -> tuple[str, ...]:

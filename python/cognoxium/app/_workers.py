@@ -1,19 +1,25 @@
-"""A batch's scopes packed on every core of one machine, in worker processes.
+"""A batch's tasks: cut the same whatever runs them, each writing its own part of the files.
 
-:func:`~cognoxium.app.batch.run_batch` with ``workers=N`` (``N > 1``) cuts its
-units (the requests of one scope, see :mod:`cognoxium.app._scopes`) into
-tasks of consecutive units of about :data:`TASK_ITEMS` items each, the same
-tasks whatever ``N``. A task holds its units' rows (and, for the ranks that
-read lineage, the items derived from them), so a worker never reads the
-store. ``N`` worker processes (started with ``spawn``, so no lock of Polars'
-thread pool is inherited) pack the tasks with the in-process kernel
-(:func:`~cognoxium.app.batch.pack_scope`) and render their results for the
-files (:meth:`~cognoxium.app.batch.ScopeResult.render`: the ``packs.jsonl``
-lines, the manifest lines and the manifest rows). The parent appends each
-task's rendered result in task order, so the files are the same, byte for
-byte, whatever ``N``; at most ``2 * N`` tasks are in flight, which bounds
-the memory. A task's error (a bad budget, an infeasible request) is raised
-in the parent, for the first failing task in order.
+A batch's units (the requests of one scope, see :mod:`cognoxium.app._scopes`)
+are cut into tasks of consecutive units (:func:`task_ranges`) by a weight
+per unit that depends only on the requests and the store
+(:func:`unit_weights`: the items whose value of one metadata key the unit's
+clause fixes), so the tasks are the same whatever the number of workers and
+whatever the engine (:func:`~cognoxium.app.batch.run_batch` here, or
+:func:`~cognoxium.app.distributed.run_batch_ray`). Task ``k`` writes part
+``k`` of every table of the batch (:func:`open_part`: ``packs/part-<k>.jsonl``
+and the manifests' parts, see :mod:`cognoxium.packing.manifests`) where it
+runs, and sends back only its :class:`TaskStats`; so the parts, byte for
+byte, do not depend on who packed them, and the process that runs the batch
+does no work per request.
+
+:func:`run_tasks` packs the tasks of a local batch in this process or in
+``N`` worker processes (started with ``spawn``, so no lock of Polars'
+thread pool is inherited), at most ``2 * N`` tasks in flight, which bounds
+the memory: a task holds its units' rows (and, for the ranks that read
+lineage, the items derived from them), so a worker never reads the store.
+A task's error (a bad budget, an infeasible request) is raised in the
+parent, for the first failing task in order.
 """
 
 from __future__ import annotations
@@ -21,24 +27,42 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
-from cognoxium.app._scopes import Unit
+from cognoxium.app._scopes import Unit, fixed_values
+from cognoxium.packing._parts import PACKS, part_path, staged, sweep
+from cognoxium.packing.manifests import ManifestWriter
 
 if TYPE_CHECKING:
-    from cognoxium.app.batch import BatchSettings, RenderedResult
+    from cognoxium.app.batch import BatchSettings
+    from cognoxium.frame.frame import CognitionFrame
     from cognoxium.packing.manifests import ManifestForm
 
-__all__ = ["TASK_ITEMS", "Task", "default_workers", "run_tasks", "tasks_of"]
+__all__ = [
+    "TASK_ITEMS",
+    "Task",
+    "TaskStats",
+    "default_workers",
+    "finish_parts",
+    "open_part",
+    "pack_task",
+    "run_tasks",
+    "task_ranges",
+    "tasks_of",
+    "unit_weights",
+]
 
 TASK_ITEMS = 20_000
-"""Items per task: a task takes units until their scopes hold at least this many."""
+"""Items per task: a task takes units until their weights add up to at least this many."""
 
 
 def default_workers() -> int:
@@ -49,12 +73,78 @@ def default_workers() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+# -- cutting the units into tasks -------------------------------------------------
+
+
+def unit_weights(units: Sequence[Unit], store: CognitionFrame) -> list[int]:
+    """Each unit's weight: the items of the store its clause can keep, by one metadata key.
+
+    The key is the plain metadata key that the most clauses fix to text
+    values (:func:`~cognoxium.app._scopes.fixed_values`; ties by name),
+    found from the clauses alone. A unit whose clause fixes it weighs the
+    items whose ``metadata.<key>`` (as ``json_path_match`` reads it) is one
+    of its values; any other unit weighs the whole store. One pass over the
+    store's metadata column (a lazy scan reads that column only), so the
+    weights are the same whoever computes them over the same items.
+
+    Examples
+    --------
+    >>> from cognoxium import CognitionFrame
+    >>> from cognoxium.app._scopes import batch_units
+    >>> from cognoxium.app.batch import Request
+    >>> store = CognitionFrame([{"id": str(i), "role": "user", "text": "hi",
+    ...                          "metadata": {"c": "a" if i < 3 else "b"}} for i in range(4)])
+    >>> units = batch_units([Request(id="r1", budget=5, where="metadata.c = 'a'"),
+    ...                      Request(id="r2", budget=5, where="metadata.c IN ('a', 'b')"),
+    ...                      Request(id="r3", budget=5, where="role = 'user'")])
+    >>> unit_weights(units, store)
+    [3, 4, 4]
+    """
+    fixed = [fixed_values(unit.where) for unit in units]
+    votes = Counter(key for found in fixed for key in found)
+    lazy = store.lazy()
+    if not votes:
+        total = lazy.select(pl.len()).collect().item() if units else 0
+        return [total] * len(units)
+    key = min(votes, key=lambda name: (-votes[name], name))
+    value = pl.col("metadata").str.json_path_match(f"$.{key}").alias("value")
+    counted = lazy.group_by(value).agg(pl.len()).collect(engine="streaming")
+    counts: dict[str | None, int] = dict(counted.iter_rows())
+    total = sum(counts.values())
+    return [sum(counts.get(v, 0) for v in found[key]) if key in found else total for found in fixed]
+
+
+def task_ranges(weights: Sequence[int]) -> list[range]:
+    """The units of each task: consecutive, until their weights reach :data:`TASK_ITEMS`.
+
+    Examples
+    --------
+    >>> [list(r) for r in task_ranges([15_000, 15_000, 5, 30_000, 0, 7])]
+    [[0, 1], [2, 3], [4, 5]]
+    """
+    ranges: list[range] = []
+    start = items = 0
+    for position, weight in enumerate(weights):
+        items += weight
+        if items >= TASK_ITEMS:
+            ranges.append(range(start, position + 1))
+            start, items = position + 1, 0
+    if start < len(weights):
+        ranges.append(range(start, len(weights)))
+    return ranges
+
+
+# -- the tasks of a local batch ------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """Consecutive units of a batch, with the rows each needs.
 
     Attributes
     ----------
+    index
+        The task's position in the batch: the number of the parts it writes.
     units
         The units, in batch order.
     rows
@@ -64,63 +154,100 @@ class Task:
         rank reads none).
     """
 
+    index: int
     units: tuple[Unit, ...]
     rows: tuple[pl.DataFrame, ...]
     lineage: tuple[pl.DataFrame | None, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    """What a task sends back once its parts are written: no result, a few figures.
+
+    Attributes
+    ----------
+    index
+        The task's index.
+    latencies_ms
+        Per request, in part order, the milliseconds of its rank and
+        selection (float64).
+    """
+
+    index: int
+    latencies_ms: np.ndarray
+
+
 def tasks_of(
     units: Sequence[Unit],
+    ranges: Sequence[range],
     rows: Callable[[Unit], pl.DataFrame],
     lineage: Callable[[pl.DataFrame], pl.DataFrame | None],
 ) -> Iterator[Task]:
-    """Cut ``units`` into tasks of about :data:`TASK_ITEMS` items, lazily, in order.
+    """The tasks of ``ranges`` (:func:`task_ranges`), lazily, in order.
 
     ``rows`` gives a unit's scope and ``lineage`` the lineage items of a
     scope; both run when the task is made.
     """
-    batch: list[tuple[Unit, pl.DataFrame, pl.DataFrame | None]] = []
-    items = 0
-    for unit in units:
-        scope = rows(unit)
-        batch.append((unit, scope, lineage(scope)))
-        items += scope.height
-        if items >= TASK_ITEMS:
-            yield _task(batch)
-            batch, items = [], 0
-    if batch:
-        yield _task(batch)
+    for index, units_range in enumerate(ranges):
+        chosen = [units[position] for position in units_range]
+        scopes = [rows(unit) for unit in chosen]
+        yield Task(index, tuple(chosen), tuple(scopes), tuple(lineage(s) for s in scopes))
 
 
-def _task(batch: list[tuple[Unit, pl.DataFrame, pl.DataFrame | None]]) -> Task:
-    units, rows, lineage = zip(*batch, strict=True)
-    return Task(tuple(units), tuple(rows), tuple(lineage))
+@contextmanager
+def open_part(
+    folder: str | os.PathLike[str], form: ManifestForm, index: int
+) -> Iterator[tuple[IO[str], ManifestWriter]]:
+    """Open part ``index`` of a batch's tables: its ``packs`` lines and its manifests.
+
+    Yields the packs file (text) and the :class:`ManifestWriter` of the
+    part; on a normal exit every file of the part is renamed onto its name,
+    on an error every one is removed (see :func:`~cognoxium.packing._parts.staged`).
+    """
+    with ExitStack() as stack:
+        temporary = stack.enter_context(staged(part_path(folder, PACKS, index, ".jsonl")))
+        packs = stack.enter_context(temporary.open("w", encoding="utf-8"))
+        manifests = stack.enter_context(ManifestWriter(folder, form, part=index))
+        yield packs, manifests
 
 
-def pack_units(task: Task, settings: BatchSettings, form: ManifestForm) -> Iterator[RenderedResult]:
-    """Pack a task's units one by one, each rendered for the files of ``form``.
+def finish_parts(folder: str | os.PathLike[str], form: ManifestForm, tasks: int) -> None:
+    """Make the parts of a batch of ``tasks`` tasks ready to commit.
 
-    A generator: in this process each unit's result is written (its
-    manifest rows encoded on the writer's thread) while the next is packed.
+    A batch of no task writes an empty part 0 of every table (a table
+    always has a part); the temporary files of tasks whose process died are
+    removed.
+    """
+    if tasks == 0:
+        with open_part(folder, form, 0):
+            pass
+    sweep(folder)
+
+
+def pack_task(task: Task, settings: BatchSettings, form: ManifestForm, folder: Path) -> TaskStats:
+    """Pack a task's units one by one into its part of the files, in ``folder``.
+
+    Each unit's manifest rows are encoded on the writer's thread while the
+    next unit is packed.
     """
     from cognoxium.app.batch import PreparedScope, pack_scope
     from cognoxium.frame.frame import CognitionFrame
 
-    for unit, rows, lineage in zip(task.units, task.rows, task.lineage, strict=True):
-        store = CognitionFrame._of_checked(lineage if lineage is not None else rows)
-        prepared = PreparedScope(store, rows, settings)
-        yield pack_scope(store, unit.requests, settings, prepared=prepared).render(form)
-
-
-def pack_task(task: Task, settings: BatchSettings, form: ManifestForm) -> list[RenderedResult]:
-    """Every unit of a task packed and rendered: what a worker process sends back."""
-    return list(pack_units(task, settings, form))
+    latencies: list[float] = []
+    with open_part(folder, form, task.index) as (packs, manifests):
+        for unit, rows, lineage in zip(task.units, task.rows, task.lineage, strict=True):
+            store = CognitionFrame._of_checked(lineage if lineage is not None else rows)
+            prepared = PreparedScope(store, rows, settings)
+            result = pack_scope(store, unit.requests, settings, prepared=prepared)
+            result.write(packs, manifests)
+            latencies.extend(result.latencies_ms)
+    return TaskStats(task.index, np.asarray(latencies, dtype=np.float64))
 
 
 def run_tasks(
-    tasks: Iterator[Task], settings: BatchSettings, form: ManifestForm, workers: int
-) -> Iterator[RenderedResult]:
-    """Every task's rendered results, in task order, packed here or in ``workers`` processes.
+    tasks: Iterator[Task], settings: BatchSettings, form: ManifestForm, folder: Path, workers: int
+) -> Iterator[TaskStats]:
+    """Pack every task into its part, here or in ``workers`` processes; their stats in order.
 
     A batch of one task is packed in this process whatever ``workers``.
 
@@ -133,18 +260,18 @@ def run_tasks(
     tasks = itertools.chain(head, tasks)
     if workers <= 1 or len(head) < 2:  # a single task is packed here: no process to start
         for task in tasks:
-            yield from pack_units(task, settings, form)
+            yield pack_task(task, settings, form, folder)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        pending: deque[Future[list[RenderedResult]]] = deque()
+        pending: deque[Future[TaskStats]] = deque()
         try:
             for task in tasks:
-                pending.append(pool.submit(pack_task, task, settings, form))
+                pending.append(pool.submit(pack_task, task, settings, form, folder))
                 while len(pending) >= 2 * workers:
-                    yield from pending.popleft().result()
+                    yield pending.popleft().result()
             while pending:
-                yield from pending.popleft().result()
+                yield pending.popleft().result()
         finally:
             for future in pending:
                 future.cancel()

@@ -7,24 +7,29 @@ manifests, grouped by scope (scopes in the order of their first request,
 the requests of a scope in their order: the input order when the requests
 of a scope come together), and makes every file visible in one step (the
 output directory is a link swapped to a fresh version directory; see
-:func:`run_batch`):
+:func:`run_batch`). Each table is written in parts, one per task of
+consecutive scopes, by the process that packs the task; the parts in number
+order make the table (:func:`~cognoxium.packing.manifests.scan_packs` and
+:func:`~cognoxium.packing.manifests.scan_manifests` read them as one):
 
-``packs.jsonl``
+``packs/part-<n>.jsonl``
     One line per request, ``{"budget", "ids", "request_id", "used_tokens"}``:
     the token budget, the ids of the included items in pack
     (conversational) order and the tokens the pack uses.
-``manifests.parquet`` and ``manifest_headers.jsonl`` (``manifests="parquet"``, the default)
+``manifests/part-<n>.parquet`` and ``manifest_headers/part-<n>.jsonl`` (``manifests="parquet"``)
     One row per manifest entry (the columns of
     :meth:`~cognoxium.packing.packer.PackManifest.to_polars` after
     ``request_id``), and one canonical JSON object per request: the manifest
     without its entries, with ``request_id`` (see
-    :mod:`cognoxium.packing.manifests`).
-``manifests.jsonl`` (``manifests="jsonl"``)
+    :mod:`cognoxium.packing.manifests`). The default form.
+``manifests/part-<n>.jsonl`` (``manifests="jsonl"``)
     One line per request: the pack manifest exactly as
     :meth:`~cognoxium.packing.packer.PackManifest.to_json` writes it
     (canonical JSON: sorted keys, compact, UTF-8).
 
-Every manifest's ``label`` is its request id.
+Every manifest's ``label`` is its request id. Every batch writes part 0 of
+each table, empty for a batch of no request, so the layout is one whatever
+the batch.
 
 Work is shared across requests: the scope of each distinct ``where`` clause
 is filtered once and prepared once (:class:`PreparedScope`: its
@@ -73,7 +78,14 @@ from pydantic import (
 
 from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import ScopeIndex, batch_units, collect_scope, where_filter
-from cognoxium.app._workers import default_workers, run_tasks, tasks_of
+from cognoxium.app._workers import (
+    default_workers,
+    finish_parts,
+    run_tasks,
+    task_ranges,
+    tasks_of,
+    unit_weights,
+)
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.engine.ranks import Rank, RankContext, collect_ranks, rank_entry, rank_methods
 from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
@@ -93,8 +105,6 @@ from cognoxium.packing.manifests import (
     MANIFEST_FORMS,
     ManifestForm,
     ManifestWriter,
-    RenderedManifests,
-    render_manifests,
 )
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
@@ -107,7 +117,6 @@ __all__ = [
     "BatchStats",
     "PreparedScope",
     "RankMethod",
-    "RenderedResult",
     "Request",
     "ScopeResult",
     "batch_rank_methods",
@@ -670,8 +679,8 @@ def _rank_context(
     )
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
+def _percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else 0.0
 
 
 @contextmanager
@@ -768,7 +777,7 @@ def run_batch(
     requests
         The requests, with unique ids.
     out_dir
-        Output directory for ``packs.jsonl`` and the manifests: missing,
+        Output directory for the packs and the manifests (their parts): missing,
         empty, or written by an earlier run. Every file is committed in one
         step (``out_dir`` becomes a link to a fresh version directory
         ``<out_dir>.<run id>``, swapped by one rename): a reader sees every
@@ -789,16 +798,17 @@ def run_batch(
         Model, RRF constant (``None``: the method's own) and neighbour
         expansion of the embedding and fused rank methods.
     manifests
-        How the manifests are stored: ``"parquet"`` (``manifests.parquet``
-        and ``manifest_headers.jsonl``, about a tenth of the bytes) or
-        ``"jsonl"`` (``manifests.jsonl``); both are byte-identical on rerun
-        (see :mod:`cognoxium.packing.manifests`).
+        How the manifests are stored: ``"parquet"`` (``manifests/`` and
+        ``manifest_headers/`` parts, about a tenth of the bytes) or
+        ``"jsonl"`` (``manifests/`` parts of one manifest per line); both are
+        byte-identical on rerun (see :mod:`cognoxium.packing.manifests`).
     workers
         Processes that pack scopes at once (``None``: one per CPU this
         process may use); ``1`` packs in this process. The files are the
-        same, byte for byte, whatever the number: tasks of about 20,000
-        items, the same whatever the number, are packed in the workers and
-        their results appended here in order.
+        same, byte for byte, whatever the number: the scopes are cut into
+        tasks of about 20,000 items, the same whatever the number, and each
+        task writes its own part of every table where it is packed; this
+        process only collects the tasks' latencies and commits.
     progress
         Show a progress bar on standard error, when it is a terminal.
     commit
@@ -837,12 +847,12 @@ def run_batch(
 
     Notes
     -----
-    The layout beside ``out_dir`` (here ``out/sample``)::
+    The layout beside ``out_dir`` (here ``out/sample``, a batch of one task)::
 
         out/sample -> sample.20260101T120000Z-1a2b3c4d
-        out/sample.20260101T120000Z-1a2b3c4d/packs.jsonl
-        out/sample.20260101T120000Z-1a2b3c4d/manifests.parquet
-        out/sample.20260101T120000Z-1a2b3c4d/manifest_headers.jsonl
+        out/sample.20260101T120000Z-1a2b3c4d/packs/part-00000.jsonl
+        out/sample.20260101T120000Z-1a2b3c4d/manifests/part-00000.parquet
+        out/sample.20260101T120000Z-1a2b3c4d/manifest_headers/part-00000.jsonl
         out/.sample.lock
 
     A run holds an exclusive ``flock`` on ``.sample.lock`` while it
@@ -870,11 +880,11 @@ def run_batch(
     >>> stats = run_batch(store, reqs, out_dir=out, options=when, rank="bm25")
     >>> stats.requests
     1
-    >>> line = json.loads((out / "packs.jsonl").read_text())
-    >>> line["request_id"], line["ids"], line["budget"]
-    ('r1', ['a'], 100)
+    >>> from cognoxium.packing.manifests import scan_packs
+    >>> scan_packs(out).select("request_id", "ids", "budget").collect().rows()
+    [('r1', ['a'], 100)]
     >>> out.is_symlink(), sorted(p.name for p in out.resolve().iterdir())
-    (True, ['manifest_headers.jsonl', 'manifests.parquet', 'packs.jsonl'])
+    (True, ['manifest_headers', 'manifests', 'packs'])
     """
     settings = BatchSettings(
         options=(options if options is not None else PackOptions()).at_time(),
@@ -963,31 +973,29 @@ def _write_batch(
     manifests: ManifestForm,
     workers: int,
 ) -> BatchStats:
-    """Pack the requests and write ``packs.jsonl`` and the manifests into ``folder``.
+    """Pack the requests and write the parts of the packs and manifests into ``folder``.
 
     ``folder`` exists; see :func:`run_batch` for the arguments. The requests
     of one scope are one :func:`pack_scope` call, over the scope's rows from
-    one split of the store; the calls run here or in ``workers`` processes
-    and their results are written in
-    scope order.
+    one split of the store; consecutive scopes make a task, cut the same
+    whatever ``workers``, and each task writes its own part of every table,
+    here or in one of ``workers`` processes. This process keeps only the
+    tasks' latencies.
     """
     started = time.perf_counter()
     frame = store if isinstance(store, CognitionFrame) else CognitionFrame(store)
     units = batch_units(requests)
     scopes = ScopeIndex(frame, units)
     lineage = scopes.derived if settings.reads_lineage else _no_lineage
-    latencies: list[float] = []
-    with (
-        (folder / "packs.jsonl").open("w", encoding="utf-8") as packs_file,
-        ManifestWriter(folder, manifests) as manifest_writer,
-        _progress(len(requests), progress) as advance,
-        _heap_frozen(),
-    ):
-        tasks = tasks_of(units, scopes.rows, lineage)
-        for rendered in run_tasks(tasks, settings, manifests, workers):
-            rendered.write(packs_file, manifest_writer)
-            latencies.extend(rendered.latencies_ms)
-            advance(len(rendered.latencies_ms))
+    ranges = task_ranges(unit_weights(units, frame))
+    parts: list[np.ndarray] = []
+    with _progress(len(requests), progress) as advance, _heap_frozen():
+        tasks = tasks_of(units, ranges, scopes.rows, lineage)
+        for stats in run_tasks(tasks, settings, manifests, folder, workers):
+            parts.append(stats.latencies_ms)
+            advance(len(stats.latencies_ms))
+    finish_parts(folder, manifests, len(ranges))
+    latencies = np.concatenate(parts) if parts else np.empty(0)
     seconds = time.perf_counter() - started
     return BatchStats(
         requests=len(requests),
@@ -995,7 +1003,7 @@ def _write_batch(
         packs_per_s=len(requests) / seconds if seconds > 0 else 0.0,
         p50_ms=_percentile(latencies, 50),
         p95_ms=_percentile(latencies, 95),
-        latencies_ms=tuple(latencies),
+        latencies_ms=tuple(latencies.tolist()),
     )
 
 
@@ -1190,7 +1198,7 @@ class ScopeResult:
         The ``k`` requests, in order.
     packs
         ``k`` rows: ``request_id``, ``budget`` and ``used_tokens`` (tokens),
-        ``ids`` (the packed ids in pack order), as ``packs.jsonl`` holds them.
+        ``ids`` (the packed ids in pack order), as the packs parts hold them.
     manifests
         The ``k`` manifests without their entries (labelled by request id).
     entries
@@ -1208,7 +1216,7 @@ class ScopeResult:
     latencies_ms: tuple[float, ...]
 
     def pack_lines(self) -> Iterator[str]:
-        """The lines of ``packs.jsonl`` for these requests (canonical JSON, no newline)."""
+        """The packs lines for these requests (canonical JSON, no newline)."""
         for row in self.packs.iter_rows(named=True):
             yield canonical_json(row)
 
@@ -1241,44 +1249,13 @@ class ScopeResult:
         )
 
     def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
-        """Append these requests' ``packs.jsonl`` lines to ``packs`` and manifests to ``manifests``.
+        """Append these requests' packs lines to ``packs`` and manifests to ``manifests``.
 
-        What :func:`run_batch` writes for a scope's requests: :meth:`render`,
-        then :meth:`RenderedResult.write`.
+        What a task of :func:`run_batch` writes into its part for a scope's requests.
         """
-        self.render(manifests.form).write(packs, manifests)
-
-    def render(self, form: ManifestForm) -> RenderedResult:
-        """The lines and manifest rows these requests add to the files of ``form``."""
-        lines = "".join(line + "\n" for line in self.pack_lines())
-        rendered = render_manifests(
-            form, [r.id for r in self.requests], list(self.manifests), self.entries
-        )
-        return RenderedResult(lines, rendered, self.latencies_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class RenderedResult:
-    """A :class:`ScopeResult` rendered for the files: what a worker process sends back.
-
-    Attributes
-    ----------
-    packs
-        The ``packs.jsonl`` lines, each ending in a newline.
-    manifests
-        The manifests, rendered for the batch's form.
-    latencies_ms
-        Per request, the milliseconds of its rank and selection.
-    """
-
-    packs: str
-    manifests: RenderedManifests
-    latencies_ms: tuple[float, ...]
-
-    def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
-        """Append the lines to ``packs`` and the manifests to ``manifests``."""
-        manifests.append(self.manifests)
-        packs.write(self.packs)
+        ids = [r.id for r in self.requests]
+        manifests.write_many(ids, list(self.manifests), self.entries)
+        packs.writelines(line + "\n" for line in self.pack_lines())
 
 
 def pack_scope(

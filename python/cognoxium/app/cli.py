@@ -329,23 +329,22 @@ _Manifests = Annotated[
     ManifestFormat,
     typer.Option(
         "--manifests",
-        help="How to store the manifests: parquet (DIR/manifests.parquet, one row per entry, "
-        "and DIR/manifest_headers.jsonl, one header per request) or jsonl "
-        "(DIR/manifests.jsonl, one manifest per line).",
+        help="How to store the manifests, in parts (one per task, read in number order): "
+        "parquet (DIR/manifests/part-<n>.parquet, one row per entry, and "
+        "DIR/manifest_headers/part-<n>.jsonl, one header per request) or jsonl "
+        "(DIR/manifests/part-<n>.jsonl, one manifest per line).",
     ),
 ]
 
 
-def _manifest_files(out: Path, form: ManifestFormat) -> dict[str, str]:
-    """The manifest files of a run in ``form``, by role, as the --json summaries name them."""
-    from cognoxium.packing.manifests import MANIFEST_HEADERS, MANIFESTS_JSONL, MANIFESTS_PARQUET
+def _batch_files(out: Path, form: ManifestFormat) -> dict[str, str]:
+    """The directories of a run's parts in ``form``, by role, as the --json summaries name them."""
+    from cognoxium.packing.manifests import MANIFEST_HEADERS, MANIFESTS, PACKS
 
-    if form is ManifestFormat.JSONL:
-        return {"manifests": str(out / MANIFESTS_JSONL)}
-    return {
-        "manifests": str(out / MANIFESTS_PARQUET),
-        "manifest_headers": str(out / MANIFEST_HEADERS),
-    }
+    files = {"packs": str(out / PACKS), "manifests": str(out / MANIFESTS)}
+    if form is ManifestFormat.PARQUET:
+        files["manifest_headers"] = str(out / MANIFEST_HEADERS)
+    return files
 
 
 _BUILT_IN_RANKS = (
@@ -658,8 +657,9 @@ def pack_command(
         typer.Option(
             "--out",
             "-o",
-            help="Output directory for packs.jsonl and the manifests: a link to the last "
-            "finished run's files, swapped in one step (missing, empty or written by a run).",
+            help="Output directory for the packs and the manifests (DIR/packs/, DIR/manifests/, "
+            "in parts): a link to the last finished run's files, swapped in one step (missing, "
+            "empty or written by a run).",
         ),
     ],
     profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
@@ -713,8 +713,9 @@ def pack_command(
     engine: Annotated[
         Engine,
         typer.Option(
-            help="Where to pack: 'local' (this process) or 'ray' (Ray Data, one task per "
-            "scope; needs the ray extra and a Parquet store; same files as local)."
+            help="Where to pack: 'local' (this machine) or 'ray' (Ray Data, tasks of several "
+            "scopes, each writing its parts into DIR, which must be on storage every worker "
+            "writes; needs the ray extra and a Parquet store; same files as local)."
         ),
     ] = Engine.LOCAL,
     address: Annotated[
@@ -738,11 +739,13 @@ def pack_command(
 ) -> None:
     """Pack every request of REQUESTS over the items of ITEMS.
 
-    Writes DIR/packs.jsonl (request_id, included ids in order, used_tokens,
-    budget) and the manifests: DIR/manifests.parquet (one row per entry) and
-    DIR/manifest_headers.jsonl (one header per request), or with --manifests
-    jsonl DIR/manifests.jsonl (one canonical manifest per request). A
-    request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
+    Writes the packs, DIR/packs/part-<n>.jsonl (request_id, included ids in
+    order, used_tokens, budget), and the manifests: DIR/manifests/part-<n>.parquet
+    (one row per entry) and DIR/manifest_headers/part-<n>.jsonl (one header
+    per request), or with --manifests jsonl DIR/manifests/part-<n>.jsonl (one
+    canonical manifest per request). Each task of scopes writes its own part
+    <n>; the parts in number order make each table, the same whatever
+    --workers and --engine. A request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
     swapped when every file is written, so readers see the files of one
     run; a second run into DIR while one writes exits with 2. With --engine
     ray the scopes are packed as Ray Data tasks over a Parquet store (a
@@ -796,7 +799,7 @@ def pack_command(
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
-    files = {"packs": str(out / "packs.jsonl"), **_manifest_files(out, manifests)}
+    files = _batch_files(out, manifests)
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
     if quiet or json_output:
         return
@@ -804,7 +807,7 @@ def pack_command(
         f"{stats.requests} requests in {stats.seconds:.2f} s: "
         f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
     )
-    typer.echo(f"wrote {files['packs']} and {files['manifests']}")
+    typer.echo(f"wrote the parts of {files['packs']} and {files['manifests']}")
 
 
 @app.command(
@@ -823,9 +826,9 @@ def locomo_command(
         typer.Option(
             "--out",
             "-o",
-            help="Output directory: items.parquet, requests.jsonl, packs.jsonl, the manifests "
-            "(see --manifests), report.json; a link to the last finished run's files, swapped "
-            "in one step (missing, empty or written by a run).",
+            help="Output directory: items.parquet, requests.jsonl, the packs and the manifests "
+            "in parts (packs/, manifests/; see --manifests), report.json; a link to the last "
+            "finished run's files, swapped in one step (missing, empty or written by a run).",
         ),
     ],
     budgets: Annotated[
@@ -893,9 +896,9 @@ def locomo_command(
         _fail(exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
-    names = ("items.parquet", "requests.jsonl", "packs.jsonl", "report.json")
+    names = ("items.parquet", "requests.jsonl", "report.json")
     files = {name.split(".")[0]: str(out / name) for name in names}
-    files |= _manifest_files(out, manifests)
+    files |= _batch_files(out, manifests)
     _report({"command": "locomo", "files": files, "report": report}, json_output=json_output)
     if quiet or json_output:
         return
@@ -1176,11 +1179,12 @@ def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
     epilog=_epilog(
         "cognoxium inspect out/sample",
         "cognoxium inspect out/sample --items examples/sample/items.jsonl",
-        "cognoxium inspect out/sample/manifests.jsonl --json",
+        "cognoxium inspect out/sample/manifests/part-00000.parquet --json",
         note="MANIFESTS is the --out directory of cognoxium pack or cognoxium locomo (either "
-        "--manifests form), a manifests.parquet (with manifest_headers.jsonl beside it), a "
-        "manifests.jsonl (one manifest per line), or one manifest saved as JSON. Entries are "
-        "scanned in one streaming pass, so memory does not grow with the file. Tokens by "
+        "--manifests form; every part, in number order), its manifests directory, one part "
+        "(manifests/part-<n>.parquet, its headers read from manifest_headers/part-<n>.jsonl), "
+        "a .jsonl file of one manifest per line, or one manifest saved as JSON. Entries are "
+        "scanned in one streaming pass, so memory does not grow with the files. Tokens by "
         "source need "
         "--items, since manifest entries name items, not their sources. --json prints "
         "the summary: command, file, manifests, profiles, budget, items, decisions, "
@@ -1192,8 +1196,8 @@ def inspect_command(
     manifests: Annotated[
         Path,
         typer.Argument(
-            help="Manifests: an output directory, a manifests.parquet, a .jsonl file (one per "
-            "line) or one .json manifest.",
+            help="Manifests: an output directory (or its manifests directory), a part "
+            "(.parquet or .jsonl), a .jsonl file (one per line) or one .json manifest.",
             callback=_readable_manifests,
         ),
     ],

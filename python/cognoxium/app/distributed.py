@@ -6,8 +6,12 @@ default). The phases:
 
 1. *Units.* The requests are grouped by scope (their ``where`` clause), in
    order of first appearance; each group is one unit of work.
-   Consecutive units make a task, about :data:`TASKS_PER_SLOT` tasks per
-   worker slot, so many small scopes make as many tasks as few large ones.
+   Consecutive units make a task, cut as the local run cuts them (units
+   until their weights reach about 20,000 items, the weight of a unit being
+   the store's items whose value of one metadata key its clause fixes; the
+   driver counts them in one lazy pass over the store's metadata column), so
+   the tasks are the same whatever the number of workers, many small scopes
+   making as few tasks as few large ones.
 2. *Read.* A task reads only its part of the store, in one scan
    (:func:`read_part`): for a hive-partitioned store
    (``ROOT/<key>=<value>/*.parquet``, see :func:`~cognoxium.items.store.write_partitioned`) the
@@ -17,24 +21,28 @@ default). The phases:
    before they are validated. The part is split once for the task's units
    and each ``where`` clause then selects its scope exactly as the local
    run does.
-3. *Pack.* Each unit packs its requests with the local run's kernel,
-   :func:`~cognoxium.app.batch.pack_scope` (its scope prepared once, see
-   :class:`~cognoxium.app.batch.PreparedScope`), and the task renders the
-   result for the files (:meth:`~cognoxium.app.batch.ScopeResult.render`:
-   the ``packs.jsonl`` lines, the manifest lines and the manifest rows as
-   Arrow IPC), one row per unit.
-4. *Commit.* The driver appends each unit's rendered result, in unit
-   order (:meth:`~cognoxium.app.batch.RenderedResult.write`: text and
-   Arrow rows, no work per request), into a fresh version directory, and
-   swaps the output link once, as :func:`~cognoxium.app.batch.run_batch`
-   commits: the output appears whole or not at all.
+3. *Pack and write.* Each unit packs its requests with the local run's
+   kernel, :func:`~cognoxium.app.batch.pack_scope` (its scope prepared once,
+   see :class:`~cognoxium.app.batch.PreparedScope`), and the task writes
+   the results into its own part of every table, ``packs/part-<k>.jsonl``
+   and the manifests' parts (see :mod:`cognoxium.packing.manifests`), in the
+   run's uncommitted version directory; it sends back only its latencies
+   and the units that failed or found no item.
+4. *Commit.* The driver collects the tasks' figures (no work per request:
+   one row per task) and swaps the output link once, as
+   :func:`~cognoxium.app.batch.run_batch` commits: the output appears whole
+   or not at all. The output directory must be on storage every worker
+   writes at the same path (a shared file system), as the store is.
 
 Tasks run as a Ray Data ``map_batches`` over ``ray.data.from_items`` (one
 task per batch, at most ``workers`` tasks at once). A task whose worker
 process dies is run again (Ray Data's tasks have ``max_retries=-1``:
 retried as long as their worker dies, never for an exception of their own);
-a unit is a pure function of its inputs, so a retried unit gives the same
-row, and the driver keeps one row per unit. Before Ray starts, the driver
+a task is a pure function of its inputs and writes each part under a
+temporary name renamed onto the part's name when complete, so a retried
+task replaces its parts with the same bytes, never adds to them; the driver
+keeps one row per task and removes the temporary files of attempts that
+died before it commits. Before Ray starts, the driver
 checks the store's form, the token profile and every request's ``where``
 against the item schema (a clause outside the grammar, naming an unknown
 column or not type checking raises the local run's error at once). A unit
@@ -56,7 +64,6 @@ values have in the items read, so give a key one JSON type across the store.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import pickle
@@ -78,17 +85,18 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import (
     ScopeIndex,
     Unit,
+    _key_clause,
     batch_units,
     conjuncts,
     partition_keys,
     scope_values,
 )
+from cognoxium.app._workers import finish_parts, open_part, task_ranges, unit_weights
 from cognoxium.app.batch import (
     BatchSettings,
     BatchStats,
     PreparedScope,
     RankMethod,
-    RenderedResult,
     Request,
     ScopeResult,
     pack_scope,
@@ -108,7 +116,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.predicate import parse_predicate
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.store import collect_store, partition_key, scan_store
-from cognoxium.packing.manifests import ManifestForm, ManifestWriter, RenderedManifests
+from cognoxium.packing.manifests import ManifestForm
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -128,19 +136,17 @@ ENGINES: tuple[str, ...] = ("local", "ray")
 """The accepted values of :data:`Engine` (the first is the default)."""
 
 
-_ROWS = pa.schema(
+_STATS = pa.schema(
     [
-        ("unit", pa.int64()),
-        ("status", pa.large_string()),
-        ("message", pa.large_string()),
-        ("packs", pa.large_binary()),
-        ("entries", pa.large_binary()),
-        ("manifests", pa.large_binary()),
-        ("sizes", pa.large_list(pa.int64())),
-        ("latencies_ms", pa.large_list(pa.float64())),
+        ("task", pa.int64()),
+        ("failed", pa.large_list(pa.int64())),
+        ("messages", pa.large_list(pa.large_string())),
+        ("empty", pa.large_list(pa.int64())),
+        ("latencies_ms", pa.large_binary()),
     ]
 )
-"""One row per unit: its result rendered for the files (manifest rows as Arrow IPC)."""
+"""One row per task, once its part is written: the positions of its units that failed
+(with their errors) or found no item, and its latencies (float64 bytes, in part order)."""
 
 
 def _ray() -> Any:
@@ -271,51 +277,70 @@ class _Settings:
         return BatchSettings(options=self.options, rank=self.rank, retrieval=retrieval)
 
 
-def _ipc(frame: pl.DataFrame) -> bytes:
-    buffer = io.BytesIO()
-    frame.write_ipc(buffer, compression="uncompressed")
-    return buffer.getvalue()
+@dataclass(frozen=True, slots=True)
+class _RayTask:
+    """A task as the driver sends it: its index and its units with their positions."""
+
+    index: int
+    units: tuple[tuple[int, Unit], ...]
 
 
-def _pack_task(
-    part: CognitionFrame, units: Sequence[tuple[int, Unit]], settings: _Settings
-) -> list[dict[str, Any]]:
-    """Pack the units of a task over the part of the store it read: one row each.
+def _indexed(
+    part: CognitionFrame, units: Sequence[tuple[int, Unit]]
+) -> list[tuple[int, Unit, ScopeIndex | str]]:
+    """Each unit with the split of the part that serves it, or the error that split raised.
 
     The part is split once for all the units; if a unit's clause is
     invalid, each unit is split on its own, so that only the invalid ones fail.
     """
     try:
         index = ScopeIndex(part, [unit for _, unit in units])
-    except CognoxiumError:
+    except CognoxiumError as exc:
         if len(units) == 1:
-            raise
-        return [row for one in units for row in _pack_task(part, [one], settings)]
+            position, unit = units[0]
+            return [(position, unit, f"{type(exc).__name__}: {exc}")]
+        return [found for one in units for found in _indexed(part, [one])]
+    return [(position, unit, index) for position, unit in units]
+
+
+def _pack_task(
+    part: CognitionFrame, task: _RayTask, settings: _Settings, folder: str
+) -> dict[str, Any]:
+    """Pack a task's units over the part of the store it read into its part of the files.
+
+    Returns the task's row of :data:`_STATS`: its latencies, and the units
+    that failed (with their errors) or whose scope holds no item, which the
+    part leaves out (the run then fails, so the part is never committed).
+    """
     batch = settings.batch()
-    rows = []
-    for position, unit in units:
-        row: dict[str, Any] = {**_EMPTY_ROW, "unit": position}
-        try:
-            result = _pack_one(part, index, unit, batch)
-        except (CognoxiumError, pl.exceptions.PolarsError) as exc:
-            rows.append({**row, "status": "failed", "message": f"{type(exc).__name__}: {exc}"})
-            continue
-        if result is None:
-            rows.append({**row, "status": "empty"})
-            continue
-        rendered = result.render(settings.form)
-        entries = rendered.manifests.entries
-        rows.append(
-            {
-                **row,
-                "packs": rendered.packs.encode("utf-8"),
-                "manifests": rendered.manifests.lines.encode("utf-8"),
-                "entries": b"" if entries is None else _ipc(entries),
-                "sizes": list(rendered.manifests.sizes),
-                "latencies_ms": list(rendered.latencies_ms),
-            }
-        )
-    return rows
+    failed: list[int] = []
+    messages: list[str] = []
+    empty: list[int] = []
+    latencies: list[float] = []
+    with open_part(folder, settings.form, task.index) as (packs, manifests):
+        for position, unit, index in _indexed(part, task.units):
+            if isinstance(index, str):
+                failed.append(position)
+                messages.append(index)
+                continue
+            try:
+                result = _pack_one(part, index, unit, batch)
+            except (CognoxiumError, pl.exceptions.PolarsError) as exc:
+                failed.append(position)
+                messages.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if result is None:
+                empty.append(position)
+                continue
+            result.write(packs, manifests)
+            latencies.extend(result.latencies_ms)
+    return {
+        "task": task.index,
+        "failed": failed,
+        "messages": messages,
+        "empty": empty,
+        "latencies_ms": np.asarray(latencies, dtype=np.float64).tobytes(),
+    }
 
 
 def _pack_one(
@@ -335,29 +360,31 @@ def _pack_one(
     return pack_scope(store, unit.requests, batch, prepared=PreparedScope(store, scope, batch))
 
 
-_EMPTY_ROW: dict[str, Any] = {
-    "status": "packed",
-    "message": "",
-    "packs": b"",
-    "entries": b"",
-    "manifests": b"",
-    "sizes": [],
-    "latencies_ms": [],
-}
+def _pack_units(batch: pa.Table, *, store: str, settings: _Settings, folder: str) -> pa.Table:
+    """The Ray Data map function: read the part of the store a task needs, pack its units.
 
-
-def _pack_units(batch: pa.Table, *, store: str, settings: _Settings) -> pa.Table:
-    """The Ray Data map function: read the part of the store a task needs, pack its units."""
+    Each task writes its part of the files into ``folder``; its row of
+    :data:`_STATS` is all it returns.
+    """
     rows = []
     for payload in batch.column("payload").to_pylist():
-        units: list[tuple[int, Unit]] = pickle.loads(payload)
+        task: _RayTask = pickle.loads(payload)
         try:
-            part = read_part(store, [unit.where for _, unit in units])
-            rows += _pack_task(part, units, settings)
+            part = read_part(store, [unit.where for _, unit in task.units])
+            rows.append(_pack_task(part, task, settings, folder))
         except (CognoxiumError, pl.exceptions.PolarsError) as exc:
-            failed = {**_EMPTY_ROW, "status": "failed", "message": f"{type(exc).__name__}: {exc}"}
-            rows += [{**failed, "unit": position} for position, _ in units]
-    return pa.Table.from_pylist(rows, schema=_ROWS)
+            positions = [position for position, _ in task.units]
+            message = f"{type(exc).__name__}: {exc}"
+            rows.append(
+                {
+                    "task": task.index,
+                    "failed": positions,
+                    "messages": [message] * len(positions),
+                    "empty": [],
+                    "latencies_ms": b"",
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=_STATS)
 
 
 # -- the driver ----------------------------------------------------------------
@@ -407,19 +434,28 @@ def _check_wheres(requests: Sequence[Request]) -> None:
     run filters), so a clause outside the grammar, naming an unknown column
     or not type checking is refused before Ray starts; what turns on the
     items (a metadata key no item has, a metadata value's type) is found by
-    the units.
+    the units. A clause that only fixes one metadata key to text values
+    (``metadata.conversation = 'c1'``) is checked once per key, as the local
+    run checks it: it differs from the first of its key only in its values,
+    which cannot make it invalid, so 100,000 scopes of one key cost one check.
     """
     empty = CognitionFrame(pl.DataFrame(schema=POLARS_SCHEMA))
     seen: set[str] = set()
+    keys: set[str] = set()
     for request in requests:
         if request.where is None or request.where in seen:
             continue
         seen.add(request.where)
+        keyed = _key_clause(request.where)
+        if keyed is not None and keyed[0] in keys:
+            continue
         try:
             scope_rows(empty, request)
         except RecordError as error:
             if _schema_decides(request.where, error, empty):
                 raise
+        if keyed is not None:
+            keys.add(keyed[0])
 
 
 def _where_error(request: Request, exc: Exception) -> RecordError:
@@ -464,8 +500,7 @@ def _check_empty_scopes(store: Path, requests: Sequence[Request]) -> None:
     lazily (the metadata column to learn its keys, then the clause's
     columns); a clause that passes leaves the empty scope to be reported.
     """
-    files = store if partition_key(store) is None else store / "**" / "*.parquet"
-    whole = CognitionFrame.scan_parquet(files, hive_partitioning=False)
+    whole = _whole(store)
     checked: set[str | None] = set()
     for request in requests:
         if request.where not in checked:
@@ -473,63 +508,39 @@ def _check_empty_scopes(store: Path, requests: Sequence[Request]) -> None:
             scope_rows(whole, request)
 
 
-class _InOrder:
-    """Write the units' results as they arrive, in unit order, as :func:`run_batch` does.
+class _Collected:
+    """The tasks' rows as they arrive: latencies by task, and the units that failed or were empty.
 
-    Each unit's result is written whole with
-    :meth:`~cognoxium.app.batch.ScopeResult.write` once every unit before
-    it is written; a result that arrives twice (a retried task) is used once.
+    A row that arrives twice (a retried task) is used once. The work is per
+    task: a row's latencies are one buffer, never a value per request.
     """
 
-    def __init__(self, folder: Path, form: ManifestForm, units: Sequence[Unit]) -> None:
-        self.units = units
-        self.next = 0
-        self.written = 0
-        self.latencies: list[float] = []
+    def __init__(self, tasks: int) -> None:
+        self.tasks = tasks
+        self.latencies: dict[int, np.ndarray] = {}
         self.failed: dict[int, str] = {}
         self.empty: list[int] = []
-        self._seen: set[int] = set()
-        self._results: dict[int, RenderedResult | None] = {}
-        self.form = form
-        self._packs = (folder / "packs.jsonl").open("w", encoding="utf-8")
-        self._manifests = ManifestWriter(folder, form)
 
-    def add(self, row: dict[str, Any]) -> None:
-        index = row["unit"]
-        if index in self._seen:
-            return
-        self._seen.add(index)
-        unit = self.units[index]
-        self._results[index] = None
-        if row["status"] == "failed":
-            self.failed[min(unit.positions)] = row["message"]
-        elif row["status"] == "empty":
-            self.empty.extend(unit.positions)
-        else:
-            entries = pl.read_ipc(io.BytesIO(row["entries"])) if row["entries"] else None
-            manifests = RenderedManifests(
-                self.form, row["manifests"].decode("utf-8"), entries, tuple(row["sizes"])
-            )
-            self._results[index] = RenderedResult(
-                row["packs"].decode("utf-8"), manifests, tuple(row["latencies_ms"])
-            )
-        self._drain()
-
-    def _drain(self) -> None:
-        while self.next in self._results:
-            result = self._results.pop(self.next)
-            self.next += 1
-            if result is None:  # failed or empty: reported after the run
+    def add(self, batch: pa.Table) -> None:
+        """Take a batch of rows of :data:`_STATS`."""
+        columns = [batch.column(name).to_pylist() for name in ("task", "failed", "messages")]
+        empty = batch.column("empty").to_pylist()
+        buffers = batch.column("latencies_ms")
+        for row, (task, failed, messages) in enumerate(zip(*columns, strict=True)):
+            if task in self.latencies:
                 continue
-            result.write(self._packs, self._manifests)
-            self.latencies.extend(result.latencies_ms)
-            self.written += len(result.latencies_ms)
+            self.latencies[task] = np.frombuffer(buffers[row].as_buffer(), dtype=np.float64)
+            self.failed.update(zip(failed, messages, strict=True))
+            self.empty.extend(empty[row])
 
-    def close(self) -> None:
-        try:
-            self._manifests.close()
-        finally:
-            self._packs.close()
+    def missing(self) -> list[int]:
+        """The tasks without a row."""
+        return [task for task in range(self.tasks) if task not in self.latencies]
+
+    def in_order(self) -> np.ndarray:
+        """Every request's latency, in task (file) order."""
+        parts = [self.latencies[task] for task in range(self.tasks)]
+        return np.concatenate(parts) if parts else np.empty(0)
 
 
 _RAY_LOGGERS = ("ray", "ray.data")
@@ -584,95 +595,96 @@ def _cluster(
         ray.shutdown()
 
 
-TASKS_PER_SLOT = 8
-"""Tasks per worker slot: units are cut into about this many tasks per slot, for balance."""
+def _whole(store: Path) -> CognitionFrame:
+    """The whole store as a lazy scan of its files (read only as a query needs)."""
+    files = store if partition_key(store) is None else store / "**" / "*.parquet"
+    return CognitionFrame.scan_parquet(files, hive_partitioning=False)
 
 
-def _task_units(units: Sequence[Unit], slots: int) -> list[list[tuple[int, Unit]]]:
-    """The units, with their positions, cut into consecutive tasks of near-equal size.
-
-    About :data:`TASKS_PER_SLOT` tasks per slot (never more tasks than
-    units), so a batch of many small scopes makes as many tasks as a batch
-    of few large ones.
+def _ray_tasks(units: Sequence[Unit], store: Path) -> list[_RayTask]:
+    """The units cut into tasks as the local run cuts them, with their positions.
 
     Examples
     --------
-    >>> units = batch_units([Request(id=str(i), budget=5, where=f"a = {i}") for i in range(5)])
-    >>> [[p for p, _ in task] for task in _task_units(units, 1)]
-    [[0], [1], [2], [3], [4]]
-    >>> [len(task) for task in _task_units(units * 10, 1)]
-    [7, 7, 6, 6, 6, 6, 6, 6]
+    >>> import tempfile, pathlib
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
+    >>> write_partitioned(records_to_frame([
+    ...     {"id": str(i), "role": "user", "text": "hi", "metadata": {"c": f"c{i % 2}"}}
+    ...     for i in range(4)]), root, key="c")
+    >>> units = batch_units([Request(id=str(i), budget=5, where=f"metadata.c = 'c{i % 2}'")
+    ...                      for i in range(4)])
+    >>> [[position for position, _ in task.units] for task in _ray_tasks(units, root)]
+    [[0, 1]]
     """
-    count = min(len(units), slots * TASKS_PER_SLOT) or 1
-    indexed = list(enumerate(units))
-    size, extra = divmod(len(indexed), count)
-    out, start = [], 0
-    for k in range(count):
-        stop = start + size + (k < extra)
-        out.append(indexed[start:stop])
-        start = stop
-    return [task for task in out if task]
+    try:
+        ranges = task_ranges(unit_weights(units, _whole(store)))
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{store}: not a readable Parquet store: {exc}") from None
+    return [
+        _RayTask(k, tuple((position, units[position]) for position in positions))
+        for k, positions in enumerate(ranges)
+    ]
 
 
 def _results(
     ray: Any,
-    units: Sequence[Unit],
+    tasks: Sequence[_RayTask],
     store: str,
     settings: _Settings,
+    folder: Path,
     *,
     workers: int | None,
     cache_dir: str | None,
-) -> Iterator[dict[str, Any]]:
-    """The rows of every unit, packed by Ray Data tasks, in the order they finish.
+) -> Iterator[pa.Table]:
+    """The tasks' rows of :data:`_STATS`, in batches, as Ray Data tasks finish them.
 
-    A task takes consecutive units (:func:`_task_units`) and reads the part of
-    the store they need in one scan.
+    Each task reads the part of the store its units need in one scan and
+    writes its part of the files into ``folder``.
     """
-    slots = workers or max(int(ray.cluster_resources().get("CPU", 1)), 1)
-    items = [
-        {"task": k, "payload": pickle.dumps(task)}
-        for k, task in enumerate(_task_units(units, slots))
-    ]
+    items = [{"task": task.index, "payload": pickle.dumps(task)} for task in tasks]
+    if not items:
+        return
     env = None if cache_dir is None else {"env_vars": {CACHE_DIR_ENV: cache_dir}}
-    mapped = ray.data.from_items(items, override_num_blocks=max(len(items), 1)).map_batches(
+    mapped = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         _pack_units,
         batch_size=1,
         batch_format="pyarrow",
-        fn_kwargs={"store": store, "settings": settings},
+        fn_kwargs={"store": store, "settings": settings, "folder": str(folder)},
         compute=ray.data.TaskPoolStrategy(size=workers),
         num_cpus=1,
         runtime_env=env,
     )
-    for batch in mapped.iter_batches(batch_size=None, batch_format="pyarrow"):
-        yield from batch.to_pylist()
+    yield from mapped.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
-def _write(
-    folder: Path,
-    rows: Iterator[dict[str, Any]],
+def _collect(
+    rows: Iterator[pa.Table],
+    tasks: Sequence[_RayTask],
     units: Sequence[Unit],
     requests: Sequence[Request],
     store: str,
     settings: _Settings,
-    form: ManifestForm,
-) -> list[float]:
-    """Write the rows in unit order; raise if a unit failed or a request is missing."""
-    out = _InOrder(folder, form, units)
-    try:
-        for row in rows:
-            out.add(row)
-    finally:
-        out.close()
+) -> np.ndarray:
+    """Collect the tasks' rows; raise if a unit failed, a scope is empty or a task is missing.
+
+    Returns every request's latency, in file order.
+    """
+    out = _Collected(len(tasks))
+    for batch in rows:
+        out.add(batch)
     if out.failed:
         first = min(out.failed)
-        unit = next(u for u in units if first in u.positions)
+        unit = units[first]
         _raise_failure(unit, store, settings, out.failed[first])
     if out.empty:
-        _check_empty_scopes(Path(store), [requests[p] for p in sorted(out.empty)])
-        raise _missing(requests, out.empty)
-    if out.written != len(requests):  # pragma: no cover - Ray returned fewer rows than units
-        raise CognoxiumError(f"request {requests[out.written].id!r} has no result from Ray")
-    return out.latencies
+        positions = sorted(p for index in out.empty for p in units[index].positions)
+        _check_empty_scopes(Path(store), [requests[p] for p in positions])
+        raise _missing(requests, positions)
+    missing = out.missing()
+    if missing:  # pragma: no cover - Ray returned fewer rows than tasks
+        raise CognoxiumError(f"task {missing[0]} of the batch has no result from Ray")
+    return out.in_order()
 
 
 def run_batch_ray(
@@ -693,9 +705,9 @@ def run_batch_ray(
     """Pack every request with Ray Data, tasks of several scopes; the files of the local run.
 
     Writes exactly the files of :func:`~cognoxium.app.batch.run_batch` with
-    the same arguments (``packs.jsonl`` and the manifests, byte-identical,
-    committed in one step into ``out_dir``); see the module docstring for
-    the phases.
+    the same arguments (the parts of the packs and the manifests, each part
+    byte-identical, committed in one step into ``out_dir``); see the module
+    docstring for the phases.
 
     Parameters
     ----------
@@ -706,8 +718,10 @@ def run_batch_ray(
     requests
         The requests, with unique ids.
     out_dir
-        As for :func:`~cognoxium.app.batch.run_batch` (written by this
-        process only).
+        As for :func:`~cognoxium.app.batch.run_batch`, on storage every
+        worker writes at the same path (a shared file system): each task
+        writes its part of the files into the run's version directory,
+        which this process commits.
     address
         A Ray cluster to connect to (``"auto"``, ``"ray://head:10001"``);
         ``None`` starts a local Ray with ``workers`` CPUs for the batch and
@@ -761,20 +775,25 @@ def run_batch_ray(
     source = os.path.abspath(store)
     _check_store(Path(source))  # refuse a bad store, clause or profile before starting Ray
     _check_wheres(prepared)
+    tasks = _ray_tasks(units, Path(source))
     shared = None if cache_dir is None else os.path.abspath(cache_dir)
-    with _ray_logs(quiet), _cluster(ray, address, workers, quiet), _quiet(ray, progress):
-        rows = _results(ray, units, source, settings, workers=workers, cache_dir=shared)
-        with committed_output(out_dir) as folder:
-            latencies = _write(folder, rows, units, prepared, source, settings, manifests)
+    with (
+        _ray_logs(quiet),
+        _cluster(ray, address, workers, quiet),
+        _quiet(ray, progress),
+        committed_output(out_dir) as folder,
+    ):
+        rows = _results(ray, tasks, source, settings, folder, workers=workers, cache_dir=shared)
+        values = _collect(rows, tasks, units, prepared, source, settings)
+        finish_parts(folder, manifests, len(tasks))
     seconds = time.perf_counter() - started
-    values = np.asarray(latencies, dtype=np.float64)
     return BatchStats(
         requests=len(prepared),
         seconds=seconds,
         packs_per_s=len(prepared) / seconds if seconds > 0 else 0.0,
         p50_ms=float(np.percentile(values, 50)) if values.size else 0.0,
         p95_ms=float(np.percentile(values, 95)) if values.size else 0.0,
-        latencies_ms=tuple(latencies),
+        latencies_ms=tuple(values.tolist()),
     )
 
 

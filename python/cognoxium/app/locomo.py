@@ -15,7 +15,6 @@ evidence recall per token budget and question category.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +26,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium.app._outputs import committed_output
+from cognoxium.app._workers import open_part
 from cognoxium.app.batch import (
     BatchStats,
     RankMethod,
@@ -43,7 +43,13 @@ from cognoxium.app.locomo_dataset import (
 from cognoxium.exceptions import RecordError
 from cognoxium.items.io import write_parquet
 from cognoxium.items.model import canonical_json
-from cognoxium.packing.manifests import ManifestForm, ManifestWriter, read_manifests
+from cognoxium.packing.manifests import (
+    PACKS,
+    ManifestForm,
+    part_files,
+    read_manifests,
+    scan_packs,
+)
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest
 from cognoxium.retrieval.scope import RRF_K, RetrievalSettings
@@ -81,8 +87,9 @@ def evaluate(
     Parameters
     ----------
     packs
-        Pack records with ``request_id`` and ``ids`` (the lines of
-        ``packs.jsonl``; see :func:`cognoxium.app.batch.run_batch`).
+        Pack records with ``request_id`` and ``ids`` (the rows of a batch's
+        packs, :func:`~cognoxium.packing.manifests.scan_packs`; see
+        :func:`cognoxium.app.batch.run_batch`).
     requests
         The requests, with their ``evidence`` and the question category as
         the integer ``labels["category"]`` (see
@@ -210,9 +217,10 @@ def run_locomo(
     Writes, in ``out_dir``: ``items.parquet``
     (:func:`~cognoxium.app.locomo_dataset.load_locomo`), ``requests.jsonl``
     (:func:`~cognoxium.app.locomo_dataset.locomo_requests`, one canonical JSON
-    object per line), ``packs.jsonl`` and the manifests (``manifests.parquet`` and
-    ``manifest_headers.jsonl``, or ``manifests.jsonl``; see
-    :func:`cognoxium.app.batch.run_batch`) and ``report.json`` (canonical JSON,
+    object per line), the packs and the manifests in parts (``packs/``,
+    ``manifests/`` and ``manifest_headers/``, or ``packs/`` and ``manifests/``
+    in the ``jsonl`` form; see :func:`cognoxium.app.batch.run_batch`) and
+    ``report.json`` (canonical JSON,
     sorted keys). All of them are committed in one step, as by
     :func:`~cognoxium.app.batch.run_batch`: ``out_dir`` becomes a link to a
     fresh version directory ``<out_dir>.<run id>``, so a reader sees every
@@ -312,8 +320,7 @@ def run_locomo(
                 commit=False,  # committed with every other file of the run, below
                 manifests=manifests,
             )
-        with (folder / "packs.jsonl").open(encoding="utf-8") as handle:
-            packs = [json.loads(line) for line in handle]
+        packs = scan_packs(folder).collect().to_dicts()
         splits = {
             name: {
                 "conversations": members,
@@ -384,8 +391,8 @@ def _run_folds(
     """Pack each conversation's requests with ``learned`` fitted on the other conversations.
 
     Writes ``folder/models/<sample_id>.json``, the per-fold outputs under
-    ``folder/folds/<sample_id>/``, and ``packs.jsonl`` and the manifests
-    (in ``form``) of all requests in request order in ``folder``.
+    ``folder/folds/<sample_id>/``, and the packs and the manifests (in
+    ``form``) of all requests in request order in ``folder``, as part 0.
     """
     from cognoxium.app.ranker import fit_fold_models
 
@@ -409,7 +416,11 @@ def _run_folds(
             commit=False,  # inside the run's directory, committed with it
             manifests=form,
         )
-        pack_lines = (out / "packs.jsonl").read_text(encoding="utf-8").splitlines()
+        pack_lines = [
+            line
+            for part in part_files(out / PACKS, ".jsonl")
+            for line in part.read_text(encoding="utf-8").splitlines()
+        ]
         for request, pack_line, manifest, ms in zip(
             mine, pack_lines, read_manifests(out), stats.latencies_ms, strict=True
         ):
@@ -418,9 +429,8 @@ def _run_folds(
                 manifest,
                 ms,
             )
-    with (folder / "packs.jsonl").open("w", encoding="utf-8") as handle:
+    with open_part(folder, form, 0) as (handle, writer):
         handle.writelines(packs[r.id] + "\n" for r in requests)
-    with ManifestWriter(folder, form) as writer:
         for request in requests:
             writer.write(request.id, manifests[request.id])
     seconds = time.perf_counter() - started

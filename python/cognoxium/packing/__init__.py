@@ -11,6 +11,7 @@ if TYPE_CHECKING:
         ManifestWriter,
         read_manifests,
         scan_manifests,
+        scan_packs,
         summarize_manifests,
     )
     from cognoxium.packing.options import PackOptions
@@ -40,6 +41,7 @@ else:
                 "ManifestWriter",
                 "read_manifests",
                 "scan_manifests",
+                "scan_packs",
                 "summarize_manifests",
             ],
             "cognoxium.packing.options": ["PackOptions"],
@@ -83,5 +85,6 @@ __all__ = [
     "pack_reusing",
     "read_manifests",
     "scan_manifests",
+    "scan_packs",
     "summarize_manifests",
 ]

@@ -1,29 +1,37 @@
 r"""Storing pack manifests, reading them back, and summarising many of them.
 
 A batch (``cognoxium pack``, ``cognoxium locomo``) stores its manifests in one
-of two forms (:data:`MANIFEST_FORMS`), written by :class:`ManifestWriter`:
+of two forms (:data:`MANIFEST_FORMS`), in parts: each task of the batch
+writes its own part of every table, ``part-<number>`` in the table's
+directory, with :class:`ManifestWriter`; the parts in number order make the
+table (see :func:`part_files`)::
+
+    DIR/manifests/part-00000.parquet  DIR/manifest_headers/part-00000.jsonl   (parquet)
+    DIR/manifests/part-00000.jsonl                                            (jsonl)
 
 ``parquet`` (the default)
-    ``manifests.parquet``: one row per manifest entry, the columns of
+    ``manifests/part-<n>.parquet``: one row per manifest entry, the columns of
     :meth:`PackManifest.to_polars <cognoxium.packing.packer.PackManifest.to_polars>`
     after a ``request_id`` column (:data:`PARQUET_SCHEMA`), requests in
     order, entries in input order; written with fixed settings
     (:data:`PARQUET_SETTINGS`), so the same manifests give the same bytes.
-    ``manifest_headers.jsonl``: one canonical JSON object per request, the
-    manifest without its entries, with ``request_id``.
+    ``manifest_headers/part-<n>.jsonl``: one canonical JSON object per
+    request of the part, the manifest without its entries, with ``request_id``.
 ``jsonl``
-    ``manifests.jsonl``: one canonical manifest
+    ``manifests/part-<n>.jsonl``: one canonical manifest
     (:meth:`PackManifest.to_json <cognoxium.packing.packer.PackManifest.to_json>`)
     per line.
 
-:func:`scan_manifests` gives the entries of either form as a Polars
-``LazyFrame`` (nothing is read until it is collected; Parquet row groups and
-columns are read as the query needs them); :func:`read_manifests` rebuilds
-the :class:`~cognoxium.packing.packer.PackManifest` objects;
+:func:`scan_manifests` gives the entries of either form, every part in
+order, as one Polars ``LazyFrame`` (nothing is read until it is collected;
+Parquet row groups and columns are read as the query needs them);
+:func:`read_manifests` rebuilds the
+:class:`~cognoxium.packing.packer.PackManifest` objects;
 :func:`summarize_manifests` counts what ``cognoxium inspect`` shows (budget
 use, decisions, reasons, tokens per role, tier and source) in one pass over
-the files, with Polars aggregations over bounded pieces of the entries, so its
-memory does not grow with the number of entries.
+the parts, with Polars aggregations over bounded pieces of the entries, so
+its memory does not grow with the number of entries. :func:`scan_packs`
+reads the packs table of a batch the same way.
 
 Examples
 --------
@@ -37,8 +45,8 @@ Examples
 ...     for b in (40, 200):
 ...         manifest = cf.pack(b, as_of=datetime(2030, 1, 1, tzinfo=UTC), label=f"r{b}").manifest
 ...         writer.write(f"r{b}", manifest)
->>> sorted(p.name for p in folder.iterdir())
-['manifest_headers.jsonl', 'manifests.parquet']
+>>> sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/*"))
+['manifest_headers/part-00000.jsonl', 'manifests/part-00000.parquet']
 >>> scan_manifests(folder).select("request_id", "id", "decision").collect().rows()[:3]
 [('r40', 'a', 'included'), ('r40', 'b', 'excluded'), ('r200', 'a', 'included')]
 >>> summary = summarize_manifests(folder)
@@ -59,6 +67,7 @@ import threading
 import types
 import typing
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -70,23 +79,27 @@ from pydantic import ValidationError
 
 from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.items.model import canonical_json
+from cognoxium.packing._parts import HEADERS, MANIFESTS, PACKS, part_files, part_path, staged
 from cognoxium.packing.packer import ENTRY_SCHEMA, ManifestEntry, PackManifest
 
 __all__ = [
-    "MANIFESTS_JSONL",
-    "MANIFESTS_PARQUET",
+    "MANIFESTS",
     "MANIFEST_FORMS",
     "MANIFEST_HEADERS",
     "NOT_IN_ITEMS",
     "NO_SOURCE",
+    "PACKS",
+    "PACKS_SCHEMA",
     "PARQUET_SCHEMA",
     "PARQUET_SETTINGS",
     "ManifestForm",
     "ManifestWriter",
     "RenderedManifests",
+    "part_files",
     "read_manifests",
     "render_manifests",
     "scan_manifests",
+    "scan_packs",
     "summarize_manifests",
 ]
 
@@ -102,15 +115,24 @@ ManifestForm = Literal["parquet", "jsonl"]
 MANIFEST_FORMS: tuple[str, ...] = ("parquet", "jsonl")
 """The accepted values of :data:`ManifestForm` (the first is the default)."""
 
-MANIFESTS_PARQUET = "manifests.parquet"
-"""File name of the entries of the ``parquet`` form."""
-MANIFEST_HEADERS = "manifest_headers.jsonl"
-"""File name of the headers (manifests without entries) of the ``parquet`` form."""
-MANIFESTS_JSONL = "manifests.jsonl"
-"""File name of the ``jsonl`` form."""
+MANIFEST_HEADERS = HEADERS
+"""Directory of the headers (manifests without entries) of the ``parquet`` form, in parts."""
+
+_SUFFIX = {"parquet": ".parquet", "jsonl": ".jsonl"}
+"""The suffix of the ``manifests`` parts of each form."""
 
 PARQUET_SCHEMA = pl.Schema({"request_id": pl.String(), **ENTRY_SCHEMA})
-"""Columns of ``manifests.parquet``: ``request_id``, then :data:`ENTRY_SCHEMA`."""
+"""Columns of the ``parquet`` form's entries: ``request_id``, then :data:`ENTRY_SCHEMA`."""
+
+PACKS_SCHEMA = pl.Schema(
+    {
+        "budget": pl.Int64(),
+        "ids": pl.List(pl.String()),
+        "request_id": pl.String(),
+        "used_tokens": pl.Int64(),
+    }
+)
+"""Fields of a line of a batch's ``packs`` parts (tokens for ``budget`` and ``used_tokens``)."""
 
 PARQUET_SETTINGS: dict[str, Any] = {
     "compression": "zstd",
@@ -121,7 +143,7 @@ PARQUET_SETTINGS: dict[str, Any] = {
     "data_page_version": "1.0",
     "store_schema": True,
 }
-"""The fixed :class:`pyarrow.parquet.ParquetWriter` settings of ``manifests.parquet``.
+"""The fixed :class:`pyarrow.parquet.ParquetWriter` settings of the ``parquet`` form's parts.
 
 Nothing in the file depends on the time of writing, so the same manifests
 written by the same pyarrow version give the same bytes.
@@ -142,10 +164,10 @@ class RenderedManifests:
     form
         The form (:data:`ManifestForm`).
     lines
-        The text lines: of ``manifest_headers.jsonl`` (``parquet``) or of
-        ``manifests.jsonl`` (``jsonl``), each ending in a newline.
+        The text lines: of the headers part (``parquet``) or of the
+        manifests part (``jsonl``), each ending in a newline.
     entries
-        ``parquet``: the rows of ``manifests.parquet`` (:data:`PARQUET_SCHEMA`),
+        ``parquet``: the rows of the entries part (:data:`PARQUET_SCHEMA`),
         request by request; ``jsonl``: ``None``.
     sizes
         The entries of each request, in order (their sum is ``entries.height``).
@@ -217,9 +239,12 @@ def render_manifests(
 
 
 class ManifestWriter:
-    """Write the manifests of a batch, one request at a time, in one of the two forms.
+    """Write one part of a batch's manifests, one request at a time, in one of the two forms.
 
-    A context manager: the files are complete when it exits. Parquet rows are
+    A context manager: the part's files appear, complete, when it exits
+    without an error (or at :meth:`close`); until then they are written
+    under temporary names, which an error removes, so a part is whole or
+    missing and writing a part again replaces it. Parquet rows are
     buffered up to a row group (131,072 entries, ending at a request's end);
     row groups are encoded and written on a thread of their own while the
     caller goes on, in order, at most two waiting, so memory holds at most
@@ -230,11 +255,14 @@ class ManifestWriter:
     Parameters
     ----------
     folder
-        An existing directory; the files of the form are created in it
-        (:data:`MANIFESTS_PARQUET` and :data:`MANIFEST_HEADERS`, or
-        :data:`MANIFESTS_JSONL`), replacing files of the same name.
+        The batch's output directory; the part's files are created in its
+        table directories (``manifests/part-<n>.parquet`` and
+        ``manifest_headers/part-<n>.jsonl``, or ``manifests/part-<n>.jsonl``;
+        see the module docstring), which are made if missing.
     form
         ``"parquet"`` or ``"jsonl"`` (see the module docstring).
+    part
+        The part's number ``n`` (>= 0): the index of the task that writes it.
 
     Raises
     ------
@@ -244,33 +272,38 @@ class ManifestWriter:
         If a file cannot be created.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], form: ManifestForm = "parquet") -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], form: ManifestForm = "parquet", *, part: int = 0
+    ) -> None:
         if form not in MANIFEST_FORMS:
             raise PlanError(f"unknown manifest form {form!r}; use one of {list(MANIFEST_FORMS)}")
         self.form = form
-        base = Path(folder)
-        self.files: dict[str, Path] = (
-            {"manifests": base / MANIFESTS_PARQUET, "manifest_headers": base / MANIFEST_HEADERS}
-            if form == "parquet"
-            else {"manifests": base / MANIFESTS_JSONL}
-        )
+        self.files: dict[str, Path] = {
+            "manifests": part_path(folder, MANIFESTS, part, _SUFFIX[form])
+        }
         """The files written, by role (``manifests``, and ``manifest_headers`` for Parquet)."""
+        if form == "parquet":
+            self.files["manifest_headers"] = part_path(folder, HEADERS, part, ".jsonl")
         self._pending: list[pl.DataFrame] = []
         self._rows = 0
         self._parquet: pq.ParquetWriter | None = None
         self._row_groups: _RowGroups | None = None
-        self._lines: IO[str] = (self.files.get("manifest_headers", self.files["manifests"])).open(
-            "w", encoding="utf-8"
-        )
-        if form == "parquet":
-            try:
+        self._staged = ExitStack()
+        try:
+            temporary = {
+                role: self._staged.enter_context(staged(path)) for role, path in self.files.items()
+            }
+            lines = temporary.get("manifest_headers", temporary["manifests"])
+            self._lines: IO[str] = self._staged.enter_context(lines.open("w", encoding="utf-8"))
+            if form == "parquet":
                 self._parquet = pq.ParquetWriter(
-                    self.files["manifests"], _ARROW_SCHEMA, **PARQUET_SETTINGS
+                    temporary["manifests"], _ARROW_SCHEMA, **PARQUET_SETTINGS
                 )
-            except BaseException:
-                self._lines.close()
-                raise
-            self._row_groups = _RowGroups(self._parquet)
+                self._staged.callback(self._parquet.close)
+                self._row_groups = _RowGroups(self._parquet)
+        except BaseException as exc:
+            self._staged.__exit__(type(exc), exc, exc.__traceback__)
+            raise
 
     def write(self, request_id: str, manifest: PackManifest) -> None:
         """Append one request's manifest (requests are stored in the order written)."""
@@ -352,40 +385,48 @@ class ManifestWriter:
         self._pending, self._rows = [], 0
 
     def close(self) -> None:
-        """Write the buffered rows and close the files.
+        """Write the buffered rows, close the files and give them their names.
 
         Raises
         ------
         OSError
             Or any other error of writing a row group: the first one met, by
-            this call or by a write before it.
+            this call or by a write before it (the part's files are then
+            removed).
         """
-        self._close(surface=True)
-
-    def _close(self, *, surface: bool) -> None:
-        """Close the files; ``surface``: raise the row group writer's error, if any."""
         try:
             self._flush()
+            if self._row_groups is not None:
+                self._row_groups.close(surface=True)
+        except BaseException as exc:
+            self._discard(exc)
+            raise
+        self._staged.close()  # closes the files, then renames them onto their names
+
+    def _discard(self, exc: BaseException) -> None:
+        """Close the files and remove them, after ``exc``; the writer thread's error is dropped."""
+        try:
+            if self._row_groups is not None:
+                self._row_groups.close(surface=False)
         finally:
-            try:
-                if self._row_groups is not None:
-                    self._row_groups.close(surface=surface)
-            finally:
-                if self._parquet is not None:
-                    self._parquet.close()
-                self._lines.close()
+            self._staged.__exit__(type(exc), exc, exc.__traceback__)
 
     def __enter__(self) -> ManifestWriter:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
         # An error already raised in the with block is the one to see, not a
         # writer's error that may follow from it.
-        self._close(surface=kind is None)
+        if exc is None:
+            self.close()
+        else:
+            self._discard(exc)
 
 
 class _RowGroups:
-    """Writes the row groups of ``manifests.parquet`` on one thread, in the order given.
+    """Writes the row groups of an entries part on one thread, in the order given.
 
     pyarrow encodes, compresses and writes without holding the GIL, so the
     packing of the next requests goes on meanwhile. The queue holds at most
@@ -610,71 +651,111 @@ def _read_document(path: Path) -> list[PackManifest]:
     return [_manifest(data, source, number) for number, data in _lines(path)]
 
 
-def _form(path: str | os.PathLike[str]) -> tuple[str, Path, Path | None]:
-    """``(form, entries file, headers file)`` of a directory, a Parquet file or a JSON file.
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """Where stored manifests are: their form and files, in order.
 
-    ``form`` is ``"parquet"``, ``"jsonl"`` or ``"document"`` (one JSON value).
+    ``form`` is ``"parquet"``, ``"jsonl"`` or ``"document"`` (one JSON
+    value); ``entries`` the entry files (the parts of a batch's table, or
+    one file); ``headers`` the header files of the Parquet form, one per
+    entry file; ``source`` what errors name for the whole.
+    """
+
+    form: str
+    entries: tuple[Path, ...]
+    headers: tuple[Path, ...] | None
+    source: Path
+
+
+def _parts_of(table: Path, source: Path) -> _Stored | None:
+    """The parts of a ``manifests`` table directory (``None``: it holds none)."""
+    parquet = part_files(table, ".parquet")
+    jsonl = part_files(table, ".jsonl")
+    if parquet and jsonl:
+        raise RecordError(
+            f"holds parts of both manifest forms ({parquet[0].name}, {jsonl[0].name})",
+            source=str(table),
+        )
+    if parquet:
+        headers = tuple(table.parent / HEADERS / f"{p.stem}.jsonl" for p in parquet)
+        return _Stored("parquet", tuple(parquet), headers, source)
+    if jsonl:
+        return _Stored("jsonl", tuple(jsonl), None, source)
+    return None
+
+
+def _form(path: str | os.PathLike[str]) -> _Stored:
+    """The form and files of a batch's output directory, its ``manifests`` table or a file.
+
+    A Parquet file's headers are its part of the headers table, for a part
+    of a batch's table, or ``manifest_headers.jsonl`` beside it.
     """
     given = Path(path)
     if given.is_dir():
-        if (given / MANIFESTS_PARQUET).exists():
-            return "parquet", given / MANIFESTS_PARQUET, given / MANIFEST_HEADERS
-        if (given / MANIFESTS_JSONL).exists():
-            return "jsonl", given / MANIFESTS_JSONL, None
-        raise RecordError(
-            f"holds neither {MANIFESTS_PARQUET} nor {MANIFESTS_JSONL}; give the --out "
-            "directory of cognoxium pack or cognoxium locomo, or a manifests file",
-            source=str(given),
-        )
+        table = given / MANIFESTS if (given / MANIFESTS).is_dir() else given
+        stored = _parts_of(table, given)
+        if stored is None:
+            raise RecordError(
+                f"holds no manifests ({MANIFESTS}/part-<n>.parquet or .jsonl); give the --out "
+                "directory of cognoxium pack or cognoxium locomo, its manifests directory, "
+                "or a manifests file",
+                source=str(given),
+            )
+        return stored
     if given.suffix.lower() == ".parquet":
-        return "parquet", given, given.parent / MANIFEST_HEADERS
-    return ("document" if _is_document(given) else "jsonl"), given, None
+        if given.parent.name == MANIFESTS and given in part_files(given.parent, ".parquet"):
+            headers = given.parent.parent / HEADERS / f"{given.stem}.jsonl"
+        else:
+            headers = given.parent / "manifest_headers.jsonl"
+        return _Stored("parquet", (given,), (headers,), given)
+    return _Stored("document" if _is_document(given) else "jsonl", (given,), None, given)
 
 
-def _parquet_headers(path: Path) -> Iterator[tuple[str, PackManifest]]:
-    """``(request_id, manifest without entries)`` per line of ``manifest_headers.jsonl``."""
-    source = str(path)
-    for number, data in _lines(path):
-        if not isinstance(data, dict):
-            raise RecordError(
-                f"a manifest header must be a JSON object, got {type(data).__name__}",
-                source=source,
-                line=number,
-            )
-        header = dict(data)
-        request_id = header.pop("request_id", None)
-        if not isinstance(request_id, str):
-            raise RecordError(
-                "missing" if request_id is None else "must be a string",
-                source=source,
-                line=number,
-                field="request_id",
-            )
-        try:
-            yield request_id, PackManifest.model_validate(header)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or None
-            raise RecordError(first["msg"], source=source, line=number, field=field) from None
+def _parquet_headers(paths: Sequence[Path]) -> Iterator[tuple[str, PackManifest, Path, int]]:
+    """``(request_id, manifest without entries, file, line)`` per header line, file by file."""
+    for path in paths:
+        source = str(path)
+        for number, data in _lines(path):
+            if not isinstance(data, dict):
+                raise RecordError(
+                    f"a manifest header must be a JSON object, got {type(data).__name__}",
+                    source=source,
+                    line=number,
+                )
+            header = dict(data)
+            request_id = header.pop("request_id", None)
+            if not isinstance(request_id, str):
+                raise RecordError(
+                    "missing" if request_id is None else "must be a string",
+                    source=source,
+                    line=number,
+                    field="request_id",
+                )
+            try:
+                yield request_id, PackManifest.model_validate(header), path, number
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                field = ".".join(str(p) for p in first["loc"]) or None
+                raise RecordError(first["msg"], source=source, line=number, field=field) from None
 
 
-def _scan_parquet(path: Path) -> pl.LazyFrame:
-    """The entries of ``manifests.parquet``, its columns checked against :data:`PARQUET_SCHEMA`."""
-    scan = pl.scan_parquet(path)
+def _scan_parquet(paths: Sequence[Path], source: Path) -> pl.LazyFrame:
+    """The entries of Parquet files, in order; columns checked against :data:`PARQUET_SCHEMA`."""
+    scan = pl.scan_parquet(list(paths), hive_partitioning=False)
     try:
         schema = scan.collect_schema()
     except pl.exceptions.PolarsError as exc:
-        raise RecordError(f"not a readable Parquet file: {exc}", source=str(path)) from None
+        raise RecordError(f"not a readable Parquet file: {exc}", source=str(source)) from None
     for name, dtype in PARQUET_SCHEMA.items():
         if name not in schema:
-            raise RecordError("missing column", source=str(path), field=name)
+            raise RecordError("missing column", source=str(source), field=name)
         if schema[name] != dtype:
             raise RecordError(
-                f"has type {schema[name]}, expected {dtype}", source=str(path), field=name
+                f"has type {schema[name]}, expected {dtype}", source=str(source), field=name
             )
     extra = [name for name in schema if name not in PARQUET_SCHEMA]
     if extra:
-        raise RecordError("unknown column", source=str(path), field=extra[0])
+        raise RecordError("unknown column", source=str(source), field=extra[0])
     return scan
 
 
@@ -691,9 +772,9 @@ def _exploded(scan: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _scan_jsonl(path: Path) -> pl.LazyFrame:
-    """The entries of a manifests JSONL file; ``request_id`` is each manifest's label."""
-    return _exploded(pl.scan_ndjson(path, schema=_JSONL, infer_schema_length=None))
+def _scan_jsonl(paths: Sequence[Path]) -> pl.LazyFrame:
+    """The entries of manifests JSONL files, in order; ``request_id`` is each manifest's label."""
+    return _exploded(pl.scan_ndjson(list(paths), schema=_JSONL, infer_schema_length=None))
 
 
 def _frames(manifests: Iterable[tuple[str | None, PackManifest]]) -> pl.LazyFrame:
@@ -713,9 +794,11 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
     ----------
     path
         The output directory of ``cognoxium pack`` or ``cognoxium locomo``
-        (either form), a ``manifests.parquet`` (its ``manifest_headers.jsonl``
-        beside it is not read), a ``manifests.jsonl``, or one manifest (or a
-        list of them) saved as JSON.
+        (either form: every part of its ``manifests`` table, in order), that
+        ``manifests`` directory, one Parquet file of entries (a part, or a
+        file with the same columns; no header is read), a manifests JSONL
+        file (a part, or any file of one manifest per line), or one manifest
+        (or a list of them) saved as JSON.
 
     Returns
     -------
@@ -723,19 +806,20 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
         The columns of :data:`PARQUET_SCHEMA`: ``request_id`` (for JSONL and
         JSON, each manifest's ``label``), then the entry columns of
         :meth:`PackManifest.to_polars <cognoxium.packing.packer.PackManifest.to_polars>`;
-        requests in file order, entries in input order. Parquet and JSONL
-        are scanned (``pl.scan_parquet``, ``pl.scan_ndjson`` with an explicit
-        schema), so filters and projections reach the reader; a JSON
-        document is read whole. Polars maps a JSONL file into memory as it
-        scans it; :func:`summarize_manifests` reads JSONL in chunks of
-        lines instead, so its memory stays bounded.
+        parts in number order, requests in file order, entries in input
+        order. Parquet and JSONL are scanned (``pl.scan_parquet``,
+        ``pl.scan_ndjson`` with an explicit schema, over the list of parts),
+        so filters and projections reach the reader; a JSON document is read
+        whole. Polars maps a JSONL file into memory as it scans it;
+        :func:`summarize_manifests` reads JSONL in chunks of lines instead,
+        so its memory stays bounded.
 
     Raises
     ------
     RecordError
-        If a directory holds no manifests, or a Parquet file's columns
-        differ from :data:`PARQUET_SCHEMA` (naming the column), or a JSON
-        document is invalid (see :func:`read_manifests`). Values of JSONL
+        If a directory holds no manifests (or parts of both forms), or a
+        Parquet file's columns differ from :data:`PARQUET_SCHEMA` (naming
+        the column), or a JSON document is invalid (see :func:`read_manifests`). Values of JSONL
         entries are checked when the frame is collected: a bad value raises
         a Polars error then (:func:`summarize_manifests` names its line).
     OSError
@@ -753,12 +837,61 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
     >>> scan_manifests(path).select("request_id", "id", "reason").collect().rows()
     [('r1', 'a', 'over_budget')]
     """
-    form, entries, _ = _form(path)
-    if form == "parquet":
-        return _scan_parquet(entries)
-    if form == "jsonl":
-        return _scan_jsonl(entries)
-    return _frames((m.label, m) for m in _read_document(entries))
+    stored = _form(path)
+    if stored.form == "parquet":
+        return _scan_parquet(stored.entries, stored.source)
+    if stored.form == "jsonl":
+        return _scan_jsonl(stored.entries)
+    return _frames((m.label, m) for m in _read_document(stored.entries[0]))
+
+
+def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
+    r"""The packs of a batch as a lazy Polars frame, one row per request.
+
+    Parameters
+    ----------
+    path
+        The output directory of ``cognoxium pack`` or ``cognoxium locomo``
+        (every part of its ``packs`` table, in number order), that ``packs``
+        directory, or one JSONL file of pack lines.
+
+    Returns
+    -------
+    polars.LazyFrame
+        The columns of :data:`PACKS_SCHEMA`: ``budget`` and ``used_tokens``
+        (tokens), ``ids`` (the packed item ids in pack order) and
+        ``request_id``; requests in file order. Scanned with
+        ``pl.scan_ndjson`` and the explicit schema, so nothing is read until
+        it is collected.
+
+    Raises
+    ------
+    RecordError
+        If a directory holds no pack parts.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> (folder / "packs").mkdir()
+    >>> line = '{"budget":8,"ids":["a"],"request_id":"%s","used_tokens":5}\n'
+    >>> _ = (folder / "packs" / "part-00001.jsonl").write_text(line % "r2")
+    >>> _ = (folder / "packs" / "part-00000.jsonl").write_text(line % "r1")
+    >>> scan_packs(folder).select("request_id", "ids").collect().rows()
+    [('r1', ['a']), ('r2', ['a'])]
+    """
+    given = Path(path)
+    files = [given]
+    if given.is_dir():
+        table = given / PACKS if (given / PACKS).is_dir() else given
+        files = part_files(table, ".jsonl")
+        if not files:
+            raise RecordError(
+                f"holds no packs ({PACKS}/part-<n>.jsonl); give the --out directory of "
+                "cognoxium pack or cognoxium locomo, or its packs directory",
+                source=str(given),
+            )
+    return pl.scan_ndjson(files, schema=PACKS_SCHEMA)
 
 
 def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
@@ -771,15 +904,17 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
     ----------
     path
         The output directory of ``cognoxium pack`` or ``cognoxium locomo``
-        (either form), a ``manifests.parquet`` with its
-        ``manifest_headers.jsonl`` beside it, a ``manifests.jsonl`` (one
-        manifest per line, blank lines skipped), or one manifest (or a JSON
-        list of them) saved as JSON.
+        (either form: every part, in order), that ``manifests`` directory, a
+        part ``manifests/part-<n>.parquet`` (its headers read from
+        ``manifest_headers/part-<n>.jsonl``) or another Parquet file of
+        entries with a ``manifest_headers.jsonl`` beside it, a manifests
+        JSONL file (one manifest per line, blank lines skipped), or one
+        manifest (or a JSON list of them) saved as JSON.
 
     Returns
     -------
     list of PackManifest
-        In file order. A manifest rebuilt from Parquet equals the one written
+        In part and file order. A manifest rebuilt from Parquet equals the one written
         (``==``, and the same :meth:`~cognoxium.packing.packer.PackManifest.to_json`
         bytes).
 
@@ -805,56 +940,66 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
     ...
     cognoxium.exceptions.RecordError: ...manifests.jsonl:1: field entries: missing
     """
-    form, entries, headers = _form(path)
-    if form != "parquet":
-        return _read_document(entries)
-    assert headers is not None
-    rows = _scan_parquet(entries).collect()
+    stored = _form(path)
+    if stored.form == "document":
+        return _read_document(stored.entries[0])
+    if stored.form == "jsonl":
+        return [
+            _manifest(data, str(part), number)
+            for part in stored.entries
+            for number, data in _lines(part)
+        ]
+    assert stored.headers is not None
+    rows = _scan_parquet(stored.entries, stored.source).collect()
     by_request = {
         key[0]: frame.drop("request_id")
         for key, frame in rows.partition_by("request_id", as_dict=True, maintain_order=True).items()
     }
-    read = list(_parquet_headers(headers))
+    read = list(_parquet_headers(stored.headers))
     counts = {request_id: frame.height for request_id, frame in by_request.items()}
-    _check_counts([(rid, m.totals.items) for rid, m in read], counts, headers, entries)
+    _check_counts(read, counts, stored)
     empty = pl.DataFrame(schema=ENTRY_SCHEMA)
-    for request_id, manifest in read:
+    for request_id, manifest, _, _ in read:
         manifest._entries = by_request.get(request_id, empty)
-    return [manifest for _, manifest in read]
+    return [manifest for _, manifest, _, _ in read]
 
 
 def _check_counts(
-    expected: Sequence[tuple[str, int]], counts: dict[str, int], headers: Path, entries: Path
+    headers: Sequence[tuple[str, PackManifest, Path, int]],
+    counts: dict[str, int],
+    stored: _Stored,
 ) -> None:
     """Every header's ``totals.items`` matches its entries; every entry has a header.
 
-    Raises RecordError naming the header line, or the request id of entries
-    without a header.
+    Raises RecordError naming the header's file and line, or the request id
+    of entries without a header.
     """
-    seen: dict[str, int] = {}
-    for number, (request_id, items) in enumerate(expected, start=1):
+    seen: dict[str, tuple[Path, int]] = {}
+    entries = stored.source.name
+    for request_id, manifest, path, number in headers:
         if request_id in seen:
+            first, line = seen[request_id]
             raise RecordError(
-                f"duplicate request id {request_id!r} (first on line {seen[request_id]})",
-                source=str(headers),
+                f"duplicate request id {request_id!r} (first in {first.name} on line {line})",
+                source=str(path),
                 line=number,
                 field="request_id",
             )
-        seen[request_id] = number
+        seen[request_id] = (path, number)
         found = counts.get(request_id, 0)
-        if found != items:
+        if found != manifest.totals.items:
             raise RecordError(
-                f"request {request_id!r} has {found} entries in {entries.name}, "
-                f"its header counts {items}",
-                source=str(headers),
+                f"request {request_id!r} has {found} entries in {entries}, "
+                f"its header counts {manifest.totals.items}",
+                source=str(path),
                 line=number,
                 field="totals.items",
             )
     orphans = [request_id for request_id in counts if request_id not in seen]
     if orphans:
         raise RecordError(
-            f"entries of request {orphans[0]!r} have no header in {headers.name}",
-            source=str(entries),
+            f"entries of request {orphans[0]!r} have no header in the headers files",
+            source=str(stored.source),
             field="request_id",
         )
 
@@ -917,21 +1062,19 @@ def _merged(parts: list[pl.DataFrame], *, by_id: bool) -> pl.DataFrame:
     return pl.concat(parts).group_by(keys).agg(pl.col("items", "tokens", "invalid").sum())
 
 
-def _jsonl_pass(path: Path, *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
-    """Header figures and entry groups of a manifests JSONL file, in one pass.
+def _jsonl_pass(paths: Sequence[Path], *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+    """Header figures and entry groups of manifests JSONL files, in one pass, file by file.
 
     Each line's header is validated as it is read; the entries are
     aggregated by Polars per chunk of whole lines (about 32 MB), so memory
-    holds one chunk, whatever the size of the file. A chunk whose values
-    Polars refuses is validated line by line, to name the line and the field.
+    holds one chunk, whatever the size of the files. A chunk whose values
+    Polars refuses is validated line by line, to name the file, the line
+    and the field.
     """
-    source = str(path)
     figures: list[dict[str, Any]] = []
     parts: list[pl.DataFrame] = []
-    chunk: list[tuple[int, bytes]] = []
-    size = 0
 
-    def flush() -> None:
+    def flush(source: str, chunk: list[tuple[int, bytes]]) -> None:
         text = b"".join(raw for _, raw in chunk)
         try:
             parts.append(
@@ -944,29 +1087,31 @@ def _jsonl_pass(path: Path, *, by_id: bool) -> tuple[list[dict[str, Any]], pl.Da
                 _manifest(json.loads(raw), source, number)
             raise
 
-    for number, raw, data in _raw_lines(path):
-        figures.append(_figures(_checked_header(data, source, number)))
-        chunk.append((number, raw if raw.endswith(b"\n") else raw + b"\n"))
-        size += len(raw)
-        if size >= _CHUNK_BYTES:
-            flush()
-            chunk, size = [], 0
-    if chunk:
-        flush()
+    for path in paths:
+        source = str(path)
+        chunk: list[tuple[int, bytes]] = []
+        size = 0
+        for number, raw, data in _raw_lines(path):
+            figures.append(_figures(_checked_header(data, source, number)))
+            chunk.append((number, raw if raw.endswith(b"\n") else raw + b"\n"))
+            size += len(raw)
+            if size >= _CHUNK_BYTES:
+                flush(source, chunk)
+                chunk, size = [], 0
+        if chunk:
+            flush(source, chunk)
     return figures, _merged(parts, by_id=by_id)
 
 
-def _parquet_pass(
-    entries: Path, headers: Path, *, by_id: bool
-) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+def _parquet_pass(stored: _Stored, *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
     """Header figures and entry groups of the Parquet form; entries per request checked."""
-    read = list(_parquet_headers(headers))
-    scan = _scan_parquet(entries)
-    groups = _entry_groups(scan, by_id=by_id, source=str(entries))
+    assert stored.headers is not None
+    read = list(_parquet_headers(stored.headers))
+    scan = _scan_parquet(stored.entries, stored.source)
+    groups = _entry_groups(scan, by_id=by_id, source=str(stored.source))
     counts = scan.group_by("request_id").agg(pl.len()).collect(engine="streaming")
-    expected = [(request_id, m.totals.items) for request_id, m in read]
-    _check_counts(expected, dict(counts.iter_rows()), headers, entries)
-    return [_figures(m) for _, m in read], groups
+    _check_counts(read, dict(counts.iter_rows()), stored)
+    return [_figures(m) for _, m, _, _ in read], groups
 
 
 def _summary_parts(
@@ -974,13 +1119,12 @@ def _summary_parts(
 ) -> tuple[list[dict[str, Any]], pl.DataFrame]:
     """Header figures and entry groups of manifests in memory or stored in any form."""
     if isinstance(manifests, str | os.PathLike):
-        form, entries, headers = _form(manifests)
-        if form == "parquet":
-            assert headers is not None
-            return _parquet_pass(entries, headers, by_id=by_id)
-        if form == "jsonl":
-            return _jsonl_pass(entries, by_id=by_id)
-        manifests = _read_document(entries)
+        stored = _form(manifests)
+        if stored.form == "parquet":
+            return _parquet_pass(stored, by_id=by_id)
+        if stored.form == "jsonl":
+            return _jsonl_pass(stored.entries, by_id=by_id)
+        manifests = _read_document(stored.entries[0])
     frames = _frames((m.label, m) for m in manifests)
     return [_figures(m) for m in manifests], _entry_groups(frames, by_id=by_id, source="manifests")
 
@@ -992,13 +1136,14 @@ def summarize_manifests(
 ) -> dict[str, Any]:
     """Count budget use, decisions, reasons and tokens over many manifests.
 
-    Stored manifests are read in one pass, so memory does not grow with the
-    number of entries: for Parquet, the headers file, then one aggregation
-    of the entries by Polars' streaming engine (a ``group_by`` over role,
-    tier, decision and reason, and a count per request to check the
-    headers); for JSONL, one line at a time, each header validated as it is
-    read and the entries aggregated by Polars per chunk of whole lines
-    (about 32 MB), the chunks' groups then summed.
+    Stored manifests are read in one pass over their parts, in order, so
+    memory does not grow with the number of entries: for Parquet, the
+    headers files, then one aggregation of the entries of every part by
+    Polars' streaming engine (a ``group_by`` over role, tier, decision and
+    reason, and a count per request to check the headers); for JSONL, one
+    line at a time, each header validated as it is read and the entries
+    aggregated by Polars per chunk of whole lines (about 32 MB), the
+    chunks' groups then summed.
 
     Parameters
     ----------

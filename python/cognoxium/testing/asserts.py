@@ -255,7 +255,7 @@ def assert_manifest_equal(
         The manifests, as :class:`~cognoxium.packing.packer.PackManifest`
         objects or as the JSON-ready data of one (what
         ``PackManifest.to_dict()`` returns, or
-        ``json.loads`` of a line of ``manifests.jsonl``).
+        ``json.loads`` of a line of the JSONL manifests).
     ignore_as_of
         Skip ``as_of`` and ``fingerprints['settings']``, which hashes it: for
         packs made at different times, for example with ``as_of=None``.
