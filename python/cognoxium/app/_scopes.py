@@ -78,6 +78,7 @@ __all__ = [
     "collect_scope",
     "conjuncts",
     "fixed_values",
+    "key_clause",
     "partition_keys",
     "scope_values",
     "where_filter",
@@ -290,7 +291,7 @@ def _text_field(node: Filter, key: str) -> bool:
     )
 
 
-def _key_clause(where: str) -> tuple[str, frozenset[str]] | None:
+def key_clause(where: str) -> tuple[str, frozenset[str]] | None:
     """``(key, values)`` when every conjunct of a clause fixes one plain metadata key to text.
 
     Such a clause keeps exactly the items whose key has one of the values,
@@ -298,9 +299,9 @@ def _key_clause(where: str) -> tuple[str, frozenset[str]] | None:
 
     Examples
     --------
-    >>> _key_clause("metadata.user = 'u1'")
+    >>> key_clause("metadata.user = 'u1'")
     ('user', frozenset({'u1'}))
-    >>> _key_clause("metadata.user = 'u1' AND role = 'user'") is None
+    >>> key_clause("metadata.user = 'u1' AND role = 'user'") is None
     True
     """
     tree = _parsed(where)
@@ -346,7 +347,7 @@ class ScopeIndex:
             where = unit.where
             if where is None:
                 continue
-            keyed = None if self.lazy else _key_clause(where)
+            keyed = None if self.lazy else key_clause(where)
             if keyed is not None and keyed[0] in checked:  # checked with its key's first clause
                 self._keyed[where] = keyed
                 continue

@@ -85,9 +85,9 @@ from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import (
     ScopeIndex,
     Unit,
-    _key_clause,
     batch_units,
     conjuncts,
+    key_clause,
     partition_keys,
     scope_values,
 )
@@ -446,7 +446,7 @@ def _check_wheres(requests: Sequence[Request]) -> None:
         if request.where is None or request.where in seen:
             continue
         seen.add(request.where)
-        keyed = _key_clause(request.where)
+        keyed = key_clause(request.where)
         if keyed is not None and keyed[0] in keys:
             continue
         try:
