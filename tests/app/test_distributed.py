@@ -642,7 +642,7 @@ def test_a_task_run_again_rewrites_its_parts_and_counts_once(store: Path, tmp_pa
     requests = requests_for(6, 12)
     units = batch_units(requests)
     (task,) = distributed._ray_tasks(units, store)
-    settings = distributed._Settings("cl100k_base", "bm25", AS_OF, None, "parquet")
+    settings = distributed._Settings(PackOptions(as_of=AS_OF), "bm25", None, "parquet")
     batch = pa.table({"task": [task.index], "payload": [pickle.dumps(task)]})
     folder = tmp_path / "version"
     rows = [distributed._pack_units(batch, store=str(store), settings=settings, folder=str(folder))]

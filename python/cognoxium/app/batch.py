@@ -1282,8 +1282,9 @@ def pack_scope(
     store
         The whole store (a frame of the canonical schema).
     requests
-        ``k`` requests with one ``where`` and their pack options set (the
-        batch's defaults applied).
+        ``k`` requests with one ``where``; a request that
+        :func:`prepare_requests` did not give its options takes the batch's
+        (``settings.options``) with its own in their place.
     settings
         The batch's profile, rank method, default ``as_of`` and retrieval settings.
     prepared
@@ -1321,6 +1322,10 @@ def pack_scope(
     """
     if not requests:
         raise PlanError("pack_scope needs at least one request")
+    requests = [
+        r if r._options is not None else _with_options(r, r.over(settings.options))
+        for r in requests
+    ]
     where = requests[0].where
     for request in requests:
         if request.where != where:
