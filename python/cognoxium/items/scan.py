@@ -29,6 +29,14 @@ count therefore checks fewer columns than a collect of the same rows: every
 value a query returns has been checked, and a count returns none; a count
 with no predicate reads no item column.
 
+The predicate is applied before the canonical casts where that keeps the
+same rows (:func:`_split_predicate`): a term ``col == "user"`` or
+``col.is_in([...])`` over an enumeration stored as text or categorical
+(Parquet's dictionary encoding) is evaluated by Polars' Parquet scan on the
+stored values, and such a column is cast only for the rows it keeps, or
+not read at all when the predicate holds it to one value (every row kept
+has that value, a valid one).
+
 Rows are handed to Polars in the batches it asks for (its streaming chunk
 size), each validated as it is read and the ids checked across batches, so a
 streaming sink never holds the whole result; an error raised at a later batch
@@ -42,12 +50,13 @@ from __future__ import annotations
 
 import errno
 import glob
+import operator
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
 from pathlib import Path
 from typing import Final
 
@@ -86,7 +95,13 @@ such a query asks for this one, which tells the scan to read only the predicate'
 columns (see :mod:`cognoxium.items.scan`)."""
 
 _ROW: Final = "__cognoxium_row"
-_ENUMS: Final = frozenset(name for name, dtype in POLARS_SCHEMA.items() if dtype == pl.Enum)
+_CATEGORIES: Final = {
+    name: frozenset(dtype.categories)
+    for name, dtype in POLARS_SCHEMA.items()
+    if isinstance(dtype, pl.Enum)
+}
+"""The values of each enumeration column."""
+_ENUMS: Final = frozenset(_CATEGORIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,20 +273,161 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
     ]
 
 
+def _text_enums(schema: pl.Schema) -> frozenset[str]:
+    """The enumeration columns stored as text or categorical (cast by :func:`_casts`)."""
+    return frozenset(
+        name for name in _ENUMS if isinstance(schema[name], (pl.String, pl.Categorical))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """A run's predicate split at the casts of :func:`_casts` (see :func:`_split_predicate`).
+
+    Attributes
+    ----------
+    stored
+        The terms that decide on the stored columns as on the cast ones,
+        applied before the casts (so Polars' Parquet scan evaluates them
+        where the values are stored); ``None`` for none.
+    cast
+        The other terms, applied to the cast columns; ``None`` for none.
+    fixed
+        The enumeration columns that ``stored`` holds to one value and
+        ``cast`` does not read, with that value: every row kept has it.
+    """
+
+    stored: pl.Expr | None
+    cast: pl.Expr | None
+    fixed: Mapping[str, str]
+
+
+def _conjuncts(predicate: pl.Expr) -> list[pl.Expr]:
+    """The terms of ``a & b & ...``, left to right; a predicate that is no ``&`` is one term.
+
+    Examples
+    --------
+    >>> [str(t) for t in _conjuncts(pl.col("a").is_null() & (pl.col("b") == "x") & pl.col("c"))]
+    ['col("a").is_null()', '[(col("b")) == ("x")]', 'col("c")']
+    """
+    inputs = predicate.meta.pop()
+    if len(inputs) == 2 and (inputs[1] & inputs[0]).meta.eq(predicate):
+        return [*_conjuncts(inputs[1]), *_conjuncts(inputs[0])]
+    return [predicate]
+
+
+def _enum_values(term: pl.Expr, enums: frozenset[str]) -> tuple[str, frozenset[str]] | None:
+    """``(column, values)`` of ``col == "v"`` or ``col.is_in([...])`` over a column of ``enums``.
+
+    Only when every value is one of the enumeration's categories: then the
+    term keeps the same rows of the stored text (or categorical) as of the
+    column cast to its Enum, which turns any other text into null, and every
+    row it keeps holds a valid value. ``None`` for any other term.
+    """
+    inputs = term.meta.pop()
+    if len(inputs) != 2:
+        return None
+    left, right = inputs[1], inputs[0]
+    if (left == right).meta.eq(term):
+        column, value = (left, right) if left.meta.is_column() else (right, left)
+        single = True
+    elif left.is_in(right).meta.eq(term):
+        column, value, single = left, right, False
+    else:
+        return None
+    if not column.meta.is_column() or not value.meta.is_literal():
+        return None
+    name = column.meta.output_name()
+    if name not in enums:
+        return None
+    try:
+        values = pl.select(value).to_series()
+    except pl.exceptions.PolarsError:
+        return None
+    if not single and values.dtype == pl.List(pl.String) and len(values) == 1:
+        values = values.explode()
+    if values.dtype != pl.String or values.null_count() or (single and len(values) != 1):
+        return None
+    allowed = frozenset(values.to_list())
+    return (name, allowed) if allowed <= _CATEGORIES[name] else None
+
+
+def _split_predicate(predicate: pl.Expr | None, enums: frozenset[str]) -> _Split:
+    """Split a run's predicate into terms over the stored columns and over the cast ones.
+
+    A term of the conjunction ``predicate`` that is ``col == "v"`` or
+    ``col.is_in([...])`` over an enumeration of ``enums``, with values of
+    its categories (:func:`_enum_values`), keeps the same rows before the
+    cast as after it; such terms go before the casts, where Polars' Parquet
+    scan evaluates them on the stored (dictionary-encoded) values, and the
+    column is cast only for the rows they keep. A column they hold to a
+    single value that no other term reads is not read at all: its value is
+    known. Terms over columns that are not cast need nothing here: Polars
+    moves them below the casts itself.
+
+    Examples
+    --------
+    >>> split = _split_predicate((pl.col("role") == "user") & pl.col("group_id").is_null(),
+    ...                          frozenset({"role"}))
+    >>> str(split.stored), str(split.cast), dict(split.fixed)
+    ('[(col("role")) == ("user")]', 'col("group_id").is_null()', {'role': 'user'})
+    """
+    if predicate is None or not enums:
+        return _Split(stored=None, cast=predicate, fixed={})
+    stored: list[pl.Expr] = []
+    rest: list[pl.Expr] = []
+    allowed: dict[str, frozenset[str]] = {}
+    for term in _conjuncts(predicate):
+        match = _enum_values(term, enums)
+        if match is None:
+            rest.append(term)
+            continue
+        stored.append(term)
+        name, values = match
+        allowed[name] = allowed.get(name, values) & values
+    if not stored:
+        return _Split(stored=None, cast=predicate, fixed={})
+    read = {name for term in rest for name in term.meta.root_names()}
+    fixed = {
+        name: next(iter(values))
+        for name, values in allowed.items()
+        if len(values) == 1 and name not in read
+    }
+    return _Split(
+        stored=reduce(operator.and_, stored),
+        cast=reduce(operator.and_, rest) if rest else None,
+        fixed=fixed,
+    )
+
+
 Frames = Callable[[bool, bool], pl.LazyFrame]
-"""``frames(with_row_index, ordered)``: the raw rows, cast, with FILE_COLUMN (and the row
-index); in the scan's order if ``ordered``, else in the order read."""
+"""``frames(with_row_index, ordered)``: the stored rows, not cast, with FILE_COLUMN (and the
+row index); in the scan's order if ``ordered``, else in the order read."""
 
 
 class _Columnar:
-    """Reads and validates the rows of a columnar source (see :class:`ItemScan`)."""
+    """Reads and validates the rows of a columnar source (see :class:`ItemScan`).
 
-    __slots__ = ("frames", "offsets", "source")
+    ``casts`` bring the stored columns to their canonical types
+    (:func:`_casts`); ``enums`` are the enumerations among them stored as
+    text or categorical (:func:`_text_enums`).
+    """
 
-    def __init__(self, source: str, frames: Frames, offsets: Callable[[str], int]) -> None:
+    __slots__ = ("casts", "enums", "frames", "offsets", "source")
+
+    def __init__(
+        self,
+        source: str,
+        frames: Frames,
+        offsets: Callable[[str], int],
+        casts: list[pl.Expr],
+        enums: frozenset[str],
+    ) -> None:
         self.source = source
         self.frames = frames
         self.offsets = offsets
+        self.casts = casts
+        self.enums = enums
 
     def query(
         self,
@@ -281,11 +437,27 @@ class _Columnar:
         index: bool,
         ordered: bool = True,
     ) -> pl.LazyFrame:
-        """The Polars query that reads a run's rows (see :data:`Reader`)."""
+        """The Polars query that reads a run's rows (see :data:`Reader`).
+
+        The predicate's terms that decide on the stored values filter before
+        the casts, the others after (:func:`_split_predicate`); a column the
+        predicate holds to one value is that value, not read.
+        """
         lf = self.frames(index, ordered)
-        if predicate is not None:
-            lf = lf.filter(predicate)
-        lf = lf.select(*columns, FILE_COLUMN, *([_ROW] if index else []))
+        split = _split_predicate(predicate, self.enums)
+        if split.stored is not None:
+            lf = lf.filter(split.stored)
+        if self.casts:
+            lf = lf.with_columns(self.casts)
+        if split.cast is not None:
+            lf = lf.filter(split.cast)
+        values = [
+            pl.lit(split.fixed[name], POLARS_SCHEMA[name]).alias(name)
+            if name in split.fixed
+            else pl.col(name)
+            for name in columns
+        ]
+        lf = lf.select(*values, FILE_COLUMN, *([_ROW] if index else []))
         return lf if n_rows is None else lf.head(n_rows)
 
     def batches(self, query: pl.LazyFrame, batch_size: int | None) -> Iterator[pl.DataFrame]:
@@ -571,7 +743,6 @@ def scan_parquet_items(
     _check_source(where)
     schema, hive = _parquet_schema(where, hive_partitioning)
     positioned = STORE_POSITION in schema
-    casts = _casts(schema, where)
 
     def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         lf = pl.scan_parquet(
@@ -580,7 +751,6 @@ def scan_parquet_items(
             include_file_paths=FILE_COLUMN,
             row_index_name=_ROW if index else None,
         )
-        lf = lf.with_columns(casts) if casts else lf
         # A partitioned store: its items in the order they were written.
         return lf.sort(STORE_POSITION) if positioned and ordered else lf
 
@@ -595,7 +765,7 @@ def scan_parquet_items(
         source=where,
         schema=output,
         partitions=tuple(hive),
-        reader=_Columnar(where, frames, offset),
+        reader=_Columnar(where, frames, offset, _casts(schema, where), _text_enums(schema)),
     )
 
 
@@ -622,7 +792,7 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
             f"{source}: unknown columns {unknown}; the item columns are {list(COLUMNS)}"
         )
     casts = _casts(schema, source)
-    items = lf.select(COLUMNS).with_columns(casts) if casts else lf.select(COLUMNS)
+    items = lf.select(COLUMNS)
 
     def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         out = items.with_columns(pl.lit(None, pl.String).alias(FILE_COLUMN))
@@ -633,7 +803,7 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
         source=source,
         schema=pl.Schema(POLARS_SCHEMA),
         partitions=(),
-        reader=_Columnar(source, frames, lambda file: 0),
+        reader=_Columnar(source, frames, lambda file: 0, casts, _text_enums(schema)),
     )
 
 
