@@ -333,3 +333,19 @@ def test_an_equality_on_an_enumeration_skips_the_rows_it_leaves_out_unchecked(
     with pytest.raises(RecordError) as info:  # a cast role checked at its own row
         lf.filter(pl.col("role").is_null()).select(pl.len()).collect()
     assert (info.value.row, info.value.field) == (2, "role")
+
+
+def test_metadata_that_is_no_json_object_is_refused_where_a_run_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    listed = pl.when(pl.int_range(pl.len()) == 3).then(pl.lit("[]")).otherwise("metadata")
+    frame().with_columns(metadata=listed).write_parquet(path)
+    lf = scan_parquet_items(path).lazy()
+    assert lf.filter(pl.col("priority") > 1).select(pl.len()).collect().item() == 3
+    for query in (
+        lf.select("metadata"),
+        lf.filter(pl.col("metadata").str.len_bytes() < 3).select(pl.len()),
+    ):
+        with pytest.raises(RecordError) as info:
+            query.collect()
+        assert (info.value.row, info.value.field) == (3, "metadata")
+        assert info.value.message == "must be a JSON object"

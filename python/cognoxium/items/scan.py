@@ -153,7 +153,7 @@ class ItemScan:
         The hive partition columns, in path order.
     """
 
-    __slots__ = ("_lock", "_reader", "_reads", "kind", "partitions", "schema", "source")
+    __slots__ = ("_lazy", "_lock", "_reader", "_reads", "kind", "partitions", "schema", "source")
 
     def __init__(
         self,
@@ -171,6 +171,7 @@ class ItemScan:
         self._reads: deque[ScanRead] = deque(maxlen=KEPT_READS)
         self._reader = reader
         self._lock = threading.Lock()
+        self._lazy: pl.LazyFrame | None = None
 
     @property
     def reads(self) -> list[ScanRead]:
@@ -189,13 +190,15 @@ class ItemScan:
         The Polars source also offers :data:`ROWS_ONLY`, which the frame
         returned leaves out.
         """
-        source = register_io_source(
-            self._run,
-            schema=pl.Schema([*self.schema.items(), (ROWS_ONLY, pl.Null())]),
-            explain_name="cognoxium",
-            explain_detail=self.label(),
-        )
-        return source.drop(ROWS_ONLY)
+        if self._lazy is None:  # one Polars source serves every plan built over the scan
+            source = register_io_source(
+                self._run,
+                schema=pl.Schema([*self.schema.items(), (ROWS_ONLY, pl.Null())]),
+                explain_name="cognoxium",
+                explain_detail=self.label(),
+            )
+            self._lazy = source.drop(ROWS_ONLY)
+        return self._lazy
 
     def _run(
         self,
@@ -564,6 +567,9 @@ def _check_unique_ids(df: pl.DataFrame) -> None:
     )
 
 
+_NOT_AN_OBJECT: Final = ~pl.col("metadata").str.starts_with("{")
+
+
 @lru_cache(maxsize=256)
 def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
     """:func:`~cognoxium.items.validation.row_checks` of ``columns``, built once per set of columns.
@@ -573,9 +579,14 @@ def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
     (:func:`_casts`), which turns a value outside it into null, so the check
     that an enumeration holds one of its values is whether it is null: the
     same rows, field and message, without casting the column back to text.
+    The check that metadata is a JSON object is left out:
+    :func:`~cognoxium.items.validation.canonical_json_columns`, which
+    :func:`_validated` applies first, makes it.
     """
     checks = []
     for bad, field, message in row_checks(columns):
+        if bad.meta.eq(_NOT_AN_OBJECT):
+            continue
         if field in _ENUMS and set(bad.meta.root_names()) == {field}:
             bad = pl.col(field).is_null()
         checks.append((bad, field, message))
@@ -629,6 +640,21 @@ def _suffixed(path: Path, suffixes: tuple[str, ...] | None) -> bool:
     return path.is_file() and (suffixes is None or path.suffix.lower() in suffixes)
 
 
+def _holds_file(directory: str, suffixes: tuple[str, ...] | None) -> bool:
+    """Whether ``directory`` holds a file whose suffix is in ``suffixes`` (any for ``None``).
+
+    The tree is walked depth first and the walk stops at the first such
+    file, so a store of many partition directories is not listed in full.
+    Directories that cannot be listed, and links to directories, are passed
+    over, as :meth:`pathlib.Path.rglob` passes them.
+    """
+    for root, _, names in os.walk(directory):
+        for name in names:
+            if _suffixed(Path(root, name), suffixes):
+                return True
+    return False
+
+
 def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
     """Check that a scan's source names something to read, as opening a file would.
 
@@ -661,7 +687,7 @@ def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
             raise _missing(source, "no file matches the glob")
     elif os.path.isdir(source):
         os.listdir(source)  # a directory that cannot be listed raises PermissionError here
-        if next((p for p in Path(source).rglob("*") if _suffixed(p, suffixes)), None) is None:
+        if not _holds_file(source, suffixes):
             kinds = "file" if suffixes is None else f"{'/'.join(suffixes)} file"
             raise _missing(source, f"no {kinds} under the directory")
     else:
@@ -671,9 +697,15 @@ def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
 
 def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Schema, list[str]]:
     """The schema of a Parquet scan with its hive columns, and the names of the hive columns."""
+    # Polars reads hive partitions only when asked to, or of a directory when not told.
+    hive_possible = hive_partitioning or (hive_partitioning is None and os.path.isdir(source))
     try:
         schema = pl.scan_parquet(source, hive_partitioning=hive_partitioning).collect_schema()
-        stored = pl.scan_parquet(source, hive_partitioning=False).collect_schema()
+        stored = (
+            pl.scan_parquet(source, hive_partitioning=False).collect_schema()
+            if hive_possible
+            else schema
+        )
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise SchemaError(f"{source}: cannot scan Parquet: {exc}") from None
     hive = [name for name in schema if name not in stored]
