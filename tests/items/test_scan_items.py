@@ -349,3 +349,24 @@ def test_metadata_that_is_no_json_object_is_refused_where_a_run_reads_it(tmp_pat
             query.collect()
         assert (info.value.row, info.value.field) == (3, "metadata")
         assert info.value.message == "must be a JSON object"
+
+
+def test_a_directory_scan_finds_a_file_at_any_depth_and_no_file_through_a_link(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    for k in range(3):
+        (store / f"empty={k}").mkdir(parents=True)
+    deep = store / "scope=s1" / "day=2"
+    deep.mkdir(parents=True)
+    write_parquet(frame(2), deep / "part.parquet")
+    assert scan_parquet_items(store).lazy().select(pl.len()).collect().item() == 2
+    # as Path.rglob: a link to a directory is not followed, a link to a file is a file
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (deep / "part.parquet").rename(elsewhere / "part.parquet")
+    (store / "linked").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(FileNotFoundError, match="no file under the directory"):
+        scan_parquet_items(store)
+    (store / "items.parquet").symlink_to(elsewhere / "part.parquet")
+    assert scan_parquet_items(store, hive_partitioning=False).partitions == ()
