@@ -571,7 +571,7 @@ _NOT_AN_OBJECT: Final = ~pl.col("metadata").str.starts_with("{")
 
 
 @lru_cache(maxsize=256)
-def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
+def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str, str | None]]:
     """:func:`~cognoxium.items.validation.row_checks` of ``columns``, built once per set of columns.
 
     Every batch of every run that reads those columns applies the same checks.
@@ -582,6 +582,13 @@ def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
     The check that metadata is a JSON object is left out:
     :func:`~cognoxium.items.validation.canonical_json_columns`, which
     :func:`_validated` applies first, makes it.
+
+    Returns
+    -------
+    list of (polars.Expr, str, str, str or None)
+        ``(bad-row mask, field, message, nulls)``: ``nulls`` names the column
+        whose null values are exactly the bad rows (the mask is its
+        ``is_null()``), else ``None``.
     """
     checks = []
     for bad, field, message in row_checks(columns):
@@ -589,7 +596,8 @@ def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
             continue
         if field in _ENUMS and set(bad.meta.root_names()) == {field}:
             bad = pl.col(field).is_null()
-        checks.append((bad, field, message))
+        nulls = field if bad.meta.eq(pl.col(field).is_null()) else None
+        checks.append((bad, field, message, nulls))
     return checks
 
 
@@ -597,7 +605,8 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     """The rows read, conformed when every item column was read.
 
     Otherwise the JSON columns read are brought to canonical JSON and the
-    row checks of the columns read are applied.
+    row checks of the columns read are applied; a check for nulls is
+    passed by a column without any (Arrow keeps the count), unread.
 
     Raises
     ------
@@ -612,7 +621,13 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     if df.is_empty():
         return df
     df = canonical_json_columns(df)
-    checks = _row_checks(tuple(name for name in columns if name in POLARS_SCHEMA))
+    checks = [
+        (bad, field, message)
+        for bad, field, message, nulls in _row_checks(
+            tuple(name for name in columns if name in POLARS_SCHEMA)
+        )
+        if nulls is None or df.get_column(nulls).null_count()
+    ]
     if not checks:
         return df
     firsts = df.select(
