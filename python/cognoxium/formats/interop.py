@@ -227,13 +227,13 @@ def from_langchain_messages(
                 )
     where = MessageLocation(source)
     columns = ChatColumns(where, conversation_id, start, system_retention, _MESSAGES_KIND)
+    # the messages' own ids; an empty or missing one is left out of the metadata
     message_ids = _add_plain(lc, columns, rows)
     if message_ids is None:
         columns.add_all(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
         message_ids = list(map(attrgetter("id"), rows))
-    # an empty or missing message id is left out of the metadata
     if columns.plain:
         return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
     per_item = [message_ids[index] for index in columns.index]
