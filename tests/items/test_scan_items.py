@@ -248,3 +248,125 @@ def test_an_enumeration_outside_its_values_is_refused_by_the_check_the_scan_appl
     assert info.value.message == (
         "must be one of ['system', 'developer', 'user', 'assistant', 'tool', 'document', 'memory']"
     )
+
+
+def mixed(n: int = 8) -> pl.DataFrame:
+    roles = ("user", "assistant", "tool", "user")
+    return records_to_frame(
+        [{"id": f"i{k}", "role": roles[k % 4], "text": f"t{k}", "priority": k} for k in range(n)]
+    )
+
+
+ENUM_PREDICATES = [
+    pl.col("role") == "user",
+    pl.lit("tool") == pl.col("role"),
+    pl.col("role").is_in(["user", "tool"]),
+    pl.col("role").is_in(["tool"]),
+    (pl.col("role") == "user") & (pl.col("priority") > 2),
+    (pl.col("priority") > 2)
+    & pl.col("role").is_in(["user", "assistant"])
+    & (pl.col("role") == "user"),
+    (pl.col("role") == "user") & (pl.col("role") == "tool"),
+    (pl.col("role") == "user") & (pl.col("role").cast(pl.String) == "user"),
+    (pl.col("role") == "user") | (pl.col("priority") > 5),
+    pl.col("role") != "user",
+    pl.col("role") > "user",
+    pl.col("role").is_in(["user", None]),
+    pl.col("role").is_in(["user"], nulls_equal=True),
+]
+
+
+@pytest.mark.parametrize("predicate", ENUM_PREDICATES, ids=str)
+@pytest.mark.parametrize("stored", [pl.Categorical, pl.String])
+def test_a_predicate_on_an_enumeration_keeps_the_rows_of_the_cast_column(
+    tmp_path: Path, predicate: pl.Expr, stored: pl.DataType
+) -> None:
+    path = tmp_path / "items.parquet"
+    items = mixed()
+    items.with_columns(pl.col("role").cast(stored)).write_parquet(path)
+    expected = items.lazy().filter(predicate)
+    lf = scan_parquet_items(path).lazy().filter(predicate)
+    assert lf.select(pl.len()).collect().item() == expected.select(pl.len()).collect().item()
+    assert_frame_equal(lf.collect(), expected.collect())
+    assert_frame_equal(lf.select("role", "id").collect(), expected.select("role", "id").collect())
+    lazy = scan_lazy_items(items.lazy().with_columns(pl.col("role").cast(stored)))
+    assert_frame_equal(lazy.lazy().filter(predicate).collect(), expected.collect())
+
+
+def test_an_enumeration_equality_is_evaluated_on_the_stored_values(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    write_parquet(mixed(), path)
+    scan = scan_parquet_items(path)
+    query = scan._reader.query  # type: ignore[attr-defined]
+    user = pl.col("role") == "user"
+    # the Parquet scan itself selects the rows, before any cast; the role of
+    # the rows kept is known, so the column is not read again
+    plan = query(["role"], user, None, False, False).explain()
+    assert 'SELECTION: col("role") == "user"' in plan
+    assert ".cast(" not in plan
+    assert "PROJECT 1/24 COLUMNS" in plan
+    assert scan.lazy().filter(user).select(pl.len()).collect().item() == 4
+    assert scan.reads[-1] == ScanRead((str(path),), 4, ("role",), str(user))
+    # several values: the rows are selected as stored, their roles cast
+    several = query(["role"], pl.col("role").is_in(["user", "tool"]), None, False, False)
+    plan = several.explain()
+    assert 'SELECTION: col("role").is_in' in plan
+    assert ".cast(Enum" in plan
+    assert several.collect()["role"].to_list() == ["user", "tool", "user"] * 2
+
+
+def test_an_equality_on_an_enumeration_skips_the_rows_it_leaves_out_unchecked(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "items.parquet"
+    robot = pl.when(pl.int_range(pl.len()) == 2).then(pl.lit("robot")).otherwise("role")
+    missing = pl.when(pl.int_range(pl.len()) == 3).then(None).otherwise("priority")
+    items = mixed().with_columns(pl.col("role").cast(pl.String))
+    items.with_columns(role=robot, priority=missing).write_parquet(path)
+    lf = scan_parquet_items(path).lazy()
+    # row 2 is no user (not even a role): left out, so not checked
+    users = lf.filter(pl.col("role") == "user").select("id").collect()
+    assert users["id"].to_list() == ["i0", "i3", "i4", "i7"]
+    with pytest.raises(RecordError) as info:  # row 3 is a user without a priority
+        lf.filter(pl.col("role") == "user").select("priority").collect()
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 3, "priority")
+    with pytest.raises(RecordError) as info:  # a cast role checked at its own row
+        lf.filter(pl.col("role").is_null()).select(pl.len()).collect()
+    assert (info.value.row, info.value.field) == (2, "role")
+
+
+def test_metadata_that_is_no_json_object_is_refused_where_a_run_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    listed = pl.when(pl.int_range(pl.len()) == 3).then(pl.lit("[]")).otherwise("metadata")
+    frame().with_columns(metadata=listed).write_parquet(path)
+    lf = scan_parquet_items(path).lazy()
+    assert lf.filter(pl.col("priority") > 1).select(pl.len()).collect().item() == 3
+    for query in (
+        lf.select("metadata"),
+        lf.filter(pl.col("metadata").str.len_bytes() < 3).select(pl.len()),
+    ):
+        with pytest.raises(RecordError) as info:
+            query.collect()
+        assert (info.value.row, info.value.field) == (3, "metadata")
+        assert info.value.message == "must be a JSON object"
+
+
+def test_a_directory_scan_finds_a_file_at_any_depth_and_no_file_through_a_link(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    for k in range(3):
+        (store / f"empty={k}").mkdir(parents=True)
+    deep = store / "scope=s1" / "day=2"
+    deep.mkdir(parents=True)
+    write_parquet(frame(2), deep / "part.parquet")
+    assert scan_parquet_items(store).lazy().select(pl.len()).collect().item() == 2
+    # as Path.rglob: a link to a directory is not followed, a link to a file is a file
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (deep / "part.parquet").rename(elsewhere / "part.parquet")
+    (store / "linked").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(FileNotFoundError, match="no file under the directory"):
+        scan_parquet_items(store)
+    (store / "items.parquet").symlink_to(elsewhere / "part.parquet")
+    assert scan_parquet_items(store, hive_partitioning=False).partitions == ()

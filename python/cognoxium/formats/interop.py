@@ -57,9 +57,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from functools import partial
-from itertools import compress
-from operator import attrgetter, is_
+from operator import attrgetter
 from types import ModuleType
 from typing import Any
 
@@ -229,39 +227,51 @@ def from_langchain_messages(
                 )
     where = MessageLocation(source)
     columns = ChatColumns(where, conversation_id, start, system_retention, _MESSAGES_KIND)
-    if not _add_plain(lc, columns, rows):
+    # the messages' own ids; an empty or missing one is left out of the metadata
+    message_ids = _add_plain(lc, columns, rows)
+    if message_ids is None:
         columns.add_all(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
-    message_ids = list(map(attrgetter("id"), rows))  # an empty or missing one is left out
+        message_ids = list(map(attrgetter("id"), rows))
     if columns.plain:
         return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
     per_item = [message_ids[index] for index in columns.index]
     return CognitionFrame.from_conformed(columns.frame(("message_id", per_item)))
 
 
-def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> bool:
-    """Lay out plain text messages a column at a time; false (nothing added) otherwise.
+def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> list[Any] | None:
+    """Lay out plain text messages a column at a time; their ids, or ``None`` (nothing added).
 
     Plain: every message a ``SystemMessage``, ``HumanMessage`` or
     ``AIMessage`` (not a subclass) with text content, no
     ``additional_kwargs`` and no tool calls, which LangChain's
     ``convert_to_openai_messages`` turns into ``{"role", "content"}`` and
     ``"name"`` when the name is not empty.
+
+    The fields are read in one pass over the messages, each message's at
+    once: the messages are objects spread over memory, and a pass per field
+    costs more than the reading itself (``benchmarks/bench_peers.py``,
+    the whole call from LangChain messages).
     """
     plain = {lc.SystemMessage: "system", lc.HumanMessage: "user", lc.AIMessage: "assistant"}
-    kinds = list(map(type, rows))
-    roles = list(map(plain.get, kinds))
-    if None in roles or any(map(attrgetter("additional_kwargs"), rows)):
-        return False
-    replies = compress(rows, map(partial(is_, lc.AIMessage), kinds))
-    if any(map(attrgetter("tool_calls"), replies)):
-        return False
-    texts = list(map(attrgetter("content"), rows))
-    names = list(map(attrgetter("name"), rows))
+    roles = list(map(plain.get, map(type, rows)))
+    if None in roles:
+        return None
+    reply = lc.AIMessage
+    texts: list[Any] = []
+    names: list[Any] = []
+    ids: list[Any] = []
+    add_text, add_name, add_id = texts.append, names.append, ids.append
+    for message in rows:
+        if message.additional_kwargs or (type(message) is reply and message.tool_calls):
+            return None
+        add_text(message.content)
+        add_name(message.name)
+        add_id(message.id)
     if names.count(None) != len(names):
         names = [name or None for name in names]  # an empty name is left out
-    return columns.add_plain(roles, texts, names)
+    return ids if columns.add_plain(roles, texts, names) else None
 
 
 def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:

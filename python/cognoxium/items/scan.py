@@ -29,6 +29,14 @@ count therefore checks fewer columns than a collect of the same rows: every
 value a query returns has been checked, and a count returns none; a count
 with no predicate reads no item column.
 
+The predicate is applied before the canonical casts where that keeps the
+same rows (:func:`_split_predicate`): a term ``col == "user"`` or
+``col.is_in([...])`` over an enumeration stored as text or categorical
+(Parquet's dictionary encoding) is evaluated by Polars' Parquet scan on the
+stored values, and such a column is cast only for the rows it keeps, or
+not read at all when the predicate holds it to one value (every row kept
+has that value, a valid one).
+
 Rows are handed to Polars in the batches it asks for (its streaming chunk
 size), each validated as it is read and the ids checked across batches, so a
 streaming sink never holds the whole result; an error raised at a later batch
@@ -42,12 +50,13 @@ from __future__ import annotations
 
 import errno
 import glob
+import operator
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
 from pathlib import Path
 from typing import Final
 
@@ -86,7 +95,13 @@ such a query asks for this one, which tells the scan to read only the predicate'
 columns (see :mod:`cognoxium.items.scan`)."""
 
 _ROW: Final = "__cognoxium_row"
-_ENUMS: Final = frozenset(name for name, dtype in POLARS_SCHEMA.items() if dtype == pl.Enum)
+_CATEGORIES: Final = {
+    name: frozenset(dtype.categories)
+    for name, dtype in POLARS_SCHEMA.items()
+    if isinstance(dtype, pl.Enum)
+}
+"""The values of each enumeration column."""
+_ENUMS: Final = frozenset(_CATEGORIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +153,7 @@ class ItemScan:
         The hive partition columns, in path order.
     """
 
-    __slots__ = ("_lock", "_reader", "_reads", "kind", "partitions", "schema", "source")
+    __slots__ = ("_lazy", "_lock", "_reader", "_reads", "kind", "partitions", "schema", "source")
 
     def __init__(
         self,
@@ -156,6 +171,7 @@ class ItemScan:
         self._reads: deque[ScanRead] = deque(maxlen=KEPT_READS)
         self._reader = reader
         self._lock = threading.Lock()
+        self._lazy: pl.LazyFrame | None = None
 
     @property
     def reads(self) -> list[ScanRead]:
@@ -174,13 +190,15 @@ class ItemScan:
         The Polars source also offers :data:`ROWS_ONLY`, which the frame
         returned leaves out.
         """
-        source = register_io_source(
-            self._run,
-            schema=pl.Schema([*self.schema.items(), (ROWS_ONLY, pl.Null())]),
-            explain_name="cognoxium",
-            explain_detail=self.label(),
-        )
-        return source.drop(ROWS_ONLY)
+        if self._lazy is None:  # one Polars source serves every plan built over the scan
+            source = register_io_source(
+                self._run,
+                schema=pl.Schema([*self.schema.items(), (ROWS_ONLY, pl.Null())]),
+                explain_name="cognoxium",
+                explain_detail=self.label(),
+            )
+            self._lazy = source.drop(ROWS_ONLY)
+        return self._lazy
 
     def _run(
         self,
@@ -258,20 +276,161 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
     ]
 
 
+def _text_enums(schema: pl.Schema) -> frozenset[str]:
+    """The enumeration columns stored as text or categorical (cast by :func:`_casts`)."""
+    return frozenset(
+        name for name in _ENUMS if isinstance(schema[name], (pl.String, pl.Categorical))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """A run's predicate split at the casts of :func:`_casts` (see :func:`_split_predicate`).
+
+    Attributes
+    ----------
+    stored
+        The terms that decide on the stored columns as on the cast ones,
+        applied before the casts (so Polars' Parquet scan evaluates them
+        where the values are stored); ``None`` for none.
+    cast
+        The other terms, applied to the cast columns; ``None`` for none.
+    fixed
+        The enumeration columns that ``stored`` holds to one value and
+        ``cast`` does not read, with that value: every row kept has it.
+    """
+
+    stored: pl.Expr | None
+    cast: pl.Expr | None
+    fixed: Mapping[str, str]
+
+
+def _conjuncts(predicate: pl.Expr) -> list[pl.Expr]:
+    """The terms of ``a & b & ...``, left to right; a predicate that is no ``&`` is one term.
+
+    Examples
+    --------
+    >>> [str(t) for t in _conjuncts(pl.col("a").is_null() & (pl.col("b") == "x") & pl.col("c"))]
+    ['col("a").is_null()', '[(col("b")) == ("x")]', 'col("c")']
+    """
+    inputs = predicate.meta.pop()
+    if len(inputs) == 2 and (inputs[1] & inputs[0]).meta.eq(predicate):
+        return [*_conjuncts(inputs[1]), *_conjuncts(inputs[0])]
+    return [predicate]
+
+
+def _enum_values(term: pl.Expr, enums: frozenset[str]) -> tuple[str, frozenset[str]] | None:
+    """``(column, values)`` of ``col == "v"`` or ``col.is_in([...])`` over a column of ``enums``.
+
+    Only when every value is one of the enumeration's categories: then the
+    term keeps the same rows of the stored text (or categorical) as of the
+    column cast to its Enum, which turns any other text into null, and every
+    row it keeps holds a valid value. ``None`` for any other term.
+    """
+    inputs = term.meta.pop()
+    if len(inputs) != 2:
+        return None
+    left, right = inputs[1], inputs[0]
+    if (left == right).meta.eq(term):
+        column, value = (left, right) if left.meta.is_column() else (right, left)
+        single = True
+    elif left.is_in(right).meta.eq(term):
+        column, value, single = left, right, False
+    else:
+        return None
+    if not column.meta.is_column() or not value.meta.is_literal():
+        return None
+    name = column.meta.output_name()
+    if name not in enums:
+        return None
+    try:
+        values = pl.select(value).to_series()
+    except pl.exceptions.PolarsError:
+        return None
+    if not single and values.dtype == pl.List(pl.String) and len(values) == 1:
+        values = values.explode()
+    if values.dtype != pl.String or values.null_count() or (single and len(values) != 1):
+        return None
+    allowed = frozenset(values.to_list())
+    return (name, allowed) if allowed <= _CATEGORIES[name] else None
+
+
+def _split_predicate(predicate: pl.Expr | None, enums: frozenset[str]) -> _Split:
+    """Split a run's predicate into terms over the stored columns and over the cast ones.
+
+    A term of the conjunction ``predicate`` that is ``col == "v"`` or
+    ``col.is_in([...])`` over an enumeration of ``enums``, with values of
+    its categories (:func:`_enum_values`), keeps the same rows before the
+    cast as after it; such terms go before the casts, where Polars' Parquet
+    scan evaluates them on the stored (dictionary-encoded) values, and the
+    column is cast only for the rows they keep. A column they hold to a
+    single value that no other term reads is not read at all: its value is
+    known. Terms over columns that are not cast need nothing here: Polars
+    moves them below the casts itself.
+
+    Examples
+    --------
+    >>> split = _split_predicate((pl.col("role") == "user") & pl.col("group_id").is_null(),
+    ...                          frozenset({"role"}))
+    >>> str(split.stored), str(split.cast), dict(split.fixed)
+    ('[(col("role")) == ("user")]', 'col("group_id").is_null()', {'role': 'user'})
+    """
+    if predicate is None or not enums:
+        return _Split(stored=None, cast=predicate, fixed={})
+    stored: list[pl.Expr] = []
+    rest: list[pl.Expr] = []
+    allowed: dict[str, frozenset[str]] = {}
+    for term in _conjuncts(predicate):
+        match = _enum_values(term, enums)
+        if match is None:
+            rest.append(term)
+            continue
+        stored.append(term)
+        name, values = match
+        allowed[name] = allowed.get(name, values) & values
+    if not stored:
+        return _Split(stored=None, cast=predicate, fixed={})
+    read = {name for term in rest for name in term.meta.root_names()}
+    fixed = {
+        name: next(iter(values))
+        for name, values in allowed.items()
+        if len(values) == 1 and name not in read
+    }
+    return _Split(
+        stored=reduce(operator.and_, stored),
+        cast=reduce(operator.and_, rest) if rest else None,
+        fixed=fixed,
+    )
+
+
 Frames = Callable[[bool, bool], pl.LazyFrame]
-"""``frames(with_row_index, ordered)``: the raw rows, cast, with FILE_COLUMN (and the row
-index); in the scan's order if ``ordered``, else in the order read."""
+"""``frames(with_row_index, ordered)``: the stored rows, not cast, with FILE_COLUMN (and the
+row index); in the scan's order if ``ordered``, else in the order read."""
 
 
 class _Columnar:
-    """Reads and validates the rows of a columnar source (see :class:`ItemScan`)."""
+    """Reads and validates the rows of a columnar source (see :class:`ItemScan`).
 
-    __slots__ = ("frames", "offsets", "source")
+    ``casts`` bring the stored columns to their canonical types
+    (:func:`_casts`); ``enums`` are the enumerations among them stored as
+    text or categorical (:func:`_text_enums`).
+    """
 
-    def __init__(self, source: str, frames: Frames, offsets: Callable[[str], int]) -> None:
+    __slots__ = ("casts", "enums", "frames", "offsets", "source")
+
+    def __init__(
+        self,
+        source: str,
+        frames: Frames,
+        offsets: Callable[[str], int],
+        casts: list[pl.Expr],
+        enums: frozenset[str],
+    ) -> None:
         self.source = source
         self.frames = frames
         self.offsets = offsets
+        self.casts = casts
+        self.enums = enums
 
     def query(
         self,
@@ -281,11 +440,27 @@ class _Columnar:
         index: bool,
         ordered: bool = True,
     ) -> pl.LazyFrame:
-        """The Polars query that reads a run's rows (see :data:`Reader`)."""
+        """The Polars query that reads a run's rows (see :data:`Reader`).
+
+        The predicate's terms that decide on the stored values filter before
+        the casts, the others after (:func:`_split_predicate`); a column the
+        predicate holds to one value is that value, not read.
+        """
         lf = self.frames(index, ordered)
-        if predicate is not None:
-            lf = lf.filter(predicate)
-        lf = lf.select(*columns, FILE_COLUMN, *([_ROW] if index else []))
+        split = _split_predicate(predicate, self.enums)
+        if split.stored is not None:
+            lf = lf.filter(split.stored)
+        if self.casts:
+            lf = lf.with_columns(self.casts)
+        if split.cast is not None:
+            lf = lf.filter(split.cast)
+        values = [
+            pl.lit(split.fixed[name], POLARS_SCHEMA[name]).alias(name)
+            if name in split.fixed
+            else pl.col(name)
+            for name in columns
+        ]
+        lf = lf.select(*values, FILE_COLUMN, *([_ROW] if index else []))
         return lf if n_rows is None else lf.head(n_rows)
 
     def batches(self, query: pl.LazyFrame, batch_size: int | None) -> Iterator[pl.DataFrame]:
@@ -392,8 +567,11 @@ def _check_unique_ids(df: pl.DataFrame) -> None:
     )
 
 
+_NOT_AN_OBJECT: Final = ~pl.col("metadata").str.starts_with("{")
+
+
 @lru_cache(maxsize=256)
-def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
+def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str, str | None]]:
     """:func:`~cognoxium.items.validation.row_checks` of ``columns``, built once per set of columns.
 
     Every batch of every run that reads those columns applies the same checks.
@@ -401,12 +579,25 @@ def _row_checks(columns: tuple[str, ...]) -> list[tuple[pl.Expr, str, str]]:
     (:func:`_casts`), which turns a value outside it into null, so the check
     that an enumeration holds one of its values is whether it is null: the
     same rows, field and message, without casting the column back to text.
+    The check that metadata is a JSON object is left out:
+    :func:`~cognoxium.items.validation.canonical_json_columns`, which
+    :func:`_validated` applies first, makes it.
+
+    Returns
+    -------
+    list of (polars.Expr, str, str, str or None)
+        ``(bad-row mask, field, message, nulls)``: ``nulls`` names the column
+        whose null values are exactly the bad rows (the mask is its
+        ``is_null()``), else ``None``.
     """
     checks = []
     for bad, field, message in row_checks(columns):
+        if bad.meta.eq(_NOT_AN_OBJECT):
+            continue
         if field in _ENUMS and set(bad.meta.root_names()) == {field}:
             bad = pl.col(field).is_null()
-        checks.append((bad, field, message))
+        nulls = field if bad.meta.eq(pl.col(field).is_null()) else None
+        checks.append((bad, field, message, nulls))
     return checks
 
 
@@ -414,7 +605,8 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     """The rows read, conformed when every item column was read.
 
     Otherwise the JSON columns read are brought to canonical JSON and the
-    row checks of the columns read are applied.
+    row checks of the columns read are applied; a check for nulls is
+    passed by a column without any (Arrow keeps the count), unread.
 
     Raises
     ------
@@ -429,7 +621,13 @@ def _validated(df: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     if df.is_empty():
         return df
     df = canonical_json_columns(df)
-    checks = _row_checks(tuple(name for name in columns if name in POLARS_SCHEMA))
+    checks = [
+        (bad, field, message)
+        for bad, field, message, nulls in _row_checks(
+            tuple(name for name in columns if name in POLARS_SCHEMA)
+        )
+        if nulls is None or df.get_column(nulls).null_count()
+    ]
     if not checks:
         return df
     firsts = df.select(
@@ -455,6 +653,21 @@ def _missing(source: str, reason: str) -> FileNotFoundError:
 
 def _suffixed(path: Path, suffixes: tuple[str, ...] | None) -> bool:
     return path.is_file() and (suffixes is None or path.suffix.lower() in suffixes)
+
+
+def _holds_file(directory: str, suffixes: tuple[str, ...] | None) -> bool:
+    """Whether ``directory`` holds a file whose suffix is in ``suffixes`` (any for ``None``).
+
+    The tree is walked depth first and the walk stops at the first such
+    file, so a store of many partition directories is not listed in full.
+    Directories that cannot be listed, and links to directories, are passed
+    over, as :meth:`pathlib.Path.rglob` passes them.
+    """
+    for root, _, names in os.walk(directory):
+        for name in names:
+            if _suffixed(Path(root, name), suffixes):
+                return True
+    return False
 
 
 def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
@@ -489,7 +702,7 @@ def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
             raise _missing(source, "no file matches the glob")
     elif os.path.isdir(source):
         os.listdir(source)  # a directory that cannot be listed raises PermissionError here
-        if next((p for p in Path(source).rglob("*") if _suffixed(p, suffixes)), None) is None:
+        if not _holds_file(source, suffixes):
             kinds = "file" if suffixes is None else f"{'/'.join(suffixes)} file"
             raise _missing(source, f"no {kinds} under the directory")
     else:
@@ -499,9 +712,15 @@ def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
 
 def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Schema, list[str]]:
     """The schema of a Parquet scan with its hive columns, and the names of the hive columns."""
+    # Polars reads hive partitions only when asked to, or of a directory when not told.
+    hive_possible = hive_partitioning or (hive_partitioning is None and os.path.isdir(source))
     try:
         schema = pl.scan_parquet(source, hive_partitioning=hive_partitioning).collect_schema()
-        stored = pl.scan_parquet(source, hive_partitioning=False).collect_schema()
+        stored = (
+            pl.scan_parquet(source, hive_partitioning=False).collect_schema()
+            if hive_possible
+            else schema
+        )
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise SchemaError(f"{source}: cannot scan Parquet: {exc}") from None
     hive = [name for name in schema if name not in stored]
@@ -571,7 +790,6 @@ def scan_parquet_items(
     _check_source(where)
     schema, hive = _parquet_schema(where, hive_partitioning)
     positioned = STORE_POSITION in schema
-    casts = _casts(schema, where)
 
     def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         lf = pl.scan_parquet(
@@ -580,7 +798,6 @@ def scan_parquet_items(
             include_file_paths=FILE_COLUMN,
             row_index_name=_ROW if index else None,
         )
-        lf = lf.with_columns(casts) if casts else lf
         # A partitioned store: its items in the order they were written.
         return lf.sort(STORE_POSITION) if positioned and ordered else lf
 
@@ -595,7 +812,7 @@ def scan_parquet_items(
         source=where,
         schema=output,
         partitions=tuple(hive),
-        reader=_Columnar(where, frames, offset),
+        reader=_Columnar(where, frames, offset, _casts(schema, where), _text_enums(schema)),
     )
 
 
@@ -622,7 +839,7 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
             f"{source}: unknown columns {unknown}; the item columns are {list(COLUMNS)}"
         )
     casts = _casts(schema, source)
-    items = lf.select(COLUMNS).with_columns(casts) if casts else lf.select(COLUMNS)
+    items = lf.select(COLUMNS)
 
     def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         out = items.with_columns(pl.lit(None, pl.String).alias(FILE_COLUMN))
@@ -633,7 +850,7 @@ def scan_lazy_items(lf: pl.LazyFrame, *, source: str = "LazyFrame") -> ItemScan:
         source=source,
         schema=pl.Schema(POLARS_SCHEMA),
         partitions=(),
-        reader=_Columnar(source, frames, lambda file: 0),
+        reader=_Columnar(source, frames, lambda file: 0, casts, _text_enums(schema)),
     )
 
 

@@ -347,7 +347,12 @@ class UnitCosts:
         """Count the next batch of uncounted units of ``order`` from ``pos`` on that may still fit.
 
         ``remaining`` is the budget left, in tokens: a unit whose lower bound
-        exceeds it is skipped without counting.
+        exceeds it is skipped without counting. The units are looked at in
+        spans, each at least twice as wide as the one before and as wide as
+        the units still needed take at the rate the last span held them (up
+        to :data:`_WIDEST_SPAN`): when almost nothing fits, as in a long
+        history behind a full budget, a few wide spans prove it, not many
+        narrow ones.
         """
         picked: list[np.ndarray] = []
         need = self.batch
@@ -360,6 +365,7 @@ class UnitCosts:
             picked.append(take)
             need -= len(take)
             pos += len(span)
-            width = min(width * 2, _WIDEST_SPAN)  # few fit: look further at once
+            rate = max(len(take), 1) / len(span)  # few fit: look further at once
+            width = min(max(width * 2, int(need / rate)), _WIDEST_SPAN)
         self.count(np.concatenate(picked))
         self.batch = min(self.batch * 2, 8192)

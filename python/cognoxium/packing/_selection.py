@@ -430,7 +430,7 @@ def _select(
         hits = np.flatnonzero(costs.bound[span] <= remaining)
         if len(hits) == 0:
             pos += len(span)
-            window = min(window * 2, 65536)
+            window = min(window * 8, 65536)  # nothing fits here: look much further at once
             continue
         remaining, after = _visit(
             costs,
