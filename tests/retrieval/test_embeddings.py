@@ -214,6 +214,34 @@ def test_minilm_truncates_at_256_word_pieces(minilm: MiniLMEmbedder) -> None:
     assert np.allclose(x, y, atol=1e-6)  # both cut before the last word
 
 
+@pytest.mark.parametrize(
+    ("lengths", "texts", "tokens", "expected"),
+    [
+        ([5, 5, 5, 5], 64, 20, [[0, 1, 2, 3]]),
+        ([5, 5, 5, 5], 64, 10, [[0, 1], [2, 3]]),
+        ([5, 5, 5, 5], 3, 100, [[0, 1, 2], [3]]),
+        ([3, 4, 10, 40], 64, 30, [[0, 1, 2], [3]]),  # 3 x 10 fits; 40 runs alone
+        ([50], 64, 30, [[0]]),
+        ([], 64, 30, []),
+    ],
+)
+def test_batches_hold_at_most_their_texts_and_padded_word_pieces(
+    lengths: list[int], texts: int, tokens: int, expected: list[list[int]]
+) -> None:
+    sizes = np.array(lengths, dtype=np.int64)
+    order = np.argsort(sizes, kind="stable")
+    got = emb_mod._batches(order, sizes, texts, tokens)
+    assert [b.tolist() for b in got] == expected
+
+
+def test_minilm_vectors_do_not_depend_on_the_batches(minilm: MiniLMEmbedder) -> None:
+    prose = "The sensor blinks amber when pairing fails; move it closer to the hub. " * 3
+    texts = [prose[: 7 * k] for k in range(1, 40)] + [prose * 3, "", "  "]
+    one_run = MiniLMEmbedder(batch_size=len(texts), batch_tokens=1 << 20).embed(texts)
+    assert np.array_equal(minilm.embed(texts), one_run)
+    assert np.array_equal(MiniLMEmbedder(batch_tokens=256).embed(texts), one_run)
+
+
 def test_minilm_session_and_tokenizer_are_created_once(minilm: MiniLMEmbedder) -> None:
     minilm.embed(["warm up"])
     other = MiniLMEmbedder()
@@ -283,6 +311,7 @@ def test_minilm_missing_package_names_the_install_command(
         ({"max_length": 512}, "at most 256"),
         ({"max_length": 2}, "at least 3"),
         ({"threads": 0}, "threads"),
+        ({"batch_tokens": 100}, "batch_tokens must be at least max_length"),
     ],
 )
 def test_minilm_rejects_bad_settings(kwargs: dict[str, Any], message: str) -> None:

