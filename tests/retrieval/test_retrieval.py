@@ -109,6 +109,15 @@ def test_a_cut_corpus_never_shares_a_bm25_index_with_the_whole_text() -> None:
     assert cut.list_scores("Lyon")["bm25"][2] == 0.0
 
 
+def test_each_text_is_embedded_once() -> None:
+    # 6 turns, the windows of turns 2 to 6 (the first window is turn 1 itself), 1 observation.
+    frame = store()
+    cache = EmbeddingCache(persist=False)
+    settings = RetrievalSettings(model="local_hash")
+    ScopeRetriever(scope_of(frame), "hybrid-lineage", settings, lineage=frame, cache=cache)
+    assert cache.info().computed == 6 + 5 + 1
+
+
 def test_derived_items_link_to_their_scope_parents() -> None:
     frame = store()
     derived, links = derived_items(frame, scope_of(frame).get_column("id"))

@@ -301,9 +301,10 @@ def window_texts(texts: pl.Series) -> pl.Series:
 
 
 def _window_keys(hashes: pl.Series) -> list[str]:
-    previous = hashes.shift(1).fill_null("").to_list()
+    """The embedding cache keys of the windows (the first is its item's own text and key)."""
+    previous = hashes.shift(1).to_list()
     return [
-        hashlib.sha256(f"window\x00{p}\x00{h}".encode()).hexdigest()
+        h if p is None else hashlib.sha256(f"window\x00{p}\x00{h}".encode()).hexdigest()
         for p, h in zip(previous, hashes.to_list(), strict=True)
     ]
 
