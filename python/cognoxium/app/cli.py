@@ -397,6 +397,26 @@ def _retrieval(model: str, neighbours: float, ranker: Path | None = None) -> Ret
     )
 
 
+_EMBEDDING_RANKS = frozenset({Rank.LEARNED, Rank.HYBRID_LINEAGE, Rank.HYBRID, Rank.EMBEDDING})
+
+
+def _preload_model(rank: Rank, retrieval: RetrievalSettings) -> None:
+    """Start loading the embedding model ``rank`` uses, in the background (see ``preload``)."""
+    if rank not in _EMBEDDING_RANKS:
+        return
+    from cognoxium.retrieval.embeddings import preload
+
+    name = retrieval.model
+    if rank is Rank.LEARNED:
+        from cognoxium.retrieval.learned import load_model
+
+        try:
+            name = load_model(retrieval.ranker).embedding_model
+        except CognoxiumError:
+            return  # the rank names the unreadable model file when it loads it
+    preload(name)
+
+
 _PROFILE_HELP = (
     f"Token profile: {', '.join(PROFILE_NAMES)}, an OpenAI model name (gpt-4o, gpt-4.1-mini, "
     "o3, gpt-4, gpt-3.5-turbo, ...) or huggingface:PATH of a tokenizer.json."
@@ -685,13 +705,16 @@ def pack_command(
     """
     from functools import partial
 
+    when = _as_of(as_of)
+    retrieval = _retrieval(model, neighbours, ranker)
+    if engine is Engine.LOCAL:
+        _preload_model(rank, retrieval)  # loads while the modules below and the items are read
+
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.app.distributed import read_store, run_batch_ray
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import read_items
 
-    when = _as_of(as_of)
-    retrieval = _retrieval(model, neighbours, ranker)
     runner: Callable[..., Any]
     if engine is Engine.RAY:
         quiet_ray = quiet or json_output  # Ray's own lines are progress output

@@ -73,6 +73,7 @@ __all__ = [
     "embed_frame",
     "embedding_scores",
     "get_embedder",
+    "preload",
     "read_prefix_expr",
 ]
 
@@ -662,6 +663,12 @@ class MiniLMEmbedder(_RowEmbedder):
             out[rows] = summed / weights.sum(axis=1, keepdims=True)
         return _l2_normalise(out)
 
+    def load(self) -> None:
+        """Create the ONNX session and the tokenizers now, not at the first :meth:`embed`."""
+        _tokenizer(self.tokenizer_path, self.max_length)
+        _tokenizer(self.tokenizer_path, 0)
+        _session(self.model_path, self.threads)
+
     def _heads(self, docs: list[str]) -> list[str]:
         """Each text cut to the prefix that holds its window (see the class docstring)."""
         start = _HEAD_CHARS * self.max_length
@@ -727,6 +734,45 @@ def get_embedder(name: str) -> Embedder:
             instance = factory()
             _INSTANCES[name] = instance
     return instance
+
+
+def preload(name: str) -> threading.Thread:
+    """Start loading the embedder ``name`` and its model in a background thread.
+
+    A command that is going to embed can load the model while it reads its
+    input: onnxruntime builds its session without holding the interpreter
+    lock, so on a machine of two cores or more the load costs no time of its
+    own. The embedder is the one :func:`get_embedder` shares, and the model
+    files are checked as on any use. Nothing is raised here: an embedder that
+    cannot load raises its error where it is used.
+
+    Parameters
+    ----------
+    name
+        A registered embedder name (see :func:`get_embedder`).
+
+    Returns
+    -------
+    threading.Thread
+        The loading thread (a daemon), already started.
+
+    Examples
+    --------
+    >>> preload("local_hash").join()
+    >>> get_embedder("local_hash").dim
+    1024
+    """
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the first use raises it, worded
+            embedder = get_embedder(name)
+            loader = getattr(embedder, "load", None)
+            if callable(loader):
+                loader()
+
+    thread = threading.Thread(target=load, name=f"cognoxium-preload-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _resolve(embedder: Embedder | str) -> Embedder:
