@@ -10,6 +10,7 @@ from cognoxium._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from cognoxium.items.io import (
+        MAX_ITEM_BYTES,
         atomic_write,
         read_items,
         read_jsonl,
@@ -64,6 +65,7 @@ else:
         __name__,
         {
             "cognoxium.items.io": [
+                "MAX_ITEM_BYTES",
                 "atomic_write",
                 "read_items",
                 "read_jsonl",
@@ -119,6 +121,7 @@ else:
 __all__ = [
     "COLUMNS",
     "MAX_ID_LENGTH",
+    "MAX_ITEM_BYTES",
     "MAX_JSON_DEPTH",
     "PAYLOAD_KINDS",
     "POLARS_SCHEMA",
