@@ -71,6 +71,16 @@ import
     pyarrow, numpy, pydantic, sqlglot`` (floor) and ``cognoxium --help``, each
     in a fresh process, alternating, 15 rounds, median and min.
     ``--quick``: 5 rounds.
+first_run
+    The sample's ``cognoxium pack`` as a whole process (``bench_first_run``):
+    cold (a new, empty embedding cache) against warm (the same command
+    again) and ``--rank bm25``, 5 rounds, each round's cold / warm.
+    ``--quick``: 2 rounds.
+big_item
+    One 50 MB document among the sample's items under the default rank
+    (``bench_big_item``): ``cognoxium pack`` whole, against the same with the
+    document cut to what ranking reads, the rank alone and ``read_items``
+    alone; seconds and peak memory. ``--quick``: 10 MB, one round.
 
 Timings are wall-clock seconds on a shared, noisy machine: compare ratios
 within one run, not figures across runs.
@@ -99,6 +109,8 @@ import matplotlib.pyplot as plt
 import polars as pl
 
 import bench_batch
+import bench_big_item
+import bench_first_run
 import bench_import
 import bench_ingest
 import bench_peers
@@ -130,6 +142,8 @@ SUITES = (
     "scale",
     "locomo",
     "import",
+    "first_run",
+    "big_item",
 )
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
@@ -633,6 +647,8 @@ def replot() -> None:
         "ray": (None, bench_ray.markdown),
         "scale": (None, bench_scale.markdown),
         "import": (None, bench_import.markdown),
+        "first_run": (None, bench_first_run.markdown),
+        "big_item": (None, bench_big_item.markdown),
     }
     for suite, (plot, markdown) in makers.items():
         path = RESULTS / f"{suite}.json"
@@ -704,6 +720,10 @@ def main() -> None:
         rounds = ["--rounds", "5"] if args.quick else []
         result = bench_import.main([*rounds, "--out", str(RESULTS / "import.json")])
         (RESULTS / "import.md").write_text(bench_import.markdown(result))
+    if "first_run" in chosen:
+        bench_first_run.main(["--rounds", "2"] if args.quick else [])
+    if "big_item" in chosen:
+        bench_big_item.main(["--mb", "10", "--repeats", "1"] if args.quick else [])
     if "ray" in chosen:
         bench_ray.main(["--small"] if args.quick else [])
     if "scale" in chosen:

@@ -66,6 +66,7 @@ ERROR_CODES: dict[str, str] = {
     "profile.unknown": "a token profile or model name is not known",
     "rank.invalid": "scores, ranked lists or embeddings are invalid",
     "record.invalid": "a record cannot be turned into a ContextItem",
+    "record.too_large": "an item's payload is larger than the maximum item size",
     "request.invalid": "a pack request is invalid or cannot be packed",
     "schema.invalid": "a table does not match the context-item schema",
     "strategy.invalid": "a context strategy or the strategy registry is invalid",

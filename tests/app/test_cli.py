@@ -192,6 +192,55 @@ def test_bad_item_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
     assert "Traceback" not in stderr
 
 
+def test_an_item_over_the_maximum_size_exits_2_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        '{"id": "a", "role": "user", "text": "hi", "created_at": "2025-01-01T00:00:00Z"}\n'
+        '{"id": "log", "role": "document", "text": "' + "x" * 300 + '", '
+        '"created_at": "2025-01-01T00:00:00Z"}\n'
+    )
+    monkeypatch.setenv("COGNOXIUM_MAX_ITEM_BYTES", "256")
+    code, _, stderr = pack(
+        str(items), str(SAMPLE / "requests.jsonl"), "--out", str(tmp_path / "out")
+    )
+    assert code == EXIT_BAD_INPUT
+    assert f"{items}:2: field text: item 'log' has 300 bytes of payload" in stderr
+    assert "maximum item size of 256 bytes" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "loaded"),
+    [
+        ((), ["minilm"]),  # the learned rank's model embeds with MiniLM
+        (("--rank", "hybrid", "--model", "local_hash"), ["local_hash"]),
+        (("--rank", "bm25"), []),
+        (("--rank", "recency"), []),
+    ],
+)
+def test_pack_loads_the_embedding_model_its_rank_uses_while_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], loaded: list[str]
+) -> None:
+    import cognoxium.retrieval.embeddings as embeddings
+
+    started: list[str] = []
+    real = embeddings.preload
+    monkeypatch.setattr(embeddings, "preload", lambda name: started.append(name) or real(name))
+    code, _, stderr = pack(
+        str(SAMPLE / "items.jsonl"),
+        str(SAMPLE / "requests.jsonl"),
+        "--out",
+        str(tmp_path / "out"),
+        "--as-of",
+        AS_OF,
+        *args,
+    )
+    assert code == EXIT_OK, stderr
+    assert started == loaded
+
+
 def test_bad_where_exits_2(tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     requests.write_text('{"id": "w", "budget": 64, "where": "metadata.topic = = 1"}\n')

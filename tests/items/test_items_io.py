@@ -15,13 +15,17 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 from pydantic import ValidationError
 
-from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.exceptions import ConfigError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import id_problem
 from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
 from cognoxium.items.io import (
     ITEM_FORMATS,
+    MAX_ITEM_BYTES,
+    MAX_ITEM_BYTES_ENV,
     item_format,
+    max_item_bytes,
+    payload_bytes_expr,
     read_items,
     read_jsonl,
     read_parquet,
@@ -653,3 +657,81 @@ def test_a_truncation_mark_survives_a_round_trip(tmp_path: Path, suffix: str) ->
     again = CognitionFrame(back).pack(20, as_of=as_of).manifest.to_json()
     assert again == CognitionFrame(df).pack(20, as_of=as_of).manifest.to_json()
     assert '"truncations":[{' in again
+
+
+# -- maximum item size ---------------------------------------------------------------------
+
+
+def _sized_records() -> list[dict[str, object]]:
+    return [
+        {"id": "small", "role": "user", "text": "hello"},
+        {"id": "log", "role": "document", "text": "é" * 600},  # 1,200 bytes, 600 characters
+        {"id": "blob", "role": "tool", "payload": {"kind": "json", "value": {"k": "x" * 5000}}},
+    ]
+
+
+def test_an_item_over_the_maximum_size_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n\n".join(json.dumps(r) for r in _sized_records()) + "\n")
+    with pytest.raises(RecordError) as caught:
+        read_jsonl(path, max_item_bytes=1_000)
+    error = caught.value
+    assert error.code == "record.too_large"
+    assert (error.source, error.line, error.field) == (str(path), 3, "text")
+    assert error.params == {"id": "log", "bytes": 1_200, "max_item_bytes": 1_000}
+    assert "item 'log' has 1,200 bytes of payload" in str(error)
+    assert "maximum item size of 1,000 bytes" in str(error)
+    assert read_jsonl(path, max_item_bytes=6_000).height == 3  # nothing cut: the limit holds
+    frame = read_jsonl(path, max_item_bytes=5_008)  # the canonical JSON {"k":"x..."}
+    assert frame.filter(pl.col("id") == "log").get_column("text").item() == "é" * 600
+    with pytest.raises(RecordError, match="item 'blob' has 5,008 bytes") as json_case:
+        read_items(path, max_item_bytes=5_007)
+    assert json_case.value.field == "json"
+
+
+def test_a_parquet_item_over_the_maximum_size_names_its_row(tmp_path: Path) -> None:
+    path = tmp_path / "items.parquet"
+    write_parquet(records_to_frame(_sized_records()), path)
+    with pytest.raises(RecordError) as caught:
+        read_items(path, max_item_bytes=1_000)
+    assert (caught.value.row, caught.value.params["id"]) == (1, "log")
+
+
+def test_the_maximum_item_size_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in _sized_records()) + "\n")
+    assert max_item_bytes() == MAX_ITEM_BYTES == 64 * 1024 * 1024
+    monkeypatch.setenv(MAX_ITEM_BYTES_ENV, "1000")
+    with pytest.raises(RecordError, match="maximum item size of 1,000 bytes"):
+        read_items(path)
+    assert read_items(path, max_item_bytes=10_000).height == 3  # the argument wins
+    monkeypatch.setenv(MAX_ITEM_BYTES_ENV, "lots")
+    with pytest.raises(ConfigError, match="COGNOXIUM_MAX_ITEM_BYTES must be a whole number"):
+        read_items(path)
+
+
+@pytest.mark.parametrize("limit", [0, -5, 1.5, True, "10"])
+def test_a_bad_maximum_item_size_is_refused(tmp_path: Path, limit: object) -> None:
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(_sized_records()[0]) + "\n")
+    with pytest.raises(ConfigError, match="max_item_bytes must be a whole number"):
+        read_jsonl(path, max_item_bytes=limit)  # type: ignore[arg-type]
+
+
+def test_payload_bytes_of_every_payload_kind() -> None:
+    frame = records_to_frame(
+        [
+            {"id": "t", "role": "user", "text": "héllo"},
+            {"id": "j", "role": "tool", "payload": {"kind": "json", "value": {"a": 1}}},
+            {"id": "b", "role": "tool", "payload": {"kind": "binary", "data": "AAEC"}},
+            {
+                "id": "r",
+                "role": "document",
+                "payload": {"kind": "reference", "uri": "https://x.org/a", "title": "Spec"},
+            },
+        ]
+    )
+    sizes = frame.select(payload_bytes_expr()).to_series().to_list()
+    assert sizes == [6, len('{"a":1}'), 3, len("https://x.org/a") + len("Spec")]

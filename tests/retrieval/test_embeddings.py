@@ -28,6 +28,7 @@ from cognoxium.items.validation import conform
 from cognoxium.retrieval.embeddings import (
     CACHE_DIR_ENV,
     EMBEDDER_NAMES,
+    MAX_READ_CHARS,
     MINILM_MODEL_SHA256,
     MINILM_TOKENIZER_SHA256,
     Embedder,
@@ -214,6 +215,107 @@ def test_minilm_truncates_at_256_word_pieces(minilm: MiniLMEmbedder) -> None:
     assert np.allclose(x, y, atol=1e-6)  # both cut before the last word
 
 
+PROSE = (
+    "The sensor blinks amber when pairing fails; move it within ten metres of the hub, "
+    "hold the button for five seconds and wait for the green light. "
+)
+LONG_TEXTS = {
+    "prose": PROSE * 200,
+    "one long word first": "x" * 3000 + " " + PROSE * 60,
+    "punctuation": "word. " * 3000,
+    "accents": "Éléphant déjà vu, café crème. " * 400,
+    "ideographs": "\u4e2d\u6587\u6587\u672c" * 2000,
+    "lowercase expands": "\u0130" * 4000 + " " + PROSE * 10,
+    "final sigma": PROSE * 5 + "ΣΊΣΥΦΟΣ " * 800,
+    "newlines": ("line one\n\n" + PROSE + "\r\n\t") * 100,
+}
+
+
+class Recording:
+    """A tokenizer proxy that records the length of every text it tokenizes."""
+
+    def __init__(self, inner: Any, lengths: list[int]) -> None:
+        self.inner = inner
+        self.lengths = lengths
+
+    def encode(self, text: str, **kwargs: Any) -> Any:
+        self.lengths.append(len(text))
+        return self.inner.encode(text, **kwargs)
+
+    def encode_batch(self, texts: list[str], **kwargs: Any) -> Any:
+        self.lengths.extend(len(t) for t in texts)
+        return self.inner.encode_batch(texts, **kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(LONG_TEXTS))
+def test_minilm_reads_the_prefix_that_holds_its_window(minilm: MiniLMEmbedder, name: str) -> None:
+    text = LONG_TEXTS[name]
+    assert len(text) > 8 * minilm.max_length
+    head = minilm._heads([text])[0]
+    assert text.startswith(head)
+    truncating = emb_mod._tokenizer(minilm.tokenizer_path, minilm.max_length)
+    assert truncating.encode(head).ids == truncating.encode(text).ids
+    whole = MiniLMEmbedder(max_length=minilm.max_length)
+    assert np.array_equal(minilm.embed([text]), whole.embed([head]))
+
+
+def test_minilm_embeds_a_huge_text_from_its_first_pages(
+    minilm: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    huge = PROSE * 40_000  # 5.8 million characters
+    lengths: list[int] = []
+    real = emb_mod._tokenizer
+    monkeypatch.setattr(
+        emb_mod, "_tokenizer", lambda path, max_length: Recording(real(path, max_length), lengths)
+    )
+    vector = minilm.embed([huge])
+    assert max(lengths) == 8 * minilm.max_length  # 2,048 characters: one page holds the window
+    monkeypatch.undo()
+    assert np.array_equal(vector, minilm.embed([PROSE * 20]))
+
+
+def test_minilm_reads_at_most_max_read_chars(minilm: MiniLMEmbedder) -> None:
+    # No word piece in the first MAX_READ_CHARS characters: the rest is not read.
+    blank_start = " " * MAX_READ_CHARS + "hello world"
+    assert minilm._heads([blank_start]) == [" " * MAX_READ_CHARS]
+    assert not minilm.embed([blank_start]).any()
+    assert minilm.embed(["hello world"]).any()
+
+
+def test_the_cache_embeds_the_first_max_read_chars_of_a_text() -> None:
+    counting = CountingEmbedder()
+    cache = EmbeddingCache(persist=False)
+    cache.embed(counting, ["a b " * MAX_READ_CHARS, "short"], ["h1", "h2"])
+    assert [len(t) for t in counting.seen] == [MAX_READ_CHARS, 5]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "texts", "tokens", "expected"),
+    [
+        ([5, 5, 5, 5], 64, 20, [[0, 1, 2, 3]]),
+        ([5, 5, 5, 5], 64, 10, [[0, 1], [2, 3]]),
+        ([5, 5, 5, 5], 3, 100, [[0, 1, 2], [3]]),
+        ([3, 4, 10, 40], 64, 30, [[0, 1, 2], [3]]),  # 3 x 10 fits; 40 runs alone
+        ([50], 64, 30, [[0]]),
+        ([], 64, 30, []),
+    ],
+)
+def test_batches_hold_at_most_their_texts_and_padded_word_pieces(
+    lengths: list[int], texts: int, tokens: int, expected: list[list[int]]
+) -> None:
+    sizes = np.array(lengths, dtype=np.int64)
+    order = np.argsort(sizes, kind="stable")
+    got = emb_mod._batches(order, sizes, texts, tokens)
+    assert [b.tolist() for b in got] == expected
+
+
+def test_minilm_vectors_do_not_depend_on_the_batches(minilm: MiniLMEmbedder) -> None:
+    texts = [PROSE[: 7 * k] for k in range(1, 40)] + [PROSE * 3, "", "  "]
+    one_run = MiniLMEmbedder(batch_size=len(texts), batch_tokens=1 << 20).embed(texts)
+    assert np.array_equal(minilm.embed(texts), one_run)
+    assert np.array_equal(MiniLMEmbedder(batch_tokens=256).embed(texts), one_run)
+
+
 def test_minilm_session_and_tokenizer_are_created_once(minilm: MiniLMEmbedder) -> None:
     minilm.embed(["warm up"])
     other = MiniLMEmbedder()
@@ -283,6 +385,7 @@ def test_minilm_missing_package_names_the_install_command(
         ({"max_length": 512}, "at most 256"),
         ({"max_length": 2}, "at least 3"),
         ({"threads": 0}, "threads"),
+        ({"batch_tokens": 100}, "batch_tokens must be at least max_length"),
     ],
 )
 def test_minilm_rejects_bad_settings(kwargs: dict[str, Any], message: str) -> None:

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.records import records_to_frame
-from cognoxium.retrieval.embeddings import EmbeddingCache
+from cognoxium.retrieval.embeddings import MAX_READ_CHARS, EmbeddingCache
 from cognoxium.retrieval.features import (
     FEATURE_NAMES,
     FeatureExtractor,
@@ -32,13 +33,14 @@ from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import get_profile
 
 T0 = "2024-01-01T00:00:00Z"
+STORE_T1 = "Ann: We moved to Lyon last spring."
 
 
-def store() -> pl.DataFrame:
+def store(t3: str = "Ann: Near the old bakery.") -> pl.DataFrame:
     turns = [
         ("t1", "user", "Ann", 1, "Ann: We moved to Lyon last spring."),
         ("t2", "assistant", "Bo", 1, "Bo: Where in Lyon?"),
-        ("t3", "user", "Ann", 1, "Ann: Near the old bakery."),
+        ("t3", "user", "Ann", 1, t3),
         ("t4", "assistant", "Bo", 2, "Bo: I bought a red bicycle."),
     ]
     rows = [
@@ -63,8 +65,8 @@ def store() -> pl.DataFrame:
     return records_to_frame(rows)
 
 
-def extractor() -> FeatureExtractor:
-    items = store()
+def extractor(items: pl.DataFrame | None = None) -> FeatureExtractor:
+    items = store() if items is None else items
     scope = items.filter(pl.col("role") != "memory")
     return FeatureExtractor(
         scope,
@@ -120,6 +122,24 @@ def test_feature_values_on_a_hand_built_scope() -> None:
     top = sorted((t1["fused"], t2["fused"], t3["fused"]), reverse=True)
     assert t1["session_prior"] == pytest.approx(sum(top) / 3)
     assert t4["session_prior"] == pytest.approx(t4["fused"])
+
+
+def test_features_of_a_huge_text_read_its_first_max_read_chars() -> None:
+    huge = "Ann: near the old bakery in Lyon, last spring. " * 3_000  # 141,000 characters
+    query = "When did Ann move to Lyon?"
+    whole = extractor(store(t3=huge)).features(query)
+    cut = extractor(store(t3=huge[:MAX_READ_CHARS])).features(query)
+    lexical = [name for name in FEATURE_NAMES if name != "log_cost"]
+    assert_frame_equal(whole.select("id", *lexical), cut.select("id", *lexical))
+    # The cost of the huge text: its prefix's tokens per character, times its characters.
+    profile = get_profile("cl100k_base")
+    prefix = int(profile.count([huge[:MAX_READ_CHARS]])[0])
+    tokens = round(prefix * len(huge) / MAX_READ_CHARS) + profile.framing("user")
+    costs = dict(whole.select("id", "log_cost").iter_rows())
+    assert costs["t3"] == pytest.approx(math.log(tokens))
+    assert costs["t3"] > dict(cut.select("id", "log_cost").iter_rows())["t3"]
+    ordinary = int(profile.count([STORE_T1])[0]) + profile.framing("user")
+    assert costs["t1"] == pytest.approx(math.log(ordinary))
 
 
 def test_ties_share_a_competition_rank() -> None:

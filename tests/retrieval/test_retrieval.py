@@ -13,22 +13,30 @@ import pytest
 from cognoxium.app.batch import Request, batch_rank_methods, run_batch
 from cognoxium.exceptions import PlanError
 from cognoxium.items.records import records_to_frame
+from cognoxium.items.schema import packed_text_expr
 from cognoxium.packing.manifests import scan_packs
 from cognoxium.packing.options import PackOptions
-from cognoxium.retrieval.embeddings import EmbeddingCache, LocalHashEmbedder
+from cognoxium.retrieval.embeddings import MAX_READ_CHARS, EmbeddingCache, LocalHashEmbedder
 from cognoxium.retrieval.fusion import rrf_scores
-from cognoxium.retrieval.scope import RRF_K, RetrievalSettings, ScopeRetriever, derived_items
+from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_scores, corpus_key
+from cognoxium.retrieval.scope import (
+    RETRIEVAL_LISTS,
+    RRF_K,
+    RetrievalSettings,
+    ScopeRetriever,
+    derived_items,
+)
 from cognoxium.strategies import Backends, ContextAssembler, ContextRequest
 
 T0 = "2024-01-01T00:00:00Z"
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 
 
-def store() -> pl.DataFrame:
+def store(t3: str = "Ann: Lyon, near the old bakery.") -> pl.DataFrame:
     turns = [
         ("t1", "user", "Ann: We finally moved last spring."),
         ("t2", "assistant", "Bo: Where to?"),
-        ("t3", "user", "Ann: Lyon, near the old bakery."),
+        ("t3", "user", t3),
         ("t4", "assistant", "Bo: I bought a red bicycle yesterday."),
         ("t5", "user", "Ann: Nice, what brand is the bicycle?"),
         ("t6", "assistant", "Bo: The weather is grey today."),
@@ -70,6 +78,46 @@ def retriever(
     return ScopeRetriever(
         scope_of(frame), method, settings, lineage=frame, cache=EmbeddingCache(persist=False)
     )
+
+
+def test_lists_of_a_huge_text_read_its_first_max_read_chars() -> None:
+    huge = "Ann: Lyon, near the old bakery. " * 5_000  # 160,000 characters
+    settings = RetrievalSettings(model="local_hash")
+    scores = []
+    for text in (huge, huge[:MAX_READ_CHARS]):
+        frame = store(t3=text)
+        cache = EmbeddingCache(persist=False)
+        scope = scope_of(frame)
+        lists = ScopeRetriever(scope, "hybrid-lineage", settings, lineage=frame, cache=cache)
+        scores.append(lists.list_scores("Where does Ann live? Lyon"))
+    whole, cut = scores
+    for name in RETRIEVAL_LISTS:
+        assert np.array_equal(whole[name], cut[name], equal_nan=True), name
+
+
+def test_a_cut_corpus_never_shares_a_bm25_index_with_the_whole_text() -> None:
+    # "Lyon" only past the first MAX_READ_CHARS characters of t3.
+    frame = store(t3="bakery " * 20_000 + "Lyon")
+    scope = scope_of(frame)
+    whole_texts = scope.select(packed_text_expr()).to_series()
+    key = corpus_key(scope.get_column("content_hash"))
+    bm25_cache_clear()
+    settings = RetrievalSettings(model="local_hash")
+    cut = ScopeRetriever(scope, "hybrid", settings, cache=EmbeddingCache(persist=False))
+    assert cut.list_scores("Lyon")["bm25"][2] == 0.0
+    whole = bm25_scores(whole_texts, "Lyon", cache_key=key)
+    assert whole[2] > 0.0
+    assert np.array_equal(whole, bm25_scores(whole_texts.to_list(), "Lyon"))
+    assert cut.list_scores("Lyon")["bm25"][2] == 0.0
+
+
+def test_each_text_is_embedded_once() -> None:
+    # 6 turns, the windows of turns 2 to 6 (the first window is turn 1 itself), 1 observation.
+    frame = store()
+    cache = EmbeddingCache(persist=False)
+    settings = RetrievalSettings(model="local_hash")
+    ScopeRetriever(scope_of(frame), "hybrid-lineage", settings, lineage=frame, cache=cache)
+    assert cache.info().computed == 6 + 5 + 1
 
 
 def test_derived_items_link_to_their_scope_parents() -> None:

@@ -462,6 +462,27 @@ def _pack_options(**given: Any) -> PackOptions:
         raise typer.BadParameter(str(exc)) from None
 
 
+_EMBEDDING_RANKS = frozenset({"learned", "hybrid-lineage", "hybrid", "embedding"})
+"""The built-in rank methods that embed texts (their model is loaded ahead)."""
+
+
+def _preload_model(rank: str, retrieval: RetrievalSettings) -> None:
+    """Start loading the embedding model ``rank`` uses, in the background (see ``preload``)."""
+    if rank not in _EMBEDDING_RANKS:
+        return
+    from cognoxium.retrieval.embeddings import preload
+
+    name = retrieval.model
+    if rank == "learned":
+        from cognoxium.retrieval.learned import load_model
+
+        try:
+            name = load_model(retrieval.ranker).embedding_model
+        except CognoxiumError:
+            return  # the rank names the unreadable model file when it loads it
+    preload(name)
+
+
 _PROFILE_HELP = (
     f"Token profile: {', '.join(PROFILE_NAMES)}, an OpenAI model name (gpt-4o, gpt-4.1-mini, "
     "o3, gpt-4, gpt-3.5-turbo, ...) or huggingface:PATH of a tokenizer.json."
@@ -754,6 +775,10 @@ def pack_command(
     """
     from functools import partial
 
+    retrieval = _retrieval(model, neighbours, ranker)
+    if engine is Engine.LOCAL:
+        _preload_model(rank, retrieval)  # loads while the modules below and the items are read
+
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.app.distributed import run_batch_ray
     from cognoxium.frame.frame import CognitionFrame
@@ -768,7 +793,6 @@ def pack_command(
         turns=turns,
         start_on="user" if start_on is StartOn.USER else None,
     )
-    retrieval = _retrieval(model, neighbours, ranker)
     runner: Callable[..., Any]
     if engine is Engine.RAY:
         quiet_ray = quiet or json_output  # Ray's own lines are progress output

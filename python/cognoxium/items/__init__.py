@@ -12,6 +12,7 @@ from cognoxium._lazy import lazy_exports
 if TYPE_CHECKING:
     from cognoxium.items.convert import frame_to_items, items_to_frame, to_arrow
     from cognoxium.items.io import (
+        MAX_ITEM_BYTES,
         atomic_write,
         read_items,
         read_jsonl,
@@ -62,6 +63,7 @@ else:
         __name__,
         {
             "cognoxium.items.io": [
+                "MAX_ITEM_BYTES",
                 "atomic_write",
                 "read_items",
                 "read_jsonl",
@@ -114,6 +116,7 @@ else:
 __all__ = [
     "COLUMNS",
     "MAX_ID_LENGTH",
+    "MAX_ITEM_BYTES",
     "MAX_JSON_DEPTH",
     "PAYLOAD_KINDS",
     "POLARS_SCHEMA",

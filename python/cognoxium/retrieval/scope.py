@@ -28,6 +28,11 @@ adjacent items' fused score: ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
 
 Scores are float64 and higher is better; ties in every list are broken by
 id, so the same scope, query and settings give the same scores.
+
+Every list reads at most the first
+:data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` characters of each
+text (a window joins those of its two items), so a huge item costs what an
+ordinary one does; a text of up to that many characters is read whole.
 """
 
 from __future__ import annotations
@@ -44,7 +49,14 @@ import polars as pl
 
 from cognoxium.exceptions import PlanError
 from cognoxium.items.schema import packed_text_expr
-from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, default_cache, get_embedder
+from cognoxium.retrieval.embeddings import (
+    MAX_READ_CHARS,
+    Embedder,
+    EmbeddingCache,
+    default_cache,
+    get_embedder,
+    read_prefix_expr,
+)
 from cognoxium.retrieval.fusion import rrf_scores
 from cognoxium.retrieval.ranking import bm25_scores, corpus_key
 
@@ -56,6 +68,7 @@ __all__ = [
     "ScopeRetriever",
     "derived_items",
     "frame_key",
+    "read_texts",
     "scope_retriever",
     "window_texts",
 ]
@@ -217,6 +230,48 @@ def derived_items(store: pl.DataFrame, scope_ids: pl.Series) -> tuple[pl.DataFra
     return derived.drop("row"), links
 
 
+def read_texts(
+    frame: pl.DataFrame, key: tuple[str, ...]
+) -> tuple[pl.Series, tuple[str | int, ...]]:
+    """The packed texts ranking reads of ``frame``'s rows, and their BM25 cache key.
+
+    Parameters
+    ----------
+    frame
+        Rows with the packed-text columns (see
+        :func:`cognoxium.items.schema.packed_text_expr`), ``n`` of them.
+    key
+        The cache key of the rows' whole texts (such as
+        :func:`~cognoxium.retrieval.ranking.corpus_key` of their content hashes).
+
+    Returns
+    -------
+    texts : polars.Series
+        ``(n,)`` String: each text's first
+        :data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` characters.
+    key : tuple
+        ``key`` itself when no text was cut, else ``key`` marked with the
+        limit, so that a cut corpus never shares a cache entry with the
+        whole one.
+
+    Examples
+    --------
+    >>> from cognoxium.items.schema import records_to_frame
+    >>> rows = records_to_frame([{"id": "a", "role": "user", "text": "hello"}])
+    >>> texts, key = read_texts(rows, ("content_hash", "k"))
+    >>> texts.to_list(), key
+    (['hello'], ('content_hash', 'k'))
+    """
+    whole = packed_text_expr()
+    read = frame.select(
+        read_prefix_expr(whole).alias("text"),
+        (whole.str.len_chars() > MAX_READ_CHARS).any().alias("cut"),
+    )
+    texts = read.get_column("text")
+    cut = read.height > 0 and bool(read.get_column("cut")[0])
+    return texts, (("read", MAX_READ_CHARS, *key) if cut else key)
+
+
 def window_texts(texts: pl.Series) -> pl.Series:
     r"""Each text joined, after a newline, to the text before it (the first alone).
 
@@ -246,9 +301,10 @@ def window_texts(texts: pl.Series) -> pl.Series:
 
 
 def _window_keys(hashes: pl.Series) -> list[str]:
-    previous = hashes.shift(1).fill_null("").to_list()
+    """The embedding cache keys of the windows (the first is its item's own text and key)."""
+    previous = hashes.shift(1).to_list()
     return [
-        hashlib.sha256(f"window\x00{p}\x00{h}".encode()).hexdigest()
+        h if p is None else hashlib.sha256(f"window\x00{p}\x00{h}".encode()).hexdigest()
         for p, h in zip(previous, hashes.to_list(), strict=True)
     ]
 
@@ -319,8 +375,8 @@ class ScopeRetriever:
         self.ids = scope.get_column("id").cast(pl.String)
         self.n = scope.height
         self._cache = cache if cache is not None else default_cache()
-        self._texts = scope.select(packed_text_expr()).to_series()
-        self._bm25_key = corpus_key(scope.get_column("content_hash"))
+        whole_key = corpus_key(scope.get_column("content_hash"))
+        self._texts, self._bm25_key = read_texts(scope, whole_key)
         self._embedder = embedder if embedder is not None else get_embedder(self.settings.model)
         self._matrices = self._embed(scope, lineage)
         self._queries: dict[str, npt.NDArray[np.float32]] = {}
@@ -341,7 +397,7 @@ class ScopeRetriever:
             assert lineage is not None
             derived, links = derived_items(lineage, self.ids)
             self.derived = derived
-            derived_texts = derived.select(packed_text_expr()).to_series()
+            derived_texts = derived.select(read_prefix_expr(packed_text_expr())).to_series()
             out["lineage"] = self._cache.embed(
                 model, derived_texts, derived.get_column("content_hash").cast(pl.String)
             )
