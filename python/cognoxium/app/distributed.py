@@ -607,7 +607,8 @@ def _ray_tasks(units: Sequence[Unit], store: Path) -> list[_RayTask]:
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
+    >>> from cognoxium.items.store import write_partitioned
     >>> root = pathlib.Path(tempfile.mkdtemp()) / "store"
     >>> write_partitioned(records_to_frame([
     ...     {"id": str(i), "role": "user", "text": "hi", "metadata": {"c": f"c{i % 2}"}}

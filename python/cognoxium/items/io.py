@@ -121,7 +121,7 @@ def payload_bytes_expr() -> pl.Expr:
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> rows = records_to_frame([{"id": "a", "role": "user", "text": "héllo"}])
     >>> rows.select(payload_bytes_expr()).item()
     6
@@ -173,7 +173,7 @@ def check_item_sizes(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> rows = records_to_frame([{"id": "log", "role": "document", "text": "x" * 2000}])
     >>> check_item_sizes(rows, 4096)
     >>> try:

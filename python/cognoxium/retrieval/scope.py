@@ -256,7 +256,7 @@ def read_texts(
 
     Examples
     --------
-    >>> from cognoxium.items.schema import records_to_frame
+    >>> from cognoxium.items.records import records_to_frame
     >>> rows = records_to_frame([{"id": "a", "role": "user", "text": "hello"}])
     >>> texts, key = read_texts(rows, ("content_hash", "k"))
     >>> texts.to_list(), key
