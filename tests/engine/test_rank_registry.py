@@ -46,7 +46,7 @@ from cognoxium.engine.ranks import (
 from cognoxium.exceptions import PlanError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.records import records_to_frame
-from cognoxium.packing.manifests import read_manifests
+from cognoxium.packing.manifests import read_manifests, scan_packs
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval import ranking
 from cognoxium.retrieval.scope import RetrievalSettings
@@ -166,9 +166,7 @@ def test_a_registered_method_packs_a_batch(
         rank=length_rank,
         options=PackOptions(as_of=AS_OF),
     )
-    packs = [
-        json.loads(line) for line in (tmp_path / "out" / "packs.jsonl").read_text().splitlines()
-    ]
+    packs = scan_packs(tmp_path / "out").collect().to_dicts()
     assert [(p["request_id"], p["ids"]) for p in packs] == [
         ("all", ["short", "longest", "middle"]),  # packed in the scope's order
         ("one", ["longest"]),
@@ -218,7 +216,7 @@ def test_a_registered_method_is_a_cli_choice(
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    pack = json.loads((out / "packs.jsonl").read_text())
+    (pack,) = scan_packs(out).collect().to_dicts()
     assert pack["ids"] == ["longest"]
     (manifest,) = read_manifests(out)
     assert {e.id: e.rank for e in manifest.entries}["middle"] == float(len(TEXTS["middle"]))
