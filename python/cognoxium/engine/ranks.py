@@ -226,6 +226,13 @@ class RankHybrid(Rank):
         _check_fused(self, self.query, self.model, self.rrf_k, self.neighbours)
 
 
+def _check_lineage(node: Rank, lineage: Node) -> None:
+    """Raise PlanError unless the lineage items hold the columns a lineage rank reads."""
+    missing = [c for c in ("id", "parents", *TEXT_COLUMNS) if c not in lineage.schema]
+    if missing:
+        raise PlanError(f"rank({node.method!r}): the lineage items lack columns {missing}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankHybridLineage(Rank):
     """Reciprocal rank fusion of BM25, embedding, neighbour-window and lineage orders.
@@ -249,9 +256,7 @@ class RankHybridLineage(Rank):
     @override
     def _check(self) -> None:
         _check_fused(self, self.query, self.model, self.rrf_k, self.neighbours)
-        missing = [c for c in ("id", "parents", *TEXT_COLUMNS) if c not in self.lineage.schema]
-        if missing:
-            raise PlanError(f"rank('hybrid-lineage'): the lineage items lack columns {missing}")
+        _check_lineage(self, self.lineage)
 
     @override
     def label(self) -> str:
@@ -283,9 +288,7 @@ class RankLearned(Rank):
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
             raise PlanError(f"rank('learned'): model must be a file path, got {self.model!r}")
         Rank._check(self)
-        missing = [c for c in ("id", "parents", *TEXT_COLUMNS) if c not in self.lineage.schema]
-        if missing:
-            raise PlanError(f"rank('learned'): the lineage items lack columns {missing}")
+        _check_lineage(self, self.lineage)
 
     @override
     def label(self) -> str:
