@@ -31,14 +31,10 @@ from cognoxium.items.io import read_items
 from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
+from tests.data import LOCOMO, needs_locomo
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
-LOCOMO = Path(
-    os.environ.get(
-        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
-    )
-)
 AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
 FILES = ("packs.jsonl", "manifests.parquet", "manifest_headers.jsonl")
 WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
@@ -630,10 +626,7 @@ def test_cli_ray_engine_writes_the_local_files(ray_local: Any, store: Path, tmp_
     assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
-@pytest.mark.skipif(
-    not LOCOMO.is_file(),
-    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
-)
+@needs_locomo
 def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> None:
     from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -28,13 +27,9 @@ from cognoxium.app.locomo_dataset import (
 )
 from cognoxium.exceptions import RecordError
 from cognoxium.packing.manifests import read_manifests
+from tests.data import LOCOMO, needs_locomo
 
 REPO = Path(__file__).resolve().parents[2]
-LOCOMO = Path(
-    os.environ.get(
-        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
-    )
-)
 
 
 def tiny() -> list[dict[str, Any]]:
@@ -539,10 +534,7 @@ def _jsonl_bytes(directory: Path) -> bytes:
     return "".join(m.to_json() + "\n" for m in read_manifests(directory)).encode("utf-8")
 
 
-@pytest.mark.skipif(
-    not LOCOMO.is_file(),
-    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
-)
+@needs_locomo
 def test_locomo_end_to_end(tmp_path: Path) -> None:
     budgets = (1024, 2048)
     first = tmp_path / "first"

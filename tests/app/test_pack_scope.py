@@ -9,7 +9,6 @@ request alone, over the frame :func:`rank_request` ranks.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,15 +37,11 @@ from cognoxium.packing.manifests import read_manifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, PackScope, pack
 from cognoxium.testing import assert_manifest_equal, assert_pack_equal
+from tests.data import LOCOMO, needs_locomo
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
-LOCOMO = Path(
-    os.environ.get(
-        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
-    )
-)
 
 
 def one_request_pack(
@@ -223,10 +218,7 @@ def test_a_prepared_scope_is_reused_across_calls() -> None:
     assert prepared.pack(Request(id="x", budget=1)) is prepared.pack(Request(id="y", budget=1))
 
 
-@pytest.mark.skipif(
-    not LOCOMO.is_file(),
-    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
-)
+@needs_locomo
 @pytest.mark.parametrize("method", ["bm25", "recency"])
 def test_a_locomo_subset_batch_equals_one_request_packs(method: RankMethod, tmp_path: Path) -> None:
     store = CognitionFrame(load_locomo(LOCOMO))
