@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -172,7 +172,7 @@ def boundary_items(draw: st.DrawFn) -> list[ContextItem]:
             trust=Trust.UNTRUSTED,
             sensitivity=draw(st.sampled_from([Sensitivity.PUBLIC, Sensitivity.INTERNAL])),
             priority=3,
-            created_at=T0,
+            created_at=T0 + timedelta(hours=48),  # the newest: kept by the recency top 6
         )
         items.insert(draw(st.integers(0, len(items))), untrusted)
     return items
