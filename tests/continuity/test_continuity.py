@@ -236,6 +236,7 @@ def test_contracts_round_trip_through_dict_and_json(contract: Contract) -> None:
     jsonschema.validate(contract.to_dict(), cls.json_schema())
 
 
+@settings(max_examples=100, deadline=None)  # no per-example time limit on a loaded machine
 @given(st.builds(AdmitInput, note=notes_st, vector=_vectors))
 def test_vectors_survive_json_exactly_as_float32(inp: AdmitInput) -> None:
     back = AdmitInput.from_json(inp.to_json())
