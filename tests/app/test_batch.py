@@ -22,6 +22,7 @@ from cognoxium.packing import PackManifest
 from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_manifests
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
+from tests.pins import assert_same_outputs
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -293,8 +294,7 @@ def test_run_batch_is_deterministic_with_a_fixed_as_of(tmp_path: Path) -> None:
         names = sorted(p.name for p in first.iterdir())
         assert names == sorted(p.name for p in second.iterdir())
         assert len(names) == (3 if form == "parquet" else 2)
-        for name in names:  # Parquet included: written with fixed settings
-            assert (first / name).read_bytes() == (second / name).read_bytes(), name
+        assert_same_outputs(second, first, names)  # Parquet included: fixed settings
 
 
 def test_parquet_manifests_rebuild_the_jsonl_manifests_exactly(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
 from cognoxium.packing.manifests import read_manifests
+from tests.pins import assert_manifest_lines_equal, assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -33,6 +34,45 @@ Pinned with BM25, not the default rank: the default's MiniLM embeddings come
 from ONNX Runtime, whose int8 kernels differ in the last bits from one CPU
 generation to the next, so those ranks are byte-stable on one machine only.
 """
+
+PINNED_SAMPLE = Path(__file__).parent / "data" / "sample_manifests.jsonl"
+"""The pinned manifests.jsonl itself, whose sha256 is SAMPLE_MANIFESTS.
+
+A run that writes other bytes is compared with it, manifest by manifest, and
+the failure names the first differing request, item and field. To pin a
+change of behaviour made on purpose, write it with ``cognoxium pack
+examples/sample/items.jsonl examples/sample/requests.jsonl --out DIR --as-of
+2026-01-01T00:00:00Z --rank bm25 --manifests jsonl``, copy DIR/manifests.jsonl
+here and set SAMPLE_MANIFESTS to its sha256.
+"""
+
+
+def assert_pinned_sample(written: bytes) -> None:
+    """``written`` are the pinned manifests' bytes; else name the request, item and field."""
+    pinned = PINNED_SAMPLE.read_bytes()
+    assert_manifest_lines_equal(
+        written.decode("utf-8").splitlines(), pinned.decode("utf-8").splitlines(), what="sample"
+    )
+    assert written == pinned  # the same manifests, to the byte
+    assert hashlib.sha256(written).hexdigest() == SAMPLE_MANIFESTS
+
+
+def test_the_pinned_sample_file_has_the_pinned_digest() -> None:
+    assert hashlib.sha256(PINNED_SAMPLE.read_bytes()).hexdigest() == SAMPLE_MANIFESTS
+
+
+def test_a_changed_sample_manifest_is_named_by_request_item_and_field() -> None:
+    lines = PINNED_SAMPLE.read_text(encoding="utf-8").splitlines()
+    manifest = json.loads(lines[2])
+    manifest["entries"][1]["tokens"] = 12345
+    changed = [*lines[:2], json.dumps(manifest, separators=(",", ":")), *lines[3:]]
+    written = "".join(line + "\n" for line in changed).encode("utf-8")
+    label, item = manifest["label"], manifest["entries"][1]["id"]
+    with pytest.raises(AssertionError) as info:
+        assert_pinned_sample(written)
+    message = str(info.value)
+    assert f"sample: request {label!r} (line 3) is the first that differs" in message
+    assert f"entries[id={item!r}].tokens\n[left]:  12345" in message
 
 
 def test_pack_on_the_sample(tmp_path: Path) -> None:
@@ -81,8 +121,7 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
     assert code == EXIT_OK, stderr
     names = ["manifest_headers.jsonl", "manifests.parquet", "packs.jsonl"]
     assert sorted(p.name for p in out.iterdir()) == names
-    for name in names:  # byte-identical, the Parquet file included
-        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    assert_same_outputs(again, out, names)  # byte-identical, the Parquet file included
 
 
 def test_the_sample_manifests_are_pinned(tmp_path: Path) -> None:
@@ -91,14 +130,14 @@ def test_the_sample_manifests_are_pinned(tmp_path: Path) -> None:
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     # Pinned: a change of these bytes is a change of behaviour, made on purpose.
-    assert hashlib.sha256((out / "manifests.jsonl").read_bytes()).hexdigest() == SAMPLE_MANIFESTS
+    assert_pinned_sample((out / "manifests.jsonl").read_bytes())
     # The Parquet form holds the same manifests: rebuilt, they give the pinned bytes.
     columnar = tmp_path / "columnar"
     args = ("--out", str(columnar), "--as-of", AS_OF, "--rank", "bm25")
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     rebuilt = "".join(m.to_json() + "\n" for m in read_manifests(columnar))
-    assert hashlib.sha256(rebuilt.encode()).hexdigest() == SAMPLE_MANIFESTS
+    assert_pinned_sample(rebuilt.encode())
 
 
 def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
 from tests.data import LOCOMO, needs_locomo
+from tests.pins import assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -71,8 +72,7 @@ def requests_for(conversations: int, count: int) -> list[Request]:
 
 
 def assert_same_files(left: Path, right: Path, names: tuple[str, ...] = FILES) -> None:
-    for name in names:
-        assert (left / name).read_bytes() == (right / name).read_bytes(), name
+    assert_same_outputs(right, left, names)
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, PackScope, pack
 from cognoxium.testing import assert_manifest_equal, assert_pack_equal
 from tests.data import LOCOMO, needs_locomo
+from tests.pins import assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -262,9 +263,7 @@ def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
         writer.write_many(ids[1:], [o.manifest for o in outcomes[1:]], scope.entries(outcomes[1:]))
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in many.iterdir())
-    for name in names:
-        if name.endswith(".jsonl"):
-            assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    assert_same_outputs(many, one, [name for name in names if name.endswith(".jsonl")])
     assert scan_manifests(one).collect().equals(scan_manifests(many).collect(), null_equal=True)
     if form == "parquet":
         rows = [pq.ParquetFile(d / "manifests.parquet").metadata.num_rows for d in (one, many)]
@@ -303,8 +302,7 @@ def test_a_scope_result_written_in_pieces_writes_the_whole(form: str, tmp_path: 
                 result.take(start, stop).write(packs, writer)
     names = sorted(p.name for p in whole.iterdir())
     assert names == sorted(p.name for p in pieces.iterdir())
-    for name in names:
-        assert (whole / name).read_bytes() == (pieces / name).read_bytes(), name
+    assert_same_outputs(pieces, whole, names)
     lines = (whole / "packs.jsonl").read_text().splitlines()
     assert [json.loads(line)["request_id"] for line in lines] == [r.id for r in requests]
     assert [m.label for m in read_manifests(pieces)] == [r.id for r in requests]
