@@ -43,6 +43,7 @@ class Tally:
 
     name: str
     minimum: float
+    label: str | None = None
     examples: int = 0
     reached: int = 0
     labels: dict[str, int] = field(default_factory=dict)
@@ -52,7 +53,10 @@ class Tally:
         return self.reached / self.examples if self.examples else 0.0
 
     def describe(self) -> str:
-        return f"{self.reached}/{self.examples} ({self.share:.0%}, at least {self.minimum:.0%})"
+        check = f" reached {self.label!r}" if self.label is not None else ""
+        return (
+            f"{self.reached}/{self.examples}{check} ({self.share:.0%}, at least {self.minimum:.0%})"
+        )
 
 
 SHARES: dict[str, Tally] = {}
@@ -76,13 +80,16 @@ def reached(label: str = "checked") -> None:
     _current[-1][1].add(label)
 
 
-def reaching(minimum: float) -> Callable[[F], F]:
+def reaching(minimum: float, label: str | None = None) -> Callable[[F], F]:
     """Fail the property when fewer than ``minimum`` of its valid examples call :func:`reached`.
 
     Parameters
     ----------
     minimum
         The least share, in (0, 1], of valid examples that must reach the check.
+    label
+        The check that counts, when a property has several (each branch a
+        check of its own): only examples that reached this label count.
 
     Raises
     ------
@@ -98,7 +105,7 @@ def reaching(minimum: float) -> Callable[[F], F]:
         if handle is None:
             raise TypeError(f"@reaching goes above @given, got {test!r}")
         inner = handle.inner_test
-        tally = Tally(test.__name__, minimum)
+        tally = Tally(test.__name__, minimum, label)
 
         @functools.wraps(inner)
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -111,10 +118,10 @@ def reaching(minimum: float) -> Callable[[F], F]:
             finally:
                 _current.pop()
             tally.examples += 1
-            if labels:
+            if (label in labels) if label is not None else bool(labels):
                 tally.reached += 1
-            for label in labels:
-                tally.labels[label] = tally.labels.get(label, 0) + 1
+            for name in labels:
+                tally.labels[name] = tally.labels.get(name, 0) + 1
             return result
 
         handle.inner_test = counted

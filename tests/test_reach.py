@@ -45,3 +45,16 @@ def test_reached_outside_a_property_and_reaching_below_given_are_errors() -> Non
         reaching(0.8)(lambda: None)
     with pytest.raises(ValueError, match="share"):
         reaching(0.0)
+
+
+def test_with_a_label_only_the_examples_that_reached_it_count() -> None:
+    @reaching(0.8, label="odd")
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(st.integers(0, 9))
+    def both_branches(n: int) -> None:
+        reached("odd" if n % 2 else "even")
+
+    with pytest.raises(AssertionError, match=r"reached 'odd' \(\d+%, at least 80%\)"):
+        both_branches()
+    tally = SHARES.pop("both_branches")
+    assert tally.reached == tally.labels["odd"] < tally.examples
