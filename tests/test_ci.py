@@ -41,7 +41,10 @@ def test_ci_runs_the_readmes_test_command_with_no_skips() -> None:
 
 
 def _pytest(args: list[str], *, no_skips: bool, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "COGNOXIUM_NO_SKIPS"}
+    # The run's own pytest options (PYTEST_ADDOPTS may name test files) stay out.
+    environ = {
+        k: v for k, v in os.environ.items() if k not in {"COGNOXIUM_NO_SKIPS", "PYTEST_ADDOPTS"}
+    }
     environ.update(env)
     if no_skips:
         environ["COGNOXIUM_NO_SKIPS"] = "1"
