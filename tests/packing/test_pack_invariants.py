@@ -110,7 +110,7 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.integers(0, 3)) == 0:
             # Long and truncatable: overflow="truncate" cuts it when the required items
             # do not fit; overflow="error" refuses the pack.
-            system["text"] += " " + _text(draw, 10, 40)
+            system["text"] += " " + _text(draw, 10, 30)
             system["metadata"] = {"truncate": {"side": "tail", "min_tokens": 4}}
         records.append(system)
     for i in range(draw(st.integers(2, 12))):
@@ -186,11 +186,12 @@ POLICIES: dict[str, Policy | None] = {
 def pack_calls(draw: st.DrawFn) -> dict[str, Any]:
     """The options of a pack, its budget, query and policy.
 
-    The budget is the reserve plus 60 to 800 tokens, half the time at most 200,
-    which most conversations exceed: the budget and the reserve bind.
+    The budget is the reserve plus 90 to 800 tokens, half the time at most 250,
+    which most conversations exceed: the budget and the reserve bind. The
+    required items (at most two system texts and a user message) mostly fit.
     """
     reserve = draw(st.sampled_from([0, 1, 8, 64]) | st.integers(0, 100))
-    space = draw(st.integers(60, 200) | st.integers(200, 800))
+    space = draw(st.integers(90, 250) | st.integers(250, 800))
     return {
         "reserve": reserve,
         "budget": reserve + space,
