@@ -24,6 +24,7 @@ from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_man
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
 from tests.app.parts import joined, layout, records
+from tests.pins import assert_same_outputs
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -291,8 +292,7 @@ def test_run_batch_is_deterministic_with_a_fixed_as_of(tmp_path: Path) -> None:
         names = layout(first.resolve())
         assert names == layout(second.resolve())
         assert len(names) == (3 if form == "parquet" else 2)  # one part of each table
-        for name in names:  # Parquet included: written with fixed settings
-            assert (first / name).read_bytes() == (second / name).read_bytes(), name
+        assert_same_outputs(second.resolve(), first.resolve(), names)  # Parquet: fixed settings
 
 
 def test_parquet_manifests_rebuild_the_jsonl_manifests_exactly(tmp_path: Path) -> None:

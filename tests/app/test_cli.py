@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
 from cognoxium.packing.manifests import read_manifests
 from tests.app.parts import joined, layout, records
+from tests.pins import assert_manifest_lines_equal, assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -40,6 +41,46 @@ Pinned with BM25, not the default rank: the default's MiniLM embeddings come
 from ONNX Runtime, whose int8 kernels differ in the last bits from one CPU
 generation to the next, so those ranks are byte-stable on one machine only.
 """
+
+PINNED_SAMPLE = Path(__file__).parent / "data" / "sample_manifests.jsonl"
+"""The pinned manifests.jsonl itself, whose sha256 is SAMPLE_MANIFESTS.
+
+A run that writes other bytes is compared with it, manifest by manifest, and
+the failure names the first differing request, item and field. To pin a
+change of behaviour made on purpose, write it with ``cognoxium pack
+examples/sample/items.jsonl examples/sample/requests.jsonl --out DIR --as-of
+2026-01-01T00:00:00Z --rank bm25 --manifests jsonl``, write the parts
+DIR/manifests/part-*.jsonl concatenated in number order here and set
+SAMPLE_MANIFESTS to its sha256.
+"""
+
+
+def assert_pinned_sample(written: bytes) -> None:
+    """``written`` are the pinned manifests' bytes; else name the request, item and field."""
+    pinned = PINNED_SAMPLE.read_bytes()
+    assert_manifest_lines_equal(
+        written.decode("utf-8").splitlines(), pinned.decode("utf-8").splitlines(), what="sample"
+    )
+    assert written == pinned  # the same manifests, to the byte
+    assert hashlib.sha256(written).hexdigest() == SAMPLE_MANIFESTS
+
+
+def test_the_pinned_sample_file_has_the_pinned_digest() -> None:
+    assert hashlib.sha256(PINNED_SAMPLE.read_bytes()).hexdigest() == SAMPLE_MANIFESTS
+
+
+def test_a_changed_sample_manifest_is_named_by_request_item_and_field() -> None:
+    lines = PINNED_SAMPLE.read_text(encoding="utf-8").splitlines()
+    manifest = json.loads(lines[2])
+    manifest["entries"][1]["tokens"] = 12345
+    changed = [*lines[:2], json.dumps(manifest, separators=(",", ":")), *lines[3:]]
+    written = "".join(line + "\n" for line in changed).encode("utf-8")
+    label, item = manifest["label"], manifest["entries"][1]["id"]
+    with pytest.raises(AssertionError) as info:
+        assert_pinned_sample(written)
+    message = str(info.value)
+    assert f"sample: request {label!r} (line 3) is the first that differs" in message
+    assert f"entries[id={item!r}].tokens\n[left]:  12345" in message
 
 
 def test_pack_on_the_sample(tmp_path: Path) -> None:
@@ -93,8 +134,7 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
         "packs/part-00000.jsonl",
     ]
     assert layout(out.resolve()) == names
-    for name in names:  # byte-identical, the Parquet part included
-        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    assert_same_outputs(again.resolve(), out.resolve(), names)  # the Parquet part included
 
 
 def test_the_sample_manifests_are_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,7 +143,7 @@ def test_the_sample_manifests_are_pinned(tmp_path: Path, monkeypatch: pytest.Mon
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     # Pinned: a change of these bytes is a change of behaviour, made on purpose.
-    assert hashlib.sha256(joined(out, "manifests")).hexdigest() == SAMPLE_MANIFESTS
+    assert_pinned_sample(joined(out, "manifests"))
     # A task per scope: more parts, whose concatenation is the same bytes.
     monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 1)
     parted = tmp_path / "parted"
@@ -111,7 +151,7 @@ def test_the_sample_manifests_are_pinned(tmp_path: Path, monkeypatch: pytest.Mon
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     assert len(list((parted / "manifests").iterdir())) == 6  # six distinct scopes
-    assert hashlib.sha256(joined(parted, "manifests")).hexdigest() == SAMPLE_MANIFESTS
+    assert_pinned_sample(joined(parted, "manifests"))
     assert joined(parted, "packs") == joined(out, "packs")
     monkeypatch.undo()
     # The Parquet form holds the same manifests: rebuilt, they give the pinned bytes.
@@ -120,7 +160,7 @@ def test_the_sample_manifests_are_pinned(tmp_path: Path, monkeypatch: pytest.Mon
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
     assert code == EXIT_OK, stderr
     rebuilt = "".join(m.to_json() + "\n" for m in read_manifests(columnar))
-    assert hashlib.sha256(rebuilt.encode()).hexdigest() == SAMPLE_MANIFESTS
+    assert_pinned_sample(rebuilt.encode())
 
 
 def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:

@@ -32,14 +32,11 @@ from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
 from tests.app.parts import layout, records
+from tests.data import LOCOMO, needs_locomo
+from tests.pins import assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
-LOCOMO = Path(
-    os.environ.get(
-        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
-    )
-)
 AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
 WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
 
@@ -75,12 +72,11 @@ def requests_for(conversations: int, count: int) -> list[Request]:
 
 
 def assert_same_files(left: Path, right: Path) -> None:
-    """The same parts of every table, byte for byte."""
+    """The same parts of every table, byte for byte; else what differs first."""
     names = layout(left.resolve())
     assert names
     assert layout(right.resolve()) == names
-    for name in names:
-        assert (left / name).read_bytes() == (right / name).read_bytes(), name
+    assert_same_outputs(right.resolve(), left.resolve(), names)
 
 
 @pytest.fixture(scope="module")
@@ -700,10 +696,7 @@ def test_cli_ray_engine_writes_the_local_files(ray_local: Any, store: Path, tmp_
     assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
-@pytest.mark.skipif(
-    not LOCOMO.is_file(),
-    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
-)
+@needs_locomo
 def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> None:
     from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 

@@ -39,6 +39,7 @@ from cognoxium.items.io import read_items, read_jsonl
 from cognoxium.items.records import records_to_frame
 from cognoxium.packing.manifests import scan_packs
 from cognoxium.packing.options import PackOptions
+from tests.reach import reached, reaching
 
 AS_OF = "2026-01-01T00:00:00Z"
 T0 = "2025-01-01T00:00:00Z"
@@ -315,6 +316,7 @@ def check_located(error: CognoxiumError, source: str | None, lines: int) -> None
         assert error.source == source, error
 
 
+@reaching(0.8)  # each example checks one outcome: read, or refused with a located error
 @settings(FUZZ, max_examples=150)
 @given(records=hostile_records())
 @example(
@@ -336,12 +338,15 @@ def test_records_succeed_or_raise_a_cognoxium_error(records: list[Any]) -> None:
         check_located(exc, "<fuzz>", len(records))
         with pytest.raises(CognoxiumError):
             CognitionFrame.from_records(python_records)
+        reached("refused, located")
         return
     assert df.height == len(records)
     # What the bulk path accepts, the item model accepts too.
     assert [item.id for item in frame_to_items(df)] == df["id"].to_list()
+    reached("read")
 
 
+@reaching(0.8)  # each example checks one outcome: read, or refused with a located error
 @settings(FUZZ, max_examples=100)
 @given(data=hostile_files(hostile_records()))
 def test_item_files_succeed_or_raise_a_cognoxium_error(tmp_path: Path, data: bytes) -> None:
@@ -351,8 +356,10 @@ def test_item_files_succeed_or_raise_a_cognoxium_error(tmp_path: Path, data: byt
         df = read_jsonl(path)
     except CognoxiumError as exc:
         check_located(exc, str(path), data.count(b"\n") + 1)
+        reached("refused, located")
         return
     assert [item.id for item in frame_to_items(df)] == df["id"].to_list()
+    reached("read")
 
 
 @pytest.fixture(scope="module")
@@ -365,6 +372,7 @@ def store() -> CognitionFrame:
     )
 
 
+@reaching(0.8)  # each example checks one outcome: packed, or refused with a located error
 @settings(FUZZ, max_examples=100)
 @given(data=hostile_files(hostile_requests()))
 def test_request_files_succeed_or_raise_a_cognoxium_error(
@@ -383,10 +391,13 @@ def test_request_files_succeed_or_raise_a_cognoxium_error(
         )
     except CognoxiumError as exc:
         check_located(exc, str(path), data.count(b"\n") + 1)
+        reached("refused, located")
         return
     assert stats.requests == len(requests)
+    reached("packed")
 
 
+@reaching(0.8)  # each example checks one outcome: packed, or refused with a typed error
 @settings(FUZZ, max_examples=100)
 @given(records=hostile_requests())
 def test_requests_from_python_are_pydantic_errors_or_pack(
@@ -397,13 +408,16 @@ def test_requests_from_python_are_pydantic_errors_or_pack(
     try:
         requests = [Request.model_validate(to_python(record)) for record in records]
     except ValidationError:
+        reached("refused by the model")
         return
     try:
         stats = run_batch(store, requests, out_dir=tmp_path / "out", rank="none")
     except CognoxiumError:
+        reached("refused by the batch")
         return
     assert stats.requests == len(requests)
     assert scan_packs(tmp_path / "out").collect().height == len(requests)
+    reached("packed")
 
 
 # ---------------------------------------------------------------------------

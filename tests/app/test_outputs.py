@@ -22,6 +22,7 @@ from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_OK, app
 from cognoxium.exceptions import OutputError
 from cognoxium.items.io import read_items
 from tests.app.test_locomo import tiny
+from tests.pins import assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
@@ -152,7 +153,7 @@ def test_a_failed_run_leaves_the_previous_outputs_and_no_leftovers(
             out_dir=out,
             rank="bm25",
         )
-    assert contents(out) == old
+    assert_same_outputs(out, old, FILES)
     assert beside(out) == before  # the new version and the temporary link are removed
 
 
@@ -203,13 +204,13 @@ def test_a_killed_run_shows_all_old_or_all_new_and_the_next_run_cleans_up(
 
     killed = kill_at(point, pack_args(fewer, out, quiet=False))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert contents(out) == (old if POINTS[point] == "old" else new)
+    assert_same_outputs(out, old if POINTS[point] == "old" else new, FILES)
     assert beside(out) != committed(out)  # the killed run left its temporaries behind
     with flocked(_outputs.lock_path(out)):  # the kernel released the dead run's lock
         pass
 
     assert pack(fewer, out) == (EXIT_OK, "")
-    assert contents(out) == new
+    assert_same_outputs(out, new, FILES)
     assert beside(out) == committed(out)  # the leftovers are swept
     assert committed(out) != clean
 
@@ -250,7 +251,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_lock(
         assert info.value.path == str(out)
         assert info.value.code == "output.locked"
         assert info.value.to_dict()["file"] == str(out)
-    assert contents(out) == before
+    assert_same_outputs(out, before, FILES)
     assert pack(fewer, out) == (EXIT_OK, "")  # released: the next run commits
 
 
@@ -321,6 +322,6 @@ def test_locomo_commits_every_file_at_once(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(locomo, "run_batch", second_fails)
     with pytest.raises(InjectedError):
         locomo.run_locomo(data, out, [64, 128], rank="bm25", compare=["recency"])
-    assert {name: (out / name).read_bytes() for name in names} == before
+    assert_same_outputs(out, before, names)
     assert not (out / "compare").exists()
     assert beside(out) == before_beside

@@ -8,7 +8,6 @@ request alone, over the frame :func:`rank_request` ranks.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,15 +37,12 @@ from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, PackScope, pack
 from cognoxium.testing import assert_manifest_equal, assert_pack_equal
 from tests.app.parts import layout, records
+from tests.data import LOCOMO, needs_locomo
+from tests.pins import assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
-LOCOMO = Path(
-    os.environ.get(
-        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
-    )
-)
 
 
 def one_request_pack(
@@ -223,10 +219,7 @@ def test_a_prepared_scope_is_reused_across_calls() -> None:
     assert prepared.pack(Request(id="x", budget=1)) is prepared.pack(Request(id="y", budget=1))
 
 
-@pytest.mark.skipif(
-    not LOCOMO.is_file(),
-    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
-)
+@needs_locomo
 @pytest.mark.parametrize("method", ["bm25", "recency"])
 def test_a_locomo_subset_batch_equals_one_request_packs(method: RankMethod, tmp_path: Path) -> None:
     store = CognitionFrame(load_locomo(LOCOMO))
@@ -270,9 +263,7 @@ def test_write_many_stores_what_write_stores(form: str, tmp_path: Path) -> None:
         writer.write_many(ids[1:], [o.manifest for o in outcomes[1:]], scope.entries(outcomes[1:]))
     names = layout(one)
     assert names == layout(many)
-    for name in names:
-        if name.endswith(".jsonl"):
-            assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    assert_same_outputs(many, one, [name for name in names if name.endswith(".jsonl")])
     assert scan_manifests(one).collect().equals(scan_manifests(many).collect(), null_equal=True)
     if form == "parquet":
         part = Path("manifests", "part-00000.parquet")
@@ -308,8 +299,7 @@ def test_a_scope_result_written_in_pieces_writes_the_whole(form: str, tmp_path: 
                 result.take(start, stop).write(packs, writer)
     names = layout(whole)
     assert names == layout(pieces)
-    for name in names:
-        assert (whole / name).read_bytes() == (pieces / name).read_bytes(), name
+    assert_same_outputs(pieces, whole, names)
     assert [line["request_id"] for line in records(whole)] == [r.id for r in requests]
     assert [m.label for m in read_manifests(pieces)] == [r.id for r in requests]
     middle = result.take(1, 3)

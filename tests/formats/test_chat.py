@@ -28,6 +28,7 @@ from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
+from tests.reach import reached, reaching
 
 PROFILE = get_profile("cl100k_base")
 START = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
@@ -658,6 +659,7 @@ def test_conversion_round_trips(messages: list[dict[str, Any]]) -> None:
     assert to_openai_messages(cf) == normalised(messages)
 
 
+@reaching(0.8, label="packed")
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chat_histories_strategy(), st.data())
 def test_groups_are_atomic_in_every_pack(messages: list[dict[str, Any]], data: Any) -> None:
@@ -675,16 +677,21 @@ def test_groups_are_atomic_in_every_pack(messages: list[dict[str, Any]], data: A
     ]
     df = items_to_frame(items)
     cost = costs(df)
-    budget = data.draw(st.integers(0, PROFILE.tokens_per_pack + sum(cost.values()) + 5))
-    note(f"budget {budget}, costs {cost}")
     # A group with a required member is required whole.
     required = df.filter(
         (pl.col("retention") == "required").any().over(pl.coalesce("group_id", "id"))
     )["id"].to_list()
+    # Budgets that fit the required items 15 times in 16, else fall short of them.
+    total = PROFILE.tokens_per_pack + sum(cost.values()) + 5
+    floor = PROFILE.tokens_per_pack + sum(cost[i] for i in required) if required else 0
+    fits = floor == 0 or data.draw(st.sampled_from([True] * 15 + [False]))
+    budget = data.draw(st.integers(floor, total) if fits else st.integers(0, floor - 1))
+    note(f"budget {budget}, costs {cost}")
     if required and PROFILE.tokens_per_pack + sum(cost[i] for i in required) > budget:
         with pytest.raises(BudgetError) as info:
             pack(df, budget, PackOptions(as_of=AS_OF))
         assert info.value.costs == {i: cost[i] for i in required}
+        reached("refused")
         return
     result = pack(df, budget, PackOptions(as_of=AS_OF))
     entries = result.manifest.to_polars()
@@ -700,6 +707,7 @@ def test_groups_are_atomic_in_every_pack(messages: list[dict[str, Any]], data: A
     chat = to_openai_messages(result)
     assert to_openai_messages(from_openai_messages(chat)) == chat
     assert all(m["role"] != "tool" or m["tool_call_id"] for m in chat)
+    reached("packed")
 
 
 def test_frame_input_is_accepted_by_name() -> None:

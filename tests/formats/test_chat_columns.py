@@ -26,6 +26,7 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Source
+from tests.reach import reached, reaching
 
 lc = pytest.importorskip("langchain_core.messages")
 from cognoxium.formats.interop import from_langchain_messages  # noqa: E402
@@ -46,20 +47,32 @@ IMAGE = st.sampled_from(
 )
 
 
+VALID_TEXTS = TEXTS.filter(lambda t: "\ud800" not in t)
+VALID_NAMES = st.one_of(st.none(), st.sampled_from(["ada", "bo", "名前"]))
+VALID_IMAGE = IMAGE.filter(lambda part: bool(part["image_url"]["url"]))
+
+
 @st.composite
-def openai_message(draw: st.DrawFn) -> Any:
-    """A chat message, mostly valid: text or parts, names, tool calls and results, bad roles."""
-    role = draw(st.sampled_from(["system", "developer", "user", "assistant", "tool", "robot"]))
-    content: Any = draw(TEXTS)
+def openai_message(draw: st.DrawFn, valid: bool = False) -> Any:
+    """A chat message, mostly valid: text or parts, names, tool calls and results, bad roles.
+
+    With ``valid``, only what the importers take: no unknown role, no tool
+    result (whose call may be missing), no lone surrogate, empty or non-text
+    name, empty image URL or tool arguments that are not JSON.
+    """
+    roles = ["system", "developer", "user", "assistant"]
+    role = draw(st.sampled_from(roles if valid else [*roles, "tool", "robot"]))
+    texts, image = (VALID_TEXTS, VALID_IMAGE) if valid else (TEXTS, IMAGE)
+    content: Any = draw(texts)
     if role == "user" and draw(st.booleans()):
-        content = draw(st.lists(st.one_of(TEXTS.map(lambda t: {"type": "text", "text": t}), IMAGE)))
+        content = draw(st.lists(st.one_of(texts.map(lambda t: {"type": "text", "text": t}), image)))
     message: dict[str, Any] = {"role": role, "content": content}
-    name = draw(NAMES)
+    name = draw(VALID_NAMES if valid else NAMES)
     if name is not None:
         message["name"] = name
     if role == "assistant" and draw(st.booleans()):
         ids = draw(st.lists(CALL_IDS, min_size=1, max_size=2, unique=True))
-        arguments = draw(st.sampled_from(['{"q": "é"}', "not json", "{}"]))
+        arguments = draw(st.sampled_from(['{"q": "é"}', "{}"] + ([] if valid else ["not json"])))
         message["tool_calls"] = [
             {"id": i, "type": "function", "function": {"name": "f", "arguments": arguments}}
             for i in ids
@@ -85,9 +98,17 @@ def outcome(convert: Any) -> tuple[str, Any]:
     return "frame", frame
 
 
+@st.composite
+def histories(draw: st.DrawFn, message: Any) -> list[Any]:
+    """Lists of up to 8 messages, all valid 15 times in 16, else each valid or not."""
+    valid = draw(st.sampled_from([True] * 15 + [False]))
+    return draw(st.lists(message(valid=valid), max_size=8))
+
+
+@reaching(0.8)  # both outcomes compared exactly: the frames, or the errors
 @settings(max_examples=150, deadline=None)
 @given(
-    messages=st.lists(openai_message(), max_size=8),
+    messages=histories(openai_message),
     conversation_id=st.sampled_from([None, "conv", "日本"]),
     source=st.sampled_from([None, "chat.jsonl"]),
     retention=st.sampled_from(["required", "optional"]),
@@ -106,8 +127,10 @@ def test_openai_columns_equal_item_by_item_conversion(
     assert got_kind == kind
     if kind == "frame":
         assert_frame_equal(got, expected)
+        reached("frames equal")
     else:
         assert got == expected
+        reached("refused alike")
 
 
 @settings(max_examples=60, deadline=None)
@@ -172,16 +195,18 @@ def reference_langchain(messages: list[Any], source: str | None) -> pl.DataFrame
 
 
 @st.composite
-def langchain_message(draw: st.DrawFn) -> Any:
-    kind = draw(st.sampled_from(["system", "human", "ai", "ai_tools", "tool"]))
-    text = draw(TEXTS.filter(lambda t: "\ud800" not in t))
-    message_id = draw(st.sampled_from([None, "m-1", "ü-2", ""]))
-    name = draw(st.sampled_from([None, "ada", ""]))
+def langchain_message(draw: st.DrawFn, valid: bool = False) -> Any:
+    """A LangChain message; with ``valid``, no tool result, empty id or name, or empty URL."""
+    kinds = ["system", "human", "ai", "ai_tools"]
+    kind = draw(st.sampled_from(kinds if valid else [*kinds, "tool"]))
+    text = draw(VALID_TEXTS)
+    message_id = draw(st.sampled_from([None, "m-1", "ü-2"] if valid else [None, "m-1", "ü-2", ""]))
+    name = draw(st.sampled_from([None, "ada"] if valid else [None, "ada", ""]))
     if kind == "system":
         return lc.SystemMessage(text, id=message_id, name=name)
     if kind == "human":
         if draw(st.booleans()):
-            parts: Any = [{"type": "text", "text": text}, draw(IMAGE)]
+            parts: Any = [{"type": "text", "text": text}, draw(VALID_IMAGE if valid else IMAGE)]
             return lc.HumanMessage(parts, id=message_id)
         return lc.HumanMessage(text, id=message_id, name=name)
     if kind == "ai":
@@ -192,9 +217,10 @@ def langchain_message(draw: st.DrawFn) -> Any:
     return lc.ToolMessage(text, tool_call_id=draw(CALL_IDS), id=message_id)
 
 
+@reaching(0.8)  # both outcomes compared exactly: the frames, or the errors
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    messages=st.lists(langchain_message(), max_size=8),
+    messages=histories(langchain_message),
     source=st.sampled_from([None, "history"]),
 )
 def test_langchain_columns_equal_item_by_item_conversion(
@@ -205,8 +231,10 @@ def test_langchain_columns_equal_item_by_item_conversion(
     assert got_kind == kind
     if kind == "frame":
         assert_frame_equal(got, expected)
+        reached("frames equal")
     else:
         assert got == expected
+        reached("refused alike")
 
 
 def test_plain_langchain_messages_match_langchains_own_converter() -> None:
@@ -255,17 +283,22 @@ def reference_documents(documents: list[Any]) -> pl.DataFrame:
     return items_to_frame(items)
 
 
+@st.composite
+def documents_drawn(draw: st.DrawFn) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """Up to 6 documents; 15 times in 16 valid (text, ids unique or none), else any."""
+    valid = draw(st.sampled_from([True] * 15 + [False]))
+    metadata = st.sampled_from([{}, {"source": "faq.md", "title": "FAQ"}, {"source": 3, "n": 1.5}])
+    ids = st.sampled_from([None, "d1", "d2", "ü"])
+    drawn = draw(st.lists(st.tuples(VALID_TEXTS if valid else TEXTS, ids, metadata), max_size=6))
+    if valid:  # a document without an id is named by its row: doc:<row>
+        drawn = [(t, i if i not in {d[1] for d in drawn[:k]} else None, m)
+                 for k, (t, i, m) in enumerate(drawn)]  # fmt: skip
+    return drawn
+
+
+@reaching(0.8)  # both outcomes compared exactly: the frames, or the errors
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            TEXTS,
-            st.sampled_from([None, "d1", "d2", "ü"]),
-            st.sampled_from([{}, {"source": "faq.md", "title": "FAQ"}, {"source": 3, "n": 1.5}]),
-        ),
-        max_size=6,
-    )
-)
+@given(documents_drawn())
 def test_langchain_documents_equal_item_by_item_conversion(
     drawn: list[tuple[str, str | None, dict[str, Any]]],
 ) -> None:
@@ -279,10 +312,12 @@ def test_langchain_documents_equal_item_by_item_conversion(
     assert got_kind == kind
     if kind == "frame":
         assert_frame_equal(got, expected)
+        reached("frames equal")
     else:
         # The reference words errors as pydantic does; the importer names row and field.
         assert isinstance(got, tuple)
         assert got[1] is not None
+        reached("refused alike")
 
 
 def test_llamaindex_nodes_keep_rank_parents_and_sources_as_items_do() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cognoxium._columns import CHAT_ROLES
@@ -13,6 +13,7 @@ from cognoxium.items.schema import POLARS_SCHEMA, mapped_expr
 ROLE = POLARS_SCHEMA["role"]
 
 
+@settings(max_examples=100, deadline=None)  # no per-example time limit on a loaded machine
 @given(roles=st.lists(st.none() | st.sampled_from(list(CHAT_ROLES)), max_size=12))
 def test_an_enumeration_maps_by_its_codes_as_text_maps_by_value(roles: list[str | None]) -> None:
     df = pl.DataFrame({"role": roles}, schema={"role": ROLE})

@@ -14,6 +14,7 @@ from cognoxium.exceptions import PlanError, PredicateError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.predicate import PREDICATE_FUNCTIONS, parse_predicate
 from cognoxium.items.schema import COLUMNS
+from tests.reach import reached, reaching
 
 CANARY = "canary-7f3a9c: the content of a file no predicate may read"
 
@@ -470,41 +471,79 @@ def test_a_comparison_of_types_that_do_not_compare_names_the_clause_and_types(
         assert part in message, (part, message)
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "priority = 'high'",
-        "created_at > '2025-11-01'",
-        "metadata.x = 1",
-        "lower(priority) = 'x'",
-        "priority LIKE '1%'",
-    ],
+UNTYPED_ROWS = pl.DataFrame(
+    {
+        "priority": ["high", "x", "10"],
+        "created_at": ["2025-12-01", "2025-10-01", None],
+        "metadata": [{"x": 1}, {"x": 2}, {"x": None}],
+    }
 )
-def test_without_types_the_same_predicates_lower_as_before(text: str) -> None:
-    assert isinstance(parse_predicate(text, list(TYPED)), pl.Expr)
+"""Columns named as in TYPED, with other types: text priorities and times, a numeric x."""
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "kept"),
     [
-        "priority = 2.5",
-        "rank IN (1, 2)",
-        "role = 'user' AND priority > 0",
-        "role IN ('user', NULL)",
-        "priority = NULL",
-        "created_at > TIMESTAMP '2025-11-01'",
-        "created_at > DATE '2025-11-01'",
-        "metadata.x = '1'",
-        "metadata.n.k = 2",
-        "metadata.n IS NULL",
-        "coalesce(NULL, priority) = -1",
-        "length(lower(role)) = 4",
-        "NOT (priority > 1) AND (rank < 0 OR role = 'tool')",
-        "-priority < -rank",
+        ("priority = 'high'", [0]),
+        ("created_at > '2025-11-01'", [0]),  # text order, the frame's own type
+        ("metadata.x = 1", [0]),
+        ("lower(priority) = 'x'", [1]),
+        ("priority LIKE '1%'", [2]),
     ],
 )
-def test_types_that_compare_are_accepted(text: str) -> None:
-    assert isinstance(parse_predicate(text, TYPED), pl.Expr)
+def test_without_types_the_same_predicates_lower_as_before(text: str, kept: list[int]) -> None:
+    # With names only, nothing is checked against TYPED: the predicate compares the
+    # values of the frame it runs on, as it did before types were known.
+    expr = parse_predicate(text, list(TYPED))
+    rows = UNTYPED_ROWS.with_row_index("i").filter(expr)
+    assert rows.get_column("i").to_list() == kept
+
+
+TYPED_ROWS = pl.DataFrame(
+    {
+        "role": ["user", "tool", "system", None],
+        "priority": [2, -1, 0, None],
+        "rank": [2.5, 1.0, -0.5, None],
+        "text": ["a", "bb", None, "c"],
+        "created_at": [
+            datetime(2025, 12, 1, tzinfo=UTC),
+            datetime(2025, 10, 1, tzinfo=UTC),
+            datetime(2025, 11, 15, tzinfo=UTC),
+            None,
+        ],
+        "metadata": [
+            {"x": "1", "n": {"k": 2}},
+            {"x": "2", "n": {"k": 3}},
+            {"x": None, "n": None},
+            None,
+        ],
+    },
+    schema=TYPED,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("priority = 2.5", []),
+        ("rank IN (1, 2)", [1]),
+        ("role = 'user' AND priority > 0", [0]),
+        ("role IN ('user', NULL)", [0]),
+        ("priority = NULL", []),
+        ("created_at > TIMESTAMP '2025-11-01'", [0, 2]),
+        ("created_at > DATE '2025-11-01'", [0, 2]),
+        ("metadata.x = '1'", [0]),
+        ("metadata.n.k = 2", [0]),
+        ("metadata.n IS NULL", [2, 3]),
+        ("coalesce(NULL, priority) = -1", [1]),
+        ("length(lower(role)) = 4", [0, 1]),
+        ("NOT (priority > 1) AND (rank < 0 OR role = 'tool')", [1, 2]),
+        ("-priority < -rank", [2]),
+    ],
+)
+def test_types_that_compare_are_accepted_and_keep_the_sql_rows(text: str, kept: list[int]) -> None:
+    rows = TYPED_ROWS.with_row_index("i").filter(parse_predicate(text, TYPED))
+    assert rows.get_column("i").to_list() == kept
 
 
 def test_the_default_schema_is_the_item_schema_with_its_types() -> None:
@@ -598,18 +637,69 @@ def typed_atom(draw: st.DrawFn) -> str:
     return f"NOT {left}" if shape == "not" else left
 
 
+def parsed(text: str, schema: pl.Schema) -> pl.Expr | PlanError:
+    """The predicate ``text`` lowered over ``schema``, or the PlanError that refuses it."""
+    try:
+        return parse_predicate(text, schema)
+    except PlanError as error:
+        return error
+
+
+FAMILIES = {
+    "number": (["n", "x", "abs(x)", "coalesce(n, 0)", "-n", "length(s)"], ["1", "-2.5", "NULL"]),
+    "text": (["s", "lower(e)", "e"], ["'user'", "'tool'", "NULL"]),
+    "time": (["d"], ["TIMESTAMP '2025-02-01'", "NULL"]),
+    "boolean": (["b"], ["TRUE", "NULL"]),
+}
+"""Operands and literals that compare with each other, by the type of value they hold."""
+
+
+@st.composite
+def well_typed_atom(draw: st.DrawFn) -> str:
+    """A condition whose operands compare: accepted when the types are known."""
+    family = draw(st.sampled_from(sorted(FAMILIES)))
+    operands, literals = FAMILIES[family]
+    left = draw(st.sampled_from(operands))
+    right = draw(st.sampled_from(operands + literals))
+    shape = draw(st.sampled_from(["cmp", "in", "between", "like", "not", "is_null"]))
+    if shape == "like" and family == "text":
+        return f"{left} LIKE 'u%'"
+    if shape == "not" and family == "boolean":
+        return f"NOT {left}"
+    if shape == "in" and family != "boolean":
+        return f"{left} IN ({draw(st.sampled_from(literals))}, {literals[0]})"
+    if shape == "between" and family in {"number", "time"}:
+        return f"{left} BETWEEN {right} AND {literals[0]}"
+    if shape == "is_null":
+        return f"{left} IS NULL"
+    operator = draw(st.sampled_from(["=", "<>"] if family == "boolean" else ["=", "<>", "<", ">="]))
+    return f"{left} {operator} {right}"
+
+
+@reaching(0.8)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(typed_atom(), min_size=1, max_size=3))
+@given(st.lists(st.one_of(typed_atom(), well_typed_atom()), min_size=1, max_size=3))
 def test_a_typed_predicate_accepted_runs_and_one_refused_is_a_predicate_error(
     atoms: list[str],
 ) -> None:
     text = " AND ".join(f"({a})" for a in atoms)
-    try:
-        expr = parse_predicate(text, MIXED_TYPES.schema)
-    except PredicateError:
-        return  # refused before running, with a typed error
-    kept = MIXED_TYPES.filter(expr)  # accepted: Polars runs it with no error
-    assert kept.height <= MIXED_TYPES.height
+    expr = parsed(text, MIXED_TYPES.schema)
+    if isinstance(expr, PlanError):
+        # Refused before running, with a PredicateError (no other PlanError) naming
+        # the predicate and where in it the refused clause is.
+        assert type(expr) is PredicateError, expr
+        assert str(expr).startswith(f"predicate {text!r}, at character "), expr
+        reached("refused")
+        return
+    # Accepted: Polars runs it, and it is a condition, one boolean per row (or one
+    # for all rows when it reads no column), keeping the rows where it is true.
+    verdict = MIXED_TYPES.select(expr.alias("verdict")).get_column("verdict")
+    assert verdict.dtype in {pl.Boolean, pl.Null}, (text, verdict.dtype)
+    assert verdict.len() in {1, MIXED_TYPES.height}
+    kept = MIXED_TYPES.with_row_index("i").filter(expr).get_column("i").to_list()
+    truth = verdict.fill_null(False).to_list()
+    assert kept == [i for i in range(MIXED_TYPES.height) if truth[i if len(truth) > 1 else 0]]
+    reached("accepted")
 
 
 @pytest.mark.parametrize(
@@ -647,6 +737,7 @@ def text_comparison(draw: st.DrawFn) -> str:
     return shape.format(a=a, b=b, c=c)
 
 
+@reaching(0.8)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(text_comparison(), min_size=1, max_size=2), st.sampled_from([" AND ", " OR "]))
 def test_an_accepted_comparison_of_enumerations_keeps_the_rows_their_text_keeps(
@@ -658,10 +749,15 @@ def test_an_accepted_comparison_of_enumerations_keeps_the_rows_their_text_keeps(
     typed = MIXED_TYPES.with_columns(c=pl.col("e").cast(pl.Categorical))
     text = typed.with_columns(pl.col("e", "c").cast(pl.String))
     predicate = join.join(clauses)
-    try:
-        expr = parse_predicate(predicate, typed.schema)
-    except PredicateError:
+    expr = parsed(predicate, typed.schema)
+    if isinstance(expr, PlanError):
+        # Refused: only an equality with a string the column cannot hold, as a
+        # PredicateError that says so.
+        assert type(expr) is PredicateError, expr
+        assert "which never holds" in str(expr), expr
+        reached("refused")
         return
     kept = typed.with_row_index("i").filter(expr).get_column("i").to_list()
     as_text = parse_predicate(predicate, text.schema)
     assert kept == text.with_row_index("i").filter(as_text).get_column("i").to_list()
+    reached("rows as text")

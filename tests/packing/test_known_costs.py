@@ -26,6 +26,7 @@ from cognoxium.items.records import records_to_frame
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, PackScope, pack
 from cognoxium.tokens.profiles import PROFILE_NAMES, clear_cache, get_profile
+from tests.reach import reached, reaching
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 CL100K = get_profile("cl100k_base")
@@ -305,6 +306,7 @@ def reference_examined(
     return [str(r["id"]) for r in records if r["id"] in chosen], tokens
 
 
+@reaching(0.8)  # both outcomes checked exactly: the tokens, or the error type
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows(plain=True), st.integers(0, 300))
 def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, budget: int) -> None:
@@ -317,8 +319,10 @@ def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, b
         lambda: scope.pack(budget, PackOptions(as_of=AS_OF)),
     ):
         if isinstance(expected, type):
-            with pytest.raises(expected):
+            with pytest.raises(PackError) as refused:
                 result()
+            assert type(refused.value) is expected  # exactly: a PackError is no BudgetError
+            reached("refused")
             continue
         packed = result()
         entries = packed.manifest.to_polars()
@@ -326,3 +330,4 @@ def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, b
         counted = sum(t is not None for t in expected[1].values())
         assert packed.manifest.totals.counted == counted
         assert packed.manifest.totals.not_counted == df.height - counted
+        reached("tokens reported")

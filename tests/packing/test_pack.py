@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import BudgetError, PackError, RecordError, SchemaError
@@ -19,10 +20,15 @@ from cognoxium.packing import packer
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import CHAT_ROLES, PackManifest, PackScope, pack
 from cognoxium.tokens.profiles import clear_cache, get_profile
+from tests.reach import reached, reaching
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 WORDS = ["refund", "window", "is", "30", "days", "朗琴", "👨‍👩‍👧‍👦", "{json}", "  ", "\n", "ok."]
+
+
+RETENTIONS = ["required"] + ["preferred"] * 3 + ["optional"] * 4
+"""One item in eight is required: the required items of most frames fit the drawn budgets."""
 
 
 @st.composite
@@ -53,32 +59,88 @@ def pack_frames(draw: st.DrawFn) -> pl.DataFrame:
                 [None, None, None, AS_OF - timedelta(days=1), AS_OF + timedelta(days=1)]
             )
         )
+        retention = draw(st.sampled_from(RETENTIONS))
+        # A required item in a group that cannot be packed is refused (a PackError):
+        # one required item in four is grouped, so that most frames pack.
+        grouped = retention != "required" or draw(st.integers(0, 3)) == 0
         items.append(
             ContextItem(
                 id=draw(st.sampled_from(["a", "b", "c"])) + str(i),
                 role=draw(st.sampled_from(list(CHAT_ROLES))),
                 payload=payload,
-                retention=draw(st.sampled_from(["required", "preferred", "optional", "optional"])),
+                retention=retention,
                 priority=draw(st.integers(0, 2)),
                 rank=draw(st.sampled_from([None, 0.5, 1.0, 2.0])),
                 created_at=T0 + timedelta(minutes=i),
                 expires_at=expiry,
-                group_id=groups[i],
+                group_id=groups[i] if grouped else None,
             )
         )
     return items_to_frame(items)
 
 
-def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[str, str]] | None:
-    """The design's algorithm written plainly: count every item, sort, greedy skip."""
+def reference_costs(df: pl.DataFrame) -> dict[str, int]:
+    """Each item's cost counted plainly: its packed text's tokens plus its role's framing."""
     prof = get_profile("cl100k_base")
     rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
+    return {
+        r["id"]: len(prof.encoding.encode_ordinary(r["content"] or ""))
+        + prof.framing(CHAT_ROLES[r["role"]])
+        for r in rows
+    }
+
+
+@st.composite
+def frames_and_budgets(
+    draw: st.DrawFn, *, slack: int = 300, budgets: Literal["mixed", "fit", "short"] = "mixed"
+) -> tuple[pl.DataFrame, int]:
+    """A :func:`pack_frames` frame and a budget measured on its required items.
+
+    A budget that fits is the required items' cost and the reply priming
+    plus 0 to ``slack`` tokens; a short one is 1 to 20 tokens below that, and
+    the pack must be refused (a BudgetError) as the reference refuses it.
+
+    Parameters
+    ----------
+    budgets
+        ``"mixed"``: a short budget one time in sixteen (when there are
+        required items); ``"fit"``: never short, and only frames the
+        reference packs (no required item in a group that cannot be packed);
+        ``"short"``: only short budgets, over frames with required items.
+    """
+    df = draw(pack_frames())
+    costs = reference_costs(df)
+    rows = df.select("id", "group_id", "retention").to_dicts()
+    held = {r["group_id"] for r in rows if r["retention"] == "required" and r["group_id"]}
+    # The required items with the groups they hold (an upper bound of what they cost).
+    required = [r["id"] for r in rows if r["retention"] == "required" or r["group_id"] in held]
+    floor = sum(costs[i] for i in required) + (3 if required else 0)
+    if budgets == "short":
+        assume(bool(required))
+        budget = max(0, floor - draw(st.integers(1, 20)))
+        assume(_refused_by_reference(df, budget))
+        return df, budget
+    if budgets == "mixed" and required and draw(st.sampled_from([False] * 15 + [True])):
+        return df, max(0, floor - draw(st.integers(1, 20)))
+    budget = floor + draw(st.integers(0, slack))
+    if budgets == "fit":
+        assume(not _refused_by_reference(df, budget))
+    return df, budget
+
+
+def _refused_by_reference(df: pl.DataFrame, budget: int) -> bool:
+    try:
+        return reference_pack(df, budget) is None
+    except BudgetError:
+        return True
+
+
+def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[str, str]] | None:
+    """The design's algorithm written plainly: count every item, sort, greedy skip."""
+    rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
     reasons: dict[str, str] = {}
-    cost: dict[str, int] = {}
+    cost = reference_costs(df)
     for r in rows:
-        cost[r["id"]] = len(prof.encoding.encode_ordinary(r["content"] or "")) + prof.framing(
-            CHAT_ROLES[r["role"]]
-        )
         if r["payload_kind"] == "binary":
             reasons[r["id"]] = "not_packable"
         elif r["expires_at"] is not None and r["expires_at"] <= AS_OF:
@@ -119,9 +181,11 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
     return order, used, reasons
 
 
+@reaching(0.8)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(df=pack_frames(), budget=st.integers(0, 200))
-def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: int) -> None:
+@given(drawn=frames_and_budgets(slack=200, budgets="fit"))
+def test_pack_matches_reference_and_holds_invariants(drawn: tuple[pl.DataFrame, int]) -> None:
+    df, budget = drawn
     note(
         str(
             df.select(
@@ -137,16 +201,8 @@ def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: i
             ).to_dicts()
         )
     )
-    try:
-        expected = reference_pack(df, budget)
-    except BudgetError:
-        with pytest.raises(BudgetError):
-            pack(df, budget, PackOptions(as_of=AS_OF))
-        return
-    if expected is None:
-        with pytest.raises(PackError):
-            pack(df, budget, PackOptions(as_of=AS_OF))
-        return
+    expected = reference_pack(df, budget)  # packs: the budgets drawn fit
+    assert expected is not None
     result = pack(df, budget, PackOptions(as_of=AS_OF))
     ids, used, reasons = expected
     assert result.ids == ids
@@ -172,37 +228,33 @@ def test_pack_matches_reference_and_holds_invariants(df: pl.DataFrame, budget: i
     assert included.get_column("position").is_sorted()
     for item_id, why in reasons.items():
         assert entries.filter(pl.col("id") == item_id).get_column("reason").item() == why
+    reached("compared with the reference")
 
 
+@reaching(0.8)
 @settings(max_examples=40, deadline=None)
-@given(df=pack_frames(), budget=st.integers(20, 300))
-def test_manifest_is_byte_identical_across_runs(df: pl.DataFrame, budget: int) -> None:
-    try:
-        first = pack(df, budget, PackOptions(as_of=AS_OF)).manifest.to_json()
-    except PackError:
-        return
+@given(drawn=frames_and_budgets(budgets="fit"))
+def test_manifest_is_byte_identical_across_runs(drawn: tuple[pl.DataFrame, int]) -> None:
+    df, budget = drawn
+    first = pack(df, budget, PackOptions(as_of=AS_OF)).manifest.to_json()
     clear_cache()
     second = pack(df.clone(), budget, PackOptions(as_of=AS_OF)).manifest.to_json()
     assert first == second
     assert PackManifest.from_json(first).to_json() == first
+    reached("byte-identical")
 
 
+@reaching(0.8)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(df=pack_frames(), budget=st.integers(0, 300))
+@given(drawn=frames_and_budgets(budgets="fit"))
 def test_costs_counted_ahead_leave_the_pack_and_manifest_unchanged(
-    df: pl.DataFrame, budget: int
+    drawn: tuple[pl.DataFrame, int],
 ) -> None:
+    df, budget = drawn
     # A scope whose every cost is counted first, as a batch counts them, selects with
     # array operations; a cold pack counts lazily, in batches, as the selection reaches.
     clear_cache()
-    try:
-        cold = pack(df, budget, PackOptions(as_of=AS_OF))
-    except (BudgetError, PackError) as error:
-        scope = PackScope(df)
-        scope.count_tokens()
-        with pytest.raises(type(error)):
-            scope.pack(budget, PackOptions(as_of=AS_OF))
-        return
+    cold = pack(df, budget, PackOptions(as_of=AS_OF))
     scope = PackScope(df)
     scope.count_tokens()
     counted = scope.pack(budget, PackOptions(as_of=AS_OF))
@@ -212,6 +264,40 @@ def test_costs_counted_ahead_leave_the_pack_and_manifest_unchanged(
     assert again.manifest.to_json() == cold.manifest.to_json()
     entries = cold.manifest.to_polars()
     assert entries.filter(pl.col("decision") == "included")["tokens"].null_count() == 0
+    reached("counted ahead equals cold")
+
+
+@reaching(0.8)
+@settings(
+    max_examples=60,
+    deadline=None,
+    # Frames with no required item, or whose required items cost less than counted
+    # (expired ones), are rejected: about half the draws.
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(drawn=frames_and_budgets(budgets="short"))
+def test_a_pack_is_refused_as_the_reference_refuses_it(drawn: tuple[pl.DataFrame, int]) -> None:
+    df, budget = drawn
+    try:
+        expected: type[PackError] = PackError if reference_pack(df, budget) is None else type(None)
+    except BudgetError:
+        expected = BudgetError
+    clear_cache()
+    with pytest.raises(PackError) as cold:
+        pack(df, budget, PackOptions(as_of=AS_OF))
+    # The error exactly: a BudgetError where the required items do not fit, a PackError
+    # that is no BudgetError where a required item is in a group that cannot be packed.
+    assert type(cold.value) is expected
+    match = "required items need" if expected is BudgetError else "are in groups"
+    assert match in str(cold.value)
+    # A scope whose costs were counted ahead refuses with the same type and message.
+    scope = PackScope(df)
+    scope.count_tokens()
+    with pytest.raises(PackError) as counted:
+        scope.pack(budget, PackOptions(as_of=AS_OF))
+    assert (type(counted.value), str(counted.value)) == (type(cold.value), str(cold.value))
+    event(f"refused: {expected.__name__}")
+    reached("refused as the reference")
 
 
 def test_a_manifest_counts_the_items_whose_cost_was_compared_with_the_budget_left() -> None:

@@ -15,14 +15,15 @@ from polars.testing import assert_frame_equal
 
 from cognoxium import CognitionFrame, OptFlags
 from cognoxium.exceptions import PlanError
-from cognoxium.items.model import ContextItem
+from cognoxium.items.model import ContextItem, Retention, Sensitivity, Trust
 from cognoxium.retrieval.near_duplicates import (
     SHINGLE_BYTES,
     lsh_params,
     minhash_signatures,
     near_duplicate_labels,
 )
-from cognoxium.testing.strategies import MERGE_GOVERNED, items_strategy
+from cognoxium.testing.strategies import MERGE_GOVERNED, WORDS, items_strategy
+from tests.reach import reached, reaching
 
 AS_OF = datetime(2024, 2, 1, tzinfo=UTC)
 T0 = "2024-01-01T00:00:00Z"
@@ -261,8 +262,40 @@ def test_near_dedupe_reads_every_row_even_when_optimized() -> None:
     assert cf.select("id").collect().get_column("id").to_list() == ["forum-thread", "office"]
 
 
+@st.composite
+def items_with_copies(draw: st.DrawFn) -> list[ContextItem]:
+    """Drawn items and 1 to 3 copies of some of them, with other ids and governance fields.
+
+    A copy has the payload of its original, a text with words (a duplicate for
+    the dedupe), and
+    its own trust, sensitivity, retention and priority, so that merges decide
+    between different values.
+    """
+    items = draw(items_strategy(min_size=1, max_size=8))
+    # The dedupe merges texts that have words: copies are made of such items.
+    texts = [item for item in items if item.payload.kind == "text" and item.payload.text]
+    if not texts:
+        words = draw(st.lists(st.sampled_from(WORDS), min_size=2, max_size=5))
+        text = {"kind": "text", "text": " ".join(words)}
+        fields = items[0].model_dump(exclude={"content_hash"}) | {"id": "t", "payload": text}
+        texts = [ContextItem.model_validate(fields)]
+        items.append(texts[0])
+    originals = draw(st.lists(st.sampled_from(texts), min_size=1, max_size=3))
+    for k, original in enumerate(originals):
+        copy = original.model_dump() | {
+            "id": f"copy{k}",
+            "trust": draw(st.sampled_from(list(Trust))),
+            "sensitivity": draw(st.sampled_from(list(Sensitivity))),
+            "retention": draw(st.sampled_from(list(Retention))),
+            "priority": draw(st.integers(-2, 3)),
+        }
+        items.insert(draw(st.integers(0, len(items))), ContextItem.model_validate(copy))
+    return items
+
+
+@reaching(0.8, label="merged")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(items=items_strategy(max_size=10), seed=st.randoms(use_true_random=False))
+@given(items=items_with_copies(), seed=st.randoms(use_true_random=False))
 def test_near_merges_are_conservative_and_order_independent(
     items: list[ContextItem], seed: random.Random
 ) -> None:
@@ -278,6 +311,8 @@ def test_near_merges_are_conservative_and_order_independent(
         assert row["priority"] == members["priority"].max()
         if "untrusted" in members["trust"].cast(pl.String).to_list():
             assert row["trust"] == "untrusted"  # a trusted copy never raises trust
+        if row["merged_ids"]:
+            reached("merged")
 
 
 def test_templated_texts_in_large_buckets_still_join_one_group() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import StrategyError
@@ -19,6 +19,7 @@ from cognoxium.strategies import (
 )
 
 
+@settings(max_examples=100, deadline=None)  # no per-example time limit on a loaded machine
 @given(
     budget=st.integers(min_value=0, max_value=100_000),
     weights=st.lists(

@@ -85,18 +85,60 @@ def test_strategies_run_in_parallel(backends: Backends) -> None:
     assert [r.strategy_name for r in results] == ["one", "two"]
 
 
+class Overlap:
+    """Strategy calls that record when they start and end; the first waits for a second."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.second_started = threading.Event()
+        self._lock = threading.Lock()
+
+    def strategy(self, name: str) -> FakeStrategy:
+        overlap = self
+
+        class Logged(FakeStrategy):
+            def assemble(self, *args: object, **kwargs: object) -> list:  # type: ignore[override]
+                with overlap._lock:
+                    overlap.log.append(f"{name} start")
+                    first = len(overlap.log) == 1
+                if first:
+                    # A second call running at once sets the event at its start; run
+                    # alone, this waits its full (generous) bound and ends.
+                    overlap.second_started.wait(timeout=1.0)
+                else:
+                    overlap.second_started.set()
+                with overlap._lock:
+                    overlap.log.append(f"{name} end")
+                return []
+
+        return Logged(name)
+
+
 def test_max_workers_bounds_concurrency(backends: Backends) -> None:
-    barrier = threading.Barrier(2, timeout=0.3)
-    pair = [(FakeStrategy("one", barrier=barrier), 10), (FakeStrategy("two", barrier=barrier), 10)]
+    overlap = Overlap()
+    pair = [(overlap.strategy("one"), 10), (overlap.strategy("two"), 10)]
     executor = StrategyExecutor(defaults=StrategySettings(max_workers=1))
     results = executor.execute(REQUEST, backends, pair)
-    assert all("BrokenBarrierError" in r.errors[0] for r in results)
+    assert [r.errors for r in results] == [(), ()]
+    # One worker: the second call starts only after the first ended.
+    assert overlap.log == ["one start", "one end", "two start", "two end"]
+
+
+def test_two_workers_run_two_calls_at_once(backends: Backends) -> None:
+    # The same strategies with two workers overlap: the check above can fail.
+    overlap = Overlap()
+    pair = [(overlap.strategy("one"), 10), (overlap.strategy("two"), 10)]
+    executor = StrategyExecutor(defaults=StrategySettings(max_workers=2))
+    executor.execute(REQUEST, backends, pair)
+    assert sorted(overlap.log[:2]) == ["one start", "two start"]
 
 
 def test_a_hung_strategy_times_out(backends: Backends, release: threading.Event) -> None:
     hung = FakeStrategy("hung", release=release)
     quick = FakeStrategy("quick", fragments=[make_fragment("a", 1.0)])
-    executor = StrategyExecutor(defaults=StrategySettings(timeout_seconds=0.2))
+    # Only the hung strategy has the short timeout: it never returns, so it times out
+    # whatever the machine's load; the quick one keeps the default 30 s.
+    executor = StrategyExecutor(settings={"hung": StrategySettings(timeout_seconds=0.2)})
     hung_result, quick_result = executor.execute(REQUEST, backends, [(hung, 10), (quick, 10)])
     assert hung_result.errors == (
         "timeout: 'hung' did not finish within 0.2 s; its call was abandoned",
