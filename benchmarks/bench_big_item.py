@@ -46,16 +46,17 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cognoxium.retrieval.embeddings import MAX_READ_CHARS
+from processes import measured
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,18 +66,6 @@ QUERY = "firmware update failed error E-417"
 BUDGET = 1024
 TARGET_S = 30.0
 TARGET_MB = 2048.0
-
-WRAPPER = """
-import json, resource, subprocess, sys, time
-start = time.perf_counter()
-done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-wall = time.perf_counter() - start
-used = resource.getrusage(resource.RUSAGE_CHILDREN)
-if done.returncode:
-    sys.exit(f"{sys.argv[1:]} exited with {done.returncode}: {done.stderr}")
-print(json.dumps({"wall_s": wall, "cpu_s": used.ru_utime + used.ru_stime,
-                  "peak_mb": used.ru_maxrss / 1024}))
-"""
 
 RANK_ONLY = """
 import sys
@@ -135,19 +124,6 @@ def write_inputs(folder: Path, megabytes: float) -> dict[str, Path]:
     return paths
 
 
-def run(command: list[str], env: dict[str, str]) -> dict[str, float]:
-    """One run of ``command`` in a fresh process: wall and CPU seconds, peak MB."""
-    done = subprocess.run(
-        [sys.executable, "-c", WRAPPER, *command],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    figures: dict[str, float] = json.loads(done.stdout)
-    return figures
-
-
 def measure(megabytes: float, repeats: int, work: Path) -> dict[str, Any]:
     """Every run ``repeats`` times, taking turns; the medians and the ratios."""
     paths = write_inputs(work, megabytes)
@@ -170,7 +146,7 @@ def measure(megabytes: float, repeats: int, work: Path) -> dict[str, Any]:
         for name in order if k % 2 == 0 else order[::-1]:
             with tempfile.TemporaryDirectory(dir=work) as cache:
                 env = {**os.environ, "COGNOXIUM_CACHE_DIR": cache}
-                runs[name].append(run(commands[name], env))
+                runs[name].append(asdict(measured(commands[name], env=env)))
             print(name, json.dumps(runs[name][-1]), flush=True)
     figures: dict[str, dict[str, Any]] = {
         name: {

@@ -50,17 +50,16 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from processes import measured
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -79,19 +78,12 @@ def command(out: Path, *extra: str) -> list[str]:
     return [*head, "--as-of", AS_OF, "--quiet", *extra]
 
 
-def _children_cpu_s() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def run_once(args: list[str], cache: Path) -> tuple[float, float]:
     """Wall-clock and CPU seconds of ``args`` in a new process over the cache ``cache``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["COGNOXIUM_CACHE_DIR"] = str(cache)
-    cpu = _children_cpu_s()
-    start = time.perf_counter()
-    subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start, _children_cpu_s() - cpu
+    run = measured(args, env=env)
+    return run.wall_s, run.cpu_s
 
 
 def cached_rows(cache: Path) -> tuple[int, int]:

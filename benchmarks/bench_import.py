@@ -36,14 +36,14 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from processes import measured
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FLOOR_IMPORT = "import polars, pyarrow, numpy, pydantic, sqlglot"
@@ -73,17 +73,10 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def _children_cpu_s() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def run_once(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall-clock and CPU (user + system) seconds of one run of ``command`` in a fresh process."""
-    cpu = _children_cpu_s()
-    start = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start, _children_cpu_s() - cpu
+    run = measured(command, env=env)
+    return run.wall_s, run.cpu_s
 
 
 def modules_loaded(statement: str, env: dict[str, str]) -> int:

@@ -54,10 +54,8 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,6 +66,7 @@ import Stemmer
 
 from bench_batch import FloorScope, cl100k_base, floor_request, floor_scope
 from bench_ray import BUDGET, make_requests, make_store
+from processes import measured
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
@@ -155,9 +154,7 @@ def _cognoxium(store: Path, requests: Path, out: Path, workers: int | None) -> l
 
 def timed(command: list[str]) -> float:
     """Seconds of one whole process; raises if it fails."""
-    t0 = time.perf_counter()
-    subprocess.run(command, check=True, cwd=HERE)
-    return time.perf_counter() - t0
+    return measured(command, cwd=HERE).wall_s
 
 
 def same_parts(first: Path, second: Path) -> bool:
