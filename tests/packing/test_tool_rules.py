@@ -95,10 +95,12 @@ def assert_renders_valid(result: ContextPack) -> None:
     validate_anthropic_messages(request)
     try:
         from anthropic.types import MessageParam
+        from openai.types.chat import ChatCompletionMessageParam
         from pydantic import TypeAdapter
-    except ImportError:  # pragma: no cover - the dev environment has the SDK
+    except ImportError:  # pragma: no cover - the dev environment has both SDKs
         return
     TypeAdapter(list[MessageParam]).validate_python(copy.deepcopy(request["messages"]))
+    TypeAdapter(list[ChatCompletionMessageParam]).validate_python(result.to_openai())
 
 
 # The five classes of fault, as the rows of a history (grouped as the importers group).
