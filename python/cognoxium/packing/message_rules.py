@@ -48,6 +48,7 @@ __all__ = [
     "Fault",
     "anthropic_faults",
     "openai_faults",
+    "tool_call_faults",
     "validate_anthropic_messages",
     "validate_openai_messages",
 ]
@@ -131,6 +132,13 @@ def tool_call_faults(
     -------
     list of Fault
         In message order (by ``index``).
+
+    Examples
+    --------
+    >>> faults = tool_call_faults(
+    ...     ["user", "assistant", "tool", "tool"], {1: ["c1"]}, {2: "c1", 3: "c1"})
+    >>> [(f.index, f.rule, f.left_out) for f in faults]
+    [(3, 'tool_result_duplicate', (3,))]
     """
     faults: list[Fault] = []
     answered: dict[str, int] = {}  # call id -> the message answering it

@@ -735,7 +735,7 @@ class PackScope:
 
     @cached_property
     def _tool_rows(self) -> bool:
-        """Some row is sent as a tool result (only then can a pack break a tool exchange)."""
+        """Some row is sent as a tool result."""
         return bool((self._rendering.chat.role == "tool").any())
 
     def entries(self, outcomes: Sequence[PackOutcome]) -> pl.DataFrame:
