@@ -40,6 +40,7 @@ def test_every_error_class_has_a_registered_default_code() -> None:
         "ConfigError": "config.invalid",
         "ContractError": "contract.broken",
         "DependencyError": "dependency.missing",
+        "MessageError": "messages.invalid",
         "ModelError": "model.unavailable",
         "OutputError": "output.invalid",
         "PackError": "pack.invalid",
@@ -151,9 +152,15 @@ def test_an_overflow_under_a_reserve_names_the_reserve() -> None:
 def _example(cls: type[CognoxiumError]) -> CognoxiumError:
     """An instance of ``cls`` with every keyword its constructor requires."""
     required = {
-        name: {"costs": {"a": 9}, "budget": 5, "predicate": "a = 1", "path": "out", "outcomes": []}[
-            name
-        ]
+        name: {
+            "costs": {"a": 9},
+            "budget": 5,
+            "predicate": "a = 1",
+            "path": "out",
+            "outcomes": [],
+            "index": 0,
+            "rule": "tool_call_unanswered",
+        }[name]
         for name, p in inspect.signature(cls).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
     }

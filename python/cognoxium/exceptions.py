@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "ContractError",
     "DependencyError",
+    "MessageError",
     "ModelError",
     "OutputError",
     "PackError",
@@ -54,6 +55,7 @@ ERROR_CODES: dict[str, str] = {
     "error": "an error of Cognoxium without a more specific code",
     "file.unreadable": "an input file is missing, unreadable or not UTF-8 text",
     "file.unwritable": "an output file or directory cannot be written",
+    "messages.invalid": "chat messages break a documented rule of the API they are sent to",
     "model.unavailable": "an embedding model is unknown, not installed or not as published",
     "note.unknown": "a note id is not in the memory backend",
     "output.invalid": "an output directory cannot be committed",
@@ -431,6 +433,48 @@ class StrategyError(CognoxiumError, ValueError):
     """
 
     default_code: ClassVar[str] = "strategy.invalid"
+
+
+class MessageError(CognoxiumError, ValueError):
+    """Chat messages break a documented rule of the API they are sent to.
+
+    Raised by the validators of :mod:`cognoxium.formats` and by a pack with
+    ``tool_errors="error"``; the message says which rule and what to do.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    index
+        The 0-based index of the message at fault (in the request's
+        ``messages``, or in the pack), or ``None`` for the request as a whole.
+    rule
+        The rule broken: a key of
+        :data:`cognoxium.packing.message_rules.MESSAGE_RULES`.
+    params
+        Further structured values (the item ``id``, its input ``row``);
+        ``index`` and ``rule`` are always added.
+
+    Examples
+    --------
+    >>> error = MessageError("no result", index=2, rule="tool_call_unanswered")
+    >>> error.code, error.index, error.rule, error.params
+    ('messages.invalid', 2, 'tool_call_unanswered', {'index': 2, 'rule': 'tool_call_unanswered'})
+    """
+
+    default_code: ClassVar[str] = "messages.invalid"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None,
+        rule: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.index = index
+        self.rule = rule
+        super().__init__(message, params={**(params or {}), "index": index, "rule": rule})
 
 
 class RankError(CognoxiumError, ValueError):

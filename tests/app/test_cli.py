@@ -1036,6 +1036,29 @@ def test_pack_turns_and_start_on_user(tmp_path: Path) -> None:
     assert all(a != b for a, b in zip(*settings, strict=True))  # the options are fingerprinted
 
 
+def test_pack_for_anthropic_starts_every_pack_on_a_user_message(tmp_path: Path) -> None:
+    out = tmp_path / "anthropic"
+    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
+    args += ("--target", "anthropic", "--tool-errors", "error")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_OK, stderr
+    roles = {
+        item["id"]: item["role"]
+        for item in map(json.loads, (SAMPLE / "items.jsonl").read_text().splitlines())
+    }
+    for line in records(out):
+        rest = [roles[i] for i in line["ids"] if roles[i] not in ("system", "developer")]
+        assert not rest or rest[0] in ("user", "document", "memory"), line
+
+
+@pytest.mark.parametrize("flag", ["--tool-errors", "--target"])
+def test_pack_bad_tool_errors_or_target_is_a_usage_error(tmp_path: Path, flag: str) -> None:
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, flag, "ignore")
+    code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)
+    assert code == EXIT_USAGE
+    assert flag in stderr
+
+
 def test_pack_bad_start_on_is_a_usage_error(tmp_path: Path) -> None:
     args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--start-on", "human")
     code, _, stderr = pack(str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl"), *args)

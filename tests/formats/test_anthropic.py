@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cognoxium.exceptions import PackError, RecordError
+from cognoxium.exceptions import RecordError
 from cognoxium.formats.anthropic import (
     anthropic_messages_to_items,
     from_anthropic_messages,
     to_anthropic_messages,
+    validate_anthropic_messages,
 )
 from cognoxium.formats.openai import from_openai_messages, openai_messages_to_items
 from cognoxium.items.convert import items_to_frame
@@ -115,8 +116,12 @@ def test_anthropic_round_trip_through_a_pack() -> None:
 
 def test_to_anthropic_messages_of_a_frame_opening_with_an_assistant_turn() -> None:
     cf = from_anthropic_messages(ANTHROPIC[1:5], system="Be brief.", conversation_id="c")
-    with pytest.raises(PackError, match="item 'c:1' is an assistant message"):
-        to_anthropic_messages(cf)
+    default = to_anthropic_messages(cf)
+    assert default["messages"][0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "(earlier messages omitted)"}],
+    }
+    assert default["messages"][1:] == ANTHROPIC[1:5]
     request = to_anthropic_messages(cf, placeholder="(earlier turns omitted)")
     assert request == {
         "system": "Be brief.",
@@ -349,14 +354,14 @@ CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "k", "name":
                 user({"type": "text", "text": "go"}),
                 CALL,
                 user(
-                    {"type": "text", "text": "x"},
                     {"type": "tool_result", "tool_use_id": "k", "content": "1"},
                     {"type": "tool_result", "tool_use_id": "k", "content": "2"},
+                    {"type": "text", "text": "x"},
                 ),
             ],
             None,
             2,
-            "content[2].tool_use_id",
+            "content[1].tool_use_id",
             "already answered",
         ),
         (
@@ -496,7 +501,8 @@ def test_every_pack_renders_a_well_formed_anthropic_request(
         assert set(results) <= calls
     sent = [m for m in result.messages if m["role"] != "system"]
     blocks = [b for turn in turns for b in turn["content"]]
-    placeholder = int(bool(turns) and sent[0]["role"] == "assistant")
+    placeholder = int(not sent or sent[0]["role"] == "assistant")
+    validate_anthropic_messages(request)
     calls = sum(len(m.get("tool_calls") or ()) for m in sent)
     texts = sum(1 for m in sent if m["content"])  # every non-empty content is one text block
     assert len(blocks) == placeholder + calls + texts

@@ -27,7 +27,7 @@ import tiktoken
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from cognoxium.exceptions import PackError, RecordError
+from cognoxium.exceptions import MessageError, RecordError
 from cognoxium.formats.openai import (
     from_openai_messages,
     openai_messages_to_items,
@@ -151,17 +151,20 @@ def test_a_tool_call_is_costed_with_its_id_function_name_and_arguments() -> None
     assert len(enc.encode_ordinary(FLIGHT_ARGUMENTS)) == 76
     assert len(enc.encode_ordinary("call_7f3a")) == 6
     assert len(enc.encode_ordinary("search_flights")) == 3
-    cf = from_openai_messages([CALL_WITH_TEXT], conversation_id="c", start=START)
+    answer = {"role": "tool", "tool_call_id": "call_7f3a", "content": "2 flights"}
+    # The result: framing 3 + role 1 + content 2 + tool call id 6.
+    assert CL100K.message_tokens(answer) == 12
+    cf = from_openai_messages([CALL_WITH_TEXT, answer], conversation_id="c", start=START)
     result = cf.pack(1000, as_of=AS_OF)
     # Before: 29 (reply priming 3 + framing 4 + text 22), the call sent but not costed.
-    # Now: 29 + id 6 + function name 3 + arguments 76.
-    assert result.used_tokens == 114
-    assert entry_tokens(result) == [111]
-    assert result.messages == [CALL_WITH_TEXT]
-    # Whatever does not fit the whole message is not sent.
-    tight = cf.pack(113, as_of=AS_OF)
+    # Now: 29 + id 6 + function name 3 + arguments 76, and the result's 12.
+    assert result.used_tokens == 114 + 12
+    assert entry_tokens(result) == [111, 12]
+    assert result.messages == [CALL_WITH_TEXT, answer]
+    # Whatever does not fit the whole exchange is not sent.
+    tight = cf.pack(113 + 12, as_of=AS_OF)
     assert (tight.ids, tight.used_tokens) == ([], 0)
-    assert tight.manifest.entries[0].reason == "over_budget"
+    assert tight.manifest.entries[0].reason == "group_over_budget"
 
 
 NAMED = [
@@ -231,7 +234,7 @@ def test_tool_output_without_a_call_id_is_sent_as_a_user_message() -> None:
     assert result.used_tokens == cookbook_tokens(result.messages, CL100K.encoding)
 
 
-def test_a_result_whose_call_is_not_packed_is_a_pack_error() -> None:
+def test_a_result_whose_call_is_not_packed_is_left_out_or_an_error() -> None:
     call = {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     items = [
         ContextItem(
@@ -246,8 +249,12 @@ def test_a_result_whose_call_is_not_packed_is_a_pack_error() -> None:
             id="result", role="tool", text="ok", created_at=START, metadata={"tool_call_id": "c9"}
         ),
     ]
-    with pytest.raises(PackError, match=r"item 'result' \(row 1\).*'c9'.*group_id"):
-        pack(items_to_frame(items), 100, PackOptions(as_of=AS_OF))
+    df = items_to_frame(items)
+    with pytest.raises(MessageError, match=r"item 'result', row 1\).*'c9'.*group_id"):
+        pack(df, 100, PackOptions(as_of=AS_OF, tool_errors="error"))
+    repaired = pack(df, 100, PackOptions(as_of=AS_OF))
+    assert repaired.ids == []
+    assert [e.reason for e in repaired.manifest.entries] == ["expired", "tool_result_orphan"]
 
 
 def test_a_malformed_tool_call_names_the_row_and_field() -> None:
@@ -441,5 +448,6 @@ def test_used_tokens_are_the_cookbook_count_of_what_the_pack_sends(
     if policy is None:
         positions = result.manifest.to_polars().filter(pl.col("decision") == "included")
         assert result.messages == [sent[i] for i in positions["position"].to_list()]
-        if budget >= everything:
+        repaired = any(r.startswith("tool_") for r in result.manifest.totals.by_reason)
+        if budget >= everything and not repaired:
             assert result.used_tokens == everything

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cognoxium import ContextPack, Renderer
-from cognoxium.exceptions import PackError, RecordError
+from cognoxium.exceptions import RecordError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.convert import items_to_frame
@@ -247,7 +247,7 @@ def test_anthropic_leaves_out_a_message_with_nothing_to_send() -> None:
     }
 
 
-def test_anthropic_refuses_an_opening_assistant_turn_unless_given_a_placeholder() -> None:
+def test_anthropic_opens_with_a_user_message_before_an_opening_assistant_turn() -> None:
     result = chat_pack(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     )
@@ -255,8 +255,13 @@ def test_anthropic_refuses_an_opening_assistant_turn_unless_given_a_placeholder(
     opening = chat_pack(
         [{"role": "system", "content": "Be brief."}, {"role": "assistant", "content": "Hello!"}]
     )
-    with pytest.raises(PackError, match=r"item 'c:1' is an assistant message at the start"):
-        opening.to_anthropic()
+    assert opening.to_anthropic() == {
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "(earlier messages omitted)"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]},
+        ],
+    }
     assert opening.to_anthropic(placeholder="(earlier turns omitted)") == {
         "system": "Be brief.",
         "messages": [
@@ -343,7 +348,11 @@ def test_to_text_of_a_tool_only_call_and_an_empty_pack() -> None:
     assert text == "user:\ntime?\n\nassistant:\n-> call c2: clock({})\n\ntool [c2]:\n14:05"
     empty = from_openai_messages(messages).pack(0, as_of=AS_OF)
     assert empty.to_text() == ""
-    assert empty.to_anthropic() == {"messages": []}
+    assert empty.to_anthropic() == {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "(earlier messages omitted)"}]}
+        ]
+    }
 
 
 def test_json_payloads_render_as_canonical_json_in_every_renderer() -> None:

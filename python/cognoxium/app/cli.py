@@ -298,6 +298,20 @@ app = typer.Typer(
 )
 
 
+class ToolErrors(StrEnum):
+    """What a pack does with tool messages the chat APIs reject (see ``pack``)."""
+
+    REPAIR = "repair"
+    ERROR = "error"
+
+
+class Target(StrEnum):
+    """The API a pack is built for (see ``pack``)."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
 class StartOn(StrEnum):
     """Where a pack's conversation starts after its system block (see ``pack``)."""
 
@@ -731,6 +745,23 @@ def pack_command(
             "requests without their own start_on.",
         ),
     ] = None,
+    tool_errors: Annotated[
+        ToolErrors,
+        typer.Option(
+            help="Tool messages the chat APIs reject (a call without its result, a result "
+            "without its call or after another message, a call answered twice): 'repair' "
+            "leaves them out, each with its reason in the manifest; 'error' fails the "
+            "request (exit 2).",
+        ),
+    ] = ToolErrors.REPAIR,
+    target: Annotated[
+        Target,
+        typer.Option(
+            help="The API the packs are built for: 'anthropic' makes each pack a valid "
+            "Anthropic Messages request (it starts on a user message; an opening user "
+            "message it needs is counted).",
+        ),
+    ] = Target.OPENAI,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -792,6 +823,8 @@ def pack_command(
         overflow="truncate" if overflow is Overflow.TRUNCATE else "error",
         turns=turns,
         start_on="user" if start_on is StartOn.USER else None,
+        tool_errors=tool_errors.value,
+        target=target.value,
     )
     runner: Callable[..., Any]
     if engine is Engine.RAY:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
         anthropic_messages_to_items,
         from_anthropic_messages,
         to_anthropic_messages,
+        validate_anthropic_messages,
     )
     from cognoxium.formats.interop import (
         EXTRAS,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         openai_messages_to_items,
         read_openai_jsonl,
         to_openai_messages,
+        validate_openai_messages,
     )
 else:
     __getattr__, __dir__ = lazy_exports(
@@ -39,6 +41,7 @@ else:
                 "anthropic_messages_to_items",
                 "from_anthropic_messages",
                 "to_anthropic_messages",
+                "validate_anthropic_messages",
             ],
             "cognoxium.formats.interop": [
                 "EXTRAS",
@@ -57,6 +60,7 @@ else:
                 "openai_messages_to_items",
                 "read_openai_jsonl",
                 "to_openai_messages",
+                "validate_openai_messages",
             ],
         },
     )
@@ -79,4 +83,6 @@ __all__ = [
     "to_anthropic_messages",
     "to_langchain_messages",
     "to_openai_messages",
+    "validate_anthropic_messages",
+    "validate_openai_messages",
 ]

@@ -67,9 +67,15 @@ from cognoxium.formats.openai import MessageLocation, indexed_chat_items, to_ope
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem, Retention
 from cognoxium.packing._renderers import anthropic_request
+from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.packer import ContextPack
 
-__all__ = ["anthropic_messages_to_items", "from_anthropic_messages", "to_anthropic_messages"]
+__all__ = [
+    "anthropic_messages_to_items",
+    "from_anthropic_messages",
+    "to_anthropic_messages",
+    "validate_anthropic_messages",
+]
 
 _ROLES = ("user", "assistant")
 _BLOCK_KEYS: dict[str, frozenset[str]] = {
@@ -319,8 +325,12 @@ def anthropic_messages_to_items(
         (``content[1].input``, ``content[0].tool_use_id``, ``system[0].text``).
         Raised for an unknown role or block type, a ``tool_use`` whose input
         is not an object, a ``tool_result`` whose call no earlier
-        ``tool_use`` made or that an earlier result answered, and a repeated
-        call id.
+        ``tool_use`` made, that an earlier result answered, or that is not
+        in the message right after its ``tool_use`` (before any text of
+        that message), and a repeated call id. A ``tool_use`` without its
+        result is accepted: an agent loop's last call waits for it (a pack
+        leaves it out, see ``tool_errors`` in
+        :class:`~cognoxium.packing.options.PackOptions`).
 
     Examples
     --------
@@ -404,8 +414,9 @@ def to_anthropic_messages(
         ``pack.to_anthropic()``), a :class:`CognitionFrame` (run first) or a
         Polars frame with the item columns.
     placeholder
-        The text of a user message put first when the items would start with
-        an assistant turn; None raises instead.
+        The text of the user message put first when the items would start
+        with an assistant turn or send no message; ``None``: ``"(earlier
+        messages omitted)"``.
 
     Returns
     -------
@@ -418,9 +429,6 @@ def to_anthropic_messages(
 
     Raises
     ------
-    PackError
-        If the first non-system message is an assistant message and no
-        ``placeholder`` is given.
     RecordError, SchemaError
         As :func:`~cognoxium.formats.openai.to_openai_messages` raises them,
         and if a tool call's arguments are not a JSON object.
@@ -429,4 +437,4 @@ def to_anthropic_messages(
         return data.to_anthropic(placeholder=placeholder)
     frame = data.collect() if isinstance(data, CognitionFrame) else data
     messages = to_openai_messages(frame)
-    return anthropic_request(messages, frame.get_column("id").to_list(), placeholder=placeholder)
+    return anthropic_request(messages, placeholder=placeholder)

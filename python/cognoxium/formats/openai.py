@@ -56,16 +56,19 @@ trust, sensitivity, priority
     trusted is the application's assertion, not the converter's. Set them on
     the frame, for example with ``with_columns``.
 
-Tool calls are checked: every call needs a unique ``id``, ``type``
-``"function"`` and ``function`` ``{"name": str, "arguments": str}``
+Tool calls are checked against the rules of the chat APIs (see
+:mod:`cognoxium.packing.message_rules`): every call needs a unique ``id``,
+``type`` ``"function"`` and ``function`` ``{"name": str, "arguments": str}``
 (``arguments`` is kept verbatim, even when it is not valid JSON, as models
-produce it); a tool result must answer a call that an earlier assistant
-message declared and that no earlier result answered. A declared call
-*without* a result is allowed: logs of agent loops end with a call whose
-result is not back yet. Its group then holds the call and whichever results
-exist; the Chat Completions API rejects an assistant message with tool calls
-that is not followed by a result for each of them, so send such a pack only
-after appending the missing results.
+produce it); a tool result must answer a call of the assistant message right
+before its run of tool messages (no other message between them, rule
+``tool_result_orphan``) that no earlier result answered (rule
+``tool_result_duplicate``). A declared call *without* a result is allowed:
+logs of agent loops end with a call whose result is not back yet. Its group
+then holds the call and whichever results exist; the APIs reject such a call
+(rule ``tool_call_unanswered``), so a pack leaves it out with its partial
+results (``tool_errors="repair"``, the default) or raises
+(``tool_errors="error"``); append the missing results to send it.
 
 Keys that SDK response objects carry with empty values (``refusal``,
 ``audio``, ``function_call``, ``annotations``: null or empty) are accepted and
@@ -124,6 +127,7 @@ from cognoxium.items.model import (
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import complete_valid_columns, conform
 from cognoxium.packing._messages import chat_columns, check_tool_results
+from cognoxium.packing.message_rules import validate_openai_messages
 from cognoxium.packing.packer import ContextPack
 
 if TYPE_CHECKING:
@@ -138,6 +142,7 @@ __all__ = [
     "openai_messages_to_items",
     "read_openai_jsonl",
     "to_openai_messages",
+    "validate_openai_messages",
 ]
 
 CHAT_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -322,10 +327,23 @@ def _tool_calls(value: Any, index: int, where: MessageLocation) -> list[dict[str
 
 @dataclass
 class _CallLedger:
-    """A conversation's tool calls so far: the group declaring each, the result answering it."""
+    """A conversation's tool calls so far: the group declaring each, the result answering it.
+
+    ``waiting`` holds the calls whose results may come next: those of the
+    last assistant message, while only tool messages have followed it;
+    ``closed_by`` is the message that ended that run (its index and role).
+    """
 
     group_of: dict[str, str] = field(default_factory=dict)  # call id -> group id
+    made_at: dict[str, int] = field(default_factory=dict)  # call id -> index of its message
     answered: dict[str, int] = field(default_factory=dict)  # call id -> index of its result
+    waiting: frozenset[str] = frozenset()
+    closed_by: tuple[int, str] | None = None
+
+    def close(self, index: int, role: str) -> None:
+        """Message ``index`` of ``role`` is not a result: no earlier call is answered after it."""
+        if self.waiting:
+            self.waiting, self.closed_by = frozenset(), (index, role)
 
 
 def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> datetime:
@@ -389,7 +407,11 @@ def _assistant_payload(
             )
     if calls:
         ledger.group_of.update(dict.fromkeys((c["id"] for c in calls), group_id))
+        ledger.made_at.update(dict.fromkeys((c["id"] for c in calls), index))
+        ledger.waiting, ledger.closed_by = frozenset(c["id"] for c in calls), (index, "assistant")
         metadata["tool_call_ids"] = [c["id"] for c in calls]
+    else:
+        ledger.close(index, "assistant")
     if calls and not text:
         return "json", {"tool_calls": calls}, group_id
     if text is None:
@@ -411,14 +433,27 @@ def _tool_result_group(
             index,
             "tool_call_id",
             f"tool result for call {call_id!r}, which no earlier assistant message "
-            "declared in its tool_calls; put the assistant message with that call "
-            "before its result",
+            "declared in its tool_calls (rule tool_result_orphan); put the assistant "
+            "message with that call right before its result",
         )
     if call_id in ledger.answered:
         raise where.error(
             index,
             "tool_call_id",
-            f"call {call_id!r} was already answered by message {ledger.answered[call_id]}",
+            f"call {call_id!r} was already answered by message {ledger.answered[call_id]} "
+            "(rule tool_result_duplicate: a tool call is answered once)",
+        )
+    if call_id not in ledger.waiting:
+        made = ledger.made_at[call_id]
+        after, role = ledger.closed_by or (made, "assistant")
+        between = f"message {after} ({role})"
+        raise where.error(
+            index,
+            "tool_call_id",
+            f"tool result for call {call_id!r} of message {made} comes after {between}; the "
+            "chat APIs take a call's results only right after the assistant message that "
+            "makes it (rule tool_result_orphan): move the result up, or the other message "
+            "after it",
         )
     ledger.answered[call_id] = index
     return call_id, ledger.group_of[call_id]
@@ -458,6 +493,8 @@ def _message_content(
 ) -> list[_Part]:
     """Check one message; return its items (one, or one per part for a user message with images)."""
     role = _message_role(message, index, where)
+    if role not in ("assistant", "tool"):
+        ledger.close(index, role.value)
     name = message.get("name")
     item_id = f"{prefix}:{index}"
     segments = _segments_of(message.get("content"), index, where, images=role == "user")
@@ -945,9 +982,11 @@ def openai_messages_to_items(
         ``field`` the offending key (``role``, ``content[1].type``,
         ``tool_calls[0].function.arguments``, ``tool_call_id``, ...). Raised
         for an unknown role, a tool result whose ``tool_call_id`` no earlier
-        assistant message declared (or that an earlier result answered), a
-        repeated call id, a naive ``start``, an empty ``conversation_id`` and
-        a ``system_retention`` that is not a retention tier.
+        assistant message declared, that an earlier result answered, or
+        that comes after another message than its call's assistant message
+        and results (the error names the rule), a repeated call id, a naive
+        ``start``, an empty ``conversation_id`` and a ``system_retention``
+        that is not a retention tier.
 
     Examples
     --------

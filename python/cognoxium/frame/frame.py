@@ -77,7 +77,7 @@ from cognoxium.items.validation import conform
 if TYPE_CHECKING:
     from cognoxium.governance.policies import Policy
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
-    from cognoxium.packing.options import Overflow, PackOptions, StartOn
+    from cognoxium.packing.options import Overflow, PackOptions, StartOn, Target, ToolErrors
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
 
@@ -1622,6 +1622,8 @@ class CognitionFrame:
         overflow: Overflow | None = None,
         turns: bool | None = None,
         start_on: StartOn | None = None,
+        tool_errors: ToolErrors | None = None,
+        target: Target | None = None,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
 
@@ -1655,14 +1657,18 @@ class CognitionFrame:
         policy
             Policies checked over the candidates (see
             :func:`~cognoxium.packing.packer.pack`).
-        profile, as_of, reserve, overflow, turns, start_on
+        profile, as_of, reserve, overflow, turns, start_on, tool_errors, target
             Options in place of those of ``options`` when not ``None``: the
             token profile (a name or a TokenProfile), the UTC time validity
             is evaluated at (give it for reproducible manifests), the tokens
             of the budget kept for the reply, ``"error"`` or ``"truncate"``
             when the required items alone exceed ``budget - reserve``, whole
-            turns as packing units, and ``"user"`` to start on a user
-            message (see :class:`~cognoxium.packing.options.PackOptions`).
+            turns as packing units, ``"user"`` to start on a user message,
+            ``"repair"`` (the default: leave out tool messages the chat APIs
+            reject, each with its reason) or ``"error"`` (raise
+            :class:`~cognoxium.exceptions.MessageError`), and the API the
+            pack is built for, ``"openai"`` or ``"anthropic"`` (see
+            :class:`~cognoxium.packing.options.PackOptions`).
 
         Raises
         ------
@@ -1677,7 +1683,7 @@ class CognitionFrame:
             and a row is not a valid item, checked as the readers check
             (:func:`~cognoxium.items.validation.check_items`; a NaN rank is read
             as unranked), naming its 0-based row and the field.
-        PackError, BudgetError, PolicyError
+        PackError, BudgetError, PolicyError, MessageError
             As :func:`~cognoxium.packing.packer.pack`.
 
         Examples
@@ -1705,6 +1711,8 @@ class CognitionFrame:
             overflow=overflow,
             turns=turns,
             start_on=start_on,
+            tool_errors=tool_errors,
+            target=target,
         )
         return pack_plan(self._plan, budget, given, label=label, policy=policy)
 

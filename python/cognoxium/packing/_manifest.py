@@ -473,6 +473,8 @@ def _fingerprints(basis: ManifestBasis, call: PackCall, rank: pl.Series) -> dict
             call.options.overflow,
             call.options.turns,
             call.options.start_on,
+            call.options.tool_errors,
+            call.options.target,
         ),
         "profile": call.profile.fingerprint,
         "input": basis.hasher.digest(rank),
@@ -489,6 +491,8 @@ def _settings_fingerprint(
     overflow: str,
     turns: bool,
     start_on: str | None,
+    tool_errors: str = "repair",
+    target: str = "openai",
 ) -> str:
     """sha256 hex of a pack's settings (a pure function of its arguments, so remembered)."""
     settings: dict[str, Any] = {
@@ -507,6 +511,10 @@ def _settings_fingerprint(
         settings["turns"] = True
     if start_on is not None:
         settings["start_on"] = start_on
+    if tool_errors != "repair":
+        settings["tool_errors"] = tool_errors
+    if target != "openai":
+        settings["target"] = target
     return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
 
 

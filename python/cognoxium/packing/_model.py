@@ -74,6 +74,13 @@ class Reason(StrEnum):
     ``before_first_user``: with ``start_on="user"``, the item would have come
     after the system block and before the pack's first user message, so it
     was left out (see :func:`cognoxium.packing.packer.pack`).
+
+    ``tool_call_unanswered``, ``tool_result_orphan``,
+    ``tool_result_duplicate``: with ``tool_errors="repair"``, the item's
+    message would break that rule of the chat APIs (see
+    :mod:`cognoxium.packing.message_rules`), so it was left out: an
+    unanswered call with its partial results, an orphan or duplicate result
+    alone (with the other items of its packing unit, when it shares one).
     """
 
     REQUIRED = "required"
@@ -87,6 +94,9 @@ class Reason(StrEnum):
     OVER_BUDGET = "over_budget"
     GROUP_OVER_BUDGET = "group_over_budget"
     BEFORE_FIRST_USER = "before_first_user"
+    TOOL_CALL_UNANSWERED = "tool_call_unanswered"
+    TOOL_RESULT_ORPHAN = "tool_result_orphan"
+    TOOL_RESULT_DUPLICATE = "tool_result_duplicate"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on
@@ -210,7 +220,9 @@ class PackManifest(BaseModel):
 
     Every input item has one entry. ``used_tokens`` equals the sum of the
     included entries' ``tokens`` plus ``pack_overhead_tokens`` (the reply
-    priming of the chat format, paid once when the pack is not empty).
+    priming of the chat format, paid once when the pack is not empty, and
+    for a pack built for Anthropic that sends no message besides its system
+    block, the user message the rendering opens the request with).
     The canonical JSON (:meth:`to_json`) is byte-identical for the same
     ordered input, settings and token profile. ``reserve_tokens`` is the
     reply reserve: the items fit in ``budget - reserve_tokens`` and
@@ -558,25 +570,32 @@ class ContextPack:
           their blocks in order, so ``user`` and ``assistant`` alternate as
           the API requires; a tool call and its results thus become an
           ``assistant`` message of ``tool_use`` blocks followed by one
-          ``user`` message of ``tool_result`` blocks. (A call whose result
-          is not back yet is sent as it is; the API, like Chat Completions,
-          wants a result for every call: append it before sending.)
-        - The API requires the first message to be a ``user`` message. When
-          the pack's first non-system message is an assistant message (a
-          ranked pack of a chat log may drop the user turn before it),
-          nothing is invented unless asked: ``PackError`` is raised naming
-          that item. Keep the user turn in the pack (make it required, or
-          give the turn one ``group_id``), or pass ``placeholder``: a user
-          message of that text is then put first. The placeholder is not an
-          item of the pack, so it is not in the manifest nor in
-          ``used_tokens``.
+          ``user`` message of ``tool_result`` blocks.
+        - The API requires at least one message, the first a ``user``
+          message. When the pack's first non-system message is an assistant
+          message (a ranked pack of a chat log may drop the user turn before
+          it), or the pack sends no message besides its system block, a
+          user message of the ``placeholder`` text is put first (by default
+          :data:`~cognoxium.packing._renderers.OPENING`, ``"(earlier
+          messages omitted)"``), so the request is always one the API takes.
+          A pack built for Anthropic (``target="anthropic"``) starts on a
+          user message (units before it are dropped as with
+          ``start_on="user"``) and, when it sends no message besides its
+          system block, counts that opening message in ``used_tokens`` and
+          ``pack_overhead_tokens``; other packs do not count it.
+        - Tool calls keep the rules of the API when the pack keeps those of
+          Chat Completions (``tool_errors``, see
+          :class:`~cognoxium.packing.options.PackOptions`): the rendered
+          request passes
+          :func:`~cognoxium.packing.message_rules.validate_anthropic_messages`.
 
         Parameters
         ----------
         placeholder
             The text of the user message put first when the pack would start
-            with an assistant turn (for example ``"(earlier turns omitted)"``);
-            None (the default) raises instead.
+            with an assistant turn or send no message (for example
+            ``"(earlier turns omitted)"``); ``None`` (the default):
+            ``"(earlier messages omitted)"``.
 
         Returns
         -------
@@ -587,14 +606,10 @@ class ContextPack:
 
         Raises
         ------
-        PackError
-            If the first non-system message is an assistant message (the API
-            requires a user message first) and no ``placeholder`` is given;
-            it names the item.
         RecordError
             If a tool call's arguments are not a JSON object.
         """
-        return anthropic_request(self.messages, self.ids, placeholder=placeholder)
+        return anthropic_request(self.messages, placeholder=placeholder)
 
     def to_text(self) -> str:
         """The pack as a plain transcript, one block per message.

@@ -20,12 +20,15 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from cognoxium.exceptions import PackError, RecordError
+from cognoxium.exceptions import RecordError
 
 if TYPE_CHECKING:
     from cognoxium.packing._model import ContextPack
 
-__all__ = ["Renderer", "anthropic_request", "text_transcript"]
+__all__ = ["OPENING", "Renderer", "anthropic_request", "text_transcript"]
+
+OPENING = "(earlier messages omitted)"
+"""The text of the user message an Anthropic request opens with when the pack has none first."""
 
 RequestT_co = TypeVar("RequestT_co", covariant=True)
 
@@ -121,22 +124,14 @@ def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[s
     return role, blocks
 
 
-def _opening(placeholder: str | None, row: int, ids: Sequence[str] | None) -> dict[str, Any]:
-    """The user message put before an opening assistant turn, or PackError without one."""
-    if placeholder:
-        return {"role": "user", "content": [{"type": "text", "text": placeholder}]}
-    item = f"item {ids[row]!r}" if ids is not None else f"message {row}"
-    raise PackError(
-        f"{item} is an assistant message at the start of the conversation; the Anthropic "
-        "Messages API requires a user message first. Keep the user turn before it in the "
-        "pack (make it required, or give the turn one group_id), or give a placeholder "
-        "user text: to_anthropic(placeholder=...)"
-    )
+def _opening(placeholder: str | None) -> dict[str, Any]:
+    """The user message put first when a request would not start with one."""
+    text = placeholder or OPENING
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def anthropic_request(
     messages: Sequence[dict[str, Any]],
-    ids: Sequence[str] | None = None,
     *,
     placeholder: str | None = None,
 ) -> dict[str, Any]:
@@ -147,24 +142,20 @@ def anthropic_request(
     messages
         OpenAI Chat Completions messages, as :mod:`cognoxium.packing._messages`
         renders items, ``n`` of them.
-    ids
-        The ``n`` item ids of the messages, named in errors; row indices when
-        None.
     placeholder
-        The text of a user message put first when the first non-system
-        message is an assistant message; None raises instead.
+        The text of the user message put first when the request would start
+        with an assistant message or hold no message (the API needs a user
+        message first); ``None`` or ``""``: :data:`OPENING`.
 
     Returns
     -------
     dict
         ``{"system": str, "messages": [...]}`` (``system`` only when there
-        is a system or developer message).
+        is a system or developer message); ``messages`` starts with a user
+        message, alternates and is never empty.
 
     Raises
     ------
-    PackError
-        If the first non-system message is an assistant message and no
-        ``placeholder`` is given.
     RecordError
         If a tool call's arguments are not a JSON object (``row`` the
         message's index, ``field`` ``tool_calls[j].function.arguments``).
@@ -198,11 +189,13 @@ def anthropic_request(
         if not blocks:
             continue
         if not turns and role == "assistant":
-            turns.append(_opening(placeholder, row, ids))
+            turns.append(_opening(placeholder))
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
+    if not turns:
+        turns.append(_opening(placeholder))
     request: dict[str, Any] = {"system": "\n\n".join(system)} if system else {}
     request["messages"] = turns
     return request

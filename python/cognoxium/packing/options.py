@@ -26,9 +26,13 @@ __all__ = [
     "OPTION_NAMES",
     "OVERFLOW_MODES",
     "START_ON",
+    "TARGETS",
+    "TOOL_ERRORS",
     "Overflow",
     "PackOptions",
     "StartOn",
+    "Target",
+    "ToolErrors",
     "check_budget",
 ]
 
@@ -39,6 +43,14 @@ OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
 StartOn = Literal["user"]
 START_ON: tuple[StartOn, ...] = ("user",)
 """The values ``start_on`` takes besides ``None``."""
+
+ToolErrors = Literal["error", "repair"]
+TOOL_ERRORS: tuple[ToolErrors, ...] = ("error", "repair")
+"""What a pack does with tool messages the chat APIs would reject."""
+
+Target = Literal["openai", "anthropic"]
+TARGETS: tuple[Target, ...] = ("openai", "anthropic")
+"""The APIs a pack can be built for."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,14 +85,37 @@ class PackOptions:
     start_on
         ``"user"``: after the leading system block the pack starts on a
         message sent with the ``user`` role; ``None``: no such rule.
+    tool_errors
+        What the pack does with tool messages the chat APIs reject (the
+        rules of :mod:`cognoxium.packing.message_rules`: an assistant
+        message whose tool calls are not all answered by the tool messages
+        right after it, a result that answers no call of the message before
+        it, a call answered twice). ``"repair"`` (the default) leaves out
+        what cannot be sent, each item with the rule as its manifest reason:
+        an unanswered call goes with its partial results, an orphan or
+        duplicate result goes alone. A half-finished agent loop, whose last
+        call waits for its result, is the normal state of a history being
+        packed, and the pack then holds everything before that call.
+        ``"error"`` raises :class:`~cognoxium.exceptions.MessageError`
+        naming the message of the pack, its item and the rule.
+    target
+        The API the pack is built for. ``"openai"`` (the default): Chat
+        Completions messages. ``"anthropic"``: the pack renders as a valid
+        Anthropic Messages request (:meth:`ContextPack.to_anthropic
+        <cognoxium.packing.packer.ContextPack.to_anthropic>`): it starts on a
+        user message (as ``start_on="user"``) and, when it holds no user or
+        assistant message, the opening user message the rendering adds is
+        counted in ``used_tokens``.
 
     Raises
     ------
     PackError
         If ``reserve`` is not a whole number >= 0 (``bool`` is refused),
         ``overflow`` is not one of :data:`OVERFLOW_MODES`, ``turns`` is not a
-        bool, ``start_on`` is not ``None`` or one of :data:`START_ON`, or
-        ``as_of`` is not a ``datetime`` (ISO text included) or is naive.
+        bool, ``start_on`` is not ``None`` or one of :data:`START_ON`,
+        ``as_of`` is not a ``datetime`` (ISO text included) or is naive,
+        ``tool_errors`` is not one of :data:`TOOL_ERRORS` or ``target`` not
+        one of :data:`TARGETS`.
         The checks run in this order, so the same bad options always fail
         with the same error.
     ProfileError
@@ -106,6 +141,8 @@ class PackOptions:
     overflow: Overflow = "error"
     turns: bool = False
     start_on: StartOn | None = None
+    tool_errors: ToolErrors = "repair"
+    target: Target = "openai"
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -125,6 +162,13 @@ class PackOptions:
                 f"start_on must be None or one of {list(START_ON)}, got {self.start_on!r}; "
                 "'user' makes the pack start on a user message after its system block"
             )
+        if self.tool_errors not in TOOL_ERRORS:
+            raise PackError(
+                f"tool_errors must be one of {list(TOOL_ERRORS)}, got {self.tool_errors!r}; "
+                "'repair' leaves out tool messages the chat APIs reject, 'error' raises"
+            )
+        if self.target not in TARGETS:
+            raise PackError(f"target must be one of {list(TARGETS)}, got {self.target!r}")
         profile: str | TokenProfile = self.profile
         set_field = object.__setattr__
         set_field(self, "reserve", int(reserve))
@@ -136,7 +180,8 @@ class PackOptions:
         profile = getattr(self.profile, "name", self.profile)
         return (
             f"PackOptions(reserve={self.reserve}, profile={profile!r}, as_of={self.as_of!r}, "
-            f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r})"
+            f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r}, "
+            f"tool_errors={self.tool_errors!r}, target={self.target!r})"
         )
 
     def merged(self, **given: Any) -> PackOptions:

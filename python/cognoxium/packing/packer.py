@@ -47,7 +47,13 @@ question nor a question with part of its answer, so it never shows the model
 ``start_on="user"`` (``_conversation``) the pack, after its system block,
 starts on a user message: selected units before the first one are dropped
 (reason ``before_first_user``) and the freed tokens go to the next
-candidates.
+candidates. Tool messages keep the rules of the chat APIs (``_tool_rules``,
+``tool_errors``): with ``"repair"`` (the default) an unanswered call is left
+out with its partial results, and an orphan or duplicate result alone, each
+with the rule as its reason; with ``"error"`` the pack raises
+:class:`~cognoxium.exceptions.MessageError`. A pack built for Anthropic
+(``target="anthropic"``) starts on a user message and counts the user message
+its rendering opens with when it sends none.
 
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
@@ -59,6 +65,7 @@ manifest does not depend on how far ahead costs were counted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -86,7 +93,6 @@ from cognoxium.packing._manifest import (
     manifest_entries,
     manifest_header,
 )
-from cognoxium.packing._messages import check_tool_results
 from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
     ContextPack,
@@ -100,6 +106,7 @@ from cognoxium.packing._model import (
     TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
+from cognoxium.packing._renderers import OPENING
 from cognoxium.packing._selection import (
     Decisions,
     Queue,
@@ -107,6 +114,14 @@ from cognoxium.packing._selection import (
     ids_in_order,
     order_units,
     select_units,
+)
+from cognoxium.packing._tool_rules import (
+    SelectionCheck,
+    ToolRows,
+    detached,
+    leave_out,
+    packed_rows,
+    raise_first_fault,
 )
 from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
 from cognoxium.packing._units import Units, form_units
@@ -170,7 +185,13 @@ def pack(
         memory items stay units of their own), and ``start_on="user"``
         (after its system block the pack starts on a message sent with the
         ``user`` role; units before it are dropped with reason
-        ``before_first_user``). ``turns`` and ``start_on`` enter the
+        ``before_first_user``), ``tool_errors`` (``"repair"``: tool messages
+        the chat APIs reject are left out, reasons ``tool_call_unanswered``,
+        ``tool_result_orphan``, ``tool_result_duplicate``; ``"error"``:
+        :class:`~cognoxium.exceptions.MessageError`) and ``target``
+        (``"anthropic"``: the pack renders as a valid Anthropic request,
+        what the rendering adds counted). ``turns``, ``start_on``,
+        ``tool_errors="error"`` and ``target="anthropic"`` enter the
         settings fingerprint when set.
     label
         Free text recorded in the manifest (a request id, for example).
@@ -195,9 +216,10 @@ def pack(
     ------
     BudgetError
         If the required items alone exceed ``budget - reserve`` (with
-        ``overflow="truncate"``, even cut as far as allowed); it names their
-        ids and costs, and nothing is packed. Also if ``reserve`` is not a
-        whole number from 0 to ``budget``.
+        ``overflow="truncate"``, even cut as far as allowed; with
+        ``target="anthropic"`` and no user message, less the opening user
+        message); it names their ids and costs, and nothing is packed. Also
+        if ``reserve`` is not a whole number from 0 to ``budget``.
     PackError
         If ``budget`` is not a whole number from 0 to 2**63 - 1,
         ``overflow`` is unknown, ``turns`` is not a bool, ``start_on`` is not
@@ -206,9 +228,12 @@ def pack(
         two rows share an id, a required item is quarantined, a required
         item is in a group (or, with ``turns``, a turn) that cannot be
         packed, a required item would come before the first user message
-        under ``start_on="user"``, or a packed tool result answers a call
-        that no earlier packed message makes (give a call and its results
-        one ``group_id``).
+        under ``start_on="user"`` (or ``target="anthropic"``).
+    MessageError
+        With ``tool_errors="error"``, if a message of the pack would break a
+        tool rule of the chat APIs (a call not answered right after it, a
+        result without its call, a call answered twice); it names the
+        message's pack position, the item, its input row and the rule.
     RecordError
         If a ``content_hash`` is not the hash of its row's payload (see
         :func:`~cognoxium.items.hashing.check_content_hashes`), a truncation
@@ -415,10 +440,11 @@ class PackScope:
                 "cognoxium-basis", lambda: manifest_basis(df, review)
             )
         self._rows: dict[int, Exclusions] = {}
-        self._units: dict[bool, Units] = {}
-        self._groups: dict[tuple[int, bool], Exclusions] = {}
-        self._queues: dict[tuple[int, bool], Queue] = {}
-        self._known: dict[bool, KnownCosts] = {}
+        # Keyed by the shape of the units: (turns, tool rows of the input left out).
+        self._units: dict[tuple[bool, bool], Units] = {}
+        self._groups: dict[tuple[int, bool, bool], Exclusions] = {}
+        self._queues: dict[tuple[int, bool, bool], Queue] = {}
+        self._known: dict[tuple[bool, bool], KnownCosts] = {}
         self._row_tokens: np.ndarray | None = None
 
     @cached_property
@@ -474,7 +500,7 @@ class PackScope:
             return order_units(
                 self.df, rows, units, self._lowered, rank, self._id_order, costs.cost
             )
-        key = (self._validity_span(call.as_of), call.options.turns)
+        key = (self._validity_span(call.as_of), *self._shape(call))
         queue = self._queues.get(key)
         if queue is None:
             own = self.df.get_column("rank")
@@ -499,22 +525,51 @@ class PackScope:
                 self._groups.clear()
                 self._queues.clear()
             rows = self._rows[span] = find_exclusions(self.df, call.as_of, self.review)
-        units = self._units.get(call.options.turns)
+        shape = self._shape(call)
+        codes = self._tool_codes if shape[1] else None
+        units = self._units.get(shape)
         if units is None:
-            units = self._units[call.options.turns] = form_units(
-                self.df, rows.grouped, turns=call.options.turns
-            )
-        key = (span, call.options.turns)
+            frame = self.df if codes is None else detached(self.df, codes)
+            units = self._units[shape] = form_units(frame, rows.grouped, turns=shape[0])
+        key = (span, *shape)
         whole = self._groups.get(key)
         if whole is None:
-            whole = self._groups[key] = exclude_incomplete_groups(self.df, rows, units)
+            kept = rows if codes is None else leave_out(self.df, rows, codes)
+            whole = self._groups[key] = exclude_incomplete_groups(self.df, kept, units)
         return whole, units
 
-    def _costs(self, units: Units, turns: bool) -> UnitCosts:
+    def _shape(self, call: PackCall) -> tuple[bool, bool]:
+        """What the packing units depend on: whole turns, and rows of the input left out.
+
+        Rows are left out when the pack repairs tool messages and the input
+        breaks a tool rule (see :mod:`cognoxium.packing._tool_rules`).
+        """
+        repair = call.options.tool_errors == "repair" and self._tool_codes is not None
+        return call.options.turns, repair
+
+    @cached_property
+    def _tools(self) -> ToolRows | None:
+        """The rows' tool calls and results, or ``None`` when no row sends either."""
+        chat = self._rendering.chat
+        calls = any("tool_calls" in fields for fields in chat.fields.values())
+        return ToolRows.of(chat) if calls or self._tool_rows else None
+
+    @cached_property
+    def _tool_codes(self) -> np.ndarray | None:
+        """``(n,)`` the reason of each row the input's tool faults leave out, or ``None``."""
+        return None if self._tools is None else self._tools.left_out()
+
+    @cached_property
+    def _conversing(self) -> np.ndarray:
+        """``(n,)`` bool: the row is sent as a user, assistant or tool message (not system)."""
+        role = self._rendering.chat.role
+        return (~role.is_in(["system", "developer"])).to_numpy()
+
+    def _costs(self, units: Units, shape: tuple[bool, bool]) -> UnitCosts:
         """Fresh unit costs of one pack, reading and filling what the scope knows."""
-        known = self._known.get(turns)
+        known = self._known.get(shape)
         if known is None:
-            known = self._known[turns] = KnownCosts(self.df.height, units.n_units)
+            known = self._known[shape] = KnownCosts(self.df.height, units.n_units)
             if self._row_tokens is not None:
                 rows, starts = units.rows_of(np.arange(units.n_units, dtype=np.int64))
                 known.row_tokens[:] = self._row_tokens
@@ -596,24 +651,29 @@ class PackScope:
             if rank.dtype != pl.Float64 or rank.name != "rank":
                 rank = rank.cast(pl.Float64).alias("rank")
             check_rank(rank, df.get_column("id"))
-        rows, units = self._exclusions(call)
-        costs = self._costs(units, call.options.turns)
-        queue = self._queue(call, rows, units, rank, costs)
+        candidates, units = self._exclusions(call)
+        costs = self._costs(units, self._shape(call))
+        queue = self._queue(call, candidates, units, rank, costs)
         if rank is None:
             rank = df.get_column("rank")
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
         select = partial(_select, df.get_column("id"), costs, call, cutter)
-        included = select(queue)
-        if call.options.start_on == "user":
-            included, rows = start_on_user(df, rows, units, queue, included, select)
+        included, rows = self._select_conversation(call, candidates, units, queue, select)
+        opening = 0
+        if call.options.target == "anthropic" and not self._converses(rows, units, included):
+            # The rendering opens the request with a user message: its tokens are counted.
+            opening = self._opening_tokens
+            select = partial(_select, df.get_column("id"), costs, call, cutter, opening=opening)
+            included, rows = self._select_conversation(call, candidates, units, queue, select)
+            if self._converses(rows, units, included):
+                opening = 0
         decisions = decide_rows(rows, units, included, costs)
+        if opening:
+            decisions = _with_opening(decisions, opening, call)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
         sent = _Sent(df, rank, decisions.selected, cutter, truncations)
-        messages = self._messages(sent) if self._tool_rows else None
-        if messages is not None:
-            _check_tool_results(df, decisions.selected, messages)
         linked = self._basis.linked or truncations
         lineage = lineage_edges(sent.frame).to_dicts() if linked else []
         header = manifest_header(self._basis, call, decisions, label, rank, lineage, truncations)
@@ -625,8 +685,46 @@ class PackScope:
             manifest=header,
             scope=self,
             sent=sent,
-            known_messages=messages,
         )
+
+    def _select_conversation(
+        self,
+        call: PackCall,
+        rows: Exclusions,
+        units: Units,
+        queue: Queue,
+        select: Callable[[Queue], np.ndarray],
+    ) -> tuple[np.ndarray, Exclusions]:
+        """Select the units under the conversation rules: the tool rules, then ``start_on``.
+
+        With ``tool_errors="repair"`` every selection leaves out the units
+        whose messages break a tool rule and selects again; with ``"error"``
+        the final selection raises at its first fault. With
+        ``start_on="user"`` (or the Anthropic target) the pack then starts on
+        a user message (see :func:`~cognoxium.packing._conversation.start_on_user`).
+        """
+        tools = self._tools
+        check = None
+        if tools is not None and call.options.tool_errors == "repair":
+            check = SelectionCheck(self.df, tools, rows, units, select)
+            select = check
+        included = select(queue)
+        if call.options.start_on == "user" or call.options.target == "anthropic":
+            included, rows = start_on_user(self.df, rows, units, queue, included, select)
+        if check is not None:
+            rows = check.applied(rows)
+        elif tools is not None:
+            raise_first_fault(self.df, tools, packed_rows(rows, units, included))
+        return included, rows
+
+    def _converses(self, rows: Exclusions, units: Units, included: np.ndarray) -> bool:
+        """Whether a selection sends a message besides system and developer ones."""
+        return bool(self._conversing[packed_rows(rows, units, included)].any())
+
+    @cached_property
+    def _opening_tokens(self) -> int:
+        """What the user message that opens an Anthropic request without one costs."""
+        return self.profile.message_tokens({"role": "user", "content": OPENING})
 
     def _messages(self, sent: _Sent) -> list[dict[str, Any]]:
         """The chat messages of the packed rows as sent, in pack order."""
@@ -637,7 +735,7 @@ class PackScope:
 
     @cached_property
     def _tool_rows(self) -> bool:
-        """Some row is sent as a tool result (only then can a pack break a tool exchange)."""
+        """Some row is sent as a tool result."""
         return bool((self._rendering.chat.role == "tool").any())
 
     def entries(self, outcomes: Sequence[PackOutcome]) -> pl.DataFrame:
@@ -789,7 +887,6 @@ class PackOutcome:
     manifest: PackManifest
     scope: PackScope = field(repr=False)
     sent: _Sent = field(repr=False)
-    known_messages: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -799,8 +896,6 @@ class PackOutcome:
     @cached_property
     def messages(self) -> list[dict[str, Any]]:
         """The packed rows' chat messages, in pack order (made when first read)."""
-        if self.known_messages is not None:
-            return self.known_messages
         return self.scope._messages(self.sent)
 
     @property
@@ -815,33 +910,58 @@ class PackOutcome:
 
 
 def _select(
-    ids: pl.Series, costs: UnitCosts, call: PackCall, cutter: Cutter | None, queue: Queue
+    ids: pl.Series,
+    costs: UnitCosts,
+    call: PackCall,
+    cutter: Cutter | None,
+    queue: Queue,
+    *,
+    opening: int = 0,
 ) -> np.ndarray:
-    """Select the units of ``queue`` under the items' budget; a BudgetError names the reserve."""
+    """Select the units of ``queue`` under the items' budget; a BudgetError names the reserve.
+
+    ``opening`` tokens of the budget are kept for the message an Anthropic
+    request opens with when the pack has none.
+    """
+    budget = call.item_budget - opening
     try:
-        return select_units(ids, costs, queue, call.item_budget, cutter, call.options.overflow)
+        return select_units(ids, costs, queue, budget, cutter, call.options.overflow)
     except BudgetError as error:
-        if not call.options.reserve:
+        if not call.options.reserve and not opening:
             raise
+        kept = []
+        if call.options.reserve:
+            kept.append(f"the reply reserve {call.options.reserve}")
+        if opening:
+            kept.append(f"the {opening} tokens of the user message an Anthropic request opens with")
         raise BudgetError(
-            f"{error} (the budget {call.budget} less the reply reserve {call.options.reserve})",
+            f"{error} (the budget {call.budget} less {' and '.join(kept)})",
             costs=error.costs,
             budget=error.budget,
-            params={"reserve": call.options.reserve},
+            params={"reserve": call.options.reserve, **({"opening": opening} if opening else {})},
         ) from None
 
 
-def _check_tool_results(
-    df: pl.DataFrame, selected: np.ndarray, messages: list[dict[str, Any]]
-) -> None:
-    """Raise PackError if a packed tool result answers a call no earlier packed message makes."""
-    at = check_tool_results(messages)
-    if at is None:
-        return
-    row = int(selected[at])
-    raise PackError(
-        f"item {df.get_column('id')[row]!r} (row {row}) is the result of tool call "
-        f"{messages[at]['tool_call_id']!r}, which no earlier packed assistant message makes: "
-        "the Chat Completions API rejects such a request. Give a call and its results one "
-        "group_id so they are packed together"
+def _with_opening(decisions: Decisions, opening: int, call: PackCall) -> Decisions:
+    """``decisions`` with the Anthropic opening message (and the reply priming) counted.
+
+    Raises
+    ------
+    BudgetError
+        If the opening message and the reply priming alone exceed the items' budget.
+    """
+    priming = 0 if decisions.pack_overhead else call.profile.tokens_per_pack
+    used = decisions.used_tokens + opening + priming
+    if used > call.item_budget:
+        raise BudgetError(
+            f"an Anthropic request needs a user message: the {opening} tokens of the one "
+            f"the rendering adds and the reply priming do not fit the budget {call.budget}"
+            f"{f' less the reply reserve {call.options.reserve}' if call.options.reserve else ''}"
+            "; raise the budget",
+            costs={},
+            budget=call.item_budget,
+            params={"opening": opening},
+        )
+    return dataclasses.replace(
+        decisions, used_tokens=used, pack_overhead=decisions.pack_overhead + opening + priming
     )

@@ -1,0 +1,484 @@
+"""The documented rules of the chat APIs, checked on the messages a request sends.
+
+Before: ``[user, assistant(calls c1, c2), tool(c1), user]``. After
+:func:`openai_faults`: one fault at message 1, rule
+``tool_call_unanswered`` (``c2`` has no result), whose repair leaves out
+messages 1 and 2 (the call and its partial result).
+
+OpenAI Chat Completions (the API's own errors: "An assistant message with
+'tool_calls' must be followed by tool messages responding to each
+'tool_call_id'", "messages with role 'tool' must be a response to a
+preceding message with 'tool_calls'"):
+
+- ``tool_call_unanswered``: every call of an assistant message's
+  ``tool_calls`` is answered by one of the ``tool`` messages right after it
+  (the run of ``tool`` messages that follows it, before any other message);
+- ``tool_result_orphan``: a ``tool`` message answers a call of the assistant
+  message its run of ``tool`` messages follows (a result after an
+  intervening user message, or for a call no message makes, is an orphan);
+- ``tool_result_duplicate``: no call is answered twice.
+
+Anthropic Messages (the "Messages" and "Implement tool use" guides: the first
+message is a user message, at least one message, ``tool_result`` blocks
+"must immediately follow their corresponding tool use blocks" in the next
+user message, "tool_result blocks must come FIRST in the content array",
+text blocks must be non-empty), checked by :func:`anthropic_faults`: the
+three tool rules above on ``tool_use`` and ``tool_result`` blocks, and
+``messages_empty``, ``role_invalid``, ``first_not_user``,
+``roles_not_alternating`` (the API merges consecutive turns of one role; a
+request that alternates reads as the conversation it is, and the renderer
+of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
+never sends two), ``content_empty``, ``block_misplaced`` and
+``tool_result_not_first``.
+
+The validators raise :class:`~cognoxium.exceptions.MessageError` at the first
+fault, naming the message index and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cognoxium.exceptions import MessageError
+
+__all__ = [
+    "MESSAGE_RULES",
+    "Fault",
+    "anthropic_faults",
+    "openai_faults",
+    "tool_call_faults",
+    "validate_anthropic_messages",
+    "validate_openai_messages",
+]
+
+MESSAGE_RULES: dict[str, str] = {
+    "tool_call_unanswered": "every tool call is answered right after the message that makes it",
+    "tool_result_orphan": "a tool result answers a call of the message right before its results",
+    "tool_result_duplicate": "a tool call is answered once",
+    "role_invalid": "a message has a role the API takes",
+    "messages_empty": "an Anthropic request has at least one message",
+    "first_not_user": "an Anthropic request's first message is a user message",
+    "roles_not_alternating": "user and assistant messages alternate",
+    "content_empty": "a message's content, and each of its text blocks, is not empty",
+    "block_misplaced": "tool_use blocks are sent by the assistant, tool_result blocks by the user",
+    "tool_result_not_first": "in a user message, tool_result blocks come before any other block",
+}
+"""Every rule checked, by name: what a request must do."""
+
+_OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One broken rule of a request.
+
+    Attributes
+    ----------
+    index
+        The 0-based index of the message at fault; ``None`` for the request.
+    rule
+        A key of :data:`MESSAGE_RULES`.
+    text
+        What is wrong, naming the messages and call ids.
+    left_out
+        The indices of the messages a repair leaves out so that the rest
+        can be sent: an unanswered call with its partial results, an
+        orphan or duplicate result alone (OpenAI rules only).
+    """
+
+    index: int | None
+    rule: str
+    text: str
+    left_out: tuple[int, ...] = ()
+
+    def error(self) -> MessageError:
+        """The error a validator raises for this fault."""
+        return MessageError(
+            f"{self.text} (rule {self.rule}: {MESSAGE_RULES[self.rule]})",
+            index=self.index,
+            rule=self.rule,
+        )
+
+
+def _call_ids(calls: Any) -> list[str]:
+    """The ids of an assistant message's tool calls (a call without one has id ``""``)."""
+    if not isinstance(calls, Sequence) or isinstance(calls, str):
+        return []
+    return [
+        call["id"] if isinstance(call, Mapping) and isinstance(call.get("id"), str) else ""
+        for call in calls
+    ]
+
+
+def tool_call_faults(
+    roles: Sequence[str], calls: Mapping[int, list[str]], results: Mapping[int, str | None]
+) -> list[Fault]:
+    """The faults of a conversation against the three tool rules of Chat Completions.
+
+    Parameters
+    ----------
+    roles
+        Each message's chat role, ``n`` of them.
+    calls
+        Message index -> the call ids of its ``tool_calls``, for the
+        assistant messages that make calls.
+    results
+        Message index -> the ``tool_call_id`` it answers (``None`` when it
+        has none), for every ``tool`` message.
+
+    Returns
+    -------
+    list of Fault
+        In message order (by ``index``).
+
+    Examples
+    --------
+    >>> faults = tool_call_faults(
+    ...     ["user", "assistant", "tool", "tool"], {1: ["c1"]}, {2: "c1", 3: "c1"})
+    >>> [(f.index, f.rule, f.left_out) for f in faults]
+    [(3, 'tool_result_duplicate', (3,))]
+    """
+    faults: list[Fault] = []
+    answered: dict[str, int] = {}  # call id -> the message answering it
+    declared: dict[str, int] = {}  # call id -> the message making it
+    orphans: dict[str, int] = {}  # call id -> a result of it out of place
+    unanswered: list[tuple[int, list[str]]] = []
+    open_at: int | None = None  # the assistant message whose results may follow
+    run_end = -1  # the index its next result must have
+    got: dict[str, int] = {}
+
+    def close() -> None:
+        if open_at is None:
+            return
+        missing = [c for c in calls[open_at] if c not in got]
+        if missing:
+            unanswered.append((open_at, missing))
+            faults.append(
+                Fault(
+                    open_at,
+                    "tool_call_unanswered",
+                    "",
+                    (open_at, *sorted(got.values())),
+                )
+            )
+
+    for at in sorted({*calls, *results}):
+        if open_at is not None and (at != run_end or at in calls):
+            close()
+            open_at = None
+        if at in calls:
+            open_at, run_end, got = at, at + 1, {}
+            for made in calls[at]:
+                declared.setdefault(made, at)
+            continue
+        call_id = results[at]
+        in_run = open_at is not None and at == run_end
+        if in_run:
+            run_end = at + 1
+        if call_id is not None and call_id in answered:
+            faults.append(
+                Fault(
+                    at,
+                    "tool_result_duplicate",
+                    f"message {at} answers tool call {call_id!r}, which message "
+                    f"{answered[call_id]} already answered",
+                    (at,),
+                )
+            )
+        elif in_run and open_at is not None and call_id in calls[open_at]:
+            got[call_id] = answered[call_id] = at
+        else:
+            if call_id is None:
+                why = "it has no tool_call_id"
+            elif call_id in declared and declared[call_id] < at:
+                orphans.setdefault(call_id, at)
+                between = next(
+                    (k for k in range(declared[call_id] + 1, at) if roles[k] != "tool"),
+                    at - 1,
+                )
+                why = (
+                    f"its call is made by message {declared[call_id]}, but message {between} "
+                    f"({roles[between]}) comes between them"
+                )
+            else:
+                why = "no assistant message before it makes that call"
+            faults.append(
+                Fault(
+                    at,
+                    "tool_result_orphan",
+                    f"message {at} is a result of tool call {call_id!r}, and {why}",
+                    (at,),
+                )
+            )
+    close()
+    texts = {}
+    for at, missing in unanswered:
+        later = [f"{c!r} at message {orphans[c]}" for c in missing if c in orphans]
+        where = f"; results come later, after another message: {', '.join(later)}" if later else ""
+        texts[at] = (
+            f"message {at} makes tool calls {missing} that the tool messages right after it do "
+            f"not answer{where}"
+        )
+    faults = [
+        Fault(f.index, f.rule, texts[f.index], f.left_out)
+        if f.rule == "tool_call_unanswered" and f.index is not None
+        else f
+        for f in faults
+    ]
+    return sorted(faults, key=lambda f: -1 if f.index is None else f.index)
+
+
+def openai_faults(messages: Sequence[Mapping[str, Any]]) -> list[Fault]:
+    """Every fault of OpenAI Chat Completions messages against the rules (see the module).
+
+    Parameters
+    ----------
+    messages
+        The request's ``messages``, ``n`` dicts.
+
+    Returns
+    -------
+    list of Fault
+        In message order; empty when the messages keep every rule.
+
+    Examples
+    --------
+    >>> call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    >>> faults = openai_faults([
+    ...     {"role": "user", "content": "Hi"},
+    ...     {"role": "assistant", "content": None, "tool_calls": [call]}])
+    >>> [(f.index, f.rule, f.left_out) for f in faults]
+    [(1, 'tool_call_unanswered', (1,))]
+    """
+    roles: list[str] = []
+    calls: dict[int, list[str]] = {}
+    results: dict[int, str | None] = {}
+    faults: list[Fault] = []
+    for at, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in _OPENAI_ROLES:
+            faults.append(Fault(at, "role_invalid", f"message {at} has role {role!r}", (at,)))
+            role = "user"
+        roles.append(str(role))
+        if role == "assistant" and message.get("tool_calls"):
+            calls[at] = _call_ids(message.get("tool_calls"))
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            results[at] = call_id if isinstance(call_id, str) else None
+    faults += tool_call_faults(roles, calls, results)
+    return sorted(faults, key=lambda f: -1 if f.index is None else f.index)
+
+
+def validate_openai_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Raise unless OpenAI Chat Completions messages keep the API's documented rules.
+
+    The rules are those of :func:`openai_faults`: every tool call answered
+    once, by the ``tool`` messages right after the assistant message that
+    makes it, no result without its call, and the API's roles.
+
+    Parameters
+    ----------
+    messages
+        The request's ``messages``.
+
+    Raises
+    ------
+    MessageError
+        At the first fault: ``index`` is the message's 0-based index and
+        ``rule`` the rule broken (a key of :data:`MESSAGE_RULES`).
+
+    Examples
+    --------
+    >>> call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    >>> validate_openai_messages([
+    ...     {"role": "user", "content": "Hi"},
+    ...     {"role": "assistant", "content": None, "tool_calls": [call]},
+    ...     {"role": "tool", "tool_call_id": "c1", "content": "42"}])
+    >>> validate_openai_messages([
+    ...     {"role": "assistant", "content": None, "tool_calls": [call]},
+    ...     {"role": "user", "content": "Well?"},
+    ...     {"role": "tool", "tool_call_id": "c1", "content": "42"}])
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.MessageError: message 0 makes tool calls ['c1'] that the tool messages
+    right after it do not answer; results come later, after another message: 'c1' at message 2
+    (rule tool_call_unanswered: ...)
+    """
+    faults = openai_faults(messages)
+    if faults:
+        raise faults[0].error()
+
+
+def _blocks_of(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content) if isinstance(content, Sequence) else []
+
+
+def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
+    """The faults of one Anthropic message's content on its own."""
+    if content is None or (isinstance(content, Sequence) and len(content) == 0):
+        return [Fault(at, "content_empty", f"message {at} has no content")]
+    faults: list[Fault] = []
+    other_seen = False
+    for j, block in enumerate(_blocks_of(content)):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text" and not block.get("text"):
+            faults.append(Fault(at, "content_empty", f"message {at} block {j} is empty text"))
+        misplaced = (kind == "tool_use" and role != "assistant") or (
+            kind == "tool_result" and role != "user"
+        )
+        if misplaced:
+            faults.append(
+                Fault(at, "block_misplaced", f"message {at} ({role}) holds a {kind} block ({j})")
+            )
+        if kind == "tool_result" and other_seen:
+            faults.append(
+                Fault(
+                    at,
+                    "tool_result_not_first",
+                    f"message {at} block {j} is a tool_result after a block of another type",
+                )
+            )
+        other_seen = other_seen or kind != "tool_result"
+    return faults
+
+
+def _ids(content: Any, kind: str, key: str) -> list[str]:
+    return [
+        str(block.get(key))
+        for block in _blocks_of(content)
+        if isinstance(block, Mapping) and block.get("type") == kind
+    ]
+
+
+def anthropic_faults(
+    request_or_messages: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+) -> list[Fault]:
+    """Every fault of an Anthropic Messages request against the rules (see the module).
+
+    Parameters
+    ----------
+    request_or_messages
+        A request ``{"messages": [...], "system": ...}`` (other keys are not
+        read) or its ``messages``.
+
+    Returns
+    -------
+    list of Fault
+        In message order (a fault of the whole request first); empty when
+        the request keeps every rule.
+
+    Examples
+    --------
+    >>> [(f.index, f.rule) for f in anthropic_faults({"system": "Be brief.", "messages": []})]
+    [(None, 'messages_empty')]
+    >>> [(f.index, f.rule) for f in anthropic_faults(
+    ...     [{"role": "assistant", "content": "Hi"}, {"role": "assistant", "content": "there"}])]
+    [(0, 'first_not_user'), (1, 'roles_not_alternating')]
+    """
+    if isinstance(request_or_messages, Mapping):
+        messages = list(request_or_messages.get("messages") or [])
+    else:
+        messages = list(request_or_messages)
+    if not messages:
+        return [Fault(None, "messages_empty", "the request has no message")]
+    faults: list[Fault] = []
+    roles = [m.get("role") if isinstance(m, Mapping) else None for m in messages]
+    answered: dict[str, int] = {}
+    for at, (message, role) in enumerate(zip(messages, roles, strict=True)):
+        if role not in ("user", "assistant"):
+            faults.append(Fault(at, "role_invalid", f"message {at} has role {role!r}"))
+            continue
+        content = message.get("content")
+        if at == 0 and role != "user":
+            faults.append(Fault(at, "first_not_user", f"message 0 is an {role} message"))
+        if at > 0 and roles[at - 1] == role:
+            faults.append(
+                Fault(at, "roles_not_alternating", f"messages {at - 1} and {at} are both {role}")
+            )
+        faults += _block_faults(at, role, content)
+        if role == "assistant":
+            uses = _ids(content, "tool_use", "id")
+            following = messages[at + 1] if at + 1 < len(messages) else None
+            after = following.get("content") if isinstance(following, Mapping) else None
+            given = set(_ids(after, "tool_result", "tool_use_id")) if after is not None else set()
+            missing = [u for u in uses if u not in given]
+            if missing:
+                faults.append(
+                    Fault(
+                        at,
+                        "tool_call_unanswered",
+                        f"message {at} makes tool_use {missing} that the next message does "
+                        "not answer with tool_result blocks",
+                    )
+                )
+            continue
+        before = (
+            messages[at - 1].get("content") if at > 0 and roles[at - 1] == "assistant" else None
+        )
+        uses_before = set(_ids(before, "tool_use", "id")) if before is not None else set()
+        for call_id in _ids(content, "tool_result", "tool_use_id"):
+            if call_id in answered:
+                faults.append(
+                    Fault(
+                        at,
+                        "tool_result_duplicate",
+                        f"message {at} answers tool_use {call_id!r}, which message "
+                        f"{answered[call_id]} already answered",
+                    )
+                )
+            elif call_id not in uses_before:
+                faults.append(
+                    Fault(
+                        at,
+                        "tool_result_orphan",
+                        f"message {at} holds a tool_result for {call_id!r}, which the message "
+                        "right before it does not make",
+                    )
+                )
+            answered.setdefault(call_id, at)
+    return faults
+
+
+def validate_anthropic_messages(
+    request_or_messages: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+) -> None:
+    """Raise unless an Anthropic Messages request keeps the API's documented rules.
+
+    The rules are those of :func:`anthropic_faults`: at least one message,
+    the first a user message, user and assistant alternating, no empty
+    content or text block, each ``tool_use`` answered by a ``tool_result``
+    block in the next message (once, placed before that message's other
+    blocks), no ``tool_result`` without a ``tool_use`` in the message before.
+
+    Parameters
+    ----------
+    request_or_messages
+        A request ``{"messages": [...], "system": ...}`` or its ``messages``.
+
+    Raises
+    ------
+    MessageError
+        At the first fault: ``index`` is the message's 0-based index
+        (``None`` for a request without messages) and ``rule`` the rule
+        broken (a key of :data:`MESSAGE_RULES`).
+
+    Examples
+    --------
+    >>> validate_anthropic_messages({"messages": [{"role": "user", "content": "Hi"}]})
+    >>> validate_anthropic_messages([
+    ...     {"role": "user", "content": "Weather?"},
+    ...     {"role": "assistant", "content": [
+    ...         {"type": "tool_use", "id": "c1", "name": "weather", "input": {}}]},
+    ...     {"role": "user", "content": "Well?"}])
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.MessageError: message 1 makes tool_use ['c1'] that the next message does
+    not answer with tool_result blocks (rule tool_call_unanswered: ...)
+    """
+    faults = anthropic_faults(request_or_messages)
+    if faults:
+        raise faults[0].error()
