@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,32 @@ def assert_same_files(left: Path, right: Path) -> None:
     assert names
     assert layout(right.resolve()) == names
     assert_same_outputs(right.resolve(), left.resolve(), names)
+
+
+def ray_as_local(
+    store: Path,
+    requests: Sequence[Request],
+    out: Path,
+    *,
+    items: pl.DataFrame | None = None,
+    ray_workers: int | None = None,
+    **settings: Any,
+) -> tuple[BatchStats, BatchStats]:
+    """Run a batch locally and on Ray into ``out/local`` and ``out/ray``: the same files.
+
+    The local run packs ``items`` (default: the store read whole); both runs
+    take ``settings`` (default: the bm25 rank, as of AS_OF); Ray runs with
+    ``ray_workers`` workers (default: its own).
+    """
+    settings = {"rank": "bm25", "options": PackOptions(as_of=AS_OF), **settings}
+    local = run_batch(
+        read_store(store) if items is None else items, requests, out_dir=out / "local", **settings
+    )
+    if ray_workers is not None:
+        settings["workers"] = ray_workers
+    remote = run_batch_ray(store, requests, out_dir=out / "ray", **settings)
+    assert_same_files(out / "local", out / "ray")
+    return local, remote
 
 
 @pytest.fixture(scope="module")
@@ -328,26 +355,11 @@ def test_ray_packs_a_ten_thousand_scope_store_in_tasks_of_many_scopes(
 
     monkeypatch.setattr(distributed, "_ray_tasks", counted)
     monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 100)  # 50 scopes of 2 items
-    local = run_batch(
-        read_store(root),
-        requests,
-        out_dir=tmp_path / "local",
-        rank="bm25",
-        options=PackOptions(as_of=AS_OF),
-    )
-    remote = run_batch_ray(
-        root,
-        requests,
-        out_dir=tmp_path / "ray",
-        rank="bm25",
-        workers=2,
-        options=PackOptions(as_of=AS_OF),
-    )
+    # Each engine's task k writes part k: the same parts, byte for byte.
+    local, remote = ray_as_local(root, requests, tmp_path, ray_workers=2)
     assert tasks == [20]  # 20 tasks of 50 scopes, not 1,000
     assert remote.requests == local.requests == len(requests) == 1000
-    # Each engine's task k wrote part k: the same parts, byte for byte.
     assert len(layout((tmp_path / "ray").resolve())) == 3 * 20
-    assert_same_files(tmp_path / "local", tmp_path / "ray")
 
 
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
@@ -356,24 +368,7 @@ def test_ray_gives_the_local_files(
 ) -> None:
     monkeypatch.setattr("cognoxium.app._workers.TASK_ITEMS", 80)  # two conversations a task
     requests = requests_for(6, 40)
-    local = run_batch(
-        read_store(store),
-        requests,
-        out_dir=tmp_path / "local",
-        rank="bm25",
-        manifests=form,
-        options=PackOptions(as_of=AS_OF),
-    )
-    remote = run_batch_ray(
-        store,
-        requests,
-        out_dir=tmp_path / "ray",
-        rank="bm25",
-        workers=2,
-        manifests=form,
-        options=PackOptions(as_of=AS_OF),
-    )
-    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    local, remote = ray_as_local(store, requests, tmp_path, ray_workers=2, manifests=form)
     assert len(list((tmp_path / "ray" / "packs").iterdir())) == 6  # 12 scopes of 40 items
     assert remote.requests == local.requests == 40
     lines = records(tmp_path / "ray")
@@ -389,13 +384,8 @@ def test_ray_on_a_single_parquet_file_with_batch_options(ray_local: Any, tmp_pat
     path = tmp_path / "items.parquet"
     write_parquet(synthetic(3, 30), path)
     requests = requests_for(3, 12)
-    options: dict[str, Any] = {
-        "rank": "recency",
-        "options": PackOptions(as_of=AS_OF, reserve=5, turns=True),
-    }
-    run_batch(read_store(path), requests, out_dir=tmp_path / "local", **options)
-    run_batch_ray(path, requests, out_dir=tmp_path / "ray", **options)
-    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    options = PackOptions(as_of=AS_OF, reserve=5, turns=True)
+    ray_as_local(path, requests, tmp_path, rank="recency", options=options)
 
 
 def test_requests_without_a_scope_are_an_error_listing_them(
@@ -708,29 +698,16 @@ def test_ray_gives_the_local_files_on_locomo(ray_local: Any, tmp_path: Path) -> 
     write_partitioned(items, root, key="conversation")
     requests = [r for r in locomo_requests(data, [1024]) if int(r.id.split(":q")[1][:-6]) < 25]
     assert len({r.where for r in requests}) == 2
-    run_batch(read_store(root), requests, out_dir=tmp_path / "local", rank="bm25")
-    run_batch_ray(root, requests, out_dir=tmp_path / "ray", rank="bm25")
-    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    ray_as_local(root, requests, tmp_path, options=None)
     assert len(records(tmp_path / "ray")) == len(requests)
 
 
 def test_ray_packs_the_sample_store_as_the_local_jsonl_run(ray_local: Any, tmp_path: Path) -> None:
     store = sample_store(tmp_path / "store")
     requests = read_requests(SAMPLE / "requests.jsonl")
-    as_of = datetime(2026, 1, 1, tzinfo=UTC)
-    local = read_items(SAMPLE / "items.jsonl")
-    run_batch(
-        local, requests, out_dir=tmp_path / "local", rank="bm25", options=PackOptions(as_of=as_of)
-    )
-    run_batch_ray(
-        store,
-        requests,
-        out_dir=tmp_path / "ray",
-        rank="bm25",
-        workers=2,
-        options=PackOptions(as_of=as_of),
-    )
-    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    options = PackOptions(as_of=datetime(2026, 1, 1, tzinfo=UTC))
+    items = read_items(SAMPLE / "items.jsonl")
+    ray_as_local(store, requests, tmp_path, items=items, ray_workers=2, options=options)
 
 
 def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> None:
@@ -751,15 +728,15 @@ def test_workers_share_the_embedding_cache_directory(
     root = tmp_path / "store"
     write_partitioned(synthetic(3, 20), root, key="conversation")
     requests = requests_for(3, 6)
-    run_batch(
+    shared = tmp_path / "shared-cache"
+    local = run_batch(
         read_store(root),
         requests,
         out_dir=tmp_path / "local",
         rank="hybrid",
         options=PackOptions(as_of=AS_OF),
     )
-    shared = tmp_path / "shared-cache"
-    run_batch_ray(
+    remote = run_batch_ray(
         root,
         requests,
         out_dir=tmp_path / "ray",
@@ -767,6 +744,7 @@ def test_workers_share_the_embedding_cache_directory(
         cache_dir=shared,
         options=PackOptions(as_of=AS_OF),
     )
+    assert remote.requests == local.requests
     assert_same_files(tmp_path / "local", tmp_path / "ray")
     shards = sorted(shared.rglob("shard-*.parquet"))
     assert shards, "the workers wrote no embedding to the shared cache"
@@ -798,14 +776,7 @@ def test_ray_writes_runs_of_one_scope_as_the_local_run(
             )
             for j in range(min(run, 400 - k))
         ]
-    options: dict[str, Any] = {
-        "rank": "bm25",
-        "options": PackOptions(as_of=AS_OF),
-        "manifests": form,
-    }
-    run_batch(read_store(root), requests, out_dir=tmp_path / "local", **options)
-    run_batch_ray(root, requests, out_dir=tmp_path / "ray", workers=2, **options)
-    assert_same_files(tmp_path / "local", tmp_path / "ray")
+    ray_as_local(root, requests, tmp_path, ray_workers=2, manifests=form)
     ids = [line["request_id"] for line in records(tmp_path / "ray")]
     assert ids == [r.id for u in batch_units(requests) for r in u.requests]
     if form == "parquet":
