@@ -77,6 +77,7 @@ from cognoxium.items.validation import conform
 if TYPE_CHECKING:
     from cognoxium.governance.policies import Policy
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
+    from cognoxium.packing.cache_models import CacheModel
     from cognoxium.packing.options import Overflow, PackOptions, StartOn
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
@@ -1622,6 +1623,9 @@ class CognitionFrame:
         overflow: Overflow | None = None,
         turns: bool | None = None,
         start_on: StartOn | None = None,
+        previous: ContextPack | None = None,
+        eviction_share: float | None = None,
+        cache_model: str | CacheModel | None = None,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
 
@@ -1663,6 +1667,15 @@ class CognitionFrame:
             when the required items alone exceed ``budget - reserve``, whole
             turns as packing units, and ``"user"`` to start on a user
             message (see :class:`~cognoxium.packing.options.PackOptions`).
+        previous
+            An earlier pack of this conversation that this pack continues,
+            keeping its prefix byte for byte for the provider's prompt cache
+            and evicting in steps when the new messages no longer fit (see
+            :mod:`cognoxium.packing.cache`); ``None``: a pack of its own.
+        eviction_share, cache_model
+            Options in place of those of ``options`` when not ``None``: the
+            share of the evictable history a continuing pack evicts at once,
+            and the provider cache model its manifest bills the input under.
 
         Raises
         ------
@@ -1705,8 +1718,10 @@ class CognitionFrame:
             overflow=overflow,
             turns=turns,
             start_on=start_on,
+            eviction_share=eviction_share,
+            cache_model=cache_model,
         )
-        return pack_plan(self._plan, budget, given, label=label, policy=policy)
+        return pack_plan(self._plan, budget, given, label=label, policy=policy, previous=previous)
 
     def __repr__(self) -> str:
         """One line: the plan's root step, its number of steps and the output columns.
