@@ -19,7 +19,7 @@ changes on every request and nothing after the system prompt is a cache hit.
    request starts with the earlier one's bytes.
 3. **Evict in steps.** When they do not fit, the oldest history of the
    prefix is evicted in steps: each step evicts at least ``eviction_share``
-   (an option, 0.25 by default) of the evictable prefix's tokens, oldest
+   (an option, 0.4 by default) of the evictable prefix's tokens, oldest
    first, in whole packing units, and then up to the next ``user`` message,
    so the history still starts on a user turn. Required items and
    ``system`` and ``developer`` messages are never evicted. Steps are taken
