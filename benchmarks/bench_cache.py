@@ -313,9 +313,7 @@ def summarize(all_ledgers: list[dict[str, Ledger]]) -> dict[str, Any]:
             "evidence_recall": round(statistics.fmean(recalls), 4) if recalls else None,
         }
     exact = {
-        method: {
-            name: sum(sum(by[method].billed[name]) for by in all_ledgers) for name in BILLS
-        }
+        method: {name: sum(sum(by[method].billed[name]) for by in all_ledgers) for name in BILLS}
         for method in METHODS
     }
     for method in METHODS:
