@@ -79,7 +79,9 @@ def pack_plan(
     if judged is not plan:
         options = timed
     rows = checked_rows(judged, finite_rank=False)
-    return pack(rows, budget, options, label=label, policy=policy, previous=previous)
+    if previous is not None:
+        return pack(rows, budget, options, label=label, policy=policy, previous=previous)
+    return pack(rows, budget, options, label=label, policy=policy)
 
 
 def _ranked_scan(plan: Node) -> Scan | None:
