@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 import json
 import os
@@ -410,6 +411,11 @@ def test_a_locomo_conversation_replayed_keeps_its_prefix_between_eviction_steps(
     rows = locomo_chat(LOCOMO)
     packs = replay(rows[:400], 2048)
     assert check_replay(packs) >= 1
+    if importlib.util.find_spec("anthropic") is not None:
+        for packed, _ in packs:
+            request = packed.to_anthropic(cache=True)
+            assert_sdk_accepts(request)
+            assert 1 <= len(breakpoints(request)) <= 4
 
 
 # Breakpoints in the renderers
