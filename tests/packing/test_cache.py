@@ -501,3 +501,17 @@ def test_to_openai_passes_a_prompt_cache_key() -> None:
     assert request == {"messages": packed.messages, "prompt_cache_key": "conversation-7"}
     with pytest.raises(PackError, match="prompt_cache_key must be non-empty text"):
         packed.to_openai(prompt_cache_key="")
+
+
+def test_evicting_everything_still_starts_the_history_on_a_user_turn() -> None:
+    packs = replay(synthetic_chat(60), 1200, eviction_share=1.0)
+    evicting = [p for p, _ in packs if p.manifest.cache and p.manifest.cache.eviction_steps]
+    assert evicting
+    for packed in evicting:
+        # all the history goes, and the reply before the new question with it
+        assert [m["role"] for m in packed.messages] == ["system", "user"]
+        reasons = dict(packed.manifest.to_polars().select("id", "reason").iter_rows())
+        newest = int(packed.ids[1][1:])
+        assert reasons[f"m{newest - 1:03}"] == "evicted_for_cache"
+        assert packed.manifest.cache is not None
+        assert f"m{newest - 1:03}" not in packed.manifest.cache.evicted  # not sent before

@@ -392,7 +392,13 @@ def plan_continuation(
             evicted[gone] = True
             evictable = evictable[~evicted[evictable]]
             need -= int(row_tokens[gone].sum())
-        if steps:
+        if steps:  # the history left starts on a user turn, new messages included
+            rest = np.flatnonzero(pinned & ~evicted & ~np.isin(roles, _NEVER_EVICTED))
+            for row in rest.tolist():
+                if roles[row] == "user" or tier[row] == 0:
+                    break
+                evicted[row] = True
+                need -= int(row_tokens[row])
             detail = (
                 f"the earlier prefix and the new history need {first_need} tokens, more than "
                 f"the {room} the items may use; {steps} step(s) of at least {share:g} of the "
@@ -407,7 +413,7 @@ def plan_continuation(
     new_tier = tier.copy()
     new_tier[pinned] = 0
     kept = replace(rows, reason=reason, eligible=rows.eligible & ~excluded, tier=new_tier)
-    evicted_rows = np.flatnonzero(evicted | (held & _in_pack(df, previous)))
+    evicted_rows = np.flatnonzero((evicted | held) & _in_pack(df, previous))
     return Continuation(
         rows=kept,
         pinned=pinned,
