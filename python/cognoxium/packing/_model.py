@@ -487,6 +487,10 @@ def entries_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 class ContextPack:
     """The items selected for one model call, in input order.
 
+    A pack that continues an earlier one (``pack(budget, previous=...)``)
+    sends its history first, in input order, then its document and memory
+    items, in input order (see :mod:`cognoxium.packing.cache`).
+
     Render it as the request of a model API with :meth:`to_openai` (what
     :attr:`messages` holds and what the pack costs), :meth:`to_anthropic`,
     :meth:`to_text`, or :meth:`render` and a
