@@ -81,6 +81,12 @@ big_item
     (``bench_big_item``): ``cognoxium pack`` whole, against the same with the
     document cut to what ranking reads, the rank alone and ``read_items``
     alone; seconds and peak memory. ``--quick``: 10 MB, one round.
+cache
+    Prompt cache replay (``bench_cache``): every LoCoMo conversation as a
+    live chat, packed at each user turn by ``trim_messages``, a recency pack
+    and packs that continue the previous one, billed under OpenAI's and
+    Anthropic's caching rules. Needs the LoCoMo file, as ``locomo`` does.
+    ``--quick``: two conversations.
 
 Timings are wall-clock seconds on a shared, noisy machine: compare ratios
 within one run, not figures across runs.
@@ -110,6 +116,7 @@ import polars as pl
 
 import bench_batch
 import bench_big_item
+import bench_cache
 import bench_first_run
 import bench_import
 import bench_ingest
@@ -144,6 +151,7 @@ SUITES = (
     "import",
     "first_run",
     "big_item",
+    "cache",
 )
 LOCOMO_BUDGETS = (512, 1024, 2048, 4096)
 
@@ -752,6 +760,17 @@ def main() -> None:
         else:
             rounds = ["--repeats", "1", "--single-repeats", "30"] if args.quick else []
             bench_batch.main(["--locomo", str(args.locomo), *rounds])
+    if "cache" in chosen:
+        if args.locomo is None or not Path(args.locomo).exists():
+            message = (
+                "Prompt cache replay skipped: give the LoCoMo JSON file with --locomo PATH or "
+                f"COGNOXIUM_LOCOMO (got {args.locomo})."
+            )
+            print(message, flush=True)
+            skipped += f"## Prompt cache replay\n\n{message}\n"
+        else:
+            quick = ["--conversations", "2"] if args.quick else []
+            bench_cache.main([str(args.locomo), *quick, "--out", str(RESULTS)])
     write_summary(skipped)
 
 

@@ -77,6 +77,7 @@ from cognoxium.items.validation import conform
 if TYPE_CHECKING:
     from cognoxium.governance.policies import Policy
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
+    from cognoxium.packing.cache_models import CacheModel
     from cognoxium.packing.options import Overflow, PackOptions, StartOn, Target, ToolErrors
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
@@ -1624,6 +1625,9 @@ class CognitionFrame:
         start_on: StartOn | None = None,
         tool_errors: ToolErrors | None = None,
         target: Target | None = None,
+        previous: ContextPack | None = None,
+        eviction_share: float | None = None,
+        cache_model: str | CacheModel | None = None,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
 
@@ -1669,6 +1673,15 @@ class CognitionFrame:
             :class:`~cognoxium.exceptions.MessageError`), and the API the
             pack is built for, ``"openai"`` or ``"anthropic"`` (see
             :class:`~cognoxium.packing.options.PackOptions`).
+        previous
+            An earlier pack of this conversation that this pack continues,
+            keeping its prefix byte for byte for the provider's prompt cache
+            and evicting in steps when the new messages no longer fit (see
+            :mod:`cognoxium.packing.cache`); ``None``: a pack of its own.
+        eviction_share, cache_model
+            Options in place of those of ``options`` when not ``None``: the
+            share of the evictable history a continuing pack evicts at once,
+            and the provider cache model its manifest bills the input under.
 
         Raises
         ------
@@ -1713,8 +1726,10 @@ class CognitionFrame:
             start_on=start_on,
             tool_errors=tool_errors,
             target=target,
+            eviction_share=eviction_share,
+            cache_model=cache_model,
         )
-        return pack_plan(self._plan, budget, given, label=label, policy=policy)
+        return pack_plan(self._plan, budget, given, label=label, policy=policy, previous=previous)
 
     def __repr__(self) -> str:
         """One line: the plan's root step, its number of steps and the output columns.

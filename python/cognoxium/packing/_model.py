@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, overload
 
 import polars as pl
 import pyarrow as pa
@@ -28,11 +28,20 @@ from pydantic import (
     model_validator,
 )
 
+from cognoxium.exceptions import PackError
 from cognoxium.items.convert import frame_to_items
 from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA
+from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._display import fields_html, table_html
-from cognoxium.packing._renderers import Renderer, anthropic_request, text_transcript
+from cognoxium.packing._renderers import (
+    RANKED_ROLES,
+    Renderer,
+    anthropic_request,
+    mark_cache,
+    text_transcript,
+)
+from cognoxium.packing.cache_models import CacheModel, get_cache_model
 
 __all__ = [
     "ENTRY_SCHEMA",
@@ -81,6 +90,10 @@ class Reason(StrEnum):
     :mod:`cognoxium.packing.message_rules`), so it was left out: an
     unanswered call with its partial results, an orphan or duplicate result
     alone (with the other items of its packing unit, when it shares one).
+
+    ``evicted_for_cache``: a pack that continues an earlier one left the
+    item out to keep the earlier pack's prefix, or evicted it in an eviction
+    step (see :mod:`cognoxium.packing.cache`).
     """
 
     REQUIRED = "required"
@@ -97,6 +110,7 @@ class Reason(StrEnum):
     TOOL_CALL_UNANSWERED = "tool_call_unanswered"
     TOOL_RESULT_ORPHAN = "tool_result_orphan"
     TOOL_RESULT_DUPLICATE = "tool_result_duplicate"
+    EVICTED_FOR_CACHE = "evicted_for_cache"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on
@@ -243,6 +257,9 @@ class PackManifest(BaseModel):
     (``approximate``, an upper bound; ``huggingface:PATH``, assumed chat
     framing; see :attr:`cognoxium.tokens.profiles.TokenProfile.estimated`);
     it is left out when false, so exact manifests keep their bytes.
+    ``cache`` is the account of a pack that continues an earlier one
+    (:class:`~cognoxium.packing._cache_report.CacheReport`: the prefix kept,
+    the items evicted, the billed input); left out when the pack continues none.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -267,6 +284,7 @@ class PackManifest(BaseModel):
     overflow: str = "error"
     truncations: list[TruncationRecord] = []
     estimated: bool = False
+    cache: CacheReport | None = None
     _entries: pl.DataFrame = PrivateAttr()
     _digest: tuple[pl.DataFrame, str] | None = PrivateAttr(default=None)
 
@@ -325,6 +343,7 @@ class PackManifest(BaseModel):
             "overflow": self.overflow == "error",
             "truncations": not self.truncations,
             "estimated": not self.estimated,
+            "cache": self.cache is None,
         }
         return self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
 
@@ -481,6 +500,10 @@ def entries_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 class ContextPack:
     """The items selected for one model call, in input order.
 
+    A pack that continues an earlier one (``pack(budget, previous=...)``)
+    sends its history first, in input order, then its document and memory
+    items, in input order (see :mod:`cognoxium.packing.cache`).
+
     Render it as the request of a model API with :meth:`to_openai` (what
     :attr:`messages` holds and what the pack costs), :meth:`to_anthropic`,
     :meth:`to_text`, or :meth:`render` and a
@@ -530,19 +553,61 @@ class ContextPack:
         """The selected items as validated :class:`~cognoxium.items.model.ContextItem` objects."""
         return frame_to_items(self.frame)
 
-    def to_openai(self) -> list[dict[str, Any]]:
+    @overload
+    def to_openai(self, *, prompt_cache_key: None = None) -> list[dict[str, Any]]: ...
+
+    @overload
+    def to_openai(self, *, prompt_cache_key: str) -> dict[str, Any]: ...
+
+    def to_openai(
+        self, *, prompt_cache_key: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
         """The OpenAI Chat Completions messages of the pack: a copy of :attr:`messages`.
+
+        The messages of the same items are the same bytes in every pack (the
+        keys and parts in one order), so a pack that continues an earlier
+        one (``pack(budget, previous=...)``) starts with the earlier
+        request's bytes and OpenAI's automatic prompt cache can read them.
+
+        Parameters
+        ----------
+        prompt_cache_key
+            OpenAI's ``prompt_cache_key``, which routes requests of one scope
+            (a conversation, a user) to the same cache; given, the request is
+            returned as ``{"messages": [...], "prompt_cache_key": key}``.
 
         Returns
         -------
-        list of dict
+        list of dict, or dict
             One message per selected item, in pack order; what the pack costs
             (its chat message, see :attr:`messages`), ready for
-            ``client.chat.completions.create(messages=...)``.
-        """
-        return copy.deepcopy(self.messages)
+            ``client.chat.completions.create(messages=...)``; with
+            ``prompt_cache_key``, the keyword arguments
+            ``client.chat.completions.create(model=..., **request)`` takes.
 
-    def to_anthropic(self, *, placeholder: str | None = None) -> dict[str, Any]:
+        Examples
+        --------
+        >>> from datetime import UTC, datetime
+        >>> from cognoxium import CognitionFrame
+        >>> cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+        >>> cf.pack(100, as_of=datetime(2030, 1, 1, tzinfo=UTC)).to_openai(
+        ...     prompt_cache_key="conversation-42")
+        {'messages': [{'role': 'user', 'content': 'hi'}], 'prompt_cache_key': 'conversation-42'}
+        """
+        messages = copy.deepcopy(self.messages)
+        if prompt_cache_key is None:
+            return messages
+        if not isinstance(prompt_cache_key, str) or not prompt_cache_key:
+            raise PackError(f"prompt_cache_key must be non-empty text, got {prompt_cache_key!r}")
+        return {"messages": messages, "prompt_cache_key": prompt_cache_key}
+
+    def to_anthropic(
+        self,
+        *,
+        placeholder: str | None = None,
+        cache: bool = False,
+        cache_model: str | CacheModel | None = None,
+    ) -> dict[str, Any]:
         r"""The pack as an Anthropic Messages request, ``{"system", "messages"}``.
 
         It is made from :attr:`messages` (what the pack costs), so attribution
@@ -589,6 +654,15 @@ class ContextPack:
           request passes
           :func:`~cognoxium.packing.message_rules.validate_anthropic_messages`.
 
+        With ``cache=True`` the request marks prompt cache breakpoints
+        (``cache_control``): one on the last block of the pack's stable
+        prefix (its history: every message before its document and memory
+        items, the prefix a continuing pack keeps, see
+        :mod:`cognoxium.packing.cache`), and one on the system prompt, then
+        sent as one text block, when it alone is at least the cache model's
+        minimum: never more than 2 of the API's 4. The model's TTL sets
+        ``"ttl": "1h"`` for the 1-hour cache.
+
         Parameters
         ----------
         placeholder
@@ -596,6 +670,13 @@ class ContextPack:
             with an assistant turn or send no message (for example
             ``"(earlier turns omitted)"``); ``None`` (the default):
             ``"(earlier messages omitted)"``.
+        cache
+            Mark the cache breakpoints.
+        cache_model
+            The breakpoints cache model whose minimum and TTL apply (a name or
+            a :class:`~cognoxium.packing.cache_models.CacheModel`); ``None``:
+            the manifest's ``cache_model`` when it is a breakpoints model,
+            else ``"anthropic"``.
 
         Returns
         -------
@@ -609,7 +690,27 @@ class ContextPack:
         RecordError
             If a tool call's arguments are not a JSON object.
         """
-        return anthropic_request(self.messages, placeholder=placeholder)
+        request = anthropic_request(self.messages, placeholder=placeholder)
+        if not cache:
+            return request
+        model = _breakpoints_model(self.manifest, cache_model)
+        roles = self.frame.get_column("role").cast(pl.String).to_list()
+        stable = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
+        sent = self.manifest.to_polars().filter(pl.col("pack_position").is_not_null())
+        tokens = sent.sort("pack_position").get_column("tokens").fill_null(0).to_list()
+        system = 0
+        for role, cost in zip(roles, tokens, strict=True):
+            if role not in ("system", "developer"):
+                break
+            system += cost
+        return mark_cache(
+            request,
+            self.messages,
+            stable,
+            system_cacheable=system >= model.min_tokens,
+            ttl="1h" if model.ttl_seconds >= 3600 else None,
+            placeholder=placeholder,
+        )
 
     def to_text(self) -> str:
         """The pack as a plain transcript, one block per message.
@@ -715,6 +816,23 @@ class ContextPack:
             + self.manifest._repr_html_()
             + "</div>"
         )
+
+
+def _breakpoints_model(manifest: PackManifest, given: str | CacheModel | None) -> CacheModel:
+    """The breakpoints cache model ``to_anthropic(cache=True)`` follows."""
+    if given is not None:
+        model = get_cache_model(given)
+    else:
+        named = manifest.cache.cache_model if manifest.cache is not None else None
+        model = get_cache_model(named or "anthropic")
+        if model.kind != "breakpoints":
+            model = get_cache_model("anthropic")
+    if model.kind != "breakpoints":
+        raise PackError(
+            f"to_anthropic(cache=True) marks breakpoints; the cache model {model.name!r} "
+            "caches automatically (give a breakpoints model such as 'anthropic')"
+        )
+    return model
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)

@@ -25,7 +25,14 @@ from cognoxium.exceptions import RecordError
 if TYPE_CHECKING:
     from cognoxium.packing._model import ContextPack
 
-__all__ = ["OPENING", "Renderer", "anthropic_request", "text_transcript"]
+__all__ = [
+    "OPENING",
+    "RANKED_ROLES",
+    "Renderer",
+    "anthropic_request",
+    "mark_cache",
+    "text_transcript",
+]
 
 OPENING = "(earlier messages omitted)"
 """The text of the user message an Anthropic request opens with when the pack has none first."""
@@ -33,6 +40,8 @@ OPENING = "(earlier messages omitted)"
 RequestT_co = TypeVar("RequestT_co", covariant=True)
 
 _SYSTEM_ROLES = ("system", "developer")
+RANKED_ROLES: tuple[str, ...] = ("document", "memory")
+"""Item roles of ranked content: a continuing pack sends them after its stable history."""
 _DATA_PREFIX = "data:"
 
 
@@ -263,3 +272,66 @@ def text_transcript(messages: Sequence[dict[str, Any]]) -> str:
     1.08
     """
     return "\n\n".join(_transcript_block(message) for message in messages)
+
+
+def mark_cache(
+    request: dict[str, Any],
+    messages: Sequence[dict[str, Any]],
+    stable: int,
+    *,
+    system_cacheable: bool,
+    ttl: str | None = None,
+    placeholder: str | None = None,
+) -> dict[str, Any]:
+    """Put Anthropic ``cache_control`` breakpoints on a request made by :func:`anthropic_request`.
+
+    One breakpoint goes on the last block of the stable prefix (the request
+    made from the first ``stable`` messages), and one on the system prompt
+    when ``system_cacheable`` (it is then sent as one text block): never more
+    than 2 of the API's 4.
+
+    Parameters
+    ----------
+    request
+        ``anthropic_request(messages, placeholder=placeholder)``; changed in place.
+    messages
+        The OpenAI messages it was made from.
+    stable
+        How many leading messages form the stable prefix.
+    system_cacheable
+        The system prompt alone is long enough to be cached.
+    ttl
+        ``"1h"`` for the 1-hour cache; ``None``: the default 5-minute cache.
+    placeholder
+        As given to :func:`anthropic_request`.
+
+    Returns
+    -------
+    dict
+        ``request``.
+
+    Examples
+    --------
+    >>> messages = [{"role": "system", "content": "Be brief."},
+    ...             {"role": "user", "content": "Hi"}, {"role": "user", "content": "Doc"}]
+    >>> marked = mark_cache(anthropic_request(messages), messages, 2, system_cacheable=True)
+    >>> marked["system"]
+    [{'type': 'text', 'text': 'Be brief.', 'cache_control': {'type': 'ephemeral'}}]
+    >>> marked["messages"][0]["content"]
+    [{'type': 'text', 'text': 'Hi', 'cache_control': {'type': 'ephemeral'}},
+     {'type': 'text', 'text': 'Doc'}]
+    """
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if ttl is not None:
+        control["ttl"] = ttl
+    if system_cacheable and request.get("system"):
+        request["system"] = [
+            {"type": "text", "text": request["system"], "cache_control": dict(control)}
+        ]
+    if all(m["role"] in _SYSTEM_ROLES for m in messages[:stable]):
+        return request  # no stable message: its request would be the opening alone
+    head = anthropic_request(messages[:stable], placeholder=placeholder)["messages"]
+    if head:
+        block = request["messages"][len(head) - 1]["content"][len(head[-1]["content"]) - 1]
+        block["cache_control"] = dict(control)
+    return request

@@ -20,6 +20,7 @@ import numpy as np
 
 from cognoxium.exceptions import BudgetError, PackError
 from cognoxium.items._checks import MAX_INT
+from cognoxium.packing.cache_models import CacheModel, get_cache_model
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
@@ -106,6 +107,21 @@ class PackOptions:
         user message (as ``start_on="user"``) and, when it holds no user or
         assistant message, the opening user message the rendering adds is
         counted in ``used_tokens``.
+    eviction_share
+        For a pack that continues an earlier one (``previous=``, see
+        :mod:`cognoxium.packing.cache`): the share of the evictable history's
+        tokens evicted at once, oldest first, when the earlier prefix and the
+        new messages no longer fit; a number in (0, 1]. Larger steps keep the
+        prefix cached for more turns and send less history on average (the
+        history grows back from ``1 - eviction_share`` of the budget, so
+        about ``1 - eviction_share / 2`` of a full window on average); 0.4
+        bills about a fifth of a sliding window's input at 0.1x cached
+        prices and keeps over 80% of its history (``benchmarks/bench_cache.py``).
+    cache_model
+        The provider cache model (a name in
+        :func:`~cognoxium.packing.cache_models.cache_models` or a
+        :class:`~cognoxium.packing.cache_models.CacheModel`) under which a
+        continuing pack's manifest bills its input; ``None``: not billed.
 
     Raises
     ------
@@ -114,8 +130,9 @@ class PackOptions:
         ``overflow`` is not one of :data:`OVERFLOW_MODES`, ``turns`` is not a
         bool, ``start_on`` is not ``None`` or one of :data:`START_ON`,
         ``as_of`` is not a ``datetime`` (ISO text included) or is naive,
-        ``tool_errors`` is not one of :data:`TOOL_ERRORS` or ``target`` not
-        one of :data:`TARGETS`.
+        ``tool_errors`` is not one of :data:`TOOL_ERRORS`, ``target`` not
+        one of :data:`TARGETS`, ``eviction_share`` is not a number in
+        (0, 1], or ``cache_model`` names no cache model.
         The checks run in this order, so the same bad options always fail
         with the same error.
     ProfileError
@@ -143,6 +160,8 @@ class PackOptions:
     start_on: StartOn | None = None
     tool_errors: ToolErrors = "repair"
     target: Target = "openai"
+    eviction_share: float = 0.4
+    cache_model: str | CacheModel | None = None
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -169,8 +188,21 @@ class PackOptions:
             )
         if self.target not in TARGETS:
             raise PackError(f"target must be one of {list(TARGETS)}, got {self.target!r}")
+        share = self.eviction_share
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, int | float)
+            or not 0 < share <= 1  # NaN fails too
+        ):
+            raise PackError(
+                f"eviction_share must be a number in (0, 1], got {share!r}: the share of the "
+                "evictable history a continuing pack evicts at once"
+            )
+        if self.cache_model is not None:
+            get_cache_model(self.cache_model)
         profile: str | TokenProfile = self.profile
         set_field = object.__setattr__
+        set_field(self, "eviction_share", float(share))
         set_field(self, "reserve", int(reserve))
         if not isinstance(profile, TokenProfile):
             set_field(self, "profile", get_profile(profile))
@@ -181,7 +213,7 @@ class PackOptions:
         return (
             f"PackOptions(reserve={self.reserve}, profile={profile!r}, as_of={self.as_of!r}, "
             f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r}, "
-            f"tool_errors={self.tool_errors!r}, target={self.target!r})"
+            f"tool_errors={self.tool_errors!r}, target={self.target!r}" + _cache_repr(self) + ")"
         )
 
     def merged(self, **given: Any) -> PackOptions:
@@ -261,6 +293,17 @@ def check_budget(budget: object, options: PackOptions) -> int:
             params={"reserve": options.reserve},
         )
     return int(budget)
+
+
+def _cache_repr(options: PackOptions) -> str:
+    """The continuation options in the repr, when not at their defaults."""
+    shown = ""
+    if options.eviction_share != 0.4:
+        shown += f", eviction_share={options.eviction_share!r}"
+    model = options.cache_model
+    if model is not None:
+        shown += f", cache_model={getattr(model, 'name', model)!r}"
+    return shown
 
 
 def _as_utc(value: object) -> datetime:

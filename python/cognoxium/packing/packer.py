@@ -125,6 +125,7 @@ from cognoxium.packing._tool_rules import (
 )
 from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
 from cognoxium.packing._units import Units, form_units
+from cognoxium.packing.cache import plan_continuation
 from cognoxium.packing.options import PackOptions
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -162,6 +163,7 @@ def pack(
     *,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
+    previous: ContextPack | None = None,
 ) -> ContextPack:
     """Select items of ``df`` under a token budget and explain every decision.
 
@@ -201,6 +203,11 @@ def pack(
         ``policy``), render them as ``user`` messages or as delimited data
         (costed as rendered), or fail the pack. Their outcomes and
         fingerprints go to the manifest.
+    previous
+        An earlier pack of the same conversation that this pack continues:
+        its prefix is kept byte for byte while the new messages fit, and
+        evicted in steps when they do not (see :mod:`cognoxium.packing.cache`;
+        the manifest's ``cache`` section reports it). ``None``: a pack of its own.
 
     Returns
     -------
@@ -283,7 +290,7 @@ def pack(
     call = check_call(budget, options if options is not None else PackOptions())
     scope = PackScope(df, profile=call.profile, policy=policy)
     check_content_hashes(df)  # token counts are cached by content hash
-    return scope.pack_checked(call, label)
+    return scope.pack_checked(call, label, previous=previous)
 
 
 def pack_reusing(
@@ -294,6 +301,7 @@ def pack_reusing(
     *,
     label: str | None = None,
     rank: pl.Series | None = None,
+    previous: ContextPack | None = None,
 ) -> ContextPack:
     """:func:`pack` without policies over rows that never change, keeping their :class:`PackScope`.
 
@@ -314,7 +322,7 @@ def pack_reusing(
     rows
         Returns the items, ``n`` rows in the canonical schema, in input
         order; called only when no scope is kept for the profile.
-    budget, options, label
+    budget, options, label, previous
         As for :func:`pack`.
     rank
         ``(n,)``: the rows' rank for this pack, cast to Float64, in place of
@@ -358,7 +366,7 @@ def pack_reusing(
     if not isinstance(scope, PackScope):
         scope = PackScope(rows(), profile=call.profile)
         scopes[key] = scope
-    return scope.pack_checked(call, label, rank)
+    return scope.pack_checked(call, label, rank, previous)
 
 
 _AHEAD_ROWS = 16_384
@@ -641,9 +649,17 @@ class PackScope:
         return check_call(budget, options)
 
     def outcome_checked(
-        self, call: PackCall, label: str | None, rank: pl.Series | None = None
+        self,
+        call: PackCall,
+        label: str | None,
+        rank: pl.Series | None = None,
+        previous: ContextPack | None = None,
     ) -> PackOutcome:
-        """:meth:`outcome` for a budget and options checked by ``check_call``."""
+        """:meth:`outcome` for a budget and options checked by ``check_call``.
+
+        With ``previous``, the pack continues that earlier pack (see
+        :mod:`cognoxium.packing.cache`).
+        """
         df = self.df
         if rank is not None:
             if len(rank) != df.height:
@@ -653,6 +669,13 @@ class PackScope:
             check_rank(rank, df.get_column("id"))
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
+        own_tier = candidates.tier
+        continuation = None
+        if previous is not None:
+            continuation = plan_continuation(df, candidates, units, costs, call, previous)
+            candidates = continuation.rows
+            if rank is None:  # a fresh queue: the held-out and pinned rows change it
+                rank = df.get_column("rank")
         queue = self._queue(call, candidates, units, rank, costs)
         if rank is None:
             rank = df.get_column("rank")
@@ -672,11 +695,17 @@ class PackScope:
         decisions = decide_rows(rows, units, included, costs)
         if opening:
             decisions = _with_opening(decisions, opening, call)
+        if continuation is not None:
+            decisions = continuation.decided(decisions, own_tier)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
         sent = _Sent(df, rank, decisions.selected, cutter, truncations)
         linked = self._basis.linked or truncations
         lineage = lineage_edges(sent.frame).to_dicts() if linked else []
         header = manifest_header(self._basis, call, decisions, label, rank, lineage, truncations)
+        if continuation is not None:
+            messages = self._messages(sent)
+            report = continuation.report(df, call, decisions, costs.row_tokens, messages)
+            header = header.model_copy(update={"cache": report})
         return PackOutcome(
             call=call,
             decisions=decisions,
@@ -800,10 +829,14 @@ class PackScope:
         return self.pack_checked(self._call(budget, options), label, rank)
 
     def pack_checked(
-        self, call: PackCall, label: str | None, rank: pl.Series | None = None
+        self,
+        call: PackCall,
+        label: str | None,
+        rank: pl.Series | None = None,
+        previous: ContextPack | None = None,
     ) -> ContextPack:
         """:meth:`pack` for a budget and options checked by ``check_call``."""
-        outcome = self.outcome_checked(call, label, rank)
+        outcome = self.outcome_checked(call, label, rank, previous)
         manifest = outcome.manifest
         manifest._entries = self.entries([outcome])
         used = outcome.decisions.used_tokens

@@ -39,6 +39,7 @@ def pack_plan(
     *,
     label: str | None = None,
     policy: Policy | Sequence[Policy] | None = None,
+    previous: ContextPack | None = None,
 ) -> ContextPack:
     """Run ``plan`` and pack its rows under ``budget`` tokens with ``options``.
 
@@ -46,7 +47,7 @@ def pack_plan(
     ----------
     plan
         A plan whose output holds every item column.
-    budget, options, label, policy
+    budget, options, label, policy, previous
         As for :func:`~cognoxium.packing.packer.pack`.
 
     Returns
@@ -70,12 +71,16 @@ def pack_plan(
         def whole() -> pl.DataFrame:
             return lowered(scan).collect()
 
-        return pack_reusing(table.cache, whole, budget, options, label=label, rank=rank)
+        return pack_reusing(
+            table.cache, whole, budget, options, label=label, rank=rank, previous=previous
+        )
     timed = options.at_time()
     judged = rewrite(plan, lambda node: _judge_expiry(node, timed.as_of))
     if judged is not plan:
         options = timed
     rows = checked_rows(judged, finite_rank=False)
+    if previous is not None:
+        return pack(rows, budget, options, label=label, policy=policy, previous=previous)
     return pack(rows, budget, options, label=label, policy=policy)
 
 

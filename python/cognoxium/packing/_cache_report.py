@@ -1,0 +1,67 @@
+"""The manifest's account of a continuing pack (see :mod:`cognoxium.packing.cache`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["CacheReport"]
+
+
+class CacheReport(BaseModel):
+    """What a continuing pack kept of the earlier pack's prefix, what it evicted, and its bill.
+
+    Token counts are in tokens of the pack's profile, by the chat costing
+    rule (framing included).
+
+    Attributes
+    ----------
+    continues
+        The digest (:attr:`PackManifest.digest`) of the earlier pack's manifest.
+    eviction_share
+        The share of the evictable history evicted at each eviction step.
+    prefix_items, prefix_tokens
+        The leading messages this pack sends exactly as the earlier pack
+        sent them, and their tokens: the prefix a provider can read from
+        its cache.
+    prefix_ids
+        The ids of those messages' items, in pack order.
+    stable_tokens
+        The tokens of this pack's history (every message before its
+        document and memory items): the prefix the next pack keeps, where
+        :meth:`~cognoxium.packing.ContextPack.to_anthropic` places the
+        ``cache_control`` breakpoint.
+    evicted
+        Ids of the earlier pack's items this pack evicted (reason
+        ``evicted_for_cache``), in input order.
+    eviction_steps
+        How many eviction steps were taken (0: the earlier prefix was kept whole).
+    eviction_detail
+        Why the steps were taken (the tokens needed and the items' budget), or ``None``.
+    cache_model
+        The :class:`~cognoxium.packing.cache_models.CacheModel` billed, or
+        ``None`` (no ``cache_model`` option: the fields below are ``None``).
+    input_tokens, cached_tokens, cache_write_tokens, uncached_tokens
+        The request's input tokens (``used_tokens``) as the model's cache
+        bills them against the earlier pack (see
+        :func:`~cognoxium.packing.cache_models.bill`).
+    billed_tokens
+        The input price in units of one uncached token.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    continues: str
+    eviction_share: float
+    prefix_items: int
+    prefix_tokens: int
+    prefix_ids: list[str]
+    stable_tokens: int
+    evicted: list[str]
+    eviction_steps: int
+    eviction_detail: str | None
+    cache_model: str | None = None
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    uncached_tokens: int | None = None
+    billed_tokens: float | None = None

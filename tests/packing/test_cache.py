@@ -1,0 +1,517 @@
+"""Packs that continue an earlier pack: a byte-stable prefix, stepwise eviction, bills."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import itertools
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium import CognitionFrame
+from cognoxium.exceptions import PackError
+from cognoxium.items.validation import conform
+from cognoxium.packing.cache import pack_breakpoints, shared_prefix_tokens
+from cognoxium.packing.cache_models import (
+    CacheModel,
+    bill,
+    cache_models,
+    get_cache_model,
+    register_cache_model,
+)
+from cognoxium.packing.options import PackOptions
+from cognoxium.packing.packer import ContextPack, pack
+from cognoxium.tokens.profiles import get_profile
+
+AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+PROFILE = get_profile("cl100k_base")
+REPO = Path(__file__).resolve().parents[2]
+LOCOMO = Path(
+    os.environ.get(
+        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
+    )
+)
+SYSTEM = "You are the support assistant. Answer from the conversation. " * 12
+
+
+def chat_frame(texts: list[tuple[str, str, str]]) -> pl.DataFrame:
+    """Items (id, role, text) at one-second steps; the system prompt required."""
+    return conform(
+        pl.DataFrame(
+            {
+                "id": [t[0] for t in texts],
+                "role": [t[1] for t in texts],
+                "text": [t[2] for t in texts],
+                "retention": ["required" if t[1] == "system" else "optional" for t in texts],
+                "created_at": [T0 + timedelta(seconds=i) for i in range(len(texts))],
+            }
+        )
+    )
+
+
+def synthetic_chat(n: int) -> list[tuple[str, str, str]]:
+    """A system prompt and ``n`` messages of varied length, user and assistant in turn."""
+    out = [("sys", "system", SYSTEM)]
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        words = 5 + (i * 7) % 30
+        out.append((f"m{i:03}", role, f"message {i}: " + " ".join(f"w{k}" for k in range(words))))
+    return out
+
+
+def tokens_of(messages: list[dict[str, Any]]) -> list[int]:
+    """The token ids of the messages' canonical JSON, one after another."""
+    out: list[int] = []
+    for message in messages:
+        out += PROFILE.encoding.encode_ordinary(json.dumps(message))  # key order as sent
+    return out
+
+
+def replay(
+    rows: list[tuple[str, str, str]], budget: int, **options: Any
+) -> list[tuple[ContextPack, pl.DataFrame]]:
+    """Pack the history at each user turn, each pack continuing the one before."""
+    whole = chat_frame(rows)
+    packs: list[tuple[ContextPack, pl.DataFrame]] = []
+    previous = None
+    for row, (_, role, _) in enumerate(rows):
+        if role != "user":
+            continue
+        history = whole.head(row + 1)
+        previous = CognitionFrame.from_conformed(history).pack(
+            budget, as_of=AS_OF, previous=previous, **options
+        )
+        packs.append((previous, history))
+    return packs
+
+
+def check_replay(packs: list[tuple[ContextPack, pl.DataFrame]]) -> int:
+    """Check each pack against the one before, turn by turn; return the eviction steps seen."""
+    steps = 0
+    for (before, _), (after, history) in itertools.pairwise(packs):
+        report = after.manifest.cache
+        assert report is not None
+        assert report.continues == before.manifest.digest
+        old, new = before.to_openai(), after.to_openai()
+        reasons = dict(after.manifest.to_polars().select("id", "reason").iter_rows())
+        if report.eviction_steps == 0:
+            # the whole earlier request is the new one's prefix, token for token
+            assert tokens_of(new[: len(old)]) == tokens_of(old)
+            assert report.prefix_items == len(old)
+            assert report.evicted == []
+            assert report.prefix_ids == before.ids
+        else:
+            steps += report.eviction_steps
+            gone = [i for i in before.ids if i not in set(after.ids)]
+            assert report.evicted == gone
+            assert all(reasons[i] == "evicted_for_cache" for i in gone)
+            assert report.eviction_detail is not None
+            assert "sys" in after.ids  # required: never evicted
+            first = next(m for m in after.messages if m["role"] != "system")
+            assert first["role"] == "user"  # the history left starts on a user turn
+        assert report.prefix_tokens == sum(
+            t
+            for i, t in after.manifest.to_polars().select("id", "tokens").iter_rows()
+            if i in set(report.prefix_ids)
+        )
+        # the newest messages are always sent
+        assert set(history.get_column("id").tail(6).to_list()) <= set(after.ids)
+    return steps
+
+
+def test_continuing_packs_keep_the_prefix_and_evict_in_steps() -> None:
+    packs = replay(synthetic_chat(200), 2000)
+    steps = check_replay(packs)
+    assert steps >= 2  # the history outgrows the budget several times
+    # between two eviction steps several turns share the prefix
+    reports = [p.manifest.cache for p, _ in packs[1:]]
+    assert sum(r is not None and r.eviction_steps == 0 for r in reports) >= 4 * steps
+
+
+def test_a_larger_share_evicts_more_at_once_and_less_often() -> None:
+    small = replay(synthetic_chat(200), 2000, eviction_share=0.2)
+    large = replay(synthetic_chat(200), 2000, eviction_share=0.6)
+
+    def steps(packs: list[tuple[ContextPack, pl.DataFrame]]) -> int:
+        return sum(p.manifest.cache.eviction_steps for p, _ in packs[1:] if p.manifest.cache)
+
+    def sent(packs: list[tuple[ContextPack, pl.DataFrame]]) -> float:
+        return sum(p.used_tokens for p, _ in packs) / len(packs)
+
+    check_replay(small)
+    check_replay(large)
+    assert steps(large) < steps(small)
+    assert sent(large) < sent(small)
+
+
+def test_a_sliding_window_changes_the_prefix_that_a_continuing_pack_keeps() -> None:
+    rows = synthetic_chat(120)
+    whole = chat_frame(rows)
+    last = len(rows) - 2  # a user turn
+    assert rows[last][1] == "user"
+    before = CognitionFrame.from_conformed(whole.head(last - 1)).rank("recency")
+    window = CognitionFrame.from_conformed(whole.head(last + 1)).rank("recency")
+    earlier = before.pack(900, as_of=AS_OF)
+    moved = window.pack(900, as_of=AS_OF)
+    assert moved.messages[1] != earlier.messages[1]  # the window moved on: a new prefix
+    kept = CognitionFrame.from_conformed(whole.head(last + 1)).pack(
+        1100, as_of=AS_OF, previous=earlier
+    )
+    report = kept.manifest.cache
+    assert report is not None
+    assert report.eviction_steps == 0
+    assert kept.messages[: len(earlier.messages)] == earlier.messages
+    assert kept.ids[len(earlier.ids) :] == [rows[last - 1][0], rows[last][0]]
+
+
+def test_continuing_packs_are_deterministic() -> None:
+    rows = synthetic_chat(60)
+    first = [p.manifest.to_json() for p, _ in replay(rows, 700, cache_model="anthropic")]
+    again = [p.manifest.to_json() for p, _ in replay(rows, 700, cache_model="anthropic")]
+    assert first == again
+    assert any('"evicted_for_cache"' in text for text in first)
+
+
+def test_the_manifest_bills_the_input_against_the_earlier_pack() -> None:
+    rows = synthetic_chat(80)
+    for name in ("openai:gpt-5", "anthropic:claude-sonnet-4-5"):
+        packs = replay(rows, 2000, cache_model=name)
+        model = get_cache_model(name)
+        for (before, _), (after, _) in itertools.pairwise(packs):
+            report = after.manifest.cache
+            assert report is not None
+            assert report.cache_model == name
+            _sys_before, stable_before = pack_breakpoints(
+                [m["role"] for m in before.messages], _tokens(before)
+            )
+            _sys_after, stable_after = pack_breakpoints(
+                [m["role"] for m in after.messages], _tokens(after)
+            )
+            marks = model.kind == "breakpoints"
+            expected = bill(
+                model,
+                input_tokens=after.used_tokens,
+                shared_tokens=report.prefix_tokens,
+                previous_input_tokens=before.used_tokens,
+                previous_breakpoints=[stable_before] if marks else [],
+                breakpoints=[stable_after] if marks else [],
+            )
+            assert report.input_tokens == after.used_tokens
+            assert report.cached_tokens == expected.cached_tokens
+            assert report.cache_write_tokens == expected.cache_write_tokens
+            assert report.billed_tokens == expected.billed_tokens
+            assert (
+                report.cached_tokens + report.cache_write_tokens + report.uncached_tokens
+                == after.used_tokens
+            )
+        # once the history passes the minimum, a turn reads most of its input from the cache
+        last = packs[-1][0].manifest.cache
+        assert last is not None
+        assert last.cached_tokens > 0.8 * last.input_tokens
+
+
+def _tokens(p: ContextPack) -> list[int]:
+    entries = p.manifest.to_polars().filter(pl.col("pack_position").is_not_null())
+    return entries.sort("pack_position").get_column("tokens").to_list()
+
+
+def test_ranked_documents_go_after_the_stable_prefix() -> None:
+    rows = synthetic_chat(30)
+    whole = chat_frame(rows)
+    previous: ContextPack | None = None
+    for turn, row in enumerate(r for r, t in enumerate(rows) if t[1] == "user"):
+        docs = conform(
+            pl.DataFrame(
+                {
+                    "id": [f"doc{turn}-{k}" for k in range(2)],
+                    "role": ["document"] * 2,
+                    "text": [f"retrieved passage {turn} {k} " + "text " * 20 for k in range(2)],
+                    "rank": [2.0, 1.0],
+                    "created_at": [T0] * 2,
+                }
+            )
+        )
+        frame = pl.concat([docs, whole.head(row + 1)])  # documents first in the input
+        packed = pack(frame, 2000, PackOptions(as_of=AS_OF), previous=previous)
+        if previous is None:  # a pack of its own: input order
+            assert packed.ids[:2] == ["doc0-0", "doc0-1"]
+        else:
+            assert packed.ids[-2:] == [f"doc{turn}-0", f"doc{turn}-1"]
+            roles = [m["role"] for m in packed.messages]
+            assert roles[-2:] == ["user", "user"]
+            assert roles[0] == "system"
+        if turn >= 2:  # the earlier pack's history is this one's prefix
+            assert previous is not None
+            report = packed.manifest.cache
+            assert report is not None
+            stable = len(previous.ids) - 2
+            assert packed.messages[:stable] == previous.messages[:stable]
+            assert report.prefix_items == stable
+        previous = packed
+
+
+def test_a_continuing_pack_checks_its_arguments() -> None:
+    rows = chat_frame(synthetic_chat(4))
+    earlier = pack(rows, 500, PackOptions(as_of=AS_OF))
+    with pytest.raises(PackError, match="previous must be the ContextPack"):
+        pack(rows, 500, PackOptions(as_of=AS_OF), previous=earlier.manifest)  # type: ignore[arg-type]
+    with pytest.raises(PackError, match="token profile"):
+        pack(rows, 500, PackOptions(as_of=AS_OF, profile="o200k_base"), previous=earlier)
+    for bad in (0, -0.5, 1.5, float("nan"), True, "half"):
+        with pytest.raises(PackError, match="eviction_share must be a number in"):
+            PackOptions(eviction_share=bad)  # type: ignore[arg-type]
+    with pytest.raises(PackError, match="no cache model named 'nope'"):
+        PackOptions(cache_model="nope")
+    assert PackOptions(eviction_share=1).eviction_share == 1.0
+
+
+def test_an_unchanged_history_is_sent_again_whole() -> None:
+    rows = chat_frame(synthetic_chat(10))
+    first = pack(rows, 5000, PackOptions(as_of=AS_OF))
+    again = pack(rows, 5000, PackOptions(as_of=AS_OF), previous=first)
+    assert again.messages == first.messages
+    report = again.manifest.cache
+    assert report is not None
+    assert report.prefix_items == len(first.ids)
+    assert report.prefix_tokens == first.used_tokens - PROFILE.tokens_per_pack
+
+
+def test_an_edited_message_ends_the_prefix() -> None:
+    rows = synthetic_chat(10)
+    first = pack(chat_frame(rows), 5000, PackOptions(as_of=AS_OF))
+    rows[4] = (rows[4][0], rows[4][1], "an edited message")
+    again = pack(chat_frame(rows), 5000, PackOptions(as_of=AS_OF), previous=first)
+    report = again.manifest.cache
+    assert report is not None
+    assert report.prefix_items == 4
+    assert again.ids == first.ids  # nothing needed evicting: the edit is sent
+
+
+# Cache models
+
+
+def test_automatic_caching_counts_increments_from_the_minimum() -> None:
+    model = get_cache_model("openai:gpt-4o")
+    assert (model.min_tokens, model.increment, model.read_multiplier) == (1024, 128, 0.5)
+    cases = [  # (shared, previous input, cached)
+        (1023, 5000, 0),
+        (1024, 5000, 1024),
+        (1151, 5000, 1024),
+        (1152, 5000, 1152),
+        (3000, 1000, 0),  # the earlier prompt was too short to be cached
+        (3000, 2000, 1920),  # no more than the earlier prompt
+    ]
+    for shared, before, cached in cases:
+        b = bill(model, input_tokens=4000, shared_tokens=shared, previous_input_tokens=before)
+        assert (b.cached_tokens, b.cache_write_tokens) == (cached, 0)
+        assert b.billed_tokens == 4000 - cached + 0.5 * cached
+    cold = bill(model, input_tokens=4000, shared_tokens=3000, previous_input_tokens=None)
+    assert cold.cached_tokens == 0
+    late = bill(
+        model,
+        input_tokens=4000,
+        shared_tokens=3000,
+        previous_input_tokens=4000,
+        elapsed_seconds=model.ttl_seconds + 1,
+    )
+    assert late.cached_tokens == 0
+
+
+def test_breakpoint_caching_reads_written_prefixes_and_bills_writes() -> None:
+    five = get_cache_model("anthropic:claude-sonnet-4-5")
+    hour = get_cache_model("anthropic:claude-sonnet-4-5:1h")
+    assert (five.max_breakpoints, five.read_multiplier, five.write_multiplier) == (4, 0.1, 1.25)
+    assert (hour.write_multiplier, hour.ttl_seconds) == (2.0, 3600)
+    assert get_cache_model("anthropic:claude-haiku-4-5").min_tokens == 4096
+    # below the minimum nothing is written
+    assert bill(five, input_tokens=1000, breakpoints=[900]).billed_tokens == 1000
+    # the shared prefix stops before the earlier breakpoint: no read, a fresh write
+    miss = bill(
+        five,
+        input_tokens=3000,
+        shared_tokens=1500,
+        previous_breakpoints=[2000],
+        breakpoints=[2900],
+    )
+    assert (miss.cached_tokens, miss.cache_write_tokens, miss.uncached_tokens) == (0, 2900, 100)
+    assert miss.billed_tokens == 100 + 1.25 * 2900
+    # a system breakpoint read while the history after it is written again
+    hit = bill(
+        hour,
+        input_tokens=3000,
+        shared_tokens=1500,
+        previous_breakpoints=[1200, 2000],
+        breakpoints=[1200, 2900],
+    )
+    assert (hit.cached_tokens, hit.cache_write_tokens) == (1200, 1700)
+    assert hit.billed_tokens == round(100 + 0.1 * 1200 + 2.0 * 1700, 6)
+    # at most max_breakpoints are used: the longest
+    many = bill(five, input_tokens=9000, breakpoints=[1100, 1200, 1300, 1400, 8000])
+    assert many.cache_write_tokens == 8000
+
+
+def test_users_register_their_own_cache_models() -> None:
+    mine = CacheModel(
+        name="test:flash",
+        kind="automatic",
+        min_tokens=2048,
+        increment=1,
+        read_multiplier=0.25,
+        ttl_seconds=3600,
+    )
+    assert register_cache_model(mine, replace=True) is mine
+    assert cache_models()["test:flash"] is mine
+    with pytest.raises(PackError, match="exists"):
+        register_cache_model(mine)
+    assert PackOptions(cache_model="test:flash").cache_model == "test:flash"
+    with pytest.raises(PackError, match="read_multiplier must be a number from 0 to 1"):
+        CacheModel(name="x", kind="automatic", min_tokens=1, read_multiplier=1.5, ttl_seconds=1)
+    with pytest.raises(PackError, match="max_breakpoints >= 1"):
+        CacheModel(name="x", kind="breakpoints", min_tokens=1, read_multiplier=0.1, ttl_seconds=1)
+    with pytest.raises(PackError, match="kind must be one of"):
+        CacheModel(name="x", kind="lru", min_tokens=1, read_multiplier=0.1, ttl_seconds=1)  # type: ignore[arg-type]
+
+
+def test_shared_prefix_tokens_stop_at_the_first_difference() -> None:
+    assert shared_prefix_tokens([], ["a"], [5]) == 0
+    assert shared_prefix_tokens(["a", "b"], ["a", "b", "c"], [5, 6, 7]) == 11
+    assert shared_prefix_tokens(["a", "x", "c"], ["a", "b", "c"], [5, 6, 7]) == 5
+
+
+# A real conversation
+
+
+def locomo_chat(path: Path) -> list[tuple[str, str, str]]:
+    """The first LoCoMo conversation as (id, role, text): speaker A the user."""
+    sample = json.loads(path.read_text(encoding="utf-8"))[0]
+    conv = sample["conversation"]
+    rows = [("sys", "system", SYSTEM)]
+    numbers = sorted(
+        int(k.split("_")[1]) for k in conv if k.startswith("session_") and k.count("_") == 1
+    )
+    for number in numbers:
+        for turn in conv[f"session_{number}"]:
+            role = "user" if turn["speaker"] == conv["speaker_a"] else "assistant"
+            rows.append((turn["dia_id"], role, f"{turn['speaker']}: {turn['text']}"))
+    return rows
+
+
+@pytest.mark.skipif(
+    not LOCOMO.is_file(),
+    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
+)
+def test_a_locomo_conversation_replayed_keeps_its_prefix_between_eviction_steps() -> None:
+    rows = locomo_chat(LOCOMO)
+    packs = replay(rows[:400], 2048)
+    assert check_replay(packs) >= 1
+    if importlib.util.find_spec("anthropic") is not None:
+        for packed, _ in packs:
+            request = packed.to_anthropic(cache=True)
+            assert_sdk_accepts(request)
+            assert 1 <= len(breakpoints(request)) <= 4
+
+
+# Breakpoints in the renderers
+
+
+def assert_sdk_accepts(request: dict[str, Any]) -> None:
+    """Validate a request with the Anthropic SDK's types, block by block, keys included."""
+    from anthropic.types import ContentBlockParam, MessageParam, TextBlockParam
+    from pydantic import TypeAdapter
+
+    TypeAdapter(list[MessageParam]).validate_python(copy.deepcopy(request["messages"]))
+    blocks = TypeAdapter(ContentBlockParam)
+    for message in request["messages"]:
+        for block in message["content"]:
+            assert blocks.validate_python(copy.deepcopy(block)) == block
+    if "system" in request:
+        system = TypeAdapter(str | list[TextBlockParam]).validate_python(request["system"])
+        assert system == request["system"]
+
+
+def breakpoints(request: dict[str, Any]) -> list[tuple[int, int]]:
+    """(message, block) of every cache_control mark; (-1, 0) for the system prompt."""
+    marks = []
+    if isinstance(request.get("system"), list):
+        marks += [(-1, k) for k, b in enumerate(request["system"]) if "cache_control" in b]
+    for m, message in enumerate(request["messages"]):
+        marks += [(m, k) for k, b in enumerate(message["content"]) if "cache_control" in b]
+    return marks
+
+
+def test_to_anthropic_marks_the_stable_prefix_on_every_replayed_turn() -> None:
+    pytest.importorskip("anthropic")
+    long_system = [("sys", "system", SYSTEM * 9)]  # cacheable alone (over 1,024 tokens)
+    for rows in (synthetic_chat(120), long_system + synthetic_chat(120)[1:]):
+        for packed, _ in replay(rows, 2600):
+            request = packed.to_anthropic(cache=True)
+            assert_sdk_accepts(request)
+            marks = breakpoints(request)
+            assert 1 <= len(marks) <= 4
+            last = len(request["messages"]) - 1
+            assert marks[-1] == (last, len(request["messages"][last]["content"]) - 1)
+            system_tokens = packed.manifest.to_polars().filter(pl.col("id") == "sys")["tokens"]
+            assert ((-1, 0) in marks) == (system_tokens[0] >= 1024)
+            plain = packed.to_anthropic()
+            assert request["messages"] == [
+                {
+                    **m,
+                    "content": [
+                        {**b, "cache_control": {"type": "ephemeral"}} if (i, k) in marks else b
+                        for k, b in enumerate(m["content"])
+                    ],
+                }
+                for i, m in enumerate(plain["messages"])
+            ]
+
+
+def test_to_anthropic_marks_the_history_before_the_documents() -> None:
+    rows = chat_frame(synthetic_chat(5))  # ends on a user message
+    docs = conform(
+        pl.DataFrame(
+            {
+                "id": ["d1"],
+                "role": ["document"],
+                "text": ["retrieved text"],
+                "rank": [1.0],
+                "created_at": [T0],
+            }
+        )
+    )
+    first = pack(rows, 3000, PackOptions(as_of=AS_OF))
+    packed = pack(pl.concat([rows, docs]), 3000, PackOptions(as_of=AS_OF), previous=first)
+    request = packed.to_anthropic(cache=True, cache_model="anthropic:claude-sonnet-4-5:1h")
+    last = request["messages"][-1]["content"]
+    assert last[-1] == {"type": "text", "text": "retrieved text"}  # the document: not marked
+    assert last[-2]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    with pytest.raises(PackError, match="caches automatically"):
+        packed.to_anthropic(cache=True, cache_model="openai")
+
+
+def test_to_openai_passes_a_prompt_cache_key() -> None:
+    packed = pack(chat_frame(synthetic_chat(4)), 3000, PackOptions(as_of=AS_OF))
+    request = packed.to_openai(prompt_cache_key="conversation-7")
+    assert request == {"messages": packed.messages, "prompt_cache_key": "conversation-7"}
+    with pytest.raises(PackError, match="prompt_cache_key must be non-empty text"):
+        packed.to_openai(prompt_cache_key="")
+
+
+def test_evicting_everything_still_starts_the_history_on_a_user_turn() -> None:
+    packs = replay(synthetic_chat(60), 1200, eviction_share=1.0)
+    evicting = [p for p, _ in packs if p.manifest.cache and p.manifest.cache.eviction_steps]
+    assert evicting
+    for packed in evicting:
+        # all the history goes, and the reply before the new question with it
+        assert [m["role"] for m in packed.messages] == ["system", "user"]
+        reasons = dict(packed.manifest.to_polars().select("id", "reason").iter_rows())
+        newest = int(packed.ids[1][1:])
+        assert reasons[f"m{newest - 1:03}"] == "evicted_for_cache"
+        assert packed.manifest.cache is not None
+        assert f"m{newest - 1:03}" not in packed.manifest.cache.evicted  # not sent before
