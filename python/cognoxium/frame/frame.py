@@ -77,7 +77,7 @@ from cognoxium.items.validation import conform
 if TYPE_CHECKING:
     from cognoxium.governance.policies import Policy
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
-    from cognoxium.packing.options import Overflow, PackOptions, StartOn
+    from cognoxium.packing.options import Gaps, Overflow, PackOptions, StartOn
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
 
@@ -1086,9 +1086,11 @@ class CognitionFrame:
                 ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
             ``lineage``
                 The frame in which derived items are looked up
-                (hybrid-lineage and learned, required): its rows outside this
-                frame whose ``parents`` hold an id of this frame. Often the
-                whole store, of which this frame is a part.
+                (hybrid-lineage and learned): its rows outside this frame
+                whose ``parents`` hold an id of this frame. Often the whole
+                store, of which this frame is a part. Default: this frame
+                itself, so no row is outside it and the lineage features are
+                empty (the items derived from others are ranked as items).
             ``budget``
                 The strategies' token budget (>= 0 tokens).
             ``as_of``
@@ -1622,6 +1624,7 @@ class CognitionFrame:
         overflow: Overflow | None = None,
         turns: bool | None = None,
         start_on: StartOn | None = None,
+        gaps: Gaps | None = None,
     ) -> ContextPack:
         """Run the plan and pack the rows under a token budget.
 
@@ -1655,14 +1658,26 @@ class CognitionFrame:
         policy
             Policies checked over the candidates (see
             :func:`~cognoxium.packing.packer.pack`).
-        profile, as_of, reserve, overflow, turns, start_on
+        profile, as_of, reserve, overflow, turns, start_on, gaps
             Options in place of those of ``options`` when not ``None``: the
             token profile (a name or a TokenProfile), the UTC time validity
             is evaluated at (give it for reproducible manifests), the tokens
             of the budget kept for the reply, ``"error"`` or ``"truncate"``
             when the required items alone exceed ``budget - reserve``, whole
-            turns as packing units, and ``"user"`` to start on a user
-            message (see :class:`~cognoxium.packing.options.PackOptions`).
+            turns as packing units, ``"user"`` to start on a user message,
+            and ``"stop"`` or ``"fill"`` for the conversation items without a
+            rank (see :class:`~cognoxium.packing.options.PackOptions`).
+
+        Notes
+        -----
+        With no rank, conversation items (``user``, ``assistant``, ``tool``)
+        are taken newest first, as LangChain's
+        ``trim_messages(strategy="last")`` keeps a history's tail, and by
+        default (``gaps="stop"``) the first that does not fit ends them, so
+        the pack keeps an unbroken tail; system items and required items go
+        first, documents and memories by token cost. The manifest's
+        ``order`` is then ``recency``. A rank (:meth:`rank`) orders them by
+        relevance instead.
 
         Raises
         ------
@@ -1705,6 +1720,7 @@ class CognitionFrame:
             overflow=overflow,
             turns=turns,
             start_on=start_on,
+            gaps=gaps,
         )
         return pack_plan(self._plan, budget, given, label=label, policy=policy)
 

@@ -23,9 +23,11 @@ from cognoxium.items._checks import MAX_INT
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
+    "GAP_MODES",
     "OPTION_NAMES",
     "OVERFLOW_MODES",
     "START_ON",
+    "Gaps",
     "Overflow",
     "PackOptions",
     "StartOn",
@@ -35,6 +37,10 @@ __all__ = [
 Overflow = Literal["error", "truncate"]
 OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
 """What a pack does when its required items alone exceed the budget."""
+
+Gaps = Literal["stop", "fill"]
+GAP_MODES: tuple[Gaps, ...] = ("stop", "fill")
+"""What a pack does when a conversation item it takes newest first does not fit."""
 
 StartOn = Literal["user"]
 START_ON: tuple[StartOn, ...] = ("user",)
@@ -73,14 +79,27 @@ class PackOptions:
     start_on
         ``"user"``: after the leading system block the pack starts on a
         message sent with the ``user`` role; ``None``: no such rule.
+    gaps
+        What happens when a conversation item (``user``, ``assistant`` or
+        ``tool``) without a rank, taken newest first, does not fit:
+        ``"stop"`` (the default) takes no older one, so the pack keeps an
+        unbroken tail of the conversation, as LangChain's
+        ``trim_messages(strategy="last")`` does; ``"fill"`` skips it and
+        tries the older ones, so more of the budget is used but the pack can
+        have holes. Either way each hole is marked in the manifest (reason
+        ``gap``, and ``gap_records``). "stop" is the default because a hole
+        shows the model a reply without its question, or a conversation
+        that jumps, with nothing to tell it so. Items with a rank are not
+        affected: a rank is a relevance order, not a sequence.
 
     Raises
     ------
     PackError
         If ``reserve`` is not a whole number >= 0 (``bool`` is refused),
         ``overflow`` is not one of :data:`OVERFLOW_MODES`, ``turns`` is not a
-        bool, ``start_on`` is not ``None`` or one of :data:`START_ON`, or
-        ``as_of`` is not a ``datetime`` (ISO text included) or is naive.
+        bool, ``start_on`` is not ``None`` or one of :data:`START_ON`,
+        ``gaps`` is not one of :data:`GAP_MODES`, or ``as_of`` is not a
+        ``datetime`` (ISO text included) or is naive.
         The checks run in this order, so the same bad options always fail
         with the same error.
     ProfileError
@@ -98,6 +117,10 @@ class PackOptions:
     Traceback (most recent call last):
     ...
     cognoxium.exceptions.PackError: overflow must be one of ['error', 'truncate'], got 'drop'
+    >>> PackOptions(gaps="skip")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PackError: gaps must be one of ['stop', 'fill'], got 'skip'; ...
     """
 
     reserve: int = 0
@@ -106,6 +129,7 @@ class PackOptions:
     overflow: Overflow = "error"
     turns: bool = False
     start_on: StartOn | None = None
+    gaps: Gaps = "stop"
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -125,6 +149,12 @@ class PackOptions:
                 f"start_on must be None or one of {list(START_ON)}, got {self.start_on!r}; "
                 "'user' makes the pack start on a user message after its system block"
             )
+        if self.gaps not in GAP_MODES:
+            raise PackError(
+                f"gaps must be one of {list(GAP_MODES)}, got {self.gaps!r}; 'stop' keeps an "
+                "unbroken tail of the conversation, 'fill' fills holes with older items",
+                params={"gaps": repr(self.gaps)},
+            )
         profile: str | TokenProfile = self.profile
         set_field = object.__setattr__
         set_field(self, "reserve", int(reserve))
@@ -136,7 +166,8 @@ class PackOptions:
         profile = getattr(self.profile, "name", self.profile)
         return (
             f"PackOptions(reserve={self.reserve}, profile={profile!r}, as_of={self.as_of!r}, "
-            f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r})"
+            f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r}, "
+            f"gaps={self.gaps!r})"
         )
 
     def merged(self, **given: Any) -> PackOptions:

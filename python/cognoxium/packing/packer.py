@@ -23,8 +23,16 @@ that returns its own result:
    and nothing is packed. Preferred items are considered before optional
    ones; within a tier the order is rank desc, priority desc, token cost asc,
    id asc; an item that does not fit is skipped (``over_budget``) and the next
-   one is tried. The pack keeps the input (conversational) order of the
-   selected items. The items fit in ``budget - reserve`` (the reply
+   one is tried. Conversation items (``user``, ``assistant``, ``tool``)
+   without a rank are taken newest first instead (the last in input order
+   first, as LangChain's ``trim_messages(strategy="last")`` keeps a history's
+   tail), after the other items of their tier and priority; with
+   ``gaps="stop"`` (the default) the first of them that does not fit ends
+   them, so the conversation kept is an unbroken tail; with ``gaps="fill"``
+   older ones fill the space and each hole is marked (reason ``gap``,
+   ``gap_records``; ``_gaps``). The manifest's ``order`` says ``recency``
+   when that order was used. The pack keeps the input (conversational) order
+   of the selected items. The items fit in ``budget - reserve`` (the reply
    reserve). A truncatable item (``metadata.truncate``, see
    :class:`~cognoxium.items.model.Truncation`) that does not fit whole is cut
    at token boundaries to fit what is left, if it can keep its
@@ -79,6 +87,7 @@ from cognoxium.packing._checks import PackCall, check_call, check_frame, check_r
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
+from cognoxium.packing._gaps import mark_gaps, stop_at_first_miss
 from cognoxium.packing._manifest import (
     ManifestBasis,
     basis_row,
@@ -91,6 +100,7 @@ from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
     ContextPack,
     Decision,
+    GapRecord,
     ManifestEntry,
     ManifestTotals,
     MergeRecord,
@@ -117,6 +127,7 @@ __all__ = [
     "CHAT_ROLES",
     "ContextPack",
     "Decision",
+    "GapRecord",
     "ManifestEntry",
     "ManifestTotals",
     "MergeRecord",
@@ -170,7 +181,10 @@ def pack(
         memory items stay units of their own), and ``start_on="user"``
         (after its system block the pack starts on a message sent with the
         ``user`` role; units before it are dropped with reason
-        ``before_first_user``). ``turns`` and ``start_on`` enter the
+        ``before_first_user``), and ``gaps`` (``"stop"``: the conversation
+        items without a rank, taken newest first, end at the first that
+        does not fit; ``"fill"``: older ones fill the space, and each hole
+        is marked). ``turns``, ``start_on`` and ``gaps="fill"`` enter the
         settings fingerprint when set.
     label
         Free text recorded in the manifest (a request id, for example).
@@ -236,10 +250,12 @@ def pack(
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
     (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
 
-    Whole turns and a user start: the reply that answers ``q1`` is long, so
-    without ``turns`` the pack would hold ``q1`` without its answer; with
-    ``turns`` the first turn goes whole, and ``start_on="user"`` drops the
-    greeting that came before any question.
+    With no rank the conversation goes newest first. The reply that answers
+    ``q1`` is long: by default the pack stops there and keeps an unbroken
+    tail; with ``gaps="fill"`` older items fill the space, so the pack holds
+    ``q1`` without its answer and the hole is marked. With ``turns`` the
+    first turn goes whole, and ``start_on="user"`` drops the greeting that
+    came before any question.
 
     >>> chat = conform(pl.DataFrame({
     ...     "id": ["sys", "hello", "q1", "a1", "q2", "a2"],
@@ -248,9 +264,13 @@ def pack(
     ...     "retention": ["required"] + ["optional"] * 5,
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 6}))
     >>> when = datetime(2024, 6, 1, tzinfo=UTC)
-    >>> pack(chat, 60, PackOptions(as_of=when)).ids
-    ['sys', 'hello', 'q1', 'q2', 'a2']
-    >>> whole = pack(chat, 60, PackOptions(as_of=when, turns=True, start_on="user"))
+    >>> tail = pack(chat, 60, PackOptions(as_of=when))
+    >>> tail.ids, tail.manifest.order
+    (['sys', 'q2', 'a2'], 'recency')
+    >>> filled = pack(chat, 60, PackOptions(as_of=when, gaps="fill"))
+    >>> filled.ids, filled.manifest.gap_records
+    (['sys', 'hello', 'q1', 'q2', 'a2'], [GapRecord(first=3, last=3, items=1)])
+    >>> whole = pack(chat, 60, PackOptions(as_of=when, turns=True, start_on="user", gaps="fill"))
     >>> whole.ids, whole.manifest.totals.by_reason
     (['sys', 'q2', 'a2'],
      {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
@@ -312,7 +332,7 @@ def pack_reusing(
     >>> import polars as pl
     >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({
-    ...     "id": ["a", "b"], "role": ["user"] * 2, "text": ["refund policy", "word " * 40],
+    ...     "id": ["a", "b"], "role": ["document"] * 2, "text": ["refund policy", "word " * 40],
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 2}))
     >>> kept: dict[str, object] = {}
     >>> options = PackOptions(as_of=datetime(2024, 6, 1, tzinfo=UTC))
@@ -604,11 +624,15 @@ class PackScope:
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        select = partial(_select, df.get_column("id"), costs, call, cutter)
+        select: Callable[[Queue], np.ndarray] = partial(
+            _select, df.get_column("id"), costs, call, cutter
+        )
+        if call.options.gaps == "stop":
+            select = stop_at_first_miss(select)
         included = select(queue)
         if call.options.start_on == "user":
             included, rows = start_on_user(df, rows, units, queue, included, select)
-        decisions = decide_rows(rows, units, included, costs)
+        decisions, gaps = mark_gaps(queue, units, decide_rows(rows, units, included, costs))
         truncations = [] if cutter is None else cutter.records(decisions.selected)
         sent = _Sent(df, rank, decisions.selected, cutter, truncations)
         messages = self._messages(sent) if self._tool_rows else None
@@ -616,7 +640,17 @@ class PackScope:
             _check_tool_results(df, decisions.selected, messages)
         linked = self._basis.linked or truncations
         lineage = lineage_edges(sent.frame).to_dicts() if linked else []
-        header = manifest_header(self._basis, call, decisions, label, rank, lineage, truncations)
+        header = manifest_header(
+            self._basis,
+            call,
+            decisions,
+            label,
+            rank,
+            lineage,
+            truncations,
+            order="recency" if queue.newest_first.any() else "rank",
+            gap_records=gaps,
+        )
         return PackOutcome(
             call=call,
             decisions=decisions,
