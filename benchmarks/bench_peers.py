@@ -15,9 +15,11 @@ measured separately as ``build_s``):
     ``CognitionFrame(store).rank("recency").pack(budget)``, the system message
     ``required``: cold (empty token-count cache) and warm (repeat).
 ``cognoxium_no_rank``
-    ``CognitionFrame(store).pack(budget)`` with no rank: conversation items
-    newest first, stopping at the first that does not fit (``gaps="stop"``,
-    the default), cold cache. Its selection is checked against
+    ``CognitionFrame(store).pack(budget)`` with no rank, over the store with
+    every priority 0 (as the chat importers give; drawn priorities would
+    order the messages first): conversation items newest first, stopping at
+    the first that does not fit (``gaps="stop"``, the default), cold cache
+    (a new frame each time). Its selection is checked against
     ``trim_messages`` (``no_rank_equals_langchain``).
 ``cognoxium_whole_call``
     The user's whole call from the same LangChain messages that
@@ -290,9 +292,10 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
     }
 
     no_rank_times = []
+    plain = store.with_columns(pl.lit(0, pl.Int64).alias("priority"))
     for _ in range(repeats):
         clear_cache()
-        seconds, no_rank = timed(lambda: cognoxium_no_rank(frame, budget))
+        seconds, no_rank = timed(lambda: cognoxium_no_rank(CognitionFrame(plain), budget))
         no_rank_times.append(seconds)
     methods["cognoxium_no_rank"] = {
         "seconds": statistics.median(no_rank_times),
