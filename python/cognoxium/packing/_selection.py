@@ -206,7 +206,13 @@ def order_units(
     rank_values = df.get_column("rank") if rank is None else rank
     if id_order is None:
         id_order = ids_in_order(df)
-    conversation = df.get_column("role").cast(pl.String).is_in(CONVERSATION_ROLES)
+    # Only a pack with an unranked row reads the roles (a ranked batch pays nothing for them).
+    unranked = bool(rank_values.null_count()) or bool(rank_values.is_nan().any())
+    conversation = (
+        df.get_column("role").cast(pl.String).is_in(CONVERSATION_ROLES)
+        if unranked
+        else pl.repeat(False, df.height, eager=True)
+    )
     priorities = df.get_column("priority")
     if priorities.null_count():
         priorities = priorities.fill_null(_NULL_PRIORITY)
