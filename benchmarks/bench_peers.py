@@ -14,6 +14,13 @@ measured separately as ``build_s``):
 ``cognoxium``
     ``CognitionFrame(store).rank("recency").pack(budget)``, the system message
     ``required``: cold (empty token-count cache) and warm (repeat).
+``cognoxium_no_rank``
+    ``CognitionFrame(store).pack(budget)`` with no rank, over the store with
+    every priority 0 (as the chat importers give; drawn priorities would
+    order the messages first): conversation items newest first, stopping at
+    the first that does not fit (``gaps="stop"``, the default), cold cache
+    (a new frame each time). Its selection is checked against
+    ``trim_messages`` (``no_rank_equals_langchain``).
 ``cognoxium_whole_call``
     The user's whole call from the same LangChain messages that
     ``trim_messages`` gets: ``from_langchain_messages(messages)
@@ -143,6 +150,13 @@ def cognoxium_select(frame: CognitionFrame, budget: int) -> tuple[list[int], dic
         "counted_items": pack.manifest.totals.counted,
     }
     return positions.get_column("position").to_list(), info
+
+
+def cognoxium_no_rank(frame: CognitionFrame, budget: int) -> list[int]:
+    """Pack with no rank (newest first, stop at the first miss): the selected positions."""
+    pack = frame.pack(budget, as_of=AS_OF)
+    positions = pack.manifest.to_polars().filter(pl.col("decision") == "included")
+    return positions.get_column("position").to_list()
 
 
 def cognoxium_whole_call(messages: list[Any], budget: int) -> list[int]:
@@ -277,6 +291,18 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
         **info,
     }
 
+    no_rank_times = []
+    plain = store.with_columns(pl.lit(0, pl.Int64).alias("priority"))
+    for _ in range(repeats):
+        clear_cache()
+        seconds, no_rank = timed(lambda: cognoxium_no_rank(CognitionFrame(plain), budget))
+        no_rank_times.append(seconds)
+    methods["cognoxium_no_rank"] = {
+        "seconds": statistics.median(no_rank_times),
+        "build_s": build_s,
+        "selected": len(no_rank),
+    }
+
     stop_s, stop = timed(lambda: python_loop(roles, texts, budget, skip=False))
     skip_s, skip = timed(lambda: python_loop(roles, texts, budget, skip=True))
     methods["python_loop_stop"] = {"seconds": stop_s, "build_s": 0.0, "selected": len(stop)}
@@ -339,6 +365,7 @@ def run_size(n: int, budget: int, *, repeats: int, llamaindex_limit_s: float) ->
     extra = sorted(set(cog) - set(lc))
     out["agreement"] = {
         "cognoxium_whole_call_equals_cognoxium": whole == cog,
+        "no_rank_equals_langchain": no_rank == lc,
         "langchain_equals_python_loop_stop": lc == stop,
         "cognoxium_equals_python_loop_skip": cog == skip,
         "cognoxium_newest_run_equals_langchain": [0, *run] == lc,

@@ -127,6 +127,7 @@ def test_request_has_exactly_its_documented_fields() -> None:
         "labels",
         "turns",
         "start_on",
+        "gaps",
     ]
     # Built in Python, an unknown field is refused just as in a file.
     with pytest.raises(ValidationError, match="qurey"):
@@ -194,7 +195,7 @@ def test_request_round_trips_through_json() -> None:
             '{"id": "r2", "budget": 5, "qurey": "refund"}',
             "qurey",
             "unknown field 'qurey'; did you mean 'query'? a request has the fields id, budget, "
-            "reserve, overflow, query, where, as_of, evidence, labels, turns, start_on "
+            "reserve, overflow, query, where, as_of, evidence, labels, turns, start_on, gaps "
             "(put other data under 'labels')",
         ),
         # The misspelt field is named, not the real one it leaves missing.
@@ -365,7 +366,7 @@ def test_rank_methods_change_the_selection(tmp_path: Path) -> None:
         chosen[method] = records(tmp_path / method)[0]["ids"]
     assert chosen["bm25"] == ["policy", "u2"]
     assert chosen["recency"] == ["policy", "u2"]  # u2 is the most recent user turn
-    assert chosen["none"] == ["policy", "u1"]  # unranked: ties broken by cost, then id
+    assert chosen["none"] == ["policy", "u2"]  # unranked: the conversation goes newest first
     manifest = read_manifests(tmp_path / "none")[0]
     assert manifest.to_polars().get_column("rank").is_null().all()
     with pytest.raises(PlanError, match="unknown rank method"):
@@ -530,8 +531,8 @@ def test_infeasible_budget_names_the_request_and_writes_nothing(tmp_path: Path) 
         run_batch(store(), requests, out_dir=out, options=PackOptions(as_of=AS_OF))
     assert "policy" in info.value.costs
     assert {name: (out / name).read_bytes() for name in before} == before  # untouched
-    # No temporary files left: the link, its one version and the lock file.
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out", committed.name]
+    # No temporary files left: the link and its one version (the lock file is removed).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", committed.name]
 
 
 def test_duplicate_request_ids_are_rejected(tmp_path: Path) -> None:
@@ -615,9 +616,9 @@ def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path
         reserve = manifest.get("reserve_tokens", 0)
         assert manifest["used_tokens"] + reserve + manifest["remaining_tokens"] == 60, label
     # policy (10 tokens) + u2 (13) + a2 (20) + priming (3) = 46 fits 60 - 10; under 60 - 20
-    # a2 no longer fits: 10 + 13 + 3 = 26.
+    # the newest, a2, fits and then u2 no longer does: 10 + 20 + 3 = 33.
     used = {label: m["used_tokens"] for label, m in manifests.items()}
-    assert used == {"own": 26, "batch": 46, "none": 46}
+    assert used == {"own": 33, "batch": 46, "none": 46}
 
 
 def test_batch_reserve_above_a_request_budget_names_the_request(tmp_path: Path) -> None:

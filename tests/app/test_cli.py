@@ -30,7 +30,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "abde9eec891a58aac6936f7a582c8701eb32704e5043c09ba6cd27e5d66e2ea3"
+SAMPLE_MANIFESTS = "77b5646d70ce524ec7b9c71c158b1ed52b3a3e4bf078ab45ed21a6761348abb9"
 """sha256 of the sample's manifests in the jsonl form (rank bm25, cl100k_base, as of AS_OF).
 
 The bytes of the parts of ``manifests/`` concatenated in number order: the
@@ -193,6 +193,7 @@ def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:
         (("--reserve", "-1"), EXIT_USAGE, "--reserve"),
         (("--reserve", "65"), EXIT_BAD_INPUT, "request 'tiny-setup': the batch's reserve 65"),
         (("--overflow", "drop"), EXIT_USAGE, "--overflow"),
+        (("--gaps", "skip"), EXIT_USAGE, "--gaps"),
     ],
 )
 def test_pack_bad_reserve_or_overflow(
@@ -361,9 +362,12 @@ def test_infeasible_budget_exits_3(tmp_path: Path) -> None:
         (["--profile", "o200k"], "unknown token profile 'o200k'"),
         (["--profile", "gpt2"], "model 'gpt2' uses the gpt2 encoding"),
         (["--profile", "huggingface:"], "names no file"),
+        (["--as-of", "2026-01-01T00:00:00"], "Invalid value for '--as-of': "),
         (["--as-of", "2026-01-01T00:00:00"], "has no timezone"),
-        (["--as-of", "tomorrow"], "not an ISO 8601 time"),
+        (["--as-of", "tomorrow"], "Invalid value for '--as-of': not an ISO 8601 time"),
         (["--as-of", "0001-01-01T00:00:00+01:00"], "must fall in the years"),
+        (["--as-of", "0001-01-01T00:00:00+01:00"], "'--as-of'"),
+        (["--gaps", "holes"], "--gaps"),
         (["--frobnicate"], "No such option"),
     ],
 )
@@ -580,7 +584,9 @@ def test_help_shows_examples_and_exit_codes() -> None:
 
     top = text(["--help"])
     assert "cognoxium pack examples/sample/items.jsonl" in top
-    assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget." in top
+    assert (
+        "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget (pack, locomo)." in top
+    )
     pack_help = text(["pack", "--help"])
     assert "--as-of" in pack_help
     assert "byte-identical" in pack_help
@@ -881,7 +887,12 @@ def test_every_command_help_has_examples_and_exit_codes(command: str) -> None:
     text = " ".join(result.stdout.split())
     assert "Example" in text
     assert f"cognoxium {command} " in text
-    assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget." in text
+    # Only the commands that pack can exit with 3 (infeasible budget).
+    if command in ("pack", "locomo"):
+        assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget." in text
+    else:
+        assert "Exit codes: 0 ok, 1 usage error, 2 bad input." in text
+        assert "infeasible" not in text
     assert "--quiet" in text
     assert "--json" in text
 
@@ -914,7 +925,7 @@ def test_piped_help_keeps_examples_and_metavars_whole(
     examples = re.findall(r"^ +(cognoxium [^\n]*?) *$", whole, flags=re.MULTILINE)
     metavars = set(re.findall(r"<[\w .|-]+>", whole))
     assert examples
-    assert metavars
+    assert metavars or command is None  # the top level has only flags, which take no value
     for piece in [*examples, *metavars]:
         assert any(piece in line for line in lines), piece
 
@@ -1174,3 +1185,107 @@ def test_profile_takes_model_names_approximate_and_huggingface(
     manifests = records(out, "manifest_headers")
     assert {m["profile"] for m in manifests} == {name}
     assert {m.get("estimated", False) for m in manifests} == {profile != "gpt-4o-mini"}
+
+
+def test_pack_gaps_sets_the_requests_without_their_own(tmp_path: Path) -> None:
+    items = tmp_path / "items.jsonl"
+    rows = [
+        {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},
+        {"id": "q1", "role": "user", "text": "Refunds?"},
+        {"id": "a1", "role": "assistant", "text": "word " * 80},
+        {"id": "q2", "role": "user", "text": "Shipping?"},
+        {"id": "a2", "role": "assistant", "text": "Free."},
+    ]
+    when = {"created_at": "2025-01-01T00:00:00Z"}
+    items.write_text("".join(json.dumps({**r, **when}) + "\n" for r in rows))
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        json.dumps({"id": "batch", "budget": 40})
+        + "\n"
+        + json.dumps({"id": "own", "budget": 40, "gaps": "stop"})
+        + "\n"
+    )
+    out = tmp_path / "out"
+    args = (
+        "--out",
+        str(out),
+        "--as-of",
+        AS_OF,
+        "--rank",
+        "bm25",
+        "--manifests",
+        "jsonl",
+        "--gaps",
+        "fill",
+    )
+    code, _, stderr = pack(str(items), str(requests), *args)
+    assert code == EXIT_OK, stderr
+    packs = {r["request_id"]: r["ids"] for r in records(out, "packs")}
+    assert packs == {"batch": ["sys", "q1", "q2", "a2"], "own": ["sys", "q2", "a2"]}
+    manifests = {m.label: m for m in read_manifests(out)}
+    assert manifests["batch"].gaps == "fill"
+    assert manifests["own"].gaps == "stop"
+    assert [g.items for g in manifests["batch"].gap_records] == [1]
+    assert manifests["own"].order == "recency"
+
+
+_DEFAULT_RANK_STATEMENTS = (
+    r"the default, `?([a-z][a-z-]*)`?,",
+    r"by default with (?:the )?`?([a-z][a-z-]*)",
+    r"the default `--rank ([a-z][a-z-]*)`",
+    r"\b([a-z][a-z-]*) is the default of `cognoxium pack`",
+)
+"""How the README, the docs and ``--help`` name the default rank method."""
+
+
+def test_readme_docs_and_help_state_the_code_default_rank() -> None:
+    import inspect
+    import re
+
+    from cognoxium.app.batch import run_batch
+    from cognoxium.app.cli import locomo_command, pack_command
+    from cognoxium.app.locomo import run_locomo
+
+    default = inspect.signature(run_batch).parameters["rank"].default
+    for function in (pack_command, locomo_command, run_locomo):
+        assert inspect.signature(function).parameters["rank"].default == default
+    root = Path(__file__).resolve().parents[2]
+    help_text = runner.invoke(app, ["pack", "--help"]).stdout
+    sources = {
+        "README.md": (root / "README.md").read_text(encoding="utf-8"),
+        "docs/index.md": (root / "docs" / "index.md").read_text(encoding="utf-8"),
+        "docs/how-to/batch.md": (root / "docs" / "how-to" / "batch.md").read_text("utf-8"),
+        "docs/how-to/locomo.md": (root / "docs" / "how-to" / "locomo.md").read_text("utf-8"),
+        "pack --help": help_text,
+    }
+    for name, text in sources.items():
+        flat = " ".join(text.split())
+        named = [m for p in _DEFAULT_RANK_STATEMENTS for m in re.findall(p, flat, flags=re.I)]
+        assert named, f"{name} does not state the default rank"
+        assert set(named) == {default}, (name, named)
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        ("pack", "Usage: cognoxium pack [OPTIONS] ITEMS REQUESTS"),
+        ("locomo", "Usage: cognoxium locomo [OPTIONS] PATH"),
+        ("train-ranker", "Usage: cognoxium train-ranker [OPTIONS] PATH"),
+        ("redact", "Usage: cognoxium redact [OPTIONS] SOURCE TARGET"),
+        ("inspect", "Usage: cognoxium inspect [OPTIONS] MANIFESTS"),
+    ],
+)
+def test_usage_names_arguments_and_flags_take_no_value(command: str, usage: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == EXIT_OK
+    text = " ".join(result.stdout.split())
+    assert usage in text
+    assert "<bool>" not in text
+    assert "{" not in text.split("Usage:")[1].split("[OPTIONS]")[1].split(" ")[1]
+
+
+def test_the_top_level_help_shows_no_bool_value() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == EXIT_OK
+    assert "<bool>" not in result.stdout
+    assert "--version" in result.stdout

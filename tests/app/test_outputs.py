@@ -83,9 +83,9 @@ def runs(tmp_path: Path, fewer: Path) -> tuple[dict[str, bytes], dict[str, bytes
 
 
 def committed(out: Path) -> list[str]:
-    """What a clean commit leaves beside ``out``: the lock file, the link and its version."""
+    """What a clean commit leaves beside ``out``: the link and its version (no lock file)."""
     assert out.is_symlink()
-    return sorted([f".{out.name}.lock", out.name, os.readlink(out)])
+    return sorted([out.name, os.readlink(out)])
 
 
 def beside(out: Path) -> list[str]:

@@ -561,11 +561,12 @@ def test_call_and_result_leave_together_and_the_rest_keeps_input_order() -> None
     budget = PROFILE.tokens_per_pack + sum(cost[i] for i in others) + cost["bank:3"]
     assert budget < PROFILE.tokens_per_pack + sum(cost.values())
 
-    result = pack(df, budget, PackOptions(as_of=AS_OF))
+    # gaps="fill": after the pair, the older question still fills the budget.
+    result = pack(df, budget, PackOptions(as_of=AS_OF, gaps="fill"))
 
     assert result.ids == others
     why = reasons(result)
-    assert why["bank:2"] == why["bank:3"] == "group_over_budget"
+    assert why["bank:2"] == why["bank:3"] == "gap"  # left out between packed messages
     assert why["bank:0"] == "required"  # the system prompt, required by default
     assert all(why[i] == "selected" for i in others[1:])
     assert result.used_tokens == budget - cost["bank:3"]
@@ -617,7 +618,10 @@ def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
 
 def test_parallel_calls_are_dropped_whole_when_one_result_does_not_fit() -> None:
     df, cost, budget = parallel_frame()
-    result = pack(df, budget, PackOptions(as_of=AS_OF))
+    # gaps="fill": the question older than the group still goes (by default the pack
+    # stops at the group, the newest unit, and holds nothing).
+    assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == []
+    result = pack(df, budget, PackOptions(as_of=AS_OF, gaps="fill"))
     assert result.ids == ["trip:0"]
     why = reasons(result)
     assert why == {
@@ -764,10 +768,13 @@ def test_optional_system_retention_keeps_the_old_behaviour() -> None:
     ).to_polars()
     assert df.get_column("retention").to_list() == ["optional"] * 6
     cost = costs(df)
-    budget = PROFILE.tokens_per_pack + cost["b:0"] + cost["b:1"] + cost["b:5"]
+    budget = PROFILE.tokens_per_pack + cost["b:1"] + cost["b:4"] + cost["b:5"]
     result = pack(df, budget, PackOptions(as_of=AS_OF))
-    assert "b:0" not in result.ids  # the long system prompt is the first to go
-    assert result.ids == ["b:1", "b:2", "b:4", "b:5"]
+    assert "b:0" not in result.ids  # the long system prompt can go: it is not required
+    assert reasons(result)["b:0"] == "over_budget"
+    # The instructions go before the conversation, which goes newest first.
+    assert result.ids == ["b:1", "b:4", "b:5"]
+    assert result.remaining_tokens == 0
 
 
 def test_system_retention_preferred_and_errors() -> None:
@@ -788,7 +795,7 @@ def test_whole_turns_never_give_system_user_user() -> None:
     df = from_openai_messages(PRESSURE, conversation_id="b").to_polars()
     cost = costs(df)
     budget = PROFILE.tokens_per_pack + sum(cost[i] for i in ("b:0", "b:1", "b:2", "b:4", "b:5"))
-    plain = pack(df, budget, PackOptions(as_of=AS_OF))
+    plain = pack(df, budget, PackOptions(as_of=AS_OF, gaps="fill"))
     assert [m["role"] for m in plain.messages][2:4] == ["user", "user"]  # the fault
     whole = pack(df, budget, PackOptions(as_of=AS_OF, turns=True))
     assert whole.ids == ["b:0", "b:1", "b:4", "b:5"]

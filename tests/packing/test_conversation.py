@@ -71,9 +71,10 @@ def cost(df: pl.DataFrame, *ids: str) -> int:
 
 
 def test_without_turns_pressure_gives_system_user_user() -> None:
-    # The fault: the long reply between two questions goes, the model sees two user turns.
+    # The fault: the long reply between two questions goes, the model sees two user turns
+    # (when older items fill the hole: gaps="fill").
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "q2", "a2")
-    result = pack(HISTORY, budget, PackOptions(as_of=AS_OF))
+    result = pack(HISTORY, budget, PackOptions(as_of=AS_OF, gaps="fill"))
     assert result.ids == ["sys", "q1", "q2", "a2"]
     assert roles(result)[:3] == ["system", "user", "user"]
 
@@ -106,8 +107,8 @@ def test_a_turn_takes_its_strongest_retention() -> None:
         .alias("retention")
     )
     budget = PROFILE.tokens_per_pack + cost(HISTORY, "sys", "q1", "a1")
-    # Alone, the required reply goes in and the cheaper question q2 takes the rest.
-    assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == ["sys", "a1", "q2"]
+    # Alone, the required reply goes in and the newest reply a2 takes the rest.
+    assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == ["sys", "a1", "a2"]
     # As a turn, the reply brings its question in with the required items.
     result = pack(df, budget, PackOptions(as_of=AS_OF, turns=True))
     assert result.ids == ["sys", "q1", "a1"]

@@ -107,8 +107,10 @@ def test_an_image_of_unknown_size_costs_the_most_its_detail_can() -> None:
 
 
 def test_an_image_that_does_not_fit_is_skipped_and_the_text_still_goes() -> None:
-    result = pack(items_to_frame(ITEMS[:2]), 100, PackOptions(as_of=AS_OF, profile=CL100K))
-    # Its image alone (765) is a bound above the budget left: skipped without counting.
+    options = PackOptions(as_of=AS_OF, profile=CL100K, gaps="fill")
+    result = pack(items_to_frame(ITEMS[:2]), 100, options)
+    # Its image alone (765) is a bound above the budget left: skipped without counting
+    # (with gaps="fill" the older text is still tried).
     assert entries(result)["photo"] == ("excluded", None, "over_budget")
     assert result.ids == ["q"]
     assert result.used_tokens == 13

@@ -135,8 +135,15 @@ def _refused_by_reference(df: pl.DataFrame, budget: int) -> bool:
         return True
 
 
-def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[str, str]] | None:
-    """The design's algorithm written plainly: count every item, sort, greedy skip."""
+def reference_pack(
+    df: pl.DataFrame, budget: int, gaps: str = "stop"
+) -> tuple[list[str], int, dict[str, str]] | None:
+    """The design's algorithm written plainly: count every item, sort, greedy skip.
+
+    Conversation units (every member user, assistant or tool) without a rank
+    go after the others of their tier and priority, newest first; with
+    ``gaps="stop"`` the first of them that does not fit ends them.
+    """
     rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
     reasons: dict[str, str] = {}
     cost = reference_costs(df)
@@ -146,8 +153,8 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
         elif r["expires_at"] is not None and r["expires_at"] <= AS_OF:
             reasons[r["id"]] = "expired"
     units: dict[str, list[dict[str, object]]] = {}
-    for r in rows:
-        units.setdefault(r["group_id"] or "\x00" + r["id"], []).append(r)
+    for at, r in enumerate(rows):
+        units.setdefault(r["group_id"] or "\x00" + r["id"], []).append({**r, "at": at})
     tiers = {"required": 0, "preferred": 1, "optional": 2}
     keyed = []
     for members in units.values():
@@ -162,7 +169,11 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
         rank = max((m["rank"] if m["rank"] is not None else float("-inf")) for m in members)
         prio = max(int(m["priority"]) for m in members)  # type: ignore[call-overload]
         total = sum(cost[i] for i in mids)
-        keyed.append(((tier, -rank, -prio, total, min(mids)), mids, total))
+        talk = rank == float("-inf") and all(
+            m["role"] in ("user", "assistant", "tool") for m in members
+        )
+        newest = -min(int(m["at"]) for m in members) if talk else 0  # type: ignore[call-overload]
+        keyed.append(((tier, -rank, -prio, int(talk), newest, total, min(mids)), mids, total))
     keyed.sort(key=lambda k: k[0])
     required = [k for k in keyed if k[0][0] == 0]
     req_cost = sum(k[2] for k in required)
@@ -170,12 +181,18 @@ def reference_pack(df: pl.DataFrame, budget: int) -> tuple[list[str], int, dict[
         raise BudgetError("reference", costs={}, budget=budget)
     remaining = budget - 3 - req_cost
     chosen = {i for k in required for i in k[1]}
+    stopped = False
     for k in keyed:
         if k[0][0] == 0:
+            continue
+        talk = k[0][3] == 1
+        if talk and stopped:
             continue
         if k[2] <= remaining:
             chosen.update(k[1])
             remaining -= k[2]
+        elif talk and gaps == "stop":
+            stopped = True
     used = sum(cost[i] for i in chosen) + (3 if chosen else 0)
     order = [str(r["id"]) for r in rows if r["id"] in chosen]
     return order, used, reasons
@@ -499,13 +516,37 @@ def test_ties_are_broken_by_cost_then_id(
     n = len(lengths)
     df = _frame(
         id=[f"t{(i * 17) % 41:02d}" for i in range(n)],
-        role=["user"] * n,
+        role=["document"] * n,  # conversation items without a rank go newest first instead
         text=[" ".join(["word"] * k) for k in lengths],
         priority=priorities[:n],
     )
     expected = reference_pack(df, budget)
     assert expected is not None
     assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == expected[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=2, max_size=40),
+    roles=st.lists(st.sampled_from(["user", "assistant", "document"]), min_size=40, max_size=40),
+    priorities=st.lists(st.integers(0, 1), min_size=40, max_size=40),
+    budget=st.integers(5, 200),
+    gaps=st.sampled_from(["stop", "fill"]),
+)
+def test_conversation_without_rank_goes_newest_first(
+    lengths: list[int], roles: list[str], priorities: list[int], budget: int, gaps: str
+) -> None:
+    n = len(lengths)
+    df = _frame(
+        id=[f"t{(i * 17) % 41:02d}" for i in range(n)],
+        role=roles[:n],
+        text=[" ".join(["word"] * k) for k in lengths],
+        priority=priorities[:n],
+    )
+    expected = reference_pack(df, budget, gaps)
+    assert expected is not None
+    got = pack(df, budget, PackOptions(as_of=AS_OF, gaps=gaps))  # type: ignore[arg-type]
+    assert (got.ids, got.used_tokens) == expected[:2]
 
 
 def test_items_created_after_as_of_are_not_yet_valid() -> None:

@@ -289,12 +289,18 @@ def test_rank_learned_is_a_plan_node_scored_by_the_model(tmp_path: Path) -> None
     assert again.to_polars()["rank"].to_numpy().tobytes() == scores.tobytes()
 
 
-def test_rank_learned_needs_query_and_lineage() -> None:
+def test_rank_learned_needs_a_query_and_defaults_its_lineage_to_the_frame(
+    tmp_path: Path,
+) -> None:
     scope = CognitionFrame(store())
-    with pytest.raises(PlanError, match="needs lineage"):
-        scope.rank("learned", query="Lyon")
+    path = tiny_model(tmp_path)
+    alone = scope.rank("learned", query="Where does Ann live?", model=path)
+    given = scope.rank("learned", query="Where does Ann live?", lineage=scope, model=path)
+    assert alone.explain() == given.explain()
+    scores = alone.to_polars()["rank"].to_numpy()
+    assert scores.tobytes() == given.to_polars()["rank"].to_numpy().tobytes()
     with pytest.raises(PlanError, match="non-empty query"):
-        scope.rank("learned", query=" ", lineage=scope)
+        scope.rank("learned", query=" ")
 
 
 def test_the_shipped_model_loads_and_names_its_provenance() -> None:

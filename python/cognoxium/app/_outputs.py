@@ -10,11 +10,12 @@ power loss after the files were synced)::
 
     out/sample -> sample.20260101T120000Z-1a2b3c4d
     out/sample.20260101T120000Z-1a2b3c4d/{packs,manifests}/part-00000.jsonl
-    out/.sample.lock
+    out/.sample.lock  (while a run writes)
 
 Phases of one commit (:func:`committed_output`), under an exclusive
 ``flock(2)`` on ``.DIR.lock`` that the kernel releases when the process
-ends, however it ends:
+ends, however it ends (the run removes the file when it ends; a killed run
+leaves it, unlocked):
 
 1. ``_sweep``: remove the version directories and temporary links of runs
    that died (every ``DIR.<run id>`` but the one ``DIR`` names); no live run
@@ -134,25 +135,50 @@ def _current(target: Path) -> Path | None:
 
 @contextmanager
 def _locked(target: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the lock file of ``target`` (released on exit or kill)."""
-    fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT, 0o666)
+    """Hold an exclusive ``flock`` on the lock file of ``target`` (released on exit or kill).
+
+    The lock file is removed when the run ends (a killed run leaves it, and
+    the kernel releases its lock). It is removed while still locked, so a
+    run that opened it before and locks it after holds the lock of a file
+    no longer there: every run checks, once it holds the lock, that its file
+    is the one at the path, and opens it again when not.
+    """
+    path = lock_path(target)
+    fd = _lock_file(target, path)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            holder = f" (process {pid})" if pid.isdigit() else ""
-            raise OutputError(
-                f"{target} is being written by another run{holder}, which holds "
-                f"{lock_path(target)}; wait for it to end or choose another output directory",
-                path=str(target),
-                code="output.locked",
-            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         yield
     finally:
+        with suppress(FileNotFoundError):
+            path.unlink()
         os.close(fd)  # releases the lock
+
+
+def _lock_file(target: Path, path: Path) -> int:
+    """Open and lock ``path`` (the file at the path once locked); raise if another run holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            holder = f" (process {pid})" if pid.isdigit() else ""
+            raise OutputError(
+                f"{target} is being written by another run{holder}, which holds "
+                f"{path}; wait for it to end or choose another output directory",
+                path=str(target),
+                code="output.locked",
+            ) from None
+        held = os.fstat(fd)
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev):
+            return fd
+        os.close(fd)  # the run that held it removed it: lock the file now at the path
 
 
 def _sweep(target: Path, keep: Path | None) -> None:

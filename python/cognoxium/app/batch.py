@@ -215,6 +215,10 @@ class Request(BaseModel):
         ``"user"``: after the system block the pack starts on a user
         message; ``None`` (the default) for no such rule. See
         :func:`cognoxium.packing.packer.pack`.
+    gaps
+        ``"stop"`` (the default) or ``"fill"``: what the pack does when a
+        conversation item without a rank, taken newest first, does not fit
+        (see :class:`~cognoxium.packing.options.PackOptions`).
 
     Notes
     -----
@@ -250,6 +254,7 @@ class Request(BaseModel):
     labels: dict[str, JsonValue] = Field(default_factory=dict)
     turns: StrictBool = False
     start_on: Literal["user"] | None = None
+    gaps: Literal["stop", "fill"] = "stop"
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
@@ -295,8 +300,8 @@ class Request(BaseModel):
     def to_record(self) -> dict[str, Any]:
         """Return the request as a JSON record, a line of a requests file.
 
-        The pack options (``reserve``, ``overflow``, ``turns``, ``start_on``)
-        are left out unless given, so a request that does not use them reads
+        The pack options (``reserve``, ``overflow``, ``turns``, ``start_on``,
+        ``gaps``) are left out unless given, so a request that does not use them reads
         as it did before they existed; :func:`read_requests` gives back an
         equal request.
 
@@ -307,7 +312,7 @@ class Request(BaseModel):
         >>> Request(id="r2", budget=512, reserve=64).to_record()["reserve"]
         64
         """
-        options = {"reserve", "overflow", "turns", "start_on"}
+        options = {"reserve", "overflow", "turns", "start_on", "gaps"}
         defaults = options - self.model_fields_set
         return self.model_dump(mode="json", exclude=defaults)
 
@@ -372,7 +377,7 @@ class Request(BaseModel):
         )
 
 
-_OPTIONS: tuple[str, ...] = ("reserve", "overflow", "as_of", "turns", "start_on")
+_OPTIONS: tuple[str, ...] = ("reserve", "overflow", "as_of", "turns", "start_on", "gaps")
 """The fields of a :class:`Request` that are pack options (:class:`PackOptions` fields)."""
 
 
@@ -788,7 +793,7 @@ def run_batch(
     options
         The batch's pack options (:class:`~cognoxium.packing.options.PackOptions`;
         ``None``: the defaults): its token profile, and the ``reserve``,
-        ``overflow``, ``as_of``, ``turns`` and ``start_on`` of the requests
+        ``overflow``, ``as_of``, ``turns``, ``start_on`` and ``gaps`` of the requests
         that do not give their own (see :attr:`Request.options`). An
         ``as_of`` of ``None`` means the current time, read once for the
         whole batch; give a fixed time for byte-identical manifests.

@@ -206,7 +206,15 @@ class _Group(TyperGroup):
             live = _LIVE_HELP.get(param.name)
             if live is not None:
                 param.help = live()
+        if command is not None:
+            _name_params([*command.params, command.get_help_option(ctx)])
         return command
+
+    def get_params(self, ctx: Any) -> Any:
+        """The group's parameters, named in its help as the commands' are (see ``_name_params``)."""
+        params = super().get_params(ctx)
+        _name_params(params)
+        return params
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -231,8 +239,29 @@ class _Group(TyperGroup):
             raise
 
 
+def _name_params(params: Any) -> None:
+    """Name arguments by their names (``ITEMS``) and give flags no value in usage and help.
+
+    Typer shows a required argument as ``{items}`` in the usage line and a
+    flag, which takes no value, as ``<bool>``; the usage line here reads
+    ``cognoxium pack [OPTIONS] ITEMS REQUESTS``, as click's own does.
+    """
+    for param in params:
+        if param.metavar is not None:
+            continue
+        if param.param_type_name == "argument":
+            name = param.name.upper()
+            param.metavar = name
+            piece = (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
+            param.get_usage_pieces = lambda ctx, piece=piece: [piece]
+        elif getattr(param, "is_flag", False):
+            param.metavar = ""
+
+
 _EXIT_CODES_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget."
-"""The exit codes line of every command's help."""
+"""The exit codes line of the help of the commands that pack (pack, locomo)."""
+_EXIT_CODES_NO_PACK_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input."
+"""The exit codes line of the help of the commands that do not pack (they never exit with 3)."""
 
 _Quiet = Annotated[
     bool,
@@ -256,13 +285,16 @@ _Progress = Annotated[
 ]
 
 
-def _epilog(*examples: str, note: str = "") -> str:
-    """A command's help epilog: its examples, an optional note, and the exit codes."""
+def _epilog(*examples: str, note: str = "", packs: bool = False) -> str:
+    """A command's help epilog: its examples, an optional note, and the exit codes.
+
+    ``packs``: the command packs, so it can exit with 3 (infeasible budget).
+    """
     lines = ["Examples:" if len(examples) > 1 else "Example:", *(f"  {e}" for e in examples)]
     parts = ["\n\n".join(lines)]
     if note:
         parts.append(note)
-    parts.append(_EXIT_CODES_HELP)
+    parts.append(_EXIT_CODES_HELP if packs else _EXIT_CODES_NO_PACK_HELP)
     return "\n\n".join(parts)
 
 
@@ -290,7 +322,7 @@ app = typer.Typer(
         "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
         "--budgets 1024,2048\n\n"
         "  cognoxium inspect out/sample --items examples/sample/items.jsonl\n\n"
-        f"Every command takes --quiet and --json. {_EXIT_CODES_HELP}"
+        f"Every command takes --quiet and --json. {_EXIT_CODES_HELP[:-1]} (pack, locomo)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -316,6 +348,13 @@ class StartOn(StrEnum):
     """Where a pack's conversation starts after its system block (see ``pack``)."""
 
     USER = "user"
+
+
+class Gaps(StrEnum):
+    """What a pack does when a conversation item without a rank does not fit (see ``pack``)."""
+
+    STOP = "stop"
+    FILL = "fill"
 
 
 class Overflow(StrEnum):
@@ -396,8 +435,9 @@ def _rank_help() -> str:
         "learned, is a logistic model over ranking features fitted on LoCoMo (see cognoxium "
         "train-ranker); hybrid-lineage fuses BM25, embedding cosine, the cosine of each item "
         "read with the one before it and the best cosine of items derived from it; "
-        "strategies is the context strategy registry's assembly; none keeps the scope's "
-        "order. Every method is described under CognitionFrame.rank."
+        "strategies is the context strategy registry's assembly; none ranks nothing, so "
+        "conversation items go newest first (see --gaps) and the others by token cost. Every "
+        "method is described under CognitionFrame.rank."
     )
 
 
@@ -513,27 +553,34 @@ def _profile(value: str) -> str:
     return value
 
 
+_AS_OF_HINT = "'--as-of'"
+"""How a usage error names the option (the value is read in the command, not a callback)."""
+
+
 def _as_of(value: str) -> datetime:
+    """The UTC time of ``--as-of`` (``now``: the current time); a bad value names the option."""
     from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds, to_utc
 
     if value.strip().lower() == "now":
         return datetime.now(UTC)
     if finer_than_microseconds(value):
-        raise typer.BadParameter(f"{value!r} {FINE_TIME_MESSAGE}")
+        raise typer.BadParameter(f"{value!r} {FINE_TIME_MESSAGE}", param_hint=_AS_OF_HINT)
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:
         raise typer.BadParameter(
-            f"not an ISO 8601 time: {value!r}; use for example 2026-01-01T00:00:00Z, or now"
+            f"not an ISO 8601 time: {value!r}; use for example 2026-01-01T00:00:00Z, or now",
+            param_hint=_AS_OF_HINT,
         ) from None
     if parsed.tzinfo is None:
         raise typer.BadParameter(
-            f"{value!r} has no timezone; add one, for example 2026-01-01T00:00:00Z"
+            f"{value!r} has no timezone; add one, for example 2026-01-01T00:00:00Z",
+            param_hint=_AS_OF_HINT,
         )
     try:
         return to_utc(parsed)
     except ValueError as exc:
-        raise typer.BadParameter(f"{value!r}: {exc}") from None
+        raise typer.BadParameter(f"{value!r}: {exc}", param_hint=_AS_OF_HINT) from None
 
 
 _WHOLE = re.compile(r"[0-9]+")
@@ -662,13 +709,15 @@ def _readable_manifests(path: Path) -> Path:
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
         note='Each request is a JSON object per line: {"id", "budget", "reserve", "overflow", '
-        '"query", "where", "as_of", "evidence", "labels", "turns", "start_on"}; turns '
+        '"query", "where", "as_of", "evidence", "labels", "turns", "start_on", "gaps"}; turns '
         '(true/false) packs whole turns, start_on ("user") starts the pack on a user message '
-        "after the system block; where is a SQL predicate over the item "
+        'after the system block, gaps ("stop"/"fill") is as --gaps; where is a SQL '
+        "predicate over the item "
         "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
         '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
+        packs=True,
     ),
 )
 def pack_command(
@@ -762,6 +811,15 @@ def pack_command(
             "message it needs is counted).",
         ),
     ] = Target.OPENAI,
+    gaps: Annotated[
+        Gaps,
+        typer.Option(
+            help="When a conversation item without a rank (taken newest first) does not fit: "
+            "'stop' keeps an unbroken tail of the conversation, 'fill' fills the space with "
+            "older items and marks each hole in the manifest; for requests without their own "
+            "gaps.",
+        ),
+    ] = Gaps.STOP,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -825,6 +883,7 @@ def pack_command(
         start_on="user" if start_on is StartOn.USER else None,
         tool_errors=tool_errors.value,
         target=target.value,
+        gaps="fill" if gaps is Gaps.FILL else "stop",
     )
     runner: Callable[..., Any]
     if engine is Engine.RAY:
@@ -874,6 +933,7 @@ def pack_command(
         "--budgets 512,1024,2048,4096 --rank bm25",
         "cognoxium locomo locomo7.json --out out/recency --rank recency --json > report.json",
         note='--json prints {"command", "files", "report"}, report being DIR/report.json.',
+        packs=True,
     ),
 )
 def locomo_command(

@@ -643,7 +643,8 @@ def rank_node(method: str, *, input: Node, **arguments: Any) -> Rank:
     """Build the rank node of ``method`` over ``input`` with its keyword ``arguments``.
 
     Arguments set to ``None`` count as not given; the others are converted as
-    the method's entry says, then checked by the node.
+    the method's entry says, then checked by the node. A second input the
+    method reads (``lineage``) that is not given is ``input`` itself.
 
     Raises
     ------
@@ -676,7 +677,9 @@ def rank_node(method: str, *, input: Node, **arguments: Any) -> Rank:
         else:
             given[name] = value
     for name in node_type.child_fields[1:]:
-        if name in given and not isinstance(given[name], Node):
+        if name not in given:
+            given[name] = input  # the frame itself: its own rows are the ones looked up
+        elif not isinstance(given[name], Node):
             raise PlanError(f"rank({method!r}): {name} must be a frame, got {given[name]!r}")
     required = [
         f.name

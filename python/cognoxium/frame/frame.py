@@ -78,7 +78,14 @@ if TYPE_CHECKING:
     from cognoxium.governance.policies import Policy
     from cognoxium.governance.redaction import Recogniser, RecogniserSet
     from cognoxium.packing.cache_models import CacheModel
-    from cognoxium.packing.options import Overflow, PackOptions, StartOn, Target, ToolErrors
+    from cognoxium.packing.options import (
+        Gaps,
+        Overflow,
+        PackOptions,
+        StartOn,
+        Target,
+        ToolErrors,
+    )
     from cognoxium.packing.packer import ContextPack
     from cognoxium.tokens.profiles import TokenProfile
 
@@ -1087,9 +1094,11 @@ class CognitionFrame:
                 ``max(s_i, λ·s_{i-1}, λ·s_{i+1})``.
             ``lineage``
                 The frame in which derived items are looked up
-                (hybrid-lineage and learned, required): its rows outside this
-                frame whose ``parents`` hold an id of this frame. Often the
-                whole store, of which this frame is a part.
+                (hybrid-lineage and learned): its rows outside this frame
+                whose ``parents`` hold an id of this frame. Often the whole
+                store, of which this frame is a part. Default: this frame
+                itself, so no row is outside it and the lineage features are
+                empty (the items derived from others are ranked as items).
             ``budget``
                 The strategies' token budget (>= 0 tokens).
             ``as_of``
@@ -1625,6 +1634,7 @@ class CognitionFrame:
         start_on: StartOn | None = None,
         tool_errors: ToolErrors | None = None,
         target: Target | None = None,
+        gaps: Gaps | None = None,
         previous: ContextPack | None = None,
         eviction_share: float | None = None,
         cache_model: str | CacheModel | None = None,
@@ -1661,7 +1671,7 @@ class CognitionFrame:
         policy
             Policies checked over the candidates (see
             :func:`~cognoxium.packing.packer.pack`).
-        profile, as_of, reserve, overflow, turns, start_on, tool_errors, target
+        profile, as_of, reserve, overflow, turns, start_on, tool_errors, target, gaps
             Options in place of those of ``options`` when not ``None``: the
             token profile (a name or a TokenProfile), the UTC time validity
             is evaluated at (give it for reproducible manifests), the tokens
@@ -1670,8 +1680,9 @@ class CognitionFrame:
             turns as packing units, ``"user"`` to start on a user message,
             ``"repair"`` (the default: leave out tool messages the chat APIs
             reject, each with its reason) or ``"error"`` (raise
-            :class:`~cognoxium.exceptions.MessageError`), and the API the
-            pack is built for, ``"openai"`` or ``"anthropic"`` (see
+            :class:`~cognoxium.exceptions.MessageError`), the API the pack is
+            built for, ``"openai"`` or ``"anthropic"``, and ``"stop"`` or
+            ``"fill"`` for the conversation items without a rank (see
             :class:`~cognoxium.packing.options.PackOptions`).
         previous
             An earlier pack of this conversation that this pack continues,
@@ -1682,6 +1693,17 @@ class CognitionFrame:
             Options in place of those of ``options`` when not ``None``: the
             share of the evictable history a continuing pack evicts at once,
             and the provider cache model its manifest bills the input under.
+
+        Notes
+        -----
+        With no rank, conversation items (``user``, ``assistant``, ``tool``)
+        are taken newest first, as LangChain's
+        ``trim_messages(strategy="last")`` keeps a history's tail, and by
+        default (``gaps="stop"``) the first that does not fit ends them, so
+        the pack keeps an unbroken tail; system items and required items go
+        first, documents and memories by token cost. The manifest's
+        ``order`` is then ``recency``. A rank (:meth:`rank`) orders them by
+        relevance instead.
 
         Raises
         ------
@@ -1728,6 +1750,7 @@ class CognitionFrame:
             target=target,
             eviction_share=eviction_share,
             cache_model=cache_model,
+            gaps=gaps,
         )
         return pack_plan(self._plan, budget, given, label=label, policy=policy, previous=previous)
 

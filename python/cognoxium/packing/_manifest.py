@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -39,6 +39,7 @@ from cognoxium.packing._model import (
     REASONS,
     TIERS,
     Decision,
+    GapRecord,
     ManifestTotals,
     MergeRecord,
     PackManifest,
@@ -188,11 +189,16 @@ def manifest_header(
     rank: pl.Series,
     lineage: list[dict[str, str | None]],
     truncations: Sequence[TruncationRecord] = (),
+    *,
+    order: Literal["rank", "recency"] = "rank",
+    gap_records: Sequence[GapRecord] = (),
 ) -> PackManifest:
     """The manifest of one pack without its entries (see :func:`build_manifest`).
 
     Its ``_header()`` is what a batch writes per request; the entries of
-    many packs are built at once by :func:`manifest_entries`.
+    many packs are built at once by :func:`manifest_entries`. ``order`` is
+    the selection order (``rank`` or ``recency``) and ``gap_records`` the
+    holes in the packed conversation.
     """
     used = decisions.used_tokens
     return PackManifest(
@@ -217,6 +223,9 @@ def manifest_header(
         overflow=call.options.overflow,
         truncations=list(truncations),
         estimated=call.profile.estimated,
+        order=order,
+        gaps=call.options.gaps,
+        gap_records=list(gap_records),
     )
 
 
@@ -475,6 +484,7 @@ def _fingerprints(basis: ManifestBasis, call: PackCall, rank: pl.Series) -> dict
             call.options.start_on,
             call.options.tool_errors,
             call.options.target,
+            call.options.gaps,
         ),
         "profile": call.profile.fingerprint,
         "input": basis.hasher.digest(rank),
@@ -493,6 +503,7 @@ def _settings_fingerprint(
     start_on: str | None,
     tool_errors: str = "repair",
     target: str = "openai",
+    gaps: str = "stop",
 ) -> str:
     """sha256 hex of a pack's settings (a pure function of its arguments, so remembered)."""
     settings: dict[str, Any] = {
@@ -515,6 +526,8 @@ def _settings_fingerprint(
         settings["tool_errors"] = tool_errors
     if target != "openai":
         settings["target"] = target
+    if gaps != "stop":
+        settings["gaps"] = gaps
     return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
 
 

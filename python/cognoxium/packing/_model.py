@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Literal, Self, TypeVar, overload
 
 import polars as pl
 import pyarrow as pa
@@ -46,12 +46,14 @@ from cognoxium.packing.cache_models import CacheModel, get_cache_model
 __all__ = [
     "ENTRY_SCHEMA",
     "MANIFEST_FORMAT",
+    "ORDERS",
     "REASONS",
     "REASON_CODE",
     "TIERS",
     "UNSET",
     "ContextPack",
     "Decision",
+    "GapRecord",
     "ManifestEntry",
     "ManifestTotals",
     "MergeRecord",
@@ -68,6 +70,15 @@ MANIFEST_FORMAT = "cognoxium.pack_manifest/1"
 
 TIERS: dict[str, int] = {"required": 0, "preferred": 1, "optional": 2}
 """Retention -> tier code; lower tiers are considered first."""
+
+ORDERS: tuple[str, ...] = ("rank", "recency")
+"""The selection orders a manifest names (its ``order``).
+
+``rank``: the design's order, rank desc, priority desc, token cost asc, id
+asc. ``recency``: the same, except that the conversation items (``user``,
+``assistant``, ``tool``) without a rank were taken newest first, after the
+other items of their tier and priority.
+"""
 
 
 class Decision(StrEnum):
@@ -94,6 +105,10 @@ class Reason(StrEnum):
     ``evicted_for_cache``: a pack that continues an earlier one left the
     item out to keep the earlier pack's prefix, or evicted it in an eviction
     step (see :mod:`cognoxium.packing.cache`).
+
+    ``gap``: a conversation item that did not fit while an older one was
+    packed, so the pack has a hole where it was (see ``gap_records`` in
+    :class:`PackManifest`).
     """
 
     REQUIRED = "required"
@@ -111,6 +126,7 @@ class Reason(StrEnum):
     TOOL_RESULT_ORPHAN = "tool_result_orphan"
     TOOL_RESULT_DUPLICATE = "tool_result_duplicate"
     EVICTED_FOR_CACHE = "evicted_for_cache"
+    GAP = "gap"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on
@@ -211,6 +227,22 @@ class TruncationRecord(BaseModel):
     content_hash: str
 
 
+class GapRecord(BaseModel):
+    """One hole in a pack's conversation: conversation items left out between packed ones.
+
+    ``first`` and ``last`` are the 0-based input positions of the first and
+    the last item left out, ``items`` how many conversation items were left
+    out there (each with reason ``gap``). Items of other roles between them
+    are not counted.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    first: int
+    last: int
+    items: int
+
+
 class ManifestTotals(BaseModel):
     """Counts over a manifest's entries.
 
@@ -260,6 +292,13 @@ class PackManifest(BaseModel):
     ``cache`` is the account of a pack that continues an earlier one
     (:class:`~cognoxium.packing._cache_report.CacheReport`: the prefix kept,
     the items evicted, the billed input); left out when the pack continues none.
+    ``order`` names the selection order (one of :data:`ORDERS`):
+    ``recency`` when conversation items without a rank were taken newest
+    first; ``gaps`` is the pack's gap mode (``stop`` or ``fill``, see
+    :class:`~cognoxium.packing.options.PackOptions`) and ``gap_records``
+    lists the holes in the packed conversation, in input order. They are
+    left out at their defaults (``rank``, ``stop``, none), so manifests of
+    ranked packs read as before.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -285,6 +324,9 @@ class PackManifest(BaseModel):
     truncations: list[TruncationRecord] = []
     estimated: bool = False
     cache: CacheReport | None = None
+    order: Literal["rank", "recency"] = "rank"
+    gaps: Literal["stop", "fill"] = "stop"
+    gap_records: list[GapRecord] = []
     _entries: pl.DataFrame = PrivateAttr()
     _digest: tuple[pl.DataFrame, str] | None = PrivateAttr(default=None)
 
@@ -335,7 +377,8 @@ class PackManifest(BaseModel):
         """Everything but the entries, without the fields that hold their defaults.
 
         ``unredacted`` and ``truncations`` when empty, ``reserve_tokens`` when
-        0, ``overflow`` when ``error`` and ``estimated`` when false.
+        0, ``overflow`` when ``error``, ``estimated`` when false, ``order``
+        when ``rank``, ``gaps`` when ``stop`` and ``gap_records`` when empty.
         """
         defaults = {
             "unredacted": not self.unredacted,
@@ -344,6 +387,9 @@ class PackManifest(BaseModel):
             "truncations": not self.truncations,
             "estimated": not self.estimated,
             "cache": self.cache is None,
+            "order": self.order == "rank",
+            "gaps": self.gaps == "stop",
+            "gap_records": not self.gap_records,
         }
         return self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
 
@@ -452,6 +498,8 @@ class PackManifest(BaseModel):
             ("merges", len(self.merges)),
             ("policy outcomes", len(self.policy_outcomes)),
             ("truncations", len(self.truncations)),
+            ("order", self.order),
+            ("gaps", f"{len(self.gap_records)} ({self.gaps})"),
             ("sha256", self.digest),
         ]
         if totals.redactions:

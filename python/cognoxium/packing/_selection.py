@@ -4,7 +4,13 @@ Required units go in first, whole; if they alone exceed the budget,
 :class:`~cognoxium.exceptions.BudgetError` names them and nothing is packed.
 Then preferred units before optional ones; within a tier the order is rank
 desc, priority desc, token cost asc, id asc; a unit that does not fit is
-skipped (``over_budget``) and the next one is tried. A unit's tier is its
+skipped (``over_budget``) and the next one is tried. Conversation units
+(every row ``user``, ``assistant`` or ``tool``) without a rank are the
+exception: they come after the other units of their tier and priority and
+are taken newest first (the last in input order first), as LangChain's
+``trim_messages(strategy="last")`` reads a history; with ``gaps="stop"``
+the first of them that does not fit ends them (see
+:mod:`cognoxium.packing._gaps`). A unit's tier is its
 strongest member retention, its rank and priority the members' highest, its
 cost their sum, its id the smallest member id.
 
@@ -44,7 +50,18 @@ from cognoxium.packing._units import Units
 if TYPE_CHECKING:
     from cognoxium.packing._truncation import Cutter
 
-__all__ = ["Decisions", "Queue", "decide_rows", "ids_in_order", "order_units", "select_units"]
+__all__ = [
+    "CONVERSATION_ROLES",
+    "Decisions",
+    "Queue",
+    "decide_rows",
+    "ids_in_order",
+    "order_units",
+    "select_units",
+]
+
+CONVERSATION_ROLES: tuple[str, ...] = ("user", "assistant", "tool")
+"""The roles of a conversation's items; their units without a rank are taken newest first."""
 
 _EAGER_BOUNDS = 4_096  # frames up to this many rows get every lower bound at once
 _NULL_PRIORITY = np.iinfo(np.int64).max  # a null priority sorts first, as Polars sorts nulls
@@ -61,7 +78,11 @@ class Queue:
         priority desc (ties in unit order).
     keys
         ``(m,)`` arrays ``tier`` (int64), ``rank`` (float64, ``-inf`` for a
-        null or NaN rank) and ``priority`` (int64): the sort keys of ``order``.
+        null or NaN rank), ``priority`` (int64) and ``recency`` (int64): the
+        sort keys of ``order``. ``recency`` is 0 for a unit in the design's
+        order and ``n_units - u`` for a conversation unit ``u`` without a
+        rank, so those come after the others of their tier and priority,
+        newest first, each a block of its own.
     candidates
         ``(m,)`` int64: the eligible units in unit order.
     cheap
@@ -79,21 +100,27 @@ class Queue:
     """
 
     order: np.ndarray
-    keys: tuple[np.ndarray, np.ndarray, np.ndarray]
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     candidates: np.ndarray
     cheap: np.ndarray
     unit_ids: np.ndarray
     n_required: int
     whole: bool = False
 
+    @property
+    def newest_first(self) -> np.ndarray:
+        """``(m,)`` bool: the unit of ``order`` at each place is taken newest first."""
+        taken: np.ndarray = self.keys[3] > 0
+        return taken
+
     def without(self, dropped: np.ndarray) -> Queue:
         """The queue without the units marked in ``dropped`` (``(n_units,)`` bool)."""
         keep = ~dropped[self.order]
-        tier, rank, priority = (key[keep] for key in self.keys)
+        tier, rank, priority, recency = (key[keep] for key in self.keys)
         cheap = np.where(dropped, 0, self.cheap)
         return Queue(
             order=self.order[keep],
-            keys=(tier, rank, priority),
+            keys=(tier, rank, priority, recency),
             candidates=self.candidates[~dropped[self.candidates]],
             cheap=cheap,
             unit_ids=self.unit_ids,
@@ -143,7 +170,10 @@ def order_units(
     id_order: np.ndarray | None = None,
     costs: np.ndarray | None = None,
 ) -> Queue:
-    """Sort the eligible units by tier, rank desc and priority desc (and cost and id, if known).
+    """Sort the eligible units by tier, rank desc, priority desc (and cost and id, if known).
+
+    Conversation units without a rank come after the other units of their
+    tier and priority, newest first (see :attr:`Queue.keys`).
 
     Parameters
     ----------
@@ -176,6 +206,13 @@ def order_units(
     rank_values = df.get_column("rank") if rank is None else rank
     if id_order is None:
         id_order = ids_in_order(df)
+    # Only a pack with an unranked row reads the roles (a ranked batch pays nothing for them).
+    unranked = bool(rank_values.null_count()) or bool(rank_values.is_nan().any())
+    conversation = (
+        df.get_column("role").cast(pl.String).is_in(CONVERSATION_ROLES)
+        if unranked
+        else pl.repeat(False, df.height, eager=True)
+    )
     priorities = df.get_column("priority")
     if priorities.null_count():
         priorities = priorities.fill_null(_NULL_PRIORITY)
@@ -187,6 +224,7 @@ def order_units(
                 "priority": priorities,
                 "cheap": rendering.cheap,
                 "id_order": id_order,
+                "conversation": conversation,
             }
         )
         unit_keys = (
@@ -199,6 +237,7 @@ def order_units(
                 pl.col("priority").max(),
                 pl.col("cheap").sum(),
                 pl.col("id_order").min(),
+                pl.col("conversation").all(),
             )
             .sort("unit")
         )
@@ -209,6 +248,7 @@ def order_units(
         ranks = unit_keys.get_column("rank").to_numpy()
         priority = unit_keys.get_column("priority").to_numpy()
         unit_cheap = unit_keys.get_column("cheap").to_numpy()
+        talk = unit_keys.get_column("conversation").to_numpy()
     else:
         candidates = np.flatnonzero(rows.eligible)
         unit_ids = id_order
@@ -218,16 +258,18 @@ def order_units(
         ranks = np.where(np.isnan(ranks), -np.inf, ranks)
         priority = priorities.to_numpy()[candidates]
         unit_cheap = rendering.cheap.to_numpy()[candidates]
+        talk = conversation.to_numpy()[candidates]
+    recency = np.where(talk & (ranks == -np.inf), units.n_units - candidates, 0).astype(np.int64)
     ties = None
     if costs is not None and not (costs[candidates] == UNSET).any():
         ties = (costs[candidates], unit_ids[candidates])
-    ordering = _ordering(tier, ranks, priority, ties)
+    ordering = _ordering(tier, ranks, priority, recency, ties)
     cheap = np.zeros(units.n_units, dtype=np.int64)
     cheap[candidates] = unit_cheap
     sorted_tier = tier[ordering].astype(np.int64)
     return Queue(
         order=candidates[ordering],
-        keys=(sorted_tier, ranks[ordering], priority[ordering]),
+        keys=(sorted_tier, ranks[ordering], priority[ordering], recency[ordering]),
         candidates=candidates,
         cheap=cheap,
         unit_ids=unit_ids,
@@ -240,14 +282,17 @@ def _ordering(
     tier: np.ndarray,
     ranks: np.ndarray,
     priority: np.ndarray,
+    recency: np.ndarray,
     ties: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """``(m,)`` int64: the order by tier asc, rank desc, priority desc, then ``ties``.
+    """``(m,)`` int64: the order by tier asc, rank desc, priority desc, recency asc, then ``ties``.
 
     ``ties`` are the units' costs and id places, ``(m,)`` int64 each, to
     order by cost asc and id asc after the keys; ``None``: ties keep their order.
     """
     after = () if ties is None else (ties[1], ties[0])
+    if recency.any():
+        after = (*after, recency)
     if len(tier) and tier.min() == tier.max() and priority.min() == priority.max():
         # The usual case: rank alone decides.
         return np.lexsort((*after, -ranks)) if after else np.argsort(-ranks, kind="stable")

@@ -24,11 +24,13 @@ from cognoxium.packing.cache_models import CacheModel, get_cache_model
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
 __all__ = [
+    "GAP_MODES",
     "OPTION_NAMES",
     "OVERFLOW_MODES",
     "START_ON",
     "TARGETS",
     "TOOL_ERRORS",
+    "Gaps",
     "Overflow",
     "PackOptions",
     "StartOn",
@@ -40,6 +42,10 @@ __all__ = [
 Overflow = Literal["error", "truncate"]
 OVERFLOW_MODES: tuple[Overflow, ...] = ("error", "truncate")
 """What a pack does when its required items alone exceed the budget."""
+
+Gaps = Literal["stop", "fill"]
+GAP_MODES: tuple[Gaps, ...] = ("stop", "fill")
+"""What a pack does when a conversation item it takes newest first does not fit."""
 
 StartOn = Literal["user"]
 START_ON: tuple[StartOn, ...] = ("user",)
@@ -122,6 +128,18 @@ class PackOptions:
         :func:`~cognoxium.packing.cache_models.cache_models` or a
         :class:`~cognoxium.packing.cache_models.CacheModel`) under which a
         continuing pack's manifest bills its input; ``None``: not billed.
+    gaps
+        What happens when a conversation item (``user``, ``assistant`` or
+        ``tool``) without a rank, taken newest first, does not fit:
+        ``"stop"`` (the default) takes no older one, so the pack keeps an
+        unbroken tail of the conversation, as LangChain's
+        ``trim_messages(strategy="last")`` does; ``"fill"`` skips it and
+        tries the older ones, so more of the budget is used but the pack can
+        have holes. Either way each hole is marked in the manifest (reason
+        ``gap``, and ``gap_records``). "stop" is the default because a hole
+        shows the model a reply without its question, or a conversation
+        that jumps, with nothing to tell it so. Items with a rank are not
+        affected: a rank is a relevance order, not a sequence.
 
     Raises
     ------
@@ -131,8 +149,9 @@ class PackOptions:
         bool, ``start_on`` is not ``None`` or one of :data:`START_ON`,
         ``as_of`` is not a ``datetime`` (ISO text included) or is naive,
         ``tool_errors`` is not one of :data:`TOOL_ERRORS`, ``target`` not
-        one of :data:`TARGETS`, ``eviction_share`` is not a number in
-        (0, 1], or ``cache_model`` names no cache model.
+        one of :data:`TARGETS`, ``gaps`` not one of :data:`GAP_MODES`,
+        ``eviction_share`` is not a number in (0, 1], or ``cache_model``
+        names no cache model.
         The checks run in this order, so the same bad options always fail
         with the same error.
     ProfileError
@@ -150,6 +169,10 @@ class PackOptions:
     Traceback (most recent call last):
     ...
     cognoxium.exceptions.PackError: overflow must be one of ['error', 'truncate'], got 'drop'
+    >>> PackOptions(gaps="skip")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PackError: gaps must be one of ['stop', 'fill'], got 'skip'; ...
     """
 
     reserve: int = 0
@@ -162,6 +185,7 @@ class PackOptions:
     target: Target = "openai"
     eviction_share: float = 0.4
     cache_model: str | CacheModel | None = None
+    gaps: Gaps = "stop"
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -200,6 +224,12 @@ class PackOptions:
             )
         if self.cache_model is not None:
             get_cache_model(self.cache_model)
+        if self.gaps not in GAP_MODES:
+            raise PackError(
+                f"gaps must be one of {list(GAP_MODES)}, got {self.gaps!r}; 'stop' keeps an "
+                "unbroken tail of the conversation, 'fill' fills holes with older items",
+                params={"gaps": repr(self.gaps)},
+            )
         profile: str | TokenProfile = self.profile
         set_field = object.__setattr__
         set_field(self, "eviction_share", float(share))
@@ -213,7 +243,9 @@ class PackOptions:
         return (
             f"PackOptions(reserve={self.reserve}, profile={profile!r}, as_of={self.as_of!r}, "
             f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r}, "
-            f"tool_errors={self.tool_errors!r}, target={self.target!r}" + _cache_repr(self) + ")"
+            f"tool_errors={self.tool_errors!r}, target={self.target!r}, gaps={self.gaps!r}"
+            + _cache_repr(self)
+            + ")"
         )
 
     def merged(self, **given: Any) -> PackOptions:

@@ -23,8 +23,16 @@ that returns its own result:
    and nothing is packed. Preferred items are considered before optional
    ones; within a tier the order is rank desc, priority desc, token cost asc,
    id asc; an item that does not fit is skipped (``over_budget``) and the next
-   one is tried. The pack keeps the input (conversational) order of the
-   selected items. The items fit in ``budget - reserve`` (the reply
+   one is tried. Conversation items (``user``, ``assistant``, ``tool``)
+   without a rank are taken newest first instead (the last in input order
+   first, as LangChain's ``trim_messages(strategy="last")`` keeps a history's
+   tail), after the other items of their tier and priority; with
+   ``gaps="stop"`` (the default) the first of them that does not fit ends
+   them, so the conversation kept is an unbroken tail; with ``gaps="fill"``
+   older ones fill the space and each hole is marked (reason ``gap``,
+   ``gap_records``; ``_gaps``). The manifest's ``order`` says ``recency``
+   when that order was used. The pack keeps the input (conversational) order
+   of the selected items. The items fit in ``budget - reserve`` (the reply
    reserve). A truncatable item (``metadata.truncate``, see
    :class:`~cognoxium.items.model.Truncation`) that does not fit whole is cut
    at token boundaries to fit what is left, if it can keep its
@@ -86,6 +94,7 @@ from cognoxium.packing._checks import PackCall, check_call, check_frame, check_r
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
+from cognoxium.packing._gaps import mark_gaps, stop_at_first_miss
 from cognoxium.packing._manifest import (
     ManifestBasis,
     basis_row,
@@ -97,6 +106,7 @@ from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
     ContextPack,
     Decision,
+    GapRecord,
     ManifestEntry,
     ManifestTotals,
     MergeRecord,
@@ -133,6 +143,7 @@ __all__ = [
     "CHAT_ROLES",
     "ContextPack",
     "Decision",
+    "GapRecord",
     "ManifestEntry",
     "ManifestTotals",
     "MergeRecord",
@@ -190,10 +201,14 @@ def pack(
         ``before_first_user``), ``tool_errors`` (``"repair"``: tool messages
         the chat APIs reject are left out, reasons ``tool_call_unanswered``,
         ``tool_result_orphan``, ``tool_result_duplicate``; ``"error"``:
-        :class:`~cognoxium.exceptions.MessageError`) and ``target``
+        :class:`~cognoxium.exceptions.MessageError`), ``target``
         (``"anthropic"``: the pack renders as a valid Anthropic request,
-        what the rendering adds counted). ``turns``, ``start_on``,
-        ``tool_errors="error"`` and ``target="anthropic"`` enter the
+        what the rendering adds counted) and ``gaps`` (``"stop"``: the
+        conversation items without a rank, taken newest first, end at the
+        first that does not fit; ``"fill"``: older ones fill the space, and
+        each hole is marked). ``turns``, ``start_on``,
+        ``tool_errors="error"``, ``target="anthropic"`` and ``gaps="fill"``
+        enter the
         settings fingerprint when set.
     label
         Free text recorded in the manifest (a request id, for example).
@@ -268,10 +283,12 @@ def pack(
     >>> p.ids, p.used_tokens, p.manifest.totals.by_reason
     (['sys', 'q'], 20, {'over_budget': 1, 'required': 2})
 
-    Whole turns and a user start: the reply that answers ``q1`` is long, so
-    without ``turns`` the pack would hold ``q1`` without its answer; with
-    ``turns`` the first turn goes whole, and ``start_on="user"`` drops the
-    greeting that came before any question.
+    With no rank the conversation goes newest first. The reply that answers
+    ``q1`` is long: by default the pack stops there and keeps an unbroken
+    tail; with ``gaps="fill"`` older items fill the space, so the pack holds
+    ``q1`` without its answer and the hole is marked. With ``turns`` the
+    first turn goes whole, and ``start_on="user"`` drops the greeting that
+    came before any question.
 
     >>> chat = conform(pl.DataFrame({
     ...     "id": ["sys", "hello", "q1", "a1", "q2", "a2"],
@@ -280,9 +297,13 @@ def pack(
     ...     "retention": ["required"] + ["optional"] * 5,
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 6}))
     >>> when = datetime(2024, 6, 1, tzinfo=UTC)
-    >>> pack(chat, 60, PackOptions(as_of=when)).ids
-    ['sys', 'hello', 'q1', 'q2', 'a2']
-    >>> whole = pack(chat, 60, PackOptions(as_of=when, turns=True, start_on="user"))
+    >>> tail = pack(chat, 60, PackOptions(as_of=when))
+    >>> tail.ids, tail.manifest.order
+    (['sys', 'q2', 'a2'], 'recency')
+    >>> filled = pack(chat, 60, PackOptions(as_of=when, gaps="fill"))
+    >>> filled.ids, filled.manifest.gap_records
+    (['sys', 'hello', 'q1', 'q2', 'a2'], [GapRecord(first=3, last=3, items=1)])
+    >>> whole = pack(chat, 60, PackOptions(as_of=when, turns=True, start_on="user", gaps="fill"))
     >>> whole.ids, whole.manifest.totals.by_reason
     (['sys', 'q2', 'a2'],
      {'before_first_user': 1, 'group_over_budget': 2, 'required': 1, 'selected': 2})
@@ -345,7 +366,7 @@ def pack_reusing(
     >>> import polars as pl
     >>> from cognoxium.items.validation import conform
     >>> df = conform(pl.DataFrame({
-    ...     "id": ["a", "b"], "role": ["user"] * 2, "text": ["refund policy", "word " * 40],
+    ...     "id": ["a", "b"], "role": ["document"] * 2, "text": ["refund policy", "word " * 40],
     ...     "created_at": ["2024-01-01T00:00:00Z"] * 2}))
     >>> kept: dict[str, object] = {}
     >>> options = PackOptions(as_of=datetime(2024, 6, 1, tzinfo=UTC))
@@ -682,17 +703,17 @@ class PackScope:
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        select = partial(_select, df.get_column("id"), costs, call, cutter)
+        select = self._selector(call, costs, cutter)
         included, rows = self._select_conversation(call, candidates, units, queue, select)
         opening = 0
         if call.options.target == "anthropic" and not self._converses(rows, units, included):
             # The rendering opens the request with a user message: its tokens are counted.
             opening = self._opening_tokens
-            select = partial(_select, df.get_column("id"), costs, call, cutter, opening=opening)
+            select = self._selector(call, costs, cutter, opening)
             included, rows = self._select_conversation(call, candidates, units, queue, select)
             if self._converses(rows, units, included):
                 opening = 0
-        decisions = decide_rows(rows, units, included, costs)
+        decisions, gaps = mark_gaps(queue, units, decide_rows(rows, units, included, costs))
         if opening:
             decisions = _with_opening(decisions, opening, call)
         if continuation is not None:
@@ -701,7 +722,17 @@ class PackScope:
         sent = _Sent(df, rank, decisions.selected, cutter, truncations)
         linked = self._basis.linked or truncations
         lineage = lineage_edges(sent.frame).to_dicts() if linked else []
-        header = manifest_header(self._basis, call, decisions, label, rank, lineage, truncations)
+        header = manifest_header(
+            self._basis,
+            call,
+            decisions,
+            label,
+            rank,
+            lineage,
+            truncations,
+            order="recency" if queue.newest_first.any() else "rank",
+            gap_records=gaps,
+        )
         if continuation is not None:
             messages = self._messages(sent)
             report = continuation.report(df, call, decisions, costs.row_tokens, messages)
@@ -715,6 +746,19 @@ class PackScope:
             scope=self,
             sent=sent,
         )
+
+    def _selector(
+        self, call: PackCall, costs: UnitCosts, cutter: Cutter | None, opening: int = 0
+    ) -> Callable[[Queue], np.ndarray]:
+        """The selection of a queue's units under the budget (``opening``: tokens it keeps).
+
+        With ``gaps="stop"`` the conversation items without a rank end at
+        the first that does not fit (see :mod:`cognoxium.packing._gaps`).
+        """
+        select: Callable[[Queue], np.ndarray] = partial(
+            _select, self.df.get_column("id"), costs, call, cutter, opening=opening
+        )
+        return stop_at_first_miss(select) if call.options.gaps == "stop" else select
 
     def _select_conversation(
         self,

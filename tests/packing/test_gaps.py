@@ -1,0 +1,191 @@
+"""Conversation items without a rank go newest first; gaps="stop" or "fill", each hole marked."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+import pytest
+
+from cognoxium import CognitionFrame
+from cognoxium.exceptions import PackError
+from cognoxium.formats.openai import from_openai_messages
+from cognoxium.items.validation import conform
+from cognoxium.packing import GapRecord, PackManifest
+from cognoxium.packing.options import GAP_MODES, PackOptions
+from cognoxium.packing.packer import pack
+
+AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+LONG = "word " * 80  # about 80 tokens
+
+
+def items(rows: list[tuple[str, str, str]], **columns: list[Any]) -> pl.DataFrame:
+    """Items (id, role, text) at one-minute steps; system messages required."""
+    return conform(
+        pl.DataFrame(
+            {
+                "id": [r[0] for r in rows],
+                "role": [r[1] for r in rows],
+                "text": [r[2] for r in rows],
+                "retention": ["required" if r[1] == "system" else "optional" for r in rows],
+                "created_at": [T0 + timedelta(minutes=i) for i in range(len(rows))],
+                **columns,
+            }
+        )
+    )
+
+
+CHAT = items(
+    [
+        ("sys", "system", "Be brief."),
+        ("q1", "user", "Refunds?"),
+        ("a1", "assistant", "Within 30 days."),
+        ("q2", "user", "Shipping?"),
+        ("a2", "assistant", LONG),
+        ("q3", "user", "Returns?"),
+        ("a3", "assistant", "Free."),
+    ]
+)
+
+
+def reasons(result: Any) -> dict[str, str]:
+    return dict(result.manifest.to_polars().select("id", "reason").iter_rows())
+
+
+def test_conversation_without_rank_goes_newest_first_and_stops() -> None:
+    # The cheapest-first order would take q1, a1, q2, q3, a3 (all short) and skip a2.
+    result = pack(CHAT, 40, PackOptions(as_of=AS_OF))
+    assert result.ids == ["sys", "q3", "a3"]
+    assert reasons(result)["a2"] == "over_budget"
+    assert reasons(result)["q1"] == "over_budget"
+    manifest = result.manifest
+    assert (manifest.order, manifest.gaps, manifest.gap_records) == ("recency", "stop", [])
+    header = manifest.to_dict()
+    assert header["order"] == "recency"
+    assert "gaps" not in header
+    assert "gap_records" not in header
+
+
+def test_fill_takes_older_items_and_marks_the_hole() -> None:
+    result = pack(CHAT, 40, PackOptions(as_of=AS_OF, gaps="fill"))
+    assert result.ids == ["sys", "a1", "q2", "q3", "a3"]
+    assert reasons(result)["a2"] == "gap"
+    assert reasons(result)["q1"] == "over_budget"  # older than every packed item: no hole
+    manifest = result.manifest
+    assert manifest.gap_records == [GapRecord(first=4, last=4, items=1)]
+    assert manifest.totals.by_reason == {"gap": 1, "over_budget": 1, "required": 1, "selected": 4}
+    header = manifest.to_dict()
+    assert header["gaps"] == "fill"
+    assert header["gap_records"] == [{"first": 4, "last": 4, "items": 1}]
+    assert PackManifest.from_json(manifest.to_json()) == manifest
+
+
+def test_a_required_item_older_than_the_tail_makes_a_gap_under_stop() -> None:
+    df = CHAT.with_columns(
+        retention=pl.when(pl.col("id") == "q1")
+        .then(pl.lit("required"))
+        .otherwise(pl.col("retention"))
+        .cast(CHAT.schema["retention"])
+    )
+    result = pack(df, 45, PackOptions(as_of=AS_OF))
+    assert result.ids == ["sys", "q1", "q3", "a3"]
+    assert result.manifest.gap_records == [GapRecord(first=2, last=4, items=3)]
+    assert {k: v for k, v in reasons(result).items() if v == "gap"} == {
+        "a1": "gap",
+        "q2": "gap",
+        "a2": "gap",
+    }
+
+
+def test_gaps_enter_the_settings_fingerprint_only_when_fill() -> None:
+    stop = pack(CHAT, 40, PackOptions(as_of=AS_OF)).manifest.fingerprints
+    again = pack(CHAT, 40, PackOptions(as_of=AS_OF, gaps="stop")).manifest.fingerprints
+    fill = pack(CHAT, 40, PackOptions(as_of=AS_OF, gaps="fill")).manifest.fingerprints
+    assert stop == again
+    assert fill["settings"] != stop["settings"]
+    assert fill["input"] == stop["input"]
+
+
+def test_ranked_items_keep_the_design_order_and_their_manifest() -> None:
+    ranked = CHAT.with_columns(rank=pl.Series([None, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]))
+    result = pack(ranked, 40, PackOptions(as_of=AS_OF))
+    # rank ties: token cost asc, id asc, skip and continue; no gap is marked
+    assert result.ids == ["sys", "q1", "q2", "q3", "a3"]
+    assert reasons(result)["a1"] == "over_budget"
+    assert reasons(result)["a2"] == "over_budget"
+    header = result.manifest.to_dict()
+    assert "order" not in header
+    assert "gap_records" not in header
+    assert result.manifest.order == "rank"
+    fill = pack(ranked, 40, PackOptions(as_of=AS_OF, gaps="fill"))
+    assert fill.ids == result.ids
+    assert fill.manifest.gap_records == []
+
+
+def test_documents_and_memories_keep_the_cost_order_before_the_conversation() -> None:
+    df = items(
+        [
+            ("sys", "system", "Be brief."),
+            ("doc-long", "document", LONG),
+            ("doc", "document", "Refunds take 30 days."),
+            ("mem", "memory", "The customer prefers email."),
+            ("q1", "user", "Refunds?"),
+            ("a1", "assistant", "Within 30 days."),
+            ("q2", "user", "Thanks"),
+        ]
+    )
+    result = pack(df, 45, PackOptions(as_of=AS_OF))
+    # documents and memories first, cheapest first; then the conversation newest first
+    assert result.ids == ["sys", "doc", "mem", "a1", "q2"]
+    assert reasons(result)["doc-long"] == "over_budget"
+    assert reasons(result)["q1"] == "over_budget"
+    assert result.manifest.order == "recency"
+
+
+def test_only_documents_keep_the_rank_order_name() -> None:
+    df = items([("d1", "document", "alpha"), ("d2", "document", "beta gamma")])
+    assert pack(df, 100, PackOptions(as_of=AS_OF)).manifest.order == "rank"
+
+
+def test_a_tool_exchange_is_one_unit_in_the_tail() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    chat = from_openai_messages(
+        [
+            {"role": "user", "content": "Where is my order?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": LONG},
+            {"role": "user", "content": "Thanks"},
+        ]
+    )
+    for mode in GAP_MODES:
+        result = chat.pack(40, as_of=AS_OF, gaps=mode)
+        expected = ["msg:3"] if mode == "stop" else ["msg:0", "msg:3"]
+        assert result.ids == expected, mode
+        assert reasons(result)["msg:1"] == reasons(result)["msg:2"]
+    filled = chat.pack(40, as_of=AS_OF, gaps="fill").manifest
+    assert filled.gap_records == [GapRecord(first=1, last=2, items=2)]
+
+
+@pytest.mark.parametrize("mode", GAP_MODES)
+def test_frame_pack_takes_gaps_as_a_keyword(mode: str) -> None:
+    cf = CognitionFrame(CHAT)
+    assert cf.pack(40, as_of=AS_OF, gaps=mode).manifest.gaps == mode  # type: ignore[arg-type]
+    options = PackOptions(as_of=AS_OF, gaps="fill")
+    assert cf.pack(40, options, gaps=mode).manifest.gaps == mode  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["skip", "", None, True, 1])
+def test_a_bad_gaps_value_is_a_pack_error_naming_the_option(bad: object) -> None:
+    with pytest.raises(PackError, match=r"^gaps must be one of \['stop', 'fill'\]"):
+        PackOptions(gaps=bad)  # type: ignore[arg-type]
+
+
+def test_frame_pack_refuses_a_bad_gaps_value() -> None:
+    with pytest.raises(PackError, match="gaps must be one of"):
+        CognitionFrame(CHAT).pack(40, as_of=AS_OF, gaps="holes")  # type: ignore[arg-type]
+
+
+def test_repr_shows_gaps() -> None:
+    assert "gaps='fill'" in repr(PackOptions(gaps="fill"))
