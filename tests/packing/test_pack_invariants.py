@@ -6,7 +6,8 @@ non-packable payloads, groups, truncation marks, expiry, trust and
 sensitivity), a query over it (as it is, ranked, filtered and sorted,
 demoted, quarantined) and the pack's options (both OpenAI encodings,
 reserve, whole turns, ``start_on="user"``, a boundary policy, truncation of
-required items), and checks what every pack must hold:
+required items, both ``tool_errors`` modes, both targets, both ``gaps``
+modes), and checks what every pack must hold:
 
 - the items fit in ``budget - reserve``, and ``used_tokens`` is what the
   sent messages cost;
@@ -14,7 +15,9 @@ required items), and checks what every pack must hold:
   packable;
 - groups, and with ``turns`` whole turns, are packed or dropped whole;
 - the pack keeps the rows' order, and every row has one manifest entry;
-- ``start_on="user"`` and the boundary policy hold;
+- ``start_on="user"`` (and the Anthropic target) and the boundary policy hold;
+- the sent messages keep the OpenAI tool rules and render as a valid
+  Anthropic request (:mod:`cognoxium.packing.message_rules`);
 - the same call gives a byte-identical manifest, again and over a new frame;
 - :meth:`CognitionFrame.pack` equals :func:`pack` over the rows the plan
   gives with no optimizer rule (``OptFlags.none()``).
@@ -35,9 +38,11 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from cognoxium import CognitionFrame
-from cognoxium.exceptions import BudgetError, PackError, PolicyError
+from cognoxium.exceptions import BudgetError, MessageError, PackError, PolicyError
 from cognoxium.frame.frame import OptFlags
 from cognoxium.governance.policies import BoundaryPolicy, Policy
+from cognoxium.packing._renderers import OPENING
+from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.testing import assert_pack_equal
@@ -51,6 +56,8 @@ WORDS = ("refund", "window", "is", "30", "days", "朗琴", "👍🏽", "{json}",
 IMAGES = {"image/png": png, "image/jpeg": jpeg, "image/gif": gif}
 IMAGE_ROLES = ("user", "document", "memory")
 BODY_ROLES = ("user", "user", "assistant", "assistant", "tool", "document", "memory", "developer")
+SYSTEM_ROLES = ("system", "developer")
+
 UNPACKED_REASONS = {"expired", "not_yet_valid", "not_packable"}
 """Why a required item may be left out of a pack that succeeds: never budget, policy or order."""
 
@@ -201,6 +208,9 @@ def pack_calls(draw: st.DrawFn) -> dict[str, Any]:
         "overflow": draw(st.sampled_from(["error", "truncate"])),
         "policy": draw(st.sampled_from(sorted(POLICIES))),
         "query": draw(st.sampled_from(QUERIES)),
+        "tool_errors": draw(st.sampled_from(["repair", "repair", "repair", "error"])),
+        "target": draw(st.sampled_from(["openai", "anthropic"])),
+        "gaps": draw(st.sampled_from(["stop", "fill"])),
     }
 
 
@@ -262,10 +272,10 @@ def _exclusion(row: dict[str, Any], boundary: bool) -> str | None:
     return None
 
 
-def _pack_or_error(run: Any) -> ContextPack | PackError:
+def _pack_or_error(run: Any) -> ContextPack | PackError | MessageError:
     try:
         result: ContextPack = run()
-    except (BudgetError, PolicyError, PackError) as error:
+    except (BudgetError, PolicyError, PackError, MessageError) as error:
         return error
     return result
 
@@ -286,7 +296,10 @@ def _check_invariants(
     assert included.get_column("tokens").sum() + overhead == result.used_tokens
     profile = options.profile
     assert not isinstance(profile, str)
-    sent = profile.request_tokens(result.messages, image_sizes=_image_sizes(rows))
+    messages = list(result.messages)
+    if call["target"] == "anthropic" and all(m["role"] in SYSTEM_ROLES for m in messages):
+        messages.append({"role": "user", "content": OPENING})  # the request's opening, counted
+    sent = profile.request_tokens(messages, image_sizes=_image_sizes(rows))
     assert sent == result.used_tokens
     # Every row has one entry, in row order; the pack keeps the row order.
     row_ids = rows.get_column("id").to_list()
@@ -306,8 +319,9 @@ def _check_invariants(
     # Groups, and with turns whole turns, are packed or dropped whole.
     for unit in _units(rows, call["turns"]):
         assert len({decisions[i] for i in unit}) == 1, (unit, [reasons[i] for i in unit])
-    # start_on="user": after the system block, the first message is sent as a user's.
-    if call["start_on"] == "user":
+    _check_conversation(result)
+    # start_on="user" (and the Anthropic target): after the system block, a user's message.
+    if call["start_on"] == "user" or call["target"] == "anthropic":
         roles = [m["role"] for m in result.messages]
         rest = roles[next((k for k, r in enumerate(roles) if r not in {"system", "developer"}),
                           len(roles)):]  # fmt: skip
@@ -325,6 +339,17 @@ def _check_invariants(
                 assert message["role"] not in {"system", "developer"}, (item_id, message)
 
 
+def _check_conversation(result: ContextPack) -> None:
+    """What the chat APIs accept: a pack that did not raise keeps their documented rules.
+
+    It keeps the OpenAI tool rules (with ``tool_errors="error"`` it raises
+    instead of breaking them) and renders as a valid Anthropic request,
+    whatever its target.
+    """
+    validate_openai_messages(result.messages)
+    validate_anthropic_messages(result.to_anthropic())
+
+
 @reaching(0.8)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=conversations(), call=pack_calls())
@@ -339,6 +364,9 @@ def test_every_pack_path_holds_the_pack_invariants(
         turns=call["turns"],
         start_on=call["start_on"],
         overflow=call["overflow"],
+        tool_errors=call["tool_errors"],
+        target=call["target"],
+        gaps=call["gaps"],
     )
     budget, policy = call["budget"], POLICIES[call["policy"]]
     frame = _query(CognitionFrame(records), call["query"])
