@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
 from datetime import UTC, datetime
 from typing import Any
@@ -506,8 +505,7 @@ def test_every_pack_renders_a_well_formed_anthropic_request(
     calls = sum(len(m.get("tool_calls") or ()) for m in sent)
     texts = sum(1 for m in sent if m["content"])  # every non-empty content is one text block
     assert len(blocks) == placeholder + calls + texts
-    if importlib.util.find_spec("anthropic") is not None:
-        assert_sdk_accepts(turns)
+    assert_sdk_accepts(turns)
 
 
 def test_the_system_prompt_is_required_unless_asked_otherwise() -> None:

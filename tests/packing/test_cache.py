@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,19 +23,15 @@ from cognoxium.packing.cache_models import (
     get_cache_model,
     register_cache_model,
 )
+from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.tokens.profiles import get_profile
+from tests.data import LOCOMO, needs_locomo
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 PROFILE = get_profile("cl100k_base")
-REPO = Path(__file__).resolve().parents[2]
-LOCOMO = Path(
-    os.environ.get(
-        "COGNOXIUM_LOCOMO", str(REPO / ".." / "shared" / "data" / "locomo" / "locomo7.json")
-    )
-)
 SYSTEM = "You are the support assistant. Answer from the conversation. " * 12
 
 
@@ -403,28 +397,30 @@ def locomo_chat(path: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-@pytest.mark.skipif(
-    not LOCOMO.is_file(),
-    reason=f"LoCoMo data not found at {LOCOMO} (set COGNOXIUM_LOCOMO to the locomo7.json file)",
-)
+@needs_locomo
 def test_a_locomo_conversation_replayed_keeps_its_prefix_between_eviction_steps() -> None:
     rows = locomo_chat(LOCOMO)
     packs = replay(rows[:400], 2048)
     assert check_replay(packs) >= 1
-    if importlib.util.find_spec("anthropic") is not None:
-        for packed, _ in packs:
-            request = packed.to_anthropic(cache=True)
-            assert_sdk_accepts(request)
-            assert 1 <= len(breakpoints(request)) <= 4
+    for packed, _ in packs:
+        request = packed.to_anthropic(cache=True)
+        assert_sdk_accepts(request)
+        assert 1 <= len(breakpoints(request)) <= 4
 
 
 # Breakpoints in the renderers
 
 
 def assert_sdk_accepts(request: dict[str, Any]) -> None:
-    """Validate a request with the Anthropic SDK's types, block by block, keys included."""
+    """Validate a request with the API's documented rules and the Anthropic SDK's types.
+
+    The SDK's types are checked block by block, keys included.
+    """
+    pytest.importorskip("anthropic", reason="needs the sdk extra: pip install -e '.[sdk]'")
     from anthropic.types import ContentBlockParam, MessageParam, TextBlockParam
     from pydantic import TypeAdapter
+
+    validate_anthropic_messages(request)
 
     TypeAdapter(list[MessageParam]).validate_python(copy.deepcopy(request["messages"]))
     blocks = TypeAdapter(ContentBlockParam)
