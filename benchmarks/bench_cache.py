@@ -30,7 +30,11 @@ Also reported per method and budget: mean tokens of history sent (the pack's
 messages but the system prompt), whether the newest 10 messages were in every
 pack, and the evidence recall of each LoCoMo question (category 1-4, with
 evidence in the conversation) asked at the first user turn after its last
-evidence: the share of its evidence turns in that turn's pack.
+evidence: the share of its evidence turns in that turn's pack. Every
+continuing pack is rendered with ``to_anthropic(cache=True)`` and checked
+against the Messages API's documented rules
+(:func:`~cognoxium.packing.message_rules.validate_anthropic_messages`) and the
+Anthropic SDK's request types, and its breakpoints are counted (at most 4).
 
 Usage: ``python benchmarks/bench_cache.py [DATA] [--conversations N] [--budgets 4096,8192]
 [--out benchmarks/results]`` (DATA defaults to ``../shared/data/locomo/locomo7.json``;
@@ -58,7 +62,9 @@ from cognoxium import CognitionFrame
 from cognoxium.app.locomo_dataset import parse_session_time
 from cognoxium.items.records import records_to_frame
 from cognoxium.packing.cache_models import CacheModel, bill, get_cache_model
+from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.options import PackOptions
+from cognoxium.packing.packer import ContextPack
 from cognoxium.tokens.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parent
@@ -190,6 +196,8 @@ class Ledger:
     history_tokens: list[int] = field(default_factory=list)
     newest_missing: int = 0
     recalls: list[float] = field(default_factory=list)
+    anthropic_checked: int = 0
+    most_breakpoints: int = 0
 
     def add(self, ids: list[str], costs: dict[str, int], system_tokens: int) -> None:
         """Bill the request of these items (in order) against the one before it."""
@@ -218,6 +226,25 @@ class Ledger:
             self.previous_marks[name] = marks
         self.previous, self.previous_tokens = ids, total
         self.history_tokens.append(messages - system_tokens)
+
+
+def checked_breakpoints(packed: ContextPack) -> int:
+    """The cache breakpoints of ``to_anthropic(cache=True)``, once the request is validated.
+
+    Raises if the request breaks a documented rule of the Messages API
+    (:func:`validate_anthropic_messages`) or is refused by the Anthropic SDK's
+    request types.
+    """
+    from anthropic.types import MessageParam, TextBlockParam
+    from pydantic import TypeAdapter
+
+    request = packed.to_anthropic(cache=True)
+    validate_anthropic_messages(request)
+    TypeAdapter(list[MessageParam]).validate_python(request["messages"])
+    TypeAdapter(str | list[TextBlockParam]).validate_python(request.get("system", ""))
+    blocks = [*(request["system"] if isinstance(request.get("system"), list) else [])]
+    blocks += [b for m in request["messages"] for b in m["content"]]
+    return sum("cache_control" in b for b in blocks)
 
 
 def message_costs(df: pl.DataFrame) -> dict[str, int]:
@@ -281,6 +308,9 @@ def replay(conv: Conversation, budget: int, options: PackOptions) -> dict[str, L
         }
         previous = frame.pack(budget, options, previous=previous)
         packs["continue"] = previous.ids
+        marks = checked_breakpoints(previous)
+        ledgers["continue"].anthropic_checked += 1
+        ledgers["continue"].most_breakpoints = max(ledgers["continue"].most_breakpoints, marks)
         newest = set(ids[max(1, row + 1 - NEWEST) : row + 1])
         for method, packed in packs.items():
             ledger = ledgers[method]
@@ -311,6 +341,8 @@ def summarize(all_ledgers: list[dict[str, Ledger]]) -> dict[str, Any]:
             "packs_missing_newest_10": sum(ledger.newest_missing for ledger in ledgers),
             "questions": len(recalls),
             "evidence_recall": round(statistics.fmean(recalls), 4) if recalls else None,
+            "anthropic_requests_validated": sum(ledger.anthropic_checked for ledger in ledgers),
+            "most_breakpoints": max(ledger.most_breakpoints for ledger in ledgers),
         }
     exact = {
         method: {name: sum(sum(by[method].billed[name]) for by in all_ledgers) for name in BILLS}
@@ -339,6 +371,9 @@ def must_show(by_budget: dict[str, Any]) -> dict[str, bool]:
         )
         checks[f"{budget}: newest 10 messages in every pack"] = mine["newest_10_always"]
         checks[f"{budget}: history sent >= 75% of trim's"] = mine["history_vs_trim"] >= 0.75
+        checks[f"{budget}: every to_anthropic(cache=True) valid, at most 4 breakpoints"] = (
+            mine["anthropic_requests_validated"] == mine["turns"] and mine["most_breakpoints"] <= 4
+        )
     return checks
 
 

@@ -173,10 +173,13 @@ def test_whole_turns_pack_every_turn_whole_or_not_at_all(
         messages, conversation_id="c", system_retention="optional"
     ).to_polars()
     options = PackOptions(as_of=AS_OF, turns=True, start_on="user")
-    # Unranked turns are taken newest first, up to the first that does not fit: a budget
-    # that fits the last turn and a tenth to nine tenths of the others drops some turns.
+    # Unranked turns are taken newest first, after the system messages, up to the first
+    # that does not fit: a budget that fits the system messages and the last turn and a
+    # tenth to nine tenths of the others drops some turns.
     last_user = max(k for k, m in enumerate(messages) if m["role"] == "user")
-    last = pack(df.slice(last_user), 1_000_000, options).used_tokens
+    system = pl.col("role").cast(pl.String).is_in(["system", "developer"])
+    tail = df.with_row_index().filter((pl.col("index") >= last_user) | system).drop("index")
+    last = pack(tail, 1_000_000, options).used_tokens
     whole = pack(df, 1_000_000, options).used_tokens
     budget = last + (whole - last) * data.draw(st.integers(1, 9), label="tenths") // 10
     result = pack(df, budget, options)

@@ -194,48 +194,24 @@ class PackOptions:
                 f"reserve must be a whole number of tokens >= 0, got {reserve!r}",
                 params={"reserve": repr(reserve)},
             )
-        if self.overflow not in OVERFLOW_MODES:
-            raise PackError(
-                f"overflow must be one of {list(OVERFLOW_MODES)}, got {self.overflow!r}"
-            )
         if not isinstance(self.turns, bool):
             raise PackError(f"turns must be True or False, got {self.turns!r}")
-        if self.start_on is not None and self.start_on not in START_ON:
-            raise PackError(
-                f"start_on must be None or one of {list(START_ON)}, got {self.start_on!r}; "
-                "'user' makes the pack start on a user message after its system block"
-            )
-        if self.tool_errors not in TOOL_ERRORS:
-            raise PackError(
-                f"tool_errors must be one of {list(TOOL_ERRORS)}, got {self.tool_errors!r}; "
-                "'repair' leaves out tool messages the chat APIs reject, 'error' raises"
-            )
-        if self.target not in TARGETS:
-            raise PackError(f"target must be one of {list(TARGETS)}, got {self.target!r}")
+        for name, (values, meaning) in _CHOICES.items():
+            _check_choice(name, getattr(self, name), values, meaning)
         share = self.eviction_share
-        if (
-            isinstance(share, bool)
-            or not isinstance(share, int | float)
-            or not 0 < share <= 1  # NaN fails too
-        ):
-            raise PackError(
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise PackError(  # NaN fails the range too
                 f"eviction_share must be a number in (0, 1], got {share!r}: the share of the "
-                "evictable history a continuing pack evicts at once"
+                "evictable history a continuing pack evicts at once",
+                params={"eviction_share": repr(share)},
             )
         if self.cache_model is not None:
             get_cache_model(self.cache_model)
-        if self.gaps not in GAP_MODES:
-            raise PackError(
-                f"gaps must be one of {list(GAP_MODES)}, got {self.gaps!r}; 'stop' keeps an "
-                "unbroken tail of the conversation, 'fill' fills holes with older items",
-                params={"gaps": repr(self.gaps)},
-            )
-        profile: str | TokenProfile = self.profile
         set_field = object.__setattr__
         set_field(self, "eviction_share", float(share))
         set_field(self, "reserve", int(reserve))
-        if not isinstance(profile, TokenProfile):
-            set_field(self, "profile", get_profile(profile))
+        if not isinstance(self.profile, TokenProfile):
+            set_field(self, "profile", get_profile(self.profile))
         set_field(self, "as_of", None if self.as_of is None else _as_utc(self.as_of))
 
     def __repr__(self) -> str:
@@ -325,6 +301,31 @@ def check_budget(budget: object, options: PackOptions) -> int:
             params={"reserve": options.reserve},
         )
     return int(budget)
+
+
+_CHOICES: dict[str, tuple[tuple[str | None, ...], str]] = {
+    "overflow": (OVERFLOW_MODES, ""),
+    "start_on": ((None, *START_ON), "'user' makes the pack start on a user message after its "
+                 "system block"),
+    "tool_errors": (TOOL_ERRORS, "'repair' leaves out tool messages the chat APIs reject, "
+                    "'error' raises"),
+    "target": (TARGETS, ""),
+    "gaps": (GAP_MODES, "'stop' keeps an unbroken tail of the conversation, 'fill' fills "
+             "holes with older items"),
+}  # fmt: skip
+"""The options that take one of a few values: the values, and what they mean."""
+
+
+def _check_choice(name: str, value: object, values: tuple[str | None, ...], meaning: str) -> None:
+    """Raise a PackError naming the option unless ``value`` is one of ``values``."""
+    if value in values:
+        return
+    shown = [v for v in values if v is not None]
+    allowed = f"None or one of {shown}" if None in values else f"one of {shown}"
+    raise PackError(
+        f"{name} must be {allowed}, got {value!r}" + (f"; {meaning}" if meaning else ""),
+        params={name: repr(value)},
+    )
 
 
 def _cache_repr(options: PackOptions) -> str:
