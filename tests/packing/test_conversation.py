@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
-from cognoxium.items.validation import conform
 from cognoxium.packing._checks import check_call
 from cognoxium.packing._exclusions import find_exclusions
 from cognoxium.packing._policies import review_policies
@@ -21,27 +20,11 @@ from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
+from tests.packing.chats import chat
 from tests.reach import reached, reaching
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
 PROFILE = get_profile("cl100k_base")
-
-
-def chat(rows: list[tuple[str, str, str]], **columns: list[Any]) -> pl.DataFrame:
-    """Items (id, role, text) at one-minute steps; system messages required."""
-    return conform(
-        pl.DataFrame(
-            {
-                "id": [r[0] for r in rows],
-                "role": [r[1] for r in rows],
-                "text": [r[2] for r in rows],
-                "retention": ["required" if r[1] == "system" else "optional" for r in rows],
-                "created_at": [T0 + timedelta(minutes=i) for i in range(len(rows))],
-                **columns,
-            }
-        )
-    )
 
 
 def reasons(result: Any) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
@@ -11,33 +11,16 @@ import pytest
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages
-from cognoxium.items.validation import conform
 from cognoxium.packing import GapRecord, PackManifest
 from cognoxium.packing.options import GAP_MODES, PackOptions
 from cognoxium.packing.packer import pack
+from tests.packing.chats import chat
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
 LONG = "word " * 80  # about 80 tokens
 
 
-def items(rows: list[tuple[str, str, str]], **columns: list[Any]) -> pl.DataFrame:
-    """Items (id, role, text) at one-minute steps; system messages required."""
-    return conform(
-        pl.DataFrame(
-            {
-                "id": [r[0] for r in rows],
-                "role": [r[1] for r in rows],
-                "text": [r[2] for r in rows],
-                "retention": ["required" if r[1] == "system" else "optional" for r in rows],
-                "created_at": [T0 + timedelta(minutes=i) for i in range(len(rows))],
-                **columns,
-            }
-        )
-    )
-
-
-CHAT = items(
+CHAT = chat(
     [
         ("sys", "system", "Be brief."),
         ("q1", "user", "Refunds?"),
@@ -125,7 +108,7 @@ def test_ranked_items_keep_the_design_order_and_their_manifest() -> None:
 
 
 def test_documents_and_memories_keep_the_cost_order_before_the_conversation() -> None:
-    df = items(
+    df = chat(
         [
             ("sys", "system", "Be brief."),
             ("doc-long", "document", LONG),
@@ -145,7 +128,7 @@ def test_documents_and_memories_keep_the_cost_order_before_the_conversation() ->
 
 
 def test_only_documents_keep_the_rank_order_name() -> None:
-    df = items([("d1", "document", "alpha"), ("d2", "document", "beta gamma")])
+    df = chat([("d1", "document", "alpha"), ("d2", "document", "beta gamma")])
     assert pack(df, 100, PackOptions(as_of=AS_OF)).manifest.order == "rank"
 
 
