@@ -1289,3 +1289,19 @@ def test_the_top_level_help_shows_no_bool_value() -> None:
     assert result.exit_code == EXIT_OK
     assert "<bool>" not in result.stdout
     assert "--version" in result.stdout
+
+
+def test_the_cli_choices_of_the_pack_options_are_the_options_values() -> None:
+    # The command line keeps its own enums (--help loads no packing module): the same values.
+    from cognoxium.app import cli
+    from cognoxium.packing import options
+
+    pairs = [
+        (cli.Overflow, options.OVERFLOW_MODES),
+        (cli.StartOn, options.START_ON),
+        (cli.ToolErrors, options.TOOL_ERRORS),
+        (cli.Target, options.TARGETS),
+        (cli.Gaps, options.GAP_MODES),
+    ]
+    for enum, values in pairs:
+        assert sorted(e.value for e in enum) == sorted(values), enum.__name__
