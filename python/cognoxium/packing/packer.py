@@ -682,12 +682,7 @@ class PackScope:
         :mod:`cognoxium.packing.cache`).
         """
         df = self.df
-        if rank is not None:
-            if len(rank) != df.height:
-                raise PackError(f"rank has {len(rank)} values for {df.height} rows")
-            if rank.dtype != pl.Float64 or rank.name != "rank":
-                rank = rank.cast(pl.Float64).alias("rank")
-            check_rank(rank, df.get_column("id"))
+        rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
         own_tier = candidates.tier
@@ -703,16 +698,7 @@ class PackScope:
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        select = self._selector(call, costs, cutter)
-        included, rows = self._select_conversation(call, candidates, units, queue, select)
-        opening = 0
-        if call.options.target == "anthropic" and not self._converses(rows, units, included):
-            # The rendering opens the request with a user message: its tokens are counted.
-            opening = self._opening_tokens
-            select = self._selector(call, costs, cutter, opening)
-            included, rows = self._select_conversation(call, candidates, units, queue, select)
-            if self._converses(rows, units, included):
-                opening = 0
+        included, rows, opening = self._selected(call, candidates, units, queue, costs, cutter)
         decisions, gaps = mark_gaps(queue, units, decide_rows(rows, units, included, costs))
         if opening:
             decisions = _with_opening(decisions, opening, call)
@@ -746,6 +732,42 @@ class PackScope:
             scope=self,
             sent=sent,
         )
+
+    def _checked_rank(self, rank: pl.Series | None) -> pl.Series | None:
+        """A given rank checked against the rows and cast to Float64 ``rank``."""
+        if rank is None:
+            return None
+        if len(rank) != self.df.height:
+            raise PackError(f"rank has {len(rank)} values for {self.df.height} rows")
+        if rank.dtype != pl.Float64 or rank.name != "rank":
+            rank = rank.cast(pl.Float64).alias("rank")
+        check_rank(rank, self.df.get_column("id"))
+        return rank
+
+    def _selected(
+        self,
+        call: PackCall,
+        candidates: Exclusions,
+        units: Units,
+        queue: Queue,
+        costs: UnitCosts,
+        cutter: Cutter | None,
+    ) -> tuple[np.ndarray, Exclusions, int]:
+        """The units selected, the rows' exclusions after it, and the opening's tokens.
+
+        The opening is the user message an Anthropic request starts with when
+        the pack sends nothing but system messages: with ``target="anthropic"``
+        the selection is made again with its tokens kept, and they are
+        returned when it is still needed (else 0).
+        """
+        select = self._selector(call, costs, cutter)
+        included, rows = self._select_conversation(call, candidates, units, queue, select)
+        if call.options.target != "anthropic" or self._converses(rows, units, included):
+            return included, rows, 0
+        opening = self._opening_tokens
+        select = self._selector(call, costs, cutter, opening)
+        included, rows = self._select_conversation(call, candidates, units, queue, select)
+        return included, rows, 0 if self._converses(rows, units, included) else opening
 
     def _selector(
         self, call: PackCall, costs: UnitCosts, cutter: Cutter | None, opening: int = 0
