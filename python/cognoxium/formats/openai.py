@@ -126,7 +126,7 @@ from cognoxium.items.model import (
 )
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import complete_valid_columns, conform
-from cognoxium.packing._messages import chat_columns, check_tool_results
+from cognoxium.packing._messages import PART_KEY, chat_columns, check_tool_results
 from cognoxium.packing.message_rules import validate_openai_messages
 from cognoxium.packing.packer import ContextPack
 
@@ -478,10 +478,11 @@ def _user_parts(
     parts: list[_Part] = []
     for k, segment in enumerate(segments):
         item_id = f"{prefix}:{index}.{k}"
+        part_meta = {**metadata, PART_KEY: k}
         if isinstance(segment, str):
-            parts.append((item_id, Role.USER, "text", segment, group_id, dict(metadata)))
+            parts.append((item_id, Role.USER, "text", segment, group_id, part_meta))
             continue
-        image_meta = {**metadata, "media_type": _image_media_type(segment.url)}
+        image_meta = {**part_meta, "media_type": _image_media_type(segment.url)}
         if segment.detail is not None:
             image_meta["detail"] = segment.detail
         parts.append((item_id, Role.USER, "reference", segment.url, group_id, image_meta))

@@ -1,0 +1,159 @@
+"""A user message with text and images stays one message in every round trip through a pack."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
+from cognoxium.formats.interop import from_langchain_messages, to_langchain_messages
+from cognoxium.formats.openai import from_openai_messages, to_openai_messages
+from cognoxium.packing._messages import chat_columns, message_parts, message_starts
+from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
+from cognoxium.tokens.profiles import get_profile
+
+PROFILE = get_profile("cl100k_base")
+AS_OF = datetime(2024, 1, 1, tzinfo=UTC)
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+CAT = "https://example.org/cat.png"
+DOG = "https://example.org/dog.jpg"
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def image_url(url: str, detail: str | None = None) -> dict[str, Any]:
+    inner = {"url": url} if detail is None else {"url": url, "detail": detail}
+    return {"type": "image_url", "image_url": inner}
+
+
+OPENAI: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [text("What is on this?"), image_url(CAT, "low")], "name": "ada"},
+    {"role": "assistant", "content": "A cat."},
+    # Two multi-part messages in a row stay two messages.
+    {"role": "user", "content": [image_url(DOG, "high"), text("And this?")]},
+    {"role": "user", "content": [text("Compare:"), image_url(CAT, "auto"), text("Same cat?")]},
+    {"role": "assistant", "content": "Yes."},
+]
+
+
+def assert_counted(result: Any) -> None:
+    """The pack costs what it sends, and sends what the APIs take."""
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+    validate_openai_messages(result.messages)
+    validate_anthropic_messages(result.to_anthropic())
+
+
+def assert_valid(result: Any) -> None:
+    validate_openai_messages(result.messages)
+    validate_anthropic_messages(result.to_anthropic())
+
+
+def test_openai_round_trip_keeps_each_message_whole() -> None:
+    cf = from_openai_messages(OPENAI, conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_openai() == OPENAI
+    assert to_openai_messages(cf) == OPENAI
+    assert_counted(result)
+    # The message's framing (name included) is counted once, on its first part.
+    costs = dict(
+        zip(result.manifest.to_polars()["id"], result.manifest.to_polars()["tokens"], strict=True)
+    )
+    assert costs["c:1.0"] + costs["c:1.1"] == PROFILE.message_tokens(OPENAI[1])
+
+
+def test_openai_pack_sends_a_message_whole_or_not_at_all() -> None:
+    cf = from_openai_messages(OPENAI, conversation_id="c")
+    full = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    short = cf.pack(full.used_tokens - 1, as_of=AS_OF, profile=PROFILE)
+    assert short.used_tokens < full.used_tokens
+    for message in short.to_openai():
+        if message["role"] == "user":
+            assert message in OPENAI
+    sent = set(short.ids)
+    for prefix in ("c:1.", "c:3.", "c:4."):
+        parts = {i for i in full.ids if i.startswith(prefix)}
+        assert parts <= sent or not parts & sent
+    assert_counted(short)
+
+
+def anthropic_image(source: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "image", "source": source}
+
+
+ANTHROPIC: list[dict[str, Any]] = [
+    {
+        "role": "user",
+        "content": [text("What is on this?"), anthropic_image({"type": "url", "url": CAT})],
+    },
+    {"role": "assistant", "content": [text("A cat.")]},
+    {
+        "role": "user",
+        "content": [anthropic_image({"type": "url", "url": DOG}), text("And this?")],
+    },
+]
+
+
+def test_anthropic_round_trip_keeps_each_message_whole() -> None:
+    cf = from_anthropic_messages(copy.deepcopy(ANTHROPIC), system="Be brief.", conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_anthropic() == {"system": "Be brief.", "messages": ANTHROPIC}
+    assert to_anthropic_messages(cf) == result.to_anthropic()
+    assert [len(m["content"]) for m in result.messages if m["role"] == "user"] == [2, 2]
+    assert_counted(result)
+
+
+def test_anthropic_base64_image_round_trip_keeps_the_message_whole() -> None:
+    base64 = {"type": "base64", "media_type": "image/png", "data": PNG}
+    messages = [{"role": "user", "content": [anthropic_image(base64), text("And this?")]}]
+    cf = from_anthropic_messages(copy.deepcopy(messages), conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_anthropic() == {"messages": messages}
+    assert len(result.messages) == 1
+    assert_valid(result)
+
+
+def test_langchain_round_trip_keeps_each_message_whole() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    history = [
+        m.SystemMessage("Be brief."),
+        m.HumanMessage([text("What is on this?"), image_url(CAT, "high")], id="h1"),
+        m.AIMessage("A cat.", id="a1"),
+        m.HumanMessage([image_url(DOG, "low"), text("And this?")], id="h2"),
+    ]
+    cf = from_langchain_messages(history, conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert to_langchain_messages(result) == history
+    assert to_langchain_messages(cf) == history
+    assert_counted(result)
+
+
+def test_parts_join_only_when_sent_in_order_one_after_another() -> None:
+    df = from_openai_messages(OPENAI, conversation_id="c").collect()
+    parts = message_parts(df)
+    assert sorted(parts.values()) == [
+        ("c:parts:1", 0),
+        ("c:parts:1", 1),
+        ("c:parts:3", 0),
+        ("c:parts:3", 1),
+        ("c:parts:4", 0),
+        ("c:parts:4", 1),
+        ("c:parts:4", 2),
+    ]
+    rows = np.arange(df.height, dtype=np.int64)
+    assert message_starts(parts, rows).tolist() == [0, 1, 3, 4, 6, 9]
+    # Out of part order, or with another message between them, the parts stay apart.
+    assert message_starts(parts, rows[[0, 2, 1]]).tolist() == [0, 1, 2]
+    assert message_starts(parts, rows[[1, 3, 2]]).tolist() == [0, 1, 2]
+    chat = chat_columns(df)
+    # The later parts of each message: c:1.1, c:3.1, c:4.1 and c:4.2.
+    assert np.flatnonzero(chat.continued).tolist() == [2, 5, 7, 8]
+    assert chat.messages(rows[[1, 2]], {0: "What?"}) == [
+        {"role": "user", "content": [text("What?"), image_url(CAT, "low")], "name": "ada"}
+    ]
