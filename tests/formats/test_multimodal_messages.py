@@ -7,13 +7,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
 from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
 from cognoxium.formats.interop import from_langchain_messages, to_langchain_messages
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
+from cognoxium.items.validation import conform
 from cognoxium.packing._messages import chat_columns, message_parts, message_starts
 from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
+from cognoxium.packing.options import PackOptions
+from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
 
 PROFILE = get_profile("cl100k_base")
@@ -157,3 +161,31 @@ def test_parts_join_only_when_sent_in_order_one_after_another() -> None:
     assert chat.messages(rows[[1, 2]], {0: "What?"}) == [
         {"role": "user", "content": [text("What?"), image_url(CAT, "low")], "name": "ada"}
     ]
+
+
+def test_anthropic_cache_breakpoint_counts_a_multi_part_message_once() -> None:
+    history = from_openai_messages(OPENAI[:5], conversation_id="c").collect()
+    docs = conform(
+        pl.DataFrame(
+            {
+                "id": ["d1"],
+                "role": ["document"],
+                "text": ["retrieved text"],
+                "rank": [1.0],
+                "created_at": [datetime(2023, 1, 1, tzinfo=UTC)],
+            }
+        )
+    )
+    first = pack(history, 10_000, PackOptions(as_of=AS_OF))
+    packed = pack(pl.concat([history, docs]), 10_000, PackOptions(as_of=AS_OF), previous=first)
+    assert packed.ids[-1] == "d1"
+    request = packed.to_anthropic(cache=True, cache_model="anthropic:claude-sonnet-4-5:1h")
+    last = request["messages"][-1]["content"]
+    assert last[-1] == {"type": "text", "text": "retrieved text"}  # the document: not marked
+    # The history's last block, the last part of its last message, is marked.
+    assert last[-2] == {
+        "type": "text",
+        "text": "Same cat?",
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+    }
+    validate_anthropic_messages(request)

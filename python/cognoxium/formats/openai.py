@@ -20,7 +20,9 @@ payload
     "image_url": {"url": ..., "detail": ...}}`` parts. A user message with
     image parts becomes one item per segment (a run of text parts, or one
     image), ids ``"<conversation_id>:<index>.<k>"`` (``k`` from 0), all in
-    group ``"<conversation_id>:parts:<index>"`` so they are packed together;
+    group ``"<conversation_id>:parts:<index>"`` so they are packed together,
+    each with ``metadata.message_part`` ``k`` so the renderers send them as
+    one message again (its parts in order, its framing counted once);
     an image is a Reference payload whose ``uri`` is the part's URL (a
     ``data:`` URL stays one), its ``detail`` (when given) in
     ``metadata.detail`` and its ``metadata.media_type`` the one a ``data:``
@@ -43,7 +45,8 @@ metadata
     ``{"tool_call_ids": [...]}`` on an assistant message with tool calls,
     plus ``{"tool_calls": [...]}`` when it also has text;
     ``{"tool_call_id": ...}`` on a tool result; ``{"name": ...}`` when the
-    message has a ``name``.
+    message has a ``name``; ``{"message_part": k}`` on each part of a user
+    message with images.
 sources
     ``[{"uri": source, "kind": "openai_messages"}]`` when ``source`` is given.
 retention
@@ -1133,7 +1136,10 @@ def to_openai_messages(
     Returns
     -------
     list of dict
-        One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
+        One message per item, except that the parts of one user message
+        (``metadata.message_part``), in part order one after another, are one
+        message whose ``content`` lists their text and ``image_url`` parts.
+        ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
         of the item role (documents and memories become ``user`` messages).
         ``content`` is the item's packed text (text, canonical JSON, or
         ``"<title> <uri>"`` for a reference; a document or memory with
