@@ -14,7 +14,7 @@ from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_me
 from cognoxium.formats.interop import from_langchain_messages, to_langchain_messages
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.items.validation import conform
-from cognoxium.packing._messages import chat_columns, message_parts, message_starts
+from cognoxium.packing._messages import chat_columns, message_parts, sent_messages
 from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
@@ -138,7 +138,7 @@ def test_langchain_round_trip_keeps_each_message_whole() -> None:
     assert_counted(result)
 
 
-def test_parts_join_only_when_sent_in_order_one_after_another() -> None:
+def test_the_parts_of_a_message_are_one_message_wherever_they_are_sent() -> None:
     df = from_openai_messages(OPENAI, conversation_id="c").collect()
     parts = message_parts(df)
     assert sorted(parts.values()) == [
@@ -151,16 +151,26 @@ def test_parts_join_only_when_sent_in_order_one_after_another() -> None:
         ("c:parts:4", 2),
     ]
     rows = np.arange(df.height, dtype=np.int64)
-    assert message_starts(parts, rows).tolist() == [0, 1, 3, 4, 6, 9]
-    # Out of part order, or with another message between them, the parts stay apart.
-    assert message_starts(parts, rows[[0, 2, 1]]).tolist() == [0, 1, 2]
-    assert message_starts(parts, rows[[1, 3, 2]]).tolist() == [0, 1, 2]
+    assert sent_messages(parts, rows) == [[0], [1, 2], [3], [4, 5], [6, 7, 8], [9]]
+    # Out of part order, or apart: one message at the place of the first, parts in order.
+    assert sent_messages(parts, rows[[2, 0, 1]]) == [[2, 0], [1]]
+    assert sent_messages(parts, rows[[8, 3, 6, 7]]) == [[2, 3, 0], [1]]
     chat = chat_columns(df)
     # The later parts of each message: c:1.1, c:3.1, c:4.1 and c:4.2.
     assert np.flatnonzero(chat.continued).tolist() == [2, 5, 7, 8]
-    assert chat.messages(rows[[1, 2]], {0: "What?"}) == [
+    assert chat.messages(rows[[2, 1]], {1: "What?"}) == [
         {"role": "user", "content": [text("What?"), image_url(CAT, "low")], "name": "ada"}
     ]
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_a_frame_in_any_row_order_packs_each_message_whole_at_its_cost(order: str) -> None:
+    df = from_openai_messages(OPENAI, conversation_id="c").collect()
+    frame = df.reverse() if order == "reversed" else df.sample(fraction=1.0, shuffle=True, seed=3)
+    result = pack(frame, 10_000, PackOptions(as_of=AS_OF))
+    assert sorted(result.ids) == sorted(df["id"].to_list())
+    assert sorted(map(str, result.messages)) == sorted(map(str, OPENAI))
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
 
 
 def test_anthropic_cache_breakpoint_counts_a_multi_part_message_once() -> None:

@@ -79,7 +79,7 @@ from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
 from cognoxium.items.model import ContextItem, Retention, canonical_json_list
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import conform
-from cognoxium.packing._messages import message_parts, message_starts
+from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -477,8 +477,8 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
         df = data
     converted: list[Any] = lc.convert_to_messages(to_openai_messages(df))
     # The parts of one message are sent as one: its id is its first part's.
-    starts = message_starts(message_parts(df), np.arange(df.height, dtype=np.int64))
-    metadatas = df.get_column("metadata").gather(starts).to_list()
+    sent = sent_messages(message_parts(df), np.arange(df.height, dtype=np.int64))
+    metadatas = df.get_column("metadata").gather([p[0] for p in sent]).to_list()
     for message, metadata in zip(converted, metadatas, strict=True):
         message_id = json.loads(metadata).get("message_id")
         if isinstance(message_id, str):

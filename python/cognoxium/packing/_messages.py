@@ -35,12 +35,12 @@ policy renders as ``user``  a ``tool`` message only as the result of a call
 policy ``render_as_user``   ``user``, the packed text, nothing else
 policy ``render_as_data``   ``user``, the packed text in a data block, nothing
                             else
-a part of a user message    joined with the parts of the same message sent
-(``metadata.message_part``  right before it (same ``group_id``, lower
-the part's 0-based index,   ``message_part``) into one message whose
-and a ``group_id``)         ``content`` is their text and ``image_url`` parts
-                            in part order; the message's framing is counted
-                            once, on its first part
+a part of a user message    one message with the other parts of its message
+(``metadata.message_part``  (same ``group_id``) that are sent, at the place
+the part's 0-based index,   of the first of them: ``content`` lists their
+and a ``group_id``)         text and ``image_url`` parts by ``message_part``;
+                            the message's framing is counted once, on its
+                            first part
 ==========================  ===================================================
 
 The chat importers (:mod:`cognoxium.formats.openai`, and the Anthropic and
@@ -75,7 +75,7 @@ __all__ = [
     "chat_message",
     "check_tool_results",
     "message_parts",
-    "message_starts",
+    "sent_messages",
     "source_lines",
 ]
 
@@ -213,26 +213,28 @@ class ChatColumns:
         """The message dicts of ``rows`` (``(k,)`` int64), in that order.
 
         ``cut`` maps positions in ``rows`` to the content a truncation left;
-        the parts of one message sent one after another (see
-        :func:`message_starts`) are joined into one message.
+        the parts of one message are sent as one (see :func:`sent_messages`).
         """
         roles = self.role.gather(rows).to_list()
         contents = self.content.gather(rows).to_list()
         for at, text in (cut or {}).items():
             contents[at] = text
-        starts = set(message_starts(self.parts, rows).tolist())
+        listed = rows.tolist()
         out: list[dict[str, Any]] = []
-        for at, (row, role, content) in enumerate(zip(rows.tolist(), roles, contents, strict=True)):
-            sent = self._content(row, content)
-            if at in starts:
-                out.append(chat_message(role, sent, **self.fields.get(row, {})))
-                continue
-            head = out[-1]
-            if isinstance(head["content"], str):
-                head["content"] = [{"type": "text", "text": head["content"]}]
-            head["content"].extend(
-                [{"type": "text", "text": sent}] if isinstance(sent, str) else sent
-            )
+        for positions in sent_messages(self.parts, rows):
+            head = positions[0]
+            row = listed[head]
+            content = self._content(row, contents[head])
+            message = chat_message(roles[head], content, **self.fields.get(row, {}))
+            if len(positions) > 1:
+                joined: list[dict[str, Any]] = []
+                for at in positions:
+                    sent = self._content(listed[at], contents[at])
+                    joined.extend(
+                        [{"type": "text", "text": sent}] if isinstance(sent, str) else sent
+                    )
+                message["content"] = joined
+            out.append(message)
         return out
 
     def _content(self, row: int, text: str | None) -> str | list[dict[str, Any]] | None:
@@ -375,22 +377,24 @@ def message_parts(df: pl.DataFrame) -> dict[int, tuple[str, int]]:
 
 
 def _continued(n: int, parts: dict[int, tuple[str, int]]) -> np.ndarray:
-    """``(n,)`` bool: the part rows whose message has a part of lower index among the rows."""
-    first: dict[str, int] = {}
-    for group_id, index in parts.values():
-        first[group_id] = min(index, first.get(group_id, index))
+    """``(n,)`` bool: every part row but the first of its message (lowest index, then row)."""
+    first: dict[str, tuple[int, int]] = {}
+    for row, (group_id, index) in parts.items():
+        first[group_id] = min((index, row), first.get(group_id, (index, row)))
     out = np.zeros(n, dtype=bool)
     for row, (group_id, index) in parts.items():
-        out[row] = index > first[group_id]
+        out[row] = first[group_id] != (index, row)
     return out
 
 
-def message_starts(parts: dict[int, tuple[str, int]], rows: np.ndarray) -> np.ndarray:
-    """Positions in ``rows`` where a sent message starts.
+def sent_messages(parts: dict[int, tuple[str, int]], rows: np.ndarray) -> list[list[int]]:
+    """The messages ``rows`` are sent as: the positions in ``rows`` each message holds.
 
-    Every row starts a message, except a part (see :func:`message_parts`)
-    sent right after a part of the same message with a lower index: it is
-    joined into that message.
+    Every row is a message of its own, except the parts of one message (see
+    :func:`message_parts`): they are one message, at the place of the first
+    of them in ``rows``, holding them by part index (then row). A pack sends
+    every part of a message or none (they share a group), so each message is
+    framed once, as :attr:`ChatColumns.continued` costs it.
 
     Parameters
     ----------
@@ -401,18 +405,33 @@ def message_starts(parts: dict[int, tuple[str, int]], rows: np.ndarray) -> np.nd
 
     Returns
     -------
-    numpy.ndarray
-        ``(m,)`` int64, increasing, ``m <= k`` the number of messages; ``0``
-        first when ``k > 0``.
+    list of list of int
+        One list of positions per message, in sending order; the first
+        position of each is the row whose role and fields the message has.
+
+    Examples
+    --------
+    >>> parts = {1: ("g", 0), 2: ("g", 1)}
+    >>> sent_messages(parts, np.array([0, 2, 3, 1]))
+    [[0], [3, 1], [2]]
     """
-    starts = np.ones(len(rows), dtype=bool)
-    if parts:
-        listed = rows.tolist()
-        for at in range(1, len(listed)):
-            here, before = parts.get(listed[at]), parts.get(listed[at - 1])
-            if here is not None and before is not None:
-                starts[at] = not (here[0] == before[0] and before[1] < here[1])
-    return np.flatnonzero(starts)
+    listed = rows.tolist()
+    if not parts:
+        return [[at] for at in range(len(listed))]
+    messages: list[list[int]] = []
+    by_group: dict[str, int] = {}
+    for at, row in enumerate(listed):
+        part = parts.get(row)
+        if part is None:
+            messages.append([at])
+        elif part[0] in by_group:
+            messages[by_group[part[0]]].append(at)
+        else:
+            by_group[part[0]] = len(messages)
+            messages.append([at])
+    for k in by_group.values():
+        messages[k].sort(key=lambda at: (parts[listed[at]][1], listed[at]))
+    return messages
 
 
 def _check_image_roles(df: pl.DataFrame, chat: pl.Series, images: dict[int, ImageSpec]) -> None:

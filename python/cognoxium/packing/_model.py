@@ -35,7 +35,7 @@ from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._display import fields_html, table_html
-from cognoxium.packing._messages import message_parts, message_starts
+from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing._renderers import (
     RANKED_ROLES,
     Renderer,
@@ -754,11 +754,11 @@ class ContextPack:
                 break
             system += cost
         # The stable rows as messages: the parts of one message are sent as one.
-        starts = message_starts(message_parts(self.frame), np.arange(len(roles), dtype=np.int64))
+        sent_as = sent_messages(message_parts(self.frame), np.arange(len(roles), dtype=np.int64))
         return mark_cache(
             request,
             self.messages,
-            int((starts < stable).sum()),
+            sum(min(positions) < stable for positions in sent_as),
             system_cacheable=system >= model.min_tokens,
             ttl="1h" if model.ttl_seconds >= 3600 else None,
             placeholder=placeholder,
