@@ -230,9 +230,10 @@ class ChatColumns:
                 joined: list[dict[str, Any]] = []
                 for at in positions:
                     sent = self._content(listed[at], contents[at])
-                    joined.extend(
-                        [{"type": "text", "text": sent}] if isinstance(sent, str) else sent
-                    )
+                    if isinstance(sent, str):
+                        joined.append({"type": "text", "text": sent})
+                    elif sent is not None:
+                        joined.extend(sent)
                 message["content"] = joined
             out.append(message)
         return out
