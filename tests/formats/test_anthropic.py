@@ -207,7 +207,13 @@ def test_system_blocks_images_and_errors_kept() -> None:
     rows = [(i.id, i.role.value, i.payload.model_dump(), i.group_id, i.metadata) for i in items]
     assert rows == [
         ("msg:0", "system", {"kind": "text", "text": "Be brief.\nBe kind."}, None, {}),
-        ("msg:1.0", "user", {"kind": "text", "text": "Compare\nthese two."}, "msg:parts:1", {}),
+        (
+            "msg:1.0",
+            "user",
+            {"kind": "text", "text": "Compare\nthese two."},
+            "msg:parts:1",
+            {"message_part": 0},
+        ),
         (
             "msg:1.1",
             "user",
@@ -218,7 +224,7 @@ def test_system_blocks_images_and_errors_kept() -> None:
                 "digest": None,
             },
             "msg:parts:1",
-            {"media_type": "image/png"},
+            {"media_type": "image/png", "message_part": 1},
         ),
         (
             "msg:1.2",
@@ -230,7 +236,7 @@ def test_system_blocks_images_and_errors_kept() -> None:
                 "digest": None,
             },
             "msg:parts:1",
-            {"media_type": "image/*"},
+            {"media_type": "image/*", "message_part": 2},
         ),
         (
             "msg:2",

@@ -229,15 +229,25 @@ def test_image_parts_become_grouped_reference_items_and_pack_together() -> None:
     any_image = "image/*"
     assert [(i.id, i.payload.kind, i.group_id, i.metadata) for i in items] == [
         ("c:0", "text", None, {}),
-        ("c:1.0", "text", "c:parts:1", {"name": "ada"}),
+        ("c:1.0", "text", "c:parts:1", {"message_part": 0, "name": "ada"}),
         (
             "c:1.1",
             "reference",
             "c:parts:1",
-            {"detail": "high", "media_type": any_image, "name": "ada"},
+            {"detail": "high", "media_type": any_image, "message_part": 1, "name": "ada"},
         ),
-        ("c:1.2", "reference", "c:parts:1", {"media_type": "image/png", "name": "ada"}),
-        ("c:2.0", "reference", "c:parts:2", {"detail": "high", "media_type": any_image}),
+        (
+            "c:1.2",
+            "reference",
+            "c:parts:1",
+            {"media_type": "image/png", "message_part": 2, "name": "ada"},
+        ),
+        (
+            "c:2.0",
+            "reference",
+            "c:parts:2",
+            {"detail": "high", "media_type": any_image, "message_part": 0},
+        ),
     ]
     assert items[3].payload.model_dump()["uri"] == "data:image/png;base64,iVBORw0KGgo="
     assert {i.created_at for i in items[1:4]} == {CHAT_EPOCH + timedelta(microseconds=1)}

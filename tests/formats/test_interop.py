@@ -155,7 +155,15 @@ def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any)
     rows = cf.select("id", "role", "payload_kind", "text", "ref_uri", "group_id", "metadata")
     assert rows.to_polars().rows() == [
         ("c:0", "system", "text", "Be brief.", None, None, "{}"),
-        ("c:1.0", "user", "text", "What is on these?", None, "c:parts:1", '{"message_id":"h1"}'),
+        (
+            "c:1.0",
+            "user",
+            "text",
+            "What is on these?",
+            None,
+            "c:parts:1",
+            '{"message_id":"h1","message_part":0}',
+        ),
         (
             "c:1.1",
             "user",
@@ -163,7 +171,7 @@ def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any)
             None,
             "https://example.org/a.png",
             "c:parts:1",
-            '{"media_type":"image/*","message_id":"h1"}',
+            '{"media_type":"image/*","message_id":"h1","message_part":1}',
         ),
         (
             "c:1.2",
@@ -172,7 +180,7 @@ def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any)
             None,
             "data:image/png;base64,iVBORw0KGgo=",
             "c:parts:1",
-            '{"media_type":"image/png","message_id":"h1"}',
+            '{"media_type":"image/png","message_id":"h1","message_part":2}',
         ),
         (
             "c:1.3",
@@ -181,7 +189,7 @@ def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any)
             None,
             "https://example.org/c.jpg",
             "c:parts:1",
-            '{"media_type":"image/*","message_id":"h1"}',
+            '{"media_type":"image/*","message_id":"h1","message_part":3}',
         ),
         (
             "c:1.4",
@@ -190,9 +198,17 @@ def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any)
             None,
             "https://example.org/d.png",
             "c:parts:1",
-            '{"detail":"low","media_type":"image/*","message_id":"h1"}',
+            '{"detail":"low","media_type":"image/*","message_id":"h1","message_part":4}',
         ),
-        ("c:1.5", "user", "text", "Compare them.", None, "c:parts:1", '{"message_id":"h1"}'),
+        (
+            "c:1.5",
+            "user",
+            "text",
+            "Compare them.",
+            None,
+            "c:parts:1",
+            '{"message_id":"h1","message_part":5}',
+        ),
         ("c:2", "assistant", "text", "Cats.", None, None, "{}"),
     ]
 

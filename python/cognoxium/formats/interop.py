@@ -61,6 +61,7 @@ from operator import attrgetter
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from pydantic import ValidationError
@@ -78,6 +79,7 @@ from cognoxium.governance.lineage import EDGE_SCHEMA, lineage_edges
 from cognoxium.items.model import ContextItem, Retention, canonical_json_list
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import conform
+from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -447,7 +449,9 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     Returns
     -------
     list of langchain_core.messages.BaseMessage
-        One message per item; an item's ``metadata["message_id"]`` (see
+        One message per item, except that the parts of one user message
+        (``metadata.message_part``, see :mod:`cognoxium.packing._messages`)
+        are one message again; an item's ``metadata["message_id"]`` (see
         :func:`from_langchain_messages`) becomes the message's ``id``.
 
     Raises
@@ -472,7 +476,10 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     else:
         df = data
     converted: list[Any] = lc.convert_to_messages(to_openai_messages(df))
-    for message, metadata in zip(converted, df.get_column("metadata").to_list(), strict=True):
+    # The parts of one message are sent as one: its id is its first part's.
+    sent = sent_messages(message_parts(df), np.arange(df.height, dtype=np.int64))
+    metadatas = df.get_column("metadata").gather([p[0] for p in sent]).to_list()
+    for message, metadata in zip(converted, metadatas, strict=True):
         message_id = json.loads(metadata).get("message_id")
         if isinstance(message_id, str):
             message.id = message_id

@@ -20,7 +20,9 @@ payload
     "image_url": {"url": ..., "detail": ...}}`` parts. A user message with
     image parts becomes one item per segment (a run of text parts, or one
     image), ids ``"<conversation_id>:<index>.<k>"`` (``k`` from 0), all in
-    group ``"<conversation_id>:parts:<index>"`` so they are packed together;
+    group ``"<conversation_id>:parts:<index>"`` so they are packed together,
+    each with ``metadata.message_part`` ``k`` so the renderers send them as
+    one message again (its parts in order, its framing counted once);
     an image is a Reference payload whose ``uri`` is the part's URL (a
     ``data:`` URL stays one), its ``detail`` (when given) in
     ``metadata.detail`` and its ``metadata.media_type`` the one a ``data:``
@@ -43,7 +45,8 @@ metadata
     ``{"tool_call_ids": [...]}`` on an assistant message with tool calls,
     plus ``{"tool_calls": [...]}`` when it also has text;
     ``{"tool_call_id": ...}`` on a tool result; ``{"name": ...}`` when the
-    message has a ``name``.
+    message has a ``name``; ``{"message_part": k}`` on each part of a user
+    message with images.
 sources
     ``[{"uri": source, "kind": "openai_messages"}]`` when ``source`` is given.
 retention
@@ -126,7 +129,7 @@ from cognoxium.items.model import (
 )
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import complete_valid_columns, conform
-from cognoxium.packing._messages import chat_columns, check_tool_results
+from cognoxium.packing._messages import PART_KEY, chat_columns, check_tool_results
 from cognoxium.packing.message_rules import validate_openai_messages
 from cognoxium.packing.packer import ContextPack
 
@@ -478,10 +481,11 @@ def _user_parts(
     parts: list[_Part] = []
     for k, segment in enumerate(segments):
         item_id = f"{prefix}:{index}.{k}"
+        part_meta = {**metadata, PART_KEY: k}
         if isinstance(segment, str):
-            parts.append((item_id, Role.USER, "text", segment, group_id, dict(metadata)))
+            parts.append((item_id, Role.USER, "text", segment, group_id, part_meta))
             continue
-        image_meta = {**metadata, "media_type": _image_media_type(segment.url)}
+        image_meta = {**part_meta, "media_type": _image_media_type(segment.url)}
         if segment.detail is not None:
             image_meta["detail"] = segment.detail
         parts.append((item_id, Role.USER, "reference", segment.url, group_id, image_meta))
@@ -1132,7 +1136,10 @@ def to_openai_messages(
     Returns
     -------
     list of dict
-        One message per item. ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
+        One message per item, except that the parts of one user message
+        (``metadata.message_part``), in part order one after another, are one
+        message whose ``content`` lists their text and ``image_url`` parts.
+        ``role`` is :data:`cognoxium.packing.packer.CHAT_ROLES`
         of the item role (documents and memories become ``user`` messages).
         ``content`` is the item's packed text (text, canonical JSON, or
         ``"<title> <uri>"`` for a reference; a document or memory with

@@ -47,7 +47,9 @@ class Rendering:
         The rows' chat messages (role, content, name, tool fields).
     framing
         ``(n,)`` int64: the chat format's per-message framing, name included
-        (:meth:`~cognoxium.tokens.profiles.TokenProfile.framing`), in tokens.
+        (:meth:`~cognoxium.tokens.profiles.TokenProfile.framing`), in tokens;
+        0 for a later part of a multi-part user message, which is sent in
+        its first part's message (``chat.continued``).
     image_tokens
         ``(n,)`` int64: the tokens of the row's image (0 for none), exact.
     cheap
@@ -103,6 +105,8 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
         name = fields.get("name")
         if name is not None:
             framing[row] = profile.framing(chat.role[row], name=name)
+    # A later part of a multi-part message is sent in its first part's message: framed once.
+    framing[chat.continued] = 0
     bytes_bound = _bytes_bound(chat, profile.longest_token_bytes)
     images = np.zeros(len(framing), dtype=np.int64)
     for row, image in chat.images.items():

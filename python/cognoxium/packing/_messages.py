@@ -35,7 +35,18 @@ policy renders as ``user``  a ``tool`` message only as the result of a call
 policy ``render_as_user``   ``user``, the packed text, nothing else
 policy ``render_as_data``   ``user``, the packed text in a data block, nothing
                             else
+a part of a user message    one message with the other parts of its message
+(``metadata.message_part``  (same ``group_id``) that are sent, at the place
+the part's 0-based index,   of the first of them: ``content`` lists their
+and a ``group_id``)         text and ``image_url`` parts by ``message_part``;
+                            the message's framing is counted once, on its
+                            first part
 ==========================  ===================================================
+
+The chat importers (:mod:`cognoxium.formats.openai`, and the Anthropic and
+LangChain ones through it) split a user message with images into one item per
+part, marked with ``metadata.message_part`` and grouped, so packing keeps or
+drops the message whole and it is sent as the one message it was.
 """
 
 from __future__ import annotations
@@ -58,10 +69,13 @@ from cognoxium.tokens.profiles import tool_call_texts
 __all__ = [
     "ATTRIBUTED_ROLES",
     "CHAT_ROLE",
+    "PART_KEY",
     "ChatColumns",
     "chat_columns",
     "chat_message",
     "check_tool_results",
+    "message_parts",
+    "sent_messages",
     "source_lines",
 ]
 
@@ -71,6 +85,8 @@ CHAT_ROLE = pl.Enum(list(dict.fromkeys(CHAT_ROLES.values())))
 ATTRIBUTED_ROLES: tuple[str, ...] = ("document", "memory")
 """The item roles whose messages name their sources: retrieved documents and memories."""
 _NO_CONTENT_KEY = "no-content"
+PART_KEY = "message_part"
+"""The metadata key of an item that is one part of a user message: the part's 0-based index."""
 
 
 def chat_message(
@@ -170,6 +186,13 @@ class ChatColumns:
     images
         Row -> the image it sends, for the image rows; their ``content`` is
         the text part sent before the image (empty for none).
+    parts
+        Row -> ``(group_id, part index)`` for the rows that are parts of a
+        user message (see :func:`message_parts`).
+    continued
+        ``(n,)`` bool: the row is a part of a message whose earlier part is
+        in the frame, so it is sent in that part's message, not framed on
+        its own.
     """
 
     role: pl.Series
@@ -178,19 +201,42 @@ class ChatColumns:
     fields: dict[int, dict[str, Any]]
     tool_texts: dict[int, list[str]]
     images: dict[int, ImageSpec]
+    parts: dict[int, tuple[str, int]]
+    continued: np.ndarray
 
     def message(self, row: int) -> dict[str, Any]:
-        """The message dict of ``row``."""
-        return self.messages(np.array([row], dtype=np.int64))[0]
+        """The message dict of ``row`` alone."""
+        role, content = self.role[row], self.content[row]
+        return chat_message(role, self._content(row, content), **self.fields.get(row, {}))
 
-    def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
-        """The message dicts of ``rows`` (``(k,)`` int64), in that order."""
+    def messages(self, rows: np.ndarray, cut: dict[int, str] | None = None) -> list[dict[str, Any]]:
+        """The message dicts of ``rows`` (``(k,)`` int64), in that order.
+
+        ``cut`` maps positions in ``rows`` to the content a truncation left;
+        the parts of one message are sent as one (see :func:`sent_messages`).
+        """
         roles = self.role.gather(rows).to_list()
         contents = self.content.gather(rows).to_list()
-        return [
-            chat_message(role, self._content(int(row), content), **self.fields.get(int(row), {}))
-            for row, role, content in zip(rows, roles, contents, strict=True)
-        ]
+        for at, text in (cut or {}).items():
+            contents[at] = text
+        listed = rows.tolist()
+        out: list[dict[str, Any]] = []
+        for positions in sent_messages(self.parts, rows):
+            head = positions[0]
+            row = listed[head]
+            content = self._content(row, contents[head])
+            message = chat_message(roles[head], content, **self.fields.get(row, {}))
+            if len(positions) > 1:
+                joined: list[dict[str, Any]] = []
+                for at in positions:
+                    sent = self._content(listed[at], contents[at])
+                    if isinstance(sent, str):
+                        joined.append({"type": "text", "text": sent})
+                    elif sent is not None:
+                        joined.extend(sent)
+                message["content"] = joined
+            out.append(message)
+        return out
 
     def _content(self, row: int, text: str | None) -> str | list[dict[str, Any]] | None:
         """What ``content`` sends: ``text``, or for an image row its parts."""
@@ -281,9 +327,112 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         chat = chat.clone().scatter(as_user, "user")
     fields = {r: f for r, f in fields.items() if f}
     _check_image_roles(df, chat, images)
+    parts = message_parts(df)
     return ChatColumns(
-        role=chat, content=content_col, key=key_col, fields=fields, tool_texts=texts, images=images
+        role=chat,
+        content=content_col,
+        key=key_col,
+        fields=fields,
+        tool_texts=texts,
+        images=images,
+        parts=parts,
+        continued=_continued(df.height, parts),
     )
+
+
+def message_parts(df: pl.DataFrame) -> dict[int, tuple[str, int]]:
+    """The rows of ``df`` that are parts of one user message, with their message and index.
+
+    A part is a ``user`` row with a ``group_id`` and an integer
+    ``metadata.message_part`` (its 0-based index in the message), as the
+    chat importers make them.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (columns ``role``, ``metadata``, ``group_id``).
+
+    Returns
+    -------
+    dict
+        Row -> ``(group_id, part index)``; empty when no row is a part.
+    """
+    if "group_id" not in df.columns:
+        return {}
+    marked = (
+        (pl.col("role") == "user")
+        & pl.col("group_id").is_not_null()
+        & pl.col("metadata").str.contains(f'"{PART_KEY}":', literal=True)
+    )
+    mask = df.select(marked).to_series().to_numpy()
+    rows = np.flatnonzero(mask)
+    if len(rows) == 0:
+        return {}
+    sub = df[rows].select("group_id", "metadata").iter_rows()
+    parts: dict[int, tuple[str, int]] = {}
+    for row, (group_id, metadata_text) in zip(rows.tolist(), sub, strict=True):
+        index = json.loads(metadata_text).get(PART_KEY)
+        if isinstance(index, int) and not isinstance(index, bool):
+            parts[row] = (group_id, index)
+    return parts
+
+
+def _continued(n: int, parts: dict[int, tuple[str, int]]) -> np.ndarray:
+    """``(n,)`` bool: every part row but the first of its message (lowest index, then row)."""
+    first: dict[str, tuple[int, int]] = {}
+    for row, (group_id, index) in parts.items():
+        first[group_id] = min((index, row), first.get(group_id, (index, row)))
+    out = np.zeros(n, dtype=bool)
+    for row, (group_id, index) in parts.items():
+        out[row] = first[group_id] != (index, row)
+    return out
+
+
+def sent_messages(parts: dict[int, tuple[str, int]], rows: np.ndarray) -> list[list[int]]:
+    """The messages ``rows`` are sent as: the positions in ``rows`` each message holds.
+
+    Every row is a message of its own, except the parts of one message (see
+    :func:`message_parts`): they are one message, at the place of the first
+    of them in ``rows``, holding them by part index (then row). A pack sends
+    every part of a message or none (they share a group), so each message is
+    framed once, as :attr:`ChatColumns.continued` costs it.
+
+    Parameters
+    ----------
+    parts
+        :func:`message_parts` of the frame ``rows`` index.
+    rows
+        ``(k,)`` int64: the rows as sent, in order.
+
+    Returns
+    -------
+    list of list of int
+        One list of positions per message, in sending order; the first
+        position of each is the row whose role and fields the message has.
+
+    Examples
+    --------
+    >>> parts = {1: ("g", 0), 2: ("g", 1)}
+    >>> sent_messages(parts, np.array([0, 2, 3, 1]))
+    [[0], [3, 1], [2]]
+    """
+    listed = rows.tolist()
+    if not parts:
+        return [[at] for at in range(len(listed))]
+    messages: list[list[int]] = []
+    by_group: dict[str, int] = {}
+    for at, row in enumerate(listed):
+        part = parts.get(row)
+        if part is None:
+            messages.append([at])
+        elif part[0] in by_group:
+            messages[by_group[part[0]]].append(at)
+        else:
+            by_group[part[0]] = len(messages)
+            messages.append([at])
+    for k in by_group.values():
+        messages[k].sort(key=lambda at: (parts[listed[at]][1], listed[at]))
+    return messages
 
 
 def _check_image_roles(df: pl.DataFrame, chat: pl.Series, images: dict[int, ImageSpec]) -> None:

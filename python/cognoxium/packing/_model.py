@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, Self, TypeVar, overload
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from pydantic import (
@@ -34,6 +35,7 @@ from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._display import fields_html, table_html
+from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing._renderers import (
     RANKED_ROLES,
     Renderer,
@@ -751,10 +753,12 @@ class ContextPack:
             if role not in ("system", "developer"):
                 break
             system += cost
+        # The stable rows as messages: the parts of one message are sent as one.
+        sent_as = sent_messages(message_parts(self.frame), np.arange(len(roles), dtype=np.int64))
         return mark_cache(
             request,
             self.messages,
-            stable,
+            sum(min(positions) < stable for positions in sent_as),
             system_cacheable=system >= model.min_tokens,
             ttl="1h" if model.ttl_seconds >= 3600 else None,
             placeholder=placeholder,

@@ -823,10 +823,7 @@ class PackScope:
 
     def _messages(self, sent: _Sent) -> list[dict[str, Any]]:
         """The chat messages of the packed rows as sent, in pack order."""
-        messages = self._rendering.messages(sent.selected)
-        for at, content in sent.cut_content.items():
-            messages[at]["content"] = content
-        return messages
+        return self._rendering.chat.messages(sent.selected, sent.cut_content)
 
     @cached_property
     def _tool_rows(self) -> bool:

@@ -1,0 +1,201 @@
+"""A user message with text and images stays one message in every round trip through a pack."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
+from cognoxium.formats.interop import from_langchain_messages, to_langchain_messages
+from cognoxium.formats.openai import from_openai_messages, to_openai_messages
+from cognoxium.items.validation import conform
+from cognoxium.packing._messages import chat_columns, message_parts, sent_messages
+from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
+from cognoxium.packing.options import PackOptions
+from cognoxium.packing.packer import pack
+from cognoxium.tokens.profiles import get_profile
+
+PROFILE = get_profile("cl100k_base")
+AS_OF = datetime(2024, 1, 1, tzinfo=UTC)
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+CAT = "https://example.org/cat.png"
+DOG = "https://example.org/dog.jpg"
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def image_url(url: str, detail: str | None = None) -> dict[str, Any]:
+    inner = {"url": url} if detail is None else {"url": url, "detail": detail}
+    return {"type": "image_url", "image_url": inner}
+
+
+OPENAI: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [text("What is on this?"), image_url(CAT, "low")], "name": "ada"},
+    {"role": "assistant", "content": "A cat."},
+    # Two multi-part messages in a row stay two messages.
+    {"role": "user", "content": [image_url(DOG, "high"), text("And this?")]},
+    {"role": "user", "content": [text("Compare:"), image_url(CAT, "auto"), text("Same cat?")]},
+    {"role": "assistant", "content": "Yes."},
+]
+
+
+def assert_counted(result: Any) -> None:
+    """The pack costs what it sends, and sends what the APIs take."""
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+    validate_openai_messages(result.messages)
+    validate_anthropic_messages(result.to_anthropic())
+
+
+def assert_valid(result: Any) -> None:
+    validate_openai_messages(result.messages)
+    validate_anthropic_messages(result.to_anthropic())
+
+
+def test_openai_round_trip_keeps_each_message_whole() -> None:
+    cf = from_openai_messages(OPENAI, conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_openai() == OPENAI
+    assert to_openai_messages(cf) == OPENAI
+    assert_counted(result)
+    # The message's framing (name included) is counted once, on its first part.
+    costs = dict(
+        zip(result.manifest.to_polars()["id"], result.manifest.to_polars()["tokens"], strict=True)
+    )
+    assert costs["c:1.0"] + costs["c:1.1"] == PROFILE.message_tokens(OPENAI[1])
+
+
+def test_openai_pack_sends_a_message_whole_or_not_at_all() -> None:
+    cf = from_openai_messages(OPENAI, conversation_id="c")
+    full = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    short = cf.pack(full.used_tokens - 1, as_of=AS_OF, profile=PROFILE)
+    assert short.used_tokens < full.used_tokens
+    for message in short.to_openai():
+        if message["role"] == "user":
+            assert message in OPENAI
+    sent = set(short.ids)
+    for prefix in ("c:1.", "c:3.", "c:4."):
+        parts = {i for i in full.ids if i.startswith(prefix)}
+        assert parts <= sent or not parts & sent
+    assert_counted(short)
+
+
+def anthropic_image(source: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "image", "source": source}
+
+
+ANTHROPIC: list[dict[str, Any]] = [
+    {
+        "role": "user",
+        "content": [text("What is on this?"), anthropic_image({"type": "url", "url": CAT})],
+    },
+    {"role": "assistant", "content": [text("A cat.")]},
+    {
+        "role": "user",
+        "content": [anthropic_image({"type": "url", "url": DOG}), text("And this?")],
+    },
+]
+
+
+def test_anthropic_round_trip_keeps_each_message_whole() -> None:
+    cf = from_anthropic_messages(copy.deepcopy(ANTHROPIC), system="Be brief.", conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_anthropic() == {"system": "Be brief.", "messages": ANTHROPIC}
+    assert to_anthropic_messages(cf) == result.to_anthropic()
+    assert [len(m["content"]) for m in result.messages if m["role"] == "user"] == [2, 2]
+    assert_counted(result)
+
+
+def test_anthropic_base64_image_round_trip_keeps_the_message_whole() -> None:
+    base64 = {"type": "base64", "media_type": "image/png", "data": PNG}
+    messages = [{"role": "user", "content": [anthropic_image(base64), text("And this?")]}]
+    cf = from_anthropic_messages(copy.deepcopy(messages), conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_anthropic() == {"messages": messages}
+    assert len(result.messages) == 1
+    assert_valid(result)
+
+
+def test_langchain_round_trip_keeps_each_message_whole() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    history = [
+        m.SystemMessage("Be brief."),
+        m.HumanMessage([text("What is on this?"), image_url(CAT, "high")], id="h1"),
+        m.AIMessage("A cat.", id="a1"),
+        m.HumanMessage([image_url(DOG, "low"), text("And this?")], id="h2"),
+    ]
+    cf = from_langchain_messages(history, conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert to_langchain_messages(result) == history
+    assert to_langchain_messages(cf) == history
+    assert_counted(result)
+
+
+def test_the_parts_of_a_message_are_one_message_wherever_they_are_sent() -> None:
+    df = from_openai_messages(OPENAI, conversation_id="c").collect()
+    parts = message_parts(df)
+    assert sorted(parts.values()) == [
+        ("c:parts:1", 0),
+        ("c:parts:1", 1),
+        ("c:parts:3", 0),
+        ("c:parts:3", 1),
+        ("c:parts:4", 0),
+        ("c:parts:4", 1),
+        ("c:parts:4", 2),
+    ]
+    rows = np.arange(df.height, dtype=np.int64)
+    assert sent_messages(parts, rows) == [[0], [1, 2], [3], [4, 5], [6, 7, 8], [9]]
+    # Out of part order, or apart: one message at the place of the first, parts in order.
+    assert sent_messages(parts, rows[[2, 0, 1]]) == [[2, 0], [1]]
+    assert sent_messages(parts, rows[[8, 3, 6, 7]]) == [[2, 3, 0], [1]]
+    chat = chat_columns(df)
+    # The later parts of each message: c:1.1, c:3.1, c:4.1 and c:4.2.
+    assert np.flatnonzero(chat.continued).tolist() == [2, 5, 7, 8]
+    assert chat.messages(rows[[2, 1]], {1: "What?"}) == [
+        {"role": "user", "content": [text("What?"), image_url(CAT, "low")], "name": "ada"}
+    ]
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_a_frame_in_any_row_order_packs_each_message_whole_at_its_cost(order: str) -> None:
+    df = from_openai_messages(OPENAI, conversation_id="c").collect()
+    frame = df.reverse() if order == "reversed" else df.sample(fraction=1.0, shuffle=True, seed=3)
+    result = pack(frame, 10_000, PackOptions(as_of=AS_OF))
+    assert sorted(result.ids) == sorted(df["id"].to_list())
+    assert sorted(map(str, result.messages)) == sorted(map(str, OPENAI))
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def test_anthropic_cache_breakpoint_counts_a_multi_part_message_once() -> None:
+    history = from_openai_messages(OPENAI[:5], conversation_id="c").collect()
+    docs = conform(
+        pl.DataFrame(
+            {
+                "id": ["d1"],
+                "role": ["document"],
+                "text": ["retrieved text"],
+                "rank": [1.0],
+                "created_at": [datetime(2023, 1, 1, tzinfo=UTC)],
+            }
+        )
+    )
+    first = pack(history, 10_000, PackOptions(as_of=AS_OF))
+    packed = pack(pl.concat([history, docs]), 10_000, PackOptions(as_of=AS_OF), previous=first)
+    assert packed.ids[-1] == "d1"
+    request = packed.to_anthropic(cache=True, cache_model="anthropic:claude-sonnet-4-5:1h")
+    last = request["messages"][-1]["content"]
+    assert last[-1] == {"type": "text", "text": "retrieved text"}  # the document: not marked
+    # The history's last block, the last part of its last message, is marked.
+    assert last[-2] == {
+        "type": "text",
+        "text": "Same cat?",
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+    }
+    validate_anthropic_messages(request)
