@@ -288,6 +288,39 @@ def test_an_edited_message_ends_the_prefix() -> None:
     assert again.ids == first.ids  # nothing needed evicting: the edit is sent
 
 
+def test_history_the_earlier_pack_left_out_after_its_prefix_is_not_pinned_as_new() -> None:
+    # The document sent second ends the prefix at the system prompt; m00 and m02 were
+    # left out for the budget. Continued with nothing new, the pack makes the same choice
+    # (it pinned them as new messages, and dropped the document for them).
+    records: list[dict[str, Any]] = [
+        {"id": "s0", "role": "system", "text": "be brief", "retention": "required"}
+    ]
+    for i, role in enumerate(["user", "document", "user", "assistant", "user", "assistant"]):
+        words = 30 if role == "document" else 10
+        records.append(
+            {
+                "id": f"m{i:02d}",
+                "role": role,
+                "text": "word " * words + str(i),
+                "retention": "preferred",
+                "rank": 1.0 if role == "document" else None,
+            }
+        )
+    for record in records:
+        record["created_at"] = T0
+    frame = CognitionFrame(records)
+    first = frame.pack(92, as_of=AS_OF)
+    assert first.ids == ["s0", "m01", "m04", "m05"]
+    again = frame.pack(92, as_of=AS_OF, previous=first)
+    assert again.ids == ["s0", "m04", "m05", "m01"]  # the history first, then the document
+    before, after = (p.manifest.to_polars().select("id", "decision") for p in (first, again))
+    assert after.equals(before)
+    report = again.manifest.cache
+    assert report is not None
+    assert report.prefix_ids == ["s0"]
+    assert report.evicted == []
+
+
 # Cache models
 
 

@@ -14,9 +14,11 @@ changes on every request and nothing after the system prompt is a cache hit.
    the earlier pack did not send are held out (reason
    ``evicted_for_cache``), since sending them would change the prefix; a
    required one is sent, and the prefix ends before it.
-2. **Continue.** The prefix and the history after it (the new messages)
-   are packed whole, in input order, when they fit the items' budget: the
-   request starts with the earlier one's bytes.
+2. **Continue.** The prefix and the history after it (the new messages,
+   and what the earlier pack sent after its prefix) are packed whole, in
+   input order, when they fit the items' budget: the request starts with
+   the earlier one's bytes. History after the prefix that the earlier pack
+   left out is not new: it is selected as usual.
 3. **Evict in steps.** When they do not fit, the oldest history of the
    prefix is evicted in steps: each step evicts at least ``eviction_share``
    (an option, 0.4 by default) of the evictable prefix's tokens, oldest
@@ -374,7 +376,12 @@ def plan_continuation(
         pinned[prefix] = True
         held[: last + 1] = eligible[: last + 1] & history[: last + 1] & ~pinned[: last + 1]
         held &= tier != 0
-        pinned[last + 1 :] = eligible[last + 1 :] & history[last + 1 :]
+        # After the prefix: what the earlier pack sent, and the new history. A row the
+        # earlier pack left out is not new: it is selected as usual, not pinned.
+        after = eligible[last + 1 :] & history[last + 1 :]
+        pinned[last + 1 :] = (
+            after & (_in_pack(df, previous) | ~_in_manifest(df, previous))[last + 1 :]
+        )
         pinned &= ~held
         unit_of = units.unit_of_row
         need_rows = np.flatnonzero(pinned | (eligible & (tier == 0)))
@@ -430,6 +437,12 @@ def plan_continuation(
 def _in_pack(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
     """``(n,)`` bool: the row's id is an item of ``pack``."""
     return df.get_column("id").is_in(pack.frame.get_column("id").implode()).to_numpy()
+
+
+def _in_manifest(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
+    """``(n,)`` bool: the row's id has an entry in ``pack``'s manifest (packed or left out)."""
+    ids = pack.manifest.to_polars().get_column("id")
+    return df.get_column("id").is_in(ids.implode()).to_numpy()
 
 
 def _kept_prefix(
