@@ -210,9 +210,9 @@ def register_cache_model(model: CacheModel, *, replace: bool = False) -> CacheMo
     Examples
     --------
     >>> mine = register_cache_model(CacheModel(
-    ...     name="example:flash", kind="automatic", min_tokens=2048, increment=1,
+    ...     name="example:lite", kind="automatic", min_tokens=2048, increment=1,
     ...     read_multiplier=0.25, ttl_seconds=3600))
-    >>> get_cache_model("example:flash") is mine
+    >>> get_cache_model("example:lite") is mine
     True
     """
     if not isinstance(model, CacheModel):
