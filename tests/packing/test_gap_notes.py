@@ -212,3 +212,13 @@ def test_options_take_and_show_the_note() -> None:
     assert pack(CHAT.collect(), 60, PackOptions(as_of=AS_OF, gaps="fill", gap_note=NOTE)).messages[
         2
     ] == {"role": "system", "content": "(1 earlier messages omitted)"}
+
+
+def test_the_note_enters_the_settings_fingerprint_only_when_set() -> None:
+    plain = CHAT.pack(60, as_of=AS_OF, gaps="fill").manifest.fingerprints
+    unset = CHAT.pack(60, as_of=AS_OF, gaps="fill", gap_note=None).manifest.fingerprints
+    noted = CHAT.pack(60, as_of=AS_OF, gaps="fill", gap_note=NOTE).manifest.fingerprints
+    other = CHAT.pack(60, as_of=AS_OF, gaps="fill", gap_note="[{n}]").manifest.fingerprints
+    assert plain == unset
+    assert len({plain["settings"], noted["settings"], other["settings"]}) == 3
+    assert noted["input"] == plain["input"]
