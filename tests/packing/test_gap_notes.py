@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import polars as pl
 import pytest
 
 from cognoxium import CognitionFrame
@@ -222,3 +223,29 @@ def test_the_note_enters_the_settings_fingerprint_only_when_set() -> None:
     assert plain == unset
     assert len({plain["settings"], noted["settings"], other["settings"]}) == 3
     assert noted["input"] == plain["input"]
+
+
+def test_a_note_that_cannot_fit_is_left_out_and_the_pack_stands() -> None:
+    # Keeping the long note's tokens would leave too little for the required system
+    # item: the selection without them stands, and its hole has no note.
+    chat = from_openai_messages(
+        [
+            {"role": "system", "content": "rule " * 10},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": LONG},
+            {"role": "user", "content": "Ok?"},
+            {"role": "assistant", "content": "Yes."},
+        ]
+    )
+    rows = chat.collect().with_columns(
+        retention=pl.when(pl.col("role") == "system")
+        .then(pl.lit("required"))
+        .otherwise(pl.col("retention"))
+    )
+    long_note = "({n} omitted) " + "note " * 20
+    result = pack(rows, 35, PackOptions(as_of=AS_OF, gaps="fill", gap_note=long_note))
+    plain = pack(rows, 35, PackOptions(as_of=AS_OF, gaps="fill"))
+    assert result.ids == plain.ids == ["msg:0", "msg:1", "msg:3", "msg:4"]
+    assert result.manifest.gap_records == [GapRecord(first=2, last=2, items=1)]
+    assert result.messages == plain.messages
+    assert result.used_tokens == plain.used_tokens == 35 == _recount(result, "openai")

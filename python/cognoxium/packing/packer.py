@@ -86,7 +86,7 @@ import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
 from cognoxium._threads import in_daemon_thread
-from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.exceptions import BudgetError, MessageError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
@@ -783,10 +783,10 @@ class PackScope:
         The selection runs again with the tokens of its holes' notes kept
         out of the budget, until what it kept covers the notes of the holes
         it then has (at most ``_NOTE_ROUNDS`` times; a selection that raises
-        with more kept is not taken). The notes are put in the room the
-        chosen selection leaves, in input order; one that does not fit is
-        left out (its record has no ``note_at``). ``opening`` is returned
-        as ``choose`` gave it.
+        with more kept, for the budget or a tool rule, is not taken). The
+        notes are put in the room the chosen selection leaves, in input
+        order; one that does not fit is left out (its record has no
+        ``note_at``). ``opening`` is returned as ``choose`` gave it.
         """
         target, profile = call.options.target, call.profile
         opening = 0
@@ -798,8 +798,8 @@ class PackScope:
             kept = needed
             try:
                 decisions, gaps, opening = choose(kept)
-            except BudgetError:
-                break
+            except (BudgetError, MessageError):
+                break  # the selection before stands, with the notes that fit
         room = call.item_budget - decisions.used_tokens - (opening or 0)
         tool = (self._rendering.chat.role == "tool").to_numpy()
         gaps, notes, spent = place_notes(
