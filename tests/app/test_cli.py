@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
 from cognoxium.packing.manifests import read_manifests
+from cognoxium.tokens.profiles import get_profile
 from tests.app.parts import joined, layout, records
 from tests.pins import assert_manifest_lines_equal, assert_same_outputs
 
@@ -194,6 +195,7 @@ def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:
         (("--reserve", "65"), EXIT_BAD_INPUT, "request 'tiny-setup': the batch's reserve 65"),
         (("--overflow", "drop"), EXIT_USAGE, "--overflow"),
         (("--gaps", "skip"), EXIT_USAGE, "--gaps"),
+        (("--gap-note", "({count} omitted)"), EXIT_USAGE, "gap_note must be"),
     ],
 )
 def test_pack_bad_reserve_or_overflow(
@@ -1227,6 +1229,33 @@ def test_pack_gaps_sets_the_requests_without_their_own(tmp_path: Path) -> None:
     assert manifests["own"].gaps == "stop"
     assert [g.items for g in manifests["batch"].gap_records] == [1]
     assert manifests["own"].order == "recency"
+
+
+def test_pack_gap_note_puts_a_counted_note_in_each_hole(tmp_path: Path) -> None:
+    items = tmp_path / "items.jsonl"
+    rows = [
+        {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},
+        {"id": "q1", "role": "user", "text": "Refunds?"},
+        {"id": "a1", "role": "assistant", "text": "word " * 80},
+        {"id": "q2", "role": "user", "text": "Shipping?"},
+        {"id": "a2", "role": "assistant", "text": "Free."},
+    ]
+    when = {"created_at": "2025-01-01T00:00:00Z"}
+    items.write_text("".join(json.dumps({**r, **when}) + "\n" for r in rows))
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "noted", "budget": 60}) + "\n")
+    out = tmp_path / "out"
+    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
+    code, _, stderr = pack(
+        str(items), str(requests), *args, "--gaps", "fill", "--gap-note", "({n} omitted)"
+    )
+    assert code == EXIT_OK, stderr
+    (manifest,) = read_manifests(out)
+    (gap,) = manifest.gap_records
+    note = get_profile("cl100k_base").message_tokens({"role": "system", "content": "(1 omitted)"})
+    assert [r["ids"] for r in records(out, "packs")] == [["sys", "q1", "q2", "a2"]]
+    assert (gap.items, gap.note_at, gap.note_tokens) == (1, 2, note)  # after sys and q1
+    assert manifest.pack_overhead_tokens == 3 + note
 
 
 _DEFAULT_RANK_STATEMENTS = (

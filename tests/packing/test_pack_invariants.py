@@ -211,6 +211,7 @@ def pack_calls(draw: st.DrawFn) -> dict[str, Any]:
         "tool_errors": draw(st.sampled_from(["repair", "repair", "repair", "error"])),
         "target": draw(st.sampled_from(["openai", "anthropic"])),
         "gaps": draw(st.sampled_from(["stop", "fill"])),
+        "gap_note": draw(st.sampled_from([None, "({n} earlier messages omitted)"])),
     }
 
 
@@ -305,7 +306,17 @@ def _check_invariants(
     row_ids = rows.get_column("id").to_list()
     assert entries.get_column("id").to_list() == row_ids
     assert result.ids == [i for i in row_ids if decisions[i] == "included"]
-    assert len(result.messages) == len(result.ids)
+    # A gap note in place of each hole (with gap_note), where its record says; the rest items.
+    noted = [g for g in result.manifest.gap_records if g.note_at is not None]
+    if call["gap_note"] is None:
+        assert not noted
+    for gap in noted:
+        note_text = call["gap_note"].format(n=gap.items)
+        assert result.messages[gap.note_at]["content"] == note_text
+        assert gap.note_tokens == profile.message_tokens(result.messages[gap.note_at])
+    notes = {g.note_at for g in noted}
+    item_messages = [m for k, m in enumerate(result.messages) if k not in notes]
+    assert len(item_messages) == len(result.ids)
     # Required items are packed unless not valid at as_of or not packable.
     for row in rows.filter(pl.col("retention") == "required").iter_rows(named=True):
         if decisions[row["id"]] != "included":
@@ -334,7 +345,7 @@ def _check_invariants(
         )
         assert sensitive.height == 0
         trust = dict(zip(packed["id"], packed["trust"].cast(pl.String), strict=True))
-        for item_id, message in zip(result.ids, result.messages, strict=True):
+        for item_id, message in zip(result.ids, item_messages, strict=True):
             if trust[item_id] == "untrusted":
                 assert message["role"] not in {"system", "developer"}, (item_id, message)
 
@@ -367,6 +378,7 @@ def test_every_pack_path_holds_the_pack_invariants(
         tool_errors=call["tool_errors"],
         target=call["target"],
         gaps=call["gaps"],
+        gap_note=call["gap_note"],
     )
     budget, policy = call["budget"], POLICIES[call["policy"]]
     frame = _query(CognitionFrame(records), call["query"])
@@ -404,5 +416,7 @@ def _events(result: ContextPack, call: dict[str, Any]) -> None:
         event("reserve binding")
     if result.manifest.truncations:
         event("truncated")
+    if any(g.note_at is not None for g in result.manifest.gap_records):
+        event(f"gap note, target {call['target']}")
     if any(isinstance(m["content"], list) for m in result.messages):
         event("image sent")

@@ -820,6 +820,14 @@ def pack_command(
             "gaps.",
         ),
     ] = Gaps.STOP,
+    gap_note: Annotated[
+        str | None,
+        typer.Option(
+            help="The text of a message put in place of each hole in a packed conversation, "
+            "{n} the items left out there, as '({n} earlier messages omitted)'; counted in "
+            "the budget and recorded in the manifest's gap_records. Default: no message.",
+        ),
+    ] = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -884,6 +892,7 @@ def pack_command(
         tool_errors=tool_errors.value,
         target=target.value,
         gaps="fill" if gaps is Gaps.FILL else "stop",
+        gap_note=gap_note,
     )
     runner: Callable[..., Any]
     if engine is Engine.RAY:

@@ -1635,6 +1635,7 @@ class CognitionFrame:
         tool_errors: ToolErrors | None = None,
         target: Target | None = None,
         gaps: Gaps | None = None,
+        gap_note: str | None = None,
         previous: ContextPack | None = None,
         eviction_share: float | None = None,
         cache_model: str | CacheModel | None = None,
@@ -1684,6 +1685,11 @@ class CognitionFrame:
             built for, ``"openai"`` or ``"anthropic"``, and ``"stop"`` or
             ``"fill"`` for the conversation items without a rank (see
             :class:`~cognoxium.packing.options.PackOptions`).
+        gap_note
+            In place of the option of ``options`` when not ``None``: the
+            text of the message put in place of each hole in the packed
+            conversation, ``{n}`` the items left out there (as
+            ``"({n} earlier messages omitted)"``), counted in the budget.
         previous
             An earlier pack of this conversation that this pack continues,
             keeping its prefix byte for byte for the provider's prompt cache
@@ -1751,6 +1757,7 @@ class CognitionFrame:
             eviction_share=eviction_share,
             cache_model=cache_model,
             gaps=gaps,
+            gap_note=gap_note,
         )
         return pack_plan(self._plan, budget, given, label=label, policy=policy, previous=previous)
 

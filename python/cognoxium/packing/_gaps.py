@@ -22,20 +22,32 @@ Before::
     newest first: u9 (fits) u8 (too long) u7 (fits) ...
 
 After, ``"stop"``: ``u9``; ``"fill"``: ``u9``, ``u7``, ... and ``u8`` is a gap.
+
+With a ``gap_note`` each hole gets a message in its place (:func:`place_notes`):
+after the packed messages of the input before it, and after the tool
+results that follow them, so never between a call and its results. The
+selection then keeps the notes' tokens out of the budget: it runs again
+with the notes of its holes kept aside until its holes' notes fit in what
+it kept (a few rounds; see ``PackScope``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from cognoxium.packing._model import REASON_CODE, GapRecord, Reason
 from cognoxium.packing._selection import Decisions, Queue
 from cognoxium.packing._units import Units
+from cognoxium.tokens.profiles import TokenProfile
 
-__all__ = ["mark_gaps", "stop_at_first_miss"]
+__all__ = ["mark_gaps", "note_message", "notes_tokens", "place_notes", "stop_at_first_miss"]
+
+NOTE_ROLES = {"openai": "system", "anthropic": "user"}
+"""The role of a gap note per target: Anthropic has no system message in its conversation."""
 
 _BUDGET_REASONS = (REASON_CODE[Reason.OVER_BUDGET], REASON_CODE[Reason.GROUP_OVER_BUDGET])
 
@@ -117,3 +129,80 @@ def mark_gaps(
     reason = decisions.reason.copy()
     reason[rows[left]] = REASON_CODE[Reason.GAP]
     return replace(decisions, reason=reason), records
+
+
+def note_message(template: str, gap: GapRecord, target: str) -> dict[str, Any]:
+    """The message put in place of ``gap``: ``template`` with ``{n}`` its items.
+
+    Examples
+    --------
+    >>> gap = GapRecord(first=3, last=4, items=2)
+    >>> note_message("({n} earlier messages omitted)", gap, "openai")
+    {'role': 'system', 'content': '(2 earlier messages omitted)'}
+    """
+    return {"role": NOTE_ROLES[target], "content": template.format(n=gap.items)}
+
+
+def notes_tokens(
+    template: str, gaps: Sequence[GapRecord], target: str, profile: TokenProfile
+) -> int:
+    """What the notes of ``gaps`` cost together, in tokens (messages add up)."""
+    return sum(profile.message_tokens(note_message(template, gap, target)) for gap in gaps)
+
+
+def place_notes(
+    template: str,
+    gaps: Sequence[GapRecord],
+    selected: np.ndarray,
+    tool: np.ndarray,
+    target: str,
+    profile: TokenProfile,
+    room: int,
+) -> tuple[list[GapRecord], list[tuple[int, dict[str, Any]]], int]:
+    """Put a note in place of each hole, in input order, while the notes fit ``room``.
+
+    Parameters
+    ----------
+    template
+        The ``gap_note`` text (``{n}``: the hole's items).
+    gaps
+        The holes, in input order.
+    selected
+        ``(k,)`` int64: the packed rows, in input order (the pack's order).
+    tool
+        ``(n,)`` bool: the row is sent as a tool result.
+    target
+        ``"openai"`` or ``"anthropic"``: the notes' role (:data:`NOTE_ROLES`).
+    profile
+        Costs the notes.
+    room
+        Tokens of the budget left for the notes; a note that does not fit
+        what the notes before it left is not put (its record keeps
+        ``note_at=None``).
+
+    Returns
+    -------
+    gaps : list of GapRecord
+        The holes with ``note_at`` (index in the pack's messages) and ``note_tokens``.
+    notes : list of (int, dict)
+        Each note's index in the pack's messages and the message, in order.
+    tokens : int
+        What the notes put cost, in tokens.
+    """
+    records: list[GapRecord] = []
+    notes: list[tuple[int, dict[str, Any]]] = []
+    spent = 0
+    for gap in gaps:
+        message = note_message(template, gap, target)
+        cost = profile.message_tokens(message)
+        if spent + cost > room:
+            records.append(gap)
+            continue
+        at = int(np.searchsorted(selected, gap.last, side="right"))
+        while at < len(selected) and tool[selected[at]]:
+            at += 1  # after the results of the turn before the hole
+        at += len(notes)
+        spent += cost
+        notes.append((at, message))
+        records.append(gap.model_copy(update={"note_at": at, "note_tokens": cost}))
+    return records, notes, spent

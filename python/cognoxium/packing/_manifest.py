@@ -485,6 +485,7 @@ def _fingerprints(basis: ManifestBasis, call: PackCall, rank: pl.Series) -> dict
             call.options.tool_errors,
             call.options.target,
             call.options.gaps,
+            call.options.gap_note,
         ),
         "profile": call.profile.fingerprint,
         "input": basis.hasher.digest(rank),
@@ -504,6 +505,7 @@ def _settings_fingerprint(
     tool_errors: str = "repair",
     target: str = "openai",
     gaps: str = "stop",
+    gap_note: str | None = None,
 ) -> str:
     """sha256 hex of a pack's settings (a pure function of its arguments, so remembered)."""
     settings: dict[str, Any] = {
@@ -528,6 +530,8 @@ def _settings_fingerprint(
         settings["target"] = target
     if gaps != "stop":
         settings["gaps"] = gaps
+    if gap_note is not None:
+        settings["gap_note"] = gap_note
     return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
 
 

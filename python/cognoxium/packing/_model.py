@@ -229,6 +229,9 @@ class TruncationRecord(BaseModel):
     content_hash: str
 
 
+_NOTE_FIELDS = ("note_at", "note_tokens")
+
+
 class GapRecord(BaseModel):
     """One hole in a pack's conversation: conversation items left out between packed ones.
 
@@ -236,6 +239,13 @@ class GapRecord(BaseModel):
     the last item left out, ``items`` how many conversation items were left
     out there (each with reason ``gap``). Items of other roles between them
     are not counted.
+
+    With a ``gap_note`` (see :class:`~cognoxium.packing.options.PackOptions`)
+    ``note_at`` is the 0-based index in ``pack.messages`` of the message put
+    in place of the hole and ``note_tokens`` what it costs, counted in
+    ``used_tokens`` and ``pack_overhead_tokens``; without one (or for a hole
+    whose note did not fit the budget left) they are ``None`` and 0, and
+    are left out of the JSON and Arrow forms.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -243,6 +253,13 @@ class GapRecord(BaseModel):
     first: int
     last: int
     items: int
+    note_at: int | None = None
+    note_tokens: int = 0
+
+    def __repr_args__(self) -> Any:
+        """The fields, without the note's when the hole has none."""
+        noted = self.note_at is not None or self.note_tokens
+        return [(k, v) for k, v in super().__repr_args__() if noted or k not in _NOTE_FIELDS]
 
 
 class ManifestTotals(BaseModel):
@@ -393,7 +410,11 @@ class PackManifest(BaseModel):
             "gaps": self.gaps == "stop",
             "gap_records": not self.gap_records,
         }
-        return self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
+        header = self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
+        for gap in header.get("gap_records", ()):
+            if gap["note_at"] is None and not gap["note_tokens"]:
+                del gap["note_at"], gap["note_tokens"]
+        return header
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain JSON-ready data, entries included."""
@@ -573,8 +594,9 @@ class ContextPack:
         OpenAI Chat Completions messages, one per selected item, as
         :func:`cognoxium.formats.openai.to_openai_messages` renders them
         (``role``, ``content``, and ``name``, ``tool_calls`` or
-        ``tool_call_id`` when the item has them); :meth:`to_openai` returns
-        a copy.
+        ``tool_call_id`` when the item has them), and a note message in
+        place of each hole when the pack has a ``gap_note`` (see
+        :class:`GapRecord`); :meth:`to_openai` returns a copy.
     used_tokens
         Tokens used, framing and reply priming included.
     remaining_tokens

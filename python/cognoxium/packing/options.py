@@ -140,6 +140,21 @@ class PackOptions:
         shows the model a reply without its question, or a conversation
         that jumps, with nothing to tell it so. Items with a rank are not
         affected: a rank is a relevance order, not a sequence.
+    gap_note
+        ``None`` (the default): a hole leaves no trace in the messages.
+        Otherwise the text of one message put in place of each hole, with
+        ``{n}`` replaced by the number of items left out there, as
+        ``"({n} earlier messages omitted)"``; it is counted in the budget
+        (in ``used_tokens`` and ``pack_overhead_tokens``) and its position
+        and tokens are in the hole's
+        :class:`~cognoxium.packing._model.GapRecord`. It is sent as a
+        ``system`` message for ``target="openai"`` and as a ``user`` message
+        for ``target="anthropic"`` (which has no system messages in its
+        conversation), after the tool results that end the packed turn
+        before the hole, so never between a call and its results. The older
+        history left out before an unbroken tail gets no note: the pack
+        then starts where a trimmed history starts. Not for a pack that
+        continues an earlier one (``previous=``).
 
     Raises
     ------
@@ -150,8 +165,9 @@ class PackOptions:
         ``as_of`` is not a ``datetime`` (ISO text included) or is naive,
         ``tool_errors`` is not one of :data:`TOOL_ERRORS`, ``target`` not
         one of :data:`TARGETS`, ``gaps`` not one of :data:`GAP_MODES`,
-        ``eviction_share`` is not a number in (0, 1], or ``cache_model``
-        names no cache model.
+        ``eviction_share`` is not a number in (0, 1], ``cache_model``
+        names no cache model, or ``gap_note`` is not ``None`` or a text that
+        is not blank and has no field besides ``{n}``.
         The checks run in this order, so the same bad options always fail
         with the same error.
     ProfileError
@@ -173,6 +189,10 @@ class PackOptions:
     Traceback (most recent call last):
     ...
     cognoxium.exceptions.PackError: gaps must be one of ['stop', 'fill'], got 'skip'; ...
+    >>> PackOptions(gap_note="({count} omitted)")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PackError: gap_note must be a text whose only field is {n} ...
     """
 
     reserve: int = 0
@@ -186,6 +206,7 @@ class PackOptions:
     eviction_share: float = 0.4
     cache_model: str | CacheModel | None = None
     gaps: Gaps = "stop"
+    gap_note: str | None = None
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -207,6 +228,8 @@ class PackOptions:
             )
         if self.cache_model is not None:
             get_cache_model(self.cache_model)
+        if self.gap_note is not None:
+            _check_gap_note(self.gap_note)
         set_field = object.__setattr__
         set_field(self, "eviction_share", float(share))
         set_field(self, "reserve", int(reserve))
@@ -220,6 +243,7 @@ class PackOptions:
             f"PackOptions(reserve={self.reserve}, profile={profile!r}, as_of={self.as_of!r}, "
             f"overflow={self.overflow!r}, turns={self.turns}, start_on={self.start_on!r}, "
             f"tool_errors={self.tool_errors!r}, target={self.target!r}, gaps={self.gaps!r}"
+            + ("" if self.gap_note is None else f", gap_note={self.gap_note!r}")
             + _cache_repr(self)
             + ")"
         )
@@ -337,6 +361,26 @@ def _cache_repr(options: PackOptions) -> str:
     if model is not None:
         shown += f", cache_model={getattr(model, 'name', model)!r}"
     return shown
+
+
+def _check_gap_note(note: object) -> None:
+    """Raise a PackError unless ``note`` is a text, not blank, whose only field is ``{n}``."""
+    problem = None
+    if not isinstance(note, str):
+        problem = f"got {type(note).__name__} {note!r}"
+    elif not note.strip():
+        problem = f"got the blank text {note!r}"
+    else:
+        try:
+            note.format(n=1)
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            problem = f"got {note!r} ({type(error).__name__}: {error})"
+    if problem is not None:
+        raise PackError(
+            "gap_note must be a text whose only field is {n} (the items left out), as "
+            f"'({{n}} earlier messages omitted)', or None; {problem}",
+            params={"gap_note": repr(note)},
+        )
 
 
 def _as_utc(value: object) -> datetime:

@@ -86,7 +86,7 @@ import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
 from cognoxium._threads import in_daemon_thread
-from cognoxium.exceptions import BudgetError, PackError
+from cognoxium.exceptions import BudgetError, MessageError, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
@@ -94,7 +94,7 @@ from cognoxium.packing._checks import PackCall, check_call, check_frame, check_r
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
-from cognoxium.packing._gaps import mark_gaps, stop_at_first_miss
+from cognoxium.packing._gaps import mark_gaps, notes_tokens, place_notes, stop_at_first_miss
 from cognoxium.packing._manifest import (
     ManifestBasis,
     basis_row,
@@ -303,6 +303,12 @@ def pack(
     >>> filled = pack(chat, 60, PackOptions(as_of=when, gaps="fill"))
     >>> filled.ids, filled.manifest.gap_records
     (['sys', 'hello', 'q1', 'q2', 'a2'], [GapRecord(first=3, last=3, items=1)])
+
+    A ``gap_note`` puts a message in place of the hole, counted in ``used_tokens``:
+
+    >>> noted = pack(chat, 60, PackOptions(as_of=when, gaps="fill", gap_note="({n} omitted)"))
+    >>> noted.messages[3], noted.manifest.gap_records[0].note_at, noted.used_tokens
+    ({'role': 'system', 'content': '(1 omitted)'}, 3, 43)
     >>> whole = pack(chat, 60, PackOptions(as_of=when, turns=True, start_on="user", gaps="fill"))
     >>> whole.ids, whole.manifest.totals.by_reason
     (['sys', 'q2', 'a2'],
@@ -391,6 +397,9 @@ def pack_reusing(
 
 
 _AHEAD_ROWS = 16_384
+
+_NOTE_ROUNDS = 4
+"""Most selections run again to keep the gap notes' tokens out of the budget."""
 """The fewest rows whose manifest basis a scope computes on a thread while it selects.
 
 The basis of a large frame is mostly hashing, which runs without the
@@ -698,14 +707,29 @@ class PackScope:
         marks = self._marks
         action = self.review.column("action")
         cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
-        included, rows, opening = self._selected(call, candidates, units, queue, costs, cutter)
-        decisions, gaps = mark_gaps(queue, units, decide_rows(rows, units, included, costs))
+        note = call.options.gap_note
+        if note is not None and continuation is not None:
+            raise PackError(
+                "gap_note is not supported for a pack that continues an earlier one "
+                "(previous=): a note would move the cached prefix; pack without gap_note"
+            )
+
+        def choose(notes: int = 0) -> tuple[Decisions, list[GapRecord], int]:
+            chosen = self._selected(call, candidates, units, queue, costs, cutter, notes)
+            included, rows, opening = chosen
+            decisions, gaps = mark_gaps(queue, units, decide_rows(rows, units, included, costs))
+            return decisions, gaps, opening
+
+        decisions, gaps, opening = choose()
+        notes: list[tuple[int, dict[str, Any]]] = []
+        if note is not None and gaps:
+            decisions, gaps, opening, notes = self._with_notes(call, note, choose, decisions, gaps)
         if opening:
             decisions = _with_opening(decisions, opening, call)
         if continuation is not None:
             decisions = continuation.decided(decisions, own_tier)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
-        sent = _Sent(df, rank, decisions.selected, cutter, truncations)
+        sent = _Sent(df, rank, decisions.selected, cutter, truncations, notes)
         linked = self._basis.linked or truncations
         lineage = lineage_edges(sent.frame).to_dicts() if linked else []
         header = manifest_header(
@@ -752,33 +776,85 @@ class PackScope:
         queue: Queue,
         costs: UnitCosts,
         cutter: Cutter | None,
+        notes: int = 0,
     ) -> tuple[np.ndarray, Exclusions, int]:
         """The units selected, the rows' exclusions after it, and the opening's tokens.
 
-        The opening is the user message an Anthropic request starts with when
-        the pack sends nothing but system messages: with ``target="anthropic"``
-        the selection is made again with its tokens kept, and they are
-        returned when it is still needed (else 0).
+        ``notes`` tokens are kept for the gap notes. The opening is the user
+        message an Anthropic request starts with when the pack sends nothing
+        but system messages: with ``target="anthropic"`` the selection is made
+        again with its tokens kept, and they are returned when it is still
+        needed (else 0).
         """
-        select = self._selector(call, costs, cutter)
+        select = self._selector(call, costs, cutter, notes=notes)
         included, rows = self._select_conversation(call, candidates, units, queue, select)
         if call.options.target != "anthropic" or self._converses(rows, units, included):
             return included, rows, 0
         opening = self._opening_tokens
-        select = self._selector(call, costs, cutter, opening)
+        select = self._selector(call, costs, cutter, opening, notes)
         included, rows = self._select_conversation(call, candidates, units, queue, select)
         return included, rows, 0 if self._converses(rows, units, included) else opening
 
-    def _selector(
-        self, call: PackCall, costs: UnitCosts, cutter: Cutter | None, opening: int = 0
-    ) -> Callable[[Queue], np.ndarray]:
-        """The selection of a queue's units under the budget (``opening``: tokens it keeps).
+    def _with_notes(
+        self,
+        call: PackCall,
+        note: str,
+        choose: Callable[[int], tuple[Decisions, list[GapRecord], int]],
+        decisions: Decisions,
+        gaps: list[GapRecord],
+    ) -> tuple[Decisions, list[GapRecord], int, list[tuple[int, dict[str, Any]]]]:
+        """The selection with a note in place of each hole, the notes' tokens counted.
 
-        With ``gaps="stop"`` the conversation items without a rank end at
-        the first that does not fit (see :mod:`cognoxium.packing._gaps`).
+        The selection runs again with the tokens of its holes' notes kept
+        out of the budget, until what it kept covers the notes of the holes
+        it then has (at most ``_NOTE_ROUNDS`` times; a selection that raises
+        with more kept, for the budget or a tool rule, is not taken). The
+        notes are put in the room the chosen selection leaves, in input
+        order; one that does not fit is left out (its record has no
+        ``note_at``). ``opening`` is returned as ``choose`` gave it.
+        """
+        target, profile = call.options.target, call.profile
+        opening = 0
+        kept = 0
+        for _ in range(_NOTE_ROUNDS):
+            needed = notes_tokens(note, gaps, target, profile)
+            if needed <= kept:
+                break
+            kept = needed
+            try:
+                decisions, gaps, opening = choose(kept)
+            except (BudgetError, MessageError):
+                break  # the selection before stands, with the notes that fit
+        room = call.item_budget - decisions.used_tokens - (opening or 0)
+        tool = (self._rendering.chat.role == "tool").to_numpy()
+        gaps, notes, spent = place_notes(
+            note, gaps, decisions.selected, tool, target, profile, room
+        )
+        if spent:
+            decisions = dataclasses.replace(
+                decisions,
+                used_tokens=decisions.used_tokens + spent,
+                pack_overhead=decisions.pack_overhead + spent,
+            )
+        return decisions, gaps, opening, notes
+
+    def _selector(
+        self,
+        call: PackCall,
+        costs: UnitCosts,
+        cutter: Cutter | None,
+        opening: int = 0,
+        notes: int = 0,
+    ) -> Callable[[Queue], np.ndarray]:
+        """The selection of a queue's units under the budget.
+
+        ``opening`` and ``notes`` are tokens it keeps: for the message an
+        Anthropic request opens with and for the gap notes. With
+        ``gaps="stop"`` the conversation items without a rank end at the
+        first that does not fit (see :mod:`cognoxium.packing._gaps`).
         """
         select: Callable[[Queue], np.ndarray] = partial(
-            _select, self.df.get_column("id"), costs, call, cutter, opening=opening
+            _select, self.df.get_column("id"), costs, call, cutter, opening=opening, notes=notes
         )
         return stop_at_first_miss(select) if call.options.gaps == "stop" else select
 
@@ -823,7 +899,12 @@ class PackScope:
 
     def _messages(self, sent: _Sent) -> list[dict[str, Any]]:
         """The chat messages of the packed rows as sent, in pack order."""
-        return self._rendering.chat.messages(sent.selected, sent.cut_content)
+        messages = self._rendering.chat.messages(sent.selected, sent.cut_content)
+        if sent.notes:  # a note's index counts rows: the later parts of a message are none
+            continued = self._rendering.chat.continued[sent.selected]
+            for at, note in sent.notes:
+                messages.insert(at - int(continued[:at].sum()), dict(note))
+        return messages
 
     @cached_property
     def _tool_rows(self) -> bool:
@@ -932,12 +1013,15 @@ class _Sent:
         selected: np.ndarray,
         cutter: Cutter | None,
         truncations: list[TruncationRecord],
+        notes: Sequence[tuple[int, dict[str, Any]]] = (),
     ) -> None:
         self.df = df
         self.rank = rank
         self.selected = selected
         self.cutter = cutter
         self.truncations = truncations
+        self.notes = notes
+        """The gap notes: each one's index in the messages and the message, in order."""
 
     @cached_property
     def _made(self) -> tuple[pl.DataFrame, dict[int, str]]:
@@ -1013,23 +1097,26 @@ def _select(
     queue: Queue,
     *,
     opening: int = 0,
+    notes: int = 0,
 ) -> np.ndarray:
     """Select the units of ``queue`` under the items' budget; a BudgetError names the reserve.
 
     ``opening`` tokens of the budget are kept for the message an Anthropic
-    request opens with when the pack has none.
+    request opens with when the pack has none, and ``notes`` for the gap notes.
     """
-    budget = call.item_budget - opening
+    budget = call.item_budget - opening - notes
     try:
         return select_units(ids, costs, queue, budget, cutter, call.options.overflow)
     except BudgetError as error:
-        if not call.options.reserve and not opening:
+        if not call.options.reserve and not opening and not notes:
             raise
         kept = []
         if call.options.reserve:
             kept.append(f"the reply reserve {call.options.reserve}")
         if opening:
             kept.append(f"the {opening} tokens of the user message an Anthropic request opens with")
+        if notes:
+            kept.append(f"the {notes} tokens of the gap notes")
         raise BudgetError(
             f"{error} (the budget {call.budget} less {' and '.join(kept)})",
             costs=error.costs,
