@@ -249,3 +249,30 @@ def test_a_note_that_cannot_fit_is_left_out_and_the_pack_stands() -> None:
     assert result.manifest.gap_records == [GapRecord(first=2, last=2, items=1)]
     assert result.messages == plain.messages
     assert result.used_tokens == plain.used_tokens == 35 == _recount(result, "openai")
+
+
+def test_notes_after_a_message_of_text_and_image_parts_sit_at_their_holes() -> None:
+    # A message of two parts is two rows but one message: the notes' places count messages.
+    url = {"url": "https://example.org/a.jpg", "detail": "low"}
+    image = {"type": "image_url", "image_url": url}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for k in range(8):
+        parts = [{"type": "text", "text": "look"}, image]
+        text = ("word " * (150 if k == 2 else 5)) + str(k)  # a hole right after the image
+        messages.append({"role": "user", "content": parts if k == 1 else text})
+        messages.append({"role": "assistant", "content": f"ok {k}"})
+    frame = from_openai_messages(messages, conversation_id="c")
+    placed = 0
+    for budget in range(60, 400, 7):
+        packed = frame.pack(budget, as_of=AS_OF, gaps="fill", gap_note=NOTE)
+        sent = packed.to_openai()
+        validate_openai_messages(sent)
+        validate_anthropic_messages(packed.to_anthropic())
+        assert get_profile("cl100k_base").request_tokens(sent) == packed.used_tokens
+        for gap in packed.manifest.gap_records:
+            if gap.note_at is not None:
+                assert sent[gap.note_at]["content"] == NOTE.format(n=gap.items), budget
+                if isinstance(sent[gap.note_at - 2]["content"], list):  # the image's turn
+                    assert sent[gap.note_at + 1]["content"] == "ok 2"  # the hole's reply
+                    placed += 1
+    assert placed  # some note follows the message of two parts

@@ -158,6 +158,7 @@ def place_notes(
     target: str,
     profile: TokenProfile,
     room: int,
+    continued: np.ndarray | None = None,
 ) -> tuple[list[GapRecord], list[tuple[int, dict[str, Any]]], int]:
     """Put a note in place of each hole, in input order, while the notes fit ``room``.
 
@@ -179,6 +180,9 @@ def place_notes(
         Tokens of the budget left for the notes; a note that does not fit
         what the notes before it left is not put (its record keeps
         ``note_at=None``).
+    continued
+        ``(n,)`` bool: the row is a later part of a message sent as one with
+        the part before it (not a message of its own); ``None``: none is.
 
     Returns
     -------
@@ -201,6 +205,8 @@ def place_notes(
         at = int(np.searchsorted(selected, gap.last, side="right"))
         while at < len(selected) and tool[selected[at]]:
             at += 1  # after the results of the turn before the hole
+        if continued is not None:  # the later parts of a message are not messages
+            at -= int(continued[selected[:at]].sum())
         at += len(notes)
         spent += cost
         notes.append((at, message))

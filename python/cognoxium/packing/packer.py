@@ -827,8 +827,9 @@ class PackScope:
                 break  # the selection before stands, with the notes that fit
         room = call.item_budget - decisions.used_tokens - (opening or 0)
         tool = (self._rendering.chat.role == "tool").to_numpy()
+        continued = self._rendering.chat.continued
         gaps, notes, spent = place_notes(
-            note, gaps, decisions.selected, tool, target, profile, room
+            note, gaps, decisions.selected, tool, target, profile, room, continued
         )
         if spent:
             decisions = dataclasses.replace(
@@ -900,10 +901,8 @@ class PackScope:
     def _messages(self, sent: _Sent) -> list[dict[str, Any]]:
         """The chat messages of the packed rows as sent, in pack order."""
         messages = self._rendering.chat.messages(sent.selected, sent.cut_content)
-        if sent.notes:  # a note's index counts rows: the later parts of a message are none
-            continued = self._rendering.chat.continued[sent.selected]
-            for at, note in sent.notes:
-                messages.insert(at - int(continued[:at].sum()), dict(note))
+        for at, note in sent.notes:
+            messages.insert(at, dict(note))
         return messages
 
     @cached_property
