@@ -57,6 +57,7 @@ import numpy as np
 
 from cognoxium.retrieval.embeddings import MAX_READ_CHARS
 from processes import measured
+from reports import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -230,11 +231,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         parser.error("need --repeats >= 1 and --mb > 0")
     with tempfile.TemporaryDirectory() as work:
         result = measure(args.mb, args.repeats, Path(work))
-    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2), flush=True)
-    print(markdown(result), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write_report(args.out, result, markdown(result), echo=True)
     return result
 
 

@@ -47,7 +47,6 @@ Usage: ``python benchmarks/bench_first_run.py [--rounds 5] [--out FILE]``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -60,6 +59,7 @@ from typing import Any
 import polars as pl
 
 from processes import measured
+from reports import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -193,11 +193,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         parser.error("need --rounds >= 1")
     with tempfile.TemporaryDirectory() as work:
         result = measure(args.rounds, Path(work))
-    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2), flush=True)
-    print(markdown(result), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write_report(args.out, result, markdown(result), echo=True)
     return result
 
 
