@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,14 @@ from pydantic import ValidationError
 
 from cognoxium.app import batch as batch_module
 from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
-from cognoxium.exceptions import BudgetError, PlanError, PredicateError, RecordError
+from cognoxium.exceptions import (
+    BudgetError,
+    MessageError,
+    PlanError,
+    PredicateError,
+    RecordError,
+)
+from cognoxium.formats import from_openai_messages
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import canonical_json
 from cognoxium.items.records import records_to_frame
@@ -128,7 +136,17 @@ def test_request_has_exactly_its_documented_fields() -> None:
         "turns",
         "start_on",
         "gaps",
+        "tool_errors",
+        "target",
+        "gap_note",
     ]
+    # The how-to names them all, in its sentence and in its table of accepted values.
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "batch.md").read_text()
+    sentence = re.search(r"A request has exactly the fields(.*?): an unknown", page, re.S)
+    assert sentence is not None
+    assert re.findall(r"`(\w+)`", sentence.group(1)) == list(Request.model_fields)
+    table = re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", page, re.M)
+    assert [name for row in table for name in row if name] == list(Request.model_fields)
     # Built in Python, an unknown field is refused just as in a file.
     with pytest.raises(ValidationError, match="qurey"):
         Request.model_validate({"id": "r", "budget": 1, "qurey": "refund"})
@@ -195,8 +213,8 @@ def test_request_round_trips_through_json() -> None:
             '{"id": "r2", "budget": 5, "qurey": "refund"}',
             "qurey",
             "unknown field 'qurey'; did you mean 'query'? a request has the fields id, budget, "
-            "reserve, overflow, query, where, as_of, evidence, labels, turns, start_on, gaps "
-            "(put other data under 'labels')",
+            "reserve, overflow, query, where, as_of, evidence, labels, turns, start_on, gaps, "
+            "tool_errors, target, gap_note (put other data under 'labels')",
         ),
         # The misspelt field is named, not the real one it leaves missing.
         ('{"id": "r2", "budjet": 5}', "budjet", "unknown field 'budjet'; did you mean 'budget'?"),
@@ -703,7 +721,19 @@ def test_requests_pack_whole_turns_and_start_on_a_user_message(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("turns", "yes"), ("turns", 1), ("start_on", "human")]
+    ("field", "value"),
+    [
+        ("turns", "yes"),
+        ("turns", 1),
+        ("start_on", "human"),
+        ("gaps", "skip"),
+        ("gaps", None),
+        ("tool_errors", "drop"),
+        ("target", "claude"),
+        ("gap_note", "({count} omitted)"),
+        ("gap_note", " "),
+        ("gap_note", 7),
+    ],
 )
 def test_conversation_options_of_a_request_are_checked(field: str, value: Any) -> None:
     with pytest.raises(ValidationError, match=field):
@@ -726,6 +756,83 @@ def test_batch_conversation_options_apply_to_requests_without_their_own(tmp_path
     batch, own = records(tmp_path)
     assert batch["ids"] == ["policy", "u2", "a2"]  # the batch's start_on="user" drops a1
     assert own["ids"] == ["policy", "a1", "u2", "a2"]  # the request's own options win
+
+
+def _chat_store() -> pl.DataFrame:
+    """A chat with a tool exchange, a long reply and a pending call at its end."""
+
+    def asks(call: str, city: str) -> dict[str, Any]:
+        arguments = json.dumps({"city": city})
+        function = {"name": "get_weather", "arguments": arguments}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call, "type": "function", "function": function}],
+        }
+
+    history = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Weather in Paris?"},
+        asks("c1", "Paris"),
+        {"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+        {"role": "assistant", "content": "It is 18 C in Paris. " + "More on Paris. " * 40},
+        {"role": "user", "content": "And Rome?"},
+        {"role": "assistant", "content": "22 C in Rome."},
+        {"role": "user", "content": "Thanks. And Oslo?"},
+        asks("c2", "Oslo"),
+    ]
+    return from_openai_messages(history, conversation_id="c").collect()
+
+
+def test_each_request_packs_with_its_own_target_tool_errors_and_gap_note(tmp_path: Path) -> None:
+    note = "({n} earlier messages omitted)"
+    own = {"target": "anthropic", "gaps": "fill", "gap_note": note}
+    requests = [Request(id="plain", budget=90), Request(id="noted", budget=90, **own)]
+    run_batch(
+        _chat_store(), requests, out_dir=tmp_path, rank="none", manifests="jsonl",
+        options=PackOptions(as_of=AS_OF),
+    )  # fmt: skip
+    plain, noted = records(tmp_path, "manifests")
+    assert "gap_records" not in plain  # gaps="stop": an unbroken tail, no hole, no note
+    (hole,) = noted["gap_records"]
+    assert (hole["items"], hole["note_tokens"] > 0) == (1, True)  # the long reply, noted
+    assert {e["id"]: e["reason"] for e in noted["entries"]}["c:8"] == "tool_call_unanswered"
+    # The same packs as the Python API gives with the same options.
+    frame = CognitionFrame(_chat_store())
+    for manifest, given in [(plain, {}), (noted, own)]:
+        direct = frame.pack(90, as_of=AS_OF, label=manifest["label"], **given)
+        assert direct.manifest.to_json() == canonical_json(manifest)
+    back = read_requests_back(requests, tmp_path)
+    assert [r.to_record() for r in back] == [r.to_record() for r in requests]
+    assert "target" not in back[0].to_record()  # options left out unless given
+
+
+def read_requests_back(requests: list[Request], tmp_path: Path) -> list[Request]:
+    """The requests written as JSON lines and read again."""
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r.to_record()) + "\n" for r in requests))
+    return read_requests(path)
+
+
+def test_a_request_own_tool_errors_overrides_the_batch_and_errors_name_it(tmp_path: Path) -> None:
+    batch = PackOptions(as_of=AS_OF, tool_errors="error")
+    run_batch(
+        _chat_store(), [Request(id="mends", budget=10_000, tool_errors="repair")],
+        out_dir=tmp_path / "a", rank="none", options=batch,
+    )  # fmt: skip
+    (packed,) = records(tmp_path / "a")
+    assert "c:8" not in packed["ids"]  # the pending call, left out by the request's "repair"
+    with pytest.raises(MessageError, match=r"request 'strict': .*rule tool_call_unanswered") as e:
+        run_batch(
+            _chat_store(), [Request(id="strict", budget=10_000)],
+            out_dir=tmp_path / "b", rank="none", options=batch,
+        )  # fmt: skip
+    assert (e.value.rule, e.value.params["request_id"], e.value.params["id"]) == (
+        "tool_call_unanswered",
+        "strict",
+        "c:8",
+    )
+    assert not (tmp_path / "b").exists()  # nothing committed
 
 
 def test_a_manifest_write_error_fails_the_batch_and_commits_nothing(

@@ -88,7 +88,7 @@ from cognoxium.app._workers import (
 )
 from cognoxium.engine.plan import polars_error_text
 from cognoxium.engine.ranks import Rank, RankContext, collect_ranks, rank_entry, rank_methods
-from cognoxium.exceptions import BudgetError, PackError, PlanError, RecordError
+from cognoxium.exceptions import BudgetError, MessageError, PackError, PlanError, RecordError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import (
     FINE_TIME_MESSAGE,
@@ -219,6 +219,20 @@ class Request(BaseModel):
         ``"stop"`` (the default) or ``"fill"``: what the pack does when a
         conversation item without a rank, taken newest first, does not fit
         (see :class:`~cognoxium.packing.options.PackOptions`).
+    tool_errors
+        ``"repair"`` (the default) or ``"error"``: what the pack does with
+        tool messages the chat APIs reject (an unanswered call, an orphan or
+        duplicate result): leave them out, with the rule as the reason, or
+        raise :class:`~cognoxium.exceptions.MessageError`.
+    target
+        ``"openai"`` (the default) or ``"anthropic"``: the API the pack is
+        rendered for. For ``"anthropic"`` the pack starts on a user message,
+        and the opening user message a rendering adds is counted.
+    gap_note
+        ``None`` (the default), or the text of the message put in place of
+        each hole of the conversation, whose only field is ``{n}`` (the
+        number of items left out there), as ``"({n} earlier messages
+        omitted)"``; counted in the budget.
 
     Notes
     -----
@@ -255,6 +269,9 @@ class Request(BaseModel):
     turns: StrictBool = False
     start_on: Literal["user"] | None = None
     gaps: Literal["stop", "fill"] = "stop"
+    tool_errors: Literal["repair", "error"] = "repair"
+    target: Literal["openai", "anthropic"] = "openai"
+    gap_note: UnicodeStr | None = None
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
@@ -290,6 +307,15 @@ class Request(BaseModel):
             raise ValueError(problem)
         return value
 
+    @field_validator("gap_note")
+    @classmethod
+    def _note_form(cls, value: str | None) -> str | None:
+        try:
+            PackOptions(gap_note=value)
+        except PackError as exc:
+            raise ValueError(str(exc).removeprefix("gap_note ")) from None
+        return value
+
     @field_validator("where")
     @classmethod
     def _non_blank(cls, value: str | None) -> str | None:
@@ -301,9 +327,10 @@ class Request(BaseModel):
         """Return the request as a JSON record, a line of a requests file.
 
         The pack options (``reserve``, ``overflow``, ``turns``, ``start_on``,
-        ``gaps``) are left out unless given, so a request that does not use them reads
-        as it did before they existed; :func:`read_requests` gives back an
-        equal request.
+        ``gaps``, ``tool_errors``, ``target``, ``gap_note``) are left out
+        unless given, so a request that does not use them reads as it did
+        before they existed; :func:`read_requests` gives back an equal
+        request.
 
         Examples
         --------
@@ -312,8 +339,7 @@ class Request(BaseModel):
         >>> Request(id="r2", budget=512, reserve=64).to_record()["reserve"]
         64
         """
-        options = {"reserve", "overflow", "turns", "start_on", "gaps"}
-        defaults = options - self.model_fields_set
+        defaults = set(_OPTIONS) - {"as_of"} - self.model_fields_set
         return self.model_dump(mode="json", exclude=defaults)
 
     @property
@@ -377,7 +403,17 @@ class Request(BaseModel):
         )
 
 
-_OPTIONS: tuple[str, ...] = ("reserve", "overflow", "as_of", "turns", "start_on", "gaps")
+_OPTIONS: tuple[str, ...] = (
+    "reserve",
+    "overflow",
+    "as_of",
+    "turns",
+    "start_on",
+    "gaps",
+    "tool_errors",
+    "target",
+    "gap_note",
+)
 """The fields of a :class:`Request` that are pack options (:class:`PackOptions` fields)."""
 
 
@@ -793,8 +829,9 @@ def run_batch(
     options
         The batch's pack options (:class:`~cognoxium.packing.options.PackOptions`;
         ``None``: the defaults): its token profile, and the ``reserve``,
-        ``overflow``, ``as_of``, ``turns``, ``start_on`` and ``gaps`` of the requests
-        that do not give their own (see :attr:`Request.options`). An
+        ``overflow``, ``as_of``, ``turns``, ``start_on``, ``gaps``,
+        ``tool_errors``, ``target`` and ``gap_note`` of the requests that do
+        not give their own (see :attr:`Request.options`). An
         ``as_of`` of ``None`` means the current time, read once for the
         whole batch; give a fixed time for byte-identical manifests.
     rank
@@ -1185,6 +1222,13 @@ def _packing(request: Request, work: Callable[[], _T]) -> _T:
             f"request {request.id!r}: {exc}",
             costs=exc.costs,
             budget=exc.budget,
+            params={**exc.params, "request_id": request.id},
+        ) from None
+    except MessageError as exc:
+        raise MessageError(
+            f"request {request.id!r}: {exc}",
+            index=exc.index,
+            rule=exc.rule,
             params={**exc.params, "request_id": request.id},
         ) from None
     except (PackError, PlanError) as exc:

@@ -800,7 +800,7 @@ def pack_command(
             help="Tool messages the chat APIs reject (a call without its result, a result "
             "without its call or after another message, a call answered twice): 'repair' "
             "leaves them out, each with its reason in the manifest; 'error' fails the "
-            "request (exit 2).",
+            "request (exit 2); for requests without their own tool_errors.",
         ),
     ] = ToolErrors.REPAIR,
     target: Annotated[
@@ -808,7 +808,7 @@ def pack_command(
         typer.Option(
             help="The API the packs are built for: 'anthropic' makes each pack a valid "
             "Anthropic Messages request (it starts on a user message; an opening user "
-            "message it needs is counted).",
+            "message it needs is counted); for requests without their own target.",
         ),
     ] = Target.OPENAI,
     gaps: Annotated[
@@ -825,7 +825,8 @@ def pack_command(
         typer.Option(
             help="The text of a message put in place of each hole in a packed conversation, "
             "{n} the items left out there, as '({n} earlier messages omitted)'; counted in "
-            "the budget and recorded in the manifest's gap_records. Default: no message.",
+            "the budget and recorded in the manifest's gap_records; for requests without "
+            "their own gap_note. Default: no message.",
         ),
     ] = None,
     engine: Annotated[
