@@ -206,6 +206,27 @@ def order_units(
     rank_values = df.get_column("rank") if rank is None else rank
     if id_order is None:
         id_order = ids_in_order(df)
+    conversation, priorities = _row_keys(df, rank_values)
+    if units.unit_of_row is not None:
+        keys = _unit_keys(rows, units, rank_values, priorities, rendering, id_order, conversation)
+    else:
+        candidates = np.flatnonzero(rows.eligible)
+        # A null reads as NaN here; a null or NaN rank sorts last.
+        ranks = rank_values.to_numpy().astype(np.float64, copy=False)[candidates]
+        keys = _Keys(
+            candidates=candidates,
+            unit_ids=id_order,
+            tier=rows.tier[candidates],
+            ranks=np.where(np.isnan(ranks), -np.inf, ranks),
+            priority=priorities.to_numpy()[candidates],
+            cheap=rendering.cheap.to_numpy()[candidates],
+            talk=conversation.to_numpy()[candidates],
+        )
+    return _queue(keys, units.n_units, costs)
+
+
+def _row_keys(df: pl.DataFrame, rank_values: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Each row's conversation flag (unranked packs only) and its priority (null: lowest)."""
     # Only a pack with an unranked row reads the roles (a ranked batch pays nothing for them).
     unranked = bool(rank_values.null_count()) or bool(rank_values.is_nan().any())
     conversation = (
@@ -216,63 +237,90 @@ def order_units(
     priorities = df.get_column("priority")
     if priorities.null_count():
         priorities = priorities.fill_null(_NULL_PRIORITY)
-    if units.unit_of_row is not None:
-        keys = pl.DataFrame(
-            {
-                "tier": rows.tier,
-                "rank": rank_values.fill_nan(None).fill_null(float("-inf")),
-                "priority": priorities,
-                "cheap": rendering.cheap,
-                "id_order": id_order,
-                "conversation": conversation,
-            }
+    return conversation, priorities
+
+
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """The ``m`` candidate units (``candidates``) and their keys, ``(m,)`` each.
+
+    ``unit_ids`` is indexed by unit (every unit), the rest by candidate.
+    """
+
+    candidates: np.ndarray
+    unit_ids: np.ndarray
+    tier: np.ndarray
+    ranks: np.ndarray
+    priority: np.ndarray
+    cheap: np.ndarray
+    talk: np.ndarray
+
+
+def _unit_keys(
+    rows: Exclusions,
+    units: Units,
+    rank_values: pl.Series,
+    priorities: pl.Series,
+    rendering: Rendering,
+    id_order: np.ndarray,
+    conversation: pl.Series,
+) -> _Keys:
+    """The keys of units of several rows: their strongest member's, cheap bounds summed."""
+    keys = pl.DataFrame(
+        {
+            "tier": rows.tier,
+            "rank": rank_values.fill_nan(None).fill_null(float("-inf")),
+            "priority": priorities,
+            "cheap": rendering.cheap,
+            "id_order": id_order,
+            "conversation": conversation,
+        }
+    )
+    unit_keys = (
+        keys.with_columns(unit=units.unit_of_row, eligible=rows.eligible)
+        .filter("eligible")
+        .group_by("unit")
+        .agg(
+            pl.col("tier").min(),
+            pl.col("rank").max(),
+            pl.col("priority").max(),
+            pl.col("cheap").sum(),
+            pl.col("id_order").min(),
+            pl.col("conversation").all(),
         )
-        unit_keys = (
-            keys.with_columns(unit=units.unit_of_row, eligible=rows.eligible)
-            .filter("eligible")
-            .group_by("unit")
-            .agg(
-                pl.col("tier").min(),
-                pl.col("rank").max(),
-                pl.col("priority").max(),
-                pl.col("cheap").sum(),
-                pl.col("id_order").min(),
-                pl.col("conversation").all(),
-            )
-            .sort("unit")
-        )
-        candidates = unit_keys.get_column("unit").to_numpy()
-        unit_ids = np.zeros(units.n_units, dtype=np.int64)
-        unit_ids[candidates] = unit_keys.get_column("id_order").to_numpy()
-        tier = unit_keys.get_column("tier").to_numpy()
-        ranks = unit_keys.get_column("rank").to_numpy()
-        priority = unit_keys.get_column("priority").to_numpy()
-        unit_cheap = unit_keys.get_column("cheap").to_numpy()
-        talk = unit_keys.get_column("conversation").to_numpy()
-    else:
-        candidates = np.flatnonzero(rows.eligible)
-        unit_ids = id_order
-        tier = rows.tier[candidates]
-        # A null reads as NaN here; a null or NaN rank sorts last.
-        ranks = rank_values.to_numpy().astype(np.float64, copy=False)[candidates]
-        ranks = np.where(np.isnan(ranks), -np.inf, ranks)
-        priority = priorities.to_numpy()[candidates]
-        unit_cheap = rendering.cheap.to_numpy()[candidates]
-        talk = conversation.to_numpy()[candidates]
-    recency = np.where(talk & (ranks == -np.inf), units.n_units - candidates, 0).astype(np.int64)
+        .sort("unit")
+    )
+    candidates = unit_keys.get_column("unit").to_numpy()
+    unit_ids = np.zeros(units.n_units, dtype=np.int64)
+    unit_ids[candidates] = unit_keys.get_column("id_order").to_numpy()
+    return _Keys(
+        candidates=candidates,
+        unit_ids=unit_ids,
+        tier=unit_keys.get_column("tier").to_numpy(),
+        ranks=unit_keys.get_column("rank").to_numpy(),
+        priority=unit_keys.get_column("priority").to_numpy(),
+        cheap=unit_keys.get_column("cheap").to_numpy(),
+        talk=unit_keys.get_column("conversation").to_numpy(),
+    )
+
+
+def _queue(keys: _Keys, n_units: int, costs: np.ndarray | None) -> Queue:
+    """The candidates in selection order: conversation units without a rank newest first."""
+    candidates, ranks = keys.candidates, keys.ranks
+    recency = np.where(keys.talk & (ranks == -np.inf), n_units - candidates, 0).astype(np.int64)
     ties = None
     if costs is not None and not (costs[candidates] == UNSET).any():
-        ties = (costs[candidates], unit_ids[candidates])
-    ordering = _ordering(tier, ranks, priority, recency, ties)
-    cheap = np.zeros(units.n_units, dtype=np.int64)
-    cheap[candidates] = unit_cheap
-    sorted_tier = tier[ordering].astype(np.int64)
+        ties = (costs[candidates], keys.unit_ids[candidates])
+    ordering = _ordering(keys.tier, ranks, keys.priority, recency, ties)
+    cheap = np.zeros(n_units, dtype=np.int64)
+    cheap[candidates] = keys.cheap
+    sorted_tier = keys.tier[ordering].astype(np.int64)
     return Queue(
         order=candidates[ordering],
-        keys=(sorted_tier, ranks[ordering], priority[ordering], recency[ordering]),
+        keys=(sorted_tier, ranks[ordering], keys.priority[ordering], recency[ordering]),
         candidates=candidates,
         cheap=cheap,
-        unit_ids=unit_ids,
+        unit_ids=keys.unit_ids,
         n_required=int((sorted_tier == 0).sum()),
         whole=ties is not None,
     )

@@ -38,7 +38,7 @@ fault, naming the message index and the rule.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cognoxium.exceptions import MessageError
@@ -144,90 +144,92 @@ def tool_call_faults(
     answered: dict[str, int] = {}  # call id -> the message answering it
     declared: dict[str, int] = {}  # call id -> the message making it
     orphans: dict[str, int] = {}  # call id -> a result of it out of place
-    unanswered: list[tuple[int, list[str]]] = []
-    open_at: int | None = None  # the assistant message whose results may follow
-    run_end = -1  # the index its next result must have
-    got: dict[str, int] = {}
-
-    def close() -> None:
-        if open_at is None:
-            return
-        missing = [c for c in calls[open_at] if c not in got]
-        if missing:
-            unanswered.append((open_at, missing))
-            faults.append(
-                Fault(
-                    open_at,
-                    "tool_call_unanswered",
-                    "",
-                    (open_at, *sorted(got.values())),
-                )
-            )
-
+    unanswered: list[_Run] = []
+    run: _Run | None = None  # the assistant message whose results may follow
     for at in sorted({*calls, *results}):
-        if open_at is not None and (at != run_end or at in calls):
-            close()
-            open_at = None
+        if run is not None and (at != run.end or at in calls):
+            unanswered += [run] if run.missing() else []
+            run = None
         if at in calls:
-            open_at, run_end, got = at, at + 1, {}
+            run = _Run(at, calls[at], at + 1)
             for made in calls[at]:
                 declared.setdefault(made, at)
             continue
         call_id = results[at]
-        in_run = open_at is not None and at == run_end
-        if in_run:
-            run_end = at + 1
+        in_run = run is not None and at == run.end
+        if run is not None and in_run:
+            run.end = at + 1
         if call_id is not None and call_id in answered:
-            faults.append(
-                Fault(
-                    at,
-                    "tool_result_duplicate",
-                    f"message {at} answers tool call {call_id!r}, which message "
-                    f"{answered[call_id]} already answered",
-                    (at,),
-                )
-            )
-        elif in_run and open_at is not None and call_id in calls[open_at]:
-            got[call_id] = answered[call_id] = at
+            faults.append(_duplicate(at, call_id, answered[call_id]))
+        elif run is not None and in_run and call_id in run.calls:
+            run.got[call_id] = answered[call_id] = at
         else:
-            if call_id is None:
-                why = "it has no tool_call_id"
-            elif call_id in declared and declared[call_id] < at:
+            if call_id in declared:
                 orphans.setdefault(call_id, at)
-                between = next(
-                    (k for k in range(declared[call_id] + 1, at) if roles[k] != "tool"),
-                    at - 1,
-                )
-                why = (
-                    f"its call is made by message {declared[call_id]}, but message {between} "
-                    f"({roles[between]}) comes between them"
-                )
-            else:
-                why = "no assistant message before it makes that call"
-            faults.append(
-                Fault(
-                    at,
-                    "tool_result_orphan",
-                    f"message {at} is a result of tool call {call_id!r}, and {why}",
-                    (at,),
-                )
-            )
-    close()
-    texts = {}
-    for at, missing in unanswered:
+            faults.append(_orphan(at, call_id, declared, roles))
+    unanswered += [run] if run is not None and run.missing() else []
+    faults += [r.fault(orphans) for r in unanswered]
+    return sorted(faults, key=lambda f: -1 if f.index is None else f.index)
+
+
+@dataclass(slots=True)
+class _Run:
+    """An assistant message making tool calls, and the results right after it."""
+
+    at: int
+    calls: list[str]
+    end: int  # the index its next result must have
+    got: dict[str, int] = field(default_factory=dict)  # call id -> the result answering it
+
+    def missing(self) -> list[str]:
+        """The calls no result of the run answers."""
+        return [c for c in self.calls if c not in self.got]
+
+    def fault(self, orphans: Mapping[str, int]) -> Fault:
+        """The unanswered fault: left out with its partial results; names late results."""
+        missing = self.missing()
         later = [f"{c!r} at message {orphans[c]}" for c in missing if c in orphans]
         where = f"; results come later, after another message: {', '.join(later)}" if later else ""
-        texts[at] = (
-            f"message {at} makes tool calls {missing} that the tool messages right after it do "
-            f"not answer{where}"
+        return Fault(
+            self.at,
+            "tool_call_unanswered",
+            f"message {self.at} makes tool calls {missing} that the tool messages right after "
+            f"it do not answer{where}",
+            (self.at, *sorted(self.got.values())),
         )
-    faults = [
-        Fault(f.index, f.rule, texts[f.index], f.left_out)
-        if f.rule == "tool_call_unanswered" and f.index is not None
-        else f
-        for f in faults
-    ]
-    return sorted(faults, key=lambda f: -1 if f.index is None else f.index)
+
+
+def _duplicate(at: int, call_id: str, first: int) -> Fault:
+    """A result of a call that message ``first`` already answered."""
+    return Fault(
+        at,
+        "tool_result_duplicate",
+        f"message {at} answers tool call {call_id!r}, which message {first} already answered",
+        (at,),
+    )
+
+
+def _orphan(
+    at: int, call_id: str | None, declared: Mapping[str, int], roles: Sequence[str]
+) -> Fault:
+    """A result not right after its call: why, naming the message between them."""
+    if call_id is None:
+        why = "it has no tool_call_id"
+    elif call_id in declared:
+        made = declared[call_id]
+        between = next((k for k in range(made + 1, at) if roles[k] != "tool"), at - 1)
+        why = (
+            f"its call is made by message {made}, but message {between} ({roles[between]}) "
+            "comes between them"
+        )
+    else:
+        why = "no assistant message before it makes that call"
+    return Fault(
+        at,
+        "tool_result_orphan",
+        f"message {at} is a result of tool call {call_id!r}, and {why}",
+        (at,),
+    )
 
 
 def openai_faults(messages: Sequence[Mapping[str, Any]]) -> list[Fault]:
@@ -393,53 +395,66 @@ def anthropic_faults(
             faults.append(Fault(at, "role_invalid", f"message {at} has role {role!r}"))
             continue
         content = message.get("content")
-        if at == 0 and role != "user":
-            faults.append(Fault(at, "first_not_user", f"message 0 is an {role} message"))
-        if at > 0 and roles[at - 1] == role:
-            faults.append(
-                Fault(at, "roles_not_alternating", f"messages {at - 1} and {at} are both {role}")
-            )
+        faults += _order_faults(at, role, roles[at - 1] if at > 0 else None)
         faults += _block_faults(at, role, content)
         if role == "assistant":
-            uses = _ids(content, "tool_use", "id")
-            following = messages[at + 1] if at + 1 < len(messages) else None
-            after = following.get("content") if isinstance(following, Mapping) else None
-            given = set(_ids(after, "tool_result", "tool_use_id")) if after is not None else set()
-            missing = [u for u in uses if u not in given]
-            if missing:
-                faults.append(
-                    Fault(
-                        at,
-                        "tool_call_unanswered",
-                        f"message {at} makes tool_use {missing} that the next message does "
-                        "not answer with tool_result blocks",
-                    )
-                )
-            continue
-        before = (
-            messages[at - 1].get("content") if at > 0 and roles[at - 1] == "assistant" else None
+            after = messages[at + 1] if at + 1 < len(messages) else None
+            faults += _unanswered_uses(at, content, after)
+        else:
+            before = messages[at - 1] if at > 0 and roles[at - 1] == "assistant" else None
+            faults += _result_faults(at, content, before, answered)
+    return faults
+
+
+def _order_faults(at: int, role: str, previous: object) -> list[Fault]:
+    """The first message is a user's, and the roles alternate."""
+    faults = []
+    if at == 0 and role != "user":
+        faults.append(Fault(at, "first_not_user", f"message 0 is an {role} message"))
+    if previous == role:
+        faults.append(
+            Fault(at, "roles_not_alternating", f"messages {at - 1} and {at} are both {role}")
         )
-        uses_before = set(_ids(before, "tool_use", "id")) if before is not None else set()
-        for call_id in _ids(content, "tool_result", "tool_use_id"):
-            if call_id in answered:
-                faults.append(
-                    Fault(
-                        at,
-                        "tool_result_duplicate",
-                        f"message {at} answers tool_use {call_id!r}, which message "
-                        f"{answered[call_id]} already answered",
-                    )
-                )
-            elif call_id not in uses_before:
-                faults.append(
-                    Fault(
-                        at,
-                        "tool_result_orphan",
-                        f"message {at} holds a tool_result for {call_id!r}, which the message "
-                        "right before it does not make",
-                    )
-                )
-            answered.setdefault(call_id, at)
+    return faults
+
+
+def _unanswered_uses(at: int, content: Any, after: Any) -> list[Fault]:
+    """An assistant message's tool_use blocks that the next message does not answer."""
+    answers = after.get("content") if isinstance(after, Mapping) else None
+    given = set(_ids(answers, "tool_result", "tool_use_id")) if answers is not None else set()
+    missing = [u for u in _ids(content, "tool_use", "id") if u not in given]
+    if not missing:
+        return []
+    text = (
+        f"message {at} makes tool_use {missing} that the next message does not answer with "
+        "tool_result blocks"
+    )
+    return [Fault(at, "tool_call_unanswered", text)]
+
+
+def _result_faults(at: int, content: Any, before: Any, answered: dict[str, int]) -> list[Fault]:
+    """A user message's tool_result blocks: each answers, once, a use of the message before.
+
+    ``before`` is that message when it is an assistant's, else ``None``;
+    ``answered`` (call id -> message) is updated.
+    """
+    uses = before.get("content") if isinstance(before, Mapping) else None
+    uses_before = set(_ids(uses, "tool_use", "id")) if uses is not None else set()
+    faults = []
+    for call_id in _ids(content, "tool_result", "tool_use_id"):
+        if call_id in answered:
+            text = (
+                f"message {at} answers tool_use {call_id!r}, which message "
+                f"{answered[call_id]} already answered"
+            )
+            faults.append(Fault(at, "tool_result_duplicate", text))
+        elif call_id not in uses_before:
+            text = (
+                f"message {at} holds a tool_result for {call_id!r}, which the message right "
+                "before it does not make"
+            )
+            faults.append(Fault(at, "tool_result_orphan", text))
+        answered.setdefault(call_id, at)
     return faults
 
 
