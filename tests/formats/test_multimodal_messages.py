@@ -123,6 +123,72 @@ def test_anthropic_base64_image_round_trip_keeps_the_message_whole() -> None:
     assert_valid(result)
 
 
+NO_DETAIL: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [text("What is on this?"), image_url(CAT)], "name": "ada"},
+    {"role": "assistant", "content": "A cat."},
+    {"role": "user", "content": [image_url(DOG), image_url(DOG, "low"), text("And this?")]},
+]
+
+
+def test_openai_images_without_detail_round_trip_without_one() -> None:
+    # Before, each came back with "detail": "auto" added.
+    cf = from_openai_messages(copy.deepcopy(NO_DETAIL), conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_openai() == NO_DETAIL
+    assert to_openai_messages(cf) == NO_DETAIL
+    assert_counted(result)
+    # Costed as "auto": a URL of unknown size at the most (1445).
+    costs = dict(
+        zip(result.manifest.to_polars()["id"], result.manifest.to_polars()["tokens"], strict=True)
+    )
+    assert costs["c:1.1"] == 1445
+    assert costs["c:3.0"] == 4 + 1445
+    assert costs["c:3.1"] == 85
+
+
+def test_anthropic_images_are_sent_to_openai_without_detail() -> None:
+    cf = from_anthropic_messages(copy.deepcopy(ANTHROPIC), conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    sent = [p for m in result.messages if isinstance(m["content"], list) for p in m["content"]]
+    assert [p for p in sent if p["type"] == "image_url"] == [image_url(CAT), image_url(DOG)]
+    assert result.to_anthropic() == {"messages": ANTHROPIC}
+    assert_counted(result)
+
+
+def test_langchain_images_without_detail_round_trip_without_one() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    history = [
+        m.SystemMessage("Be brief."),
+        m.HumanMessage([text("What is on this?"), image_url(CAT)], id="h1"),
+        m.AIMessage("A cat.", id="a1"),
+        m.HumanMessage([image_url(DOG), text("And this?")], id="h2"),
+    ]
+    cf = from_langchain_messages(history, conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert to_langchain_messages(result) == history
+    assert to_langchain_messages(cf) == history
+    assert_counted(result)
+
+
+def test_langchain_standard_image_blocks_come_back_in_openai_form_without_detail() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    blocks = [
+        text("Which?"),
+        {"type": "image", "url": CAT},
+        {"type": "image", "source_type": "url", "url": DOG},
+    ]
+    history = [m.HumanMessage(blocks, id="h1")]
+    result = from_langchain_messages(history, conversation_id="c").pack(
+        10_000, as_of=AS_OF, profile=PROFILE
+    )
+    # LangChain's own converter gives the OpenAI form, which comes back as it is.
+    openai_form = [text("Which?"), image_url(CAT), image_url(DOG)]
+    assert m.convert_to_openai_messages(history[0])["content"] == openai_form
+    assert [message.content for message in to_langchain_messages(result)] == [openai_form]
+    assert_counted(result)
+
+
 def test_langchain_round_trip_keeps_each_message_whole() -> None:
     m = pytest.importorskip("langchain_core.messages")
     history = [

@@ -84,7 +84,7 @@ def test_a_reference_is_an_image_by_its_media_type_or_else_its_uri(
     found = specs(item(0, {"kind": "reference", "uri": uri, "title": "t"}, **metadata))
     assert (0 in found) is is_image
     if is_image:
-        assert found[0] == ImageSpec(url=uri, detail="auto", size=None)
+        assert found[0] == ImageSpec(url=uri, detail=None, size=None)
 
 
 def test_a_reference_takes_its_size_from_metadata() -> None:
@@ -128,3 +128,15 @@ def test_bad_image_metadata_is_a_record_error_naming_row_and_field(
         specs(good, item(1, payload, **metadata))
     assert (caught.value.row, caught.value.field) == (1, field)
     assert words in caught.value.message
+
+
+def test_an_image_part_has_a_detail_only_when_given() -> None:
+    url = "https://x.org/cat.png"
+    assert ImageSpec(url=url, detail=None, size=None).part() == {
+        "type": "image_url",
+        "image_url": {"url": url},
+    }
+    assert ImageSpec(url=url, detail=None, size=None).costed_detail == "auto"
+    assert ImageSpec(url=url, detail="low", size=None).part()["image_url"]["detail"] == "low"
+    found = specs(item(0, {"kind": "reference", "uri": url}))
+    assert found[0].detail is None

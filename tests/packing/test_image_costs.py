@@ -79,7 +79,8 @@ def test_images_are_sent_as_image_parts_and_cost_the_tile_rule() -> None:
         "role": "user",
         "content": [
             {"type": "text", "text": "A cat"},
-            {"type": "image_url", "image_url": {"url": CAT_URI, "detail": "auto"}},
+            # No detail given, none sent: the API's default, costed as "auto".
+            {"type": "image_url", "image_url": {"url": CAT_URI}},
         ],
     }
     assert thumb["content"][0]["image_url"]["detail"] == "low"

@@ -24,9 +24,11 @@ Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES` or
             neither). A reference that is not an image is sent as a link.
 ==========  ===================================================================
 
-Either kind takes ``metadata.detail``, one of :data:`IMAGE_DETAILS`
-(``"auto"`` when absent, the API's default). What an image costs is the token
-profile's image rule (:class:`cognoxium.tokens.images.ImageRule`).
+Either kind takes ``metadata.detail``, one of :data:`IMAGE_DETAILS`. It is
+sent as the part's ``detail`` when given; when absent the part has no
+``detail`` and is costed as ``"auto"``, the API's default. What an image
+costs is the token profile's image rule
+(:class:`cognoxium.tokens.images.ImageRule`).
 
 Examples
 --------
@@ -92,18 +94,28 @@ class ImageSpec:
     url
         The ``image_url.url``: a ``data:`` URL (Binary) or the URI (Reference).
     detail
-        One of :data:`IMAGE_DETAILS`.
+        One of :data:`IMAGE_DETAILS`, or ``None`` when the item gives none
+        (the part is sent without ``detail``, which the API takes as
+        ``"auto"``).
     size
         ``(width, height)`` in pixels, or ``None`` when unknown.
     """
 
     url: str
-    detail: str
+    detail: str | None
     size: tuple[int, int] | None
 
+    @property
+    def costed_detail(self) -> str:
+        """The detail the image is costed at: ``detail``, or ``"auto"`` when not given."""
+        return "auto" if self.detail is None else self.detail
+
     def part(self) -> dict[str, Any]:
-        """The ``image_url`` content part that sends the image."""
-        return {"type": "image_url", "image_url": {"url": self.url, "detail": self.detail}}
+        """The ``image_url`` content part that sends the image (``detail`` only when given)."""
+        image = (
+            {"url": self.url} if self.detail is None else {"url": self.url, "detail": self.detail}
+        )
+        return {"type": "image_url", "image_url": image}
 
 
 def _matches(data: bytes, signature: tuple[tuple[int, bytes], ...]) -> bool:
@@ -208,8 +220,10 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
     return specs
 
 
-def _detail(meta: dict[str, Any]) -> str:
-    detail = meta.get("detail", "auto")
+def _detail(meta: dict[str, Any]) -> str | None:
+    if "detail" not in meta:
+        return None
+    detail = meta["detail"]
     if detail not in IMAGE_DETAILS:
         raise RecordError(
             f"an image's detail is one of {', '.join(IMAGE_DETAILS)}, got {detail!r}",
