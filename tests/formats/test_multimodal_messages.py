@@ -180,6 +180,24 @@ def test_a_large_data_url_image_is_tiled_as_the_provider_documents(
     assert result.to_openai() == messages
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:image/bmp;base64,Qk0eAAAAAAAAABoAAAAMAAAAAQABAAEAGAAAAP8A",  # a type the API refuses
+        "data:image/svg+xml;base64,PHN2Zy8+",
+        "data:image/png;base64,iVBORw0KGgo=",  # truncated before its size
+    ],
+)
+def test_a_data_url_of_no_readable_image_stays_an_image_at_the_most_it_can_cost(url: str) -> None:
+    # Before, a bmp or svg data URL was sent as a text message holding the URL.
+    messages = [{"role": "user", "content": [image_url(url)]}]
+    result = from_openai_messages(messages, conversation_id="c").pack(
+        10_000, as_of=AS_OF, profile=PROFILE
+    )
+    assert result.to_openai() == messages
+    assert result.used_tokens == PROFILE.request_tokens(result.messages) == 4 + 1445 + 3
+
+
 def test_anthropic_images_are_sent_to_openai_without_detail() -> None:
     cf = from_anthropic_messages(copy.deepcopy(ANTHROPIC), conversation_id="c")
     result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
