@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from base64 import b64encode
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,10 +20,12 @@ from cognoxium.packing.message_rules import validate_anthropic_messages, validat
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
+from tests.image_files import png
 
 PROFILE = get_profile("cl100k_base")
 AS_OF = datetime(2024, 1, 1, tzinfo=UTC)
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+PNG_URL = f"data:image/png;base64,{PNG}"
 CAT = "https://example.org/cat.png"
 DOG = "https://example.org/dog.jpg"
 
@@ -119,8 +122,122 @@ def test_anthropic_base64_image_round_trip_keeps_the_message_whole() -> None:
     cf = from_anthropic_messages(copy.deepcopy(messages), conversation_id="c")
     result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
     assert result.to_anthropic() == {"messages": messages}
-    assert len(result.messages) == 1
-    assert_valid(result)
+    assert result.messages == [{"role": "user", "content": [image_url(PNG_URL), text("And this?")]}]
+    # The 1 x 1 PNG: framing 4, one tile 255, "And this?" 3, priming 3. Before: 1455.
+    assert result.used_tokens == 4 + 255 + 3 + 3
+    assert_counted(result)
+
+
+NO_DETAIL: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [text("What is on this?"), image_url(CAT)], "name": "ada"},
+    {"role": "assistant", "content": "A cat."},
+    {"role": "user", "content": [image_url(PNG_URL), image_url(DOG, "low"), text("And this?")]},
+]
+
+
+def test_openai_images_without_detail_round_trip_without_one() -> None:
+    # Before, each came back with "detail": "auto" added.
+    cf = from_openai_messages(copy.deepcopy(NO_DETAIL), conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.to_openai() == NO_DETAIL
+    assert to_openai_messages(cf) == NO_DETAIL
+    assert_counted(result)
+    # Costed as "auto": the URL of unknown size at the most (1445), the data URL at its size.
+    costs = dict(
+        zip(result.manifest.to_polars()["id"], result.manifest.to_polars()["tokens"], strict=True)
+    )
+    assert costs["c:1.1"] == 1445
+    assert costs["c:3.0"] == 4 + 255
+    assert costs["c:3.1"] == 85
+
+
+def test_a_data_url_image_costs_what_a_recount_of_the_request_gives() -> None:
+    messages = [{"role": "user", "content": [image_url(PNG_URL)]}]
+    result = from_openai_messages(messages, conversation_id="c").pack(
+        10_000, as_of=AS_OF, profile=PROFILE
+    )
+    # Framing 4, the 1 x 1 image one 512 px tile (85 + 170), priming 3. Before: 1452.
+    assert result.used_tokens == PROFILE.request_tokens(result.messages) == 262
+    assert result.to_openai() == messages
+
+
+@pytest.mark.parametrize(
+    ("detail", "used"),
+    [(None, 772), ("high", 772), ("auto", 772), ("low", 92)],
+)
+def test_a_large_data_url_image_is_tiled_as_the_provider_documents(
+    detail: str | None, used: int
+) -> None:
+    # A PNG header claiming 4000 x 3000: fitted to 2048 x 1536, its short side to 768, so
+    # 1024 x 768 covers 2 x 2 tiles, 85 + 4 * 170 = 765; low detail 85. Framing 4, priming 3.
+    url = "data:image/png;base64," + b64encode(png(4000, 3000)).decode("ascii")
+    messages = [{"role": "user", "content": [image_url(url, detail)]}]
+    result = from_openai_messages(messages, conversation_id="c").pack(
+        10_000, as_of=AS_OF, profile=PROFILE
+    )
+    assert result.used_tokens == PROFILE.request_tokens(result.messages) == used
+    assert result.to_openai() == messages
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:image/bmp;base64,Qk0eAAAAAAAAABoAAAAMAAAAAQABAAEAGAAAAP8A",  # a type the API refuses
+        "data:image/svg+xml;base64,PHN2Zy8+",
+        "data:image/png;base64,iVBORw0KGgo=",  # truncated before its size
+    ],
+)
+def test_a_data_url_of_no_readable_image_stays_an_image_at_the_most_it_can_cost(url: str) -> None:
+    # Before, a bmp or svg data URL was sent as a text message holding the URL.
+    messages = [{"role": "user", "content": [image_url(url)]}]
+    result = from_openai_messages(messages, conversation_id="c").pack(
+        10_000, as_of=AS_OF, profile=PROFILE
+    )
+    assert result.to_openai() == messages
+    assert result.used_tokens == PROFILE.request_tokens(result.messages) == 4 + 1445 + 3
+
+
+def test_anthropic_images_are_sent_to_openai_without_detail() -> None:
+    cf = from_anthropic_messages(copy.deepcopy(ANTHROPIC), conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    sent = [p for m in result.messages if isinstance(m["content"], list) for p in m["content"]]
+    assert [p for p in sent if p["type"] == "image_url"] == [image_url(CAT), image_url(DOG)]
+    assert result.to_anthropic() == {"messages": ANTHROPIC}
+    assert_counted(result)
+
+
+def test_langchain_images_without_detail_round_trip_without_one() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    history = [
+        m.SystemMessage("Be brief."),
+        m.HumanMessage([text("What is on this?"), image_url(CAT)], id="h1"),
+        m.AIMessage("A cat.", id="a1"),
+        m.HumanMessage([image_url(PNG_URL), text("And this?")], id="h2"),
+    ]
+    cf = from_langchain_messages(history, conversation_id="c")
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert to_langchain_messages(result) == history
+    assert to_langchain_messages(cf) == history
+    assert_counted(result)
+
+
+def test_langchain_standard_image_blocks_come_back_in_openai_form_without_detail() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    blocks = [
+        text("Which?"),
+        {"type": "image", "url": CAT},
+        {"type": "image", "base64": PNG, "mime_type": "image/png"},
+    ]
+    history = [m.HumanMessage(blocks, id="h1")]
+    result = from_langchain_messages(history, conversation_id="c").pack(
+        10_000, as_of=AS_OF, profile=PROFILE
+    )
+    # LangChain's own converter gives the OpenAI form, which comes back as it is.
+    openai_form = [text("Which?"), image_url(CAT), image_url(PNG_URL)]
+    assert m.convert_to_openai_messages(history[0])["content"] == openai_form
+    assert [message.content for message in to_langchain_messages(result)] == [openai_form]
+    assert_counted(result)
 
 
 def test_langchain_round_trip_keeps_each_message_whole() -> None:

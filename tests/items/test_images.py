@@ -10,9 +10,16 @@ import pytest
 
 from cognoxium.exceptions import RecordError
 from cognoxium.items.convert import items_to_frame
-from cognoxium.items.images import ImageSpec, image_media_type, image_size, image_specs
+from cognoxium.items.images import (
+    ImageSpec,
+    data_url_size,
+    image_media_type,
+    image_size,
+    image_specs,
+    is_data_url,
+)
 from cognoxium.items.model import ContextItem
-from tests.image_files import BUILDERS, png
+from tests.image_files import BUILDERS, jpeg, png
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 
@@ -84,7 +91,7 @@ def test_a_reference_is_an_image_by_its_media_type_or_else_its_uri(
     found = specs(item(0, {"kind": "reference", "uri": uri, "title": "t"}, **metadata))
     assert (0 in found) is is_image
     if is_image:
-        assert found[0] == ImageSpec(url=uri, detail="auto", size=None)
+        assert found[0] == ImageSpec(url=uri, detail=None, size=None)
 
 
 def test_a_reference_takes_its_size_from_metadata() -> None:
@@ -128,3 +135,112 @@ def test_bad_image_metadata_is_a_record_error_naming_row_and_field(
         specs(good, item(1, payload, **metadata))
     assert (caught.value.row, caught.value.field) == (1, field)
     assert words in caught.value.message
+
+
+def data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64," + base64.b64encode(data).decode("ascii")
+
+
+# Whole files of one pixel, as the formats' encoders write them.
+PNG_1X1 = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
+GIF_1X1 = "R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
+WEBP_1X1 = "UklGRhoAAABXRUJQVlA4TA0AAAAvAAAAEAcQERGIiP4HAA=="  # lossless (VP8L)
+
+
+@pytest.mark.parametrize(
+    ("media_type", "encoded"),
+    [("image/png", PNG_1X1), ("image/gif", GIF_1X1), ("image/webp", WEBP_1X1)],
+)
+def test_a_data_url_of_a_whole_one_pixel_image_is_one_by_one(media_type: str, encoded: str) -> None:
+    assert data_url_size(f"data:{media_type};base64,{encoded}") == (1, 1)
+    assert image_size(base64.b64decode(encoded)) == (1, 1)
+
+
+@pytest.mark.parametrize("media_type", sorted(BUILDERS))
+@pytest.mark.parametrize("size", [(1, 1), (2, 3), (4000, 3000)])
+def test_a_data_url_gives_the_size_in_its_header(media_type: str, size: tuple[int, int]) -> None:
+    data = BUILDERS[media_type](*size)
+    assert data_url_size(data_url(media_type, data)) == size
+    # The scheme and the base64 marker in any case; parameters before it.
+    upper = "DATA:" + data_url(media_type, data)[5:].replace(";base64,", ";name=a;BASE64,")
+    assert data_url_size(upper) == size
+
+
+def test_a_data_url_is_decoded_only_as_far_as_its_header() -> None:
+    # Past its first 1200 bytes the text is not base64: were it all decoded, it would fail.
+    for media_type in sorted(BUILDERS):
+        data = BUILDERS[media_type](640, 480)
+        if media_type == "image/jpeg":  # the start of scan, where a JPEG's header ends
+            data += b"\xff\xda" + (8).to_bytes(2, "big") + b"\x01\x01\x00\x00\x3f\x00"
+        data += b"\0" * (1200 - len(data))  # 1600 base64 characters, no padding
+        url = data_url(media_type, data) + "!!!!" * 2_000_000
+        assert data_url_size(url) == (640, 480)
+
+
+def test_a_jpeg_data_url_is_read_past_large_segments_before_its_size() -> None:
+    # An ICC profile of 3 x 60 kB (APP2 segments) before the frame header, then scan data.
+    app2 = (b"\xff\xe2" + (60_002).to_bytes(2, "big") + b"\x5a" * 60_000) * 3
+    full = jpeg(1234, 567)
+    data = full[:20] + app2 + full[20:] + b"\x00" * 100_000
+    assert image_size(data) == (1234, 567)
+    assert data_url_size(data_url("image/jpeg", data)) == (1234, 567)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://x.org/cat.png",  # not a data URL
+        "data:image/png,%89PNG%0D%0A",  # not base64
+        "data:image/png;base64",  # no data
+        data_url("image/png", png(8, 8))[:-1],  # a length not a multiple of 4
+        "data:image/png;base64,%%%%" + PNG_1X1,  # not base64 where the header is
+        "data:image/png;base64,bm90IGFuIGltYWdl",  # "not an image"
+        data_url("image/png", png(8, 8)[:12]),  # truncated before the size
+        data_url("image/jpeg", jpeg(8, 8)[:22]),  # truncated in the frame header
+        data_url("image/bmp", b"BM" + b"\0" * 28),  # a format the API does not take
+        "data:image/png;base64,",  # empty
+    ],
+)
+def test_a_data_url_without_a_readable_image_has_no_size(url: str) -> None:
+    assert data_url_size(url) is None
+
+
+def test_data_urls_are_told_by_their_scheme() -> None:
+    urls = ["data:,", "Data:image/png;base64,AAAA", "https://x.org/data:image", "dat"]
+    assert [is_data_url(url) for url in urls] == [True, True, False, False]
+
+
+def test_a_data_url_reference_takes_its_size_from_its_bytes() -> None:
+    url = data_url("image/png", png(4000, 3000))
+    found = specs(
+        item(0, {"kind": "reference", "uri": url}),
+        # What is sent is the bytes: the metadata's size, which a recount cannot see, is not used.
+        item(1, {"kind": "reference", "uri": url}, width=10, height=10, detail="low"),
+        item(2, {"kind": "reference", "uri": url}, media_type="image/*"),
+    )
+    assert found == {
+        0: ImageSpec(url=url, detail=None, size=(4000, 3000)),
+        1: ImageSpec(url=url, detail="low", size=(4000, 3000)),
+        2: ImageSpec(url=url, detail=None, size=(4000, 3000)),
+    }
+
+
+def test_a_data_url_reference_without_a_readable_image_is_an_image_of_unknown_size() -> None:
+    # Packing goes on, at the most the image's detail can cost; it is not an error.
+    broken = "data:image/png;base64,iVBORw0KGgo="
+    found = specs(item(0, {"kind": "reference", "uri": broken}, detail="high"))
+    assert found == {0: ImageSpec(url=broken, detail="high", size=None)}
+
+
+def test_an_image_part_has_a_detail_only_when_given() -> None:
+    url = "https://x.org/cat.png"
+    assert ImageSpec(url=url, detail=None, size=None).part() == {
+        "type": "image_url",
+        "image_url": {"url": url},
+    }
+    assert ImageSpec(url=url, detail=None, size=None).costed_detail == "auto"
+    assert ImageSpec(url=url, detail="low", size=None).part()["image_url"]["detail"] == "low"
+    found = specs(item(0, {"kind": "reference", "uri": url}))
+    assert found[0].detail is None

@@ -16,7 +16,7 @@ from cognoxium.items.model import ContextItem
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
-from tests.image_files import gif, jpeg, png
+from tests.image_files import BUILDERS, gif, jpeg, png
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 AS_OF = START + timedelta(days=1)
@@ -79,7 +79,8 @@ def test_images_are_sent_as_image_parts_and_cost_the_tile_rule() -> None:
         "role": "user",
         "content": [
             {"type": "text", "text": "A cat"},
-            {"type": "image_url", "image_url": {"url": CAT_URI, "detail": "auto"}},
+            # No detail given, none sent: the API's default, costed as "auto".
+            {"type": "image_url", "image_url": {"url": CAT_URI}},
         ],
     }
     assert thumb["content"][0]["image_url"]["detail"] == "low"
@@ -104,6 +105,52 @@ def test_an_image_of_unknown_size_costs_the_most_its_detail_can() -> None:
     items = [item("hi", "user", ref), item("lo", "user", ref, detail="low")]
     result = pack(items_to_frame(items), 5000, PackOptions(as_of=AS_OF, profile=CL100K))
     assert [e[1] for e in entries(result).values()] == [4 + 1445, 4 + 85]
+
+
+@pytest.mark.parametrize("media_type", sorted(BUILDERS))
+@pytest.mark.parametrize(
+    ("size", "detail", "image_tokens"),
+    [
+        ((1, 1), None, 85 + 170),
+        ((1, 1), "low", 85),
+        ((4000, 3000), None, 85 + 170 * 4),  # 2048 x 1536, then 1024 x 768: 2 x 2 tiles
+        ((4000, 3000), "high", 85 + 170 * 4),
+        ((2048, 4096), "auto", 1105),  # documented
+        ((4000, 3000), "low", 85),
+    ],
+)
+def test_a_data_url_reference_costs_the_size_its_bytes_give(
+    media_type: str, size: tuple[int, int], detail: str | None, image_tokens: int
+) -> None:
+    # Before, the size of a data URL's image was not read: every one cost 1445 (high, auto).
+    url = data_url(media_type, BUILDERS[media_type](*size))
+    meta = {} if detail is None else {"detail": detail}
+    img = item("img", "user", {"kind": "reference", "uri": url}, **meta)
+    result = pack(items_to_frame([img]), 5000, PackOptions(as_of=AS_OF, profile=CL100K))
+    assert entries(result)["img"] == ("included", 4 + image_tokens, "selected")
+    assert result.used_tokens == 4 + image_tokens + 3
+    assert CL100K.request_tokens(result.messages) == result.used_tokens
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:image/png;base64,iVBORw0KGgo=",  # truncated before the size
+        "data:image/png;base64,%%%%",  # not base64
+        "data:image/png;base64,bm90IGFuIGltYWdl",  # "not an image"
+        data_url("image/png", b"BM" + b"\0" * 28),  # a format the API does not take
+    ],
+)
+def test_a_data_url_reference_without_a_readable_image_costs_the_most_its_detail_can(
+    url: str,
+) -> None:
+    items = [
+        item("hi", "user", {"kind": "reference", "uri": url}),
+        item("lo", "user", {"kind": "reference", "uri": url}, detail="low"),
+    ]
+    result = pack(items_to_frame(items), 5000, PackOptions(as_of=AS_OF, profile=CL100K))
+    assert [e[1] for e in entries(result).values()] == [4 + 1445, 4 + 85]
+    assert CL100K.request_tokens(result.messages) == result.used_tokens == 4 + 1445 + 4 + 85 + 3
 
 
 def test_an_image_that_does_not_fit_is_skipped_and_the_text_still_goes() -> None:

@@ -127,14 +127,6 @@ def test_a_url_image_costs_its_given_size_or_the_most_its_detail_can() -> None:
             "content[0].image_url.detail",
         ),
         ([{"type": "text", "text": "a"}, {"type": "input_audio"}], "content[1]"),
-        (
-            [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
-            "content[0].image_url.url",
-        ),
-        (
-            [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}],
-            "content[0].image_url.url",
-        ),
         ([{"type": "image_url", "image_url": "https://x.org/a.png"}], "content[0]"),
     ],
 )
@@ -144,8 +136,48 @@ def test_bad_parts_name_the_part(content: list[object], field: str) -> None:
     assert (caught.value.row, caught.value.field) == (0, field)
 
 
-def test_a_data_url_of_a_truncated_image_is_a_record_error() -> None:
-    url = "data:image/png;base64," + base64.b64encode(png(10, 10)[:12]).decode("ascii")
-    with pytest.raises(RecordError, match="readable size") as caught:
-        get_profile("cl100k_base").message_tokens(image_message(url, "high"))
-    assert caught.value.field == "content[0].image_url.url"
+@pytest.mark.parametrize(
+    "url",
+    [
+        "data:image/png;base64," + base64.b64encode(png(10, 10)[:12]).decode("ascii"),  # truncated
+        "data:image/png;base64,AAAA",  # not an image
+        "data:image/png;base64,%%%%",  # not base64
+        "data:image/png;base64,iVBORw0KGgo",  # a length not a multiple of 4
+        "data:image/png,%89PNG",  # not base64 encoded
+        "data:image/bmp;base64,Qk0eAAAAAAAAABoAAAAMAAAAAQABAAEAGAAAAP8A",  # another format
+    ],
+)
+def test_a_data_url_without_a_readable_image_costs_the_most_its_detail_can(url: str) -> None:
+    # Not a crash: an image of unknown size, which packing costs the same way.
+    profile = get_profile("cl100k_base")
+    assert profile.message_tokens(image_message(url, "high")) == 4 + 1445
+    assert profile.message_tokens(image_message(url)) == 4 + 1445
+    assert profile.message_tokens(image_message(url, "low")) == 4 + 85
+
+
+def test_a_data_url_costs_its_own_size_whatever_image_sizes_says() -> None:
+    profile = get_profile("cl100k_base")
+    url = "data:image/png;base64," + base64.b64encode(png(1, 1)).decode("ascii")
+    message = image_message(url, "high")
+    assert profile.message_tokens(message, image_sizes={url: (2048, 4096)}) == 4 + 255
+
+
+@pytest.mark.parametrize(
+    ("size", "tokens"),
+    [
+        ((1, 1), 85 + 170),
+        ((4000, 3000), 85 + 170 * 4),  # 2048 x 1536, then 1024 x 768: 2 x 2 tiles
+        ((3000, 4000), 85 + 170 * 4),
+        ((2048, 4096), 1105),  # documented
+        ((1024, 1024), 765),  # documented
+        ((10000, 10000), 85 + 170 * 4),  # 768 x 768
+        ((8000, 1000), 85 + 170 * 4),  # 2048 x 256: 4 x 1
+    ],
+)
+def test_a_large_data_url_image_is_tiled_by_the_documented_rule(
+    size: tuple[int, int], tokens: int
+) -> None:
+    profile = get_profile("cl100k_base")
+    url = "data:image/png;base64," + base64.b64encode(png(*size)).decode("ascii")
+    assert profile.message_tokens(image_message(url, "high")) == 4 + tokens
+    assert profile.message_tokens(image_message(url)) == 4 + tokens

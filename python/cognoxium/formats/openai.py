@@ -26,8 +26,8 @@ payload
     an image is a Reference payload whose ``uri`` is the part's URL (a
     ``data:`` URL stays one), its ``detail`` (when given) in
     ``metadata.detail`` and its ``metadata.media_type`` the one a ``data:``
-    URL names, else ``"image/*"``, so it is sent as an image (see
-    :mod:`cognoxium.items.images`). An assistant message with tool calls
+    URL names when it is PNG, JPEG, GIF or WebP, else ``"image/*"``, so it
+    is sent as an image (see :mod:`cognoxium.items.images`). An assistant message with tool calls
     and no text (``content`` null, absent, ``""`` or no parts) gets a Json
     payload ``{"tool_calls": [...]}`` instead, so the calls are what is
     packed and costed.
@@ -114,7 +114,7 @@ from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
 from cognoxium.items.hashing import digests_in_background
-from cognoxium.items.images import ANY_IMAGE, image_media_type_expr
+from cognoxium.items.images import ANY_IMAGE, IMAGE_MEDIA_TYPES, image_media_type_expr
 from cognoxium.items.io import parse_json_lines
 from cognoxium.items.model import (
     ContextItem,
@@ -468,9 +468,14 @@ value or the reference's uri), group id, metadata."""
 
 
 def _image_media_type(url: str) -> str:
-    """The media type a ``data:`` URL names, else :data:`~cognoxium.items.images.ANY_IMAGE`."""
+    """The image media type a ``data:`` URL names, else :data:`~cognoxium.items.images.ANY_IMAGE`.
+
+    A type the API does not take (``image/bmp``) is :data:`ANY_IMAGE` too, so the part is
+    still sent as the image it was (of unknown size, costed at the most its detail can).
+    """
     match = re.match(r"(?i)data:(image/[a-z0-9.+-]+)[;,]", url)
-    return match.group(1).lower() if match else ANY_IMAGE
+    media_type = match.group(1).lower() if match else ANY_IMAGE
+    return media_type if media_type in IMAGE_MEDIA_TYPES else ANY_IMAGE
 
 
 def _user_parts(

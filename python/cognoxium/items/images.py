@@ -19,14 +19,19 @@ Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES` or
             chat importers mark an ``image_url`` part); or,
             without a media type, the URI is a ``data:image/...`` URL or its
             path ends in ``.png``, ``.jpg``, ``.jpeg``, ``.gif`` or ``.webp``
-            (any case). It is sent as its URI; its size, if known, is
+            (any case). It is sent as its URI. The size of a ``data:`` URL's
+            image is read from its bytes (:func:`data_url_size`, the header
+            only), unknown if they hold no readable PNG, JPEG, GIF or WebP
+            image; the size of another URI's image, if known, is
             ``metadata.width`` and ``metadata.height`` (pixels, both or
             neither). A reference that is not an image is sent as a link.
 ==========  ===================================================================
 
-Either kind takes ``metadata.detail``, one of :data:`IMAGE_DETAILS`
-(``"auto"`` when absent, the API's default). What an image costs is the token
-profile's image rule (:class:`cognoxium.tokens.images.ImageRule`).
+Either kind takes ``metadata.detail``, one of :data:`IMAGE_DETAILS`. It is
+sent as the part's ``detail`` when given; when absent the part has no
+``detail`` and is costed as ``"auto"``, the API's default. What an image
+costs is the token profile's image rule
+(:class:`cognoxium.tokens.images.ImageRule`).
 
 Examples
 --------
@@ -35,6 +40,9 @@ Examples
 ('image/png', (640, 480))
 >>> image_media_type(b"plain bytes") is None
 True
+>>> import base64
+>>> data_url_size("data:image/png;base64," + base64.b64encode(png).decode())
+(640, 480)
 """
 
 from __future__ import annotations
@@ -55,10 +63,12 @@ __all__ = [
     "IMAGE_DETAILS",
     "IMAGE_MEDIA_TYPES",
     "ImageSpec",
+    "data_url_size",
     "image_media_type",
     "image_media_type_expr",
     "image_size",
     "image_specs",
+    "is_data_url",
 ]
 
 IMAGE_MEDIA_TYPES: tuple[str, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -92,18 +102,28 @@ class ImageSpec:
     url
         The ``image_url.url``: a ``data:`` URL (Binary) or the URI (Reference).
     detail
-        One of :data:`IMAGE_DETAILS`.
+        One of :data:`IMAGE_DETAILS`, or ``None`` when the item gives none
+        (the part is sent without ``detail``, which the API takes as
+        ``"auto"``).
     size
         ``(width, height)`` in pixels, or ``None`` when unknown.
     """
 
     url: str
-    detail: str
+    detail: str | None
     size: tuple[int, int] | None
 
+    @property
+    def costed_detail(self) -> str:
+        """The detail the image is costed at: ``detail``, or ``"auto"`` when not given."""
+        return "auto" if self.detail is None else self.detail
+
     def part(self) -> dict[str, Any]:
-        """The ``image_url`` content part that sends the image."""
-        return {"type": "image_url", "image_url": {"url": self.url, "detail": self.detail}}
+        """The ``image_url`` content part that sends the image (``detail`` only when given)."""
+        image = (
+            {"url": self.url} if self.detail is None else {"url": self.url, "detail": self.detail}
+        )
+        return {"type": "image_url", "image_url": image}
 
 
 def _matches(data: bytes, signature: tuple[tuple[int, bytes], ...]) -> bool:
@@ -141,6 +161,107 @@ def image_size(data: bytes) -> tuple[int, int] | None:
 
     width, height = imagesize.get(io.BytesIO(data))
     return (width, height) if width > 0 and height > 0 else None
+
+
+class _Base64Reader:
+    """The bytes a base64 text encodes, as a seekable file that decodes only what is read.
+
+    ``read`` decodes the 4-character groups covering the bytes asked for, so
+    reading an image's header from a data URL of many megabytes decodes a
+    few hundred bytes. A group that is not base64 raises ``binascii.Error``.
+    """
+
+    def __init__(self, text: str, start: int) -> None:
+        self._text, self._start = text, start
+        padding = 2 if text.endswith("==") else 1 if text.endswith("=") else 0
+        self._size = (len(text) - start) // 4 * 3 - padding
+        self._position = 0
+
+    def read(self, size: int = -1) -> bytes:
+        stop = self._size if size < 0 else min(self._size, self._position + size)
+        if stop <= self._position:
+            return b""
+        first, last = self._position // 3, -(-stop // 3)
+        groups = self._text[self._start + 4 * first : self._start + 4 * last]
+        data = base64.b64decode(groups, validate=True)
+        out = data[self._position - 3 * first : stop - 3 * first]
+        self._position = stop
+        return out
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+
+def data_url_size(url: str) -> tuple[int, int] | None:
+    """Return ``(width, height)`` in pixels of the image a base64 ``data:`` URL holds, if readable.
+
+    Only the bytes the image's header needs are decoded (through the
+    ``imagesize`` library, as :func:`image_size` reads them), never the whole
+    image: a data URL of many megabytes costs about as little as a small one.
+
+    Parameters
+    ----------
+    url
+        A URL; for an image, ``data:<media type>[;<parameter>...];base64,<data>``
+        (the scheme in any case, as RFC 2397 allows).
+
+    Returns
+    -------
+    tuple of int or None
+        The size (a JPEG's EXIF rotation applied), or ``None`` when ``url``
+        is not a ``data:`` URL or holds no image whose size can be read: it
+        is not base64 (no ``;base64`` before the comma, a length that is
+        not a multiple of 4, a character outside the base64 alphabet in the
+        bytes read), its bytes do not start as a PNG, JPEG, GIF or WebP
+        image, or the header gives no size. Bytes after the header are not
+        read, so a bad character there goes unnoticed. Costing takes an
+        image whose size is ``None`` at the most its detail can cost (see
+        :mod:`cognoxium.tokens.images`), which is never less than its real
+        cost.
+
+    Examples
+    --------
+    >>> gif = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
+    >>> data_url_size(gif)
+    (1, 1)
+    >>> data_url_size("data:image/png;base64,bm90IGFuIGltYWdl") is None  # "not an image"
+    True
+    >>> data_url_size("https://example.org/cat.png") is None
+    True
+    """
+    if not is_data_url(url):
+        return None
+    comma = url.find(",")
+    if comma < 0 or not url[:comma].lower().endswith(";base64") or (len(url) - comma - 1) % 4:
+        return None
+    import imagesize  # with its urllib and XML imports, only when an image is read
+
+    reader = _Base64Reader(url, comma + 1)
+    try:
+        if image_media_type(reader.read(12)) is None:
+            return None
+    except ValueError:  # binascii.Error: not base64
+        return None
+    width, height = imagesize.get(reader)  # (-1, -1) when unreadable, bad base64 included
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def is_data_url(url: str) -> bool:
+    """Return whether ``url`` is a ``data:`` URL (RFC 2397; the scheme in any case).
+
+    Examples
+    --------
+    >>> is_data_url("DATA:image/png;base64,AAAA"), is_data_url("https://x.org/a.png")
+    (True, False)
+    """
+    return url[:5].lower() == "data:"
 
 
 def image_media_type_expr() -> pl.Expr:
@@ -208,8 +329,10 @@ def image_specs(df: pl.DataFrame) -> dict[int, ImageSpec]:
     return specs
 
 
-def _detail(meta: dict[str, Any]) -> str:
-    detail = meta.get("detail", "auto")
+def _detail(meta: dict[str, Any]) -> str | None:
+    if "detail" not in meta:
+        return None
+    detail = meta["detail"]
     if detail not in IMAGE_DETAILS:
         raise RecordError(
             f"an image's detail is one of {', '.join(IMAGE_DETAILS)}, got {detail!r}",
@@ -241,9 +364,12 @@ def _ref_spec(uri: str, meta: dict[str, Any]) -> ImageSpec | None:
     if declared is not None and declared not in (*IMAGE_MEDIA_TYPES, ANY_IMAGE):
         return None
     width, height = meta.get("width"), meta.get("height")
-    if width is None and height is None:
-        return ImageSpec(url=uri, detail=_detail(meta), size=None)
-    size = (_pixels(width, "width"), _pixels(height, "height"))
+    size = None
+    if width is not None or height is not None:
+        size = (_pixels(width, "width"), _pixels(height, "height"))
+    if is_data_url(uri):
+        # The bytes sent give the size, as a recount of the message reads it; None if unreadable.
+        size = data_url_size(uri)
     return ImageSpec(url=uri, detail=_detail(meta), size=size)
 
 

@@ -110,7 +110,7 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
     bytes_bound = _bytes_bound(chat, profile.longest_token_bytes)
     images = np.zeros(len(framing), dtype=np.int64)
     for row, image in chat.images.items():
-        images[row] = profile.image_rule.tokens(image.detail, image.size)
+        images[row] = profile.image_rule.tokens(image.costed_detail, image.size)
     cheap = pl.Series("cheap", framing + images + bytes_bound)
     return Rendering(chat=chat, framing=framing, image_tokens=images, cheap=cheap)
 

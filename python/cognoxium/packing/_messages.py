@@ -15,9 +15,10 @@ any                         ``role``: :data:`~cognoxium._columns.CHAT_ROLES` of
                             canonical JSON, ``"<title> <uri>"``)
 an image (a Binary image,   ``content``: a text part with the reference's title
 or a Reference to one; see  (if any), then an ``image_url`` part (a ``data:``
-:mod:`cognoxium.items.      URL, or the URI) with the ``metadata.detail``; the
-images`)                    message must be a ``user`` one (roles user,
-                            document, memory), else a RecordError
+:mod:`cognoxium.items.      URL, or the URI) with the ``metadata.detail``
+images`)                    (no ``detail`` when it has none); the message must
+                            be a ``user`` one (roles user, document, memory),
+                            else a RecordError
 document, memory with       ``content``: one attribution line per source,
 ``sources``                 ``"Source: <title> <uri>"`` (``"Source: <uri>"``
                             without a title), in ``sources`` order, then the

@@ -83,7 +83,7 @@ import tiktoken
 import tiktoken.model
 
 from cognoxium.exceptions import ProfileError, RecordError
-from cognoxium.items.images import IMAGE_DETAILS, image_media_type, image_size
+from cognoxium.items.images import IMAGE_DETAILS, data_url_size, is_data_url
 from cognoxium.tokens._names import APPROXIMATE, HUGGINGFACE_PREFIX, PROFILE_NAMES
 from cognoxium.tokens.images import GPT_4O_IMAGES, ImageRule
 
@@ -945,9 +945,13 @@ class TokenProfile:
             keys are not counted.
         image_sizes
             ``(width, height)`` in pixels of images sent by URL, by URL. The
-            size of a ``data:`` URL's image is read from its bytes; an image
-            of unknown size costs the most its detail can (see
-            :mod:`cognoxium.tokens.images`).
+            size of a ``data:`` URL's image is read from its bytes instead
+            (its header only, :func:`~cognoxium.items.images.data_url_size`),
+            as packing reads it. An image of unknown size (not given, or a
+            ``data:`` URL whose bytes hold no readable PNG, JPEG, GIF or WebP
+            image) costs the most its detail can (see
+            :mod:`cognoxium.tokens.images`). An image part without
+            ``detail`` is costed as ``"auto"``, the API's default.
 
         Returns
         -------
@@ -959,8 +963,7 @@ class TokenProfile:
         ------
         RecordError
             If ``role``, ``name`` or a content part is not as the format
-            has it (an image's ``detail`` not low, high or auto, a ``data:``
-            URL that holds no PNG, JPEG, GIF or WebP image), or a tool call
+            has it (an image's ``detail`` not low, high or auto), or a tool call
             lacks a string ``id``, ``function.name`` or
             ``function.arguments``; ``field`` names it (``tool_calls[0].id``,
             ``content[1].image_url.detail``).
@@ -988,8 +991,10 @@ class TokenProfile:
         texts, images = _content_parts(message.get("content"))
         sizes = image_sizes or {}
         image_tokens = sum(
-            self.image_rule.tokens(detail, sizes.get(url) or _data_url_size(url, field))
-            for url, detail, field in images
+            self.image_rule.tokens(
+                detail, data_url_size(url) if is_data_url(url) else sizes.get(url)
+            )
+            for url, detail in images
         )
         texts += tool_call_texts(message)
         return self.framing(role, name=name) + int(self.count(texts).sum()) + image_tokens
@@ -1169,8 +1174,8 @@ class TokenProfile:
         return expr.str.contains(rf"\S(?:(?s:.)*?{separator}\S){{{words - 1}}}")
 
 
-def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """The texts a message's ``content`` sends, and its images as ``(url, detail, field)``."""
+def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str]]]:
+    """The texts a message's ``content`` sends, and its images as ``(url, detail)``."""
     if content is None:
         return [], []
     if isinstance(content, str):
@@ -1181,7 +1186,7 @@ def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]
             field="content",
         )
     texts: list[str] = []
-    images: list[tuple[str, str, str]] = []
+    images: list[tuple[str, str]] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, Mapping) else None
         value = part.get(kind) if isinstance(part, Mapping) and isinstance(kind, str) else None
@@ -1194,7 +1199,7 @@ def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]
                     f"must be one of {', '.join(IMAGE_DETAILS)}, got {detail!r}",
                     field=f"content[{j}].image_url.detail",
                 )
-            images.append((value["url"], detail, f"content[{j}].image_url.url"))
+            images.append((value["url"], detail))
         else:
             raise RecordError(
                 "only text parts {'type': 'text', 'text': str} and image parts "
@@ -1207,25 +1212,6 @@ def _content_parts(content: Any) -> tuple[list[str], list[tuple[str, str, str]]]
 def _is_image_url(value: Any) -> TypeGuard[Mapping[str, Any]]:
     """``value`` is an ``image_url`` object: a mapping with a string ``url``."""
     return isinstance(value, Mapping) and isinstance(value.get("url"), str)
-
-
-def _data_url_size(url: str, field: str) -> tuple[int, int] | None:
-    """The size of the image a ``data:`` URL holds; ``None`` for any other URL."""
-    if not url.startswith("data:"):
-        return None
-    header, _, encoded = url.partition(",")
-    try:
-        data = base64.b64decode(encoded, validate=True) if header.endswith(";base64") else b""
-    except binascii.Error:
-        data = b""
-    size = image_size(data) if image_media_type(data) else None
-    if size is None:
-        raise RecordError(
-            "a data: URL image must hold base64 PNG, JPEG, GIF or WebP bytes with a "
-            f"readable size, got {url[:40]!r}...",
-            field=field,
-        )
-    return size
 
 
 def tool_call_texts(message: Mapping[str, Any]) -> list[str]:
