@@ -175,3 +175,14 @@ def test_every_error_crosses_a_process_boundary_whole(cls: type[CognoxiumError])
     assert str(copy) == str(error)
     assert copy.to_dict() == error.to_dict()
     assert vars(copy) == vars(error)
+
+
+def test_an_error_within_a_context_keeps_its_type_code_and_attributes() -> None:
+    error = RecordError("must be a string", source="a.jsonl", line=3, field="role")
+    named = error.within("request 'r1'", request_id="r1")
+    assert type(named) is RecordError
+    assert str(named) == "request 'r1': must be a string"
+    assert named.location == ("a.jsonl", 3, "role")
+    assert (named.code, named.params) == (error.code, {**error.params, "request_id": "r1"})
+    assert pickle.loads(pickle.dumps(named)).to_dict() == named.to_dict()
+    assert error.params == RecordError("x", source="a.jsonl", line=3, field="role").params

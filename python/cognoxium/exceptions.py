@@ -21,7 +21,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self, cast
 
 __all__ = [
     "ERROR_CODES",
@@ -145,6 +145,23 @@ class CognoxiumError(Exception):
         True
         """
         return (_restored, (type(self), self.args, self.__dict__))
+
+    def within(self, context: str, **params: Any) -> Self:
+        """Return the same error with its message led by ``context``, and ``params`` added.
+
+        The type, code and every attribute are kept, so a caller that adds
+        where the error happened (a batch names the request) raises what it
+        caught.
+
+        Examples
+        --------
+        >>> error = BudgetError("over budget", costs={"a": 9}, budget=5).within(
+        ...     "request 'r1'", request_id="r1")
+        >>> str(error), error.budget, error.params["request_id"]
+        ("request 'r1': over budget", 5, 'r1')
+        """
+        state = {**self.__dict__, "params": {**self.params, **params}}
+        return cast(Self, _restored(type(self), (f"{context}: {self}", *self.args[1:]), state))
 
     @property
     def location(self) -> tuple[str | None, int | None, str | None]:

@@ -1217,20 +1217,8 @@ def _packing(request: Request, work: Callable[[], _T]) -> _T:
     """``work()``, with its packing errors naming ``request``."""
     try:
         return work()
-    except BudgetError as exc:
-        raise BudgetError(
-            f"request {request.id!r}: {exc}",
-            costs=exc.costs,
-            budget=exc.budget,
-            params={**exc.params, "request_id": request.id},
-        ) from None
-    except MessageError as exc:
-        raise MessageError(
-            f"request {request.id!r}: {exc}",
-            index=exc.index,
-            rule=exc.rule,
-            params={**exc.params, "request_id": request.id},
-        ) from None
+    except (BudgetError, MessageError) as exc:
+        raise exc.within(f"request {request.id!r}", request_id=request.id) from None
     except (PackError, PlanError) as exc:
         raise request.error(f"cannot pack: {exc}") from exc
     except pl.exceptions.PolarsError as exc:
