@@ -181,7 +181,7 @@ def test_an_error_within_a_context_keeps_its_type_code_and_attributes() -> None:
     error = RecordError("must be a string", source="a.jsonl", line=3, field="role")
     named = error.within("request 'r1'", request_id="r1")
     assert type(named) is RecordError
-    assert str(named) == "request 'r1': must be a string"
+    assert str(named) == f"request 'r1': {error}"
     assert named.location == ("a.jsonl", 3, "role")
     assert (named.code, named.params) == (error.code, {**error.params, "request_id": "r1"})
     assert pickle.loads(pickle.dumps(named)).to_dict() == named.to_dict()
