@@ -10,10 +10,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "python" / "cognoxium"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+JSON_BLOCK = re.compile(r"^```json\n(.*?)^```", re.S | re.M)
 RST_LEFTOVERS = re.compile(
     r":(?:class|func|meth|mod|data|attr|exc|obj):`|^\s*={3,}(?: +={3,})+\s*$", re.M
 )
@@ -182,6 +185,47 @@ def test_page_examples_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     namespace: dict[str, object] = {"__name__": f"docs.{page.stem}"}
     for index, code in enumerate(PYTHON_BLOCK.findall(page.read_text(encoding="utf-8"))):
         exec(compile(code, f"{page.relative_to(ROOT)}[{index}]", "exec"), namespace)
+
+
+def _section_json_blocks(page: Path, heading: str) -> list[str]:
+    """The ```json blocks of the section of ``page`` that opens with ``heading``."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return JSON_BLOCK.findall(text[start : None if end < 0 else end])
+
+
+def _json_values(block: str) -> list[dict[str, object]]:
+    """The JSON objects of a block, one after another (a record may be wrapped over lines)."""
+    decoder = json.JSONDecoder()
+    values, at = [], 0
+    while block[at:].strip():
+        at += len(block[at:]) - len(block[at:].lstrip())
+        value, at = decoder.raw_decode(block, at)
+        values.append(value)
+    return values
+
+
+def test_the_tool_call_records_of_the_items_page_pack_as_documented(tmp_path: Path) -> None:
+    """The JSONL of *Tool calls* reads and packs into the messages the page shows."""
+    from cognoxium import CognitionFrame
+    from cognoxium.items import read_items, records_to_frame
+
+    records_block, sent_block = _section_json_blocks(
+        DOCS / "concepts" / "items.md", "## Tool calls"
+    )
+    records = _json_values(records_block)
+    jsonl = tmp_path / "items.jsonl"
+    jsonl.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    frames = {"read_items": read_items(jsonl), "records_to_frame": records_to_frame(records)}
+    for name, frame in frames.items():
+        pack = CognitionFrame(frame).pack(1000, as_of=datetime(2026, 1, 1, tzinfo=UTC))
+        reasons = dict(pack.manifest.to_polars().select("id", "reason").iter_rows())
+        assert reasons == dict.fromkeys(reasons, "selected"), name
+        assert [record["id"] for record in records] == list(reasons), name
+        messages = pack.to_openai()
+        call = next(i for i, message in enumerate(messages) if message.get("tool_calls"))
+        assert messages[call : call + 2] == _json_values(sent_block), name
 
 
 def _extensions() -> ModuleType:

@@ -98,7 +98,15 @@ class Sensitivity(StrEnum):
 
 
 class Retention(StrEnum):
-    """Packing contract: ``required`` is never dropped, ``preferred`` goes before ``optional``."""
+    """Packing contract: ``required`` goes first, ``preferred`` before ``optional``.
+
+    A ``required`` item is never dropped for the budget: a pack that cannot
+    hold its required items raises ``BudgetError`` (or, with
+    ``overflow="truncate"``, cuts the truncatable ones). Time validity and
+    policies still apply: a required item expired or not yet valid at the
+    pack's ``as_of`` is left out with that reason, and one a policy excludes
+    or that is quarantined makes the pack fail.
+    """
 
     REQUIRED = "required"
     PREFERRED = "preferred"
@@ -382,7 +390,8 @@ class ContextItem(BaseModel):
     sensitivity
         ``public < internal < confidential < restricted``; default ``internal``.
     retention
-        ``required`` (never dropped), ``preferred`` or ``optional`` (default).
+        ``required`` (never dropped for the budget; see :class:`Retention`),
+        ``preferred`` or ``optional`` (default).
     priority
         Higher packs first among equally ranked items. An integer in the
         int64 range; ``true``, ``2.0`` and ``"5"`` are refused (as a
