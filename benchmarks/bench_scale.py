@@ -33,6 +33,7 @@ floor
     ``packs.jsonl`` and one Parquet row per (request, item) decision.
 
 Reported per row: the median seconds of each run over ``--repeats`` rounds,
+its CPU seconds and peak resident memory (of its largest process, in MiB),
 the ratios cognoxium / floor (each round's ratio, then the median), the
 seconds per request, ``--workers 1`` / default, and whether the files of
 ``--workers 1`` and of the default are the same, byte for byte. The cost per
@@ -66,7 +67,7 @@ import Stemmer
 
 from bench_batch import FloorScope, cl100k_base, floor_request, floor_scope
 from bench_ray import BUDGET, make_requests, make_store
-from processes import measured
+from processes import Measured, measured
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
@@ -152,9 +153,9 @@ def _cognoxium(store: Path, requests: Path, out: Path, workers: int | None) -> l
     return command + (["--workers", str(workers)] if workers is not None else [])
 
 
-def timed(command: list[str]) -> float:
-    """Seconds of one whole process; raises if it fails."""
-    return measured(command, cwd=HERE).wall_s
+def timed(command: list[str]) -> Measured:
+    """Wall and CPU seconds and peak memory of one whole process; raises if it fails."""
+    return measured(command, cwd=HERE)
 
 
 def same_parts(first: Path, second: Path) -> bool:
@@ -179,9 +180,14 @@ def run_row(name: str, work: Path, repeats: int) -> dict[str, Any]:
     }
     commands["floor"].append(str(out / "floor"))
     seconds: dict[str, list[float]] = {key: [] for key in commands}
+    cpu: dict[str, list[float]] = {key: [] for key in commands}
+    peak: dict[str, list[float]] = {key: [] for key in commands}
     for _ in range(repeats):
         for key, command in commands.items():
-            seconds[key].append(timed(command))
+            run = timed(command)
+            seconds[key].append(run.wall_s)
+            cpu[key].append(run.cpu_s)
+            peak[key].append(run.peak_mb)
     same = same_parts(out / "w1", out / "default")
     count = ROWS[name][2]
     median = {key: statistics.median(values) for key, values in seconds.items()}
@@ -191,6 +197,9 @@ def run_row(name: str, work: Path, repeats: int) -> dict[str, Any]:
         "requests": count,
         "seconds": seconds,
         "median_s": median,
+        "cpu_s": cpu,
+        "peak_mb": peak,
+        "median_peak_mb": {key: statistics.median(values) for key, values in peak.items()},
         "ratio_default_to_floor": statistics.median(
             d / f for d, f in zip(seconds["default"], seconds["floor"], strict=True)
         ),
@@ -214,17 +223,19 @@ def markdown(result: dict[str, Any]) -> str:
         f"({result['machine']['cpus']} CPUs; default workers = {result['default_workers']}).",
         "",
         "| items | scopes | requests | floor s | cognoxium s (default) | ratio | "
-        "--workers 1 s | ratio | workers speed-up | same files |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "--workers 1 s | ratio | workers speed-up | same files | peak MiB (default) | "
+        "peak MiB (--workers 1) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"].values():
-        m = row["median_s"]
+        m, peak = row["median_s"], row["median_peak_mb"]
         lines.append(
             f"| {row['items']:,} | {row['scopes']:,} | {row['requests']:,} | {m['floor']:.2f} | "
             f"{m['default']:.2f} | {row['ratio_default_to_floor']:.2f}x | {m['workers_1']:.2f} | "
             f"{row['ratio_workers_1_to_floor']:.2f}x | "
             f"{row['speedup_default_over_workers_1']:.2f}x | "
-            f"{'yes' if row['same_files_workers_1_and_default'] else 'NO'} |"
+            f"{'yes' if row['same_files_workers_1_and_default'] else 'NO'} | "
+            f"{peak['default']:,.0f} | {peak['workers_1']:,.0f} |"
         )
     flat = result.get("per_request_1M_over_100k")
     if flat is not None:
@@ -262,7 +273,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result["rows"] = {}
     for name in names:
         result["rows"][name] = run_row(name, work, args.repeats)
-        print(name, json.dumps(result["rows"][name]["median_s"]), flush=True)
+        row = result["rows"][name]
+        print(
+            name,
+            json.dumps(row["median_s"]),
+            "peak MiB",
+            json.dumps(row["median_peak_mb"]),
+            flush=True,
+        )
     rows = result["rows"]
     if "1M" in rows and "100k" in rows:
         result["per_request_1M_over_100k"] = {

@@ -27,6 +27,13 @@ would cost scopes x store; the store is split once instead:
 Clauses that fix no split key are filtered over the whole store, once each.
 A store that is a lazy scan of files is never read whole: each scope's
 clause is pushed into the scan (predicate pushdown, partition pruning).
+For a scan of Parquet files (maybe under a selection of its columns), one
+streaming pass over its metadata column gives the metadata type every
+clause is checked against (so no clause reads the store again), and tells
+which text hive partition columns ``<key>`` hold, for every item, the text
+of its ``metadata.<key>`` (as :func:`~cognoxium.items.store.write_partitioned`
+writes them): a clause that fixes such a key reads only the partitions of
+its values.
 
 Examples
 --------
@@ -53,17 +60,28 @@ Examples
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import TYPE_CHECKING
 
 import polars as pl
 import sqlglot
 from sqlglot import exp
 
-from cognoxium.engine.plan import Filter, LazySource, Node, Scan, Source, polars_error_text
+from cognoxium.engine.plan import (
+    Expression,
+    Filter,
+    LazySource,
+    Node,
+    Scan,
+    Select,
+    Source,
+    polars_error_text,
+)
+from cognoxium.engine.predicates import infer_metadata_struct
 from cognoxium.exceptions import PlanError, PredicateError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.store import PLAIN_KEY
@@ -340,6 +358,17 @@ class ScopeIndex:
         self.store = store
         self.lazy = _scans_files(store._plan)
         """Whether the store is a lazy scan of files: each scope is then read on its own."""
+        self.partitions: frozenset[str] = frozenset()
+        """The hive partition columns of a lazy store that a scope's read is pruned by."""
+        checker = store
+        source = _file_scan(store._plan) if self.lazy else None
+        if source is not None and any(unit.where is not None for unit in units):
+            try:
+                dtype, self.partitions = _scan_facts(source)
+                checker = _stand_in(store, dtype)
+            except PlanError:  # not metadata objects: each clause reports it, as ever
+                pass
+        self._checker = checker
         self._filters: dict[str, Filter] = {}
         self._keyed: dict[str, tuple[str, frozenset[str]]] = {}
         checked: set[str] = set()
@@ -351,7 +380,7 @@ class ScopeIndex:
             if keyed is not None and keyed[0] in checked:  # checked with its key's first clause
                 self._keyed[where] = keyed
                 continue
-            node = self._filters[where] = _checked(store, unit.requests[0])
+            node = self._filters[where] = _checked(checker, unit.requests[0])
             if keyed is not None and _text_field(node, keyed[0]):
                 checked.add(keyed[0])
                 self._keyed[where] = keyed
@@ -378,12 +407,68 @@ class ScopeIndex:
             return self._gather(keyed[1])
         node = self._filters.get(unit.where)
         if node is None:  # a clause of a key that is not the split's
-            node = self._filters[unit.where] = _checked(self.store, request)
+            node = self._filters[unit.where] = _checked(self._checker, request)
         if self.lazy:  # the scan reads only what the clause needs (pushdown, pruning)
-            return collect_scope(CognitionFrame._wrap(node), request)
+            scope = replace(node, input=self._pruned(unit.where))
+            return collect_scope(CognitionFrame._wrap(scope), request)
         values = scope_values(unit.where, self.key) if self.key is not None else None
         part = self.df if values is None else self._gather(values)
         return collect_scope(CognitionFrame._wrap(_over(node, part)), request)
+
+    def rows_of(self, units: Sequence[Unit]) -> list[pl.DataFrame]:
+        """The scopes of ``units`` (:meth:`rows` of each), their partitions read at once.
+
+        Over a lazy store pruned by a partition column ``<key>``
+        (:attr:`partitions`), the units whose clause fixes ``metadata.<key>``
+        read their partitions in one scan; each one's scope is then its
+        values' rows of that part, filtered by its clause. Any other unit is
+        read on its own.
+
+        Raises
+        ------
+        RecordError
+            If Polars fails to run a clause; it names the unit's first request.
+        """
+        found: dict[int, frozenset[str]] = {}
+        key = min(self.partitions) if self.lazy and self.partitions else None
+        if key is not None:
+            for position, unit in enumerate(units):
+                values = scope_values(unit.where, key) if unit.where is not None else None
+                if values is not None:
+                    found[position] = values
+        if len(found) < 2:
+            return [self.rows(unit) for unit in units]
+        wanted = sorted(frozenset[str]().union(*found.values()))
+        assert key is not None
+        scan = _scan_node(self.store._plan)
+        read = Filter(input=scan, predicate=Expression.of(pl.col(key).is_in(wanted)))
+        part = collect_scope(CognitionFrame._wrap(read), units[next(iter(found))].requests[0])
+        names = self.store._plan.schema.names()
+        scopes = []
+        for position, unit in enumerate(units):
+            values = found.get(position)
+            if values is None:
+                scopes.append(self.rows(unit))
+                continue
+            rows = part.filter(pl.col(key).is_in(sorted(values))).select(names)
+            where, request = unit.where, unit.requests[0]
+            assert where is not None
+            node = self._filters.get(where)
+            if node is None:
+                node = self._filters[where] = _checked(self._checker, request)
+            scopes.append(collect_scope(CognitionFrame._wrap(_over(node, rows)), request))
+        return scopes
+
+    def _pruned(self, where: str) -> Node:
+        """The lazy store's plan, its scan kept to the partitions ``where`` allows."""
+        terms = [
+            pl.col(key).is_in(sorted(values))
+            for key in sorted(self.partitions)
+            if (values := scope_values(where, key)) is not None
+        ]
+        if not terms:
+            return self.store._plan
+        return _above_scan(self.store._plan, reduce(operator.and_, terms))
 
     @cached_property
     def df(self) -> pl.DataFrame:
@@ -399,6 +484,8 @@ class ScopeIndex:
         """
         ids = scope.get_column("id").implode()
         edges = self._edges().filter(pl.col("parent").is_in(ids))
+        if self.lazy and edges.is_empty():  # nothing derived: nothing to read
+            return pl.DataFrame(schema=self.store._plan.schema)
         if self.lazy:  # read the derived items alone, by id
             found = self.store.filter(pl.col("id").is_in(edges.get_column("id").implode()))
             return found.filter(~pl.col("id").is_in(ids)).collect()
@@ -482,6 +569,77 @@ def _take(df: pl.DataFrame, rows: pl.Series, empty_lists: frozenset[str]) -> pl.
             for name in df.columns
         ]
     )
+
+
+def _file_scan(plan: Node) -> LazySource | None:
+    """The lazy scan of Parquet files that ``plan`` is, maybe under selections of its columns.
+
+    ``None`` for any other plan.
+    """
+    while isinstance(plan, Select):
+        if not all(e.expr.meta.is_column() for e in plan.exprs):
+            return None
+        plan = plan.input
+    if not isinstance(plan, Scan) or not isinstance(plan.source, LazySource):
+        return None
+    return plan.source if plan.source.scan.kind == "parquet" else None
+
+
+def _scan_facts(source: LazySource) -> tuple[pl.Struct | None, frozenset[str]]:
+    """The metadata type of a scan's items, and the hive columns that hold their metadata key.
+
+    One streaming pass over the distinct pairs of ``metadata`` and the text
+    hive partition columns. A column ``<key>`` is returned when, for every
+    item whose ``metadata.<key>`` is text, that text is the item's
+    ``<key>``, and the metadata type has ``<key>`` as text: a clause that
+    fixes ``metadata.<key>`` keeps only items of partitions of its values.
+
+    Raises
+    ------
+    PlanError
+        If the metadata is not JSON objects.
+    RecordError, SchemaError
+        If the items read are not valid (the scan's own errors).
+    """
+    scan = source.scan
+    hive = [
+        key
+        for key in scan.partitions
+        if scan.schema[key] == pl.String() and PLAIN_KEY.fullmatch(key)
+    ]
+    pairs = source.lazy().select("metadata", *hive).unique().collect(engine="streaming")
+    dtype = infer_metadata_struct(pairs.get_column("metadata"))
+    texts = {f.name for f in dtype.fields if f.dtype == pl.String()} if dtype is not None else set()
+    keys = set()
+    for key in hive:
+        if key not in texts:
+            continue
+        value = pl.col("metadata").str.json_path_match(f"$.{key}")
+        agrees = (value.is_null() | (value == pl.col(key))).fill_null(False).all()
+        if pairs.select(agrees).item():
+            keys.add(key)
+    return dtype, frozenset(keys)
+
+
+def _stand_in(store: CognitionFrame, dtype: pl.Struct | None) -> CognitionFrame:
+    """A frame of no rows with the store's columns and metadata type, to check clauses on."""
+    empty = pl.DataFrame(schema=store._plan.schema)
+    return CognitionFrame._wrap(Scan(source=Source(empty, cache={"metadata_dtype": (dtype,)})))
+
+
+def _scan_node(plan: Node) -> Scan:
+    """The scan under the selections of ``plan`` (see :func:`_file_scan`)."""
+    while isinstance(plan, Select):
+        plan = plan.input
+    assert isinstance(plan, Scan)
+    return plan
+
+
+def _above_scan(plan: Node, predicate: pl.Expr) -> Node:
+    """``plan`` (selections over a scan, see :func:`_file_scan`) with ``predicate`` on the scan."""
+    if isinstance(plan, Select):
+        return replace(plan, input=_above_scan(plan.input, predicate))
+    return Filter(input=plan, predicate=Expression.of(predicate))
 
 
 def _scans_files(plan: Node) -> bool:

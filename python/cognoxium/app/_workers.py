@@ -180,17 +180,18 @@ class TaskStats:
 def tasks_of(
     units: Sequence[Unit],
     ranges: Sequence[range],
-    rows: Callable[[Unit], pl.DataFrame],
+    rows: Callable[[Sequence[Unit]], list[pl.DataFrame]],
     lineage: Callable[[pl.DataFrame], pl.DataFrame | None],
 ) -> Iterator[Task]:
     """The tasks of ``ranges`` (:func:`task_ranges`), lazily, in order.
 
-    ``rows`` gives a unit's scope and ``lineage`` the lineage items of a
-    scope; both run when the task is made.
+    ``rows`` gives the scopes of a task's units, in order (so it may read
+    them at once), and ``lineage`` the lineage items of a scope; both run
+    when the task is made.
     """
     for index, units_range in enumerate(ranges):
         chosen = [units[position] for position in units_range]
-        scopes = [rows(unit) for unit in chosen]
+        scopes = rows(chosen)
         yield Task(index, tuple(chosen), tuple(scopes), tuple(lineage(s) for s in scopes))
 
 

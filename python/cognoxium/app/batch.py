@@ -1032,7 +1032,7 @@ def _write_batch(
     ranges = task_ranges(unit_weights(units, frame))
     parts: list[np.ndarray] = []
     with _progress(len(requests), progress) as advance, _heap_frozen():
-        tasks = tasks_of(units, ranges, scopes.rows, lineage)
+        tasks = tasks_of(units, ranges, scopes.rows_of, lineage)
         for stats in run_tasks(tasks, settings, manifests, folder, workers):
             parts.append(stats.latencies_ms)
             advance(len(stats.latencies_ms))

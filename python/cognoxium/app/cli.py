@@ -87,6 +87,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
+    from cognoxium.frame.frame import CognitionFrame
     from cognoxium.packing.options import PackOptions
     from cognoxium.retrieval.scope import RetrievalSettings
 
@@ -702,6 +703,37 @@ def _readable_manifests(path: Path) -> Path:
     return checked
 
 
+def _pack_store(items: Path) -> CognitionFrame:
+    """The items pack packs: a store directory scanned lazily, any other store read whole.
+
+    A hive-partitioned directory is checked whole first, a batch of rows at
+    a time (:func:`~cognoxium.items.store.check_store`), then scanned: each
+    scope reads only its partitions, so the memory follows the scopes packed
+    at once, not the store. A directory that fails the check is read whole
+    (:func:`~cognoxium.items.store.read_store`), which raises its error.
+    """
+    import polars as pl
+
+    from cognoxium.engine.plan import LazySource, Scan
+    from cognoxium.frame.frame import CognitionFrame
+    from cognoxium.items.io import read_items
+    from cognoxium.items.scan import scan_parquet_items
+    from cognoxium.items.schema import COLUMNS
+    from cognoxium.items.store import check_store, partition_key, read_store
+
+    # The readers check every item: the frame need not check them again.
+    if not items.is_dir():
+        return CognitionFrame._of_checked(read_items(items))
+    key = partition_key(items)
+    assert key is not None
+    try:
+        check_store(items)
+        scan = scan_parquet_items(items, hive_partitioning=True, hive_schema={key: pl.String()})
+    except (CognoxiumError, OSError, pl.exceptions.PolarsError):
+        return CognitionFrame._of_checked(read_store(items))
+    return CognitionFrame._wrap(Scan(source=LazySource(scan))).select(*COLUMNS)
+
+
 @app.command(
     "pack",
     epilog=_epilog(
@@ -879,9 +911,6 @@ def pack_command(
 
     from cognoxium.app.batch import read_requests, run_batch
     from cognoxium.app.distributed import run_batch_ray
-    from cognoxium.frame.frame import CognitionFrame
-    from cognoxium.items.io import read_items
-    from cognoxium.items.store import read_store
 
     options = _pack_options(
         profile=profile,
@@ -901,9 +930,7 @@ def pack_command(
         runner = partial(run_batch_ray, items, address=address, workers=workers, quiet=quiet_ray)
     else:
         try:
-            rows = read_store(items) if items.is_dir() else read_items(items)
-            # The readers check every item: the frame need not check them again.
-            runner = partial(run_batch, CognitionFrame._of_checked(rows), workers=workers)
+            runner = partial(run_batch, _pack_store(items), workers=workers)
         except (OSError, UnicodeDecodeError) as exc:
             _fail_io(exc, "read", items)
         except CognoxiumError as exc:

@@ -35,7 +35,7 @@ from cognoxium.engine.ranks import Rank
 from cognoxium.exceptions import PlanError
 from cognoxium.items.predicate import parse_predicate
 
-__all__ = ["row_predicate", "sql_predicate"]
+__all__ = ["infer_metadata_struct", "row_predicate", "sql_predicate"]
 
 
 def _metadata_passes(node: Node) -> Node | None:
@@ -59,8 +59,17 @@ def _metadata_passes(node: Node) -> Node | None:
     return None
 
 
-def _infer_struct(values: pl.Series) -> pl.Struct | None:
-    """The struct type of the metadata JSON objects; None when there is no metadata at all."""
+def infer_metadata_struct(values: pl.Series) -> pl.Struct | None:
+    """The struct type of the metadata JSON objects; None when there is no metadata at all.
+
+    What a SQL predicate's ``metadata.<key>`` is checked and decoded
+    against, inferred from every distinct text of ``values``.
+
+    Raises
+    ------
+    PlanError
+        If ``values`` is not text, or a text is not a JSON object.
+    """
     if values.dtype != pl.String:
         raise PlanError(f"metadata.<key> needs 'metadata' to hold JSON text, it is {values.dtype}")
     texts = values.drop_nulls().unique()
@@ -95,7 +104,7 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
     while not isinstance(node, Scan):
         child = _metadata_passes(node)
         if child is None:
-            return _infer_struct(_metadata_values(node))
+            return infer_metadata_struct(_metadata_values(node))
         path.append(node)
         node = child
     source = node.source
@@ -105,10 +114,10 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
             if not isinstance(parent, Filter):
                 break
             top = parent
-        return _infer_struct(_metadata_values(top))
+        return infer_metadata_struct(_metadata_values(top))
     cached = source.cache.get("metadata_dtype")
     if not isinstance(cached, tuple):
-        cached = (_infer_struct(source.frame.get_column("metadata")),)
+        cached = (infer_metadata_struct(source.frame.get_column("metadata")),)
         source.cache["metadata_dtype"] = cached
     dtype: pl.Struct | None = cached[0]
     return dtype

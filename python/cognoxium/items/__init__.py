@@ -56,7 +56,7 @@ if TYPE_CHECKING:
         SCHEMA_VERSION,
         packed_text_expr,
     )
-    from cognoxium.items.store import partition_key, read_store, write_partitioned
+    from cognoxium.items.store import check_store, partition_key, read_store, write_partitioned
     from cognoxium.items.validation import conform, row_checks
 else:
     __getattr__, __dir__ = lazy_exports(
@@ -108,7 +108,12 @@ else:
                 "SCHEMA_VERSION",
                 "packed_text_expr",
             ],
-            "cognoxium.items.store": ["partition_key", "read_store", "write_partitioned"],
+            "cognoxium.items.store": [
+                "check_store",
+                "partition_key",
+                "read_store",
+                "write_partitioned",
+            ],
             "cognoxium.items.validation": ["conform", "row_checks"],
         },
     )
@@ -140,6 +145,7 @@ __all__ = [
     "Trust",
     "atomic_write",
     "canonical_json",
+    "check_store",
     "conform",
     "content_hash",
     "frame_to_items",

@@ -710,12 +710,16 @@ def _check_source(source: str, suffixes: tuple[str, ...] | None = None) -> None:
             pass
 
 
-def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Schema, list[str]]:
+def _parquet_schema(
+    source: str, hive_partitioning: bool | None, hive_schema: Mapping[str, pl.DataType] | None
+) -> tuple[pl.Schema, list[str]]:
     """The schema of a Parquet scan with its hive columns, and the names of the hive columns."""
     # Polars reads hive partitions only when asked to, or of a directory when not told.
     hive_possible = hive_partitioning or (hive_partitioning is None and os.path.isdir(source))
     try:
-        schema = pl.scan_parquet(source, hive_partitioning=hive_partitioning).collect_schema()
+        schema = pl.scan_parquet(
+            source, hive_partitioning=hive_partitioning, hive_schema=hive_schema
+        ).collect_schema()
         stored = (
             pl.scan_parquet(source, hive_partitioning=False).collect_schema()
             if hive_possible
@@ -736,7 +740,10 @@ def _parquet_schema(source: str, hive_partitioning: bool | None) -> tuple[pl.Sch
 
 
 def scan_parquet_items(
-    source: str | os.PathLike[str], *, hive_partitioning: bool | None = None
+    source: str | os.PathLike[str],
+    *,
+    hive_partitioning: bool | None = None,
+    hive_schema: Mapping[str, pl.DataType] | None = None,
 ) -> ItemScan:
     """Scan item rows from Parquet: a file, a glob or a (hive-partitioned) directory.
 
@@ -747,6 +754,10 @@ def scan_parquet_items(
     hive_partitioning
         Read ``key=value`` directories as columns; ``None`` infers it for a
         directory (Polars' rule).
+    hive_schema
+        The types of the hive partition columns, such as
+        ``{"conversation": pl.String()}`` (``None``: inferred from their
+        values, as Polars infers them).
 
     Returns
     -------
@@ -788,13 +799,14 @@ def scan_parquet_items(
     """
     where = str(source)
     _check_source(where)
-    schema, hive = _parquet_schema(where, hive_partitioning)
+    schema, hive = _parquet_schema(where, hive_partitioning, hive_schema)
     positioned = STORE_POSITION in schema
 
     def frames(index: bool, ordered: bool) -> pl.LazyFrame:
         lf = pl.scan_parquet(
             where,
             hive_partitioning=hive_partitioning,
+            hive_schema=hive_schema,
             include_file_paths=FILE_COLUMN,
             row_index_name=_ROW if index else None,
         )

@@ -4,10 +4,11 @@
 ``ROOT/<key>=<value>/part-0.parquet``, each item under the text of its
 ``metadata.<key>``, with each item's position in the items written (column
 ``__cognoxium_position``). :func:`read_store` reads a store back whole, in
-the order it was written; :func:`partition_key` tells a store's key, and
-:func:`scan_store` and :func:`collect_store` read part of one (the Ray
-engine, :mod:`cognoxium.app.distributed`, reads only the partitions a scope
-needs).
+the order it was written; :func:`check_store` checks every item of one a
+batch of rows at a time, without holding it; :func:`partition_key` tells a
+store's key, and :func:`scan_store` and :func:`collect_store` read part of
+one (the Ray engine, :mod:`cognoxium.app.distributed`, reads only the
+partitions a scope needs).
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from pathlib import Path
 import polars as pl
 
 from cognoxium._columns import STORE_POSITION
-from cognoxium.exceptions import SchemaError
+from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.convert import to_arrow
 from cognoxium.items.io import read_items
-from cognoxium.items.validation import conform
+from cognoxium.items.validation import check_unique_ids, conform
 
 __all__ = [
+    "CHECK_ROWS",
     "PLAIN_KEY",
+    "check_store",
     "collect_store",
     "partition_key",
     "read_store",
@@ -36,6 +39,9 @@ __all__ = [
 
 PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """A metadata key that is a plain name (a letter or ``_``, then letters, digits or ``_``)."""
+
+CHECK_ROWS = 100_000
+"""Rows :func:`check_store` checks at a time."""
 
 
 def partition_key(path: str | os.PathLike[str]) -> str | None:
@@ -173,6 +179,94 @@ def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
     if key is None:
         return read_items(source)
     return collect_store(scan_store(source, key), key, source)
+
+
+def check_store(path: str | os.PathLike[str], *, batch_rows: int = CHECK_ROWS) -> None:
+    """Check every item of a store directory as :func:`read_store` does, a batch at a time.
+
+    The files are read in batches of about ``batch_rows`` rows (Polars'
+    streaming engine), each conformed as :func:`read_store` conforms the
+    whole store (:func:`~cognoxium.items.validation.conform`: columns,
+    types, values, content hashes), and the ids are checked unique across
+    the whole store. Memory follows a batch and the store's ids, not the
+    store: for a reader that then reads the store a part at a time.
+
+    Parameters
+    ----------
+    path
+        A store directory (see :func:`partition_key`).
+    batch_rows
+        Rows per batch, at least 1.
+
+    Raises
+    ------
+    SchemaError
+        If ``path`` is not a store directory, its files cannot be read as
+        Parquet or do not have item columns.
+    RecordError
+        At the first invalid item; its ``row`` counts the store's rows in
+        the order of its files' paths, from 0 (:func:`read_store` names
+        its row in the store's order).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from cognoxium.items.records import records_to_frame
+    >>> def item(text, conversation):
+    ...     return records_to_frame([{"id": "a", "role": "user", "text": text,
+    ...                               "metadata": {"conversation": conversation}}])
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> write_partitioned(item("hi", "c1"), root / "good", key="conversation")
+    >>> check_store(root / "good")
+    >>> twice = pl.concat([item("hi", "c1"), item("yo", "c2")])  # one id in two partitions
+    >>> write_partitioned(twice, root / "store", key="conversation")
+    >>> check_store(root / "store", batch_rows=1)
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: ...store: row 1: field id: duplicate id 'a' (first at row 0)
+    """
+    source = Path(path)
+    key = partition_key(source)
+    if key is None:
+        raise SchemaError(f"{source}: not a store directory of <key>=<value> partitions")
+    lazy = scan_store(source, key).drop(key)
+    try:
+        if STORE_POSITION in lazy.collect_schema():
+            lazy = lazy.drop(STORE_POSITION)
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+    at = (str(source), None)
+    ids: list[pl.Series] = []
+    offset = 0
+    try:
+        for batch in lazy.collect_batches(chunk_size=max(int(batch_rows), 1)):
+            try:
+                ids.append(conform(batch, source=str(source)).get_column("id"))
+            except RecordError as exc:
+                if exc.field == "id" and exc.message.startswith("duplicate id"):
+                    # name both rows in the store, not in the batch
+                    check_unique_ids(pl.concat([*ids, batch.get_column("id")]).to_frame(), *at)
+                raise _at(exc, offset) from None
+            offset += batch.height
+    except pl.exceptions.PolarsError as exc:
+        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+    if len(ids) > 1:  # each batch was checked alone
+        check_unique_ids(pl.concat(ids).to_frame(), *at)
+
+
+def _at(exc: RecordError, offset: int) -> RecordError:
+    """``exc`` (at a row of one batch) at its row in the store, ``offset`` rows before."""
+    if exc.row is None or not offset:
+        return exc
+    params = {name: value for name, value in exc.params.items() if name != "row"}
+    return RecordError(
+        exc.message,
+        source=exc.source,
+        row=exc.row + offset,
+        field=exc.field,
+        code=exc.code,
+        params=params,
+    )
 
 
 def write_partitioned(store: pl.DataFrame, root: str | os.PathLike[str], *, key: str) -> None:
