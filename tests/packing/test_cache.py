@@ -544,3 +544,144 @@ def test_evicting_everything_still_starts_the_history_on_a_user_turn() -> None:
         assert reasons[f"m{newest - 1:03}"] == "evicted_for_cache"
         assert packed.manifest.cache is not None
         assert f"m{newest - 1:03}" not in packed.manifest.cache.evicted  # not sent before
+
+
+# Packing units that hold history and a document
+
+
+def _mixed_group(more: int = 0) -> list[dict[str, Any]]:
+    """A system prompt and a chat whose reply a1 shares group g with a document d1.
+
+    Each message costs 24 tokens (cl100k_base), the system prompt 14; ``more``
+    words make a new user message u4 (0: none).
+    """
+    texts = [
+        ("s0", "system", 5, None),
+        ("u0", "user", 10, None),
+        ("a1", "assistant", 10, "g"),
+        ("d1", "document", 10, "g"),
+        ("u2", "user", 10, None),
+        ("a3", "assistant", 10, None),
+    ]
+    if more:
+        texts.append(("u4", "user", more, None))
+    return [
+        {
+            "id": item_id,
+            "role": role,
+            "text": " ".join(f"w{k}" for k in range(words)),
+            "group_id": group,
+            "retention": "required" if role == "system" else "preferred",
+            "rank": 1.0 if role == "document" else None,
+            "created_at": T0 + timedelta(seconds=i),
+        }
+        for i, (item_id, role, words, group) in enumerate(texts)
+    ]
+
+
+def _reasons(packed: ContextPack) -> dict[str, str]:
+    return dict(packed.manifest.to_polars().select("id", "reason").iter_rows())
+
+
+def test_an_evicted_reply_takes_the_document_of_its_group_with_it() -> None:
+    # The new question u4 (124 tokens) leaves no room for the earlier prefix: one step
+    # evicts u0 and the group g, a1 and its document d1 with it. d1 was sent alone,
+    # the group split, when eviction went row by row.
+    first = CognitionFrame(_mixed_group()).pack(160, as_of=AS_OF)
+    assert first.ids == ["s0", "u0", "a1", "d1", "u2", "a3"]
+    again = CognitionFrame(_mixed_group(more=60)).pack(160, as_of=AS_OF, previous=first)
+    assert again.ids == ["s0", "u4"]
+    reasons = _reasons(again)
+    assert [reasons[i] for i in ("u0", "a1", "d1")] == ["evicted_for_cache"] * 3
+    assert [reasons[i] for i in ("u2", "a3")] == ["over_budget"] * 2  # the new turn, selected
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == ["u0", "a1", "d1"]
+    assert report.eviction_steps == 1
+    assert report.prefix_ids == ["s0"]
+
+
+def test_a_pinned_reply_counts_the_document_of_its_group() -> None:
+    # Pinning a1 pins its group, so d1's 144 tokens are counted too: the prefix and u4
+    # need 278 tokens of 257, and one step evicts u0 and the group (u2 starts the rest).
+    # Counted by history rows alone, they seemed to fit and the pack raised BudgetError.
+    records = _mixed_group()
+    records[3]["text"] = " ".join(f"w{k}" for k in range(70))
+    first = CognitionFrame(records).pack(260, as_of=AS_OF)
+    assert first.ids == ["s0", "u0", "a1", "d1", "u2", "a3"]
+    later = _mixed_group(more=10)
+    later[3]["text"] = records[3]["text"]
+    again = CognitionFrame(later).pack(260, as_of=AS_OF, previous=first)
+    assert again.ids == ["s0", "u2", "a3", "u4"]
+    assert [_reasons(again)[i] for i in ("u0", "a1", "d1")] == ["evicted_for_cache"] * 3
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == ["u0", "a1", "d1"]
+    assert report.eviction_steps == 1
+    assert report.prefix_ids == ["s0", "u2", "a3"]
+    assert report.eviction_detail is not None
+    assert report.eviction_detail.startswith("the earlier prefix and the new history need 278")
+
+
+def test_history_held_out_before_the_prefix_holds_out_its_group() -> None:
+    # u0 (204 tokens) and the group g (124 + 24) did not fit the earlier pack; u2 and a3
+    # after them are its prefix. Continued, a1 is held out and d1 with it, for the same
+    # reason, not left to the selection alone.
+    records = _mixed_group()
+    records[1]["text"] = " ".join(f"w{k}" for k in range(100))
+    records[2]["text"] = " ".join(f"w{k}" for k in range(60))
+    first = CognitionFrame(records).pack(110, as_of=AS_OF)
+    assert first.ids == ["s0", "u2", "a3"]
+    again = CognitionFrame(records).pack(110, as_of=AS_OF, previous=first)
+    assert again.ids == first.ids
+    assert [_reasons(again)[i] for i in ("u0", "a1", "d1")] == ["evicted_for_cache"] * 3
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == []  # none of them was sent
+    assert report.prefix_ids == ["s0", "u2", "a3"]
+
+
+def test_a_group_whose_document_was_cut_ends_the_prefix_and_is_selected_again() -> None:
+    # The earlier pack cut d1 (81 tokens to 31) to fit the group g. Its sent content
+    # differs from the frame's, so the prefix ends before g, which is selected as usual
+    # and cut alike. Pinned (required) at its whole 85 tokens, it raised BudgetError.
+    records: list[dict[str, Any]] = [
+        {"id": "u0", "role": "user", "text": "refund", "retention": "required"},
+        {"id": "a1", "role": "assistant", "text": "refund " * 12, "group_id": "g"},
+        {"id": "d1", "role": "document", "text": "refund " * 80, "group_id": "g",
+         "metadata": {"truncate": {"side": "head", "min_tokens": 5}}},
+    ]  # fmt: skip
+    for i, record in enumerate(records):
+        record["created_at"] = T0 + timedelta(seconds=i)
+    frame = CognitionFrame(records)
+    first = frame.pack(60, as_of=AS_OF)
+    assert first.ids == ["u0", "a1", "d1"]
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("d1", 31)]
+    again = frame.pack(60, as_of=AS_OF, previous=first)
+    assert again.messages == first.messages
+    assert list(_reasons(again).values()) == ["required", "selected", "selected"]
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == []
+    assert report.eviction_steps == 0
+
+
+def test_a_unit_with_a_required_document_is_never_evicted() -> None:
+    # d1 is required, so its group g is: the step evicts u0 alone, the oldest evictable
+    # unit of the prefix (s0, u0, a1), and a1 stays with d1. Row by row, a1 was evicted
+    # and d1 sent without it.
+    def with_required(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        records[3]["retention"] = "required"
+        return records
+
+    first = CognitionFrame(with_required(_mixed_group())).pack(160, as_of=AS_OF)
+    assert first.ids == ["s0", "u0", "a1", "d1", "u2", "a3"]
+    later = CognitionFrame(with_required(_mixed_group(more=10)))
+    again = later.pack(160, as_of=AS_OF, previous=first)
+    assert again.ids == ["s0", "a1", "u2", "a3", "u4", "d1"]
+    assert _reasons(again)["u0"] == "evicted_for_cache"
+    assert [_reasons(again)[i] for i in ("a1", "d1")] == ["selected", "required"]
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == ["u0"]
+    assert report.eviction_steps == 1

@@ -13,6 +13,13 @@ class CacheReport(BaseModel):
     Token counts are in tokens of the pack's profile, by the chat costing
     rule (framing included).
 
+    A continuing pack keeps, holds out and evicts whole packing units
+    (groups and, with ``turns=True``, whole turns), as the packer packs or
+    drops them: a ``document`` or ``memory`` item that shares a unit with
+    history is evicted with it, listed in ``evicted`` when the earlier pack
+    sent it, and its manifest reason is ``evicted_for_cache``. A unit with a
+    required item is never evicted.
+
     Attributes
     ----------
     continues
@@ -32,7 +39,8 @@ class CacheReport(BaseModel):
         ``cache_control`` breakpoint.
     evicted
         Ids of the earlier pack's items this pack evicted (reason
-        ``evicted_for_cache``), in input order.
+        ``evicted_for_cache``), in input order, the documents and memories
+        of evicted units included.
     eviction_steps
         How many eviction steps were taken (0: the earlier prefix was kept whole).
     eviction_detail

@@ -7,31 +7,43 @@ oldest message on every turn once the budget is reached, so the prefix
 changes on every request and nothing after the system prompt is a cache hit.
 ``pack(budget, previous=earlier_pack)`` keeps it instead:
 
+Rows are pinned, held out and evicted by whole packing units, the units
+the packer packs or drops whole everywhere else: groups and, with
+``turns=True``, whole turns (see :mod:`cognoxium.packing._units`). A
+``document`` or ``memory`` item that shares a unit with history travels
+with it: it is pinned, held out or evicted with the unit's history, and
+its manifest reason is the unit's (``evicted_for_cache`` when held out or
+evicted). A unit with a required item is never evicted.
+
 1. **Prefix.** The earlier pack's leading history messages (every role but
    ``document`` and ``memory``) whose items are still in the frame,
-   unchanged (same id and content hash), still packable and in the same
-   order, are the prefix. History items before the prefix's last item that
-   the earlier pack did not send are held out (reason
-   ``evicted_for_cache``), since sending them would change the prefix; a
-   required one is sent, and the prefix ends before it.
-2. **Continue.** The prefix and the history after it (the new messages,
-   and what the earlier pack sent after its prefix) are packed whole, in
-   input order, when they fit the items' budget: the request starts with
-   the earlier one's bytes. History after the prefix that the earlier pack
-   left out is not new: it is selected as usual.
-3. **Evict in steps.** When they do not fit, the oldest history of the
-   prefix is evicted in steps: each step evicts at least ``eviction_share``
-   (an option, 0.4 by default) of the evictable prefix's tokens, oldest
-   first, in whole packing units, and then up to the next ``user`` message,
-   so the history still starts on a user turn. Required items and
-   ``system`` and ``developer`` messages are never evicted. Steps are taken
-   until the rest fits; the evicted items get reason ``evicted_for_cache``.
-   A step frees room for several turns, so the next packs share a prefix
-   again, where a sliding window would change it on every turn.
+   unchanged (same id and content hash, and so is every item of their unit
+   the earlier pack sent: a document it cut ends the prefix), still
+   packable and in the same order, are the prefix. The units of history
+   before the prefix's last item that the earlier pack did not send are
+   held out (reason ``evicted_for_cache``), since sending them would change
+   the prefix; a required one is sent, and the prefix ends before it.
+2. **Continue.** The prefix's units and the units of the history after it
+   (the new messages, and what the earlier pack sent after its prefix) are
+   packed whole, in input order, when they fit the items' budget: the
+   request starts with the earlier one's bytes. A unit whose history after
+   the prefix the earlier pack left out is not new: it is selected as usual.
+3. **Evict in steps.** When they do not fit, the oldest units of the
+   prefix are evicted in steps: each step evicts at least
+   ``eviction_share`` (an option, 0.4 by default) of the evictable units'
+   tokens, oldest first, and then up to the next unit that opens with a
+   ``user`` message, so the history still starts on a user turn. Units
+   with a required item, or with a ``system`` or ``developer`` message, are
+   never evicted. Steps are taken until the rest fits; the evicted items
+   get reason ``evicted_for_cache``. A step frees room for several turns,
+   so the next packs share a prefix again, where a sliding window would
+   change it on every turn. If even then the units after the prefix do not
+   fit, they are selected as usual.
 4. **Ranked content after the prefix.** ``document`` and ``memory`` items
    (retrieved for each query, so they change from turn to turn) go after the
    history in the pack, and are selected by the usual order (tier, rank,
-   priority) for the tokens the history leaves.
+   priority) for the tokens the history leaves; one pinned with its unit
+   goes there too.
 
 The manifest's ``cache`` section (:class:`CacheReport`) says which items
 were sent as the earlier prefix and its length in tokens, what was evicted
@@ -62,6 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,9 +119,11 @@ class Continuation:
     rows
         The exclusions with the held-out rows excluded (``evicted_for_cache``)
         and the pinned rows in tier 0, so the selection takes them first.
+        Rows are held out, evicted and pinned by whole packing units.
     pinned
-        ``(n,)`` bool: rows the selection must take (the kept prefix and the
-        new history), though their own retention is not required.
+        ``(n,)`` bool: rows the selection must take (the units of the kept
+        prefix and of the new history, documents in them included), though
+        their own retention is not required.
     history
         ``(n,)`` bool: rows of the history (every role but :data:`RANKED_ROLES`).
     prefix
@@ -316,6 +331,10 @@ def plan_continuation(
 ) -> Continuation:
     """Find the kept prefix, the rows held out and the eviction steps of a continuing pack.
 
+    Rows are pinned, held out and evicted by whole packing units (see
+    :mod:`cognoxium.packing._units`): a ``document`` or ``memory`` item that
+    shares a unit with history travels with it.
+
     Parameters
     ----------
     df
@@ -326,7 +345,7 @@ def plan_continuation(
         The packing units.
     costs
         The units' costs; the prefix's, the new history's and the required
-        rows' are counted here.
+        units' are counted here.
     call
         The checked budget and options (``eviction_share`` is read).
     previous
@@ -343,6 +362,96 @@ def plan_continuation(
         If ``previous`` is not a :class:`~cognoxium.packing.ContextPack`, or
         was packed with another token profile.
     """
+    _check_previous(previous, call)
+    at = _Rows.of(df, rows, units)
+    prefix = _kept_prefix(df, at, previous)
+    pinned = held = evicted = np.zeros(df.height, dtype=bool)
+    steps, detail = 0, None
+    if len(prefix):
+        pinned, held = _pinned_and_held(df, at, prefix, previous)
+        pinned, evicted, steps, detail = _evicted(at, prefix, pinned, costs, call)
+    excluded = held | evicted
+    reason = rows.reason.copy()
+    reason[excluded] = _EVICTED
+    tier = rows.tier.copy()
+    tier[pinned] = 0
+    kept = replace(rows, reason=reason, eligible=rows.eligible & ~excluded, tier=tier)
+    return Continuation(
+        rows=kept,
+        pinned=pinned,
+        history=at.history,
+        prefix=prefix[~evicted[prefix]],
+        evicted=np.flatnonzero(excluded & _in_pack(df, previous)),
+        steps=steps,
+        detail=detail,
+        previous=previous,
+        share=call.options.eviction_share,
+    )
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The ``n`` rows a continuation reasons about, each with its packing unit.
+
+    Attributes
+    ----------
+    history
+        ``(n,)`` bool: the row is history (its role is not in :data:`RANKED_ROLES`).
+    roles
+        ``(n,)`` object: the rows' roles.
+    unit
+        ``(n,)`` int64: each row's packing unit.
+    eligible, tier
+        The rows' exclusions: ``(n,)`` bool candidates and int64 tier codes.
+    alone
+        Every unit is one row (then :meth:`whole` returns its mask).
+    """
+
+    history: np.ndarray
+    roles: np.ndarray
+    unit: np.ndarray
+    eligible: np.ndarray
+    tier: np.ndarray
+    alone: bool
+
+    @classmethod
+    def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units) -> _Rows:
+        """The rows of ``df`` with their exclusions and units."""
+        role = df.get_column("role").cast(pl.String)
+        unit = units.unit_of_row
+        return cls(
+            history=~role.is_in(RANKED_ROLES).to_numpy(),
+            roles=role.to_numpy(),
+            unit=np.arange(df.height) if unit is None else unit,
+            eligible=rows.eligible,
+            tier=rows.tier,
+            alone=unit is None,
+        )
+
+    def whole(self, mask: np.ndarray) -> np.ndarray:
+        """``(n,)`` bool: the rows whose unit has a row in ``mask`` (a bool mask or row indices)."""
+        if self.alone:
+            out = np.zeros(len(self.unit), dtype=bool)
+            out[mask] = True
+            return out
+        found: np.ndarray = np.isin(self.unit, self.unit[mask])
+        return found
+
+    @cached_property
+    def required(self) -> np.ndarray:
+        """``(n,)`` bool: the row's unit has a required candidate row."""
+        return self.whole(self.eligible & (self.tier == 0))
+
+    def units_in(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The units with a history row in ``mask``, ordered by their first such row, and it."""
+        first = np.flatnonzero(mask & self.history)
+        found, at = np.unique(self.unit[first], return_index=True)
+        order = np.argsort(first[at], kind="stable")
+        return found[order], first[at][order]
+
+
+def _check_previous(previous: object, call: PackCall) -> None:
+    """Raise :class:`PackError` unless ``previous`` is a pack of ``call``'s token profile."""
     if not isinstance(previous, ContextPack):
         raise PackError(
             f"previous must be the ContextPack this pack continues, got {type(previous).__name__}"
@@ -352,86 +461,94 @@ def plan_continuation(
             f"previous was packed with the token profile {previous.manifest.profile!r}, this "
             f"pack with {call.profile.name!r}: a pack continues one of its own profile"
         )
+
+
+def _pinned_and_held(
+    df: pl.DataFrame, at: _Rows, prefix: np.ndarray, previous: ContextPack
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(n,)`` bool each: the units pinned (the prefix's and the new history's) and held out.
+
+    Held out: the units of history before the prefix's last row that are
+    neither in the prefix nor required. Pinned after the prefix: the units
+    of history the earlier pack sent or never saw; one it left out is not
+    new, and is selected as usual.
+    """
+    last = int(prefix[-1])
+    in_prefix = at.whole(prefix)
+    before = np.arange(len(at.unit)) <= last
+    held = at.whole(at.eligible & at.history & before & ~in_prefix) & ~at.required
+    held &= at.eligible
+    after = at.eligible & at.history & ~before
+    fresh = after & (_in_pack(df, previous) | ~_in_manifest(df, previous))
+    pinned = (in_prefix | at.whole(fresh)) & at.eligible & ~held
+    return pinned, held
+
+
+def _evicted(
+    at: _Rows, prefix: np.ndarray, pinned: np.ndarray, costs: UnitCosts, call: PackCall
+) -> tuple[np.ndarray, np.ndarray, int, str | None]:
+    """The rows pinned and evicted so the pinned and required units fit, the steps and why.
+
+    Steps evict the prefix's units, oldest first (see :func:`_eviction_step`),
+    while the pinned and required units exceed the items' budget; the units
+    after the prefix are unpinned (selected as usual) when even the
+    evictions leave no room for them. Required units and those holding a
+    ``system`` or ``developer`` message are never evicted.
+    """
+    need_rows = pinned | (at.eligible & at.required)
+    costs.count(np.unique(at.unit[need_rows]))
+    tokens = np.where(need_rows, costs.row_tokens, 0)
+    room = call.item_budget - call.profile.tokens_per_pack
+    first_need = int(tokens.sum())
+    evicted = np.zeros(len(at.unit), dtype=bool)
+    in_prefix = at.whole(prefix) & pinned
+    kept = ~at.required & ~at.whole(np.isin(at.roles, _NEVER_EVICTED))
+    evictable, _ = at.units_in(in_prefix & kept)
     share = call.options.eviction_share
-    n = df.height
-    role = df.get_column("role").cast(pl.String)
-    history = ~role.is_in(RANKED_ROLES).to_numpy()
-    prefix = _kept_prefix(df, rows, history, previous)
-    tier = rows.tier
-    eligible = rows.eligible
-    if len(prefix) and (tier[: prefix[-1]] == 0).any():
-        in_prefix = np.zeros(n, dtype=bool)
-        in_prefix[prefix] = True
-        late = np.flatnonzero(eligible & history & (tier == 0) & ~in_prefix)
-        late = late[late < prefix[-1]]
-        if len(late):  # a required item the earlier pack did not send: the prefix ends before it
-            prefix = prefix[prefix < late[0]]
-    pinned = np.zeros(n, dtype=bool)
-    held = np.zeros(n, dtype=bool)
-    evicted = np.zeros(n, dtype=bool)
     steps = 0
+    while first_need - int(tokens[evicted].sum()) > room and len(evictable):
+        cost = np.bincount(at.unit, weights=tokens, minlength=int(at.unit.max()) + 1)[evictable]
+        lead = _lead_roles(at, evictable)
+        upto = _eviction_step(cost.astype(np.int64), share, lead)
+        evicted |= np.isin(at.unit, evictable[:upto]) & pinned
+        evictable = evictable[upto:]
+        steps += 1
     detail = None
-    if len(prefix):
-        last = int(prefix[-1])
-        pinned[prefix] = True
-        held[: last + 1] = eligible[: last + 1] & history[: last + 1] & ~pinned[: last + 1]
-        held &= tier != 0
-        # After the prefix: what the earlier pack sent, and the new history. A row the
-        # earlier pack left out is not new: it is selected as usual, not pinned.
-        after = eligible[last + 1 :] & history[last + 1 :]
-        pinned[last + 1 :] = (
-            after & (_in_pack(df, previous) | ~_in_manifest(df, previous))[last + 1 :]
+    if steps:
+        evicted |= _to_user_turn(at, pinned & ~evicted)
+        detail = (
+            f"the earlier prefix and the new history need {first_need} tokens, more than "
+            f"the {room} the items may use; {steps} step(s) of at least {share:g} of the "
+            f"evictable history evicted {int(evicted.sum())} items"
         )
-        pinned &= ~held
-        unit_of = units.unit_of_row
-        need_rows = np.flatnonzero(pinned | (eligible & (tier == 0)))
-        need_units = np.unique(need_rows if unit_of is None else unit_of[need_rows])
-        costs.count(need_units)
-        row_tokens = costs.row_tokens
-        room = call.item_budget - call.profile.tokens_per_pack
-        need = int(row_tokens[need_rows].sum())
-        roles = role.to_numpy()
-        evictable = prefix[(tier[prefix] != 0) & ~np.isin(roles[prefix], _NEVER_EVICTED)]
-        first_need = need
-        while need > room and len(evictable):
-            gone = _eviction_step(evictable, row_tokens, share, roles, unit_of)
-            steps += 1
-            evicted[gone] = True
-            evictable = evictable[~evicted[evictable]]
-            need -= int(row_tokens[gone].sum())
-        if steps:  # the history left starts on a user turn, new messages included
-            rest = np.flatnonzero(pinned & ~evicted & ~np.isin(roles, _NEVER_EVICTED))
-            for row in rest.tolist():
-                if roles[row] == "user" or tier[row] == 0:
-                    break
-                evicted[row] = True
-                need -= int(row_tokens[row])
-            detail = (
-                f"the earlier prefix and the new history need {first_need} tokens, more than "
-                f"the {room} the items may use; {steps} step(s) of at least {share:g} of the "
-                f"evictable history evicted {int(evicted.sum())} items"
-            )
-        if need > room:  # even without its history the new turn does not fit: select it
-            pinned[last + 1 :] = False
-        pinned &= ~evicted
-    excluded = held | evicted
-    reason = rows.reason.copy()
-    reason[excluded] = _EVICTED
-    new_tier = tier.copy()
-    new_tier[pinned] = 0
-    kept = replace(rows, reason=reason, eligible=rows.eligible & ~excluded, tier=new_tier)
-    evicted_rows = np.flatnonzero((evicted | held) & _in_pack(df, previous))
-    return Continuation(
-        rows=kept,
-        pinned=pinned,
-        history=history,
-        prefix=prefix[~evicted[prefix]],
-        evicted=evicted_rows,
-        steps=steps,
-        detail=detail,
-        previous=previous,
-        share=share,
-    )
+    if first_need - int(tokens[evicted].sum()) > room:  # the new turn does not fit: select it
+        pinned = pinned & in_prefix
+    return pinned & ~evicted, evicted, steps, detail
+
+
+def _lead_roles(at: _Rows, units: np.ndarray) -> np.ndarray:
+    """``(k,)`` object: the role of each of ``units``' first history row."""
+    found, first = at.units_in(np.isin(at.unit, units))
+    lead = np.empty(len(units), dtype=object)
+    lead[np.searchsorted(found, units, sorter=np.argsort(found))] = at.roles[first]
+    return lead
+
+
+def _to_user_turn(at: _Rows, left: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: the units of ``left`` before its first user turn (the history starts on one).
+
+    Units holding a ``system`` or ``developer`` message are passed over; a
+    required unit ends the search.
+    """
+    movable = left & ~at.whole(np.isin(at.roles, _NEVER_EVICTED))
+    order, first = at.units_in(movable)
+    required = at.required
+    gone = np.zeros(len(at.unit), dtype=bool)
+    for unit, row in zip(order.tolist(), first.tolist(), strict=True):
+        if at.roles[row] == "user" or required[row]:
+            break
+        gone |= (at.unit == unit) & left
+    return gone
 
 
 def _in_pack(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
@@ -445,10 +562,14 @@ def _in_manifest(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
     return df.get_column("id").is_in(ids.implode()).to_numpy()
 
 
-def _kept_prefix(
-    df: pl.DataFrame, rows: Exclusions, history: np.ndarray, previous: ContextPack
-) -> np.ndarray:
-    """``(p,)`` int64: the rows of the earlier pack's leading history still sendable, in order."""
+def _kept_prefix(df: pl.DataFrame, at: _Rows, previous: ContextPack) -> np.ndarray:
+    """``(p,)`` int64: the rows of the earlier pack's leading history still sendable, in order.
+
+    A row is kept while it, and every row of its unit the earlier pack
+    sent, is still in the frame unchanged (same id and content hash) and
+    packable; the prefix ends before a required unit the earlier pack did
+    not send, which must be sent.
+    """
     before = previous.frame.select("id", "content_hash", "role")
     found = before.join(
         df.select("id", pl.col("content_hash").alias("now")).with_row_index("row"),
@@ -458,44 +579,37 @@ def _kept_prefix(
     )
     row = found.get_column("row")
     same = (found.get_column("content_hash") == found.get_column("now")).fill_null(False)
+    changed = at.whole(row.filter(~same & row.is_not_null()).cast(pl.Int64).to_numpy())
     ranked = found.get_column("role").cast(pl.String).is_in(RANKED_ROLES)
     ok = (same & ~ranked & row.is_not_null()).to_numpy()
-    at = row.fill_null(0).cast(pl.Int64).to_numpy()
-    stop = len(at)
-    bad = np.flatnonzero(~ok)
-    if len(bad):
-        stop = int(bad[0])
-    at = at[:stop]
-    usable = rows.eligible[at] & history[at]
-    if not usable.all():
-        at = at[: int(np.argmin(usable))]
-    if len(at) > 1:
-        rising = np.diff(at) > 0
+    at_rows = row.fill_null(0).cast(pl.Int64).to_numpy()
+    ok &= ~changed[at_rows] & at.eligible[at_rows] & at.history[at_rows]
+    prefix = at_rows[: int(np.argmin(ok)) if not ok.all() else len(ok)]
+    if len(prefix) > 1:
+        rising = np.diff(prefix) > 0
         if not rising.all():
-            at = at[: int(np.argmin(rising)) + 1]
-    return at.astype(np.int64)
+            prefix = prefix[: int(np.argmin(rising)) + 1]
+    return _before_late_required(at, prefix.astype(np.int64))
 
 
-def _eviction_step(
-    evictable: np.ndarray,
-    row_tokens: np.ndarray,
-    share: float,
-    roles: np.ndarray,
-    unit_of: np.ndarray | None,
-) -> np.ndarray:
-    """The rows one step evicts: ``share`` of the evictable tokens, oldest first, to a user turn.
+def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:
+    """``prefix`` up to the first required unit the earlier pack did not send before its end."""
+    if not len(prefix):
+        return prefix
+    late = np.flatnonzero(at.required & at.eligible & at.history & ~at.whole(prefix))
+    late = late[late < prefix[-1]]
+    return prefix[prefix < late[0]] if len(late) else prefix
 
-    Whole units are evicted (the other evictable rows of a unit touched go
-    too), then the rows up to the next evictable ``user`` message, so the
+
+def _eviction_step(cost: np.ndarray, share: float, lead: np.ndarray) -> int:
+    """How many of the evictable units one step evicts, oldest first.
+
+    At least ``share`` of the evictable units' tokens (``cost``, ``(k,)``
+    int64 in tokens), then up to the next unit that opens with a ``user``
+    message (``lead``, ``(k,)``: each unit's first history role), so the
     history left starts on a user turn.
     """
-    cost = row_tokens[evictable]
     target = math.ceil(share * int(cost.sum()))
-    upto = int(np.searchsorted(np.cumsum(cost), target, side="left")) + 1
-    upto = min(upto, len(evictable))
-    if unit_of is not None:
-        touched = np.isin(unit_of[evictable], unit_of[evictable[:upto]])
-        upto = max(upto, int(np.flatnonzero(touched)[-1]) + 1)
-    users = np.flatnonzero(roles[evictable[upto:]] == "user")
-    upto = upto + int(users[0]) if len(users) else len(evictable)
-    return evictable[:upto]
+    upto = min(int(np.searchsorted(np.cumsum(cost), target, side="left")) + 1, len(cost))
+    users = np.flatnonzero(lead[upto:] == "user")
+    return upto + int(users[0]) if len(users) else len(cost)
