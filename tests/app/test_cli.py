@@ -5,6 +5,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -282,6 +285,79 @@ def test_pack_loads_the_embedding_model_its_rank_uses_while_it_reads(
     )
     assert code == EXIT_OK, stderr
     assert started == loaded
+
+
+_EXIT_WHILE_LOADING = """
+import sys, threading
+
+import onnxruntime  # imported first: the load goes straight into its C++ once let go
+
+import cognoxium.retrieval.embeddings as embeddings
+from cognoxium.app.cli import main
+
+ended = threading.Event()
+loading = threading.Event()
+session = embeddings._session
+
+
+def load_session_at_the_end(*args):
+    ended.wait(10)
+    loading.set()
+    return session(*args)
+
+
+embeddings._session = load_session_at_the_end
+sys.argv = ["cognoxium", *sys.argv[1:]]
+try:
+    main()
+finally:
+    ended.set()
+    loading.wait(10)
+"""
+"""The command line, its model's session created only as the command ends.
+
+The interpreter then exits while the session is being created in ONNX
+Runtime's C++, the worst case of a command that ends before the model it
+started loading is loaded.
+"""
+
+
+@pytest.mark.parametrize(
+    ("items", "request_line", "exit_code"),
+    [
+        (
+            '{"id": "b", "role": "narrator", "text": "hi"}\n',
+            '{"id": "r", "budget": 64}',
+            EXIT_BAD_INPUT,
+        ),
+        (None, '{"id": "tiny", "budget": 8}', EXIT_BUDGET),
+        (None, '{"id": "r", "budget": 64}', EXIT_OK),  # no query: nothing is embedded
+    ],
+    ids=["bad-record", "infeasible-budget", "no-query"],
+)
+def test_pack_exits_with_its_code_while_the_model_still_loads(
+    tmp_path: Path, items: str | None, request_line: str, exit_code: int
+) -> None:
+    # The interpreter must not exit while the load is inside ONNX Runtime: a
+    # thread stopped there at exit aborts the process (SIGABRT, exit 134).
+    items_path = SAMPLE / "items.jsonl"
+    if items is not None:
+        items_path = tmp_path / "items.jsonl"
+        items_path.write_text(items)
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(request_line + "\n")
+    args = ["pack", str(items_path), str(requests), "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WHILE_LOADING, *args, "--as-of", AS_OF, "--no-progress"],
+        cwd=REPO,
+        env={**os.environ, "COGNOXIUM_CACHE_DIR": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == exit_code, done.stderr
+    assert "terminate called" not in done.stderr
 
 
 def test_bad_where_exits_2(tmp_path: Path) -> None:

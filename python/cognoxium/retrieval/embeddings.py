@@ -746,6 +746,11 @@ def preload(name: str) -> threading.Thread:
     files are checked as on any use. Nothing is raised here: an embedder that
     cannot load raises its error where it is used.
 
+    The thread is not a daemon: the interpreter waits for the load (a second
+    or two) before it exits, on every way out, a command that fails before it
+    embeds included. A daemon thread would be stopped at exit wherever it is,
+    and one stopped inside ONNX Runtime's C++ aborts the process (SIGABRT).
+
     Parameters
     ----------
     name
@@ -754,7 +759,7 @@ def preload(name: str) -> threading.Thread:
     Returns
     -------
     threading.Thread
-        The loading thread (a daemon), already started.
+        The loading thread, already started; joining it waits for the load.
 
     Examples
     --------
@@ -770,7 +775,7 @@ def preload(name: str) -> threading.Thread:
             if callable(loader):
                 loader()
 
-    thread = threading.Thread(target=load, name=f"cognoxium-preload-{name}", daemon=True)
+    thread = threading.Thread(target=load, name=f"cognoxium-preload-{name}", daemon=False)
     thread.start()
     return thread
 
