@@ -10,7 +10,8 @@ output directory is a link swapped to a fresh version directory; see
 :func:`run_batch`). Each table is written in parts, one per task of
 consecutive scopes, by the process that packs the task; the parts in number
 order make the table (:func:`~cognoxium.packing.manifests.scan_packs` and
-:func:`~cognoxium.packing.manifests.scan_manifests` read them as one):
+:func:`~cognoxium.packing.manifests.scan_manifests` read them as one). A
+part's number ``<n>`` has five digits at least (``part-00000.jsonl``):
 
 ``packs/part-<n>.jsonl``
     One line per request, ``{"budget", "ids", "request_id", "used_tokens"}``:

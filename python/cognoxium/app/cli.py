@@ -890,18 +890,18 @@ def pack_command(
 ) -> None:
     """Pack every request of REQUESTS over the items of ITEMS.
 
-    Writes the packs, DIR/packs/part-<n>.jsonl (request_id, included ids in
-    order, used_tokens, budget), and the manifests: DIR/manifests/part-<n>.parquet
-    (one row per entry) and DIR/manifest_headers/part-<n>.jsonl (one header
-    per request), or with --manifests jsonl DIR/manifests/part-<n>.jsonl (one
-    canonical manifest per request). Each task of scopes writes its own part
-    <n>; the parts in number order make each table, the same whatever
-    --workers and --engine. A request's own as_of wins over --as-of. DIR is a link to DIR.<run id>,
-    swapped when every file is written, so readers see the files of one
-    run; a second run into DIR while one writes exits with 2. With --engine
-    ray the scopes are packed as Ray Data tasks over a Parquet store (a
-    hive-partitioned directory or a file) and the files are the same, byte
-    for byte; a request whose scope has no item exits with 2.
+    Writes the packs, DIR/packs/part-<n>.jsonl (request_id, included ids in order,
+    used_tokens, budget), and the manifests: DIR/manifests/part-<n>.parquet (one row
+    per entry) and DIR/manifest_headers/part-<n>.jsonl (one header per request), or
+    with --manifests jsonl DIR/manifests/part-<n>.jsonl (one canonical manifest per
+    request). Each task of scopes writes its own part <n> (00000, 00001, ...: five
+    digits at least); the parts in number order make each table, the same whatever
+    --workers and --engine. A request's own as_of wins over --as-of. DIR is a link
+    to DIR.<run id>, swapped when every file is written, so readers see the files of
+    one run; a second run into DIR while one writes exits with 2. With --engine ray
+    the scopes are packed as Ray Data tasks over a Parquet store (a hive-partitioned
+    directory or a file) and the files are the same, byte for byte; a request whose
+    scope has no item exits with 2.
     """
     from functools import partial
 
