@@ -111,6 +111,12 @@ class Reason(StrEnum):
     ``gap``: a conversation item that did not fit while an older one was
     packed, so the pack has a hole where it was (see ``gap_records`` in
     :class:`PackManifest`).
+
+    ``before_tail``: with ``gaps="stop"``, a conversation item older than
+    the first one, taken newest first, that did not fit (that one is
+    ``over_budget``): the pack keeps an unbroken tail of the conversation,
+    so no older item was taken, whether or not it would have fit (see
+    ``gaps`` in :class:`~cognoxium.packing.options.PackOptions`).
     """
 
     REQUIRED = "required"
@@ -129,6 +135,7 @@ class Reason(StrEnum):
     TOOL_RESULT_DUPLICATE = "tool_result_duplicate"
     EVICTED_FOR_CACHE = "evicted_for_cache"
     GAP = "gap"
+    BEFORE_TAIL = "before_tail"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on
