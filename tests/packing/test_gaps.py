@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -103,6 +104,19 @@ def test_a_grouped_miss_keeps_its_reason_and_older_units_are_before_the_tail() -
     why = reasons(result)
     assert (why["q2"], why["a2"]) == ("group_over_budget", "group_over_budget")
     assert (why["q1"], why["a1"]) == ("before_tail", "before_tail")
+
+
+def test_target_is_in_the_header_only_when_not_openai() -> None:
+    openai = pack(CHAT, 40, PackOptions(as_of=AS_OF)).manifest
+    assert openai.target == "openai"
+    assert "target" not in openai.to_dict()
+    anthropic = pack(CHAT, 40, PackOptions(as_of=AS_OF, target="anthropic")).manifest
+    assert anthropic.target == "anthropic"
+    assert anthropic.to_dict()["target"] == "anthropic"
+    header = json.loads(anthropic.to_arrow().schema.metadata[b"cognoxium.manifest"])
+    assert header["target"] == "anthropic"
+    assert PackManifest.from_json(anthropic.to_json()) == anthropic
+    assert PackManifest.from_json(anthropic.to_json()).target == "anthropic"
 
 
 def test_fill_takes_older_items_and_marks_the_hole() -> None:

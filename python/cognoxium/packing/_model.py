@@ -324,7 +324,10 @@ class PackManifest(BaseModel):
     :class:`~cognoxium.packing.options.PackOptions`) and ``gap_records``
     lists the holes in the packed conversation, in input order. They are
     left out at their defaults (``rank``, ``stop``, none), so manifests of
-    ranked packs read as before.
+    ranked packs read as before. ``target`` is the API the pack was built
+    for (``openai`` or ``anthropic``, see
+    :class:`~cognoxium.packing.options.PackOptions`); it is left out for
+    ``openai``, the default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -353,6 +356,7 @@ class PackManifest(BaseModel):
     order: Literal["rank", "recency"] = "rank"
     gaps: Literal["stop", "fill"] = "stop"
     gap_records: list[GapRecord] = []
+    target: Literal["openai", "anthropic"] = "openai"
     _entries: pl.DataFrame = PrivateAttr()
     _digest: tuple[pl.DataFrame, str] | None = PrivateAttr(default=None)
 
@@ -404,7 +408,8 @@ class PackManifest(BaseModel):
 
         ``unredacted`` and ``truncations`` when empty, ``reserve_tokens`` when
         0, ``overflow`` when ``error``, ``estimated`` when false, ``order``
-        when ``rank``, ``gaps`` when ``stop`` and ``gap_records`` when empty.
+        when ``rank``, ``gaps`` when ``stop``, ``gap_records`` when empty and
+        ``target`` when ``openai``.
         """
         defaults = {
             "unredacted": not self.unredacted,
@@ -416,6 +421,7 @@ class PackManifest(BaseModel):
             "order": self.order == "rank",
             "gaps": self.gaps == "stop",
             "gap_records": not self.gap_records,
+            "target": self.target == "openai",
         }
         header = self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
         for gap in header.get("gap_records", ()):
