@@ -249,6 +249,21 @@ def test_read_requests_missing_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_the_headers_name_the_target_when_not_openai(tmp_path: Path, form: str) -> None:
+    requests = [
+        Request(id="openai", budget=4000),
+        Request(id="anthropic", budget=4000, target="anthropic"),
+    ]
+    run_batch(store(), requests, out_dir=tmp_path, manifests=form, options=PackOptions(as_of=AS_OF))
+    lines_table = "manifests" if form == "jsonl" else "manifest_headers"
+    raw = [json.loads(line) for line in joined(tmp_path, lines_table).decode().splitlines()]
+    assert [line.get("target") for line in raw] == [None, "anthropic"]
+    assert "target" not in raw[0]  # left out for the default, so those bytes do not change
+    manifests = list(read_manifests(tmp_path))
+    assert [m.target for m in manifests] == ["openai", "anthropic"]
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path, form: str) -> None:
     requests = [
         Request(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,14 +42,81 @@ def test_conversation_without_rank_goes_newest_first_and_stops() -> None:
     # The cheapest-first order would take q1, a1, q2, q3, a3 (all short) and skip a2.
     result = pack(CHAT, 40, PackOptions(as_of=AS_OF))
     assert result.ids == ["sys", "q3", "a3"]
-    assert reasons(result)["a2"] == "over_budget"
-    assert reasons(result)["q1"] == "over_budget"
+    # The first that does not fit is over budget; the older ones are left out for the tail.
+    assert reasons(result) == {
+        "sys": "required",
+        "q1": "before_tail",
+        "a1": "before_tail",
+        "q2": "before_tail",
+        "a2": "over_budget",
+        "q3": "selected",
+        "a3": "selected",
+    }
     manifest = result.manifest
+    assert manifest.totals.by_reason == {
+        "before_tail": 3,
+        "over_budget": 1,
+        "required": 1,
+        "selected": 2,
+    }
     assert (manifest.order, manifest.gaps, manifest.gap_records) == ("recency", "stop", [])
     header = manifest.to_dict()
     assert header["order"] == "recency"
     assert "gaps" not in header
     assert "gap_records" not in header
+
+
+def test_an_older_item_that_would_fit_is_before_the_tail_not_over_budget() -> None:
+    chat_log = from_openai_messages(
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "q " * 300},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "q2 " * 300},
+            {"role": "assistant", "content": "a2"},
+        ]
+    )
+    result = chat_log.pack(30, as_of=AS_OF)
+    entries = result.manifest.to_polars()
+    why = dict(entries.select("id", "reason").iter_rows())
+    tokens = dict(entries.select("id", "tokens").iter_rows())
+    assert result.ids == ["msg:0", "msg:4"]
+    assert why["msg:3"] == "over_budget"  # the first that did not fit ends the tail
+    # It would have fit the budget left, but the tail had stopped.
+    assert why["msg:2"] == "before_tail"
+    assert tokens["msg:2"] == 6
+    assert result.remaining_tokens == 16
+    assert why["msg:1"] == "before_tail"
+    assert PackManifest.from_json(result.manifest.to_json()) == result.manifest
+    filled = chat_log.pack(30, as_of=AS_OF, gaps="fill")
+    assert "before_tail" not in filled.manifest.totals.by_reason
+    assert dict(filled.manifest.to_polars().select("id", "reason").iter_rows())["msg:2"] == (
+        "selected"
+    )
+
+
+def test_a_grouped_miss_keeps_its_reason_and_older_units_are_before_the_tail() -> None:
+    df = CHAT.with_columns(
+        group_id=pl.when(pl.col("id").is_in(["q2", "a2"])).then(pl.lit("turn-2")).otherwise(None)
+    )
+    result = pack(df, 40, PackOptions(as_of=AS_OF))
+    assert result.ids == ["sys", "q3", "a3"]
+    why = reasons(result)
+    assert (why["q2"], why["a2"]) == ("group_over_budget", "group_over_budget")
+    assert (why["q1"], why["a1"]) == ("before_tail", "before_tail")
+
+
+def test_target_is_in_the_header_only_when_not_openai() -> None:
+    openai = pack(CHAT, 40, PackOptions(as_of=AS_OF)).manifest
+    assert openai.target == "openai"
+    assert "target" not in openai.to_dict()
+    anthropic = pack(CHAT, 40, PackOptions(as_of=AS_OF, target="anthropic")).manifest
+    assert anthropic.target == "anthropic"
+    assert anthropic.to_dict()["target"] == "anthropic"
+    header = json.loads(anthropic.to_arrow().schema.metadata[b"cognoxium.manifest"])
+    assert header["target"] == "anthropic"
+    assert PackManifest.from_json(anthropic.to_json()) == anthropic
+    assert PackManifest.from_json(anthropic.to_json()).target == "anthropic"
 
 
 def test_fill_takes_older_items_and_marks_the_hole() -> None:

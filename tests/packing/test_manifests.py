@@ -15,6 +15,7 @@ from cognoxium import CognitionFrame
 from cognoxium.exceptions import RecordError
 from cognoxium.packing import PackManifest
 from cognoxium.packing import manifests as manifests_module
+from cognoxium.packing._model import Reason
 from cognoxium.packing._parts import sweep
 from cognoxium.packing.manifests import (
     NO_SOURCE,
@@ -228,6 +229,29 @@ def test_a_parquet_file_of_other_columns_is_refused(tmp_path: Path) -> None:
     assert info.value.field == "priority"
     with pytest.raises(RecordError, match=r"holds no manifests \(manifests/part-<n>\.parquet"):
         scan_manifests(tmp_path)
+
+
+def test_a_parquet_file_of_earlier_reasons_is_read_with_the_current_ones(tmp_path: Path) -> None:
+    folder = write(tmp_path / "p", "parquet", packed())
+    expected = read_manifests(folder)
+    rows = pl.read_parquet(folder / MANIFESTS_PARQUET)
+    reasons = [r.value for r in Reason]
+    assert rows.schema["reason"] == pl.Enum(reasons)
+    assert reasons[-1] == "before_tail"
+    earlier = pl.Enum(reasons[:-1])  # as written before before_tail was a reason
+    rows.with_columns(pl.col("reason").cast(pl.String).cast(earlier)).write_parquet(
+        folder / MANIFESTS_PARQUET
+    )
+    assert pl.read_parquet_schema(folder / MANIFESTS_PARQUET)["reason"] == earlier
+    assert scan_manifests(folder).collect().equals(rows)
+    assert read_manifests(folder) == expected
+    other = pl.Enum([*reasons[1:], reasons[0]])  # not an earlier version's values: refused
+    rows.with_columns(pl.col("reason").cast(pl.String).cast(other)).write_parquet(
+        folder / MANIFESTS_PARQUET
+    )
+    with pytest.raises(RecordError, match="has type Enum") as info:
+        scan_manifests(folder)
+    assert info.value.field == "reason"
 
 
 def test_jsonl_is_summarised_in_chunks_of_lines(

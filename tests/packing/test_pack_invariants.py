@@ -15,6 +15,8 @@ modes), and checks what every pack must hold:
   packable;
 - groups, and with ``turns`` whole turns, are packed or dropped whole;
 - the pack keeps the rows' order, and every row has one manifest entry;
+- reason ``before_tail`` only with ``gaps="stop"``, on conversation items
+  left out after a conversation item that did not fit;
 - ``start_on="user"`` (and the Anthropic target) and the boundary policy hold;
 - the sent messages keep the OpenAI tool rules and render as a valid
   Anthropic request (:mod:`cognoxium.packing.message_rules`);
@@ -315,6 +317,17 @@ def _check_invariants(
         assert result.messages[gap.note_at]["content"] == note_text
         assert gap.note_tokens == profile.message_tokens(result.messages[gap.note_at])
     notes = {g.note_at for g in noted}
+    # before_tail only under gaps="stop", on conversation items left out after a miss of the tail.
+    tail = [i for i, reason in reasons.items() if reason == "before_tail"]
+    if tail:
+        assert call["gaps"] == "stop", tail
+        assert result.manifest.order == "recency"
+        roles = dict(zip(entries["id"], entries["role"].cast(pl.String), strict=True))
+        assert {roles[i] for i in tail} <= {"user", "assistant", "tool"}, tail
+        assert all(decisions[i] == "excluded" for i in tail), tail
+        missed = {"over_budget", "group_over_budget", "gap"}
+        assert any(roles[i] in {"user", "assistant", "tool"} and r in missed
+                   for i, r in reasons.items()), reasons  # fmt: skip
     item_messages = [m for k, m in enumerate(result.messages) if k not in notes]
     assert len(item_messages) == len(result.ids)
     # Required items are packed unless not valid at as_of or not packable.

@@ -260,7 +260,7 @@ def test_a_selection_that_splits_an_ungrouped_call_from_its_result_is_repaired()
     # result left alone is repaired away, so nothing of the conversation is sent.
     tail = pack(df, 60, PackOptions(as_of=AS_OF))
     assert tail.ids == []
-    assert reasons(tail) == {"q": "over_budget", "a": "over_budget", "r1": "tool_result_orphan"}
+    assert reasons(tail) == {"q": "before_tail", "a": "over_budget", "r1": "tool_result_orphan"}
     assert_renders_valid(tail)
     with pytest.raises(MessageError, match="Give a call and its results one group_id"):
         pack(df, 60, PackOptions(as_of=AS_OF, tool_errors="error"))

@@ -8,20 +8,24 @@ the pack holds an unbroken tail of the conversation, as LangChain's
 the units after that miss, so what they would have used goes to the next
 candidates of other roles. One more selection is enough: the greedy choice
 up to the miss depends only on the units before it, which do not change.
+The miss keeps reason ``over_budget`` (or ``group_over_budget``); the older
+units left out get ``before_tail`` (:func:`mark_tail`): they were left out
+for the tail, whether or not they would have fit.
 
 With ``gaps="fill"`` a unit that does not fit is skipped and older ones are
 tried. Either way a hole is marked: among the rows of those units, in input
 order, each run of rows left out for the budget between two packed rows is
 a gap (a required row older than the tail can make one under ``"stop"`` too).
-Its rows get reason ``gap`` in place of ``over_budget`` or
-``group_over_budget``, and the manifest lists it
+Its rows get reason ``gap`` in place of ``over_budget``,
+``group_over_budget`` or ``before_tail``, and the manifest lists it
 (:class:`~cognoxium.packing._model.GapRecord`).
 
 Before::
 
     newest first: u9 (fits) u8 (too long) u7 (fits) ...
 
-After, ``"stop"``: ``u9``; ``"fill"``: ``u9``, ``u7``, ... and ``u8`` is a gap.
+After, ``"stop"``: ``u9``, ``u8`` is over budget and ``u7``, ... are before
+the tail; ``"fill"``: ``u9``, ``u7``, ... and ``u8`` is a gap.
 
 With a ``gap_note`` each hole gets a message in its place (:func:`place_notes`):
 after the packed messages of the input before it, and after the tool
@@ -44,12 +48,20 @@ from cognoxium.packing._selection import Decisions, Queue
 from cognoxium.packing._units import Units
 from cognoxium.tokens.profiles import TokenProfile
 
-__all__ = ["mark_gaps", "note_message", "notes_tokens", "place_notes", "stop_at_first_miss"]
+__all__ = [
+    "mark_gaps",
+    "mark_tail",
+    "note_message",
+    "notes_tokens",
+    "place_notes",
+    "stop_at_first_miss",
+]
 
 NOTE_ROLES = {"openai": "system", "anthropic": "user"}
 """The role of a gap note per target: Anthropic has no system message in its conversation."""
 
 _BUDGET_REASONS = (REASON_CODE[Reason.OVER_BUDGET], REASON_CODE[Reason.GROUP_OVER_BUDGET])
+_LEFT_FOR_BUDGET = (*_BUDGET_REASONS, REASON_CODE[Reason.BEFORE_TAIL])
 
 
 def stop_at_first_miss(
@@ -87,6 +99,46 @@ def stop_at_first_miss(
     return stopping
 
 
+def mark_tail(queue: Queue, units: Units, decisions: Decisions) -> Decisions:
+    """Give reason ``before_tail`` to the newest-first units left out after the first miss.
+
+    With ``gaps="stop"`` the first newest-first unit, in selection order,
+    left out for the budget ends the tail; it keeps its reason
+    (``over_budget`` or ``group_over_budget``) and the later ones left out
+    for the budget were left out for the tail.
+
+    Parameters
+    ----------
+    queue
+        The candidates in selection order (its newest-first units are read).
+    units
+        The packing units.
+    decisions
+        Every row's decision.
+
+    Returns
+    -------
+    Decisions
+        ``decisions`` with reason ``before_tail`` on the rows of the
+        newest-first units after the first miss that were left out for the
+        budget; ``decisions`` itself when there are none.
+    """
+    newest = queue.order[queue.newest_first]
+    if len(newest) == 0:
+        return decisions
+    rows, starts = units.rows_of(newest)
+    unit_at = np.repeat(np.arange(len(newest)), np.diff(np.append(starts, len(rows))))
+    left = ~decisions.included[rows] & np.isin(decisions.reason[rows], _BUDGET_REASONS)
+    if not left.any():
+        return decisions
+    after = left & (unit_at > unit_at[np.argmax(left)])
+    if not after.any():
+        return decisions
+    reason = decisions.reason.copy()
+    reason[rows[after]] = REASON_CODE[Reason.BEFORE_TAIL]
+    return replace(decisions, reason=reason)
+
+
 def mark_gaps(
     queue: Queue, units: Units, decisions: Decisions
 ) -> tuple[Decisions, list[GapRecord]]:
@@ -118,7 +170,7 @@ def mark_gaps(
         return decisions, []
     at = np.flatnonzero(packed)
     inside = np.arange(at[0], at[-1] + 1)
-    left = inside[~packed[inside] & np.isin(decisions.reason[rows[inside]], _BUDGET_REASONS)]
+    left = inside[~packed[inside] & np.isin(decisions.reason[rows[inside]], _LEFT_FOR_BUDGET)]
     if len(left) == 0:
         return decisions, []
     breaks = np.flatnonzero(np.diff(left) != 1) + 1

@@ -226,6 +226,7 @@ def manifest_header(
         order=order,
         gaps=call.options.gaps,
         gap_records=list(gap_records),
+        target=call.options.target,
     )
 
 

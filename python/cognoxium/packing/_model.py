@@ -111,6 +111,12 @@ class Reason(StrEnum):
     ``gap``: a conversation item that did not fit while an older one was
     packed, so the pack has a hole where it was (see ``gap_records`` in
     :class:`PackManifest`).
+
+    ``before_tail``: with ``gaps="stop"``, a conversation item older than
+    the first one, taken newest first, that did not fit (that one is
+    ``over_budget``): the pack keeps an unbroken tail of the conversation,
+    so no older item was taken, whether or not it would have fit (see
+    ``gaps`` in :class:`~cognoxium.packing.options.PackOptions`).
     """
 
     REQUIRED = "required"
@@ -129,6 +135,7 @@ class Reason(StrEnum):
     TOOL_RESULT_DUPLICATE = "tool_result_duplicate"
     EVICTED_FOR_CACHE = "evicted_for_cache"
     GAP = "gap"
+    BEFORE_TAIL = "before_tail"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on
@@ -317,7 +324,10 @@ class PackManifest(BaseModel):
     :class:`~cognoxium.packing.options.PackOptions`) and ``gap_records``
     lists the holes in the packed conversation, in input order. They are
     left out at their defaults (``rank``, ``stop``, none), so manifests of
-    ranked packs read as before.
+    ranked packs read as before. ``target`` is the API the pack was built
+    for (``openai`` or ``anthropic``, see
+    :class:`~cognoxium.packing.options.PackOptions`); it is left out for
+    ``openai``, the default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -346,6 +356,7 @@ class PackManifest(BaseModel):
     order: Literal["rank", "recency"] = "rank"
     gaps: Literal["stop", "fill"] = "stop"
     gap_records: list[GapRecord] = []
+    target: Literal["openai", "anthropic"] = "openai"
     _entries: pl.DataFrame = PrivateAttr()
     _digest: tuple[pl.DataFrame, str] | None = PrivateAttr(default=None)
 
@@ -397,7 +408,8 @@ class PackManifest(BaseModel):
 
         ``unredacted`` and ``truncations`` when empty, ``reserve_tokens`` when
         0, ``overflow`` when ``error``, ``estimated`` when false, ``order``
-        when ``rank``, ``gaps`` when ``stop`` and ``gap_records`` when empty.
+        when ``rank``, ``gaps`` when ``stop``, ``gap_records`` when empty and
+        ``target`` when ``openai``.
         """
         defaults = {
             "unredacted": not self.unredacted,
@@ -409,6 +421,7 @@ class PackManifest(BaseModel):
             "order": self.order == "rank",
             "gaps": self.gaps == "stop",
             "gap_records": not self.gap_records,
+            "target": self.target == "openai",
         }
         header = self.model_dump(mode="json", exclude={k for k, unset in defaults.items() if unset})
         for gap in header.get("gap_records", ()):

@@ -740,23 +740,39 @@ def _parquet_headers(paths: Sequence[Path]) -> Iterator[tuple[str, PackManifest,
 
 
 def _scan_parquet(paths: Sequence[Path], source: Path) -> pl.LazyFrame:
-    """The entries of Parquet files, in order; columns checked against :data:`PARQUET_SCHEMA`."""
+    """The entries of Parquet files, in order; columns checked against :data:`PARQUET_SCHEMA`.
+
+    An enumeration written with the values of an earlier version (the
+    expected values' head: a reason added since, such as ``before_tail``) is
+    read as the expected one.
+    """
     scan = pl.scan_parquet(list(paths), hive_partitioning=False)
     try:
         schema = scan.collect_schema()
     except pl.exceptions.PolarsError as exc:
         raise RecordError(f"not a readable Parquet file: {exc}", source=str(source)) from None
+    earlier = []
     for name, dtype in PARQUET_SCHEMA.items():
         if name not in schema:
             raise RecordError("missing column", source=str(source), field=name)
-        if schema[name] != dtype:
+        if _earlier_enum(schema[name], dtype):
+            earlier.append(pl.col(name).cast(dtype))
+        elif schema[name] != dtype:
             raise RecordError(
                 f"has type {schema[name]}, expected {dtype}", source=str(source), field=name
             )
     extra = [name for name in schema if name not in PARQUET_SCHEMA]
     if extra:
         raise RecordError("unknown column", source=str(source), field=extra[0])
-    return scan
+    return scan.with_columns(earlier) if earlier else scan
+
+
+def _earlier_enum(written: pl.DataType, expected: pl.DataType) -> bool:
+    """``written`` is an Enum of fewer values than ``expected``, the head of its values."""
+    if not (isinstance(written, pl.Enum) and isinstance(expected, pl.Enum)):
+        return False
+    values, wanted = written.categories.to_list(), expected.categories.to_list()
+    return len(values) < len(wanted) and wanted[: len(values)] == values
 
 
 _JSONL = {"label": pl.String(), "entries": pl.List(pl.Struct(dict(ENTRY_SCHEMA.items())))}

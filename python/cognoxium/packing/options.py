@@ -133,9 +133,11 @@ class PackOptions:
         ``tool``) without a rank, taken newest first, does not fit:
         ``"stop"`` (the default) takes no older one, so the pack keeps an
         unbroken tail of the conversation, as LangChain's
-        ``trim_messages(strategy="last")`` does; ``"fill"`` skips it and
-        tries the older ones, so more of the budget is used but the pack can
-        have holes. Either way each hole is marked in the manifest (reason
+        ``trim_messages(strategy="last")`` does: that item keeps reason
+        ``over_budget`` and the older ones left out get reason
+        ``before_tail``, whether or not they would have fit; ``"fill"``
+        skips it and tries the older ones, so more of the budget is used but
+        the pack can have holes. Either way each hole is marked in the manifest (reason
         ``gap``, and ``gap_records``). "stop" is the default because a hole
         shows the model a reply without its question, or a conversation
         that jumps, with nothing to tell it so. Items with a rank are not

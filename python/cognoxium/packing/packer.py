@@ -94,7 +94,13 @@ from cognoxium.packing._checks import PackCall, check_call, check_frame, check_r
 from cognoxium.packing._conversation import start_on_user
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
-from cognoxium.packing._gaps import mark_gaps, notes_tokens, place_notes, stop_at_first_miss
+from cognoxium.packing._gaps import (
+    mark_gaps,
+    mark_tail,
+    notes_tokens,
+    place_notes,
+    stop_at_first_miss,
+)
 from cognoxium.packing._manifest import (
     ManifestBasis,
     basis_row,
@@ -717,7 +723,10 @@ class PackScope:
         def choose(notes: int = 0) -> tuple[Decisions, list[GapRecord], int]:
             chosen = self._selected(call, candidates, units, queue, costs, cutter, notes)
             included, rows, opening = chosen
-            decisions, gaps = mark_gaps(queue, units, decide_rows(rows, units, included, costs))
+            decisions = decide_rows(rows, units, included, costs)
+            if call.options.gaps == "stop":
+                decisions = mark_tail(queue, units, decisions)
+            decisions, gaps = mark_gaps(queue, units, decisions)
             return decisions, gaps, opening
 
         decisions, gaps, opening = choose()
