@@ -250,12 +250,16 @@ def reference_examined(
 ) -> tuple[list[str], dict[str, int | None]] | type[Exception]:
     """The design's rule written plainly, for text items without tools or cuts.
 
-    Every cost is counted, units are sorted by (tier, rank desc, priority desc, cost,
-    id) and taken greedily; a unit is examined when required or when its lower bound
-    (framing plus the profile's bound of its text) does not exceed the budget left at
-    its turn. Returns the packed ids and each item's reported tokens, or the error
-    expected: a required item in a group that cannot be packed, or required items
-    over the budget.
+    Every cost is counted, units are sorted by (tier, rank desc, priority desc,
+    recency, cost, id) and taken greedily: conversation units (every member
+    ``user``, ``assistant`` or ``tool``) without a rank come after the other
+    units of their tier and priority, newest first, and under ``gaps="stop"``
+    the first of them that does not fit ends them (the selection runs again
+    without the later ones). A unit is examined when required or when its
+    lower bound (framing plus the profile's bound of its text) does not exceed
+    the budget left at its turn. Returns the packed ids and each item's
+    reported tokens, or the error expected: a required item in a group that
+    cannot be packed, or required items over the budget.
     """
     profile = CL100K
     records = df.with_columns(
@@ -273,7 +277,7 @@ def reference_examined(
         units.setdefault(r["group_id"] or "\x00" + r["id"], []).append(r)
     tiers = {"required": 0, "preferred": 1, "optional": 2}
     keyed = []
-    for members in units.values():
+    for place, members in enumerate(units.values()):
         if not all(m["valid"] and m["started"] for m in members):
             if any(m["retention"] == "required" and m["valid"] and m["started"] for m in members):
                 return PackError
@@ -281,10 +285,12 @@ def reference_examined(
         ranks = [m["rank"] for m in members if m["rank"] is not None and m["rank"] == m["rank"]]
         ids = [str(m["id"]) for m in members]
         total = sum(cost[i] for i in ids)
+        talk = not ranks and all(m["role"] in ("user", "assistant", "tool") for m in members)
         key = (
             min(tiers[str(m["retention"])] for m in members),
             -max(ranks, default=float("-inf")),
             -max(int(m["priority"]) for m in members),
+            len(units) - place if talk else 0,  # newest first, after the others
             total,
             min(i.encode() for i in ids),
         )
@@ -294,16 +300,30 @@ def reference_examined(
     left = budget - profile.tokens_per_pack - sum(k[2] for k in required)
     if required and left < 0:
         return BudgetError
-    chosen = {i for k in required for i in k[1]}
     tokens: dict[str, int | None] = {str(r["id"]): None for r in records}
     tokens.update({i: cost[i] for k in required for i in k[1]})
-    for _, ids, total, least in (k for k in keyed if k[0][0] != 0):
-        if least <= left:
+    rest = [k for k in keyed if k[0][0] != 0]
+    taken = _greedy(rest, left)
+    talk_order = [n for n, k in enumerate(rest) if k[0][3]]
+    missed = [n for n in talk_order if n not in taken]
+    if missed and any(n in taken for n in talk_order if n > missed[0]):
+        rest = [k for n, k in enumerate(rest) if not (k[0][3] and n > missed[0])]
+        taken = _greedy(rest, left)
+    for n, (_, ids, _, least) in enumerate(rest):
+        if least <= left - sum(rest[m][2] for m in taken if m < n):
             tokens.update({i: cost[i] for i in ids})
-        if total <= left:
-            chosen.update(ids)
-            left -= total
+    chosen = {i for k in required for i in k[1]} | {i for n in taken for i in rest[n][1]}
     return [str(r["id"]) for r in records if r["id"] in chosen], tokens
+
+
+def _greedy(units: list[tuple[Any, list[str], int, int]], left: int) -> set[int]:
+    """The places of the units taken in order while each fits the budget left."""
+    taken = set()
+    for n, (_, _, total, _) in enumerate(units):
+        if total <= left:
+            taken.add(n)
+            left -= total
+    return taken
 
 
 @reaching(0.8)  # both outcomes checked exactly: the tokens, or the error type
