@@ -191,6 +191,33 @@ def test_pack_reserve_keeps_tokens_for_the_reply(tmp_path: Path) -> None:
         assert m["used_tokens"] <= m["budget"] - 16
 
 
+def test_items_without_created_at_pack_at_a_past_as_of(tmp_path: Path) -> None:
+    # Undated items are created at the epoch, so an --as-of in the past keeps
+    # them (a created_at of "now" made every one not_yet_valid, exit 0).
+    items = tmp_path / "items.jsonl"
+    lines = [
+        {"id": "sys", "role": "system", "text": "Answer briefly.", "retention": "required"},
+        {"id": "q", "role": "user", "text": "Where is my refund?"},
+        {"id": "a", "role": "assistant", "text": "It was sent on Monday."},
+    ]
+    items.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "r", "budget": 512, "query": "refund"}\n')
+    outputs = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
+        code, _, stderr = pack(str(items), str(requests), *args)
+        assert code == EXIT_OK, stderr
+        outputs.append(out)
+    (packed,) = records(outputs[0])
+    assert sorted(packed["ids"]) == ["a", "q", "sys"]
+    (manifest,) = records(outputs[0], "manifests")
+    reasons = {e["id"]: e["reason"] for e in manifest["entries"]}
+    assert reasons == {"sys": "required", "q": "selected", "a": "selected"}
+    assert joined(outputs[0], "manifests") == joined(outputs[1], "manifests")
+
+
 @pytest.mark.parametrize(
     ("extra", "code", "message"),
     [

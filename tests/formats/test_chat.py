@@ -23,7 +23,7 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.convert import items_to_frame
-from cognoxium.items.model import ContextItem, Retention
+from cognoxium.items.model import UNDATED, ContextItem, Retention
 from cognoxium.packing.message_rules import openai_faults
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
@@ -161,6 +161,7 @@ def test_ids_and_times_are_reproducible_with_the_documented_defaults() -> None:
     assert [i.id for i in first[:2]] == ["msg:0", "msg:1"]
     assert first[3].group_id == "msg:tools:3"
     assert datetime(1970, 1, 1, tzinfo=UTC) == CHAT_EPOCH
+    assert CHAT_EPOCH is UNDATED  # the created_at of any undated item
     assert first[0].created_at == CHAT_EPOCH
     assert first[8].created_at == CHAT_EPOCH + timedelta(microseconds=8)
 

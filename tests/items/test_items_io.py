@@ -32,7 +32,15 @@ from cognoxium.items.io import (
     write_jsonl,
     write_parquet,
 )
-from cognoxium.items.model import ContextItem, Json, Reference, Text, canonical_json, content_hash
+from cognoxium.items.model import (
+    UNDATED,
+    ContextItem,
+    Json,
+    Reference,
+    Text,
+    canonical_json,
+    content_hash,
+)
 from cognoxium.items.records import item_to_record, records_to_frame
 from cognoxium.items.schema import COLUMNS, SCHEMA, SCHEMA_VERSION
 from cognoxium.items.validation import conform
@@ -178,9 +186,8 @@ def test_defaults_are_documented_values() -> None:
     assert item.trust.value == "untrusted"
     assert item.retention.value == "optional"
     assert item.sensitivity.value == "internal"
-    assert item.created_at.tzinfo is not None
     assert len(item.id) == 36
-    assert datetime.now(UTC) - item.created_at < timedelta(minutes=1)
+    assert item.created_at == datetime(1970, 1, 1, tzinfo=UTC) == UNDATED
 
 
 def test_jsonl_bad_record_names_line_and_field(tmp_path: Path) -> None:
@@ -529,17 +536,53 @@ def test_fields_left_out_by_some_or_all_records_take_the_item_defaults() -> None
     assert_frame_equal(records_to_frame([GOOD]), items_to_frame(items[:1]))
 
 
-def test_chat_records_without_ids_or_times_get_distinct_ids_and_the_current_time() -> None:
-    before = datetime.now(UTC)
+def test_chat_records_without_ids_or_times_get_distinct_ids_and_the_epoch() -> None:
     df = records_to_frame([{"role": "user", "text": f"m{i}"} for i in range(3)])
     assert df.get_column("id").n_unique() == 3
-    times = df.get_column("created_at").to_list()
-    assert len(set(times)) == 1
-    assert before <= times[0] <= datetime.now(UTC)
+    assert df.get_column("created_at").to_list() == [datetime(1970, 1, 1, tzinfo=UTC)] * 3
     assert df.get_column("content_hash").to_list() == [
         content_hash("text", f"m{i}".encode()) for i in range(3)
     ]
     assert df.schema == records_to_frame([GOOD]).schema
+
+
+UNDATED_RECORDS = [
+    {"id": "s", "role": "system", "text": "sys", "retention": "required"},
+    {"id": "u", "role": "user", "text": "hi"},
+]
+
+
+def test_items_without_created_at_get_the_epoch_the_same_on_every_conversion() -> None:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    from_records = [records_to_frame(UNDATED_RECORDS) for _ in range(2)]
+    from_items = [
+        items_to_frame([ContextItem.model_validate(r) for r in UNDATED_RECORDS]) for _ in range(2)
+    ]
+    table = {"id": ["s", "u"], "role": ["system", "user"], "text": ["sys", "hi"]}
+    from_table = [conform(pl.DataFrame(table)) for _ in range(2)]
+    for frames in (from_records, from_items, from_table):
+        first, second = frames
+        assert first.get_column("created_at").to_list() == [epoch, epoch]
+        assert first.schema["created_at"] == pl.Datetime("us", "UTC")
+        assert_frame_equal(first, second)
+    hashes = [content_hash("text", b"sys"), content_hash("text", b"hi")]
+    assert from_records[0].get_column("content_hash").to_list() == hashes
+    assert from_table[0].get_column("content_hash").to_list() == hashes
+    assert_frame_equal(from_records[0], from_items[0])
+
+
+def test_a_given_created_at_is_kept_next_to_undated_records() -> None:
+    when = "2025-11-20T17:40:00Z"
+    dated = [{**UNDATED_RECORDS[0], "created_at": when}, UNDATED_RECORDS[1]]
+    df = records_to_frame(dated)
+    assert df.get_column("created_at").to_list() == [
+        datetime(2025, 11, 20, 17, 40, tzinfo=UTC),
+        datetime(1970, 1, 1, tzinfo=UTC),
+    ]
+    item = ContextItem(role="user", text="x", created_at=when)
+    assert item.created_at == datetime(2025, 11, 20, 17, 40, tzinfo=UTC)
+    table = conform(pl.DataFrame({"role": ["user"], "text": ["x"], "created_at": [when]}))
+    assert table.get_column("created_at").to_list() == [datetime(2025, 11, 20, 17, 40, tzinfo=UTC)]
 
 
 def test_one_datetime_on_every_record_is_taken_for_each_row() -> None:

@@ -101,7 +101,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +117,7 @@ from cognoxium.items.hashing import digests_in_background
 from cognoxium.items.images import ANY_IMAGE, IMAGE_MEDIA_TYPES, image_media_type_expr
 from cognoxium.items.io import parse_json_lines
 from cognoxium.items.model import (
+    UNDATED,
     ContextItem,
     Json,
     Reference,
@@ -148,10 +149,11 @@ __all__ = [
     "validate_openai_messages",
 ]
 
-CHAT_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CHAT_EPOCH = UNDATED
 """The default ``start`` of a conversation: the Unix epoch, 1970-01-01T00:00:00Z (UTC).
 
-A fixed instant, so items converted twice get the same ``created_at``."""
+A fixed instant, so items converted twice get the same ``created_at``. It is
+:data:`cognoxium.items.UNDATED`, the ``created_at`` of any item that gives none."""
 
 IMAGE_DETAILS: tuple[str, ...] = ("auto", "low", "high")
 """The ``detail`` values of an ``image_url`` part."""
@@ -1044,6 +1046,7 @@ def from_openai_messages(
 
     Examples
     --------
+    >>> from datetime import UTC
     >>> cf = from_openai_messages([{"role": "user", "content": "Hi"}], conversation_id="c1",
     ...                           start=datetime(2024, 5, 1, tzinfo=UTC))
     >>> cf.select("id", "created_at").to_polars().row(0)
@@ -1200,6 +1203,7 @@ def to_openai_messages(
     {'role': 'assistant', 'content': 'Checking the rate.', 'tool_calls': [{'function':
     {'arguments': '{"from":"EUR"}', 'name': 'fx'}, 'id': 'r1', 'type': 'function'}]}
     {'role': 'tool', 'content': '1.08', 'tool_call_id': 'r1'}
+    >>> from datetime import UTC
     >>> p = cf.pack(100, as_of=datetime(2024, 1, 1, tzinfo=UTC))
     >>> to_openai_messages(p) == p.messages
     True

@@ -48,6 +48,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_JSON_DEPTH",
     "TRUNCATE_KEY",
+    "UNDATED",
     "Binary",
     "ContextItem",
     "Json",
@@ -318,6 +319,16 @@ class LineageEdge(BaseModel):
     detail: UnicodeStr | None = None
 
 
+UNDATED = datetime(1970, 1, 1, tzinfo=UTC)
+"""The ``created_at`` of an item that gives none: the Unix epoch, 1970-01-01T00:00:00Z (UTC).
+
+A fixed instant, so an undated item is valid at any ``as_of`` from 1970 on
+(packing leaves out an item created after ``as_of``) and reads the same on
+every run, as the messages of the chat importers do
+(:data:`cognoxium.formats.openai.CHAT_EPOCH` is this instant). Give
+``created_at`` where recency matters: an undated item is the oldest of all.
+"""
+
 TRUNCATE_KEY = "truncate"
 """The metadata key that marks an item truncatable (see :class:`Truncation`)."""
 
@@ -364,10 +375,6 @@ def _new_id() -> str:
     return str(uuid.uuid4())
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class ContextItem(BaseModel):
     """One typed unit of model input.
 
@@ -400,7 +407,9 @@ class ContextItem(BaseModel):
         Relevance score written by ranking (higher first), a finite number
         (NaN, infinity and booleans are refused); ``None`` if unranked.
     created_at
-        UTC creation time. Defaults to the current time (not reproducible).
+        UTC creation time. Defaults to :data:`UNDATED`, the Unix epoch
+        (1970-01-01T00:00:00Z): an undated item is valid at any ``as_of``
+        from 1970 on and the same on every run.
     valid_from, expires_at
         UTC validity bounds; an item is packable when
         ``valid_from <= as_of < expires_at``. ``expires_at`` must not be
@@ -450,7 +459,7 @@ class ContextItem(BaseModel):
     retention: Retention = Retention.OPTIONAL
     priority: Annotated[int, Field(strict=True, ge=MIN_INT, le=MAX_INT)] = 0
     rank: Annotated[float, Field(strict=True, allow_inf_nan=False)] | None = None
-    created_at: AwareDatetime = Field(default_factory=_now)
+    created_at: AwareDatetime = UNDATED
     valid_from: AwareDatetime | None = None
     expires_at: AwareDatetime | None = None
     parents: tuple[ItemId, ...] = ()

@@ -16,7 +16,6 @@ import base64
 import binascii
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -39,7 +38,7 @@ from cognoxium.items._record_columns import (
     values_of,
 )
 from cognoxium.items.hashing import digests_in_background, row_content_hashes
-from cognoxium.items.model import ContextItem, canonical_json
+from cognoxium.items.model import UNDATED, ContextItem, canonical_json
 from cognoxium.items.schema import DEFAULTS, POLARS_SCHEMA
 from cognoxium.items.validation import (
     DEPTH_MESSAGE,
@@ -215,11 +214,11 @@ def _record_shapes(
 def _read_fields(records: list[Mapping[str, Any]], given: frozenset[str]) -> dict[str, list[Any]]:
     """Every record's value of each field in ``given``, its default where a record leaves it out.
 
-    A missing ``id`` is a new UUID, a missing ``created_at`` the time now.
+    A missing ``id`` is a new UUID, a missing ``created_at`` :data:`~cognoxium.items.model.UNDATED`.
     """
     defaults = {name: always(value) for name, (value, _) in _RECORD_COLUMNS.items()}
     defaults["id"] = lambda: str(uuid.uuid4())
-    defaults["created_at"] = always(datetime.now(UTC))
+    defaults["created_at"] = always(UNDATED)
     return {name: values_of(records, name, defaults.get(name, always(None))) for name in given}
 
 

@@ -32,7 +32,7 @@ from cognoxium.items._checks import (
 )
 from cognoxium.items._json import canonical_text_list
 from cognoxium.items.hashing import checked_content_hashes, row_content_hashes
-from cognoxium.items.model import canonical_json
+from cognoxium.items.model import UNDATED, canonical_json
 from cognoxium.items.schema import (
     COLUMNS,
     DEFAULTS,
@@ -222,7 +222,7 @@ def _table_frame(data: pa.Table | pl.DataFrame, where: str) -> pl.DataFrame:
 
 
 def fill_defaults(df: pl.DataFrame) -> pl.DataFrame:
-    """Add every missing item column with its default (random ids, the current time).
+    """Add every missing item column with its default (random ids, ``created_at`` the epoch).
 
     Parameters
     ----------
@@ -234,8 +234,8 @@ def fill_defaults(df: pl.DataFrame) -> pl.DataFrame:
     polars.DataFrame
         ``df`` with every item column: the given ones as they are, then the
         missing ones with their :data:`~cognoxium.items.schema.DEFAULTS`,
-        empty lists, null, a new UUID per row (``id``) or the current UTC time
-        (``created_at``).
+        empty lists, null, a new UUID per row (``id``) or
+        :data:`~cognoxium.items.model.UNDATED`, 1970-01-01T00:00:00Z (``created_at``).
     """
     fill: list[pl.Series | pl.Expr] = []
     for name, dtype in POLARS_SCHEMA.items():
@@ -244,7 +244,7 @@ def fill_defaults(df: pl.DataFrame) -> pl.DataFrame:
         if name == "id":
             fill.append(pl.Series(name, [str(uuid.uuid4()) for _ in range(df.height)], pl.String))
         elif name == "created_at":
-            fill.append(pl.lit(datetime.now(UTC), dtype=POLARS_TIMESTAMP).alias(name))
+            fill.append(pl.lit(UNDATED, dtype=POLARS_TIMESTAMP).alias(name))
         elif name in ("sources", "parents", "lineage"):
             fill.append(pl.lit([], dtype=dtype).alias(name))
         elif name in DEFAULTS:
@@ -583,8 +583,10 @@ def conform(data: pa.Table | pl.DataFrame, *, source: str | None = None) -> pl.D
     Missing optional columns get their defaults (``trust`` untrusted,
     ``sensitivity`` internal, ``retention`` optional, ``priority`` 0, empty
     ``sources``/``parents``/``lineage``, ``metadata`` ``{}``); a missing ``id`` gets random
-    UUIDs and a missing ``created_at`` the current UTC time (neither is
-    reproducible). ``payload_kind`` is inferred from the non-null payload
+    UUIDs (not reproducible) and a missing ``created_at``
+    :data:`~cognoxium.items.model.UNDATED`, the Unix epoch 1970-01-01T00:00:00Z,
+    so that undated rows are valid at any ``as_of`` from 1970 on and the same
+    on every run. ``payload_kind`` is inferred from the non-null payload
     column when absent. ``content_hash`` is computed, and checked where given.
 
     Parameters
