@@ -685,3 +685,98 @@ def test_a_unit_with_a_required_document_is_never_evicted() -> None:
     assert report is not None
     assert report.evicted == ["u0"]
     assert report.eviction_steps == 1
+
+
+# Continued with nothing new, a pack makes the earlier pack's decisions
+
+
+def _chat(spec: list[tuple[str, str, int, dict[str, Any]]]) -> CognitionFrame:
+    """Items (id, role, words, more fields) at one-second steps; system required, rest preferred."""
+    return CognitionFrame(
+        [
+            {
+                "id": item_id,
+                "role": role,
+                "text": " ".join(f"w{k}" for k in range(words)),
+                "retention": "required" if role == "system" else "preferred",
+                "created_at": T0 + timedelta(seconds=i),
+            }
+            | more
+            for i, (item_id, role, words, more) in enumerate(spec)
+        ]
+    )
+
+
+def test_history_passed_over_after_the_prefix_stays_out_under_gaps_stop() -> None:
+    # gaps="stop": u0 (priority 1, too long) is the first unranked message tried and
+    # ends them, so u2 is left out. Continued, u0 is held out before the prefix's end;
+    # u2 was selected as usual, and with no miss before it, it was sent.
+    frame = _chat(
+        [
+            ("s0", "system", 5, {}),
+            ("u0", "user", 80, {"priority": 1}),
+            ("a1", "assistant", 10, {"rank": 0.5}),
+            ("u2", "user", 5, {}),
+        ]
+    )
+    first = frame.pack(60, as_of=AS_OF, gaps="stop")
+    assert first.ids == ["s0", "a1"]
+    assert _reasons(first) == {
+        "s0": "required", "u0": "over_budget", "a1": "selected", "u2": "over_budget"
+    }  # fmt: skip
+    again = frame.pack(60, as_of=AS_OF, gaps="stop", previous=first)
+    assert again.ids == ["s0", "a1"]
+    assert _reasons(again) == {
+        "s0": "required", "u0": "evicted_for_cache", "a1": "selected", "u2": "evicted_for_cache"
+    }  # fmt: skip
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == []
+    assert report.prefix_ids == ["s0", "a1"]
+
+
+def test_history_dropped_before_the_first_user_message_stays_out() -> None:
+    # start_on="user": a1 (preferred, rank 0.9) was selected before u0 and dropped, and
+    # m2 took its room. Continued, u0 is pinned, a1 after it was selected as usual and
+    # sent, and m2 (74 tokens) no longer fit.
+    frame = _chat(
+        [
+            ("s0", "system", 5, {}),
+            ("u0", "user", 15, {"rank": 0.1, "retention": "optional"}),
+            ("a1", "assistant", 15, {"rank": 0.9}),
+            ("m2", "memory", 35, {"rank": 0.5}),
+        ]
+    )
+    first = frame.pack(130, as_of=AS_OF, start_on="user")
+    assert first.ids == ["s0", "u0", "m2"]
+    assert _reasons(first)["a1"] == "before_first_user"
+    again = frame.pack(130, as_of=AS_OF, start_on="user", previous=first)
+    assert again.ids == ["s0", "u0", "m2"]
+    assert _reasons(again) == {
+        "s0": "required", "u0": "selected", "a1": "evicted_for_cache", "m2": "selected"
+    }  # fmt: skip
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == []
+
+
+def test_pinned_history_before_the_first_user_message_is_dropped_not_refused() -> None:
+    # The earlier pack opened on the document d0; a1 after it is pinned. The new d9
+    # (rank 2) leaves no room for d0, so a1 comes first: it is dropped as
+    # before_first_user. Pinned as required, it made start_on refuse the pack.
+    spec: list[tuple[str, str, int, dict[str, Any]]] = [
+        ("s0", "system", 5, {}),
+        ("d0", "document", 15, {"rank": 1.0}),
+        ("a1", "assistant", 15, {}),
+    ]
+    first = _chat(spec).pack(100, as_of=AS_OF, start_on="user")
+    assert first.ids == ["s0", "d0", "a1"]
+    later = _chat([*spec, ("d9", "document", 20, {"rank": 2.0})])
+    again = later.pack(100, as_of=AS_OF, start_on="user", previous=first)
+    assert again.ids == ["s0", "d0", "d9"]
+    assert _reasons(again) == {
+        "s0": "required", "d0": "selected", "a1": "before_first_user", "d9": "selected"
+    }  # fmt: skip
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == []

@@ -72,7 +72,10 @@ def start_on_user(
     ------
     PackError
         If a required item would come before the first user message: it
-        cannot be dropped, so the pack cannot start on a user message.
+        cannot be dropped, so the pack cannot start on a user message. A
+        row a continuing pack pinned is not required (see
+        :attr:`~cognoxium.packing._exclusions.Exclusions.required`): it is
+        dropped like any other.
     """
     role = df.get_column("role").cast(pl.String)
     is_user = role.is_in(_USER_ROLES).to_numpy()
@@ -114,7 +117,7 @@ def _units_before_first_user(
 
 def _refuse_required(df: pl.DataFrame, rows: Exclusions, units: Units, early: np.ndarray) -> None:
     member, _ = units.rows_of(early)
-    required = member[rows.tier[member] == 0]
+    required = member[rows.required[member]]
     if len(required):
         ids = sorted(df.get_column("id").gather(required).to_list())
         raise PackError(

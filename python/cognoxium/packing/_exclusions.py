@@ -44,12 +44,23 @@ class Exclusions:
         ``(n,)`` bool: the row belongs to a group of more than one row (after
         :func:`exclude_incomplete_groups`: to a unit of more than one row, a
         group or a turn).
+    pinned
+        ``(n,)`` bool: rows a continuing pack takes first, in tier 0, though
+        their own retention is not required (see :mod:`cognoxium.packing.cache`);
+        ``None``: none is.
     """
 
     reason: np.ndarray
     eligible: np.ndarray
     tier: np.ndarray
     grouped: np.ndarray
+    pinned: np.ndarray | None = None
+
+    @property
+    def required(self) -> np.ndarray:
+        """``(n,)`` bool: the row is required by its own retention (tier 0 and not pinned)."""
+        required: np.ndarray = self.tier == 0
+        return required if self.pinned is None else required & ~self.pinned
 
 
 def quarantine_expr(df: pl.DataFrame) -> pl.Expr:

@@ -451,12 +451,14 @@ def decide_rows(
     -------
     Decisions
         Eligible rows left out get ``group_over_budget`` (a member of a group)
-        or ``over_budget``; included rows get ``required`` or ``selected``.
+        or ``over_budget``; included rows get ``required`` (required by their
+        own retention: :attr:`~cognoxium.packing._exclusions.Exclusions.required`)
+        or ``selected``.
     """
     row_unit_in = included if units.unit_of_row is None else included[units.unit_of_row]
     row_included = row_unit_in & rows.eligible
     over = rows.eligible & ~row_included
-    required = rows.tier == 0
+    required = rows.required
     reason = rows.reason.copy()
     reason[over & rows.grouped] = REASON_CODE[Reason.GROUP_OVER_BUDGET]
     reason[over & ~rows.grouped] = REASON_CODE[Reason.OVER_BUDGET]

@@ -128,7 +128,7 @@ def _refuse_required(
     df: pl.DataFrame, rows: Exclusions, out: np.ndarray, codes: np.ndarray
 ) -> None:
     """Raise PackError if a required row is among the rows marked in ``out``."""
-    required = np.flatnonzero(out & (rows.tier == 0))
+    required = np.flatnonzero(out & rows.required)
     if len(required) == 0:
         return
     ids = sorted(df.get_column("id").gather(required).to_list())

@@ -20,14 +20,20 @@ evicted). A unit with a required item is never evicted.
    unchanged (same id and content hash, and so is every item of their unit
    the earlier pack sent: a document it cut ends the prefix), still
    packable and in the same order, are the prefix. The units of history
-   before the prefix's last item that the earlier pack did not send are
-   held out (reason ``evicted_for_cache``), since sending them would change
-   the prefix; a required one is sent, and the prefix ends before it.
-2. **Continue.** The prefix's units and the units of the history after it
-   (the new messages, and what the earlier pack sent after its prefix) are
-   packed whole, in input order, when they fit the items' budget: the
-   request starts with the earlier one's bytes. A unit whose history after
-   the prefix the earlier pack left out is not new: it is selected as usual.
+   before the prefix's last item that the earlier pack did not send, and
+   those it could have sent and left out anywhere (for the budget, a gap,
+   ``start_on``, a tool rule or an eviction; not for an exclusion such as
+   ``expired``), are held out (reason ``evicted_for_cache``): sending them
+   would change the prefix, or a choice the earlier pack made. A required
+   one is sent, and the prefix ends before it.
+2. **Continue.** The prefix's units and the other units of the history
+   after it (the new messages, and what the earlier pack sent after its
+   prefix) are pinned: packed whole, in input order, when they fit the
+   items' budget, so the request starts with the earlier one's bytes.
+   Pinned is not required: ``start_on`` drops a pinned unit before the
+   first user message, a tool rule leaves one out, and its reason is
+   ``selected``. Continued with nothing new, a pack makes the earlier
+   pack's decisions.
 3. **Evict in steps.** When they do not fit, the oldest units of the
    prefix are evicted in steps: each step evicts at least
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
@@ -107,7 +113,19 @@ _NEVER_EVICTED = ("system", "developer")
 """History roles a continuing pack does not evict (the instructions)."""
 
 _EVICTED = REASON_CODE[Reason.EVICTED_FOR_CACHE]
-_SELECTED = REASON_CODE[Reason.SELECTED]
+
+_UNSENDABLE = [
+    reason.value
+    for reason in (
+        Reason.EXPIRED,
+        Reason.NOT_YET_VALID,
+        Reason.QUARANTINED,
+        Reason.POLICY,
+        Reason.NOT_PACKABLE,
+        Reason.GROUP_INCOMPLETE,
+    )
+]
+"""Reasons an item could not be sent at all (the exclusions), whatever the budget."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +136,9 @@ class Continuation:
     ----------
     rows
         The exclusions with the held-out rows excluded (``evicted_for_cache``)
-        and the pinned rows in tier 0, so the selection takes them first.
+        and the pinned rows in tier 0, so the selection takes them first, and
+        marked ``pinned``: the rules for required items (``start_on``, the
+        tool rules, the manifest's ``required``) do not apply to them.
         Rows are held out, evicted and pinned by whole packing units.
     pinned
         ``(n,)`` bool: rows the selection must take (the units of the kept
@@ -150,20 +170,14 @@ class Continuation:
     previous: ContextPack
     share: float
 
-    def decided(self, decisions: Decisions, tier: np.ndarray) -> Decisions:
-        """``decisions`` with pinned rows' reason ``selected`` and the history first in pack order.
-
-        ``tier`` is the rows' own tier, ``(n,)`` int64: a pinned row that is
-        not required by its own retention is reported as ``selected``.
-        """
-        reason = decisions.reason.copy()
-        reason[self.pinned & decisions.included & (tier != 0)] = _SELECTED
+    def decided(self, decisions: Decisions) -> Decisions:
+        """``decisions`` with the history first in pack order, then the ranked content."""
         selected = decisions.selected
         in_history = self.history[selected]
         ordered = np.concatenate([selected[in_history], selected[~in_history]])
-        position = np.full(len(reason), UNSET, dtype=np.int64)
+        position = np.full(len(decisions.reason), UNSET, dtype=np.int64)
         position[ordered] = np.arange(len(ordered))
-        return replace(decisions, reason=reason, selected=ordered, pack_position=position)
+        return replace(decisions, selected=ordered, pack_position=position)
 
     def report(
         self,
@@ -373,9 +387,10 @@ def plan_continuation(
     excluded = held | evicted
     reason = rows.reason.copy()
     reason[excluded] = _EVICTED
-    tier = rows.tier.copy()
-    tier[pinned] = 0
-    kept = replace(rows, reason=reason, eligible=rows.eligible & ~excluded, tier=tier)
+    lifted = pinned & (rows.tier != 0)
+    tier = np.where(lifted, 0, rows.tier)
+    eligible = rows.eligible & ~excluded
+    kept = replace(rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted)
     return Continuation(
         rows=kept,
         pinned=pinned,
@@ -466,21 +481,19 @@ def _check_previous(previous: object, call: PackCall) -> None:
 def _pinned_and_held(
     df: pl.DataFrame, at: _Rows, prefix: np.ndarray, previous: ContextPack
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(n,)`` bool each: the units pinned (the prefix's and the new history's) and held out.
+    """``(n,)`` bool each: the units pinned and held out.
 
-    Held out: the units of history before the prefix's last row that are
-    neither in the prefix nor required. Pinned after the prefix: the units
-    of history the earlier pack sent or never saw; one it left out is not
-    new, and is selected as usual.
+    Held out, unless required: the units of history outside the prefix that
+    come before its last row or that the earlier pack passed over (see
+    :func:`_passed_over`). Pinned: the prefix's units and the other units
+    of history after it (what the earlier pack sent after its prefix, and
+    the new messages).
     """
-    last = int(prefix[-1])
     in_prefix = at.whole(prefix)
-    before = np.arange(len(at.unit)) <= last
-    held = at.whole(at.eligible & at.history & before & ~in_prefix) & ~at.required
-    held &= at.eligible
-    after = at.eligible & at.history & ~before
-    fresh = after & (_in_pack(df, previous) | ~_in_manifest(df, previous))
-    pinned = (in_prefix | at.whole(fresh)) & at.eligible & ~held
+    before = np.arange(len(at.unit)) <= int(prefix[-1])
+    rest = at.eligible & at.history & ~in_prefix
+    held = at.whole(rest & (before | _passed_over(df, previous))) & at.eligible & ~at.required
+    pinned = (in_prefix | at.whole(rest & ~before)) & at.eligible & ~held
     return pinned, held
 
 
@@ -556,9 +569,17 @@ def _in_pack(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
     return df.get_column("id").is_in(pack.frame.get_column("id").implode()).to_numpy()
 
 
-def _in_manifest(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
-    """``(n,)`` bool: the row's id has an entry in ``pack``'s manifest (packed or left out)."""
-    ids = pack.manifest.to_polars().get_column("id")
+def _passed_over(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
+    """``(n,)`` bool: ``pack`` could send the row's item, and left it out.
+
+    Its manifest entry is excluded for a reason of the selection (the
+    budget, a gap, ``start_on``, a tool rule, an eviction), not for one of
+    :data:`_UNSENDABLE`: an item that can be sent now and could not then is new.
+    """
+    entries = pack.manifest.to_polars()
+    reason = entries.get_column("reason").cast(pl.String)
+    passed = (entries.get_column("decision") == "excluded") & ~reason.is_in(_UNSENDABLE)
+    ids = entries.get_column("id").filter(passed)
     return df.get_column("id").is_in(ids.implode()).to_numpy()
 
 

@@ -700,7 +700,6 @@ class PackScope:
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
-        own_tier = candidates.tier
         continuation = None
         if previous is not None:
             continuation = plan_continuation(df, candidates, units, costs, call, previous)
@@ -736,7 +735,7 @@ class PackScope:
         if opening:
             decisions = _with_opening(decisions, opening, call)
         if continuation is not None:
-            decisions = continuation.decided(decisions, own_tier)
+            decisions = continuation.decided(decisions)
         truncations = [] if cutter is None else cutter.records(decisions.selected)
         sent = _Sent(df, rank, decisions.selected, cutter, truncations, notes)
         linked = self._basis.linked or truncations
