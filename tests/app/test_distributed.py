@@ -33,31 +33,13 @@ from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
 from tests.app.parts import layout, records
+from tests.app.stores import WORDS, synthetic
 from tests.data import LOCOMO, needs_locomo
 from tests.pins import assert_same_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample"
 AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
-WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
-
-
-def synthetic(conversations: int, items: int) -> pl.DataFrame:
-    """Items of several conversations, with roles, times and words varying by position."""
-    return records_to_frame(
-        [
-            {
-                "id": f"c{c}-{i}",
-                "role": ("user", "assistant", "tool", "document")[i % 4],
-                "text": f"{WORDS[(c + i) % 8]} {WORDS[i % 8]} note {i} " * (1 + i % 3),
-                "created_at": f"2025-01-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
-                "priority": i % 3,
-                "metadata": {"conversation": f"c{c:02d}", "turn": i},
-            }
-            for c in range(conversations)
-            for i in range(items)
-        ]
-    )
 
 
 def requests_for(conversations: int, count: int) -> list[Request]:

@@ -19,34 +19,19 @@ from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_OK, _pack_store, app
 from cognoxium.engine.plan import LazySource, Scan, Select
 from cognoxium.exceptions import RecordError
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import check_store, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
 from tests.app.parts import layout
+from tests.app.stores import WORDS, synthetic
 
 AS_OF = "2026-01-01T00:00:00Z"
-WORDS = ("refund", "invoice", "crash", "login", "billing", "export", "latency", "quota")
 
 runner = CliRunner()
 
 
 def items(conversations: int = 6, per: int = 12) -> pl.DataFrame:
     """Items of several conversations, interleaved in the store, some derived from others."""
-    return records_to_frame(
-        [
-            {
-                "id": f"c{c}-{i}",
-                "role": ("user", "assistant", "tool", "document")[i % 4],
-                "text": f"{WORDS[(c + i) % 8]} {WORDS[i % 8]} note {i} " * (1 + i % 3),
-                "created_at": f"2025-01-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
-                "priority": i % 3,
-                "parents": [f"c{c}-{i - 1}"] if i % 5 == 4 else [],
-                "metadata": {"conversation": f"c{c:02d}", "turn": i},
-            }
-            for i in range(per)
-            for c in range(conversations)
-        ]
-    )
+    return synthetic(conversations, per, interleaved=True, derived=True)
 
 
 def requests(conversations: int = 6) -> list[Request]:
