@@ -593,7 +593,8 @@ def test_an_evicted_reply_takes_the_document_of_its_group_with_it() -> None:
     assert again.ids == ["s0", "u4"]
     reasons = _reasons(again)
     assert [reasons[i] for i in ("u0", "a1", "d1")] == ["evicted_for_cache"] * 3
-    assert [reasons[i] for i in ("u2", "a3")] == ["over_budget"] * 2  # the new turn, selected
+    # a3, tried first (newest first), does not fit; u2 is older than the tail's end.
+    assert [reasons[i] for i in ("u2", "a3")] == ["before_tail", "over_budget"]
     report = again.manifest.cache
     assert report is not None
     assert report.evicted == ["u0", "a1", "d1"]
@@ -722,7 +723,7 @@ def test_history_passed_over_after_the_prefix_stays_out_under_gaps_stop() -> Non
     first = frame.pack(60, as_of=AS_OF, gaps="stop")
     assert first.ids == ["s0", "a1"]
     assert _reasons(first) == {
-        "s0": "required", "u0": "over_budget", "a1": "selected", "u2": "over_budget"
+        "s0": "required", "u0": "over_budget", "a1": "selected", "u2": "before_tail"
     }  # fmt: skip
     again = frame.pack(60, as_of=AS_OF, gaps="stop", previous=first)
     assert again.ids == ["s0", "a1"]
