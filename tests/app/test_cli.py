@@ -1292,8 +1292,8 @@ def test_profile_takes_model_names_approximate_and_huggingface(
     assert {m.get("estimated", False) for m in manifests} == {profile != "gpt-4o-mini"}
 
 
-def test_pack_gaps_sets_the_requests_without_their_own(tmp_path: Path) -> None:
-    items = tmp_path / "items.jsonl"
+def _chat_files(tmp_path: Path, requests: list[dict[str, object]]) -> tuple[Path, Path]:
+    """A short chat whose long first reply makes a hole, and the requests, as JSONL files."""
     rows = [
         {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},
         {"id": "q1", "role": "user", "text": "Refunds?"},
@@ -1302,13 +1302,16 @@ def test_pack_gaps_sets_the_requests_without_their_own(tmp_path: Path) -> None:
         {"id": "a2", "role": "assistant", "text": "Free."},
     ]
     when = {"created_at": "2025-01-01T00:00:00Z"}
+    items = tmp_path / "items.jsonl"
     items.write_text("".join(json.dumps({**r, **when}) + "\n" for r in rows))
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text(
-        json.dumps({"id": "batch", "budget": 40})
-        + "\n"
-        + json.dumps({"id": "own", "budget": 40, "gaps": "stop"})
-        + "\n"
+    lines = tmp_path / "requests.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    return items, lines
+
+
+def test_pack_gaps_sets_the_requests_without_their_own(tmp_path: Path) -> None:
+    items, requests = _chat_files(
+        tmp_path, [{"id": "batch", "budget": 40}, {"id": "own", "budget": 40, "gaps": "stop"}]
     )
     out = tmp_path / "out"
     args = (
@@ -1335,18 +1338,7 @@ def test_pack_gaps_sets_the_requests_without_their_own(tmp_path: Path) -> None:
 
 
 def test_pack_gap_note_puts_a_counted_note_in_each_hole(tmp_path: Path) -> None:
-    items = tmp_path / "items.jsonl"
-    rows = [
-        {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},
-        {"id": "q1", "role": "user", "text": "Refunds?"},
-        {"id": "a1", "role": "assistant", "text": "word " * 80},
-        {"id": "q2", "role": "user", "text": "Shipping?"},
-        {"id": "a2", "role": "assistant", "text": "Free."},
-    ]
-    when = {"created_at": "2025-01-01T00:00:00Z"}
-    items.write_text("".join(json.dumps({**r, **when}) + "\n" for r in rows))
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text(json.dumps({"id": "noted", "budget": 60}) + "\n")
+    items, requests = _chat_files(tmp_path, [{"id": "noted", "budget": 60}])
     out = tmp_path / "out"
     args = ("--out", str(out), "--as-of", AS_OF, "--rank", "bm25", "--manifests", "jsonl")
     code, _, stderr = pack(

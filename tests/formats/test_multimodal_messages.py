@@ -14,13 +14,13 @@ import pytest
 from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
 from cognoxium.formats.interop import from_langchain_messages, to_langchain_messages
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
-from cognoxium.items.validation import conform
 from cognoxium.packing._messages import chat_columns, message_parts, sent_messages
 from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import png
+from tests.packing.chats import documents
 
 PROFILE = get_profile("cl100k_base")
 AS_OF = datetime(2024, 1, 1, tzinfo=UTC)
@@ -284,17 +284,7 @@ def test_a_frame_in_any_row_order_packs_each_message_whole_at_its_cost(order: st
 
 def test_anthropic_cache_breakpoint_counts_a_multi_part_message_once() -> None:
     history = from_openai_messages(OPENAI[:5], conversation_id="c").collect()
-    docs = conform(
-        pl.DataFrame(
-            {
-                "id": ["d1"],
-                "role": ["document"],
-                "text": ["retrieved text"],
-                "rank": [1.0],
-                "created_at": [datetime(2023, 1, 1, tzinfo=UTC)],
-            }
-        )
-    )
+    docs = documents(["d1"], ["retrieved text"], [1.0], created_at=datetime(2023, 1, 1, tzinfo=UTC))
     first = pack(history, 10_000, PackOptions(as_of=AS_OF))
     packed = pack(pl.concat([history, docs]), 10_000, PackOptions(as_of=AS_OF), previous=first)
     assert packed.ids[-1] == "d1"

@@ -26,3 +26,20 @@ def chat(rows: list[tuple[str, str, str]], **columns: list[Any]) -> pl.DataFrame
             }
         )
     )
+
+
+def documents(
+    ids: list[str], texts: list[str], ranks: list[float], *, created_at: datetime = T0
+) -> pl.DataFrame:
+    """Ranked ``document`` items (id, text, rank), all created at ``created_at``."""
+    return conform(
+        pl.DataFrame(
+            {
+                "id": ids,
+                "role": ["document"] * len(ids),
+                "text": texts,
+                "rank": ranks,
+                "created_at": [created_at] * len(ids),
+            }
+        )
+    )

@@ -14,7 +14,6 @@ import pytest
 
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import PackError
-from cognoxium.items.validation import conform
 from cognoxium.packing.cache import pack_breakpoints, shared_prefix_tokens
 from cognoxium.packing.cache_models import (
     CacheModel,
@@ -28,26 +27,12 @@ from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.tokens.profiles import get_profile
 from tests.data import LOCOMO, needs_locomo
+from tests.packing.chats import chat, documents
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 PROFILE = get_profile("cl100k_base")
 SYSTEM = "You are the support assistant. Answer from the conversation. " * 12
-
-
-def chat_frame(texts: list[tuple[str, str, str]]) -> pl.DataFrame:
-    """Items (id, role, text) at one-second steps; the system prompt required."""
-    return conform(
-        pl.DataFrame(
-            {
-                "id": [t[0] for t in texts],
-                "role": [t[1] for t in texts],
-                "text": [t[2] for t in texts],
-                "retention": ["required" if t[1] == "system" else "optional" for t in texts],
-                "created_at": [T0 + timedelta(seconds=i) for i in range(len(texts))],
-            }
-        )
-    )
 
 
 def synthetic_chat(n: int) -> list[tuple[str, str, str]]:
@@ -72,7 +57,7 @@ def replay(
     rows: list[tuple[str, str, str]], budget: int, **options: Any
 ) -> list[tuple[ContextPack, pl.DataFrame]]:
     """Pack the history at each user turn, each pack continuing the one before."""
-    whole = chat_frame(rows)
+    whole = chat(rows)
     packs: list[tuple[ContextPack, pl.DataFrame]] = []
     previous = None
     for row, (_, role, _) in enumerate(rows):
@@ -147,7 +132,7 @@ def test_a_larger_share_evicts_more_at_once_and_less_often() -> None:
 
 def test_a_sliding_window_changes_the_prefix_that_a_continuing_pack_keeps() -> None:
     rows = synthetic_chat(120)
-    whole = chat_frame(rows)
+    whole = chat(rows)
     last = len(rows) - 2  # a user turn
     assert rows[last][1] == "user"
     before = CognitionFrame.from_conformed(whole.head(last - 1)).rank("recency")
@@ -218,19 +203,13 @@ def _tokens(p: ContextPack) -> list[int]:
 
 def test_ranked_documents_go_after_the_stable_prefix() -> None:
     rows = synthetic_chat(30)
-    whole = chat_frame(rows)
+    whole = chat(rows)
     previous: ContextPack | None = None
     for turn, row in enumerate(r for r, t in enumerate(rows) if t[1] == "user"):
-        docs = conform(
-            pl.DataFrame(
-                {
-                    "id": [f"doc{turn}-{k}" for k in range(2)],
-                    "role": ["document"] * 2,
-                    "text": [f"retrieved passage {turn} {k} " + "text " * 20 for k in range(2)],
-                    "rank": [2.0, 1.0],
-                    "created_at": [T0] * 2,
-                }
-            )
+        docs = documents(
+            [f"doc{turn}-{k}" for k in range(2)],
+            [f"retrieved passage {turn} {k} " + "text " * 20 for k in range(2)],
+            [2.0, 1.0],
         )
         frame = pl.concat([docs, whole.head(row + 1)])  # documents first in the input
         packed = pack(frame, 2000, PackOptions(as_of=AS_OF), previous=previous)
@@ -252,7 +231,7 @@ def test_ranked_documents_go_after_the_stable_prefix() -> None:
 
 
 def test_a_continuing_pack_checks_its_arguments() -> None:
-    rows = chat_frame(synthetic_chat(4))
+    rows = chat(synthetic_chat(4))
     earlier = pack(rows, 500, PackOptions(as_of=AS_OF))
     with pytest.raises(PackError, match="previous must be the ContextPack"):
         pack(rows, 500, PackOptions(as_of=AS_OF), previous=earlier.manifest)  # type: ignore[arg-type]
@@ -267,7 +246,7 @@ def test_a_continuing_pack_checks_its_arguments() -> None:
 
 
 def test_an_unchanged_history_is_sent_again_whole() -> None:
-    rows = chat_frame(synthetic_chat(10))
+    rows = chat(synthetic_chat(10))
     first = pack(rows, 5000, PackOptions(as_of=AS_OF))
     again = pack(rows, 5000, PackOptions(as_of=AS_OF), previous=first)
     assert again.messages == first.messages
@@ -279,9 +258,9 @@ def test_an_unchanged_history_is_sent_again_whole() -> None:
 
 def test_an_edited_message_ends_the_prefix() -> None:
     rows = synthetic_chat(10)
-    first = pack(chat_frame(rows), 5000, PackOptions(as_of=AS_OF))
+    first = pack(chat(rows), 5000, PackOptions(as_of=AS_OF))
     rows[4] = (rows[4][0], rows[4][1], "an edited message")
-    again = pack(chat_frame(rows), 5000, PackOptions(as_of=AS_OF), previous=first)
+    again = pack(chat(rows), 5000, PackOptions(as_of=AS_OF), previous=first)
     report = again.manifest.cache
     assert report is not None
     assert report.prefix_items == 4
@@ -502,18 +481,8 @@ def test_to_anthropic_marks_the_stable_prefix_on_every_replayed_turn() -> None:
 
 
 def test_to_anthropic_marks_the_history_before_the_documents() -> None:
-    rows = chat_frame(synthetic_chat(5))  # ends on a user message
-    docs = conform(
-        pl.DataFrame(
-            {
-                "id": ["d1"],
-                "role": ["document"],
-                "text": ["retrieved text"],
-                "rank": [1.0],
-                "created_at": [T0],
-            }
-        )
-    )
+    rows = chat(synthetic_chat(5))  # ends on a user message
+    docs = documents(["d1"], ["retrieved text"], [1.0])
     first = pack(rows, 3000, PackOptions(as_of=AS_OF))
     packed = pack(pl.concat([rows, docs]), 3000, PackOptions(as_of=AS_OF), previous=first)
     request = packed.to_anthropic(cache=True, cache_model="anthropic:claude-sonnet-4-5:1h")
@@ -525,7 +494,7 @@ def test_to_anthropic_marks_the_history_before_the_documents() -> None:
 
 
 def test_to_openai_passes_a_prompt_cache_key() -> None:
-    packed = pack(chat_frame(synthetic_chat(4)), 3000, PackOptions(as_of=AS_OF))
+    packed = pack(chat(synthetic_chat(4)), 3000, PackOptions(as_of=AS_OF))
     request = packed.to_openai(prompt_cache_key="conversation-7")
     assert request == {"messages": packed.messages, "prompt_cache_key": "conversation-7"}
     with pytest.raises(PackError, match="prompt_cache_key must be non-empty text"):
