@@ -316,3 +316,32 @@ def test_take_refuses_a_range_outside_the_requests() -> None:
     for start, stop in ((0, 3), (2, 1), (-1, 1)):
         with pytest.raises(PlanError, match=f"requests {start} to {stop}"):
             result.take(start, stop)
+
+
+def test_the_required_item_cut_does_not_depend_on_the_costs_counted_before() -> None:
+    # Two truncatable system prompts and eight required user messages exceed 90 tokens.
+    # The required units are cut last first in the whole selection order (cost asc
+    # among equal keys): s0 (22 tokens of text) after s1 (21). A scope that had counted
+    # every cost for an earlier pack ordered them so, a cold one in input order, and
+    # the two cut different prompts (s0, s1).
+    prompt = {"role": "system", "retention": "required", "created_at": AS_OF,
+              "metadata": {"truncate": {"side": "tail", "min_tokens": 4}}}  # fmt: skip
+    df = records_to_frame(
+        [
+            prompt | {"id": "s0", "text": "refund refund refund refund 朗琴" + " refund" * 13},
+            prompt | {"id": "s1", "text": " ".join(["refund"] * 21)},
+            *(
+                {"id": f"m{i}", "role": "user", "text": "refund", "retention": "required",
+                 "created_at": AS_OF}  # fmt: skip
+                for i in range(8)
+            ),
+        ]
+    )
+    options = PackOptions(as_of=AS_OF, overflow="truncate")
+    rank = df.get_column("rank")
+    scope = PackScope(df)
+    scope.pack(1000, options, rank=rank)  # counts every cost
+    warm = scope.pack(90, options, rank=rank)
+    cold = pack(df, 90, options)
+    assert [(t.id, t.kept_tokens) for t in cold.manifest.truncations] == [("s0", 18)]
+    assert_pack_equal(warm, cold)

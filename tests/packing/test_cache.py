@@ -636,6 +636,43 @@ def test_a_group_whose_document_was_cut_ends_the_prefix_and_is_selected_again() 
     assert report.eviction_steps == 0
 
 
+def _after_a_cut_group() -> CognitionFrame:
+    """Replies a0, a2 (rank 2) around a required u1, then group g: a long truncatable d3 and u4."""
+    records: list[dict[str, Any]] = [
+        {"id": "a0", "role": "assistant", "text": "refund window", "rank": 2.0},
+        {"id": "u1", "role": "user", "text": "ok.", "retention": "required"},
+        {"id": "a2", "role": "assistant", "text": "refund window", "rank": 2.0},
+        {"id": "d3", "role": "document", "text": "refund window " * 40, "group_id": "g",
+         "metadata": {"truncate": {"side": "head", "min_tokens": 1}}},
+        {"id": "u4", "role": "user", "payload": {"kind": "json", "value": {"words": []}},
+         "group_id": "g"},
+    ]  # fmt: skip
+    for i, record in enumerate(records):
+        record["created_at"] = T0 + timedelta(seconds=i)
+    return CognitionFrame(records)
+
+
+@pytest.mark.parametrize("budget", [90, 60])
+def test_a_pinned_truncatable_document_is_cut_before_history_is_evicted(budget: int) -> None:
+    # The earlier pack cut d3's text to 57 tokens to fit g after the replies. Continued
+    # with nothing new, g is pinned after the prefix (a0, u1, a2): counted whole, it
+    # seemed not to fit, and a0 and a2 were evicted. d3 is now counted cut to its
+    # min_tokens and cut to fit what is left: at 90 tokens as before, at 60 further.
+    frame = _after_a_cut_group()
+    first = frame.pack(90, as_of=AS_OF)
+    assert first.ids == ["a0", "u1", "a2", "d3", "u4"]
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("d3", 57)]
+    again = frame.pack(budget, as_of=AS_OF, previous=first, eviction_share=0.25)
+    assert again.ids == ["a0", "u1", "a2", "u4", "d3"]
+    assert again.messages[:4] == [first.messages[k] for k in (0, 1, 2, 4)]
+    assert again.used_tokens <= budget
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.evicted, report.eviction_steps) == ([], 0)
+    kept = {t.id: t.kept_tokens for t in again.manifest.truncations}
+    assert kept["d3"] == (57 if budget == 90 else 27)
+
+
 def test_a_unit_with_a_required_document_is_never_evicted() -> None:
     # d1 is required, so its group g is: the step evicts u0 alone, the oldest evictable
     # unit of the prefix (s0, u0, a1), and a1 stays with d1. Row by row, a1 was evicted

@@ -21,6 +21,9 @@ modes), and checks what every pack must hold:
 - the sent messages keep the OpenAI tool rules and render as a valid
   Anthropic request (:mod:`cognoxium.packing.message_rules`);
 - the same call gives a byte-identical manifest, again and over a new frame;
+- continued over the same rows (``previous=``), a pack evicts nothing, makes
+  the same decisions and sends the earlier pack's history first, byte for
+  byte (with ``gap_note`` it is refused);
 - :meth:`CognitionFrame.pack` equals :func:`pack` over the rows the plan
   gives with no optimizer rule (``OptFlags.none()``).
 
@@ -36,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
@@ -43,7 +47,7 @@ from cognoxium import CognitionFrame
 from cognoxium.exceptions import BudgetError, MessageError, PackError, PolicyError
 from cognoxium.frame.frame import OptFlags
 from cognoxium.governance.policies import BoundaryPolicy, Policy
-from cognoxium.packing._renderers import OPENING
+from cognoxium.packing._renderers import OPENING, RANKED_ROLES
 from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
@@ -214,6 +218,7 @@ def pack_calls(draw: st.DrawFn) -> dict[str, Any]:
         "target": draw(st.sampled_from(["openai", "anthropic"])),
         "gaps": draw(st.sampled_from(["stop", "fill"])),
         "gap_note": draw(st.sampled_from([None, "({n} earlier messages omitted)"])),
+        "eviction_share": draw(st.sampled_from([0.25, 0.4, 1.0])),
     }
 
 
@@ -414,8 +419,34 @@ def test_every_pack_path_holds_the_pack_invariants(
     fresh = _query(CognitionFrame(records), call["query"]).pack(budget, options, policy=policy)
     assert fresh.manifest.to_json() == result.manifest.to_json()
     assert fresh.messages == result.messages
+    _check_continued(result, lambda: frame.pack(
+        budget, options, policy=policy, previous=result, eviction_share=call["eviction_share"]
+    ), noted=call["gap_note"] is not None)  # fmt: skip
     reached("invariants")
     _events(result, call)
+
+
+def _check_continued(result: ContextPack, run: Any, *, noted: bool) -> None:
+    """Continued over the same rows with nothing new: no eviction, the same decisions.
+
+    The earlier pack's history (its messages before its first document or
+    memory item) is sent again first, byte for byte. A pack with gap notes
+    cannot be continued: the notes would move the cached prefix.
+    """
+    if noted:
+        with pytest.raises(PackError, match="gap_note"):
+            run()
+        return
+    again = run()
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == [], report
+    before, after = (p.manifest.to_polars().select("id", "decision") for p in (result, again))
+    assert after.equals(before), (before.rows(), after.rows())
+    roles = result.manifest.to_polars().filter(pl.col("decision") == "included")
+    roles = roles.sort("pack_position").get_column("role").cast(pl.String).to_list()
+    history = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
+    assert again.messages[:history] == result.messages[:history]
 
 
 def _events(result: ContextPack, call: dict[str, Any]) -> None:

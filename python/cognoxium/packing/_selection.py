@@ -378,7 +378,8 @@ def select_units(
         Cuts truncatable units to fit, or ``None`` when no item is truncatable.
     overflow
         ``"truncate"`` lets ``cutter`` cut required units that do not fit;
-        ``"error"`` raises instead.
+        ``"error"`` raises instead. The units a continuing pack pinned
+        (:attr:`~cognoxium.packing._truncation.Cutter.pinned`) are cut either way.
 
     Returns
     -------
@@ -405,7 +406,10 @@ def select_units(
             sorted(zip(ids.gather(rows).to_list(), costs.row_tokens[rows].tolist(), strict=True))
         )
         cut = overflow == "truncate" and cutter is not None
-        if not (cut and cutter is not None and cutter.fit_required(required, budget - overhead)):
+        allowed = budget - overhead
+        if cutter is None or not cutter.fit_required(
+            _whole_order(queue, costs), allowed, overflow=overflow
+        ):
             raise BudgetError(
                 f"required items need {required_cost + overhead} tokens "
                 f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
@@ -429,6 +433,22 @@ def select_units(
     included[required] = True
     included[np.asarray(chosen, dtype=np.int64)] = True
     return included
+
+
+def _whole_order(queue: Queue, costs: UnitCosts) -> np.ndarray:
+    """``(r,)`` int64: the required units of ``queue`` (counted) in the whole selection order.
+
+    Their ties are ordered by cost asc and id asc, as when every cost was
+    known before the queue was made, so which one is cut first does not
+    depend on what earlier packs counted.
+    """
+    n = queue.n_required
+    head = queue.order[:n]
+    if queue.whole:
+        return head
+    tier, rank, priority, recency = (key[:n] for key in queue.keys)
+    ties = (costs.cost[head], queue.unit_ids[head])
+    return head[_ordering(tier, rank, priority, recency, ties)]
 
 
 def decide_rows(

@@ -154,6 +154,13 @@ class Cutter:
     action
         ``(n,)`` String: each row's policy action (a cut row is re-rendered
         as its policy decided), or ``None`` without policies.
+
+    Attributes
+    ----------
+    pinned
+        ``(n_units,)`` bool: the units a continuing pack pinned that hold no
+        required item; :meth:`fit_required` cuts them whatever ``overflow``
+        (``None``: no unit is pinned). Set by the packer.
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class Cutter:
         self.costs = costs
         self.action = action
         self.cuts: dict[int, _Cut] = {}
+        self.pinned: np.ndarray | None = None
 
     def fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
         """Cut ``unit`` (counted) to cost at most ``allowed`` tokens; its new cost, or ``None``.
@@ -240,14 +248,18 @@ class Cutter:
             text=kept, content=content, original_tokens=whole, kept_tokens=tokens, cost=cost
         )
 
-    def fit_required(self, required: np.ndarray, allowed: int) -> bool:
+    def fit_required(self, required: np.ndarray, allowed: int, *, overflow: str) -> bool:
         """Cut the required units (in selection order) so they cost at most ``allowed`` in all.
 
         The unit last in ``required`` is cut first, each as far as needed.
-        Returns whether they fit.
+        With ``overflow="truncate"`` every unit may be cut, else only the
+        :attr:`pinned` ones. Returns whether they fit.
         """
         need = int(self.costs.cost[required].sum()) - allowed
-        for unit in reversed(required.tolist()):
+        cuttable = required
+        if overflow != "truncate":
+            cuttable = required[self.pinned[required]] if self.pinned is not None else required[:0]
+        for unit in reversed(cuttable.tolist()):
             if need <= 0:
                 break
             before = int(self.costs.cost[unit])
@@ -255,6 +267,25 @@ class Cutter:
             if after is not None:
                 need -= before - after
         return need <= 0
+
+    def floor_costs(self, rows: np.ndarray) -> np.ndarray:
+        """``(k,)`` int64: what ``rows`` (counted) cost cut as far as their ``min_tokens`` allow.
+
+        A row with no truncation mark costs what it was counted at. Nothing
+        is committed.
+        """
+        out: np.ndarray = self.costs.row_tokens[rows].copy()
+        marked = np.flatnonzero(self.marks.floor[rows] >= 0)
+        if not len(marked):
+            return out
+        at = rows[marked]
+        texts = self.df.get_column("text").gather(at).to_list()
+        keys = self.df.get_column("content_hash").gather(at).to_list()
+        wholes = self.costs.profile.count_cached(keys, texts).tolist()
+        for k, r, text, whole in zip(marked.tolist(), at.tolist(), texts, wholes, strict=True):
+            keep = min(whole, self.marks.rows[r].min_tokens)
+            out[k] = self._cut(r, text, whole, keep).cost
+        return out
 
     def records(self, selected: np.ndarray) -> list[TruncationRecord]:
         """The cuts of the rows in ``selected`` (``(k,)`` int64), in input order."""

@@ -98,6 +98,7 @@ from cognoxium.packing.cache_models import CacheBill, CacheModel, bill, get_cach
 if TYPE_CHECKING:
     from cognoxium.packing._checks import PackCall
     from cognoxium.packing._selection import Decisions
+    from cognoxium.packing._truncation import Cutter
 
 __all__ = [
     "RANKED_ROLES",
@@ -144,6 +145,10 @@ class Continuation:
         ``(n,)`` bool: rows the selection must take (the units of the kept
         prefix and of the new history, documents in them included), though
         their own retention is not required.
+    pinned_units
+        ``(n_units,)`` bool: the units of ``pinned`` with no required item;
+        the selection cuts their truncatable rows to fit whatever
+        ``overflow`` (see :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
     history
         ``(n,)`` bool: rows of the history (every role but :data:`RANKED_ROLES`).
     prefix
@@ -162,6 +167,7 @@ class Continuation:
 
     rows: Exclusions
     pinned: np.ndarray
+    pinned_units: np.ndarray
     history: np.ndarray
     prefix: np.ndarray
     evicted: np.ndarray
@@ -342,6 +348,7 @@ def plan_continuation(
     costs: UnitCosts,
     call: PackCall,
     previous: ContextPack,
+    cutter: Cutter | None = None,
 ) -> Continuation:
     """Find the kept prefix, the rows held out and the eviction steps of a continuing pack.
 
@@ -364,6 +371,12 @@ def plan_continuation(
         The checked budget and options (``eviction_share`` is read).
     previous
         The earlier pack.
+    cutter
+        Cuts the truncatable rows (``None``: no row is truncatable). A
+        pinned unit is counted cut as far as its rows' ``min_tokens`` allow
+        (a required one only with ``overflow="truncate"``): documents go
+        after the history, so cutting them keeps the prefix, and evicting
+        history would not.
 
     Returns
     -------
@@ -383,7 +396,7 @@ def plan_continuation(
     steps, detail = 0, None
     if len(prefix):
         pinned, held = _pinned_and_held(df, at, prefix, previous)
-        pinned, evicted, steps, detail = _evicted(at, prefix, pinned, costs, call)
+        pinned, evicted, steps, detail = _evicted(at, prefix, pinned, costs, call, cutter)
     excluded = held | evicted
     reason = rows.reason.copy()
     reason[excluded] = _EVICTED
@@ -391,9 +404,12 @@ def plan_continuation(
     tier = np.where(lifted, 0, rows.tier)
     eligible = rows.eligible & ~excluded
     kept = replace(rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted)
+    pinned_units = np.zeros(units.n_units, dtype=bool)
+    pinned_units[at.unit[pinned & ~at.required]] = True
     return Continuation(
         rows=kept,
         pinned=pinned,
+        pinned_units=pinned_units,
         history=at.history,
         prefix=prefix[~evicted[prefix]],
         evicted=np.flatnonzero(excluded & _in_pack(df, previous)),
@@ -498,7 +514,12 @@ def _pinned_and_held(
 
 
 def _evicted(
-    at: _Rows, prefix: np.ndarray, pinned: np.ndarray, costs: UnitCosts, call: PackCall
+    at: _Rows,
+    prefix: np.ndarray,
+    pinned: np.ndarray,
+    costs: UnitCosts,
+    call: PackCall,
+    cutter: Cutter | None,
 ) -> tuple[np.ndarray, np.ndarray, int, str | None]:
     """The rows pinned and evicted so the pinned and required units fit, the steps and why.
 
@@ -506,11 +527,16 @@ def _evicted(
     while the pinned and required units exceed the items' budget; the units
     after the prefix are unpinned (selected as usual) when even the
     evictions leave no room for them. Required units and those holding a
-    ``system`` or ``developer`` message are never evicted.
+    ``system`` or ``developer`` message are never evicted. Truncatable rows
+    count cut as far as they may be (see :func:`plan_continuation`).
     """
     need_rows = pinned | (at.eligible & at.required)
     costs.count(np.unique(at.unit[need_rows]))
     tokens = np.where(need_rows, costs.row_tokens, 0)
+    if cutter is not None:
+        cuttable = need_rows if call.options.overflow == "truncate" else pinned & ~at.required
+        rows = np.flatnonzero(cuttable)
+        tokens[rows] = cutter.floor_costs(rows)
     room = call.item_budget - call.profile.tokens_per_pack
     first_need = int(tokens.sum())
     evicted = np.zeros(len(at.unit), dtype=bool)

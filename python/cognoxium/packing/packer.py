@@ -700,18 +700,21 @@ class PackScope:
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
+        marks = self._marks
+        action = self.review.column("action")
+        ranked = df if rank is None else _ranked(df, rank)
+        cutter = Cutter(ranked, marks, costs, action) if marks.rows else None
         continuation = None
         if previous is not None:
-            continuation = plan_continuation(df, candidates, units, costs, call, previous)
+            continuation = plan_continuation(df, candidates, units, costs, call, previous, cutter)
             candidates = continuation.rows
+            if cutter is not None:
+                cutter.pinned = continuation.pinned_units
             if rank is None:  # a fresh queue: the held-out and pinned rows change it
                 rank = df.get_column("rank")
         queue = self._queue(call, candidates, units, rank, costs)
         if rank is None:
             rank = df.get_column("rank")
-        marks = self._marks
-        action = self.review.column("action")
-        cutter = Cutter(_ranked(df, rank), marks, costs, action) if marks.rows else None
         note = call.options.gap_note
         if note is not None and continuation is not None:
             raise PackError(
