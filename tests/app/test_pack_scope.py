@@ -331,8 +331,13 @@ def test_the_required_item_cut_does_not_depend_on_the_costs_counted_before() -> 
             prompt | {"id": "s0", "text": "refund refund refund refund 朗琴" + " refund" * 13},
             prompt | {"id": "s1", "text": " ".join(["refund"] * 21)},
             *(
-                {"id": f"m{i}", "role": "user", "text": "refund", "retention": "required",
-                 "created_at": AS_OF}  # fmt: skip
+                {
+                    "id": f"m{i}",
+                    "role": "user",
+                    "text": "refund",
+                    "retention": "required",
+                    "created_at": AS_OF,
+                }
                 for i in range(8)
             ),
         ]

@@ -673,6 +673,36 @@ def test_a_pinned_truncatable_document_is_cut_before_history_is_evicted(budget: 
     assert kept["d3"] == (57 if budget == 90 else 27)
 
 
+def test_a_pinned_document_is_cut_before_a_required_item() -> None:
+    # overflow="truncate": the earlier pack sent the required items whole and cut d3
+    # (priority 1) by a token to fit its group g. Continued, g is pinned with the
+    # required items and they are cut together: d3 first, as before. The required s1,
+    # last in the selection order, was cut instead.
+    def item(item_id: str, role: str, words: int, **more: Any) -> dict[str, Any]:
+        return {"id": item_id, "role": role, "text": " ".join(["refund"] * words),
+                "retention": "required", "created_at": T0} | more  # fmt: skip
+
+    cut = {"truncate": {"side": "tail", "min_tokens": 4}}
+    frame = CognitionFrame(
+        [
+            item("s0", "system", 8),
+            item("s1", "system", 26, metadata=cut),
+            item("u0", "user", 1),
+            item("u1", "user", 1),
+            item("a2", "assistant", 2, retention="preferred", group_id="g"),
+            item(
+                "d3", "document", 26, retention="preferred", group_id="g", priority=1, metadata=cut
+            ),
+        ]
+    )
+    first = frame.pack(90, as_of=AS_OF, overflow="truncate")
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("d3", 25)]
+    again = frame.pack(90, as_of=AS_OF, overflow="truncate", previous=first)
+    assert again.ids == first.ids
+    assert again.messages == first.messages
+    assert [(t.id, t.kept_tokens) for t in again.manifest.truncations] == [("d3", 25)]
+
+
 def test_a_unit_with_a_required_document_is_never_evicted() -> None:
     # d1 is required, so its group g is: the step evicts u0 alone, the oldest evictable
     # unit of the prefix (s0, u0, a1), and a1 stays with d1. Row by row, a1 was evicted

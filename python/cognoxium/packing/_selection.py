@@ -448,7 +448,8 @@ def _whole_order(queue: Queue, costs: UnitCosts) -> np.ndarray:
         return head
     tier, rank, priority, recency = (key[:n] for key in queue.keys)
     ties = (costs.cost[head], queue.unit_ids[head])
-    return head[_ordering(tier, rank, priority, recency, ties)]
+    ordered: np.ndarray = head[_ordering(tier, rank, priority, recency, ties)]
+    return ordered
 
 
 def decide_rows(

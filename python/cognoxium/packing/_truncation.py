@@ -251,14 +251,17 @@ class Cutter:
     def fit_required(self, required: np.ndarray, allowed: int, *, overflow: str) -> bool:
         """Cut the required units (in selection order) so they cost at most ``allowed`` in all.
 
-        The unit last in ``required`` is cut first, each as far as needed.
-        With ``overflow="truncate"`` every unit may be cut, else only the
-        :attr:`pinned` ones. Returns whether they fit.
+        The :attr:`pinned` units are cut first, then (with
+        ``overflow="truncate"``) the others; among them the unit last in
+        ``required`` first, each as far as needed. Returns whether they fit.
         """
         need = int(self.costs.cost[required].sum()) - allowed
-        cuttable = required
-        if overflow != "truncate":
-            cuttable = required[self.pinned[required]] if self.pinned is not None else required[:0]
+        pinned = np.zeros(len(required), dtype=bool)
+        if self.pinned is not None:
+            pinned = self.pinned[required]
+        cuttable = required[pinned]
+        if overflow == "truncate":
+            cuttable = np.concatenate([required[~pinned], cuttable])
         for unit in reversed(cuttable.tolist()):
             if need <= 0:
                 break
