@@ -25,6 +25,7 @@ from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import PackManifest, pack
 from cognoxium.tokens.profiles import get_profile
 from cognoxium.tokens.truncation import cut_tokens
+from tests.image_files import gif
 
 AS_OF = datetime(2024, 6, 1, tzinfo=UTC)
 CL100K = get_profile("cl100k_base")
@@ -411,3 +412,41 @@ def test_truncated_packs_cost_what_they_send(
         assert mins[int(record.id[1:])] <= record.kept_tokens < record.original_tokens
         assert record.kept_tokens == len(CL100K.encoding.encode_ordinary(kept))
         assert record.content_hash == content_hash("text", kept.encode())
+
+
+def test_a_cut_made_for_a_selection_left_behind_does_not_carry_over() -> None:
+    # gaps="stop": the first selection takes the replies m01 and m02 and cuts m03 to
+    # what they leave; the image m04 did not fit, so the tail ends before them and the
+    # selection runs again without them. m03 now fits whole. It kept the first cut
+    # (44 of its 52 tokens) and m05 was cut into the room that cut left.
+    def record(item_id: str, role: str, words: int, **more: Any) -> dict[str, Any]:
+        body = (
+            {"payload": more.pop("payload")}
+            if "payload" in more
+            else {"text": " ".join(["refund"] * words)}
+        )
+        return (
+            {"id": item_id, "role": role, "retention": "preferred", "trust": "trusted"}
+            | body
+            | more
+        )
+
+    cut = {"truncate": {"side": "head", "min_tokens": 1}}
+    image = {"kind": "binary", "data": gif(16, 32)}
+    df = frame(
+        record("s0", "system", 5, retention="required"),
+        record("s1", "system", 4, retention="required"),
+        record("m00", "user", 1, retention="required"),
+        record("m01", "assistant", 2),
+        record("m02", "assistant", 2),
+        record("m03", "document", 52, retention="optional", metadata=cut),
+        record(
+            "m04", "user", 0, payload=image, metadata={"media_type": "image/gif", "detail": "low"}
+        ),
+        record("m05", "document", 52, retention="optional", metadata=cut),
+        record("m06", "user", 1, retention="required"),
+    )
+    packed = pack(df, 90, PackOptions(as_of=AS_OF, gaps="stop"))
+    assert packed.ids == ["s0", "s1", "m00", "m03", "m06"]
+    assert packed.manifest.truncations == []
+    assert packed.used_tokens == CL100K.request_tokens(packed.messages)

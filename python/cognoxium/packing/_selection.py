@@ -393,6 +393,8 @@ def select_units(
         "truncate"``: even cut as far as their ``min_tokens`` allow); it names
         their rows' ids and whole costs.
     """
+    if cutter is not None:
+        cutter.reset()  # cuts made for an earlier selection of this pack do not carry over
     if len(ids) <= _EAGER_BOUNDS:
         costs.ensure_bounds(queue.candidates)
     overhead = costs.profile.tokens_per_pack

@@ -172,6 +172,14 @@ class Cutter:
         self.action = action
         self.cuts: dict[int, _Cut] = {}
         self.pinned: np.ndarray | None = None
+        self._uncut: dict[tuple[str, int], int] = {}  # costs before the cuts
+
+    def reset(self) -> None:
+        """Undo every cut: a new selection starts from the whole texts and their costs."""
+        for (kind, at), cost in self._uncut.items():
+            (self.costs.row_tokens if kind == "row" else self.costs.cost)[at] = cost
+        self._uncut.clear()
+        self.cuts.clear()
 
     def fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
         """Cut ``unit`` (counted) to cost at most ``allowed`` tokens; its new cost, or ``None``.
@@ -212,7 +220,9 @@ class Cutter:
         for r, c in chosen.items():
             if c.kept_tokens < whole[r]:
                 self.cuts[r] = c
+                self._uncut.setdefault(("row", r), int(self.costs.row_tokens[r]))
                 self.costs.row_tokens[r] = c.cost
+        self._uncut.setdefault(("unit", unit), int(self.costs.cost[unit]))
         self.costs.cost[unit] = total
         return total
 

@@ -146,9 +146,10 @@ class Continuation:
         prefix and of the new history, documents in them included), though
         their own retention is not required.
     pinned_units
-        ``(n_units,)`` bool: the units of ``pinned`` with no required item;
-        the selection cuts their truncatable rows to fit whatever
-        ``overflow`` (see :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
+        ``(n_units,)`` bool: the units of ``pinned`` whose truncatable rows
+        are documents and memories, with no required item: the selection
+        cuts them to fit first, whatever ``overflow`` (see
+        :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
     history
         ``(n,)`` bool: rows of the history (every role but :data:`RANKED_ROLES`).
     prefix
@@ -373,10 +374,10 @@ def plan_continuation(
         The earlier pack.
     cutter
         Cuts the truncatable rows (``None``: no row is truncatable). A
-        pinned unit is counted cut as far as its rows' ``min_tokens`` allow
-        (a required one only with ``overflow="truncate"``): documents go
-        after the history, so cutting them keeps the prefix, and evicting
-        history would not.
+        pinned unit whose truncatable rows are documents and memories, with
+        no required item, is counted cut as far as their ``min_tokens``
+        allow: they go after the history, so cutting them keeps the prefix,
+        and evicting history would not.
 
     Returns
     -------
@@ -405,7 +406,8 @@ def plan_continuation(
     eligible = rows.eligible & ~excluded
     kept = replace(rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted)
     pinned_units = np.zeros(units.n_units, dtype=bool)
-    pinned_units[at.unit[pinned & ~at.required]] = True
+    if cutter is not None:
+        pinned_units[at.unit[_cut_first(at, pinned, cutter)]] = True
     return Continuation(
         rows=kept,
         pinned=pinned,
@@ -527,15 +529,14 @@ def _evicted(
     while the pinned and required units exceed the items' budget; the units
     after the prefix are unpinned (selected as usual) when even the
     evictions leave no room for them. Required units and those holding a
-    ``system`` or ``developer`` message are never evicted. Truncatable rows
-    count cut as far as they may be (see :func:`plan_continuation`).
+    ``system`` or ``developer`` message are never evicted. The pinned documents
+    that may be cut count cut (see :func:`plan_continuation`).
     """
     need_rows = pinned | (at.eligible & at.required)
     costs.count(np.unique(at.unit[need_rows]))
     tokens = np.where(need_rows, costs.row_tokens, 0)
     if cutter is not None:
-        cuttable = need_rows if call.options.overflow == "truncate" else pinned & ~at.required
-        rows = np.flatnonzero(cuttable)
+        rows = np.flatnonzero(_cut_first(at, pinned, cutter))
         tokens[rows] = cutter.floor_costs(rows)
     room = call.item_budget - call.profile.tokens_per_pack
     first_need = int(tokens.sum())
@@ -563,6 +564,18 @@ def _evicted(
     if first_need - int(tokens[evicted].sum()) > room:  # the new turn does not fit: select it
         pinned = pinned & in_prefix
     return pinned & ~evicted, evicted, steps, detail
+
+
+def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter) -> np.ndarray:
+    """``(n,)`` bool: the rows of the pinned units cut to fit before any other unit.
+
+    Units with no required item and no truncatable history row: what they
+    cut is a ``document`` or ``memory`` item, sent after the history, so
+    the prefix keeps its bytes.
+    """
+    cut_history = at.history & (cutter.marks.floor >= 0)
+    first: np.ndarray = pinned & ~at.required & ~at.whole(cut_history)
+    return first
 
 
 def _lead_roles(at: _Rows, units: np.ndarray) -> np.ndarray:

@@ -831,11 +831,14 @@ class PackScope:
             needed = notes_tokens(note, gaps, target, profile)
             if needed <= kept:
                 break
-            kept = needed
             try:
-                decisions, gaps, opening = choose(kept)
+                decisions, gaps, opening = choose(needed)
             except (BudgetError, MessageError):
-                break  # the selection before stands, with the notes that fit
+                # The selection before stands, with the notes that fit; made again, so
+                # that its cuts are the ones the pack sends.
+                decisions, gaps, opening = choose(kept)
+                break
+            kept = needed
         room = call.item_budget - decisions.used_tokens - (opening or 0)
         tool = (self._rendering.chat.role == "tool").to_numpy()
         continued = self._rendering.chat.continued
