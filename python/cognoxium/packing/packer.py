@@ -141,7 +141,7 @@ from cognoxium.packing._tool_rules import (
 )
 from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
 from cognoxium.packing._units import Units, form_units
-from cognoxium.packing.cache import plan_continuation
+from cognoxium.packing.cache import Continuation, plan_continuation
 from cognoxium.packing.options import PackOptions
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -696,13 +696,48 @@ class PackScope:
         With ``previous``, the pack continues that earlier pack (see
         :mod:`cognoxium.packing.cache`).
         """
+        plan = self._plan(call, rank, previous)
+        decisions, gaps, notes = self._decisions(plan)
+        cutter, continuation = plan.cutter, plan.continuation
+        truncations = [] if cutter is None else cutter.records(decisions.selected)
+        sent = _Sent(self.df, plan.rank, decisions.selected, cutter, truncations, notes)
+        linked = self._basis.linked or truncations
+        lineage = lineage_edges(sent.frame).to_dicts() if linked else []
+        header = manifest_header(
+            self._basis,
+            call,
+            decisions,
+            label,
+            plan.rank,
+            lineage,
+            truncations,
+            order="recency" if plan.queue.newest_first.any() else "rank",
+            gap_records=gaps,
+        )
+        if continuation is not None:
+            messages = self._messages(sent)
+            row_tokens = plan.costs.row_tokens
+            report = continuation.report(self.df, call, decisions, row_tokens, messages)
+            header = header.model_copy(update={"cache": report})
+        return PackOutcome(
+            call=call,
+            decisions=decisions,
+            rank=plan.rank,
+            truncations=tuple(truncations),
+            manifest=header,
+            scope=self,
+            sent=sent,
+        )
+
+    def _plan(self, call: PackCall, rank: pl.Series | None, previous: ContextPack | None) -> _Plan:
+        """The candidates, costs, cutter and queue of one pack, continuing ``previous`` if given."""
         df = self.df
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
         marks = self._marks
-        action = self.review.column("action")
         ranked = df if rank is None else _ranked(df, rank)
+        action = self.review.column("action")
         cutter = Cutter(ranked, marks, costs, action) if marks.rows else None
         continuation = None
         if previous is not None:
@@ -712,20 +747,27 @@ class PackScope:
                 cutter.pinned = continuation.pinned_units
             if rank is None:  # a fresh queue: the held-out and pinned rows change it
                 rank = df.get_column("rank")
+            if call.options.gap_note is not None:
+                raise PackError(
+                    "gap_note is not supported for a pack that continues an earlier one "
+                    "(previous=): a note would move the cached prefix; pack without gap_note"
+                )
         queue = self._queue(call, candidates, units, rank, costs)
-        if rank is None:
-            rank = df.get_column("rank")
-        note = call.options.gap_note
-        if note is not None and continuation is not None:
-            raise PackError(
-                "gap_note is not supported for a pack that continues an earlier one "
-                "(previous=): a note would move the cached prefix; pack without gap_note"
-            )
+        rank = df.get_column("rank") if rank is None else rank
+        return _Plan(call, candidates, units, costs, cutter, queue, rank, continuation)
+
+    def _decisions(
+        self, plan: _Plan
+    ) -> tuple[Decisions, list[GapRecord], list[tuple[int, dict[str, Any]]]]:
+        """Every row's decision, the gap records and the gap notes, in pack order."""
+        call, units, queue = plan.call, plan.units, plan.queue
 
         def choose(notes: int = 0) -> tuple[Decisions, list[GapRecord], int]:
-            chosen = self._selected(call, candidates, units, queue, costs, cutter, notes)
+            chosen = self._selected(
+                call, plan.candidates, units, queue, plan.costs, plan.cutter, notes
+            )
             included, rows, opening = chosen
-            decisions = decide_rows(rows, units, included, costs)
+            decisions = decide_rows(rows, units, included, plan.costs)
             if call.options.gaps == "stop":
                 decisions = mark_tail(queue, units, decisions)
             decisions, gaps = mark_gaps(queue, units, decisions)
@@ -733,40 +775,14 @@ class PackScope:
 
         decisions, gaps, opening = choose()
         notes: list[tuple[int, dict[str, Any]]] = []
+        note = call.options.gap_note
         if note is not None and gaps:
             decisions, gaps, opening, notes = self._with_notes(call, note, choose, decisions, gaps)
         if opening:
             decisions = _with_opening(decisions, opening, call)
-        if continuation is not None:
-            decisions = continuation.decided(decisions)
-        truncations = [] if cutter is None else cutter.records(decisions.selected)
-        sent = _Sent(df, rank, decisions.selected, cutter, truncations, notes)
-        linked = self._basis.linked or truncations
-        lineage = lineage_edges(sent.frame).to_dicts() if linked else []
-        header = manifest_header(
-            self._basis,
-            call,
-            decisions,
-            label,
-            rank,
-            lineage,
-            truncations,
-            order="recency" if queue.newest_first.any() else "rank",
-            gap_records=gaps,
-        )
-        if continuation is not None:
-            messages = self._messages(sent)
-            report = continuation.report(df, call, decisions, costs.row_tokens, messages)
-            header = header.model_copy(update={"cache": report})
-        return PackOutcome(
-            call=call,
-            decisions=decisions,
-            rank=rank,
-            truncations=tuple(truncations),
-            manifest=header,
-            scope=self,
-            sent=sent,
-        )
+        if plan.continuation is not None:
+            decisions = plan.continuation.decided(decisions)
+        return decisions, gaps, notes
 
     def _checked_rank(self, rank: pl.Series | None) -> pl.Series | None:
         """A given rank checked against the rows and cast to Float64 ``rank``."""
@@ -1014,6 +1030,20 @@ def _stack(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
 def _ranked(df: pl.DataFrame, rank: pl.Series) -> pl.DataFrame:
     """``df`` with ``rank`` as its rank column."""
     return df if rank is df.get_column("rank") else df.with_columns(rank)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one pack selects over: its candidates, units, costs, cutter, queue and rank."""
+
+    call: PackCall
+    candidates: Exclusions
+    units: Units
+    costs: UnitCosts
+    cutter: Cutter | None
+    queue: Queue
+    rank: pl.Series
+    continuation: Continuation | None
 
 
 class _Sent:
