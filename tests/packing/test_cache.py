@@ -797,6 +797,30 @@ def test_history_dropped_before_the_first_user_message_stays_out() -> None:
     assert report.evicted == []
 
 
+@pytest.mark.parametrize("start", [{"start_on": "user"}, {"target": "anthropic"}])
+def test_a_continued_pack_starts_on_a_user_message_as_it_is_sent(start: dict[str, Any]) -> None:
+    # The earlier pack opened on the document d0 (a user message) before a1. Continued,
+    # the history goes first and a1 would open the request: it is dropped as
+    # before_first_user. It was sent first, and to_anthropic() opened with a placeholder.
+    frame = _chat(
+        [
+            ("s0", "system", 5, {}),
+            ("d0", "document", 15, {"rank": 1.0}),
+            ("a1", "assistant", 15, {}),
+        ]
+    )
+    first = frame.pack(100, as_of=AS_OF, **start)
+    assert first.ids == ["s0", "d0", "a1"]
+    again = frame.pack(100, as_of=AS_OF, previous=first, **start)
+    assert again.ids == ["s0", "d0"]
+    assert _reasons(again)["a1"] == "before_first_user"
+    assert [m["role"] for m in again.messages] == ["system", "user"]
+    validate_anthropic_messages(again.to_anthropic())
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == []
+
+
 def test_pinned_history_before_the_first_user_message_is_dropped_not_refused() -> None:
     # The earlier pack opened on the document d0; a1 after it is pinned. The new d9
     # (rank 2) leaves no room for d0, so a1 comes first: it is dropped as

@@ -349,12 +349,7 @@ def _check_invariants(
     for unit in _units(rows, call["turns"]):
         assert len({decisions[i] for i in unit}) == 1, (unit, [reasons[i] for i in unit])
     _check_conversation(result)
-    # start_on="user" (and the Anthropic target): after the system block, a user's message.
-    if call["start_on"] == "user" or call["target"] == "anthropic":
-        roles = [m["role"] for m in result.messages]
-        rest = roles[next((k for k, r in enumerate(roles) if r not in {"system", "developer"}),
-                          len(roles)):]  # fmt: skip
-        assert not rest or rest[0] == "user", roles
+    _check_start(result, call)
     # The boundary policy: nothing above internal, nothing untrusted sent as system.
     if policy is not None:
         packed = rows.filter(pl.col("id").is_in(result.ids))
@@ -366,6 +361,18 @@ def _check_invariants(
         for item_id, message in zip(result.ids, item_messages, strict=True):
             if trust[item_id] == "untrusted":
                 assert message["role"] not in {"system", "developer"}, (item_id, message)
+
+
+def _check_start(result: ContextPack, call: dict[str, Any]) -> None:
+    """start_on="user" (and the Anthropic target): after the system block, a user's message."""
+    if call["start_on"] == "user" or call["target"] == "anthropic":
+        roles = [m["role"] for m in result.messages]
+        assert _opening(roles) in {None, "user"}, roles
+
+
+def _opening(roles: list[str]) -> str | None:
+    """The first role after the leading system block, or None."""
+    return next((r for r in roles if r not in SYSTEM_ROLES), None)
 
 
 def _check_conversation(result: ContextPack) -> None:
@@ -421,19 +428,23 @@ def test_every_pack_path_holds_the_pack_invariants(
     assert fresh.messages == result.messages
     _check_continued(result, lambda: frame.pack(
         budget, options, policy=policy, previous=result, eviction_share=call["eviction_share"]
-    ), noted=call["gap_note"] is not None)  # fmt: skip
+    ), call)  # fmt: skip
     reached("invariants")
     _events(result, call)
 
 
-def _check_continued(result: ContextPack, run: Any, *, noted: bool) -> None:
+def _check_continued(result: ContextPack, run: Any, call: dict[str, Any]) -> None:
     """Continued over the same rows with nothing new: no eviction, the same decisions.
 
-    The earlier pack's history (its messages before its first document or
-    memory item) is sent again first, byte for byte. A pack with gap notes
-    cannot be continued: the notes would move the cached prefix.
+    The continued pack holds the budget, ``start_on`` and the chat rules, and
+    sends the earlier pack's history (its messages before its first document
+    or memory item) again first, byte for byte. One exception: when the
+    earlier pack's history, sent first, would not start on a user message
+    under a start rule (it opened on a document), its leading replies are
+    dropped. A pack with gap notes cannot be continued: the notes would
+    move the cached prefix.
     """
-    if noted:
+    if call["gap_note"] is not None:
         with pytest.raises(PackError, match="gap_note"):
             run()
         return
@@ -441,12 +452,20 @@ def _check_continued(result: ContextPack, run: Any, *, noted: bool) -> None:
     report = again.manifest.cache
     assert report is not None
     assert report.evicted == [], report
+    assert again.used_tokens + call["reserve"] <= call["budget"]
+    _check_start(again, call)
+    _check_conversation(again)
+    sent = result.manifest.to_polars().filter(pl.col("decision") == "included")
+    roles = sent.sort("pack_position").get_column("role").cast(pl.String).to_list()
+    history = [role for role in roles if role not in RANKED_ROLES]
+    started = call["start_on"] == "user" or call["target"] == "anthropic"
+    if started and _opening(history) not in {None, "user"}:
+        event("continued: reopened on a user message")
+        return
     before, after = (p.manifest.to_polars().select("id", "decision") for p in (result, again))
     assert after.equals(before), (before.rows(), after.rows())
-    roles = result.manifest.to_polars().filter(pl.col("decision") == "included")
-    roles = roles.sort("pack_position").get_column("role").cast(pl.String).to_list()
-    history = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
-    assert again.messages[:history] == result.messages[:history]
+    lead = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
+    assert again.messages[:lead] == result.messages[:lead]
 
 
 def _events(result: ContextPack, call: dict[str, Any]) -> None:

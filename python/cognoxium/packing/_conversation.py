@@ -4,9 +4,12 @@ With ``start_on="user"`` the packed conversation, after its leading system
 block (the ``system`` and ``developer`` messages before the first user
 message), starts on a message rendered with the ``user`` chat role (a
 ``user``, ``document`` or ``memory`` item, see
-:data:`cognoxium._columns.CHAT_ROLES`). Every selected unit with another row
-before the first such message (an assistant reply whose question did not fit,
-a tool exchange) is dropped with reason ``before_first_user``, and the
+:data:`cognoxium._columns.CHAT_ROLES`), in the order the pack is sent (the
+input order, or a continuing pack's history first:
+:attr:`~cognoxium.packing._exclusions.Exclusions.sent_first`). Every
+selected unit with another row before the first such message (an assistant
+reply whose question did not fit, a tool exchange) is dropped with reason
+``before_first_user``, and the
 selection runs again without the dropped units, so the freed tokens go to the
 next candidates. That repeats until the pack starts on a user message or
 holds only its system block; each round drops at least one unit, so it ends.
@@ -107,12 +110,14 @@ def _units_before_first_user(
     is_user: np.ndarray,
     is_system: np.ndarray,
 ) -> np.ndarray:
-    """The included units with a non-system row before the first included user row."""
+    """The included units with a non-system row before the first included user row, as sent."""
     packed = np.flatnonzero(included[_row_units(units, np.arange(len(is_user)))] & rows.eligible)
-    users = packed[is_user[packed]]
-    limit = users[0] if len(users) else len(is_user)
-    early = packed[(packed < limit) & ~is_system[packed]]
-    return np.unique(_row_units(units, early))
+    if rows.sent_first is not None:
+        first = rows.sent_first[packed]
+        packed = np.concatenate([packed[first], packed[~first]])
+    users = np.flatnonzero(is_user[packed])
+    lead = packed[: users[0] if len(users) else len(packed)]
+    return np.unique(_row_units(units, lead[~is_system[lead]]))
 
 
 def _refuse_required(df: pl.DataFrame, rows: Exclusions, units: Units, early: np.ndarray) -> None:

@@ -48,6 +48,10 @@ class Exclusions:
         ``(n,)`` bool: rows a continuing pack takes first, in tier 0, though
         their own retention is not required (see :mod:`cognoxium.packing.cache`);
         ``None``: none is.
+    sent_first
+        ``(n,)`` bool: rows the pack sends before the others, each part in
+        input order (a continuing pack's history, see
+        :mod:`cognoxium.packing.cache`); ``None``: the pack keeps the input order.
     """
 
     reason: np.ndarray
@@ -55,6 +59,7 @@ class Exclusions:
     tier: np.ndarray
     grouped: np.ndarray
     pinned: np.ndarray | None = None
+    sent_first: np.ndarray | None = None
 
     @property
     def required(self) -> np.ndarray:

@@ -33,7 +33,11 @@ evicted). A unit with a required item is never evicted.
    Pinned is not required: ``start_on`` drops a pinned unit before the
    first user message, a tool rule leaves one out, and its reason is
    ``selected``. Continued with nothing new, a pack makes the earlier
-   pack's decisions.
+   pack's decisions, with one exception: ``start_on`` (and the Anthropic
+   target) applies to the order the pack is sent in, history first (see
+   4), so replies the earlier pack sent after a ``document`` or ``memory``
+   item that opened it, before any user message, are dropped
+   (``before_first_user``).
 3. **Evict in steps.** When they do not fit, the oldest units of the
    prefix are evicted in steps: each step evicts at least
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
@@ -404,7 +408,9 @@ def plan_continuation(
     lifted = pinned & (rows.tier != 0)
     tier = np.where(lifted, 0, rows.tier)
     eligible = rows.eligible & ~excluded
-    kept = replace(rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted)
+    kept = replace(
+        rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted, sent_first=at.history
+    )
     pinned_units = np.zeros(units.n_units, dtype=bool)
     if cutter is not None:
         pinned_units[at.unit[_cut_first(at, pinned, cutter)]] = True
