@@ -378,8 +378,9 @@ def select_units(
         Cuts truncatable units to fit, or ``None`` when no item is truncatable.
     overflow
         ``"truncate"`` lets ``cutter`` cut required units that do not fit;
-        ``"error"`` raises instead. The units a continuing pack pinned
-        (:attr:`~cognoxium.packing._truncation.Cutter.pinned`) are cut either way.
+        ``"error"`` raises instead. The pinned units of a continuing pack
+        (:attr:`~cognoxium.packing._truncation.Cutter.pinned`) are cut
+        first, either way.
 
     Returns
     -------

@@ -158,9 +158,10 @@ class Cutter:
     Attributes
     ----------
     pinned
-        ``(n_units,)`` bool: the units a continuing pack pinned that hold no
-        required item; :meth:`fit_required` cuts them whatever ``overflow``
-        (``None``: no unit is pinned). Set by the packer.
+        ``(n_units,)`` bool: the units a continuing pack pinned whose
+        truncatable rows are documents and memories, with no required item;
+        :meth:`fit_required` cuts them first, whatever ``overflow``
+        (``None``: none). Set by the packer.
     """
 
     def __init__(
@@ -172,13 +173,17 @@ class Cutter:
         self.action = action
         self.cuts: dict[int, _Cut] = {}
         self.pinned: np.ndarray | None = None
-        self._uncut: dict[tuple[str, int], int] = {}  # costs before the cuts
+        self._uncut_rows: dict[int, int] = {}  # a cut row's cost before its cut
+        self._uncut_units: dict[int, int] = {}  # a cut unit's cost before its cut
 
     def reset(self) -> None:
         """Undo every cut: a new selection starts from the whole texts and their costs."""
-        for (kind, at), cost in self._uncut.items():
-            (self.costs.row_tokens if kind == "row" else self.costs.cost)[at] = cost
-        self._uncut.clear()
+        for row, cost in self._uncut_rows.items():
+            self.costs.row_tokens[row] = cost
+        for unit, cost in self._uncut_units.items():
+            self.costs.cost[unit] = cost
+        self._uncut_rows.clear()
+        self._uncut_units.clear()
         self.cuts.clear()
 
     def fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
@@ -220,9 +225,9 @@ class Cutter:
         for r, c in chosen.items():
             if c.kept_tokens < whole[r]:
                 self.cuts[r] = c
-                self._uncut.setdefault(("row", r), int(self.costs.row_tokens[r]))
+                self._uncut_rows.setdefault(r, int(self.costs.row_tokens[r]))
                 self.costs.row_tokens[r] = c.cost
-        self._uncut.setdefault(("unit", unit), int(self.costs.cost[unit]))
+        self._uncut_units.setdefault(unit, int(self.costs.cost[unit]))
         self.costs.cost[unit] = total
         return total
 
