@@ -21,9 +21,11 @@ modes), and checks what every pack must hold:
 - the sent messages keep the OpenAI tool rules and render as a valid
   Anthropic request (:mod:`cognoxium.packing.message_rules`);
 - the same call gives a byte-identical manifest, again and over a new frame;
-- continued over the same rows (``previous=``), a pack evicts nothing, makes
-  the same decisions and sends the earlier pack's history first, byte for
-  byte (with ``gap_note`` it is refused);
+- continued over the same rows (``previous=``), a pack evicts nothing, holds
+  the budget, the start rule and the chat rules, makes the same decisions and
+  sends the earlier pack's history first, byte for byte (unless, under a
+  start rule, a reply would now open the history: it is dropped; with
+  ``gap_note`` the continuation is refused);
 - :meth:`CognitionFrame.pack` equals :func:`pack` over the rows the plan
   gives with no optimizer rule (``OptFlags.none()``).
 
