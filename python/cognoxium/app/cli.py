@@ -1256,6 +1256,20 @@ def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit:
 
 def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
     """The tables of ``cognoxium inspect``: budget use, reasons, tokens by role, tier, source."""
+    tables = [_use_table(summary), _reasons_table(summary)]
+    tables.append(_group_table("Tokens by role", "role", summary["by_role"], limit))
+    tables.append(_group_table("Tokens by retention tier", "tier", summary["by_tier"], limit))
+    if summary["by_source"] is not None:
+        tables.append(_group_table("Tokens by source", "source", summary["by_source"], limit))
+    extra = [("redactions", summary["redactions"]), ("policy outcomes", summary["policy_outcomes"])]
+    tables += [_count_table(title, counts) for title, counts in extra if counts]
+    if len(summary["per_manifest"]) > 1:
+        tables.append(_per_manifest_table(summary["per_manifest"], limit))
+    return tables
+
+
+def _use_table(summary: dict[str, Any]) -> Table:
+    """Budget use over the manifests: tokens used, utilization, entries, merges."""
     from rich.table import Table
 
     budget, items = summary["budget"], summary["items"]
@@ -1280,52 +1294,61 @@ def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
         ("duplicate merges", str(summary["merges"])),
     ):
         use.add_row(name, value)
+    return use
+
+
+def _reasons_table(summary: dict[str, Any]) -> Table:
+    """Entries per decision and reason, the included reasons first, then by count."""
+    from rich.table import Table
+
+    from cognoxium.packing.packer import Reason
+
     reasons = Table(title="Decisions and reasons")
     reasons.add_column("decision")
     reasons.add_column("reason")
     reasons.add_column("entries", justify="right")
-    from cognoxium.packing.packer import Reason
-
     included = {Reason.REQUIRED.value, Reason.SELECTED.value}
     for reason, count in sorted(
         summary["reasons"].items(), key=lambda kv: (kv[0] not in included, -kv[1], kv[0])
     ):
         reasons.add_row("included" if reason in included else "excluded", reason, str(count))
-    tables = [use, reasons]
-    tables.append(_group_table("Tokens by role", "role", summary["by_role"], limit))
-    tables.append(_group_table("Tokens by retention tier", "tier", summary["by_tier"], limit))
-    if summary["by_source"] is not None:
-        tables.append(_group_table("Tokens by source", "source", summary["by_source"], limit))
-    extra = [("redactions", summary["redactions"]), ("policy outcomes", summary["policy_outcomes"])]
-    for title, counts in extra:
-        if counts:
-            table = Table(title=title.capitalize())
-            table.add_column("type" if title == "redactions" else "action")
-            table.add_column("count", justify="right")
-            for name, count in counts.items():
-                table.add_row(name, str(count))
-            tables.append(table)
-    per = summary["per_manifest"]
-    if len(per) > 1:
-        caption = (
-            f"{len(per) - limit} more manifests not shown (--json lists all)"
-            if len(per) > limit
-            else None
+    return reasons
+
+
+def _count_table(title: str, counts: dict[str, int]) -> Table:
+    """Counts of redaction types or policy actions."""
+    from rich.table import Table
+
+    table = Table(title=title.capitalize())
+    table.add_column("type" if title == "redactions" else "action")
+    table.add_column("count", justify="right")
+    for name, count in counts.items():
+        table.add_row(name, str(count))
+    return table
+
+
+def _per_manifest_table(per: list[dict[str, Any]], limit: int) -> Table:
+    """One row per manifest (the first ``limit``): label, budget, tokens, entries."""
+    from rich.table import Table
+
+    caption = (
+        f"{len(per) - limit} more manifests not shown (--json lists all)"
+        if len(per) > limit
+        else None
+    )
+    table = Table(title="Per manifest", caption=caption, caption_justify="left")
+    table.add_column("label")
+    for header in ("budget", "used", "remaining", "included", "excluded"):
+        table.add_column(header, justify="right")
+    for row in per[:limit]:
+        table.add_row(
+            "-" if row["label"] is None else row["label"],
+            *(
+                str(row[k])
+                for k in ("budget", "used_tokens", "remaining_tokens", "included", "excluded")
+            ),
         )
-        table = Table(title="Per manifest", caption=caption, caption_justify="left")
-        table.add_column("label")
-        for header in ("budget", "used", "remaining", "included", "excluded"):
-            table.add_column(header, justify="right")
-        for row in per[:limit]:
-            table.add_row(
-                "-" if row["label"] is None else row["label"],
-                *(
-                    str(row[k])
-                    for k in ("budget", "used_tokens", "remaining_tokens", "included", "excluded")
-                ),
-            )
-        tables.append(table)
-    return tables
+    return table
 
 
 @app.command(
