@@ -248,6 +248,42 @@ class ChatColumns:
         return [*title, image.part()]
 
 
+def _content_and_key(df: pl.DataFrame) -> tuple[pl.Expr, pl.Expr, dict[int, ImageSpec]]:
+    """Each row's message text and its cache key, and the image rows, before any policy."""
+    all_text = bool((df.get_column("payload_kind") == "text").all())
+    content = pl.col("text").fill_null("") if all_text else packed_text_expr()
+    key = pl.col("content_hash")
+    images = {} if all_text else image_specs(df)
+    if images:
+        # An image's text is its reference's title, sent as a text part before it.
+        is_image = pl.lit(pl.Series(np.isin(np.arange(df.height), list(images))))
+        title = pl.col("ref_title").fill_null("")
+        content = pl.when(is_image).then(title).otherwise(content)
+        key = pl.when(is_image).then(pl.concat_str([pl.lit("title:"), title])).otherwise(key)
+    lines = source_lines(df)
+    if lines is not None:
+        line = pl.lit(lines)
+        attributed = pl.concat_str([line, pl.lit("\n"), content])
+        content = pl.when(line.is_null()).then(content).otherwise(attributed)
+        # The cache key of an attributed text: its content hash and its source lines.
+        key = pl.when(line.is_null()).then(key).otherwise(pl.concat_str([key, pl.lit("|"), line]))
+    return content, key, images
+
+
+def _rendered(
+    content: pl.Expr, key: pl.Expr, action: pl.Series | None
+) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """Text and key after the policy actions, and whether each row is rendered as a user's."""
+    if action is None:
+        return content, key, pl.lit(False)
+    act = pl.lit(action)
+    as_data = act == "render_as_data"
+    content = pl.when(as_data).then(data_block_expr(content)).otherwise(content)
+    # The cache key of a rendered text is the text itself.
+    key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
+    return content, key, act.is_in(["render_as_user", "render_as_data"])
+
+
 def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColumns:
     """Lay out every row of ``df`` as the chat message it sends (see the module's table).
 
@@ -276,39 +312,16 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         sent in a message other than a user one (field ``role``).
     """
     role = pl.col("role")
-    all_text = bool((df.get_column("payload_kind") == "text").all())
-    content = pl.col("text").fill_null("") if all_text else packed_text_expr()
-    chat_role = mapped_expr("role", df.schema["role"], CHAT_ROLES, CHAT_ROLE)
-    key = pl.col("content_hash")
-    images = {} if all_text else image_specs(df)
-    if images:
-        # An image's text is its reference's title, sent as a text part before it.
-        is_image = pl.lit(pl.Series(np.isin(np.arange(df.height), list(images))))
-        title = pl.col("ref_title").fill_null("")
-        content = pl.when(is_image).then(title).otherwise(content)
-        key = pl.when(is_image).then(pl.concat_str([pl.lit("title:"), title])).otherwise(key)
+    content, key, images = _content_and_key(df)
+    content, key, rendered = _rendered(content, key, action)
     meta = pl.col("metadata")
     # Rows whose message may carry a name or tool fields; only these are parsed.
     maybe = (role.is_in(_NAMED_ROLES) & meta.str.contains('"name":', literal=True)) | (
         (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
     )
     maybe = maybe | (role == "tool")
-    lines = source_lines(df)
-    if lines is not None:
-        line = pl.lit(lines)
-        attributed = pl.concat_str([line, pl.lit("\n"), content])
-        content = pl.when(line.is_null()).then(content).otherwise(attributed)
-        # The cache key of an attributed text: its content hash and its source lines.
-        key = pl.when(line.is_null()).then(key).otherwise(pl.concat_str([key, pl.lit("|"), line]))
-    rendered = pl.lit(False)
-    if action is not None:
-        act = pl.lit(action)
-        rendered = act.is_in(["render_as_user", "render_as_data"])
-        as_data = act == "render_as_data"
-        content = pl.when(as_data).then(data_block_expr(content)).otherwise(content)
-        # The cache key of a rendered text is the text itself.
-        key = pl.when(as_data).then(pl.concat_str([pl.lit("data:"), content])).otherwise(key)
     declares = (role == "assistant") & meta.str.contains('"tool_call_ids":', literal=True)
+    chat_role = mapped_expr("role", df.schema["role"], CHAT_ROLES, CHAT_ROLE)
     cols = df.select(
         pl.when(rendered).then(pl.lit("user", CHAT_ROLE)).otherwise(chat_role).alias("role"),
         content.alias("content"),
