@@ -124,6 +124,48 @@ def test_feature_values_on_a_hand_built_scope() -> None:
     assert t4["session_prior"] == pytest.approx(t4["fused"])
 
 
+UNNAMED = {
+    "cos_unnamed": "cos",
+    "cos_unnamed_gap": "cos_gap",
+    "cos_window_unnamed": "cos_window",
+    "cos_window_unnamed_gap": "cos_window_gap",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "without"),
+    [
+        ("Where did Ann's family move to?", "Where did family move to?"),
+        ("Where did ANN’s family move to?", "Where did family move to?"),
+        ("Where did ann and bo's family move?", "Where did and family move?"),
+    ],
+)
+def test_unnamed_cosines_read_the_query_without_the_speaker_names(query: str, without: str) -> None:
+    ex = extractor()
+    named, plain = ex.features(query), ex.features(without)
+    # The speaker names (any case, whole word, with a possessive 's) are taken out.
+    for unnamed, name in UNNAMED.items():
+        assert named[unnamed].to_list() == plain[name].to_list()
+    assert named["cos_unnamed"].to_list() != named["cos"].to_list()
+
+
+@pytest.mark.parametrize(
+    "query", ["Where is the bakery?", "Annie bought a bicycle?", "Ann / Bo?", "Ann's"]
+)
+def test_unnamed_cosines_are_the_cosines_when_no_word_is_left(query: str) -> None:
+    # No speaker named ("Annie" is not "Ann"), or no word but names: the query as it is.
+    rows = extractor().features(query)
+    for unnamed, name in UNNAMED.items():
+        assert rows[unnamed].to_list() == rows[name].to_list()
+
+
+def test_unnamed_cosines_without_speakers_are_the_cosines() -> None:
+    items = store().with_columns(pl.lit(None, dtype=pl.String).alias("metadata"))
+    rows = extractor(items).features("Where did Ann move to?")
+    for unnamed, name in UNNAMED.items():
+        assert rows[unnamed].to_list() == rows[name].to_list()
+
+
 def test_features_of_a_huge_text_read_its_first_max_read_chars() -> None:
     huge = "Ann: near the old bakery in Lyon, last spring. " * 3_000  # 141,000 characters
     query = "When did Ann move to Lyon?"

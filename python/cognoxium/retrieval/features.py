@@ -11,46 +11,55 @@ items scoring strictly higher, so ties share a rank; ``lrank(s)`` =
 ``log2(1 + rank)``; ``norm(s)`` = ``s / max(s)`` over the scope, 0 when the
 maximum is not positive):
 
-=================== =============================================================
-name                definition
-=================== =============================================================
-fused               the ``hybrid-lineage`` fused score (reciprocal rank fusion,
-                    :data:`~cognoxium.retrieval.scope.RRF_K`), no neighbours
-fused_norm          ``norm(fused)``
-fused_rank          ``lrank(fused)``
-fused_neighbour     the larger ``fused`` of the items just before and after
-                    (0 at the ends of the scope)
-session_prior       mean of the three highest ``fused`` of the item's session
-                    (``metadata.session``; items without one form one group)
-bm25                ``norm`` of Okapi BM25 of the item's packed text
-bm25_rank           ``lrank`` of that BM25
-bm25_window         ``norm`` of BM25 of the item joined with the item before it
-                    (a corpus of these windows)
-bm25_window_rank    ``lrank`` of the window BM25
-bm25_lineage        ``norm`` of the best BM25 of the item's derived items (a
-                    corpus of the derived items); 0 without derived items
-bm25_lineage_rank   ``lrank`` of the lineage BM25
-cos                 cosine of the item's packed text with the query (the
-                    retriever's embedder, rounded to 6 decimals)
-cos_gap             ``cos - max(cos)`` over the scope (<= 0)
-cos_window          cosine of the item joined with the item before it
-cos_window_gap      ``cos_window - max(cos_window)``
-cos_lineage         best cosine of the item's derived items; 0 without one
-cos_lineage_gap     ``cos_lineage - max(cos_lineage)``; 0 without derived items
-cos_summary         cosine of the item's broadest derived item (the one with
-                    most parents, first on ties: a session summary); 0 without
-has_derived         1 when the item has at least one derived item, else 0
-names_speaker       1 when the query names the item's speaker
-                    (``metadata.speaker``, whole word, any case)
-names_other         1 when the query names another speaker of the scope
-has_time            1 when the item's text carries a time expression (a month
-                    or weekday name, yesterday, last/next week, "ago", a year)
-when_time           ``has_time`` for a "when" question (the query asks when,
-                    what date, year or month, or how long ago), else 0
-log_cost            natural log of the item's token cost: tokens of its packed
-                    text under the token profile plus the chat framing of its
-                    role
-=================== =============================================================
+====================== ==========================================================
+name                   definition
+====================== ==========================================================
+fused                  the ``hybrid-lineage`` fused score (reciprocal rank fusion,
+                       :data:`~cognoxium.retrieval.scope.RRF_K`), no neighbours
+fused_norm             ``norm(fused)``
+fused_rank             ``lrank(fused)``
+fused_neighbour        the larger ``fused`` of the items just before and after
+                       (0 at the ends of the scope)
+session_prior          mean of the three highest ``fused`` of the item's session
+                       (``metadata.session``; items without one form one group)
+bm25                   ``norm`` of Okapi BM25 of the item's packed text
+bm25_rank              ``lrank`` of that BM25
+bm25_window            ``norm`` of BM25 of the item joined with the item before it
+                       (a corpus of these windows)
+bm25_window_rank       ``lrank`` of the window BM25
+bm25_lineage           ``norm`` of the best BM25 of the item's derived items (a
+                       corpus of the derived items); 0 without derived items
+bm25_lineage_rank      ``lrank`` of the lineage BM25
+cos                    cosine of the item's packed text with the query (the
+                       retriever's embedder, rounded to 6 decimals)
+cos_gap                ``cos - max(cos)`` over the scope (<= 0)
+cos_window             cosine of the item joined with the item before it
+cos_window_gap         ``cos_window - max(cos_window)``
+cos_unnamed            ``cos`` of the query with the scope's speaker names taken
+                       out (each ``metadata.speaker``, whole word, any case, with
+                       a possessive ``'s``); ``cos`` when the query names none
+                       or holds no word but names.
+                       Every turn of a chat names its speaker, so a name in the
+                       query pulls the cosine toward all of that speaker's turns
+cos_unnamed_gap        ``cos_unnamed - max(cos_unnamed)``
+cos_window_unnamed     ``cos_window`` of the query without the speaker names
+cos_window_unnamed_gap ``cos_window_unnamed - max(cos_window_unnamed)``
+cos_lineage            best cosine of the item's derived items; 0 without one
+cos_lineage_gap        ``cos_lineage - max(cos_lineage)``; 0 without derived items
+cos_summary            cosine of the item's broadest derived item (the one with
+                       most parents, first on ties: a session summary); 0 without
+has_derived            1 when the item has at least one derived item, else 0
+names_speaker          1 when the query names the item's speaker
+                       (``metadata.speaker``, whole word, any case)
+names_other            1 when the query names another speaker of the scope
+has_time               1 when the item's text carries a time expression (a month
+                       or weekday name, yesterday, last/next week, "ago", a year)
+when_time              ``has_time`` for a "when" question (the query asks when,
+                       what date, year or month, or how long ago), else 0
+log_cost               natural log of the item's token cost: tokens of its packed
+                       text under the token profile plus the chat framing of its
+                       role
+====================== ==========================================================
 
 All columns are ``Float64`` and finite.
 
@@ -111,6 +120,10 @@ FEATURE_NAMES: Final[tuple[str, ...]] = (
     "cos_gap",
     "cos_window",
     "cos_window_gap",
+    "cos_unnamed",
+    "cos_unnamed_gap",
+    "cos_window_unnamed",
+    "cos_window_unnamed_gap",
     "cos_lineage",
     "cos_lineage_gap",
     "cos_summary",
@@ -196,6 +209,17 @@ def _names_pattern(name: str) -> re.Pattern[str]:
     return re.compile(r"(?i)\b" + re.escape(name) + r"\b")
 
 
+_WORD: Final = re.compile(r"\w")
+
+
+def _mentions_pattern(names: list[str]) -> re.Pattern[str] | None:
+    """Any of ``names`` as a whole word, any case, with a possessive ``'s``; None for no names."""
+    if not names:
+        return None
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    return re.compile(r"(?i)\b(?:" + alternatives + r")(?:['\u2019]s)?\b")
+
+
 class FeatureExtractor:
     """Computes the :data:`FEATURE_NAMES` columns of one scope for any query.
 
@@ -274,9 +298,9 @@ class FeatureExtractor:
         self._session = session.rank("dense").cast(pl.Int64).to_numpy() - 1
         speakers = _metadata_field(scope, "speaker")
         self._speakers = speakers.to_list()
-        self._speaker_patterns = {
-            name: _names_pattern(name) for name in sorted({s for s in self._speakers if s})
-        }
+        names = sorted({s for s in self._speakers if s})
+        self._speaker_patterns = {name: _names_pattern(name) for name in names}
+        self._unnamed_pattern = _mentions_pattern(names)
         self._has_time = (
             (texts.to_frame("text").select(time_expression_expr(pl.col("text"))).to_series())
             .to_numpy()
@@ -341,6 +365,31 @@ class FeatureExtractor:
         other = np.array([bool(named - {s}) for s in self._speakers], dtype=np.float64)
         return own.reshape(self.n), other.reshape(self.n)
 
+    def _unnamed_query(self, query: str) -> str | None:
+        """``query`` without the scope's speaker names; None if it names none or no word is left."""
+        if self._unnamed_pattern is None:
+            return None
+        stripped, count = self._unnamed_pattern.subn(" ", query)
+        stripped = " ".join(stripped.split())
+        return stripped if count and _WORD.search(stripped) else None
+
+    def _unnamed_columns(
+        self, query: str, lists: dict[str, npt.NDArray[np.float64]]
+    ) -> dict[str, npt.NDArray[np.float64]]:
+        """The ``*_unnamed`` cosines: ``lists``' own when the query names no speaker."""
+        unnamed = self._unnamed_query(query)
+        if unnamed is None:
+            cos, window = lists["embedding"], lists["window"]
+        else:
+            cos = self.retriever.cosines(unnamed, "embedding")
+            window = self.retriever.cosines(unnamed, "window")
+        return {
+            "cos_unnamed": cos,
+            "cos_unnamed_gap": _gap(cos),
+            "cos_window_unnamed": window,
+            "cos_window_unnamed_gap": _gap(window),
+        }
+
     def columns(self, query: str) -> dict[str, npt.NDArray[np.float64]]:
         """The feature columns for ``query`` as ``float64`` arrays of shape ``(n,)``.
 
@@ -400,6 +449,7 @@ class FeatureExtractor:
             "cos_gap": _gap(lists["embedding"]),
             "cos_window": lists["window"],
             "cos_window_gap": _gap(lists["window"]),
+            **self._unnamed_columns(query, lists),
             "cos_lineage": cos_lineage,
             "cos_lineage_gap": lineage_gap,
             "cos_summary": summary,

@@ -434,10 +434,37 @@ class ScopeRetriever:
             if name == "bm25":
                 out[name] = bm25_scores(self._texts, query, cache_key=self._bm25_key)
                 continue
-            raw = (self._matrices[name] @ self._query_vector(query)).astype(np.float64)
-            cosine = np.asarray(np.round(raw, _SCORE_DECIMALS), dtype=np.float64)
+            cosine = self.cosines(query, name)
             out[name] = cosine if name != "lineage" else self._best_derived(cosine)
         return out
+
+    def cosines(self, query: str, name: str) -> npt.NDArray[np.float64]:
+        """The cosine of each row that list ``name`` embeds with ``query``, rounded to 6 decimals.
+
+        Parameters
+        ----------
+        query
+            The query text.
+        name
+            An embedding list of the method: ``"embedding"`` (the items),
+            ``"window"`` (each item joined to the one before it) or
+            ``"lineage"`` (the derived items).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``float64``, shape ``(n,)``, or ``(len(derived),)`` for ``"lineage"``.
+
+        Raises
+        ------
+        PlanError
+            If the method has no embedding list ``name``.
+        """
+        matrix = self._matrices.get(name)
+        if matrix is None:
+            raise PlanError(f"{self.method!r} has no embedding list {name!r}")
+        raw = (matrix @ self._query_vector(query)).astype(np.float64)
+        return np.asarray(np.round(raw, _SCORE_DECIMALS), dtype=np.float64)
 
     @property
     def links(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
@@ -464,8 +491,7 @@ class ScopeRetriever:
         """
         if "lineage" not in self._matrices:
             raise PlanError(f"{self.method!r} does not embed derived items")
-        raw = (self._matrices["lineage"] @ self._query_vector(query)).astype(np.float64)
-        return np.asarray(np.round(raw, _SCORE_DECIMALS), dtype=np.float64)
+        return self.cosines(query, "lineage")
 
     def _best_derived(self, cosine: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Each scope item's best cosine among its derived items, NaN without one."""
