@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -321,22 +321,10 @@ def run_locomo(
                 manifests=manifests,
             )
         packs = scan_packs(folder).collect().to_dicts()
-        splits = {
-            name: {
-                "conversations": members,
-                **evaluate(packs, [r for r in requests if r.id.rsplit(":q", 1)[0] in members]),
-            }
-            for name, members in split.items()
-        }
-        per_conversation = {
-            name: evaluate(packs, [r for r in requests if r.id.rsplit(":q", 1)[0] == name])
-            for name in conversations
-        }
         return {
             "batch": stats.to_dict(),
             **evaluate(packs, requests, stats=stats),
-            "splits": splits,
-            "per_conversation": per_conversation,
+            **_by_conversation(packs, requests, split, conversations),
         }
 
     counts = imported.counts
@@ -353,11 +341,7 @@ def run_locomo(
                 "rank": rank,
                 "profile": profile,
                 "scope": "turns of the question's conversation",
-                "retrieval": {
-                    "model": settings.model,
-                    "rrf_k": settings.fusion_k(rank) if rank in RRF_K else settings.rrf_k,
-                    "neighbours": settings.neighbours,
-                },
+                "retrieval": _retrieval_settings(settings, rank),
                 "tuning_conversations": split["tuning"],
                 "leave_one_conversation_out": loco,
             },
@@ -376,6 +360,35 @@ def run_locomo(
             handle.write(canonical_json(report))
             handle.write("\n")
     return report
+
+
+def _by_conversation(
+    packs: list[dict[str, Any]],
+    requests: Sequence[Request],
+    split: dict[str, list[str]],
+    conversations: Sequence[str],
+) -> dict[str, Any]:
+    """The report's ``splits`` (tuning and held out) and ``per_conversation`` figures."""
+
+    def of(members: Collection[str]) -> list[Request]:
+        return [r for r in requests if r.id.rsplit(":q", 1)[0] in members]
+
+    return {
+        "splits": {
+            name: {"conversations": members, **evaluate(packs, of(members))}
+            for name, members in split.items()
+        },
+        "per_conversation": {name: evaluate(packs, of((name,))) for name in conversations},
+    }
+
+
+def _retrieval_settings(settings: RetrievalSettings, rank: RankMethod) -> dict[str, Any]:
+    """The report's ``settings.retrieval``: model, the fusion constant ``rank`` uses, neighbours."""
+    return {
+        "model": settings.model,
+        "rrf_k": settings.fusion_k(rank) if rank in RRF_K else settings.rrf_k,
+        "neighbours": settings.neighbours,
+    }
 
 
 def _run_folds(

@@ -298,31 +298,10 @@ def manifest_entries(
     base = basis.columns if copies == 1 else pl.concat([basis.columns] * copies, rechunk=False)
     reasons = pl.Series("reason", [r.value for r in REASONS], ENTRY_SCHEMA["reason"])
     decided = pl.Series([Decision.EXCLUDED.value, Decision.INCLUDED.value])
-    quarantine = base.get_column("quarantine")
-    message = basis.review.column("message")
-    detail = (
-        quarantine
-        if message is None
-        else pl.select(
-            pl.coalesce(
-                pl.lit(quarantine),
-                pl.when(pl.lit(reason) == REASON_CODE[Reason.POLICY]).then(
-                    pl.lit(pl.concat([message] * copies) if copies > 1 else message)
-                ),
-            )
-        ).to_series()
-    )
+    detail = _details(basis, base.get_column("quarantine"), reason, copies)
     content_hash = base.get_column("content_hash")
     if cuts:
-        at = list(cuts)
-        content_hash = content_hash.scatter(at, [t.content_hash for t in cuts.values()])
-        detail = detail.scatter(
-            at,
-            [
-                f"truncated: kept {t.kept_tokens} of {t.original_tokens} tokens (side {t.side})"
-                for t in cuts.values()
-            ],
-        )
+        content_hash, detail = _with_cuts(content_hash, detail, cuts)
     return (
         base.select(
             "position",
@@ -352,6 +331,33 @@ def manifest_entries(
         )
         .cast(dict(ENTRY_SCHEMA.items()))
     )
+
+
+def _details(
+    basis: ManifestBasis, quarantine: pl.Series, reason: np.ndarray, copies: int
+) -> pl.Series:
+    """Each entry's detail: its quarantine's, else its review message when a policy left it out."""
+    message = basis.review.column("message")
+    if message is None:
+        return quarantine
+    messages = pl.concat([message] * copies) if copies > 1 else message
+    policy = pl.lit(reason) == REASON_CODE[Reason.POLICY]
+    return pl.select(
+        pl.coalesce(pl.lit(quarantine), pl.when(policy).then(pl.lit(messages)))
+    ).to_series()
+
+
+def _with_cuts(
+    content_hash: pl.Series, detail: pl.Series, cuts: Mapping[int, TruncationRecord]
+) -> tuple[pl.Series, pl.Series]:
+    """The cut rows' content hash of the text they sent and their ``truncated`` detail."""
+    at = list(cuts)
+    sent = content_hash.scatter(at, [t.content_hash for t in cuts.values()])
+    notes = [
+        f"truncated: kept {t.kept_tokens} of {t.original_tokens} tokens (side {t.side})"
+        for t in cuts.values()
+    ]
+    return sent, detail.scatter(at, notes)
 
 
 def input_fingerprint(df: pl.DataFrame) -> str:

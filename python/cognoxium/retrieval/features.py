@@ -390,6 +390,30 @@ class FeatureExtractor:
             "cos_window_unnamed_gap": _gap(window),
         }
 
+    def _lineage_columns(self, query: str) -> dict[str, npt.NDArray[np.float64]]:
+        """The features read off each item's derived items (0 for an item without one)."""
+        if self._derived_texts.len():
+            derived_bm25 = bm25_scores(self._derived_texts, query, cache_key=self._derived_key)
+            derived_cos = self.retriever.derived_cosines(query)
+        else:
+            derived_bm25 = derived_cos = np.zeros(0, dtype=np.float64)
+        lineage_bm25 = self._best_derived(derived_bm25)
+        cos_lineage = self._best_derived(derived_cos)
+        has = self._has_derived > 0
+        top = float(cos_lineage[has].max()) if has.any() else 0.0
+        summary = np.zeros(self.n, dtype=np.float64)
+        if self._summary.height:
+            summary[self._summary.get_column("position").to_numpy()] = derived_cos[
+                self._summary.get_column("derived").to_numpy()
+            ]
+        return {
+            "bm25_lineage": _norm(lineage_bm25),
+            "bm25_lineage_rank": _log_rank(lineage_bm25),
+            "cos_lineage": cos_lineage,
+            "cos_lineage_gap": np.where(has, cos_lineage - top, 0.0),
+            "cos_summary": summary,
+        }
+
     def columns(self, query: str) -> dict[str, npt.NDArray[np.float64]]:
         """The feature columns for ``query`` as ``float64`` arrays of shape ``(n,)``.
 
@@ -411,26 +435,6 @@ class FeatureExtractor:
             neighbour[:-1] = np.maximum(neighbour[:-1], fused[1:])
         bm25 = lists["bm25"]
         window = bm25_scores(self._windows, query, cache_key=self._window_key)
-        derived_bm25 = (
-            bm25_scores(self._derived_texts, query, cache_key=self._derived_key)
-            if self._derived_texts.len()
-            else np.zeros(0, dtype=np.float64)
-        )
-        lineage_bm25 = self._best_derived(derived_bm25)
-        derived_cos = (
-            self.retriever.derived_cosines(query)
-            if self._derived_texts.len()
-            else np.zeros(0, dtype=np.float64)
-        )
-        cos_lineage = self._best_derived(derived_cos)
-        has = self._has_derived > 0
-        top = float(cos_lineage[has].max()) if has.any() else 0.0
-        lineage_gap = np.where(has, cos_lineage - top, 0.0)
-        summary = np.zeros(self.n, dtype=np.float64)
-        if self._summary.height:
-            summary[self._summary.get_column("position").to_numpy()] = derived_cos[
-                self._summary.get_column("derived").to_numpy()
-            ]
         names_speaker, names_other = self._speaker_features(query)
         when = 1.0 if is_when_question(query) else 0.0
         return {
@@ -443,16 +447,12 @@ class FeatureExtractor:
             "bm25_rank": _log_rank(bm25),
             "bm25_window": _norm(window),
             "bm25_window_rank": _log_rank(window),
-            "bm25_lineage": _norm(lineage_bm25),
-            "bm25_lineage_rank": _log_rank(lineage_bm25),
             "cos": lists["embedding"],
             "cos_gap": _gap(lists["embedding"]),
             "cos_window": lists["window"],
             "cos_window_gap": _gap(lists["window"]),
             **self._unnamed_columns(query, lists),
-            "cos_lineage": cos_lineage,
-            "cos_lineage_gap": lineage_gap,
-            "cos_summary": summary,
+            **self._lineage_columns(query),
             "has_derived": self._has_derived,
             "names_speaker": names_speaker,
             "names_other": names_other,
