@@ -176,7 +176,7 @@ def pack_recall(scores: npt.NDArray[np.float64], question: Question, budget: int
 
     Examples
     --------
-    >>> q = Question("c", 4, np.log(np.array([[10.0], [10.0], [10.0]])) * np.ones((3, 24)),
+    >>> q = Question("c", 4, np.log(np.full((3, len(FEATURE_NAMES)), 10.0)),
     ...              np.array([0.0, 1.0, 1.0]))
     >>> pack_recall(np.array([3.0, 2.0, 1.0]), q, 20)
     0.5
