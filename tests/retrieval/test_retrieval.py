@@ -111,6 +111,19 @@ def test_a_cut_corpus_never_shares_a_bm25_index_with_the_whole_text() -> None:
     assert cut.list_scores("Lyon")["bm25"][2] == 0.0
 
 
+def test_cosines_are_the_embedding_lists_of_any_query() -> None:
+    r = retriever()
+    lists = r.list_scores("Where does Ann live? Lyon")
+    for name in ("embedding", "window"):
+        assert np.array_equal(r.cosines("Where does Ann live? Lyon", name), lists[name])
+    assert r.cosines("Lyon", "lineage").shape == (r.derived.height,)  # type: ignore[union-attr]
+    assert np.array_equal(r.cosines("Lyon", "lineage"), r.derived_cosines("Lyon"))
+    with pytest.raises(PlanError, match="'hybrid' has no embedding list 'lineage'"):
+        retriever("hybrid").cosines("Lyon", "lineage")
+    with pytest.raises(PlanError, match="no embedding list 'bm25'"):
+        r.cosines("Lyon", "bm25")
+
+
 def test_each_text_is_embedded_once() -> None:
     # 6 turns, the windows of turns 2 to 6 (the first window is turn 1 itself), 1 observation.
     frame = store()

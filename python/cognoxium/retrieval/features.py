@@ -38,9 +38,9 @@ cos_window_gap         ``cos_window - max(cos_window)``
 cos_unnamed            ``cos`` of the query with the scope's speaker names taken
                        out (each ``metadata.speaker``, whole word, any case, with
                        a possessive ``'s``); ``cos`` when the query names none
-                       or holds no word but names.
-                       Every turn of a chat names its speaker, so a name in the
-                       query pulls the cosine toward all of that speaker's turns
+                       or holds no word but names. Where each text starts with
+                       its speaker's name (a transcript), a name in the query
+                       pulls ``cos`` toward all of that speaker's turns
 cos_unnamed_gap        ``cos_unnamed - max(cos_unnamed)``
 cos_window_unnamed     ``cos_window`` of the query without the speaker names
 cos_window_unnamed_gap ``cos_window_unnamed - max(cos_window_unnamed)``
