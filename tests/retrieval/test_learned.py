@@ -159,6 +159,75 @@ def test_unnamed_cosines_are_the_cosines_when_no_word_is_left(query: str) -> Non
         assert rows[unnamed].to_list() == rows[name].to_list()
 
 
+def chat(speakers: list[object]) -> pl.DataFrame:
+    """Turns ``"<speaker>: ..."`` with ``metadata.speaker`` as given (any JSON value)."""
+    rows = [
+        {
+            "id": f"t{i}",
+            "role": "user",
+            "text": f"{speaker}: I read a book about {topic}.",
+            "created_at": T0,
+            "metadata": {"speaker": speaker},
+        }
+        for i, (speaker, topic) in enumerate(
+            zip(speakers, ("Lyon", "bees", "ships", "tea"), strict=True)
+        )
+    ]
+    return records_to_frame(rows)
+
+
+@pytest.mark.parametrize(
+    ("speaker", "query", "without"),
+    [
+        ("@ann", "What did @ann read?", "What did read?"),
+        ("J.R.", "What did J.R. read?", "What did read?"),
+        ("J.R.", "What did J.R.'s friend read?", "What did friend read?"),
+        ("(Al)", "What did (Al) read?", "What did read?"),
+        ("C++ Bot", "What did c++ bot read?", "What did read?"),
+        ("O'Brien", "What did O\u2019Brien read?", "What did read?"),
+        ("James", "What did James' friend read?", "What did friend read?"),
+        # The query decomposed (e + combining diaeresis), the name composed.
+        ("Zo\u00eb", "What did Zoe\u0308 read?", "What did read?"),
+        # Chinese is written without spaces: the name is found inside the sentence.
+        (
+            "\u674e\u96f7",
+            "\u674e\u96f7\u8bfb\u4e86\u4ec0\u4e48\u4e66\uff1f",
+            "\u8bfb\u4e86\u4ec0\u4e48\u4e66\uff1f",
+        ),
+    ],
+)
+def test_a_speaker_is_named_whatever_characters_edge_the_name(
+    speaker: str, query: str, without: str
+) -> None:
+    ex = extractor(chat([speaker, "Bo", speaker, "Bo"]))
+    rows, plain = ex.features(query), ex.features(without)
+    assert rows["names_speaker"].to_list() == [1.0, 0.0, 1.0, 0.0]
+    assert rows["names_other"].to_list() == [0.0, 1.0, 0.0, 1.0]
+    # The name and its possessive are taken out of the query of the unnamed cosines.
+    for unnamed, name in UNNAMED.items():
+        assert rows[unnamed].to_list() == plain[name].to_list()
+
+
+@pytest.mark.parametrize("query", ["What did Annie read?", "What did Bob read?", "Ann2?"])
+def test_a_name_inside_a_longer_word_is_not_the_speaker(query: str) -> None:
+    rows = extractor(chat(["Ann", "Bo", "Ann", "Bo"])).features(query)
+    assert rows["names_speaker"].to_list() == [0.0] * 4
+    assert rows["cos_unnamed"].to_list() == rows["cos"].to_list()
+
+
+@pytest.mark.parametrize("speaker", ["", "  ", 5, True, ["Ann", "Bo"], {"name": "Ann"}, None])
+def test_a_blank_or_non_string_speaker_names_no_one(speaker: object) -> None:
+    rows = extractor(chat([speaker, "Bo", speaker, "Bo"])).features("What did 5 true Ann read?")
+    assert rows["names_speaker"].to_list() == [0.0] * 4
+    assert rows["names_other"].to_list() == [0.0] * 4
+    assert rows["cos_unnamed"].to_list() == rows["cos"].to_list()
+
+
+def test_a_speaker_name_is_read_stripped() -> None:
+    rows = extractor(chat([" Ann ", "Bo", "Ann", "Bo"])).features("Ann?")
+    assert rows["names_speaker"].to_list() == [1.0, 0.0, 1.0, 0.0]
+
+
 def test_unnamed_cosines_without_speakers_are_the_cosines() -> None:
     items = store().with_columns(pl.lit(None, dtype=pl.String).alias("metadata"))
     rows = extractor(items).features("Where did Ann move to?")

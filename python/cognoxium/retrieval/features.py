@@ -35,12 +35,12 @@ cos                    cosine of the item's packed text with the query (the
 cos_gap                ``cos - max(cos)`` over the scope (<= 0)
 cos_window             cosine of the item joined with the item before it
 cos_window_gap         ``cos_window - max(cos_window)``
-cos_unnamed            ``cos`` of the query with the scope's speaker names taken
-                       out (each ``metadata.speaker``, whole word, any case, with
-                       a possessive ``'s``); ``cos`` when the query names none
-                       or holds no word but names. Where each text starts with
-                       its speaker's name (a transcript), a name in the query
-                       pulls ``cos`` toward all of that speaker's turns
+cos_unnamed            ``cos`` of the query with the scope's speakers' names
+                       taken out (with a possessive ``'s`` or ``'``); ``cos``
+                       when the query names none or holds no word but names.
+                       Where each text starts with its speaker's name (a
+                       transcript), a name in the query pulls ``cos`` toward
+                       all of that speaker's turns
 cos_unnamed_gap        ``cos_unnamed - max(cos_unnamed)``
 cos_window_unnamed     ``cos_window`` of the query without the speaker names
 cos_window_unnamed_gap ``cos_window_unnamed - max(cos_window_unnamed)``
@@ -50,7 +50,6 @@ cos_summary            cosine of the item's broadest derived item (the one with
                        most parents, first on ties: a session summary); 0 without
 has_derived            1 when the item has at least one derived item, else 0
 names_speaker          1 when the query names the item's speaker
-                       (``metadata.speaker``, whole word, any case)
 names_other            1 when the query names another speaker of the scope
 has_time               1 when the item's text carries a time expression (a month
                        or weekday name, yesterday, last/next week, "ago", a year)
@@ -62,6 +61,14 @@ log_cost               natural log of the item's token cost: tokens of its packe
 ====================== ==========================================================
 
 All columns are ``Float64`` and finite.
+
+An item's speaker is its ``metadata.speaker`` when that is a string, NFC
+normalised and stripped (none when blank or not a string). A query names a
+speaker where the name appears in it, in any case, with either apostrophe
+(``'`` or ``\u2019``), and not inside a longer word: ``Ann`` is named in
+"Ann's cat" and not in "Annie", ``@ann`` in "did @ann say" and ``J.R.`` in
+"J.R. read". A name that begins or ends with kana or a CJK ideograph (scripts
+written without spaces) is found inside a word too.
 
 Every feature reads at most the first
 :data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` (65,536) characters of
@@ -76,6 +83,7 @@ whole text (see :class:`~cognoxium.retrieval.embeddings.MiniLMEmbedder`).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Final
@@ -205,19 +213,41 @@ def _metadata_field(scope: pl.DataFrame, field: str) -> pl.Series:
     ).to_series()
 
 
+def _speaker_names(scope: pl.DataFrame) -> list[str | None]:
+    """Each row's string ``metadata.speaker``, NFC and stripped; None if blank or not a string."""
+    speaker = pl.col("metadata").str.json_path_match("$.speaker")
+    is_string = pl.col("metadata").str.contains(r'"speaker"\s*:\s*"')
+    values = scope.select(pl.when(is_string).then(speaker)).to_series().to_list()
+    names = [unicodedata.normalize("NFC", v).strip() if v is not None else "" for v in values]
+    return [name or None for name in names]
+
+
+_UNSPACED: Final = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+"""Kana and CJK ideographs: scripts written without spaces, so a name in them has no word edge."""
+
+
+def _name_regex(name: str, possessive: bool) -> str:
+    """``name`` (not empty) as a regex: not inside a longer word, any apostrophe, maybe ``'s``."""
+    body = "".join("['\u2019]" if c in "'\u2019" else re.escape(c) for c in name)
+    before = "" if _UNSPACED.match(name[0]) else r"(?<!\w)"
+    after = "" if _UNSPACED.match(name[-1]) else r"(?!\w)"
+    return before + body + ("(?:['\u2019]s?)?" if possessive else "") + after
+
+
 def _names_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(r"(?i)\b" + re.escape(name) + r"\b")
+    return re.compile("(?i)" + _name_regex(name, possessive=False))
 
 
 _WORD: Final = re.compile(r"\w")
 
 
 def _mentions_pattern(names: list[str]) -> re.Pattern[str] | None:
-    """Any of ``names`` as a whole word, any case, with a possessive ``'s``; None for no names."""
+    """Any of ``names``, any case, with a possessive (``'s``, ``'``); None for no names."""
     if not names:
         return None
-    alternatives = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
-    return re.compile(r"(?i)\b(?:" + alternatives + r")(?:['\u2019]s)?\b")
+    ordered = sorted(names, key=lambda n: (-len(n), n))  # the longest name first
+    alternatives = "|".join(_name_regex(n, possessive=True) for n in ordered)
+    return re.compile("(?i)(?:" + alternatives + ")")
 
 
 class FeatureExtractor:
@@ -296,8 +326,7 @@ class FeatureExtractor:
         self._summary = self._broadest(source, position, derived.height)
         session = _metadata_field(scope, "session").fill_null("")
         self._session = session.rank("dense").cast(pl.Int64).to_numpy() - 1
-        speakers = _metadata_field(scope, "speaker")
-        self._speakers = speakers.to_list()
+        self._speakers = _speaker_names(scope)
         names = sorted({s for s in self._speakers if s})
         self._speaker_patterns = {name: _names_pattern(name) for name in names}
         self._unnamed_pattern = _mentions_pattern(names)
@@ -360,7 +389,8 @@ class FeatureExtractor:
         return prior.to_numpy().astype(np.float64)
 
     def _speaker_features(self, query: str) -> tuple[npt.NDArray[np.float64], ...]:
-        named = {name for name, pattern in self._speaker_patterns.items() if pattern.search(query)}
+        text = unicodedata.normalize("NFC", query)
+        named = {name for name, pattern in self._speaker_patterns.items() if pattern.search(text)}
         own = np.array([s in named for s in self._speakers], dtype=np.float64)
         other = np.array([bool(named - {s}) for s in self._speakers], dtype=np.float64)
         return own.reshape(self.n), other.reshape(self.n)
@@ -369,7 +399,7 @@ class FeatureExtractor:
         """``query`` without the scope's speaker names; None if it names none or no word is left."""
         if self._unnamed_pattern is None:
             return None
-        stripped, count = self._unnamed_pattern.subn(" ", query)
+        stripped, count = self._unnamed_pattern.subn(" ", unicodedata.normalize("NFC", query))
         stripped = " ".join(stripped.split())
         return stripped if count and _WORD.search(stripped) else None
 
