@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     )
     from cognoxium.formats.openai import (
         CHAT_EPOCH,
+        IMPORT_TOOL_ERRORS,
         MESSAGE_ROLES,
         from_openai_messages,
         openai_messages_to_items,
@@ -55,6 +56,7 @@ else:
             ],
             "cognoxium.formats.openai": [
                 "CHAT_EPOCH",
+                "IMPORT_TOOL_ERRORS",
                 "MESSAGE_ROLES",
                 "from_openai_messages",
                 "openai_messages_to_items",
@@ -68,6 +70,7 @@ else:
 __all__ = [
     "CHAT_EPOCH",
     "EXTRAS",
+    "IMPORT_TOOL_ERRORS",
     "MESSAGE_ROLES",
     "anthropic_messages_to_items",
     "from_anthropic_messages",

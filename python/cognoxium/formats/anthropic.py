@@ -63,7 +63,12 @@ from typing import Any
 import polars as pl
 
 from cognoxium.exceptions import RecordError
-from cognoxium.formats.openai import MessageLocation, indexed_chat_items, to_openai_messages
+from cognoxium.formats.openai import (
+    ImportToolErrors,
+    MessageLocation,
+    indexed_chat_items,
+    to_openai_messages,
+)
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem, Retention
 from cognoxium.packing._renderers import anthropic_request
@@ -291,6 +296,7 @@ def anthropic_messages_to_items(
     start: datetime | None = None,
     source: str | None = None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> list[ContextItem]:
     """Convert Anthropic Messages to context items, in order (see the module's mapping).
 
@@ -311,6 +317,11 @@ def anthropic_messages_to_items(
     system_retention
         The retention of the ``system`` item: ``required`` by default, as in
         :func:`~cognoxium.formats.openai.openai_messages_to_items`.
+    tool_errors
+        ``"error"`` (the default) raises at a ``tool_result`` that breaks
+        the rules below; ``"keep"`` imports it as a tool message with no
+        group, for the pack to leave out (as in
+        :func:`~cognoxium.formats.openai.openai_messages_to_items`).
 
     Returns
     -------
@@ -357,7 +368,7 @@ def anthropic_messages_to_items(
             conversation.assistant(index, blocks)
     where = _AnthropicWhere(source, origins=conversation.origins)
     pairs = indexed_chat_items(
-        conversation.messages, where, conversation_id, start, system_retention
+        conversation.messages, where, conversation_id, start, system_retention, tool_errors
     )
     return [
         item.model_copy(update={"metadata": {**item.metadata, "is_error": True}})
@@ -375,6 +386,7 @@ def from_anthropic_messages(
     start: datetime | None = None,
     source: str | None = None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> CognitionFrame:
     """Build a frame from Anthropic Messages; all or nothing.
 
@@ -398,6 +410,7 @@ def from_anthropic_messages(
         start=start,
         source=source,
         system_retention=system_retention,
+        tool_errors=tool_errors,
     )
     return CognitionFrame.from_items(items)
 

@@ -71,6 +71,7 @@ from cognoxium.exceptions import DependencyError, RecordError, SchemaError
 from cognoxium.formats.openai import (
     CHAT_EPOCH,
     ChatColumns,
+    ImportToolErrors,
     MessageLocation,
     to_openai_messages,
 )
@@ -148,6 +149,7 @@ def from_langchain_messages(
     start: datetime | None = None,
     source: str | None = None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> CognitionFrame:
     """Build a frame from LangChain chat messages, one item per message, in order.
 
@@ -189,6 +191,12 @@ def from_langchain_messages(
         The retention of system and developer messages: ``required`` by
         default, so packing never drops the instructions; ``"optional"``
         gives them the item default, as every other message has.
+    tool_errors
+        ``"error"`` (the default) raises at a ``ToolMessage`` that breaks
+        the chat APIs' rules (no earlier call, answered already, or after
+        another message than its call's); ``"keep"`` imports it as a tool
+        message with no group, for the pack to leave out (as in
+        :func:`~cognoxium.formats.openai.openai_messages_to_items`).
 
     Returns
     -------
@@ -228,7 +236,9 @@ def from_langchain_messages(
                     row=row,
                 )
     where = MessageLocation(source)
-    columns = ChatColumns(where, conversation_id, start, system_retention, _MESSAGES_KIND)
+    columns = ChatColumns(
+        where, conversation_id, start, system_retention, _MESSAGES_KIND, tool_errors=tool_errors
+    )
     # the messages' own ids; an empty or missing one is left out of the metadata
     message_ids = _add_plain(lc, columns, rows)
     if message_ids is None:

@@ -66,7 +66,9 @@ Tool calls are checked against the rules of the chat APIs (see
 produce it); a tool result must answer a call of the assistant message right
 before its run of tool messages (no other message between them, rule
 ``tool_result_orphan``) that no earlier result answered (rule
-``tool_result_duplicate``). A declared call *without* a result is allowed:
+``tool_result_duplicate``); ``tool_errors="keep"`` imports a result that
+breaks them as a tool message of its own, with no group, for the pack to
+leave out. A declared call *without* a result is allowed:
 logs of agent loops end with a call whose result is not back yet. Its group
 then holds the call and whichever results exist; the APIs reject such a call
 (rule ``tool_call_unanswered``), so a pack leaves it out with its partial
@@ -104,7 +106,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import polars as pl
@@ -140,6 +142,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAT_EPOCH",
     "IMAGE_DETAILS",
+    "IMPORT_TOOL_ERRORS",
     "MESSAGE_ROLES",
     "ChatColumns",
     "from_openai_messages",
@@ -160,6 +163,15 @@ IMAGE_DETAILS: tuple[str, ...] = ("auto", "low", "high")
 
 MESSAGE_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 """The OpenAI chat roles :func:`openai_messages_to_items` accepts."""
+
+ImportToolErrors = Literal["error", "keep"]
+IMPORT_TOOL_ERRORS: tuple[ImportToolErrors, ...] = ("error", "keep")
+"""What the chat importers do with a tool result that breaks the chat APIs' rules.
+
+``"error"`` raises :class:`~cognoxium.exceptions.RecordError` at it;
+``"keep"`` imports it as a tool message of its own (no group), which a pack
+leaves out (``tool_errors="repair"``, reason ``tool_result_orphan`` or
+``tool_result_duplicate``) or refuses (``tool_errors="error"``)."""
 
 _KEYS: dict[str, frozenset[str]] = {
     "system": frozenset({"role", "content", "name"}),
@@ -344,6 +356,7 @@ class _CallLedger:
     answered: dict[str, int] = field(default_factory=dict)  # call id -> index of its result
     waiting: frozenset[str] = frozenset()
     closed_by: tuple[int, str] | None = None
+    keep: bool = False  # tool_errors="keep": a result that breaks a rule is kept, ungrouped
 
     def close(self, index: int, role: str) -> None:
         """Message ``index`` of ``role`` is not a result: no earlier call is answered after it."""
@@ -428,40 +441,47 @@ def _assistant_payload(
 
 def _tool_result_group(
     message: Mapping[str, Any], index: int, where: MessageLocation, ledger: _CallLedger
-) -> tuple[str, str]:
-    """Check a tool result's ``tool_call_id``; return it and its call's group id."""
+) -> tuple[str, str | None]:
+    """Check a tool result's ``tool_call_id``; return it and its call's group id.
+
+    A result that breaks a rule raises, or with ``ledger.keep`` has no group.
+    """
     call_id = message.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id.strip():
         raise where.error(index, "tool_call_id", f"must be a non-blank string, got {call_id!r}")
+    fault = _result_fault(call_id, ledger)
+    if fault is None:
+        ledger.answered[call_id] = index
+        return call_id, ledger.group_of[call_id]
+    if ledger.keep:
+        return call_id, None
+    keep = "; or import with tool_errors='keep' for the pack to leave it out"
+    raise where.error(index, "tool_call_id", fault + keep)
+
+
+def _result_fault(call_id: str, ledger: _CallLedger) -> str | None:
+    """The rule a result for ``call_id`` breaks here, worded; None when it breaks none."""
     if call_id not in ledger.group_of:
-        raise where.error(
-            index,
-            "tool_call_id",
+        return (
             f"tool result for call {call_id!r}, which no earlier assistant message "
             "declared in its tool_calls (rule tool_result_orphan); put the assistant "
-            "message with that call right before its result",
+            "message with that call right before its result"
         )
     if call_id in ledger.answered:
-        raise where.error(
-            index,
-            "tool_call_id",
+        return (
             f"call {call_id!r} was already answered by message {ledger.answered[call_id]} "
-            "(rule tool_result_duplicate: a tool call is answered once)",
+            "(rule tool_result_duplicate: a tool call is answered once)"
         )
     if call_id not in ledger.waiting:
         made = ledger.made_at[call_id]
         after, role = ledger.closed_by or (made, "assistant")
-        between = f"message {after} ({role})"
-        raise where.error(
-            index,
-            "tool_call_id",
-            f"tool result for call {call_id!r} of message {made} comes after {between}; the "
-            "chat APIs take a call's results only right after the assistant message that "
-            "makes it (rule tool_result_orphan): move the result up, or the other message "
-            "after it",
+        return (
+            f"tool result for call {call_id!r} of message {made} comes after message "
+            f"{after} ({role}); the chat APIs take a call's results only right after the "
+            "assistant message that makes it (rule tool_result_orphan): move the result up, "
+            "or the other message after it"
         )
-    ledger.answered[call_id] = index
-    return call_id, ledger.group_of[call_id]
+    return None
 
 
 _Part = tuple[str, Role | str, str, Any, str | None, dict[str, Any]]
@@ -540,14 +560,28 @@ def _checked_retention(value: Any, where: MessageLocation) -> Retention:
         ) from None
 
 
+def _ledger(tool_errors: Any, where: MessageLocation) -> _CallLedger:
+    """A new ledger for ``tool_errors`` (one of :data:`IMPORT_TOOL_ERRORS`)."""
+    if tool_errors not in IMPORT_TOOL_ERRORS:
+        raise RecordError(
+            f"must be one of {list(IMPORT_TOOL_ERRORS)}, got {tool_errors!r}",
+            source=where.source,
+            field="tool_errors",
+        )
+    return _CallLedger(keep=tool_errors == "keep")
+
+
 def _convert(
     messages: Iterable[Any],
     where: MessageLocation,
     conversation_id: str | None,
     start: datetime | None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> list[ContextItem]:
-    pairs = indexed_chat_items(messages, where, conversation_id, start, system_retention)
+    pairs = indexed_chat_items(
+        messages, where, conversation_id, start, system_retention, tool_errors
+    )
     return [item for _, item in pairs]
 
 
@@ -557,8 +591,11 @@ def _chat_frame(
     conversation_id: str | None,
     start: datetime | None,
     system_retention: Retention | str,
+    tool_errors: ImportToolErrors = "error",
 ) -> CognitionFrame:
-    columns = ChatColumns(where, conversation_id, start, system_retention).add_all(messages)
+    columns = ChatColumns(
+        where, conversation_id, start, system_retention, tool_errors=tool_errors
+    ).add_all(messages)
     return CognitionFrame.from_conformed(columns.frame())
 
 
@@ -608,18 +645,20 @@ def indexed_chat_items(
     conversation_id: str | None,
     start: datetime | None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> list[tuple[int, ContextItem]]:
     """The items of ``messages``, each with the 0-based index of its message.
 
     ``system`` and ``developer`` items take ``system_retention``; the others
-    are optional. One validated item per part: :class:`ChatColumns` builds
-    the same items as columns.
+    are optional; tool results that break a rule raise or are kept
+    (``tool_errors``). One validated item per part: :class:`ChatColumns`
+    builds the same items as columns.
     """
     first = _checked_start(conversation_id, start, where)
     instructions = _checked_retention(system_retention, where)
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
-    ledger = _CallLedger()
+    ledger = _ledger(tool_errors, where)
     return [
         (index, _part_item(index, part, first, sources, instructions, where))
         for index, message in enumerate(messages)
@@ -643,7 +682,7 @@ class ChatColumns:
     ----------
     where
         Where the messages come from, named in errors.
-    conversation_id, start, system_retention
+    conversation_id, start, system_retention, tool_errors
         As in :func:`openai_messages_to_items`.
     source_kind
         The ``kind`` of the provenance source recorded when ``where.source`` is set.
@@ -651,7 +690,8 @@ class ChatColumns:
     Raises
     ------
     RecordError
-        When built, for a bad ``conversation_id``, ``start`` or ``system_retention``.
+        When built, for a bad ``conversation_id``, ``start``,
+        ``system_retention`` or ``tool_errors``.
     """
 
     def __init__(
@@ -661,13 +701,15 @@ class ChatColumns:
         start: datetime | None,
         system_retention: Retention | str = Retention.REQUIRED,
         source_kind: str = _SOURCE_KIND,
+        *,
+        tool_errors: ImportToolErrors = "error",
     ) -> None:
         self.where = where
         self.first = _checked_start(conversation_id, start, where)
         self.instructions = _checked_retention(system_retention, where)
         self.prefix = conversation_id or "msg"
         self.source_kind = source_kind
-        self.ledger = _CallLedger()
+        self.ledger = _ledger(tool_errors, where)
         self.plain = False  # laid out by add_plain: ids and constant columns made by Polars
         self.index: list[int] = []
         self.ids: list[str] = []
@@ -955,6 +997,7 @@ def openai_messages_to_items(
     start: datetime | None = None,
     source: str | None = None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> list[ContextItem]:
     """Convert OpenAI chat messages to context items, one per message, in order.
 
@@ -980,6 +1023,14 @@ def openai_messages_to_items(
         :class:`~cognoxium.exceptions.BudgetError` instead when they alone
         exceed the budget); ``"optional"`` gives them the item default, as
         every other message has.
+    tool_errors
+        A tool result that breaks the rules below (an orphan, a duplicate, a
+        result after another message than its call's): ``"error"`` (the
+        default) raises; ``"keep"`` imports it as a tool message with no
+        group, so the history imports whole and a pack leaves the result
+        out (``tool_errors="repair"``, the pack's default; reasons
+        ``tool_result_orphan``, ``tool_result_duplicate``), and its call
+        too when nothing else answers it (``tool_call_unanswered``).
 
     Returns
     -------
@@ -1016,7 +1067,8 @@ def openai_messages_to_items(
     ...
     cognoxium.exceptions.RecordError: row 0: field tool_call_id: tool result for call 'x', ...
     """
-    return _convert(messages, MessageLocation(source), conversation_id, start, system_retention)
+    where = MessageLocation(source)
+    return _convert(messages, where, conversation_id, start, system_retention, tool_errors)
 
 
 def from_openai_messages(
@@ -1026,6 +1078,7 @@ def from_openai_messages(
     start: datetime | None = None,
     source: str | None = None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> CognitionFrame:
     """Build a frame from OpenAI chat messages; all or nothing.
 
@@ -1053,7 +1106,7 @@ def from_openai_messages(
     ('c1:0', datetime.datetime(2024, 5, 1, 0, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC')))
     """
     where = MessageLocation(source)
-    return _chat_frame(messages, where, conversation_id, start, system_retention)
+    return _chat_frame(messages, where, conversation_id, start, system_retention, tool_errors)
 
 
 def read_openai_jsonl(
@@ -1062,6 +1115,7 @@ def read_openai_jsonl(
     conversation_id: str | None = None,
     start: datetime | None = None,
     system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
 ) -> CognitionFrame:
     r"""Read a JSONL file of OpenAI chat messages (one per line) as a frame; all or nothing.
 
@@ -1080,6 +1134,10 @@ def read_openai_jsonl(
     system_retention
         The retention of ``system`` and ``developer`` messages (``required``
         by default; ``"optional"`` for the item default).
+    tool_errors
+        ``"error"`` (the default) or ``"keep"``: a tool result that breaks
+        the chat APIs' rules raises, or is kept for the pack to leave out
+        (see :func:`openai_messages_to_items`).
 
     Returns
     -------
@@ -1110,7 +1168,7 @@ def read_openai_jsonl(
     lines = parse_json_lines(Path(path))
     where = MessageLocation(name, [number for number, _ in lines])
     messages = (message for _, message in lines)
-    return _chat_frame(messages, where, conversation_id, start, system_retention)
+    return _chat_frame(messages, where, conversation_id, start, system_retention, tool_errors)
 
 
 def _frame_of(data: ContextPack | CognitionFrame | pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,167 @@
+"""Tool histories that break the chat APIs' rules: refused by default, imported whole with
+tool_errors="keep" and mended by the pack, through every chat importer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cognoxium import CognitionFrame
+from cognoxium.exceptions import MessageError, RecordError
+from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
+from cognoxium.formats.openai import (
+    IMPORT_TOOL_ERRORS,
+    from_openai_messages,
+    openai_messages_to_items,
+    read_openai_jsonl,
+)
+from cognoxium.packing.message_rules import validate_openai_messages
+
+
+def call(call_id: str) -> dict[str, Any]:
+    function = {"name": "weather", "arguments": "{}"}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+def result(call_id: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+SYSTEM = {"role": "system", "content": "Be brief."}
+ASK = {"role": "user", "content": "Weather?"}
+LATER = {"role": "user", "content": "And tomorrow?"}
+REPLY = {"role": "assistant", "content": "Sunny."}
+
+# Each history breaks one rule at message 4; the expected decisions of a default pack.
+BROKEN: dict[str, tuple[list[dict[str, Any]], dict[str, str]]] = {
+    "orphan": (
+        [SYSTEM, ASK, call("c1"), result("c1", "sunny"), result("c9", "rain"), REPLY],
+        {"msg:4": "tool_result_orphan"},
+    ),
+    "duplicate": (
+        [SYSTEM, ASK, call("c1"), result("c1", "sunny"), result("c1", "sunny again"), REPLY],
+        {"msg:4": "tool_result_duplicate"},
+    ),
+    "misplaced": (
+        [SYSTEM, ASK, call("c1"), LATER, result("c1", "sunny"), REPLY],
+        {"msg:2": "tool_call_unanswered", "msg:4": "tool_result_orphan"},
+    ),
+}
+RULES = {
+    "orphan": "rule tool_result_orphan",
+    "duplicate": "rule tool_result_duplicate",
+    "misplaced": "rule tool_result_orphan",
+}
+
+
+def decisions(frame: CognitionFrame) -> dict[str, str]:
+    pack = frame.pack(500)
+    validate_openai_messages(pack.messages)  # what is sent is what the API takes
+    return {e.id: e.reason.value for e in pack.manifest.entries if e.decision.value == "excluded"}
+
+
+def jsonl(tmp_path: Path, messages: list[dict[str, Any]], **kwargs: Any) -> CognitionFrame:
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
+    return read_openai_jsonl(path, **kwargs)
+
+
+def items_frame(messages: list[dict[str, Any]], **kwargs: Any) -> CognitionFrame:
+    return CognitionFrame.from_items(openai_messages_to_items(messages, **kwargs))
+
+
+IMPORTERS: dict[str, Callable[..., CognitionFrame]] = {
+    "from_openai_messages": lambda _, m, **kw: from_openai_messages(m, **kw),
+    "openai_messages_to_items": lambda _, m, **kw: items_frame(m, **kw),
+    "read_openai_jsonl": jsonl,
+}
+
+
+@pytest.mark.parametrize("importer", sorted(IMPORTERS))
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_tool_history_is_refused_by_default_and_names_the_way_out(
+    tmp_path: Path, importer: str, case: str
+) -> None:
+    messages, _ = BROKEN[case]
+    with pytest.raises(RecordError, match=RULES[case]) as caught:
+        IMPORTERS[importer](tmp_path, messages)
+    assert caught.value.field == "tool_call_id"
+    assert "tool_errors='keep'" in str(caught.value)
+
+
+@pytest.mark.parametrize("importer", sorted(IMPORTERS))
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_kept_broken_tool_history_imports_whole_and_the_pack_mends_it(
+    tmp_path: Path, importer: str, case: str
+) -> None:
+    messages, expected = BROKEN[case]
+    frame = IMPORTERS[importer](tmp_path, messages, tool_errors="keep")
+    rows = frame.select("id", "role", "group_id").to_polars()
+    assert rows["id"].to_list() == [f"msg:{i}" for i in range(len(messages))]  # nothing lost
+    assert rows.row(4) == ("msg:4", "tool", None)  # the faulty result stands alone
+    assert decisions(frame) == expected
+    with pytest.raises(MessageError, match=f"breaks rule ({'|'.join(expected.values())})"):
+        frame.pack(500, tool_errors="error")
+
+
+def test_a_valid_history_imports_the_same_with_either_setting() -> None:
+    messages = [SYSTEM, ASK, call("c1"), result("c1", "sunny"), REPLY]
+    kept = from_openai_messages(messages, tool_errors="keep").to_polars()
+    assert kept.equals(from_openai_messages(messages).to_polars())
+
+
+@pytest.mark.parametrize("value", ["repair", "", None, 1])
+def test_an_unknown_tool_errors_value_is_refused(value: object) -> None:
+    with pytest.raises(RecordError, match=r"must be one of \['error', 'keep'\]") as caught:
+        from_openai_messages([ASK], tool_errors=value)  # type: ignore[arg-type]
+    assert caught.value.field == "tool_errors"
+    assert IMPORT_TOOL_ERRORS == ("error", "keep")
+
+
+def anthropic_orphan() -> list[dict[str, Any]]:
+    use = {"type": "tool_use", "id": "c1", "name": "weather", "input": {}}
+    return [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [use]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}],
+        },
+        {"role": "assistant", "content": "Sunny."},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c9", "content": "?"}]},
+    ]
+
+
+def test_an_anthropic_tool_result_without_its_use_is_kept_for_the_pack_to_leave_out() -> None:
+    with pytest.raises(RecordError, match="tool_errors='keep'"):
+        from_anthropic_messages(anthropic_orphan())
+    frame = from_anthropic_messages(anthropic_orphan(), tool_errors="keep")
+    assert frame.to_polars().height == 5
+    pack = frame.pack(500)
+    left = {e.id: e.reason.value for e in pack.manifest.entries if e.decision.value == "excluded"}
+    assert left == {"msg:4": "tool_result_orphan"}
+    to_anthropic_messages(pack)  # the mended pack converts
+
+
+def test_a_langchain_tool_message_without_its_call_is_kept_for_the_pack_to_leave_out() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    from cognoxium.formats.interop import from_langchain_messages
+
+    history = [
+        m.HumanMessage("Weather?"),
+        m.AIMessage("", tool_calls=[{"id": "c1", "name": "weather", "args": {}}]),
+        m.ToolMessage("sunny", tool_call_id="c1"),
+        m.ToolMessage("rain", tool_call_id="c9"),
+    ]
+    with pytest.raises(RecordError, match="tool_errors='keep'"):
+        from_langchain_messages(history)
+    frame = from_langchain_messages(history, tool_errors="keep")
+    assert decisions(frame) == {"msg:3": "tool_result_orphan"}
