@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from cognoxium import CognitionFrame
 from cognoxium.exceptions import MessageError, RecordError
@@ -19,7 +21,12 @@ from cognoxium.formats.openai import (
     openai_messages_to_items,
     read_openai_jsonl,
 )
-from cognoxium.packing.message_rules import validate_openai_messages
+from cognoxium.packing.message_rules import (
+    openai_faults,
+    validate_anthropic_messages,
+    validate_openai_messages,
+)
+from tests.reach import reached, reaching
 
 
 def call(call_id: str) -> dict[str, Any]:
@@ -165,3 +172,58 @@ def test_a_langchain_tool_message_without_its_call_is_kept_for_the_pack_to_leave
         from_langchain_messages(history)
     frame = from_langchain_messages(history, tool_errors="keep")
     assert decisions(frame) == {"msg:3": "tool_result_orphan"}
+
+
+@st.composite
+def tool_histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Histories of user, assistant, call and result messages in any order; results answer a
+    call made before, made after, answered already, or none (unique call ids)."""
+    messages: list[dict[str, Any]] = [SYSTEM]
+    made: list[str] = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["user", "assistant", "call", "result", "result"]))
+        if kind == "user":
+            messages.append({"role": "user", "content": draw(st.sampled_from(["Hi", "And?"]))})
+        elif kind == "assistant":
+            messages.append(REPLY)
+        elif kind == "call":
+            ids = [f"c{len(made) + j}" for j in range(draw(st.integers(1, 2)))]
+            made += ids
+            message = call(ids[0])
+            message["tool_calls"] += [{**message["tool_calls"][0], "id": i} for i in ids[1:]]
+            messages.append(message)
+        else:
+            answered = draw(st.sampled_from([*made, "c0", "c1", "nobody"]))
+            messages.append(result(answered, draw(st.sampled_from(["sunny", "rain"]))))
+    return messages
+
+
+RESULT_RULES = {"tool_result_orphan", "tool_result_duplicate"}
+REPAIRS = {"tool_call_unanswered", *RESULT_RULES}
+
+
+@reaching(0.6, label="broken")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tool_histories())
+def test_any_tool_history_kept_whole_packs_to_requests_the_apis_take(
+    messages: list[dict[str, Any]],
+) -> None:
+    faults = openai_faults(messages)
+    note(f"faults {[(f.index, f.rule) for f in faults]}")
+    result_faults = [f for f in faults if f.rule in RESULT_RULES]
+    if result_faults:
+        with pytest.raises(RecordError, match=result_faults[0].rule):
+            from_openai_messages(messages)
+    frame = from_openai_messages(messages, tool_errors="keep")
+    assert frame.to_polars()["id"].to_list() == [f"msg:{i}" for i in range(len(messages))]
+    pack = frame.pack(100_000)
+    validate_openai_messages(pack.messages)
+    validate_anthropic_messages(to_anthropic_messages(pack))
+    entries = {e.id: e for e in pack.manifest.entries}
+    assert set(entries) == {f"msg:{i}" for i in range(len(messages))}  # nothing unaccounted
+    left = {e.id: e.reason.value for e in entries.values() if e.decision.value == "excluded"}
+    assert set(left.values()) <= REPAIRS
+    # A repaired pack leaves out exactly what the rules' repair of the whole history does.
+    assert set(left) == {f"msg:{i}" for f in faults for i in f.left_out}
+    if result_faults:
+        reached("broken")
