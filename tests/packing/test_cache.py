@@ -673,6 +673,40 @@ def test_a_pinned_truncatable_document_is_cut_before_history_is_evicted(budget: 
     assert kept["d3"] == (57 if budget == 90 else 27)
 
 
+@pytest.mark.parametrize("budget", [30, 36, 42])
+def test_a_history_message_cut_after_the_prefix_is_cut_again_rather_than_evicting(
+    budget: int,
+) -> None:
+    # The earlier pack sent u0, then the preferred system prompt s1 cut to fit. The cut
+    # s1 ends the prefix (u0), so cutting it again keeps the prefix's bytes; it was
+    # counted whole instead, seemed not to fit, and u0 was evicted.
+    cut = {"truncate": {"side": "tail", "min_tokens": 4}}
+
+    def item(item_id: str, role: str, words: int, **more: Any) -> dict[str, Any]:
+        return {"id": item_id, "role": role, "text": " ".join(["refund"] * words),
+                "created_at": T0} | more  # fmt: skip
+
+    frame = CognitionFrame(
+        [
+            item("u0", "user", 2, retention="preferred", priority=1),
+            item("s1", "system", 20, retention="preferred", metadata=cut),
+            item("u2", "user", 1, retention="required"),
+            item("a3", "assistant", 2, retention="preferred"),
+            item("u4", "user", 1, retention="required"),
+        ]
+    )
+    first = frame.pack(budget, as_of=AS_OF)
+    assert first.ids == ["u0", "s1", "u2", "u4"]
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("s1", budget - 23)]
+    again = frame.pack(budget, as_of=AS_OF, previous=first, eviction_share=0.25)
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.evicted, report.eviction_steps) == ([], 0)
+    assert again.ids == first.ids
+    assert again.messages == first.messages
+    assert again.manifest.truncations == first.manifest.truncations
+
+
 def test_a_pinned_document_is_cut_before_a_required_item() -> None:
     # overflow="truncate": the earlier pack sent the required items whole and cut d3
     # (priority 1) by a token to fit its group g. Continued, g is pinned with the

@@ -47,8 +47,11 @@ evicted). A unit with a required item is never evicted.
    never evicted. Steps are taken until the rest fits; the evicted items
    get reason ``evicted_for_cache``. A step frees room for several turns,
    so the next packs share a prefix again, where a sliding window would
-   change it on every turn. If even then the units after the prefix do not
-   fit, they are selected as usual.
+   change it on every turn. A pinned unit that may be cut without changing
+   the prefix (its truncatable items are documents or memories, or history
+   after the prefix, and none is required) counts cut as far as its items'
+   ``min_tokens`` allow, and is cut before any history is evicted. If even
+   then the units after the prefix do not fit, they are selected as usual.
 4. **Ranked content after the prefix.** ``document`` and ``memory`` items
    (retrieved for each query, so they change from turn to turn) go after the
    history in the pack, and are selected by the usual order (tier, rank,
@@ -151,7 +154,8 @@ class Continuation:
         their own retention is not required.
     pinned_units
         ``(n_units,)`` bool: the units of ``pinned`` whose truncatable rows
-        are documents and memories, with no required item: the selection
+        are documents and memories, or history messages after the kept
+        prefix, with no required item: the selection
         cuts them to fit first, whatever ``overflow`` (see
         :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
     history
@@ -378,10 +382,10 @@ def plan_continuation(
         The earlier pack.
     cutter
         Cuts the truncatable rows (``None``: no row is truncatable). A
-        pinned unit whose truncatable rows are documents and memories, with
-        no required item, is counted cut as far as their ``min_tokens``
-        allow: they go after the history, so cutting them keeps the prefix,
-        and evicting history would not.
+        pinned unit whose truncatable rows are documents and memories, or
+        history messages after the kept prefix, with no required item, is
+        counted cut as far as their ``min_tokens`` allow: cutting them
+        keeps the prefix, and evicting history would not.
 
     Returns
     -------
@@ -413,7 +417,7 @@ def plan_continuation(
     )
     pinned_units = np.zeros(units.n_units, dtype=bool)
     if cutter is not None:
-        pinned_units[at.unit[_cut_first(at, pinned, cutter)]] = True
+        pinned_units[at.unit[_cut_first(at, pinned, cutter, prefix[~evicted[prefix]])]] = True
     return Continuation(
         rows=kept,
         pinned=pinned,
@@ -535,14 +539,14 @@ def _evicted(
     while the pinned and required units exceed the items' budget; the units
     after the prefix are unpinned (selected as usual) when even the
     evictions leave no room for them. Required units and those holding a
-    ``system`` or ``developer`` message are never evicted. The pinned documents
+    ``system`` or ``developer`` message are never evicted. The pinned units
     that may be cut count cut (see :func:`plan_continuation`).
     """
     need_rows = pinned | (at.eligible & at.required)
     costs.count(np.unique(at.unit[need_rows]))
     tokens = np.where(need_rows, costs.row_tokens, 0)
     if cutter is not None:
-        rows = np.flatnonzero(_cut_first(at, pinned, cutter))
+        rows = np.flatnonzero(_cut_first(at, pinned, cutter, prefix))
         tokens[rows] = cutter.floor_costs(rows)
     room = call.item_budget - call.profile.tokens_per_pack
     first_need = int(tokens.sum())
@@ -572,15 +576,18 @@ def _evicted(
     return pinned & ~evicted, evicted, steps, detail
 
 
-def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter) -> np.ndarray:
+def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter, prefix: np.ndarray) -> np.ndarray:
     """``(n,)`` bool: the rows of the pinned units cut to fit before any other unit.
 
-    Units with no required item and no truncatable history row: what they
-    cut is a ``document`` or ``memory`` item, sent after the history, so
-    the prefix keeps its bytes.
+    Units with no required item and no truncatable row of the kept prefix
+    (``prefix``, its rows): what they cut is a ``document`` or ``memory``
+    item, sent after the history, or a history message after the prefix (one
+    the earlier pack sent cut ends it), so the prefix keeps its bytes.
     """
-    cut_history = at.history & (cutter.marks.floor >= 0)
-    first: np.ndarray = pinned & ~at.required & ~at.whole(cut_history)
+    in_prefix = np.zeros(len(at.unit), dtype=bool)
+    in_prefix[prefix] = True
+    cut_prefix = in_prefix & at.history & (cutter.marks.floor >= 0)
+    first: np.ndarray = pinned & ~at.required & ~at.whole(cut_prefix)
     return first
 
 
