@@ -37,7 +37,10 @@ evicted). A unit with a required item is never evicted.
    target) applies to the order the pack is sent in, history first (see
    4), so replies the earlier pack sent after a ``document`` or ``memory``
    item that opened it, before any user message, are dropped
-   (``before_first_user``).
+   (``before_first_user``). A known fault, not yet fixed: an item the
+   earlier pack cut to fit may be cut to another length here (the pinned
+   history is selected first), so what follows the kept prefix, and what
+   else fits, can differ.
 3. **Evict in steps.** When they do not fit, the oldest units of the
    prefix are evicted in steps: each step evicts at least
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
