@@ -215,11 +215,13 @@ def _metadata_field(scope: pl.DataFrame, field: str) -> pl.Series:
 
 def _speaker_names(scope: pl.DataFrame) -> list[str | None]:
     """Each row's string ``metadata.speaker``, NFC and stripped; None if blank or not a string."""
-    speaker = pl.col("metadata").str.json_path_match("$.speaker")
+    speaker = pl.col("metadata").str.json_path_match("$.speaker").str.normalize("NFC")
+    speaker = speaker.str.strip_chars()
     is_string = pl.col("metadata").str.contains(r'"speaker"\s*:\s*"')
-    values = scope.select(pl.when(is_string).then(speaker)).to_series().to_list()
-    names = [unicodedata.normalize("NFC", v).strip() if v is not None else "" for v in values]
-    return [name or None for name in names]
+    names: list[str | None] = (
+        scope.select(pl.when(is_string & (speaker != "")).then(speaker)).to_series().to_list()
+    )
+    return names
 
 
 _UNSPACED: Final = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
