@@ -90,10 +90,12 @@ IMPORTERS: dict[str, Callable[..., CognitionFrame]] = {
     "openai_messages_to_items": lambda _, m, **kw: items_frame(m, **kw),
     "read_openai_jsonl": jsonl,
 }
+EACH_IMPORTER_AND_CASE = pytest.mark.parametrize(
+    ("importer", "case"), [(i, c) for c in sorted(BROKEN) for i in sorted(IMPORTERS)]
+)
 
 
-@pytest.mark.parametrize("importer", sorted(IMPORTERS))
-@pytest.mark.parametrize("case", sorted(BROKEN))
+@EACH_IMPORTER_AND_CASE
 def test_a_broken_tool_history_is_refused_by_default_and_names_the_way_out(
     tmp_path: Path, importer: str, case: str
 ) -> None:
@@ -104,8 +106,7 @@ def test_a_broken_tool_history_is_refused_by_default_and_names_the_way_out(
     assert "tool_errors='keep'" in str(caught.value)
 
 
-@pytest.mark.parametrize("importer", sorted(IMPORTERS))
-@pytest.mark.parametrize("case", sorted(BROKEN))
+@EACH_IMPORTER_AND_CASE
 def test_a_kept_broken_tool_history_imports_whole_and_the_pack_mends_it(
     tmp_path: Path, importer: str, case: str
 ) -> None:
