@@ -875,3 +875,78 @@ def test_pinned_history_before_the_first_user_message_is_dropped_not_refused() -
     report = again.manifest.cache
     assert report is not None
     assert report.evicted == []
+
+
+def _cut_memory_chat(**mark: Any) -> list[dict[str, Any]]:
+    """s0 and u1 (required), group g (a long truncatable memory m2, user u3), memory m4."""
+    truncate = {"side": "head", "min_tokens": 1} | mark
+    records: list[dict[str, Any]] = [
+        {"id": "s0", "role": "system", "text": "refund window", "retention": "required"},
+        {"id": "u1", "role": "user", "text": "ok.", "retention": "required"},
+        {"id": "m2", "role": "memory", "text": "refund window " * 30, "group_id": "g",
+         "metadata": {"truncate": truncate}},
+        {"id": "u3", "role": "user", "text": "refund", "group_id": "g"},
+        {"id": "m4", "role": "memory", "text": "days " * 10, "priority": 2},
+    ]  # fmt: skip
+    for i, record in enumerate(records):
+        record["created_at"] = T0 + timedelta(seconds=i)
+    return records
+
+
+@pytest.mark.parametrize(("budget", "kept"), [(40, 1), (50, 11), (60, 21), (80, 41)])
+def test_a_continued_pack_makes_the_earlier_packs_cuts_again(budget: int, kept: int) -> None:
+    # The earlier pack took m4 (priority 2) first, then cut m2 to fit g. Continued with
+    # nothing new, g is pinned and selected first: m2 was cut to fit what was left
+    # before m4 (15 tokens longer), and m4 no longer fitted.
+    frame = CognitionFrame(_cut_memory_chat())
+    first = frame.pack(budget, as_of=AS_OF)
+    assert first.ids == ["s0", "u1", "m2", "u3", "m4"]
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("m2", kept)]
+    again = frame.pack(budget, as_of=AS_OF, previous=first)
+    assert again.ids == ["s0", "u1", "u3", "m2", "m4"]
+    assert again.manifest.truncations == first.manifest.truncations
+    sent = dict(zip(first.ids, first.messages, strict=True))
+    assert again.messages == [sent[i] for i in again.ids]
+    report = again.manifest.cache
+    assert report is not None
+    assert report.replayed_cuts == ["m2"]
+    third = frame.pack(budget, as_of=AS_OF, previous=again)
+    assert third.messages == again.messages
+
+
+@pytest.mark.parametrize(("budget", "kept", "ids"), [
+    (200, 11, ["s0", "u1", "u3", "m2", "m4"]),
+    (50, 11, ["s0", "u1", "u3", "m2", "m4"]),
+    (33, 9, ["s0", "u1", "u3", "m2"]),
+])  # fmt: skip
+def test_a_replayed_cut_is_never_sent_longer_and_is_cut_further_when_needed(
+    budget: int, kept: int, ids: list[str]
+) -> None:
+    frame = CognitionFrame(_cut_memory_chat())
+    first = frame.pack(50, as_of=AS_OF)
+    again = frame.pack(budget, as_of=AS_OF, previous=first)
+    assert again.ids == ids
+    (cut,) = again.manifest.truncations
+    assert (cut.id, cut.kept_tokens, cut.original_tokens) == ("m2", kept, 61)
+    assert again.used_tokens <= budget
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"metadata": {"truncate": {"side": "tail", "min_tokens": 1}}},
+        {"metadata": {"truncate": {"side": "head", "min_tokens": 12}}},
+        {"text": "refund days " * 30},
+    ],
+    ids=["other side", "min_tokens above the cut", "changed text"],
+)
+def test_an_earlier_cut_is_not_made_again_for_a_changed_item(change: dict[str, Any]) -> None:
+    first = CognitionFrame(_cut_memory_chat()).pack(50, as_of=AS_OF)
+    records = _cut_memory_chat()
+    records[2] |= change
+    again = CognitionFrame(records).pack(80, as_of=AS_OF, previous=first)
+    report = again.manifest.cache
+    assert report is not None
+    assert report.replayed_cuts == []
+    (cut,) = again.manifest.truncations
+    assert cut.kept_tokens > 11  # cut afresh to fit the larger budget

@@ -444,14 +444,8 @@ def _check_continued(result: ContextPack, run: Any, call: dict[str, Any]) -> Non
     earlier pack's history, sent first, would not start on a user message
     under a start rule (it opened on a document), its leading replies are
     dropped. A pack with gap notes cannot be continued: the notes would
-    move the cached prefix.
-
-    A known fault, not yet fixed: a continuing pack does not make the
-    earlier pack's cuts again. It selects pinned history first and in input
-    order, so an item the earlier pack cut (to fit what was left when
-    selection reached it) may be cut to another length, or not at all, and
-    what follows it may change. When the earlier pack cut an item, only
-    the checks above the same-decisions check run (an event counts these).
+    move the cached prefix. The earlier pack's cuts are made again: the
+    same items, cut to the same lengths.
     """
     if call["gap_note"] is not None:
         with pytest.raises(PackError, match="gap_note"):
@@ -471,13 +465,14 @@ def _check_continued(result: ContextPack, run: Any, call: dict[str, Any]) -> Non
     if started and _opening(history) not in {None, "user"}:
         event("continued: reopened on a user message")
         return
-    if result.manifest.truncations:
-        event("continued: the earlier pack cut an item (its cuts are not yet made again)")
-        return
     before, after = (p.manifest.to_polars().select("id", "decision") for p in (result, again))
     assert after.equals(before), (before.rows(), after.rows())
     lead = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
     assert again.messages[:lead] == result.messages[:lead]
+    assert again.manifest.truncations == result.manifest.truncations
+    assert report.replayed_cuts == [cut.id for cut in result.manifest.truncations]
+    if result.manifest.truncations:
+        event("continued: the earlier pack's cuts made again")
 
 
 def _events(result: ContextPack, call: dict[str, Any]) -> None:

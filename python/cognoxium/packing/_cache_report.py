@@ -45,6 +45,11 @@ class CacheReport(BaseModel):
         How many eviction steps were taken (0: the earlier prefix was kept whole).
     eviction_detail
         Why the steps were taken (the tokens needed and the items' budget), or ``None``.
+    replayed_cuts
+        Ids of the items the earlier pack cut to fit that this pack sends,
+        in input order: each is cut as it was then, or further, never sent
+        longer, so its bytes stay those the provider cached (see
+        :attr:`PackManifest.truncations`).
     cache_model
         The :class:`~cognoxium.packing.cache_models.CacheModel` billed, or
         ``None`` (no ``cache_model`` option: the fields below are ``None``).
@@ -67,6 +72,7 @@ class CacheReport(BaseModel):
     evicted: list[str]
     eviction_steps: int
     eviction_detail: str | None
+    replayed_cuts: list[str] = []
     cache_model: str | None = None
     input_tokens: int | None = None
     cached_tokens: int | None = None

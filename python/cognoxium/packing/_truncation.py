@@ -163,6 +163,9 @@ class Cutter:
         after the kept prefix, with no required item;
         :meth:`fit_required` cuts them first, whatever ``overflow``
         (``None``: none). Set by the packer.
+    replayed
+        Row -> tokens kept: the cuts an earlier pack made that a continuing
+        pack makes again (see :meth:`replay`); empty otherwise.
     """
 
     def __init__(
@@ -174,11 +177,15 @@ class Cutter:
         self.action = action
         self.cuts: dict[int, _Cut] = {}
         self.pinned: np.ndarray | None = None
+        self.replayed: dict[int, int] = {}
         self._uncut_rows: dict[int, int] = {}  # a cut row's cost before its cut
         self._uncut_units: dict[int, int] = {}  # a cut unit's cost before its cut
 
     def reset(self) -> None:
-        """Undo every cut: a new selection starts from the whole texts and their costs."""
+        """Undo every cut but the replayed ones: a new selection starts from the whole texts.
+
+        A replayed row (see :meth:`replay`) starts from its earlier cut.
+        """
         for row, cost in self._uncut_rows.items():
             self.costs.row_tokens[row] = cost
         for unit, cost in self._uncut_units.items():
@@ -186,16 +193,58 @@ class Cutter:
         self._uncut_rows.clear()
         self._uncut_units.clear()
         self.cuts.clear()
+        self._make_replayed()
+
+    def replay(self, kept: dict[int, int]) -> None:
+        """Cut the rows of ``kept`` (row -> tokens kept) as an earlier pack did, now and at resets.
+
+        A continuing pack sends what its earlier pack cut as it was sent
+        then, or cut further (down to the row's ``min_tokens``), never longer:
+        the bytes after the kept prefix stay those the provider cached.
+        """
+        self.replayed = dict(sorted(kept.items()))
+        self.reset()
+
+    def _make_replayed(self) -> None:
+        """Commit the replayed cuts, counting their units first."""
+        if not self.replayed:
+            return
+        rows = np.fromiter(self.replayed, dtype=np.int64, count=len(self.replayed))
+        of_row = self.costs.units.unit_of_row
+        units = rows if of_row is None else of_row[rows]
+        self.costs.count(np.unique(units))
+        texts = self.df.get_column("text").gather(rows).to_list()
+        keys = self.df.get_column("content_hash").gather(rows).to_list()
+        wholes = self.costs.profile.count_cached(keys, texts).tolist()
+        for row, unit, text, whole in zip(
+            rows.tolist(), units.tolist(), texts, wholes, strict=True
+        ):
+            cut = self._cut(row, text, whole, self.replayed[row])
+            self._commit(row, int(unit), cut)
+
+    def _commit(self, row: int, unit: int, cut: _Cut) -> None:
+        """Record ``row``'s cut and write its new cost and its unit's."""
+        before = int(self.costs.row_tokens[row])
+        self.cuts[row] = cut
+        self._uncut_rows.setdefault(row, before)
+        self._uncut_units.setdefault(unit, int(self.costs.cost[unit]))
+        self.costs.row_tokens[row] = cut.cost
+        self.costs.cost[unit] += cut.cost - before
 
     def fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
         """Cut ``unit`` (counted) to cost at most ``allowed`` tokens; its new cost, or ``None``.
 
         With ``partial``, a unit that cannot reach ``allowed`` is cut as far
         as its members' ``min_tokens`` allow (its new cost is then above
-        ``allowed``). Nothing changes when ``None`` is returned.
+        ``allowed``). Nothing changes when ``None`` is returned. A replayed
+        row starts from its earlier cut.
         """
         rows, _ = self.costs.units.rows_of(np.asarray([unit], dtype=np.int64))
-        marked = [r for r in rows.tolist() if r in self.marks.rows and r not in self.cuts]
+        marked = [
+            r
+            for r in rows.tolist()
+            if r in self.marks.rows and (r not in self.cuts or r in self.replayed)
+        ]
         if not marked:
             return None
         texts = self.df.get_column("text").gather(marked).to_list()
@@ -204,7 +253,7 @@ class Cutter:
             zip(marked, self.costs.profile.count_cached(keys, texts).tolist(), strict=True)
         )
         text_of = dict(zip(marked, texts, strict=True))
-        target = dict(whole)
+        target = {r: min(whole[r], self.replayed.get(r, whole[r])) for r in marked}
         total = int(self.costs.cost[unit])
         chosen: dict[int, _Cut] = {}
         while total > allowed:
@@ -225,12 +274,8 @@ class Cutter:
             return None
         for r, c in chosen.items():
             if c.kept_tokens < whole[r]:
-                self.cuts[r] = c
-                self._uncut_rows.setdefault(r, int(self.costs.row_tokens[r]))
-                self.costs.row_tokens[r] = c.cost
-        self._uncut_units.setdefault(unit, int(self.costs.cost[unit]))
-        self.costs.cost[unit] = total
-        return total
+                self._commit(r, unit, c)
+        return int(self.costs.cost[unit])
 
     def _shed(self, marked: list[int], target: dict[int, int], excess: int) -> bool:
         """Lower ``target`` by ``excess`` tokens, last row first, each down to its ``min_tokens``.
@@ -259,7 +304,8 @@ class Cutter:
         old_key = self.costs.hashes[row]
         old = int(self.costs.profile.count_cached([old_key], [old_content])[0])
         new = int(self.costs.profile.count([content])[0]) if content is not None else 0
-        cost = int(self.costs.row_tokens[row]) - old + new
+        uncut = self._uncut_rows.get(row, int(self.costs.row_tokens[row]))
+        cost = uncut - old + new
         return _Cut(
             text=kept, content=content, original_tokens=whole, kept_tokens=tokens, cost=cost
         )

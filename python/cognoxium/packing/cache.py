@@ -37,10 +37,12 @@ evicted). A unit with a required item is never evicted.
    target) applies to the order the pack is sent in, history first (see
    4), so replies the earlier pack sent after a ``document`` or ``memory``
    item that opened it, before any user message, are dropped
-   (``before_first_user``). A known fault, not yet fixed: an item the
-   earlier pack cut to fit may be cut to another length here (the pinned
-   history is selected first), so what follows the kept prefix, and what
-   else fits, can differ.
+   (``before_first_user``). An item the earlier pack cut to fit, still
+   here unchanged and marked alike, is sent cut as it was then, or cut
+   further when what is left needs it, never longer, whatever the budget
+   (the manifest's ``cache.replayed_cuts``): its bytes stay those the
+   provider cached, and what else fits stays what fitted then. To send it
+   whole again, pack without ``previous``.
 3. **Evict in steps.** When they do not fit, the oldest units of the
    prefix are evicted in steps: each step evicts at least
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
@@ -167,6 +169,9 @@ class Continuation:
         ``(p,)`` int64: the rows of the earlier prefix that are kept, in order.
     evicted
         ``(e,)`` int64: the rows of the earlier pack evicted, in input order.
+    replayed
+        ``(r,)`` int64: the rows the earlier pack cut whose cuts are made
+        again, ascending (see :meth:`~cognoxium.packing._truncation.Cutter.replay`).
     steps
         Eviction steps taken.
     detail
@@ -183,6 +188,7 @@ class Continuation:
     history: np.ndarray
     prefix: np.ndarray
     evicted: np.ndarray
+    replayed: np.ndarray
     steps: int
     detail: str | None
     previous: ContextPack
@@ -229,6 +235,7 @@ class Continuation:
             "evicted": ids.gather(self.evicted).to_list(),
             "eviction_steps": self.steps,
             "eviction_detail": self.detail,
+            "replayed_cuts": ids.gather(np.intersect1d(self.replayed, selected)).to_list(),
         }
         model = call.options.cache_model
         if model is not None:
@@ -403,6 +410,9 @@ def plan_continuation(
     """
     _check_previous(previous, call)
     at = _Rows.of(df, rows, units)
+    replayed = {} if cutter is None else _earlier_cuts(df, previous, cutter)
+    if cutter is not None:
+        cutter.replay(replayed)
     prefix = _kept_prefix(df, at, previous)
     pinned = held = evicted = np.zeros(df.height, dtype=bool)
     steps, detail = 0, None
@@ -428,6 +438,7 @@ def plan_continuation(
         history=at.history,
         prefix=prefix[~evicted[prefix]],
         evicted=np.flatnonzero(excluded & _in_pack(df, previous)),
+        replayed=np.fromiter(sorted(replayed), dtype=np.int64, count=len(replayed)),
         steps=steps,
         detail=detail,
         previous=previous,
@@ -507,6 +518,38 @@ def _check_previous(previous: object, call: PackCall) -> None:
             f"previous was packed with the token profile {previous.manifest.profile!r}, this "
             f"pack with {call.profile.name!r}: a pack continues one of its own profile"
         )
+
+
+def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> dict[int, int]:
+    """Row -> tokens kept: the cuts of ``previous`` whose items are here unchanged.
+
+    An item is unchanged when its id and its uncut content hash are the
+    same, and it still carries a truncation mark of the same side whose
+    ``min_tokens`` the cut kept.
+    """
+    records = previous.manifest.truncations
+    if not records:
+        return {}
+    cut = pl.DataFrame(
+        {
+            "id": [r.id for r in records],
+            "content_hash": [r.parent_hash for r in records],
+            "side": [r.side for r in records],
+            "kept": [r.kept_tokens for r in records],
+        },
+        schema={"id": pl.String, "content_hash": pl.String, "side": pl.String, "kept": pl.Int64},
+    )
+    found = (
+        df.select("id", "content_hash")
+        .with_row_index("row")
+        .join(cut, on=["id", "content_hash"], how="inner", maintain_order="left")
+    )
+    out: dict[int, int] = {}
+    for row, side, kept in found.select("row", "side", "kept").iter_rows():
+        mark = cutter.marks.rows.get(row)
+        if mark is not None and mark.side == side and kept >= mark.min_tokens:
+            out[row] = kept
+    return out
 
 
 def _pinned_and_held(
