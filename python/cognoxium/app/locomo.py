@@ -137,61 +137,78 @@ def evaluate(
     groups: dict[int, list[int]] = {}
     for position, request in enumerate(requests):
         groups.setdefault(request.budget, []).append(position)
-
     report: dict[str, Any] = {}
     for budget, positions in sorted(groups.items()):
-        recall: dict[int, list[float]] = {}
-        hits: dict[int, list[float]] = {}
-        used: list[int] = []
-        excluded = 0
-        for position in positions:
-            request = requests[position]
-            category = request.labels.get("category")
-            if not isinstance(category, int) or isinstance(category, bool):
-                raise request.error(
-                    f"an evaluation request needs an integer question category, got {category!r}",
-                    field="labels.category",
-                )
-            packed = by_id.get(request.id)
-            if packed is None:
-                raise request.error("has no pack", field="id")
-            if "used_tokens" in packed:
-                used.append(int(packed["used_tokens"]))
-            evidence = set(request.evidence)
-            if not evidence:
-                excluded += 1
-                continue
-            found = len(evidence.intersection(packed["ids"]))
-            recall.setdefault(category, []).append(found / len(evidence))
-            hits.setdefault(category, []).append(1.0 if found == len(evidence) else 0.0)
-        answerable = [c for c in recall if c in ANSWERABLE_CATEGORIES]
-        entry: dict[str, Any] = {
-            "questions": len(positions),
-            "evaluated": len(positions) - excluded,
-            "excluded_no_evidence": excluded,
-            "recall_answerable": _mean([v for c in answerable for v in recall[c]]),
-            "recall_all": _mean([v for values in recall.values() for v in values]),
-            "hit_rate_answerable": _mean([v for c in answerable for v in hits[c]]),
-            "hit_rate_all": _mean([v for values in hits.values() for v in values]),
-            "per_category": {
-                str(c): {
-                    "questions": len(recall[c]),
-                    "recall": _mean(recall[c]),
-                    "hit_rate": _mean(hits[c]),
-                }
-                for c in sorted(recall)
-            },
-        }
-        if used:
-            entry["mean_used_tokens"] = float(np.mean(used))
+        entry = _budget_recall([requests[p] for p in positions], by_id)
         if stats is not None:
-            lat = [latencies[p] for p in positions]
-            total_s = sum(lat) / 1000.0
-            entry["packs_per_s"] = len(lat) / total_s if total_s > 0 else None
-            entry["p50_ms"] = float(np.percentile(lat, 50))
-            entry["p95_ms"] = float(np.percentile(lat, 95))
+            entry |= _latency_figures([latencies[p] for p in positions])
         report[str(budget)] = entry
     return {"budgets": report}
+
+
+def _budget_recall(
+    requests: Sequence[Request], by_id: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The recall figures of one budget's requests (see :func:`evaluate`)."""
+    recall: dict[int, list[float]] = {}
+    hits: dict[int, list[float]] = {}
+    used: list[int] = []
+    for request in requests:
+        category = _category(request)
+        packed = by_id.get(request.id)
+        if packed is None:
+            raise request.error("has no pack", field="id")
+        if "used_tokens" in packed:
+            used.append(int(packed["used_tokens"]))
+        evidence = set(request.evidence)
+        if not evidence:
+            continue
+        found = len(evidence.intersection(packed["ids"]))
+        recall.setdefault(category, []).append(found / len(evidence))
+        hits.setdefault(category, []).append(1.0 if found == len(evidence) else 0.0)
+    evaluated = sum(len(values) for values in recall.values())
+    answerable = [c for c in recall if c in ANSWERABLE_CATEGORIES]
+    entry: dict[str, Any] = {
+        "questions": len(requests),
+        "evaluated": evaluated,
+        "excluded_no_evidence": len(requests) - evaluated,
+        "recall_answerable": _mean([v for c in answerable for v in recall[c]]),
+        "recall_all": _mean([v for values in recall.values() for v in values]),
+        "hit_rate_answerable": _mean([v for c in answerable for v in hits[c]]),
+        "hit_rate_all": _mean([v for values in hits.values() for v in values]),
+        "per_category": {
+            str(c): {
+                "questions": len(recall[c]),
+                "recall": _mean(recall[c]),
+                "hit_rate": _mean(hits[c]),
+            }
+            for c in sorted(recall)
+        },
+    }
+    if used:
+        entry["mean_used_tokens"] = float(np.mean(used))
+    return entry
+
+
+def _category(request: Request) -> int:
+    """The request's integer question category (``labels["category"]``)."""
+    category = request.labels.get("category")
+    if not isinstance(category, int) or isinstance(category, bool):
+        raise request.error(
+            f"an evaluation request needs an integer question category, got {category!r}",
+            field="labels.category",
+        )
+    return category
+
+
+def _latency_figures(latencies: Sequence[float]) -> dict[str, float | None]:
+    """Packs per second (requests over the sum of their latencies) and p50/p95, in ms."""
+    total_s = sum(latencies) / 1000.0
+    return {
+        "packs_per_s": len(latencies) / total_s if total_s > 0 else None,
+        "p50_ms": float(np.percentile(latencies, 50)),
+        "p95_ms": float(np.percentile(latencies, 95)),
+    }
 
 
 # ---------------------------------------------------------------------------

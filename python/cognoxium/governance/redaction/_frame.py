@@ -225,6 +225,11 @@ def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
     return canonical_json(merged)
 
 
+def _merged_counts(old: pl.Series, new: list[dict[str, int]]) -> list[str]:
+    """Each row's ``redactions`` (``old``, canonical JSON) with its new counts added."""
+    return [_merge_counts(was, counts) for was, counts in zip(old.to_list(), new, strict=True)]
+
+
 def redact_frame(
     df: pl.DataFrame,
     *,
@@ -321,6 +326,36 @@ def redact_frame(
     >>> redact_frame(df, metadata=True).select("metadata", "redactions").row(2)
     ('{"owner":"[EMAIL]"}', '{"EMAIL":1}')
     """  # noqa: E501
+    _check_columns(df, metadata=metadata, sources=sources)
+    recs = select_sources(types, recognisers)
+    hkey = hash_key(style, key)
+    kinds = df.get_column("payload_kind").cast(pl.String)
+    text_rows = (kinds == "text").arg_true()
+    json_rows = (kinds == "json").arg_true()
+    texts = df.get_column("text").gather(text_rows).fill_null("")
+    docs = df.get_column("json").gather(json_rows).fill_null("null")
+    text_hits = text_rows.gather(_rows_with_spans(texts, recs))
+    json_hits = json_rows.gather(_json_rows_with_spans(docs, recs, keys))
+    columns = _payload_columns(df)
+    for payload, hits in (("text", text_hits), ("json", json_hits)):
+        if hits.len() == 0:
+            continue
+        values = columns[payload].gather(hits)
+        if payload == "text":
+            new_values, row_counts = _redact_texts(values, recs, style, hkey)
+        else:
+            new_values, row_counts = _redact_docs(values, recs, style, hkey, keys)
+        _write_back(columns, payload, hits, new_values, row_counts)
+    if metadata:
+        columns.update(_redact_metadata(df, columns["redactions"], recs, style, hkey, keys))
+    if sources:
+        columns.update(_redact_sources(df, columns["redactions"], recs, style, hkey))
+    columns["unredacted"] = _unredacted(df, metadata=metadata, sources=sources)
+    return df.with_columns(series.alias(name) for name, series in columns.items())
+
+
+def _check_columns(df: object, *, metadata: bool, sources: bool) -> None:
+    """Raise :class:`SchemaError` unless ``df`` is a DataFrame with the columns to redact."""
     if not isinstance(df, pl.DataFrame):
         raise SchemaError(f"redact_frame expects a polars DataFrame, got {type(df).__name__}")
     missing = [c for c in ("payload_kind", "text", "json", "content_hash") if c not in df.columns]
@@ -329,17 +364,10 @@ def redact_frame(
     ]
     if missing:
         raise SchemaError(f"redact_frame: missing item columns {missing}")
-    recs = select_sources(types, recognisers)
-    hkey = hash_key(style, key)
 
-    kinds = df.get_column("payload_kind").cast(pl.String)
-    text_rows = (kinds == "text").arg_true()
-    json_rows = (kinds == "json").arg_true()
-    texts = df.get_column("text").gather(text_rows).fill_null("")
-    docs = df.get_column("json").gather(json_rows).fill_null("null")
-    text_hits = text_rows.gather(_rows_with_spans(texts, recs))
-    json_hits = json_rows.gather(_json_rows_with_spans(docs, recs, keys))
 
+def _payload_columns(df: pl.DataFrame) -> dict[str, pl.Series]:
+    """The columns a redaction rewrites, the audit columns started when absent."""
     n = df.height
     if "redactions" in df.columns:
         redactions = df.get_column("redactions").cast(pl.String).fill_null("{}")
@@ -349,50 +377,47 @@ def redact_frame(
         redacted_from = df.get_column("redacted_from").cast(pl.String)
     else:
         redacted_from = pl.Series("redacted_from", [None] * n, pl.String)
-    columns = {
+    return {
         "text": df.get_column("text"),
         "json": df.get_column("json"),
         "content_hash": df.get_column("content_hash"),
         "redactions": redactions,
         "redacted_from": redacted_from,
     }
-    for payload, hits in (("text", text_hits), ("json", json_hits)):
-        if hits.len() == 0:
-            continue
-        rows = hits.to_list()
-        values = columns[payload].gather(hits)
-        if payload == "text":
-            new_values, row_counts = _redact_texts(values, recs, style, hkey)
-        else:
-            new_values, row_counts = [], []
-            for value in values.to_list():
-                counts: dict[str, int] = {}
-                doc = json.loads(value)
-                new_values.append(
-                    canonical_json(redact_value(doc, recs, style, hkey, counts, keys))
-                )
-                row_counts.append(counts)
-        new_hashes = content_hashes(payload, (out.encode("utf-8") for out in new_values))
-        new_counts = [
-            _merge_counts(old, counts)
-            for old, counts in zip(
-                columns["redactions"].gather(hits).to_list(), row_counts, strict=True
-            )
-        ]
-        previous = columns["content_hash"].gather(hits)
-        for name, values in (
-            (payload, pl.Series(new_values, dtype=pl.String)),
-            ("content_hash", pl.Series(new_hashes, dtype=pl.String)),
-            ("redactions", pl.Series(new_counts, dtype=pl.String)),
-            ("redacted_from", previous.cast(pl.String)),
-        ):
-            columns[name] = columns[name].clone().scatter(rows, values)
-    if metadata:
-        columns.update(_redact_metadata(df, columns["redactions"], recs, style, hkey, keys))
-    if sources:
-        columns.update(_redact_sources(df, columns["redactions"], recs, style, hkey))
-    columns["unredacted"] = _unredacted(df, metadata=metadata, sources=sources)
-    return df.with_columns(series.alias(name) for name, series in columns.items())
+
+
+def _redact_docs(
+    values: pl.Series, recs: tuple[Source, ...], style: str, hkey: bytes | None, keys: bool
+) -> tuple[list[str], list[dict[str, int]]]:
+    """Each JSON document of ``values`` redacted, in canonical form, and its counts."""
+    new_values, row_counts = [], []
+    for value in values.to_list():
+        counts: dict[str, int] = {}
+        doc = json.loads(value)
+        new_values.append(canonical_json(redact_value(doc, recs, style, hkey, counts, keys)))
+        row_counts.append(counts)
+    return new_values, row_counts
+
+
+def _write_back(
+    columns: dict[str, pl.Series],
+    payload: str,
+    hits: pl.Series,
+    new_values: list[str],
+    row_counts: list[dict[str, int]],
+) -> None:
+    """Scatter the redacted ``payload`` values of rows ``hits`` and their audit into ``columns``."""
+    rows = hits.to_list()
+    new_hashes = content_hashes(payload, (out.encode("utf-8") for out in new_values))
+    new_counts = _merged_counts(columns["redactions"].gather(hits), row_counts)
+    previous = columns["content_hash"].gather(hits)
+    for name, values in (
+        (payload, pl.Series(new_values, dtype=pl.String)),
+        ("content_hash", pl.Series(new_hashes, dtype=pl.String)),
+        ("redactions", pl.Series(new_counts, dtype=pl.String)),
+        ("redacted_from", previous.cast(pl.String)),
+    ):
+        columns[name] = columns[name].clone().scatter(rows, values)
 
 
 def _redact_metadata(
@@ -408,15 +433,8 @@ def _redact_metadata(
     hits = _json_rows_with_spans(column.fill_null("{}"), recs, keys)
     if hits.len() == 0:
         return {}
-    new_values, new_counts = [], []
-    for value, old in zip(
-        column.gather(hits).to_list(), redactions.gather(hits).to_list(), strict=True
-    ):
-        counts: dict[str, int] = {}
-        new_values.append(
-            canonical_json(redact_value(json.loads(value), recs, style, hkey, counts, keys))
-        )
-        new_counts.append(_merge_counts(old, counts))
+    new_values, row_counts = _redact_docs(column.gather(hits), recs, style, hkey, keys)
+    new_counts = _merged_counts(redactions.gather(hits), row_counts)
     rows = hits.to_list()
     return {
         "metadata": column.clone().scatter(rows, pl.Series(new_values, dtype=pl.String)),
