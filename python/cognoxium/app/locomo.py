@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -311,46 +311,25 @@ def run_locomo(
     for method in (rank, *compare):
         check_rank_method(method)
     imported = read_locomo(path)
-    items = imported.items()
-    requests = imported.requests(budgets)
-    settings = retrieval if retrieval is not None else RetrievalSettings()
     conversations = imported.sample_ids
-    split = {
-        "tuning": [c for c in conversations if c in set(tuning)],
-        "held_out": [c for c in conversations if c not in set(tuning)],
-    }
-
-    def measured(method: RankMethod, folder: Path) -> dict[str, Any]:
-        if method == "learned" and loco:
-            stats = _run_folds(
-                path, items, requests, conversations, folder, profile, settings, manifests
-            )
-        else:
-            stats = run_batch(
-                items,
-                requests,
-                out_dir=folder,
-                options=PackOptions(profile=profile),
-                rank=method,
-                progress=progress,
-                retrieval=settings,
-                commit=False,  # committed with every other file of the run, below
-                manifests=manifests,
-            )
-        packs = scan_packs(folder).collect().to_dicts()
-        return {
-            "batch": stats.to_dict(),
-            **evaluate(packs, requests, stats=stats),
-            **_by_conversation(packs, requests, split, conversations),
-        }
-
+    run = _Run(
+        path=path,
+        items=imported.items(),
+        requests=imported.requests(budgets),
+        conversations=conversations,
+        split={
+            "tuning": [c for c in conversations if c in set(tuning)],
+            "held_out": [c for c in conversations if c not in set(tuning)],
+        },
+        profile=profile,
+        settings=retrieval if retrieval is not None else RetrievalSettings(),
+        manifests=manifests,
+        loco=loco,
+        progress=progress,
+    )
     counts = imported.counts
     with committed_output(out_dir) as out:
-        write_parquet(items, out / "items.parquet")
-        with (out / "requests.jsonl").open("w", encoding="utf-8") as handle:
-            for request in requests:
-                handle.write(canonical_json(request.to_record()))
-                handle.write("\n")
+        _write_inputs(out, run.items, run.requests)
         report: dict[str, Any] = {
             "source": {"file": Path(path).name, "sha256": file_sha256(path)},
             "settings": {
@@ -358,17 +337,17 @@ def run_locomo(
                 "rank": rank,
                 "profile": profile,
                 "scope": "turns of the question's conversation",
-                "retrieval": _retrieval_settings(settings, rank),
-                "tuning_conversations": split["tuning"],
+                "retrieval": _retrieval_settings(run.settings, rank),
+                "tuning_conversations": run.split["tuning"],
                 "leave_one_conversation_out": loco,
             },
             "import": {
-                "items": items.height,
+                "items": run.items.height,
                 **{key: counts[key] for key in sorted(counts)},
             },
-            **measured(rank, out),
+            **run.measured(rank, out),
             "compare": {
-                method: measured(method, out / "compare" / method)
+                method: run.measured(method, out / "compare" / method)
                 for method in dict.fromkeys(compare)
                 if method != rank
             },
@@ -377,6 +356,63 @@ def run_locomo(
             handle.write(canonical_json(report))
             handle.write("\n")
     return report
+
+
+def _write_inputs(out: Path, items: pl.DataFrame, requests: Sequence[Request]) -> None:
+    """Write the run's ``items.parquet`` and ``requests.jsonl`` (canonical JSON lines)."""
+    write_parquet(items, out / "items.parquet")
+    with (out / "requests.jsonl").open("w", encoding="utf-8") as handle:
+        for request in requests:
+            handle.write(canonical_json(request.to_record()))
+            handle.write("\n")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One LoCoMo run's inputs and settings, shared by the rank method and those compared."""
+
+    path: str | os.PathLike[str]
+    items: pl.DataFrame
+    requests: Sequence[Request]
+    conversations: Sequence[str]
+    split: dict[str, list[str]]
+    profile: str
+    settings: RetrievalSettings
+    manifests: ManifestForm
+    loco: bool
+    progress: bool
+
+    def measured(self, method: RankMethod, folder: Path) -> dict[str, Any]:
+        """Pack every request with ``method`` into ``folder``; its batch, recall and splits."""
+        if method == "learned" and self.loco:
+            stats = _run_folds(
+                self.path,
+                self.items,
+                self.requests,
+                self.conversations,
+                folder,
+                self.profile,
+                self.settings,
+                self.manifests,
+            )
+        else:
+            stats = run_batch(
+                self.items,
+                self.requests,
+                out_dir=folder,
+                options=PackOptions(profile=self.profile),
+                rank=method,
+                progress=self.progress,
+                retrieval=self.settings,
+                commit=False,  # committed with every other file of the run
+                manifests=self.manifests,
+            )
+        packs = scan_packs(folder).collect().to_dicts()
+        return {
+            "batch": stats.to_dict(),
+            **evaluate(packs, self.requests, stats=stats),
+            **_by_conversation(packs, self.requests, self.split, self.conversations),
+        }
 
 
 def _by_conversation(
