@@ -417,26 +417,13 @@ def _dedupe_by(
 def _merged(lf: pl.LazyFrame, by: list[str], drops: bool) -> pl.LazyFrame:
     """Fold every group of ``by`` into its representative, with the merge records."""
     schema = lf.collect_schema()
-    earlier = MERGED_IDS in schema  # a second dedupe keeps what the first one merged
     edges = "lineage" in schema and "content_hash" in schema
     records_of = (MERGED_IDS, MERGE_CONFLICTS, MERGE_DROPPED)
     kept = [n for n in schema.names() if n not in records_of]
     out = [*kept, MERGED_IDS, MERGE_CONFLICTS, *([MERGE_DROPPED] if drops else []), _ROW]
     lf = lf.with_row_index(_ROW)
     size = pl.len().over(by)
-
-    # A row without duplicates is its own merge: it keeps every value.
-    previous_ids = (
-        pl.col(MERGED_IDS).list.unique().list.sort()
-        if earlier
-        else pl.lit([], dtype=pl.List(pl.String))
-    )
-    previous_conflicts = (
-        pl.col(MERGE_CONFLICTS) if MERGE_CONFLICTS in schema else pl.lit(None, dtype=pl.String)
-    )
-    own = [previous_ids.alias(MERGED_IDS), previous_conflicts.alias(MERGE_CONFLICTS)]
-    single = lf.filter(size == 1).with_columns(own)
-
+    single = lf.filter(size == 1).with_columns(_own_records(schema))
     # Groups of duplicates, each group's rows best first.
     grouped = lf.filter(size > 1).sort(**_best_first(schema), maintain_order=True)
     aggs = [
@@ -447,8 +434,35 @@ def _merged(lf: pl.LazyFrame, by: list[str], drops: bool) -> pl.LazyFrame:
     if drops:
         union = pl.col(MERGE_DROPPED).list.explode(keep_nulls=False, empty_as_null=False)
         aggs.append(_sorted_drops(union).implode().alias(MERGE_DROPPED))
+    records, conflicts = _group_records(schema)
+    if edges:
+        grouped = grouped.with_columns(_merge_edge())
+    merged = grouped.group_by(by).agg(aggs + records).with_columns(conflicts)
+    # Each group at its first occurrence's position.
+    return pl.concat([single.select(out), merged.select(out)]).sort(_ROW).drop(_ROW)
+
+
+def _own_records(schema: pl.Schema) -> list[pl.Expr]:
+    """A row without duplicates is its own merge: it keeps the records an earlier dedupe wrote."""
+    previous_ids = (
+        pl.col(MERGED_IDS).list.unique().list.sort()
+        if MERGED_IDS in schema
+        else pl.lit([], dtype=pl.List(pl.String))
+    )
+    previous_conflicts = (
+        pl.col(MERGE_CONFLICTS) if MERGE_CONFLICTS in schema else pl.lit(None, dtype=pl.String)
+    )
+    return [previous_ids.alias(MERGED_IDS), previous_conflicts.alias(MERGE_CONFLICTS)]
+
+
+def _group_records(schema: pl.Schema) -> tuple[list[pl.Expr], pl.Expr]:
+    """A group's merged ids, first row and metadata to compare, and its conflicts expression.
+
+    A second dedupe keeps what the first one merged (its ``MERGED_IDS`` and
+    ``MERGE_CONFLICTS``).
+    """
     others = pl.col("id").slice(1)
-    if earlier:
+    if MERGED_IDS in schema:
         others = others.append(pl.col(MERGED_IDS).explode(empty_as_null=False)).drop_nulls()
     records = [others.unique().sort().alias(MERGED_IDS), pl.col(_ROW).min()]
     if "metadata" in schema:
@@ -465,15 +479,14 @@ def _merged(lf: pl.LazyFrame, by: list[str], drops: bool) -> pl.LazyFrame:
         conflicts = pl.lit(None, dtype=pl.String).alias(MERGE_CONFLICTS)
     if MERGE_CONFLICTS in schema:
         conflicts = pl.coalesce(conflicts, pl.col(MERGE_CONFLICTS))
-    if edges:
-        grouped = grouped.with_columns(
-            pl.struct(
-                pl.col("id").alias("parent_id"),
-                pl.col("content_hash").alias("parent_hash"),
-                pl.lit("merge").alias("operation"),
-                pl.lit(None, pl.String).alias("detail"),
-            ).alias(_EDGE)
-        )
-    merged = grouped.group_by(by).agg(aggs + records).with_columns(conflicts)
-    # Each group at its first occurrence's position.
-    return pl.concat([single.select(out), merged.select(out)]).sort(_ROW).drop(_ROW)
+    return records, conflicts
+
+
+def _merge_edge() -> pl.Expr:
+    """Each row's lineage edge ``merge`` (parent: its id and content hash), as ``_EDGE``."""
+    return pl.struct(
+        pl.col("id").alias("parent_id"),
+        pl.col("content_hash").alias("parent_hash"),
+        pl.lit("merge").alias("operation"),
+        pl.lit(None, pl.String).alias("detail"),
+    ).alias(_EDGE)
