@@ -223,6 +223,41 @@ def _demote(node: Demote, lf: pl.LazyFrame) -> pl.LazyFrame:
     return _with_match(lf, node.predicate, node.metadata_dtype).with_columns(changes).drop(_MATCH)
 
 
+def _with_redact_edges(out: pl.DataFrame, before: pl.Series) -> pl.DataFrame:
+    """``out`` with a lineage edge ``redact`` on each row whose hash is no longer ``before``'s.
+
+    The edge's parent is the row's id and hash before, its detail the
+    row's ``redactions``. A frame without ``lineage`` is returned as it is.
+    """
+    if "lineage" not in out.columns:
+        return out
+    # The edge is built on the changed rows only, then put in place by position.
+    rows = (out.get_column("content_hash") != before).fill_null(False).arg_true()
+    if rows.len() == 0:
+        return out
+    edge = pl.struct(
+        pl.col("id").alias("parent_id"),
+        pl.col("parent_hash"),
+        pl.lit("redact").alias("operation"),
+        pl.col(REDACTIONS).alias("detail"),
+    )
+    grown = (
+        out.select(pl.col("id", "lineage", REDACTIONS).gather(rows))
+        .with_columns(before.gather(rows).alias("parent_hash"))
+        .select(pl.col("lineage").list.concat(pl.concat_list(edge)))
+        .to_series()
+    )
+    at = pl.Series([None] * out.height, dtype=pl.UInt32).scatter(
+        rows, pl.int_range(rows.len(), dtype=pl.UInt32, eager=True)
+    )
+    return out.with_columns(
+        pl.when(at.is_not_null())
+        .then(grown.gather(at))
+        .otherwise(pl.col("lineage"))
+        .alias("lineage")
+    )
+
+
 @register(Redact)
 def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
     from cognoxium.governance.redaction import redact_frame
@@ -245,33 +280,7 @@ def _redact(node: Redact, lf: pl.LazyFrame) -> pl.LazyFrame:
             metadata=node.metadata,
             sources=node.sources,
         )
-        if "lineage" not in out.columns:
-            return out
-        # The edge is built on the changed rows only, then put in place by position.
-        rows = (out.get_column("content_hash") != before).fill_null(False).arg_true()
-        if rows.len() == 0:
-            return out
-        edge = pl.struct(
-            pl.col("id").alias("parent_id"),
-            pl.col("parent_hash"),
-            pl.lit("redact").alias("operation"),
-            pl.col(REDACTIONS).alias("detail"),
-        )
-        grown = (
-            out.select(pl.col("id", "lineage", REDACTIONS).gather(rows))
-            .with_columns(before.gather(rows).alias("parent_hash"))
-            .select(pl.col("lineage").list.concat(pl.concat_list(edge)))
-            .to_series()
-        )
-        at = pl.Series([None] * out.height, dtype=pl.UInt32).scatter(
-            rows, pl.int_range(rows.len(), dtype=pl.UInt32, eager=True)
-        )
-        return out.with_columns(
-            pl.when(at.is_not_null())
-            .then(grown.gather(at))
-            .otherwise(pl.col("lineage"))
-            .alias("lineage")
-        )
+        return _with_redact_edges(out, before)
 
     return lf.map_batches(
         run,
