@@ -403,76 +403,115 @@ _NEGATIVES = (
 """The kinds of hard negatives, ``per_type`` of each in a corpus."""
 
 
-def _negative(rng: random.Random, kind: str) -> str:
-    """A value of ``kind`` that looks like personal data and is not."""
-    if kind == "version":
-        parts = [str(rng.randint(0, 20)) for _ in range(rng.choice((3, 4, 5)))]
-        text = ".".join(parts)
-        return ("v" + text) if len(parts) == 4 else text
-    if kind == "build":
-        major, minor, patch = rng.randint(1, 30), rng.randint(0, 20), rng.randint(0, 999)
-        return rng.choice(
-            (
-                f"build {major}.0.{rng.randint(10000, 30000)}.{patch}",
-                f"v{major}.{minor}.{patch}-rc.{rng.randint(1, 9)}",
-                f"build {rng.randint(2015, 2030)}.{rng.randint(1, 12):02d}.{_digits(rng, 4)}",
-            )
+def _version(rng: random.Random) -> str:
+    parts = [str(rng.randint(0, 20)) for _ in range(rng.choice((3, 4, 5)))]
+    text = ".".join(parts)
+    return ("v" + text) if len(parts) == 4 else text
+
+
+def _build(rng: random.Random) -> str:
+    major, minor, patch = rng.randint(1, 30), rng.randint(0, 20), rng.randint(0, 999)
+    return rng.choice(
+        (
+            f"build {major}.0.{rng.randint(10000, 30000)}.{patch}",
+            f"v{major}.{minor}.{patch}-rc.{rng.randint(1, 9)}",
+            f"build {rng.randint(2015, 2030)}.{rng.randint(1, 12):02d}.{_digits(rng, 4)}",
         )
-    if kind == "date":
-        y, m, d = rng.randint(1990, 2030), rng.randint(1, 12), rng.randint(1, 28)
-        return rng.choice((f"{y}-{m:02d}-{d:02d}", f"{d:02d}/{m:02d}/{y}", f"{d}.{m}.{y}"))
-    if kind == "time":
-        hh, mm = rng.randint(0, 23), rng.randint(0, 59)
-        return rng.choice(
-            (f"{hh:02d}:{mm:02d}:{rng.randint(0, 59):02d}", f"{hh:02d}:{mm:02d}-{hh:02d}:59")
+    )
+
+
+def _date(rng: random.Random) -> str:
+    y, m, d = rng.randint(1990, 2030), rng.randint(1, 12), rng.randint(1, 28)
+    return rng.choice((f"{y}-{m:02d}-{d:02d}", f"{d:02d}/{m:02d}/{y}", f"{d}.{m}.{y}"))
+
+
+def _time(rng: random.Random) -> str:
+    hh, mm = rng.randint(0, 23), rng.randint(0, 59)
+    return rng.choice(
+        (f"{hh:02d}:{mm:02d}:{rng.randint(0, 59):02d}", f"{hh:02d}:{mm:02d}-{hh:02d}:59")
+    )
+
+
+def _order(rng: random.Random) -> str:
+    return rng.choice(
+        (
+            f"#{_digits(rng, 7)}",
+            f"ORD-{rng.randint(2015, 2030)}-{_digits(rng, 6)}",
+            f"order {_digits(rng, 8)}",
+            f"PO{_digits(rng, 9)}",
         )
-    if kind == "order":
-        return rng.choice(
-            (
-                f"#{_digits(rng, 7)}",
-                f"ORD-{rng.randint(2015, 2030)}-{_digits(rng, 6)}",
-                f"order {_digits(rng, 8)}",
-                f"PO{_digits(rng, 9)}",
-            )
+    )
+
+
+def _order_after_words(rng: random.Random) -> str:
+    # A word that gives a phone number its context, then other words: no context.
+    return f"{rng.choice(('call', 'phone', 'Tel'))} about order {_digits(rng, 8)}"
+
+
+def _bad_card(rng: random.Random) -> str:
+    good = luhn_complete("4" + _digits(rng, 14))
+    bad = good[:-1] + str((int(good[-1]) + rng.randint(1, 9)) % 10)
+    return _group(bad, (4, 4, 4, 4), rng.choice((" ", "-")))
+
+
+def _isbn10(rng: random.Random) -> str:
+    body = _digits(rng, 9)
+    check = sum((10 - i) * int(d) for i, d in enumerate(body)) * 10 % 11
+    digit = "X" if check == 10 else str(check)
+    dashed = f"{body[0]}-{body[1:4]}-{body[4:9]}-{digit}"
+    return "ISBN " + rng.choice((dashed, body + digit))
+
+
+def _amount(rng: random.Random) -> str:
+    return rng.choice(
+        (
+            f"{rng.randint(1, 99)} {_digits(rng, 3)} {_digits(rng, 3)},{_digits(rng, 2)} €",
+            f"€{rng.randint(1, 999)}.{_digits(rng, 3)},{_digits(rng, 2)}",
+            f"USD {rng.randint(1, 999)},{_digits(rng, 3)},{_digits(rng, 3)}.{_digits(rng, 2)}",
         )
-    if kind == "order_after_words":
-        # A word that gives a phone number its context, then other words: no context.
-        return f"{rng.choice(('call', 'phone', 'Tel'))} about order {_digits(rng, 8)}"
-    if kind == "amazon_order":
-        return f"order {rng.randint(100, 499)}-{_digits(rng, 7)}-{_digits(rng, 7)}"
-    if kind == "bad_card":
-        good = luhn_complete("4" + _digits(rng, 14))
-        bad = good[:-1] + str((int(good[-1]) + rng.randint(1, 9)) % 10)
-        return _group(bad, (4, 4, 4, 4), rng.choice((" ", "-")))
-    if kind == "bad_iban":
-        return _iban(rng, valid=False)[0]
-    if kind == "bad_ipv6":
-        return f"2001:db8::{rng.randint(1, 0xFFFF):x}::{rng.randint(1, 0xFFFF):x}"
-    if kind == "cpp_scope":
-        return rng.choice(("std::vector<int>", "MyClass::toString()", "f :: Int -> Int"))
-    if kind == "isbn":
-        return "ISBN " + _isbn13(rng)
-    if kind == "isbn10":
-        body = _digits(rng, 9)
-        check = sum((10 - i) * int(d) for i, d in enumerate(body)) * 10 % 11
-        digit = "X" if check == 10 else str(check)
-        dashed = f"{body[0]}-{body[1:4]}-{body[4:9]}-{digit}"
-        return "ISBN " + rng.choice((dashed, body + digit))
-    if kind == "price":
-        return f"${rng.randint(1, 9)},{_digits(rng, 3)}.{_digits(rng, 2)}"
-    if kind == "amount":
-        return rng.choice(
-            (
-                f"{rng.randint(1, 99)} {_digits(rng, 3)} {_digits(rng, 3)},{_digits(rng, 2)} €",
-                f"€{rng.randint(1, 999)}.{_digits(rng, 3)},{_digits(rng, 2)}",
-                f"USD {rng.randint(1, 999)},{_digits(rng, 3)},{_digits(rng, 3)}.{_digits(rng, 2)}",
-            )
-        )
+    )
+
+
+def _ssn_no_context(rng: random.Random) -> str:
     area, group, serial = _ssn_digits(rng)
-    if kind == "ssn_bare_no_context":
-        return f"ref {area}{group}{serial}"
     # Areas 001-599: "612 34 5678" would be a valid Spanish number, not a negative.
     return f"{int(area) % 600 or 1:03d} {group} {serial}"
+
+
+def _ssn_bare_no_context(rng: random.Random) -> str:
+    area, group, serial = _ssn_digits(rng)
+    return f"ref {area}{group}{serial}"
+
+
+_NEGATIVE_MAKERS: dict[str, Callable[[random.Random], str]] = {
+    "version": _version,
+    "build": _build,
+    "date": _date,
+    "time": _time,
+    "order": _order,
+    "order_after_words": _order_after_words,
+    "amazon_order": lambda rng: (
+        f"order {rng.randint(100, 499)}-{_digits(rng, 7)}-{_digits(rng, 7)}"
+    ),
+    "bad_card": _bad_card,
+    "bad_iban": lambda rng: _iban(rng, valid=False)[0],
+    "bad_ipv6": lambda rng: f"2001:db8::{rng.randint(1, 0xFFFF):x}::{rng.randint(1, 0xFFFF):x}",
+    "cpp_scope": lambda rng: rng.choice(
+        ("std::vector<int>", "MyClass::toString()", "f :: Int -> Int")
+    ),
+    "isbn": lambda rng: "ISBN " + _isbn13(rng),
+    "isbn10": _isbn10,
+    "price": lambda rng: f"${rng.randint(1, 9)},{_digits(rng, 3)}.{_digits(rng, 2)}",
+    "amount": _amount,
+    "ssn_no_context": _ssn_no_context,
+    "ssn_bare_no_context": _ssn_bare_no_context,
+}
+"""Each kind of :data:`_NEGATIVES`: a value that looks like personal data and is not."""
+
+
+def _negative(rng: random.Random, kind: str) -> str:
+    """A value of ``kind`` that looks like personal data and is not."""
+    return _NEGATIVE_MAKERS[kind](rng)
 
 
 def _sentence(rng: random.Random, template: str, value: str) -> tuple[str, int]:
