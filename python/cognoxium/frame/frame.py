@@ -1693,7 +1693,8 @@ class CognitionFrame:
         previous
             An earlier pack of this conversation that this pack continues,
             keeping its prefix byte for byte for the provider's prompt cache
-            and evicting in steps when the new messages no longer fit (see
+            and evicting in steps when the new messages no longer fit; what
+            it cut is cut alike, never sent longer (see
             :mod:`cognoxium.packing.cache`); ``None``: a pack of its own.
         eviction_share, cache_model
             Options in place of those of ``options`` when not ``None``: the

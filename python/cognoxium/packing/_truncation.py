@@ -18,6 +18,9 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
   budget, they are cut in reverse selection order (the unit considered last
   is cut first), each as far as needed down to its members' ``min_tokens``;
   if they still do not fit, :class:`~cognoxium.exceptions.BudgetError`.
+- A pack that continues an earlier one (``previous``) starts each item
+  that pack cut, still unchanged and marked alike, from that cut
+  (:meth:`Cutter.replay`): it may be cut further, never sent longer.
 - A cut item keeps its id and gets a new content hash; its lineage gains an
   edge ``truncate`` whose parent is the original (id and hash) and whose
   detail is ``{"kept_tokens", "original_tokens", "side"}``.

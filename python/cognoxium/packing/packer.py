@@ -227,8 +227,9 @@ def pack(
     previous
         An earlier pack of the same conversation that this pack continues:
         its prefix is kept byte for byte while the new messages fit, and
-        evicted in steps when they do not (see :mod:`cognoxium.packing.cache`;
-        the manifest's ``cache`` section reports it). ``None``: a pack of its own.
+        evicted in steps when they do not, and what it cut is cut alike,
+        never sent longer (see :mod:`cognoxium.packing.cache`; the
+        manifest's ``cache`` section reports it). ``None``: a pack of its own.
 
     Returns
     -------
