@@ -950,3 +950,93 @@ def test_an_earlier_cut_is_not_made_again_for_a_changed_item(change: dict[str, A
     assert report.replayed_cuts == []
     (cut,) = again.manifest.truncations
     assert cut.kept_tokens > 11  # cut afresh to fit the larger budget
+
+
+@pytest.mark.parametrize("budget", [19, 33, 47])
+def test_a_cut_made_again_sends_the_same_bytes_where_reencoding_counts_fewer_tokens(
+    budget: int,
+) -> None:
+    # A cut at k tokens of "  \t" runs re-encodes to fewer tokens than k. Made again at
+    # its reported kept_tokens, the cut was shorter: 'Columns:  \tname  ' in place of
+    # 'Columns:  \tname  \t' at 19 tokens, so the cached bytes changed.
+    text = "Columns:  \tname  \tage  \tcity  \tcountry. " * 10
+    frame = CognitionFrame(
+        [
+            {"id": "s0", "role": "system", "retention": "preferred", "text": text,
+             "created_at": T0, "metadata": {"truncate": {"side": "head", "min_tokens": 1}}},
+            {"id": "u1", "role": "user", "retention": "required", "text": "hi there",
+             "created_at": T0},
+        ]
+    )  # fmt: skip
+    first = frame.pack(budget, as_of=AS_OF)
+    assert [t.id for t in first.manifest.truncations] == ["s0"]
+    again = frame.pack(budget, as_of=AS_OF, previous=first)
+    third = frame.pack(budget, as_of=AS_OF, previous=again)
+    assert again.messages == first.messages == third.messages
+    assert again.manifest.truncations == first.manifest.truncations == third.manifest.truncations
+
+
+@pytest.mark.parametrize("retention", ["optional", "preferred"])
+@pytest.mark.parametrize("truncatable", [False, True])
+def test_a_prefix_over_a_smaller_budget_packs_as_a_pack_of_its_own(
+    retention: str, truncatable: bool
+) -> None:
+    # The earlier pack sent s0 (85 tokens) and u1. At 60 tokens even evicting u1 leaves
+    # s0 over the budget; pinned, it raised BudgetError as if it were required.
+    mark = {"truncate": {"side": "head", "min_tokens": 1}} if truncatable else {}
+    frame = CognitionFrame(
+        [
+            {"id": "s0", "role": "system", "retention": retention, "created_at": T0,
+             "text": "Follow the policy. " * 20, "metadata": mark},
+            {"id": "u1", "role": "user", "text": "hello " * 10, "created_at": T0},
+        ]
+    )  # fmt: skip
+    first = frame.pack(150, as_of=AS_OF)
+    assert first.ids == ["s0", "u1"]
+    again = frame.pack(60, as_of=AS_OF, previous=first)
+    alone = frame.pack(60, as_of=AS_OF)
+    assert again.ids == alone.ids == (["s0"] if truncatable else ["u1"])
+    assert again.messages == alone.messages
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.evicted, report.eviction_steps) == ([], 0)
+
+
+def test_a_new_message_over_the_budget_alone_evicts_nothing() -> None:
+    # u2 alone exceeds the 57 tokens the items may use. Pinned, it made the pack evict
+    # u0 and a1 and then send nothing: an empty pack, where a pack of its own keeps both.
+    def item(item_id: str, role: str, words: int, **more: Any) -> dict[str, Any]:
+        return {"id": item_id, "role": role, "text": "word " * words, "created_at": T0} | more
+
+    earlier = [
+        item("u0", "user", 10, retention="preferred"),
+        item("a1", "assistant", 10, retention="preferred"),
+    ]
+    first = CognitionFrame(earlier).pack(60, as_of=AS_OF)
+    frame = CognitionFrame([*earlier, item("u2", "user", 80)])
+    again = frame.pack(60, as_of=AS_OF, previous=first)
+    assert again.ids == frame.pack(60, as_of=AS_OF).ids == ["u0", "a1"]
+    assert _reasons(again)["u2"] == "over_budget"
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.evicted, report.eviction_steps, report.prefix_ids) == ([], 0, ["u0", "a1"])
+
+
+def test_steps_that_would_evict_every_new_message_are_not_taken() -> None:
+    # The new reply a1 needs room: a step evicts the group (u0, d0), and then a1, which
+    # would open the history on a reply, went too: an empty pack. Nothing is evicted now.
+    records = [
+        {"id": "u0", "role": "user", "text": "question " * 34, "group_id": "g0"},
+        {"id": "d0", "role": "memory", "text": "note " * 251, "group_id": "g0"},
+        {"id": "a1", "role": "assistant", "text": "answer " * 60},
+    ]
+    for record in records:
+        record["created_at"] = T0
+    first = CognitionFrame(records[:2]).pack(300, as_of=AS_OF)
+    assert first.ids == ["u0", "d0"]
+    again = CognitionFrame(records).pack(320, as_of=AS_OF, previous=first)
+    assert again.ids == ["u0", "d0"]
+    assert _reasons(again)["a1"] == "over_budget"
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.evicted, report.eviction_steps) == ([], 0)

@@ -60,7 +60,20 @@ from tests.reach import reached, reaching
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 AS_OF = T0 + timedelta(days=30)
-WORDS = ("refund", "window", "is", "30", "days", "朗琴", "👍🏽", "{json}", "\n", "ok.", "naïve")
+WORDS = (
+    "refund",
+    "window",
+    "is",
+    "30",
+    "days",
+    "朗琴",
+    "👍🏽",
+    "{json}",
+    "\n",
+    "ok.",
+    "naïve",
+    " \t",
+)
 IMAGES = {"image/png": png, "image/jpeg": jpeg, "image/gif": gif}
 IMAGE_ROLES = ("user", "document", "memory")
 BODY_ROLES = ("user", "user", "assistant", "assistant", "tool", "document", "memory", "developer")

@@ -43,7 +43,7 @@ from cognoxium.packing._messages import chat_columns
 from cognoxium.packing._model import UNSET, TruncationRecord
 from cognoxium.tokens.truncation import cut_tokens
 
-__all__ = ["Cutter", "Marks", "find_marks", "lower_cheap"]
+__all__ = ["Cutter", "EarlierCut", "Marks", "find_marks", "lower_cheap"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,14 @@ def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int | N
 
 
 @dataclass(frozen=True)
+class EarlierCut:
+    """How an earlier pack cut one item: its tokens kept and the text it sent."""
+
+    kept_tokens: int
+    text: str
+
+
+@dataclass(frozen=True)
 class _Cut:
     """One row's cut: the text kept, the content sent, its tokens and its message cost."""
 
@@ -167,8 +175,8 @@ class Cutter:
         :meth:`fit_required` cuts them first, whatever ``overflow``
         (``None``: none). Set by the packer.
     replayed
-        Row -> tokens kept: the cuts an earlier pack made that a continuing
-        pack makes again (see :meth:`replay`); empty otherwise.
+        Row -> its cut by an earlier pack, which a continuing pack makes
+        again (see :meth:`replay`); empty otherwise.
     """
 
     def __init__(
@@ -180,7 +188,7 @@ class Cutter:
         self.action = action
         self.cuts: dict[int, _Cut] = {}
         self.pinned: np.ndarray | None = None
-        self.replayed: dict[int, int] = {}
+        self.replayed: dict[int, EarlierCut] = {}
         self._uncut_rows: dict[int, int] = {}  # a cut row's cost before its cut
         self._uncut_units: dict[int, int] = {}  # a cut unit's cost before its cut
 
@@ -198,14 +206,14 @@ class Cutter:
         self.cuts.clear()
         self._make_replayed()
 
-    def replay(self, kept: dict[int, int]) -> None:
-        """Cut the rows of ``kept`` (row -> tokens kept) as an earlier pack did, now and at resets.
+    def replay(self, cuts: dict[int, EarlierCut]) -> None:
+        """Cut the rows of ``cuts`` as an earlier pack did, now and at every reset.
 
         A continuing pack sends what its earlier pack cut as it was sent
-        then, or cut further (down to the row's ``min_tokens``), never longer:
-        the bytes after the kept prefix stay those the provider cached.
+        then, byte for byte, or cut further (down to the row's
+        ``min_tokens``), never longer: its bytes stay those the provider cached.
         """
-        self.replayed = dict(sorted(kept.items()))
+        self.replayed = dict(sorted(cuts.items()))
         self.reset()
 
     def _make_replayed(self) -> None:
@@ -222,7 +230,7 @@ class Cutter:
         for row, unit, text, whole in zip(
             rows.tolist(), units.tolist(), texts, wholes, strict=True
         ):
-            cut = self._cut(row, text, whole, self.replayed[row])
+            cut = self._cut(row, text, whole, self.replayed[row].kept_tokens)
             self._commit(row, int(unit), cut)
 
     def _commit(self, row: int, unit: int, cut: _Cut) -> None:
@@ -256,7 +264,7 @@ class Cutter:
             zip(marked, self.costs.profile.count_cached(keys, texts).tolist(), strict=True)
         )
         text_of = dict(zip(marked, texts, strict=True))
-        target = {r: min(whole[r], self.replayed.get(r, whole[r])) for r in marked}
+        target = {r: min(whole[r], self._ceiling(r, whole[r])) for r in marked}
         total = int(self.costs.cost[unit])
         chosen: dict[int, _Cut] = {}
         while total > allowed:
@@ -293,11 +301,22 @@ class Cutter:
             excess -= shed
         return excess <= 0
 
+    def _ceiling(self, row: int, whole: int) -> int:
+        """The most tokens ``row`` may keep: its earlier cut's when replayed, else ``whole``."""
+        earlier = self.replayed.get(row)
+        return whole if earlier is None else earlier.kept_tokens
+
     def _cut(self, row: int, text: str, whole: int, keep: int) -> _Cut:
-        """Cut ``row``'s text to at most ``keep`` tokens and price the message it then sends."""
+        """Cut ``row``'s text to at most ``keep`` tokens and price the message it then sends.
+
+        A replayed row kept at its earlier cut's tokens sends that cut's text.
+        """
         mark = self.marks.rows[row]
+        earlier = self.replayed.get(row)
         if keep >= whole:
             kept, tokens = text, whole
+        elif earlier is not None and keep >= earlier.kept_tokens:
+            kept, tokens = earlier.text, earlier.kept_tokens
         else:
             kept, tokens = cut_tokens(self.costs.profile, text, keep, mark.side)
         sub = self.df[[row]].with_columns(pl.lit(kept, pl.String).alias("text"))

@@ -56,7 +56,13 @@ evicted). A unit with a required item is never evicted.
    the prefix (its truncatable items are documents or memories, or history
    after the prefix, and none is required) counts cut as far as its items'
    ``min_tokens`` allow, and is cut before any history is evicted. If even
-   then the units after the prefix do not fit, they are selected as usual.
+   then the units after the prefix do not fit, they are selected as usual;
+   one that exceeds the items' budget alone is never pinned (it is left
+   out, as in a pack of its own), and steps that would evict all the new
+   history too (it opened on a reply) are not taken. If the evictions
+   leave no room for the prefix itself (a budget below its system prompt,
+   say), nothing is pinned nor evicted: the pack selects as a pack of its
+   own, holding out what the earlier pack left out.
 4. **Ranked content after the prefix.** ``document`` and ``memory`` items
    (retrieved for each query, so they change from turn to turn) go after the
    history in the pack, and are selected by the usual order (tier, rank,
@@ -104,6 +110,7 @@ from cognoxium.packing._costing import UnitCosts
 from cognoxium.packing._exclusions import Exclusions
 from cognoxium.packing._model import REASON_CODE, UNSET, ContextPack, Reason
 from cognoxium.packing._renderers import RANKED_ROLES
+from cognoxium.packing._truncation import EarlierCut
 from cognoxium.packing._units import Units
 from cognoxium.packing.cache_models import CacheBill, CacheModel, bill, get_cache_model
 
@@ -520,12 +527,12 @@ def _check_previous(previous: object, call: PackCall) -> None:
         )
 
 
-def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> dict[int, int]:
-    """Row -> tokens kept: the cuts of ``previous`` whose items are here unchanged.
+def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> dict[int, EarlierCut]:
+    """Row -> its cut by ``previous``, for the cut items here unchanged.
 
     An item is unchanged when its id and its uncut content hash are the
     same, and it still carries a truncation mark of the same side whose
-    ``min_tokens`` the cut kept.
+    ``min_tokens`` the cut kept. The cut's text is the one ``previous`` sent.
     """
     records = previous.manifest.truncations
     if not records:
@@ -539,16 +546,18 @@ def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> di
         },
         schema={"id": pl.String, "content_hash": pl.String, "side": pl.String, "kept": pl.Int64},
     )
+    sent = previous.frame.select("id", pl.col("text").alias("sent"))
     found = (
         df.select("id", "content_hash")
         .with_row_index("row")
         .join(cut, on=["id", "content_hash"], how="inner", maintain_order="left")
+        .join(sent, on="id", how="inner", maintain_order="left")
     )
-    out: dict[int, int] = {}
-    for row, side, kept in found.select("row", "side", "kept").iter_rows():
+    out: dict[int, EarlierCut] = {}
+    for row, side, kept, text in found.select("row", "side", "kept", "sent").iter_rows():
         mark = cutter.marks.rows.get(row)
         if mark is not None and mark.side == side and kept >= mark.min_tokens:
-            out[row] = kept
+            out[row] = EarlierCut(kept_tokens=kept, text=text)
     return out
 
 
@@ -582,11 +591,13 @@ def _evicted(
     """The rows pinned and evicted so the pinned and required units fit, the steps and why.
 
     Steps evict the prefix's units, oldest first (see :func:`_eviction_step`),
-    while the pinned and required units exceed the items' budget; the units
-    after the prefix are unpinned (selected as usual) when even the
-    evictions leave no room for them. Required units and those holding a
-    ``system`` or ``developer`` message are never evicted. The pinned units
-    that may be cut count cut (see :func:`plan_continuation`).
+    while the pinned and required units exceed the items' budget. A unit
+    after the prefix that exceeds it alone is not pinned; the others are
+    unpinned (selected as usual) when even the evictions leave no room for
+    them. When they leave none for the prefix itself, nothing is pinned nor
+    evicted. Required units and those holding a ``system`` or ``developer``
+    message are never evicted. The pinned units that may be cut count cut
+    (see :func:`plan_continuation`).
     """
     need_rows = pinned | (at.eligible & at.required)
     costs.count(np.unique(at.unit[need_rows]))
@@ -595,31 +606,66 @@ def _evicted(
         rows = np.flatnonzero(_cut_first(at, pinned, cutter, prefix))
         tokens[rows] = cutter.floor_costs(rows)
     room = call.item_budget - call.profile.tokens_per_pack
-    first_need = int(tokens.sum())
-    evicted = np.zeros(len(at.unit), dtype=bool)
     in_prefix = at.whole(prefix) & pinned
+    alone = _larger_than(at, tokens, pinned & ~in_prefix & ~at.required, room)
+    pinned = pinned & ~alone
+    tokens[alone] = 0
+    first_need = int(tokens.sum())
     kept = ~at.required & ~at.whole(np.isin(at.roles, _NEVER_EVICTED))
     evictable, _ = at.units_in(in_prefix & kept)
-    share = call.options.eviction_share
+    evicted, steps = _steps(at, tokens, evictable, pinned, first_need - room, call)
+    if steps:
+        new = pinned & ~in_prefix & at.history
+        evicted |= _to_user_turn(at, pinned & ~evicted)
+        if new.any() and not (new & ~evicted).any():  # it evicted the new history too
+            evicted, steps = np.zeros(len(at.unit), dtype=bool), 0
+    if first_need - int(tokens[evicted].sum()) > room:  # the new turn does not fit: select it
+        pinned = pinned & in_prefix
+        kept_need = np.where(in_prefix | (at.eligible & at.required), tokens, 0)
+        if int(kept_need[~evicted].sum()) > room:  # nor does the prefix: a pack of its own
+            nothing = np.zeros(len(at.unit), dtype=bool)
+            return nothing, nothing, 0, None
+    detail = None
+    if steps:
+        detail = (
+            f"the earlier prefix and the new history need {first_need} tokens, more than "
+            f"the {room} the items may use; {steps} step(s) of at least "
+            f"{call.options.eviction_share:g} of the evictable history evicted "
+            f"{int(evicted.sum())} items"
+        )
+    return pinned & ~evicted, evicted, steps, detail
+
+
+def _steps(
+    at: _Rows,
+    tokens: np.ndarray,
+    evictable: np.ndarray,
+    pinned: np.ndarray,
+    excess: int,
+    call: PackCall,
+) -> tuple[np.ndarray, int]:
+    """``(n,)`` bool rows evicted, and the steps, until ``excess`` tokens are freed or none is left.
+
+    ``evictable`` are the units that may be evicted, oldest first; each
+    step is :func:`_eviction_step` of what is left of them.
+    """
+    evicted = np.zeros(len(at.unit), dtype=bool)
     steps = 0
-    while first_need - int(tokens[evicted].sum()) > room and len(evictable):
+    while int(tokens[evicted].sum()) < excess and len(evictable):
         cost = np.bincount(at.unit, weights=tokens, minlength=int(at.unit.max()) + 1)[evictable]
         lead = _lead_roles(at, evictable)
-        upto = _eviction_step(cost.astype(np.int64), share, lead)
+        upto = _eviction_step(cost.astype(np.int64), call.options.eviction_share, lead)
         evicted |= np.isin(at.unit, evictable[:upto]) & pinned
         evictable = evictable[upto:]
         steps += 1
-    detail = None
-    if steps:
-        evicted |= _to_user_turn(at, pinned & ~evicted)
-        detail = (
-            f"the earlier prefix and the new history need {first_need} tokens, more than "
-            f"the {room} the items may use; {steps} step(s) of at least {share:g} of the "
-            f"evictable history evicted {int(evicted.sum())} items"
-        )
-    if first_need - int(tokens[evicted].sum()) > room:  # the new turn does not fit: select it
-        pinned = pinned & in_prefix
-    return pinned & ~evicted, evicted, steps, detail
+    return evicted, steps
+
+
+def _larger_than(at: _Rows, tokens: np.ndarray, rows: np.ndarray, room: int) -> np.ndarray:
+    """``(n,)`` bool: the rows of ``rows`` whose unit's ``tokens`` there exceed ``room``."""
+    per_unit = np.bincount(at.unit, weights=np.where(rows, tokens, 0), minlength=len(at.unit))
+    found: np.ndarray = rows & (per_unit[at.unit] > room)
+    return found
 
 
 def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter, prefix: np.ndarray) -> np.ndarray:
