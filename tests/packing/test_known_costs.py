@@ -307,13 +307,25 @@ def reference_examined(
     talk_order = [n for n, k in enumerate(rest) if k[0][3]]
     missed = [n for n in talk_order if n not in taken]
     if missed and any(n in taken for n in talk_order if n > missed[0]):
+        # The tail ends at the first miss: the selection runs again without the later
+        # conversation units, and what the first run examined is reported too.
+        tokens.update(_examined(rest, taken, left, cost))
         rest = [k for n, k in enumerate(rest) if not (k[0][3] and n > missed[0])]
         taken = _greedy(rest, left)
-    for n, (_, ids, _, least) in enumerate(rest):
-        if least <= left - sum(rest[m][2] for m in taken if m < n):
-            tokens.update({i: cost[i] for i in ids})
+    tokens.update(_examined(rest, taken, left, cost))
     chosen = {i for k in required for i in k[1]} | {i for n in taken for i in rest[n][1]}
     return [str(r["id"]) for r in records if r["id"] in chosen], tokens
+
+
+def _examined(
+    units: list[tuple[Any, list[str], int, int]], taken: set[int], left: int, cost: dict[str, int]
+) -> dict[str, int]:
+    """The costs of the units whose bound does not exceed the budget left at their turn."""
+    out: dict[str, int] = {}
+    for n, (_, ids, _, least) in enumerate(units):
+        if least <= left - sum(units[m][2] for m in taken if m < n):
+            out.update({i: cost[i] for i in ids})
+    return out
 
 
 def _greedy(units: list[tuple[Any, list[str], int, int]], left: int) -> set[int]:
