@@ -61,7 +61,7 @@ import polars as pl
 from cognoxium import CognitionFrame
 from cognoxium.app.locomo_dataset import parse_session_time
 from cognoxium.items.records import records_to_frame
-from cognoxium.packing.cache_models import CacheModel, bill, get_cache_model
+from cognoxium.packing.cache_models import CacheBill, CacheModel, bill, get_cache_model
 from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack
@@ -211,21 +211,44 @@ class Ledger:
                 shared += cost
         messages = sum(tokens)
         for name, model in self.models.items():
-            marks = [messages]
-            if model.min_tokens <= system_tokens < messages:
-                marks.insert(0, system_tokens)
-            charged = bill(
+            charged, marks = billed(
                 model,
-                input_tokens=total,
-                shared_tokens=shared,
-                previous_input_tokens=None if self.previous is None else self.previous_tokens,
-                previous_breakpoints=self.previous_marks.get(name, []),
-                breakpoints=marks if model.kind == "breakpoints" else [],
+                (total, messages, system_tokens, shared),
+                None if self.previous is None else self.previous_tokens,
+                self.previous_marks.get(name, []),
             )
             self.billed.setdefault(name, []).append(charged.billed_tokens)
             self.previous_marks[name] = marks
         self.previous, self.previous_tokens = ids, total
         self.history_tokens.append(messages - system_tokens)
+
+
+def billed(
+    model: CacheModel,
+    request: tuple[int, int, int, int],
+    previous_tokens: int | None,
+    previous_marks: list[int],
+) -> tuple[CacheBill, list[int]]:
+    """Bill one request against the one before it; its bill and the breakpoints it marks.
+
+    ``request`` is its input tokens, its messages' tokens, its system
+    prompt's and those it shares with the request before (``None`` tokens
+    before: there was none). A breakpoint ends the messages, and one the
+    system prompt when it is cacheable alone, as Anthropic's guide advises.
+    """
+    total, messages, system, shared = request
+    marks = [messages]
+    if model.min_tokens <= system < messages:
+        marks.insert(0, system)
+    charged = bill(
+        model,
+        input_tokens=total,
+        shared_tokens=shared,
+        previous_input_tokens=previous_tokens,
+        previous_breakpoints=previous_marks,
+        breakpoints=marks if model.kind == "breakpoints" else [],
+    )
+    return charged, marks
 
 
 def checked_breakpoints(packed: ContextPack) -> int:

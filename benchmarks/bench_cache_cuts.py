@@ -41,9 +41,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench_cache import billed
 from cognoxium import CognitionFrame
 from cognoxium.packing.cache import shared_prefix_tokens
-from cognoxium.packing.cache_models import bill, get_cache_model
+from cognoxium.packing.cache_models import get_cache_model
 from cognoxium.tokens.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parent
@@ -121,17 +122,11 @@ class Ledger:
         shared = shared_prefix_tokens(self.previous or [], messages, tokens)
         system = tokens[0] if messages and messages[0]["role"] == "system" else 0
         for name, model_name in MODELS.items():
-            model = get_cache_model(model_name)
-            marks = [sum(tokens)]
-            if model.min_tokens <= system < marks[0]:
-                marks.insert(0, system)
-            charged = bill(
-                model,
-                input_tokens=total,
-                shared_tokens=shared,
-                previous_input_tokens=None if self.previous is None else self.previous_tokens,
-                previous_breakpoints=self.previous_marks.get(name, []),
-                breakpoints=marks if model.kind == "breakpoints" else [],
+            charged, marks = billed(
+                get_cache_model(model_name),
+                (total, sum(tokens), system, shared),
+                None if self.previous is None else self.previous_tokens,
+                self.previous_marks.get(name, []),
             )
             self.billed[name] += charged.billed_tokens
             self.previous_marks[name] = marks
