@@ -50,7 +50,7 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -277,22 +277,39 @@ def message_costs(df: pl.DataFrame) -> dict[str, int]:
     return dict(zip(entries["id"].to_list(), entries["tokens"].to_list(), strict=True))
 
 
-def trim(messages: list[Any], budget: int, costs: dict[str, int]) -> list[str]:
-    """``trim_messages(strategy="last", include_system=True, start_on="human")`` ids."""
+def trimmed(
+    messages: list[Any],
+    budget: int,
+    count: Callable[[Sequence[Any]], int],
+    *,
+    allow_partial: bool = False,
+) -> list[Any]:
+    """``trim_messages(strategy="last", include_system=True, start_on="human")``'s messages.
+
+    ``count`` prices a list of messages in tokens; the reply priming is
+    taken off the budget first.
+    """
     from langchain_core.messages import trim_messages
 
-    def count(batch: Sequence[Any]) -> int:
-        return sum(costs[m.id] for m in batch)
-
-    kept = trim_messages(
+    kept: list[Any] = trim_messages(
         messages,
         max_tokens=budget - PROFILE.tokens_per_pack,
         token_counter=count,
         strategy="last",
         include_system=True,
         start_on="human",
+        allow_partial=allow_partial,
     )
-    return [m.id for m in kept]
+    return kept
+
+
+def trim(messages: list[Any], budget: int, costs: dict[str, int]) -> list[str]:
+    """:func:`trimmed`'s ids, each message priced at its item's cost."""
+
+    def count(batch: Sequence[Any]) -> int:
+        return sum(costs[m.id] for m in batch)
+
+    return [m.id for m in trimmed(messages, budget, count)]
 
 
 def langchain_messages(records: list[dict[str, Any]]) -> list[Any]:

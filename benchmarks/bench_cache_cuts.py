@@ -23,7 +23,9 @@ tokens of their longest common run of leading messages (equal role and
 content). Costs are in units of one uncached input token; the floor is what
 the requests would cost if every token but the new turn's were read from the
 cache (each request's input less its newest messages since the last pack,
-at the cached price), the least any repacking could pay.
+at the cached price), the least any repacking could pay. Each method's
+whole calls are timed too: from the records to the request's messages
+(LangChain messages built for ``trim``, the frame for the packs).
 
 Usage: ``python benchmarks/bench_cache_cuts.py [--messages 400] [--budget 4096]
 [--out benchmarks/results]``. Writes ``cache_cuts.json`` and ``cache_cuts.md``.
@@ -41,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench_cache import billed
+from bench_cache import billed, langchain_messages, trimmed
 from cognoxium import CognitionFrame
 from cognoxium.packing.cache import shared_prefix_tokens
 from cognoxium.packing.cache_models import get_cache_model
@@ -79,13 +81,9 @@ def chat(n: int, paste_every: int, paste_lines: int) -> list[dict[str, Any]]:
     return records
 
 
-def trimmed(records: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
-    """``trim_messages`` with ``allow_partial``, as OpenAI messages."""
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, trim_messages
-
-    kinds = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
+def trim(records: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """``trim_messages`` with ``allow_partial`` over the records, as OpenAI messages."""
     roles = {"system": "system", "human": "user", "ai": "assistant"}
-    messages = [kinds[r["role"]](content=r["text"]) for r in records]
 
     def as_openai(message: Any) -> dict[str, Any]:
         return {"role": roles[message.type], "content": message.content}
@@ -93,15 +91,7 @@ def trimmed(records: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
     def count(batch: Sequence[Any]) -> int:
         return sum(PROFILE.message_tokens(as_openai(m)) for m in batch)
 
-    kept = trim_messages(
-        messages,
-        max_tokens=budget - PROFILE.tokens_per_pack,
-        token_counter=count,
-        strategy="last",
-        include_system=True,
-        start_on="human",
-        allow_partial=True,
-    )
+    kept = trimmed(langchain_messages(records), budget, count, allow_partial=True)
     return [as_openai(m) for m in kept]
 
 
@@ -139,6 +129,7 @@ class Ledger:
 def replay(records: list[dict[str, Any]], budget: int) -> dict[str, Any]:
     """Pack every user turn with each method; their bills, cuts and the floor."""
     ledgers = {method: Ledger() for method in METHODS}
+    seconds = dict.fromkeys(METHODS, 0.0)
     floor = 0.0
     previous = None
     last_row = 0
@@ -147,22 +138,25 @@ def replay(records: list[dict[str, Any]], budget: int) -> dict[str, Any]:
         if record["role"] != "user":
             continue
         history = records[: row + 1]
-        frame = CognitionFrame(history)
-        previous = frame.pack(budget, as_of=AS_OF, previous=previous)
+        started = time.perf_counter()
+        sent = {"trim": trim(history, budget)}
+        seconds["trim"] += time.perf_counter() - started
+        started = time.perf_counter()
+        sent["fresh"] = CognitionFrame(history).pack(budget, as_of=AS_OF).messages
+        seconds["fresh"] += time.perf_counter() - started
+        started = time.perf_counter()
+        previous = CognitionFrame(history).pack(budget, as_of=AS_OF, previous=previous)
+        seconds["continue"] += time.perf_counter() - started
+        sent["continue"] = previous.messages
         cut_turns += bool(previous.manifest.truncations)
-        requests = {
-            "trim": trimmed(history, budget),
-            "fresh": frame.pack(budget, as_of=AS_OF).messages,
-            "continue": previous.messages,
-        }
-        for method, messages in requests.items():
+        for method, messages in sent.items():
             ledgers[method].add(list(messages))
         new = sum(
             PROFILE.message_tokens({"role": r["role"], "content": r["text"]})
             for r in records[last_row + 1 : row + 1]
         )
-        sent = ledgers["continue"].previous_tokens
-        floor += 0.1 * max(sent - new, 0) + min(new, sent)
+        tokens = ledgers["continue"].previous_tokens
+        floor += 0.1 * max(tokens - new, 0) + min(new, tokens)
         last_row = row
     return {
         "turns": sum(r["role"] == "user" for r in records),
@@ -173,6 +167,7 @@ def replay(records: list[dict[str, Any]], budget: int) -> dict[str, Any]:
                 "billed": {name: round(value, 1) for name, value in ledger.billed.items()},
                 "cached_share_openai": round(ledger.cached / ledger.input, 4),
                 "input_tokens": ledger.input,
+                "seconds": round(seconds[method], 3),
             }
             for method, ledger in ledgers.items()
         },
@@ -192,8 +187,8 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
         "packs cut a paste. Billed input in units of one uncached token.",
         "",
         "| method | OpenAI 0.1x | Anthropic (writes) | cached share (OpenAI) | "
-        "x cheaper than trim (OpenAI / Anthropic) | input tokens |",
-        "|---|---:|---:|---:|---|---:|",
+        "x cheaper than trim (OpenAI / Anthropic) | input tokens | whole calls (s) |",
+        "|---|---:|---:|---:|---|---:|---:|",
     ]
     trim = report["methods"]["trim"]["billed"]
     for method, m in report["methods"].items():
@@ -203,7 +198,8 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
         ratio = f"{openai:.2f} / {anthropic:.2f}"
         lines.append(
             f"| {method} | {b['openai_0.1x']:,.0f} | {b['anthropic_writes']:,.0f} | "
-            f"{m['cached_share_openai']:.3f} | {ratio} | {m['input_tokens']:,} |"
+            f"{m['cached_share_openai']:.3f} | {ratio} | {m['input_tokens']:,} | "
+            f"{m['seconds']:.2f} |"
         )
     cont = report["methods"]["continue"]["billed"]["openai_0.1x"]
     lines += [
