@@ -417,8 +417,9 @@ def plan_continuation(
     """
     _check_previous(previous, call)
     at = _Rows.of(df, rows, units)
-    replayed = {} if cutter is None else _earlier_cuts(df, previous, cutter)
+    replayed: dict[int, EarlierCut] = {}
     if cutter is not None:
+        replayed = _earlier_cuts(df, previous, cutter)
         cutter.replay(replayed)
     prefix = _kept_prefix(df, at, previous)
     pinned = held = evicted = np.zeros(df.height, dtype=bool)
@@ -650,11 +651,12 @@ def _steps(
     step is :func:`_eviction_step` of what is left of them.
     """
     evicted = np.zeros(len(at.unit), dtype=bool)
+    unit_cost = np.bincount(at.unit, weights=tokens, minlength=int(at.unit.max()) + 1)
     steps = 0
     while int(tokens[evicted].sum()) < excess and len(evictable):
-        cost = np.bincount(at.unit, weights=tokens, minlength=int(at.unit.max()) + 1)[evictable]
         lead = _lead_roles(at, evictable)
-        upto = _eviction_step(cost.astype(np.int64), call.options.eviction_share, lead)
+        cost = unit_cost[evictable].astype(np.int64)
+        upto = _eviction_step(cost, call.options.eviction_share, lead)
         evicted |= np.isin(at.unit, evictable[:upto]) & pinned
         evictable = evictable[upto:]
         steps += 1
