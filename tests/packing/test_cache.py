@@ -1040,3 +1040,79 @@ def test_steps_that_would_evict_every_new_message_are_not_taken() -> None:
     report = again.manifest.cache
     assert report is not None
     assert (report.evicted, report.eviction_steps) == ([], 0)
+
+
+def _opening_chat() -> list[dict[str, Any]]:
+    mark = {"truncate": {"side": "head", "min_tokens": 10}}
+    return [
+        {"id": "s0", "role": "system", "retention": "preferred", "created_at": T0,
+         "text": "Follow the refund policy. " * 40, "metadata": mark},
+        {"id": "m1", "role": "memory", "created_at": T0 + timedelta(seconds=1),
+         "text": "The customer ordered on May 2. " * 6,
+         "metadata": {"truncate": {"side": "head", "min_tokens": 1}}},
+    ]  # fmt: skip
+
+
+def test_a_continued_anthropic_pack_keeps_the_room_of_its_opening_message() -> None:
+    # The earlier pack sent only s0, cut to leave room for the user message an Anthropic
+    # request opens with. Continued with nothing new, the replayed cut left that room
+    # free and m1, cut to 6 tokens, took it: ['s0', 'm1'].
+    frame = CognitionFrame(_opening_chat())
+    first = frame.pack(40, as_of=AS_OF, target="anthropic")
+    assert first.ids == ["s0"]
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("s0", 23)]
+    again = frame.pack(40, as_of=AS_OF, target="anthropic", previous=first)
+    assert again.ids == ["s0"]
+    assert _reasons(again) == _reasons(first)
+    assert again.manifest.truncations == first.manifest.truncations
+    assert again.to_anthropic() == first.to_anthropic()
+    assert again.used_tokens == first.used_tokens == 40
+
+
+def test_the_opening_room_of_a_continued_pack_goes_to_a_message_that_opens_it() -> None:
+    # Kept first, the opening's room let m1 in, cut to 6 tokens; m1 then opens the request,
+    # so the room is not needed: the selection is made again without it, and m1 takes it.
+    records = _opening_chat()
+    first = CognitionFrame(records[:1]).pack(40, as_of=AS_OF, target="anthropic")
+    again = CognitionFrame(records).pack(50, as_of=AS_OF, target="anthropic", previous=first)
+    assert again.ids == ["s0", "m1"]
+    assert [(t.id, t.kept_tokens) for t in again.manifest.truncations] == [("s0", 23), ("m1", 16)]
+    assert again.used_tokens == 50
+    validate_anthropic_messages(again.to_anthropic()["messages"])
+
+
+def _pasted_log_chat() -> list[dict[str, Any]]:
+    """u0, a1, then a preferred pasted log u2 (tail kept) and reply a3, then the new turn u4."""
+    paste = {"truncate": {"side": "tail", "min_tokens": 5}}
+    records: list[dict[str, Any]] = [
+        {"id": "u0", "role": "user", "text": "Can you check my order? " * 4},
+        {"id": "a1", "role": "assistant", "text": "Sure, send me the log. " * 4},
+        {"id": "u2", "role": "user", "retention": "preferred", "text": "log line 42 ok\n" * 60,
+         "metadata": paste},
+        {"id": "a3", "role": "assistant", "retention": "preferred",
+         "text": "The log shows a timeout. " * 3},
+        {"id": "u4", "role": "user", "text": "What should I do?"},
+    ]  # fmt: skip
+    for i, record in enumerate(records):
+        record["created_at"] = T0 + timedelta(seconds=i)
+    return records
+
+
+@pytest.mark.parametrize(("budget", "kept"), [(100, 61), (140, 70), (200, 70)])
+def test_a_replayed_cut_that_opens_the_pack_keeps_the_prefix(budget: int, kept: int) -> None:
+    # The earlier pack sent u2 cut to 70 tokens, then a3, and left out u0 and a1. The cut
+    # u2 ended the prefix before it: nothing was kept nor held out, so the pack selected
+    # afresh. At 100 tokens the preferred u2 and a3 left the new u4 out; at 200, u0 and
+    # a1 came back before u2 and the cached prefix was lost.
+    records = _pasted_log_chat()
+    first = CognitionFrame(records[:4]).pack(100, as_of=AS_OF)
+    assert first.ids == ["u2", "a3"]
+    assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("u2", 70)]
+    again = CognitionFrame(records).pack(budget, as_of=AS_OF, previous=first)
+    assert again.ids == ["u2", "a3", "u4"]
+    assert [(t.id, t.kept_tokens) for t in again.manifest.truncations] == [("u2", kept)]
+    assert {_reasons(again)[i] for i in ("u0", "a1")} == {"evicted_for_cache"}
+    report = again.manifest.cache
+    assert report is not None
+    assert report.prefix_ids == ([] if kept < 70 else ["u2", "a3"])
+    assert report.replayed_cuts == ["u2"]

@@ -171,7 +171,8 @@ class Cutter:
     pinned
         ``(n_units,)`` bool: the units a continuing pack pinned whose
         truncatable rows are documents and memories, or history messages
-        after the kept prefix, with no required item;
+        after the kept prefix or the replayed cut that ends it, with no
+        required item;
         :meth:`fit_required` cuts them first, whatever ``overflow``
         (``None``: none). Set by the packer.
     replayed

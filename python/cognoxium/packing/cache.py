@@ -18,8 +18,10 @@ evicted). A unit with a required item is never evicted.
 1. **Prefix.** The earlier pack's leading history messages (every role but
    ``document`` and ``memory``) whose items are still in the frame,
    unchanged (same id and content hash, and so is every item of their unit
-   the earlier pack sent: a document it cut ends the prefix), still
-   packable and in the same order, are the prefix. The units of history
+   the earlier pack sent), still packable and in the same order, are the
+   prefix. An item the earlier pack cut whose cut is made again (see 2)
+   counts as unchanged, since it is sent as it was then; its unit ends the
+   prefix, since it may be cut further. The units of history
    before the prefix's last item that the earlier pack did not send, and
    those it could have sent and left out anywhere (for the budget, a gap,
    ``start_on``, a tool rule or an eviction; not for an exclusion such as
@@ -37,7 +39,11 @@ evicted). A unit with a required item is never evicted.
    target) applies to the order the pack is sent in, history first (see
    4), so replies the earlier pack sent after a ``document`` or ``memory``
    item that opened it, before any user message, are dropped
-   (``before_first_user``). An item the earlier pack cut to fit, still
+   (``before_first_user``). When the earlier pack sent only system
+   messages, so that an Anthropic request opened with the placeholder user
+   message, the selection keeps the placeholder's room first, as the
+   earlier pack's did, and gives it up only when a message that opens the
+   request is selected. An item the earlier pack cut to fit, still
    here unchanged and marked alike, is sent cut as it was then, or cut
    further when what is left needs it, never longer, whatever the budget
    (the manifest's ``cache.replayed_cuts``): its bytes stay those the
@@ -53,8 +59,9 @@ evicted). A unit with a required item is never evicted.
    get reason ``evicted_for_cache``. A step frees room for several turns,
    so the next packs share a prefix again, where a sliding window would
    change it on every turn. A pinned unit that may be cut without changing
-   the prefix (its truncatable items are documents or memories, or history
-   after the prefix, and none is required) counts cut as far as its items'
+   the prefix (its truncatable items are documents or memories, history
+   after the prefix, or the cut that ends the prefix, and none is required)
+   counts cut as far as its items'
    ``min_tokens`` allow, and is cut before any history is evicted. If even
    then the units after the prefix do not fit, they are selected as usual;
    one that exceeds the items' budget alone is never pinned (it is left
@@ -166,8 +173,8 @@ class Continuation:
         their own retention is not required.
     pinned_units
         ``(n_units,)`` bool: the units of ``pinned`` whose truncatable rows
-        are documents and memories, or history messages after the kept
-        prefix, with no required item: the selection
+        are documents and memories, history messages after the kept
+        prefix, or the replayed cut that ends it, with no required item: the selection
         cuts them to fit first, whatever ``overflow`` (see
         :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
     history
@@ -400,7 +407,8 @@ def plan_continuation(
     cutter
         Cuts the truncatable rows (``None``: no row is truncatable). A
         pinned unit whose truncatable rows are documents and memories, or
-        history messages after the kept prefix, with no required item, is
+        history messages after the kept prefix or in its last unit when
+        that unit holds a replayed cut, with no required item, is
         counted cut as far as their ``min_tokens`` allow: cutting them
         keeps the prefix, and evicting history would not.
 
@@ -416,11 +424,11 @@ def plan_continuation(
         was packed with another token profile.
     """
     _check_previous(previous, call)
-    at = _Rows.of(df, rows, units)
     replayed: dict[int, EarlierCut] = {}
     if cutter is not None:
         replayed = _earlier_cuts(df, previous, cutter)
         cutter.replay(replayed)
+    at = _Rows.of(df, rows, units, list(replayed))
     prefix = _kept_prefix(df, at, previous)
     pinned = held = evicted = np.zeros(df.height, dtype=bool)
     steps, detail = 0, None
@@ -470,6 +478,8 @@ class _Rows:
         The rows' exclusions: ``(n,)`` bool candidates and int64 tier codes.
     alone
         Every unit is one row (then :meth:`whole` returns its mask).
+    replayed
+        ``(n,)`` bool: the earlier pack cut the row, and its cut is made again.
     """
 
     history: np.ndarray
@@ -478,12 +488,15 @@ class _Rows:
     eligible: np.ndarray
     tier: np.ndarray
     alone: bool
+    replayed: np.ndarray
 
     @classmethod
-    def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units) -> _Rows:
-        """The rows of ``df`` with their exclusions and units."""
+    def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units, replayed: Sequence[int]) -> _Rows:
+        """The rows of ``df`` with their exclusions and units, and the ``replayed`` rows."""
         role = df.get_column("role").cast(pl.String)
         unit = units.unit_of_row
+        cut = np.zeros(df.height, dtype=bool)
+        cut[list(replayed)] = True
         return cls(
             history=~role.is_in(RANKED_ROLES).to_numpy(),
             roles=role.to_numpy(),
@@ -491,6 +504,7 @@ class _Rows:
             eligible=rows.eligible,
             tier=rows.tier,
             alone=unit is None,
+            replayed=cut,
         )
 
     def whole(self, mask: np.ndarray) -> np.ndarray:
@@ -674,13 +688,14 @@ def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter, prefix: np.ndarray
     """``(n,)`` bool: the rows of the pinned units cut to fit before any other unit.
 
     Units with no required item and no truncatable row of the kept prefix
-    (``prefix``, its rows): what they cut is a ``document`` or ``memory``
-    item, sent after the history, or a history message after the prefix (one
-    the earlier pack sent cut ends it), so the prefix keeps its bytes.
+    (``prefix``, its rows) but in the unit of a replayed cut, which ends the
+    prefix: what they cut is a ``document`` or ``memory`` item, sent after
+    the history, a history message after the prefix, or the prefix's last
+    unit, so the bytes before it stay.
     """
     in_prefix = np.zeros(len(at.unit), dtype=bool)
     in_prefix[prefix] = True
-    cut_prefix = in_prefix & at.history & (cutter.marks.floor >= 0)
+    cut_prefix = in_prefix & at.history & (cutter.marks.floor >= 0) & ~at.whole(at.replayed)
     first: np.ndarray = pinned & ~at.required & ~at.whole(cut_prefix)
     return first
 
@@ -733,9 +748,11 @@ def _kept_prefix(df: pl.DataFrame, at: _Rows, previous: ContextPack) -> np.ndarr
     """``(p,)`` int64: the rows of the earlier pack's leading history still sendable, in order.
 
     A row is kept while it, and every row of its unit the earlier pack
-    sent, is still in the frame unchanged (same id and content hash) and
-    packable; the prefix ends before a required unit the earlier pack did
-    not send, which must be sent.
+    sent, is still in the frame unchanged (same id and content hash, or a
+    cut made again: see :func:`_earlier_cuts`) and packable; the prefix
+    ends with the first unit whose cut is made again (it may be cut
+    further), and before a required unit the earlier pack did not send,
+    which must be sent.
     """
     before = previous.frame.select("id", "content_hash", "role")
     found = before.join(
@@ -744,19 +761,33 @@ def _kept_prefix(df: pl.DataFrame, at: _Rows, previous: ContextPack) -> np.ndarr
         how="left",
         maintain_order="left",
     )
-    row = found.get_column("row")
+    present = found.get_column("row").is_not_null().to_numpy()
+    at_rows = found.get_column("row").fill_null(0).cast(pl.Int64).to_numpy()
     same = (found.get_column("content_hash") == found.get_column("now")).fill_null(False)
-    changed = at.whole(row.filter(~same & row.is_not_null()).cast(pl.Int64).to_numpy())
-    ranked = found.get_column("role").cast(pl.String).is_in(RANKED_ROLES)
-    ok = (same & ~ranked & row.is_not_null()).to_numpy()
-    at_rows = row.fill_null(0).cast(pl.Int64).to_numpy()
+    same = same.to_numpy() | at.replayed[at_rows]  # a cut made again sends the same bytes
+    changed = at.whole(at_rows[present & ~same])
+    ranked = found.get_column("role").cast(pl.String).is_in(RANKED_ROLES).to_numpy()
+    ok = same & ~ranked & present
     ok &= ~changed[at_rows] & at.eligible[at_rows] & at.history[at_rows]
     prefix = at_rows[: int(np.argmin(ok)) if not ok.all() else len(ok)]
     if len(prefix) > 1:
         rising = np.diff(prefix) > 0
         if not rising.all():
             prefix = prefix[: int(np.argmin(rising)) + 1]
-    return _before_late_required(at, prefix.astype(np.int64))
+    return _before_late_required(at, _to_first_cut(at, prefix.astype(np.int64)))
+
+
+def _to_first_cut(at: _Rows, prefix: np.ndarray) -> np.ndarray:
+    """``prefix`` up to the end of its first unit with a replayed cut.
+
+    The rows after that unit would follow bytes that may be cut further.
+    """
+    cut = at.whole(at.replayed)[prefix]
+    if not cut.any():
+        return prefix
+    first = int(np.argmax(cut))
+    rest = at.unit[prefix[first:]] != at.unit[prefix[first]]
+    return prefix[: first + (int(np.argmax(rest)) if rest.any() else len(rest))]
 
 
 def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:

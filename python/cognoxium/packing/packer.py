@@ -763,9 +763,11 @@ class PackScope:
         """Every row's decision, the gap records and the gap notes, in pack order."""
         call, units, queue = plan.call, plan.units, plan.queue
 
+        reopen = self._reopens(plan.continuation)
+
         def choose(notes: int = 0) -> tuple[Decisions, list[GapRecord], int]:
             chosen = self._selected(
-                call, plan.candidates, units, queue, plan.costs, plan.cutter, notes
+                call, plan.candidates, units, queue, plan.costs, plan.cutter, notes, reopen
             )
             included, rows, opening = chosen
             decisions = decide_rows(rows, units, included, plan.costs)
@@ -805,6 +807,7 @@ class PackScope:
         costs: UnitCosts,
         cutter: Cutter | None,
         notes: int = 0,
+        reopen: bool = False,
     ) -> tuple[np.ndarray, Exclusions, int]:
         """The units selected, the rows' exclusions after it, and the opening's tokens.
 
@@ -812,16 +815,31 @@ class PackScope:
         message an Anthropic request starts with when the pack sends nothing
         but system messages: with ``target="anthropic"`` the selection is made
         again with its tokens kept, and they are returned when it is still
-        needed (else 0).
+        needed (else 0). With ``reopen`` (a pack continuing one that opened
+        so), the selection keeping them comes first, and the other is made
+        only when a user message opens the request anyway.
         """
-        select = self._selector(call, costs, cutter, notes=notes)
-        included, rows = self._select_conversation(call, candidates, units, queue, select)
-        if call.options.target != "anthropic" or self._converses(rows, units, included):
+
+        def selection(kept: int) -> tuple[np.ndarray, Exclusions, bool]:
+            select = self._selector(call, costs, cutter, kept, notes)
+            included, rows = self._select_conversation(call, candidates, units, queue, select)
+            return included, rows, self._converses(rows, units, included)
+
+        if call.options.target != "anthropic":
+            included, rows, _ = selection(0)
             return included, rows, 0
         opening = self._opening_tokens
-        select = self._selector(call, costs, cutter, opening, notes)
-        included, rows = self._select_conversation(call, candidates, units, queue, select)
-        return included, rows, 0 if self._converses(rows, units, included) else opening
+        first, second = (opening, 0) if reopen else (0, opening)
+        included, rows, converses = selection(first)
+        if converses != reopen:  # done: a user message opens it, or the placeholder still does
+            return included, rows, first
+        included, rows, converses = selection(second)
+        if converses:
+            return included, rows, 0
+        if reopen:  # only the first opened with a user message: made again, for its cuts
+            included, rows, _ = selection(first)
+            return included, rows, 0
+        return included, rows, opening
 
     def _with_notes(
         self,
@@ -919,6 +937,20 @@ class PackScope:
         elif tools is not None:
             raise_first_fault(self.df, tools, packed_rows(rows, units, included))
         return included, rows
+
+    def _reopens(self, continuation: Continuation | None) -> bool:
+        """Whether a continuing pack keeps the room of the earlier pack's opening message.
+
+        The earlier pack sent only system messages, so an Anthropic request
+        opened with the placeholder user message, and the continuation pins no
+        message that would open it instead. Keeping the room from the first
+        selection makes the earlier pack's choices again: without it, the
+        placeholder's room, freed by a replayed cut, would go to another item.
+        """
+        if continuation is None or self._conversing[continuation.pinned].any():
+            return False
+        roles = {message.get("role") for message in continuation.previous.messages}
+        return roles <= {"system", "developer"}
 
     def _converses(self, rows: Exclusions, units: Units, included: np.ndarray) -> bool:
         """Whether a selection sends a message besides system and developer ones."""
