@@ -1116,3 +1116,26 @@ def test_a_replayed_cut_that_opens_the_pack_keeps_the_prefix(budget: int, kept: 
     assert report is not None
     assert report.prefix_ids == ([] if kept < 70 else ["u2", "a3"])
     assert report.replayed_cuts == ["u2"]
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_a_system_prompt_left_out_for_a_smaller_budget_comes_back_when_it_fits(
+    role: str,
+) -> None:
+    # The earlier pack, at 60 tokens, left out the 85-token s0. It was held out of every
+    # pack that continued it, at 1,000 tokens too: the system prompt never came back.
+    records: list[dict[str, Any]] = [
+        {"id": "s0", "role": role, "retention": "preferred", "text": "Follow the policy. " * 20},
+        {"id": "u1", "role": "user", "text": "hello there"},
+        {"id": "a2", "role": "assistant", "text": "hi"},
+    ]
+    for record in records:
+        record["created_at"] = T0
+    first = CognitionFrame(records[:2]).pack(60, as_of=AS_OF)
+    assert first.ids == ["u1"]
+    same = CognitionFrame(records).pack(60, as_of=AS_OF, previous=first)
+    assert same.ids == ["u1", "a2"]
+    assert _reasons(same)["s0"] == "over_budget"
+    larger = CognitionFrame(records).pack(1000, as_of=AS_OF, previous=first)
+    assert larger.ids == ["s0", "u1", "a2"]
+    assert list(_reasons(larger).values()) == ["selected"] * 3

@@ -27,7 +27,10 @@ evicted). A unit with a required item is never evicted.
    ``start_on``, a tool rule or an eviction; not for an exclusion such as
    ``expired``), are held out (reason ``evicted_for_cache``): sending them
    would change the prefix, or a choice the earlier pack made. A required
-   one is sent, and the prefix ends before it.
+   one is sent, and the prefix ends before it. One holding a ``system`` or
+   ``developer`` message is neither held out nor pinned: it is selected as
+   usual, so a system prompt left out for a smaller budget comes back when
+   it fits, though it changes the prefix.
 2. **Continue.** The prefix's units and the other units of the history
    after it (the new messages, and what the earlier pack sent after its
    prefix) are pinned: packed whole, in input order, when they fit the
@@ -521,6 +524,15 @@ class _Rows:
         """``(n,)`` bool: the row's unit has a required candidate row."""
         return self.whole(self.eligible & (self.tier == 0))
 
+    @cached_property
+    def movable(self) -> np.ndarray:
+        """``(n,)`` bool: the row's unit may be held out or evicted.
+
+        It has no required item and no ``system`` or ``developer`` message.
+        """
+        movable: np.ndarray = ~self.required & ~self.whole(np.isin(self.roles, _NEVER_EVICTED))
+        return movable
+
     def units_in(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The units with a history row in ``mask``, ordered by their first such row, and it."""
         first = np.flatnonzero(mask & self.history)
@@ -581,8 +593,9 @@ def _pinned_and_held(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(n,)`` bool each: the units pinned and held out.
 
-    Held out, unless required: the units of history outside the prefix that
-    come before its last row or that the earlier pack passed over (see
+    Held out, unless required or holding a ``system`` or ``developer``
+    message: the units of history outside the prefix that come before its
+    last row or that the earlier pack passed over (see
     :func:`_passed_over`). Pinned: the prefix's units and the other units
     of history after it (what the earlier pack sent after its prefix, and
     the new messages).
@@ -590,8 +603,9 @@ def _pinned_and_held(
     in_prefix = at.whole(prefix)
     before = np.arange(len(at.unit)) <= int(prefix[-1])
     rest = at.eligible & at.history & ~in_prefix
-    held = at.whole(rest & (before | _passed_over(df, previous))) & at.eligible & ~at.required
-    pinned = (in_prefix | at.whole(rest & ~before)) & at.eligible & ~held
+    left_out = at.whole(rest & (before | _passed_over(df, previous))) & at.eligible
+    held = left_out & at.movable
+    pinned = (in_prefix | at.whole(rest & ~before)) & at.eligible & ~left_out
     return pinned, held
 
 
@@ -626,8 +640,7 @@ def _evicted(
     pinned = pinned & ~alone
     tokens[alone] = 0
     first_need = int(tokens.sum())
-    kept = ~at.required & ~at.whole(np.isin(at.roles, _NEVER_EVICTED))
-    evictable, _ = at.units_in(in_prefix & kept)
+    evictable, _ = at.units_in(in_prefix & at.movable)
     evicted, steps = _steps(at, tokens, evictable, pinned, first_need - room, call)
     if steps:
         new = pinned & ~in_prefix & at.history
