@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import polars as pl
 
@@ -192,54 +192,42 @@ class BoundaryPolicy:
         }
         return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
 
-    def check(self, df: pl.DataFrame) -> pl.DataFrame:
-        """Judge every row; see the class description for the rules."""
+    def _rules(self, df: pl.DataFrame) -> list[tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]]:
+        """``(applies, action, rule, message)`` of each rule, the first that applies first."""
         level = {s: i for i, s in enumerate(_SENSITIVITY)}
         sensitivity = mapped_expr("sensitivity", df.schema["sensitivity"], level, pl.Int8)
         too_sensitive = sensitivity > level[self.max_sensitivity]
         untrusted = pl.col("trust").cast(pl.String) == "untrusted"
         privileged = pl.col("role").cast(pl.String).is_in(["system", "developer"])
-        action = (
-            pl.when(too_sensitive)
-            .then(pl.lit("exclude"))
-            .when(untrusted & privileged)
-            .then(pl.lit(self.untrusted_privileged))
-            .when(untrusted & pl.lit(self.wrap_untrusted))
-            .then(pl.lit("render_as_data"))
-            .otherwise(pl.lit("allow"))
-        )
-        rule = (
-            pl.when(too_sensitive)
-            .then(pl.lit("sensitivity"))
-            .when(untrusted & privileged)
-            .then(pl.lit("untrusted_privileged_role"))
-            .when(untrusted & pl.lit(self.wrap_untrusted))
-            .then(pl.lit("untrusted_as_data"))
-        )
-        message = (
-            pl.when(too_sensitive)
-            .then(
-                pl.concat_str(
-                    [
-                        pl.lit("sensitivity "),
-                        pl.col("sensitivity").cast(pl.String),
-                        pl.lit(f" is above {self.max_sensitivity}"),
-                    ]
-                )
-            )
-            .when(untrusted & privileged)
-            .then(
-                pl.concat_str(
-                    [
-                        pl.lit("untrusted content may not take the "),
-                        pl.col("role").cast(pl.String),
-                        pl.lit(" role"),
-                    ]
-                )
-            )
-            .when(untrusted & pl.lit(self.wrap_untrusted))
-            .then(pl.lit("untrusted content is rendered as data"))
-        )
+        above = [pl.lit("sensitivity "), pl.col("sensitivity").cast(pl.String)]
+        role = [pl.lit("untrusted content may not take the "), pl.col("role").cast(pl.String)]
+        return [
+            (
+                too_sensitive,
+                pl.lit("exclude"),
+                pl.lit("sensitivity"),
+                pl.concat_str([*above, pl.lit(f" is above {self.max_sensitivity}")]),
+            ),
+            (
+                untrusted & privileged,
+                pl.lit(self.untrusted_privileged),
+                pl.lit("untrusted_privileged_role"),
+                pl.concat_str([*role, pl.lit(" role")]),
+            ),
+            (
+                untrusted & pl.lit(self.wrap_untrusted),
+                pl.lit("render_as_data"),
+                pl.lit("untrusted_as_data"),
+                pl.lit("untrusted content is rendered as data"),
+            ),
+        ]
+
+    def check(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Judge every row; see the class description for the rules."""
+        rules = self._rules(df)
+        action = _first_match(rules, 1, otherwise=pl.lit("allow"))
+        rule = _first_match(rules, 2)
+        message = _first_match(rules, 3)
         out = df.select(action.alias("action"), rule.alias("rule"), message.alias("message"))
         if self.strict:
             out = out.with_columns(
@@ -249,3 +237,17 @@ class BoundaryPolicy:
                 .alias("action")
             )
         return out
+
+
+def _first_match(
+    rules: list[tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]],
+    field: int,
+    otherwise: pl.Expr | None = None,
+) -> pl.Expr:
+    """``rule[field]`` of the first of ``rules`` that applies, else ``otherwise`` (null)."""
+    first, *rest = rules
+    chain: Any = pl.when(first[0]).then(first[field])
+    for rule in rest:
+        chain = chain.when(rule[0]).then(rule[field])
+    out: pl.Expr = chain if otherwise is None else chain.otherwise(otherwise)
+    return out

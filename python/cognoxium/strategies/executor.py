@@ -279,16 +279,7 @@ class StrategyExecutor:
         StrategyError
             On a repeated strategy name or a negative budget.
         """
-        names = [strategy.name for strategy, _ in budgets]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise StrategyError(f"strategies {repeated} are given more than once")
-        for strategy, budget in budgets:
-            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-                raise StrategyError(
-                    f"budget of {strategy.name!r} must be a non-negative int (tokens), "
-                    f"got {budget!r}"
-                )
+        _check_budgets(budgets)
         results: dict[int, ContextStrategyResult] = {}
         pending: list[int] = []
         for index, (strategy, budget) in enumerate(budgets):
@@ -296,15 +287,20 @@ class StrategyExecutor:
             if breaker.allow():
                 pending.append(index)
             else:
-                results[index] = ContextStrategyResult(
-                    strategy_name=strategy.name,
-                    errors=(
-                        f"circuit open: {strategy.name!r} skipped without running after "
-                        f"{breaker.failures} consecutive failures (threshold "
-                        f"{breaker.threshold})",
-                    ),
-                    stats={"budget": budget, "skipped": True, "circuit": "open"},
-                )
+                results[index] = _circuit_open(strategy, budget, breaker)
+        results |= self._run(request, backends, budgets, plan_context, pending)
+        return tuple(results[i] for i in range(len(budgets)))
+
+    def _run(
+        self,
+        request: ContextRequest,
+        backends: Backends,
+        budgets: Sequence[tuple[ContextStrategy, int]],
+        plan_context: Mapping[str, Any] | None,
+        pending: list[int],
+    ) -> dict[int, ContextStrategyResult]:
+        """Run the strategies of ``budgets`` at ``pending``, at most ``max_workers`` at once."""
+        results: dict[int, ContextStrategyResult] = {}
         running: dict[Future[tuple[Any, float]], tuple[int, float]] = {}
         queue = list(reversed(pending))
         while queue or running:
@@ -333,7 +329,7 @@ class StrategyExecutor:
                 elif now >= deadline:
                     del running[future]
                     results[index] = self._timed_out(strategy, budget)
-        return tuple(results[i] for i in range(len(budgets)))
+        return results
 
     def _timed_out(self, strategy: ContextStrategy, budget: int) -> ContextStrategyResult:
         timeout = self.settings_for(strategy.name).timeout_seconds
@@ -381,6 +377,34 @@ class StrategyExecutor:
             )
         breaker.record_success()
         return _limited(name, value, budget, self.settings_for(name), elapsed_ms)
+
+
+def _check_budgets(budgets: Sequence[tuple[ContextStrategy, int]]) -> None:
+    """Raise :class:`StrategyError` on a repeated strategy name or a bad budget."""
+    names = [strategy.name for strategy, _ in budgets]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise StrategyError(f"strategies {repeated} are given more than once")
+    for strategy, budget in budgets:
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise StrategyError(
+                f"budget of {strategy.name!r} must be a non-negative int (tokens), got {budget!r}"
+            )
+
+
+def _circuit_open(
+    strategy: ContextStrategy, budget: int, breaker: CircuitBreaker
+) -> ContextStrategyResult:
+    """The result of a strategy not run because its circuit is open."""
+    return ContextStrategyResult(
+        strategy_name=strategy.name,
+        errors=(
+            f"circuit open: {strategy.name!r} skipped without running after "
+            f"{breaker.failures} consecutive failures (threshold "
+            f"{breaker.threshold})",
+        ),
+        stats={"budget": budget, "skipped": True, "circuit": "open"},
+    )
 
 
 def _bind(
