@@ -138,6 +138,32 @@ def _embedder(source: str, table: Any) -> Embedder:
         raise ConfigError(f"{source}: embedder.kind: {exc}") from None
 
 
+def _load_config(
+    config: str | os.PathLike[str] | None, search_cwd: bool
+) -> tuple[Path | None, str, dict[str, Any]]:
+    """The configuration file (``config``, else the working directory's), its name and sections.
+
+    Raises
+    ------
+    ConfigError
+        If the file holds a section that is not one of :data:`DEFAULT_KINDS`.
+    """
+    path: Path | None = None
+    if config is not None:
+        path = Path(config)
+    elif search_cwd and (Path.cwd() / CONFIG_FILE).is_file():
+        path = Path.cwd() / CONFIG_FILE
+    data = _read(path) if path is not None else {}
+    source = str(path) if path is not None else "<defaults>"
+    unknown = sorted(set(data) - set(DEFAULT_KINDS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key {unknown[0]!r}; the sections are "
+            f"{', '.join(sorted(DEFAULT_KINDS))}"
+        )
+    return path, source, data
+
+
 class Container:
     """Builds and holds the pieces of a continuity engine.
 
@@ -182,21 +208,7 @@ class Container:
         structures: Sequence[Structure] | None = None,
         strategy: Strategy | None = None,
     ) -> None:
-        path: Path | None = None
-        if config is not None:
-            path = Path(config)
-        elif search_cwd and (Path.cwd() / CONFIG_FILE).is_file():
-            path = Path.cwd() / CONFIG_FILE
-        self._config_path = path
-        data = _read(path) if path is not None else {}
-        source = str(path) if path is not None else "<defaults>"
-        unknown = sorted(set(data) - set(DEFAULT_KINDS))
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown key {unknown[0]!r}; the sections are "
-                f"{', '.join(sorted(DEFAULT_KINDS))}"
-            )
-
+        self._config_path, source, data = _load_config(config, search_cwd)
         if embedder is None:
             embedder = _embedder(source, data.get("embedder", {}))
         elif not isinstance(embedder, Embedder):

@@ -481,14 +481,7 @@ class ArceStrategy(_Builtin):
             backend="vector",
             exclude=[f.node for f in taken],
         )
-        focus = backends.graph.has(request.focus_nodes)
-        if focus:
-            seeds = pl.DataFrame({"id": focus, "score": 1.0}, schema=HITS_SCHEMA)
-        else:
-            seeds = pl.DataFrame(
-                {"id": [f.node for f in taken], "score": [f.relevance_score for f in taken]},
-                schema=HITS_SCHEMA,
-            )
+        seeds = _graph_seeds(backends.graph.has(request.focus_nodes), taken)
         graph_hits = _of_types(
             backends.graph.traverse(seeds, hops=request.breadth).select("id", "score"),
             store,
@@ -503,19 +496,7 @@ class ArceStrategy(_Builtin):
             backend="graph",
             exclude=[f.node for f in taken],
         )
-        best = _best(text_hits, vector_hits, graph_hits)
-        relevance = dict(best.filter(pl.col("id").is_in([f.node for f in taken])).iter_rows())
-        return [
-            ContextFragment(
-                node=f.node,
-                text=f.text,
-                relevance_score=relevance.get(f.node, f.relevance_score),
-                tokens=f.tokens,
-                strategy=f.strategy,
-                backend=f.backend,
-            )
-            for f in taken
-        ]
+        return _rescored(taken, _best(text_hits, vector_hits, graph_hits))
 
 
 class TemporalArchaeologyStrategy(_Builtin):
@@ -735,3 +716,29 @@ def builtin_strategies() -> list[ContextStrategy]:
      'temporal-archaeology', 'plan-decision-context']
     """
     return [cls() for cls in BUILTIN_STRATEGIES]
+
+
+def _graph_seeds(focus: list[str], taken: list[ContextFragment]) -> pl.DataFrame:
+    """The graph traversal's seeds: the focus nodes (score 1), else the fragments taken."""
+    if focus:
+        return pl.DataFrame({"id": focus, "score": 1.0}, schema=HITS_SCHEMA)
+    return pl.DataFrame(
+        {"id": [f.node for f in taken], "score": [f.relevance_score for f in taken]},
+        schema=HITS_SCHEMA,
+    )
+
+
+def _rescored(taken: list[ContextFragment], best: pl.DataFrame) -> list[ContextFragment]:
+    """``taken`` with each fragment's best normalised score over the backends (``best``)."""
+    relevance = dict(best.filter(pl.col("id").is_in([f.node for f in taken])).iter_rows())
+    return [
+        ContextFragment(
+            node=f.node,
+            text=f.text,
+            relevance_score=relevance.get(f.node, f.relevance_score),
+            tokens=f.tokens,
+            strategy=f.strategy,
+            backend=f.backend,
+        )
+        for f in taken
+    ]
