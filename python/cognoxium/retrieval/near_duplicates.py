@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -326,6 +326,50 @@ def _components(
             return labels
 
 
+def _group_labels(groups: pl.Series | Sequence[object], n: int) -> npt.NDArray[Any]:
+    """``groups`` as ``n`` strings (null as ``""``); PlanError on another length."""
+    series = groups if isinstance(groups, pl.Series) else pl.Series(list(groups))
+    if len(series) != n:
+        raise PlanError(f"groups has {len(series)} labels for {n} texts")
+    labels: npt.NDArray[Any] = series.cast(pl.String).fill_null("").to_numpy()
+    return labels
+
+
+def _lsh_links(
+    signatures: npt.NDArray[np.uint64],
+    distinct: npt.NDArray[np.int64],
+    banding: tuple[int, int],
+    threshold: float,
+    labels_of: npt.NDArray[Any] | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The pairs of ``distinct`` rows that share an LSH bucket and reach ``threshold``.
+
+    ``banding`` is ``(bands, rows)``; each candidate pair is verified on the
+    signatures (in blocks of at most :data:`_MAX_BLOCK_BYTES`), and pairs with
+    different ``labels_of`` are dropped.
+    """
+    bands, rows = banding
+    keys = _band_keys(signatures[distinct], bands, rows)
+    buckets = pl.DataFrame(
+        {
+            "row": np.repeat(distinct, bands),
+            "band": np.tile(np.arange(bands, dtype=np.int32), distinct.size),
+            "key": keys.ravel(),
+        }
+    )
+    pairs = _candidate_pairs(buckets)
+    a = pairs.get_column("row").to_numpy()
+    b = pairs.get_column("row_other").to_numpy()
+    keep = np.zeros(a.shape[0], dtype=bool)
+    step = max(1, _MAX_BLOCK_BYTES // (8 * signatures.shape[1]))
+    for first in range(0, a.shape[0], step):
+        sl = slice(first, first + step)
+        keep[sl] = (signatures[a[sl]] == signatures[b[sl]]).mean(axis=1) >= threshold - 1e-12
+    if labels_of is not None:
+        keep &= labels_of[a] == labels_of[b]
+    return a[keep], b[keep]
+
+
 def near_duplicate_labels(
     texts: pl.Series | Sequence[str | None],
     threshold: float,
@@ -378,12 +422,7 @@ def near_duplicate_labels(
     bands, rows = lsh_params(threshold, num_perm)
     series = texts if isinstance(texts, pl.Series) else pl.Series(list(texts), dtype=pl.String)
     n = len(series)
-    labels_of = None
-    if groups is not None:
-        group_series = groups if isinstance(groups, pl.Series) else pl.Series(list(groups))
-        if len(group_series) != n:
-            raise PlanError(f"groups has {len(group_series)} labels for {n} texts")
-        labels_of = group_series.cast(pl.String).fill_null("").to_numpy()
+    labels_of = None if groups is None else _group_labels(groups, n)
     signatures = minhash_signatures(series, num_perm=num_perm)
     empty = (series.cast(pl.String).fill_null("").str.len_bytes() == 0).to_numpy()
     # Identical signatures link directly; LSH runs over the distinct ones only.
@@ -403,26 +442,9 @@ def near_duplicate_labels(
     right = [same.get_column("row").to_numpy()]
     distinct = firsts.get_column("first").to_numpy()
     if distinct.size > 1:
-        keys = _band_keys(signatures[distinct], bands, rows)
-        buckets = pl.DataFrame(
-            {
-                "row": np.repeat(distinct, bands),
-                "band": np.tile(np.arange(bands, dtype=np.int32), distinct.size),
-                "key": keys.ravel(),
-            }
-        )
-        pairs = _candidate_pairs(buckets)
-        a = pairs.get_column("row").to_numpy()
-        b = pairs.get_column("row_other").to_numpy()
-        keep = np.zeros(a.shape[0], dtype=bool)
-        step = max(1, _MAX_BLOCK_BYTES // (8 * num_perm))
-        for first in range(0, a.shape[0], step):
-            sl = slice(first, first + step)
-            keep[sl] = (signatures[a[sl]] == signatures[b[sl]]).mean(axis=1) >= threshold - 1e-12
-        if labels_of is not None:
-            keep &= labels_of[a] == labels_of[b]
-        left.append(a[keep])
-        right.append(b[keep])
+        a, b = _lsh_links(signatures, distinct, (bands, rows), threshold, labels_of)
+        left.append(a)
+        right.append(b)
     return _components(
         n, np.concatenate(left).astype(np.int64), np.concatenate(right).astype(np.int64)
     )
