@@ -1139,3 +1139,21 @@ def test_a_system_prompt_left_out_for_a_smaller_budget_comes_back_when_it_fits(
     larger = CognitionFrame(records).pack(1000, as_of=AS_OF, previous=first)
     assert larger.ids == ["s0", "u1", "a2"]
     assert list(_reasons(larger).values()) == ["selected"] * 3
+
+
+@pytest.mark.parametrize("options", [{}, {"turns": True, "start_on": "user"}, {"target": "anthropic"}])
+@pytest.mark.parametrize("empty", ["no records", "filtered to none"])
+def test_an_empty_frame_continues_a_pack_as_an_empty_pack(
+    empty: str, options: dict[str, Any]
+) -> None:
+    # Continuing a pack, an empty frame raised IndexError from the kept prefix's search.
+    records = [{"id": "u1", "role": "user", "text": "hello", "created_at": T0}]
+    first = CognitionFrame(records).pack(100, as_of=AS_OF)
+    frame = CognitionFrame([] if empty == "no records" else records)
+    if empty == "filtered to none":
+        frame = frame.filter("role == 'system'")
+    again = frame.pack(100, as_of=AS_OF, previous=first, **options)
+    assert again.ids == frame.pack(100, as_of=AS_OF, **options).ids == []
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.prefix_items, report.evicted) == (0, [])

@@ -767,6 +767,8 @@ def _kept_prefix(df: pl.DataFrame, at: _Rows, previous: ContextPack) -> np.ndarr
     further), and before a required unit the earlier pack did not send,
     which must be sent.
     """
+    if df.is_empty():
+        return np.zeros(0, dtype=np.int64)
     before = previous.frame.select("id", "content_hash", "role")
     found = before.join(
         df.select("id", pl.col("content_hash").alias("now")).with_row_index("row"),
