@@ -553,21 +553,19 @@ def _reasons(packed: ContextPack) -> dict[str, str]:
 
 
 def test_an_evicted_reply_takes_the_document_of_its_group_with_it() -> None:
-    # The new question u4 (124 tokens) leaves no room for the earlier prefix: one step
-    # evicts u0 and the group g, a1 and its document d1 with it. d1 was sent alone,
-    # the group split, when eviction went row by row.
+    # The new question u4 (124 tokens) leaves no room for the earlier prefix: the first
+    # step evicts u0 and the group g, a1 and its document d1 with it, the second u2 and
+    # a3. d1 was sent alone, the group split, when eviction went row by row.
     first = CognitionFrame(_mixed_group()).pack(160, as_of=AS_OF)
     assert first.ids == ["s0", "u0", "a1", "d1", "u2", "a3"]
     again = CognitionFrame(_mixed_group(more=60)).pack(160, as_of=AS_OF, previous=first)
     assert again.ids == ["s0", "u4"]
     reasons = _reasons(again)
-    assert [reasons[i] for i in ("u0", "a1", "d1")] == ["evicted_for_cache"] * 3
-    # a3, tried first (newest first), does not fit; u2 is older than the tail's end.
-    assert [reasons[i] for i in ("u2", "a3")] == ["before_tail", "over_budget"]
+    assert [reasons[i] for i in ("u0", "a1", "d1", "u2", "a3")] == ["evicted_for_cache"] * 5
     report = again.manifest.cache
     assert report is not None
-    assert report.evicted == ["u0", "a1", "d1"]
-    assert report.eviction_steps == 1
+    assert report.evicted == ["u0", "a1", "d1", "u2", "a3"]
+    assert report.eviction_steps == 2
     assert report.prefix_ids == ["s0"]
 
 
@@ -655,16 +653,18 @@ def _after_a_cut_group() -> CognitionFrame:
 @pytest.mark.parametrize("budget", [90, 60])
 def test_a_pinned_truncatable_document_is_cut_before_history_is_evicted(budget: int) -> None:
     # The earlier pack cut d3's text to 57 tokens to fit g after the replies. Continued
-    # with nothing new, g is pinned after the prefix (a0, u1, a2): counted whole, it
-    # seemed not to fit, and a0 and a2 were evicted. d3 is now counted cut to its
-    # min_tokens and cut to fit what is left: at 90 tokens as before, at 60 further.
+    # with nothing new, g ends the prefix (a0, u1, a2, g): counted whole, it seemed not
+    # to fit, and a0 and a2 were evicted. d3 is now counted cut to its min_tokens and
+    # cut to fit what is left: at 90 tokens as before, at 60 further. It stays in its
+    # place, attached to u4.
     frame = _after_a_cut_group()
     first = frame.pack(90, as_of=AS_OF)
     assert first.ids == ["a0", "u1", "a2", "d3", "u4"]
     assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("d3", 57)]
     again = frame.pack(budget, as_of=AS_OF, previous=first, eviction_share=0.25)
-    assert again.ids == ["a0", "u1", "a2", "u4", "d3"]
-    assert again.messages[:4] == [first.messages[k] for k in (0, 1, 2, 4)]
+    assert again.ids == first.ids
+    assert again.messages[:3] == first.messages[:3]
+    assert (again.messages == first.messages) == (budget == 90)
     assert again.used_tokens <= budget
     report = again.manifest.cache
     assert report is not None
@@ -738,9 +738,9 @@ def test_a_pinned_document_is_cut_before_a_required_item() -> None:
 
 
 def test_a_unit_with_a_required_document_is_never_evicted() -> None:
-    # d1 is required, so its group g is: the step evicts u0 alone, the oldest evictable
-    # unit of the prefix (s0, u0, a1), and a1 stays with d1. Row by row, a1 was evicted
-    # and d1 sent without it.
+    # d1 is required, so its group g is: the step evicts u0 and then u2 and a3, the
+    # evictable units of the prefix (s0, u0, g, u2, a3), and a1 stays with d1. Row by
+    # row, a1 was evicted and d1 sent without it.
     def with_required(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         records[3]["retention"] = "required"
         return records
@@ -749,12 +749,12 @@ def test_a_unit_with_a_required_document_is_never_evicted() -> None:
     assert first.ids == ["s0", "u0", "a1", "d1", "u2", "a3"]
     later = CognitionFrame(with_required(_mixed_group(more=10)))
     again = later.pack(160, as_of=AS_OF, previous=first)
-    assert again.ids == ["s0", "a1", "u2", "a3", "u4", "d1"]
-    assert _reasons(again)["u0"] == "evicted_for_cache"
+    assert again.ids == ["s0", "a1", "d1", "u4"]
+    assert [_reasons(again)[i] for i in ("u0", "u2", "a3")] == ["evicted_for_cache"] * 3
     assert [_reasons(again)[i] for i in ("a1", "d1")] == ["selected", "required"]
     report = again.manifest.cache
     assert report is not None
-    assert report.evicted == ["u0"]
+    assert report.evicted == ["u0", "u2", "a3"]
     assert report.eviction_steps == 1
 
 
@@ -903,10 +903,9 @@ def test_a_continued_pack_makes_the_earlier_packs_cuts_again(budget: int, kept: 
     assert first.ids == ["s0", "u1", "m2", "u3", "m4"]
     assert [(t.id, t.kept_tokens) for t in first.manifest.truncations] == [("m2", kept)]
     again = frame.pack(budget, as_of=AS_OF, previous=first)
-    assert again.ids == ["s0", "u1", "u3", "m2", "m4"]
+    assert again.ids == first.ids
     assert again.manifest.truncations == first.manifest.truncations
-    sent = dict(zip(first.ids, first.messages, strict=True))
-    assert again.messages == [sent[i] for i in again.ids]
+    assert again.messages == first.messages
     report = again.manifest.cache
     assert report is not None
     assert report.replayed_cuts == ["m2"]
@@ -915,9 +914,9 @@ def test_a_continued_pack_makes_the_earlier_packs_cuts_again(budget: int, kept: 
 
 
 @pytest.mark.parametrize(("budget", "kept", "ids"), [
-    (200, 11, ["s0", "u1", "u3", "m2", "m4"]),
-    (50, 11, ["s0", "u1", "u3", "m2", "m4"]),
-    (33, 9, ["s0", "u1", "u3", "m2"]),
+    (200, 11, ["s0", "u1", "m2", "u3", "m4"]),
+    (50, 11, ["s0", "u1", "m2", "u3", "m4"]),
+    (33, 9, ["s0", "u1", "m2", "u3"]),
 ])  # fmt: skip
 def test_a_replayed_cut_is_never_sent_longer_and_is_cut_further_when_needed(
     budget: int, kept: int, ids: list[str]
@@ -1141,7 +1140,9 @@ def test_a_system_prompt_left_out_for_a_smaller_budget_comes_back_when_it_fits(
     assert list(_reasons(larger).values()) == ["selected"] * 3
 
 
-@pytest.mark.parametrize("options", [{}, {"turns": True, "start_on": "user"}, {"target": "anthropic"}])
+@pytest.mark.parametrize(
+    "options", [{}, {"turns": True, "start_on": "user"}, {"target": "anthropic"}]
+)
 @pytest.mark.parametrize("empty", ["no records", "filtered to none"])
 def test_an_empty_frame_continues_a_pack_as_an_empty_pack(
     empty: str, options: dict[str, Any]
@@ -1157,3 +1158,33 @@ def test_an_empty_frame_continues_a_pack_as_an_empty_pack(
     report = again.manifest.cache
     assert report is not None
     assert (report.prefix_items, report.evicted) == (0, [])
+
+
+def test_a_document_attached_to_a_message_stays_in_its_place_in_the_prefix() -> None:
+    # att0 shares group t0 with u0. A pack of its own sends it after u0; a continuing
+    # pack moved it after the history, so the first one lost the prefix from att0 on,
+    # and every later one sent att0 again after the new messages, never cached.
+    records: list[dict[str, Any]] = [
+        {"id": "sys", "role": "system", "text": "Answer from the file.", "retention": "required"},
+        {"id": "u0", "role": "user", "text": "What does it say about refunds?", "group_id": "t0"},
+        {"id": "att0", "role": "document", "text": "Refunds within 30 days. " * 10,
+         "group_id": "t0"},
+        {"id": "a0", "role": "assistant", "text": "Within 30 days."},
+        {"id": "u1", "role": "user", "text": "And shipping?"},
+        {"id": "a1", "role": "assistant", "text": "Two days."},
+        {"id": "u2", "role": "user", "text": "Thanks."},
+    ]  # fmt: skip
+    for i, record in enumerate(records):
+        record["created_at"] = T0 + timedelta(seconds=i)
+    first = CognitionFrame(records[:4]).pack(1000, as_of=AS_OF)
+    assert first.ids == ["sys", "u0", "att0", "a0"]
+    again = CognitionFrame(records[:4]).pack(1000, as_of=AS_OF, previous=first)
+    assert again.messages == first.messages
+    second = CognitionFrame(records[:5]).pack(1000, as_of=AS_OF, previous=first)
+    third = CognitionFrame(records).pack(1000, as_of=AS_OF, previous=second)
+    assert third.ids == [r["id"] for r in records]
+    for earlier, later in ((first, second), (second, third)):
+        report = later.manifest.cache
+        assert report is not None
+        assert report.prefix_ids == earlier.ids
+        assert later.messages[: len(earlier.messages)] == earlier.messages

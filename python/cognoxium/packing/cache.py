@@ -77,7 +77,9 @@ evicted). A unit with a required item is never evicted.
    (retrieved for each query, so they change from turn to turn) go after the
    history in the pack, and are selected by the usual order (tier, rank,
    priority) for the tokens the history leaves; one pinned with its unit
-   goes there too.
+   (with ``turns=True``) goes there too. One that shares a group with a
+   history message (an attachment) is sent in its place in the history
+   instead, as in a pack of its own, so that its bytes stay in the prefix.
 
 The manifest's ``cache`` section (:class:`CacheReport`) says which items
 were sent as the earlier prefix and its length in tokens, what was evicted
@@ -445,7 +447,7 @@ def plan_continuation(
     tier = np.where(lifted, 0, rows.tier)
     eligible = rows.eligible & ~excluded
     kept = replace(
-        rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted, sent_first=at.history
+        rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted, sent_first=at.sent_first
     )
     pinned_units = np.zeros(units.n_units, dtype=bool)
     if cutter is not None:
@@ -454,7 +456,7 @@ def plan_continuation(
         rows=kept,
         pinned=pinned,
         pinned_units=pinned_units,
-        history=at.history,
+        history=at.sent_first,
         prefix=prefix[~evicted[prefix]],
         evicted=np.flatnonzero(excluded & _in_pack(df, previous)),
         replayed=np.fromiter(sorted(replayed), dtype=np.int64, count=len(replayed)),
@@ -483,6 +485,10 @@ class _Rows:
         Every unit is one row (then :meth:`whole` returns its mask).
     replayed
         ``(n,)`` bool: the earlier pack cut the row, and its cut is made again.
+    sent_first
+        ``(n,)`` bool: the row is sent with the history, in input order: a
+        history row, or a ``document`` or ``memory`` item that shares a group
+        with one (an attachment).
     """
 
     history: np.ndarray
@@ -492,6 +498,7 @@ class _Rows:
     tier: np.ndarray
     alone: bool
     replayed: np.ndarray
+    sent_first: np.ndarray
 
     @classmethod
     def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units, replayed: Sequence[int]) -> _Rows:
@@ -500,14 +507,16 @@ class _Rows:
         unit = units.unit_of_row
         cut = np.zeros(df.height, dtype=bool)
         cut[list(replayed)] = True
+        history = ~role.is_in(RANKED_ROLES).to_numpy()
         return cls(
-            history=~role.is_in(RANKED_ROLES).to_numpy(),
+            history=history,
             roles=role.to_numpy(),
             unit=np.arange(df.height) if unit is None else unit,
             eligible=rows.eligible,
             tier=rows.tier,
             alone=unit is None,
             replayed=cut,
+            sent_first=history | _attached(df.get_column("group_id"), history),
         )
 
     def whole(self, mask: np.ndarray) -> np.ndarray:
@@ -701,14 +710,15 @@ def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter, prefix: np.ndarray
     """``(n,)`` bool: the rows of the pinned units cut to fit before any other unit.
 
     Units with no required item and no truncatable row of the kept prefix
-    (``prefix``, its rows) but in the unit of a replayed cut, which ends the
-    prefix: what they cut is a ``document`` or ``memory`` item, sent after
-    the history, a history message after the prefix, or the prefix's last
-    unit, so the bytes before it stay.
+    (``prefix``, its rows: history and attachments) but in the unit of a
+    replayed cut, which ends the prefix: what they cut is a ``document`` or
+    ``memory`` item sent after the history or after the prefix, a history
+    message after the prefix, or the prefix's last unit, so the bytes
+    before it stay.
     """
     in_prefix = np.zeros(len(at.unit), dtype=bool)
     in_prefix[prefix] = True
-    cut_prefix = in_prefix & at.history & (cutter.marks.floor >= 0) & ~at.whole(at.replayed)
+    cut_prefix = in_prefix & at.sent_first & (cutter.marks.floor >= 0) & ~at.whole(at.replayed)
     first: np.ndarray = pinned & ~at.required & ~at.whole(cut_prefix)
     return first
 
@@ -781,9 +791,8 @@ def _kept_prefix(df: pl.DataFrame, at: _Rows, previous: ContextPack) -> np.ndarr
     same = (found.get_column("content_hash") == found.get_column("now")).fill_null(False)
     same = same.to_numpy() | at.replayed[at_rows]  # a cut made again sends the same bytes
     changed = at.whole(at_rows[present & ~same])
-    ranked = found.get_column("role").cast(pl.String).is_in(RANKED_ROLES).to_numpy()
-    ok = same & ~ranked & present
-    ok &= ~changed[at_rows] & at.eligible[at_rows] & at.history[at_rows]
+    ok = same & present
+    ok &= ~changed[at_rows] & at.eligible[at_rows] & at.sent_first[at_rows]
     prefix = at_rows[: int(np.argmin(ok)) if not ok.all() else len(ok)]
     if len(prefix) > 1:
         rising = np.diff(prefix) > 0
@@ -803,6 +812,18 @@ def _to_first_cut(at: _Rows, prefix: np.ndarray) -> np.ndarray:
     first = int(np.argmax(cut))
     rest = at.unit[prefix[first:]] != at.unit[prefix[first]]
     return prefix[: first + (int(np.argmax(rest)) if rest.any() else len(rest))]
+
+
+def _attached(group: pl.Series, history: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: the rows not of ``history`` whose ``group`` (id) has a history row.
+
+    An attachment of a message: it is sent in its place in the history, as
+    in a pack of its own, not with the ranked content after it.
+    """
+    with_history = group.filter(pl.Series(history) & group.is_not_null()).unique()
+    shared = group.is_in(with_history.implode()).fill_null(False).to_numpy()
+    attached: np.ndarray = ~history & shared
+    return attached
 
 
 def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:
