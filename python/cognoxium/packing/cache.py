@@ -16,7 +16,8 @@ its manifest reason is the unit's (``evicted_for_cache`` when held out or
 evicted). A unit with a required item is never evicted.
 
 1. **Prefix.** The earlier pack's leading history messages (every role but
-   ``document`` and ``memory``) whose items are still in the frame,
+   ``document`` and ``memory``, with their attachments: see 4) whose items
+   are still in the frame,
    unchanged (same id and content hash, and so is every item of their unit
    the earlier pack sent), still packable and in the same order, are the
    prefix. An item the earlier pack cut whose cut is made again (see 2)
@@ -62,8 +63,9 @@ evicted). A unit with a required item is never evicted.
    get reason ``evicted_for_cache``. A step frees room for several turns,
    so the next packs share a prefix again, where a sliding window would
    change it on every turn. A pinned unit that may be cut without changing
-   the prefix (its truncatable items are documents or memories, history
-   after the prefix, or the cut that ends the prefix, and none is required)
+   the prefix (its truncatable items are documents or memories sent after
+   the history, history after the prefix, or the cut that ends the prefix,
+   and none is required)
    counts cut as far as its items'
    ``min_tokens`` allow, and is cut before any history is evicted. If even
    then the units after the prefix do not fit, they are selected as usual;
@@ -183,7 +185,9 @@ class Continuation:
         cuts them to fit first, whatever ``overflow`` (see
         :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
     history
-        ``(n,)`` bool: rows of the history (every role but :data:`RANKED_ROLES`).
+        ``(n,)`` bool: rows sent with the history, in input order: every
+        role but :data:`RANKED_ROLES`, and the attachments: ``document``
+        and ``memory`` items that share a group with a history message.
     prefix
         ``(p,)`` int64: the rows of the earlier prefix that are kept, in order.
     evicted
