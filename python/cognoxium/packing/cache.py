@@ -437,7 +437,8 @@ def plan_continuation(
     if cutter is not None:
         replayed = _earlier_cuts(df, previous, cutter)
         cutter.replay(replayed)
-    at = _Rows.of(df, rows, units, list(replayed))
+    replayed_rows = np.fromiter(sorted(replayed), dtype=np.int64, count=len(replayed))
+    at = _Rows.of(df, rows, units, replayed_rows)
     prefix = _kept_prefix(df, at, previous)
     pinned = held = evicted = np.zeros(df.height, dtype=bool)
     steps, detail = 0, None
@@ -463,7 +464,7 @@ def plan_continuation(
         history=at.sent_first,
         prefix=prefix[~evicted[prefix]],
         evicted=np.flatnonzero(excluded & _in_pack(df, previous)),
-        replayed=np.fromiter(sorted(replayed), dtype=np.int64, count=len(replayed)),
+        replayed=replayed_rows,
         steps=steps,
         detail=detail,
         previous=previous,
@@ -505,12 +506,12 @@ class _Rows:
     sent_first: np.ndarray
 
     @classmethod
-    def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units, replayed: Sequence[int]) -> _Rows:
+    def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units, replayed: np.ndarray) -> _Rows:
         """The rows of ``df`` with their exclusions and units, and the ``replayed`` rows."""
         role = df.get_column("role").cast(pl.String)
         unit = units.unit_of_row
         cut = np.zeros(df.height, dtype=bool)
-        cut[list(replayed)] = True
+        cut[replayed] = True
         history = ~role.is_in(RANKED_ROLES).to_numpy()
         return cls(
             history=history,
@@ -536,6 +537,11 @@ class _Rows:
     def required(self) -> np.ndarray:
         """``(n,)`` bool: the row's unit has a required candidate row."""
         return self.whole(self.eligible & (self.tier == 0))
+
+    @cached_property
+    def replayed_units(self) -> np.ndarray:
+        """``(n,)`` bool: the row's unit has a replayed cut."""
+        return self.whole(self.replayed)
 
     @cached_property
     def movable(self) -> np.ndarray:
@@ -722,7 +728,7 @@ def _cut_first(at: _Rows, pinned: np.ndarray, cutter: Cutter, prefix: np.ndarray
     """
     in_prefix = np.zeros(len(at.unit), dtype=bool)
     in_prefix[prefix] = True
-    cut_prefix = in_prefix & at.sent_first & (cutter.marks.floor >= 0) & ~at.whole(at.replayed)
+    cut_prefix = in_prefix & at.sent_first & (cutter.marks.floor >= 0) & ~at.replayed_units
     first: np.ndarray = pinned & ~at.required & ~at.whole(cut_prefix)
     return first
 
@@ -810,7 +816,7 @@ def _to_first_cut(at: _Rows, prefix: np.ndarray) -> np.ndarray:
 
     The rows after that unit would follow bytes that may be cut further.
     """
-    cut = at.whole(at.replayed)[prefix]
+    cut = at.replayed_units[prefix]
     if not cut.any():
         return prefix
     first = int(np.argmax(cut))
