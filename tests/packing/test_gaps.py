@@ -219,6 +219,113 @@ def test_a_tool_exchange_is_one_unit_in_the_tail() -> None:
     assert filled.gap_records == [GapRecord(first=1, last=2, items=2)]
 
 
+def _agent_loop(*, log_lines: int) -> CognitionFrame:
+    """A half-finished agent loop: the task, then three tool exchanges, the first one long."""
+
+    def call(i: int) -> dict[str, Any]:
+        function = {"name": "read_file", "arguments": json.dumps({"path": f"f{i}.py"})}
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": function}
+        ]}  # fmt: skip
+
+    return from_openai_messages(
+        [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Fix the failing test in tests/test_io.py."},
+            call(1),
+            {"role": "tool", "tool_call_id": "c1", "content": "log line\n" * log_lines},
+            call(2),
+            {"role": "tool", "tool_call_id": "c2", "content": "def read(path): ..."},
+            call(3),
+            {"role": "tool", "tool_call_id": "c3", "content": "assert read('x') == 1"},
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "options", [{"start_on": "user"}, {"target": "anthropic"}], ids=["start_on", "anthropic"]
+)
+def test_a_pack_starting_on_a_user_message_reaches_back_past_a_long_tool_result(
+    options: dict[str, str],
+) -> None:
+    # The tail of tool exchanges holds no user message: the task lies past the long
+    # result. Ending the tail there left the start rule nothing but the system prompt
+    # (before: ["msg:0"], every exchange "before_first_user" and the task "before_tail").
+    loop = _agent_loop(log_lines=2000)
+    result = loop.pack(500, as_of=AS_OF, **options)
+    assert result.ids == ["msg:0", "msg:1", "msg:4", "msg:5", "msg:6", "msg:7"]
+    why = reasons(result)
+    assert why["msg:2"] == why["msg:3"] == "gap"
+    assert result.manifest.gap_records == [GapRecord(first=2, last=3, items=2)]
+    assert result.manifest.totals.by_reason == {"required": 1, "selected": 5, "gap": 2}
+    roles = [m["role"] for m in result.to_anthropic()["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+    noted = loop.pack(500, as_of=AS_OF, gap_note="({n} messages omitted)", **options)
+    assert "(2 messages omitted)" in json.dumps(noted.messages)
+    # Without the start rule the tail still ends at the long result.
+    assert loop.pack(500, as_of=AS_OF).ids == ["msg:0", "msg:4", "msg:5", "msg:6", "msg:7"]
+
+
+def test_the_first_miss_after_the_user_message_taken_ends_the_tail() -> None:
+    chat_log = from_openai_messages(
+        [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": LONG},
+            {"role": "user", "content": "Fix the failing test."},
+            {"role": "assistant", "content": "Reading the log.", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": LONG * 3},
+            {"role": "assistant", "content": "The log is long; reading the test instead."},
+        ]
+    )  # fmt: skip
+    result = chat_log.pack(60, as_of=AS_OF, start_on="user")
+    assert result.ids == ["msg:2", "msg:5"]
+    assert reasons(result) == {
+        "msg:0": "before_tail",
+        "msg:1": "over_budget",  # ends the tail: the user message msg:2 was taken
+        "msg:2": "selected",
+        "msg:3": "gap",
+        "msg:4": "gap",
+        "msg:5": "selected",
+    }
+    assert result.manifest.gap_records == [GapRecord(first=3, last=4, items=2)]
+
+
+def test_a_user_message_that_does_not_fit_still_ends_the_tail() -> None:
+    # Only tool exchanges and replies are passed over: a reply whose question did not
+    # fit is not sent after older turns, as the start rule would otherwise leave it.
+    chat_log = from_openai_messages(
+        [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": LONG * 3},
+            {"role": "assistant", "content": "A summary of your log."},
+        ]
+    )
+    for options in ({"start_on": "user"}, {"target": "anthropic"}):
+        result = chat_log.pack(60, as_of=AS_OF, **options)
+        assert result.ids == [], options
+        assert reasons(result) == {
+            "msg:0": "before_tail",
+            "msg:1": "before_tail",
+            "msg:2": "over_budget",
+            "msg:3": "before_first_user",
+        }
+
+
+def test_a_tail_with_no_user_message_in_reach_is_dropped_by_the_start_rule() -> None:
+    # The task itself does not fit: nothing opens the conversation, as before.
+    loop = _agent_loop(log_lines=10).with_columns(
+        text=pl.when(pl.col("id") == "msg:1").then(pl.lit(LONG * 10)).otherwise(pl.col("text"))
+    )
+    result = loop.pack(150, as_of=AS_OF, start_on="user")
+    why = reasons(result)
+    assert result.ids == ["msg:0"]
+    assert why["msg:1"] == "over_budget"
+    assert {why[f"msg:{i}"] for i in range(2, 8)} <= {"before_first_user", "before_tail"}
+
+
 @pytest.mark.parametrize("mode", GAP_MODES)
 def test_frame_pack_takes_gaps_as_a_keyword(mode: str) -> None:
     cf = CognitionFrame(CHAT)

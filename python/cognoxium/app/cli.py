@@ -85,6 +85,7 @@ from cognoxium.tokens._names import PROFILE_NAMES
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import polars as pl
     from rich.table import Table
 
     from cognoxium.frame.frame import CognitionFrame
@@ -903,14 +904,11 @@ def pack_command(
     directory or a file) and the files are the same, byte for byte; a request whose
     scope has no item exits with 2.
     """
-    from functools import partial
-
     retrieval = _retrieval(model, neighbours, ranker)
     if engine is Engine.LOCAL:
         _preload_model(rank, retrieval)  # loads while the modules below and the items are read
 
-    from cognoxium.app.batch import read_requests, run_batch
-    from cognoxium.app.distributed import run_batch_ray
+    from cognoxium.app.batch import read_requests
 
     options = _pack_options(
         profile=profile,
@@ -924,17 +922,7 @@ def pack_command(
         gaps="fill" if gaps is Gaps.FILL else "stop",
         gap_note=gap_note,
     )
-    runner: Callable[..., Any]
-    if engine is Engine.RAY:
-        quiet_ray = quiet or json_output  # Ray's own lines are progress output
-        runner = partial(run_batch_ray, items, address=address, workers=workers, quiet=quiet_ray)
-    else:
-        try:
-            runner = partial(run_batch, _pack_store(items), workers=workers)
-        except (OSError, UnicodeDecodeError) as exc:
-            _fail_io(exc, "read", items)
-        except CognoxiumError as exc:
-            _fail(exc, EXIT_BAD_INPUT)
+    runner = _batch_runner(engine, items, address, workers, quiet=quiet or json_output)
     try:
         batch = read_requests(requests)
         stats = runner(
@@ -961,6 +949,29 @@ def pack_command(
         f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
     )
     typer.echo(f"wrote the parts of {files['packs']} and {files['manifests']}")
+
+
+def _batch_runner(
+    engine: Engine, items: Path, address: str | None, workers: int | None, *, quiet: bool
+) -> Callable[..., Any]:
+    """The batch run of ``pack``: over the store ``items`` here, or as Ray Data tasks.
+
+    The local runner reads the store now: a store it cannot read fails the
+    command (exit 2).
+    """
+    from functools import partial
+
+    from cognoxium.app.batch import run_batch
+    from cognoxium.app.distributed import run_batch_ray
+
+    if engine is Engine.RAY:  # Ray's own lines are progress output
+        return partial(run_batch_ray, items, address=address, workers=workers, quiet=quiet)
+    try:
+        return partial(run_batch, _pack_store(items), workers=workers)
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", items)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
 
 
 @app.command(
@@ -1016,20 +1027,12 @@ def locomo_command(
     from rich.console import Console
 
     from cognoxium.app._reports import comparison_table, locomo_tables
-    from cognoxium.app.batch import check_rank_method
     from cognoxium.app.locomo import run_locomo
 
     # The callback has already turned the text into a list of budgets.
     chosen: list[int] = budgets  # type: ignore[assignment]
     retrieval = _retrieval(model, neighbours, ranker)
-    others = [name.strip() for name in compare.split(",") if name.strip()]
-    for name in others:
-        try:
-            check_rank_method(name)
-        except CognoxiumError as exc:
-            raise typer.BadParameter(
-                f"{compare!r} is not a list of rank methods: {exc}", param_hint="--compare"
-            ) from None
+    others = _compare_methods(compare)
     try:
         report = run_locomo(
             path,
@@ -1125,6 +1128,21 @@ def train_ranker_command(
     )
 
 
+def _compare_methods(compare: str) -> list[str]:
+    """The rank methods of ``--compare`` (comma-separated), each checked."""
+    from cognoxium.app.batch import check_rank_method
+
+    others = [name.strip() for name in compare.split(",") if name.strip()]
+    for name in others:
+        try:
+            check_rank_method(name)
+        except CognoxiumError as exc:
+            raise typer.BadParameter(
+                f"{compare!r} is not a list of rank methods: {exc}", param_hint="--compare"
+            ) from None
+    return others
+
+
 class Style(StrEnum):
     """Redaction styles offered by ``cognoxium redact``."""
 
@@ -1168,9 +1186,6 @@ def redact_command(
     """
     import os
 
-    from rich.console import Console
-    from rich.table import Table
-
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.items.io import item_format, read_items
     from cognoxium.items.schema import COLUMNS
@@ -1197,10 +1212,7 @@ def redact_command(
         writer(redacted.select(COLUMNS), target)
     except OSError as exc:
         _fail_io(exc, "write", target)
-    totals: dict[str, int] = {}
-    for text in redacted.get_column("redactions").to_list():
-        for kind, count in json.loads(text).items():
-            totals[kind] = totals.get(kind, 0) + count
+    totals = _redaction_totals(redacted)
     changed = int(redacted.get_column("redacted_from").is_not_null().sum())
     summary = {
         "command": "redact",
@@ -1212,13 +1224,30 @@ def redact_command(
     _report(summary, json_output=json_output)
     if quiet or json_output:
         return
-    table = Table(title=f"{changed} of {redacted.height} items redacted")
+    _print_redactions(totals, changed, redacted.height)
+    typer.echo(f"wrote {target}")
+
+
+def _redaction_totals(redacted: pl.DataFrame) -> dict[str, int]:
+    """The redactions per recogniser type over the items' ``redactions`` JSON counts."""
+    totals: dict[str, int] = {}
+    for text in redacted.get_column("redactions").to_list():
+        for kind, count in json.loads(text).items():
+            totals[kind] = totals.get(kind, 0) + count
+    return totals
+
+
+def _print_redactions(totals: dict[str, int], changed: int, items: int) -> None:
+    """Print the redactions per type, in a table titled with the items changed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{changed} of {items} items redacted")
     table.add_column("type")
     table.add_column("redactions", justify="right")
     for kind, count in sorted(totals.items()):
         table.add_row(kind, str(count))
     Console(highlight=False).print(table)
-    typer.echo(f"wrote {target}")
 
 
 def _percent(value: float | None) -> str:

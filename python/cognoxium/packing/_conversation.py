@@ -32,7 +32,7 @@ from cognoxium.packing._model import REASON_CODE, Reason
 from cognoxium.packing._selection import Queue
 from cognoxium.packing._units import Units
 
-__all__ = ["start_on_user"]
+__all__ = ["start_on_user", "user_units"]
 
 _USER_ROLES = [role for role, chat in CHAT_ROLES.items() if chat == "user"]
 _SYSTEM_ROLES = ["system", "developer"]
@@ -97,6 +97,27 @@ def start_on_user(
     lost = (dropped if units.unit_of_row is None else dropped[units.unit_of_row]) & rows.eligible
     reason = np.where(lost, REASON_CODE[Reason.BEFORE_FIRST_USER], rows.reason)
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
+
+
+def user_units(df: pl.DataFrame, rows: Exclusions, units: Units) -> np.ndarray:
+    """``(n_units,)`` bool: the unit holds a candidate rendered with the ``user`` chat role.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows in input order (``role`` is read).
+    rows
+        The exclusions (a candidate is ``eligible``).
+    units
+        The packing units.
+    """
+    role = df.get_column("role").cast(pl.String)
+    is_user: np.ndarray = role.is_in(_USER_ROLES).to_numpy() & rows.eligible
+    if units.unit_of_row is None:
+        return is_user
+    opens = np.zeros(units.n_units, dtype=bool)
+    opens[units.unit_of_row[is_user]] = True
+    return opens
 
 
 def _row_units(units: Units, rows: np.ndarray) -> np.ndarray:

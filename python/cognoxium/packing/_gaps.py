@@ -10,7 +10,15 @@ candidates of other roles. One more selection is enough: the greedy choice
 up to the miss depends only on the units before it, which do not change.
 The miss keeps reason ``over_budget`` (or ``group_over_budget``); the older
 units left out get ``before_tail`` (:func:`mark_tail`): they were left out
-for the tail, whether or not they would have fit.
+for the tail, whether or not they would have fit. In a pack that starts on
+a user message (``start_on="user"``, the Anthropic target), a miss that
+holds no user message (a tool exchange, a reply), newer than every user
+message taken, does not end the tail: it is passed over, a hole, and the
+tail runs on to a user message (:func:`tail_end`). Otherwise a half-finished
+agent loop, its task followed by tool exchanges, lost everything but its
+system prompt when one tool result did not fit: the tail held no user
+message, so the start rule dropped it all. A user message that does not fit
+still ends the tail.
 
 With ``gaps="fill"`` a unit that does not fit is skipped and older ones are
 tried. Either way a hole is marked: among the rows of those units, in input
@@ -26,6 +34,11 @@ Before::
 
 After, ``"stop"``: ``u9``, ``u8`` is over budget and ``u7``, ... are before
 the tail; ``"fill"``: ``u9``, ``u7``, ... and ``u8`` is a gap.
+
+An agent loop starting on a user message, ``"stop"``::
+
+    newest first: t9 (fits) t8 (too long) u7 (fits) a6 (too long) u5 ...
+    packed: u7 t9; t8 a gap, a6 over budget, u5 ... before the tail
 
 With a ``gap_note`` each hole gets a message in its place (:func:`place_notes`):
 after the packed messages of the input before it, and after the tool
@@ -55,6 +68,7 @@ __all__ = [
     "notes_tokens",
     "place_notes",
     "stop_at_first_miss",
+    "tail_end",
 ]
 
 NOTE_ROLES = {"openai": "system", "anthropic": "user"}
@@ -66,6 +80,7 @@ _LEFT_FOR_BUDGET = (*_BUDGET_REASONS, REASON_CODE[Reason.BEFORE_TAIL])
 
 def stop_at_first_miss(
     select: Callable[[Queue], np.ndarray],
+    opens: np.ndarray | None = None,
 ) -> Callable[[Queue], np.ndarray]:
     """``select`` that ends the newest-first units at the first that does not fit.
 
@@ -74,22 +89,28 @@ def stop_at_first_miss(
     select
         Selects the units of a queue under the pack's budget:
         ``(n_units,)`` bool, the unit is in the pack.
+    opens
+        ``(n_units,)`` bool: the unit holds a user message, for a pack that
+        starts on one (``start_on="user"``, the Anthropic target), else
+        ``None``: then a miss holding none, newer than every unit taken
+        that holds one, is passed over (see :func:`tail_end`).
 
     Returns
     -------
     Callable
         The same selection, after which no newest-first unit (see
         :attr:`~cognoxium.packing._selection.Queue.newest_first`) that
-        comes after one left out is in the pack.
+        comes after the miss ending the tail is in the pack.
     """
 
     def stopping(queue: Queue) -> np.ndarray:
         included = select(queue)
         run = queue.order[queue.newest_first]
-        missed = ~included[run]
-        if not missed.any():
+        taken = included[run]
+        end = tail_end(~taken, taken, None if opens is None else opens[run])
+        if end is None:
             return included
-        later = run[int(np.argmax(missed)) + 1 :]
+        later = run[end + 1 :]
         if not included[later].any():
             return included
         dropped = np.zeros(len(included), dtype=bool)
@@ -99,11 +120,60 @@ def stop_at_first_miss(
     return stopping
 
 
-def mark_tail(queue: Queue, units: Units, decisions: Decisions) -> Decisions:
-    """Give reason ``before_tail`` to the newest-first units left out after the first miss.
+def tail_end(missed: np.ndarray, taken: np.ndarray, opens: np.ndarray | None = None) -> int | None:
+    """Where the newest-first units' tail ends: the place of the miss that ends it.
+
+    Parameters
+    ----------
+    missed
+        ``(k,)`` bool: the newest-first units, newest first, left out for
+        the budget.
+    taken
+        ``(k,)`` bool: the same units in the pack.
+    opens
+        ``(k,)`` bool: the unit holds a user message, for a pack that starts
+        on one, else ``None``. Then, before the first unit taken that holds
+        one, a miss that holds none (a tool exchange, a reply) is passed
+        over: a tail of tool exchanges whose task lies past a tool result
+        too long to fit would hold no user message, and the start rule
+        would drop it all.
+
+    Returns
+    -------
+    int or None
+        The place of the miss, ``None`` when no miss ends the tail.
+
+    Examples
+    --------
+    >>> missed = np.array([False, True, False, False])  # the second newest did not fit
+    >>> taken = ~missed
+    >>> tail_end(missed, taken)
+    1
+    >>> print(tail_end(missed, taken, opens=np.array([False, False, True, False])))
+    None
+    >>> tail_end(missed, taken, opens=np.array([True, False, False, False]))
+    1
+    >>> tail_end(missed, taken, opens=np.array([False, True, True, False]))  # a user message
+    1
+    """
+    if opens is None:
+        ends = missed
+    else:
+        users = np.flatnonzero(taken & opens)
+        reach = int(users[0]) if len(users) else len(missed)
+        ends = missed.copy()
+        ends[:reach] &= opens[:reach]
+    return int(np.argmax(ends)) if ends.any() else None
+
+
+def mark_tail(
+    queue: Queue, units: Units, decisions: Decisions, opens: np.ndarray | None = None
+) -> Decisions:
+    """Give reason ``before_tail`` to the newest-first units left out after the tail ends.
 
     With ``gaps="stop"`` the first newest-first unit, in selection order,
-    left out for the budget ends the tail; it keeps its reason
+    left out for the budget ends the tail (with ``opens``, the first but the
+    misses passed over: see :func:`tail_end`); it keeps its reason
     (``over_budget`` or ``group_over_budget``) and the later ones left out
     for the budget were left out for the tail.
 
@@ -115,23 +185,29 @@ def mark_tail(queue: Queue, units: Units, decisions: Decisions) -> Decisions:
         The packing units.
     decisions
         Every row's decision.
+    opens
+        ``(n_units,)`` bool: the unit holds a user message, for a pack that
+        starts on one; else ``None``.
 
     Returns
     -------
     Decisions
         ``decisions`` with reason ``before_tail`` on the rows of the
-        newest-first units after the first miss that were left out for the
-        budget; ``decisions`` itself when there are none.
+        newest-first units after the miss ending the tail that were left out
+        for the budget; ``decisions`` itself when there are none.
     """
     newest = queue.order[queue.newest_first]
     if len(newest) == 0:
         return decisions
     rows, starts = units.rows_of(newest)
-    unit_at = np.repeat(np.arange(len(newest)), np.diff(np.append(starts, len(rows))))
     left = ~decisions.included[rows] & np.isin(decisions.reason[rows], _BUDGET_REASONS)
-    if not left.any():
+    missed = np.logical_or.reduceat(left, starts)
+    taken = np.logical_or.reduceat(decisions.included[rows], starts)
+    end = tail_end(missed, taken, None if opens is None else opens[newest])
+    if end is None:
         return decisions
-    after = left & (unit_at > unit_at[np.argmax(left)])
+    unit_at = np.repeat(np.arange(len(newest)), np.diff(np.append(starts, len(rows))))
+    after = left & (unit_at > end)
     if not after.any():
         return decisions
     reason = decisions.reason.copy()

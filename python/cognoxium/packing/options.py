@@ -140,8 +140,13 @@ class PackOptions:
         the pack can have holes. Either way each hole is marked in the manifest (reason
         ``gap``, and ``gap_records``). "stop" is the default because a hole
         shows the model a reply without its question, or a conversation
-        that jumps, with nothing to tell it so. Items with a rank are not
-        affected: a rank is a relevance order, not a sequence.
+        that jumps, with nothing to tell it so. A pack that starts on a
+        user message (``start_on="user"``, ``target="anthropic"``) passes
+        over a tool exchange or reply that does not fit, newer than every
+        user message taken (a hole): so the task of an agent loop and its
+        latest tool exchanges stay when an earlier tool result does not
+        fit. Items with a rank are not affected: a rank is a relevance
+        order, not a sequence.
     gap_note
         ``None`` (the default): a hole leaves no trace in the messages.
         Otherwise the text of one message put in place of each hole, with

@@ -28,7 +28,9 @@ that returns its own result:
    first, as LangChain's ``trim_messages(strategy="last")`` keeps a history's
    tail), after the other items of their tier and priority; with
    ``gaps="stop"`` (the default) the first of them that does not fit ends
-   them, so the conversation kept is an unbroken tail; with ``gaps="fill"``
+   them, so the conversation kept is an unbroken tail (a pack that starts on
+   a user message passes over the tool exchanges and replies newer than
+   every user message taken, as holes); with ``gaps="fill"``
    older ones fill the space and each hole is marked (reason ``gap``,
    ``gap_records``; ``_gaps``). The manifest's ``order`` says ``recency``
    when that order was used. The pack keeps the input (conversational) order
@@ -91,7 +93,7 @@ from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
 from cognoxium.packing._checks import PackCall, check_call, check_frame, check_rank
-from cognoxium.packing._conversation import start_on_user
+from cognoxium.packing._conversation import start_on_user, user_units
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._gaps import (
@@ -764,15 +766,16 @@ class PackScope:
         call, units, queue = plan.call, plan.units, plan.queue
 
         reopen = self._reopens(plan.continuation)
+        opens = self._opens(call, plan.candidates, units)
 
         def choose(notes: int = 0) -> tuple[Decisions, list[GapRecord], int]:
             chosen = self._selected(
-                call, plan.candidates, units, queue, plan.costs, plan.cutter, notes, reopen
+                call, plan.candidates, units, queue, plan.costs, plan.cutter, notes, reopen, opens
             )
             included, rows, opening = chosen
             decisions = decide_rows(rows, units, included, plan.costs)
             if call.options.gaps == "stop":
-                decisions = mark_tail(queue, units, decisions)
+                decisions = mark_tail(queue, units, decisions, opens)
             decisions, gaps = mark_gaps(queue, units, decisions)
             return decisions, gaps, opening
 
@@ -808,6 +811,7 @@ class PackScope:
         cutter: Cutter | None,
         notes: int = 0,
         reopen: bool = False,
+        opens: np.ndarray | None = None,
     ) -> tuple[np.ndarray, Exclusions, int]:
         """The units selected, the rows' exclusions after it, and the opening's tokens.
 
@@ -817,11 +821,12 @@ class PackScope:
         again with its tokens kept, and they are returned when it is still
         needed (else 0). With ``reopen`` (a pack continuing one that opened
         so), the selection keeping them comes first, and the other is made
-        only when a user message opens the request anyway.
+        only when a user message opens the request anyway. ``opens`` marks
+        the units holding a user message, for a pack that starts on one.
         """
 
         def selection(kept: int) -> tuple[np.ndarray, Exclusions, bool]:
-            select = self._selector(call, costs, cutter, kept, notes)
+            select = self._selector(call, costs, cutter, kept, notes, opens)
             included, rows = self._select_conversation(call, candidates, units, queue, select)
             return included, rows, self._converses(rows, units, included)
 
@@ -895,18 +900,24 @@ class PackScope:
         cutter: Cutter | None,
         opening: int = 0,
         notes: int = 0,
+        opens: np.ndarray | None = None,
     ) -> Callable[[Queue], np.ndarray]:
         """The selection of a queue's units under the budget.
 
         ``opening`` and ``notes`` are tokens it keeps: for the message an
         Anthropic request opens with and for the gap notes. With
         ``gaps="stop"`` the conversation items without a rank end at the
-        first that does not fit (see :mod:`cognoxium.packing._gaps`).
+        first that does not fit; with ``opens`` (the units holding a user
+        message, for a pack that starts on one), the misses holding none
+        newer than every user message taken are passed over (see
+        :mod:`cognoxium.packing._gaps`).
         """
         select: Callable[[Queue], np.ndarray] = partial(
             _select, self.df.get_column("id"), costs, call, cutter, opening=opening, notes=notes
         )
-        return stop_at_first_miss(select) if call.options.gaps == "stop" else select
+        if call.options.gaps == "stop":
+            return stop_at_first_miss(select, opens)
+        return select
 
     def _select_conversation(
         self,
@@ -930,13 +941,22 @@ class PackScope:
             check = SelectionCheck(self.df, tools, rows, units, select)
             select = check
         included = select(queue)
-        if call.options.start_on == "user" or call.options.target == "anthropic":
+        if _starts_on_user(call):
             included, rows = start_on_user(self.df, rows, units, queue, included, select)
         if check is not None:
             rows = check.applied(rows)
         elif tools is not None:
             raise_first_fault(self.df, tools, packed_rows(rows, units, included))
         return included, rows
+
+    def _opens(self, call: PackCall, rows: Exclusions, units: Units) -> np.ndarray | None:
+        """``(n_units,)`` bool: the unit holds a candidate user message, for a pack starting on one.
+
+        ``None`` for a pack that need not start on a user message.
+        """
+        if not _starts_on_user(call):
+            return None
+        return user_units(self.df, rows, units)
 
     def _reopens(self, continuation: Continuation | None) -> bool:
         """Whether a continuing pack keeps the room of the earlier pack's opening message.
@@ -1163,6 +1183,11 @@ class PackOutcome:
     def used_tokens(self) -> int:
         """Tokens the pack uses, reply priming included."""
         return self.decisions.used_tokens
+
+
+def _starts_on_user(call: PackCall) -> bool:
+    """Whether the pack starts on a user message: ``start_on="user"`` or the Anthropic target."""
+    return call.options.start_on == "user" or call.options.target == "anthropic"
 
 
 def _select(
