@@ -25,7 +25,7 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import UNDATED, ContextItem, Retention
 from cognoxium.packing.message_rules import openai_faults
-from cognoxium.packing.options import PackOptions
+from cognoxium.packing.options import GAP_MODES, PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
@@ -629,20 +629,20 @@ def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
 
 def test_parallel_calls_are_dropped_whole_when_one_result_does_not_fit() -> None:
     df, cost, budget = parallel_frame()
-    # gaps="fill": the question older than the group still goes (by default the pack
-    # stops at the group, the newest unit, and holds nothing).
-    assert pack(df, budget, PackOptions(as_of=AS_OF)).ids == []
-    result = pack(df, budget, PackOptions(as_of=AS_OF, gaps="fill"))
-    assert result.ids == ["trip:0"]
-    why = reasons(result)
-    assert why == {
-        "trip:0": "selected",
-        "trip:1": "group_over_budget",
-        "trip:2": "group_over_budget",
-        "trip:3": "group_over_budget",
-    }
-    assert result.remaining_tokens == cost["trip:1"] + cost["trip:2"]
-    assert to_openai_messages(result) == [PARALLEL[0]]
+    # The question older than the group still goes: with gaps="fill", and by default
+    # too, as the group holds no user message and none newer was taken.
+    for gaps in GAP_MODES:
+        result = pack(df, budget, PackOptions(as_of=AS_OF, gaps=gaps))
+        assert result.ids == ["trip:0"]
+        why = reasons(result)
+        assert why == {
+            "trip:0": "selected",
+            "trip:1": "group_over_budget",
+            "trip:2": "group_over_budget",
+            "trip:3": "group_over_budget",
+        }
+        assert result.remaining_tokens == cost["trip:1"] + cost["trip:2"]
+        assert to_openai_messages(result) == [PARALLEL[0]]
 
 
 def test_required_parallel_group_that_cannot_fit_raises_budget_error() -> None:

@@ -110,12 +110,13 @@ def test_langchain_tool_group_is_packed_or_dropped_whole(lc: Any) -> None:
     cf = from_langchain_messages(tool_conversation(lc), conversation_id="w")
     full = cf.pack(4000, as_of=AS_OF)
     assert full.ids == [f"w:{i}" for i in range(6)]
-    # Too small for the long tool result: the call and both results go together.
+    # Too small for the long tool result: the call and both results go together, a
+    # hole between the question and the answer.
     small = cf.pack(120, as_of=AS_OF)
-    assert not {"w:2", "w:3", "w:4"} & set(small.ids)
+    assert small.ids == ["w:0", "w:1", "w:5"]
     reasons = {e.id: e.reason.value for e in small.manifest.entries}
-    assert reasons["w:4"] == "group_over_budget"
-    assert "w:5" in small.ids
+    assert reasons["w:2"] == reasons["w:3"] == reasons["w:4"] == "gap"
+    assert [(g.first, g.last, g.items) for g in small.manifest.gap_records] == [(2, 4, 3)]
 
 
 def test_langchain_round_trip(lc: Any) -> None:

@@ -245,12 +245,13 @@ def _agent_loop(*, log_lines: int) -> CognitionFrame:
 @pytest.mark.parametrize(
     "options", [{"start_on": "user"}, {"target": "anthropic"}], ids=["start_on", "anthropic"]
 )
-def test_a_pack_starting_on_a_user_message_reaches_back_past_a_long_tool_result(
+def test_the_tail_reaches_back_past_a_long_tool_result_to_the_task(
     options: dict[str, str],
 ) -> None:
     # The tail of tool exchanges holds no user message: the task lies past the long
     # result. Ending the tail there left the start rule nothing but the system prompt
-    # (before: ["msg:0"], every exchange "before_first_user" and the task "before_tail").
+    # (before: ["msg:0"], every exchange "before_first_user" and the task "before_tail"),
+    # and a pack without the start rule the exchanges without their task.
     loop = _agent_loop(log_lines=2000)
     result = loop.pack(500, as_of=AS_OF, **options)
     assert result.ids == ["msg:0", "msg:1", "msg:4", "msg:5", "msg:6", "msg:7"]
@@ -262,8 +263,8 @@ def test_a_pack_starting_on_a_user_message_reaches_back_past_a_long_tool_result(
     assert roles == ["user", "assistant", "user", "assistant", "user"]
     noted = loop.pack(500, as_of=AS_OF, gap_note="({n} messages omitted)", **options)
     assert "(2 messages omitted)" in json.dumps(noted.messages)
-    # Without the start rule the tail still ends at the long result.
-    assert loop.pack(500, as_of=AS_OF).ids == ["msg:0", "msg:4", "msg:5", "msg:6", "msg:7"]
+    # The same without the start rule: the task is not lost.
+    assert loop.pack(500, as_of=AS_OF).ids == result.ids
 
 
 def test_the_first_miss_after_the_user_message_taken_ends_the_tail() -> None:
@@ -303,6 +304,7 @@ def test_a_user_message_that_does_not_fit_still_ends_the_tail() -> None:
             {"role": "assistant", "content": "A summary of your log."},
         ]
     )
+    assert chat_log.pack(60, as_of=AS_OF).ids == ["msg:3"]  # the tail: the reply alone
     for options in ({"start_on": "user"}, {"target": "anthropic"}):
         result = chat_log.pack(60, as_of=AS_OF, **options)
         assert result.ids == [], options

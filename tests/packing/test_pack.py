@@ -142,7 +142,8 @@ def reference_pack(
 
     Conversation units (every member user, assistant or tool) without a rank
     go after the others of their tier and priority, newest first; with
-    ``gaps="stop"`` the first of them that does not fit ends them.
+    ``gaps="stop"`` the first of them that does not fit ends them, but for
+    one holding no user message before any holding one is taken (passed over).
     """
     rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
     reasons: dict[str, str] = {}
@@ -173,7 +174,8 @@ def reference_pack(
             m["role"] in ("user", "assistant", "tool") for m in members
         )
         newest = -min(int(m["at"]) for m in members) if talk else 0  # type: ignore[call-overload]
-        keyed.append(((tier, -rank, -prio, int(talk), newest, total, min(mids)), mids, total))
+        user = any(m["role"] == "user" for m in members)
+        keyed.append(((tier, -rank, -prio, int(talk), newest, total, min(mids)), mids, total, user))
     keyed.sort(key=lambda k: k[0])
     required = [k for k in keyed if k[0][0] == 0]
     req_cost = sum(k[2] for k in required)
@@ -181,7 +183,7 @@ def reference_pack(
         raise BudgetError("reference", costs={}, budget=budget)
     remaining = budget - 3 - req_cost
     chosen = {i for k in required for i in k[1]}
-    stopped = False
+    stopped = user_taken = False
     for k in keyed:
         if k[0][0] == 0:
             continue
@@ -191,7 +193,8 @@ def reference_pack(
         if k[2] <= remaining:
             chosen.update(k[1])
             remaining -= k[2]
-        elif talk and gaps == "stop":
+            user_taken = user_taken or (talk and k[3])
+        elif talk and gaps == "stop" and (user_taken or k[3]):
             stopped = True
     used = sum(cost[i] for i in chosen) + (3 if chosen else 0)
     order = [str(r["id"]) for r in rows if r["id"] in chosen]

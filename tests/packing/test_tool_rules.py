@@ -256,11 +256,11 @@ def test_a_selection_that_splits_an_ungrouped_call_from_its_result_is_repaired()
     assert result.ids == ["q"]
     assert reasons(result) == {"q": "selected", "a": "over_budget", "r1": "tool_result_orphan"}
     assert_renders_valid(result)
-    # The default, gaps="stop": the unbroken tail ends at the long call, and the
-    # result left alone is repaired away, so nothing of the conversation is sent.
+    # The default, gaps="stop": the long call holds no user message and none newer was
+    # taken, so the tail runs on to the question; the result left alone is repaired away.
     tail = pack(df, 60, PackOptions(as_of=AS_OF))
-    assert tail.ids == []
-    assert reasons(tail) == {"q": "before_tail", "a": "over_budget", "r1": "tool_result_orphan"}
+    assert tail.ids == ["q"]
+    assert reasons(tail) == {"q": "selected", "a": "over_budget", "r1": "tool_result_orphan"}
     assert_renders_valid(tail)
     with pytest.raises(MessageError, match="Give a call and its results one group_id"):
         pack(df, 60, PackOptions(as_of=AS_OF, tool_errors="error"))

@@ -32,7 +32,7 @@ from cognoxium.packing._model import REASON_CODE, Reason
 from cognoxium.packing._selection import Queue
 from cognoxium.packing._units import Units
 
-__all__ = ["start_on_user", "user_units"]
+__all__ = ["start_on_user", "user_rows", "user_units"]
 
 _USER_ROLES = [role for role, chat in CHAT_ROLES.items() if chat == "user"]
 _SYSTEM_ROLES = ["system", "developer"]
@@ -81,7 +81,7 @@ def start_on_user(
         dropped like any other.
     """
     role = df.get_column("role").cast(pl.String)
-    is_user = role.is_in(_USER_ROLES).to_numpy()
+    is_user = user_rows(df)
     is_system = role.is_in(_SYSTEM_ROLES).to_numpy()
     dropped = np.zeros(units.n_units, dtype=bool)
     while True:
@@ -99,24 +99,30 @@ def start_on_user(
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
 
 
-def user_units(df: pl.DataFrame, rows: Exclusions, units: Units) -> np.ndarray:
+def user_rows(df: pl.DataFrame) -> np.ndarray:
+    """``(n,)`` bool: the row is rendered with the ``user`` chat role (``role`` is read)."""
+    is_user: np.ndarray = df.get_column("role").cast(pl.String).is_in(_USER_ROLES).to_numpy()
+    return is_user
+
+
+def user_units(is_user: np.ndarray, rows: Exclusions, units: Units) -> np.ndarray:
     """``(n_units,)`` bool: the unit holds a candidate rendered with the ``user`` chat role.
 
     Parameters
     ----------
-    df
-        The items, ``n`` rows in input order (``role`` is read).
+    is_user
+        ``(n,)`` bool: the row is rendered with the ``user`` chat role
+        (:func:`user_rows`).
     rows
         The exclusions (a candidate is ``eligible``).
     units
         The packing units.
     """
-    role = df.get_column("role").cast(pl.String)
-    is_user: np.ndarray = role.is_in(_USER_ROLES).to_numpy() & rows.eligible
+    candidates: np.ndarray = is_user & rows.eligible
     if units.unit_of_row is None:
-        return is_user
+        return candidates
     opens = np.zeros(units.n_units, dtype=bool)
-    opens[units.unit_of_row[is_user]] = True
+    opens[units.unit_of_row[candidates]] = True
     return opens
 
 

@@ -10,15 +10,15 @@ candidates of other roles. One more selection is enough: the greedy choice
 up to the miss depends only on the units before it, which do not change.
 The miss keeps reason ``over_budget`` (or ``group_over_budget``); the older
 units left out get ``before_tail`` (:func:`mark_tail`): they were left out
-for the tail, whether or not they would have fit. In a pack that starts on
-a user message (``start_on="user"``, the Anthropic target), a miss that
-holds no user message (a tool exchange, a reply), newer than every user
-message taken, does not end the tail: it is passed over, a hole, and the
-tail runs on to a user message (:func:`tail_end`). Otherwise a half-finished
-agent loop, its task followed by tool exchanges, lost everything but its
-system prompt when one tool result did not fit: the tail held no user
-message, so the start rule dropped it all. A user message that does not fit
-still ends the tail.
+for the tail, whether or not they would have fit. One exception: a miss
+that holds no user message (a tool exchange, a reply), newer than every
+user message taken, does not end the tail: it is passed over, a hole, and
+the tail runs on to a user message (:func:`tail_end`). Otherwise a
+half-finished agent loop, its task followed by tool exchanges, lost its task
+when one tool result did not fit: the tail held its latest steps alone, and
+a pack that starts on a user message (``start_on="user"``, the Anthropic
+target) dropped those too. A user message that does not fit still ends the
+tail.
 
 With ``gaps="fill"`` a unit that does not fit is skipped and older ones are
 tried. Either way a hole is marked: among the rows of those units, in input
@@ -35,7 +35,7 @@ Before::
 After, ``"stop"``: ``u9``, ``u8`` is over budget and ``u7``, ... are before
 the tail; ``"fill"``: ``u9``, ``u7``, ... and ``u8`` is a gap.
 
-An agent loop starting on a user message, ``"stop"``::
+An agent loop, ``"stop"``::
 
     newest first: t9 (fits) t8 (too long) u7 (fits) a6 (too long) u5 ...
     packed: u7 t9; t8 a gap, a6 over budget, u5 ... before the tail
@@ -90,10 +90,9 @@ def stop_at_first_miss(
         Selects the units of a queue under the pack's budget:
         ``(n_units,)`` bool, the unit is in the pack.
     opens
-        ``(n_units,)`` bool: the unit holds a user message, for a pack that
-        starts on one (``start_on="user"``, the Anthropic target), else
-        ``None``: then a miss holding none, newer than every unit taken
-        that holds one, is passed over (see :func:`tail_end`).
+        ``(n_units,)`` bool: the unit holds a user message, or ``None``.
+        When given, a miss holding none, newer than every unit taken that
+        holds one, is passed over (see :func:`tail_end`).
 
     Returns
     -------
@@ -131,12 +130,11 @@ def tail_end(missed: np.ndarray, taken: np.ndarray, opens: np.ndarray | None = N
     taken
         ``(k,)`` bool: the same units in the pack.
     opens
-        ``(k,)`` bool: the unit holds a user message, for a pack that starts
-        on one, else ``None``. Then, before the first unit taken that holds
-        one, a miss that holds none (a tool exchange, a reply) is passed
-        over: a tail of tool exchanges whose task lies past a tool result
-        too long to fit would hold no user message, and the start rule
-        would drop it all.
+        ``(k,)`` bool: the unit holds a user message, or ``None``. When
+        given, before the first unit taken that holds one, a miss that
+        holds none (a tool exchange, a reply) is passed over: a tail of
+        tool exchanges whose task lies past a tool result too long to fit
+        would hold no user message.
 
     Returns
     -------
@@ -186,8 +184,7 @@ def mark_tail(
     decisions
         Every row's decision.
     opens
-        ``(n_units,)`` bool: the unit holds a user message, for a pack that
-        starts on one; else ``None``.
+        ``(n_units,)`` bool: the unit holds a user message, or ``None``.
 
     Returns
     -------

@@ -114,9 +114,8 @@ class Reason(StrEnum):
 
     ``before_tail``: with ``gaps="stop"``, a conversation item older than
     the first one, taken newest first, that did not fit (that one is
-    ``over_budget``; in a pack that starts on a user message, a tool
-    exchange or reply newer than every user message taken is passed over,
-    as a hole): the pack keeps an unbroken tail of the conversation,
+    ``over_budget``; a tool exchange or reply newer than every user
+    message taken is passed over, as a hole): the pack keeps an unbroken tail of the conversation,
     so no older item was taken, whether or not it would have fit (see
     ``gaps`` in :class:`~cognoxium.packing.options.PackOptions`).
     """

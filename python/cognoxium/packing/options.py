@@ -140,11 +140,10 @@ class PackOptions:
         the pack can have holes. Either way each hole is marked in the manifest (reason
         ``gap``, and ``gap_records``). "stop" is the default because a hole
         shows the model a reply without its question, or a conversation
-        that jumps, with nothing to tell it so. A pack that starts on a
-        user message (``start_on="user"``, ``target="anthropic"``) passes
-        over a tool exchange or reply that does not fit, newer than every
-        user message taken (a hole): so the task of an agent loop and its
-        latest tool exchanges stay when an earlier tool result does not
+        that jumps, with nothing to tell it so. One exception: a tool
+        exchange or reply that does not fit, newer than every user message
+        taken, is passed over (a hole), so the task of an agent loop and
+        its latest tool exchanges stay when an earlier tool result does not
         fit. Items with a rank are not affected: a rank is a relevance
         order, not a sequence.
     gap_note

@@ -28,9 +28,9 @@ that returns its own result:
    first, as LangChain's ``trim_messages(strategy="last")`` keeps a history's
    tail), after the other items of their tier and priority; with
    ``gaps="stop"`` (the default) the first of them that does not fit ends
-   them, so the conversation kept is an unbroken tail (a pack that starts on
-   a user message passes over the tool exchanges and replies newer than
-   every user message taken, as holes); with ``gaps="fill"``
+   them, so the conversation kept is an unbroken tail (but for the tool
+   exchanges and replies newer than every user message taken: those are
+   passed over, as holes); with ``gaps="fill"``
    older ones fill the space and each hole is marked (reason ``gap``,
    ``gap_records``; ``_gaps``). The manifest's ``order`` says ``recency``
    when that order was used. The pack keeps the input (conversational) order
@@ -93,7 +93,7 @@ from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
 from cognoxium.packing._checks import PackCall, check_call, check_frame, check_rank
-from cognoxium.packing._conversation import start_on_user, user_units
+from cognoxium.packing._conversation import start_on_user, user_rows, user_units
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._gaps import (
@@ -822,7 +822,7 @@ class PackScope:
         needed (else 0). With ``reopen`` (a pack continuing one that opened
         so), the selection keeping them comes first, and the other is made
         only when a user message opens the request anyway. ``opens`` marks
-        the units holding a user message, for a pack that starts on one.
+        the units holding a user message (see :meth:`_selector`).
         """
 
         def selection(kept: int) -> tuple[np.ndarray, Exclusions, bool]:
@@ -907,10 +907,9 @@ class PackScope:
         ``opening`` and ``notes`` are tokens it keeps: for the message an
         Anthropic request opens with and for the gap notes. With
         ``gaps="stop"`` the conversation items without a rank end at the
-        first that does not fit; with ``opens`` (the units holding a user
-        message, for a pack that starts on one), the misses holding none
-        newer than every user message taken are passed over (see
-        :mod:`cognoxium.packing._gaps`).
+        first that does not fit, but for those holding no user message
+        (``opens`` marks the units holding one) newer than every user
+        message taken, which are passed over (see :mod:`cognoxium.packing._gaps`).
         """
         select: Callable[[Queue], np.ndarray] = partial(
             _select, self.df.get_column("id"), costs, call, cutter, opening=opening, notes=notes
@@ -950,13 +949,18 @@ class PackScope:
         return included, rows
 
     def _opens(self, call: PackCall, rows: Exclusions, units: Units) -> np.ndarray | None:
-        """``(n_units,)`` bool: the unit holds a candidate user message, for a pack starting on one.
+        """``(n_units,)`` bool: the unit holds a candidate user message, with ``gaps="stop"``.
 
-        ``None`` for a pack that need not start on a user message.
+        ``None`` with ``gaps="fill"``, where no miss ends the tail.
         """
-        if not _starts_on_user(call):
+        if call.options.gaps != "stop":
             return None
-        return user_units(self.df, rows, units)
+        return user_units(self._user_rows, rows, units)
+
+    @cached_property
+    def _user_rows(self) -> np.ndarray:
+        """``(n,)`` bool: the row is rendered with the ``user`` chat role."""
+        return user_rows(self.df)
 
     def _reopens(self, continuation: Continuation | None) -> bool:
         """Whether a continuing pack keeps the room of the earlier pack's opening message.
