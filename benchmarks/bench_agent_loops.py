@@ -1,8 +1,8 @@
-"""Half-finished agent loops packed with no settings: is the task kept past a long tool result?
+"""Half-finished agent loops packed with no settings: whether the task outlives a long result.
 
 An agent loop: a system prompt, the user's task, then tool steps (an
 assistant message calling a tool, the tool's result). Most results are short
-(``--short`` tokens at most); one step in ``--long-every`` returns a long log
+(``--short`` words at most); one step in ``--long-every`` returns a long log
 (``--long-lines`` lines, about 10 tokens each). After every step the history
 so far is packed under ``--budget`` tokens by
 
