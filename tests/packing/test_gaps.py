@@ -219,24 +219,24 @@ def test_a_tool_exchange_is_one_unit_in_the_tail() -> None:
     assert filled.gap_records == [GapRecord(first=1, last=2, items=2)]
 
 
+def _call(i: int) -> dict[str, Any]:
+    """An assistant message calling ``read_file`` with call id ``c<i>``."""
+    function = {"name": "read_file", "arguments": json.dumps({"path": f"f{i}.py"})}
+    call = {"id": f"c{i}", "type": "function", "function": function}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
 def _agent_loop(*, log_lines: int) -> CognitionFrame:
     """A half-finished agent loop: the task, then three tool exchanges, the first one long."""
-
-    def call(i: int) -> dict[str, Any]:
-        function = {"name": "read_file", "arguments": json.dumps({"path": f"f{i}.py"})}
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": function}
-        ]}  # fmt: skip
-
     return from_openai_messages(
         [
             {"role": "system", "content": "You are a coding agent."},
             {"role": "user", "content": "Fix the failing test in tests/test_io.py."},
-            call(1),
+            _call(1),
             {"role": "tool", "tool_call_id": "c1", "content": "log line\n" * log_lines},
-            call(2),
+            _call(2),
             {"role": "tool", "tool_call_id": "c2", "content": "def read(path): ..."},
-            call(3),
+            _call(3),
             {"role": "tool", "tool_call_id": "c3", "content": "assert read('x') == 1"},
         ]
     )
@@ -265,6 +265,26 @@ def test_the_tail_reaches_back_past_a_long_tool_result_to_the_task(
     assert "(2 messages omitted)" in json.dumps(noted.messages)
     # The same without the start rule: the task is not lost.
     assert loop.pack(500, as_of=AS_OF).ids == result.ids
+
+
+@pytest.mark.parametrize("options", [{}, {"start_on": "user"}, {"target": "anthropic"}])
+def test_the_newest_tool_step_is_kept_over_an_older_one(options: dict[str, str]) -> None:
+    # Before, the start rule dropped the newest step (the tail c:4, c:5 held no user
+    # message) and selecting again sent the older one: ["c:0", "c:1", "c:2", "c:3"].
+    loop = from_openai_messages(
+        [
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Fix the failing test."},
+            _call(2),
+            {"role": "tool", "tool_call_id": "c2", "content": "word " * 440},
+            _call(4),
+            {"role": "tool", "tool_call_id": "c4", "content": "word " * 170},
+        ],
+        conversation_id="c",
+    )
+    result = loop.pack(500, as_of=AS_OF, **options)
+    assert result.ids == ["c:0", "c:1", "c:4", "c:5"]
+    assert reasons(result)["c:2"] == reasons(result)["c:3"] == "gap"
 
 
 def test_the_first_miss_after_the_user_message_taken_ends_the_tail() -> None:
