@@ -1188,3 +1188,32 @@ def test_a_document_attached_to_a_message_stays_in_its_place_in_the_prefix() -> 
         assert report is not None
         assert report.prefix_ids == earlier.ids
         assert later.messages[: len(earlier.messages)] == earlier.messages
+
+
+def _tool_step(i: int, words: int) -> list[dict[str, Any]]:
+    """An assistant message calling a tool (call id ``t<i>``) and its result of ``words`` words."""
+    function = {"name": "sh", "arguments": "{}"}
+    call = {"id": f"t{i}", "type": "function", "function": function}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"t{i}", "content": "word " * words},
+    ]
+
+
+def test_a_pending_call_is_sent_with_its_result_once_the_result_comes() -> None:
+    # The earlier pack left the call out as unanswered: its result had not come. The
+    # call's unit gained the result since, so it is new, not held out (before: both
+    # evicted_for_cache, and an agent loop packed step by step never sent a tool step).
+    from cognoxium.formats.openai import from_openai_messages
+
+    task = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Fix the bug."}]
+    step = _tool_step(0, 20)
+    pending = from_openai_messages(task + step[:1]).pack(10_000, as_of=AS_OF)
+    assert pending.ids == ["msg:0", "msg:1"]
+    assert _reasons(pending)["msg:2"] == "tool_call_unanswered"
+    answered = from_openai_messages(task + step).pack(10_000, as_of=AS_OF, previous=pending)
+    assert answered.ids == ["msg:0", "msg:1", "msg:2", "msg:3"]
+    assert answered.manifest.cache is not None
+    assert answered.manifest.cache.prefix_ids == ["msg:0", "msg:1"]
+    fresh = from_openai_messages(task + step).pack(10_000, as_of=AS_OF)
+    assert answered.messages == fresh.messages

@@ -27,7 +27,9 @@ evicted). A unit with a required item is never evicted.
    those it could have sent and left out anywhere (for the budget, a gap,
    ``start_on``, a tool rule or an eviction; not for an exclusion such as
    ``expired``), are held out (reason ``evicted_for_cache``): sending them
-   would change the prefix, or a choice the earlier pack made. A required
+   would change the prefix, or a choice the earlier pack made. A unit that
+   gained an item since (a tool call whose result came after the earlier
+   pack left the call out as unanswered) is new, not held out. A required
    one is sent, and the prefix ends before it. One holding a ``system`` or
    ``developer`` message is neither held out nor pinned: it is selected as
    usual, so a system prompt left out for a smaller budget comes back when
@@ -615,14 +617,17 @@ def _pinned_and_held(
     Held out, unless required or holding a ``system`` or ``developer``
     message: the units of history outside the prefix that come before its
     last row or that the earlier pack passed over (see
-    :func:`_passed_over`). Pinned: the prefix's units and the other units
-    of history after it (what the earlier pack sent after its prefix, and
-    the new messages).
+    :func:`_passed_over`), but for a unit that gained an item since (a
+    tool call whose results came): it could not be sent as it is now, so
+    it is new. Pinned: the prefix's units and the other units of history
+    after it (what the earlier pack sent after its prefix, and the new
+    messages).
     """
     in_prefix = at.whole(prefix)
     before = np.arange(len(at.unit)) <= int(prefix[-1])
     rest = at.eligible & at.history & ~in_prefix
-    left_out = at.whole(rest & (before | _passed_over(df, previous))) & at.eligible
+    passed = _passed_over(df, previous) & ~at.whole(at.eligible & ~_seen(df, previous))
+    left_out = at.whole(rest & (before | passed)) & at.eligible
     held = left_out & at.movable
     pinned = (in_prefix | at.whole(rest & ~before)) & at.eligible & ~left_out
     return pinned, held
@@ -774,6 +779,12 @@ def _passed_over(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
     reason = entries.get_column("reason").cast(pl.String)
     passed = (entries.get_column("decision") == "excluded") & ~reason.is_in(_UNSENDABLE)
     ids = entries.get_column("id").filter(passed)
+    return df.get_column("id").is_in(ids.implode()).to_numpy()
+
+
+def _seen(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
+    """``(n,)`` bool: the row's item has an entry in ``pack``'s manifest (it was an input)."""
+    ids = pack.manifest.to_polars().get_column("id")
     return df.get_column("id").is_in(ids.implode()).to_numpy()
 
 
