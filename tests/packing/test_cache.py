@@ -807,9 +807,10 @@ def test_history_passed_over_after_the_prefix_stays_out_under_gaps_stop() -> Non
 
 
 def test_history_dropped_before_the_first_user_message_stays_out() -> None:
-    # start_on="user": a1 (preferred, rank 0.9) was selected before u0 and dropped, and
-    # m2 took its room. Continued, u0 is pinned, a1 after it was selected as usual and
-    # sent, and m2 (74 tokens) no longer fit.
+    # start_on="user": a1 (preferred, rank 0.9) was selected before u0 and dropped to let
+    # u0 in, and m2 took its room; a1 now comes after u0, so it was left out for the
+    # budget. Continued, u0 is pinned, a1 after it was selected as usual and sent, and
+    # m2 (74 tokens) no longer fit.
     frame = _chat(
         [
             ("s0", "system", 5, {}),
@@ -820,7 +821,7 @@ def test_history_dropped_before_the_first_user_message_stays_out() -> None:
     )
     first = frame.pack(130, as_of=AS_OF, start_on="user")
     assert first.ids == ["s0", "u0", "m2"]
-    assert _reasons(first)["a1"] == "before_first_user"
+    assert _reasons(first)["a1"] == "over_budget"
     again = frame.pack(130, as_of=AS_OF, start_on="user", previous=first)
     assert again.ids == ["s0", "u0", "m2"]
     assert _reasons(again) == {

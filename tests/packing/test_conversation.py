@@ -204,12 +204,13 @@ def test_start_on_user_drops_a_leading_reply_and_refills() -> None:
     plain = pack(df, budget, PackOptions(as_of=AS_OF))
     assert plain.ids == ["sys", "hi", "a1", "q2"]
     result = pack(df, budget, PackOptions(as_of=AS_OF, start_on="user"))
-    # hi and a1 come before the first packed user message; with them gone, q1 fits.
-    assert result.ids == ["sys", "q1", "q2"]
+    # hi and a1 come before the first packed user message. The oldest goes first: with
+    # hi gone, q1 fits, and a1 now answers it (before, both went: ["sys", "q1", "q2"]).
+    assert result.ids == ["sys", "q1", "a1", "q2"]
     why = reasons(result)
-    assert why["hi"] == why["a1"] == "before_first_user"
-    assert why["q1"] == why["q2"] == "selected"
-    assert result.manifest.totals.by_reason["before_first_user"] == 2
+    assert why["hi"] == "before_first_user"
+    assert why["q1"] == why["a1"] == why["q2"] == "selected"
+    assert result.manifest.totals.by_reason["before_first_user"] == 1
     assert result.used_tokens == PROFILE.request_tokens(result.messages)
 
 
@@ -324,7 +325,7 @@ def test_start_on_user_reselects_within_the_reply_reserve() -> None:
     )
     budget = PROFILE.tokens_per_pack + cost(df, "sys", "hi", "a1", "q2")
     result = pack(df, budget + 25, PackOptions(as_of=AS_OF, reserve=25, start_on="user"))
-    assert result.ids == ["sys", "q1", "q2"]  # as without a reserve, in budget - reserve
+    assert result.ids == ["sys", "q1", "a1", "q2"]  # as without a reserve, in budget - reserve
     assert result.used_tokens + 25 + result.remaining_tokens == budget + 25
     assert result.used_tokens == PROFILE.request_tokens(result.messages)
 
@@ -343,4 +344,26 @@ def test_a_truncatable_reply_is_cut_inside_its_turn() -> None:
     assert (cut.id, cut.side) == ("a1", "head")
     assert cut.kept_tokens < cut.original_tokens
     assert result.used_tokens == budget
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+@pytest.mark.parametrize("start", [{"start_on": "user"}, {"target": "anthropic"}])
+def test_the_oldest_steps_make_room_for_the_task(start: dict[str, str]) -> None:
+    # The three steps fill the budget and the task does not fit beside them. Before,
+    # the start rule dropped all three (before_first_user) and sent 18 of 404 tokens.
+    def step(i: int, words: int) -> list[dict[str, Any]]:
+        call = {"id": f"t{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"t{i}", "content": "word " * words},
+        ]
+
+    task = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Fix the bug"}]
+    loop = from_openai_messages(task + step(0, 100) + step(1, 100) + step(2, 150))
+    assert loop.pack(404, as_of=AS_OF).ids[1] == "msg:2"  # no start rule: the task is out
+    result = loop.pack(404, as_of=AS_OF, **start)
+    assert result.ids == ["msg:0", "msg:1", "msg:4", "msg:5", "msg:6", "msg:7"]
+    why = reasons(result)
+    assert why["msg:2"] == why["msg:3"] == "gap"  # the oldest step, for the task
+    assert [(g.first, g.last) for g in result.manifest.gap_records] == [(2, 3)]
     assert result.used_tokens == PROFILE.request_tokens(result.messages)

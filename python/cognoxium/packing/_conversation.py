@@ -8,10 +8,14 @@ message), starts on a message rendered with the ``user`` chat role (a
 input order, or a continuing pack's history first:
 :attr:`~cognoxium.packing._exclusions.Exclusions.sent_first`). Every
 selected unit with another row before the first such message (an assistant
-reply whose question did not fit, a tool exchange) is dropped with reason
-``before_first_user``, and the
-selection runs again without the dropped units, so the freed tokens go to the
-next candidates. That repeats until the pack starts on a user message or
+reply whose question did not fit, a tool exchange) is in the way. The oldest
+of them are dropped first, as few as let an older user message in (the
+selection runs again without them, so the freed tokens go to the next
+candidates): an agent loop whose steps fill the budget keeps its task and
+its latest steps, the older steps a hole. When no number of them does, all
+are dropped. Those left before the first user message get reason
+``before_first_user``; those after it were left out for the budget (a hole,
+reason ``gap``). That repeats until the pack starts on a user message or
 holds only its system block; each round drops at least one unit, so it ends.
 This is LangChain's ``trim_messages(start_on="human")``, with the refill that
 skip-and-continue selection gives.
@@ -46,7 +50,7 @@ def start_on_user(
     included: np.ndarray,
     select: Callable[[Queue], np.ndarray],
 ) -> tuple[np.ndarray, Exclusions]:
-    """Drop the selected units before the pack's first user message and select again.
+    """Drop selected units before the pack's first user message, oldest first, and select again.
 
     Parameters
     ----------
@@ -69,7 +73,9 @@ def start_on_user(
     included : numpy.ndarray
         ``(n_units,)`` bool: the units of the final selection.
     rows : Exclusions
-        ``rows`` with the dropped units' rows excluded as ``before_first_user``.
+        ``rows`` with the dropped units' rows sent before the first user
+        message excluded as ``before_first_user`` (the others stay
+        candidates left out, for the budget).
 
     Raises
     ------
@@ -80,23 +86,79 @@ def start_on_user(
         :attr:`~cognoxium.packing._exclusions.Exclusions.required`): it is
         dropped like any other.
     """
-    role = df.get_column("role").cast(pl.String)
     is_user = user_rows(df)
-    is_system = role.is_in(_SYSTEM_ROLES).to_numpy()
+    is_system = df.get_column("role").cast(pl.String).is_in(_SYSTEM_ROLES).to_numpy()
+
+    def before_first_user(included: np.ndarray) -> np.ndarray:
+        return _units_before_first_user(rows, units, included, is_user, is_system)
+
+    later_users = user_units(is_user, rows, units)
     dropped = np.zeros(units.n_units, dtype=bool)
     while True:
-        early = _units_before_first_user(rows, units, included, is_user, is_system)
+        early = before_first_user(included)
         if len(early) == 0:
             break
         _refuse_required(df, rows, units, early)
-        dropped[early] = True
-        queue = queue.without(dropped)
-        included = select(queue)
+        if not (later_users[queue.order] & ~included[queue.order]).any():
+            dropped[early] = True
+            included = select(queue.without(dropped))
+            continue
+        included, dropped = _drop_oldest(early, dropped, queue, select, before_first_user)
     if not dropped.any():
         return included, rows
-    lost = (dropped if units.unit_of_row is None else dropped[units.unit_of_row]) & rows.eligible
+    lost = _row_mask(units, dropped) & rows.eligible & _before(rows, units, included, is_user)
     reason = np.where(lost, REASON_CODE[Reason.BEFORE_FIRST_USER], rows.reason)
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
+
+
+def _drop_oldest(
+    early: np.ndarray,
+    dropped: np.ndarray,
+    queue: Queue,
+    select: Callable[[Queue], np.ndarray],
+    before_first_user: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The selection without the fewest of ``early``, oldest first, that lets a user message in.
+
+    ``early`` are the selected units before the first user message, in the
+    order sent. Dropping the oldest of them frees room for an older user
+    message (the task of an agent loop, whose latest steps would all go
+    with the rest); how many are dropped is found by doubling, then
+    bisection, assuming more room never shuts the user message out. When
+    no number does it, all of them are dropped.
+
+    Returns
+    -------
+    included : numpy.ndarray
+        ``(n_units,)`` bool: the selection.
+    dropped : numpy.ndarray
+        ``(n_units,)`` bool: the units dropped so far.
+    """
+
+    def attempt(k: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        tried = dropped.copy()
+        tried[early[:k]] = True
+        included = select(queue.without(tried))
+        return included, tried, len(before_first_user(included)) == 0
+
+    low, high = 0, 1
+    while high < len(early):
+        included, tried, starts = attempt(high)
+        if starts:
+            break
+        low, high = high, 2 * high
+    else:
+        included, tried, _ = attempt(len(early))
+        return included, tried
+    best = included, tried
+    while high - low > 1:
+        middle = (low + high) // 2
+        included, tried, starts = attempt(middle)
+        if starts:
+            high, best = middle, (included, tried)
+        else:
+            low = middle
+    return best
 
 
 def user_rows(df: pl.DataFrame) -> np.ndarray:
@@ -130,6 +192,32 @@ def _row_units(units: Units, rows: np.ndarray) -> np.ndarray:
     return rows if units.unit_of_row is None else units.unit_of_row[rows]
 
 
+def _row_mask(units: Units, per_unit: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: the row's unit is set in ``per_unit`` (``(n_units,)`` bool)."""
+    return per_unit if units.unit_of_row is None else per_unit[units.unit_of_row]
+
+
+def _sent_places(rows: Exclusions, n: int) -> np.ndarray:
+    """``(n,)`` int64: each row's place in the order sent (history first, for a continuing pack)."""
+    if rows.sent_first is None:
+        return np.arange(n)
+    order = np.concatenate([np.flatnonzero(rows.sent_first), np.flatnonzero(~rows.sent_first)])
+    places = np.empty(n, dtype=np.int64)
+    places[order] = np.arange(n)
+    return places
+
+
+def _before(
+    rows: Exclusions, units: Units, included: np.ndarray, is_user: np.ndarray
+) -> np.ndarray:
+    """``(n,)`` bool: the row would be sent before the first user message of the selection."""
+    places = _sent_places(rows, len(is_user))
+    users = places[_row_mask(units, included) & rows.eligible & is_user]
+    first = int(users.min()) if len(users) else len(is_user)
+    before: np.ndarray = places < first
+    return before
+
+
 def _units_before_first_user(
     rows: Exclusions,
     units: Units,
@@ -144,7 +232,9 @@ def _units_before_first_user(
         packed = np.concatenate([packed[first], packed[~first]])
     users = np.flatnonzero(is_user[packed])
     lead = packed[: users[0] if len(users) else len(packed)]
-    return np.unique(_row_units(units, lead[~is_system[lead]]))
+    lead_units = _row_units(units, lead[~is_system[lead]])
+    _, first = np.unique(lead_units, return_index=True)
+    return lead_units[np.sort(first)]
 
 
 def _refuse_required(df: pl.DataFrame, rows: Exclusions, units: Units, early: np.ndarray) -> None:
