@@ -1218,3 +1218,29 @@ def test_a_pending_call_is_sent_with_its_result_once_the_result_comes() -> None:
     assert answered.manifest.cache.prefix_ids == ["msg:0", "msg:1"]
     fresh = from_openai_messages(task + step).pack(10_000, as_of=AS_OF)
     assert answered.messages == fresh.messages
+
+
+def test_an_agent_loop_evicts_its_oldest_steps_and_keeps_its_task() -> None:
+    # One open turn: the task, then tool steps. Before, nothing could be evicted (no
+    # later user message), so from the fourth step on every pack was the same and the
+    # newest step was left out as group_over_budget.
+    from cognoxium.formats.openai import from_openai_messages
+
+    history = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Fix it."}]
+    previous: ContextPack | None = None
+    sent = []
+    for i in range(8):
+        history += _tool_step(i, 400)
+        packed = from_openai_messages(history).pack(1500, as_of=AS_OF, previous=previous)
+        sent.append(packed.ids)
+        previous = packed
+        newest = [f"msg:{len(history) - 2}", f"msg:{len(history) - 1}"]
+        assert packed.ids[:2] == ["msg:0", "msg:1"], i  # the system prompt and the task
+        assert packed.ids[-2:] == newest, i
+    assert sent[3] == ["msg:0", "msg:1", "msg:6", "msg:7", "msg:8", "msg:9"]
+    assert previous is not None
+    assert _reasons(previous)["msg:2"] == "evicted_for_cache"
+    report = previous.manifest.cache
+    assert report is not None
+    assert (report.eviction_steps, report.evicted) == (1, ["msg:10", "msg:11", "msg:12", "msg:13"])
+    assert report.prefix_ids == ["msg:0", "msg:1"]

@@ -59,7 +59,10 @@ evicted). A unit with a required item is never evicted.
    prefix are evicted in steps: each step evicts at least
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
    tokens, oldest first, and then up to the next unit that opens with a
-   ``user`` message, so the history still starts on a user turn. Units
+   ``user`` message, so the history still starts on a user turn. When
+   the history is one open turn (an agent loop: its task, then tool
+   steps), its user message stays and the steps after it are evicted,
+   oldest first, so the loop goes on with its task. Units
    with a required item, or with a ``system`` or ``developer`` message, are
    never evicted. Steps are taken until the rest fits; the evicted items
    get reason ``evicted_for_cache``. A step frees room for several turns,
@@ -707,9 +710,9 @@ def _steps(
     while int(tokens[evicted].sum()) < excess and len(evictable):
         lead = _lead_roles(at, evictable)
         cost = unit_cost[evictable].astype(np.int64)
-        upto = _eviction_step(cost, call.options.eviction_share, lead)
-        evicted |= np.isin(at.unit, evictable[:upto]) & pinned
-        evictable = evictable[upto:]
+        start, upto = _eviction_step(cost, call.options.eviction_share, lead)
+        evicted |= np.isin(at.unit, evictable[start:upto]) & pinned
+        evictable = np.concatenate([evictable[:start], evictable[upto:]])
         steps += 1
     return evicted, steps
 
@@ -856,15 +859,37 @@ def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:
     return prefix[prefix < late[0]] if len(late) else prefix
 
 
-def _eviction_step(cost: np.ndarray, share: float, lead: np.ndarray) -> int:
-    """How many of the evictable units one step evicts, oldest first.
+def _eviction_step(cost: np.ndarray, share: float, lead: np.ndarray) -> tuple[int, int]:
+    """Which of the evictable units one step evicts: ``[start, upto)``, oldest first.
 
     At least ``share`` of the evictable units' tokens (``cost``, ``(k,)``
     int64 in tokens), then up to the next unit that opens with a ``user``
     message (``lead``, ``(k,)``: each unit's first history role), so the
-    history left starts on a user turn.
+    history left starts on a user turn. When none follows and the first
+    unit opens with one, the history is one open turn (an agent loop: its
+    task, then tool steps): its user message stays, and the step evicts at
+    least ``share`` of the units after it, oldest first, leaving a hole
+    after the task. Otherwise it evicts them all.
+
+    Examples
+    --------
+    >>> lead = np.array(["user", "assistant", "user", "assistant"], dtype=object)
+    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, lead)
+    (0, 2)
+    >>> loop = np.array(["user", "assistant", "assistant", "assistant"], dtype=object)
+    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop)
+    (1, 3)
     """
-    target = math.ceil(share * int(cost.sum()))
-    upto = min(int(np.searchsorted(np.cumsum(cost), target, side="left")) + 1, len(cost))
+    upto = _share_end(cost, share)
     users = np.flatnonzero(lead[upto:] == "user")
-    return upto + int(users[0]) if len(users) else len(cost)
+    if len(users):
+        return 0, upto + int(users[0])
+    if len(cost) > 1 and lead[0] == "user" and not (lead[1:] == "user").any():
+        return 1, 1 + _share_end(cost[1:], share)
+    return 0, len(cost)
+
+
+def _share_end(cost: np.ndarray, share: float) -> int:
+    """How many of the units, oldest first, it takes to reach ``share`` of ``cost``'s sum."""
+    target = math.ceil(share * int(cost.sum()))
+    return min(int(np.searchsorted(np.cumsum(cost), target, side="left")) + 1, len(cost))
