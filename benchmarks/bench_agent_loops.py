@@ -1,4 +1,4 @@
-"""Half-finished agent loops packed with no settings: whether the task outlives a long result.
+"""Half-finished agent loops packed under a budget: whether the task outlives a long result.
 
 An agent loop: a system prompt, the user's task, then tool steps (an
 assistant message calling a tool, the tool's result). Most results are short
@@ -11,7 +11,8 @@ so far is packed under ``--budget`` tokens by
     gives for chat models;
 (b) ``trim_any``: the same without ``start_on`` (its default);
 (c) ``pack``: ``from_openai_messages(history).pack(budget)``, no settings;
-(d) ``pack_anthropic``: the same with ``target="anthropic"``.
+(d) ``pack_start_on``: the same with ``start_on="user"``;
+(e) ``pack_anthropic``: the same with ``target="anthropic"``.
 
 Each message is priced with the same chat costing (Cognoxium's
 ``message_tokens``), so every method sees the same costs. Reported per
@@ -49,7 +50,7 @@ AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 PROFILE = get_profile("cl100k_base")
 SYSTEM = "You are a coding agent. Use the tools to read, run and edit the repository. " * 8
 WORDS = "read file test error line value module import path config build run fix".split()
-METHODS = ("trim", "trim_any", "pack", "pack_anthropic")
+METHODS = ("trim", "trim_any", "pack", "pack_start_on", "pack_anthropic")
 
 
 def loop(seed: int, steps: int, short: int, long_every: int, long_lines: int) -> list[dict]:
@@ -151,6 +152,7 @@ def replay(loops: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
         "trim": trimmer("human"),
         "trim_any": trimmer(None),
         "pack": packer(),
+        "pack_start_on": packer(start_on="user"),
         "pack_anthropic": packer(target="anthropic"),
     }
     tally = {name: dict.fromkeys(("task", "newest", "both", "messages", "tokens"), 0)
@@ -186,7 +188,7 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
     s, states = report["settings"], report["states"]
     floor, trim = report["seconds"]["floor"], report["seconds"]["trim"]
     lines = [
-        "# Half-finished agent loops, no settings",
+        "# Half-finished agent loops under a budget",
         "",
         f"Command: `{report['command']}`",
         "",
