@@ -61,8 +61,8 @@ evicted). A unit with a required item is never evicted.
    tokens, oldest first, and then up to the next unit that opens with a
    ``user`` message, so the history still starts on a user turn. When
    the history is one open turn (an agent loop: its task, then tool
-   steps), its user message stays and the steps after it are evicted,
-   oldest first, so the loop goes on with its task. Units
+   steps, and no new user message), its user message stays and the steps
+   after it are evicted, oldest first, so the loop goes on with its task. Units
    with a required item, or with a ``system`` or ``developer`` message, are
    never evicted. Steps are taken until the rest fits; the evicted items
    get reason ``evicted_for_cache``. A step frees room for several turns,
@@ -706,11 +706,13 @@ def _steps(
     """
     evicted = np.zeros(len(at.unit), dtype=bool)
     unit_cost = np.bincount(at.unit, weights=tokens, minlength=int(at.unit.max()) + 1)
+    new_users = pinned & at.history & (at.roles == "user") & ~np.isin(at.unit, evictable)
     steps = 0
     while int(tokens[evicted].sum()) < excess and len(evictable):
         lead = _lead_roles(at, evictable)
         cost = unit_cost[evictable].astype(np.int64)
-        start, upto = _eviction_step(cost, call.options.eviction_share, lead)
+        share = call.options.eviction_share
+        start, upto = _eviction_step(cost, share, lead, open_turn=not new_users.any())
         evicted |= np.isin(at.unit, evictable[start:upto]) & pinned
         evictable = np.concatenate([evictable[:start], evictable[upto:]])
         steps += 1
@@ -859,17 +861,20 @@ def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:
     return prefix[prefix < late[0]] if len(late) else prefix
 
 
-def _eviction_step(cost: np.ndarray, share: float, lead: np.ndarray) -> tuple[int, int]:
+def _eviction_step(
+    cost: np.ndarray, share: float, lead: np.ndarray, *, open_turn: bool = False
+) -> tuple[int, int]:
     """Which of the evictable units one step evicts: ``[start, upto)``, oldest first.
 
     At least ``share`` of the evictable units' tokens (``cost``, ``(k,)``
     int64 in tokens), then up to the next unit that opens with a ``user``
     message (``lead``, ``(k,)``: each unit's first history role), so the
-    history left starts on a user turn. When none follows and the first
-    unit opens with one, the history is one open turn (an agent loop: its
-    task, then tool steps): its user message stays, and the step evicts at
-    least ``share`` of the units after it, oldest first, leaving a hole
-    after the task. Otherwise it evicts them all.
+    history left starts on a user turn. When none follows, the first unit
+    opens with one and no other does, nor any new message (``open_turn``),
+    the history is one open turn (an agent loop: its task, then tool
+    steps): its user message stays, and the step evicts at least ``share``
+    of the units after it, oldest first, leaving a hole after the task.
+    Otherwise it evicts them all.
 
     Examples
     --------
@@ -877,14 +882,16 @@ def _eviction_step(cost: np.ndarray, share: float, lead: np.ndarray) -> tuple[in
     >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, lead)
     (0, 2)
     >>> loop = np.array(["user", "assistant", "assistant", "assistant"], dtype=object)
-    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop)
+    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop, open_turn=True)
     (1, 3)
+    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop)  # a new user message follows
+    (0, 4)
     """
     upto = _share_end(cost, share)
     users = np.flatnonzero(lead[upto:] == "user")
     if len(users):
         return 0, upto + int(users[0])
-    if len(cost) > 1 and lead[0] == "user" and not (lead[1:] == "user").any():
+    if open_turn and len(cost) > 1 and lead[0] == "user" and not (lead[1:] == "user").any():
         return 1, 1 + _share_end(cost[1:], share)
     return 0, len(cost)
 
