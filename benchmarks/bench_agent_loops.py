@@ -12,7 +12,9 @@ so far is packed under ``--budget`` tokens by
 (b) ``trim_any``: the same without ``start_on`` (its default);
 (c) ``pack``: ``from_openai_messages(history).pack(budget)``, no settings;
 (d) ``pack_start_on``: the same with ``start_on="user"``;
-(e) ``pack_anthropic``: the same with ``target="anthropic"``.
+(e) ``pack_anthropic``: the same with ``target="anthropic"``;
+(f) ``pack_continue``: ``pack(budget, previous=<the pack of the step
+    before>)``, as an application keeping the provider's prompt cache warm.
 
 Each message is priced with the same chat costing (Cognoxium's
 ``message_tokens``), so every method sees the same costs. Reported per
@@ -50,7 +52,7 @@ AS_OF = datetime(2030, 1, 1, tzinfo=UTC)
 PROFILE = get_profile("cl100k_base")
 SYSTEM = "You are a coding agent. Use the tools to read, run and edit the repository. " * 8
 WORDS = "read file test error line value module import path config build run fix".split()
-METHODS = ("trim", "trim_any", "pack", "pack_start_on", "pack_anthropic")
+METHODS = ("trim", "trim_any", "pack", "pack_start_on", "pack_anthropic", "pack_continue")
 
 
 def loop(seed: int, steps: int, short: int, long_every: int, long_lines: int) -> list[dict]:
@@ -140,6 +142,25 @@ def packer(**options: Any) -> Callable[[list[dict[str, Any]], int], list[int]]:
     return pack
 
 
+class Continuing:
+    """``pack`` over the history, continuing the pack of the step before in the same loop."""
+
+    def __init__(self) -> None:
+        self.previous: Any = None
+
+    def reset(self) -> None:
+        """Start a new loop: the next pack continues none."""
+        self.previous = None
+
+    def __call__(self, history: list[dict[str, Any]], budget: int) -> list[int]:
+        """The places of the messages kept."""
+        result = from_openai_messages(history, conversation_id="loop").pack(
+            budget, as_of=AS_OF, previous=self.previous
+        )
+        self.previous = result
+        return [int(i.rsplit(":", 1)[1]) for i in result.ids]
+
+
 def ceiling(history: list[dict[str, Any]], budget: int) -> bool:
     """Whether the system prompt, the task and the newest step fit the budget together."""
     kept = history[:2] + history[-2:]
@@ -154,12 +175,16 @@ def replay(loops: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
         "pack": packer(),
         "pack_start_on": packer(start_on="user"),
         "pack_anthropic": packer(target="anthropic"),
+        "pack_continue": Continuing(),
     }
     tally = {name: dict.fromkeys(("task", "newest", "both", "messages", "tokens"), 0)
              for name in methods}  # fmt: skip
     seconds = dict.fromkeys([*methods, "floor"], 0.0)
     states = could = 0
     for messages in loops:
+        for method in methods.values():
+            if isinstance(method, Continuing):
+                method.reset()
         for end in range(4, len(messages) + 1, 2):
             history = messages[:end]
             states += 1
