@@ -92,14 +92,14 @@ def start_on_user(
     def before_first_user(included: np.ndarray) -> np.ndarray:
         return _units_before_first_user(rows, units, included, is_user, is_system)
 
-    later_users = user_units(is_user, rows, units)
+    has_user = user_units(is_user, rows, units)
     dropped = np.zeros(units.n_units, dtype=bool)
     while True:
         early = before_first_user(included)
         if len(early) == 0:
             break
         _refuse_required(df, rows, units, early)
-        if not (later_users[queue.order] & ~included[queue.order]).any():
+        if not (has_user[queue.order] & ~included[queue.order]).any():  # none to let in
             dropped[early] = True
             included = select(queue.without(dropped))
             continue

@@ -170,8 +170,8 @@ def mark_tail(
     """Give reason ``before_tail`` to the newest-first units left out after the tail ends.
 
     With ``gaps="stop"`` the first newest-first unit, in selection order,
-    left out for the budget ends the tail (with ``opens``, the first but the
-    misses passed over: see :func:`tail_end`); it keeps its reason
+    left out for the budget ends the tail (with ``opens``, the first not
+    passed over: see :func:`tail_end`); it keeps its reason
     (``over_budget`` or ``group_over_budget``) and the later ones left out
     for the budget were left out for the tail.
 
