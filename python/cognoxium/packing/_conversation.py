@@ -24,7 +24,7 @@ skip-and-continue selection gives.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -93,6 +93,9 @@ def start_on_user(
         return _units_before_first_user(rows, units, included, is_user, is_system)
 
     has_user = user_units(is_user, rows, units)
+    lane = queue.order[queue.newest_first]
+    lane = lane[~has_user[lane]]
+    places = _unit_places(rows, units, len(is_user))
     dropped = np.zeros(units.n_units, dtype=bool)
     while True:
         early = before_first_user(included)
@@ -103,7 +106,8 @@ def start_on_user(
             dropped[early] = True
             included = select(queue.without(dropped))
             continue
-        included, dropped = _drop_oldest(early, dropped, queue, select, before_first_user)
+        choice = _Oldest(early, lane, places, dropped)
+        included, dropped = _drop_oldest(choice, queue, select, before_first_user)
     if not dropped.any():
         return included, rows
     lost = _row_mask(units, dropped) & rows.eligible & _before(rows, units, included, is_user)
@@ -111,19 +115,55 @@ def start_on_user(
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
 
 
+@dataclass(frozen=True)
+class _Oldest:
+    """The units to drop so that an older user message fits: the oldest ``k`` of ``early``.
+
+    Attributes
+    ----------
+    early
+        ``(e,)`` int64: the selected units before the first user message, in
+        the order sent.
+    lane
+        ``(m,)`` int64: the newest-first conversation units holding no user
+        message.
+    places
+        ``(n_units,)`` int64: each unit's first place in the order sent.
+    dropped
+        ``(n_units,)`` bool: the units dropped before.
+    """
+
+    early: np.ndarray
+    lane: np.ndarray
+    places: np.ndarray
+    dropped: np.ndarray
+
+    def drop(self, k: int) -> np.ndarray:
+        """``(n_units,)`` bool: ``dropped`` with the oldest ``k`` of ``early``.
+
+        With ``k < e``, the lane's units sent before the first unit kept go
+        too: a step passed over before would otherwise come back and take
+        the room freed for the user message.
+        """
+        tried = self.dropped.copy()
+        tried[self.early[:k]] = True
+        if k < len(self.early):
+            kept = self.places[self.early[k]]
+            tried[self.lane[self.places[self.lane] < kept]] = True
+        return tried
+
+
 def _drop_oldest(
-    early: np.ndarray,
-    dropped: np.ndarray,
+    choice: _Oldest,
     queue: Queue,
     select: Callable[[Queue], np.ndarray],
     before_first_user: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The selection without the fewest of ``early``, oldest first, that lets a user message in.
+    """The selection without the fewest of the oldest units before the first user message.
 
-    ``early`` are the selected units before the first user message, in the
-    order sent. Dropping the oldest of them frees room for an older user
-    message (the task of an agent loop, whose latest steps would all go
-    with the rest); how many are dropped is found by doubling, then
+    Dropping the oldest of them (see :class:`_Oldest`) frees room for an
+    older user message (the task of an agent loop, whose latest steps would
+    all go with the rest); how many are dropped is found by doubling, then
     bisection, assuming more room never shuts the user message out. When
     no number does it, all of them are dropped.
 
@@ -136,19 +176,18 @@ def _drop_oldest(
     """
 
     def attempt(k: int) -> tuple[np.ndarray, np.ndarray, bool]:
-        tried = dropped.copy()
-        tried[early[:k]] = True
+        tried = choice.drop(k)
         included = select(queue.without(tried))
         return included, tried, len(before_first_user(included)) == 0
 
     low, high = 0, 1
-    while high < len(early):
+    while high < len(choice.early):
         included, tried, starts = attempt(high)
         if starts:
             break
         low, high = high, 2 * high
     else:
-        included, tried, _ = attempt(len(early))
+        included, tried, _ = attempt(len(choice.early))
         return included, tried
     best = included, tried
     while high - low > 1:
@@ -205,6 +244,14 @@ def _sent_places(rows: Exclusions, n: int) -> np.ndarray:
     places = np.empty(n, dtype=np.int64)
     places[order] = np.arange(n)
     return places
+
+
+def _unit_places(rows: Exclusions, units: Units, n: int) -> np.ndarray:
+    """``(n_units,)`` int64: each unit's first place in the order sent."""
+    places = _sent_places(rows, n)
+    first = np.full(units.n_units, n, dtype=np.int64)
+    np.minimum.at(first, _row_units(units, np.arange(n)), places)
+    return first
 
 
 def _before(
