@@ -36,7 +36,7 @@ from cognoxium.packing._model import REASON_CODE, Reason
 from cognoxium.packing._selection import Queue
 from cognoxium.packing._units import Units
 
-__all__ = ["start_on_user", "user_rows", "user_units"]
+__all__ = ["ChatRoles", "start_on_user", "user_units"]
 
 _USER_ROLES = [role for role, chat in CHAT_ROLES.items() if chat == "user"]
 _SYSTEM_ROLES = ["system", "developer"]
@@ -49,6 +49,7 @@ def start_on_user(
     queue: Queue,
     included: np.ndarray,
     select: Callable[[Queue], np.ndarray],
+    roles: ChatRoles,
 ) -> tuple[np.ndarray, Exclusions]:
     """Drop selected units before the pack's first user message, oldest first, and select again.
 
@@ -67,6 +68,8 @@ def start_on_user(
     select
         Selects the units of a queue under the pack's budget (the pack's
         selection, with its costs, reserve and truncation).
+    roles
+        The rows' chat roles (:meth:`ChatRoles.of` ``df``).
 
     Returns
     -------
@@ -86,16 +89,19 @@ def start_on_user(
         :attr:`~cognoxium.packing._exclusions.Exclusions.required`): it is
         dropped like any other.
     """
-    is_user = user_rows(df)
-    is_system = df.get_column("role").cast(pl.String).is_in(_SYSTEM_ROLES).to_numpy()
+    order = _sent_order(rows)
 
     def before_first_user(included: np.ndarray) -> np.ndarray:
-        return _units_before_first_user(rows, units, included, is_user, is_system)
+        return _units_before_first_user(rows, units, included, roles, order)
 
-    has_user = user_units(is_user, rows, units)
+    if len(before_first_user(included)) == 0:
+        return included, rows
+    places = np.empty(len(order), dtype=np.int64)
+    places[order] = np.arange(len(order))
+    has_user = user_units(roles.is_user, rows, units)
     lane = queue.order[queue.newest_first]
     lane = lane[~has_user[lane]]
-    places = _unit_places(rows, units, len(is_user))
+    unit_places = _unit_places(places, units)
     dropped = np.zeros(units.n_units, dtype=bool)
     while True:
         early = before_first_user(included)
@@ -106,11 +112,11 @@ def start_on_user(
             dropped[early] = True
             included = select(queue.without(dropped))
             continue
-        choice = _Oldest(early, lane, places, dropped)
+        choice = _Oldest(early, lane, unit_places, dropped)
         included, dropped = _drop_oldest(choice, queue, select, before_first_user)
     if not dropped.any():
         return included, rows
-    lost = _row_mask(units, dropped) & rows.eligible & _before(rows, units, included, is_user)
+    lost = _row_mask(units, dropped) & rows.eligible & _before(places, rows, units, included, roles)
     reason = np.where(lost, REASON_CODE[Reason.BEFORE_FIRST_USER], rows.reason)
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
 
@@ -200,10 +206,30 @@ def _drop_oldest(
     return best
 
 
-def user_rows(df: pl.DataFrame) -> np.ndarray:
-    """``(n,)`` bool: the row is rendered with the ``user`` chat role (``role`` is read)."""
-    is_user: np.ndarray = df.get_column("role").cast(pl.String).is_in(_USER_ROLES).to_numpy()
-    return is_user
+@dataclass(frozen=True)
+class ChatRoles:
+    """The rows' chat roles, as the start rule reads them.
+
+    Attributes
+    ----------
+    is_user
+        ``(n,)`` bool: the row is rendered with the ``user`` chat role (a
+        ``user``, ``document`` or ``memory`` item).
+    is_system
+        ``(n,)`` bool: the row is a ``system`` or ``developer`` message.
+    """
+
+    is_user: np.ndarray
+    is_system: np.ndarray
+
+    @classmethod
+    def of(cls, df: pl.DataFrame) -> ChatRoles:
+        """The chat roles of ``df``'s rows (``role`` is read)."""
+        role = df.get_column("role").cast(pl.String)
+        return cls(
+            is_user=role.is_in(_USER_ROLES).to_numpy(),
+            is_system=role.is_in(_SYSTEM_ROLES).to_numpy(),
+        )
 
 
 def user_units(is_user: np.ndarray, rows: Exclusions, units: Units) -> np.ndarray:
@@ -213,7 +239,7 @@ def user_units(is_user: np.ndarray, rows: Exclusions, units: Units) -> np.ndarra
     ----------
     is_user
         ``(n,)`` bool: the row is rendered with the ``user`` chat role
-        (:func:`user_rows`).
+        (:attr:`ChatRoles.is_user`).
     rows
         The exclusions (a candidate is ``eligible``).
     units
@@ -236,32 +262,27 @@ def _row_mask(units: Units, per_unit: np.ndarray) -> np.ndarray:
     return per_unit if units.unit_of_row is None else per_unit[units.unit_of_row]
 
 
-def _sent_places(rows: Exclusions, n: int) -> np.ndarray:
-    """``(n,)`` int64: each row's place in the order sent (history first, for a continuing pack)."""
+def _sent_order(rows: Exclusions) -> np.ndarray:
+    """``(n,)`` int64: the rows in the order sent (history first, for a continuing pack)."""
     if rows.sent_first is None:
-        return np.arange(n)
-    order = np.concatenate([np.flatnonzero(rows.sent_first), np.flatnonzero(~rows.sent_first)])
-    places = np.empty(n, dtype=np.int64)
-    places[order] = np.arange(n)
-    return places
+        return np.arange(len(rows.eligible))
+    return np.concatenate([np.flatnonzero(rows.sent_first), np.flatnonzero(~rows.sent_first)])
 
 
-def _unit_places(rows: Exclusions, units: Units, n: int) -> np.ndarray:
-    """``(n_units,)`` int64: each unit's first place in the order sent."""
-    places = _sent_places(rows, n)
+def _unit_places(places: np.ndarray, units: Units) -> np.ndarray:
+    """``(n_units,)`` int64: each unit's first place (``places``: each row's) in the order sent."""
+    n = len(places)
     first = np.full(units.n_units, n, dtype=np.int64)
     np.minimum.at(first, _row_units(units, np.arange(n)), places)
     return first
 
 
 def _before(
-    rows: Exclusions, units: Units, included: np.ndarray, is_user: np.ndarray
+    places: np.ndarray, rows: Exclusions, units: Units, included: np.ndarray, roles: ChatRoles
 ) -> np.ndarray:
     """``(n,)`` bool: the row would be sent before the first user message of the selection."""
-    places = _sent_places(rows, len(is_user))
-    users = places[_row_mask(units, included) & rows.eligible & is_user]
-    first = int(users.min()) if len(users) else len(is_user)
-    before: np.ndarray = places < first
+    users = places[_row_mask(units, included) & rows.eligible & roles.is_user]
+    before: np.ndarray = places < (int(users.min()) if len(users) else len(places))
     return before
 
 
@@ -269,17 +290,17 @@ def _units_before_first_user(
     rows: Exclusions,
     units: Units,
     included: np.ndarray,
-    is_user: np.ndarray,
-    is_system: np.ndarray,
+    roles: ChatRoles,
+    order: np.ndarray,
 ) -> np.ndarray:
-    """The included units with a non-system row before the first included user row, as sent."""
-    packed = np.flatnonzero(included[_row_units(units, np.arange(len(is_user)))] & rows.eligible)
-    if rows.sent_first is not None:
-        first = rows.sent_first[packed]
-        packed = np.concatenate([packed[first], packed[~first]])
-    users = np.flatnonzero(is_user[packed])
+    """The included units with a non-system row before the first included user row, as sent.
+
+    ``order`` is the rows in the order sent; the units are returned in it.
+    """
+    packed = order[included[_row_units(units, order)] & rows.eligible[order]]
+    users = np.flatnonzero(roles.is_user[packed])
     lead = packed[: users[0] if len(users) else len(packed)]
-    lead_units = _row_units(units, lead[~is_system[lead]])
+    lead_units = _row_units(units, lead[~roles.is_system[lead]])
     _, first = np.unique(lead_units, return_index=True)
     return lead_units[np.sort(first)]
 

@@ -629,7 +629,8 @@ def _pinned_and_held(
     in_prefix = at.whole(prefix)
     before = np.arange(len(at.unit)) <= int(prefix[-1])
     rest = at.eligible & at.history & ~in_prefix
-    passed = _passed_over(df, previous) & ~at.whole(at.eligible & ~_seen(df, previous))
+    passed, seen = _passed_over(df, previous)
+    passed &= ~at.whole(at.eligible & ~seen)
     left_out = at.whole(rest & (before | passed)) & at.eligible
     held = left_out & at.movable
     pinned = (in_prefix | at.whole(rest & ~before)) & at.eligible & ~left_out
@@ -773,24 +774,27 @@ def _in_pack(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
     return df.get_column("id").is_in(pack.frame.get_column("id").implode()).to_numpy()
 
 
-def _passed_over(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
-    """``(n,)`` bool: ``pack`` could send the row's item, and left it out.
+def _passed_over(df: pl.DataFrame, pack: ContextPack) -> tuple[np.ndarray, np.ndarray]:
+    """``(n,)`` bool each: ``pack`` could send the row's item and left it out; it saw the item.
 
-    Its manifest entry is excluded for a reason of the selection (the
-    budget, a gap, ``start_on``, a tool rule, an eviction), not for one of
-    :data:`_UNSENDABLE`: an item that can be sent now and could not then is new.
+    Passed over: its manifest entry is excluded for a reason of the
+    selection (the budget, a gap, ``start_on``, a tool rule, an eviction),
+    not for one of :data:`_UNSENDABLE`: an item that can be sent now and
+    could not then is new. Seen: it has an entry (it was an input of ``pack``).
     """
     entries = pack.manifest.to_polars()
-    reason = entries.get_column("reason").cast(pl.String)
-    passed = (entries.get_column("decision") == "excluded") & ~reason.is_in(_UNSENDABLE)
-    ids = entries.get_column("id").filter(passed)
-    return df.get_column("id").is_in(ids.implode()).to_numpy()
-
-
-def _seen(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
-    """``(n,)`` bool: the row's item has an entry in ``pack``'s manifest (it was an input)."""
-    ids = pack.manifest.to_polars().get_column("id")
-    return df.get_column("id").is_in(ids.implode()).to_numpy()
+    reason = pl.col("reason").cast(pl.String)
+    passed = (pl.col("decision") == "excluded") & ~reason.is_in(_UNSENDABLE)
+    found = df.select("id").join(
+        entries.select("id", passed.alias("passed"), pl.lit(True).alias("seen")),
+        on="id",
+        how="left",
+        maintain_order="left",
+    )
+    return (
+        found.get_column("passed").fill_null(False).to_numpy(),
+        found.get_column("seen").fill_null(False).to_numpy(),
+    )
 
 
 def _kept_prefix(df: pl.DataFrame, at: _Rows, previous: ContextPack) -> np.ndarray:

@@ -93,7 +93,7 @@ from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
 from cognoxium.packing._checks import PackCall, check_call, check_frame, check_rank
-from cognoxium.packing._conversation import start_on_user, user_rows, user_units
+from cognoxium.packing._conversation import ChatRoles, start_on_user, user_units
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._gaps import (
@@ -941,7 +941,8 @@ class PackScope:
             select = check
         included = select(queue)
         if _starts_on_user(call):
-            included, rows = start_on_user(self.df, rows, units, queue, included, select)
+            roles = self._chat_roles
+            included, rows = start_on_user(self.df, rows, units, queue, included, select, roles)
         if check is not None:
             rows = check.applied(rows)
         elif tools is not None:
@@ -955,12 +956,12 @@ class PackScope:
         """
         if call.options.gaps != "stop":
             return None
-        return user_units(self._user_rows, rows, units)
+        return user_units(self._chat_roles.is_user, rows, units)
 
     @cached_property
-    def _user_rows(self) -> np.ndarray:
-        """``(n,)`` bool: the row is rendered with the ``user`` chat role."""
-        return user_rows(self.df)
+    def _chat_roles(self) -> ChatRoles:
+        """The rows' chat roles, read once for the start rule and the tail."""
+        return ChatRoles.of(self.df)
 
     def _reopens(self, continuation: Continuation | None) -> bool:
         """Whether a continuing pack keeps the room of the earlier pack's opening message.
