@@ -24,6 +24,7 @@ from cognoxium.formats.openai import (
     indexed_chat_items,
     openai_messages_to_items,
 )
+from cognoxium.items import MAX_ID_LENGTH
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Source
 from tests.reach import reached, reaching
@@ -383,6 +384,46 @@ def test_plain_histories_check_their_id_prefix_once_and_word_errors_as_items_do(
         from_openai_messages(messages, conversation_id=conversation_id)
     assert str(got.value) == str(expected.value)
     assert (got.value.row, got.value.field) == (0, field)
+
+
+TOOL_STEP = [
+    {"role": "user", "content": "hi"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "done"},
+]
+IMAGE_PARTS = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "https://x.org/a.png"}},
+        ],
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "row", "field"),
+    [(TOOL_STEP, 1, "group_id"), (IMAGE_PARTS, 0, "id")],
+    ids=["tool-group", "image-part"],
+)
+def test_ids_longer_than_the_prefix_and_index_are_checked_whole(
+    messages: list[Any], row: int, field: str
+) -> None:
+    # "p:1" fits the id limit where "p:tools:1" and "p:0.1" do not.
+    conversation_id = "p" * (MAX_ID_LENGTH - 2)
+    with pytest.raises(RecordError) as expected:
+        openai_messages_to_items(messages, conversation_id=conversation_id)
+    with pytest.raises(RecordError) as got:
+        from_openai_messages(messages, conversation_id=conversation_id)
+    assert str(got.value) == str(expected.value)
+    assert (got.value.row, got.value.field) == (row, field)
 
 
 def test_a_history_that_runs_past_the_year_9999_is_a_record_error() -> None:

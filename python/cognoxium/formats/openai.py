@@ -671,11 +671,13 @@ class ChatColumns:
 
     Each message is checked as :func:`openai_messages_to_items` checks it
     (roles, keys, content parts, tool calls against earlier calls); its
-    items go to column lists, and :meth:`frame` validates them all at once
-    (:func:`cognoxium.items.validation.conform`: enumerations, ids, text,
-    content hashes). A list of plain text messages (``role`` system,
-    developer, user or assistant, text ``content``, an optional ``name``)
-    is laid out a column at a time. Only an item that fails is built as a
+    items go to column lists, and :meth:`frame` validates them all at once:
+    the values are built from checked parts, so the longest id, the start
+    and the source are checked for them all, and only when one fails does
+    :func:`cognoxium.items.validation.conform` check every row to name it.
+    A list of plain text messages (``role`` system, developer, user or
+    assistant, text ``content``, an optional ``name``) is laid out a column
+    at a time. Only an item that fails is built as a
     :class:`ContextItem`, to word its error as the item model does.
 
     Parameters
@@ -894,7 +896,10 @@ class ChatColumns:
 
         The metadata the converter writes (names, tool call ids and calls,
         image media types) is canonical JSON by construction and only checked
-        for valid Unicode; every other column is checked by :func:`conform`.
+        for valid Unicode. The other columns are valid by construction once
+        the longest id, the start and the source are checked; where one of
+        those fails, every column is checked by :func:`conform`, to name the
+        row.
 
         Parameters
         ----------
@@ -936,22 +941,25 @@ class ChatColumns:
             raise self._first_error(self._merged(extra)) from None
 
     def _valid_by_construction(self) -> bool:
-        """Whether plain columns hold only valid values, checked once rather than per row.
+        """Whether the columns hold only valid values, checked once rather than per row.
 
-        Plain ids are the prefix, a colon and an index, so the longest one
-        is checked for them all; roles, retention and sources are the same
-        few values, and times run on from a checked start. Text that is not
-        valid Unicode cannot become a column at all.
+        Ids and group ids are the prefix and indexes (``msg:4``, ``msg:4.1``,
+        ``msg:tools:4``), so the longest of each is checked for them all;
+        roles, payload kinds, retention and sources are the same few values,
+        the JSON payloads are tool calls of a fixed shape in canonical form,
+        and times run on from a checked start. Text that is not valid
+        Unicode cannot become a column at all.
         """
-        if not self.plain:
-            return False
-        last = len(self.index) - 1
+        last = self.index[-1]
         source = self.where.source
         try:
             self.first + timedelta(microseconds=last)
         except OverflowError:
             return False
-        return id_problem(f"{self.prefix}:{last}") is None and (
+        ids = [f"{self.prefix}:{last}"] if self.plain else self.ids
+        groups = [group for group in self.groups if group is not None]
+        longest = [max(values, key=len) for values in (ids, groups) if values]
+        return all(id_problem(value) is None for value in longest) and (
             source is None or text_problem(source) is None
         )
 
