@@ -268,9 +268,10 @@ def test_an_edited_message_ends_the_prefix() -> None:
 
 
 def test_history_the_earlier_pack_left_out_after_its_prefix_is_not_pinned_as_new() -> None:
-    # The document sent second ends the prefix at the system prompt; m00 and m02 were
-    # left out for the budget. Continued with nothing new, the pack makes the same choice
-    # (it pinned them as new messages, and dropped the document for them).
+    # m00 and m02 were left out for the budget. Continued with nothing new, the pack
+    # makes the same choice (it pinned them as new messages, and dropped the document
+    # for them), and sends the document where the earlier pack did, amid the history
+    # (it sent it after the history: the prefix ended at the system prompt).
     records: list[dict[str, Any]] = [
         {"id": "s0", "role": "system", "text": "be brief", "retention": "required"}
     ]
@@ -291,12 +292,12 @@ def test_history_the_earlier_pack_left_out_after_its_prefix_is_not_pinned_as_new
     first = frame.pack(92, as_of=AS_OF)
     assert first.ids == ["s0", "m01", "m04", "m05"]
     again = frame.pack(92, as_of=AS_OF, previous=first)
-    assert again.ids == ["s0", "m04", "m05", "m01"]  # the history first, then the document
+    assert again.ids == first.ids
     before, after = (p.manifest.to_polars().select("id", "decision") for p in (first, again))
     assert after.equals(before)
     report = again.manifest.cache
     assert report is not None
-    assert report.prefix_ids == ["s0"]
+    assert report.prefix_ids == first.ids
     assert report.evicted == []
 
 
@@ -833,10 +834,10 @@ def test_history_dropped_before_the_first_user_message_stays_out() -> None:
 
 
 @pytest.mark.parametrize("start", [{"start_on": "user"}, {"target": "anthropic"}])
-def test_a_continued_pack_starts_on_a_user_message_as_it_is_sent(start: dict[str, Any]) -> None:
+def test_a_document_that_opened_the_earlier_pack_keeps_its_place(start: dict[str, Any]) -> None:
     # The earlier pack opened on the document d0 (a user message) before a1. Continued,
-    # the history goes first and a1 would open the request: it is dropped as
-    # before_first_user. It was sent first, and to_anthropic() opened with a placeholder.
+    # it sent the history first, so a1 opened the request and was dropped as
+    # before_first_user: the pack changed with nothing new, and so did its prefix.
     frame = _chat(
         [
             ("s0", "system", 5, {}),
@@ -847,19 +848,55 @@ def test_a_continued_pack_starts_on_a_user_message_as_it_is_sent(start: dict[str
     first = frame.pack(100, as_of=AS_OF, **start)
     assert first.ids == ["s0", "d0", "a1"]
     again = frame.pack(100, as_of=AS_OF, previous=first, **start)
-    assert again.ids == ["s0", "d0"]
-    assert _reasons(again)["a1"] == "before_first_user"
-    assert [m["role"] for m in again.messages] == ["system", "user"]
+    assert again.ids == first.ids
+    assert [m["role"] for m in again.messages] == ["system", "user", "assistant"]
     validate_anthropic_messages(again.to_anthropic())
+    assert again.manifest.cache is not None
+    assert again.manifest.cache.prefix_ids == first.ids
     report = again.manifest.cache
     assert report is not None
     assert report.evicted == []
 
 
+AMID = [
+    ("s0", "system", 5, {}),
+    ("u0", "user", 15, {}),
+    ("d0", "document", 15, {"rank": 1.0}),
+    ("a0", "assistant", 15, {}),
+]
+NEXT_TURN = [("u1", "user", 20, {}), ("a1", "assistant", 20, {})]
+
+
+def test_a_document_sent_between_messages_stays_in_the_prefix() -> None:
+    # The continuing pack sent the history first and d0 after it: the prefix ended at u0.
+    first = _chat(AMID).pack(200, as_of=AS_OF)
+    assert first.ids == ["s0", "u0", "d0", "a0"]
+    second = _chat(AMID + NEXT_TURN).pack(300, as_of=AS_OF, previous=first)
+    assert second.ids == ["s0", "u0", "d0", "a0", "u1", "a1"]
+    assert second.manifest.cache is not None
+    assert second.manifest.cache.prefix_ids == first.ids
+
+
+def test_a_document_evicted_with_the_history_around_it_is_ranked_content_again() -> None:
+    # The old turn is evicted; d0, sent amid it, goes after the history as ranked content.
+    # Evicted with the turn, it came back in the next pack as ranked content, so a pack
+    # continued with nothing new changed.
+    first = _chat(AMID).pack(200, as_of=AS_OF)
+    later = _chat(AMID + NEXT_TURN)
+    second = later.pack(140, as_of=AS_OF, previous=first)
+    assert second.ids == ["s0", "u1", "a1", "d0"]
+    assert _reasons(second)["d0"] == "selected"
+    assert second.manifest.cache is not None
+    assert second.manifest.cache.evicted == ["u0", "a0"]
+    again = later.pack(140, as_of=AS_OF, previous=second)
+    assert again.ids == second.ids
+    assert _reasons(again) == _reasons(second)
+
+
 def test_pinned_history_before_the_first_user_message_is_dropped_not_refused() -> None:
-    # The earlier pack opened on the document d0; a1 after it is pinned. The new d9
-    # (rank 2) leaves no room for d0, so a1 comes first: it is dropped as
-    # before_first_user. Pinned as required, it made start_on refuse the pack.
+    # The earlier pack opened on the document d0, gone now; a1 after it is pinned and
+    # comes first: it is dropped as before_first_user. Pinned as required, it made
+    # start_on refuse the pack.
     spec: list[tuple[str, str, int, dict[str, Any]]] = [
         ("s0", "system", 5, {}),
         ("d0", "document", 15, {"rank": 1.0}),
@@ -867,11 +904,11 @@ def test_pinned_history_before_the_first_user_message_is_dropped_not_refused() -
     ]
     first = _chat(spec).pack(100, as_of=AS_OF, start_on="user")
     assert first.ids == ["s0", "d0", "a1"]
-    later = _chat([*spec, ("d9", "document", 20, {"rank": 2.0})])
+    later = _chat([spec[0], spec[2], ("d9", "document", 20, {"rank": 2.0})])
     again = later.pack(100, as_of=AS_OF, start_on="user", previous=first)
-    assert again.ids == ["s0", "d0", "d9"]
+    assert again.ids == ["s0", "d9"]
     assert _reasons(again) == {
-        "s0": "required", "d0": "selected", "a1": "before_first_user", "d9": "selected"
+        "s0": "required", "a1": "before_first_user", "d9": "selected"
     }  # fmt: skip
     report = again.manifest.cache
     assert report is not None

@@ -16,7 +16,8 @@ its manifest reason is the unit's (``evicted_for_cache`` when held out or
 evicted). A unit with a required item is never evicted.
 
 1. **Prefix.** The earlier pack's leading history messages (every role but
-   ``document`` and ``memory``, with their attachments: see 4) whose items
+   ``document`` and ``memory``, the ``document`` and ``memory`` items it
+   sent amid them, and their attachments: see 4) whose items
    are still in the frame,
    unchanged (same id and content hash, and so is every item of their unit
    the earlier pack sent), still packable and in the same order, are the
@@ -41,11 +42,7 @@ evicted). A unit with a required item is never evicted.
    Pinned is not required: ``start_on`` drops a pinned unit before the
    first user message, a tool rule leaves one out, and its reason is
    ``selected``. Continued with nothing new, a pack makes the earlier
-   pack's decisions, with one exception: ``start_on`` (and the Anthropic
-   target) applies to the order the pack is sent in, history first (see
-   4), so replies the earlier pack sent after a ``document`` or ``memory``
-   item that opened it, before any user message, are dropped
-   (``before_first_user``). When the earlier pack sent only system
+   pack's decisions. When the earlier pack sent only system
    messages, so that an Anthropic request opened with the placeholder user
    message, the selection keeps the placeholder's room first, as the
    earlier pack's did, and gives it up only when a message that opens the
@@ -87,6 +84,10 @@ evicted). A unit with a required item is never evicted.
    (with ``turns=True``) goes there too. One that shares a group with a
    history message (an attachment) is sent in its place in the history
    instead, as in a pack of its own, so that its bytes stay in the prefix.
+   So does one the earlier pack sent amid its history, before its last
+   history message (a pack of its own sends its items in input order, so
+   a retrieved document may open it): it is history to the pack that
+   continues it.
 
 The manifest's ``cache`` section (:class:`CacheReport`) says which items
 were sent as the earlier prefix and its length in tokens, what was evicted
@@ -191,8 +192,10 @@ class Continuation:
         :attr:`~cognoxium.packing._truncation.Cutter.pinned`).
     history
         ``(n,)`` bool: rows sent with the history, in input order: every
-        role but :data:`RANKED_ROLES`, and the attachments: ``document``
-        and ``memory`` items that share a group with a history message.
+        role but :data:`RANKED_ROLES`, the ``document`` and ``memory``
+        items the earlier pack sent amid its history, and the attachments:
+        ``document`` and ``memory`` items that share a group with one of
+        those.
     prefix
         ``(p,)`` int64: the rows of the earlier prefix that are kept, in order.
     evicted
@@ -443,13 +446,16 @@ def plan_continuation(
         replayed = _earlier_cuts(df, previous, cutter)
         cutter.replay(replayed)
     replayed_rows = np.fromiter(sorted(replayed), dtype=np.int64, count=len(replayed))
-    at = _Rows.of(df, rows, units, replayed_rows)
+    at = _Rows.of(df, rows, units, replayed_rows, previous)
     prefix = _kept_prefix(df, at, previous)
     pinned = held = evicted = np.zeros(df.height, dtype=bool)
     steps, detail = 0, None
     if len(prefix):
         pinned, held = _pinned_and_held(df, at, prefix, previous)
         pinned, evicted, steps, detail = _evicted(at, prefix, pinned, costs, call, cutter)
+    ranked_again = _ranked_again(at, evicted)
+    evicted &= ~ranked_again
+    sent_first = at.sent_first & ~ranked_again
     excluded = held | evicted
     reason = rows.reason.copy()
     reason[excluded] = _EVICTED
@@ -457,7 +463,7 @@ def plan_continuation(
     tier = np.where(lifted, 0, rows.tier)
     eligible = rows.eligible & ~excluded
     kept = replace(
-        rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted, sent_first=at.sent_first
+        rows, reason=reason, eligible=eligible, tier=tier, pinned=lifted, sent_first=sent_first
     )
     pinned_units = np.zeros(units.n_units, dtype=bool)
     if cutter is not None:
@@ -466,8 +472,8 @@ def plan_continuation(
         rows=kept,
         pinned=pinned,
         pinned_units=pinned_units,
-        history=at.sent_first,
-        prefix=prefix[~evicted[prefix]],
+        history=sent_first,
+        prefix=prefix[~(evicted | ranked_again)[prefix]],
         evicted=np.flatnonzero(excluded & _in_pack(df, previous)),
         replayed=replayed_rows,
         steps=steps,
@@ -484,7 +490,9 @@ class _Rows:
     Attributes
     ----------
     history
-        ``(n,)`` bool: the row is history (its role is not in :data:`RANKED_ROLES`).
+        ``(n,)`` bool: the row is history: its role is not in
+        :data:`RANKED_ROLES`, or the earlier pack sent it amid its history
+        (see :func:`_sent_amid_history`).
     roles
         ``(n,)`` object: the rows' roles.
     unit
@@ -511,13 +519,20 @@ class _Rows:
     sent_first: np.ndarray
 
     @classmethod
-    def of(cls, df: pl.DataFrame, rows: Exclusions, units: Units, replayed: np.ndarray) -> _Rows:
+    def of(
+        cls,
+        df: pl.DataFrame,
+        rows: Exclusions,
+        units: Units,
+        replayed: np.ndarray,
+        previous: ContextPack,
+    ) -> _Rows:
         """The rows of ``df`` with their exclusions and units, and the ``replayed`` rows."""
         role = df.get_column("role").cast(pl.String)
         unit = units.unit_of_row
         cut = np.zeros(df.height, dtype=bool)
         cut[replayed] = True
-        history = ~role.is_in(RANKED_ROLES).to_numpy()
+        history = ~role.is_in(RANKED_ROLES).to_numpy() | _sent_amid_history(df, previous)
         return cls(
             history=history,
             roles=role.to_numpy(),
@@ -767,6 +782,36 @@ def _to_user_turn(at: _Rows, left: np.ndarray) -> np.ndarray:
             break
         gone |= (at.unit == unit) & left
     return gone
+
+
+def _sent_amid_history(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
+    """``(n,)`` bool: ``pack`` sent the row's item, a ``document`` or ``memory``, amid history.
+
+    Sent before the last history message ``pack`` sent: a pack of its own
+    sends its items in input order, so a ranked item may open it or sit
+    between two messages. Such an item is part of the bytes the provider
+    cached, and a pack continuing ``pack`` keeps it in its place, as
+    history.
+    """
+    ranked = pack.frame.get_column("role").cast(pl.String).is_in(RANKED_ROLES).to_numpy()
+    history = np.flatnonzero(~ranked)
+    amid = ranked & (np.arange(len(ranked)) < (history[-1] if len(history) else 0))
+    ids = pack.frame.get_column("id").filter(pl.Series(amid))
+    return df.get_column("id").is_in(ids.implode()).to_numpy()
+
+
+def _ranked_again(at: _Rows, evicted: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: the rows of ``evicted`` that are ranked content again, not evicted.
+
+    A ``document`` or ``memory`` item the earlier pack sent amid its
+    history, in a unit with no history message, keeps its place while the
+    history around it does: evicted with that history, it goes after the
+    history and is selected by the usual order, as in the pack that sent it
+    before, so a pack continued with nothing new sends it again.
+    """
+    ranked = np.isin(at.roles, RANKED_ROLES)
+    again: np.ndarray = evicted & ranked & ~at.whole(at.history & ~ranked)
+    return again
 
 
 def _in_pack(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
