@@ -6,9 +6,9 @@ pack of the step before:
 
 - renders as the chat APIs accept, within the budget;
 - is deterministic (the same manifest bytes when packed again);
-- with a start on a user message (``start_on="user"``, the Anthropic
-  target), keeps the task whenever the system prompt and the task fit, and
-  the newest step too whenever the three fit together;
+- with no settings, or a start on a user message (``start_on="user"``,
+  the Anthropic target), keeps the task whenever the system prompt and the
+  task fit, and the newest step too whenever the three fit together;
 - continued with nothing new, sends what it sent.
 """
 
@@ -57,12 +57,11 @@ def _cost(messages: list[dict[str, Any]]) -> int:
 
 
 def _check(packed: ContextPack, history: list[dict[str, Any]], budget: int, options: dict) -> None:
+    """Valid within the budget; the task kept when it fits, and the newest step with it."""
     assert packed.used_tokens <= budget
     validate_openai_messages(packed.to_openai())
     if options.get("target") == "anthropic":
         validate_anthropic_messages(packed.to_anthropic())
-    if options not in START:
-        return
     task, newest = history[:2], _newest_step(history)
     if _cost(task) <= budget:
         assert "msg:1" in packed.ids, (budget, packed.ids)

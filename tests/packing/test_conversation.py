@@ -360,10 +360,48 @@ def test_the_oldest_steps_make_room_for_the_task(start: dict[str, str]) -> None:
 
     task = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Fix the bug"}]
     loop = from_openai_messages(task + step(0, 100) + step(1, 100) + step(2, 150))
-    assert loop.pack(404, as_of=AS_OF).ids[1] == "msg:2"  # no start rule: the task is out
     result = loop.pack(404, as_of=AS_OF, **start)
     assert result.ids == ["msg:0", "msg:1", "msg:4", "msg:5", "msg:6", "msg:7"]
+    # With no start rule too: it sent the three steps without the task.
+    assert loop.pack(404, as_of=AS_OF).ids == result.ids
     why = reasons(result)
     assert why["msg:2"] == why["msg:3"] == "gap"  # the oldest step, for the task
     assert [(g.first, g.last) for g in result.manifest.gap_records] == [(2, 3)]
     assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def _loop_step(i: int, words: int) -> list[dict[str, Any]]:
+    call = {"id": f"t{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"t{i}", "content": "word " * words},
+    ]
+
+
+def test_with_no_settings_steps_are_kept_when_the_task_cannot_fit() -> None:
+    # No number of dropped steps lets the 600-word task in: the steps go as selected,
+    # where a user start sends the system prompt alone.
+    messages = [
+        {"role": "system", "content": "Agent."},
+        {"role": "user", "content": "Fix the bug " + "word " * 600},
+        *_loop_step(0, 50),
+        *_loop_step(1, 50),
+    ]
+    loop = from_openai_messages(messages)
+    assert loop.pack(300, as_of=AS_OF).ids == ["msg:0", "msg:2", "msg:3", "msg:4", "msg:5"]
+    assert loop.pack(300, as_of=AS_OF, start_on="user").ids == ["msg:0"]
+
+
+def test_with_no_settings_a_pack_that_sends_a_user_message_keeps_its_replies() -> None:
+    # q1 does not fit beside the newer messages; a1 before q2 is kept (no start rule).
+    chat = from_openai_messages(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "q1 " + "word " * 60},
+            {"role": "assistant", "content": "a1 " + "word " * 30},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": "a2"},
+        ]
+    )
+    assert chat.pack(80, as_of=AS_OF).ids == ["msg:0", "msg:2", "msg:3", "msg:4"]
+    assert chat.pack(80, as_of=AS_OF, start_on="user").ids == ["msg:0", "msg:3", "msg:4"]

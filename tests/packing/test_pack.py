@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
 import pytest
@@ -144,6 +144,8 @@ def reference_pack(
     go after the others of their tier and priority, newest first; with
     ``gaps="stop"`` the first of them that does not fit ends them, but for
     one holding no user message before any holding one is taken (passed over).
+    With ``gaps="stop"``, a pack that sends no user message (nor a document)
+    drops its oldest conversation units, as few as let a user message in.
     """
     rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
     reasons: dict[str, str] = {}
@@ -181,24 +183,61 @@ def reference_pack(
     req_cost = sum(k[2] for k in required)
     if required and req_cost + 3 > budget:
         raise BudgetError("reference", costs={}, budget=budget)
-    remaining = budget - 3 - req_cost
-    chosen = {i for k in required for i in k[1]}
+    first = _greedy(keyed, budget - 3 - req_cost, gaps, set())
+    chosen = _reach_user(keyed, budget - 3 - req_cost, rows, first) if gaps == "stop" else first
+    used = sum(cost[i] for i in chosen) + (3 if chosen else 0)
+    order = [str(r["id"]) for r in rows if r["id"] in chosen]
+    return order, used, reasons
+
+
+def _greedy(keyed: list[Any], room: int, gaps: str, dropped: set[str]) -> set[str]:
+    """The ids the greedy skip takes from the sorted units, but for the ``dropped`` units."""
+    chosen = {i for k in keyed if k[0][0] == 0 for i in k[1]}
     stopped = user_taken = False
     for k in keyed:
-        if k[0][0] == 0:
+        if k[0][0] == 0 or k[1][0] in dropped:
             continue
         talk = k[0][3] == 1
         if talk and stopped:
             continue
-        if k[2] <= remaining:
+        if k[2] <= room:
             chosen.update(k[1])
-            remaining -= k[2]
+            room -= k[2]
             user_taken = user_taken or (talk and k[3])
         elif talk and gaps == "stop" and (user_taken or k[3]):
             stopped = True
-    used = sum(cost[i] for i in chosen) + (3 if chosen else 0)
-    order = [str(r["id"]) for r in rows if r["id"] in chosen]
-    return order, used, reasons
+    return chosen
+
+
+def _reach_user(
+    keyed: list[Any], room: int, rows: list[dict[str, Any]], chosen: set[str]
+) -> set[str]:
+    """``chosen``, or with its oldest units dropped (the fewest) when it sends no user row.
+
+    Rounds drop the oldest 1, 2, ... of the units taken (and the steps passed
+    over before the first one kept) until a user row is taken; a round that
+    drops them all and takes none starts another, over what it took then.
+    """
+    user_rendered = {str(r["id"]) for r in rows if r["role"] in ("user", "document", "memory")}
+    system = {str(r["id"]) for r in rows if r["role"] in ("system", "developer")}
+    at = {str(r["id"]): n for n, r in enumerate(rows)}
+    lane = [k for k in keyed if k[0][3] == 1 and not k[3]]
+    dropped: set[str] = set()
+    taken = chosen
+    while not taken & user_rendered:
+        early = [k for k in keyed if k[1][0] in taken and not set(k[1]) <= system]
+        if not early or any(k[0][0] == 0 for k in early):  # a required item stays
+            return chosen
+        early.sort(key=lambda k: at[k[1][0]])
+        for n in range(1, len(early) + 1):
+            tried = dropped | {k[1][0] for k in early[:n]}
+            if n < len(early):  # and the steps passed over before the first kept
+                tried |= {k[1][0] for k in lane if at[k[1][0]] < at[early[n][1][0]]}
+            taken = _greedy(keyed, room, "stop", tried)
+            if taken & user_rendered:
+                return taken
+        dropped = tried
+    return taken
 
 
 @reaching(0.8)

@@ -19,6 +19,11 @@ reason ``gap``). That repeats until the pack starts on a user message or
 holds only its system block; each round drops at least one unit, so it ends.
 This is LangChain's ``trim_messages(start_on="human")``, with the refill that
 skip-and-continue selection gives.
+
+With no start rule (and ``gaps="stop"``), a selection that sends no user
+message at all (an agent loop whose steps fill the budget) is dropped from
+the same way (:func:`reach_user`), and kept as it was when no number of
+drops lets a user message in.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from cognoxium.packing._model import REASON_CODE, Reason
 from cognoxium.packing._selection import Queue
 from cognoxium.packing._units import Units
 
-__all__ = ["ChatRoles", "start_on_user", "user_units"]
+__all__ = ["ChatRoles", "reach_user", "start_on_user", "user_units"]
 
 _USER_ROLES = [role for role, chat in CHAT_ROLES.items() if chat == "user"]
 _SYSTEM_ROLES = ["system", "developer"]
@@ -119,6 +124,47 @@ def start_on_user(
     lost = _row_mask(units, dropped) & rows.eligible & _before(places, rows, units, included, roles)
     reason = np.where(lost, REASON_CODE[Reason.BEFORE_FIRST_USER], rows.reason)
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
+
+
+def reach_user(
+    df: pl.DataFrame,
+    rows: Exclusions,
+    units: Units,
+    queue: Queue,
+    included: np.ndarray,
+    select: Callable[[Queue], np.ndarray],
+    roles: ChatRoles,
+) -> tuple[np.ndarray, Exclusions]:
+    """A selection that sends no user message: drop its oldest units to let one in, if any does.
+
+    The default (no ``start_on``) with ``gaps="stop"``: an agent loop whose
+    newest steps fill the budget would send them without their task, and a
+    chat that ends on a long reply the reply without its question. As
+    :func:`start_on_user` does, the oldest selected units are dropped, as
+    few as let an older user message in; when no number of them does (the
+    user message does not fit even alone, or a required item would be
+    dropped), the selection is kept as it was. A selection that sends a
+    user message (or a ``document`` or ``memory``, sent as one) is kept.
+
+    Parameters and returns are those of :func:`start_on_user`; nothing is raised.
+    """
+    if _sends_user(rows, units, included, roles):
+        return included, rows
+    waiting = user_units(roles.is_user, rows, units) & ~included
+    if not waiting[queue.order].any():
+        return included, rows
+    try:
+        reached, reached_rows = start_on_user(df, rows, units, queue, included, select, roles)
+    except PackError:  # a required item comes first: it cannot be dropped
+        return included, rows
+    if _sends_user(reached_rows, units, reached, roles):
+        return reached, reached_rows
+    return included, rows
+
+
+def _sends_user(rows: Exclusions, units: Units, included: np.ndarray, roles: ChatRoles) -> bool:
+    """Whether a selection sends a row rendered with the ``user`` chat role."""
+    return bool((roles.is_user & _row_mask(units, included) & rows.eligible).any())
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ half-finished agent loop, its task followed by tool exchanges, lost its task
 when one tool result did not fit: the tail held its latest steps alone, and
 a pack that starts on a user message (``start_on="user"``, the Anthropic
 target) dropped those too. A user message that does not fit still ends the
-tail.
+tail; when the pack then sends no user message at all (the steps fill the
+budget), its oldest units make room for one
+(:func:`~cognoxium.packing._conversation.reach_user`).
 
 With ``gaps="fill"`` a unit that does not fit is skipped and older ones are
 tried. Either way a hole is marked: among the rows of those units, in input

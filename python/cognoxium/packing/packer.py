@@ -93,7 +93,7 @@ from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
 from cognoxium.packing._checks import PackCall, check_call, check_frame, check_rank
-from cognoxium.packing._conversation import ChatRoles, start_on_user, user_units
+from cognoxium.packing._conversation import ChatRoles, reach_user, start_on_user, user_units
 from cognoxium.packing._costing import KnownCosts, Rendering, UnitCosts, render
 from cognoxium.packing._exclusions import Exclusions, exclude_incomplete_groups, find_exclusions
 from cognoxium.packing._gaps import (
@@ -943,6 +943,9 @@ class PackScope:
         if _starts_on_user(call):
             roles = self._chat_roles
             included, rows = start_on_user(self.df, rows, units, queue, included, select, roles)
+        elif call.options.gaps == "stop":
+            roles = self._chat_roles
+            included, rows = reach_user(self.df, rows, units, queue, included, select, roles)
         if check is not None:
             rows = check.applied(rows)
         elif tools is not None:
