@@ -1281,3 +1281,23 @@ def test_an_agent_loop_evicts_its_oldest_steps_and_keeps_its_task() -> None:
     assert report is not None
     assert (report.eviction_steps, report.evicted) == (1, ["msg:10", "msg:11", "msg:12", "msg:13"])
     assert report.prefix_ids == ["msg:0", "msg:1"]
+
+
+def test_a_continuing_pack_keeps_a_prefix_that_holds_no_user_message() -> None:
+    # u0 never fit, so the earlier pack sent a0 without it. Continued, dropping the
+    # pinned a0 would let the new memory d1 (sent as a user message) in: the default
+    # rule that lets a user message in did so, and broke the prefix.
+    spec: list[tuple[str, str, int, dict[str, Any]]] = [
+        ("s0", "system", 5, {}),
+        ("u0", "user", 80, {}),
+        ("a0", "assistant", 20, {}),
+    ]
+    first = _chat(spec).pack(70, as_of=AS_OF)
+    assert first.ids == ["s0", "a0"]
+    again = _chat([*spec, ("d1", "memory", 12, {"rank": 1.0})]).pack(
+        70, as_of=AS_OF, previous=first
+    )
+    assert again.ids == ["s0", "a0"]
+    assert _reasons(again)["d1"] == "over_budget"
+    assert again.manifest.cache is not None
+    assert again.manifest.cache.prefix_ids == first.ids

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from cognoxium import CognitionFrame
 from cognoxium.exceptions import PackError
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.packing._checks import check_call
@@ -405,3 +406,29 @@ def test_with_no_settings_a_pack_that_sends_a_user_message_keeps_its_replies() -
     )
     assert chat.pack(80, as_of=AS_OF).ids == ["msg:0", "msg:2", "msg:3", "msg:4"]
     assert chat.pack(80, as_of=AS_OF, start_on="user").ids == ["msg:0", "msg:3", "msg:4"]
+
+
+def test_a_selection_kept_as_it_was_keeps_its_own_cuts() -> None:
+    # Dropping a0 lets no user message in, so the first selection is kept; the cuts
+    # were those of the last one tried (a0 left out), and the pack went over its budget.
+    words = {"sys": 80, "u0": 60, "a0": 30}
+    roles = {"sys": "system", "u0": "user", "a0": "assistant"}
+    frame = CognitionFrame(
+        [
+            {
+                "id": key,
+                "role": roles[key],
+                "text": " ".join(f"w{k}" for k in range(n)),
+                "retention": "preferred" if key == "sys" else "optional",
+                "metadata": {"truncate": {"side": "head", "min_tokens": 1}} if key == "a0" else {},
+                "created_at": datetime(2024, 1, 1, tzinfo=UTC) + timedelta(seconds=at),
+            }
+            for at, (key, n) in enumerate(words.items())
+        ]
+    )
+    result = frame.pack(20, as_of=AS_OF, overflow="truncate")
+    assert result.ids == ["a0"]
+    assert result.used_tokens == 20 == PROFILE.request_tokens(result.messages)
+    assert [(t.id, t.kept_tokens, t.original_tokens) for t in result.manifest.truncations] == [
+        ("a0", 13, 60)
+    ]

@@ -143,23 +143,26 @@ def reach_user(
     :func:`start_on_user` does, the oldest selected units are dropped, as
     few as let an older user message in; when no number of them does (the
     user message does not fit even alone, or a required item would be
-    dropped), the selection is kept as it was. A selection that sends a
-    user message (or a ``document`` or ``memory``, sent as one) is kept.
+    dropped), the selection is made again as it was (the last selection
+    made sets the pack's cuts). A selection that sends a user message (or
+    a ``document`` or ``memory``, sent as one) is kept, and so is the
+    selection of a pack that continues an earlier one (``rows.pinned`` set):
+    the earlier pack made that choice, and its prefix stays.
 
     Parameters and returns are those of :func:`start_on_user`; nothing is raised.
     """
-    if _sends_user(rows, units, included, roles):
+    if rows.pinned is not None or _sends_user(rows, units, included, roles):
         return included, rows
     waiting = user_units(roles.is_user, rows, units) & ~included
     if not waiting[queue.order].any():
         return included, rows
     try:
         reached, reached_rows = start_on_user(df, rows, units, queue, included, select, roles)
+        if _sends_user(reached_rows, units, reached, roles):
+            return reached, reached_rows
     except PackError:  # a required item comes first: it cannot be dropped
-        return included, rows
-    if _sends_user(reached_rows, units, reached, roles):
-        return reached, reached_rows
-    return included, rows
+        pass
+    return select(queue), rows  # selected again: the pack's cuts are those of the last selection
 
 
 def _sends_user(rows: Exclusions, units: Units, included: np.ndarray, roles: ChatRoles) -> bool:
@@ -241,15 +244,16 @@ def _drop_oldest(
     else:
         included, tried, _ = attempt(len(choice.early))
         return included, tried
-    best = included, tried
     while high - low > 1:
         middle = (low + high) // 2
         included, tried, starts = attempt(middle)
         if starts:
-            high, best = middle, (included, tried)
+            high = middle
         else:
             low = middle
-    return best
+    if not starts:  # the last selection made sets the pack's cuts: make the best again
+        included, tried, _ = attempt(high)
+    return included, tried
 
 
 @dataclass(frozen=True)
