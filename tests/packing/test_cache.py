@@ -1301,3 +1301,56 @@ def test_a_continuing_pack_keeps_a_prefix_that_holds_no_user_message() -> None:
     assert _reasons(again)["d1"] == "over_budget"
     assert again.manifest.cache is not None
     assert again.manifest.cache.prefix_ids == first.ids
+
+
+def test_a_second_task_keeps_its_newest_step_after_an_earlier_turn() -> None:
+    # An earlier finished turn, then a second task whose tool steps fill the budget.
+    # Before, a step had to end on a user message: past the share none followed, so it
+    # would evict all the history, the new step with it, and was not taken; the new
+    # step was left out (group_over_budget) and stayed out of every later pack.
+    from cognoxium.formats.openai import from_openai_messages
+
+    history = [
+        {"role": "system", "content": "Agent."},
+        {"role": "user", "content": "Task one."},
+        {"role": "assistant", "content": "Done one."},
+        {"role": "user", "content": "Task two."},
+        *_tool_step(1, 1500),
+        *_tool_step(2, 400),
+    ]
+    first = from_openai_messages(history).pack(2600, as_of=AS_OF)
+    assert first.ids == [f"msg:{i}" for i in range(8)]
+    history += _tool_step(3, 1000)
+    again = from_openai_messages(history).pack(2600, as_of=AS_OF, previous=first)
+    assert again.ids == ["msg:0", "msg:3", "msg:6", "msg:7", "msg:8", "msg:9"]
+    report = again.manifest.cache
+    assert report is not None
+    assert (report.eviction_steps, report.evicted) == (1, ["msg:1", "msg:2", "msg:4", "msg:5"])
+    assert report.prefix_ids == ["msg:0"]
+    history += _tool_step(4, 10)
+    later = from_openai_messages(history).pack(2600, as_of=AS_OF, previous=again)
+    assert later.ids == [*again.ids, "msg:10", "msg:11"]  # the prefix stays, and grows
+
+
+def test_a_new_question_evicts_the_oldest_steps_of_the_turn_it_answers() -> None:
+    # A task, its tool steps and a summary, then a new user message that does not fit.
+    # Before, no user message followed the share of the history, so the step evicted
+    # the whole turn, the summary the user answers with it: 24 of 520 tokens were sent.
+    from cognoxium.formats.openai import from_openai_messages
+
+    history = [
+        {"role": "system", "content": "Agent."},
+        {"role": "user", "content": "Task: " + "word " * 30},
+        *_tool_step(1, 300),
+        *_tool_step(2, 50),
+        {"role": "assistant", "content": "Summary: " + "word " * 80},
+    ]
+    first = from_openai_messages(history).pack(520, as_of=AS_OF)
+    assert first.ids == [f"msg:{i}" for i in range(7)]
+    history.append({"role": "user", "content": "Continue with the second part, " * 3})
+    again = from_openai_messages(history).pack(520, as_of=AS_OF, previous=first)
+    assert again.ids == ["msg:0", "msg:1", "msg:4", "msg:5", "msg:6", "msg:7"]
+    report = again.manifest.cache
+    assert report is not None
+    assert report.evicted == ["msg:2", "msg:3"]
+    assert report.prefix_ids == ["msg:0", "msg:1"]

@@ -57,9 +57,12 @@ evicted). A unit with a required item is never evicted.
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
    tokens, oldest first, and then up to the next unit that opens with a
    ``user`` message, so the history still starts on a user turn. When
-   the history is one open turn (an agent loop: its task, then tool
-   steps, and no new user message), its user message stays and the steps
-   after it are evicted, oldest first, so the loop goes on with its task. Units
+   no such unit follows (the newest turn is an agent loop's task and its
+   tool steps, or a question whose steps ran long), that turn's user
+   message stays: the step evicts the units before it and the oldest of
+   those after it, so the task goes on with its newest steps. It stays
+   while a unit after it does, or new steps follow with no new user
+   message; otherwise the step evicts the turn whole. Units
    with a required item, or with a ``system`` or ``developer`` message, are
    never evicted. Steps are taken until the rest fits; the evicted items
    get reason ``evicted_for_cache``. A step frees room for several turns,
@@ -728,9 +731,9 @@ def _steps(
         lead = _lead_roles(at, evictable)
         cost = unit_cost[evictable].astype(np.int64)
         share = call.options.eviction_share
-        start, upto = _eviction_step(cost, share, lead, open_turn=not new_users.any())
-        evicted |= np.isin(at.unit, evictable[start:upto]) & pinned
-        evictable = np.concatenate([evictable[:start], evictable[upto:]])
+        taken = _eviction_step(cost, share, lead, open_turn=not new_users.any())
+        evicted |= np.isin(at.unit, evictable[taken]) & pinned
+        evictable = np.delete(evictable, taken)
         steps += 1
     return evicted, steps
 
@@ -912,37 +915,54 @@ def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:
 
 def _eviction_step(
     cost: np.ndarray, share: float, lead: np.ndarray, *, open_turn: bool = False
-) -> tuple[int, int]:
-    """Which of the evictable units one step evicts: ``[start, upto)``, oldest first.
+) -> np.ndarray:
+    """Which of the evictable units one step evicts: their positions, oldest first.
 
     At least ``share`` of the evictable units' tokens (``cost``, ``(k,)``
     int64 in tokens), then up to the next unit that opens with a ``user``
     message (``lead``, ``(k,)``: each unit's first history role), so the
-    history left starts on a user turn. When none follows, the first unit
-    opens with one and no other does, nor any new message (``open_turn``),
-    the history is one open turn (an agent loop: its task, then tool
-    steps): its user message stays, and the step evicts at least ``share``
-    of the units after it, oldest first, leaving a hole after the task.
-    Otherwise it evicts them all.
+    history left starts on a user turn. When no such unit follows, the last
+    one that opens with a user message (the task of the newest turn: an
+    agent loop's, or a turn whose tool steps ran long) stays: the step
+    evicts every unit before it and at least ``share`` of the tokens of the
+    units after it, oldest first, leaving a hole after it. It stays only
+    while something answers it: a unit after it that the step leaves, or,
+    with no new user message (``open_turn``), the new steps of its loop.
+    Otherwise, and with no user message at all, the step evicts every unit.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(e,)`` int64 positions into ``cost``, ascending.
 
     Examples
     --------
     >>> lead = np.array(["user", "assistant", "user", "assistant"], dtype=object)
-    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, lead)
-    (0, 2)
+    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, lead).tolist()
+    [0, 1]
     >>> loop = np.array(["user", "assistant", "assistant", "assistant"], dtype=object)
-    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop, open_turn=True)
-    (1, 3)
-    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop)  # a new user message follows
-    (0, 4)
+    >>> _eviction_step(np.array([10, 10, 10, 10]), 0.4, loop).tolist()
+    [1, 2]
+    >>> two = np.array(["user", "assistant", "user", "assistant", "assistant"], dtype=object)
+    >>> _eviction_step(np.array([5, 5, 5, 100, 100]), 0.4, two).tolist()
+    [0, 1, 3]
+    >>> _eviction_step(np.array([10, 30]), 0.4, loop[:2]).tolist()  # nothing would answer it
+    [0, 1]
+    >>> _eviction_step(np.array([10, 30]), 0.4, loop[:2], open_turn=True).tolist()
+    [1]
     """
     upto = _share_end(cost, share)
-    users = np.flatnonzero(lead[upto:] == "user")
+    users = np.flatnonzero(lead == "user")
+    later = users[users >= upto]
+    if len(later):
+        return np.arange(int(later[0]), dtype=np.int64)
     if len(users):
-        return 0, upto + int(users[0])
-    if open_turn and len(cost) > 1 and lead[0] == "user" and not (lead[1:] == "user").any():
-        return 1, 1 + _share_end(cost[1:], share)
-    return 0, len(cost)
+        task = int(users[-1])
+        after = task + 1 + _share_end(cost[task + 1 :], share)
+        answered = after < len(cost) or open_turn
+        if answered and (task > 0 or after > task + 1):
+            return np.concatenate([np.arange(task), np.arange(task + 1, after)]).astype(np.int64)
+    return np.arange(len(cost), dtype=np.int64)
 
 
 def _share_end(cost: np.ndarray, share: float) -> int:
