@@ -408,6 +408,24 @@ def test_with_no_settings_a_pack_that_sends_a_user_message_keeps_its_replies() -
     assert chat.pack(80, as_of=AS_OF, start_on="user").ids == ["msg:0", "msg:3", "msg:4"]
 
 
+def test_with_no_settings_a_reply_taken_by_its_priority_is_not_dropped_for_a_question() -> None:
+    # a0 comes first by its priority, older than the question q1; only one of them
+    # fits. Before, the default's reach for a user message dropped a0 as "the oldest"
+    # and sent q1: the caller's order gave way to a rule meant for a tail of steps.
+    rows = [
+        ("s0", "system", "Be brief."),
+        ("a0", "assistant", "The refund window is 30 days."),
+        ("q1", "user", "And the fee?"),
+    ]
+    whole = pack(chat(rows), 10_000, PackOptions(as_of=AS_OF))
+    tokens = dict(whole.manifest.to_polars().select("id", "tokens").iter_rows())
+    budget = whole.used_tokens - tokens["q1"]  # s0 and a0 fit, not q1 beside them
+    chosen = pack(chat(rows, priority=[0, 1, 0]), budget, PackOptions(as_of=AS_OF))
+    assert chosen.ids == ["s0", "a0"]
+    newest = pack(chat(rows), budget, PackOptions(as_of=AS_OF))
+    assert newest.ids == ["s0", "q1"]  # without priorities, the newest comes first
+
+
 def test_a_selection_kept_as_it_was_keeps_its_own_cuts() -> None:
     # Dropping a0 lets no user message in, so the first selection is kept; the cuts
     # were those of the last one tried (a0 left out), and the pack went over its budget.

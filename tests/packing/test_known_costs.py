@@ -245,9 +245,7 @@ def test_a_zero_rank_and_a_negative_zero_rank_tie(budget: int) -> None:
     assert_known_costs_change_nothing(df, Options(budget=budget), Options(budget=budget))
 
 
-def reference_examined(
-    df: pl.DataFrame, budget: int
-) -> tuple[list[str], dict[str, int | None]] | type[Exception]:
+def reference_examined(df: pl.DataFrame, budget: int) -> Examined | type[Exception]:
     """The design's rule written plainly, for text items without tools or cuts.
 
     Every cost is counted, units are sorted by (tier, rank desc, priority desc,
@@ -255,11 +253,12 @@ def reference_examined(
     ``user``, ``assistant`` or ``tool``) without a rank come after the other
     units of their tier and priority, newest first, and under ``gaps="stop"``
     the first of them that does not fit ends them (the selection runs again
-    without the later ones). A unit is examined when required or when its
-    lower bound (framing plus the profile's bound of its text) does not exceed
-    the budget left at its turn. Returns the packed ids and each item's
-    reported tokens, or the error expected: a required item in a group that
-    cannot be packed, or required items over the budget.
+    without the later ones), but for a miss with no user message before the
+    first unit taken that holds one (passed over). A unit is examined when
+    required or when its lower bound (framing plus the profile's bound of its
+    text) does not exceed the budget left at its turn. Returns the packed ids
+    and each item's reported tokens, or the error expected: a required item in
+    a group that cannot be packed, or required items over the budget.
     """
     profile = CL100K
     records = df.with_columns(
@@ -303,18 +302,75 @@ def reference_examined(
     tokens: dict[str, int | None] = {str(r["id"]): None for r in records}
     tokens.update({i: cost[i] for k in required for i in k[1]})
     rest = [k for k in keyed if k[0][0] != 0]
+    users = {str(r["id"]) for r in records if r["role"] == "user"}
+    opens = [bool(users.intersection(k[1])) for k in rest]
     taken = _greedy(rest, left)
-    talk_order = [n for n, k in enumerate(rest) if k[0][3]]
-    missed = [n for n in talk_order if n not in taken]
-    if missed and any(n in taken for n in talk_order if n > missed[0]):
-        # The tail ends at the first miss: the selection runs again without the later
+    end = _tail_end(rest, taken, opens)
+    if end is not None:
+        # The tail ends at that miss: the selection runs again without the later
         # conversation units, and what the first run examined is reported too.
         tokens.update(_examined(rest, taken, left, cost))
-        rest = [k for n, k in enumerate(rest) if not (k[0][3] and n > missed[0])]
+        rest = [k for n, k in enumerate(rest) if not (k[0][3] and n > end)]
+        opens = [bool(users.intersection(k[1])) for k in rest]
         taken = _greedy(rest, left)
     tokens.update(_examined(rest, taken, left, cost))
     chosen = {i for k in required for i in k[1]} | {i for n in taken for i in rest[n][1]}
-    return [str(r["id"]) for r in records if r["id"] in chosen], tokens
+    ids = [str(r["id"]) for r in records if r["id"] in chosen]
+    return Examined(ids, tokens, _reaches_user(rest, taken, opens), cost)
+
+
+@dataclass(frozen=True)
+class Examined:
+    """The reference's pack: ids, reported tokens, and whether ``reach_user`` may change it.
+
+    ``reaches`` is set when the selection sends no user message and one
+    older than every conversation unit taken waits: the default then drops
+    the oldest units to let it in, searching by bisection, which examines
+    units the reference does not model; the pack is checked by that
+    contract instead (:func:`_check_reached`).
+    """
+
+    ids: list[str]
+    tokens: dict[str, int | None]
+    reaches: bool
+    cost: dict[str, int]
+
+
+def _tail_end(rest: list[Any], taken: set[int], opens: list[bool]) -> int | None:
+    """The place of the conversation miss that ends the tail, if a later one was taken."""
+    talk = [n for n, k in enumerate(rest) if k[0][3]]
+    first_user = next((n for n in talk if n in taken and opens[n]), None)
+    ends = [
+        n
+        for n in talk
+        if n not in taken and (opens[n] or (first_user is not None and n > first_user))
+    ]
+    if ends and any(n in taken for n in talk if n > ends[0]):
+        return ends[0]
+    return None
+
+
+def _reaches_user(rest: list[Any], taken: set[int], opens: list[bool]) -> bool:
+    """Whether a user message older than every conversation unit taken waits, none taken."""
+    talk = [n for n, k in enumerate(rest) if k[0][3]]
+    chosen = [rest[n][0][3] for n in talk if n in taken]  # higher is older
+    waiting = [rest[n][0][3] for n in talk if n not in taken and opens[n]]
+    sends_user = any(opens[n] for n in talk if n in taken)
+    return not sends_user and bool(chosen) and bool(waiting) and max(waiting) > max(chosen)
+
+
+def _check_reached(
+    expected: Examined, packed: Any, entries: pl.DataFrame, df: pl.DataFrame
+) -> None:
+    """The contract of ``reach_user``: the pack is the reference's, or sends a user message first.
+
+    Either way every item sent reports its exact cost.
+    """
+    roles = dict(df.select("id", pl.col("role").cast(pl.String)).iter_rows())
+    talk = [roles[i] for i in packed.ids if roles[i] in ("user", "assistant", "tool")]
+    assert packed.ids == expected.ids or talk[:1] == ["user"]
+    reported = dict(entries.select("id", "tokens").iter_rows())
+    assert all(reported[i] == expected.cost[i] for i in packed.ids)
 
 
 def _examined(
@@ -358,8 +414,13 @@ def test_a_manifest_reports_the_tokens_of_the_examined_units(df: pl.DataFrame, b
             continue
         packed = result()
         entries = packed.manifest.to_polars()
-        assert (packed.ids, dict(entries.select("id", "tokens").iter_rows())) == expected
-        counted = sum(t is not None for t in expected[1].values())
+        if expected.reaches:
+            _check_reached(expected, packed, entries, df)
+            reached("reaches back for a user message")
+            continue
+        reported = dict(entries.select("id", "tokens").iter_rows())
+        assert (packed.ids, reported) == (expected.ids, expected.tokens)
+        counted = sum(t is not None for t in expected.tokens.values())
         assert packed.manifest.totals.counted == counted
         assert packed.manifest.totals.not_counted == df.height - counted
         reached("tokens reported")

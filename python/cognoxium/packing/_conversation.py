@@ -141,7 +141,9 @@ def reach_user(
     newest steps fill the budget would send them without their task, and a
     chat that ends on a long reply the reply without its question. As
     :func:`start_on_user` does, the oldest selected units are dropped, as
-    few as let an older user message in; when no number of them does (the
+    few as let an older user message in (older than every conversation unit
+    selected: a unit taken before a newer user message by its priority
+    stays); when no number of them does (the
     user message does not fit even alone, or a required item would be
     dropped), the selection is made again as it was (the last selection
     made sets the pack's cuts). A selection that sends a user message (or
@@ -157,8 +159,7 @@ def reach_user(
         return included, rows
     if _sends_user(rows, units, included, roles):
         return included, rows
-    waiting = user_units(roles.is_user, rows, units) & ~included
-    if not waiting[queue.order].any():
+    if not _older_user_waits(rows, units, queue, included, roles):
         return included, rows
     try:
         reached, reached_rows = start_on_user(df, rows, units, queue, included, select, roles)
@@ -167,6 +168,23 @@ def reach_user(
     except PackError:  # a required item comes first: it cannot be dropped
         pass
     return select(queue), rows  # selected again: the pack's cuts are those of the last selection
+
+
+def _older_user_waits(
+    rows: Exclusions, units: Units, queue: Queue, included: np.ndarray, roles: ChatRoles
+) -> bool:
+    """Whether a user message left out is older than every conversation unit selected.
+
+    The selected units of the newest-first lane (conversation items
+    without a rank) are then a tail that stopped short of it. A user
+    message newer than one of them was passed over for a unit taken
+    first by its priority: that choice is the caller's, and stays.
+    """
+    places = _unit_places(np.arange(len(rows.eligible)), units)
+    lane = queue.order[queue.newest_first]
+    chosen = lane[included[lane]]
+    waiting = lane[(user_units(roles.is_user, rows, units) & ~included)[lane]]
+    return bool(len(chosen) and len(waiting) and places[waiting].min() < places[chosen].min())
 
 
 def _sends_user(rows: Exclusions, units: Units, included: np.ndarray, roles: ChatRoles) -> bool:
