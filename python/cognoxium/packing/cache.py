@@ -725,13 +725,15 @@ def _steps(
     """
     evicted = np.zeros(len(at.unit), dtype=bool)
     unit_cost = np.bincount(at.unit, weights=tokens, minlength=int(at.unit.max()) + 1)
-    new_users = pinned & at.history & (at.roles == "user") & ~np.isin(at.unit, evictable)
+    open_turn = not (
+        pinned & at.history & (at.roles == "user") & ~np.isin(at.unit, evictable)
+    ).any()
+    share = call.options.eviction_share
     steps = 0
     while int(tokens[evicted].sum()) < excess and len(evictable):
         lead = _lead_roles(at, evictable)
         cost = unit_cost[evictable].astype(np.int64)
-        share = call.options.eviction_share
-        taken = _eviction_step(cost, share, lead, open_turn=not new_users.any())
+        taken = _eviction_step(cost, share, lead, open_turn=open_turn)
         evicted |= np.isin(at.unit, evictable[taken]) & pinned
         evictable = np.delete(evictable, taken)
         steps += 1
