@@ -26,8 +26,14 @@ states in which the system prompt, the task and the newest step fit the
 budget together: any packer could keep both there. The floor of the time is
 pricing every message once, the least any token-budgeted trimming does.
 
+With ``--tasks-every K``, a second shape: a session of several tasks, the
+assistant reporting and the user giving the next task after every ``K``
+steps; the task counted is then the newest user message, and a pack is
+counted after each step (all states are packed, so continued packs see
+every message).
+
 Usage: ``python benchmarks/bench_agent_loops.py [--loops 100] [--steps 12]
-[--budget 4096] [--out benchmarks/results]``. Writes ``agent_loops.json``
+[--budget 4096] [--tasks-every 0] [--out benchmarks/results]``. Writes ``agent_loops.json``
 and ``agent_loops.md``.
 """
 
@@ -55,14 +61,24 @@ WORDS = "read file test error line value module import path config build run fix
 METHODS = ("trim", "trim_any", "pack", "pack_start_on", "pack_anthropic", "pack_continue")
 
 
-def loop(seed: int, steps: int, short: int, long_every: int, long_lines: int) -> list[dict]:
-    """One agent loop as OpenAI messages: the system prompt, the task, ``steps`` tool steps."""
+def loop(
+    seed: int, steps: int, short: int, long_every: int, long_lines: int, tasks_every: int = 0
+) -> list[dict]:
+    """One agent loop as OpenAI messages: the system prompt, the task, ``steps`` tool steps.
+
+    With ``tasks_every`` > 0, after every ``tasks_every`` steps the assistant
+    reports and the user gives the next task (a session of several tasks).
+    """
     rng = random.Random(seed)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"Task {seed}: fix the failing test in tests/test_{seed}.py."},
     ]
     for step in range(steps):
+        if tasks_every and step and step % tasks_every == 0:
+            report = " ".join(rng.choices(WORDS, k=rng.randint(20, 80)))
+            messages.append({"role": "assistant", "content": f"Done: {report}"})
+            messages.append({"role": "user", "content": f"Next, task {seed}.{step}: {report[:40]}"})
         call_id = f"call_{seed}_{step}"
         arguments = json.dumps({"path": f"src/{rng.choice(WORDS)}_{step}.py"})
         messages.append(
@@ -97,7 +113,7 @@ def langchain(messages: list[dict[str, Any]]) -> list[Any]:
             calls = [
                 {"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"]),
                  "id": c["id"], "type": "tool_call"}
-                for c in m["tool_calls"]
+                for c in m.get("tool_calls", [])
             ]  # fmt: skip
             out.append(AIMessage(content=m["content"], tool_calls=calls, id=str(at)))
         elif m["role"] == "tool":
@@ -161,9 +177,14 @@ class Continuing:
         return [int(i.rsplit(":", 1)[1]) for i in result.ids]
 
 
+def task_of(history: list[dict[str, Any]]) -> int:
+    """The place of the newest user message: the task the newest step works on."""
+    return max(i for i, m in enumerate(history) if m["role"] == "user")
+
+
 def ceiling(history: list[dict[str, Any]], budget: int) -> bool:
     """Whether the system prompt, the task and the newest step fit the budget together."""
-    kept = history[:2] + history[-2:]
+    kept = [history[0], history[task_of(history)], *history[-2:]]
     return PROFILE.tokens_per_pack + sum(PROFILE.message_tokens(m) for m in kept) <= budget
 
 
@@ -187,8 +208,9 @@ def replay(loops: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
                 method.reset()
         for end in range(4, len(messages) + 1, 2):
             history = messages[:end]
-            states += 1
-            could += ceiling(history, budget)
+            tallied = history[-1]["role"] == "tool"  # a step just ended
+            states += tallied
+            could += tallied and ceiling(history, budget)
             started = time.perf_counter()
             [PROFILE.message_tokens(m) for m in history]
             seconds["floor"] += time.perf_counter() - started
@@ -196,12 +218,13 @@ def replay(loops: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
                 started = time.perf_counter()
                 kept = method(history, budget)
                 seconds[name] += time.perf_counter() - started
-                count(tally[name], history, kept, end)
+                if tallied:
+                    count(tally[name], history, kept, end)
     return {"states": states, "ceiling": could / states, "tally": tally, "seconds": seconds}
 
 
 def count(tally: dict[str, int], history: list[dict[str, Any]], kept: list[int], end: int) -> None:
-    task, newest = 1 in kept, end - 1 in kept and end - 2 in kept
+    task, newest = task_of(history) in kept, end - 1 in kept and end - 2 in kept
     tally["task"] += task
     tally["newest"] += newest
     tally["both"] += task and newest
@@ -218,7 +241,9 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
         f"Command: `{report['command']}`",
         "",
         f"{s['loops']} loops of {s['steps']} tool steps (one in {s['long_every']} returns a "
-        f"log of {s['long_lines']} lines), packed after every step at {s['budget']} tokens: "
+        f"log of {s['long_lines']} lines"
+        + (f"; a new task every {s['tasks_every']} steps" if s.get("tasks_every") else "")
+        + f"), packed after every step at {s['budget']} tokens: "
         f"{states} packs. Ceiling (system prompt, task and newest step fit together): "
         f"{report['ceiling']:.3f} of the packs.",
         "",
@@ -250,11 +275,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--long-every", type=int, default=4)
     parser.add_argument("--long-lines", type=int, default=600)
     parser.add_argument("--budget", type=int, default=4096)
+    parser.add_argument("--tasks-every", type=int, default=0, help="steps per task (0: one task)")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     loops = [
-        loop(seed, args.steps, args.short, args.long_every, args.long_lines)
+        loop(seed, args.steps, args.short, args.long_every, args.long_lines, args.tasks_every)
         for seed in range(args.loops)
     ]
     report = {
