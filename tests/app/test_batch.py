@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -139,6 +139,7 @@ def test_request_has_exactly_its_documented_fields() -> None:
         "tool_errors",
         "target",
         "gap_note",
+        "previous",
     ]
     # The how-to names them all, in its sentence and in its table of accepted values.
     page = (Path(__file__).parents[2] / "docs" / "how-to" / "batch.md").read_text()
@@ -214,7 +215,7 @@ def test_request_round_trips_through_json() -> None:
             "qurey",
             "unknown field 'qurey'; did you mean 'query'? a request has the fields id, budget, "
             "reserve, overflow, query, where, as_of, evidence, labels, turns, start_on, gaps, "
-            "tool_errors, target, gap_note (put other data under 'labels')",
+            "tool_errors, target, gap_note, previous (put other data under 'labels')",
         ),
         # The misspelt field is named, not the real one it leaves missing.
         ('{"id": "r2", "budjet": 5}', "budjet", "unknown field 'budjet'; did you mean 'budget'?"),
@@ -1041,3 +1042,86 @@ def test_a_task_packed_again_replaces_its_parts(
     once, again = (tmp_path / "once").resolve(), (tmp_path / "twice").resolve()
     assert layout(again) == layout(once)
     assert all((once / n).read_bytes() == (again / n).read_bytes() for n in layout(once))
+
+
+SESSION_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _session(name: str, turns: int) -> pl.DataFrame:
+    """A chat of ``turns`` questions and answers, message ``i`` created at µs ``i``."""
+    history = [{"role": "system", "content": "You answer questions about the project. " * 20}]
+    for turn in range(turns):
+        history.append({"role": "user", "content": f"Question {turn} of {name}: " + "why " * 100})
+        history.append({"role": "assistant", "content": f"Answer {turn}: " + "because " * 200})
+    return from_openai_messages(history, conversation_id=name, start=SESSION_START).collect()
+
+
+def _turn_requests(name: str, turns: int) -> list[Request]:
+    """One request per user turn of session ``name``, each continuing the one before."""
+    return [
+        Request(
+            id=f"{name}{turn}",
+            budget=2_000,
+            where=f"id LIKE '{name}:%'",
+            as_of=SESSION_START + timedelta(microseconds=2 * turn + 1),
+            **({"previous": f"{name}{turn - 1}"} if turn else {}),
+        )
+        for turn in range(turns)
+    ]
+
+
+def test_requests_with_previous_replay_sessions_as_continuing_packs(tmp_path: Path) -> None:
+    store = pl.concat([_session("a", 12), _session("b", 12)])
+    a, b = _turn_requests("a", 12), _turn_requests("b", 12)
+    interleaved = [r for pair in zip(a, b, strict=True) for r in pair]
+    billed = PackOptions(as_of=AS_OF, cache_model="openai:gpt-5")
+    run_batch(store, interleaved, out_dir=tmp_path, rank="none", manifests="jsonl", options=billed)
+    manifests = {m["label"]: m for m in records(tmp_path, "manifests")}
+    # Each manifest is the one the Python API gives, continuing the pack before it.
+    for name, requests in [("a", a), ("b", b)]:
+        frame = CognitionFrame(store.filter(pl.col("id").str.starts_with(f"{name}:")))
+        previous = None
+        for request in requests:
+            previous = frame.pack(
+                2_000, as_of=request.as_of, label=request.id, previous=previous,
+                cache_model="openai:gpt-5",
+            )  # fmt: skip
+            assert previous.manifest.to_json() == canonical_json(manifests[request.id])
+    # The first pack continues none; the others keep a cached prefix, evicting once full.
+    assert "cache" not in manifests["a0"]
+    caches = [manifests[f"a{turn}"]["cache"] for turn in range(1, 12)]
+    assert all(c["prefix_items"] >= 1 for c in caches)
+    # OpenAI reads a cached prefix of 1,024 tokens or more.
+    assert [c["cached_tokens"] > 0 for c in caches] == [c["prefix_tokens"] >= 1024 for c in caches]
+    assert sum(c["cached_tokens"] > 0 for c in caches) >= 4
+    assert sum(c["eviction_steps"] > 0 for c in caches) >= 2
+    assert caches[0]["continues"] == PackManifest.from_json(json.dumps(manifests["a0"])).digest
+    back = read_requests_back(interleaved, tmp_path)
+    assert [r.previous for r in back] == [r.previous for r in interleaved]
+    assert "previous" not in back[0].to_record()  # left out unless given
+
+
+@pytest.mark.parametrize(
+    ("previous", "message"),
+    [
+        ("nowhere", "previous names request 'nowhere', which is not in the batch"),
+        ("a2", "previous names request 'a2', which comes after it"),
+        ("a1", "previous names the request itself"),
+        ("b0", r"whose where clause \"id LIKE 'b:%'\" is not this request's"),
+    ],
+)
+def test_previous_must_name_an_earlier_request_of_the_same_scope(
+    tmp_path: Path, previous: str, message: str
+) -> None:
+    a0, a1, a2 = _turn_requests("a", 3)
+    bad = a1.model_copy(update={"previous": previous})
+    requests = [*_turn_requests("b", 1), a0, bad, a2]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r.to_record()) + "\n" for r in requests))
+    with pytest.raises(RecordError, match=message) as error:
+        run_batch(
+            _session("a", 3), read_requests(path), out_dir=tmp_path / "out", rank="none",
+            options=PackOptions(as_of=AS_OF),
+        )  # fmt: skip
+    assert (error.value.line, error.value.field) == (3, "previous")
+    assert not (tmp_path / "out").exists()  # refused before anything is packed

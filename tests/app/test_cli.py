@@ -1353,6 +1353,28 @@ def test_pack_gap_note_puts_a_counted_note_in_each_hole(tmp_path: Path) -> None:
     assert manifest.pack_overhead_tokens == 3 + note
 
 
+def test_pack_previous_continues_an_earlier_request_billed_by_cache_model(
+    tmp_path: Path,
+) -> None:
+    continued = [{"id": "first", "budget": 60}, {"id": "next", "budget": 60, "previous": "first"}]
+    items, requests = _chat_files(tmp_path, continued)
+    out = tmp_path / "out"
+    args = ("--out", str(out), "--as-of", AS_OF, "--rank", "none", "--manifests", "jsonl")
+    code, _, stderr = pack(str(items), str(requests), *args, "--cache-model", "openai:gpt-5")
+    assert code == EXIT_OK, stderr
+    manifests = {m.label: m for m in read_manifests(out)}
+    first, then = manifests["first"], manifests["next"]
+    assert first.cache is None
+    assert then.cache is not None
+    assert then.cache.continues == first.digest
+    sent_first = next(r["ids"] for r in records(out, "packs"))
+    assert (then.cache.cache_model, then.cache.prefix_ids) == ("openai:gpt-5", sent_first)
+    assert then.cache.billed_tokens == then.used_tokens  # under 1,024 tokens: nothing cached
+    code, _, stderr = pack(str(items), str(requests), *args, "--cache-model", "openai:gpt-0")
+    assert code == EXIT_USAGE
+    assert "cache model" in stderr
+
+
 _DEFAULT_RANK_STATEMENTS = (
     r"the default, `?([a-z][a-z-]*)`?,",
     r"by default with (?:the )?`?([a-z][a-z-]*)",

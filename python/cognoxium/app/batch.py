@@ -108,7 +108,7 @@ from cognoxium.packing.manifests import (
     ManifestWriter,
 )
 from cognoxium.packing.options import PackOptions
-from cognoxium.packing.packer import PackManifest, PackOutcome, PackScope
+from cognoxium.packing.packer import ContextPack, PackManifest, PackOutcome, PackScope
 from cognoxium.retrieval.scope import RetrievalSettings
 from cognoxium.tokens.profiles import TokenProfile
 
@@ -234,6 +234,14 @@ class Request(BaseModel):
         each hole of the conversation, whose only field is ``{n}`` (the
         number of items left out there), as ``"({n} earlier messages
         omitted)"``; counted in the budget.
+    previous
+        ``None`` (the default), or the ``id`` of an earlier request of the
+        batch with the same ``where`` whose pack this one continues, as
+        ``pack(budget, previous=...)`` does: the earlier pack's messages stay
+        the cached prefix a provider bills at its cached price, and the
+        manifest's ``cache`` section reports it (see
+        :mod:`cognoxium.packing.cache`). For a session replayed request by
+        request, each giving its ``as_of``.
 
     Notes
     -----
@@ -273,6 +281,7 @@ class Request(BaseModel):
     tool_errors: Literal["repair", "error"] = "repair"
     target: Literal["openai", "anthropic"] = "openai"
     gap_note: UnicodeStr | None = None
+    previous: ItemId | None = None
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
@@ -328,10 +337,10 @@ class Request(BaseModel):
         """Return the request as a JSON record, a line of a requests file.
 
         The pack options (``reserve``, ``overflow``, ``turns``, ``start_on``,
-        ``gaps``, ``tool_errors``, ``target``, ``gap_note``) are left out
-        unless given, so a request that does not use them reads as it did
-        before they existed; :func:`read_requests` gives back an equal
-        request.
+        ``gaps``, ``tool_errors``, ``target``, ``gap_note``) and ``previous``
+        are left out unless given, so a request that does not use them reads
+        as it did before they existed; :func:`read_requests` gives back an
+        equal request.
 
         Examples
         --------
@@ -340,7 +349,7 @@ class Request(BaseModel):
         >>> Request(id="r2", budget=512, reserve=64).to_record()["reserve"]
         64
         """
-        defaults = set(_OPTIONS) - {"as_of"} - self.model_fields_set
+        defaults = ({*_OPTIONS, "previous"} - {"as_of"}) - self.model_fields_set
         return self.model_dump(mode="json", exclude=defaults)
 
     @property
@@ -976,8 +985,9 @@ def prepare_requests(
     PlanError
         If ``rank`` or ``manifests`` is unknown.
     RecordError
-        If two requests share an id, or ``reserve`` exceeds the budget of a
-        request that takes it.
+        If two requests share an id, ``reserve`` exceeds the budget of a
+        request that takes it, or a request's ``previous`` is not the id of
+        an earlier request with the same ``where``.
 
     Examples
     --------
@@ -989,13 +999,39 @@ def prepare_requests(
     check_rank_method(rank)
     if manifests not in MANIFEST_FORMS:
         raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
-    seen: set[str] = set()
+    seen: dict[str, Request] = {}
     for request in requests:
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
-        seen.add(request.id)
+        _check_previous(request, seen, {r.id for r in requests})
+        seen[request.id] = request
     defaults = options if options is not None else PackOptions()
     return [_with_options(r, r.over(defaults)) for r in requests]
+
+
+def _check_previous(request: Request, earlier: dict[str, Request], ids: set[str]) -> None:
+    """Raise unless ``request.previous`` is ``None`` or an earlier request of its scope."""
+    name = request.previous
+    if name is None:
+        return
+    if name == request.id:
+        raise request.error(
+            "previous names the request itself: a pack continues an earlier one",
+            field="previous",
+        )
+    continued = earlier.get(name)
+    if continued is None:
+        where = "comes after it" if name in ids else "is not in the batch"
+        raise request.error(
+            f"previous names request {name!r}, which {where}: a pack continues an earlier one",
+            field="previous",
+        )
+    if continued.where != request.where:
+        raise request.error(
+            f"previous names request {name!r}, whose where clause {continued.where!r} is not "
+            f"this request's ({request.where!r}): a pack continues one of its own scope",
+            field="previous",
+        )
 
 
 def _with_options(request: Request, options: PackOptions) -> Request:
@@ -1373,11 +1409,16 @@ def pack_scope(
     if prepared is None:
         prepared = PreparedScope(store, scope_rows(store, requests[0]), settings)
     _packing(requests[0], lambda: prepared.rank_all(requests))
+    continued = {r.previous for r in requests if r.previous is not None}
+    earlier: dict[str, ContextPack] = {}
     outcomes: list[PackOutcome] = []
     latencies: list[float] = []
     for request in requests:
         t0 = time.perf_counter()
-        outcomes.append(_outcome(prepared, request))
+        outcome = _outcome(prepared, request, _continued_pack(request, earlier))
+        if request.id in continued:
+            earlier[request.id] = prepared.pack(request).context_pack(outcome)
+        outcomes.append(outcome)
         latencies.append((time.perf_counter() - t0) * 1000.0)
     scope = prepared.pack(requests[0])
     selected = [o.decisions.selected for o in outcomes]
@@ -1401,11 +1442,30 @@ def pack_scope(
     )
 
 
-def _outcome(prepared: PreparedScope, request: Request) -> PackOutcome:
-    """One request's rank and selection over its prepared scope."""
+def _continued_pack(request: Request, earlier: dict[str, ContextPack]) -> ContextPack | None:
+    """The pack ``request`` continues, packed before it in its scope (``None``: none)."""
+    if request.previous is None:
+        return None
+    pack = earlier.get(request.previous)
+    if pack is None:
+        raise request.error(
+            f"previous names request {request.previous!r}, which is not an earlier request "
+            "of this scope",
+            field="previous",
+        )
+    return pack
+
+
+def _outcome(
+    prepared: PreparedScope, request: Request, previous: ContextPack | None
+) -> PackOutcome:
+    """One request's rank and selection over its prepared scope, continuing ``previous``."""
     options = request.options
     scope = prepared.pack(request)
     rank = prepared.rank(request, options.as_of)
     return _packing(
-        request, lambda: scope.outcome(request.budget, options, label=request.id, rank=rank)
+        request,
+        lambda: scope.outcome(
+            request.budget, options, label=request.id, rank=rank, previous=previous
+        ),
     )

@@ -862,6 +862,15 @@ def pack_command(
             "their own gap_note. Default: no message.",
         ),
     ] = None,
+    cache_model: Annotated[
+        str | None,
+        typer.Option(
+            help="The provider's prompt cache model, as 'openai:gpt-5' or "
+            "'anthropic:claude-sonnet-4-5', under which the manifest of each request that "
+            "continues an earlier one (its 'previous') bills its input: cached, written and "
+            "uncached tokens. Default: not billed.",
+        ),
+    ] = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -921,6 +930,7 @@ def pack_command(
         target=target.value,
         gaps="fill" if gaps is Gaps.FILL else "stop",
         gap_note=gap_note,
+        cache_model=cache_model,
     )
     runner = _batch_runner(engine, items, address, workers, quiet=quiet or json_output)
     try:

@@ -649,12 +649,13 @@ class PackScope:
         *,
         label: str | None = None,
         rank: pl.Series | None = None,
+        previous: ContextPack | None = None,
     ) -> PackOutcome:
         """Select the rows of one pack: what :func:`pack` decides, without building the pack.
 
         Parameters
         ----------
-        budget, label
+        budget, label, previous
             As for :func:`pack`.
         options
             As for :func:`pack`, with the scope's token profile (``None``:
@@ -674,7 +675,7 @@ class PackScope:
             As :func:`pack`; a ``rank`` of the wrong length, or options of
             another token profile, is a PackError.
         """
-        return self.outcome_checked(self._call(budget, options), label, rank)
+        return self.outcome_checked(self._call(budget, options), label, rank, previous)
 
     def _call(self, budget: int, options: PackOptions | None) -> PackCall:
         """``budget`` and ``options`` checked, for a pack over this scope."""
@@ -1055,12 +1056,13 @@ class PackScope:
         *,
         label: str | None = None,
         rank: pl.Series | None = None,
+        previous: ContextPack | None = None,
     ) -> ContextPack:
         """Pack one request over this scope: :func:`pack` with ``rank`` as the rank column.
 
         Parameters and errors are those of :meth:`outcome`.
         """
-        return self.pack_checked(self._call(budget, options), label, rank)
+        return self.pack_checked(self._call(budget, options), label, rank, previous)
 
     def pack_checked(
         self,
@@ -1070,16 +1072,23 @@ class PackScope:
         previous: ContextPack | None = None,
     ) -> ContextPack:
         """:meth:`pack` for a budget and options checked by ``check_call``."""
-        outcome = self.outcome_checked(call, label, rank, previous)
-        manifest = outcome.manifest
+        return self.context_pack(self.outcome_checked(call, label, rank, previous))
+
+    def context_pack(self, outcome: PackOutcome) -> ContextPack:
+        """The pack an outcome of this scope makes: its rows, messages and whole manifest.
+
+        The outcome's manifest header is copied, so the outcome itself is
+        left as it was.
+        """
+        manifest = outcome.manifest.model_copy()
         manifest._entries = self.entries([outcome])
         used = outcome.decisions.used_tokens
         return ContextPack(
             frame=outcome.frame,
             messages=outcome.messages,
             used_tokens=used,
-            remaining_tokens=call.item_budget - used,
-            budget=call.budget,
+            remaining_tokens=outcome.call.item_budget - used,
+            budget=outcome.call.budget,
             manifest=manifest,
         )
 
