@@ -445,10 +445,14 @@ def _record_columns(records: list[dict[str, Any]]) -> pl.DataFrame:
 def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> list[Any]:
     """Render items as LangChain messages, in row order.
 
-    The items are rendered as OpenAI chat messages by
+    A pack is rendered from :attr:`ContextPack.messages
+    <cognoxium.packing.packer.ContextPack.messages>`, what it costs and
+    checks: a policy's rendering (a message wrapped as untrusted data and
+    sent as the user's) and the note in place of each hole are sent as
+    they were packed. Other items are rendered as OpenAI chat messages by
     :func:`cognoxium.formats.openai.to_openai_messages` (documents and memories as user
-    messages, tool-call groups with their calls) and converted by LangChain's
-    ``convert_to_messages``.
+    messages, tool-call groups with their calls). Either is converted by
+    LangChain's ``convert_to_messages``.
 
     Parameters
     ----------
@@ -461,8 +465,10 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     list of langchain_core.messages.BaseMessage
         One message per item, except that the parts of one user message
         (``metadata.message_part``, see :mod:`cognoxium.packing._messages`)
-        are one message again; an item's ``metadata["message_id"]`` (see
-        :func:`from_langchain_messages`) becomes the message's ``id``.
+        are one message again, and a pack's gap notes are messages of their
+        own (``SystemMessage``, no ``id``); an item's
+        ``metadata["message_id"]`` (see :func:`from_langchain_messages`)
+        becomes the message's ``id``.
 
     Raises
     ------
@@ -479,17 +485,19 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     ['SystemMessage', 'HumanMessage']
     """
     lc = _require("langchain_core.messages")
+    notes: set[int] = set()
     if isinstance(data, ContextPack):
-        df = data.frame
-    elif isinstance(data, CognitionFrame):
-        df = data.collect()
+        df, messages = data.frame, data.to_openai()
+        notes = {g.note_at for g in data.manifest.gap_records if g.note_at is not None}
     else:
-        df = data
-    converted: list[Any] = lc.convert_to_messages(to_openai_messages(df))
+        df = data.collect() if isinstance(data, CognitionFrame) else data
+        messages = to_openai_messages(df)
+    converted: list[Any] = lc.convert_to_messages(messages)
     # The parts of one message are sent as one: its id is its first part's.
     sent = sent_messages(message_parts(df), np.arange(df.height, dtype=np.int64))
     metadatas = df.get_column("metadata").gather([p[0] for p in sent]).to_list()
-    for message, metadata in zip(converted, metadatas, strict=True):
+    of_items = [m for at, m in enumerate(converted) if at not in notes]
+    for message, metadata in zip(of_items, metadatas, strict=True):
         message_id = json.loads(metadata).get("message_id")
         if isinstance(message_id, str):
             message.id = message_id
