@@ -500,7 +500,7 @@ def test_every_pack_renders_a_well_formed_anthropic_request(
     assert not turns or turns[0]["role"] == "user"
     for before, turn in itertools.pairwise([{"role": "user", "content": []}, *turns]):
         assert turn["content"]
-        assert all(b["text"] for b in turn["content"] if b["type"] == "text")
+        assert all(b["text"].strip() for b in turn["content"] if b["type"] == "text")
         calls = {b["id"] for b in before["content"] if b["type"] == "tool_use"}
         results = [b["tool_use_id"] for b in turn["content"] if b["type"] == "tool_result"]
         assert set(results) <= calls
@@ -509,7 +509,8 @@ def test_every_pack_renders_a_well_formed_anthropic_request(
     placeholder = int(not sent or sent[0]["role"] == "assistant")
     validate_anthropic_messages(request)
     calls = sum(len(m.get("tool_calls") or ()) for m in sent)
-    texts = sum(1 for m in sent if m["content"])  # every non-empty content is one text block
+    # Every tool result is one block, and every other content with more than whitespace.
+    texts = sum(1 for m in sent if m["content"] and (m["role"] == "tool" or m["content"].strip()))
     assert len(blocks) == placeholder + calls + texts
     assert_sdk_accepts(turns)
 
@@ -522,3 +523,47 @@ def test_the_system_prompt_is_required_unless_asked_otherwise() -> None:
     )
     assert [i.retention.value for i in required] == ["required", "optional"]
     assert [i.retention.value for i in optional] == ["optional", "optional"]
+
+
+def test_to_anthropic_sends_ids_blanks_and_a_prefill_as_the_api_takes_them() -> None:
+    from cognoxium.packing.message_rules import anthropic_faults, validate_anthropic_messages
+
+    call = {
+        "id": "functions.get_weather:0",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "18 C"},
+        {"role": "user", "content": "   "},
+        {"role": "assistant", "content": "It is 18 C.\n\n"},
+    ]
+    # The messages as they are break three of the API's rules.
+    raw = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "functions.get_weather:0", "name": "get_weather",
+             "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "functions.get_weather:0", "content": "18 C"},
+            {"type": "text", "text": "   "}]},
+        {"role": "assistant", "content": "It is 18 C.\n\n"},
+    ]  # fmt: skip
+    rules = [(f.index, f.rule) for f in anthropic_faults(raw)]
+    assert rules == [
+        (1, "tool_id_invalid"),
+        (2, "tool_id_invalid"),
+        (2, "content_empty"),
+        (3, "final_assistant_whitespace"),
+    ]
+    request = (
+        from_openai_messages(history).pack(1000, as_of=AS_OF, target="anthropic").to_anthropic()
+    )
+    validate_anthropic_messages(request)
+    use = request["messages"][1]["content"][0]
+    result = request["messages"][2]["content"]
+    assert use["id"] == result[0]["tool_use_id"] == "functions_get_weather_0_79ac1aaa"
+    assert result == [{"type": "tool_result", "tool_use_id": use["id"], "content": "18 C"}]
+    assert request["messages"][-1]["content"] == [{"type": "text", "text": "It is 18 C."}]

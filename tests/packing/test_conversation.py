@@ -371,6 +371,30 @@ def test_the_oldest_steps_make_room_for_the_task(start: dict[str, str]) -> None:
     assert result.used_tokens == PROFILE.request_tokens(result.messages)
 
 
+@pytest.mark.parametrize("start", [{}, {"start_on": "user"}])
+def test_as_few_replies_as_let_the_question_in_when_all_of_them_are_not_needed(
+    start: dict[str, str],
+) -> None:
+    # Four replies fill the budget and the question does not fit beside them. Dropping
+    # the oldest three lets it in; before, the search for how many went from two to all
+    # four, and the newest reply (45 tokens, with 85 left) was sent with none.
+    chat = from_openai_messages(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "word " * 200},
+            {"role": "assistant", "content": "ok"},
+            {"role": "assistant", "content": "fine"},
+            {"role": "assistant", "content": "word " * 200},
+            {"role": "assistant", "content": "word " * 40},
+        ]
+    )
+    result = chat.pack(300, as_of=AS_OF, **start)
+    assert result.ids == ["msg:0", "msg:1", "msg:5"]
+    why = reasons(result)
+    assert why["msg:2"] == why["msg:3"] == why["msg:4"] == "gap"
+    assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
 def _loop_step(i: int, words: int) -> list[dict[str, Any]]:
     call = {"id": f"t{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
     return [

@@ -257,14 +257,14 @@ def _drop_oldest(
         included = select(queue.without(tried))
         return included, tried, len(before_first_user(included)) == 0
 
-    low, high = 0, 1
-    while high < len(choice.early):
+    low, high, most = 0, 1, len(choice.early)
+    while True:
+        high = min(high, most)
         included, tried, starts = attempt(high)
-        if starts:
+        if starts or high == most:
             break
         low, high = high, 2 * high
-    else:
-        included, tried, _ = attempt(len(choice.early))
+    if not starts:  # dropping them all lets none in
         return included, tried
     while high - low > 1:
         middle = (low + high) // 2

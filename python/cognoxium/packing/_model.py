@@ -715,8 +715,14 @@ class ContextPack:
         - A message's ``name`` (the format has none) starts its first text
           block as ``"<name>: "``; a tool result's ``name`` is not sent (its
           call's ``tool_use`` block names the function).
-        - Empty text is not sent (the API rejects empty text blocks); a
-          message left with nothing to send is left out.
+        - Empty or whitespace-only text is not sent (the API rejects such
+          text blocks); a message left with nothing to send is left out. A
+          request that ends on an ``assistant`` message (a prefill) has the
+          whitespace at its end stripped, which the API also rejects.
+        - A tool call id outside the API's form ``^[a-zA-Z0-9_-]+$`` (ids
+          such as ``functions.get_weather:0`` come from other providers) is
+          sent as :func:`~cognoxium.packing._renderers.anthropic_tool_id`
+          makes it, the same in its ``tool_use`` and ``tool_result``.
         - Consecutive messages of the same role are merged into one message,
           their blocks in order, so ``user`` and ``assistant`` alternate as
           the API requires; a tool call and its results thus become an

@@ -16,7 +16,9 @@ The rules of each format are documented where users read them:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -30,6 +32,7 @@ __all__ = [
     "RANKED_ROLES",
     "Renderer",
     "anthropic_request",
+    "anthropic_tool_id",
     "mark_cache",
     "text_transcript",
 ]
@@ -95,7 +98,32 @@ def _content_blocks(content: Any, name: str | None) -> list[dict[str, Any]]:
             texts[0]["text"] = f"{name}: {texts[0]['text']}"
         else:
             blocks.insert(0, {"type": "text", "text": f"{name}:"})
-    return [b for b in blocks if b["type"] != "text" or b["text"]]
+    return [b for b in blocks if b["type"] != "text" or b["text"].strip()]
+
+
+_TOOL_ID_OUTSIDE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def anthropic_tool_id(call_id: str) -> str:
+    """A tool call id in the form Anthropic takes, ``^[a-zA-Z0-9_-]+$``.
+
+    An id of that form is kept; another has each character outside it
+    replaced by ``_`` and the first 8 hex digits of its sha256 appended, so
+    two ids that differ stay apart (``functions.get:0`` and
+    ``functions_get_0`` do). A ``tool_use`` and the ``tool_result`` that
+    answers it get the same id.
+
+    Examples
+    --------
+    >>> anthropic_tool_id("call_1")
+    'call_1'
+    >>> anthropic_tool_id("functions.get_weather:0")
+    'functions_get_weather_0_79ac1aaa'
+    """
+    if _TOOL_ID_OUTSIDE.search(call_id) is None and call_id:
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:8]
+    return f"{_TOOL_ID_OUTSIDE.sub('_', call_id)}_{digest}"
 
 
 def _tool_use(call: dict[str, Any], row: int, j: int) -> dict[str, Any]:
@@ -116,7 +144,8 @@ def _tool_use(call: dict[str, Any], row: int, j: int) -> dict[str, Any]:
             row=row,
             field=field,
         )
-    return {"type": "tool_use", "id": call["id"], "name": function["name"], "input": arguments}
+    tool_id = anthropic_tool_id(call["id"])
+    return {"type": "tool_use", "id": tool_id, "name": function["name"], "input": arguments}
 
 
 def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[str, Any]]]:
@@ -124,13 +153,24 @@ def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[s
     role, content = message["role"], message.get("content")
     if role == "tool":
         result: Any = content if isinstance(content, str) else _content_blocks(content, None)
-        block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": result}
+        tool_id = anthropic_tool_id(message["tool_call_id"])
+        block = {"type": "tool_result", "tool_use_id": tool_id, "content": result}
         return "user", [block]
     blocks = _content_blocks(content, message.get("name"))
     if role == "assistant":
         calls = message.get("tool_calls") or ()
         blocks += [_tool_use(call, row, j) for j, call in enumerate(calls)]
     return role, blocks
+
+
+def _end_without_whitespace(turns: list[dict[str, Any]]) -> None:
+    """Strip the whitespace that ends a last assistant turn: the API refuses such a prefill."""
+    if not turns or turns[-1]["role"] != "assistant":
+        return
+    blocks = turns[-1]["content"]
+    last = blocks[-1]
+    if last["type"] == "text":
+        last["text"] = last["text"].rstrip()  # not blank: blank text blocks are left out
 
 
 def _opening(placeholder: str | None) -> dict[str, Any]:
@@ -203,6 +243,7 @@ def anthropic_request(
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
+    _end_without_whitespace(turns)
     if not turns:
         turns.append(_opening(placeholder))
     request: dict[str, Any] = {"system": "\n\n".join(system)} if system else {}

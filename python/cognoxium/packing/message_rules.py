@@ -22,14 +22,18 @@ Anthropic Messages (the "Messages" and "Implement tool use" guides: the first
 message is a user message, at least one message, ``tool_result`` blocks
 "must immediately follow their corresponding tool use blocks" in the next
 user message, "tool_result blocks must come FIRST in the content array",
-text blocks must be non-empty), checked by :func:`anthropic_faults`: the
+text blocks must be non-empty; the API's own errors: "text content blocks
+must contain non-whitespace text", "final assistant content cannot end with
+trailing whitespace", "tool_use.id: String should match pattern
+'^[a-zA-Z0-9_-]+$'"), checked by :func:`anthropic_faults`: the
 three tool rules above on ``tool_use`` and ``tool_result`` blocks, and
 ``messages_empty``, ``role_invalid``, ``first_not_user``,
 ``roles_not_alternating`` (the API merges consecutive turns of one role; a
 request that alternates reads as the conversation it is, and the renderer
 of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
-never sends two), ``content_empty``, ``block_misplaced`` and
-``tool_result_not_first``.
+never sends two), ``content_empty`` (whitespace-only text included),
+``block_misplaced``, ``tool_result_not_first``, ``tool_id_invalid`` and
+``final_assistant_whitespace``.
 
 The validators raise :class:`~cognoxium.exceptions.MessageError` at the first
 fault, naming the message index and the rule.
@@ -37,6 +41,7 @@ fault, naming the message index and the rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,9 +66,13 @@ MESSAGE_RULES: dict[str, str] = {
     "messages_empty": "an Anthropic request has at least one message",
     "first_not_user": "an Anthropic request's first message is a user message",
     "roles_not_alternating": "user and assistant messages alternate",
-    "content_empty": "a message's content, and each of its text blocks, is not empty",
+    "content_empty": "a message's content, and each of its text blocks, holds more than whitespace",
     "block_misplaced": "tool_use blocks are sent by the assistant, tool_result blocks by the user",
     "tool_result_not_first": "in a user message, tool_result blocks come before any other block",
+    "tool_id_invalid": "a tool_use id, and the tool_use_id of its tool_result, match "
+    "^[a-zA-Z0-9_-]+$",
+    "final_assistant_whitespace": "a request that ends on an assistant message does not end "
+    "it with whitespace",
 }
 """Every rule checked, by name: what a request must do."""
 
@@ -319,6 +328,34 @@ def _blocks_of(content: Any) -> list[Any]:
     return list(content) if isinstance(content, Sequence) else []
 
 
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def _valid_tool_id(tool_id: object) -> bool:
+    """Whether an Anthropic tool id matches ``^[a-zA-Z0-9_-]+$``."""
+    return isinstance(tool_id, str) and _TOOL_ID.fullmatch(tool_id) is not None
+
+
+def _final_faults(messages: Sequence[Any]) -> list[Fault]:
+    """A request that ends on an assistant message (a prefill) must not end it with whitespace."""
+    at = len(messages) - 1
+    last = messages[at]
+    if not isinstance(last, Mapping) or last.get("role") != "assistant":
+        return []
+    blocks = _blocks_of(last.get("content"))
+    tail = blocks[-1] if blocks else None
+    text = tail.get("text") if isinstance(tail, Mapping) and tail.get("type") == "text" else None
+    if isinstance(text, str) and text and text != text.rstrip():
+        return [
+            Fault(
+                at,
+                "final_assistant_whitespace",
+                f"message {at}, the last, is an assistant message ending with whitespace",
+            )
+        ]
+    return []
+
+
 def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
     """The faults of one Anthropic message's content on its own."""
     if content is None or (isinstance(content, Sequence) and len(content) == 0):
@@ -327,8 +364,16 @@ def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
     other_seen = False
     for j, block in enumerate(_blocks_of(content)):
         kind = block.get("type") if isinstance(block, Mapping) else None
-        if kind == "text" and not block.get("text"):
-            faults.append(Fault(at, "content_empty", f"message {at} block {j} is empty text"))
+        text = block.get("text") if kind == "text" else None
+        if kind == "text" and not (isinstance(text, str) and text.strip()):
+            faults.append(
+                Fault(at, "content_empty", f"message {at} block {j} is empty or whitespace text")
+            )
+        tool_id = block.get("id" if kind == "tool_use" else "tool_use_id") if kind else None
+        if kind in ("tool_use", "tool_result") and not _valid_tool_id(tool_id):
+            faults.append(
+                Fault(at, "tool_id_invalid", f"message {at} block {j} has the id {tool_id!r}")
+            )
         misplaced = (kind == "tool_use" and role != "assistant") or (
             kind == "tool_result" and role != "user"
         )
@@ -403,7 +448,7 @@ def anthropic_faults(
         else:
             before = messages[at - 1] if at > 0 and roles[at - 1] == "assistant" else None
             faults += _result_faults(at, content, before, answered)
-    return faults
+    return faults + _final_faults(messages)
 
 
 def _order_faults(at: int, role: str, previous: object) -> list[Fault]:
@@ -464,10 +509,12 @@ def validate_anthropic_messages(
     """Raise unless an Anthropic Messages request keeps the API's documented rules.
 
     The rules are those of :func:`anthropic_faults`: at least one message,
-    the first a user message, user and assistant alternating, no empty
-    content or text block, each ``tool_use`` answered by a ``tool_result``
-    block in the next message (once, placed before that message's other
-    blocks), no ``tool_result`` without a ``tool_use`` in the message before.
+    the first a user message, user and assistant alternating, no empty or
+    whitespace-only content or text block, each ``tool_use`` answered by a
+    ``tool_result`` block in the next message (once, placed before that
+    message's other blocks), no ``tool_result`` without a ``tool_use`` in
+    the message before, tool ids of the form ``^[a-zA-Z0-9_-]+$``, and a
+    last assistant message (a prefill) that does not end with whitespace.
 
     Parameters
     ----------
