@@ -267,6 +267,16 @@ def test_langchain_message_errors_name_row_and_field(lc: Any) -> None:
     with pytest.raises(RecordError) as info:
         from_langchain_messages([m.SystemMessage(image)])
     assert (info.value.row, info.value.field) == (0, "content[0].type")
+    # A call whose arguments did not parse is refused, not lost (its result was then
+    # refused as an orphan, blamed for the lost call).
+    invalid = {"name": "weather", "args": '{"city": "Par', "id": "c9", "error": "Unterminated"}
+    broken = m.AIMessage("", invalid_tool_calls=[{**invalid, "type": "invalid_tool_call"}])
+    answer = m.ToolMessage("Error: invalid args", tool_call_id="c9", status="error")
+    asked = [m.HumanMessage("weather?"), broken]
+    for history in (asked, [*asked, answer]):
+        with pytest.raises(RecordError, match=r"invalid tool calls \['c9'\]") as info:
+            from_langchain_messages(history)
+        assert (info.value.row, info.value.field) == (1, "invalid_tool_calls")
 
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

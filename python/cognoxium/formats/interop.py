@@ -211,7 +211,8 @@ def from_langchain_messages(
         At the first message that is not a ``BaseMessage`` or cannot be
         mapped (an unsupported role such as ``function``, an image given by
         a provider file id, audio, an image outside a ``HumanMessage``, a
-        tool result without its call), naming its 0-based ``row`` and the
+        tool result without its call, an ``AIMessage`` with
+        ``invalid_tool_calls``), naming its 0-based ``row`` and the
         field, or when ``system_retention`` is not a retention tier; nothing
         is returned.
 
@@ -276,7 +277,9 @@ def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> list[An
     ids: list[Any] = []
     add_text, add_name, add_id = texts.append, names.append, ids.append
     for message in rows:
-        if message.additional_kwargs or (type(message) is reply and message.tool_calls):
+        if message.additional_kwargs or (
+            type(message) is reply and (message.tool_calls or message.invalid_tool_calls)
+        ):
             return None
         add_text(message.content)
         add_name(message.name)
@@ -287,7 +290,23 @@ def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> list[An
 
 
 def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:
-    """One LangChain message as an OpenAI message dict, by LangChain's own converter."""
+    """One LangChain message as an OpenAI message dict, by LangChain's own converter.
+
+    LangChain's converter leaves out an ``AIMessage``'s ``invalid_tool_calls``
+    (calls whose arguments did not parse); such a message is refused, so
+    that no call is lost and a result answering one is not blamed for it.
+    """
+    invalid = getattr(message, "invalid_tool_calls", None)
+    if invalid:
+        ids = [call.get("id") for call in invalid]
+        raise RecordError(
+            f"the message holds invalid tool calls {ids} (arguments that did not parse), "
+            "which no chat API takes as they are: give them valid arguments, or leave the "
+            "message and the results that answer its calls out of the history",
+            source=source,
+            row=row,
+            field="invalid_tool_calls",
+        )
     try:
         return lc.convert_to_openai_messages(message)
     except ValueError as exc:
