@@ -288,7 +288,25 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
             [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
             0,
             "content[0].type",
-            "images in user messages only",
+            "an image part is sent in a user message only",
+        ),
+        (
+            [{"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"}]}],
+            0,
+            "content[0].type",
+            "'thinking' part holds the model's reasoning, which is not packed",
+        ),
+        (
+            [{"role": "assistant", "content": [{"type": "input_audio", "input_audio": {}}]}],
+            0,
+            "content[0].type",
+            "only text parts are supported here",
+        ),
+        (
+            [{"role": "assistant", "content": "x", "refusal": "no"}],
+            0,
+            "refusal",
+            "not supported here; an assistant message has",
         ),
         (
             [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],

@@ -271,6 +271,9 @@ def test_langchain_message_errors_name_row_and_field(lc: Any) -> None:
     # refused as an orphan, blamed for the lost call).
     invalid = {"name": "weather", "args": '{"city": "Par', "id": "c9", "error": "Unterminated"}
     broken = m.AIMessage("", invalid_tool_calls=[{**invalid, "type": "invalid_tool_call"}])
+    with pytest.raises(RecordError, match="RemoveMessage is an instruction") as info:
+        from_langchain_messages([m.HumanMessage("hi"), m.RemoveMessage(id="x")])
+    assert (info.value.row, info.value.field) == (1, "type")
     answer = m.ToolMessage("Error: invalid args", tool_call_id="c9", status="error")
     asked = [m.HumanMessage("weather?"), broken]
     for history in (asked, [*asked, answer]):

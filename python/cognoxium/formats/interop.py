@@ -296,6 +296,14 @@ def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) 
     (calls whose arguments did not parse); such a message is refused, so
     that no call is lost and a result answering one is not blamed for it.
     """
+    if isinstance(message, lc.RemoveMessage):
+        raise RecordError(
+            "a RemoveMessage is an instruction to delete a message from a LangGraph state, "
+            "not a message to send; apply it to the history first",
+            source=source,
+            row=row,
+            field="type",
+        )
     invalid = getattr(message, "invalid_tool_calls", None)
     if invalid:
         ids = [call.get("id") for call in invalid]

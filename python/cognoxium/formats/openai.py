@@ -267,13 +267,7 @@ def _segments_of(
             segments.append(_image_of(part, index, at, where))
             continue
         if kind != "text":
-            allowed = "text and image_url parts (images in user messages only)"
-            raise where.error(
-                index,
-                f"{at}.type",
-                f"only {allowed} are supported, got {kind!r}; convert audio and files to "
-                "text or to document items first",
-            )
+            raise where.error(index, f"{at}.type", _part_refused(kind, images))
         extra = sorted(set(part) - {"type", "text"})
         if extra:
             raise where.error(index, f"{at}.{extra[0]}", "unknown key in a text part")
@@ -385,6 +379,25 @@ def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> 
     return start
 
 
+_REASONING_PARTS = frozenset({"reasoning", "thinking", "redacted_thinking"})
+
+
+def _part_refused(kind: object, images: bool) -> str:
+    """Why a content part of type ``kind`` is refused, and what to do instead."""
+    if kind == "image_url":
+        return "an image part is sent in a user message only, not in this one"
+    if kind in _REASONING_PARTS:
+        return (
+            f"a {kind!r} part holds the model's reasoning, which is not packed as message "
+            "content; leave it out of the content (keep its text parts)"
+        )
+    allowed = "text and image_url parts" if images else "text parts"
+    return (
+        f"only {allowed} are supported here, got {kind!r}; convert audio and files to text "
+        "or to document items first"
+    )
+
+
 def _message_role(message: Any, index: int, where: MessageLocation) -> Role:
     """Check a message's shape, role, keys and name; return its role."""
     if not isinstance(message, Mapping):
@@ -396,7 +409,8 @@ def _message_role(message: Any, index: int, where: MessageLocation) -> Role:
         value = message[key]
         if key in _EMPTY_OK and (value is None or value == []):
             continue
-        known = f"; a {role} message has {sorted(_KEYS[role])}"
+        article = "an" if role == "assistant" else "a"
+        known = f"; {article} {role} message has {sorted(_KEYS[role])}"
         raise where.error(index, key, f"not supported here{known}")
     name = message.get("name")
     if name is not None and (not isinstance(name, str) or not name):
