@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -386,6 +387,90 @@ def test_llamaindex_nodes_scores_become_rank() -> None:
     assert lineage_to_polars(cf).select("child_id", "parent_id", "operation").rows() == [
         ("n1", "handbook", "derive")
     ]
+
+
+def _llamaindex_chat() -> list[Any]:
+    llms = pytest.importorskip("llama_index.core.llms")
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return [
+        llms.ChatMessage(role=llms.MessageRole.SYSTEM, content="Be brief."),
+        llms.ChatMessage(
+            role=llms.MessageRole.USER,
+            blocks=[
+                llms.TextBlock(text="What is this?"),
+                llms.ImageBlock(url="https://example.org/a.png"),
+                llms.ImageBlock(image=b"\x89PNG\r\n\x1a\n", image_mimetype="image/png"),
+            ],
+        ),
+        llms.ChatMessage(role=llms.MessageRole.CHATBOT, content="A pixel."),
+        llms.ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [call]}),
+        llms.ChatMessage(role="tool", content="42", additional_kwargs={"tool_call_id": "c1"}),
+        llms.ChatMessage(role="user", content="Thanks", additional_kwargs={"name": "ada"}),
+    ]
+
+
+def test_llamaindex_messages_map_roles_tool_groups_and_images_and_round_trip() -> None:
+    from cognoxium.formats.interop import from_llamaindex_messages, to_llamaindex_messages
+
+    chat = from_llamaindex_messages(_llamaindex_chat(), conversation_id="c")
+    rows = chat.select("id", "role", "payload_kind", "group_id").to_polars().rows()
+    assert rows == [
+        ("c:0", "system", "text", None),
+        ("c:1.0", "user", "text", "c:parts:1"),
+        ("c:1.1", "user", "reference", "c:parts:1"),
+        ("c:1.2", "user", "reference", "c:parts:1"),
+        ("c:2", "assistant", "text", None),  # a chatbot's message is an assistant's
+        ("c:3", "assistant", "json", "c:tools:3"),
+        ("c:4", "tool", "text", "c:tools:3"),
+        ("c:5", "user", "text", None),
+    ]
+    uris = chat.to_polars().get_column("ref_uri").drop_nulls().to_list()
+    assert uris == ["https://example.org/a.png", "data:image/png;base64,iVBORw0KGgo="]
+    pack = chat.pack(4000, as_of=AS_OF)
+    back = to_llamaindex_messages(pack)
+    assert [m.role.value for m in back] == [
+        "system",
+        "user",
+        "assistant",
+        "assistant",
+        "tool",
+        "user",
+    ]
+    assert back[3].additional_kwargs["tool_calls"][0]["id"] == "c1"
+    assert back[4].additional_kwargs == {"tool_call_id": "c1"}
+    assert back[5].additional_kwargs == {"name": "ada"}
+    again = from_llamaindex_messages(back, conversation_id="c")
+    assert again.to_polars().equals(chat.to_polars())
+
+
+def test_llamaindex_message_errors_name_row_and_field() -> None:
+    llms = pytest.importorskip("llama_index.core.llms")
+    from cognoxium.formats.interop import from_llamaindex_messages
+
+    cases = [
+        ([llms.ChatMessage(role="function", content="x")], "role", "send function results as"),
+        (
+            [llms.ChatMessage(role="user", content="x", additional_kwargs={"foo": 1})],
+            "additional_kwargs.foo",
+            "not supported in a user message, which takes ['name']",
+        ),
+        (
+            [
+                llms.ChatMessage(
+                    role="assistant", blocks=[llms.ImageBlock(url="https://x.org/a.png")]
+                )
+            ],
+            "content[0].type",
+            "an image part is sent in a user message only",
+        ),
+        ([llms.ChatMessage(role="tool", content="42")], "tool_call_id", "non-blank string"),
+    ]
+    for messages, field, message in cases:
+        with pytest.raises(RecordError, match=re.escape(message)) as info:
+            from_llamaindex_messages([llms.ChatMessage(role="user", content="hi"), *messages])
+        assert (info.value.row, info.value.field) == (1, field)
+    with pytest.raises(RecordError, match="expected a llama_index ChatMessage, got str"):
+        from_llamaindex_messages(["hi"])
 
 
 def test_llamaindex_errors() -> None:

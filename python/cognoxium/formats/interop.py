@@ -13,6 +13,9 @@ Inputs
 :func:`from_langchain_documents`
     LangChain ``Document`` objects (``page_content``, ``metadata``, ``id``)
     as ``document`` items, the loader's ``metadata["source"]`` as provenance.
+:func:`from_llamaindex_messages`
+    LlamaIndex ``ChatMessage`` objects (a ``ChatMemoryBuffer``'s history) as
+    one item per message, read as the OpenAI messages they stand for.
 :func:`from_llamaindex_nodes`
     LlamaIndex nodes (``TextNode``, ``Document``) or retrieval results
     (``NodeWithScore``) as ``document`` items; a retrieval score becomes the
@@ -20,8 +23,8 @@ Inputs
 
 Outputs
 -------
-:func:`to_langchain_messages`
-    Packed items back as LangChain messages.
+:func:`to_langchain_messages`, :func:`to_llamaindex_messages`
+    Packed items back as LangChain or LlamaIndex messages.
 :func:`manifests_to_polars`
     Many manifests' entries as one Polars frame (one manifest's entries are
     :meth:`PackManifest.to_polars <cognoxium.packing.packer.PackManifest.to_polars>`
@@ -51,6 +54,7 @@ Examples
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import math
@@ -88,11 +92,13 @@ __all__ = [
     "EXTRAS",
     "from_langchain_documents",
     "from_langchain_messages",
+    "from_llamaindex_messages",
     "from_llamaindex_nodes",
     "lineage_to_arrow",
     "lineage_to_polars",
     "manifests_to_polars",
     "to_langchain_messages",
+    "to_llamaindex_messages",
 ]
 
 EXTRAS: dict[str, str] = {"langchain_core": "langchain", "llama_index.core": "llamaindex"}
@@ -533,6 +539,233 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
 
 # ---------------------------------------------------------------------------
 # LlamaIndex
+
+
+_LLAMAINDEX_KIND = "llamaindex_messages"
+_LLAMAINDEX_ROLES = {
+    "system": "system",
+    "developer": "developer",
+    "user": "user",
+    "assistant": "assistant",
+    "chatbot": "assistant",
+    "model": "assistant",
+    "tool": "tool",
+}
+"""LlamaIndex message roles and the chat role each is sent as (``function`` has none)."""
+_LLAMAINDEX_FIELDS = {"assistant": ("tool_calls", "name"), "tool": ("tool_call_id", "name")}
+"""The ``additional_kwargs`` keys taken per chat role (every other role: ``name``)."""
+
+
+def from_llamaindex_messages(
+    messages: Iterable[Any],
+    *,
+    conversation_id: str | None = None,
+    start: datetime | None = None,
+    source: str | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
+) -> CognitionFrame:
+    """Build a frame from LlamaIndex chat messages (``ChatMessage``), one item per message.
+
+    What a ``ChatMemoryBuffer`` or an agent holds. Each message is read as
+    the OpenAI message it stands for and mapped as
+    :func:`cognoxium.formats.openai.openai_messages_to_items` maps one (ids
+    ``"<conversation_id>:<index>"``, a tool-calling assistant message grouped
+    with its results, system messages ``required`` by default):
+
+    - ``role``: ``system``, ``developer``, ``user``, ``assistant`` (and
+      ``chatbot`` and ``model``, sent as ``assistant``) and ``tool``;
+      ``function`` (the legacy function-calling API) is refused;
+    - ``blocks``: text blocks, and in a user message image blocks given by
+      URL or by bytes (sent as a ``data:`` URL);
+    - ``additional_kwargs``: ``tool_calls`` (OpenAI's form, as LlamaIndex's
+      OpenAI integration stores them) of an assistant message,
+      ``tool_call_id`` of a tool message, and ``name``. Any other key is
+      refused rather than lost.
+
+    Parameters
+    ----------
+    messages
+        ``llama_index.core.llms.ChatMessage`` objects.
+    conversation_id, start, source, system_retention, tool_errors
+        As in :func:`from_langchain_messages` (the source's kind is
+        ``"llamaindex_messages"``).
+
+    Returns
+    -------
+    CognitionFrame
+        One row per message (a message with images: one per segment,
+        grouped), in message order.
+
+    Raises
+    ------
+    DependencyError
+        If ``llama-index-core`` is not installed (extra ``llamaindex``).
+    RecordError
+        At the first message that is not a ``ChatMessage`` or cannot be
+        mapped (a ``function`` role, a block other than text or image, an
+        image outside a user message, an unknown ``additional_kwargs`` key,
+        a tool result without its call), naming its 0-based ``row`` and the
+        field; nothing is returned.
+
+    Examples
+    --------
+    >>> from llama_index.core.llms import ChatMessage
+    >>> cf = from_llamaindex_messages([
+    ...     ChatMessage(role="system", content="Be brief."),
+    ...     ChatMessage(role="user", content="Weather in Paris?"),
+    ...     ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [
+    ...         {"id": "c1", "type": "function",
+    ...          "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]}),
+    ...     ChatMessage(role="tool", content="18 C", additional_kwargs={"tool_call_id": "c1"}),
+    ... ], conversation_id="c")
+    >>> cf.select("id", "role", "group_id").to_polars().rows()
+    [('c:0', 'system', None), ('c:1', 'user', None), ('c:2', 'assistant', 'c:tools:2'),
+     ('c:3', 'tool', 'c:tools:2')]
+    """
+    llms = _require("llama_index.core.llms")
+    where = MessageLocation(source)
+    columns = ChatColumns(
+        where, conversation_id, start, system_retention, _LLAMAINDEX_KIND, tool_errors=tool_errors
+    )
+    for row, message in enumerate(messages):
+        if not isinstance(message, llms.ChatMessage):
+            raise RecordError(
+                f"expected a llama_index ChatMessage, got {type(message).__name__}",
+                source=source,
+                row=row,
+            )
+        columns.add(row, _llamaindex_openai(llms, message, row, where))
+    return CognitionFrame.from_conformed(columns.frame())
+
+
+def _llamaindex_openai(llms: ModuleType, message: Any, row: int, where: MessageLocation) -> Any:
+    """One LlamaIndex ``ChatMessage`` as the OpenAI message dict it stands for."""
+    given = getattr(message.role, "value", message.role)
+    role = _LLAMAINDEX_ROLES.get(given)
+    if role is None:
+        raise where.error(
+            row, "role", f"role {given!r} is not supported; send function results as tool messages"
+        )
+    out: dict[str, Any] = {"role": role, "content": _llamaindex_content(llms, message, row, where)}
+    taken = _LLAMAINDEX_FIELDS.get(role, ("name",))
+    for key, value in message.additional_kwargs.items():
+        if key not in taken:
+            raise where.error(
+                row,
+                f"additional_kwargs.{key}",
+                f"not supported in a {given} message, which takes {list(taken)}",
+            )
+        out[key] = _plain(value)
+    if role == "assistant" and out["content"] == "" and out.get("tool_calls"):
+        out["content"] = None  # a message that only calls tools
+    return out
+
+
+def _llamaindex_content(llms: ModuleType, message: Any, row: int, where: MessageLocation) -> Any:
+    """The OpenAI content of a message's blocks: its text, or text and image_url parts."""
+    blocks = message.blocks
+    if all(isinstance(block, llms.TextBlock) for block in blocks):
+        return "".join(block.text for block in blocks)
+    parts: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        if isinstance(block, llms.TextBlock):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, llms.ImageBlock) and (block.url or block.image):
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
+        else:
+            raise where.error(
+                row,
+                f"blocks[{j}]",
+                f"only text and image blocks are supported, got {type(block).__name__}",
+            )
+    return parts
+
+
+def _image_url(block: Any) -> str:
+    """An image block's URL: its own, or its bytes as a base64 ``data:`` URL."""
+    if block.url:
+        return str(block.url)
+    data = block.image
+    text = data.decode("ascii") if _is_base64(data) else base64.b64encode(data).decode("ascii")
+    return f"data:{block.image_mimetype or 'image/png'};base64,{text}"
+
+
+def _is_base64(data: bytes) -> bool:
+    """Whether ``data`` is already base64 text (LlamaIndex stores image bytes encoded)."""
+    try:
+        return base64.b64encode(base64.b64decode(data, validate=True)) == data
+    except ValueError:
+        return False
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with pydantic models (OpenAI SDK tool calls) as plain dicts and lists."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json", exclude_none=True) if callable(dump) else value
+
+
+def to_llamaindex_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> list[Any]:
+    """Render items as LlamaIndex ``ChatMessage`` objects, in row order.
+
+    A pack is rendered from :attr:`ContextPack.messages
+    <cognoxium.packing.packer.ContextPack.messages>` (policy renderings and
+    gap notes as packed), other items by
+    :func:`cognoxium.formats.openai.to_openai_messages`: each OpenAI message
+    becomes a ``ChatMessage`` of its role, its text as a text block, its
+    images as image blocks, and ``tool_calls``, ``tool_call_id`` and
+    ``name`` in ``additional_kwargs``, as :func:`from_llamaindex_messages`
+    reads them.
+
+    Parameters
+    ----------
+    data
+        A :class:`~cognoxium.packing.packer.ContextPack`, a
+        :class:`CognitionFrame` or a Polars frame of items.
+
+    Returns
+    -------
+    list of llama_index.core.llms.ChatMessage
+        One per message sent.
+
+    Raises
+    ------
+    DependencyError
+        If ``llama-index-core`` is not installed (extra ``llamaindex``).
+    RecordError, SchemaError
+        As :func:`cognoxium.formats.openai.to_openai_messages` raises them.
+
+    Examples
+    --------
+    >>> from llama_index.core.llms import ChatMessage
+    >>> cf = from_llamaindex_messages([ChatMessage(role="user", content="Hi")])
+    >>> [(m.role.value, m.content) for m in to_llamaindex_messages(cf)]
+    [('user', 'Hi')]
+    """
+    llms = _require("llama_index.core.llms")
+    if isinstance(data, ContextPack):
+        messages = data.to_openai()
+    else:
+        messages = to_openai_messages(data.collect() if isinstance(data, CognitionFrame) else data)
+    return [_chat_message(llms, message) for message in messages]
+
+
+def _chat_message(llms: ModuleType, message: dict[str, Any]) -> Any:
+    """One OpenAI message dict as a LlamaIndex ``ChatMessage``."""
+    content = message.get("content")
+    if isinstance(content, list):
+        blocks = [
+            llms.TextBlock(text=part["text"])
+            if part["type"] == "text"
+            else llms.ImageBlock(url=part["image_url"]["url"])
+            for part in content
+        ]
+    else:
+        blocks = [llms.TextBlock(text=content or "")]
+    extra = {k: message[k] for k in ("tool_calls", "tool_call_id", "name") if k in message}
+    return llms.ChatMessage(role=message["role"], blocks=blocks, additional_kwargs=extra)
 
 
 def from_llamaindex_nodes(
