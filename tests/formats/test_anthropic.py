@@ -506,11 +506,19 @@ def test_every_pack_renders_a_well_formed_anthropic_request(
         assert set(results) <= calls
     sent = [m for m in result.messages if m["role"] != "system"]
     blocks = [b for turn in turns for b in turn["content"]]
-    placeholder = int(not sent or sent[0]["role"] == "assistant")
+
+    def text_block(m: dict[str, Any]) -> bool:
+        """Whether a message sends a text block: more than whitespace, or a name."""
+        return bool((m["content"] or "").strip() or m.get("name"))
+
+    # A message that sends no block (whitespace only) opens nothing.
+    shown = [m for m in sent if m["role"] == "tool" or text_block(m) or m.get("tool_calls")]
+    placeholder = int(not shown or shown[0]["role"] == "assistant")
     validate_anthropic_messages(request)
     calls = sum(len(m.get("tool_calls") or ()) for m in sent)
-    # Every tool result is one block, and every other content with more than whitespace.
-    texts = sum(1 for m in sent if m["content"] and (m["role"] == "tool" or m["content"].strip()))
+    # Every tool result is one block, and every other message with more than whitespace
+    # in its content or a name (sent as "<name>: " before it) one text block.
+    texts = sum(1 for m in sent if m["role"] == "tool" or text_block(m))
     assert len(blocks) == placeholder + calls + texts
     assert_sdk_accepts(turns)
 

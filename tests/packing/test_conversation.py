@@ -389,10 +389,55 @@ def test_as_few_replies_as_let_the_question_in_when_all_of_them_are_not_needed(
         ]
     )
     result = chat.pack(300, as_of=AS_OF, **start)
-    assert result.ids == ["msg:0", "msg:1", "msg:5"]
-    why = reasons(result)
-    assert why["msg:2"] == why["msg:3"] == why["msg:4"] == "gap"
+    # The two short replies dropped for the question come back into what is left.
+    assert result.ids == ["msg:0", "msg:1", "msg:2", "msg:3", "msg:5"]
+    assert reasons(result)["msg:4"] == "gap"
     assert result.used_tokens == PROFILE.request_tokens(result.messages)
+
+
+def _agent_loop() -> CognitionFrame:
+    """A task, a short step, a step with a long result, and a newer short step."""
+    task = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Find the refund policy. " + "word " * 150},
+    ]
+    return from_openai_messages(task + _loop_step(1, 2) + _loop_step(2, 200) + _loop_step(3, 30))
+
+
+@pytest.mark.parametrize("gaps", ["stop", "fill"])
+def test_a_larger_budget_never_keeps_fewer_steps_of_an_agent_loop(gaps: str) -> None:
+    # Before, at 300 tokens and more the oldest step was dropped for the task and
+    # stayed out (4 items to 440 tokens), where 260 tokens kept it (6 items); with
+    # gaps="fill" the task was left out from 300 to 460 tokens.
+    loop = _agent_loop()
+    packs = [loop.pack(budget, as_of=AS_OF, gaps=gaps) for budget in range(200, 520, 20)]
+    assert all("msg:1" in p.ids for p in packs)  # the task
+    sizes = [len(p.ids) for p in packs]
+    assert sizes == sorted(sizes)
+    at_300 = packs[5]
+    assert at_300.ids == ["msg:0", "msg:1", "msg:2", "msg:3", "msg:6", "msg:7"]
+    assert reasons(at_300)["msg:4"] == reasons(at_300)["msg:5"] == "gap"
+
+
+@pytest.mark.parametrize("gaps", ["stop", "fill"])
+def test_a_long_last_reply_marked_truncatable_is_cut_beside_its_question(gaps: str) -> None:
+    # Before: cut to take the whole budget, it was then dropped for the question (stop),
+    # or sent alone without it (fill).
+    when = "2024-01-01T00:00:00Z"
+    chat = CognitionFrame(
+        [
+            {"id": "s", "role": "system", "text": "Be brief.", "retention": "required",
+             "created_at": when},
+            {"id": "u", "role": "user", "text": "Summarise the log", "created_at": when},
+            {"id": "a", "role": "assistant", "text": "word " * 500, "created_at": when,
+             "metadata": {"truncate": {"side": "tail", "min_tokens": 10}}},
+        ]
+    )  # fmt: skip
+    result = chat.pack(100, as_of=AS_OF, gaps=gaps)
+    assert result.ids == ["s", "u", "a"]
+    (cut,) = result.manifest.truncations
+    assert (cut.id, cut.original_tokens) == ("a", int(PROFILE.count(["word " * 500])[0]))
+    assert result.used_tokens == 100 == PROFILE.request_tokens(result.messages)
 
 
 def _loop_step(i: int, words: int) -> list[dict[str, Any]]:

@@ -11,8 +11,10 @@ selected unit with another row before the first such message (an assistant
 reply whose question did not fit, a tool exchange) is in the way. The oldest
 of them are dropped first, as few as let an older user message in (the
 selection runs again without them, so the freed tokens go to the next
-candidates): an agent loop whose steps fill the budget keeps its task and
-its latest steps, the older steps a hole. When no number of them does, all
+candidates; then the dropped units sent after that user message fill what
+is left, newest first, a truncatable one cut to fit): an agent loop whose
+steps fill the budget keeps its task and its latest steps, the older steps
+a hole. When no number of them does, all
 are dropped. Those left before the first user message get reason
 ``before_first_user``; those after it were left out for the budget (a hole,
 reason ``gap``). That repeats until the pack starts on a user message or
@@ -20,7 +22,7 @@ holds only its system block; each round drops at least one unit, so it ends.
 This is LangChain's ``trim_messages(start_on="human")``, with the refill that
 skip-and-continue selection gives.
 
-With no start rule (and ``gaps="stop"``), a selection that sends no user
+With no start rule (either ``gaps`` mode), a selection that sends no user
 message at all (an agent loop whose steps fill the budget) is dropped from
 the same way (:func:`reach_user`), and kept as it was when no number of
 drops lets a user message in.
@@ -117,7 +119,7 @@ def start_on_user(
             dropped[early] = True
             included = select(queue.without(dropped))
             continue
-        choice = _Oldest(early, lane, unit_places, dropped)
+        choice = _Oldest(early, lane, unit_places, dropped, has_user)
         included, dropped = _drop_oldest(choice, queue, select, before_first_user)
     if not dropped.any():
         return included, rows
@@ -137,7 +139,7 @@ def reach_user(
 ) -> tuple[np.ndarray, Exclusions]:
     """A selection that sends no user message: drop its oldest units to let one in, if any does.
 
-    The default (no ``start_on``) with ``gaps="stop"``: an agent loop whose
+    The default (no ``start_on``), with either ``gaps`` mode: an agent loop whose
     newest steps fill the budget would send them without their task, and a
     chat that ends on a long reply the reply without its question. As
     :func:`start_on_user` does, the oldest selected units are dropped, as
@@ -208,12 +210,15 @@ class _Oldest:
         ``(n_units,)`` int64: each unit's first place in the order sent.
     dropped
         ``(n_units,)`` bool: the units dropped before.
+    users
+        ``(n_units,)`` bool: the unit holds a user message.
     """
 
     early: np.ndarray
     lane: np.ndarray
     places: np.ndarray
     dropped: np.ndarray
+    users: np.ndarray
 
     def drop(self, k: int) -> np.ndarray:
         """``(n_units,)`` bool: ``dropped`` with the oldest ``k`` of ``early``.
@@ -275,7 +280,41 @@ def _drop_oldest(
             low = middle
     if not starts:  # the last selection made sets the pack's cuts: make the best again
         included, tried, _ = attempt(high)
-    return included, tried
+    return _refill(choice, queue, select, included, tried)
+
+
+def _refill(
+    choice: _Oldest,
+    queue: Queue,
+    select: Callable[[Queue], np.ndarray],
+    included: np.ndarray,
+    dropped: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Take back what fits of the dropped units sent after the selection's first user message.
+
+    They were dropped so that the user message is taken; with it taken,
+    the pack has a hole where they were, and they fill what is left of the
+    budget, newest first, after every other unit (see
+    :meth:`~cognoxium.packing._selection.Queue.deferring`). A truncatable
+    one is cut to what is left, where, taken before the user message, it
+    took the room the message needed. So a larger budget never keeps fewer
+    of them. The units before the first user message stay dropped.
+
+    Returns
+    -------
+    included : numpy.ndarray
+        ``(n_units,)`` bool: the selection.
+    dropped : numpy.ndarray
+        ``(n_units,)`` bool: the units dropped and not taken back.
+    """
+    users = choice.places[choice.users & included]
+    if not len(users):
+        return included, dropped
+    back = dropped & (choice.places > users.min())
+    if not back.any():
+        return included, dropped
+    refilled = select(queue.without(dropped & ~back).deferring(back))
+    return refilled, dropped & ~refilled
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -112,6 +112,25 @@ class Queue:
         """``(m,)`` bool: the unit of ``order`` at each place is taken newest first."""
         taken: np.ndarray = self.keys[3] > 0
         return taken
+
+    def deferring(self, later: np.ndarray) -> Queue:
+        """The queue with the units marked in ``later`` (``(n_units,)`` bool) taken last.
+
+        They keep their order among themselves, after every other unit, and
+        are no longer taken newest first (their ``recency`` is negated, so
+        each stays a block of its own): a selection takes what fits of them
+        with what is left, outside the tail rule of ``gaps="stop"``. None of
+        them may be required.
+        """
+        move = later[self.order]
+        if not move.any():
+            return self
+        perm = np.concatenate([np.flatnonzero(~move), np.flatnonzero(move)])
+        tier, rank, priority, recency = (key[perm] for key in self.keys)
+        recency = np.where(move[perm], -np.abs(recency), recency)
+        return replace(
+            self, order=self.order[perm], keys=(tier, rank, priority, recency), whole=False
+        )
 
     def without(self, dropped: np.ndarray) -> Queue:
         """The queue without the units marked in ``dropped`` (``(n_units,)`` bool)."""

@@ -144,8 +144,8 @@ class PackOptions:
         exchange or reply that does not fit, newer than every user message
         taken, is passed over (a hole), so the task of an agent loop and
         its latest tool exchanges stay when an earlier tool result does not
-        fit, and a selection that would send no user message drops its
-        oldest conversation units, as few as let one in (see
+        fit. In either mode a selection that would send no user message
+        drops its oldest conversation units, as few as let one in (see
         :func:`~cognoxium.packing._conversation.reach_user`), so the task
         stays when the steps fill the budget. Items with a rank are not
         affected: a rank is a relevance order, not a sequence.

@@ -944,7 +944,7 @@ class PackScope:
         if _starts_on_user(call):
             roles = self._chat_roles
             included, rows = start_on_user(self.df, rows, units, queue, included, select, roles)
-        elif call.options.gaps == "stop":
+        else:
             roles = self._chat_roles
             included, rows = reach_user(self.df, rows, units, queue, included, select, roles)
         if check is not None:
