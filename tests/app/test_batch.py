@@ -208,6 +208,7 @@ def test_request_round_trips_through_json() -> None:
         ('{"id": "r2", "budget": 5, "where": "  "}', "where", "must not be blank"),
         ('{"id": "r2", "budget": 5, "query": 7}', "query", "valid string"),
         ('{"id": "r1", "budget": 5}', "id", "duplicate request id 'r1' (first on line 1)"),
+        ('{"id": "r2", "budget": 5, "id": "r3"}', "id", "the key 'id' appears twice"),
         ('["r2", 5]', None, "must be a JSON object"),
         ('{"id": "r2", "budget": 5', None, "invalid JSON"),
         (

@@ -217,6 +217,30 @@ def test_jsonl_syntax_errors_give_the_column_on_their_line(tmp_path: Path, endin
     assert info.value.line == 2
 
 
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        # A retention given twice: a reader keeping the last would downgrade it silently.
+        ('{"id": "a", "role": "user", "text": "x", "retention": "required", '
+         '"retention": "optional"}', "retention"),
+        ('{"id": "a", "role": "user", "text": "first", "text": "second"}', "text"),
+        ('{"id": "a", "role": "user", "text": "x", "metadata": {"k": 1, "k": 2}}', "k"),
+        # A value holding '":' sends the line to the key-by-key reading.
+        ('{"id": "a", "role": "user", "text": "say \\": \\"", "id": "b"}', "id"),
+        ('{"id" : "a", "role": "user", "text": "x", "id" : "b"}', "id"),
+    ],
+)  # fmt: skip
+def test_a_key_given_twice_in_a_jsonl_line_is_refused(tmp_path: Path, line: str, key: str) -> None:
+    good = '{"id": "z", "role": "user", "text": "ok", "metadata": {"q": "\\"a\\": 1"}}'
+    path = tmp_path / "dup.jsonl"
+    path.write_text(f"{good}\n{line}\n")
+    with pytest.raises(RecordError, match=f"the key '{key}' appears twice") as info:
+        read_jsonl(path)
+    assert (info.value.line, info.value.field) == (2, key)
+    path.write_text(f"{good}\n")  # '":' inside a string is no second key
+    assert read_jsonl(path).get_column("metadata").to_list() == ['{"q":"\\"a\\": 1"}']
+
+
 def test_conform_errors_name_row_and_column() -> None:
     with pytest.raises(SchemaError, match="unknown columns"):
         conform(pl.DataFrame({"role": ["user"], "text": ["x"], "colour": ["red"]}))

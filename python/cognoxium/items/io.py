@@ -281,10 +281,11 @@ def json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     Raises
     ------
     RecordError
-        At the first line that is not UTF-8, not JSON, or nested deeper than
+        At the first line that is not UTF-8, not JSON, nested deeper than
         :data:`~cognoxium.items.MAX_JSON_DEPTH` (plus the record's own
-        levels), naming the file, the 1-based line and, for nesting, the
-        top-level field.
+        levels), or with a key twice in one object (a reader would keep
+        the last), naming the file, the 1-based line and, for nesting, the
+        top-level field, for a key given twice, the key.
     OSError
         If the file cannot be read.
     """
@@ -321,11 +322,70 @@ def _line_value(raw: bytes, number: int, source: str) -> tuple[bool, Any]:
             )
     try:
         # Without its line terminator, so an error's column is on this line.
-        return True, json.loads(line.rstrip("\r\n"))
+        return True, json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise RecordError(
             f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
         ) from None
+    except _DuplicateKeyError as exc:
+        raise RecordError(
+            f"the key {exc.key!r} appears twice in one object; JSON readers keep the last, "
+            "which would drop the first without a word: give each key once",
+            source=source,
+            line=number,
+            field=exc.key,
+        ) from None
+
+
+class _DuplicateKeyError(Exception):
+    """A JSON object holds one key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict; :class:`_DuplicateKeyError` if a key appears twice."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return out
+
+
+def _key_count(value: Any) -> int:
+    """How many keys the objects of a JSON value hold, at every level."""
+    if type(value) is dict:
+        return len(value) + _nested_key_count(value.values())
+    return _nested_key_count(value) if type(value) is list else 0
+
+
+def _nested_key_count(values: Any) -> int:
+    """How many keys the objects among ``values``, and within them, hold (the hot loop)."""
+    n = 0
+    for v in values:
+        kind = type(v)
+        if kind is dict:
+            n += len(v) + _nested_key_count(v.values())
+        elif kind is list:
+            n += _nested_key_count(v)
+    return n
+
+
+def _keys_unique(raw: bytes, value: Any) -> bool:
+    """Whether a line parsed to ``value`` surely gives each key of its objects once.
+
+    Every key is written ``"key":``, so a line with as many ``":`` as its
+    parsed objects have keys has no key twice (a key read twice is one key
+    of the parsed object, and its second ``":`` is one too many). A line
+    with more (``":`` inside a string) or fewer (``"key" :``) is read again
+    key by key (:func:`_unique_keys`).
+    """
+    return raw.count(b'":') == _key_count(value)
 
 
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -346,9 +406,10 @@ def parse_json_lines(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
     value Python's :mod:`json` gives for every line it accepts (the tests of
     ``tests/items/test_items_io.py`` check it), except integers beyond 64
     bits: a line holding 19 digits in a row, nested deeper than the limit,
-    or refused by orjson (not UTF-8, blank, not JSON, NaN, a lone surrogate)
-    goes through :func:`json_lines`' own reading, so its value and its error
-    are exactly those.
+    refused by orjson (not UTF-8, blank, not JSON, NaN, a lone surrogate)
+    or that may give a key twice in one object (which orjson reads as the
+    last) goes through :func:`json_lines`' own reading, so its value and its
+    error are exactly those.
 
     Parameters
     ----------
@@ -385,10 +446,13 @@ def parse_json_lines(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
             long_integers and _long_integer(raw)
         ):
             try:
-                out.append((number, loads(raw)))
-                continue
+                value = loads(raw)
             except refused:
                 pass  # worded, or read, line by line below
+            else:
+                if _keys_unique(raw, value):
+                    out.append((number, value))
+                    continue
         present, value = _line_value(raw, number, source)
         if present:
             out.append((number, value))
