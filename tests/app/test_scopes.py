@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -242,3 +247,55 @@ def test_a_lazy_store_reads_each_scope_on_its_own_with_the_same_files(
         assert layout(out) == layout(one_process[method])
         for name in layout(out):
             assert (out / name).read_bytes() == (one_process[method] / name).read_bytes(), method
+
+
+_ORPHAN = """
+import multiprocessing, os, signal, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from cognoxium.app._workers import watch_parent
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(
+        1, mp_context=context, initializer=watch_parent, initargs=(os.getpid(), 0.05)
+    )
+    print(pool.submit(os.getpid).result(), flush=True)
+    pool.submit(time.sleep, 120)  # the worker is busy packing
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)  # killed with no chance to stop its pool
+"""
+
+
+def test_a_worker_ends_soon_after_the_batch_process_is_killed(tmp_path: Path) -> None:
+    # Before, the workers of a killed `cognoxium pack` kept packing, holding their memory
+    # and the pipes of whoever ran it, until their task ended.
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    worker = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{worker}").exists()
+
+
+def test_the_batch_pool_watches_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[dict[str, object]] = []
+    real = _workers.ProcessPoolExecutor
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        made.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_workers, "ProcessPoolExecutor", recorded)
+    monkeypatch.setattr(_workers, "TASK_ITEMS", 10)
+    run_batch(
+        _items(), _requests(12), out_dir=tmp_path / "out", rank="bm25", workers=2,
+        options=PackOptions(as_of=AS_OF),
+    )  # fmt: skip
+    (kwargs,) = made
+    assert kwargs["initializer"] is _workers.watch_parent
+    assert kwargs["initargs"] == (os.getpid(), _workers.PARENT_POLL_SECONDS)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from cognoxium.packing.manifests import ManifestForm
 
 __all__ = [
+    "PARENT_POLL_SECONDS",
     "TASK_ITEMS",
     "Task",
     "TaskStats",
@@ -59,6 +62,7 @@ __all__ = [
     "task_ranges",
     "tasks_of",
     "unit_weights",
+    "watch_parent",
 ]
 
 TASK_ITEMS = 20_000
@@ -245,6 +249,31 @@ def pack_task(task: Task, settings: BatchSettings, form: ManifestForm, folder: P
     return TaskStats(task.index, np.asarray(latencies, dtype=np.float64))
 
 
+PARENT_POLL_SECONDS = 1.0
+"""How often (seconds) a worker checks that the process that started it is alive."""
+
+
+def watch_parent(parent: int, every: float) -> None:
+    """End this worker process once ``parent`` (the batch's process) is gone.
+
+    A pool's workers outlive a parent killed by a signal it cannot clean up
+    after (``SIGKILL``, or ``SIGTERM``, whose default ends the process at
+    once): they would hold their memory, and a pipe the caller reads, for
+    good. A daemon thread checks every ``every`` seconds whether this
+    process's parent is still ``parent`` (an orphan is adopted by another
+    process) and ends the worker with exit status 1 when it is not; the
+    task it was packing writes no part (its temporary files stay for the
+    next run into the same directory to sweep).
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="cognoxium-parent-watch", daemon=True).start()
+
+
 def run_tasks(
     tasks: Iterator[Task], settings: BatchSettings, form: ManifestForm, folder: Path, workers: int
 ) -> Iterator[TaskStats]:
@@ -264,7 +293,12 @@ def run_tasks(
             yield pack_task(task, settings, form, folder)
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=watch_parent,
+        initargs=(os.getpid(), PARENT_POLL_SECONDS),
+    ) as pool:
         pending: deque[Future[TaskStats]] = deque()
         try:
             for task in tasks:
