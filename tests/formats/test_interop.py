@@ -565,6 +565,24 @@ def test_lineage_of_a_manifest_and_of_a_frame() -> None:
         lineage_to_polars([])
 
 
+def test_a_manifest_edge_keeps_the_hash_of_a_parent_left_out_of_the_pack() -> None:
+    # Before, a parent in the input but not packed had a null hash in the manifest's
+    # edges, as a parent missing from the input has.
+    chat = CognitionFrame(
+        [
+            {"id": "t1", "role": "user", "text": "I moved to Lyon last spring. " * 20},
+            {"id": "m1", "role": "memory", "text": "Lives in Lyon.", "parents": ["t1"]},
+            {"id": "m2", "role": "memory", "text": "Moved recently.", "parents": ["ghost"]},
+        ]
+    )
+    pack = chat.pack(40, as_of=AS_OF)
+    assert "t1" not in pack.ids
+    edges = lineage_to_polars(pack.manifest)
+    assert edges.select("child_id", "parent_id").rows() == [("m1", "t1"), ("m2", "ghost")]
+    assert edges.equals(lineage_to_polars(chat))  # as the frame's own lineage resolves them
+    assert edges.get_column("parent_hash").to_list() == [chat.to_items()[0].content_hash, None]
+
+
 def test_langchain_system_messages_are_required_by_default(lc: Any) -> None:
     messages = tool_conversation(lc)
     required = from_langchain_messages(messages, conversation_id="w").to_polars()

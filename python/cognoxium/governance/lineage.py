@@ -33,13 +33,18 @@ EDGE_SCHEMA = pl.Schema(
 """Columns of an edge frame; one row per (child, parent) step."""
 
 
-def lineage_edges(df: pl.DataFrame) -> pl.DataFrame:
+def lineage_edges(df: pl.DataFrame, known: pl.DataFrame | None = None) -> pl.DataFrame:
     """Every lineage edge of the items in ``df``, children in row order.
 
     Parameters
     ----------
     df
         Items with ``id``, ``content_hash``, ``parents`` and ``lineage``.
+    known
+        More items (``id``, ``content_hash``) whose hashes a ``derive``
+        edge's parent takes when it is not in ``df``: a pack's input, so a
+        parent left out of the pack keeps its hash. ``None``: ``df`` only.
+        A parent in neither has a null ``parent_hash``.
 
     Returns
     -------
@@ -66,7 +71,10 @@ def lineage_edges(df: pl.DataFrame) -> pl.DataFrame:
         .unnest("lineage")
         .rename({"id": "child_id", "content_hash": "child_hash"})
     )
-    hashes = df.select(pl.col("id").alias("parent_id"), pl.col("content_hash").alias("parent_hash"))
+    hashes = _hashes(df)
+    if known is not None:
+        more = _hashes(known).join(hashes, on="parent_id", how="anti", maintain_order="left")
+        hashes = pl.concat([hashes, more])
     derived = (
         rows.select("__row", "id", "content_hash", "parents")
         .explode("parents")
@@ -85,6 +93,11 @@ def lineage_edges(df: pl.DataFrame) -> pl.DataFrame:
     columns = ["__row", "__k", *EDGE_SCHEMA.names()]
     edges = pl.concat([explicit.select(columns), derived.select(columns)])
     return edges.sort("__row", "__k").drop("__row", "__k").cast(dict(EDGE_SCHEMA.items()))
+
+
+def _hashes(df: pl.DataFrame) -> pl.DataFrame:
+    """The content hash of each item of ``df``, as a parent (``parent_id``, ``parent_hash``)."""
+    return df.select(pl.col("id").alias("parent_id"), pl.col("content_hash").alias("parent_hash"))
 
 
 def _walk(edges: pl.DataFrame, start: Iterable[str], forward: bool) -> pl.DataFrame:

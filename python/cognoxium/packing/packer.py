@@ -706,7 +706,7 @@ class PackScope:
         truncations = [] if cutter is None else cutter.records(decisions.selected)
         sent = _Sent(self.df, plan.rank, decisions.selected, cutter, truncations, notes)
         linked = self._basis.linked or truncations
-        lineage = lineage_edges(sent.frame).to_dicts() if linked else []
+        lineage = lineage_edges(sent.frame, known=self.df).to_dicts() if linked else []
         header = manifest_header(
             self._basis,
             call,
