@@ -148,6 +148,15 @@ def test_request_has_exactly_its_documented_fields() -> None:
     assert re.findall(r"`(\w+)`", sentence.group(1)) == list(Request.model_fields)
     table = re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", page, re.M)
     assert [name for row in table for name in row if name] == list(Request.model_fields)
+    # So does `cognoxium pack --help`.
+    from typer.main import get_command
+
+    from cognoxium.app.cli import app
+
+    epilog = get_command(app).commands["pack"].epilog  # type: ignore[attr-defined]
+    listed = re.search(r"JSON object per line: \{([^}]*)\}", epilog)
+    assert listed is not None
+    assert re.findall(r'"(\w+)"', listed.group(1)) == list(Request.model_fields)
     # Built in Python, an unknown field is refused just as in a file.
     with pytest.raises(ValidationError, match="qurey"):
         Request.model_validate({"id": "r", "budget": 1, "qurey": "refund"})
@@ -1126,3 +1135,11 @@ def test_previous_must_name_an_earlier_request_of_the_same_scope(
         )  # fmt: skip
     assert (error.value.line, error.value.field) == (3, "previous")
     assert not (tmp_path / "out").exists()  # refused before anything is packed
+
+
+def test_a_request_that_is_not_a_request_is_refused_by_its_index(tmp_path: Path) -> None:
+    record = {"id": "x", "budget": 100}
+    with pytest.raises(RecordError, match=r"a request must be a Request, got dict") as info:
+        run_batch(store(), [Request(id="a", budget=10), record], out_dir=tmp_path / "out")  # type: ignore[list-item]
+    assert info.value.row == 1
+    assert not (tmp_path / "out").exists()

@@ -985,9 +985,10 @@ def prepare_requests(
     PlanError
         If ``rank`` or ``manifests`` is unknown.
     RecordError
-        If two requests share an id, ``reserve`` exceeds the budget of a
-        request that takes it, or a request's ``previous`` is not the id of
-        an earlier request with the same ``where``.
+        If a request is not a :class:`Request` (``row`` its index), two
+        requests share an id, ``reserve`` exceeds the budget of a request
+        that takes it, or a request's ``previous`` is not the id of an
+        earlier request with the same ``where``.
 
     Examples
     --------
@@ -999,11 +1000,20 @@ def prepare_requests(
     check_rank_method(rank)
     if manifests not in MANIFEST_FORMS:
         raise PlanError(f"unknown manifest form {manifests!r}; use one of {list(MANIFEST_FORMS)}")
+    for at, request in enumerate(requests):
+        if not isinstance(request, Request):
+            raise RecordError(
+                f"a request must be a Request, got {type(request).__name__}; build one from a "
+                "record with Request.model_validate(record), or read a file with read_requests",
+                row=at,
+                code="request.invalid",
+            )
+    ids = {r.id for r in requests}
     seen: dict[str, Request] = {}
     for request in requests:
         if request.id in seen:
             raise request.error("duplicate request id", field="id")
-        _check_previous(request, seen, {r.id for r in requests})
+        _check_previous(request, seen, ids)
         seen[request.id] = request
     defaults = options if options is not None else PackOptions()
     return [_with_options(r, r.over(defaults)) for r in requests]

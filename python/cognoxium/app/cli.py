@@ -742,10 +742,12 @@ def _pack_store(items: Path) -> CognitionFrame:
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
         note='Each request is a JSON object per line: {"id", "budget", "reserve", "overflow", '
-        '"query", "where", "as_of", "evidence", "labels", "turns", "start_on", "gaps"}; turns '
-        '(true/false) packs whole turns, start_on ("user") starts the pack on a user message '
-        'after the system block, gaps ("stop"/"fill") is as --gaps; where is a SQL '
-        "predicate over the item "
+        '"query", "where", "as_of", "evidence", "labels", "turns", "start_on", "gaps", '
+        '"tool_errors", "target", "gap_note", "previous"}; turns (true/false) packs whole '
+        'turns, start_on ("user") starts the pack on a user message after the system block, '
+        "gaps, tool_errors, target and gap_note are as the flags of the same names, previous "
+        "names an earlier request of the same where whose pack this one continues; where is "
+        "a SQL predicate over the item "
         "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
