@@ -264,6 +264,10 @@ def test_system_blocks_images_and_errors_kept() -> None:
             {"is_error": True, "tool_call_id": "k"},
         ),
     ]
+    # The failure is sent back: is_error, on the tool_result it came from.
+    request = to_anthropic_messages(items_to_frame(items))
+    (result,) = request["messages"][-1]["content"]
+    assert (result["tool_use_id"], result["is_error"]) == ("k", True)
 
 
 def user(*blocks: dict[str, Any]) -> dict[str, Any]:

@@ -173,6 +173,24 @@ def test_a_pack_converts_as_it_was_packed_with_policy_renderings_and_notes(lc: A
     assert [m.id for m in back] == [None, "q1", None, "q2", "r2"]
 
 
+def test_a_failed_tool_result_stays_failed_in_langchain_and_anthropic(lc: Any) -> None:
+    # Before, LangChain's converter dropped ToolMessage.status: a failed tool read as a
+    # success in the LangChain messages and the Anthropic request made from the pack.
+    calls = [{"name": "f", "args": {}, "id": "c1"}, {"name": "g", "args": {}, "id": "c2"}]
+    history = [
+        lc.HumanMessage("hi"),
+        lc.AIMessage("", tool_calls=calls),
+        lc.ToolMessage("Boom", tool_call_id="c1", status="error"),
+        lc.ToolMessage("ok", tool_call_id="c2"),
+    ]
+    pack = from_langchain_messages(history).pack(1000, as_of=AS_OF)
+    results = [m for m in to_langchain_messages(pack) if isinstance(m, lc.ToolMessage)]
+    assert [(m.tool_call_id, m.status) for m in results] == [("c1", "error"), ("c2", "success")]
+    blocks = pack.to_anthropic()["messages"][-1]["content"]
+    assert [(b["tool_use_id"], b.get("is_error")) for b in blocks] == [("c1", True), ("c2", None)]
+    assert pack.messages[2] == {"role": "tool", "content": "Boom", "tool_call_id": "c1"}
+
+
 def test_langchain_multimodal_parts_become_grouped_text_and_image_items(lc: Any) -> None:
     m = lc
     content = [

@@ -21,7 +21,7 @@ Mapping
     the OpenAI mapping). Each ``tool_result`` block becomes a ``tool`` message
     answering its ``tool_use_id``, in block order (its content a string or
     ``text`` blocks joined with ``"\n"``; ``is_error: true`` is kept as
-    ``metadata.is_error``, which no renderer sends).
+    ``metadata.is_error``, which the Anthropic rendering sends back).
 ``assistant`` message
     One assistant message: its ``text`` blocks joined with ``"\n"``, and one
     tool call per ``tool_use`` block (``id``, ``name``, and ``input`` as
@@ -71,7 +71,7 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem, Retention
-from cognoxium.packing._renderers import anthropic_request
+from cognoxium.packing._renderers import anthropic_request, failed_calls
 from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.packer import ContextPack
 
@@ -450,4 +450,4 @@ def to_anthropic_messages(
         return data.to_anthropic(placeholder=placeholder)
     frame = data.collect() if isinstance(data, CognitionFrame) else data
     messages = to_openai_messages(frame)
-    return anthropic_request(messages, placeholder=placeholder)
+    return anthropic_request(messages, placeholder=placeholder, failed=failed_calls(frame))

@@ -85,6 +85,7 @@ from cognoxium.items.model import ContextItem, Retention, canonical_json_list
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import conform
 from cognoxium.packing._messages import message_parts, sent_messages
+from cognoxium.packing._renderers import failed_calls
 from cognoxium.packing.packer import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing.packer import ContextPack, PackManifest
 
@@ -252,6 +253,7 @@ def from_langchain_messages(
         columns.add_all(
             _openai_message(lc, message, row, source) for row, message in enumerate(rows)
         )
+        _mark_failed_results(lc, columns, rows)
         message_ids = list(map(attrgetter("id"), rows))
     if columns.plain:
         return CognitionFrame.from_conformed(columns.frame(("message_id", message_ids)))
@@ -293,6 +295,22 @@ def _add_plain(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> list[An
     if names.count(None) != len(names):
         names = [name or None for name in names]  # an empty name is left out
     return ids if columns.add_plain(roles, texts, names) else None
+
+
+def _mark_failed_results(lc: ModuleType, columns: ChatColumns, rows: list[Any]) -> None:
+    """Keep a failed tool's ``ToolMessage(status="error")`` as ``metadata.is_error``.
+
+    LangChain's converter drops ``status``; the Anthropic rendering sends it
+    back as ``is_error`` and :func:`to_langchain_messages` as ``status``.
+    """
+    failed = {
+        row
+        for row, message in enumerate(rows)
+        if isinstance(message, lc.ToolMessage) and message.status == "error"
+    }
+    for at, row in enumerate(columns.index):
+        if row in failed:
+            columns.metadata[at]["is_error"] = True
 
 
 def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:
@@ -529,8 +547,11 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
     # The parts of one message are sent as one: its id is its first part's.
     sent = sent_messages(message_parts(df), np.arange(df.height, dtype=np.int64))
     metadatas = df.get_column("metadata").gather([p[0] for p in sent]).to_list()
+    failed = failed_calls(df)
     of_items = [m for at, m in enumerate(converted) if at not in notes]
     for message, metadata in zip(of_items, metadatas, strict=True):
+        if isinstance(message, lc.ToolMessage) and message.tool_call_id in failed:
+            message.status = "error"
         message_id = json.loads(metadata).get("message_id")
         if isinstance(message_id, str):
             message.id = message_id

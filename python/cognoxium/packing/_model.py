@@ -40,6 +40,7 @@ from cognoxium.packing._renderers import (
     RANKED_ROLES,
     Renderer,
     anthropic_request,
+    failed_calls,
     mark_cache,
     text_transcript,
 )
@@ -711,7 +712,10 @@ class ContextPack:
           (``id``, function ``name``, and ``input``, the arguments parsed as
           JSON).
         - ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
-          ``content``) inside a ``user`` message.
+          ``content``) inside a ``user`` message, with ``"is_error": true``
+          when the result item says the tool failed (``metadata.is_error``,
+          as :func:`~cognoxium.formats.anthropic.from_anthropic_messages` and
+          :func:`~cognoxium.formats.interop.from_langchain_messages` keep it).
         - A message's ``name`` (the format has none) starts its first text
           block as ``"<name>: "``; a tool result's ``name`` is not sent (its
           call's ``tool_use`` block names the function).
@@ -782,7 +786,8 @@ class ContextPack:
         RecordError
             If a tool call's arguments are not a JSON object.
         """
-        request = anthropic_request(self.messages, placeholder=placeholder)
+        failed = failed_calls(self.frame)
+        request = anthropic_request(self.messages, placeholder=placeholder, failed=failed)
         if not cache:
             return request
         model = _breakpoints_model(self.manifest, cache_model)

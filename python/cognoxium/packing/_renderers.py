@@ -22,6 +22,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+import polars as pl
+
 from cognoxium.exceptions import RecordError
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "Renderer",
     "anthropic_request",
     "anthropic_tool_id",
+    "failed_calls",
     "mark_cache",
     "text_transcript",
 ]
@@ -148,13 +151,41 @@ def _tool_use(call: dict[str, Any], row: int, j: int) -> dict[str, Any]:
     return {"type": "tool_use", "id": tool_id, "name": function["name"], "input": arguments}
 
 
-def _anthropic_turn(message: dict[str, Any], row: int) -> tuple[str, list[dict[str, Any]]]:
+def failed_calls(df: pl.DataFrame) -> frozenset[str]:
+    """The tool calls whose result items say the tool failed (``metadata.is_error`` true).
+
+    Parameters
+    ----------
+    df
+        Items, ``n`` rows (``role`` and ``metadata`` are read).
+
+    Returns
+    -------
+    frozenset of str
+        The ``metadata.tool_call_id`` of every ``tool`` row whose metadata
+        holds ``"is_error": true``.
+    """
+    flagged = pl.col("metadata").str.contains('"is_error":true', literal=True)
+    marked = df.filter((pl.col("role") == "tool") & flagged)
+    out: set[str] = set()
+    for text in marked.get_column("metadata").to_list():
+        metadata = json.loads(text)
+        if metadata.get("is_error") is True and isinstance(metadata.get("tool_call_id"), str):
+            out.add(metadata["tool_call_id"])
+    return frozenset(out)
+
+
+def _anthropic_turn(
+    message: dict[str, Any], row: int, failed: frozenset[str]
+) -> tuple[str, list[dict[str, Any]]]:
     """The Anthropic role and blocks of one non-system OpenAI message."""
     role, content = message["role"], message.get("content")
     if role == "tool":
         result: Any = content if isinstance(content, str) else _content_blocks(content, None)
         tool_id = anthropic_tool_id(message["tool_call_id"])
         block = {"type": "tool_result", "tool_use_id": tool_id, "content": result}
+        if message["tool_call_id"] in failed:
+            block["is_error"] = True
         return "user", [block]
     blocks = _content_blocks(content, message.get("name"))
     if role == "assistant":
@@ -183,6 +214,7 @@ def anthropic_request(
     messages: Sequence[dict[str, Any]],
     *,
     placeholder: str | None = None,
+    failed: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Render OpenAI chat messages as an Anthropic request (rules: ``ContextPack.to_anthropic``).
 
@@ -195,6 +227,10 @@ def anthropic_request(
         The text of the user message put first when the request would start
         with an assistant message or hold no message (the API needs a user
         message first); ``None`` or ``""``: :data:`OPENING`.
+    failed
+        The ids of the tool calls whose results say the tool failed
+        (:func:`failed_calls`): their ``tool_result`` blocks are sent with
+        ``"is_error": true``.
 
     Returns
     -------
@@ -234,7 +270,7 @@ def anthropic_request(
             blocks = _content_blocks(message.get("content"), message.get("name"))
             system.append("\n".join(b["text"] for b in blocks if b["type"] == "text"))
             continue
-        role, blocks = _anthropic_turn(message, row)
+        role, blocks = _anthropic_turn(message, row, failed)
         if not blocks:
             continue
         if not turns and role == "assistant":
