@@ -34,7 +34,7 @@ def pack(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-SAMPLE_MANIFESTS = "77b5646d70ce524ec7b9c71c158b1ed52b3a3e4bf078ab45ed21a6761348abb9"
+SAMPLE_MANIFESTS = "033906391c929fb1af9b7af7904458993dfb4a61232d3494ca8e81a8e74144ac"
 """sha256 of the sample's manifests in the jsonl form (rank bm25, cl100k_base, as of AS_OF).
 
 The bytes of the parts of ``manifests/`` concatenated in number order: the
@@ -1373,6 +1373,19 @@ def test_pack_previous_continues_an_earlier_request_billed_by_cache_model(
     code, _, stderr = pack(str(items), str(requests), *args, "--cache-model", "openai:gpt-0")
     assert code == EXIT_USAGE
     assert "cache model" in stderr
+
+
+def test_pack_names_the_requests_whose_where_matches_no_item(tmp_path: Path) -> None:
+    # Before, a typo in a where's value gave an empty pack with nothing said.
+    typo = "id = 'q9'"  # no such item
+    requests = [{"id": "ok", "budget": 60}, {"id": "typo", "budget": 60, "where": typo}]
+    items, lines = _chat_files(tmp_path, requests)
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--rank", "none")
+    code, _, stderr = pack(str(items), str(lines), *args)
+    assert code == EXIT_OK
+    assert "warning: 1 request(s) packed empty, their where matching no item: 'typo'" in stderr
+    code, stdout, stderr = pack(str(items), str(lines), *args, "--json")
+    assert (code, json.loads(stdout)["unscoped"], stderr) == (EXIT_OK, 1, "")
 
 
 _DEFAULT_RANK_STATEMENTS = (

@@ -80,6 +80,7 @@ from pydantic import (
 from cognoxium.app._outputs import committed_output
 from cognoxium.app._scopes import ScopeIndex, batch_units, collect_scope, where_filter
 from cognoxium.app._workers import (
+    Task,
     default_workers,
     finish_parts,
     run_tasks,
@@ -578,6 +579,10 @@ class BatchStats:
         ``seconds`` only.
     latencies_ms
         The per-pack latencies, in request order, in milliseconds.
+    unscoped
+        The ids of the requests whose ``where`` matched no item of the
+        store, in request order: each was packed empty (often a typo in a
+        value, or text in another Unicode normal form).
     """
 
     requests: int
@@ -586,11 +591,13 @@ class BatchStats:
     p50_ms: float
     p95_ms: float
     latencies_ms: tuple[float, ...] = field(default=(), repr=False)
+    unscoped: tuple[str, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, float | int]:
-        """The summary figures (without ``latencies_ms``) as a dict."""
+        """The summary figures as a dict: ``latencies_ms`` left out, ``unscoped`` counted."""
         out = asdict(self)
         del out["latencies_ms"]
+        out["unscoped"] = len(self.unscoped)
         return out
 
 
@@ -1078,8 +1085,9 @@ def _write_batch(
     lineage = scopes.derived if settings.reads_lineage else _no_lineage
     ranges = task_ranges(unit_weights(units, frame))
     parts: list[np.ndarray] = []
+    unscoped: list[str] = []
     with _progress(len(requests), progress) as advance, _heap_frozen():
-        tasks = tasks_of(units, ranges, scopes.rows_of, lineage)
+        tasks = _noting_unscoped(tasks_of(units, ranges, scopes.rows_of, lineage), unscoped)
         for stats in run_tasks(tasks, settings, manifests, folder, workers):
             parts.append(stats.latencies_ms)
             advance(len(stats.latencies_ms))
@@ -1093,7 +1101,17 @@ def _write_batch(
         p50_ms=_percentile(latencies, 50),
         p95_ms=_percentile(latencies, 95),
         latencies_ms=tuple(latencies.tolist()),
+        unscoped=tuple(unscoped),
     )
+
+
+def _noting_unscoped(tasks: Iterator[Task], unscoped: list[str]) -> Iterator[Task]:
+    """The tasks, noting in ``unscoped`` the requests of the scopes that hold no item."""
+    for task in tasks:
+        for unit, rows in zip(task.units, task.rows, strict=True):
+            if rows.is_empty():
+                unscoped.extend(request.id for request in unit.requests)
+        yield task
 
 
 def _no_lineage(scope: pl.DataFrame) -> None:

@@ -67,7 +67,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -751,7 +751,9 @@ def _pack_store(items: Path) -> CognitionFrame:
         "columns (comparisons, AND/OR/NOT, IN, LIKE, BETWEEN, IS NULL, lower, upper, length, "
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
-        '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "files"}.',
+        '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "unscoped", '
+        '"files"}, unscoped the number of requests whose where matched no item (each packed '
+        "empty; without --quiet and --json a warning on standard error names them).",
         packs=True,
     ),
 )
@@ -953,6 +955,8 @@ def pack_command(
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
     files = _batch_files(out, manifests)
+    if not (quiet or json_output):
+        _warn_unscoped(stats.unscoped)
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
     if quiet or json_output:
         return
@@ -961,6 +965,17 @@ def pack_command(
         f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
     )
     typer.echo(f"wrote the parts of {files['packs']} and {files['manifests']}")
+
+
+def _warn_unscoped(unscoped: Sequence[str]) -> None:
+    """Say on standard error which requests' ``where`` matched no item (packed empty)."""
+    if not unscoped:
+        return
+    shown = ", ".join(repr(i) for i in unscoped[:5]) + (", ..." if len(unscoped) > 5 else "")
+    typer.echo(
+        f"warning: {len(unscoped)} request(s) packed empty, their where matching no item: {shown}",
+        err=True,
+    )
 
 
 def _batch_runner(
