@@ -228,6 +228,8 @@ def test_jsonl_syntax_errors_give_the_column_on_their_line(tmp_path: Path, endin
         # A value holding '":' sends the line to the key-by-key reading.
         ('{"id": "a", "role": "user", "text": "say \\": \\"", "id": "b"}', "id"),
         ('{"id" : "a", "role": "user", "text": "x", "id" : "b"}', "id"),
+        # One key spaced from its colon, so the count of '":' alone would match.
+        ('{"id": "a", "role": "user", "text": "x", "id" : "b"}', "id"),
     ],
 )  # fmt: skip
 def test_a_key_given_twice_in_a_jsonl_line_is_refused(tmp_path: Path, line: str, key: str) -> None:

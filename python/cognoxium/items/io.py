@@ -379,12 +379,15 @@ def _nested_key_count(values: Any) -> int:
 def _keys_unique(raw: bytes, value: Any) -> bool:
     """Whether a line parsed to ``value`` surely gives each key of its objects once.
 
-    Every key is written ``"key":``, so a line with as many ``":`` as its
-    parsed objects have keys has no key twice (a key read twice is one key
-    of the parsed object, and its second ``":`` is one too many). A line
-    with more (``":`` inside a string) or fewer (``"key" :``) is read again
-    key by key (:func:`_unique_keys`).
+    A line with no whitespace after a quote writes every key ``"key":``, so
+    if it holds as many ``":`` as its parsed objects have keys, no key is
+    there twice (a key read twice is one key of the parsed object, and its
+    second ``":`` is one too many). A line with more (``":`` inside a
+    string), fewer, or a quote followed by whitespace (``"key" :``, which
+    the count would miss) is read again key by key (:func:`_unique_keys`).
     """
+    if b'" ' in raw or b'"\t' in raw:
+        return False
     return raw.count(b'":') == _key_count(value)
 
 
