@@ -357,38 +357,26 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _key_count(value: Any) -> int:
-    """How many keys the objects of a JSON value hold, at every level."""
-    if type(value) is dict:
-        return len(value) + _nested_key_count(value.values())
-    return _nested_key_count(value) if type(value) is list else 0
-
-
-def _nested_key_count(values: Any) -> int:
-    """How many keys the objects among ``values``, and within them, hold (the hot loop)."""
-    n = 0
-    for v in values:
-        kind = type(v)
-        if kind is dict:
-            n += len(v) + _nested_key_count(v.values())
-        elif kind is list:
-            n += _nested_key_count(v)
-    return n
-
-
 def _keys_unique(raw: bytes, value: Any) -> bool:
-    """Whether a line parsed to ``value`` surely gives each key of its objects once.
+    r"""Whether JSON text parsed to ``value`` surely gives each key of its objects once.
 
-    A line with no whitespace after a quote writes every key ``"key":``, so
-    if it holds as many ``":`` as its parsed objects have keys, no key is
-    there twice (a key read twice is one key of the parsed object, and its
-    second ``":`` is one too many). A line with more (``":`` inside a
-    string), fewer, or a quote followed by whitespace (``"key" :``, which
-    the count would miss) is read again key by key (:func:`_unique_keys`).
+    orjson writes ``value`` back with every key once, as ``"key":``, and a
+    quote inside a string as ``\"``. Text with no whitespace after a quote
+    and no quote written ``\u0022`` writes its keys the same way and holds
+    at least as many ``":`` as that writing, one more for each key given
+    again; so with as many, no key is there twice. The text of many lines
+    is checked at once, with ``value`` the list of their values; text
+    that fails the check (whitespace after a quote, as in ``"key" :``,
+    which the count would miss, included) is read again key by key
+    (:func:`_unique_keys`), which says which key is there twice, if any.
     """
-    if b'" ' in raw or b'"\t' in raw:
+    if b'" ' in raw or b'"\t' in raw or b"\\u0022" in raw:
         return False
-    return raw.count(b'":') == _key_count(value)
+    try:
+        written = orjson.dumps(value)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits
+        return False
+    return raw.count(b'":') == written.count(b'":')
 
 
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -444,21 +432,24 @@ def parse_json_lines(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
     long_integers = _long_integer(data)
     loads, refused = orjson.loads, orjson.JSONDecodeError
     out: list[tuple[int, Any]] = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
         if raw.count(b"{") + raw.count(b"[") <= _RECORD_DEPTH and not (
             long_integers and _long_integer(raw)
         ):
             try:
-                value = loads(raw)
+                out.append((number, loads(raw)))
+                continue
             except refused:
                 pass  # worded, or read, line by line below
-            else:
-                if _keys_unique(raw, value):
-                    out.append((number, value))
-                    continue
         present, value = _line_value(raw, number, source)
         if present:
             out.append((number, value))
+    if not _keys_unique(data, [value for _, value in out]):
+        for number, value in out:  # find the line, and word its error
+            raw = lines[number - 1]
+            if not _keys_unique(raw, value):
+                _line_value(raw, number, source)
     return out
 
 
