@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -519,3 +520,37 @@ def test_a_selection_kept_as_it_was_keeps_its_own_cuts() -> None:
     assert [(t.id, t.kept_tokens, t.original_tokens) for t in result.manifest.truncations] == [
         ("a0", 13, 60)
     ]
+
+
+@pytest.mark.parametrize("gaps", ["stop", "fill"])
+def test_an_agent_loop_keeps_its_task_and_its_newest_step_cut_at_every_larger_budget(
+    gaps: str,
+) -> None:
+    # An earlier exchange, a task, two short steps and a newest step whose 3,000-word log
+    # is marked truncatable. Before, 150 tokens sent an older step in its place, and with
+    # gaps="fill" 120 tokens sent the steps under the earlier question, not the task.
+    log = {"role": "tool", "tool_call_id": "t2", "content": "line " * 3000}
+    history = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Earlier question about billing?"},
+        {"role": "assistant", "content": "Earlier answer about billing."},
+        {"role": "user", "content": "TASK: find the failing test in the repo and explain it."},
+        *_loop_step(0, 0),
+        *_loop_step(1, 20),
+        _loop_step(2, 0)[0],
+        log,
+    ]
+    frame = from_openai_messages(history).to_polars()
+    truncatable = json.dumps({"tool_call_id": "t2", "truncate": {"side": "tail", "min_tokens": 10}})
+    frame = frame.with_columns(
+        metadata=pl.when(pl.col("id") == "msg:9").then(pl.lit(truncatable)).otherwise("metadata")
+    )
+    loop = CognitionFrame(frame)
+    kept = []
+    for budget in range(90, 710, 20):
+        result = loop.pack(budget, as_of=AS_OF, gaps=gaps)
+        assert {"msg:3", "msg:8", "msg:9"} <= set(result.ids), budget  # task and newest step
+        (cut,) = result.manifest.truncations
+        kept.append(cut.kept_tokens)
+        assert result.used_tokens == budget == PROFILE.request_tokens(result.messages)
+    assert kept == sorted(kept)  # more budget, more of the log

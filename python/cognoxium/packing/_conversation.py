@@ -11,8 +11,9 @@ selected unit with another row before the first such message (an assistant
 reply whose question did not fit, a tool exchange) is in the way. The oldest
 of them are dropped first, as few as let an older user message in (the
 selection runs again without them, so the freed tokens go to the next
-candidates; then the dropped units sent after that user message fill what
-is left, newest first, a truncatable one cut to fit): an agent loop whose
+candidates; then the units sent after that user message are taken again
+after it, newest first, before anything older, a truncatable one cut to
+what is left): an agent loop whose
 steps fill the budget keeps its task and its latest steps, the older steps
 a hole. When no number of them does, all
 are dropped. Those left before the first user message get reason
@@ -293,12 +294,15 @@ def _refill(
     """Take back what fits of the dropped units sent after the selection's first user message.
 
     They were dropped so that the user message is taken; with it taken,
-    the pack has a hole where they were, and they fill what is left of the
-    budget, newest first, after every other unit (see
-    :meth:`~cognoxium.packing._selection.Queue.deferring`). A truncatable
-    one is cut to what is left, where, taken before the user message, it
-    took the room the message needed. So a larger budget never keeps fewer
-    of them. The units before the first user message stay dropped.
+    the pack has a hole where they were. The selection is made again with
+    that message (the task) first and then every unit sent after it,
+    dropped or not, newest first, before anything older than the task (see
+    :meth:`~cognoxium.packing._selection.Queue.deferring`): the newest steps
+    of a task come before older ones and before the history that led to
+    it, and what does not fit is passed over (the pack has a hole there
+    already). A truncatable one is cut to what is left after the task,
+    where, taken before it, it took the room the task needed. The units
+    before the first user message stay dropped.
 
     Returns
     -------
@@ -307,13 +311,19 @@ def _refill(
     dropped : numpy.ndarray
         ``(n_units,)`` bool: the units dropped and not taken back.
     """
-    users = choice.places[choice.users & included]
+    places = choice.places
+    users = np.flatnonzero(choice.users & included)
     if not len(users):
         return included, dropped
-    back = dropped & (choice.places > users.min())
-    if not back.any():
+    after = dropped & (places > places[users].min())
+    if not after.any():
         return included, dropped
-    refilled = select(queue.without(dropped & ~back).deferring(back))
+    # The user message the hole follows: the newest one sent before every unit dropped after.
+    before = users[places[users] < places[after].min()]
+    task = int(before[np.argmax(places[before])])
+    back = np.zeros(len(dropped), dtype=bool)
+    back[choice.lane[places[choice.lane] > places[task]]] = True
+    refilled = select(queue.without(dropped & ~back).deferring(back, after=task))
     return refilled, dropped & ~refilled
 
 

@@ -113,19 +113,23 @@ class Queue:
         taken: np.ndarray = self.keys[3] > 0
         return taken
 
-    def deferring(self, later: np.ndarray) -> Queue:
-        """The queue with the units marked in ``later`` (``(n_units,)`` bool) taken last.
+    def deferring(self, later: np.ndarray, after: int) -> Queue:
+        """The queue with the units marked in ``later`` (``(n_units,)`` bool) taken after ``after``.
 
-        They keep their order among themselves, after every other unit, and
-        are no longer taken newest first (their ``recency`` is negated, so
-        each stays a block of its own): a selection takes what fits of them
-        with what is left, outside the tail rule of ``gaps="stop"``. None of
-        them may be required.
+        They keep their order among themselves, right after unit ``after``
+        (or last, when it is not in the queue), and are no longer taken
+        newest first (their ``recency`` is negated, so each stays a block of
+        its own): a selection takes what fits of them with what is left
+        then, outside the tail rule of ``gaps="stop"``. None of them may be
+        required.
         """
         move = later[self.order]
         if not move.any():
             return self
-        perm = np.concatenate([np.flatnonzero(~move), np.flatnonzero(move)])
+        stay = np.flatnonzero(~move)
+        at = np.flatnonzero(self.order[stay] == after)
+        cut = int(at[0]) + 1 if len(at) else len(stay)
+        perm = np.concatenate([stay[:cut], np.flatnonzero(move), stay[cut:]])
         tier, rank, priority, recency = (key[perm] for key in self.keys)
         recency = np.where(move[perm], -np.abs(recency), recency)
         return replace(
