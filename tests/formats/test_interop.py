@@ -427,6 +427,11 @@ def _llamaindex_chat() -> list[Any]:
     ]
 
 
+def llms_message(role: str, texts: list[str]) -> Any:
+    llms = pytest.importorskip("llama_index.core.llms")
+    return llms.ChatMessage(role=role, blocks=[llms.TextBlock(text=t) for t in texts])
+
+
 def test_llamaindex_messages_map_roles_tool_groups_and_images_and_round_trip() -> None:
     from cognoxium.formats.interop import from_llamaindex_messages, to_llamaindex_messages
 
@@ -441,6 +446,10 @@ def test_llamaindex_messages_map_roles_tool_groups_and_images_and_round_trip() -
         ("c:3", "assistant", "json", "c:tools:3"),
         ("c:4", "tool", "text", "c:tools:3"),
         ("c:5", "user", "text", None),
+    ]
+    two = llms_message("user", ["Hello", "world"])
+    assert from_llamaindex_messages([two]).to_polars().get_column("text").to_list() == [
+        two.content  # "Hello\nworld", as LlamaIndex joins its text blocks
     ]
     uris = chat.to_polars().get_column("ref_uri").drop_nulls().to_list()
     assert uris == ["https://example.org/a.png", "data:image/png;base64,iVBORw0KGgo="]

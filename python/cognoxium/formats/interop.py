@@ -687,7 +687,7 @@ def _llamaindex_content(llms: ModuleType, message: Any, row: int, where: Message
     """The OpenAI content of a message's blocks: its text, or text and image_url parts."""
     blocks = message.blocks
     if all(isinstance(block, llms.TextBlock) for block in blocks):
-        return "".join(block.text for block in blocks)
+        return "\n".join(block.text for block in blocks)  # as ChatMessage.content joins them
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
         if isinstance(block, llms.TextBlock):
@@ -695,10 +695,13 @@ def _llamaindex_content(llms: ModuleType, message: Any, row: int, where: Message
         elif isinstance(block, llms.ImageBlock) and (block.url or block.image):
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
         else:
+            kind = type(block).__name__
+            given = " given by path" if isinstance(block, llms.ImageBlock) else ""
             raise where.error(
                 row,
                 f"blocks[{j}]",
-                f"only text and image blocks are supported, got {type(block).__name__}",
+                f"only text blocks and image blocks given by URL or bytes are supported, got "
+                f"{kind}{given}",
             )
     return parts
 
