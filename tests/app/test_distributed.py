@@ -693,11 +693,26 @@ def test_ray_packs_the_sample_store_as_the_local_jsonl_run(ray_local: Any, tmp_p
 
 
 def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> None:
+    """Rows of a requests Parquet file are numbered from 0, as those of an items file."""
     path = tmp_path / "requests.parquet"
     pl.DataFrame({"id": ["a", "b"], "budget": [10, -1]}).write_parquet(path)
-    with pytest.raises(RecordError, match=r"requests.parquet:2: field budget") as caught:
+    with pytest.raises(RecordError, match=r"requests.parquet: row 1: field budget") as caught:
         read_requests(path)
-    assert caught.value.line == 2
+    assert (caught.value.line, caught.value.row) == (None, 1)
+    assert caught.value.params["row"] == 1
+    pl.DataFrame({"id": ["a", "b", "a"], "budget": [10, 20, 30]}).write_parquet(path)
+    with pytest.raises(RecordError, match=r"row 2: field id: duplicate .* \(first on row 0\)"):
+        read_requests(path)
+    pl.DataFrame({"id": ["a", "b"], "budget": [10, 20], "previous": [None, "c"]}).write_parquet(
+        path
+    )
+    with pytest.raises(RecordError, match=r"requests.parquet: row 1: field previous") as caught:
+        run_batch(read_items(SAMPLE / "items.jsonl"), read_requests(path), out_dir=tmp_path / "o")
+    assert caught.value.row == 1
+    items = pl.DataFrame({"id": ["x", None], "role": ["user", "user"], "text": ["a", "b"]})
+    items.write_parquet(tmp_path / "items.parquet")
+    with pytest.raises(RecordError, match=r"items.parquet: row 1: field id"):
+        read_items(tmp_path / "items.parquet")
     (tmp_path / "broken.parquet").write_text("not parquet")
     with pytest.raises(RecordError, match="not a readable Parquet file"):
         read_requests(tmp_path / "broken.parquet")

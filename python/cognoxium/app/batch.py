@@ -286,6 +286,7 @@ class Request(BaseModel):
 
     _source: str | None = PrivateAttr(default=None)
     _line: int | None = PrivateAttr(default=None)
+    _row: int | None = PrivateAttr(default=None)
     _options: PackOptions | None = PrivateAttr(default=None)
 
     @field_validator("reserve")
@@ -401,13 +402,15 @@ class Request(BaseModel):
     def error(self, message: str, *, field: str | None = None) -> RecordError:
         """Return a :class:`~cognoxium.exceptions.RecordError` about this request.
 
-        The error names the file and line the request was read from, when
-        known (see :func:`read_requests`), and the request id.
+        The error names the file and the line (JSONL) or 0-based row
+        (Parquet) the request was read from, when known (see
+        :func:`read_requests`), and the request id.
         """
         return RecordError(
             f"request {self.id!r}: {message}",
             source=self._source,
             line=self._line,
+            row=self._row,
             field=field,
             code="request.invalid",
             params={"request_id": self.id},
@@ -428,9 +431,32 @@ _OPTIONS: tuple[str, ...] = (
 """The fields of a :class:`Request` that are pack options (:class:`PackOptions` fields)."""
 
 
-def _located(request: Request, source: str, line: int) -> Request:
-    request._source = source
-    request._line = line
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where a request was read: a JSONL file's 1-based line or a table's 0-based row."""
+
+    source: str
+    line: int | None = None
+    row: int | None = None
+
+    def error(self, message: str, *, field: str | None = None) -> RecordError:
+        return RecordError(
+            message,
+            source=self.source,
+            line=self.line,
+            row=self.row,
+            field=field,
+            code="request.invalid",
+        )
+
+    def __str__(self) -> str:
+        return f"line {self.line}" if self.row is None else f"row {self.row}"
+
+
+def _located(request: Request, where: _Where) -> Request:
+    request._source = where.source
+    request._line = where.line
+    request._row = where.row
     return request
 
 
@@ -439,7 +465,7 @@ _FIELDS: tuple[str, ...] = tuple(Request.model_fields)
 _T = TypeVar("_T")
 
 
-def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
+def _invalid(exc: ValidationError, where: _Where) -> RecordError:
     """The first problem of an invalid request line; an unknown field comes first.
 
     An unknown field is reported before a missing one, because a misspelt
@@ -451,18 +477,15 @@ def _invalid(exc: ValidationError, source: str, line: int) -> RecordError:
         close = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         names = ", ".join(repr(name) for name in unknown)
-        return RecordError(
+        return where.error(
             f"unknown field{'s' if len(unknown) > 1 else ''} {names}; {hint}a request has "
             f"the fields {', '.join(_FIELDS)} (put other data under 'labels')",
-            source=source,
-            line=line,
             field=unknown[0],
-            code="request.invalid",
         )
     first = errors[0]
     name = ".".join(str(part) for part in first["loc"]) or None
     message = first["msg"].removeprefix("Value error, ")
-    return RecordError(message, source=source, line=line, field=name, code="request.invalid")
+    return where.error(message, field=name)
 
 
 def _is_parquet(path: str | os.PathLike[str]) -> bool:
@@ -470,7 +493,7 @@ def _is_parquet(path: str | os.PathLike[str]) -> bool:
 
 
 def _parquet_rows(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
-    """The rows of a requests Parquet file as records, numbered from 1; nulls left out."""
+    """The rows of a requests Parquet file as records, numbered from 0; nulls left out."""
     try:
         rows = pl.read_parquet(Path(path)).to_dicts()
     except pl.exceptions.PolarsError as exc:
@@ -479,7 +502,7 @@ def _parquet_rows(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
             source=str(path),
             code="file.unreadable",
         ) from None
-    return [(n, {k: v for k, v in row.items() if v is not None}) for n, row in enumerate(rows, 1)]
+    return [(n, {k: v for k, v in row.items() if v is not None}) for n, row in enumerate(rows)]
 
 
 def read_requests(path: str | os.PathLike[str]) -> list[Request]:
@@ -487,7 +510,8 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
 
     Blank lines are skipped. A ``.parquet`` file holds one request per row,
     a column per field; a null is a field left out, and errors name the
-    1-based row as the line. Reading is all or nothing.
+    0-based row, as those of an items Parquet file do. Reading is all or
+    nothing.
 
     Parameters
     ----------
@@ -504,7 +528,7 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     RecordError
         At the first bad line (invalid JSON, not an object, an unknown,
         invalid or missing field, a duplicate id), naming the file, the
-        1-based line and the field.
+        1-based line (the 0-based row of a Parquet file) and the field.
 
     Examples
     --------
@@ -523,37 +547,30 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
     """
     source = str(path)
     requests: list[Request] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, _Where] = {}
+    parquet = _is_parquet(path)
     try:
         # Lines end at "\n" only: JSON text may hold U+2028 and other line breaks.
-        records = _parquet_rows(path) if _is_parquet(path) else list(json_lines(path))
+        records = _parquet_rows(path) if parquet else list(json_lines(path))
     except OSError as exc:
         detail = exc.strerror or str(exc)
         raise RecordError(
             f"cannot read the requests file: {detail}", source=source, code="file.unreadable"
         ) from None
     for number, record in records:
+        where = _Where(source, row=number) if parquet else _Where(source, line=number)
         if not isinstance(record, dict):
-            raise RecordError(
-                "a request must be a JSON object",
-                source=source,
-                line=number,
-                code="request.invalid",
-            )
+            raise where.error("a request must be a JSON object")
         try:
             request = Request.model_validate(record)
         except ValidationError as exc:
-            raise _invalid(exc, source, number) from None
+            raise _invalid(exc, where) from None
         if request.id in seen:
-            raise RecordError(
-                f"duplicate request id {request.id!r} (first on line {seen[request.id]})",
-                source=source,
-                line=number,
-                field="id",
-                code="request.invalid",
+            raise where.error(
+                f"duplicate request id {request.id!r} (first on {seen[request.id]})", field="id"
             )
-        seen[request.id] = number
-        requests.append(_located(request, source, number))
+        seen[request.id] = where
+        requests.append(_located(request, where))
     return requests
 
 
