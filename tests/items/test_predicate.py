@@ -707,18 +707,59 @@ def test_a_typed_predicate_accepted_runs_and_one_refused_is_a_predicate_error(
     [
         ("s < e", [0, 1]),  # 'ab' < 'user', 'Ba' < 'tool' as text; no cast into the enumeration
         ("e > s", [0, 1]),
-        ("e < 'u'", [1]),  # text order ('tool' < 'u'), not the enumeration's order
-        ("e BETWEEN 'a' AND 'u'", [1]),
+        ("e > 'user'", [1]),  # the enumeration's order: user < tool
+        ("e < 'tool'", [0, 2]),
+        ("'tool' > e", [0, 2]),
+        ("e BETWEEN 'user' AND 'user'", [0, 2]),
+        ("e NOT BETWEEN 'tool' AND 'tool'", [0, 2]),
+        ("e > e", []),
+        ("e < lower('U')", [1]),  # against other text: text order ('tool' < 'u')
         ("e = lower(e)", [0, 1, 2]),
         ("e = 'user'", [0, 2]),
         ("e <> s", [0, 1]),
     ],
 )
-def test_an_enumeration_compares_as_its_text_when_ordered_or_against_other_text(
+def test_an_enumeration_is_ordered_by_its_levels_and_read_as_text_against_other_text(
     text: str, kept: list[int]
 ) -> None:
     rows = MIXED_TYPES.with_row_index("i").filter(parse_predicate(text, MIXED_TYPES.schema))
     assert rows.get_column("i").to_list() == kept
+    if "lower" not in text and "s" not in text.replace("'", " ").split():
+        polars = MIXED_TYPES.with_row_index("i").sql(f"SELECT i FROM self WHERE {text}")
+        assert polars.get_column("i").to_list() == kept  # as Polars' own SQL reads it
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("sensitivity > 'internal'", ["confidential", "restricted"]),
+        ("sensitivity >= 'internal'", ["internal", "confidential", "restricted"]),
+        ("sensitivity BETWEEN 'internal' AND 'confidential'", ["internal", "confidential"]),
+        ("retention < 'optional'", ["preferred"]),
+        ("retention >= 'preferred'", ["preferred", "optional"]),
+    ],
+)
+def test_sensitivity_and_retention_compare_by_their_levels_as_polars_does(
+    text: str, kept: list[str]
+) -> None:
+    levels = ["public", "internal", "confidential", "restricted"]
+    retentions = ["preferred", "preferred", "optional", "optional"]
+    frame = CognitionFrame(
+        [
+            {"id": f"{s}/{r}", "role": "document", "text": s, "sensitivity": s, "retention": r}
+            for s, r in zip(levels, retentions, strict=True)
+        ]
+    )
+    got = frame.filter(text).collect()
+    column = got.get_column(text.split()[0]).cast(pl.String)
+    assert column.unique(maintain_order=True).to_list() == kept
+    by_polars = frame.collect().filter(pl.sql_expr(text))
+    assert got.get_column("id").to_list() == by_polars.get_column("id").to_list()
+    manifest = frame.quarantine(text).pack(1000, as_of=datetime(2026, 1, 1, tzinfo=UTC)).manifest
+    held = manifest.to_polars().filter(pl.col("reason") == "quarantined").get_column("id")
+    assert held.to_list() == got.get_column("id").to_list()
+    with pytest.raises(PredicateError, match=r"never holds 'secret' \(its order: public < "):
+        frame.filter("sensitivity > 'secret'")
 
 
 TEXT_OPERANDS = st.sampled_from(
@@ -743,10 +784,15 @@ def text_comparison(draw: st.DrawFn) -> str:
 def test_an_accepted_comparison_of_enumerations_keeps_the_rows_their_text_keeps(
     clauses: list[str], join: str
 ) -> None:
-    # An enumeration (e) and a categorical (c) compare as their text, except that an
-    # equality with a string they cannot hold is refused: where accepted, the rows kept
-    # are those the same predicate keeps with both columns cast to String.
-    typed = MIXED_TYPES.with_columns(c=pl.col("e").cast(pl.Categorical))
+    # An enumeration (e) whose order is its text's and a categorical (c) compare as
+    # their text, except that a comparison with a string the enumeration cannot hold is
+    # refused: where accepted, the rows kept are those the same predicate keeps with
+    # both columns cast to String. (An enumeration ordered otherwise is ordered by its
+    # levels: the tests above.)
+    typed = MIXED_TYPES.with_columns(
+        e=pl.col("e").cast(pl.String).cast(pl.Enum(["tool", "user"])),
+        c=pl.col("e").cast(pl.Categorical),
+    )
     text = typed.with_columns(pl.col("e", "c").cast(pl.String))
     predicate = join.join(clauses)
     expr = parsed(predicate, typed.schema)

@@ -64,8 +64,11 @@ keys it infers), each comparison is checked before anything runs: text
 times with ``TIMESTAMP '...'`` or ``DATE '...'`` (a bare ``'2025-11-01'``
 is text); ``lower``, ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take
 text and read an enumeration column as its text; an enumeration is
-compared for equality only with the strings it can hold, and ordered (``<``,
-``BETWEEN``) or against other text as its text. A mismatch is refused with
+compared only with the strings it can hold, and in its own order: ``sensitivity
+> 'internal'`` holds ``confidential`` and ``restricted``, as the Polars
+expression ``pl.col("sensitivity") > "internal"`` does, and ``retention <
+'optional'`` holds ``required`` and ``preferred``. Against other text (a
+string column, ``lower(role)``) it is read as its text. A mismatch is refused with
 a :class:`~cognoxium.exceptions.PredicateError` naming the clause, each side
 and its type, and what to write instead.
 
@@ -289,14 +292,14 @@ class _Lowering:
     ) -> None:
         """Refuse a clause comparing values of two types Polars cannot compare.
 
-        An equality (not ``ordered``) of an enumeration with a string it
-        cannot hold is refused too: no row could match it.
+        A comparison of an enumeration with a string it cannot hold is
+        refused too: no row could match an equality, and the string has no
+        place in the enumeration's order.
         """
         a, b = self.dtype(left), self.dtype(right)
         if comparable_types(a, b):
-            if not ordered:
-                self.enumerated(clause, (left, a), right)
-                self.enumerated(clause, (right, b), left)
+            self.enumerated(clause, (left, a), right, ordered=ordered)
+            self.enumerated(clause, (right, b), left, ordered=ordered)
             return
         hint = _mismatch_hint(self, (left, a), (right, b))
         raise self.error(
@@ -313,8 +316,14 @@ class _Lowering:
             node, f"a predicate is a condition (a boolean), but {self.described(node)}"
         )
 
-    def enumerated(self, clause: exp.Expr, side: Side, other: exp.Expr) -> None:
-        """Refuse a string literal an enumeration side cannot hold: no row could match it."""
+    def enumerated(
+        self, clause: exp.Expr, side: Side, other: exp.Expr, *, ordered: bool = False
+    ) -> None:
+        """Refuse a string literal an enumeration side cannot hold.
+
+        No row could equal it, and an ordered comparison (``ordered``) has
+        no place for it in the enumeration's order.
+        """
         node, dtype = side
         value = _unparen(other)
         if not (isinstance(dtype, pl.Enum) and isinstance(value, exp.Literal) and value.is_string):
@@ -324,10 +333,11 @@ class _Lowering:
             return
         close = difflib.get_close_matches(str(value.this), categories, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
+        order = f" (its order: {' < '.join(categories)})" if ordered else ""
         raise self.error(
             clause,
             f"in {self.clause(clause)!r}, {self.described(node)}, which never holds "
-            f"{_sql(value)}{hint}",
+            f"{_sql(value)}{order}{hint}",
         )
 
     def takes(self, node: exp.Expr, argument: exp.Expr, family: str) -> None:
@@ -603,10 +613,12 @@ def _compared(
 ) -> list[pl.Expr]:
     """The lowered operands of a comparison, an enumeration read as its text where it must be.
 
-    An enumeration keeps its type only when compared for equality with
-    itself or with string literals (which it was checked to hold); ordered
-    (``<``, ``BETWEEN``), or against other text, it is read as its text, so
-    text order applies and no value is cast into the enumeration.
+    An enumeration keeps its type when compared with itself or with string
+    literals (which it was checked to hold), so an ordered comparison
+    (``<``, ``BETWEEN``) follows its order (``public < internal <
+    confidential < restricted``), as a Polars expression does. Against
+    other text, and a categorical ordered, it is read as its text: text
+    order applies and no value is cast into the enumeration.
     """
     dtypes = [low.dtype(node) for node, _ in operands]
     enums = [d for d in dtypes if isinstance(d, pl.Enum | pl.Categorical)]
@@ -615,9 +627,14 @@ def _compared(
         for (node, _), dtype in zip(operands, dtypes, strict=True)
         if _family(dtype) == "text" and dtype not in enums
     ]
-    keep = not ordered and all(d == enums[0] for d in enums)
+    ranked = not ordered or all(isinstance(d, pl.Enum) for d in enums)
+    keep = ranked and all(d == enums[0] for d in enums)
     if keep and all(isinstance(n, exp.Literal) and n.is_string for n in others):
-        return [expr for _, expr in operands]
+        # A NULL takes the enumeration's type: Polars orders no enumeration against Null.
+        return [
+            expr.cast(enums[0]) if enums and dtype == pl.Null else expr
+            for (_, expr), dtype in zip(operands, dtypes, strict=True)
+        ]
     return [
         _text(low, node) if dtype in enums else expr
         for (node, expr), dtype in zip(operands, dtypes, strict=True)
@@ -730,8 +747,10 @@ def _between(low: _Lowering, node: exp.Expr) -> pl.Expr:
     lowered = [low.lower(n) for n in nodes]
     low.comparable(node, node.this, node.args["low"], ordered=True)
     low.comparable(node, node.this, node.args["high"], ordered=True)
-    target, start, end = _compared(low, list(zip(nodes, lowered, strict=True)), ordered=True)
-    return target.is_between(start, end, closed="both")
+    # As SQL defines it, two comparisons: each bound is compared with the target alone.
+    above, start = _compared(low, [(nodes[0], lowered[0]), (nodes[1], lowered[1])], ordered=True)
+    below, end = _compared(low, [(nodes[0], lowered[0]), (nodes[2], lowered[2])], ordered=True)
+    return (above >= start) & (below <= end)
 
 
 def _is(low: _Lowering, node: exp.Expr) -> pl.Expr:
