@@ -23,6 +23,7 @@ from cognoxium.frame.frame import CognitionFrame, OptFlags
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.io import write_jsonl, write_parquet
 from cognoxium.items.model import ContextItem
+from cognoxium.items.records import records_to_frame
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info, bm25_scores
@@ -837,3 +838,21 @@ def test_replacing_payload_recomputes_the_content_hash() -> None:
     assert base.with_columns(pl.col("text")).collect()["content_hash"].item() == (
         base.collect()["content_hash"].item()
     )
+
+
+def test_a_frame_does_not_change_when_the_polars_frame_it_was_built_from_is_written() -> None:
+    df = records_to_frame([{"id": "a", "role": "user", "text": "hi"}])
+    scores = pl.DataFrame({"id": ["a"], "score": [0.5]})
+    frames = [
+        CognitionFrame.from_conformed(df),
+        CognitionFrame.from_conformed(df).join(scores, on="id"),
+        CognitionFrame(df),
+        CognitionFrame.from_polars(df),
+    ]
+    before = [f.collect() for f in frames]
+    df[0, "text"] = "changed after the frame was built"
+    scores[0, "score"] = 0.9
+    for frame, rows in zip(frames, before, strict=True):
+        assert frame.collect().equals(rows)
+    pack = frames[0].pack(100, as_of=datetime(2025, 1, 1, tzinfo=UTC))
+    assert pack.messages == [{"role": "user", "content": "hi"}]

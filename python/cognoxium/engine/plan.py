@@ -406,6 +406,11 @@ def _exprs(values: tuple[Expression, ...]) -> str:
 class Source:
     """An in-memory table scanned by :class:`Scan`; equal only to itself.
 
+    It holds a copy of the frame it is given (Polars' ``clone``, which
+    shares the column buffers and costs nothing per row): writing into the
+    caller's frame afterwards (``df[0, "text"] = ...``) changes no plan
+    over it, as a ``LazyFrame`` made from it does not change.
+
     Attributes
     ----------
     frame
@@ -417,6 +422,9 @@ class Source:
 
     frame: pl.DataFrame
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frame", self.frame.clone())
 
     @property
     def columns(self) -> list[str]:
