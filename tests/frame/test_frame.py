@@ -856,3 +856,13 @@ def test_a_frame_does_not_change_when_the_polars_frame_it_was_built_from_is_writ
         assert frame.collect().equals(rows)
     pack = frames[0].pack(100, as_of=datetime(2025, 1, 1, tzinfo=UTC))
     assert pack.messages == [{"role": "user", "content": "hi"}]
+
+
+def test_a_keyword_string_names_a_column_as_in_polars() -> None:
+    cf = CognitionFrame([{"id": "a", "role": "user", "text": "hi"}])
+    polars = cf.collect().lazy()
+    assert cf.select("id", speaker="role").collect().rows() == [("a", "user")]
+    assert polars.select("id", speaker="role").collect().rows() == [("a", "user")]
+    assert cf.with_columns(body="text", n=2).select("body", "n").collect().rows() == [("hi", 2)]
+    with pytest.raises(PlanError, match="nope"):
+        cf.select(x="nope")

@@ -78,10 +78,15 @@ def flatten(values: Sequence[Any]) -> list[Any]:
 def projection(
     what: str, exprs: Sequence[pl.Expr | str | Sequence[pl.Expr | str]], named: Mapping[str, Any]
 ) -> tuple[Expression, ...]:
-    """The expressions of ``select``/``with_columns``: positional ones, then ``name=value`` ones."""
+    """The expressions of ``select``/``with_columns``: positional ones, then ``name=value`` ones.
+
+    As in Polars, a string value is a column's name (``speaker="role"``
+    copies ``role``) and any other value that is not an expression a literal.
+    """
     out = [expression(e, what) for e in flatten(exprs)]
     for name, value in named.items():
-        expr = value if isinstance(value, pl.Expr) else pl.lit(value)
+        expr = pl.col(value) if isinstance(value, str) else value
+        expr = expr if isinstance(expr, pl.Expr) else pl.lit(value)
         out.append(Expression.of(expr.alias(name)))
     if not out:
         raise PlanError(f"{what} needs at least one expression")

@@ -492,7 +492,9 @@ class CognitionFrame:
     ) -> CognitionFrame:
         """Keep only the given columns or expressions (``name=expr`` to name one).
 
-        Columns and expressions may come one by one or in lists, as in Polars.
+        Columns and expressions may come one by one or in lists, as in Polars;
+        ``name="other"`` selects the column ``other`` as ``name``, and a value
+        that is neither an expression nor a string is a literal.
 
         Selecting away item columns is allowed, but exports to items and
         :meth:`pack` need all of them.
@@ -509,6 +511,8 @@ class CognitionFrame:
         ('a', 5)
         >>> cf.select(["id", "role"]).columns
         ['id', 'role']
+        >>> cf.select("id", speaker="role", n=1).to_polars().row(0)
+        ('a', 'user', 1)
         """
         return self._wrap(
             arguments.rehashed(
@@ -519,7 +523,10 @@ class CognitionFrame:
     def with_columns(
         self, *exprs: pl.Expr | str | Sequence[pl.Expr | str], **named: Any
     ) -> CognitionFrame:
-        """Add or replace columns (``name=expr`` to name one; other values become literals).
+        """Add or replace columns (``name=expr`` to name one).
+
+        As in Polars, ``name="other"`` copies the column ``other`` and a
+        value that is neither an expression nor a string is a literal.
 
         Expressions may come one by one or in lists, as in Polars.
 
