@@ -866,3 +866,34 @@ def test_a_keyword_string_names_a_column_as_in_polars() -> None:
     assert cf.with_columns(body="text", n=2).select("body", "n").collect().rows() == [("hi", 2)]
     with pytest.raises(PlanError, match="nope"):
         cf.select(x="nope")
+
+
+def test_counts_keys_and_queries_are_taken_as_polars_takes_them_or_named_when_refused() -> None:
+    cf = CognitionFrame(
+        [
+            {"id": i, "role": "user", "text": i, "priority": p}
+            for i, p in zip("abc", [1, 2, 1], strict=True)
+        ]
+    )
+    ids = lambda frame: frame.collect().get_column("id").to_list()  # noqa: E731
+    assert ids(cf.head(np.int64(2))) == ids(cf.limit(np.int32(2), offset=np.int8(0))) == ["a", "b"]
+    assert ids(cf.tail(np.uint8(1))) == ["c"]
+    assert ids(cf.slice(np.int64(-2), np.int64(1))) == ["b"]
+    assert ids(cf.top_k(np.int64(1), by="priority")) == ["b"]
+    grouped = cf.group_by(["role", "priority"]).agg([pl.len(), pl.col("id")])
+    assert grouped.rows() == [("user", 1, 2, ["a", "c"]), ("user", 2, 1, ["b"])]
+    refused = {
+        "slice length must be a non-negative whole number, got -1": lambda: cf.slice(1, -1),
+        "head n must be a non-negative whole number, got 2.0": lambda: cf.head(2.0),  # type: ignore[arg-type]
+        "limit n must be a non-negative whole number, got True": lambda: cf.limit(True),
+        "join on takes column names (a name or a list of names), got a Polars expression": (
+            lambda: cf.join(cf, on=pl.col("id"))  # type: ignore[arg-type]
+        ),
+        "rank('bm25') takes the query as a string, got int 5": (
+            lambda: cf.rank("bm25", query=5)  # type: ignore[arg-type]
+        ),
+    }
+    for message, call in refused.items():
+        with pytest.raises(PlanError) as caught:
+            call()
+        assert str(caught.value).startswith(message), caught.value

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+import operator
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import polars as pl
 import pyarrow as pa
@@ -51,6 +52,7 @@ __all__ = [
     "lazy_scan",
     "projection",
     "rehashed",
+    "whole",
 ]
 
 
@@ -59,6 +61,34 @@ def expression(value: pl.Expr | str, what: str) -> Expression:
     if not isinstance(value, pl.Expr | str):
         raise PlanError(f"{what} takes Polars expressions or column names, got {value!r}")
     return Expression.of(value)
+
+
+def whole(value: object, what: str, *, negative: bool = False) -> int:
+    """``value``, a Python or NumPy integer, as an ``int`` (``negative``: below 0 allowed).
+
+    Raises
+    ------
+    PlanError
+        If ``value`` is not a whole number (a bool is not), or is negative
+        when ``negative`` is false; the error names ``what``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> whole(np.int64(2), "head n")
+    2
+    >>> whole(2.0, "head n")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.PlanError: head n must be a non-negative whole number, got 2.0
+    """
+    number = None
+    if isinstance(value, SupportsIndex) and not isinstance(value, bool):
+        number = operator.index(value)
+    if number is None or (number < 0 and not negative):
+        kind = "a whole number" if negative else "a non-negative whole number"
+        raise PlanError(f"{what} must be {kind}, got {value!r}")
+    return int(number)
 
 
 @functools.lru_cache(maxsize=4096)

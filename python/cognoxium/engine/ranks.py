@@ -139,7 +139,12 @@ class Rank(Node):
 
 
 def _check_query(node: Rank, query: str | None) -> None:
-    if not isinstance(query, str) or not query.strip():
+    if query is not None and not isinstance(query, str):
+        raise PlanError(
+            f"rank({node.method!r}) takes the query as a string, got {type(query).__name__} "
+            f"{query!r}"
+        )
+    if query is None or not query.strip():
         raise PlanError(f"rank({node.method!r}) needs a non-empty query")
 
 

@@ -563,7 +563,7 @@ class CognitionFrame:
             A CognitionFrame, or a Polars DataFrame (taken as is, not validated:
             for example per-id scores).
         on
-            Key arguments.column(s) present on both sides. Null keys never match.
+            Key column(s) present on both sides. Null keys never match.
         how
             ``"inner"``, ``"left"``, ``"full"``, ``"semi"`` or ``"anti"``.
 
@@ -592,7 +592,13 @@ class CognitionFrame:
             right = Scan(source=Source(other))
         else:
             raise PlanError(f"join takes a CognitionFrame or a Polars DataFrame, got {other!r}")
-        keys = (on,) if isinstance(on, str) else tuple(on)
+        keys = (on,) if isinstance(on, str) else tuple(arguments.flatten([on]))
+        if not keys or not all(isinstance(key, str) for key in keys):
+            raise PlanError(
+                "join on takes column names (a name or a list of names), got "
+                f"{'a Polars expression' if isinstance(on, pl.Expr) else repr(on)}; "
+                "to join on an expression, add it as a column with with_columns first"
+            )
         return self._wrap(Join(input=self._plan, other=right, on=keys, how=how))
 
     def sort(
@@ -653,16 +659,17 @@ class CognitionFrame:
         >>> cf.limit(2, offset=1).to_polars()["id"].to_list()
         ['b', 'c']
         """
-        if isinstance(offset, int) and not isinstance(offset, bool) and offset < 0:
+        n = arguments.whole(n, "limit n")
+        if arguments.whole(offset, "limit offset", negative=True) < 0:
             raise PlanError(
                 f"limit offset must be a non-negative whole number, got {offset}; "
                 "use slice() or tail() for rows counted from the end"
             )
-        return self._wrap(Limit(input=self._plan, n=n, offset=offset))
+        return self._wrap(Limit(input=self._plan, n=n, offset=int(offset)))
 
     def head(self, n: int = 5) -> CognitionFrame:
         """The first ``n`` rows (``limit(n)``)."""
-        return self.limit(n)
+        return self.limit(arguments.whole(n, "head n"))
 
     def tail(self, n: int = 5) -> CognitionFrame:
         """The last ``n`` rows, in order (all rows when there are fewer).
@@ -684,8 +691,7 @@ class CognitionFrame:
         Limit 3 offset -3
           Scan 4 rows; 23 columns
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise PlanError(f"tail n must be a non-negative whole number, got {n!r}")
+        n = arguments.whole(n, "tail n")
         return self._wrap(Limit(input=self._plan, n=n, offset=-n))
 
     def slice(self, offset: int, length: int | None = None) -> CognitionFrame:
@@ -714,6 +720,8 @@ class CognitionFrame:
         >>> cf.slice(1).to_polars()["id"].to_list()
         ['b', 'c', 'd']
         """
+        offset = arguments.whole(offset, "slice offset", negative=True)
+        length = None if length is None else arguments.whole(length, "slice length")
         return self._wrap(Limit(input=self._plan, n=length, offset=offset))
 
     def top_k(
@@ -736,7 +744,7 @@ class CognitionFrame:
         k
             How many rows (>= 0).
         by
-            The key arguments.column(s) or arguments.expression(s), most significant first.
+            The key column(s) or expression(s), most significant first.
         reverse
             Take the smallest values of a key instead (one flag for all keys,
             or one per key).
@@ -806,7 +814,7 @@ class CognitionFrame:
                 by=keys,
                 descending=tuple(flag != largest for flag in flags),
                 nulls_last=(True,) * len(keys),
-                k=k,
+                k=arguments.whole(k, f"{what} k"),
             )
         )
 
@@ -928,7 +936,7 @@ class CognitionFrame:
         Parameters
         ----------
         by
-            Key arguments.column(s); the content hash by default (exact duplicates).
+            Key column(s); the content hash by default (exact duplicates).
         merge
             Keep the group's best-ranked item (then the smallest id) and fold
             the others into it conservatively and independently of their
@@ -1607,8 +1615,10 @@ class CognitionFrame:
         """
         return int(self.lazy().select(pl.len()).collect().item())
 
-    def group_by(self, *keys: pl.Expr | str) -> GroupBy:
+    def group_by(self, *keys: pl.Expr | str | Sequence[pl.Expr | str]) -> GroupBy:
         """Group rows by keys, for an eager :meth:`GroupBy.agg`.
+
+        Keys may come one by one or in lists, as in Polars.
 
         Examples
         --------
@@ -1617,12 +1627,13 @@ class CognitionFrame:
         >>> cf.group_by("role").agg(pl.len().alias("n")).rows()
         [('user', 2), ('tool', 1)]
         """
-        if not keys:
+        flat = arguments.flatten(keys)
+        if not flat:
             raise PlanError("group_by needs at least one key")
-        for key in keys:
+        for key in flat:
             if isinstance(key, str):
                 arguments.column_names(key, self.schema, "group_by", strict=True)
-        exprs = tuple(arguments.expression(k, "group_by").expr for k in keys)
+        exprs = tuple(arguments.expression(k, "group_by").expr for k in flat)
         arguments.check_query(self.schema, lambda lf: lf.group_by(exprs).agg(), "group_by")
         return GroupBy(self, exprs)
 

@@ -12,6 +12,8 @@ import polars as pl
 from cognoxium.engine import arguments
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cognoxium.frame.frame import CognitionFrame
 
 __all__ = ["GroupBy"]
@@ -26,13 +28,14 @@ class GroupBy:
         self._frame = frame
         self._keys = keys
 
-    def agg(self, *aggs: pl.Expr | str, **named: pl.Expr) -> pl.DataFrame:
+    def agg(self, *aggs: pl.Expr | str | Sequence[pl.Expr | str], **named: pl.Expr) -> pl.DataFrame:
         """Run the plan and aggregate each group; groups in order of first appearance.
 
         Parameters
         ----------
         *aggs, **named
-            Polars aggregation expressions (``name=expr`` to name one).
+            Polars aggregation expressions (``name=expr`` to name one), one
+            by one or in lists, as in Polars.
 
         Returns
         -------
@@ -46,7 +49,7 @@ class GroupBy:
             not resolve over the frame's schema (an unknown column, a type
             mismatch); checked before the plan runs.
         """
-        exprs = [arguments.expression(a, "agg").expr for a in aggs]
+        exprs = [arguments.expression(a, "agg").expr for a in arguments.flatten(aggs)]
         exprs += [
             arguments.expression(expr, "agg").expr.alias(name) for name, expr in named.items()
         ]
