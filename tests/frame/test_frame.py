@@ -897,3 +897,36 @@ def test_counts_keys_and_queries_are_taken_as_polars_takes_them_or_named_when_re
         with pytest.raises(PlanError) as caught:
             call()
         assert str(caught.value).startswith(message), caught.value
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda f: f.filter(pl.col("priority") == "x"), "Filter: .*cannot compare string"),
+        (
+            lambda f: f.with_columns(n=pl.col("priority").str.len_chars()),
+            "WithColumns: .*expected `String`, got `i64`",
+        ),
+        (lambda f: f.select(x=pl.col("text").dt.year()), "Select: .*not supported for dtype `str`"),
+        (lambda f: f.sort(pl.col("text").dt.year()), "Sort: .*not supported for dtype `str`"),
+        (lambda f: f.quarantine(pl.col("priority") == "x"), "Quarantine: .*cannot compare"),
+        (lambda f: f.demote(pl.col("priority") == "x", priority_delta=-1), "Demote: .*compare"),
+    ],
+)
+def test_a_type_mismatch_in_an_expression_fails_when_the_node_is_built(
+    build: Callable[[CognitionFrame], CognitionFrame], message: str
+) -> None:
+    frame = CognitionFrame([{"id": "a", "role": "user", "text": "hi", "priority": 1}])
+    with pytest.raises(PlanError, match=message):
+        build(frame)
+
+
+def test_what_depends_on_the_rows_is_left_to_the_run() -> None:
+    frame = CognitionFrame([{"id": "a", "role": "user", "text": "hi", "priority": 1}])
+    gathered = frame.with_columns(first=pl.col("text").gather(0), one=pl.lit(pl.Series([7])))
+    assert gathered.select("first", "one").collect().rows() == [("hi", 7)]
+    udf = frame.with_columns(x=pl.col("text").map_batches(lambda s: s[0:1]))
+    assert udf.select("x").collect().rows() == [("hi",)]
+    cast = frame.with_columns(n=pl.col("text").cast(pl.Int64))  # built: a value error
+    with pytest.raises(pl.exceptions.InvalidOperationError):
+        cast.collect()

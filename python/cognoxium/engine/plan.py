@@ -22,6 +22,7 @@ in :mod:`cognoxium.engine.ranks`), :class:`Dedupe`, :class:`Limit` or
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
@@ -304,6 +305,11 @@ class Expression:
             not _has_key(tree, "Selector"),
         )
 
+    @property
+    def serializable(self) -> bool:
+        """Whether the expression serializes (it calls no Python function)."""
+        return isinstance(self.key, str)
+
     def conjuncts(self) -> tuple[Expression, ...]:
         """The operands of a top-level chain of ``&`` (SQL ``AND``), in order.
 
@@ -443,6 +449,22 @@ class Source:
         return f"Source({self.frame.height} rows × {self.frame.width} columns)"
 
 
+def _run_empty(lowered: pl.LazyFrame) -> None:
+    """Run a node's own query on no rows, where Polars checks the types its schema does not.
+
+    Resolving a schema does not check every operation's types: comparing a
+    number with a string, ``str`` methods on a number and ``dt`` methods on
+    text resolve and fail only when the query runs. Run on no rows, they
+    fail here, when the node is built. Errors that depend on the rows (an
+    index past the end of no rows, a literal Series longer than no rows)
+    are not the node's: left to the run.
+    """
+    with contextlib.suppress(
+        pl.exceptions.OutOfBoundsError, pl.exceptions.ShapeError, pl.exceptions.NoDataError
+    ):
+        lowered.collect()
+
+
 @lru_cache(maxsize=64)
 def _empty_frame(schema: tuple[tuple[str, pl.DataType], ...]) -> pl.LazyFrame:
     """An empty LazyFrame of ``schema``, built once: each plan node resolves its schema on one."""
@@ -543,7 +565,11 @@ class Node:
         try:
             for probe in self._probes(inputs):
                 probe.collect_schema()
-            return lower_node(self, inputs).collect_schema()
+            lowered = lower_node(self, inputs)
+            schema = lowered.collect_schema()
+            if self._runs_on_empty() and all(e.serializable for e in self._expressions()):
+                _run_empty(lowered)
+            return schema
         except pl.exceptions.PolarsError as exc:
             raise PlanError(
                 f"{type(self).__name__}: {polars_error_text(exc)}{self._metadata_hint()}"
@@ -552,6 +578,14 @@ class Node:
     def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
         """Extra queries whose schema must resolve, for checks lowering alone would defer."""
         return ()
+
+    def _runs_on_empty(self) -> bool:
+        """Whether the node's own query is run on no rows when it is built (see :func:`_run_empty`).
+
+        True for the nodes that evaluate a user's Polars expressions; a node
+        holding an expression that calls a Python function is not run.
+        """
+        return False
 
     def _expressions(self) -> Iterator[Expression]:
         """The expressions this node holds, in field order."""
@@ -664,6 +698,10 @@ class Filter(Node):
     metadata_dtype: pl.DataType | None = None
 
     @override
+    def _runs_on_empty(self) -> bool:
+        return True
+
+    @override
     def label(self) -> str:
         decode = " (metadata as struct)" if self.metadata_dtype is not None else ""
         return f"Filter {self.predicate}{decode}"
@@ -685,6 +723,10 @@ class Select(Node):
             raise PlanError("select needs at least one expression")
 
     @override
+    def _runs_on_empty(self) -> bool:
+        return True
+
+    @override
     def label(self) -> str:
         return f"Select {_exprs(self.exprs)}"
 
@@ -699,6 +741,10 @@ class WithColumns(Node):
     def _check(self) -> None:
         if not self.exprs:
             raise PlanError("with_columns needs at least one expression")
+
+    @override
+    def _runs_on_empty(self) -> bool:
+        return True
 
     @override
     def label(self) -> str:
@@ -771,6 +817,10 @@ class Sort(Node):
 
     def _probes(self, inputs: Sequence[pl.LazyFrame]) -> Sequence[pl.LazyFrame]:
         return (_key_probe(self, inputs[0]),)
+
+    @override
+    def _runs_on_empty(self) -> bool:
+        return True
 
     @override
     def label(self) -> str:
@@ -970,6 +1020,10 @@ class Quarantine(Node):
             self._require(("trust", *TEXT_COLUMNS[:-1]), "the default detector")
 
     @override
+    def _runs_on_empty(self) -> bool:
+        return self.predicate is not None
+
+    @override
     def label(self) -> str:
         what = "default detector" if self.predicate is None else str(self.predicate)
         return f"Quarantine {what} reason={self.reason!r}"
@@ -1066,6 +1120,10 @@ class Demote(Node):
         if self.retention is None and self.priority_delta == 0:
             raise PlanError("demote needs a retention or a negative priority_delta")
         self._require(("retention", "priority"), "demote")
+
+    @override
+    def _runs_on_empty(self) -> bool:
+        return True
 
     @override
     def label(self) -> str:
