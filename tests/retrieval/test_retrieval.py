@@ -295,3 +295,21 @@ def test_hybrid_lineage_manifests_are_byte_identical(tmp_path: Path) -> None:
     ]
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_every_bm25_reads_a_huge_text_to_its_first_max_read_chars() -> None:
+    from cognoxium import CognitionFrame
+    from cognoxium.strategies.backends import ItemStore, TextBackend
+
+    # "Lyon" only past the first MAX_READ_CHARS characters of t3, "bakery" within them.
+    huge = "bakery " * 20_000 + "Lyon"
+    ranks = {}
+    for name, t3 in (("whole", huge), ("cut", huge[:MAX_READ_CHARS])):
+        frame = CognitionFrame(store(t3=t3)).rank("bm25", query="Lyon bakery")
+        ranks[name] = frame.collect().get_column("rank").to_list()
+    assert ranks["whole"] == ranks["cut"]
+    assert ranks["whole"][2] > 0.0  # "bakery" is read
+    only_past = CognitionFrame(store(t3=huge)).rank("bm25", query="Lyon").collect()
+    assert only_past.get_column("rank")[2] == 0.0
+    backend = TextBackend(ItemStore(CognitionFrame(store(t3=huge))))
+    assert "t3" not in backend.search("Lyon").get_column("id").to_list()

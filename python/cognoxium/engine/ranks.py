@@ -51,7 +51,6 @@ from cognoxium.engine.lowering import HANDLERS, Handler, lower, lower_node
 from cognoxium.engine.optimizer import optimize
 from cognoxium.engine.plan import TEXT_COLUMNS, Node, Scan, Source, check_time
 from cognoxium.exceptions import PlanError
-from cognoxium.items.schema import packed_text_expr
 
 if TYPE_CHECKING:
     from cognoxium.retrieval.scope import RetrievalSettings
@@ -844,16 +843,21 @@ def _table_cache(node: Rank) -> dict[str, Any] | None:
 
 def _bm25_corpus(
     kept: dict[str, Any] | None, df: pl.DataFrame
-) -> tuple[pl.Series, tuple[str, str]]:
-    """The rows' packed texts and BM25 corpus key, kept with their table when there is one."""
-    from cognoxium.retrieval.ranking import corpus_key
+) -> tuple[pl.Series, tuple[str | int, ...]]:
+    """The texts ranking reads of the rows and their BM25 corpus key, kept with their table.
 
-    found: tuple[pl.Series, tuple[str, str]] | None = (
+    The texts are read as every rank reads them: each item's first
+    :data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` characters (see
+    :func:`~cognoxium.retrieval.scope.read_texts`).
+    """
+    from cognoxium.retrieval.ranking import corpus_key
+    from cognoxium.retrieval.scope import read_texts
+
+    found: tuple[pl.Series, tuple[str | int, ...]] | None = (
         None if kept is None else kept.get(_BM25_CORPUS)
     )
     if found is None:
-        texts = df.select(packed_text_expr()).to_series()
-        found = (texts, corpus_key(df.get_column("content_hash")))
+        found = read_texts(df, corpus_key(df.get_column("content_hash")))
         if kept is not None:
             kept[_BM25_CORPUS] = found
     return found

@@ -45,7 +45,13 @@ from cognoxium.items._checks import to_utc
 from cognoxium.items.hashing import check_content_hashes
 from cognoxium.items.schema import COLUMNS, mapped_expr, packed_text_expr
 from cognoxium.items.validation import conform
-from cognoxium.retrieval.embeddings import Embedder, EmbeddingCache, embed_frame, get_embedder
+from cognoxium.retrieval.embeddings import (
+    Embedder,
+    EmbeddingCache,
+    embed_frame,
+    get_embedder,
+    read_prefix_expr,
+)
 from cognoxium.retrieval.ranking import bm25_scores
 from cognoxium.strategies.protocol import BACKEND_KINDS, StrategyCapabilities
 from cognoxium.strategies.settings import positive_seconds
@@ -373,8 +379,10 @@ class TextBackend:
 
     Scores come from :func:`cognoxium.retrieval.ranking.bm25_scores` (bm25s, ``lucene``
     variant, k1 = 1.5, b = 0.75; Robertson and Zaragoza, *The Probabilistic
-    Relevance Framework: BM25 and Beyond*, 2009). The index is built once,
-    when the backend is made, and cached by the store's fingerprint.
+    Relevance Framework: BM25 and Beyond*, 2009), over each item's first
+    :data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` characters, as
+    every rank reads them. The index is built once, when the backend is
+    made, and cached by the store's fingerprint.
 
     Parameters
     ----------
@@ -396,7 +404,8 @@ class TextBackend:
     def __init__(self, store: ItemStore) -> None:
         self.store = store
         self._key = ("cognoxium.strategies.text", store.fingerprint, len(store))
-        self._texts = store.table.get_column("text")
+        # Ranking reads at most the first MAX_READ_CHARS characters of an item.
+        self._texts = store.table.select(read_prefix_expr(pl.col("text"))).to_series()
         bm25_scores(self._texts, "", cache_key=self._key)
 
     def scores(self, query: str) -> npt.NDArray[np.float64]:
