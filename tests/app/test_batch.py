@@ -1143,3 +1143,38 @@ def test_a_request_that_is_not_a_request_is_refused_by_its_index(tmp_path: Path)
         run_batch(store(), [Request(id="a", budget=10), record], out_dir=tmp_path / "out")  # type: ignore[list-item]
     assert info.value.row == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_batch_does_not_tokenize_an_item_too_large_for_every_budget_of_its_scope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cognoxium.tokens.profiles as profiles
+
+    big = "log line with words " * 60_000  # 1.2 MB, far over every budget below
+    items = records_to_frame(
+        [
+            {"id": "q", "role": "user", "text": "Why did the sync fail?", "created_at": AS_OF},
+            {"id": "log", "role": "tool", "text": big, "created_at": AS_OF},
+            {"id": "kb", "role": "document", "text": "Sync fails on expired tokens."},
+        ]
+    )
+    longest: list[int] = [0]
+    counted = profiles.token_lengths
+
+    def spying(encoding: Any, texts: list[str]) -> Any:
+        longest[0] = max([longest[0], *(len(t) for t in texts)])
+        return counted(encoding, texts)
+
+    monkeypatch.setattr(profiles, "token_lengths", spying)
+    requests = [Request(id="a", budget=256, query="sync"), Request(id="b", budget=512)]
+    options = PackOptions(as_of=AS_OF)
+    run_batch(items, requests, out_dir=tmp_path / "out", rank="bm25", options=options)
+    assert longest[0] < len(big)
+    written = {m.label: m for m in read_manifests(tmp_path / "out")}
+    monkeypatch.setattr(profiles, "token_lengths", counted)
+    for request in requests:
+        frame = CognitionFrame(items)
+        frame = frame.rank("bm25", query=request.query) if request.query else frame
+        alone = frame.pack(request.budget, as_of=AS_OF, label=request.id)
+        assert written[request.id].to_json() == alone.manifest.to_json()
+        assert written[request.id].to_polars().filter(pl.col("id") == "log")["tokens"][0] is None

@@ -155,6 +155,13 @@ def assert_known_costs_change_nothing(
     counted.count_tokens()
     assert outcome(lambda: counted.pack(opts.budget, opts.options(profile))) == cold
     assert outcome(lambda: counted.pack(opts.budget, opts.options(profile))) == cold
+    # Counted ahead within a smaller budget (rows proven larger left uncounted), then
+    # within this one.
+    partly = PackScope(df, policy=policy, profile=profile)
+    partly.count_tokens(within=min(opts.budget, other.budget) // 2)
+    assert outcome(lambda: partly.pack(opts.budget, opts.options(profile))) == cold
+    partly.count_tokens(within=opts.budget)
+    assert outcome(lambda: partly.pack(opts.budget, opts.options(profile))) == cold
     # A scope that earlier packs (another budget and options, a reversed rank) left with
     # some costs known, and one that counts them all only afterwards.
     warm = PackScope(df, policy=policy, profile=profile)

@@ -1225,8 +1225,17 @@ class PreparedScope:
         if self._pack is None:
             profile = self.settings.options.profile
             self._pack = _packing(request, lambda: PackScope(self.df, profile=profile))
-            _packing(request, self._pack.count_tokens)  # the scope's token costs, once
         return self._pack
+
+    def count_tokens(self, requests: Sequence[Request]) -> None:
+        """Count the scope's token costs for ``requests``' packs (:meth:`PackScope.count_tokens`).
+
+        Rows that cannot fit whole in the largest of their budgets are left
+        to the pack that reaches them.
+        """
+        scope = self.pack(requests[0])
+        within = max(r.budget for r in requests)
+        _packing(requests[0], lambda: scope.count_tokens(within))
 
     def rank(self, request: Request, as_of: datetime | None) -> pl.Series | None:
         """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
@@ -1454,6 +1463,7 @@ def pack_scope(
     if prepared is None:
         prepared = PreparedScope(store, scope_rows(store, requests[0]), settings)
     _packing(requests[0], lambda: prepared.rank_all(requests))
+    prepared.count_tokens(requests)
     continued = {r.previous for r in requests if r.previous is not None}
     earlier: dict[str, ContextPack] = {}
     outcomes: list[PackOutcome] = []

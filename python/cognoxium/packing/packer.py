@@ -112,6 +112,7 @@ from cognoxium.packing._manifest import (
 )
 from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
+    UNSET,
     ContextPack,
     Decision,
     GapRecord,
@@ -620,26 +621,45 @@ class PackScope:
             if self._row_tokens is not None:
                 rows, starts = units.rows_of(np.arange(units.n_units, dtype=np.int64))
                 known.row_tokens[:] = self._row_tokens
-                known.cost[:] = units.per_unit(self._row_tokens[rows], starts)
+                tokens = self._row_tokens[rows]
+                cost = units.per_unit(tokens, starts)
+                uncounted = units.per_unit((tokens == UNSET).astype(np.int64), starts) > 0
+                known.cost[:] = np.where(uncounted, UNSET, cost)
         marks = self._marks
         floor = marks.floor if marks.rows else None
         return UnitCosts(self.profile, self._rendering, units, floor, known)
 
-    def count_tokens(self) -> None:
-        """Count every row's cost now, in one call to the tokenizer, for the packs to come.
+    def count_tokens(self, within: int | None = None) -> None:
+        """Count the rows' costs now, in one call to the tokenizer, for the packs to come.
 
         A pack counts only the rows its selection reaches; a batch of many
         packs over one scope reaches most rows, so counting them all at once
         is cheaper, and with every cost known a pack selects with array
         operations. The packs and manifests do not change: each pack still
         reports as counted only the rows its own selection examined.
+
+        Parameters
+        ----------
+        within
+            The largest budget of the packs to come, in tokens: a row whose
+            cheap lower bound (its UTF-8 bytes over the profile's longest
+            token) already exceeds it can never be sent whole, so it is left
+            to the pack that reaches it, if any (a 50 MB log is not
+            tokenized for packs of 8,000 tokens). ``None``: every row. A
+            later call counts the rows it left that fit its own ``within``.
         """
-        if self._row_tokens is not None:
-            return
         n = self.df.height
+        if self._row_tokens is None:
+            self._row_tokens = np.full(n, UNSET, dtype=np.int64)
+        todo = self._row_tokens == UNSET
+        if within is not None:
+            todo &= self._rendering.cheap.to_numpy() <= within
+        if not todo.any():
+            return
         costs = UnitCosts(self.profile, self._rendering, Units(n_units=n))
-        costs.count(np.arange(n, dtype=np.int64))
-        self._row_tokens = costs.row_tokens
+        rows = np.flatnonzero(todo)
+        costs.count(rows)
+        self._row_tokens[rows] = costs.row_tokens[rows]
         self._known.clear()
 
     def outcome(
