@@ -95,6 +95,8 @@ P_TEXT = E(pl.col("text").str.contains("refund"))
 P_SCORE = E(pl.col("score") > 0.6)
 P_MEAN = E(pl.col("priority") >= pl.col("priority").mean())  # not elementwise
 META = pl.Struct({"conversation": pl.String})
+# metadata.conversation as a SQL predicate reads it: decoded from the JSON text.
+CONVERSATION = pl.col("metadata").str.json_decode(META).struct.field("conversation")
 
 
 def f(node: Node, *preds: Expression, meta: pl.DataType | None = None) -> Filter:
@@ -182,9 +184,9 @@ PUSH_CASES: list[tuple[str, Node, Node]] = [
     ),
     (
         "metadata decoding follows the conjunct that reads metadata",
-        f(join(), P_SCORE, E(pl.col("metadata").struct.field("conversation") == "c1"), meta=META),
+        f(join(), P_SCORE, E(CONVERSATION == "c1"), meta=META),
         join(
-            f(SCAN, E(pl.col("metadata").struct.field("conversation") == "c1"), meta=META),
+            f(SCAN, E(CONVERSATION == "c1"), meta=META),
             f(OTHER, P_SCORE),
         ),
     ),
@@ -269,11 +271,11 @@ PRUNE_CASES: list[tuple[str, Node, Node]] = [
     ("no column read keeps the first", sel(SCAN, pl.len()), sel(scan_of("id"), pl.len())),
     (
         "metadata decoding keeps metadata",
-        sel(f(SCAN, E(pl.col("metadata").struct.field("conversation") == "c1"), meta=META), "id"),
+        sel(f(SCAN, E(CONVERSATION == "c1"), meta=META), "id"),
         sel(
             f(
                 scan_of("id", "metadata"),
-                E(pl.col("metadata").struct.field("conversation") == "c1"),
+                E(CONVERSATION == "c1"),
                 meta=META,
             ),
             "id",

@@ -613,3 +613,37 @@ def test_a_count_equals_the_height_of_what_a_collect_returns(
     for cf in frames:
         query = cf if predicate is None else cf.filter(predicate)
         assert query.count() == query.collect().height
+
+
+@pytest.mark.parametrize("how", ["filter", "quarantine", "demote"])
+def test_a_sql_metadata_predicate_reads_the_json_text_itself_and_is_pushed_into_the_scan(
+    tmp_path: Path, how: str
+) -> None:
+    from cognoxium.engine.execute import lowered
+
+    rows = [
+        {"id": f"i{n}", "role": "user", "text": f"turn {n}",
+         "metadata": {"conversation": f"c{n % 3}", "turn": n}}
+        for n in range(12)
+    ]  # fmt: skip
+    path = tmp_path / "items.parquet"
+    write_parquet(records_to_frame(rows), path)
+    sql = "metadata.conversation = 'c1' AND metadata.turn > 3"
+    scanned = CognitionFrame.scan_parquet(path)
+    in_memory = CognitionFrame(rows)
+    if how == "filter":
+        kept = scanned.filter(sql)
+        plan = lowered(kept._plan).explain()
+        assert "SELECTION:" in plan
+        assert "json_decode" in plan.split("SELECTION:")[1]
+        assert kept.collect().get_column("id").to_list() == ["i4", "i7", "i10"]
+        assert kept.collect().equals(in_memory.filter(sql).collect())
+        return
+    if how == "quarantine":
+        marked = scanned.quarantine(sql, reason="held").collect()
+        held = marked.filter(pl.col("quarantine_reason") == "held").get_column("id")
+    else:
+        marked = scanned.demote(sql, priority_delta=-2).collect()
+        held = marked.filter(pl.col("priority") == -2).get_column("id")
+    assert held.to_list() == ["i4", "i7", "i10"]
+    assert marked.get_column("metadata").to_list() == in_memory.collect()["metadata"].to_list()

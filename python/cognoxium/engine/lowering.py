@@ -48,8 +48,6 @@ HANDLERS: dict[type[Node], Handler] = {}
 
 _N = TypeVar("_N", bound=Handler)
 
-_METADATA_TEXT = "__cognoxium_metadata_text"
-
 
 def register(node_type: type[Node]) -> Callable[[_N], _N]:
     """Register the decorated function as the handler of ``node_type``."""
@@ -97,14 +95,10 @@ def _scan(node: Scan) -> pl.LazyFrame:
 
 @register(Filter)
 def _filter(node: Filter, lf: pl.LazyFrame) -> pl.LazyFrame:
-    if node.metadata_dtype is None:
-        return lf.filter(node.predicate.expr)
-    # metadata.<key> in SQL is struct field access: run the predicate over the
-    # decoded struct, then restore the JSON text in its place.
-    decoded = lf.rename({"metadata": _METADATA_TEXT}).with_columns(
-        pl.col(_METADATA_TEXT).str.json_decode(node.metadata_dtype).alias("metadata")
-    )
-    return decoded.filter(node.predicate.expr).drop("metadata").rename({_METADATA_TEXT: "metadata"})
+    # A SQL predicate reading metadata.<key> decodes the key from the JSON text
+    # itself, so the filter reads stored columns only and Polars can push it
+    # into a scan.
+    return lf.filter(node.predicate.expr)
 
 
 @register(Select)
@@ -162,17 +156,9 @@ def _dedupe(node: Dedupe, lf: pl.LazyFrame) -> pl.LazyFrame:
 _MATCH = "__cognoxium_match"
 
 
-def _with_match(
-    lf: pl.LazyFrame, predicate: Expression, metadata_dtype: pl.DataType | None
-) -> pl.LazyFrame:
+def _with_match(lf: pl.LazyFrame, predicate: Expression) -> pl.LazyFrame:
     """Add the boolean column ``_MATCH``: ``predicate``, with null as false."""
-    match = predicate.expr.fill_null(False).alias(_MATCH)
-    if metadata_dtype is None:
-        return lf.with_columns(match)
-    decoded = lf.rename({"metadata": _METADATA_TEXT}).with_columns(
-        pl.col(_METADATA_TEXT).str.json_decode(metadata_dtype).alias("metadata")
-    )
-    return decoded.with_columns(match).drop("metadata").rename({_METADATA_TEXT: "metadata"})
+    return lf.with_columns(predicate.expr.fill_null(False).alias(_MATCH))
 
 
 @register(Quarantine)
@@ -191,7 +177,7 @@ def _quarantine(node: Quarantine, lf: pl.LazyFrame) -> pl.LazyFrame:
             pl.concat_str([pl.lit(f"{node.reason}: "), signs])
         )
         return lf.with_columns(pl.coalesce(earlier, reason).alias(QUARANTINE_COLUMN))
-    matched = _with_match(lf, node.predicate, node.metadata_dtype)
+    matched = _with_match(lf, node.predicate)
     reason = pl.when(pl.col(_MATCH)).then(pl.lit(node.reason))
     return matched.with_columns(pl.coalesce(earlier, reason).alias(QUARANTINE_COLUMN)).drop(_MATCH)
 
@@ -220,7 +206,7 @@ def _demote(node: Demote, lf: pl.LazyFrame) -> pl.LazyFrame:
             .otherwise(pl.col("priority"))
             .alias("priority")
         )
-    return _with_match(lf, node.predicate, node.metadata_dtype).with_columns(changes).drop(_MATCH)
+    return _with_match(lf, node.predicate).with_columns(changes).drop(_MATCH)
 
 
 def _with_redact_edges(out: pl.DataFrame, before: pl.Series) -> pl.DataFrame:

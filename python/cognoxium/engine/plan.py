@@ -686,11 +686,13 @@ class Scan(Node):
 class Filter(Node):
     """Keep the rows where ``predicate`` is true, in input order.
 
-    A null predicate value drops the row (SQL semantics). With
-    ``metadata_dtype`` set (SQL predicates naming ``metadata.<key>``), the
-    ``metadata`` JSON text is decoded to that struct type while the predicate
-    runs, so ``metadata.<key>`` reaches the object's fields; the output keeps
-    the JSON text.
+    A null predicate value drops the row (SQL semantics).
+    ``metadata_dtype`` is the struct type a SQL predicate naming
+    ``metadata.<key>`` was checked against; such a predicate decodes the
+    fields it reads from the ``metadata`` JSON text itself
+    (:func:`~cognoxium.items.predicate.parse_predicate` with
+    ``decode_metadata``), so the filter reads stored columns only and
+    Polars can push it into a Parquet scan.
     """
 
     input: Node
@@ -998,9 +1000,8 @@ class Quarantine(Node):
 
     Sets ``quarantine_reason`` (String) to ``reason`` on rows where
     ``predicate`` holds and no earlier quarantine gave a reason (the first
-    reason is kept); a null predicate value counts as false. With
-    ``metadata_dtype`` set (SQL predicates naming ``metadata.<key>``), the
-    predicate reads ``metadata`` decoded to that struct type. Without a
+    reason is kept); a null predicate value counts as false.
+    ``metadata_dtype``: as for :class:`Filter`. Without a
     predicate, the default detector
     (:func:`cognoxium.governance.injection.detect_injection`) flags untrusted rows whose
     packed text carries instruction-injection signs, and the reason is
@@ -1099,6 +1100,7 @@ class Demote(Node):
     ``retention`` (``required`` < ``preferred`` < ``optional``), never
     stronger; its priority changes by ``priority_delta`` (<= 0). Other rows,
     the row order and a null predicate value (false) are unchanged. A barrier.
+    ``metadata_dtype``: as for :class:`Filter`.
     """
 
     barrier = True

@@ -162,7 +162,8 @@ def sql_predicate(sql: str, plan: Node) -> tuple[pl.Expr, pl.Struct | None]:
     unknown = [name for name in fields if name not in known]
     if unknown:
         raise _unknown_keys(sql, unknown, known)
-    return parse_predicate(sql, {**plan.schema, "metadata": dtype}), dtype
+    typed = {**plan.schema, "metadata": dtype}
+    return parse_predicate(sql, typed, decode_metadata=True), dtype
 
 
 def row_predicate(value: pl.Expr | str, plan: Node) -> tuple[Expression, pl.Struct | None]:

@@ -169,11 +169,30 @@ class _Lowering:
     """Lowers one parsed predicate; one method per allowed node type."""
 
     def __init__(
-        self, text: str, columns: Collection[str], dtypes: Mapping[str, pl.DataType] | None
+        self,
+        text: str,
+        columns: Collection[str],
+        dtypes: Mapping[str, pl.DataType] | None,
+        *,
+        decode: bool = False,
     ) -> None:
         self.text = text
         self.columns = columns
         self.dtypes = dtypes
+        self.decode = decode
+
+    def metadata(self, key: str) -> pl.Expr:
+        """The struct ``metadata.<key>`` is a field of.
+
+        The ``metadata`` column itself, or with ``decode`` its JSON text
+        decoded to a struct of that one key, typed as the ``metadata``
+        struct type types it.
+        """
+        dtype = None if self.dtypes is None else self.dtypes.get("metadata")
+        if not (self.decode and isinstance(dtype, pl.Struct)):
+            return pl.col("metadata")
+        fields = [field for field in dtype.fields if field.name == key]
+        return pl.col("metadata").str.json_decode(pl.Struct(fields))
 
     def error(self, node: exp.Expr | None, message: str) -> PredicateError:
         return PredicateError(
@@ -587,7 +606,7 @@ def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
             f"{'.'.join(names)} is not allowed: only metadata.<key> reaches into a value "
             "(a field of the metadata JSON object)",
         )
-    expr = pl.col("metadata")
+    expr = low.metadata(names[1])
     for key in names[1:]:
         expr = expr.struct.field(key)
     return expr
@@ -880,7 +899,10 @@ def _tokens(text: str) -> list[Token]:
 
 @lru_cache(maxsize=256)
 def _parse(
-    text: str, columns: tuple[str, ...], dtypes: tuple[tuple[str, pl.DataType], ...] | None
+    text: str,
+    columns: tuple[str, ...],
+    dtypes: tuple[tuple[str, pl.DataType], ...] | None,
+    decode: bool = False,
 ) -> pl.Expr:
     tokens = _tokens(text)
     try:
@@ -906,7 +928,7 @@ def _parse(
         raise PredicateError("a predicate is one expression", predicate=text)
     try:
         schema = None if dtypes is None else dict(dtypes)
-        lowering = _Lowering(text, columns, schema)
+        lowering = _Lowering(text, columns, schema, decode=decode)
         expr = lowering.lower(trees[0])
         lowering.condition(trees[0])
         return expr
@@ -915,7 +937,10 @@ def _parse(
 
 
 def parse_predicate(
-    text: str, columns: Sequence[str] | Mapping[str, pl.DataType] = POLARS_SCHEMA
+    text: str,
+    columns: Sequence[str] | Mapping[str, pl.DataType] = POLARS_SCHEMA,
+    *,
+    decode_metadata: bool = False,
 ) -> pl.Expr:
     """Lower a string predicate to a Polars expression, refusing anything outside the grammar.
 
@@ -935,14 +960,21 @@ def parse_predicate(
         ``upper``, ``length``, ``LIKE`` and ``ILIKE`` take text (an
         enumeration column is read as its ``String`` value) and ``abs`` a
         number.
+    decode_metadata
+        With ``metadata`` typed as a ``Struct`` in ``columns``: read
+        ``metadata.<key>`` from the JSON text column ``metadata`` itself,
+        decoding the key's field to its type there, so the expression runs
+        over items as they are stored (and Polars can push it into a
+        Parquet scan).
 
     Returns
     -------
     polars.Expr
         An expression over ``columns``; ``metadata.<key>`` reads
         ``pl.col("metadata").struct.field(key)``, so ``metadata`` must be
-        decoded from its JSON text to a struct before the expression runs
-        (frames do this themselves). Nothing runs and no file is read here.
+        decoded from its JSON text to a struct before the expression runs,
+        unless ``decode_metadata`` is given. Nothing runs and no file is
+        read here.
 
     Raises
     ------
@@ -977,7 +1009,7 @@ def parse_predicate(
         raise PredicateError(f"a predicate is a string, got {type(text).__name__}", predicate="")
     if isinstance(columns, Mapping):
         dtypes = tuple((str(name), _instance(dtype)) for name, dtype in columns.items())
-        return _parse(text, tuple(name for name, _ in dtypes), dtypes)
+        return _parse(text, tuple(name for name, _ in dtypes), dtypes, decode_metadata)
     return _parse(text, tuple(columns), None)
 
 
