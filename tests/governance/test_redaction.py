@@ -137,8 +137,13 @@ def pem(r: random.Random) -> str:
 
 
 def secret_value(r: random.Random) -> str:
+    # Random-looking as key_value_ok defines it: an upper and a lower case letter and
+    # a digit at least (three character classes). Two classes of low entropy, such
+    # as "KQKrerfrorkkCba", are kept by design (gitleaks' rule), so they are not made.
     core = "".join(r.choice(ALNUM + "-_") for _ in range(r.randint(13, 37)))
-    return r.choice(ALNUM) + core + r.choice("aZ9")
+    ends = [r.choice(string.ascii_uppercase), r.choice(string.ascii_lowercase)]
+    r.shuffle(ends)
+    return ends[0] + core + ends[1] + r.choice(string.digits)
 
 
 def password(r: random.Random) -> str:
