@@ -299,3 +299,32 @@ def test_the_batch_pool_watches_its_parent(tmp_path: Path, monkeypatch: pytest.M
     (kwargs,) = made
     assert kwargs["initializer"] is _workers.watch_parent
     assert kwargs["initargs"] == (os.getpid(), _workers.PARENT_POLL_SECONDS)
+
+
+def test_a_task_sent_to_a_worker_carries_its_own_rows_only(tmp_path: Path) -> None:
+    import json
+    import pickle
+
+    from cognoxium.items.io import read_items
+
+    path = tmp_path / "items.jsonl"
+    with path.open("w") as out:
+        for n in range(20_000):
+            record = {
+                "id": f"c{n // 40}:{n % 40}",
+                "role": "user",
+                "text": f"message {n}",
+                "sources": [{"uri": f"chats.jsonl:{n // 40 + 1}", "kind": "openai_messages"}],
+                "parents": [f"c{n // 40}:0"] if n % 40 else [],
+                "metadata": {"conversation": f"c{n // 40}"},
+            }
+            out.write(json.dumps(record) + "\n")
+    store = read_items(path)  # one buffer per nested column, for all 20,000 rows
+    scope = store.filter(pl.col("metadata") == '{"conversation":"c7"}')
+    task = _workers.Task(0, (), (scope,), (scope.head(3),))
+    sent = task.compacted()
+    assert sent.rows[0].equals(scope)
+    assert sent.rows[0].schema == scope.schema
+    assert sent.lineage[0] is not None
+    assert sent.lineage[0].equals(scope.head(3))
+    assert len(pickle.dumps(sent)) * 20 < len(pickle.dumps(task))

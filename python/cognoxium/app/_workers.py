@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from cognoxium.app._scopes import Unit, fixed_values
 from cognoxium.packing._parts import PACKS, part_path, staged, sweep
@@ -162,6 +163,36 @@ class Task:
     units: tuple[Unit, ...]
     rows: tuple[pl.DataFrame, ...]
     lineage: tuple[pl.DataFrame | None, ...]
+
+    def compacted(self) -> Task:
+        """The task with its rows in buffers of their own, to be sent to a worker process.
+
+        The rows of a scope are a filter of the store, whose nested columns
+        (``sources``, ``parents``, ``lineage``) still point into the whole
+        store's buffers, and Polars pickles those buffers whole: a scope of
+        40 rows of a store read from JSONL carried every item's sources.
+        """
+        return Task(
+            self.index,
+            self.units,
+            tuple(_compact(rows) for rows in self.rows),
+            tuple(None if rows is None else _compact(rows) for rows in self.lineage),
+        )
+
+
+def _compact(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with each nested column copied to buffers holding its rows only."""
+    nested = [name for name, dtype in df.schema.items() if dtype.is_nested()]
+    if not nested or df.is_empty():
+        return df
+    every = pa.array(np.arange(df.height, dtype=np.int64))
+    copies = []
+    for name in nested:
+        column = df.get_column(name)
+        copied = pl.from_arrow(column.to_arrow().take(every))
+        assert isinstance(copied, pl.Series)
+        copies.append(copied.cast(column.dtype).alias(name))
+    return df.with_columns(copies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +333,7 @@ def run_tasks(
         pending: deque[Future[TaskStats]] = deque()
         try:
             for task in tasks:
-                pending.append(pool.submit(pack_task, task, settings, form, folder))
+                pending.append(pool.submit(pack_task, task.compacted(), settings, form, folder))
                 while len(pending) >= 2 * workers:
                     yield pending.popleft().result()
             while pending:
