@@ -579,3 +579,40 @@ def test_to_anthropic_sends_ids_blanks_and_a_prefill_as_the_api_takes_them() -> 
     assert use["id"] == result[0]["tool_use_id"] == "functions_get_weather_0_79ac1aaa"
     assert result == [{"type": "tool_result", "tool_use_id": use["id"], "content": "18 C"}]
     assert request["messages"][-1]["content"] == [{"type": "text", "text": "It is 18 C."}]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "sent"),
+    [("", {}), ("  ", {}), ("{}", {}), ('{"city": "Paris"}', {"city": "Paris"})],
+)
+def test_blank_tool_arguments_are_an_empty_input(arguments: str, sent: dict[str, Any]) -> None:
+    from cognoxium.packing.message_rules import validate_anthropic_messages
+
+    call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": arguments}}
+    history = [
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12:00"},
+    ]
+    options = PackOptions(target="anthropic")
+    request = from_openai_messages(history).pack(500, options).to_anthropic()
+    validate_anthropic_messages(request)
+    assert request["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "now", "input": sent}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [('{"city": "Par', "the arguments are not JSON"), ("[1, 2]", "got list"), ('"x"', "got str")],
+)
+def test_tool_arguments_with_no_anthropic_form_name_the_call(arguments: str, why: str) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": arguments}}
+    history = [
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12:00"},
+    ]
+    packed = from_openai_messages(history).pack(500, PackOptions(target="anthropic"))
+    with pytest.raises(RecordError, match=f"tool call 'c1' of 'now': .* JSON object.*{why}"):
+        packed.to_anthropic()

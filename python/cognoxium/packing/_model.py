@@ -710,7 +710,9 @@ class ContextPack:
         - ``assistant`` messages become ``assistant`` messages: a ``text``
           block for their text, then one ``tool_use`` block per tool call
           (``id``, function ``name``, and ``input``, the arguments parsed as
-          JSON).
+          JSON; blank arguments, ``""``, are ``{}``). Arguments that are
+          not a JSON object (truncated JSON, a list) have no Anthropic form:
+          a ``RecordError`` names the call and its function.
         - ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
           ``content``) inside a ``user`` message, with ``"is_error": true``
           when the result item says the tool failed (``metadata.is_error``,

@@ -130,22 +130,26 @@ def anthropic_tool_id(call_id: str) -> str:
 
 
 def _tool_use(call: dict[str, Any], row: int, j: int) -> dict[str, Any]:
-    """The ``tool_use`` block of an OpenAI tool call; its arguments must be a JSON object."""
+    """The ``tool_use`` block of an OpenAI tool call; its arguments must be a JSON object.
+
+    Blank arguments (``""``, which OpenAI-compatible providers send for a
+    call without arguments) are the empty object. Anything else that is
+    not a JSON object cannot be an Anthropic ``input``: the error names the
+    message's index (``row``), the call's id and its function.
+    """
     function = call["function"]
     field = f"tool_calls[{j}].function.arguments"
+    where = f"tool call {call['id']!r} of {function['name']!r}: Anthropic tool_use input must be"
+    text = function["arguments"]
     try:
-        arguments = json.loads(function["arguments"])
+        arguments = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
         raise RecordError(
-            f"Anthropic tool_use input must be a JSON object; the arguments are not JSON ({exc})",
-            row=row,
-            field=field,
+            f"{where} a JSON object; the arguments are not JSON ({exc})", row=row, field=field
         ) from None
     if not isinstance(arguments, dict):
         raise RecordError(
-            f"Anthropic tool_use input must be a JSON object, got {type(arguments).__name__}",
-            row=row,
-            field=field,
+            f"{where} a JSON object, got {type(arguments).__name__}", row=row, field=field
         )
     tool_id = anthropic_tool_id(call["id"])
     return {"type": "tool_use", "id": tool_id, "name": function["name"], "input": arguments}
