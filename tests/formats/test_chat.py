@@ -841,3 +841,91 @@ def test_read_openai_jsonl_takes_system_retention(tmp_path: Path) -> None:
     ]
     optional = read_openai_jsonl(path, system_retention="optional").to_polars()
     assert optional.get_column("retention").to_list() == ["optional"] * 3
+
+
+CONVERSATIONS = [
+    {
+        "conversation_id": "c1",
+        "messages": [
+            {"role": "system", "content": "You help with orders."},
+            {"role": "user", "content": "Where is order 7?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "track", "arguments": '{"order": 7}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "In transit."},
+            {"role": "assistant", "content": "It is in transit."},
+        ],
+    },
+    {"conversation_id": "c2", "messages": [{"role": "user", "content": "Hello é"}]},
+]
+
+
+def test_a_file_of_one_conversation_per_line_reads_as_each_conversation_does(
+    tmp_path: Path,
+) -> None:
+    from cognoxium.app.batch import Request, run_batch
+    from cognoxium.formats.openai import read_openai_conversations
+    from cognoxium.packing.manifests import read_manifests
+
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n\n" for c in CONVERSATIONS), encoding="utf-8")
+    frame = read_openai_conversations(path).collect()
+    for conversation in CONVERSATIONS:
+        cid = conversation["conversation_id"]
+        own = from_openai_messages(conversation["messages"], conversation_id=cid).collect()
+        rows = frame.filter(pl.col("id").str.starts_with(f"{cid}:"))
+        assert rows.drop("metadata", "sources").equals(own.drop("metadata", "sources"))
+        tagged = [{**json.loads(m), "conversation": cid} for m in own.get_column("metadata")]
+        assert [json.loads(m) for m in rows.get_column("metadata")] == tagged
+        uris = rows.get_column("sources").list.get(0).struct.field("uri").unique().to_list()
+        assert uris == [str(path)]
+    requests = [Request(id="r1", budget=200, where="metadata.conversation = 'c1'")]
+    as_of = datetime(2026, 1, 1, tzinfo=UTC)
+    run_batch(frame, requests, out_dir=tmp_path / "out", options=PackOptions(as_of=as_of))
+    (manifest,) = read_manifests(tmp_path / "out")
+    alone = from_openai_messages(CONVERSATIONS[0]["messages"], conversation_id="c1")
+    assert manifest.entries == alone.pack(200, as_of=as_of).manifest.entries
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "message"),
+    [
+        ('["c1"]', None, "a line is a JSON object"),
+        ('{"messages": []}', "conversation_id", "non-blank text, got None"),
+        ('{"conversation_id": " ", "messages": []}', "conversation_id", "non-blank"),
+        ('{"conversation_id": "c1", "messages": {}}', "messages", "a list of messages, got dict"),
+        ('{"conversation_id": "c1", "messages": [], "tools": []}', "tools", "unknown key 'tools'"),
+        ('{"conversation_id": "c0", "messages": []}', "conversation_id", "duplicate .* line 1"),
+        (
+            '{"conversation_id": "c9", "messages": [{"role": "robot", "content": "x"}]}',
+            "role",
+            r"got 'robot' \(message 0\)",
+        ),
+    ],
+)
+def test_a_bad_conversation_line_names_its_line_and_field(
+    tmp_path: Path, line: str, field: str | None, message: str
+) -> None:
+    from cognoxium.formats.openai import read_openai_conversations
+
+    path = tmp_path / "chats.jsonl"
+    path.write_text('{"conversation_id": "c0", "messages": []}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(RecordError, match=message) as caught:
+        read_openai_conversations(path)
+    assert (caught.value.line, caught.value.field) == (2, field)
+
+
+def test_a_file_of_conversations_read_as_messages_says_which_reader_to_use(tmp_path: Path) -> None:
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps(CONVERSATIONS[1]) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError, match="read_openai_conversations") as caught:
+        read_openai_jsonl(path)
+    assert (caught.value.line, caught.value.field) == (1, "messages")

@@ -147,6 +147,7 @@ __all__ = [
     "ChatColumns",
     "from_openai_messages",
     "openai_messages_to_items",
+    "read_openai_conversations",
     "read_openai_jsonl",
     "to_openai_messages",
     "validate_openai_messages",
@@ -1188,9 +1189,151 @@ def read_openai_jsonl(
     """
     name = str(path)
     lines = parse_json_lines(Path(path))
+    if lines and isinstance(lines[0][1], dict) and "messages" in lines[0][1]:
+        raise RecordError(
+            "a line holds 'messages': this reads one message per line; read a file of one "
+            "conversation per line with read_openai_conversations",
+            source=name,
+            line=lines[0][0],
+            field="messages",
+        )
     where = MessageLocation(name, [number for number, _ in lines])
     messages = (message for _, message in lines)
     return _chat_frame(messages, where, conversation_id, start, system_retention, tool_errors)
+
+
+CONVERSATION_KEY = "conversation"
+"""The metadata key :func:`read_openai_conversations` writes each item's conversation id under."""
+
+
+def read_openai_conversations(
+    path: str | os.PathLike[str],
+    *,
+    id_field: str = "conversation_id",
+    start: datetime | None = None,
+    system_retention: Retention | str = Retention.REQUIRED,
+    tool_errors: ImportToolErrors = "error",
+) -> CognitionFrame:
+    r"""Read a JSONL file of OpenAI chat conversations, one per line, as one frame; all or nothing.
+
+    Each line is a JSON object holding the conversation's id under
+    ``id_field`` and its OpenAI chat messages under ``messages``, the form
+    of chat logs and fine-tuning files: ``{"conversation_id": "c1",
+    "messages": [{"role": "user", "content": "Hi"}, ...]}``. Each
+    conversation's messages become items as :func:`read_openai_jsonl`
+    makes them, their ids prefixed by the conversation id (``c1:0``,
+    ``c1:1``, ...) and their ``metadata.conversation`` the conversation id,
+    so that a batch request with ``where: "metadata.conversation = 'c1'"``
+    packs that conversation (and the batch serves it from a split of the
+    store by that key).
+
+    Parameters
+    ----------
+    path
+        The file, UTF-8; blank lines are skipped.
+    id_field
+        The key of each line that holds the conversation's id (non-blank
+        text, unique in the file).
+    start, system_retention, tool_errors
+        As in :func:`read_openai_jsonl`, for every conversation.
+
+    Returns
+    -------
+    CognitionFrame
+        One row per message (or message part), conversations in file order.
+
+    Raises
+    ------
+    RecordError
+        At the first bad line: not UTF-8, invalid JSON, not an object, an id
+        missing, not text or given twice, ``messages`` not a list, another
+        key (nothing a line holds is dropped), or a malformed message.
+        ``source`` is the path, ``line`` the 1-based line number and
+        ``field`` the offending key; nothing is returned.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp, "chats.jsonl")
+    ...     _ = path.write_text(
+    ...         '{"conversation_id": "c1", "messages": [{"role": "user", "content": "Hi"}]}\n'
+    ...         '{"conversation_id": "c2", "messages": [{"role": "user", "content": "Yo"}, '
+    ...         '{"role": "assistant", "content": "Hello"}]}\n')
+    ...     frame = read_openai_conversations(path)
+    >>> frame.select("id", "metadata").to_polars().rows()  # doctest: +NORMALIZE_WHITESPACE
+    [('c1:0', '{"conversation":"c1"}'), ('c2:0', '{"conversation":"c2"}'),
+     ('c2:1', '{"conversation":"c2"}')]
+    """
+    name = str(path)
+    frames: list[pl.DataFrame] = []
+    first_line: dict[str, int] = {}
+    for line, record in parse_json_lines(Path(path)):
+        conversation, messages = _conversation_line(record, name, line, id_field, first_line)
+        where = MessageLocation(name, [line] * len(messages))
+        columns = ChatColumns(
+            where, conversation, start, system_retention, tool_errors=tool_errors
+        ).add_all(messages)
+        tags = [conversation] * len(columns.ids or columns.index)
+        frames.append(columns.frame(extra=(CONVERSATION_KEY, tags)))
+    if not frames:
+        empty = ChatColumns(MessageLocation(name), None, start).frame()
+        return CognitionFrame.from_conformed(empty)
+    df = pl.concat(frames)
+    repeated = df.filter(pl.col("id").is_duplicated()).get_column("id")
+    if len(repeated):
+        raise RecordError(
+            f"two conversations give the item id {repeated[0]!r}: give ids that are not "
+            "another conversation's id followed by ':tools' or a message number",
+            source=name,
+            field=id_field,
+        )
+    return CognitionFrame.from_conformed(df)
+
+
+def _conversation_line(
+    record: Any, source: str, line: int, id_field: str, first_line: dict[str, int]
+) -> tuple[str, list[Any]]:
+    """The id and messages of one line of :func:`read_openai_conversations`, checked."""
+    if not isinstance(record, dict):
+        raise RecordError(
+            f"a line is a JSON object with {id_field!r} and 'messages'", source=source, line=line
+        )
+    extra = sorted(set(record) - {id_field, "messages"})
+    if extra:
+        raise RecordError(
+            f"unknown key {extra[0]!r}: a line holds {id_field!r} and 'messages' only "
+            "(nothing else would be kept)",
+            source=source,
+            line=line,
+            field=extra[0],
+        )
+    conversation = record.get(id_field)
+    if not isinstance(conversation, str) or not conversation.strip():
+        raise RecordError(
+            f"expected the conversation's id as non-blank text, got {conversation!r}",
+            source=source,
+            line=line,
+            field=id_field,
+        )
+    if conversation in first_line:
+        raise RecordError(
+            f"duplicate conversation id {conversation!r} "
+            f"(first on line {first_line[conversation]})",
+            source=source,
+            line=line,
+            field=id_field,
+        )
+    first_line[conversation] = line
+    messages = record.get("messages")
+    if not isinstance(messages, list):
+        raise RecordError(
+            f"expected a list of messages, got {type(messages).__name__}",
+            source=source,
+            line=line,
+            field="messages",
+        )
+    return conversation, messages
 
 
 def _frame_of(data: ContextPack | CognitionFrame | pl.DataFrame) -> pl.DataFrame:
