@@ -18,39 +18,44 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from cognoxium.exceptions import SchemaError
-from cognoxium.items.model import ContextItem, canonical_json
+from cognoxium.items._json import canonical_flat_column, canonical_json_list
+from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA
 from cognoxium.items.validation import check_unique_ids, record_error
 
 __all__ = ["frame_to_items", "items_to_frame", "to_arrow"]
 
 
-def _item_row(item: ContextItem) -> dict[str, Any]:
-    p = item.payload
+def _item_columns(items: list[ContextItem]) -> dict[str, list[Any]]:
+    """The items' values, a list per column of the schema but ``metadata``, in item order."""
+    payloads = [item.payload for item in items]
+
+    def of(kind: str, name: str) -> list[Any]:
+        return [getattr(p, name) if p.kind == kind else None for p in payloads]
+
     return {
-        "id": item.id,
-        "role": item.role.value,
-        "payload_kind": p.kind,
-        "text": p.text if p.kind == "text" else None,
-        "json": p.canonical if p.kind == "json" else None,
-        "binary": p.data if p.kind == "binary" else None,
-        "ref_uri": p.uri if p.kind == "reference" else None,
-        "ref_title": p.title if p.kind == "reference" else None,
-        "ref_digest": p.digest if p.kind == "reference" else None,
-        "content_hash": item.content_hash,
-        "sources": [s.model_dump() for s in item.sources],
-        "trust": item.trust.value,
-        "sensitivity": item.sensitivity.value,
-        "retention": item.retention.value,
-        "priority": item.priority,
-        "rank": item.rank,
-        "created_at": item.created_at,
-        "valid_from": item.valid_from,
-        "expires_at": item.expires_at,
-        "parents": list(item.parents),
-        "lineage": [edge.model_dump() for edge in item.lineage],
-        "group_id": item.group_id,
-        "metadata": canonical_json(item.metadata),
+        "id": [item.id for item in items],
+        "role": [item.role.value for item in items],
+        "payload_kind": [p.kind for p in payloads],
+        "text": of("text", "text"),
+        "json": of("json", "canonical"),
+        "binary": of("binary", "data"),
+        "ref_uri": of("reference", "uri"),
+        "ref_title": of("reference", "title"),
+        "ref_digest": of("reference", "digest"),
+        "content_hash": [item.content_hash for item in items],
+        "sources": [[s.model_dump() for s in item.sources] for item in items],
+        "trust": [item.trust.value for item in items],
+        "sensitivity": [item.sensitivity.value for item in items],
+        "retention": [item.retention.value for item in items],
+        "priority": [item.priority for item in items],
+        "rank": [item.rank for item in items],
+        "created_at": [item.created_at for item in items],
+        "valid_from": [item.valid_from for item in items],
+        "expires_at": [item.expires_at for item in items],
+        "parents": [item.parents for item in items],
+        "lineage": [[edge.model_dump() for edge in item.lineage] for item in items],
+        "group_id": [item.group_id for item in items],
     }
 
 
@@ -80,8 +85,24 @@ def items_to_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
 
 
 def _items_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
-    rows = [_item_row(item) for item in items]
-    return pl.DataFrame(rows, schema=POLARS_SCHEMA, orient="row" if not rows else None)
+    items = list(items)
+    columns = _item_columns(items)
+    values = [item.metadata for item in items]
+    metadata = canonical_flat_column(values, "metadata")
+    if metadata is None:
+        metadata = pl.Series("metadata", canonical_json_list(values), pl.String)
+    frame = pl.DataFrame([_column(name, values) for name, values in columns.items()])
+    return frame.with_columns(metadata).select(COLUMNS)
+
+
+def _column(name: str, values: list[Any]) -> pl.Series:
+    """One column of :data:`POLARS_SCHEMA` from its values; nested ones are built by Arrow."""
+    dtype = POLARS_SCHEMA[name]
+    if not dtype.is_nested():
+        return pl.Series(name, values, dtype)
+    series = pl.from_arrow(pa.array(values, type=SCHEMA.field(name).type))
+    assert isinstance(series, pl.Series)
+    return series.alias(name).cast(dtype)
 
 
 def _row_to_item_data(row: Mapping[str, Any]) -> dict[str, Any]:
