@@ -410,3 +410,28 @@ def test_scan_with_columns_projects_them_in_order(scan: Scan) -> None:
     narrowed = Scan(source=scan.source, columns=("text", "id"))
     assert narrowed.schema.names() == ["text", "id"]
     assert _lowering.lower(narrowed).collect().columns == ["text", "id"]
+
+
+_WINDOWS = pl.DataFrame({"rank": [0.1, 0.5, None, 0.3, 0.2, 0.9], "priority": [3, 4, 5, 1, 6, 7]})
+
+
+def _stacked_windows() -> list[tuple[int, int | None, int, int | None]]:
+    sizes: list[int | None] = [None, 0, 1, 3, 6, 9]
+    offsets = (0, 2, 7)
+    return [(o1, n1, o2, n2) for o1 in offsets for n1 in sizes for o2 in offsets for n2 in sizes]
+
+
+def test_stacked_limits_lower_as_one_window_with_the_rows_of_both() -> None:
+    # Polars 2.1's streaming engine panics on two stacked slices that leave no row
+    # when a sort with a limit follows (issue of polars-stream's execute graph).
+    scan = Scan(source=Source(_WINDOWS))
+    for o1, n1, o2, n2 in _stacked_windows():
+        node = Limit(input=Limit(input=scan, n=n1, offset=o1), n=n2, offset=o2)
+        top = TopK(input=node, by=(Expression.of("rank"),), descending=(True,),
+                   nulls_last=(False,), k=6)  # fmt: skip
+        lowered = _lowering.lower(top)
+        assert lowered.explain(optimized=False).count("SLICE") <= 2  # top-k's and one window
+        expected = (
+            _WINDOWS.slice(o1, n1).slice(o2, n2).sort("rank", descending=True, maintain_order=True)
+        )
+        assert lowered.collect().equals(expected.head(6)), (o1, n1, o2, n2)

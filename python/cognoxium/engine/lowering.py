@@ -84,7 +84,26 @@ def lower(plan: Node) -> pl.LazyFrame:
     PlanError
         If the plan holds a node type with no handler.
     """
+    if isinstance(plan, Limit):
+        plan = _one_window(plan)
     return lower_node(plan, [lower(child) for child in plan.children])
+
+
+def _one_window(node: Limit) -> Limit:
+    """``node`` over the Limits right under it (offsets from the start) as one Limit.
+
+    The rows ``[o2, o2 + n2)`` of the rows ``[o1, o1 + n1)`` are the rows
+    ``[o1 + o2, o1 + o2 + min(n2, n1 - o2))``. Lowered as one slice, not
+    slices stacked: Polars 2.1's streaming engine panics when two stacked
+    slices leave no row and a sort with a limit follows (``slice(2,
+    6).slice(7).sort(...).head(6)``), where one ``slice(9, 0)`` runs.
+    """
+    while isinstance(node.input, Limit) and node.offset >= 0 and node.input.offset >= 0:
+        inner = node.input
+        room = None if inner.n is None else max(inner.n - node.offset, 0)
+        n = node.n if room is None else room if node.n is None else min(room, node.n)
+        node = Limit(input=inner.input, n=n, offset=inner.offset + node.offset)
+    return node
 
 
 @register(Scan)
