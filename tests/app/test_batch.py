@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from cognoxium.app import batch as batch_module
-from cognoxium.app.batch import BatchStats, Request, read_requests, run_batch
+from cognoxium.app.batch import BatchStats, Request, read_requests, request_body, run_batch
 from cognoxium.exceptions import (
     BudgetError,
     MessageError,
@@ -296,7 +296,7 @@ def test_run_batch_writes_one_pack_and_one_manifest_per_request(tmp_path: Path, 
 
     packs = records(tmp_path)
     assert [p["request_id"] for p in packs] == ["billing", "bugs", "all"]
-    assert all(set(p) == {"budget", "ids", "request_id", "used_tokens"} for p in packs)
+    assert all(set(p) == {"body", "budget", "ids", "request_id", "used_tokens"} for p in packs)
     assert packs[0]["ids"] == ["u1", "a1"]  # promo expired, "long" over budget
     assert packs[1]["ids"] == ["policy", "u2", "a2"]  # conversational order kept
     assert packs[2]["ids"] == ["policy", "u1", "a1", "u2", "a2", "long"]
@@ -832,6 +832,54 @@ def test_each_request_packs_with_its_own_target_tool_errors_and_gap_note(tmp_pat
     back = read_requests_back(requests, tmp_path)
     assert [r.to_record() for r in back] == [r.to_record() for r in requests]
     assert "target" not in back[0].to_record()  # options left out unless given
+
+
+def test_each_pack_line_holds_the_body_its_pack_sends_cuts_notes_and_all(tmp_path: Path) -> None:
+    long_reply = pl.col("text").str.starts_with("It is 18 C")
+    truncatable = pl.lit('{"conversation":"c","truncate":{"min_tokens":5}}')
+    cut = _chat_store().with_columns(
+        pl.when(long_reply).then(truncatable).otherwise(pl.col("metadata")).alias("metadata")
+    )
+    note = {"gaps": "fill", "gap_note": "({n} earlier messages omitted)"}
+    batches = {
+        "cut": (cut, [Request(id="cut", budget=120)]),
+        "noted": (
+            _chat_store(),
+            [
+                Request(id="openai", budget=90, **note),
+                Request(id="anthropic", budget=90, target="anthropic", **note),
+                Request(id="cached", budget=90, target="anthropic", previous="anthropic"),
+            ],
+        ),
+    }
+    options = PackOptions(as_of=AS_OF, cache_model="anthropic")
+    bodies: dict[str, Any] = {}
+    for name, (items, requests) in batches.items():
+        run_batch(items, requests, out_dir=tmp_path / name, rank="none", options=options)
+        frame, packs = CognitionFrame(items), {}
+        for request, line in zip(requests, records(tmp_path / name), strict=True):
+            own = request.over(options)
+            earlier = packs.get(request.previous) if request.previous else None
+            packs[request.id] = frame.pack(request.budget, options=own, previous=earlier)
+            assert line["body"] == request_body(packs[request.id], own), request.id
+            bodies[request.id] = line["body"]
+    (sent,) = [m["content"] for m in bodies["cut"]["messages"] if "Paris. More" in m["content"]]
+    whole = cut.filter(long_reply)["text"].item()
+    assert whole.startswith(sent)  # the text the pack cut
+    assert len(sent) < len(whole)
+    assert {"role": "system", "content": "(1 earlier messages omitted)"} in (
+        bodies["openai"]["messages"]
+    )
+    assert bodies["anthropic"]["system"] == "Answer briefly."
+    assert "(1 earlier messages omitted)" in json.dumps(bodies["anthropic"])
+    assert "cache_control" in json.dumps(bodies["cached"])  # the cache model's breakpoints
+    items, requests = batches["noted"]
+    run_batch(items, requests, out_dir=tmp_path / "ids", rank="none", options=options, bodies=False)
+    without = records(tmp_path / "ids")
+    assert [set(line) for line in without] == [{"budget", "ids", "request_id", "used_tokens"}] * 3
+    assert [{**line, "body": bodies[line["request_id"]]} for line in without] == records(
+        tmp_path / "noted"
+    )
 
 
 def read_requests_back(requests: list[Request], tmp_path: Path) -> list[Request]:

@@ -1165,6 +1165,8 @@ def test_pack_for_anthropic_starts_every_pack_on_a_user_message(tmp_path: Path) 
     for line in records(out):
         rest = [roles[i] for i in line["ids"] if roles[i] not in ("system", "developer")]
         assert not rest or rest[0] in ("user", "document", "memory"), line
+        assert line["body"]["messages"][0]["role"] == "user"  # an Anthropic Messages request
+        assert set(line["body"]) <= {"system", "messages"}
 
 
 @pytest.mark.parametrize("flag", ["--tool-errors", "--target"])
@@ -1351,6 +1353,16 @@ def test_pack_gap_note_puts_a_counted_note_in_each_hole(tmp_path: Path) -> None:
     assert [r["ids"] for r in records(out, "packs")] == [["sys", "q1", "q2", "a2"]]
     assert (gap.items, gap.note_at, gap.note_tokens) == (1, 2, note)  # after sys and q1
     assert manifest.pack_overhead_tokens == 3 + note
+    (body,) = [r["body"] for r in records(out, "packs")]
+    assert body["messages"][2] == {"role": "system", "content": "(1 omitted)"}  # sent
+    ids_only = tmp_path / "ids"
+    code, _, stderr = pack(
+        str(items), str(requests), *args[2:], "--out", str(ids_only), "--no-bodies"
+    )
+    assert code == EXIT_OK, stderr
+    assert [set(r) for r in records(ids_only, "packs")] == [
+        {"budget", "ids", "request_id", "used_tokens"}
+    ]
 
 
 def test_pack_previous_continues_an_earlier_request_billed_by_cache_model(

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         prepare_requests,
         rank_request,
         read_requests,
+        request_body,
         run_batch,
     )
     from cognoxium.app.distributed import (
@@ -65,6 +66,7 @@ else:
                 "prepare_requests",
                 "rank_request",
                 "read_requests",
+                "request_body",
                 "run_batch",
             ],
             "cognoxium.app.distributed": [
@@ -117,6 +119,7 @@ __all__ = [
     "read_locomo",
     "read_requests",
     "read_scope",
+    "request_body",
     "run_batch",
     "run_batch_ray",
     "run_locomo",

@@ -14,9 +14,11 @@ order make the table (:func:`~cognoxium.packing.manifests.scan_packs` and
 part's number ``<n>`` has five digits at least (``part-00000.jsonl``):
 
 ``packs/part-<n>.jsonl``
-    One line per request, ``{"budget", "ids", "request_id", "used_tokens"}``:
-    the token budget, the ids of the included items in pack
-    (conversational) order and the tokens the pack uses.
+    One line per request, ``{"body", "budget", "ids", "request_id",
+    "used_tokens"}``: the context fields of the model API request that sends
+    the pack (:func:`request_body`; left out with ``bodies=False``), the
+    token budget, the ids of the included items in pack (conversational)
+    order and the tokens the pack uses.
 ``manifests/part-<n>.parquet`` and ``manifest_headers/part-<n>.jsonl`` (``manifests="parquet"``)
     One row per manifest entry (the columns of
     :meth:`~cognoxium.packing.packer.PackManifest.to_polars` after
@@ -101,8 +103,10 @@ from cognoxium.items._checks import (
     json_problem,
     to_utc,
 )
+from cognoxium.items._json import canonical_json_list
 from cognoxium.items.io import json_lines
 from cognoxium.items.model import canonical_json
+from cognoxium.packing.cache_models import get_cache_model
 from cognoxium.packing.manifests import (
     MANIFEST_FORMS,
     ManifestForm,
@@ -127,6 +131,7 @@ __all__ = [
     "prepare_requests",
     "rank_request",
     "read_requests",
+    "request_body",
     "run_batch",
     "scope_rows",
 ]
@@ -793,6 +798,7 @@ def run_batch(
     rank: RankMethod = "learned",
     retrieval: RetrievalSettings | None = None,
     manifests: ManifestForm = "parquet",
+    bodies: bool = True,
     workers: int | None = 1,
     progress: bool = False,
     commit: bool = True,
@@ -878,6 +884,13 @@ def run_batch(
         ``manifest_headers/`` parts, about a tenth of the bytes) or
         ``"jsonl"`` (``manifests/`` parts of one manifest per line); both are
         byte-identical on rerun (see :mod:`cognoxium.packing.manifests`).
+    bodies
+        Write each pack's ``body`` in its packs line: the context fields of
+        the model API request that sends it (:func:`request_body`: the
+        ``messages``, and Anthropic's ``system``), with the texts the pack
+        cut, its gap notes and its policies' renderings, which the item ids
+        cannot rebuild. ``False`` writes the ids only (a smaller table, for
+        analysis).
     workers
         Processes that pack scopes at once (``None``: one per CPU this
         process may use); ``1`` packs in this process. The files are the
@@ -966,6 +979,7 @@ def run_batch(
         options=(options if options is not None else PackOptions()).at_time(),
         rank=rank,
         retrieval=retrieval if retrieval is not None else RetrievalSettings(),
+        bodies=bodies,
     )
     requests = prepare_requests(requests, rank=rank, manifests=manifests, options=settings.options)
     write = partial(
@@ -1176,11 +1190,14 @@ class BatchSettings:
         One of :func:`batch_rank_methods`.
     retrieval
         Model, fusion constant, neighbour weight and ranker file of the rank methods.
+    bodies
+        Whether each pack's line holds its request ``body`` (see :func:`request_body`).
     """
 
     options: PackOptions = field(default_factory=lambda: PackOptions().at_time())
     rank: RankMethod = "learned"
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    bodies: bool = True
 
     @property
     def reads_lineage(self) -> bool:
@@ -1326,7 +1343,9 @@ class ScopeResult:
         The ``k`` requests, in order.
     packs
         ``k`` rows: ``request_id``, ``budget`` and ``used_tokens`` (tokens),
-        ``ids`` (the packed ids in pack order), as the packs parts hold them.
+        ``ids`` (the packed ids in pack order), and, unless the batch writes
+        no bodies, ``body`` (the canonical JSON text of :func:`request_body`),
+        as the packs parts hold them.
     manifests
         The ``k`` manifests without their entries (labelled by request id).
     entries
@@ -1344,9 +1363,19 @@ class ScopeResult:
     latencies_ms: tuple[float, ...]
 
     def pack_lines(self) -> Iterator[str]:
-        """The packs lines for these requests (canonical JSON, no newline)."""
-        for row in self.packs.iter_rows(named=True):
-            yield canonical_json(row)
+        """The packs lines for these requests (canonical JSON, no newline).
+
+        A ``body`` column holds each body's canonical JSON text, spliced in as
+        the line's first key (keys sort, so it is the first).
+        """
+        if "body" not in self.packs.columns:
+            for row in self.packs.iter_rows(named=True):
+                yield canonical_json(row)
+            return
+        bodies = self.packs.get_column("body").to_list()
+        rest = self.packs.drop("body").iter_rows(named=True)
+        for body, row in zip(bodies, rest, strict=True):
+            yield '{"body":' + body + "," + canonical_json(row)[1:]
 
     def take(self, start: int, stop: int) -> ScopeResult:
         """The result of requests ``start`` to ``stop - 1`` only (``0 <= start <= stop <= k``).
@@ -1443,8 +1472,10 @@ def pack_scope(
     >>> settings = BatchSettings(PackOptions(as_of=datetime(2025, 6, 1, tzinfo=UTC)), "bm25")
     >>> result = pack_scope(store, [Request(id="r1", budget=12, query="invoice"),
     ...                             Request(id="r2", budget=12, query="crash")], settings)
-    >>> result.packs.rows()
+    >>> result.packs.drop("body").rows()
     [(12, ['a'], 'r1', 11), (12, ['b'], 'r2', 10)]
+    >>> print(next(result.pack_lines())[:64])
+    {"body":{"messages":[{"content":"my invoice is wrong","role":"us
     >>> result.entries.height, [m.label for m in result.manifests]
     (4, ['r1', 'r2'])
     """
@@ -1476,11 +1507,33 @@ def pack_scope(
         outcomes.append(outcome)
         latencies.append((time.perf_counter() - t0) * 1000.0)
     scope = prepared.pack(requests[0])
+    entries = scope.entries(outcomes)
+    packs = _pack_rows(scope, requests, outcomes)
+    if settings.bodies:
+        n = scope.df.height
+        bodies = [
+            request_body(scope.context_pack(o, entries=entries.slice(i * n, n)), r.options)
+            for i, (r, o) in enumerate(zip(requests, outcomes, strict=True))
+        ]
+        packs.insert_column(0, pl.Series("body", canonical_json_list(bodies), dtype=pl.String))
+    return ScopeResult(
+        requests=tuple(requests),
+        packs=packs,
+        manifests=tuple(o.manifest for o in outcomes),
+        entries=entries,
+        latencies_ms=tuple(latencies),
+    )
+
+
+def _pack_rows(
+    scope: PackScope, requests: Sequence[Request], outcomes: Sequence[PackOutcome]
+) -> pl.DataFrame:
+    """The packs rows of ``requests``: ``budget``, ``ids``, ``request_id``, ``used_tokens``."""
     selected = [o.decisions.selected for o in outcomes]
     lengths = np.array([len(rows) for rows in selected], dtype=np.int32)
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     ids = scope.df.get_column("id").gather(np.concatenate(selected)).to_arrow()
-    packs = pl.DataFrame(
+    return pl.DataFrame(
         {
             "budget": pl.Series([r.budget for r in requests], dtype=pl.Int64),
             "ids": pl.Series(pa.ListArray.from_arrays(offsets, ids)),
@@ -1488,13 +1541,61 @@ def pack_scope(
             "used_tokens": pl.Series([o.used_tokens for o in outcomes], dtype=pl.Int64),
         }
     )
-    return ScopeResult(
-        requests=tuple(requests),
-        packs=packs,
-        manifests=tuple(o.manifest for o in outcomes),
-        entries=scope.entries(outcomes),
-        latencies_ms=tuple(latencies),
-    )
+
+
+def request_body(pack: ContextPack, options: PackOptions) -> dict[str, Any]:
+    """The context fields of the model API request that sends ``pack``, for ``options.target``.
+
+    What a batch writes as each pack's ``body``, the pack as
+    :class:`~cognoxium.packing.packer.ContextPack` renders it, with what a
+    pack costed and checked (cut texts, gap notes, policy renderings), which
+    its item ids alone cannot rebuild. Add the model (and, for Anthropic,
+    ``max_tokens``) to send it.
+
+    Parameters
+    ----------
+    pack
+        The pack.
+    options
+        Its options: ``target`` chooses the form; a ``cache_model`` that
+        marks breakpoints (``"anthropic"``, ``"anthropic:<model>"``) marks
+        them in an Anthropic body.
+
+    Returns
+    -------
+    dict
+        ``{"messages": [...]}``, :meth:`ContextPack.to_openai
+        <cognoxium.packing.packer.ContextPack.to_openai>`, for ``"openai"``;
+        the request of :meth:`ContextPack.to_anthropic
+        <cognoxium.packing.packer.ContextPack.to_anthropic>` (``{"system",
+        "messages"}``) for ``"anthropic"``.
+
+    Raises
+    ------
+    RecordError
+        If an Anthropic body holds a tool call whose arguments are not a JSON object.
+
+    Examples
+    --------
+    >>> from datetime import UTC
+    >>> from cognoxium.items.records import records_to_frame
+    >>> frame = CognitionFrame(records_to_frame([
+    ...     {"id": "s", "role": "system", "text": "Be brief.", "retention": "required"},
+    ...     {"id": "u", "role": "user", "text": "Hello"}]))
+    >>> options = PackOptions(as_of=datetime(2025, 6, 1, tzinfo=UTC))
+    >>> request_body(frame.pack(100, options=options), options)
+    {'messages': [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hello'}]}
+    >>> anthropic = options.merged(target="anthropic")
+    >>> body = request_body(frame.pack(100, options=anthropic), anthropic)
+    >>> body["system"], body["messages"]
+    ('Be brief.', [{'role': 'user', 'content': [{'type': 'text', 'text': 'Hello'}]}])
+    """
+    if options.target != "anthropic":
+        return {"messages": pack.to_openai()}
+    model = options.cache_model
+    if model is None or get_cache_model(model).kind != "breakpoints":
+        return pack.to_anthropic()
+    return pack.to_anthropic(cache=True, cache_model=model)
 
 
 def _continued_pack(request: Request, earlier: dict[str, ContextPack]) -> ContextPack | None:

@@ -786,6 +786,16 @@ def pack_command(
     profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
     rank: _RankOption = "learned",
     manifests: _Manifests = ManifestFormat.PARQUET,
+    bodies: Annotated[
+        bool,
+        typer.Option(
+            "--bodies/--no-bodies",
+            help="Write each pack's body in its packs line: the messages of the model API "
+            "request that sends it (for --target anthropic also its system), with the texts "
+            "the pack cut, its gap notes and its policies' renderings, which the ids alone "
+            "cannot rebuild. --no-bodies writes the ids only.",
+        ),
+    ] = True,
     model: _Model = "minilm",
     neighbours: _Neighbours = 0.0,
     ranker: _Ranker = None,
@@ -905,7 +915,8 @@ def pack_command(
     """Pack every request of REQUESTS over the items of ITEMS.
 
     Writes the packs, DIR/packs/part-<n>.jsonl (request_id, included ids in order,
-    used_tokens, budget), and the manifests: DIR/manifests/part-<n>.parquet (one row
+    used_tokens, budget, and the body to send: {"messages"}, or {"system", "messages"}
+    for --target anthropic), and the manifests: DIR/manifests/part-<n>.parquet (one row
     per entry) and DIR/manifest_headers/part-<n>.jsonl (one header per request), or
     with --manifests jsonl DIR/manifests/part-<n>.jsonl (one canonical manifest per
     request). Each task of scopes writes its own part <n> (00000, 00001, ...: five
@@ -946,6 +957,7 @@ def pack_command(
             rank=rank,
             retrieval=retrieval,
             manifests=manifests.value,
+            bodies=bodies,
             progress=progress and not (quiet or json_output),
         )
     except OSError as exc:

@@ -270,11 +270,12 @@ class _Settings:
     rank: RankMethod
     retrieval: RetrievalSettings | None
     form: ManifestForm = "parquet"
+    bodies: bool = True
 
     def batch(self) -> BatchSettings:
         """The settings of :func:`~cognoxium.app.batch.pack_scope`."""
         retrieval = self.retrieval if self.retrieval is not None else RetrievalSettings()
-        return BatchSettings(options=self.options, rank=self.rank, retrieval=retrieval)
+        return BatchSettings(self.options, self.rank, retrieval, self.bodies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -700,6 +701,7 @@ def run_batch_ray(
     rank: RankMethod = "learned",
     retrieval: RetrievalSettings | None = None,
     manifests: ManifestForm = "parquet",
+    bodies: bool = True,
     progress: bool = False,
     quiet: bool = False,
 ) -> BatchStats:
@@ -737,7 +739,7 @@ def run_batch_ray(
         write-once shard files, renamed into place; see
         :class:`~cognoxium.retrieval.embeddings.EmbeddingCache`); ``None``:
         the workers' own setting.
-    options, rank, retrieval, manifests
+    options, rank, retrieval, manifests, bodies
         As for :func:`~cognoxium.app.batch.run_batch`. An ``as_of`` of
         ``None`` is the driver's current time, read once.
     progress
@@ -771,7 +773,7 @@ def run_batch_ray(
     started = time.perf_counter()
     timed = (options if options is not None else PackOptions()).at_time()
     prepared = prepare_requests(requests, rank=rank, manifests=manifests, options=timed)
-    settings = _Settings(timed, rank, retrieval, manifests)
+    settings = _Settings(timed, rank, retrieval, manifests, bodies)
     units = batch_units(prepared)
     source = os.path.abspath(store)
     _check_store(Path(source))  # refuse a bad store, clause or profile before starting Ray

@@ -406,6 +406,7 @@ class _Run:
                 retrieval=self.settings,
                 commit=False,  # committed with every other file of the run
                 manifests=self.manifests,
+                bodies=False,  # recall reads the ids
             )
         packs = scan_packs(folder).collect().to_dicts()
         return {
@@ -481,6 +482,7 @@ def _run_folds(
             retrieval=replace(settings, ranker=str(models[name])),
             commit=False,  # inside the run's directory, committed with it
             manifests=form,
+            bodies=False,
         )
         pack_lines = [
             line

@@ -126,13 +126,18 @@ PARQUET_SCHEMA = pl.Schema({"request_id": pl.String(), **ENTRY_SCHEMA})
 
 PACKS_SCHEMA = pl.Schema(
     {
+        "body": pl.String(),
         "budget": pl.Int64(),
         "ids": pl.List(pl.String()),
         "request_id": pl.String(),
         "used_tokens": pl.Int64(),
     }
 )
-"""Fields of a line of a batch's ``packs`` parts (tokens for ``budget`` and ``used_tokens``)."""
+"""Fields of a line of a batch's ``packs`` parts (tokens for ``budget`` and ``used_tokens``).
+
+``body`` is read as the JSON text of the line's body (``null`` in a batch
+written without bodies); ``json.loads`` gives it back.
+"""
 
 PARQUET_SETTINGS: dict[str, Any] = {
     "compression": "zstd",
@@ -874,9 +879,10 @@ def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
     Returns
     -------
     polars.LazyFrame
-        The columns of :data:`PACKS_SCHEMA`: ``budget`` and ``used_tokens``
-        (tokens), ``ids`` (the packed item ids in pack order) and
-        ``request_id``; requests in file order. Scanned with
+        The columns of :data:`PACKS_SCHEMA`: ``body`` (the JSON text of the
+        request body, ``null`` without bodies), ``budget`` and
+        ``used_tokens`` (tokens), ``ids`` (the packed item ids in pack order)
+        and ``request_id``; requests in file order. Scanned with
         ``pl.scan_ndjson`` and the explicit schema, so nothing is read until
         it is collected.
 

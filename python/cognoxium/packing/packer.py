@@ -1094,14 +1094,17 @@ class PackScope:
         """:meth:`pack` for a budget and options checked by ``check_call``."""
         return self.context_pack(self.outcome_checked(call, label, rank, previous))
 
-    def context_pack(self, outcome: PackOutcome) -> ContextPack:
+    def context_pack(
+        self, outcome: PackOutcome, *, entries: pl.DataFrame | None = None
+    ) -> ContextPack:
         """The pack an outcome of this scope makes: its rows, messages and whole manifest.
 
         The outcome's manifest header is copied, so the outcome itself is
-        left as it was.
+        left as it was. ``entries`` are the outcome's entries when the caller
+        built them already (``self.entries([outcome])``; ``None``: built here).
         """
         manifest = outcome.manifest.model_copy()
-        manifest._entries = self.entries([outcome])
+        manifest._entries = self.entries([outcome]) if entries is None else entries
         used = outcome.decisions.used_tokens
         return ContextPack(
             frame=outcome.frame,
