@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
+from cognoxium.app.batch import Request
 from cognoxium.items.records import records_to_frame
 
 WORDS = ("refund", "invoice", "crash", "login", "billing", "shipping", "password", "upgrade")
@@ -35,3 +38,26 @@ def synthetic(
             for c, i in places
         ]
     )
+
+
+def chats_ending_long_and_short() -> tuple[pl.DataFrame, list[Request]]:
+    """Two chats, ``long`` ending on a 400-word user message, ``short`` on a short one.
+
+    The requests pack each chat at 60 and 1,000 tokens (no query: newest
+    first); only ``long@60`` leaves out its newest user message.
+    """
+
+    def chat(name: str, last: str) -> list[dict[str, Any]]:
+        rows = [("system", "Be brief."), ("user", "Refunds?"), ("assistant", "Within 30 days.")]
+        return [
+            {"id": f"{name}:{k}", "role": role, "text": text, "metadata": {"conversation": name}}
+            for k, (role, text) in enumerate([*rows, ("user", last)])
+        ]
+
+    items = records_to_frame(chat("long", "log " * 400) + chat("short", "And shipping?"))
+    requests = [
+        Request(id=f"{name}@{budget}", budget=budget, where=f"metadata.conversation = '{name}'")
+        for name in ("long", "short")
+        for budget in (60, 1000)
+    ]
+    return items, requests

@@ -32,6 +32,7 @@ from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_man
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
 from tests.app.parts import joined, layout, records
+from tests.app.stores import chats_ending_long_and_short
 from tests.pins import assert_same_outputs
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
@@ -880,6 +881,23 @@ def test_each_pack_line_holds_the_body_its_pack_sends_cuts_notes_and_all(tmp_pat
     assert [{**line, "body": bodies[line["request_id"]]} for line in without] == records(
         tmp_path / "noted"
     )
+
+
+def test_the_stats_list_the_requests_that_left_out_their_newest_user_message(
+    tmp_path: Path,
+) -> None:
+    items, requests = chats_ending_long_and_short()
+    stats = run_batch(items, requests, out_dir=tmp_path, options=PackOptions(as_of=AS_OF))
+    assert stats.newest_user_left_out == ("long@60",)
+    assert stats.to_dict()["newest_user_left_out"] == 1
+    (entry,) = [
+        e
+        for m in read_manifests(tmp_path)
+        if m.label == "long@60"
+        for e in m.entries
+        if e.id == "long:3"
+    ]
+    assert entry.reason == "over_budget"  # the manifest tells which message and why
 
 
 def read_requests_back(requests: list[Request], tmp_path: Path) -> list[Request]:

@@ -1400,6 +1400,39 @@ def test_pack_names_the_requests_whose_where_matches_no_item(tmp_path: Path) -> 
     assert (code, json.loads(stdout)["unscoped"], stderr) == (EXIT_OK, 1, "")
 
 
+def test_pack_names_the_requests_that_left_out_their_newest_user_message(tmp_path: Path) -> None:
+    # Before, an exported chat whose newest message alone exceeded the budget was packed
+    # as its system prompt alone, exit 0, with nothing said.
+    rows = [
+        {"id": "sys", "role": "system", "text": "Be brief.", "retention": "required"},
+        {"id": "q1", "role": "user", "text": "Refunds?"},
+        {"id": "a1", "role": "assistant", "text": "Within 30 days."},
+        {"id": "q2", "role": "user", "text": "Here is my log: " + "error 42 " * 300},
+    ]
+    items = tmp_path / "items.jsonl"
+    items.write_text(
+        "".join(json.dumps({**r, "created_at": "2025-01-01T00:00:00Z"}) + "\n" for r in rows)
+    )
+    requests = [
+        {"id": "short", "budget": 100},
+        {"id": "fill", "budget": 100, "gaps": "fill"},  # sends the older question instead
+        {"id": "whole", "budget": 2000},
+        {"id": "ranked", "budget": 100, "query": "refunds"},  # a ranked pack is not a chat tail
+    ]
+    lines = tmp_path / "requests.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--rank", "bm25")
+    code, _, stderr = pack(str(items), str(lines), *args)
+    assert code == EXIT_OK
+    assert "warning: 2 request(s) left out their newest user message" in stderr
+    assert stderr.rstrip().endswith("'short', 'fill'; raise the budget, or mark long messages "
+                                    "truncatable (metadata.truncate)")  # fmt: skip
+    ids = {r["request_id"]: r["ids"] for r in records(tmp_path / "out", "packs")}
+    assert (ids["short"], ids["fill"], ids["whole"][-1]) == (["sys"], ["sys", "q1", "a1"], "q2")
+    code, stdout, stderr = pack(str(items), str(lines), *args, "--json")
+    assert (code, json.loads(stdout)["newest_user_left_out"], stderr) == (EXIT_OK, 2, "")
+
+
 _DEFAULT_RANK_STATEMENTS = (
     r"the default, `?([a-z][a-z-]*)`?,",
     r"by default with (?:the )?`?([a-z][a-z-]*)",

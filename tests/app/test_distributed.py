@@ -33,7 +33,7 @@ from cognoxium.items.records import records_to_frame
 from cognoxium.items.store import partition_key, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
 from tests.app.parts import layout, records
-from tests.app.stores import WORDS, synthetic
+from tests.app.stores import WORDS, chats_ending_long_and_short, synthetic
 from tests.data import LOCOMO, needs_locomo
 from tests.pins import assert_same_outputs
 
@@ -85,6 +85,7 @@ def ray_as_local(
         settings["workers"] = ray_workers
     remote = run_batch_ray(store, requests, out_dir=out / "ray", **settings)
     assert_same_files(out / "local", out / "ray")
+    assert remote.newest_user_left_out == local.newest_user_left_out
     return local, remote
 
 
@@ -690,6 +691,15 @@ def test_ray_packs_the_sample_store_as_the_local_jsonl_run(ray_local: Any, tmp_p
     options = PackOptions(as_of=datetime(2026, 1, 1, tzinfo=UTC))
     items = read_items(SAMPLE / "items.jsonl")
     ray_as_local(store, requests, tmp_path, items=items, ray_workers=2, options=options)
+
+
+def test_ray_lists_the_requests_that_left_out_their_newest_user_message(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    items, requests = chats_ending_long_and_short()
+    write_partitioned(items, tmp_path / "store", key="conversation")
+    local, remote = ray_as_local(tmp_path / "store", requests, tmp_path, items=items)
+    assert remote.newest_user_left_out == local.newest_user_left_out == ("long@60",)
 
 
 def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> None:

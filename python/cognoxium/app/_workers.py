@@ -206,10 +206,14 @@ class TaskStats:
     latencies_ms
         Per request, in part order, the milliseconds of its rank and
         selection (float64).
+    newest_user_left_out
+        The ids of its requests whose pack left out the newest user message
+        (:attr:`~cognoxium.packing.packer.PackOutcome.newest_user_message_left_out`).
     """
 
     index: int
     latencies_ms: np.ndarray
+    newest_user_left_out: tuple[str, ...] = ()
 
 
 def tasks_of(
@@ -270,6 +274,7 @@ def pack_task(task: Task, settings: BatchSettings, form: ManifestForm, folder: P
     from cognoxium.frame.frame import CognitionFrame
 
     latencies: list[float] = []
+    left_out: list[str] = []
     with open_part(folder, form, task.index) as (packs, manifests):
         for unit, rows, lineage in zip(task.units, task.rows, task.lineage, strict=True):
             store = CognitionFrame._of_checked(lineage if lineage is not None else rows)
@@ -277,7 +282,8 @@ def pack_task(task: Task, settings: BatchSettings, form: ManifestForm, folder: P
             result = pack_scope(store, unit.requests, settings, prepared=prepared)
             result.write(packs, manifests)
             latencies.extend(result.latencies_ms)
-    return TaskStats(task.index, np.asarray(latencies, dtype=np.float64))
+            left_out.extend(result.newest_user_left_out)
+    return TaskStats(task.index, np.asarray(latencies, dtype=np.float64), tuple(left_out))
 
 
 PARENT_POLL_SECONDS = 1.0

@@ -605,6 +605,11 @@ class BatchStats:
         The ids of the requests whose ``where`` matched no item of the
         store, in request order: each was packed empty (often a typo in a
         value, or text in another Unicode normal form).
+    newest_user_left_out
+        The ids of the requests, in file order, whose conversation was
+        packed newest first and left out its newest user message for the
+        budget (:attr:`~cognoxium.packing.packer.PackOutcome.newest_user_message_left_out`):
+        each asks the model an older question, or none.
     """
 
     requests: int
@@ -614,12 +619,14 @@ class BatchStats:
     p95_ms: float
     latencies_ms: tuple[float, ...] = field(default=(), repr=False)
     unscoped: tuple[str, ...] = field(default=(), repr=False)
+    newest_user_left_out: tuple[str, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, float | int]:
-        """The summary figures as a dict: ``latencies_ms`` left out, ``unscoped`` counted."""
+        """The summary figures as a dict: ``latencies_ms`` left out, the id lists counted."""
         out = asdict(self)
         del out["latencies_ms"]
         out["unscoped"] = len(self.unscoped)
+        out["newest_user_left_out"] = len(self.newest_user_left_out)
         return out
 
 
@@ -1116,11 +1123,13 @@ def _write_batch(
     lineage = scopes.derived if settings.reads_lineage else _no_lineage
     ranges = task_ranges(unit_weights(units, frame))
     parts: list[np.ndarray] = []
+    left_out: list[str] = []
     unscoped: list[str] = []
     with _progress(len(requests), progress) as advance, _heap_frozen():
         tasks = _noting_unscoped(tasks_of(units, ranges, scopes.rows_of, lineage), unscoped)
         for stats in run_tasks(tasks, settings, manifests, folder, workers):
             parts.append(stats.latencies_ms)
+            left_out.extend(stats.newest_user_left_out)
             advance(len(stats.latencies_ms))
     finish_parts(folder, manifests, len(ranges))
     latencies = np.concatenate(parts) if parts else np.empty(0)
@@ -1133,6 +1142,7 @@ def _write_batch(
         p95_ms=_percentile(latencies, 95),
         latencies_ms=tuple(latencies.tolist()),
         unscoped=tuple(unscoped),
+        newest_user_left_out=tuple(left_out),
     )
 
 
@@ -1354,6 +1364,9 @@ class ScopeResult:
         ``i * n`` to ``(i + 1) * n - 1``.
     latencies_ms
         Per request, the milliseconds of its rank and selection.
+    newest_user_left_out
+        The ids of the requests whose pack left out the newest user message
+        (:attr:`~cognoxium.packing.packer.PackOutcome.newest_user_message_left_out`).
     """
 
     requests: tuple[Request, ...]
@@ -1361,6 +1374,7 @@ class ScopeResult:
     manifests: tuple[PackManifest, ...]
     entries: pl.DataFrame
     latencies_ms: tuple[float, ...]
+    newest_user_left_out: tuple[str, ...] = ()
 
     def pack_lines(self) -> Iterator[str]:
         """The packs lines for these requests (canonical JSON, no newline).
@@ -1403,6 +1417,9 @@ class ScopeResult:
             manifests=self.manifests[start:stop],
             entries=self.entries.slice(start * n, (stop - start) * n),
             latencies_ms=self.latencies_ms[start:stop],
+            newest_user_left_out=tuple(
+                r.id for r in self.requests[start:stop] if r.id in self.newest_user_left_out
+            ),
         )
 
     def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
@@ -1522,6 +1539,9 @@ def pack_scope(
         manifests=tuple(o.manifest for o in outcomes),
         entries=entries,
         latencies_ms=tuple(latencies),
+        newest_user_left_out=tuple(
+            r.id for r, o in zip(requests, outcomes, strict=True) if o.newest_user_message_left_out
+        ),
     )
 
 

@@ -752,8 +752,10 @@ def _pack_store(items: Path) -> CognitionFrame:
         "coalesce, abs; no subqueries, table functions or comments), and metadata.<key> "
         "reaches a metadata field. --json prints "
         '{"command", "requests", "seconds", "packs_per_s", "p50_ms", "p95_ms", "unscoped", '
-        '"files"}, unscoped the number of requests whose where matched no item (each packed '
-        "empty; without --quiet and --json a warning on standard error names them).",
+        '"newest_user_left_out", "files"}, unscoped the number of requests whose where matched '
+        "no item (each packed empty), newest_user_left_out the number whose conversation, "
+        "packed newest first, left out its newest user message for the budget; without "
+        "--quiet and --json a warning on standard error names them.",
         packs=True,
     ),
 )
@@ -969,6 +971,7 @@ def pack_command(
     files = _batch_files(out, manifests)
     if not (quiet or json_output):
         _warn_unscoped(stats.unscoped)
+        _warn_left_out(stats.newest_user_left_out)
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
     if quiet or json_output:
         return
@@ -986,6 +989,19 @@ def _warn_unscoped(unscoped: Sequence[str]) -> None:
     shown = ", ".join(repr(i) for i in unscoped[:5]) + (", ..." if len(unscoped) > 5 else "")
     typer.echo(
         f"warning: {len(unscoped)} request(s) packed empty, their where matching no item: {shown}",
+        err=True,
+    )
+
+
+def _warn_left_out(left_out: Sequence[str]) -> None:
+    """Say on standard error which requests' packs left out their newest user message."""
+    if not left_out:
+        return
+    shown = ", ".join(repr(i) for i in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+    typer.echo(
+        f"warning: {len(left_out)} request(s) left out their newest user message, which did "
+        f"not fit in the budget (the pack asks an older question, or none): {shown}; raise "
+        "the budget, or mark long messages truncatable (metadata.truncate)",
         err=True,
     )
 

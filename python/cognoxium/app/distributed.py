@@ -143,10 +143,12 @@ _STATS = pa.schema(
         ("messages", pa.large_list(pa.large_string())),
         ("empty", pa.large_list(pa.int64())),
         ("latencies_ms", pa.large_binary()),
+        ("newest_user_left_out", pa.large_list(pa.large_string())),
     ]
 )
 """One row per task, once its part is written: the positions of its units that failed
-(with their errors) or found no item, and its latencies (float64 bytes, in part order)."""
+(with their errors) or found no item, its latencies (float64 bytes, in part order) and
+the requests whose pack left out the newest user message."""
 
 
 def _ray() -> Any:
@@ -318,6 +320,7 @@ def _pack_task(
     messages: list[str] = []
     empty: list[int] = []
     latencies: list[float] = []
+    left_out: list[str] = []
     with open_part(folder, settings.form, task.index) as (packs, manifests):
         for position, unit, index in _indexed(part, task.units):
             if isinstance(index, str):
@@ -335,12 +338,14 @@ def _pack_task(
                 continue
             result.write(packs, manifests)
             latencies.extend(result.latencies_ms)
+            left_out.extend(result.newest_user_left_out)
     return {
         "task": task.index,
         "failed": failed,
         "messages": messages,
         "empty": empty,
         "latencies_ms": np.asarray(latencies, dtype=np.float64).tobytes(),
+        "newest_user_left_out": left_out,
     }
 
 
@@ -383,6 +388,7 @@ def _pack_units(batch: pa.Table, *, store: str, settings: _Settings, folder: str
                     "messages": [message] * len(positions),
                     "empty": [],
                     "latencies_ms": b"",
+                    "newest_user_left_out": [],
                 }
             )
     return pa.Table.from_pylist(rows, schema=_STATS)
@@ -521,11 +527,13 @@ class _Collected:
         self.latencies: dict[int, np.ndarray] = {}
         self.failed: dict[int, str] = {}
         self.empty: list[int] = []
+        self.left_out: dict[int, list[str]] = {}
 
     def add(self, batch: pa.Table) -> None:
         """Take a batch of rows of :data:`_STATS`."""
         columns = [batch.column(name).to_pylist() for name in ("task", "failed", "messages")]
         empty = batch.column("empty").to_pylist()
+        left_out = batch.column("newest_user_left_out").to_pylist()
         buffers = batch.column("latencies_ms")
         for row, (task, failed, messages) in enumerate(zip(*columns, strict=True)):
             if task in self.latencies:
@@ -533,10 +541,15 @@ class _Collected:
             self.latencies[task] = np.frombuffer(buffers[row].as_buffer(), dtype=np.float64)
             self.failed.update(zip(failed, messages, strict=True))
             self.empty.extend(empty[row])
+            self.left_out[task] = left_out[row]
 
     def missing(self) -> list[int]:
         """The tasks without a row."""
         return [task for task in range(self.tasks) if task not in self.latencies]
+
+    def left_out_in_order(self) -> tuple[str, ...]:
+        """The requests whose pack left out the newest user message, in task (file) order."""
+        return tuple(i for task in range(self.tasks) for i in self.left_out.get(task, ()))
 
     def in_order(self) -> np.ndarray:
         """Every request's latency, in task (file) order."""
@@ -667,11 +680,8 @@ def _collect(
     requests: Sequence[Request],
     store: str,
     settings: _Settings,
-) -> np.ndarray:
-    """Collect the tasks' rows; raise if a unit failed, a scope is empty or a task is missing.
-
-    Returns every request's latency, in file order.
-    """
+) -> _Collected:
+    """Collect the tasks' rows; raise if a unit failed, a scope is empty or a task is missing."""
     out = _Collected(len(tasks))
     for batch in rows:
         out.add(batch)
@@ -686,7 +696,7 @@ def _collect(
     missing = out.missing()
     if missing:  # pragma: no cover - Ray returned fewer rows than tasks
         raise CognoxiumError(f"task {missing[0]} of the batch has no result from Ray")
-    return out.in_order()
+    return out
 
 
 def run_batch_ray(
@@ -787,8 +797,9 @@ def run_batch_ray(
         committed_output(out_dir) as folder,
     ):
         rows = _results(ray, tasks, source, settings, folder, workers=workers, cache_dir=shared)
-        values = _collect(rows, tasks, units, prepared, source, settings)
+        collected = _collect(rows, tasks, units, prepared, source, settings)
         finish_parts(folder, manifests, len(tasks))
+    values = collected.in_order()
     seconds = time.perf_counter() - started
     return BatchStats(
         requests=len(prepared),
@@ -797,6 +808,7 @@ def run_batch_ray(
         p50_ms=float(np.percentile(values, 50)) if values.size else 0.0,
         p95_ms=float(np.percentile(values, 95)) if values.size else 0.0,
         latencies_ms=tuple(values.tolist()),
+        newest_user_left_out=collected.left_out_in_order(),
     )
 
 

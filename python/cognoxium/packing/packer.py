@@ -112,6 +112,7 @@ from cognoxium.packing._manifest import (
 )
 from cognoxium.packing._model import ENTRY_SCHEMA as ENTRY_SCHEMA
 from cognoxium.packing._model import (
+    REASON_CODE,
     UNSET,
     ContextPack,
     Decision,
@@ -612,6 +613,11 @@ class PackScope:
         """``(n,)`` bool: the row is sent as a user, assistant or tool message (not system)."""
         role = self._rendering.chat.role
         return (~role.is_in(["system", "developer"])).to_numpy()
+
+    @cached_property
+    def _user_rows(self) -> np.ndarray:
+        """``(n,)`` bool: the row is a user message (its item's ``role``)."""
+        return (self.df.get_column("role").cast(pl.String) == "user").to_numpy()
 
     def _costs(self, units: Units, shape: tuple[bool, bool]) -> UnitCosts:
         """Fresh unit costs of one pack, reading and filling what the scope knows."""
@@ -1223,6 +1229,30 @@ class PackOutcome:
     def used_tokens(self) -> int:
         """Tokens the pack uses, reply priming included."""
         return self.decisions.used_tokens
+
+    @property
+    def newest_user_message_left_out(self) -> bool:
+        """Whether a conversation packed newest first left out its newest user message.
+
+        True when conversation items were taken newest first (no rank:
+        the manifest's ``order`` is ``recency``) and the scope's last user
+        message, in input order, is ``over_budget`` or ``group_over_budget``:
+        it, or its group, did not fit beside the required items. The request
+        then asks the model something older, or nothing (an exported chat
+        whose newest message alone exceeds the budget). Its manifest entry
+        tells the cost; a batch lists such requests
+        (``BatchStats.newest_user_left_out``).
+        """
+        if self.manifest.order != "recency":
+            return False
+        users = np.flatnonzero(self.scope._user_rows)
+        return bool(users.size) and bool(np.isin(self.decisions.reason[users[-1]], _FOR_THE_BUDGET))
+
+
+_FOR_THE_BUDGET = np.array(
+    [REASON_CODE[Reason.OVER_BUDGET], REASON_CODE[Reason.GROUP_OVER_BUDGET]], dtype=np.int64
+)
+"""The codes of the reasons a row is left out for the budget alone."""
 
 
 def _starts_on_user(call: PackCall) -> bool:
