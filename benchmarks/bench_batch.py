@@ -8,9 +8,11 @@ Three measurements, in one run:
    written here: bm25s + numpy + tiktoken, no manifests, the same scopes
    (each conversation's turns), the same token costs (the OpenAI Cookbook's
    chat costing: 3 tokens per message, the role's tokens, the content's
-   tokens, 3 of reply priming per pack) and the same greedy selection (by
+   tokens, 3 of reply priming per pack), the same greedy selection (by
    BM25 score desc, then cost asc, then id; a turn that does not fit is
-   skipped and the next one tried). Both start cold: the floor builds its
+   skipped and the next one tried) and the same output per pack, its ids and
+   the JSON text of its request body (``{"messages": [{"role", "content"},
+   ...]}``, the turns in input order). Both start cold: the floor builds its
    BM25 indexes and counts its tokens inside its call, and cognoxium's BM25
    index cache and token cache are emptied before its call. The ratio
    cognoxium / floor is taken per repeat, in the same run, and the median
@@ -125,7 +127,15 @@ def floor_pack(
             scopes[conversation] = floor_scope(scope, encoding, stemmer, role_cost)
         built = scopes[conversation]
         picked, used, _ = floor_request(built, request.query or "", request.budget, stemmer)
-        out.append({"request_id": request.id, "ids": [built.ids[i] for i in picked], "used": used})
+        messages = [{"role": built.roles[i], "content": built.texts[i]} for i in picked]
+        out.append(
+            {
+                "request_id": request.id,
+                "ids": [built.ids[i] for i in picked],
+                "used": used,
+                "body": json.dumps({"messages": messages}, ensure_ascii=False),
+            }
+        )
     return out
 
 
@@ -137,6 +147,8 @@ class FloorScope:
     costs: np.ndarray
     id_order: np.ndarray
     ids: list[str]
+    roles: list[str]
+    texts: list[str]
 
 
 def floor_scope(
@@ -157,7 +169,7 @@ def floor_scope(
     retriever.index(corpus, show_progress=False)
     ids = scope.get_column("id").to_list()
     id_order = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
-    return FloorScope(retriever, costs, id_order, ids)
+    return FloorScope(retriever, costs, id_order, ids, roles, texts)
 
 
 def floor_request(
@@ -218,7 +230,15 @@ def agreement(out: Path, floor: list[dict[str, Any]]) -> dict[str, Any]:
     packs = scan_packs(out).collect().to_dicts()
     same_ids = sum(set(p["ids"]) == set(f["ids"]) for p, f in zip(packs, floor, strict=True))
     same_tokens = sum(p["used_tokens"] == f["used"] for p, f in zip(packs, floor, strict=True))
-    return {"packs": len(packs), "same_ids": same_ids, "same_used_tokens": same_tokens}
+    same_bodies = sum(
+        json.loads(p["body"]) == json.loads(f["body"]) for p, f in zip(packs, floor, strict=True)
+    )
+    return {
+        "packs": len(packs),
+        "same_ids": same_ids,
+        "same_used_tokens": same_tokens,
+        "same_bodies": same_bodies,
+    }
 
 
 def bm25_one_budget(
@@ -376,15 +396,16 @@ def markdown(result: dict[str, Any]) -> str:
         f"LoCoMo, {bm25['packs']} packs (`benchmarks/bench_batch.py`, median of "
         f"{len(bm25['rounds'])} rounds, both cold, in one run).\n\n"
         "| run | seconds | packs/s | ratio to the floor |\n|---|---:|---:|---:|\n"
-        f"| cognoxium `run_batch`, BM25, budget {bm25['budget']}, Parquet manifests | "
+        f"| cognoxium `run_batch`, BM25, budget {bm25['budget']}, bodies, Parquet manifests | "
         f"{bm25['cognoxium_s']:.2f} | {bm25['cognoxium_packs_per_s']:.0f} | "
         f"{bm25['ratio']:.2f} |\n"
-        f"| floor: bm25s + numpy + tiktoken, no manifests | {bm25['floor_s']:.2f} | "
+        f"| floor: bm25s + numpy + tiktoken, bodies, no manifests | {bm25['floor_s']:.2f} | "
         f"{bm25['floor_packs_per_s']:.0f} | 1.00 |\n"
         f"| cognoxium, learned rank, budgets {', '.join(map(str, learned['budgets']))}, "
         f"warm embedding cache | {learned['seconds']:.2f} | {learned['packs_per_s']:.0f} | |\n\n"
         f"The floor's packs equal cognoxium's in {agree['same_ids']} of {agree['packs']} "
-        f"(the same ids) and use the same tokens in {agree['same_used_tokens']}; the floor "
+        f"(the same ids), use the same tokens in {agree['same_used_tokens']} and send the same "
+        f"body in {agree['same_bodies']}; the floor "
         "tokenizes the query and turns with bm25s as cognoxium does.\n\n"
         + single_paragraph(single)
         + "\n\n"

@@ -900,6 +900,28 @@ def test_the_stats_list_the_requests_that_left_out_their_newest_user_message(
     assert entry.reason == "over_budget"  # the manifest tells which message and why
 
 
+def test_a_pack_its_target_cannot_send_names_its_request_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}
+    chat = [
+        {"role": "user", "content": "Sum?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"},
+    ]
+    items = from_openai_messages(chat, conversation_id="c").collect()
+    requests = [
+        Request(id="openai", budget=200),
+        Request(id="claude", budget=200, target="anthropic"),
+    ]
+    with pytest.raises(RecordError, match=r"request 'claude'.*anthropic.*tool call 'c1' of 'f'"):
+        run_batch(items, requests, out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF))
+    assert not (tmp_path / "out").exists()
+    run_batch(items, requests[:1], out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF))
+    (line,) = records(tmp_path / "out")
+    assert line["body"]["messages"][1]["tool_calls"] == [call]  # Chat Completions takes it
+
+
 def read_requests_back(requests: list[Request], tmp_path: Path) -> list[Request]:
     """The requests written as JSON lines and read again."""
     path = tmp_path / "requests.jsonl"

@@ -628,8 +628,8 @@ def test_a_task_run_again_rewrites_its_parts_and_counts_once(store: Path, tmp_pa
     )
     finish_parts(folder, "parquet", 1)
     assert {name: (folder / name).read_bytes() for name in layout(folder)} == first
-    latencies = distributed._collect(iter(rows), [task], units, requests, str(store), settings)
-    assert len(latencies) == len(requests)  # one row used: each request once
+    collected = distributed._collect(iter(rows), [task], units, requests, str(store), settings)
+    assert len(collected.in_order()) == len(requests)  # one row used: each request once
 
 
 def test_without_ray_the_engine_names_the_extra(

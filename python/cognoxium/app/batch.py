@@ -1529,7 +1529,7 @@ def pack_scope(
     if settings.bodies:
         n = scope.df.height
         bodies = [
-            request_body(scope.context_pack(o, entries=entries.slice(i * n, n)), r.options)
+            _body(r, o, partial(scope.context_pack, o, entries=entries.slice(i * n, n)))
             for i, (r, o) in enumerate(zip(requests, outcomes, strict=True))
         ]
         packs.insert_column(0, pl.Series("body", canonical_json_list(bodies), dtype=pl.String))
@@ -1561,6 +1561,23 @@ def _pack_rows(
             "used_tokens": pl.Series([o.used_tokens for o in outcomes], dtype=pl.Int64),
         }
     )
+
+
+def _body(
+    request: Request, outcome: PackOutcome, pack: Callable[[], ContextPack]
+) -> dict[str, Any]:
+    """The body of ``request``'s pack; a pack its target cannot send names the request.
+
+    :func:`request_body` of the pack; the messages of an OpenAI body are
+    the outcome's own (written at once, so not copied), the pack is made
+    only for an Anthropic body.
+    """
+    if request.options.target != "anthropic":
+        return {"messages": outcome.messages}
+    try:
+        return request_body(pack(), request.options)
+    except RecordError as exc:
+        raise request.error(f"cannot render its pack for {request.options.target}: {exc}") from exc
 
 
 def request_body(pack: ContextPack, options: PackOptions) -> dict[str, Any]:

@@ -243,19 +243,19 @@ def order_units(
             ranks=np.where(np.isnan(ranks), -np.inf, ranks),
             priority=priorities.to_numpy()[candidates],
             cheap=rendering.cheap.to_numpy()[candidates],
-            talk=conversation.to_numpy()[candidates],
+            talk=conversation[candidates],
         )
     return _queue(keys, units.n_units, costs)
 
 
-def _row_keys(df: pl.DataFrame, rank_values: pl.Series) -> tuple[pl.Series, pl.Series]:
+def _row_keys(df: pl.DataFrame, rank_values: pl.Series) -> tuple[np.ndarray, pl.Series]:
     """Each row's conversation flag (unranked packs only) and its priority (null: lowest)."""
     # Only a pack with an unranked row reads the roles (a ranked batch pays nothing for them).
-    unranked = bool(rank_values.null_count()) or bool(rank_values.is_nan().any())
+    unranked = bool(np.isnan(rank_values.to_numpy()).any())  # a null reads as NaN
     conversation = (
-        df.get_column("role").cast(pl.String).is_in(CONVERSATION_ROLES)
+        df.get_column("role").cast(pl.String).is_in(CONVERSATION_ROLES).to_numpy()
         if unranked
-        else pl.repeat(False, df.height, eager=True)
+        else np.zeros(df.height, dtype=bool)
     )
     priorities = df.get_column("priority")
     if priorities.null_count():
@@ -286,7 +286,7 @@ def _unit_keys(
     priorities: pl.Series,
     rendering: Rendering,
     id_order: np.ndarray,
-    conversation: pl.Series,
+    conversation: np.ndarray,
 ) -> _Keys:
     """The keys of units of several rows: their strongest member's, cheap bounds summed."""
     keys = pl.DataFrame(

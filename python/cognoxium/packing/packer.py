@@ -766,9 +766,10 @@ class PackScope:
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
         marks = self._marks
-        ranked = df if rank is None else _ranked(df, rank)
-        action = self.review.column("action")
-        cutter = Cutter(ranked, marks, costs, action) if marks.rows else None
+        cutter = None
+        if marks.rows:  # only a cut reads the rows with their rank
+            ranked = df if rank is None else _ranked(df, rank)
+            cutter = Cutter(ranked, marks, costs, self.review.column("action"))
         continuation = None
         if previous is not None:
             continuation = plan_continuation(df, candidates, units, costs, call, previous, cutter)
@@ -1178,8 +1179,8 @@ class _Sent:
 
     @property
     def cut_content(self) -> dict[int, str]:
-        """Each cut row's content, by pack position."""
-        return self._made[1]
+        """Each cut row's content, by pack position (none without a cutter: no frame made)."""
+        return self._made[1] if self.cutter is not None else {}
 
 
 @dataclass(frozen=True)
