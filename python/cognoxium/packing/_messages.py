@@ -55,7 +55,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -217,12 +216,11 @@ class ChatColumns:
         ``cut`` maps positions in ``rows`` to the content a truncation left;
         the parts of one message are sent as one (see :func:`sent_messages`).
         """
-        listed = rows.tolist()
-        every_role, every_content = self._values
-        roles = [every_role[row] for row in listed]
-        contents = [every_content[row] for row in listed]
+        roles = self.role.gather(rows).to_list()
+        contents = self.content.gather(rows).to_list()
         for at, text in (cut or {}).items():
             contents[at] = text
+        listed = rows.tolist()
         out: list[dict[str, Any]] = []
         for positions in sent_messages(self.parts, rows):
             head = positions[0]
@@ -240,11 +238,6 @@ class ChatColumns:
                 message["content"] = joined
             out.append(message)
         return out
-
-    @cached_property
-    def _values(self) -> tuple[list[str], list[str | None]]:
-        """Every row's role and content as Python values, made once for every pack's messages."""
-        return self.role.to_list(), self.content.to_list()
 
     def _content(self, row: int, text: str | None) -> str | list[dict[str, Any]] | None:
         """What ``content`` sends: ``text``, or for an image row its parts."""
