@@ -28,7 +28,12 @@ from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import canonical_json
 from cognoxium.items.records import records_to_frame
 from cognoxium.packing import PackManifest
-from cognoxium.packing.manifests import PARQUET_SCHEMA, read_manifests, scan_manifests
+from cognoxium.packing.manifests import (
+    PARQUET_SCHEMA,
+    read_bodies,
+    read_manifests,
+    scan_manifests,
+)
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.ranking import bm25_cache_clear, bm25_cache_info
 from tests.app.parts import joined, layout, records
@@ -842,7 +847,11 @@ def test_each_pack_line_holds_the_body_its_pack_sends_cuts_notes_and_all(tmp_pat
         pl.when(long_reply).then(truncatable).otherwise(pl.col("metadata")).alias("metadata")
     )
     note = {"gaps": "fill", "gap_note": "({n} earlier messages omitted)"}
+    escaped = records_to_frame(  # read back as packed: backslashes, a tab, a control character
+        [{"id": "path", "role": "user", "text": "Open C:\\new\\table.txt\tnow\x01 \\d+\\s"}]
+    )
     batches = {
+        "escaped": (escaped, [Request(id="escaped", budget=100)]),
         "cut": (cut, [Request(id="cut", budget=120)]),
         "noted": (
             _chat_store(),
@@ -864,6 +873,8 @@ def test_each_pack_line_holds_the_body_its_pack_sends_cuts_notes_and_all(tmp_pat
             packs[request.id] = frame.pack(request.budget, options=own, previous=earlier)
             assert line["body"] == request_body(packs[request.id], own), request.id
             bodies[request.id] = line["body"]
+        assert dict(read_bodies(tmp_path / name)) == {r.id: bodies[r.id] for r in requests}
+    assert bodies["escaped"]["messages"][0]["content"] == escaped["text"].item()
     (sent,) = [m["content"] for m in bodies["cut"]["messages"] if "Paris. More" in m["content"]]
     whole = cut.filter(long_reply)["text"].item()
     assert whole.startswith(sent)  # the text the pack cut

@@ -490,9 +490,9 @@ def test_scan_packs_reads_the_parts_in_order(tmp_path: Path) -> None:
     (table / ".part-00003.jsonl.0123456789abcdef.tmp").write_text(line % (1, 9))
     rows = scan_packs(tmp_path).collect()
     assert rows.rows() == [
-        (None, 10, ["a", "b"], "r1", 3),  # written without bodies
-        (None, 20, ["a", "b"], "r2", 3),
-        (None, 30, ["a", "b"], "r3", 3),
+        (10, ["a", "b"], "r1", 3),
+        (20, ["a", "b"], "r2", 3),
+        (30, ["a", "b"], "r3", 3),
     ]
     assert scan_packs(table).collect().equals(rows)
     assert scan_packs(table / "part-00001.jsonl").collect()["request_id"].to_list() == ["r3"]

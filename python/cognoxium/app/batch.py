@@ -895,9 +895,9 @@ def run_batch(
         Write each pack's ``body`` in its packs line: the context fields of
         the model API request that sends it (:func:`request_body`: the
         ``messages``, and Anthropic's ``system``), with the texts the pack
-        cut, its gap notes and its policies' renderings, which the item ids
-        cannot rebuild. ``False`` writes the ids only (a smaller table, for
-        analysis).
+        cut and its gap notes, which the item ids cannot rebuild; read them
+        with :func:`~cognoxium.packing.manifests.read_bodies`. ``False``
+        writes the ids only (a smaller table, for analysis).
     workers
         Processes that pack scopes at once (``None``: one per CPU this
         process may use); ``1`` packs in this process. The files are the

@@ -794,8 +794,8 @@ def pack_command(
             "--bodies/--no-bodies",
             help="Write each pack's body in its packs line: the messages of the model API "
             "request that sends it (for --target anthropic also its system), with the texts "
-            "the pack cut, its gap notes and its policies' renderings, which the ids alone "
-            "cannot rebuild. --no-bodies writes the ids only.",
+            "the pack cut and its gap notes, which the ids alone cannot rebuild. --no-bodies "
+            "writes the ids only.",
         ),
     ] = True,
     model: _Model = "minilm",

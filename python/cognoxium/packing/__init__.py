@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from cognoxium.packing.manifests import (
         NO_SOURCE,
         ManifestWriter,
+        read_bodies,
         read_manifests,
         scan_manifests,
         scan_packs,
@@ -40,6 +41,7 @@ else:
             "cognoxium.packing.manifests": [
                 "NO_SOURCE",
                 "ManifestWriter",
+                "read_bodies",
                 "read_manifests",
                 "scan_manifests",
                 "scan_packs",
@@ -86,6 +88,7 @@ __all__ = [
     "TruncationRecord",
     "pack",
     "pack_reusing",
+    "read_bodies",
     "read_manifests",
     "scan_manifests",
     "scan_packs",

@@ -31,7 +31,8 @@ Parquet row groups and columns are read as the query needs them);
 use, decisions, reasons, tokens per role, tier and source) in one pass over
 the parts, with Polars aggregations over bounded pieces of the entries, so
 its memory does not grow with the number of entries. :func:`scan_packs`
-reads the packs table of a batch the same way.
+reads the packs table of a batch the same way, and :func:`read_bodies` the
+request body of each pack.
 
 Examples
 --------
@@ -96,6 +97,7 @@ __all__ = [
     "ManifestWriter",
     "RenderedManifests",
     "part_files",
+    "read_bodies",
     "read_manifests",
     "render_manifests",
     "scan_manifests",
@@ -126,7 +128,6 @@ PARQUET_SCHEMA = pl.Schema({"request_id": pl.String(), **ENTRY_SCHEMA})
 
 PACKS_SCHEMA = pl.Schema(
     {
-        "body": pl.String(),
         "budget": pl.Int64(),
         "ids": pl.List(pl.String()),
         "request_id": pl.String(),
@@ -135,8 +136,8 @@ PACKS_SCHEMA = pl.Schema(
 )
 """Fields of a line of a batch's ``packs`` parts (tokens for ``budget`` and ``used_tokens``).
 
-``body`` is read as the JSON text of the line's body (``null`` in a batch
-written without bodies); ``json.loads`` gives it back.
+A line's ``body``, a nested JSON object, is not among them: :func:`read_bodies`
+reads it (Polars reads an object as text without its escapes).
 """
 
 PARQUET_SETTINGS: dict[str, Any] = {
@@ -879,12 +880,12 @@ def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
     Returns
     -------
     polars.LazyFrame
-        The columns of :data:`PACKS_SCHEMA`: ``body`` (the JSON text of the
-        request body, ``null`` without bodies), ``budget`` and
-        ``used_tokens`` (tokens), ``ids`` (the packed item ids in pack order)
-        and ``request_id``; requests in file order. Scanned with
+        The columns of :data:`PACKS_SCHEMA`: ``budget`` and ``used_tokens``
+        (tokens), ``ids`` (the packed item ids in pack order) and
+        ``request_id``; requests in file order. Scanned with
         ``pl.scan_ndjson`` and the explicit schema, so nothing is read until
-        it is collected.
+        it is collected. The lines' bodies are left out: :func:`read_bodies`
+        reads them.
 
     Raises
     ------
@@ -902,18 +903,62 @@ def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
     >>> scan_packs(folder).select("request_id", "ids").collect().rows()
     [('r1', ['a']), ('r2', ['a'])]
     """
+    return pl.scan_ndjson(_pack_files(path), schema=PACKS_SCHEMA)
+
+
+def read_bodies(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    r"""The request body of every pack of a batch, as the packs parts hold it.
+
+    Parameters
+    ----------
+    path
+        As for :func:`scan_packs`.
+
+    Yields
+    ------
+    tuple of (str, dict or None)
+        Each request's id and its body (``{"messages": [...]}``, or
+        ``{"system", "messages"}`` for Anthropic; see
+        :func:`~cognoxium.app.batch.request_body`), read with
+        :func:`json.loads`, so every text is as it was packed; ``None`` for a
+        batch written without bodies. Requests in file order, one line at a
+        time.
+
+    Raises
+    ------
+    RecordError
+        If a directory holds no pack parts.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> line = r'{"body":{"messages":[{"content":"C:\\new\tdir","role":"user"}]},"request_id":"r1"}'
+    >>> _ = (folder / "part-00000.jsonl").write_text(line + "\n")
+    >>> [(request, body["messages"][0]["content"]) for request, body in read_bodies(folder)]
+    [('r1', 'C:\\new\tdir')]
+    """
+    for file in _pack_files(path):
+        with open(file, encoding="utf-8") as lines:
+            for line in lines:
+                pack = json.loads(line)
+                yield pack["request_id"], pack.get("body")
+
+
+def _pack_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The packs parts of ``path``: a batch's ``--out`` directory, its packs or a part."""
     given = Path(path)
-    files = [given]
-    if given.is_dir():
-        table = given / PACKS if (given / PACKS).is_dir() else given
-        files = part_files(table, ".jsonl")
-        if not files:
-            raise RecordError(
-                f"holds no packs ({PACKS}/part-<n>.jsonl); give the --out directory of "
-                "cognoxium pack or cognoxium locomo, or its packs directory",
-                source=str(given),
-            )
-    return pl.scan_ndjson(files, schema=PACKS_SCHEMA)
+    if not given.is_dir():
+        return [given]
+    table = given / PACKS if (given / PACKS).is_dir() else given
+    files = part_files(table, ".jsonl")
+    if not files:
+        raise RecordError(
+            f"holds no packs ({PACKS}/part-<n>.jsonl); give the --out directory of "
+            "cognoxium pack or cognoxium locomo, or its packs directory",
+            source=str(given),
+        )
+    return files
 
 
 def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
