@@ -1411,15 +1411,14 @@ class ScopeResult:
         if not 0 <= start <= stop <= k:
             raise PlanError(f"requests {start} to {stop} are not a range of the {k} requests")
         n = self.entries.height // k if k else 0
+        left_out = set(self.newest_user_left_out)
         return ScopeResult(
             requests=self.requests[start:stop],
             packs=self.packs.slice(start, stop - start),
             manifests=self.manifests[start:stop],
             entries=self.entries.slice(start * n, (stop - start) * n),
             latencies_ms=self.latencies_ms[start:stop],
-            newest_user_left_out=tuple(
-                r.id for r in self.requests[start:stop] if r.id in self.newest_user_left_out
-            ),
+            newest_user_left_out=tuple(r.id for r in self.requests[start:stop] if r.id in left_out),
         )
 
     def write(self, packs: IO[str], manifests: ManifestWriter) -> None:
