@@ -31,7 +31,7 @@ import polars as pl
 from cognoxium._columns import MERGE_CONFLICTS, MERGE_DROPPED, MERGE_RULES, MERGED_IDS
 from cognoxium.exceptions import PlanError, SchemaError
 from cognoxium.items.model import canonical_json
-from cognoxium.items.schema import POLARS_SCHEMA, packed_text_expr
+from cognoxium.items.schema import POLARS_SCHEMA, packed_text_expr, timestamp_literal
 
 __all__ = ["NORMALIZATIONS", "check_dedupe", "dedupe_frame"]
 
@@ -293,8 +293,9 @@ def _with_near_duplicate_key(
 
 def _copy_state(as_of: datetime) -> pl.Expr:
     """``"expired"`` or ``"not_yet_valid"`` at ``as_of`` (pack's rule and order), else null."""
-    expired = (pl.col("expires_at") <= as_of).fill_null(False)
-    early = ((pl.col("valid_from") > as_of) | (pl.col("created_at") > as_of)).fill_null(False)
+    when = timestamp_literal(as_of)
+    expired = (pl.col("expires_at") <= when).fill_null(False)
+    early = ((pl.col("valid_from") > when) | (pl.col("created_at") > when)).fill_null(False)
     return pl.when(expired).then(pl.lit("expired")).when(early).then(pl.lit("not_yet_valid"))
 
 

@@ -45,6 +45,7 @@ The other modules of :mod:`cognoxium.items` work on this schema:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -69,6 +70,7 @@ __all__ = [
     "mapped_expr",
     "packed_text_expr",
     "require_item_columns",
+    "timestamp_literal",
 ]
 
 
@@ -292,6 +294,41 @@ def mapped_expr(
         lookup = pl.Series([mapping[value] for value in dtype.categories], dtype=return_dtype)
         return pl.lit(lookup).gather(pl.col(name).to_physical()).alias(name)
     return pl.col(name).cast(pl.String).replace_strict(mapping, return_dtype=return_dtype)
+
+
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def timestamp_literal(when: datetime) -> pl.Expr:
+    """A literal of :data:`POLARS_TIMESTAMP` for the aware time ``when``, to compare columns to.
+
+    Built from its microseconds since the Unix epoch: the same value as
+    ``pl.lit(when)``, at a small part of its cost to build (a packed scope
+    builds its validity tests once per pack).
+
+    Parameters
+    ----------
+    when
+        A timezone-aware time; microseconds are its finest unit.
+
+    Returns
+    -------
+    polars.Expr
+        A one-value ``Datetime("us", "UTC")`` expression.
+
+    Raises
+    ------
+    TypeError
+        If ``when`` is naive.
+
+    Examples
+    --------
+    >>> when = datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    >>> pl.select(timestamp_literal(when)).item() == when
+    True
+    """
+    micros = (when - _UNIX_EPOCH) // timedelta(microseconds=1)
+    return pl.lit(micros, pl.Int64).cast(POLARS_TIMESTAMP)
 
 
 def packed_text_expr() -> pl.Expr:

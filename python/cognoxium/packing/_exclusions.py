@@ -19,7 +19,7 @@ import polars as pl
 from cognoxium._columns import QUARANTINE_COLUMN
 from cognoxium.exceptions import PackError
 from cognoxium.items.images import image_media_type_expr
-from cognoxium.items.schema import mapped_expr
+from cognoxium.items.schema import mapped_expr, timestamp_literal
 from cognoxium.packing._model import REASON_CODE, TIERS, UNSET, Reason
 from cognoxium.packing._policies import PolicyReview, check_outcomes
 from cognoxium.packing._units import Units
@@ -104,6 +104,7 @@ def find_exclusions(df: pl.DataFrame, as_of: datetime, review: PolicyReview) -> 
     unpackable = pl.col("payload_kind") == "binary"
     if bool((df.get_column("payload_kind") == "binary").any()):
         unpackable = unpackable & ~image_media_type_expr()
+    when = timestamp_literal(as_of)
     cols = df.select(
         mapped_expr("retention", df.schema["retention"], TIERS, pl.Int64).alias("tier"),
         pl.when(unpackable)
@@ -112,9 +113,9 @@ def find_exclusions(df: pl.DataFrame, as_of: datetime, review: PolicyReview) -> 
         .then(REASON_CODE[Reason.QUARANTINED])
         .when(pl.lit(review.column("action")) == "exclude")
         .then(REASON_CODE[Reason.POLICY])
-        .when(pl.col("expires_at") <= as_of)
+        .when(pl.col("expires_at") <= when)
         .then(REASON_CODE[Reason.EXPIRED])
-        .when((pl.col("valid_from") > as_of) | (pl.col("created_at") > as_of))
+        .when((pl.col("valid_from") > when) | (pl.col("created_at") > when))
         .then(REASON_CODE[Reason.NOT_YET_VALID])
         .otherwise(UNSET)
         .cast(pl.Int64)

@@ -397,29 +397,17 @@ class InputHasher:
     """
 
     def __init__(self, df: pl.DataFrame) -> None:
-        exprs: list[pl.Expr] = []
-        strings: list[str] = []
         schema = df.schema
-        for name in _FINGERPRINT_COLUMNS:
-            col = pl.col(name)
-            dtype = schema[name]
-            exprs.append(col.is_null().alias(f"{name}:null"))
-            if dtype == pl.String:
-                strings.append(name)
-                exprs.append(col.fill_null("").str.len_bytes().alias(f"{name}:len"))
-            elif isinstance(dtype, pl.Enum):
-                exprs.append(col.to_physical().cast(pl.Int64).fill_null(-1).alias(name))
-            elif isinstance(dtype, pl.Datetime):
-                exprs.append(col.dt.epoch("us").fill_null(0).alias(name))
-            else:
-                exprs.append(col.fill_null(0).alias(name))
-        parts = df.select(exprs)
+        exprs, strings = _fingerprint_exprs(tuple(schema[n] for n in _FINGERPRINT_COLUMNS))
+        parts = df.select(*exprs, *(pl.col(name).fill_null("").alias(name) for name in strings))
         self.base = hashlib.sha256(f"rows={df.height}".encode())
         """The digest of every column but ``rank``."""
-        for name in parts.columns:
+        for expr in exprs:
+            name = expr.meta.output_name()
             self.base.update(_column_bytes(name, parts.get_column(name).to_numpy()))
         for name in strings:
-            self.base.update(f"\x1d{name}:bytes\x1e".encode() + _utf8_bytes(df.get_column(name)))
+            text = _utf8_bytes(parts.get_column(name))
+            self.base.update(f"\x1d{name}:bytes\x1e".encode() + text)
         self.no_nulls = _column_bytes("rank:null", np.zeros(df.height, dtype=bool))
         """The rank's null mask when it has no null."""
 
@@ -449,6 +437,31 @@ class InputHasher:
         return digest.hexdigest()
 
 
+@lru_cache(maxsize=64)
+def _fingerprint_exprs(dtypes: tuple[pl.DataType, ...]) -> tuple[list[pl.Expr], list[str]]:
+    """The per-row parts hashed for :data:`_FINGERPRINT_COLUMNS` of ``dtypes``; the text ones.
+
+    For each column, its null mask, then its values as integers (an Enum's
+    codes, a time's microseconds, a text's UTF-8 length; a null as -1 for
+    an Enum, else 0); a text column's bytes are hashed after all of them.
+    """
+    exprs: list[pl.Expr] = []
+    strings: list[str] = []
+    for name, dtype in zip(_FINGERPRINT_COLUMNS, dtypes, strict=True):
+        col = pl.col(name)
+        exprs.append(col.is_null().alias(f"{name}:null"))
+        if dtype == pl.String:
+            strings.append(name)
+            exprs.append(col.fill_null("").str.len_bytes().alias(f"{name}:len"))
+        elif isinstance(dtype, pl.Enum):
+            exprs.append(col.to_physical().cast(pl.Int64).fill_null(-1).alias(name))
+        elif isinstance(dtype, pl.Datetime):
+            exprs.append(col.dt.epoch("us").fill_null(0).alias(name))
+        else:
+            exprs.append(col.fill_null(0).alias(name))
+    return exprs, strings
+
+
 def _column_bytes(name: str, values: np.ndarray) -> bytes:
     """A column's part of the input fingerprint: its name, then its values.
 
@@ -461,12 +474,12 @@ def _column_bytes(name: str, values: np.ndarray) -> bytes:
 
 
 def _utf8_bytes(column: pl.Series) -> memoryview:
-    """The UTF-8 bytes of a String column's values, one after the other (null as empty).
+    """The UTF-8 bytes of a String column's values, one after the other (without a null).
 
     Read from the Arrow data buffer, without a Python string per value or a
     second copy of the text.
     """
-    array = column.fill_null("").to_arrow()
+    array = column.to_arrow()
     if isinstance(array, pa.ChunkedArray):  # pragma: no cover - Series.to_arrow rechunks
         array = array.combine_chunks()
     array = array.cast(pa.large_string())

@@ -289,41 +289,30 @@ def _unit_keys(
     conversation: np.ndarray,
 ) -> _Keys:
     """The keys of units of several rows: their strongest member's, cheap bounds summed."""
-    keys = pl.DataFrame(
-        {
-            "tier": rows.tier,
-            "rank": rank_values.fill_nan(None).fill_null(float("-inf")),
-            "priority": priorities,
-            "cheap": rendering.cheap,
-            "id_order": id_order,
-            "conversation": conversation,
-        }
-    )
-    unit_keys = (
-        keys.with_columns(unit=units.unit_of_row, eligible=rows.eligible)
-        .filter("eligible")
-        .group_by("unit")
-        .agg(
-            pl.col("tier").min(),
-            pl.col("rank").max(),
-            pl.col("priority").max(),
-            pl.col("cheap").sum(),
-            pl.col("id_order").min(),
-            pl.col("conversation").all(),
-        )
-        .sort("unit")
-    )
-    candidates = unit_keys.get_column("unit").to_numpy()
+    assert units.unit_of_row is not None  # the caller's case: units of several rows
+    eligible = np.flatnonzero(rows.eligible)
+    unit = units.unit_of_row[eligible]
+    order = np.argsort(unit, kind="stable")
+    rows_in_order, unit = eligible[order], unit[order]
+    starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]]) if unit.size else unit
+    candidates = unit[starts]
+
+    def per_unit(values: np.ndarray, reduce: np.ufunc) -> np.ndarray:
+        gathered = values[rows_in_order]
+        return reduce.reduceat(gathered, starts) if starts.size else gathered[:0]
+
+    ranks = rank_values.to_numpy().astype(np.float64, copy=False)  # a null reads as NaN
+    ids = per_unit(id_order, np.minimum)
     unit_ids = np.zeros(units.n_units, dtype=np.int64)
-    unit_ids[candidates] = unit_keys.get_column("id_order").to_numpy()
+    unit_ids[candidates] = ids
     return _Keys(
         candidates=candidates,
         unit_ids=unit_ids,
-        tier=unit_keys.get_column("tier").to_numpy(),
-        ranks=unit_keys.get_column("rank").to_numpy(),
-        priority=unit_keys.get_column("priority").to_numpy(),
-        cheap=unit_keys.get_column("cheap").to_numpy(),
-        talk=unit_keys.get_column("conversation").to_numpy(),
+        tier=per_unit(rows.tier, np.minimum),
+        ranks=per_unit(np.where(np.isnan(ranks), -np.inf, ranks), np.maximum),
+        priority=per_unit(priorities.to_numpy(), np.maximum),
+        cheap=per_unit(rendering.cheap.to_numpy(), np.add),
+        talk=per_unit(conversation, np.logical_and),
     )
 
 
