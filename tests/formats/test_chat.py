@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from cognoxium.exceptions import BudgetError, RecordError, SchemaError
 from cognoxium.formats.openai import (
@@ -929,3 +930,128 @@ def test_a_file_of_conversations_read_as_messages_says_which_reader_to_use(tmp_p
     with pytest.raises(RecordError, match="read_openai_conversations") as caught:
         read_openai_jsonl(path)
     assert (caught.value.line, caught.value.field) == (1, "messages")
+
+
+MIXED_CONVERSATIONS: list[dict[str, Any]] = [
+    *CONVERSATIONS,
+    {"conversation_id": "empty", "messages": []},
+    {
+        "conversation_id": "parts",
+        "messages": [
+            {"role": "developer", "content": [{"type": "text", "text": "Describe images."}]},
+            {
+                "role": "user",
+                "name": "ada",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"},
+                    },
+                    {"type": "image_url", "image_url": {"url": "https://example.com/b.jpg"}},
+                ],
+            },
+            {"role": "assistant", "content": 'A cat and a "dog".\n'},
+        ],
+    },
+    {
+        "conversation_id": "loop",
+        "messages": [
+            {"role": "user", "content": "Run it"},
+            {"role": "assistant", "content": "Running.", "tool_calls": [call("r1", "run", {})]},
+            {"role": "tool", "tool_call_id": "r1", "content": "done"},
+            {"role": "tool", "tool_call_id": "r9", "content": "no call of this id"},
+            {"role": "assistant", "content": None, "tool_calls": [call("r2", "run", {"n": 2})]},
+        ],
+    },
+    {
+        "conversation_id": "named",
+        "messages": [
+            {"role": "user", "name": "bo", "content": "Hi"},
+            {"role": "assistant", "content": "Hello 🙂"},
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize("batch_items", [65_536, 3])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tool_errors": "keep"},
+        {"tool_errors": "keep", "start": START, "system_retention": "optional"},
+    ],
+)
+def test_a_file_of_conversations_is_each_conversation_read_alone_concatenated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_items: int, options: dict[str, Any]
+) -> None:
+    import cognoxium.formats.openai as openai_format
+    from cognoxium.items.model import canonical_json
+
+    monkeypatch.setattr(openai_format, "_BATCH_ITEMS", batch_items)
+    path = tmp_path / "chats.jsonl"
+    lines = [json.dumps(c, ensure_ascii=False) + "\n" for c in MIXED_CONVERSATIONS]
+    path.write_text("\n".join(lines), encoding="utf-8")  # a blank line between conversations
+    frame = openai_format.read_openai_conversations(path, **options).to_polars()
+    alone = []
+    for conversation in MIXED_CONVERSATIONS:
+        cid = conversation["conversation_id"]
+        own = from_openai_messages(
+            conversation["messages"], conversation_id=cid, source=str(path), **options
+        ).to_polars()
+        tagged = [canonical_json({**json.loads(m), "conversation": cid}) for m in own["metadata"]]
+        alone.append(own.with_columns(metadata=pl.Series(tagged, dtype=pl.String)))
+    assert_frame_equal(frame, pl.concat(alone))
+    assert frame.height == 18
+
+
+def test_an_empty_file_of_conversations_reads_as_no_items(tmp_path: Path) -> None:
+    from cognoxium.formats.openai import read_openai_conversations
+
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n\n", encoding="utf-8")
+    frame = read_openai_conversations(path).to_polars()
+    assert_frame_equal(frame, from_openai_messages([]).to_polars().clear())
+
+
+BAD_ROLE = {"role": "robot", "content": "x"}
+LONE_SURROGATE = {"role": "user", "content": "bad \ud800"}
+SURROGATE_ERROR = (
+    "Value error, holds a lone surrogate U+D800 at character 4, which is not valid Unicode text"
+)
+
+
+@pytest.mark.parametrize("batch_items", [65_536, 1])
+@pytest.mark.parametrize(
+    ("bad", "at", "field", "message"),
+    [
+        ({2: BAD_ROLE}, 5, "role", "must be one of [{roles}], got 'robot' (message 2)"),
+        ({2: LONE_SURROGATE}, 5, "text", SURROGATE_ERROR + " (message 2)"),
+        # framing finds the surrogate of the second conversation, before the third is read
+        ({1: LONE_SURROGATE, 2: BAD_ROLE}, 3, "text", SURROGATE_ERROR + " (message 1)"),
+    ],
+)
+def test_a_bad_message_of_the_third_conversation_names_its_line_field_and_message(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    batch_items: int,
+    bad: dict[int, dict[str, Any]],
+    at: int,
+    field: str,
+    message: str,
+) -> None:
+    import cognoxium.formats.openai as openai_format
+
+    monkeypatch.setattr(openai_format, "_BATCH_ITEMS", batch_items)
+    lines = []
+    for k in range(4):
+        chat = [{"role": "user", "content": f"Hi {k}"}, {"role": "assistant", "content": "Hello"}]
+        messages = [*chat[:k], bad[k]] if k in bad else chat  # the bad one is message k
+        lines.append(json.dumps({"conversation_id": f"c{k}", "messages": messages}) + "\n")
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(RecordError) as caught:
+        openai_format.read_openai_conversations(path)
+    roles = ", ".join(repr(role) for role in openai_format.MESSAGE_ROLES)
+    assert str(caught.value) == f"{path}:{at}: field {field}: " + message.format(roles=roles)
+    assert (caught.value.source, caught.value.line, caught.value.field) == (str(path), at, field)

@@ -104,7 +104,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import repeat
+from itertools import accumulate, chain, pairwise, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -112,7 +112,7 @@ import numpy as np
 import polars as pl
 from pydantic import ValidationError
 
-from cognoxium.exceptions import RecordError, SchemaError
+from cognoxium.exceptions import CognoxiumError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
 from cognoxium.items.hashing import digests_in_background
@@ -703,6 +703,10 @@ class ChatColumns:
         As in :func:`openai_messages_to_items`.
     source_kind
         The ``kind`` of the provenance source recorded when ``where.source`` is set.
+    background_digests
+        Whether :meth:`add_plain` starts hashing the payloads on Polars'
+        threads, for :meth:`frame`; ``False`` for columns framed together
+        with other conversations', whose payloads are hashed all at once.
 
     Raises
     ------
@@ -720,6 +724,7 @@ class ChatColumns:
         source_kind: str = _SOURCE_KIND,
         *,
         tool_errors: ImportToolErrors = "error",
+        background_digests: bool = True,
     ) -> None:
         self.where = where
         self.first = _checked_start(conversation_id, start, where)
@@ -737,6 +742,7 @@ class ChatColumns:
         self.metadata: list[dict[str, Any]] = []
         self.text: pl.Series | None = None  # the text column of plain messages
         self.digests: InProcessQuery | None = None  # their content digests, being computed
+        self.background_digests = background_digests
 
     def add(self, index: int, message: Any) -> None:
         """Check message ``index`` and append its items; ``RecordError`` if it is malformed."""
@@ -793,9 +799,9 @@ class ChatColumns:
         self.values = texts
         self.groups = [None] * n
         self.metadata = [{} if m is None else {"name": m} for m in names] if named else [{}] * n
-        if self.text is not None:  # hashed on Polars' threads while the rest is laid out
+        if self.text is not None and self.background_digests:  # hashed while the rest is laid out
             binary = pl.repeat(None, n, dtype=pl.Binary, eager=True).alias("binary")
-            self.digests = digests_in_background([*self._payloads(), binary])
+            self.digests = digests_in_background([*_payloads([self]), binary])
         return True
 
     def add_all(self, messages: Iterable[Any]) -> ChatColumns:
@@ -827,65 +833,6 @@ class ChatColumns:
 
     def _item_id(self, row: int) -> str:
         return f"{self.prefix}:{self.index[row]}" if self.plain else self.ids[row]
-
-    def _payloads(self) -> list[pl.Series]:
-        """The ``payload_kind``, ``text``, ``json`` and ``ref_uri`` columns."""
-        kinds, values = self.kinds, self.values
-        n = len(values)
-        if self.plain:
-            nulls = pl.repeat(None, n, dtype=pl.String, eager=True)
-            return [
-                pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
-                pl.Series("text", values, pl.String) if self.text is None else self.text,
-                nulls.alias("json"),
-                nulls.alias("ref_uri"),
-            ]
-        texts: list[Any] = values
-        payloads: list[str | None] = [None] * n
-        uris: list[str | None] = [None] * n
-        if any(kind != "text" for kind in kinds):
-            texts = [v if k == "text" else None for k, v in zip(kinds, values, strict=True)]
-            uris = [v if k == "reference" else None for k, v in zip(kinds, values, strict=True)]
-            rows = [i for i, k in enumerate(kinds) if k == "json"]
-            for i, text in zip(rows, canonical_json_list([values[i] for i in rows]), strict=True):
-                payloads[i] = text
-        return [
-            pl.Series("payload_kind", kinds, pl.String),
-            pl.Series("text", texts, pl.String),
-            pl.Series("json", payloads, pl.String),
-            pl.Series("ref_uri", uris, pl.String),
-        ]
-
-    def _columns(self) -> pl.DataFrame:
-        """Every item column but ``metadata``, for :func:`conform` to check."""
-        offset = (self.first - CHAT_EPOCH) // timedelta(microseconds=1)
-        n = len(self.index)
-        index = pl.int_range(n, dtype=pl.Int64, eager=True) if self.plain else pl.Series(self.index)
-        created = (index + offset).alias("created_at")
-        role = pl.Series("role", self.roles, POLARS_SCHEMA["role"] if self.plain else pl.String)
-        instruction = role.is_in([r.value for r in _INSTRUCTION_ROLES])
-        retention_dtype = POLARS_SCHEMA["retention"]
-        retention = pl.select(
-            pl.when(instruction)
-            .then(pl.lit(self.instructions.value, retention_dtype))
-            .otherwise(pl.lit("optional", retention_dtype))
-        ).to_series()
-        if self.plain:
-            ids = f"{self.prefix}:" + index.cast(pl.String)
-            groups = pl.repeat(None, n, dtype=pl.String, eager=True)
-        else:
-            ids = pl.Series("id", self.ids, pl.String)
-            groups = pl.Series("group_id", self.groups, pl.String)
-        return pl.DataFrame(
-            [
-                ids.alias("id"),
-                role,
-                *self._payloads(),
-                retention.alias("retention"),
-                created.cast(pl.Datetime("us", "UTC")),
-                groups.alias("group_id"),
-            ]
-        ).with_columns(self._sources())
 
     def _item_error(self, row: int) -> RecordError | None:
         """The error of item ``row`` as item by item conversion words it, or ``None``."""
@@ -935,16 +882,12 @@ class ChatColumns:
             :func:`openai_messages_to_items` words it.
         """
         if not self.index:
-            return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
+            return _empty_frame()
         try:
-            texts = self._metadata_texts(extra)
+            texts = _metadata_texts([self], extra)
             if self._valid_by_construction():
-                columns = self._columns()  # while the digests are computed
-                digests = None if self.digests is None else self.digests.fetch_blocking()
-                return complete_valid_columns(
-                    columns, None if digests is None else digests.to_series()
-                ).with_columns(texts)
-            return conform(self._columns(), source=self.where.source).with_columns(texts)
+                return _valid_frame([self], texts)
+            return conform(_columns([self]), source=self.where.source).with_columns(texts)
         except RecordError as exc:
             row = exc.row
             error = None if row is None else self._item_error(row)
@@ -953,7 +896,7 @@ class ChatColumns:
             raise self.where.error(self.index[row], exc.field, exc.message) from None
         except (UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
             # A value Arrow cannot hold (a lone surrogate): find its item.
-            raise self._first_error(self._merged(extra)) from None
+            raise self._first_error(_merged(self.metadata, extra)) from None
 
     def _valid_by_construction(self) -> bool:
         """Whether the columns hold only valid values, checked once rather than per row.
@@ -978,28 +921,6 @@ class ChatColumns:
             source is None or text_problem(source) is None
         )
 
-    def _merged(self, extra: tuple[str, list[Any]] | None) -> list[dict[str, Any]]:
-        """Each item's metadata with the ``extra`` key added where it has a value."""
-        if extra is None:
-            return self.metadata
-        key, values = extra
-        return [
-            {**m, key: v} if isinstance(v, str) and v else m
-            for m, v in zip(self.metadata, values, strict=True)
-        ]
-
-    def _metadata_texts(self, extra: tuple[str, list[Any]] | None) -> pl.Series:
-        """Canonical JSON of each item's metadata; one key of text values written as columns."""
-        if extra is not None and not any(self.metadata):
-            key, values = extra
-            try:
-                column = pl.Series("metadata", values, pl.String, strict=True)
-            except TypeError:  # a value that is neither text nor None
-                pass
-            else:
-                return canonical_objects(key, column.replace("", None))
-        return pl.Series("metadata", canonical_json_list(self._merged(extra)), pl.String)
-
     def _first_error(self, metadata: list[dict[str, Any]]) -> RecordError:
         """The first item's error, else the first metadata that is not valid Unicode."""
         for row in range(len(self.index)):
@@ -1011,6 +932,203 @@ class ChatColumns:
             if problem is not None:
                 return self.where.error(self.index[row], "metadata", problem)
         raise AssertionError("no value of the columns fails")  # pragma: no cover
+
+
+def _frame_of_many(
+    parts: Sequence[ChatColumns], extra: tuple[str, list[Any]] | None = None
+) -> pl.DataFrame:
+    """The items of several conversations as one validated frame: their frames concatenated.
+
+    Built at once when every conversation is valid by construction and they
+    share their start, retention and source (the values are then those
+    each :meth:`ChatColumns.frame` builds, computed in one query each);
+    otherwise, or when a value fails, each conversation is framed alone, so
+    the first failing one raises its own error.
+
+    Parameters
+    ----------
+    parts
+        The conversations' columns, in order.
+    extra
+        A metadata key and one value per item of all the parts, in order,
+        as :meth:`ChatColumns.frame` takes them.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per item, the parts in order, with :data:`POLARS_SCHEMA`.
+
+    Raises
+    ------
+    RecordError
+        At the first item that is not valid, as :meth:`ChatColumns.frame`
+        words it for its conversation.
+    """
+    parts = [part for part in parts if part.index]
+    settings = {(p.first, p.instructions, p.where.source, p.source_kind) for p in parts}
+    if len(settings) == 1 and all(part._valid_by_construction() for part in parts):
+        try:
+            return _valid_frame(parts, _metadata_texts(parts, extra))
+        except (CognoxiumError, UnicodeError, ValueError, TypeError, pl.exceptions.PolarsError):
+            pass  # the conversation that holds the failing value words its error below
+    frames = [part.frame(own) for part, own in zip(parts, _split(extra, parts), strict=True)]
+    return pl.concat(frames) if frames else _empty_frame()
+
+
+def _empty_frame() -> pl.DataFrame:
+    """No items, with :data:`POLARS_SCHEMA`."""
+    return conform(pl.DataFrame(schema={"role": pl.String, "text": pl.String}))
+
+
+def _split(
+    extra: tuple[str, list[Any]] | None, parts: Sequence[ChatColumns]
+) -> list[tuple[str, list[Any]] | None]:
+    """Each part's share of ``extra``'s values (``None`` for every part without ``extra``)."""
+    if extra is None:
+        return [None] * len(parts)
+    key, values = extra
+    bounds = pairwise(accumulate((len(part.index) for part in parts), initial=0))
+    return [(key, values[start:end]) for start, end in bounds]
+
+
+def _chained(lists: Iterable[list[Any]]) -> list[Any]:
+    """The lists' values in one list, in order; the list itself when there is one."""
+    lists = list(lists)
+    return lists[0] if len(lists) == 1 else list(chain.from_iterable(lists))
+
+
+def _valid_frame(parts: Sequence[ChatColumns], texts: pl.Series) -> pl.DataFrame:
+    """The parts' items, every value valid by construction, with their metadata ``texts``."""
+    columns = _columns(parts)  # while the digests of plain messages are computed
+    queries = [part.digests for part in parts if part.digests is not None]
+    digests = None
+    if len(queries) == len(parts):
+        digests = pl.concat([query.fetch_blocking().to_series() for query in queries])
+    return complete_valid_columns(columns, digests).with_columns(texts)
+
+
+def _plain_payloads(parts: Sequence[ChatColumns]) -> list[pl.Series]:
+    """The payload columns of plain messages: their text, the text column laid out if any."""
+    n = sum(len(part.values) for part in parts)
+    laid = [part.text for part in parts if part.text is not None]
+    text = (
+        pl.concat(laid)
+        if len(laid) == len(parts)
+        else pl.Series("text", _chained(part.values for part in parts), pl.String)
+    )
+    nulls = pl.repeat(None, n, dtype=pl.String, eager=True)
+    return [
+        pl.repeat("text", n, dtype=pl.String, eager=True).alias("payload_kind"),
+        text,
+        nulls.alias("json"),
+        nulls.alias("ref_uri"),
+    ]
+
+
+def _payloads(parts: Sequence[ChatColumns]) -> list[pl.Series]:
+    """The ``payload_kind``, ``text``, ``json`` and ``ref_uri`` columns of the parts' items."""
+    if all(part.plain for part in parts):
+        return _plain_payloads(parts)
+    kinds = _chained(part.kinds for part in parts)
+    values = _chained(part.values for part in parts)
+    n = len(values)
+    texts: list[Any] = values
+    payloads: list[str | None] = [None] * n
+    uris: list[str | None] = [None] * n
+    if any(kind != "text" for kind in kinds):
+        texts = [v if k == "text" else None for k, v in zip(kinds, values, strict=True)]
+        uris = [v if k == "reference" else None for k, v in zip(kinds, values, strict=True)]
+        rows = [i for i, k in enumerate(kinds) if k == "json"]
+        for i, text in zip(rows, canonical_json_list([values[i] for i in rows]), strict=True):
+            payloads[i] = text
+    return [
+        pl.Series("payload_kind", kinds, pl.String),
+        pl.Series("text", texts, pl.String),
+        pl.Series("json", payloads, pl.String),
+        pl.Series("ref_uri", uris, pl.String),
+    ]
+
+
+def _ids(parts: Sequence[ChatColumns], index: pl.Series) -> pl.Series:
+    """Each item's id: the one laid out, or ``<prefix>:<index>`` for plain messages."""
+    if not any(part.plain for part in parts):
+        return pl.Series("id", _chained(part.ids for part in parts), pl.String)
+    counts = [len(part.index) for part in parts]
+    prefixes = pl.Series([part.prefix for part in parts], dtype=pl.String)
+    prefixes = prefixes.gather(np.repeat(np.arange(len(parts)), counts))
+    made = (prefixes + ":" + index.cast(pl.String)).alias("id")
+    if all(part.plain for part in parts):
+        return made
+    laid = _chained([None] * len(part.index) if part.plain else part.ids for part in parts)
+    return pl.Series("id", laid, pl.String).fill_null(made)
+
+
+def _columns(parts: Sequence[ChatColumns]) -> pl.DataFrame:
+    """Every item column but ``metadata``, for :func:`conform` to check.
+
+    The parts share their start, retention and source: the first's are taken.
+    """
+    first = parts[0]
+    plain = all(part.plain for part in parts)
+    offset = (first.first - CHAT_EPOCH) // timedelta(microseconds=1)
+    n = sum(len(part.index) for part in parts)
+    index = (
+        pl.int_range(n, dtype=pl.Int64, eager=True)
+        if plain and len(parts) == 1
+        else pl.Series(_chained(part.index for part in parts), dtype=pl.Int64)
+    )
+    created = (index + offset).alias("created_at")
+    roles = _chained(part.roles for part in parts)
+    role = pl.Series("role", roles, POLARS_SCHEMA["role"] if plain else pl.String)
+    instruction = role.is_in([r.value for r in _INSTRUCTION_ROLES])
+    retention_dtype = POLARS_SCHEMA["retention"]
+    retention = pl.select(
+        pl.when(instruction)
+        .then(pl.lit(first.instructions.value, retention_dtype))
+        .otherwise(pl.lit("optional", retention_dtype))
+    ).to_series()
+    groups = (
+        pl.repeat(None, n, dtype=pl.String, eager=True)
+        if plain
+        else pl.Series("group_id", _chained(part.groups for part in parts), pl.String)
+    )
+    return pl.DataFrame(
+        [
+            _ids(parts, index),
+            role,
+            *_payloads(parts),
+            retention.alias("retention"),
+            created.cast(pl.Datetime("us", "UTC")),
+            groups.alias("group_id"),
+        ]
+    ).with_columns(first._sources())
+
+
+def _merged(
+    metadata: list[dict[str, Any]], extra: tuple[str, list[Any]] | None
+) -> list[dict[str, Any]]:
+    """Each item's metadata with the ``extra`` key added where it has a value."""
+    if extra is None:
+        return metadata
+    key, values = extra
+    return [
+        {**m, key: v} if isinstance(v, str) and v else m
+        for m, v in zip(metadata, values, strict=True)
+    ]
+
+
+def _metadata_texts(parts: Sequence[ChatColumns], extra: tuple[str, list[Any]] | None) -> pl.Series:
+    """Canonical JSON of each item's metadata; one key of text values written as columns."""
+    metadata = _chained(part.metadata for part in parts)
+    if extra is not None and not any(metadata):
+        key, values = extra
+        try:
+            column = pl.Series("metadata", values, pl.String, strict=True)
+        except TypeError:  # a value that is neither text nor None
+            pass
+        else:
+            return canonical_objects(key, column.replace("", None))
+    return pl.Series("metadata", canonical_json_list(_merged(metadata, extra)), pl.String)
 
 
 def openai_messages_to_items(
@@ -1251,6 +1369,14 @@ def read_openai_conversations(
         ``source`` is the path, ``line`` the 1-based line number and
         ``field`` the offending key; nothing is returned.
 
+    Notes
+    -----
+    Each conversation's messages are checked one by one as it is read;
+    the items of many conversations (about 65,536 at a time) are then
+    laid out and validated as one frame, and a batch holding an item that
+    is not valid is framed again one conversation at a time, so that the
+    error is the one that conversation alone gives.
+
     Examples
     --------
     >>> import tempfile
@@ -1266,20 +1392,33 @@ def read_openai_conversations(
      ('c2:1', '{"conversation":"c2"}')]
     """
     name = str(path)
-    frames: list[pl.DataFrame] = []
-    first_line: dict[str, int] = {}
-    for line, record in parse_json_lines(Path(path)):
-        conversation, messages = _conversation_line(record, name, line, id_field, first_line)
-        where = MessageLocation(name, [line] * len(messages))
-        columns = ChatColumns(
-            where, conversation, start, system_retention, tool_errors=tool_errors
-        ).add_all(messages)
-        tags = [conversation] * len(columns.ids or columns.index)
-        frames.append(columns.frame(extra=(CONVERSATION_KEY, tags)))
-    if not frames:
+    lines = parse_json_lines(Path(path))
+    if not lines:
         empty = ChatColumns(MessageLocation(name), None, start).frame()
         return CognitionFrame.from_conformed(empty)
-    df = pl.concat(frames)
+    batch = _Batch()
+    frames: list[pl.DataFrame] = []
+    first_line: dict[str, int] = {}
+    try:
+        for line, record in lines:
+            conversation, messages = _conversation_line(record, name, line, id_field, first_line)
+            where = MessageLocation(name, [line] * len(messages))
+            columns = ChatColumns(
+                where,
+                conversation,
+                start,
+                system_retention,
+                tool_errors=tool_errors,
+                background_digests=False,
+            )
+            batch.add(conversation, columns.add_all(messages))
+            if len(batch.tags) >= _BATCH_ITEMS:
+                frames.append(batch.frame())
+                batch = _Batch()
+    except RecordError:
+        batch.frame()  # an error of an earlier conversation's items is raised first
+        raise
+    df = pl.concat([*frames, batch.frame()])
     repeated = df.filter(pl.col("id").is_duplicated()).get_column("id")
     if len(repeated):
         raise RecordError(
@@ -1289,6 +1428,26 @@ def read_openai_conversations(
             field=id_field,
         )
     return CognitionFrame.from_conformed(df)
+
+
+_BATCH_ITEMS = 65_536
+"""How many items (whole conversations) :func:`read_openai_conversations` frames at once."""
+
+
+@dataclass
+class _Batch:
+    """Conversations checked and laid out as columns, not yet framed; each item's conversation."""
+
+    parts: list[ChatColumns] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+
+    def add(self, conversation: str, columns: ChatColumns) -> None:
+        self.parts.append(columns)
+        self.tags.extend(repeat(conversation, len(columns.index)))
+
+    def frame(self) -> pl.DataFrame:
+        """The items, each tagged with its conversation; ``RecordError`` at the first bad one."""
+        return _frame_of_many(self.parts, (CONVERSATION_KEY, self.tags))
 
 
 def _conversation_line(
