@@ -19,11 +19,13 @@ so far is packed under ``--budget`` tokens by
 Each message is priced with the same chat costing (Cognoxium's
 ``message_tokens``), so every method sees the same costs. Reported per
 method: the share of packs that keep the task, that keep the newest step
-(the call with its result), and both; the messages and tokens sent; and the
+(the call with its result, whole or cut to fit), that send that result cut,
+and both task and step; the messages and tokens sent; and the
 whole calls (from the OpenAI message dicts to the messages to send; the
 LangChain messages are built in the call). The ceiling is the share of
 states in which the system prompt, the task and the newest step fit the
-budget together: any packer could keep both there. The floor of the time is
+budget together, whole: any packer could keep both there; beyond it, the
+newest result can only be sent cut. The floor of the time is
 pricing every message once, the least any token-budgeted trimming does.
 
 With ``--tasks-every K``, a second shape: a session of several tasks, the
@@ -126,10 +128,14 @@ def langchain(messages: list[dict[str, Any]]) -> list[Any]:
     return out
 
 
-def trimmer(start_on: str | None) -> Callable[[list[dict[str, Any]], int], list[int]]:
-    """``trim_messages`` over the history; returns the places of the messages kept."""
+Kept = tuple[list[int], set[int], int]
+"""What a method sent: the places of the messages kept, those sent cut, the tokens sent."""
 
-    def trim(history: list[dict[str, Any]], budget: int) -> list[int]:
+
+def trimmer(start_on: str | None) -> Callable[[list[dict[str, Any]], int], Kept]:
+    """``trim_messages`` over the history; returns what it sent (nothing is cut)."""
+
+    def trim(history: list[dict[str, Any]], budget: int) -> Kept:
         from langchain_core.messages import trim_messages
 
         costs = [PROFILE.message_tokens(m) for m in history]
@@ -141,19 +147,28 @@ def trimmer(start_on: str | None) -> Callable[[list[dict[str, Any]], int], list[
             include_system=True,
             start_on=start_on,
         )
-        return [int(m.id) for m in kept]
+        places = [int(m.id) for m in kept]
+        return places, set(), sum(costs[i] for i in places)
 
     return trim
 
 
-def packer(**options: Any) -> Callable[[list[dict[str, Any]], int], list[int]]:
-    """``pack`` over the history; returns the places of the messages kept."""
+def sent(result: Any) -> Kept:
+    """What a pack sent: its messages' places, those it cut, its tokens but the reply priming."""
+    places = [int(i.rsplit(":", 1)[1]) for i in result.ids]
+    cut = {int(t.id.rsplit(":", 1)[1]) for t in result.manifest.truncations}
+    return places, cut, result.used_tokens - PROFILE.tokens_per_pack
 
-    def pack(history: list[dict[str, Any]], budget: int) -> list[int]:
-        result = from_openai_messages(history, conversation_id="loop").pack(
-            budget, as_of=AS_OF, **options
+
+def packer(**options: Any) -> Callable[[list[dict[str, Any]], int], Kept]:
+    """``pack`` over the history; returns what it sent."""
+
+    def pack(history: list[dict[str, Any]], budget: int) -> Kept:
+        return sent(
+            from_openai_messages(history, conversation_id="loop").pack(
+                budget, as_of=AS_OF, **options
+            )
         )
-        return [int(i.rsplit(":", 1)[1]) for i in result.ids]
 
     return pack
 
@@ -168,13 +183,13 @@ class Continuing:
         """Start a new loop: the next pack continues none."""
         self.previous = None
 
-    def __call__(self, history: list[dict[str, Any]], budget: int) -> list[int]:
-        """The places of the messages kept."""
+    def __call__(self, history: list[dict[str, Any]], budget: int) -> Kept:
+        """What the pack sent."""
         result = from_openai_messages(history, conversation_id="loop").pack(
             budget, as_of=AS_OF, previous=self.previous
         )
         self.previous = result
-        return [int(i.rsplit(":", 1)[1]) for i in result.ids]
+        return sent(result)
 
 
 def task_of(history: list[dict[str, Any]]) -> int:
@@ -198,7 +213,7 @@ def replay(loops: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
         "pack_anthropic": packer(target="anthropic"),
         "pack_continue": Continuing(),
     }
-    tally = {name: dict.fromkeys(("task", "newest", "both", "messages", "tokens"), 0)
+    tally = {name: dict.fromkeys(("task", "newest", "cut", "both", "messages", "tokens"), 0)
              for name in methods}  # fmt: skip
     seconds = dict.fromkeys([*methods, "floor"], 0.0)
     states = could = 0
@@ -223,13 +238,15 @@ def replay(loops: list[list[dict[str, Any]]], budget: int) -> dict[str, Any]:
     return {"states": states, "ceiling": could / states, "tally": tally, "seconds": seconds}
 
 
-def count(tally: dict[str, int], history: list[dict[str, Any]], kept: list[int], end: int) -> None:
-    task, newest = task_of(history) in kept, end - 1 in kept and end - 2 in kept
+def count(tally: dict[str, int], history: list[dict[str, Any]], kept: Kept, end: int) -> None:
+    places, cut, tokens = kept
+    task, newest = task_of(history) in places, end - 1 in places and end - 2 in places
     tally["task"] += task
     tally["newest"] += newest
+    tally["cut"] += newest and end - 1 in cut
     tally["both"] += task and newest
-    tally["messages"] += len(kept)
-    tally["tokens"] += sum(PROFILE.message_tokens(history[i]) for i in kept)
+    tally["messages"] += len(places)
+    tally["tokens"] += tokens
 
 
 def write_markdown(path: Path, report: dict[str, Any]) -> None:
@@ -244,19 +261,19 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
         f"log of {s['long_lines']} lines"
         + (f"; a new task every {s['tasks_every']} steps" if s.get("tasks_every") else "")
         + f"), packed after every step at {s['budget']} tokens: "
-        f"{states} packs. Ceiling (system prompt, task and newest step fit together): "
+        f"{states} packs. Ceiling (system prompt, task and newest step fit together whole): "
         f"{report['ceiling']:.3f} of the packs.",
         "",
-        "| method | task kept | newest step kept | both | messages / pack | tokens / pack | "
-        "whole calls (s) | x trim | x the floor |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| method | task kept | newest step kept | its result cut | both | messages / pack | "
+        "tokens / pack | whole calls (s) | x trim | x the floor |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in METHODS:
         t = report["tally"][name]
         sec = report["seconds"][name]
         lines.append(
             f"| {name} | {t['task'] / states:.3f} | {t['newest'] / states:.3f} | "
-            f"{t['both'] / states:.3f} | {t['messages'] / states:.1f} | "
+            f"{t['cut'] / states:.3f} | {t['both'] / states:.3f} | {t['messages'] / states:.1f} | "
             f"{t['tokens'] / states:,.0f} | {sec:.2f} | {sec / trim:.2f} | {sec / floor:.1f} |"
         )
     lines += [

@@ -646,21 +646,128 @@ def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
     return df, cost, budget
 
 
-def test_parallel_calls_are_dropped_whole_when_one_result_does_not_fit() -> None:
+def test_awaited_parallel_results_that_do_not_fit_are_cut_the_last_first() -> None:
     df, cost, budget = parallel_frame()
-    # The question older than the group still goes: with gaps="fill", and by default
-    # too, as the group holds no user message and none newer was taken.
+    # The results end the history: the model reads them next, so they are cut to fit
+    # rather than left out with their call. The group's last row sheds first, down to
+    # the 64 tokens an awaited result keeps at least, then the one before it.
     for gaps in GAP_MODES:
         result = pack(df, budget, PackOptions(as_of=AS_OF, gaps=gaps))
+        assert result.ids == ["trip:0", "trip:1", "trip:2", "trip:3"]
+        assert result.used_tokens == budget
+        cuts = {
+            t.id: (t.kept_tokens, t.original_tokens, t.side) for t in result.manifest.truncations
+        }
+        framing = {row: cost[row] - cuts[row][1] for row in cuts}
+        assert cuts["trip:3"] == (64, cost["trip:3"] - framing["trip:3"], "head")
+        # The room of the first result's whole cost holds both, the second at 64 tokens.
+        assert cuts["trip:2"][0] == cost["trip:2"] - framing["trip:2"] - (64 + framing["trip:3"])
+        sent = to_openai_messages(result)
+        assert sent[:2] == PARALLEL[:2]
+        for message, whole in zip(sent[2:], (FLIGHTS, HOTELS), strict=True):
+            assert whole.startswith(message["content"])
+            assert message["content"] != whole
+        assert [m["tool_call_id"] for m in sent[2:]] == ["c1", "c2"]
+
+
+def _unfinished_loop(log: str) -> list[dict[str, Any]]:
+    """A task, three small tool steps, then a call whose result is ``log``, not yet answered."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an SRE agent."},
+        {"role": "user", "content": "Why did last night's deploy fail? Check the worker logs."},
+    ]
+    for k in range(3):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call(f"s{k}", "grep", {"q": f"step {k}"})],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"s{k}", "content": f"step {k}: none"})
+    messages.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("log", "read_log", {"file": "worker.log"})],
+        }
+    )
+    messages.append({"role": "tool", "tool_call_id": "log", "content": log})
+    return messages
+
+
+LOG = "\n".join(
+    f"12:00:{i % 60:02d} ERROR worker-{i} cannot reach db 10.0.0.{i % 255}" for i in range(600)
+)
+
+
+def test_the_result_an_unfinished_agent_loop_awaits_is_cut_to_fit_with_defaults() -> None:
+    messages = _unfinished_loop(LOG)
+    frame = from_openai_messages(messages, conversation_id="loop", start=START)
+    whole = frame.pack(100_000, as_of=AS_OF)
+    assert whole.used_tokens > 4096
+    assert not whole.manifest.truncations
+    packed = frame.pack(4096, as_of=AS_OF)
+    # Before: the log went with its call, and the model would call read_log again.
+    sent = packed.to_openai()
+    assert sent[:2] == messages[:2]
+    assert sent[-2] == messages[-2]  # the call, whole
+    assert LOG.startswith(sent[-1]["content"])
+    assert len(sent[-1]["content"]) < len(LOG)
+    assert packed.used_tokens == 4096
+    (cut,) = packed.manifest.truncations
+    assert (cut.id, cut.side) == ("loop:9", "head")
+    assert cut.kept_tokens >= 64
+    assert openai_faults(sent) == []
+    # Its own mark is the one used.
+    marked = frame.to_polars().with_columns(
+        pl.when(pl.col("id") == "loop:9")
+        .then(pl.lit('{"tool_call_id":"log","truncate":{"side":"tail"}}'))
+        .otherwise(pl.col("metadata"))
+        .alias("metadata")
+    )
+    tail = CognitionFrame(marked).pack(4096, as_of=AS_OF).to_openai()[-1]["content"]
+    assert LOG.endswith(tail)
+    assert len(tail) < len(LOG)
+    # Answered, it is history: left out with its call, as any long exchange.
+    answered = from_openai_messages(
+        [*messages, {"role": "assistant", "content": "The db host is down."}],
+        conversation_id="loop",
+        start=START,
+    ).pack(4096, as_of=AS_OF)
+    assert not answered.manifest.truncations
+    assert "loop:9" not in answered.ids
+
+
+def test_answered_parallel_calls_are_passed_over_whole_when_one_result_does_not_fit() -> None:
+    # A reply after the results: they are no longer awaited, so not cut, and the
+    # exchange newer than every user message taken is a hole.
+    _, _, budget = parallel_frame()
+    reply = {"role": "assistant", "content": "Done."}
+    answered = from_openai_messages([*PARALLEL, reply], conversation_id="trip", start=START)
+    df = answered.to_polars()
+    for gaps in GAP_MODES:
+        result = pack(df, budget + costs(df)["trip:4"], PackOptions(as_of=AS_OF, gaps=gaps))
+        assert result.ids == ["trip:0", "trip:4"]
+        assert not result.manifest.truncations
+        assert {i: reasons(result)[i] for i in ("trip:1", "trip:2", "trip:3")} == dict.fromkeys(
+            ("trip:1", "trip:2", "trip:3"), "gap"
+        )
+
+
+def test_awaited_results_too_small_to_keep_64_tokens_go_with_their_call() -> None:
+    df, cost, _ = parallel_frame()
+    for gaps in GAP_MODES:
+        small = PROFILE.tokens_per_pack + cost["trip:0"] + cost["trip:1"] + 100
+        result = pack(df, small, PackOptions(as_of=AS_OF, gaps=gaps))
         assert result.ids == ["trip:0"]
-        why = reasons(result)
-        assert why == {
+        assert reasons(result) == {
             "trip:0": "selected",
             "trip:1": "group_over_budget",
             "trip:2": "group_over_budget",
             "trip:3": "group_over_budget",
         }
-        assert result.remaining_tokens == cost["trip:1"] + cost["trip:2"]
+        assert result.remaining_tokens == cost["trip:1"] + 100
         assert to_openai_messages(result) == [PARALLEL[0]]
 
 

@@ -9,6 +9,8 @@ pack of the step before:
 - with no settings, or a start on a user message (``start_on="user"``,
   the Anthropic target), keeps the task whenever the system prompt and the
   task fit, and the newest step too whenever the three fit together;
+- keeps the newest step with the task whenever its results end the history
+  (awaited) and fit cut to 64 tokens each, and cuts no other item;
 - continued with nothing new, sends what it sent.
 """
 
@@ -69,6 +71,20 @@ def _check(packed: ContextPack, history: list[dict[str, Any]], budget: int, opti
         assert {f"msg:{i}" for i in newest} <= set(packed.ids), (budget, packed.ids)
 
 
+def _check_awaited(packed: ContextPack, history: list[dict[str, Any]], budget: int) -> None:
+    """The awaited results, cut to 64 tokens if need be, are sent with their call and task."""
+    newest = _newest_step(history)
+    call, results = history[newest[0]], [history[i] for i in newest[1:]]
+    shortest = [
+        min(PROFILE.message_tokens(m), PROFILE.message_tokens({**m, "content": ""}) + 64)
+        for m in results
+    ]
+    cut = {t.id for t in packed.manifest.truncations}
+    assert cut <= {f"msg:{i}" for i in newest[1:]}, cut
+    if _cost([*history[:2], call]) + sum(shortest) <= budget:
+        assert {"msg:1", *(f"msg:{i}" for i in newest)} <= set(packed.ids), (budget, packed.ids)
+
+
 def _newest_step(history: list[dict[str, Any]]) -> list[int]:
     """The places of the newest answered step's messages (a call and its results)."""
     calls = [i for i, m in enumerate(history) if m.get("tool_calls")]
@@ -100,6 +116,8 @@ def test_agent_loops_pack_valid_deterministic_and_keep_their_task(loop: tuple) -
         continued = frame.pack(budget, as_of=AS_OF, previous=previous, **options)
         for packed in (fresh, continued):
             _check(packed, history, budget, options)
+            if not pending:
+                _check_awaited(packed, history, budget)
         again = frame.pack(budget, as_of=AS_OF, previous=previous, **options)
         assert again.manifest.to_json() == continued.manifest.to_json()
         if previous is not None:

@@ -1283,6 +1283,37 @@ def test_an_agent_loop_evicts_its_oldest_steps_and_keeps_its_task() -> None:
     assert report.prefix_ids == ["msg:0", "msg:1"]
 
 
+def test_an_awaited_result_larger_than_the_budget_is_sent_cut_after_evictions() -> None:
+    # Three steps of 460 words leave too little room for the newest call and 64 tokens
+    # of its result of 3,000 words, more than the budget alone. Before, that step was
+    # left out (group_over_budget), so the agent would call again; now the oldest steps
+    # are evicted and the result is sent cut to what is left.
+    from cognoxium.formats.openai import from_openai_messages
+
+    history = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Fix it."}]
+    for i in range(3):
+        history += _tool_step(i, 460)
+    previous = from_openai_messages(history).pack(1500, as_of=AS_OF)
+    assert previous.ids == [f"msg:{i}" for i in range(8)]
+    packed = from_openai_messages([*history, *_tool_step(3, 3000)]).pack(
+        1500, as_of=AS_OF, previous=previous
+    )
+    assert packed.ids == ["msg:0", "msg:1", "msg:6", "msg:7", "msg:8", "msg:9"]
+    assert packed.used_tokens == 1500
+    (cut,) = packed.manifest.truncations
+    assert (cut.id, cut.original_tokens) == ("msg:9", 3001)
+    assert cut.kept_tokens > 64
+    report = packed.manifest.cache
+    assert report is not None
+    assert (report.eviction_steps, report.evicted) == (1, ["msg:2", "msg:3", "msg:4", "msg:5"])
+    # A result the evictions make room for is sent whole.
+    whole = from_openai_messages([*history, *_tool_step(3, 600)]).pack(
+        1500, as_of=AS_OF, previous=previous
+    )
+    assert whole.ids[-2:] == ["msg:8", "msg:9"]
+    assert not whole.manifest.truncations
+
+
 def test_a_continuing_pack_keeps_a_prefix_that_holds_no_user_message() -> None:
     # u0 never fit, so the earlier pack sent a0 without it. Continued, dropping the
     # pinned a0 would let the new memory d1 (sent as a user message) in: the default

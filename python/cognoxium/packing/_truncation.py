@@ -21,6 +21,14 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
 - A pack that continues an earlier one (``previous``) starts each item
   that pack cut, still unchanged and marked alike, from that cut
   (:meth:`Cutter.replay`): it may be cut further, never sent longer.
+- The results a half-finished agent loop awaits (the ``tool`` messages with
+  a text payload after the last ``user`` or ``assistant`` message) are
+  truncatable without a mark, as if marked ``{"truncate": {"min_tokens":
+  64}}`` (head kept; see :func:`mark_awaited`): the model reads them next,
+  and their call left out with them would have it make the same call again.
+  Their own mark, when they have one, is the one used. A pack that
+  continues an earlier one evicts history to send them whole before it
+  cuts them.
 - A cut item keeps its id and gets a new content hash; its lineage gains an
   edge ``truncate`` whose parent is the original (id and hash) and whose
   detail is ``{"kept_tokens", "original_tokens", "side"}``.
@@ -43,7 +51,22 @@ from cognoxium.packing._messages import chat_columns
 from cognoxium.packing._model import UNSET, TruncationRecord
 from cognoxium.tokens.truncation import cut_tokens
 
-__all__ = ["Cutter", "EarlierCut", "Marks", "find_marks", "lower_cheap"]
+__all__ = [
+    "AWAITED_MARK",
+    "Cutter",
+    "EarlierCut",
+    "Marks",
+    "find_marks",
+    "lower_cheap",
+    "mark_awaited",
+]
+
+AWAITED_MARK = Truncation(min_tokens=64)
+"""The mark of an awaited tool result that has none of its own: head kept, ``min_tokens`` 64.
+
+A cut that keeps fewer tokens sends too little of the result to read: the
+exchange is then left out whole, as an unmarked one is.
+"""
 
 
 @dataclass(frozen=True)
@@ -56,10 +79,19 @@ class Marks:
         Row -> its :class:`~cognoxium.items.model.Truncation`, for the marked rows.
     floor
         ``(n,)`` int64: a marked row's ``min_tokens``, ``UNSET`` for the others.
+    awaited
+        The rows marked by :func:`mark_awaited`, not by their own metadata.
     """
 
     rows: dict[int, Truncation]
     floor: np.ndarray
+    awaited: frozenset[int] = frozenset()
+
+    def own(self, rows: np.ndarray) -> np.ndarray:
+        """The rows of ``rows`` (``(k,)`` int64) but the awaited results marked here."""
+        if not self.awaited:
+            return rows
+        return rows[~np.isin(rows, np.fromiter(self.awaited, dtype=np.int64))]
 
 
 def find_marks(df: pl.DataFrame) -> Marks:
@@ -111,6 +143,49 @@ def find_marks(df: pl.DataFrame) -> Marks:
         rows[row] = mark
         floor[row] = mark.min_tokens
     return Marks(rows=rows, floor=floor)
+
+
+def mark_awaited(marks: Marks, role: pl.Series, payload_kind: pl.Series) -> Marks:
+    """``marks`` with the awaited tool results that have no mark marked :data:`AWAITED_MARK`.
+
+    The awaited results are the ``tool`` messages after the last ``user`` or
+    ``assistant`` message: what the conversation's last tool call returned,
+    which the model reads next. Only text payloads are marked.
+
+    Parameters
+    ----------
+    marks
+        The rows' own marks (:func:`find_marks`).
+    role
+        ``(n,)``: each row's chat role, in conversation order.
+    payload_kind
+        ``(n,)``: each row's payload kind.
+
+    Returns
+    -------
+    Marks
+        ``marks`` itself when no unmarked text result is awaited.
+
+    Examples
+    --------
+    >>> role = pl.Series(["system", "user", "assistant", "tool", "tool"])
+    >>> kind = pl.Series(["text", "text", "json", "text", "json"])
+    >>> none = Marks(rows={}, floor=np.full(5, UNSET, dtype=np.int64))
+    >>> sorted(mark_awaited(none, role, kind).rows)
+    [3]
+    """
+    roles = role.cast(pl.String).to_numpy()
+    talk = np.flatnonzero(np.isin(roles, ("user", "assistant", "tool")))
+    replies = talk[roles[talk] != "tool"]
+    awaited = talk[talk > replies[-1]] if replies.size else talk
+    texts = (payload_kind.cast(pl.String) == "text").to_numpy()
+    new = [row for row in awaited.tolist() if texts[row] and row not in marks.rows]
+    if not new:
+        return marks
+    floor = marks.floor.copy()
+    floor[new] = AWAITED_MARK.min_tokens
+    rows = {**marks.rows, **dict.fromkeys(new, AWAITED_MARK)}
+    return Marks(rows=rows, floor=floor, awaited=marks.awaited | frozenset(new))
 
 
 def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int | None) -> Rendering:

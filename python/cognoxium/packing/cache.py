@@ -655,6 +655,9 @@ def _pinned_and_held(
     return pinned, held
 
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
 def _evicted(
     at: _Rows,
     prefix: np.ndarray,
@@ -672,17 +675,27 @@ def _evicted(
     them. When they leave none for the prefix itself, nothing is pinned nor
     evicted. Required units and those holding a ``system`` or ``developer``
     message are never evicted. The pinned units that may be cut count cut
-    (see :func:`plan_continuation`).
+    (see :func:`plan_continuation`), but for the awaited tool results
+    (:func:`~cognoxium.packing._truncation.mark_awaited`): they count whole,
+    or cut when whole their unit exceeds the items' budget alone.
     """
     need_rows = pinned | (at.eligible & at.required)
     costs.count(np.unique(at.unit[need_rows]))
     tokens = np.where(need_rows, costs.row_tokens, 0)
+    cut = own = _NO_ROWS
     if cutter is not None:
-        rows = np.flatnonzero(_cut_first(at, pinned, cutter, prefix))
-        tokens[rows] = cutter.floor_costs(rows)
+        cut = np.flatnonzero(_cut_first(at, pinned, cutter, prefix))
+        own = cutter.marks.own(cut)  # an awaited result counts whole: evictions make room
+        tokens[own] = cutter.floor_costs(own)
     room = call.item_budget - call.profile.tokens_per_pack
     in_prefix = at.whole(prefix) & pinned
-    alone = _larger_than(at, tokens, pinned & ~in_prefix & ~at.required, room)
+    new = pinned & ~in_prefix & ~at.required
+    alone = _larger_than(at, tokens, new, room)
+    big = np.setdiff1d(cut, own)
+    big = big[alone[big]]
+    if cutter is not None and big.size:  # ... for it cut, when whole it exceeds the room alone
+        tokens[big] = cutter.floor_costs(big)
+        alone = _larger_than(at, tokens, new, room)
     pinned = pinned & ~alone
     tokens[alone] = 0
     first_need = int(tokens.sum())

@@ -103,6 +103,10 @@ class PackOptions:
         duplicate result goes alone. A half-finished agent loop, whose last
         call waits for its result, is the normal state of a history being
         packed, and the pack then holds everything before that call.
+        Once answered, the results it awaits (the tool messages after the
+        last user or assistant message) are cut to fit rather than left
+        out with their call, their head kept and at least 64 tokens of it
+        (see :mod:`cognoxium.packing._truncation`).
         ``"error"`` raises :class:`~cognoxium.exceptions.MessageError`
         naming the message of the pack, its item and the rule.
     target

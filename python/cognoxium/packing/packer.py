@@ -143,7 +143,7 @@ from cognoxium.packing._tool_rules import (
     packed_rows,
     raise_first_fault,
 )
-from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap
+from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap, mark_awaited
 from cognoxium.packing._units import Units, form_units
 from cognoxium.packing.cache import Continuation, plan_continuation
 from cognoxium.packing.options import PackOptions
@@ -498,7 +498,8 @@ class PackScope:
 
     @cached_property
     def _marks(self) -> Marks:
-        return find_marks(self.df)
+        role = self._rendering.chat.role
+        return mark_awaited(find_marks(self.df), role, self.df.get_column("payload_kind"))
 
     @cached_property
     def _rendering(self) -> Rendering:
