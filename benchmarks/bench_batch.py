@@ -69,7 +69,7 @@ from bench_pack import AS_OF, BUDGET, synthetic_items
 from cognoxium.app.batch import Request, run_batch
 from cognoxium.app.locomo_dataset import load_locomo, locomo_requests
 from cognoxium.frame.frame import CognitionFrame
-from cognoxium.packing.manifests import scan_manifests, scan_packs
+from cognoxium.packing.manifests import read_bodies, scan_manifests, scan_packs
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.retrieval.ranking import bm25_cache_clear
@@ -228,11 +228,11 @@ def timed_batch(
 def agreement(out: Path, floor: list[dict[str, Any]]) -> dict[str, Any]:
     """How many packs of the batch equal the floor's (ids and tokens used)."""
     packs = scan_packs(out).collect().to_dicts()
+    by_request = dict(read_bodies(out))
+    bodies = [by_request[p["request_id"]] for p in packs]
     same_ids = sum(set(p["ids"]) == set(f["ids"]) for p, f in zip(packs, floor, strict=True))
     same_tokens = sum(p["used_tokens"] == f["used"] for p, f in zip(packs, floor, strict=True))
-    same_bodies = sum(
-        json.loads(p["body"]) == json.loads(f["body"]) for p, f in zip(packs, floor, strict=True)
-    )
+    same_bodies = sum(body == json.loads(f["body"]) for body, f in zip(bodies, floor, strict=True))
     return {
         "packs": len(packs),
         "same_ids": same_ids,
