@@ -414,6 +414,45 @@ def test_rank_learned_needs_a_query_and_defaults_its_lineage_to_the_frame(
         scope.rank("learned", query=" ")
 
 
+def test_learned_ranks_of_many_queries_embed_them_at_once_and_equal_each_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A batch over one scope embeds its queries, and their forms without the
+    # speakers' names, in one run of the model; each rank is the rank alone, bit for bit.
+    from collections import OrderedDict
+
+    from cognoxium.engine.ranks import collect_ranks
+    from cognoxium.retrieval import features
+    from cognoxium.retrieval import scope as scopes
+    from cognoxium.retrieval.embeddings import MiniLMEmbedder
+
+    items = CognitionFrame(store("Ann: Near the new bakery."))
+    scope = items.filter(pl.col("role") != "memory")
+    queries = ["Where does Ann live?", "What did Bo buy?", "bicycle colour", "Where does Ann live?"]
+    alone = [
+        scope.rank("learned", query=q, lineage=items).to_polars()["rank"].to_numpy().tobytes()
+        for q in queries
+    ]
+    assert len(set(alone)) == 3
+    # The scope's retrievers and features built anew: no query vector kept.
+    monkeypatch.setattr(scopes, "_RETRIEVERS", OrderedDict())
+    monkeypatch.setattr(features, "_EXTRACTORS", OrderedDict())
+    calls: list[list[str]] = []
+    embed = MiniLMEmbedder.embed
+
+    def counted(self: MiniLMEmbedder, texts: list[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return embed(self, texts)
+
+    monkeypatch.setattr(MiniLMEmbedder, "embed", counted)
+    nodes = [scope.rank("learned", query=q, lineage=items)._plan for q in queries]
+    together = collect_ranks(nodes)  # type: ignore[arg-type]
+    asked = [c for c in calls if set(c) & set(queries)]
+    assert asked == [["Where does Ann live?", "What did Bo buy?", "bicycle colour",
+                      "Where does live?", "What did buy?"]]  # fmt: skip
+    assert [c.to_numpy().tobytes() for c in together] == alone
+
+
 def test_the_shipped_model_loads_and_names_its_provenance() -> None:
     assert default_model_path().is_file()
     model = load_model()

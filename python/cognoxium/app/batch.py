@@ -1307,13 +1307,14 @@ class PreparedScope:
         return rank_entry(method).batch_key(context)
 
     def rank_all(self, requests: Sequence[Request]) -> None:
-        """Rank the new rank keys of ``requests`` at once, where the method allows (BM25).
+        """Rank the new rank keys of ``requests`` at once, where the method allows (BM25, learned).
 
         The rank nodes of the requests go to
         :func:`~cognoxium.engine.ranks.collect_ranks`, whose batched lowering
         scores them in one pass (BM25 tokenizes all the queries in one
-        call); a method without a batched lowering ranks each key when its
-        first request comes (:meth:`rank`).
+        call; the learned rank embeds them in one run of the model); a
+        method without a batched lowering ranks each key when its first
+        request comes (:meth:`rank`).
         """
         method = self.settings.rank
         if method == NO_RANK or rank_entry(method).lower_many is None:

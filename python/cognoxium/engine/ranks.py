@@ -701,8 +701,9 @@ def collect_ranks(nodes: Sequence[Rank]) -> list[pl.Series]:
 
     The input is optimized and lowered once; the method's batched lowering,
     when it has one, scores every node in one pass (BM25 tokenizes all the
-    queries in one call), else each node is lowered alone. Each column
-    equals what the node alone gives.
+    queries in one call; the learned rank embeds them, and their forms
+    without the speakers' names, in one run of the model), else each node
+    is lowered alone. Each column equals what the node alone gives.
 
     Parameters
     ----------
@@ -930,19 +931,33 @@ def _lower_hybrid_lineage(
 
 
 def _lower_learned(node: RankLearned, lf: pl.LazyFrame, lineage: pl.LazyFrame) -> pl.LazyFrame:
+    return rank_batches(lf, lambda df: _learned_scores([node], df, lineage)[0])
+
+
+def _lower_learned_many(
+    nodes: Sequence[RankLearned], lf: pl.LazyFrame, lineage: pl.LazyFrame
+) -> pl.LazyFrame:
+    return rank_columns(lf, lambda df: _learned_scores(nodes, df, lineage), len(nodes))
+
+
+def _learned_scores(
+    nodes: Sequence[RankLearned], df: pl.DataFrame, lineage: pl.LazyFrame
+) -> list[npt.NDArray[np.float64]]:
+    """Each node's learned scores of the rows ``df``; the queries of a model embedded at once."""
     from cognoxium.retrieval.features import feature_extractor
     from cognoxium.retrieval.learned import learned_scores, load_model
     from cognoxium.retrieval.scope import RetrievalSettings
 
-    def scores(df: pl.DataFrame) -> npt.NDArray[np.float64]:
-        model = load_model(node.model)
+    models = {path: load_model(path) for path in dict.fromkeys(node.model for node in nodes)}
+    extractors = {}
+    for path, model in models.items():
         settings = RetrievalSettings(model=model.embedding_model)
         extractor = feature_extractor(
-            df, settings, lineage=lineage.collect, lineage_key=node.lineage
+            df, settings, lineage=lineage.collect, lineage_key=nodes[0].lineage
         )
-        return learned_scores(extractor, node.query, model)
-
-    return rank_batches(lf, scores)
+        extractor.embed_queries(node.query for node in nodes if node.model == path)
+        extractors[path] = extractor
+    return [learned_scores(extractors[n.model], n.query, models[n.model]) for n in nodes]
 
 
 def _lower_recency(node: RankRecency, lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -1025,6 +1040,7 @@ register_rank(
     lower=_lower_learned,
     convert={"model": _model_file},
     batch={"query": "query", "model": "ranker", "lineage": "lineage"},
+    lower_many=_lower_learned_many,
 )
 register_rank(RankRecency, lower=_lower_recency, convert={"half_life": _seconds})
 register_rank(RankPriority, lower=_lower_priority)

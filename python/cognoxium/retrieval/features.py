@@ -85,7 +85,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Final
 
 import numpy as np
@@ -396,6 +396,16 @@ class FeatureExtractor:
         own = np.array([s in named for s in self._speakers], dtype=np.float64)
         other = np.array([bool(named - {s}) for s in self._speakers], dtype=np.float64)
         return own.reshape(self.n), other.reshape(self.n)
+
+    def embed_queries(self, queries: Iterable[str]) -> None:
+        """Embed ``queries`` and their forms without the speakers' names in one call.
+
+        For the :meth:`columns` of many queries over the scope (a batch):
+        each column is what it is with the queries embedded one at a time.
+        """
+        texts = list(queries)
+        unnamed = (self._unnamed_query(query) for query in texts)
+        self.retriever.embed_queries([*texts, *(u for u in unnamed if u is not None)])
 
     def _unnamed_query(self, query: str) -> str | None:
         """``query`` without the scope's speaker names; None if it names none or no word is left."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -406,6 +406,24 @@ class ScopeRetriever:
                 links.get_column("position").to_numpy().astype(np.int64),
             )
         return out
+
+    def embed_queries(self, queries: Iterable[str]) -> None:
+        """Embed the ``queries`` not embedded yet in one call, for the scores to come.
+
+        A query's vector is the same embedded alone or with others (see
+        :class:`~cognoxium.retrieval.embeddings.MiniLMEmbedder`), so the
+        scores do not change; a batch of many queries over one scope costs
+        one run of the model instead of one per query.
+
+        Parameters
+        ----------
+        queries
+            Query texts, in any order; repeats are embedded once.
+        """
+        todo = [q for q in dict.fromkeys(queries) if q not in self._queries]
+        if todo:
+            vectors = self._embedder.embed(todo).astype(np.float32, copy=False)
+            self._queries.update(zip(todo, vectors, strict=True))
 
     def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
         vector = self._queries.get(query)
