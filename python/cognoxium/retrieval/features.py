@@ -401,7 +401,14 @@ class FeatureExtractor:
         """Embed ``queries`` and their forms without the speakers' names in one call.
 
         For the :meth:`columns` of many queries over the scope (a batch):
-        each column is what it is with the queries embedded one at a time.
+        each column is what it is with the queries embedded one at a time
+        (see :meth:`ScopeRetriever.embed_queries
+        <cognoxium.retrieval.scope.ScopeRetriever.embed_queries>`).
+
+        Parameters
+        ----------
+        queries
+            Query texts, in any order; repeats are embedded once.
         """
         texts = list(queries)
         unnamed = (self._unnamed_query(query) for query in texts)
