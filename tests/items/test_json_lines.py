@@ -151,3 +151,23 @@ def test_reading_items_leaves_the_collector_as_it_was(tmp_path: Path) -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "reader"),
+    [
+        ({"conversation_id": "c1", "messages": [{"role": "user", "content": "Hi"}]},
+         "messages", "read_openai_conversations"),
+        ({"role": "user", "content": "Hi"}, "content", "read_openai_jsonl"),
+    ],
+)  # fmt: skip
+def test_chat_data_read_as_items_names_the_reader_to_use(
+    tmp_path: Path, line: dict[str, Any], field: str, reader: str
+) -> None:
+    # Before: "field text: no content", which did not say the file was chat data.
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps({"id": "a", "role": "user", "text": "x"}) + "\n" + json.dumps(line))
+    with pytest.raises(RecordError) as info:
+        read_jsonl(path)
+    assert (info.value.line, info.value.field) == (2, field)
+    assert f"cognoxium.formats.openai.{reader}" in info.value.message

@@ -365,11 +365,28 @@ def _hash_failure(df: pl.DataFrame, digests: pl.Series, fail: Failures) -> pl.Se
     return computed
 
 
+_CHAT_DATA = {
+    "messages": (
+        'a chat conversation, not an item: read a file of {"conversation_id", "messages"} '
+        "lines with cognoxium.formats.openai.read_openai_conversations, which makes an item "
+        "of each message"
+    ),
+    "content": (
+        "a chat message, not an item (an item gives 'text'): read a file of OpenAI chat "
+        "messages with cognoxium.formats.openai.read_openai_jsonl"
+    ),
+}
+"""Fields of chat data given where an item is expected, and what to read such data with."""
+
+
 def _record_error_at(record: Any, fail: Failures, source: str | None, line: int) -> RecordError:
     """Word the error of a failing record as the item model does, or else from ``fail``."""
     if not isinstance(record, Mapping):
         return RecordError("a record must be a JSON object", source=source, line=line)
     if "text" not in record and "payload" not in record:
+        for field, hint in _CHAT_DATA.items():
+            if field in record:
+                return RecordError(hint, source=source, line=line, field=field)
         return RecordError(
             "no content: give 'text' for plain text, or 'payload' = "
             '{"kind": "json"|"binary"|"reference", ...}',
