@@ -1433,6 +1433,36 @@ def test_pack_names_the_requests_that_left_out_their_newest_user_message(tmp_pat
     assert (code, json.loads(stdout)["newest_user_left_out"], stderr) == (EXIT_OK, 2, "")
 
 
+@pytest.mark.parametrize(
+    ("cache_model", "target", "warned"),
+    [
+        ("anthropic", "openai", "use --target anthropic"),
+        ("anthropic", "anthropic", None),
+        ("openai:gpt-5", "anthropic", "use --target openai"),
+        ("openai:gpt-5", "openai", None),
+    ],
+)
+def test_pack_warns_of_a_cache_model_its_target_does_not_use(
+    tmp_path: Path, cache_model: str, target: str, warned: str | None
+) -> None:
+    # Before, --cache-model anthropic with the default target billed cached tokens in the
+    # manifests while the OpenAI bodies carried no cache_control mark, and nothing was said.
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "a", "role": "user", "text": "hi", "created_at": AS_OF}))
+    lines = tmp_path / "requests.jsonl"
+    lines.write_text(json.dumps({"id": "r", "budget": 100}) + "\n")
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF, "--rank", "none")
+    options = ("--cache-model", cache_model, "--target", target)
+    code, _, stderr = pack(str(items), str(lines), *args, *options)
+    assert code == EXIT_OK
+    if warned is None:
+        assert "warning" not in stderr
+    else:
+        assert stderr.startswith(f"warning: --cache-model {cache_model}")
+        assert f"not --target {target} ones" in stderr
+        assert warned in stderr
+
+
 _DEFAULT_RANK_STATEMENTS = (
     r"the default, `?([a-z][a-z-]*)`?,",
     r"by default with (?:the )?`?([a-z][a-z-]*)",

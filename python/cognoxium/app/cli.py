@@ -972,6 +972,7 @@ def pack_command(
     if not (quiet or json_output):
         _warn_unscoped(stats.unscoped)
         _warn_left_out(stats.newest_user_left_out)
+        _warn_cache_target(options)
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
     if quiet or json_output:
         return
@@ -1004,6 +1005,40 @@ def _warn_left_out(left_out: Sequence[str]) -> None:
         "the budget, or mark long messages truncatable (metadata.truncate)",
         err=True,
     )
+
+
+def _warn_cache_target(options: PackOptions) -> None:
+    """Say on standard error when --cache-model bills a cache that --target's bodies do not use.
+
+    Anthropic caches a prefix only at the ``cache_control`` marks of an
+    Anthropic body; OpenAI caches prefixes of Chat Completions requests
+    without marks. A cache model of the other provider bills, in each
+    continuing pack's manifest, cached tokens the provider will not cache.
+    """
+    from cognoxium.packing.cache_models import get_cache_model
+
+    if options.cache_model is None:
+        return
+    model = get_cache_model(options.cache_model)
+    wants, how = _CACHED_BY[model.kind]
+    if options.target != wants:
+        typer.echo(
+            f"warning: --cache-model {model.name} {how}, not --target {options.target} ones: "
+            "the manifests of the requests without their own target bill cached tokens the "
+            f"provider will not cache; use --target {wants}, or a cache model for "
+            f"{options.target}",
+            err=True,
+        )
+
+
+_CACHED_BY = {
+    "breakpoints": (
+        "anthropic",
+        "caches at the cache_control marks of --target anthropic requests",
+    ),
+    "automatic": ("openai", "caches the prompt prefixes of --target openai requests"),
+}
+"""Per cache kind: the target whose requests it caches, and how."""
 
 
 def _batch_runner(
