@@ -174,12 +174,11 @@ def mark_awaited(marks: Marks, role: pl.Series, payload_kind: pl.Series) -> Mark
     >>> sorted(mark_awaited(none, role, kind).rows)
     [3]
     """
-    roles = role.cast(pl.String).to_numpy()
-    talk = np.flatnonzero(np.isin(roles, ("user", "assistant", "tool")))
-    replies = talk[roles[talk] != "tool"]
-    awaited = talk[talk > replies[-1]] if replies.size else talk
-    texts = (payload_kind.cast(pl.String) == "text").to_numpy()
-    new = [row for row in awaited.tolist() if texts[row] and row not in marks.rows]
+    result = (role == "tool").to_numpy()
+    replies = np.flatnonzero(role.is_in(["user", "assistant"]).to_numpy())
+    after = replies[-1] + 1 if replies.size else 0  # the tool messages after the last reply
+    awaited = np.flatnonzero(result[after:] & (payload_kind == "text").to_numpy()[after:]) + after
+    new = [row for row in awaited.tolist() if row not in marks.rows]
     if not new:
         return marks
     floor = marks.floor.copy()
