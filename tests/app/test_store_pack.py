@@ -167,7 +167,12 @@ def _rewrite(part: Path, column: str, change: object) -> None:
 
 @pytest.mark.parametrize(
     ("column", "change"),
-    [("priority", None), ("id", "c3-0")],  # a null priority; an id of another partition
+    [
+        ("priority", None),
+        ("id", "c3-0"),  # an id of another partition
+        ("metadata", "{not json"),
+        ("metadata", "[1, 2]"),  # JSON, not an object
+    ],
 )
 def test_a_bad_item_no_request_reads_fails_the_cli_as_read_store_fails(
     store: Path, tmp_path: Path, column: str, change: object

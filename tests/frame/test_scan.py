@@ -3,6 +3,7 @@ sink_parquet; what a scan reads, and the validation of what it reads."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -535,6 +536,55 @@ def test_a_sql_metadata_filter_after_a_scope_filter_reads_that_scope_alone(store
     assert refund.count() == 9
     with pytest.raises(PlanError, match="no item has the metadata key 'topc'"):
         cf.filter("metadata.topc = 'refund'")
+
+
+def with_metadata(df: pl.DataFrame, texts: list[str]) -> pl.DataFrame:
+    """``df`` with its metadata texts replaced, as stored by another writer."""
+    return df.with_columns(metadata=pl.Series(texts, dtype=pl.String))
+
+
+def test_a_sql_metadata_filter_infers_its_types_from_metadata_stored_in_any_json_form(
+    tmp_path: Path,
+) -> None:
+    texts = ['{ "year": 2024,  "topic": "refund" }', '{"topic":"shipping","year":2025}'] * 3
+    path = write_raw(with_metadata(raw_frame("a"), texts), tmp_path / "items.parquet")
+    cf = CognitionFrame.scan_parquet(path)
+    kept = cf.filter("metadata.year > 2024").collect()
+    assert kept.get_column("id").to_list() == ["a-1", "a-3", "a-5"]
+    assert kept.get_column("metadata").to_list() == ['{"topic":"shipping","year":2025}'] * 3
+    with pytest.raises(PlanError, match=r"no item has the metadata key 'yeer'.*'topic', 'year'"):
+        cf.filter("metadata.yeer > 2024")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{not json", "invalid JSON"), ("[1, 2]", "must be a JSON object")],
+)
+def test_bad_metadata_met_by_a_sql_metadata_filter_names_its_file_row_and_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    texts = ['{"topic":"refund"}'] * 4 + [text, '{"topic":"refund"}']
+    write_raw(raw_frame("a"), tmp_path / "scope=a" / "part.parquet")
+    bad = write_raw(with_metadata(raw_frame("b"), texts), tmp_path / "scope=b" / "part.parquet")
+    cf = CognitionFrame.scan_parquet(tmp_path)
+    with pytest.raises(RecordError, match=message) as info:
+        cf.filter("metadata.topic = 'refund'")
+    assert (info.value.source, info.value.row, info.value.field) == (str(bad), 4, "metadata")
+    # a scope filter first: the broken partition is not read
+    scoped = cf.filter(pl.col("scope") == "a").filter("metadata.topic = 'refund'")
+    assert scoped.count() == 2
+
+
+def test_a_sql_metadata_filter_on_a_jsonl_scan_reads_its_metadata_through_the_checks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "items.jsonl"
+    rows = records("a", 6)
+    rows[4]["metadata"] = "refund"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(RecordError) as info:
+        CognitionFrame.scan_ndjson(path).filter("metadata.topic = 'refund'")
+    assert str(info.value) == f"{path}:5: field metadata: Input should be a valid dictionary"
 
 
 @settings(max_examples=25, deadline=None)

@@ -588,8 +588,8 @@ def _file_scan(plan: Node) -> LazySource | None:
 def _scan_facts(source: LazySource) -> tuple[pl.Struct | None, frozenset[str]]:
     """The metadata type of a scan's items, and the hive columns that hold their metadata key.
 
-    One streaming pass over the distinct pairs of ``metadata`` and the text
-    hive partition columns. A column ``<key>`` is returned when, for every
+    One pass over the distinct pairs of ``metadata`` and the text hive
+    partition columns (:func:`_metadata_pairs`). A column ``<key>`` is returned when, for every
     item whose ``metadata.<key>`` is text, that text is the item's
     ``<key>``, and the metadata type has ``<key>`` as text: a clause that
     fixes ``metadata.<key>`` keeps only items of partitions of its values.
@@ -607,8 +607,7 @@ def _scan_facts(source: LazySource) -> tuple[pl.Struct | None, frozenset[str]]:
         for key in scan.partitions
         if scan.schema[key] == pl.String() and PLAIN_KEY.fullmatch(key)
     ]
-    pairs = source.lazy().select("metadata", *hive).unique().collect(engine="streaming")
-    dtype = infer_metadata_struct(pairs.get_column("metadata"))
+    pairs, dtype = _metadata_pairs(source, hive)
     texts = {f.name for f in dtype.fields if f.dtype == pl.String()} if dtype is not None else set()
     keys = set()
     for key in hive:
@@ -619,6 +618,25 @@ def _scan_facts(source: LazySource) -> tuple[pl.Struct | None, frozenset[str]]:
         if pairs.select(agrees).item():
             keys.add(key)
     return dtype, frozenset(keys)
+
+
+def _metadata_pairs(source: LazySource, hive: list[str]) -> tuple[pl.DataFrame, pl.Struct | None]:
+    """The distinct pairs of ``metadata`` and the ``hive`` columns, and the metadata type.
+
+    Read as stored (:meth:`~cognoxium.items.scan.ItemScan.read_unchecked`):
+    a type needs neither the scan's checks nor the canonical JSON, which
+    cost more than the read. When the stored values do not give a type,
+    they are read through the scan, whose checks name the file, row and
+    field at fault.
+    """
+    try:
+        stored = source.scan.read_unchecked(["metadata", *hive])
+        if stored is not None:
+            return stored, infer_metadata_struct(stored.get_column("metadata"))
+    except (PlanError, pl.exceptions.PolarsError):
+        pass
+    pairs = source.lazy().select("metadata", *hive).unique().collect(engine="streaming")
+    return pairs, infer_metadata_struct(pairs.get_column("metadata"))
 
 
 def _stand_in(store: CognitionFrame, dtype: pl.Struct | None) -> CognitionFrame:

@@ -109,18 +109,43 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
         node = child
     source = node.source
     if isinstance(source, LazySource):
-        top: Node = node
+        filters: list[Filter] = []
         for parent in reversed(path):
             if not isinstance(parent, Filter):
                 break
-            top = parent
-        return infer_metadata_struct(_metadata_values(top))
+            filters.append(parent)
+        stored = _stored_metadata_dtype(source, filters)
+        if stored is not None:
+            return stored[0]
+        return infer_metadata_struct(_metadata_values(filters[-1] if filters else node))
     cached = source.cache.get("metadata_dtype")
     if not isinstance(cached, tuple):
         cached = (infer_metadata_struct(source.frame.get_column("metadata")),)
         source.cache["metadata_dtype"] = cached
     dtype: pl.Struct | None = cached[0]
     return dtype
+
+
+def _stored_metadata_dtype(
+    source: LazySource, filters: Sequence[Filter]
+) -> tuple[pl.Struct | None] | None:
+    """The metadata type of the rows ``filters`` keep, read as stored; ``None`` if it cannot be.
+
+    Reading the stored metadata skips the scan's checks and canonical JSON,
+    which a type does not need and which cost more than the read, for
+    every distinct text. When the stored values do not give a type (a
+    JSONL scan, values Polars cannot read or decode, metadata that is not
+    an object), ``None``: the caller reads them through the scan, whose
+    checks name the file, row and field at fault.
+    """
+    predicate = None
+    if filters:
+        predicate = pl.all_horizontal([f.predicate.expr for f in filters])
+    try:
+        values = source.scan.read_unchecked(["metadata"], predicate)
+        return None if values is None else (infer_metadata_struct(values.to_series()),)
+    except (PlanError, pl.exceptions.PolarsError):
+        return None
 
 
 def _metadata_values(node: Node) -> pl.Series:

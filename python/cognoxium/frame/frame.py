@@ -404,7 +404,10 @@ class CognitionFrame:
             reads a field of the metadata JSON object: the column is decoded
             to a struct for that filter, with the struct type inferred from
             the metadata of every item of the frame's source (a key some
-            items lack reads as null for them). With expressions, read
+            items lack reads as null for them); a Parquet or LazyFrame scan
+            reads that metadata as stored, without the checks the rows a
+            query reads get (metadata that gives no type is read through
+            them, and its error names the file and row). With expressions, read
             metadata with ``pl.col("metadata").str.json_path_match("$.key")``
             (a string, or null): the column holds JSON text, not a struct.
         **constraints

@@ -83,6 +83,7 @@ __all__ = [
 
 FILE_COLUMN: Final = "__cognoxium_file"
 """The column naming each row's file inside a scan; never part of its output."""
+_COUNT: Final = "__cognoxium_count"
 
 KEPT_READS: Final = 100
 """How many runs an :class:`ItemScan` remembers in :attr:`ItemScan.reads`."""
@@ -199,6 +200,62 @@ class ItemScan:
             )
             self._lazy = source.drop(ROWS_ONLY)
         return self._lazy
+
+    def read_unchecked(
+        self, columns: Sequence[str], predicate: pl.Expr | None = None
+    ) -> pl.DataFrame | None:
+        """The distinct values of ``columns`` in the rows ``predicate`` keeps, not checked.
+
+        For facts about the rows that hand none of their values to the
+        caller, such as the type the metadata JSON decodes to: the values
+        are read as stored (cast to the canonical types), without the row
+        checks and the canonical JSON form that a query's run applies, in
+        any order. The read is recorded in :attr:`reads` like a run.
+
+        Parameters
+        ----------
+        columns
+            Output columns.
+        predicate
+            Over the output columns; ``None`` keeps every row.
+
+        Returns
+        -------
+        polars.DataFrame or None
+            The distinct rows of ``columns``, in any order; ``None`` for a
+            JSONL scan, which reads its values only through its checks.
+
+        Raises
+        ------
+        polars.exceptions.PolarsError
+            If Polars cannot read or cast the stored values, or the predicate
+            fails on them (a query's run would then raise the scan's error).
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from cognoxium.items import records_to_frame, write_parquet
+        >>> path = tempfile.mkdtemp() + "/items.parquet"
+        >>> write_parquet(records_to_frame([{"id": "a", "role": "user", "text": "hi",
+        ...                                  "metadata": {"k": 1}}]), path)
+        >>> scan_parquet_items(path).read_unchecked(["metadata"]).rows()
+        [('{"k":1}',)]
+        """
+        if not isinstance(self._reader, _Columnar):
+            return None
+        needed = set(columns)
+        if predicate is not None:
+            needed.update(predicate.meta.root_names())
+        read = [name for name in self.schema.names() if name in needed]
+        query = self._reader.query(read, predicate, None, False, ordered=False)
+        keys = [*columns, FILE_COLUMN]
+        df = query.group_by(keys).agg(pl.len().alias(_COUNT)).collect(engine="streaming")
+        files = df.select(pl.col(FILE_COLUMN).drop_nulls().unique()).to_series()
+        rows = int(df.get_column(_COUNT).sum())
+        text = None if predicate is None else str(predicate)
+        with self._lock:
+            self._reads.append(ScanRead(tuple(sorted(files.to_list())), rows, tuple(read), text))
+        return df.select(columns).unique()
 
     def _run(
         self,
