@@ -23,7 +23,7 @@ from polars.testing import assert_frame_equal
 from cognoxium.exceptions import RecordError
 from cognoxium.items import hashing
 from cognoxium.items._checks import text_problem
-from cognoxium.items._json import canonical_flat_column, canonical_text_list
+from cognoxium.items._json import canonical_object_column, canonical_text_list
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import (
     ContextItem,
@@ -135,27 +135,44 @@ class _Colour(enum.Enum):
 
 
 SCALAR = st.none() | st.booleans() | st.integers(-(2**64), 2**65) | TEXT
-"""The values of a flat object, with integers beyond orjson's 64 bits."""
+"""The leaves orjson encodes as canonical JSON, with integers beyond orjson's 64 bits."""
+EXACT = st.recursive(
+    SCALAR,
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(TEXT, inner, max_size=2),
+    max_leaves=6,
+)
+"""Values of an object without floats: leaves, arrays and objects of them, at any depth."""
 ODD = st.one_of(
     st.floats(),
     st.just(_Colour.RED),
     st.just(uuid.UUID(int=7)),
     st.builds(_Text, TEXT),
-    st.lists(SCALAR, max_size=2),
-    st.dictionaries(TEXT, SCALAR, max_size=2),
+    st.builds(OrderedDict, st.dictionaries(TEXT, SCALAR, max_size=1)),
+    st.tuples(SCALAR),
     st.sampled_from(["\ud800", "a\udfff"]),
 )
-"""Values that are not flat: each must leave the column to the exact encoder."""
+"""Values orjson would encode otherwise, or refuse: each must leave the column to the exact
+encoder, also nested in an array or an object."""
 KEY = st.one_of(TEXT, TEXT.map(_Text), st.integers(0, 3), st.sampled_from(["\udc00"]))
+
+
+def _fits(value: Any) -> bool:
+    """No integer beyond orjson's 64 bits, at any depth."""
+    if type(value) is int:
+        return -(2**63) <= value < 2**64
+    if type(value) is dict:
+        return all(map(_fits, value.values()))
+    if type(value) is list:
+        return all(map(_fits, value))
+    return True
 
 
 @reaching(0.8, label="encoded")
 @settings(max_examples=300, deadline=None)
-@given(values=st.lists(st.dictionaries(TEXT, SCALAR, max_size=4), max_size=6))
-def test_flat_objects_encode_as_canonical_json(values: list[dict[str, Any]]) -> None:
-    got = canonical_flat_column(values, "metadata")
-    fits = all(-(2**63) <= v < 2**64 for d in values for v in d.values() if type(v) is int)
-    if not fits:
+@given(values=st.lists(st.dictionaries(TEXT, EXACT, max_size=4), max_size=6))
+def test_objects_without_floats_encode_as_canonical_json(values: list[dict[str, Any]]) -> None:
+    got = canonical_object_column(values, "metadata")
+    if not all(map(_fits, values)):
         assert got is None
         reached("left to the exact encoder")
         return
@@ -166,38 +183,45 @@ def test_flat_objects_encode_as_canonical_json(values: list[dict[str, Any]]) -> 
     reached("encoded")
 
 
-def _flat(values: list[Any]) -> bool:
-    """Every value is a flat object that orjson encodes: a dict (exactly) of text keys to
-    text, 64-bit integers, booleans or None (exact types), with no lone surrogate."""
+def _exact(values: list[Any]) -> bool:
+    """Every value is an object orjson encodes as canonical JSON: a dict (exactly) of text
+    keys to text, 64-bit integers, booleans, None, lists and such dicts (exact types, at
+    any depth), with no lone surrogate."""
 
     def text(x: Any) -> bool:
         return type(x) is str and text_problem(x) is None
 
-    def scalar(x: Any) -> bool:
+    def value(x: Any) -> bool:
         if type(x) is int:
             return -(2**63) <= x < 2**64
+        if type(x) is list:
+            return all(map(value, x))
+        if type(x) is dict:
+            return all(text(k) and value(v) for k, v in x.items())
         return x is None or type(x) is bool or text(x)
 
-    return all(type(v) is dict and all(text(k) and scalar(x) for k, x in v.items()) for v in values)
+    return all(type(v) is dict and value(v) for v in values)
 
 
 @reaching(0.8)  # each example checks one of the two claims: None, or exact
 @settings(max_examples=300, deadline=None)
 @given(
     values=st.lists(
-        st.dictionaries(TEXT, SCALAR, max_size=3)
+        st.dictionaries(TEXT, EXACT, max_size=3)
         | st.dictionaries(KEY, SCALAR | ODD, max_size=3)
+        | st.dictionaries(TEXT, st.lists(SCALAR | ODD, max_size=2), max_size=2)
+        | st.dictionaries(TEXT, st.dictionaries(KEY, SCALAR | ODD, max_size=2), max_size=2)
         | st.lists(SCALAR, max_size=2),
         max_size=5,
     )
     | st.lists(st.dictionaries(TEXT, st.none() | st.booleans() | st.integers() | TEXT), max_size=5)
 )
-def test_flat_column_is_exact_or_left_to_the_exact_encoder(values: list[Any]) -> None:
-    """Whatever orjson would encode differently (floats, enums, UUIDs, subclasses, nesting,
-    keys that are not text, integers beyond 64 bits, lone surrogates) gives None; what it
-    encodes equals canonical_json."""
-    got = canonical_flat_column(values, "metadata")
-    if not _flat(values):
+def test_object_column_is_exact_or_left_to_the_exact_encoder(values: list[Any]) -> None:
+    """Whatever orjson would encode differently (floats, enums, UUIDs, subclasses, tuples,
+    keys that are not text, integers beyond 64 bits, lone surrogates), at any depth, gives
+    None; what it encodes equals canonical_json."""
+    got = canonical_object_column(values, "metadata")
+    if not _exact(values):
         assert got is None
         reached("left to the exact encoder")
         return
@@ -206,21 +230,38 @@ def test_flat_column_is_exact_or_left_to_the_exact_encoder(values: list[Any]) ->
     reached("exact")
 
 
-def test_a_column_with_a_float_an_enum_or_a_text_subclass_is_not_flat() -> None:
-    assert canonical_flat_column([{"a": 1}, {"a": 0.5}], "m") is None
-    assert canonical_flat_column([{"a": _Colour.RED}], "m") is None
-    assert canonical_flat_column([{"a": _Text("x")}], "m") is None
-    assert canonical_flat_column([{_Text("a"): 1}], "m") is None
-    assert canonical_flat_column([{"a": "\ud800"}], "m") is None
-    assert canonical_flat_column([{"a": 2**64}], "m") is None
-    assert canonical_flat_column([{"a": 1}, OrderedDict(b=2)], "m") is None
-    assert canonical_flat_column([{"a": 1}, [("b", 2)]], "m") is None
-    assert canonical_flat_column([], "m") is not None
+def test_a_column_with_a_float_an_enum_or_a_text_subclass_at_any_depth_is_left_out() -> None:
+    assert canonical_object_column([{"a": 1}, {"a": 0.5}], "m") is None
+    assert canonical_object_column([{"a": {"b": [1, 0.5]}}], "m") is None
+    assert canonical_object_column([{"a": _Colour.RED}], "m") is None
+    assert canonical_object_column([{"a": [_Text("x")]}], "m") is None
+    assert canonical_object_column([{_Text("a"): 1}], "m") is None
+    assert canonical_object_column([{"a": {_Text("b"): 1}}], "m") is None
+    assert canonical_object_column([{"a": {"b": "\ud800"}}], "m") is None
+    assert canonical_object_column([{"a": [2**64]}], "m") is None
+    assert canonical_object_column([{"a": 1}, OrderedDict(b=2)], "m") is None
+    assert canonical_object_column([{"a": OrderedDict(b=2)}], "m") is None
+    assert canonical_object_column([{"a": 1}, [("b", 2)]], "m") is None
+    assert canonical_object_column([], "m") is not None
+
+
+def test_an_object_holding_itself_or_nested_past_orjson_is_left_out() -> None:
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    assert canonical_object_column([looped], "m") is None
+    deep: dict[str, Any] = {}
+    for _ in range(300):
+        deep = {"a": [deep]}
+    assert canonical_object_column([deep], "m") is None
+    shallow: dict[str, Any] = {}
+    for _ in range(60):
+        shallow = {"a": [shallow]}
+    assert canonical_object_column([shallow], "m").to_list() == [canonical_json(shallow)]
 
 
 def test_text_holding_line_breaks_and_separators_stays_in_its_row() -> None:
     values = [{"a": ",\n,", "b": "x"}, {"c": "}\n{"}, {}]
-    got = canonical_flat_column(values, "metadata")
+    got = canonical_object_column(values, "metadata")
     assert got is not None
     assert got.to_list() == [canonical_json(v) for v in values]
 

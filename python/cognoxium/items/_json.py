@@ -5,9 +5,10 @@ call, which costs more than encoding a small object. The functions here
 encode and check a column of values with one encoder (CPython's C encoder,
 built once), and recognise a column of texts that is already canonical by
 parsing it as one JSON array, so a column costs one parse and one encode per
-value instead of a Python call chain per value. A column of flat objects
-(text keys, values that are text, integers, booleans or null) is encoded by
-orjson, whose bytes equal the canonical form for exactly those values.
+value instead of a Python call chain per value. A column of objects without
+floats (text keys; values, at every depth, that are text, integers, booleans,
+null, objects or arrays) is encoded by orjson, whose bytes equal the canonical
+form for exactly those values.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import orjson
 import polars as pl
 
 __all__ = [
-    "canonical_flat_column",
     "canonical_json_list",
+    "canonical_object_column",
     "canonical_objects",
     "canonical_text_list",
 ]
@@ -88,8 +89,11 @@ def canonical_json_list(values: list[Any]) -> list[str]:
     return [join(encode(value, 0)) for value in values]
 
 
-_FLAT_VALUES = frozenset({str, int, bool, type(None)})
+_EXACT_VALUES = frozenset({str, int, bool, type(None), dict, list})
 """The exact value types whose orjson bytes equal the canonical JSON text."""
+
+_ORJSON_DEPTH = 254
+"""The deepest nesting :func:`canonical_object_column` checks: orjson encodes no deeper."""
 
 _ORJSON_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
 """orjson's options for the canonical form: keys sorted by code point; a subclass of
@@ -99,23 +103,26 @@ _ROW_BREAK = orjson.Fragment(b"\n")
 """A raw line break between two encoded rows: compact JSON never holds one."""
 
 
-def canonical_flat_column(values: list[Any], name: str) -> pl.Series | None:
-    r"""Canonical JSON text of a column of flat objects, or ``None`` if it is not one.
+def canonical_object_column(values: list[Any], name: str) -> pl.Series | None:
+    r"""Canonical JSON text of a column of objects without floats, or ``None`` if it is not one.
 
-    A flat object is a ``dict`` (exactly) whose keys are ``str`` and whose
-    values are ``str``, ``int``, ``bool`` or ``None`` (exact types, no
-    subclass). For those values orjson's output (keys sorted by code point,
-    compact, UTF-8, the same string escapes) equals
-    :func:`~cognoxium.items.model.canonical_json` byte for byte, as the
-    hypothesis tests of ``tests/items/test_columnar_records.py`` check.
-    orjson refuses a key that is not exactly ``str``, an integer beyond 64
-    bits and text with a lone surrogate; such a column, and any other,
-    gives ``None``, for the caller to encode with :func:`canonical_json_list`,
-    which words its errors.
+    Each value must be a ``dict`` (exactly) whose keys are ``str`` and
+    whose values, at every depth, are ``str``, ``int``, ``bool``, ``None``,
+    ``dict`` or ``list`` (exact types, no subclass). For those values
+    orjson's output (keys sorted by code point, compact, UTF-8, the same
+    string escapes) equals :func:`~cognoxium.items.model.canonical_json`
+    byte for byte, as the hypothesis tests of
+    ``tests/items/test_columnar_records.py`` check; a float is written in
+    another form (``1e+16`` against orjson's ``1e16``). orjson refuses a
+    key that is not exactly ``str``, an integer beyond 64 bits, text with
+    a lone surrogate and nesting deeper than it recurses; such a column,
+    and any other, gives ``None``, for the caller to encode with
+    :func:`canonical_json_list`, which words its errors.
 
-    The column is encoded in one call, the rows separated by a raw line
-    break (which compact JSON never holds, text escapes it), and split
-    apart by Polars: no Python object per row.
+    The types are checked one depth at a time, over all the values of that
+    depth at once. The column is encoded in one call, the rows separated by
+    a raw line break (which compact JSON never holds, text escapes it), and
+    split apart by Polars: no Python call per row.
 
     Parameters
     ----------
@@ -127,22 +134,18 @@ def canonical_flat_column(values: list[Any], name: str) -> pl.Series | None:
     Returns
     -------
     polars.Series or None
-        ``n`` texts (String), or ``None`` when the values are not all flat
+        ``n`` texts (String), or ``None`` when the values are not all such
         objects that orjson encodes.
 
     Examples
     --------
-    >>> canonical_flat_column([{"b": 1, "a": "é"}, {}], "metadata").to_list()
-    ['{"a":"é","b":1}', '{}']
-    >>> canonical_flat_column([{"a": 1.5}], "metadata") is None
+    >>> canonical_object_column([{"b": 1, "a": "é"}, {"c": {"z": [1, None], "y": True}}],
+    ...                         "metadata").to_list()
+    ['{"a":"é","b":1}', '{"c":{"y":true,"z":[1,null]}}']
+    >>> canonical_object_column([{"a": [1.5]}], "metadata") is None
     True
     """
-    try:
-        # dict.values refuses a value that is not a dict; orjson below refuses a subclass.
-        types = set(map(type, chain.from_iterable(map(dict.values, values))))
-    except TypeError:
-        return None
-    if not types <= _FLAT_VALUES:
+    if not _exact_objects(values):
         return None
     if not values:
         return pl.Series(name, [], pl.String)
@@ -151,9 +154,35 @@ def canonical_flat_column(values: list[Any], name: str) -> pl.Series | None:
     try:
         encoded = orjson.dumps(rows, option=_ORJSON_CANONICAL)
     except orjson.JSONEncodeError:
-        return None  # a key that is not text, an integer beyond 64 bits or a lone surrogate
+        return None  # a key that is not text, a big integer, a lone surrogate, deep nesting
     whole = pl.Series(name, [encoded[1:-1]], pl.Binary).cast(pl.String)
     return whole.str.split(",\n,").explode().alias(name)
+
+
+def _exact_objects(values: list[Any]) -> bool:
+    """Whether every value is a dict whose values at every depth have :data:`_EXACT_VALUES` types.
+
+    One depth at a time: the values of all the dicts and lists of a depth
+    are gathered, their types checked at once, and the dicts and lists
+    among them make the next depth. Past :data:`_ORJSON_DEPTH` depths
+    (more than orjson encodes, or a value holding itself), ``False``.
+    """
+    dicts: list[Any] = values
+    lists: list[Any] = []
+    for _ in range(_ORJSON_DEPTH):
+        try:
+            # dict.values refuses a value that is not a dict; orjson refuses a subclass.
+            inner = [*chain.from_iterable(map(dict.values, dicts)), *chain.from_iterable(lists)]
+        except TypeError:
+            return False
+        found = set(map(type, inner))
+        if not found <= _EXACT_VALUES:
+            return False
+        if dict not in found and list not in found:
+            return True
+        dicts = [value for value in inner if type(value) is dict] if dict in found else []
+        lists = [value for value in inner if type(value) is list] if list in found else []
+    return False
 
 
 def canonical_objects(key: str, values: pl.Series) -> pl.Series:
@@ -199,8 +228,8 @@ def canonical_text_list(texts: list[str]) -> list[bool] | None:
     """Which JSON texts are already canonical, found with one parse of them all.
 
     The texts are parsed as one JSON array (by orjson, or by :mod:`json`
-    where orjson refuses it) and each element encoded again (flat objects
-    by :func:`canonical_flat_column`); a text is canonical when it equals
+    where orjson refuses it) and each element encoded again (objects without
+    floats by :func:`canonical_object_column`); a text is canonical when it equals
     its element's encoding. When the array does not parse into exactly
     ``n`` elements (a text that is not JSON on its own, nesting too deep),
     nothing is known and the caller checks text by text.
@@ -240,9 +269,9 @@ def canonical_text_list(texts: list[str]) -> list[bool] | None:
         return None
     # A flagged text equals the encoding of some value, so it is canonical JSON on
     # its own, even where pieces that are not JSON alone paired up in the array.
-    flat = canonical_flat_column(values, "json")
-    if flat is not None:
-        return flat.eq(pl.Series(texts, dtype=pl.String)).to_list()
+    exact = canonical_object_column(values, "json")
+    if exact is not None:
+        return exact.eq(pl.Series(texts, dtype=pl.String)).to_list()
     try:
         encoded = canonical_json_list(values)
     except (ValueError, TypeError, RecursionError):

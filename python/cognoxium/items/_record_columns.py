@@ -25,7 +25,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from cognoxium.items._checks import MAX_INT, MAX_JSON_DEPTH, MIN_INT, text_problem
-from cognoxium.items._json import canonical_flat_column, canonical_json_list
+from cognoxium.items._json import canonical_json_list, canonical_object_column
 from cognoxium.items.schema import (
     EDGE_STRUCT,
     POLARS_SCHEMA,
@@ -431,9 +431,9 @@ _CANONICAL = json.JSONEncoder(
 
 def metadata_column(values: list[Any], fail: Failures) -> pl.Series:
     """The ``metadata`` column: each object as canonical JSON text; a non-object fails."""
-    flat = canonical_flat_column(values, "metadata")
-    if flat is not None:
-        return flat  # flat objects (the usual case): encoded by orjson, valid UTF-8
+    exact = canonical_object_column(values, "metadata")
+    if exact is not None:
+        return exact  # objects without floats (the usual case): encoded by orjson, valid UTF-8
     if all(type(value) is dict for value in values) and all(
         type(key) is str for value in values for key in value
     ):

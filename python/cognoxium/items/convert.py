@@ -18,7 +18,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from cognoxium.exceptions import SchemaError
-from cognoxium.items._json import canonical_flat_column, canonical_json_list
+from cognoxium.items._json import canonical_json_list, canonical_object_column
 from cognoxium.items.model import ContextItem
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA, SCHEMA
 from cognoxium.items.validation import check_unique_ids, record_error
@@ -88,7 +88,7 @@ def _items_frame(items: Iterable[ContextItem]) -> pl.DataFrame:
     items = list(items)
     columns = _item_columns(items)
     values = [item.metadata for item in items]
-    metadata = canonical_flat_column(values, "metadata")
+    metadata = canonical_object_column(values, "metadata")
     if metadata is None:
         metadata = pl.Series("metadata", canonical_json_list(values), pl.String)
     frame = pl.DataFrame([_column(name, values) for name, values in columns.items()])
