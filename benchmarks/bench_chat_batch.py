@@ -10,8 +10,10 @@ Four methods are timed.
 
 ``cognoxium``
     ``read_openai_conversations(path)``, then ``run_batch`` with one request
-    per conversation (``where: metadata.conversation = '<id>'``, no rank,
-    one process): the packs with their bodies (the default).
+    per conversation (``conversation_requests``: ``where:
+    metadata.conversation = '<id>'``), no rank, one process: the packs with
+    their bodies (the default), as ``cognoxium pack --conversations
+    --budget`` writes them.
 ``cognoxium_ids``
     The same with ``bodies=False``: the item ids only.
 ``langchain``
@@ -56,7 +58,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cognoxium.app.batch import Request, run_batch
+from cognoxium.app.batch import conversation_requests, run_batch
 from cognoxium.formats.openai import read_openai_conversations
 from cognoxium.packing.manifests import read_bodies
 from cognoxium.packing.options import PackOptions
@@ -117,14 +119,10 @@ def write_export(path: Path, shape: str, size: int) -> None:
 def cognoxium(export: Path, out: Path, budget: int, *, bodies: bool) -> list[str]:
     """The export read as items and packed by ``run_batch``; returns the conversation ids."""
     store = read_openai_conversations(export)
-    ids = store.to_polars().get_column("metadata").str.json_path_match("$.conversation")
-    conversations = list(dict.fromkeys(ids.to_list()))
-    requests = [
-        Request(id=c, budget=budget, where=f"metadata.conversation = '{c}'") for c in conversations
-    ]
+    requests = conversation_requests(store, budget)
     options = PackOptions(as_of=AS_OF)
     run_batch(store, requests, out_dir=out, options=options, rank="none", bodies=bodies, workers=1)
-    return conversations
+    return [request.id for request in requests]
 
 
 def message_tokens(message: dict[str, Any]) -> int:

@@ -1277,3 +1277,45 @@ def test_a_batch_does_not_tokenize_an_item_too_large_for_every_budget_of_its_sco
         alone = frame.pack(request.budget, as_of=AS_OF, label=request.id)
         assert written[request.id].to_json() == alone.manifest.to_json()
         assert written[request.id].to_polars().filter(pl.col("id") == "log")["tokens"][0] is None
+
+
+def test_conversation_requests_pack_each_conversation_in_order_of_its_first_item() -> None:
+    from cognoxium.app.batch import conversation_requests
+
+    rows = [
+        {"id": f"m{n}", "role": "user", "text": f"turn {n}", "metadata": {"conversation": c}}
+        for n, c in enumerate(["b", "a", "b", "o'k", "a"])
+    ]
+    store = CognitionFrame(rows)
+    requests = conversation_requests(store, 64)
+    assert [(r.id, r.budget, r.where, r.query) for r in requests] == [
+        ("b", 64, "metadata.conversation = 'b'", None),
+        ("a", 64, "metadata.conversation = 'a'", None),
+        ("o'k", 64, "metadata.conversation = 'o''k'", None),
+    ]
+    assert [batch_module.scope_rows(store, r)["id"].to_list() for r in requests] == [
+        ["m0", "m2"],
+        ["m1", "m4"],
+        ["m3"],
+    ]
+    assert conversation_requests(store.filter(pl.col("id") == "none"), 64) == []
+
+
+def test_conversation_requests_name_an_item_without_a_conversation_and_a_bad_id() -> None:
+    from cognoxium.app.batch import conversation_requests
+
+    rows = [
+        {"id": "m0", "role": "user", "text": "a", "metadata": {"conversation": "c1"}},
+        {"id": "m1", "role": "user", "text": "b", "metadata": {"thread": "c1"}},
+    ]
+    with pytest.raises(RecordError) as caught:
+        conversation_requests(CognitionFrame(rows), 64)
+    assert (caught.value.row, caught.value.field) == (1, "metadata")
+    assert "no metadata.conversation" in caught.value.message
+    threads = CognitionFrame(rows).with_columns(metadata=pl.lit('{"thread":"t1"}'))
+    assert [r.where for r in conversation_requests(threads, 64, key="thread")] == [
+        "metadata.thread = 't1'"
+    ]
+    rows[1]["metadata"] = {"conversation": "c\x07"}
+    with pytest.raises(RecordError, match="conversation 'c\\\\x07' cannot be a request id"):
+        conversation_requests(CognitionFrame(rows), 64)

@@ -1502,7 +1502,7 @@ def test_readme_docs_and_help_state_the_code_default_rank() -> None:
 @pytest.mark.parametrize(
     ("command", "usage"),
     [
-        ("pack", "Usage: cognoxium pack [OPTIONS] ITEMS REQUESTS"),
+        ("pack", "Usage: cognoxium pack [OPTIONS] ITEMS [REQUESTS]"),
         ("locomo", "Usage: cognoxium locomo [OPTIONS] PATH"),
         ("train-ranker", "Usage: cognoxium train-ranker [OPTIONS] PATH"),
         ("redact", "Usage: cognoxium redact [OPTIONS] SOURCE TARGET"),
@@ -1539,3 +1539,103 @@ def test_the_cli_choices_of_the_pack_options_are_the_options_values() -> None:
     ]
     for enum, values in pairs:
         assert sorted(e.value for e in enum) == sorted(values), enum.__name__
+
+
+def write_chats(path: Path, conversations: dict[str, list[dict[str, object]]]) -> Path:
+    """A chat export: one {"conversation_id", "messages"} line per conversation."""
+    lines = [json.dumps({"conversation_id": c, "messages": m}) for c, m in conversations.items()]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+CHATS: dict[str, list[dict[str, object]]] = {
+    "support-1": [
+        {"role": "system", "content": "You are Acme support."},
+        {"role": "user", "content": "Where is order 7? " * 20},
+        {"role": "assistant", "content": "It ships today. " * 20},
+        {"role": "user", "content": "And order 8?"},
+    ],
+    "it's-2": [  # an id a SQL string must quote
+        {"role": "user", "content": "Run the tests."},
+        {"role": "tool", "tool_call_id": "lost", "content": "3 passed"},  # no call: an orphan
+        {"role": "assistant", "content": "They pass."},
+    ],
+}
+
+
+def test_pack_conversations_packs_each_conversation_of_a_chat_export(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from cognoxium.app.batch import conversation_requests, run_batch
+    from cognoxium.formats.openai import read_openai_conversations
+    from cognoxium.packing.manifests import read_bodies
+    from cognoxium.packing.options import PackOptions
+
+    chats = write_chats(tmp_path / "chats.jsonl", CHATS)
+    args = ("--out", str(tmp_path / "cli"), "--as-of", AS_OF, "--manifests", "jsonl")
+    code, _, stderr = pack(str(chats), "--conversations", "--budget", "60", *args)
+    assert code == EXIT_OK, stderr
+    bodies = dict(read_bodies(tmp_path / "cli"))
+    assert list(bodies) == ["support-1", "it's-2"]
+    first, second = bodies.values()
+    assert first is not None
+    assert second is not None
+    assert [m["content"] for m in first["messages"]] == ["You are Acme support.", "And order 8?"]
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant"]  # orphan left out
+    manifests = records(tmp_path / "cli", "manifests")
+    reasons = {e["id"]: e["reason"] for e in manifests[1]["entries"]}
+    assert reasons["it's-2:1"] == "tool_result_orphan"
+    # the same files as the Python calls the flag stands for
+    store = read_openai_conversations(chats, tool_errors="keep")
+    run_batch(
+        store,
+        conversation_requests(store, 60),
+        out_dir=tmp_path / "python",
+        options=PackOptions(as_of=datetime.fromisoformat(AS_OF)),
+        manifests="jsonl",
+    )
+    names = layout(tmp_path / "python")
+    assert names == layout(tmp_path / "cli")
+    assert_same_outputs(tmp_path / "cli", tmp_path / "python", names)
+
+
+def test_pack_conversations_with_tool_errors_error_refuses_a_broken_export(tmp_path: Path) -> None:
+    chats = write_chats(tmp_path / "chats.jsonl", CHATS)
+    args = ("--budget", "60", "--out", str(tmp_path / "out"), "--tool-errors", "error")
+    code, _, stderr = pack(str(chats), "--conversations", *args)
+    assert code == EXIT_BAD_INPUT
+    assert f"{chats}:2" in stderr
+    assert "tool" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_pack_conversations_names_the_line_of_a_bad_conversation(tmp_path: Path) -> None:
+    chats = write_chats(tmp_path / "chats.jsonl", CHATS)
+    with chats.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"conversation_id": "c3", "messages": {"role": "user"}}) + "\n")
+    code, _, stderr = pack(str(chats), "--conversations", "--budget", "60", "--out", "o")
+    assert code == EXIT_BAD_INPUT
+    assert f"{chats}:3" in stderr
+    assert "messages" in stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ((), "REQUESTS is needed, unless --conversations and --budget"),
+        (("--budget", "60"), "REQUESTS is needed"),  # a budget alone reads no conversations
+        (("REQUESTS", "--conversations", "--budget", "60"), "not both"),
+        (("--conversations", "--budget", "60", "--engine", "ray"), "--engine ray packs"),
+    ],
+)
+def test_pack_without_requests_or_with_them_twice_is_a_usage_error(
+    tmp_path: Path, extra: tuple[str, ...], named: str
+) -> None:
+    chats = write_chats(tmp_path / "chats.jsonl", CHATS)
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "r", "budget": 9}) + "\n")
+    given = tuple(str(requests) if arg == "REQUESTS" else arg for arg in extra)
+    code, _, stderr = pack(str(chats), *given, "--out", str(tmp_path / "out"))
+    assert code == EXIT_USAGE
+    assert named in " ".join(stderr.split())
+    assert not (tmp_path / "out").exists()

@@ -127,6 +127,7 @@ __all__ = [
     "ScopeResult",
     "batch_rank_methods",
     "check_rank_method",
+    "conversation_requests",
     "pack_scope",
     "prepare_requests",
     "rank_request",
@@ -576,6 +577,69 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
             )
         seen[request.id] = where
         requests.append(_located(request, where))
+    return requests
+
+
+def conversation_requests(
+    store: CognitionFrame, budget: int, *, key: str = "conversation"
+) -> list[Request]:
+    r"""One request per conversation of ``store``, each packing that conversation alone.
+
+    The conversations are the distinct values of ``metadata.<key>``, in
+    the order of their first items: the text ids that
+    :func:`~cognoxium.formats.openai.read_openai_conversations` writes.
+    Each request's ``id`` is the conversation's id and its ``where``
+    ``metadata.<key> = '<id>'``; it has no query, so the default rank keeps
+    the conversation's newest messages (as ``rank("none")`` does).
+
+    Parameters
+    ----------
+    store
+        The items.
+    budget
+        Every request's budget, in tokens.
+    key
+        The metadata key that names each item's conversation.
+
+    Returns
+    -------
+    list of Request
+        In the order of the conversations' first items; empty for a store
+        without items.
+
+    Raises
+    ------
+    RecordError
+        If an item has no ``metadata.<key>`` (field ``metadata``, ``row``
+        its 0-based row), or a conversation's id cannot be a
+        request id (field ``id``), or ``budget`` is not a valid budget.
+
+    Examples
+    --------
+    >>> from cognoxium.formats.openai import from_openai_messages
+    >>> chat = from_openai_messages([{"role": "user", "content": "Hi"}])
+    >>> store = chat.with_columns(metadata=pl.lit('{"conversation":"it\'s"}'))
+    >>> [(r.id, r.budget, r.where) for r in conversation_requests(store, 512)]
+    [("it's", 512, "metadata.conversation = 'it''s'")]
+    """
+    ids = store.to_polars().get_column("metadata").str.json_path_match(f"$.{key}")
+    missing = ids.is_null().arg_true()
+    if len(missing):
+        raise RecordError(
+            f"no metadata.{key} names this item's conversation",
+            row=int(missing[0]),
+            field="metadata",
+        )
+    requests = []
+    for conversation in ids.unique(maintain_order=True).to_list():
+        where = f"metadata.{key} = '" + conversation.replace("'", "''") + "'"
+        try:
+            requests.append(Request(id=conversation, budget=budget, where=where))
+        except ValidationError as exc:
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise RecordError(
+                f"conversation {conversation!r} cannot be a request id: {message}", field="id"
+            ) from None
     return requests
 
 

@@ -741,6 +741,7 @@ def _pack_store(items: Path) -> CognitionFrame:
         "cognoxium pack examples/sample/items.jsonl examples/sample/requests.jsonl "
         "--out out/sample --as-of 2026-01-01T00:00:00Z",
         "cognoxium pack items.parquet requests.jsonl --out out/recent --rank recency --json",
+        "cognoxium pack chats.jsonl --conversations --budget 8000 --out out/chats",
         note='Each request is a JSON object per line: {"id", "budget", "reserve", "overflow", '
         '"query", "where", "as_of", "evidence", "labels", "turns", "start_on", "gaps", '
         '"tool_errors", "target", "gap_note", "previous"}; turns (true/false) packs whole '
@@ -768,13 +769,6 @@ def pack_command(
             callback=_readable_store,
         ),
     ],
-    requests: Annotated[
-        Path,
-        typer.Argument(
-            help="Requests: a .jsonl file, one request per line, or a .parquet file, one per row.",
-            **_EXISTING_FILE,
-        ),
-    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -785,6 +779,34 @@ def pack_command(
             "empty or written by a run).",
         ),
     ],
+    requests: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Requests: a .jsonl file, one request per line, or a .parquet file, one per "
+            "row. Left out with --conversations and --budget: one request per conversation.",
+            **_EXISTING_FILE,
+        ),
+    ] = None,
+    conversations: Annotated[
+        bool,
+        typer.Option(
+            "--conversations",
+            help='ITEMS is a .jsonl file of chat conversations, one {"conversation_id", '
+            '"messages"} object per line (OpenAI chat messages, as exported chat logs and '
+            "fine-tuning files hold them): each message is an item whose "
+            "metadata.conversation is its conversation's id (see read_openai_conversations). "
+            "Tool results that break the chat APIs' rules are read, for --tool-errors to "
+            "repair or refuse.",
+        ),
+    ] = False,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="With --conversations and no REQUESTS: pack each conversation, in file order, "
+            "as a request of this many tokens, its id the conversation's id.",
+        ),
+    ] = None,
     profile: Annotated[str, typer.Option(help=_PROFILE_HELP, callback=_profile)] = "cl100k_base",
     rank: _RankOption = "learned",
     manifests: _Manifests = ManifestFormat.PARQUET,
@@ -916,6 +938,9 @@ def pack_command(
 ) -> None:
     """Pack every request of REQUESTS over the items of ITEMS.
 
+    With --conversations and --budget (no REQUESTS), ITEMS is a chat export and
+    each of its conversations is a request.
+
     Writes the packs, DIR/packs/part-<n>.jsonl (request_id, included ids in order,
     used_tokens, budget, and the body to send: {"messages"}, or {"system", "messages"}
     for --target anthropic), and the manifests: DIR/manifests/part-<n>.parquet (one row
@@ -934,7 +959,8 @@ def pack_command(
     if engine is Engine.LOCAL:
         _preload_model(rank, retrieval)  # loads while the modules below and the items are read
 
-    from cognoxium.app.batch import read_requests
+    from cognoxium.app.batch import conversation_requests, read_requests
+    from cognoxium.frame.frame import CognitionFrame
 
     options = _pack_options(
         profile=profile,
@@ -949,9 +975,16 @@ def pack_command(
         gap_note=gap_note,
         cache_model=cache_model,
     )
-    runner = _batch_runner(engine, items, address, workers, quiet=quiet or json_output)
+    _check_requests_given(requests, conversations, budget, engine)
+    store = _conversations(items, tool_errors) if conversations else items
+    runner = _batch_runner(engine, store, address, workers, quiet=quiet or json_output)
     try:
-        batch = read_requests(requests)
+        if requests is None:
+            assert isinstance(store, CognitionFrame)
+            assert budget is not None
+            batch = conversation_requests(store, budget)
+        else:
+            batch = read_requests(requests)
         stats = runner(
             batch,
             out_dir=out,
@@ -1041,13 +1074,53 @@ _CACHED_BY = {
 """Per cache kind: the target whose requests it caches, and how."""
 
 
+def _check_requests_given(
+    requests: Path | None, conversations: bool, budget: int | None, engine: Engine
+) -> None:
+    """Refuse a pack whose requests are given twice or not at all (a usage error, exit 1)."""
+    if requests is not None and budget is not None:
+        raise typer.BadParameter(
+            "give REQUESTS or --budget (with --conversations), not both", param_hint="--budget"
+        )
+    if requests is None and not (conversations and budget is not None):
+        raise typer.BadParameter(
+            "REQUESTS is needed, unless --conversations and --budget pack each conversation "
+            "of ITEMS",
+            param_hint="REQUESTS",
+        )
+    if conversations and engine is Engine.RAY:
+        raise typer.BadParameter(
+            "--engine ray packs a Parquet store; --conversations reads a JSONL file",
+            param_hint="--engine",
+        )
+
+
+def _conversations(items: Path, tool_errors: ToolErrors) -> CognitionFrame:
+    """The chat conversations of the JSONL file ``items`` as items (exit 2 when bad)."""
+    from cognoxium.formats.openai import read_openai_conversations
+
+    try:
+        if tool_errors is ToolErrors.REPAIR:  # read, for the packs to leave out
+            return read_openai_conversations(items, tool_errors="keep")
+        return read_openai_conversations(items, tool_errors="error")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail_io(exc, "read", items)
+    except CognoxiumError as exc:
+        _fail(exc, EXIT_BAD_INPUT)
+
+
 def _batch_runner(
-    engine: Engine, items: Path, address: str | None, workers: int | None, *, quiet: bool
+    engine: Engine,
+    items: Path | CognitionFrame,
+    address: str | None,
+    workers: int | None,
+    *,
+    quiet: bool,
 ) -> Callable[..., Any]:
     """The batch run of ``pack``: over the store ``items`` here, or as Ray Data tasks.
 
-    The local runner reads the store now: a store it cannot read fails the
-    command (exit 2).
+    The local runner reads the store now (unless ``items`` is one already):
+    a store it cannot read fails the command (exit 2).
     """
     from functools import partial
 
@@ -1055,7 +1128,10 @@ def _batch_runner(
     from cognoxium.app.distributed import run_batch_ray
 
     if engine is Engine.RAY:  # Ray's own lines are progress output
+        assert isinstance(items, Path)
         return partial(run_batch_ray, items, address=address, workers=workers, quiet=quiet)
+    if not isinstance(items, Path):
+        return partial(run_batch, items, workers=workers)
     try:
         return partial(run_batch, _pack_store(items), workers=workers)
     except (OSError, UnicodeDecodeError) as exc:

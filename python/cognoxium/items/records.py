@@ -369,7 +369,7 @@ _CHAT_DATA = {
     "messages": (
         'a chat conversation, not an item: read a file of {"conversation_id", "messages"} '
         "lines with cognoxium.formats.openai.read_openai_conversations, which makes an item "
-        "of each message"
+        "of each message (cognoxium pack reads it with --conversations)"
     ),
     "content": (
         "a chat message, not an item (an item gives 'text'): read a file of OpenAI chat "
