@@ -660,13 +660,15 @@ def test_awaited_parallel_results_that_do_not_fit_are_cut_the_last_first() -> No
         }
         framing = {row: cost[row] - cuts[row][1] for row in cuts}
         assert cuts["trip:3"] == (64, cost["trip:3"] - framing["trip:3"], "head")
-        # The room of the first result's whole cost holds both, the second at 64 tokens.
-        assert cuts["trip:2"][0] == cost["trip:2"] - framing["trip:2"] - (64 + framing["trip:3"])
         sent = to_openai_messages(result)
         assert sent[:2] == PARALLEL[:2]
-        for message, whole in zip(sent[2:], (FLIGHTS, HOTELS), strict=True):
-            assert whole.startswith(message["content"])
-            assert message["content"] != whole
+        for message, whole, row in zip(sent[2:], (FLIGHTS, HOTELS), cuts, strict=True):
+            kept, note = message["content"].rsplit("\n", 1)
+            assert whole.startswith(kept)
+            assert note == f"[{cuts[row][1] - cuts[row][0]} tokens cut]"
+        # The room of the first result's whole cost holds both, the second at 64 tokens:
+        # the messages sent cost the budget, their notes counted.
+        assert sum(map(PROFILE.message_tokens, sent)) + PROFILE.tokens_per_pack == budget
         assert [m["tool_call_id"] for m in sent[2:]] == ["c1", "c2"]
 
 
@@ -712,12 +714,16 @@ def test_the_result_an_unfinished_agent_loop_awaits_is_cut_to_fit_with_defaults(
     sent = packed.to_openai()
     assert sent[:2] == messages[:2]
     assert sent[-2] == messages[-2]  # the call, whole
-    assert LOG.startswith(sent[-1]["content"])
-    assert len(sent[-1]["content"]) < len(LOG)
+    kept, note = sent[-1]["content"].rsplit("\n", 1)
+    assert LOG.startswith(kept)
+    assert len(kept) < len(LOG)
     assert packed.used_tokens == 4096
     (cut,) = packed.manifest.truncations
     assert (cut.id, cut.side) == ("loop:9", "head")
     assert cut.kept_tokens >= 64
+    # the model reads that the log goes on, where a log cut mid-line would read as whole
+    assert note == f"[{cut.original_tokens - cut.kept_tokens} tokens cut]"
+    assert sum(map(PROFILE.message_tokens, sent)) + PROFILE.tokens_per_pack == 4096
     assert openai_faults(sent) == []
     # Its own mark is the one used.
     marked = frame.to_polars().with_columns(
@@ -727,7 +733,7 @@ def test_the_result_an_unfinished_agent_loop_awaits_is_cut_to_fit_with_defaults(
         .alias("metadata")
     )
     tail = CognitionFrame(marked).pack(4096, as_of=AS_OF).to_openai()[-1]["content"]
-    assert LOG.endswith(tail)
+    assert LOG.endswith(tail)  # a mark without a note sends the cut text alone
     assert len(tail) < len(LOG)
     # Answered, it is history: left out with its call, as any long exchange.
     answered = from_openai_messages(

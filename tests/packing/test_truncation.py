@@ -150,6 +150,26 @@ def test_tail_keeps_the_end_of_the_text() -> None:
     assert result.manifest.truncations[0].side == "tail"
 
 
+@pytest.mark.parametrize("side", ["head", "tail"])
+def test_a_note_is_sent_on_its_side_of_the_cut_text_and_counted(side: str) -> None:
+    record = doc(side=side)
+    record["metadata"]["truncate"]["note"] = "[{n} tokens cut]"
+    result = pack(frame(SYSTEM, record), 50, PackOptions(as_of=AS_OF))
+    # 36 tokens of text without a note: "\n[71 tokens cut]" after it costs 6 of them,
+    # "[70 tokens cut]\n" before it 5.
+    content = result.messages[1]["content"]
+    (cut,) = result.manifest.truncations
+    if side == "head":
+        assert (cut.kept_tokens, cut.original_tokens) == (30, 101)
+        assert content == " ".join(["word"] * 30) + "\n[71 tokens cut]"
+    else:
+        assert (cut.kept_tokens, cut.original_tokens) == (31, 101)
+        assert content == "[70 tokens cut]\n" + " word" * 30 + " "
+    assert result.used_tokens == 50 == CL100K.request_tokens(result.messages)
+    assert cut.content_hash == content_hash("text", content.encode())
+    assert result.frame.row(1, named=True)["text"] == content
+
+
 def test_min_tokens_refuses_a_cut_that_keeps_too_little() -> None:
     # 30 - 3 - 7 - 4 = 16 tokens would be left for the text: below min_tokens 20.
     result = pack(frame(SYSTEM, doc(min_tokens=20)), 30, PackOptions(as_of=AS_OF))
@@ -232,6 +252,9 @@ def test_a_cut_data_block_is_priced_as_sent() -> None:
         ({"min_tokens": "10"}, "min_tokens"),
         ({"sides": "head"}, "sides"),
         ("head", "not a truncation mark"),
+        ({"note": "{count} cut"}, "note: Value error, a note's only field is {n}"),
+        ({"note": "  "}, "note: Value error, a note must not be blank"),
+        ({"note": 5}, "note"),
     ],
 )
 def test_a_malformed_mark_names_the_row_and_field(mark: Any, match: str) -> None:
@@ -386,19 +409,29 @@ PIECES = st.sampled_from(["word", " ", "東京", "👍🏽", "é", "\n", "naïve
     texts=st.lists(st.lists(PIECES, min_size=1, max_size=60).map("".join), min_size=1, max_size=4),
     sides=st.lists(st.sampled_from(["head", "tail"]), min_size=4, max_size=4),
     mins=st.lists(st.integers(1, 12), min_size=4, max_size=4),
+    notes=st.lists(st.sampled_from([None, "[{n} tokens cut]", "(+{n})"]), min_size=4, max_size=4),
     budget=st.integers(10, 120),
     reserve=st.integers(0, 10),
 )
 def test_truncated_packs_cost_what_they_send(
-    texts: list[str], sides: list[str], mins: list[int], budget: int, reserve: int
+    texts: list[str],
+    sides: list[str],
+    mins: list[int],
+    notes: list[str | None],
+    budget: int,
+    reserve: int,
 ) -> None:
+    marks = [
+        {"side": side, "min_tokens": least, **({} if note is None else {"note": note})}
+        for side, least, note in zip(sides, mins, notes, strict=True)
+    ]
     records = [SYSTEM] + [
         {
             "id": f"d{i}",
             "role": "document",
             "text": text,
             "rank": float(len(texts) - i),
-            "metadata": {"truncate": {"side": sides[i], "min_tokens": mins[i]}},
+            "metadata": {"truncate": marks[i]},
         }
         for i, text in enumerate(texts)
     ]
@@ -406,12 +439,19 @@ def test_truncated_packs_cost_what_they_send(
     assert result.used_tokens == CL100K.request_tokens(result.messages) <= budget
     originals = {r["id"]: r["text"] for r in records}
     for record in result.manifest.truncations:
-        kept = result.frame.filter(pl.col("id") == record.id).get_column("text").item()
+        sent = result.frame.filter(pl.col("id") == record.id).get_column("text").item()
+        note = notes[int(record.id[1:])]
+        kept = sent
+        if note is not None:  # the note of the tokens cut, on its side, on a line of its own
+            line = note.format(n=record.original_tokens - record.kept_tokens)
+            head = record.side == "head"
+            assert sent.endswith("\n" + line) if head else sent.startswith(line + "\n")
+            kept = sent[: -len(line) - 1] if head else sent[len(line) + 1 :]
         original = originals[record.id]
         assert original.startswith(kept) if record.side == "head" else original.endswith(kept)
         assert mins[int(record.id[1:])] <= record.kept_tokens < record.original_tokens
         assert record.kept_tokens == len(CL100K.encoding.encode_ordinary(kept))
-        assert record.content_hash == content_hash("text", kept.encode())
+        assert record.content_hash == content_hash("text", sent.encode())
 
 
 def test_a_cut_made_for_a_selection_left_behind_does_not_carry_over() -> None:

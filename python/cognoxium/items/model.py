@@ -334,7 +334,7 @@ TRUNCATE_KEY = "truncate"
 
 
 class Truncation(BaseModel):
-    """How a pack may cut an item that does not fit whole: ``metadata["truncate"]``.
+    r"""How a pack may cut an item that does not fit whole: ``metadata["truncate"]``.
 
     An item whose metadata holds ``{"truncate": {"side": ..., "min_tokens": ...}}``
     may be cut at token boundaries to fit a pack (see
@@ -352,19 +352,52 @@ class Truncation(BaseModel):
         The fewest tokens of the text worth sending, in tokens (>= 1,
         default 1): a cut that would keep fewer is refused and the item is
         excluded whole.
+    note
+        ``None`` (the default): the cut text is sent as it is. Otherwise a
+        line sent with a cut text, after it (side ``"head"``) or before it
+        (side ``"tail"``), with ``{n}`` replaced by the number of tokens
+        cut, as ``"[{n} tokens cut]"``: the model then reads that the text
+        goes on. It is counted in the item's cost; ``min_tokens`` counts the
+        text kept, without it.
 
     Examples
     --------
     >>> Truncation.model_validate({"side": "tail", "min_tokens": 32})
-    Truncation(side='tail', min_tokens=32)
+    Truncation(side='tail', min_tokens=32, note=None)
     >>> Truncation.model_validate({})
-    Truncation(side='head', min_tokens=1)
+    Truncation(side='head', min_tokens=1, note=None)
+    >>> Truncation(note="[{n} tokens cut]").noted("Line 1\nLi", 120)
+    'Line 1\nLi\n[120 tokens cut]'
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     side: Literal["head", "tail"] = "head"
     min_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_INT)] = 1
+    note: Annotated[str, Field(strict=True, min_length=1, max_length=1024)] | None = None
+
+    @field_validator("note")
+    @classmethod
+    def _one_field(cls, note: str | None) -> str | None:
+        if note is None:
+            return None
+        if not note.strip():
+            raise ValueError("a note must not be blank")
+        try:
+            note.format(n=1)
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(
+                f"a note's only field is {{n}} (the tokens cut), as '[{{n}} tokens cut]'; "
+                f"{type(error).__name__}: {error}"
+            ) from None
+        return note
+
+    def noted(self, kept: str, cut: int) -> str:
+        """``kept``, the text a cut kept, with the note of the ``cut`` tokens on its side."""
+        if self.note is None:
+            return kept
+        line = self.note.format(n=cut)
+        return f"{kept}\n{line}" if self.side == "head" else f"{line}\n{kept}"
 
 
 def _iso(value: datetime) -> str:

@@ -24,8 +24,9 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
 - The results a half-finished agent loop awaits (the ``tool`` messages with
   a text payload after the last ``user`` or ``assistant`` message) are
   truncatable without a mark, as if marked ``{"truncate": {"min_tokens":
-  64}}`` (head kept; see :func:`mark_awaited`): the model reads them next,
-  and their call left out with them would have it make the same call again.
+  64, "note": "[{n} tokens cut]"}}`` (head kept, then a line naming the
+  tokens cut; see :func:`mark_awaited`): the model reads them next, and
+  their call left out with them would have it make the same call again.
   Their own mark, when they have one, is the one used. A pack that
   continues an earlier one evicts history to send them whole before it
   cuts them.
@@ -61,11 +62,13 @@ __all__ = [
     "mark_awaited",
 ]
 
-AWAITED_MARK = Truncation(min_tokens=64)
-"""The mark of an awaited tool result that has none of its own: head kept, ``min_tokens`` 64.
+AWAITED_MARK = Truncation(min_tokens=64, note="[{n} tokens cut]")
+"""The mark of an awaited tool result that has none of its own: head kept, ``min_tokens`` 64,
+and a note after the cut text, ``[<n> tokens cut]``.
 
 A cut that keeps fewer tokens sends too little of the result to read: the
-exchange is then left out whole, as an unmarked one is.
+exchange is then left out whole, as an unmarked one is. The note tells the
+model that the output goes on, where a log cut mid-line would read as whole.
 """
 
 
@@ -394,6 +397,7 @@ class Cutter:
             kept, tokens = earlier.text, earlier.kept_tokens
         else:
             kept, tokens = cut_tokens(self.costs.profile, text, keep, mark.side)
+            kept = mark.noted(kept, whole - tokens)
         sub = self.df[[row]].with_columns(pl.lit(kept, pl.String).alias("text"))
         action = None if self.action is None else self.action.gather([row])
         content = chat_columns(sub, action).content[0]
