@@ -554,3 +554,35 @@ def test_an_agent_loop_keeps_its_task_and_its_newest_step_cut_at_every_larger_bu
         kept.append(cut.kept_tokens)
         assert result.used_tokens == budget == PROFILE.request_tokens(result.messages)
     assert kept == sorted(kept)  # more budget, more of the log
+
+
+@pytest.mark.parametrize("option", [{"start_on": "user"}, {"target": "anthropic"}])
+def test_with_gaps_stop_the_start_on_a_user_message_leaves_the_tail_unbroken(
+    option: dict[str, str],
+) -> None:
+    # The tail from the newest is a1, q2, a2, q3 (q1 does not fit). Starting on a user
+    # message drops a1; q1 then fits in its room, and before, it was taken: q1, then a
+    # hole where its reply was, then q2. trim_messages(start_on="human") sends q2 on.
+    df = chat(
+        [
+            ("sys", "system", "Be brief."),
+            ("q1", "user", "word " * 60),
+            ("a1", "assistant", "word " * 70),
+            ("q2", "user", "And shipping?"),
+            ("a2", "assistant", "Free over 50 EUR."),
+            ("q3", "user", "Thanks."),
+        ]
+    )
+    room = cost(df, "sys", "a1", "q2", "a2", "q3") + PROFILE.tokens_per_pack
+    assert cost(df, "q1") > 10
+    assert cost(df, "q1") <= cost(df, "a1") + 10
+    result = pack(df, room + 10, PackOptions(as_of=AS_OF, **option))  # type: ignore[arg-type]
+    assert result.ids == ["sys", "q2", "a2", "q3"]
+    assert {k: reasons(result)[k] for k in ("q1", "a1")} == {
+        "q1": "over_budget",  # the miss that ended the tail
+        "a1": "before_first_user",
+    }
+    # gaps="fill" fills the room with older messages and marks the hole
+    filled = pack(df, room + 10, PackOptions(as_of=AS_OF, gaps="fill", **option))  # type: ignore[arg-type]
+    assert filled.ids == ["sys", "q1", "q2", "a2", "q3"]
+    assert reasons(filled)["a1"] == "gap"

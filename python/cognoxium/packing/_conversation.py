@@ -21,7 +21,9 @@ are dropped. Those left before the first user message get reason
 reason ``gap``). That repeats until the pack starts on a user message or
 holds only its system block; each round drops at least one unit, so it ends.
 This is LangChain's ``trim_messages(start_on="human")``, with the refill that
-skip-and-continue selection gives.
+skip-and-continue selection gives. With ``gaps="stop"``, a tail that already
+holds a user message is not refilled: the units before that message are
+dropped and nothing older is taken, so the tail stays unbroken.
 
 With no start rule (either ``gaps`` mode), a selection that sends no user
 message at all (an agent loop whose steps fill the budget) is dropped from
@@ -58,6 +60,8 @@ def start_on_user(
     included: np.ndarray,
     select: Callable[[Queue], np.ndarray],
     roles: ChatRoles,
+    *,
+    stop: bool = False,
 ) -> tuple[np.ndarray, Exclusions]:
     """Drop selected units before the pack's first user message, oldest first, and select again.
 
@@ -78,6 +82,12 @@ def start_on_user(
         selection, with its costs, reserve and truncation).
     roles
         The rows' chat roles (:meth:`ChatRoles.of` ``df``).
+    stop
+        ``gaps="stop"``: when the selection's tail already holds a user
+        message, the units before it are dropped and nothing older is taken
+        in their place (the tail stays unbroken, as ``trim_messages(
+        start_on="human")`` leaves it); the refill above is for a tail that
+        holds none (an agent loop reaching back for its task).
 
     Returns
     -------
@@ -116,6 +126,11 @@ def start_on_user(
         if len(early) == 0:
             break
         _refuse_required(df, rows, units, early)
+        if stop and _tail_opens(queue, included, has_user):
+            dropped[early] = True
+            older = _older_than_tail(queue, included, unit_places)
+            included = select(queue.without(dropped | older))
+            continue
         if not (has_user[queue.order] & ~included[queue.order]).any():  # none to let in
             dropped[early] = True
             included = select(queue.without(dropped))
@@ -127,6 +142,23 @@ def start_on_user(
     lost = _row_mask(units, dropped) & rows.eligible & _before(places, rows, units, included, roles)
     reason = np.where(lost, REASON_CODE[Reason.BEFORE_FIRST_USER], rows.reason)
     return included, replace(rows, reason=reason, eligible=rows.eligible & ~lost)
+
+
+def _tail_opens(queue: Queue, included: np.ndarray, has_user: np.ndarray) -> bool:
+    """Whether the selected newest-first units (the tail) hold a user message."""
+    lane = queue.order[queue.newest_first]
+    return bool((included[lane] & has_user[lane]).any())
+
+
+def _older_than_tail(queue: Queue, included: np.ndarray, places: np.ndarray) -> np.ndarray:
+    """``(n_units,)`` bool: the newest-first units left out sent before the oldest taken."""
+    lane = queue.order[queue.newest_first]
+    taken = lane[included[lane]]
+    older = np.zeros(len(included), dtype=bool)
+    if len(taken):
+        first = places[taken].min()
+        older[lane[~included[lane] & (places[lane] < first)]] = True
+    return older
 
 
 def reach_user(

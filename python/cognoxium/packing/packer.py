@@ -971,7 +971,10 @@ class PackScope:
         included = select(queue)
         if _starts_on_user(call):
             roles = self._chat_roles
-            included, rows = start_on_user(self.df, rows, units, queue, included, select, roles)
+            stop = call.options.gaps == "stop"
+            included, rows = start_on_user(
+                self.df, rows, units, queue, included, select, roles, stop=stop
+            )
         else:
             roles = self._chat_roles
             included, rows = reach_user(self.df, rows, units, queue, included, select, roles)
