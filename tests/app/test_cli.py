@@ -1639,3 +1639,18 @@ def test_pack_without_requests_or_with_them_twice_is_a_usage_error(
     assert code == EXIT_USAGE
     assert named in " ".join(stderr.split())
     assert not (tmp_path / "out").exists()
+
+
+def test_pack_conversations_packs_an_empty_conversation_empty_and_says_so(tmp_path: Path) -> None:
+    # An empty conversation has no item: it was left out of the packs without a word.
+    chats = write_chats(tmp_path / "chats.jsonl", {"a": CHATS["support-1"], "empty": [], "b": []})
+    with chats.open("a", encoding="utf-8") as out:
+        out.write("\n")  # a blank line is no conversation
+    args = ("--out", str(tmp_path / "out"), "--as-of", AS_OF)
+    code, _, stderr = pack(str(chats), "--conversations", "--budget", "60", *args)
+    assert code == EXIT_OK
+    lines = records(tmp_path / "out")
+    assert [line["request_id"] for line in lines] == ["a", "empty", "b"]
+    assert [line["body"] for line in lines[1:]] == [{"messages": []}] * 2
+    assert "2 request(s) packed empty" in stderr
+    assert "'empty', 'b'" in stderr

@@ -1019,6 +1019,11 @@ def test_a_file_of_one_conversation_per_line_reads_as_each_conversation_does(
         ('{"conversation_id": "c1", "messages": [], "tools": []}', "tools", "unknown key 'tools'"),
         ('{"conversation_id": "c0", "messages": []}', "conversation_id", "duplicate .* line 1"),
         (
+            '{"conversation_id": "a\\tb", "messages": [{"role": "user", "content": "x"}]}',
+            "conversation_id",
+            r"id must not hold control characters \(found U\+0009",
+        ),
+        (
             '{"conversation_id": "c9", "messages": [{"role": "robot", "content": "x"}]}',
             "role",
             r"got 'robot' \(message 0\)",

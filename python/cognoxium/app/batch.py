@@ -494,6 +494,20 @@ def _invalid(exc: ValidationError, where: _Where) -> RecordError:
     return where.error(message, field=name)
 
 
+def _conversations_of(store: CognitionFrame, key: str) -> list[str]:
+    """The distinct ``metadata.<key>`` of the items, in order of their first items."""
+    ids = store.to_polars().get_column("metadata").str.json_path_match(f"$.{key}")
+    missing = ids.is_null().arg_true()
+    if len(missing):
+        raise RecordError(
+            f"no metadata.{key} names this item's conversation",
+            row=int(missing[0]),
+            field="metadata",
+        )
+    conversations: list[str] = ids.unique(maintain_order=True).to_list()
+    return conversations
+
+
 def _is_parquet(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() == ".parquet"
 
@@ -581,7 +595,11 @@ def read_requests(path: str | os.PathLike[str]) -> list[Request]:
 
 
 def conversation_requests(
-    store: CognitionFrame, budget: int, *, key: str = "conversation"
+    store: CognitionFrame,
+    budget: int,
+    *,
+    key: str = "conversation",
+    conversations: Sequence[str] | None = None,
 ) -> list[Request]:
     r"""One request per conversation of ``store``, each packing that conversation alone.
 
@@ -600,12 +618,16 @@ def conversation_requests(
         Every request's budget, in tokens.
     key
         The metadata key that names each item's conversation.
+    conversations
+        The conversations' ids, in order, when known: a conversation
+        without items (an empty one of a chat export) then gets a request
+        too, which packs nothing. ``None``: those of the items.
 
     Returns
     -------
     list of Request
-        In the order of the conversations' first items; empty for a store
-        without items.
+        In the order of ``conversations``, or of the conversations' first
+        items; empty for a store without items.
 
     Raises
     ------
@@ -622,16 +644,10 @@ def conversation_requests(
     >>> [(r.id, r.budget, r.where) for r in conversation_requests(store, 512)]
     [("it's", 512, "metadata.conversation = 'it''s'")]
     """
-    ids = store.to_polars().get_column("metadata").str.json_path_match(f"$.{key}")
-    missing = ids.is_null().arg_true()
-    if len(missing):
-        raise RecordError(
-            f"no metadata.{key} names this item's conversation",
-            row=int(missing[0]),
-            field="metadata",
-        )
+    if conversations is None:
+        conversations = _conversations_of(store, key)
     requests = []
-    for conversation in ids.unique(maintain_order=True).to_list():
+    for conversation in conversations:
         where = f"metadata.{key} = '" + conversation.replace("'", "''") + "'"
         try:
             requests.append(Request(id=conversation, budget=budget, where=where))

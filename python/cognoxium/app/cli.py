@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     import polars as pl
     from rich.table import Table
 
+    from cognoxium.app.batch import Request
     from cognoxium.frame.frame import CognitionFrame
     from cognoxium.packing.options import PackOptions
     from cognoxium.retrieval.scope import RetrievalSettings
@@ -959,7 +960,7 @@ def pack_command(
     if engine is Engine.LOCAL:
         _preload_model(rank, retrieval)  # loads while the modules below and the items are read
 
-    from cognoxium.app.batch import conversation_requests, read_requests
+    from cognoxium.app.batch import read_requests
     from cognoxium.frame.frame import CognitionFrame
 
     options = _pack_options(
@@ -982,7 +983,7 @@ def pack_command(
         if requests is None:
             assert isinstance(store, CognitionFrame)
             assert budget is not None
-            batch = conversation_requests(store, budget)
+            batch = _export_requests(items, store, budget)
         else:
             batch = read_requests(requests)
         stats = runner(
@@ -1107,6 +1108,25 @@ def _conversations(items: Path, tool_errors: ToolErrors) -> CognitionFrame:
         _fail_io(exc, "read", items)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
+
+
+def _export_requests(items: Path, store: CognitionFrame, budget: int) -> list[Request]:
+    """One request per conversation of the chat export ``items``, in file order.
+
+    A conversation without messages has no item: when the file holds more
+    conversations than the items name, their ids are read from it, and
+    each of those gets a request that packs nothing (reported as such).
+    """
+    from cognoxium.app.batch import conversation_requests
+    from cognoxium.items.io import parse_json_lines
+
+    requests = conversation_requests(store, budget)
+    with items.open("rb") as lines:
+        conversations = sum(1 for line in lines if line.strip())
+    if conversations == len(requests):
+        return requests
+    ids = [record["conversation_id"] for _, record in parse_json_lines(items)]
+    return conversation_requests(store, budget, conversations=ids)
 
 
 def _batch_runner(

@@ -1475,6 +1475,14 @@ def _conversation_line(
             line=line,
             field=id_field,
         )
+    problem = id_problem(conversation)
+    if problem is not None:
+        raise RecordError(
+            f"the conversation's id {problem}: it begins its messages' item ids",
+            source=source,
+            line=line,
+            field=id_field,
+        )
     if conversation in first_line:
         raise RecordError(
             f"duplicate conversation id {conversation!r} "
