@@ -137,3 +137,35 @@ def test_a_metadata_key_of_one_type_compares_with_that_type() -> None:
     assert ids(frame.filter("metadata.n >= 2")) == ["b"]
     with pytest.raises(PredicateError, match=r"metadata\.n is a number \(Int64\)"):
         frame.filter("metadata.n = 'two'")
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            "metadata.acl.levl > 2",
+            "no item has the metadata key 'acl.levl': did you mean 'level'? "
+            "the keys of metadata.acl are ['group', 'level']",
+        ),
+        ("metadata.acl.level.x = 1", "metadata.acl.level is a number (Int64): it has no key 'x'"),
+        ("metadata.page.x = 1", "metadata.page is a number (Int64): it has no key 'x'"),
+    ],
+)
+def test_a_nested_metadata_key_no_item_has_is_named_with_the_keys_there_are(
+    tmp_path: Path, sql: str, message: str
+) -> None:
+    # Before: "Filter: StructFieldNotFoundError: levl", naming neither the predicate nor the keys.
+    from cognoxium.items import records_to_frame, write_parquet
+
+    rows = [
+        {"id": f"d{n}", "role": "document", "text": "x",
+         "metadata": {"acl": {"group": "g", "level": n}, "page": n}}
+        for n in range(4)
+    ]  # fmt: skip
+    write_parquet(records_to_frame(rows), tmp_path / "docs.parquet")
+    for frame in (CognitionFrame(rows), CognitionFrame.scan_parquet(tmp_path / "docs.parquet")):
+        with pytest.raises(PredicateError) as caught:
+            frame.filter(sql)
+        assert message in str(caught.value)
+        assert sql in str(caught.value)
+        assert frame.filter("metadata.acl.level > 1").count() == 2

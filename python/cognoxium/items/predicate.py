@@ -606,10 +606,40 @@ def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
             f"{'.'.join(names)} is not allowed: only metadata.<key> reaches into a value "
             "(a field of the metadata JSON object)",
         )
+    _check_nested_keys(low, node, names)
     expr = low.metadata(names[1])
     for key in names[1:]:
         expr = expr.struct.field(key)
     return expr
+
+
+def _check_nested_keys(low: _Lowering, node: exp.Expr, names: list[str]) -> None:
+    """Refuse ``metadata.a.b`` when the metadata type has no key ``b`` in ``a``.
+
+    Only with the metadata's struct type known, below its first level
+    (whose keys the caller checks against every item's keys).
+    """
+    metadata = None if low.dtypes is None else low.dtypes.get("metadata")
+    if not isinstance(metadata, pl.Struct):
+        return
+    top = next((f.dtype for f in metadata.fields if f.name == names[1]), None)
+    dtype = None if top is None else _instance(top)
+    for depth in range(2, len(names)):
+        parent, key = ".".join(names[:depth]), names[depth]
+        if dtype is None:
+            return
+        if not isinstance(dtype, pl.Struct):
+            raise low.error(node, f"{parent} is {describe_type(dtype)}: it has no key {key!r}")
+        keys = [f.name for f in dtype.fields]
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise low.error(
+                node,
+                f"no item has the metadata key {'.'.join(names[1 : depth + 1])!r}: {hint}"
+                f"the keys of {parent} are {keys}",
+            )
+        dtype = _instance(next(f.dtype for f in dtype.fields if f.name == key))
 
 
 def _literal(low: _Lowering, node: exp.Expr) -> pl.Expr:
