@@ -8,6 +8,10 @@ For each size (10k and 100k chat-like records, 1M with ``--sizes``), one run tim
     priority, one source, a small metadata object), against the floor
     ``pyarrow.Table.from_pylist(records, schema)`` plus sha256 of every text
     (building the columns and hashing, no checks).
+``records_nested``
+    The same with a nested object in each metadata (``{"route": {"queue":
+    ..., "tags": [...]}}``, as tenant, access-control or source fields
+    often are), against the same floor with that struct in its schema.
 ``openai``
     ``from_openai_messages`` of the same turns as OpenAI chat dicts
     (``{"role", "content"}``, every tenth with a ``name``), against
@@ -83,6 +87,14 @@ RECORD_SCHEMA = pa.schema(
         ("sources", pa.large_list(pa.struct([("uri", pa.string()), ("kind", pa.string())]))),
         ("metadata", pa.struct([("conversation", pa.string()), ("turn", pa.int64())])),
     ]
+)
+ROUTE = pa.struct([("queue", pa.string()), ("tags", pa.list_(pa.string()))])
+NESTED_SCHEMA = RECORD_SCHEMA.set(
+    RECORD_SCHEMA.get_field_index("metadata"),
+    pa.field(
+        "metadata",
+        pa.struct([("conversation", pa.string()), ("turn", pa.int64()), ("route", ROUTE)]),
+    ),
 )
 MESSAGE_SCHEMA = pa.schema([("role", pa.large_string()), ("content", pa.large_string())])
 
@@ -179,6 +191,26 @@ def langchain_messages(records: list[dict[str, Any]]) -> list[Any]:
 
 def floor_records(records: list[dict[str, Any]]) -> None:
     table = pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
+    sha256_texts(b"text", table.column("text").to_pylist())
+
+
+def nested(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with a nested object in each metadata."""
+    queues = ("billing", "shipping", "returns")
+    return [
+        {
+            **r,
+            "metadata": {
+                **r["metadata"],
+                "route": {"queue": queues[k % 3], "tags": ["vip"] if k % 7 == 0 else []},
+            },
+        }
+        for k, r in enumerate(records)
+    ]
+
+
+def floor_nested(records: list[dict[str, Any]]) -> None:
+    table = pa.Table.from_pylist(records, schema=NESTED_SCHEMA)
     sha256_texts(b"text", table.column("text").to_pylist())
 
 
@@ -304,6 +336,7 @@ def write_inputs(tmp: Path, records: list[dict[str, Any]]) -> tuple[Path, Path]:
 def run_size(n: int, repeats: int, peer: Path | None) -> dict[str, Any]:
     """Every method on ``n`` records, in one run."""
     records = chat_records(n)
+    records_nested = nested(records)
     openai = openai_messages(records)
     langchain = langchain_messages(records)
     out: dict[str, Any] = {"n": n}
@@ -314,6 +347,11 @@ def run_size(n: int, repeats: int, peer: Path | None) -> dict[str, Any]:
                 lambda: CognitionFrame.from_records(records),
                 "floor",
                 lambda: floor_records(records),
+            ),
+            "records_nested": (
+                lambda: CognitionFrame.from_records(records_nested),
+                "floor",
+                lambda: floor_nested(records_nested),
             ),
             "openai": (
                 lambda: from_openai_messages(openai),
@@ -356,6 +394,7 @@ def run_size(n: int, repeats: int, peer: Path | None) -> dict[str, Any]:
 
 LABELS = {
     "records": "`CognitionFrame.from_records`",
+    "records_nested": "`CognitionFrame.from_records`, nested metadata",
     "openai": "`from_openai_messages`",
     "langchain": "`from_langchain_messages`",
     "jsonl": "`CognitionFrame.read_jsonl`",
