@@ -470,7 +470,10 @@ def _tool_result_group(
         return call_id, ledger.group_of[call_id]
     if ledger.keep:
         return call_id, None
-    keep = "; or import with tool_errors='keep' for the pack to leave it out"
+    keep = (
+        "; or import with tool_errors='keep' (cognoxium pack --conversations: "
+        "--tool-errors repair) for the pack to leave it out"
+    )
     raise where.error(index, "tool_call_id", fault + keep)
 
 
