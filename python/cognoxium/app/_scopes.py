@@ -589,10 +589,11 @@ def _scan_facts(source: LazySource) -> tuple[pl.Struct | None, frozenset[str]]:
     """The metadata type of a scan's items, and the hive columns that hold their metadata key.
 
     One pass over the distinct pairs of ``metadata`` and the text hive
-    partition columns (:func:`_metadata_pairs`). A column ``<key>`` is returned when, for every
-    item whose ``metadata.<key>`` is text, that text is the item's
-    ``<key>``, and the metadata type has ``<key>`` as text: a clause that
-    fixes ``metadata.<key>`` keeps only items of partitions of its values.
+    partition columns (:func:`_metadata_pairs`). A column ``<key>`` is
+    returned when, for every item whose ``metadata.<key>`` is text, that
+    text is the item's ``<key>``, and the metadata type has ``<key>`` as
+    text: a clause that fixes ``metadata.<key>`` keeps only items of
+    partitions of its values.
 
     Raises
     ------
