@@ -75,14 +75,23 @@ def _check_awaited(packed: ContextPack, history: list[dict[str, Any]], budget: i
     """The awaited results, cut to 64 tokens if need be, are sent with their call and task."""
     newest = _newest_step(history)
     call, results = history[newest[0]], [history[i] for i in newest[1:]]
-    shortest = [
-        min(PROFILE.message_tokens(m), PROFILE.message_tokens({**m, "content": ""}) + 64)
-        for m in results
-    ]
+    shortest = [_shortest(m) for m in results]
     cut = {t.id for t in packed.manifest.truncations}
     assert cut <= {f"msg:{i}" for i in newest[1:]}, cut
     if _cost([*history[:2], call]) + sum(shortest) <= budget:
         assert {"msg:1", *(f"msg:{i}" for i in newest)} <= set(packed.ids), (budget, packed.ids)
+
+
+def _shortest(result: dict[str, Any]) -> int:
+    """What an awaited result costs at most cut to 64 tokens, with its note of the tokens cut.
+
+    Whole when that costs less. The note's tokens are counted alone, plus one for a
+    token the cut text and the note's line break may share: an upper bound.
+    """
+    whole = PROFILE.message_tokens(result)
+    text = len(PROFILE.encoding.encode_ordinary(result["content"]))
+    note = len(PROFILE.encoding.encode_ordinary(f"\n[{text - 64} tokens cut]"))
+    return min(whole, PROFILE.message_tokens({**result, "content": ""}) + 64 + note + 1)
 
 
 def _newest_step(history: list[dict[str, Any]]) -> list[int]:
@@ -101,6 +110,7 @@ def _newest_step(history: list[dict[str, Any]]) -> list[int]:
 # and take the task's room, so the newest step went too (["msg:0", "msg:1", "msg:4",
 # "msg:5", "msg:6"] where the task, steps 3 and 4 fit).
 @example(loop=(50, [[1], [1, 1], [40], [40, 40], [150, 600]], False, START[0], 1000))
+@example(loop=(26, [[5, 150]], False, {}, 150))  # the note counted in the 64-token floor
 def test_agent_loops_pack_valid_deterministic_and_keep_their_task(loop: tuple) -> None:
     task_words, steps, pending, options, budget = loop
     history: list[dict[str, Any]] = [

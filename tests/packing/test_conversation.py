@@ -586,3 +586,23 @@ def test_with_gaps_stop_the_start_on_a_user_message_leaves_the_tail_unbroken(
     filled = pack(df, room + 10, PackOptions(as_of=AS_OF, gaps="fill", **option))  # type: ignore[arg-type]
     assert filled.ids == ["sys", "q1", "q2", "a2", "q3"]
     assert reasons(filled)["a1"] == "gap"
+
+
+@pytest.mark.parametrize("option", [{"start_on": "user"}, {"target": "anthropic"}])
+def test_with_gaps_fill_the_start_on_a_user_message_keeps_the_tail_and_fills_older(
+    option: dict[str, str],
+) -> None:
+    # Before: the refill meant for an agent loop's task took the older questions first, and
+    # at 460 tokens the pack sent six questions and none of the replies (u3 u5 u7 u9 u11 u13).
+    words = [10, 17, 90, 12, 90, 12, 18, 45, 90, 90, 18, 12, 90]
+    history = [{"role": "system", "content": "Support agent."}] + [
+        {"role": ("user", "assistant")[k % 2], "content": f"{'ua'[k % 2]}{k + 1} " + "word " * n}
+        for k, n in enumerate(words)
+    ]
+    frame = from_openai_messages(history)
+    for budget in (440, 460, 500, 600):
+        packed = frame.pack(budget, as_of=AS_OF, gaps="fill", **option)  # type: ignore[arg-type]
+        assert {"msg:8", "msg:10", "msg:12", "msg:13"} <= set(packed.ids), budget  # the tail
+        assert roles(packed)[:2] == ["system", "user"]
+        left = {k: v for k, v in reasons(packed).items() if k not in packed.ids}
+        assert set(left.values()) == {"gap"}, (budget, left)

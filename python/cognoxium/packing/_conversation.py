@@ -21,9 +21,10 @@ are dropped. Those left before the first user message get reason
 reason ``gap``). That repeats until the pack starts on a user message or
 holds only its system block; each round drops at least one unit, so it ends.
 This is LangChain's ``trim_messages(start_on="human")``, with the refill that
-skip-and-continue selection gives. With ``gaps="stop"``, a tail that already
-holds a user message is not refilled: the units before that message are
-dropped and nothing older is taken, so the tail stays unbroken.
+skip-and-continue selection gives. A tail that already holds a user message
+is not refilled: the units before that message are dropped and the selection
+runs again, with ``gaps="stop"`` taking nothing older (the tail stays
+unbroken) and with ``gaps="fill"`` filling the room with older units.
 
 With no start rule (either ``gaps`` mode), a selection that sends no user
 message at all (an agent loop whose steps fill the budget) is dropped from
@@ -83,11 +84,14 @@ def start_on_user(
     roles
         The rows' chat roles (:meth:`ChatRoles.of` ``df``).
     stop
-        ``gaps="stop"``: when the selection's tail already holds a user
-        message, the units before it are dropped and nothing older is taken
+        ``gaps="stop"``. When the first selection's newest-first tail
+        already holds a user message, the units before it are dropped and the
+        selection runs again as it is: with ``stop`` nothing older is taken
         in their place (the tail stays unbroken, as ``trim_messages(
-        start_on="human")`` leaves it); the refill above is for a tail that
-        holds none (an agent loop reaching back for its task).
+        start_on="human")`` leaves it), without it older units fill the
+        room, each hole marked. The refill above, which takes the units
+        after an older user message before anything else, is for a tail
+        that holds none (an agent loop reaching back for its task).
 
     Returns
     -------
@@ -121,15 +125,16 @@ def start_on_user(
     lane = lane[~has_user[lane]]
     unit_places = _unit_places(places, units)
     dropped = np.zeros(units.n_units, dtype=bool)
+    opens = _tail_opens(queue, included, has_user)
     while True:
         early = before_first_user(included)
         if len(early) == 0:
             break
         _refuse_required(df, rows, units, early)
-        if stop and _tail_opens(queue, included, has_user):
+        if opens:
             dropped[early] = True
-            older = _older_than_tail(queue, included, unit_places)
-            included = select(queue.without(dropped | older))
+            barred = dropped | _older_than_tail(queue, included, unit_places) if stop else dropped
+            included = select(queue.without(barred))
             continue
         if not (has_user[queue.order] & ~included[queue.order]).any():  # none to let in
             dropped[early] = True
