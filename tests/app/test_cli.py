@@ -1623,7 +1623,7 @@ def test_pack_conversations_names_the_line_of_a_bad_conversation(tmp_path: Path)
     ("extra", "named"),
     [
         ((), "REQUESTS is needed, unless --conversations and --budget"),
-        (("--budget", "60"), "REQUESTS is needed"),  # a budget alone reads no conversations
+        (("--budget", "60"), "--budget packs each conversation of a chat export: give it with"),
         (("REQUESTS", "--conversations", "--budget", "60"), "not both"),
         (("--conversations", "--budget", "60", "--engine", "ray"), "--engine ray packs"),
     ],
@@ -1652,5 +1652,4 @@ def test_pack_conversations_packs_an_empty_conversation_empty_and_says_so(tmp_pa
     lines = records(tmp_path / "out")
     assert [line["request_id"] for line in lines] == ["a", "empty", "b"]
     assert [line["body"] for line in lines[1:]] == [{"messages": []}] * 2
-    assert "2 request(s) packed empty" in stderr
-    assert "'empty', 'b'" in stderr
+    assert stderr == "warning: 2 conversation(s) packed empty, holding no message: 'empty', 'b'\n"

@@ -1004,7 +1004,7 @@ def pack_command(
         _fail(exc, EXIT_BAD_INPUT)
     files = _batch_files(out, manifests)
     if not (quiet or json_output):
-        _warn_unscoped(stats.unscoped)
+        _warn_unscoped(stats.unscoped, conversations=requests is None)
         _warn_left_out(stats.newest_user_left_out)
         _warn_cache_target(options)
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
@@ -1017,15 +1017,21 @@ def pack_command(
     typer.echo(f"wrote the parts of {files['packs']} and {files['manifests']}")
 
 
-def _warn_unscoped(unscoped: Sequence[str]) -> None:
-    """Say on standard error which requests' ``where`` matched no item (packed empty)."""
+def _warn_unscoped(unscoped: Sequence[str], *, conversations: bool = False) -> None:
+    """Say on standard error which requests' ``where`` matched no item (packed empty).
+
+    With ``conversations``, the requests are a chat export's conversations,
+    and those are the conversations without a message.
+    """
     if not unscoped:
         return
     shown = ", ".join(repr(i) for i in unscoped[:5]) + (", ..." if len(unscoped) > 5 else "")
-    typer.echo(
-        f"warning: {len(unscoped)} request(s) packed empty, their where matching no item: {shown}",
-        err=True,
+    what = (
+        "conversation(s) packed empty, holding no message"
+        if conversations
+        else "request(s) packed empty, their where matching no item"
     )
+    typer.echo(f"warning: {len(unscoped)} {what}: {shown}", err=True)
 
 
 def _warn_left_out(left_out: Sequence[str]) -> None:
@@ -1082,6 +1088,11 @@ def _check_requests_given(
     if requests is not None and budget is not None:
         raise typer.BadParameter(
             "give REQUESTS or --budget (with --conversations), not both", param_hint="--budget"
+        )
+    if budget is not None and not conversations:
+        raise typer.BadParameter(
+            "--budget packs each conversation of a chat export: give it with --conversations",
+            param_hint="--budget",
         )
     if requests is None and not (conversations and budget is not None):
         raise typer.BadParameter(

@@ -1367,8 +1367,10 @@ def read_openai_conversations(
     ------
     RecordError
         At the first bad line: not UTF-8, invalid JSON, not an object, an id
-        missing, not text or given twice, ``messages`` not a list, another
-        key (nothing a line holds is dropped), or a malformed message.
+        missing, not text, not valid as the start of an item id (blank, a
+        control character, longer than an id) or given twice, ``messages``
+        not a list, another key (nothing a line holds is dropped), or a
+        malformed message.
         ``source`` is the path, ``line`` the 1-based line number and
         ``field`` the offending key; nothing is returned.
 
