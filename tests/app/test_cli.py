@@ -1626,6 +1626,7 @@ def test_pack_conversations_names_the_line_of_a_bad_conversation(tmp_path: Path)
         (("--budget", "60"), "--budget packs each conversation of a chat export: give it with"),
         (("REQUESTS", "--conversations", "--budget", "60"), "not both"),
         (("--conversations", "--budget", "60", "--engine", "ray"), "--engine ray packs"),
+        (("PARQUET", "--budget", "60"), "--conversations reads a .jsonl file"),
     ],
 )
 def test_pack_without_requests_or_with_them_twice_is_a_usage_error(
@@ -1635,7 +1636,12 @@ def test_pack_without_requests_or_with_them_twice_is_a_usage_error(
     requests = tmp_path / "requests.jsonl"
     requests.write_text(json.dumps({"id": "r", "budget": 9}) + "\n")
     given = tuple(str(requests) if arg == "REQUESTS" else arg for arg in extra)
-    code, _, stderr = pack(str(chats), *given, "--out", str(tmp_path / "out"))
+    source = chats
+    if given[:1] == ("PARQUET",):  # a store of items given as a chat export
+        source = tmp_path / "items.parquet"
+        source.write_bytes(b"PAR1")
+        given = ("--conversations", *given[1:])
+    code, _, stderr = pack(str(source), *given, "--out", str(tmp_path / "out"))
     assert code == EXIT_USAGE
     assert named in " ".join(stderr.split())
     assert not (tmp_path / "out").exists()

@@ -1013,7 +1013,13 @@ def test_a_file_of_one_conversation_per_line_reads_as_each_conversation_does(
     ("line", "field", "message"),
     [
         ('["c1"]', None, "a line is a JSON object"),
-        ('{"messages": []}', "conversation_id", "non-blank text, got None"),
+        ('{"messages": []}', "conversation_id", "missing: each line holds the conversation's id"),
+        (
+            '{"conversation_id": null, "messages": []}',
+            "conversation_id",
+            "non-blank text, got None",
+        ),
+        ('{"conversation_id": "c1"}', "messages", "missing: each line holds the conversation's"),
         ('{"conversation_id": " ", "messages": []}', "conversation_id", "non-blank"),
         ('{"conversation_id": "c1", "messages": {}}', "messages", "a list of messages, got dict"),
         ('{"conversation_id": "c1", "messages": [], "tools": []}', "tools", "unknown key 'tools'"),

@@ -976,7 +976,7 @@ def pack_command(
         gap_note=gap_note,
         cache_model=cache_model,
     )
-    _check_requests_given(requests, conversations, budget, engine)
+    _check_requests_given(items, requests, conversations, budget, engine)
     store = _conversations(items, tool_errors) if conversations else items
     runner = _batch_runner(engine, store, address, workers, quiet=quiet or json_output)
     try:
@@ -1082,9 +1082,12 @@ _CACHED_BY = {
 
 
 def _check_requests_given(
-    requests: Path | None, conversations: bool, budget: int | None, engine: Engine
+    items: Path, requests: Path | None, conversations: bool, budget: int | None, engine: Engine
 ) -> None:
-    """Refuse a pack whose requests are given twice or not at all (a usage error, exit 1)."""
+    """Refuse a pack whose requests are given twice or not at all (a usage error, exit 1).
+
+    Also a Parquet file given as a chat export, and a chat export with Ray.
+    """
     if requests is not None and budget is not None:
         raise typer.BadParameter(
             "give REQUESTS or --budget (with --conversations), not both", param_hint="--budget"
@@ -1099,6 +1102,12 @@ def _check_requests_given(
             "REQUESTS is needed, unless --conversations and --budget pack each conversation "
             "of ITEMS",
             param_hint="REQUESTS",
+        )
+    if conversations and items.suffix.lower() == ".parquet":
+        raise typer.BadParameter(
+            "--conversations reads a .jsonl file of chat conversations, one per line; "
+            "a Parquet file of items is packed without it",
+            param_hint="--conversations",
         )
     if conversations and engine is Engine.RAY:
         raise typer.BadParameter(

@@ -1475,7 +1475,9 @@ def _conversation_line(
     conversation = record.get(id_field)
     if not isinstance(conversation, str) or not conversation.strip():
         raise RecordError(
-            f"expected the conversation's id as non-blank text, got {conversation!r}",
+            f"expected the conversation's id as non-blank text, got {conversation!r}"
+            if id_field in record
+            else f"missing: each line holds the conversation's id under {id_field!r}",
             source=source,
             line=line,
             field=id_field,
@@ -1500,7 +1502,9 @@ def _conversation_line(
     messages = record.get("messages")
     if not isinstance(messages, list):
         raise RecordError(
-            f"expected a list of messages, got {type(messages).__name__}",
+            f"expected a list of messages, got {type(messages).__name__}"
+            if "messages" in record
+            else "missing: each line holds the conversation's messages under 'messages'",
             source=source,
             line=line,
             field="messages",
