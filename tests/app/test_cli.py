@@ -1659,3 +1659,16 @@ def test_pack_conversations_packs_an_empty_conversation_empty_and_says_so(tmp_pa
     assert [line["request_id"] for line in lines] == ["a", "empty", "b"]
     assert [line["body"] for line in lines[1:]] == [{"messages": []}] * 2
     assert stderr == "warning: 2 conversation(s) packed empty, holding no message: 'empty', 'b'\n"
+
+
+def test_pack_conversations_names_the_budget_as_the_remedy_for_a_question_left_out(
+    tmp_path: Path,
+) -> None:
+    # A chat export's messages cannot be marked truncatable: the warning said to mark them.
+    long = [{"role": "user", "content": "x " * 400}]
+    chats = write_chats(tmp_path / "chats.jsonl", {"long": long})
+    args = ("--conversations", "--budget", "60", "--out", str(tmp_path / "out"))
+    code, _, stderr = pack(str(chats), *args)
+    assert code == EXIT_OK
+    assert "1 request(s) left out their newest user message" in stderr
+    assert stderr.rstrip().endswith("'long'; raise --budget")

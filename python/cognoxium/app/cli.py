@@ -1005,7 +1005,7 @@ def pack_command(
     files = _batch_files(out, manifests)
     if not (quiet or json_output):
         _warn_unscoped(stats.unscoped, conversations=requests is None)
-        _warn_left_out(stats.newest_user_left_out)
+        _warn_left_out(stats.newest_user_left_out, conversations=requests is None)
         _warn_cache_target(options)
     _report({"command": "pack", **stats.to_dict(), "files": files}, json_output=json_output)
     if quiet or json_output:
@@ -1034,15 +1034,23 @@ def _warn_unscoped(unscoped: Sequence[str], *, conversations: bool = False) -> N
     typer.echo(f"warning: {len(unscoped)} {what}: {shown}", err=True)
 
 
-def _warn_left_out(left_out: Sequence[str]) -> None:
-    """Say on standard error which requests' packs left out their newest user message."""
+def _warn_left_out(left_out: Sequence[str], *, conversations: bool = False) -> None:
+    """Say on standard error which requests' packs left out their newest user message.
+
+    With ``conversations``, the requests are a chat export's conversations,
+    whose messages cannot be marked truncatable: the remedy is the budget.
+    """
     if not left_out:
         return
     shown = ", ".join(repr(i) for i in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+    remedy = (
+        "raise --budget"
+        if conversations
+        else "raise the budget, or mark long messages truncatable (metadata.truncate)"
+    )
     typer.echo(
         f"warning: {len(left_out)} request(s) left out their newest user message, which did "
-        f"not fit in the budget (the pack asks an older question, or none): {shown}; raise "
-        "the budget, or mark long messages truncatable (metadata.truncate)",
+        f"not fit in the budget (the pack asks an older question, or none): {shown}; {remedy}",
         err=True,
     )
 
