@@ -81,7 +81,7 @@ from cognoxium.engine.plan import (
     Source,
     polars_error_text,
 )
-from cognoxium.engine.predicates import infer_metadata_struct
+from cognoxium.engine.predicates import infer_metadata_struct, stored_metadata
 from cognoxium.exceptions import PlanError, PredicateError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.store import PLAIN_KEY
@@ -624,18 +624,12 @@ def _scan_facts(source: LazySource) -> tuple[pl.Struct | None, frozenset[str]]:
 def _metadata_pairs(source: LazySource, hive: list[str]) -> tuple[pl.DataFrame, pl.Struct | None]:
     """The distinct pairs of ``metadata`` and the ``hive`` columns, and the metadata type.
 
-    Read as stored (:meth:`~cognoxium.items.scan.ItemScan.read_unchecked`):
-    a type needs neither the scan's checks nor the canonical JSON, which
-    cost more than the read. When the stored values do not give a type,
-    they are read through the scan, whose checks name the file, row and
-    field at fault.
+    Read as stored (:func:`~cognoxium.engine.predicates.stored_metadata`),
+    else through the scan, whose checks name the file, row and field at fault.
     """
-    try:
-        stored = source.scan.read_unchecked(["metadata", *hive])
-        if stored is not None:
-            return stored, infer_metadata_struct(stored.get_column("metadata"))
-    except (PlanError, pl.exceptions.PolarsError):
-        pass
+    stored = stored_metadata(source, hive)
+    if stored is not None:
+        return stored
     pairs = source.lazy().select("metadata", *hive).unique().collect(engine="streaming")
     return pairs, infer_metadata_struct(pairs.get_column("metadata"))
 

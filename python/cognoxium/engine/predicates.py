@@ -35,7 +35,7 @@ from cognoxium.engine.ranks import Rank
 from cognoxium.exceptions import PlanError
 from cognoxium.items.predicate import parse_predicate
 
-__all__ = ["infer_metadata_struct", "row_predicate", "sql_predicate"]
+__all__ = ["infer_metadata_struct", "row_predicate", "sql_predicate", "stored_metadata"]
 
 
 def _metadata_passes(node: Node) -> Node | None:
@@ -114,9 +114,10 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
             if not isinstance(parent, Filter):
                 break
             filters.append(parent)
-        stored = _stored_metadata_dtype(source, filters)
+        predicate = pl.all_horizontal([f.predicate.expr for f in filters]) if filters else None
+        stored = stored_metadata(source, predicate=predicate)
         if stored is not None:
-            return stored[0]
+            return stored[1]
         return infer_metadata_struct(_metadata_values(filters[-1] if filters else node))
     cached = source.cache.get("metadata_dtype")
     if not isinstance(cached, tuple):
@@ -126,24 +127,37 @@ def _metadata_dtype(plan: Node) -> pl.Struct | None:
     return dtype
 
 
-def _stored_metadata_dtype(
-    source: LazySource, filters: Sequence[Filter]
-) -> tuple[pl.Struct | None] | None:
-    """The metadata type of the rows ``filters`` keep, read as stored; ``None`` if it cannot be.
+def stored_metadata(
+    source: LazySource, others: Sequence[str] = (), predicate: pl.Expr | None = None
+) -> tuple[pl.DataFrame, pl.Struct | None] | None:
+    """The distinct rows of ``metadata`` and ``others`` read as stored, and the metadata type.
 
-    Reading the stored metadata skips the scan's checks and canonical JSON,
-    which a type does not need and which cost more than the read, for
-    every distinct text. When the stored values do not give a type (a
-    JSONL scan, values Polars cannot read or decode, metadata that is not
-    an object), ``None``: the caller reads them through the scan, whose
-    checks name the file, row and field at fault.
+    Reading the stored values (:meth:`~cognoxium.items.scan.ItemScan.read_unchecked`)
+    skips the scan's checks and canonical JSON, which a type does not need
+    and which cost more than the read, for every distinct text.
+
+    Parameters
+    ----------
+    source
+        A lazy scan.
+    others
+        Output columns read with ``metadata``.
+    predicate
+        The rows to read; ``None`` for all.
+
+    Returns
+    -------
+    tuple of (polars.DataFrame, polars.Struct or None) or None
+        ``None`` when the stored values give no type (a JSONL scan, values
+        Polars cannot read or decode, metadata that is not an object): the
+        caller reads them through the scan, whose checks name the file,
+        row and field at fault.
     """
-    predicate = None
-    if filters:
-        predicate = pl.all_horizontal([f.predicate.expr for f in filters])
     try:
-        values = source.scan.read_unchecked(["metadata"], predicate)
-        return None if values is None else (infer_metadata_struct(values.to_series()),)
+        rows = source.scan.read_unchecked(["metadata", *others], predicate)
+        if rows is None:
+            return None
+        return rows, infer_metadata_struct(rows.get_column("metadata"))
     except (PlanError, pl.exceptions.PolarsError):
         return None
 
