@@ -7,6 +7,7 @@ import pickle
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_a_budget_overflow_carries_budget_and_costs() -> None:
     error = caught.value
     # system: 3 + 1 (role) + 3 (Be brief.) = 7; user: 3 + 1 + 2 = 6; 3 of reply priming.
     assert error.code == "budget.required_overflow"
-    assert error.params == {"budget": 10, "costs": {"s": 7, "u": 6}}
+    assert error.params == {"budget": 10, "costs": {"s": 7, "u": 6}, "budget_needed": 16}
     assert error.to_dict()["params"] == error.params
 
 
@@ -146,7 +147,28 @@ def test_an_overflow_under_a_reserve_names_the_reserve() -> None:
         frame.pack(12, reserve=4, profile="cl100k_base", as_of=AS_OF)
     # system: 7 tokens + 3 of reply priming = 10 > 12 - 4.
     assert caught.value.code == "budget.required_overflow"
-    assert caught.value.params == {"reserve": 4, "budget": 8, "costs": {"s": 7}}
+    expected = {"reserve": 4, "budget": 8, "costs": {"s": 7}, "budget_needed": 14}
+    assert caught.value.params == expected
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"reserve": 5}, {"target": "anthropic"}, {"target": "anthropic", "reserve": 5}],
+)
+def test_the_budget_an_overflow_names_is_the_least_that_fits(settings: dict[str, Any]) -> None:
+    # budget_needed counts what the budget keeps out: the reserve, an Anthropic opening.
+    records = [
+        {"id": "s", "role": "system", "text": "Be brief. " * 9, "retention": "required"},
+        {"id": "a", "role": "assistant", "text": "Earlier answer."},
+    ]
+    frame = cx.CognitionFrame.from_records([{**r, "created_at": AS_OF} for r in records])
+    with pytest.raises(BudgetError) as caught:
+        frame.pack(12, profile="cl100k_base", as_of=AS_OF, **settings)
+    needed = caught.value.params["budget_needed"]
+    with pytest.raises(BudgetError):
+        frame.pack(needed - 1, profile="cl100k_base", as_of=AS_OF, **settings)
+    pack = frame.pack(needed, profile="cl100k_base", as_of=AS_OF, **settings)
+    assert "s" in pack.frame.get_column("id").to_list()
 
 
 def _example(cls: type[CognoxiumError]) -> CognoxiumError:

@@ -1672,3 +1672,25 @@ def test_pack_conversations_names_the_budget_as_the_remedy_for_a_question_left_o
     assert code == EXIT_OK
     assert "1 request(s) left out their newest user message" in stderr
     assert stderr.rstrip().endswith("'long'; raise --budget")
+
+
+@pytest.mark.parametrize("extra", [(), ("--reserve", "40"), ("--target", "anthropic")])
+def test_pack_conversations_names_the_budget_a_long_system_prompt_needs(
+    tmp_path: Path, extra: tuple[str, ...]
+) -> None:
+    # It said to lower their retention or mark them truncatable, which an export cannot.
+    system = [{"role": "system", "content": "Follow the rules. " * 40}]
+    chats = write_chats(tmp_path / "chats.jsonl", {"ok": CHATS["support-1"], "rules": system})
+    args = ("--conversations", *extra, "--as-of", AS_OF, "--json")
+    code, stdout, _ = pack(str(chats), *args, "--budget", "60", "--out", str(tmp_path / "a"))
+    assert code == EXIT_BUDGET
+    error = json.loads(stdout)["error"]
+    needed = error["params"]["budget_needed"]
+    assert error["params"]["request_id"] == "rules"
+    assert error["message"].startswith("conversation 'rules': its system and developer messages")
+    assert error["message"].endswith(f"; raise --budget to at least {needed}")
+    assert "retention" not in error["message"]
+    short, _, _ = pack(str(chats), *args, "--budget", str(needed - 1), "--out", str(tmp_path / "b"))
+    assert short == EXIT_BUDGET
+    fits, _, stderr = pack(str(chats), *args, "--budget", str(needed), "--out", str(tmp_path / "c"))
+    assert fits == EXIT_OK, stderr

@@ -999,7 +999,7 @@ def pack_command(
     except OSError as exc:
         _fail_io(exc, "write", out)
     except BudgetError as exc:
-        _fail(exc, EXIT_BUDGET)
+        _fail(_export_overflow(exc) if requests is None else exc, EXIT_BUDGET)
     except CognoxiumError as exc:
         _fail(exc, EXIT_BAD_INPUT)
     files = _batch_files(out, manifests)
@@ -1015,6 +1015,23 @@ def pack_command(
         f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
     )
     typer.echo(f"wrote the parts of {files['packs']} and {files['manifests']}")
+
+
+def _export_overflow(exc: BudgetError) -> BudgetError:
+    """A chat export's overflow, naming the one remedy there is: ``--budget``.
+
+    The required messages of a chat export are its system and developer
+    messages, which its lines cannot mark truncatable or optional.
+    """
+    needed = exc.params.get("budget_needed")
+    if exc.code != BudgetError.default_code or not isinstance(needed, int):
+        return exc
+    message = (
+        f"conversation {exc.params.get('request_id')!r}: its system and developer messages, "
+        f"which every pack sends whole, do not fit --budget: {exc.costs} tokens; raise "
+        f"--budget to at least {needed}"
+    )
+    return BudgetError(message, costs=exc.costs, budget=exc.budget, params=exc.params)
 
 
 def _warn_unscoped(unscoped: Sequence[str], *, conversations: bool = False) -> None:

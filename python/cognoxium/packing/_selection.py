@@ -433,6 +433,7 @@ def select_units(
                 "overflow='truncate'",
                 costs=detail,
                 budget=budget,
+                params={"budget_needed": required_cost + overhead},
             )
         required_cost = int(costs.cost[required].sum())
     rest = queue.order[queue.n_required :]

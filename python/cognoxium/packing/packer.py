@@ -864,7 +864,12 @@ class PackScope:
             return included, rows, 0
         opening = self._opening_tokens
         first, second = (opening, 0) if reopen else (0, opening)
-        included, rows, converses = selection(first)
+        try:
+            included, rows, converses = selection(first)
+        except BudgetError as error:
+            if first or self._converses_required(queue, units):
+                raise
+            raise _kept_out(error, opening, {"opening": opening}, "") from None
         if converses != reopen:  # done: a user message opens it, or the placeholder still does
             return included, rows, first
         included, rows, converses = selection(second)
@@ -1011,6 +1016,11 @@ class PackScope:
             return False
         roles = {message.get("role") for message in continuation.previous.messages}
         return roles <= {"system", "developer"}
+
+    def _converses_required(self, queue: Queue, units: Units) -> bool:
+        """Whether the required units send a message besides system and developer ones."""
+        rows, _ = units.rows_of(queue.order[: queue.n_required])
+        return bool(self._conversing[rows].any())
 
     def _converses(self, rows: Exclusions, units: Units, included: np.ndarray) -> bool:
         """Whether a selection sends a message besides system and developer ones."""
@@ -1293,12 +1303,22 @@ def _select(
             kept.append(f"the {opening} tokens of the user message an Anthropic request opens with")
         if notes:
             kept.append(f"the {notes} tokens of the gap notes")
-        raise BudgetError(
-            f"{error} (the budget {call.budget} less {' and '.join(kept)})",
-            costs=error.costs,
-            budget=error.budget,
-            params={"reserve": call.options.reserve, **({"opening": opening} if opening else {})},
-        ) from None
+        params = {"reserve": call.options.reserve, **({"opening": opening} if opening else {})}
+        text = f" (the budget {call.budget} less {' and '.join(kept)})"
+        raise _kept_out(error, call.budget - budget, params, text) from None
+
+
+def _kept_out(error: BudgetError, tokens: int, params: dict[str, Any], text: str) -> BudgetError:
+    """``error`` of a selection that kept ``tokens`` out of the budget, ``text`` appended.
+
+    ``params`` are added; its ``budget_needed`` counts the tokens kept out.
+    """
+    needed = error.params.get("budget_needed")
+    if isinstance(needed, int):
+        params = {**params, "budget_needed": needed + tokens}
+    return BudgetError(
+        f"{error}{text}", costs=error.costs, budget=error.budget, params={**error.params, **params}
+    )
 
 
 def _with_opening(decisions: Decisions, opening: int, call: PackCall) -> Decisions:
@@ -1319,7 +1339,7 @@ def _with_opening(decisions: Decisions, opening: int, call: PackCall) -> Decisio
             "; raise the budget",
             costs={},
             budget=call.item_budget,
-            params={"opening": opening},
+            params={"opening": opening, "budget_needed": used + call.options.reserve},
         )
     return dataclasses.replace(
         decisions, used_tokens=used, pack_overhead=decisions.pack_overhead + opening + priming
