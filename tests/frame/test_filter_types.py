@@ -169,3 +169,49 @@ def test_a_nested_metadata_key_no_item_has_is_named_with_the_keys_there_are(
         assert message in str(caught.value)
         assert sql in str(caught.value)
         assert frame.filter("metadata.acl.level > 1").count() == 2
+
+
+KEYS_APART = [
+    {"id": "a", "role": "document", "text": "x",
+     "metadata": {"source": "kb", "links": [{"href": "https://a"}], "vip": True,
+                  "acl": {"level": 1, "x": {"k": 1}}}},
+    {"id": "b", "role": "document", "text": "y",
+     "metadata": {"source": "web", "links": "none", "vip": 1, "acl": {"level": 2, "x": "q"}}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sql", "kept"),
+    [
+        ("metadata.source = 'kb'", ["a"]),
+        ("metadata.acl.level = 2", ["b"]),
+        ("metadata.source = 'web' AND metadata.acl.level > 1", ["b"]),
+    ],
+)
+def test_a_key_of_one_type_filters_beside_keys_whose_types_differ(
+    tmp_path: Path, sql: str, kept: list[str]
+) -> None:
+    # Before: "cannot decode the metadata JSON: ... error deserializing value Object(...) as
+    # string. Try increasing `infer_schema_length`", for a key the predicate does not read.
+    from cognoxium.items import records_to_frame, write_parquet
+
+    write_parquet(records_to_frame(KEYS_APART), tmp_path / "docs.parquet")
+    for frame in (
+        CognitionFrame(KEYS_APART),
+        CognitionFrame.scan_parquet(tmp_path / "docs.parquet"),
+    ):
+        assert ids(frame.filter(sql)) == kept
+        held = frame.quarantine(sql, reason="r").collect()
+        assert held.filter(pl.col("quarantine_reason").is_not_null())["id"].to_list() == kept
+
+
+@pytest.mark.parametrize(
+    "sql",
+    ["metadata.links = 'none'", "metadata.acl.x = 'q'", "metadata.acl IS NULL", "metadata.vip = 1"],
+)
+def test_a_key_whose_values_differ_in_type_is_refused_by_name(sql: str) -> None:
+    # metadata.vip = 1 matched "vip": true, which Polars decodes as 1 in a number key.
+    with pytest.raises(PredicateError) as caught:
+        CognitionFrame(KEYS_APART).filter(sql)
+    path = sql.split()[0]
+    assert f"{path} holds values of different JSON types across the items" in str(caught.value)

@@ -61,3 +61,32 @@ def test_a_scan_refuses_a_float_integer_column(tmp_path: Path) -> None:
     )
     with pytest.raises(SchemaError, match=r"integer columns \['priority'\] are stored as floats"):
         CognitionFrame.scan_parquet(path).collect()
+
+
+@pytest.mark.parametrize("dtype", [pl.Int64, pl.Int32, pl.UInt32, pl.Float64])
+def test_a_time_column_of_numbers_is_refused_not_read_as_microseconds(
+    tmp_path: Path, dtype: pl.DataType
+) -> None:
+    # Unix seconds were cast as microseconds: 1767000000 became 1970-01-01T00:29:27Z, and
+    # every item was left out of the pack as expired.
+    table = _table([1.0, 2.0]).with_columns(
+        pl.Series("created_at", [1767000000, 1767000060]).cast(dtype),
+        pl.Series("expires_at", [1798000000, 1798000000]).cast(dtype),
+    )
+    message = r"time columns hold numbers: created_at \(.+\), expires_at \(.+\);.*pl\.from_epoch"
+    with pytest.raises(SchemaError, match=message):
+        conform(table)
+    with pytest.raises(SchemaError, match=message):
+        CognitionFrame.from_polars(table)
+    path = tmp_path / "items.parquet"
+    table.write_parquet(path)
+    with pytest.raises(SchemaError, match=message):
+        read_parquet(path)
+    stored = conform(_table([1.0, 2.0])).with_columns(
+        pl.col("created_at").dt.epoch("s").cast(dtype)
+    )
+    stored.write_parquet(path)
+    with pytest.raises(SchemaError, match=r"time columns hold numbers: created_at"):
+        CognitionFrame.scan_parquet(path).collect()
+    fixed = table.with_columns(pl.from_epoch("created_at", "s"), pl.from_epoch("expires_at", "s"))
+    assert conform(fixed)["created_at"].dt.year().to_list() == [2025, 2025]

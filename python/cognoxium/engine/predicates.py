@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
+from typing import Any
 
+import orjson
 import polars as pl
 
 from cognoxium.engine.arguments import expression
@@ -33,7 +35,7 @@ from cognoxium.engine.plan import (
 )
 from cognoxium.engine.ranks import Rank
 from cognoxium.exceptions import PlanError
-from cognoxium.items.predicate import parse_predicate
+from cognoxium.items.predicate import MIXED_JSON, parse_predicate
 
 __all__ = ["infer_metadata_struct", "row_predicate", "sql_predicate", "stored_metadata"]
 
@@ -78,10 +80,68 @@ def infer_metadata_struct(values: pl.Series) -> pl.Struct | None:
     try:
         dtype = texts.str.json_decode(infer_schema_length=None).dtype
     except pl.exceptions.PolarsError as exc:
-        raise PlanError(f"cannot decode the metadata JSON: {polars_error_text(exc)}") from exc
+        dtype = _keywise_dtype(texts, exc)
     if not isinstance(dtype, pl.Struct):
         raise PlanError(f"metadata must hold JSON objects, found {dtype}")
-    return dtype
+    return _booleans_apart(texts, dtype)
+
+
+def _keywise_dtype(texts: pl.Series, error: pl.exceptions.PolarsError) -> pl.DataType:
+    """The metadata type key by key, when Polars finds no one type for all of it.
+
+    Polars refuses the whole column when one key holds an object in one
+    item and text in another; that key alone is typed :data:`MIXED_JSON`, so
+    a predicate reading the others still runs and one reading it is refused
+    by name. ``error`` is Polars' own, raised again if a text is not JSON.
+    """
+    values = []
+    for text in texts:
+        try:
+            values.append(orjson.loads(text))
+        except orjson.JSONDecodeError:
+            raise PlanError(
+                f"cannot decode the metadata JSON: {polars_error_text(error)}"
+            ) from error
+    return _json_dtype(values)
+
+
+def _json_dtype(values: list[Any]) -> pl.DataType:
+    """The Polars type of JSON ``values`` (``MIXED_JSON`` where they have none), key by key."""
+    texts = pl.Series([orjson.dumps(value).decode() for value in values], dtype=pl.String)
+    try:
+        return texts.str.json_decode(infer_schema_length=None).dtype
+    except pl.exceptions.PolarsError:
+        pass
+    objects = [value for value in values if value is not None]
+    if not all(isinstance(value, dict) for value in objects):
+        return MIXED_JSON
+    keys = dict.fromkeys(key for value in objects for key in value)
+    return pl.Struct([pl.Field(key, _json_dtype([v.get(key) for v in objects])) for key in keys])
+
+
+_NUMBERS = (pl.Int64, pl.Float64, pl.UInt64)
+
+
+def _booleans_apart(texts: pl.Series, dtype: pl.Struct) -> pl.Struct:
+    """``dtype`` with :data:`MIXED_JSON` for a number key that some item holds a boolean in.
+
+    Polars decodes ``true`` as 1 in a key it types as a number, so
+    ``metadata.vip = 1`` would match ``"vip": true``. Top-level keys only.
+    """
+    numbers = [f.name for f in dtype.fields if isinstance(f.dtype, _NUMBERS)]
+    texts = texts.filter(
+        texts.str.contains("true", literal=True) | texts.str.contains("false", literal=True)
+    )
+    if not numbers or texts.is_empty():
+        return dtype
+    found = texts.str.json_decode(
+        pl.Struct([pl.Field(name, pl.String) for name in numbers])
+    ).struct.unnest()
+    booleans = found.select(pl.all().is_in(["true", "false"]).any()).row(0)
+    mixed = {name for name, has in zip(numbers, booleans, strict=True) if has}
+    return pl.Struct(
+        [pl.Field(f.name, MIXED_JSON if f.name in mixed else f.dtype) for f in dtype.fields]
+    )
 
 
 def _metadata_dtype(plan: Node) -> pl.Struct | None:

@@ -110,6 +110,7 @@ from cognoxium.items._checks import FINE_TIME_MESSAGE, finer_than_microseconds
 from cognoxium.items.schema import POLARS_SCHEMA
 
 __all__ = [
+    "MIXED_JSON",
     "PREDICATE_FUNCTIONS",
     "comparable_types",
     "describe_type",
@@ -147,6 +148,12 @@ _TABLE_FUNCTIONS: Final = tuple(
     if hasattr(exp, name)
 )
 _MISSING: Final = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>")
+MIXED_JSON: Final = pl.Object()
+"""The type of a metadata key whose values across the items have no one JSON type.
+
+A ``metadata.<key>`` predicate reading such a key is refused by name.
+"""
+
 _FILE_READER: Final = re.compile(r"^(read|scan)_[a-z_]+$", re.IGNORECASE)
 
 
@@ -181,18 +188,18 @@ class _Lowering:
         self.dtypes = dtypes
         self.decode = decode
 
-    def metadata(self, key: str) -> pl.Expr:
-        """The struct ``metadata.<key>`` is a field of.
+    def metadata(self, names: Sequence[str]) -> pl.Expr:
+        """The struct of which ``metadata.<key>...`` (``names``, ``metadata`` first) is a path.
 
         The ``metadata`` column itself, or with ``decode`` its JSON text
-        decoded to a struct of that one key, typed as the ``metadata``
-        struct type types it.
+        decoded to a struct of that one path, typed as the ``metadata``
+        struct type types it (the last key's whole type), so the other
+        keys are not decoded.
         """
         dtype = None if self.dtypes is None else self.dtypes.get("metadata")
         if not (self.decode and isinstance(dtype, pl.Struct)):
             return pl.col("metadata")
-        fields = [field for field in dtype.fields if field.name == key]
-        return pl.col("metadata").str.json_decode(pl.Struct(fields))
+        return pl.col("metadata").str.json_decode(_path_struct(dtype, names[1:]))
 
     def error(self, node: exp.Expr | None, message: str) -> PredicateError:
         return PredicateError(
@@ -275,9 +282,12 @@ class _Lowering:
 
     def column_dtype(self, node: exp.Expr) -> pl.DataType | None:
         """The type of a column or of a ``metadata.<key>`` field; None when not known."""
+        return self.path_dtype(_names(self, node))
+
+    def path_dtype(self, names: Sequence[str]) -> pl.DataType | None:
+        """The type of a column (``names`` one name) or of a metadata field; None if not known."""
         if self.dtypes is None:
             return None
-        names = _names(self, node)
         dtype = self.dtypes.get(names[0])
         for key in names[1:]:
             if not isinstance(dtype, pl.Struct):
@@ -607,10 +617,46 @@ def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
             "(a field of the metadata JSON object)",
         )
     _check_nested_keys(low, node, names)
-    expr = low.metadata(names[1])
+    _check_one_type(low, node, names)
+    expr = low.metadata(names)
     for key in names[1:]:
         expr = expr.struct.field(key)
     return expr
+
+
+def _path_struct(dtype: pl.Struct, keys: Sequence[str]) -> pl.Struct:
+    """``dtype`` with the fields on the path ``keys`` only (the last one's whole type)."""
+    field = next(f for f in dtype.fields if f.name == keys[0])
+    inner = field.dtype
+    if len(keys) > 1 and isinstance(inner, pl.Struct):
+        inner = _path_struct(inner, keys[1:])
+    return pl.Struct([pl.Field(keys[0], inner)])
+
+
+def _mixed(dtype: pl.DataType | DataTypeClass | None) -> bool:
+    """Whether ``dtype`` is or holds :data:`MIXED_JSON`."""
+    if dtype is pl.Object or isinstance(dtype, pl.Object):
+        return True
+    if isinstance(dtype, pl.Struct):
+        return any(_mixed(f.dtype) for f in dtype.fields)
+    if isinstance(dtype, pl.List | pl.Array):
+        return _mixed(dtype.inner)
+    return False
+
+
+def _check_one_type(low: _Lowering, node: exp.Expr, names: list[str]) -> None:
+    """Refuse ``metadata.a.b`` when the items' values of ``a.b`` (or in them) have no one type."""
+    for depth in range(2, len(names) + 1):
+        path = names[:depth]
+        dtype = low.path_dtype(path)
+        if isinstance(dtype, pl.Object) or (depth == len(names) and _mixed(dtype)):
+            raise low.error(
+                node,
+                f"{'.'.join(path)} holds values of different JSON types across the items (an "
+                "object in one and text in another, or a boolean and a number), which no one "
+                "type compares; filter on a key whose values share a type, or with a Polars "
+                f"expression on the JSON text (pl.col('metadata').str.json_path_match(...))",
+            )
 
 
 def _check_nested_keys(low: _Lowering, node: exp.Expr, names: list[str]) -> None:

@@ -67,7 +67,12 @@ from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import ITEM_FORMATS, atomic_path, read_jsonl
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
-from cognoxium.items.validation import canonical_json_columns, conform, row_checks
+from cognoxium.items.validation import (
+    canonical_json_columns,
+    check_time_types,
+    conform,
+    row_checks,
+)
 
 __all__ = [
     "FILE_COLUMN",
@@ -320,6 +325,7 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
             f"{where}: a scan needs every item column; missing {missing} (read_parquet and "
             "from_polars of a DataFrame fill defaults)"
         )
+    check_time_types(schema, f"{where}: ")
     floats = [n for n in COLUMNS if POLARS_SCHEMA[n].is_integer() and schema[n].is_float()]
     if floats:
         raise SchemaError(

@@ -363,10 +363,7 @@ def typed_checks() -> list[tuple[pl.Expr, str, str]]:
         ),
     ]
     out_of_range = _out_of_range(pl.element().struct.field("retrieved_at"))
-    checks += [
-        (_out_of_range(pl.col(name)), name, TIME_RANGE_MESSAGE)
-        for name in ("created_at", "valid_from", "expires_at")
-    ]
+    checks += [(_out_of_range(pl.col(name)), name, TIME_RANGE_MESSAGE) for name in TIME_COLUMNS]
     checks.append(
         (_any_entry("sources", out_of_range), "sources", f"retrieved_at: {TIME_RANGE_MESSAGE}")
     )
@@ -438,15 +435,44 @@ def _check_values(df: pl.DataFrame, source: str | None) -> None:
     _raise_first(df, payloads, source)
 
 
+TIME_COLUMNS = ("created_at", "valid_from", "expires_at")
+"""The item columns of UTC times."""
+
+
+def check_time_types(schema: pl.Schema, where: str) -> None:
+    """Refuse time columns that hold numbers: a cast would read them as microseconds.
+
+    Unix seconds (``1767000000``) cast to a timestamp are 1970-01-01T00:29:27Z,
+    and an item would be silently expired; times are datetimes or ISO 8601 text.
+
+    Raises
+    ------
+    SchemaError
+        Naming the columns, their types and the conversion to use.
+    """
+    numbers = [
+        f"{name} ({schema[name]})"
+        for name in TIME_COLUMNS
+        if schema.get(name, pl.Null).is_numeric()
+    ]
+    if numbers:
+        raise SchemaError(
+            f"{where}time columns hold numbers: {', '.join(numbers)}; a time is a datetime or "
+            "ISO 8601 text with an offset, not a number, which would be read as microseconds "
+            "since 1970; convert epoch numbers first, such as pl.from_epoch('created_at', "
+            "time_unit='s')"
+        )
+
+
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
     """Parse timestamp text, cast to :data:`POLARS_SCHEMA`, check ``created_at`` and ``rank``."""
+    check_time_types(df.schema, where)
     _raise_first(df, _whole_number_checks(df.schema), source)
     try:
         df = df.select(
             [
                 pl.col(name).cast(pl.String).str.to_datetime(time_zone="UTC", time_unit="us")
-                if name in ("created_at", "valid_from", "expires_at")
-                and df.schema[name] == pl.String
+                if name in TIME_COLUMNS and df.schema[name] == pl.String
                 else pl.col(name)
                 for name in POLARS_SCHEMA
             ]
