@@ -183,3 +183,34 @@ def test_locomo_renders_valid_requests(budget: int) -> None:
         if ranked:
             frame = frame.rank("bm25", query="What did they talk about?")
         assert_renders_valid(frame.pack(budget, as_of=AS_OF))
+
+
+@pytest.mark.parametrize("budget", [45, 60, 200, 4_000])
+def test_a_pack_for_anthropic_of_an_agent_loop_without_a_user_message_keeps_its_steps(
+    budget: int,
+) -> None:
+    # Every step was left out as before_first_user: a loop driven by its system prompt alone
+    # has no user message to start on, and the pack sent the system prompt and a placeholder.
+    def call(n: int) -> dict[str, object]:
+        return {"id": f"c{n}", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+
+    messages: list[dict[str, object]] = [{"role": "system", "content": "Nightly maintenance."}]
+    for n in range(3):
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call(n)]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": "ok"},
+        ]
+    loop = from_openai_messages(messages, conversation_id="n")
+    plain = loop.pack(budget, as_of=AS_OF)
+    built = loop.pack(budget, as_of=AS_OF, target="anthropic")
+    profile = get_profile("cl100k_base")
+    opening = profile.message_tokens({"role": "user", "content": OPENING})
+    assert "before_first_user" not in built.manifest.totals.by_reason
+    assert len(built.ids) > 1
+    assert built.ids == plain.ids or budget - plain.used_tokens < opening
+    assert built.used_tokens == profile.request_tokens(built.messages) + opening
+    assert built.used_tokens <= budget
+    request = built.to_anthropic()
+    assert request["messages"][0] == OPENING_MESSAGE
+    assert request["messages"][1]["role"] == "assistant"
+    validate_anthropic_messages(request)

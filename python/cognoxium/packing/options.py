@@ -115,9 +115,10 @@ class PackOptions:
         Completions messages. ``"anthropic"``: the pack renders as a valid
         Anthropic Messages request (:meth:`ContextPack.to_anthropic
         <cognoxium.packing.packer.ContextPack.to_anthropic>`): it starts on a
-        user message (as ``start_on="user"``) and, when it holds no user or
-        assistant message, the opening user message the rendering adds is
-        counted in ``used_tokens``.
+        user message (as ``start_on="user"``) when it may send one, and,
+        when it does not start on one (it holds no message besides system
+        ones, or it is an agent loop without a user message), the opening
+        user message the rendering adds is counted in ``used_tokens``.
     eviction_share
         For a pack that continues an earlier one (``previous=``, see
         :mod:`cognoxium.packing.cache`): the share of the evictable history's

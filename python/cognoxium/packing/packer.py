@@ -62,8 +62,8 @@ candidates. Tool messages keep the rules of the chat APIs (``_tool_rules``,
 out with its partial results, and an orphan or duplicate result alone, each
 with the rule as its reason; with ``"error"`` the pack raises
 :class:`~cognoxium.exceptions.MessageError`. A pack built for Anthropic
-(``target="anthropic"``) starts on a user message and counts the user message
-its rendering opens with when it sends none.
+(``target="anthropic"``) starts on a user message when it may send one, and
+counts the user message its rendering opens with when it starts on none.
 
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
@@ -974,7 +974,7 @@ class PackScope:
             check = SelectionCheck(self.df, tools, rows, units, select)
             select = check
         included = select(queue)
-        if _starts_on_user(call):
+        if _starts_on_user(call, self._chat_roles.is_user & rows.eligible):
             roles = self._chat_roles
             stop = call.options.gaps == "stop"
             included, rows = start_on_user(
@@ -1023,8 +1023,22 @@ class PackScope:
         return bool(self._conversing[rows].any())
 
     def _converses(self, rows: Exclusions, units: Units, included: np.ndarray) -> bool:
-        """Whether a selection sends a message besides system and developer ones."""
-        return bool(self._conversing[packed_rows(rows, units, included)].any())
+        """Whether a selection's first message besides system and developer ones is no reply.
+
+        An Anthropic request opens on a user message: the rendering puts the
+        opening message first when the pack sends no other message, or
+        opens on an assistant's (an agent loop without a user message).
+        """
+        packed = packed_rows(rows, units, included)
+        sent = packed[self._conversing[packed]]
+        if rows.sent_first is not None:
+            sent = sent[np.argsort(~rows.sent_first[sent], kind="stable")]
+        return bool(len(sent)) and not self._replies[sent[0]]
+
+    @cached_property
+    def _replies(self) -> np.ndarray:
+        """``(n,)`` bool: the row is sent as an assistant message."""
+        return (self._rendering.chat.role == "assistant").to_numpy()
 
     @cached_property
     def _opening_tokens(self) -> int:
@@ -1270,9 +1284,16 @@ _FOR_THE_BUDGET = np.array(
 """The codes of the reasons a row is left out for the budget alone."""
 
 
-def _starts_on_user(call: PackCall) -> bool:
-    """Whether the pack starts on a user message: ``start_on="user"`` or the Anthropic target."""
-    return call.options.start_on == "user" or call.options.target == "anthropic"
+def _starts_on_user(call: PackCall, users: np.ndarray) -> bool:
+    """Whether the pack starts on a user message: ``start_on="user"``, or the Anthropic target.
+
+    The Anthropic target starts on one when some candidate is (``users``,
+    ``(n,)`` bool): otherwise the opening message stands for it, and an
+    agent loop without a user message is sent as it is.
+    """
+    return call.options.start_on == "user" or (
+        call.options.target == "anthropic" and bool(users.any())
+    )
 
 
 def _select(
