@@ -71,6 +71,7 @@ from cognoxium.items.validation import (
     canonical_json_columns,
     check_time_types,
     conform,
+    json_text_expr,
     row_checks,
 )
 
@@ -332,11 +333,16 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
             f"{where}: integer columns {floats} are stored as floats, which a cast would "
             "truncate; store them as integers (read_parquet checks each value instead)"
         )
-    return [
-        pl.col(name).cast(POLARS_SCHEMA[name], strict=name not in _ENUMS)
+    casts = {
+        name: pl.col(name).cast(POLARS_SCHEMA[name], strict=name not in _ENUMS)
         for name in COLUMNS
         if schema[name] != POLARS_SCHEMA[name]
-    ]
+    }
+    for name in ("json", "metadata"):
+        encoded = json_text_expr(name, schema, f"{where}: ")
+        if encoded is not None:
+            casts[name] = encoded
+    return list(casts.values())
 
 
 def _text_enums(schema: pl.Schema) -> frozenset[str]:

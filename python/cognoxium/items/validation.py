@@ -464,9 +464,34 @@ def check_time_types(schema: pl.Schema, where: str) -> None:
         )
 
 
+def json_text_expr(name: str, schema: pl.Schema, where: str) -> pl.Expr | None:
+    """The JSON text of column ``name`` (``metadata`` or ``json``) when it is a struct column.
+
+    A struct (as Polars and Arrow hold JSON objects) is encoded as JSON,
+    each field a key, a null field ``null``; text is left as it is
+    (``None``).
+
+    Raises
+    ------
+    SchemaError
+        If the column is neither text nor a struct.
+    """
+    dtype = schema.get(name)
+    if dtype is None or dtype in (pl.String, pl.Null):
+        return None
+    if isinstance(dtype, pl.Struct):
+        return pl.col(name).struct.json_encode()
+    raise SchemaError(
+        f"{where}column {name!r} is {dtype}: it holds JSON objects, as JSON text or as a "
+        "struct column"
+    )
+
+
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
     """Parse timestamp text, cast to :data:`POLARS_SCHEMA`, check ``created_at`` and ``rank``."""
     check_time_types(df.schema, where)
+    encoded = [json_text_expr(name, df.schema, where) for name in ("json", "metadata")]
+    df = df.with_columns(e for e in encoded if e is not None)
     _raise_first(df, _whole_number_checks(df.schema), source)
     try:
         df = df.select(
