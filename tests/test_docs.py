@@ -119,6 +119,14 @@ def test_the_package_page_names_every_top_level_export() -> None:
     assert [name for name in cognoxium.__all__ if f"`{name}`" not in text] == []
 
 
+def test_every_name_the_package_page_lists_is_a_top_level_export() -> None:
+    # The page listed from_anthropic_messages, which `from cognoxium import` refused.
+    text = (DOCS / "reference" / "cognoxium.md").read_text()
+    listed = re.findall(r"\[`(\w+)`\]\[cognoxium\.", text)
+    assert listed
+    assert [name for name in listed if name not in cognoxium.__all__] == []
+
+
 def test_site_builds_in_strict_mode(site: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "reference" / "frame" / "index.html").is_file()

@@ -30,8 +30,10 @@ from cognoxium.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
     from cognoxium.formats.openai import (
         from_openai_messages,
+        read_openai_conversations,
         read_openai_jsonl,
         to_openai_messages,
     )
@@ -71,8 +73,10 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "cognoxium.formats.anthropic": ["from_anthropic_messages", "to_anthropic_messages"],
             "cognoxium.formats.openai": [
                 "from_openai_messages",
+                "read_openai_conversations",
                 "read_openai_jsonl",
                 "to_openai_messages",
             ],
@@ -161,14 +165,17 @@ __all__ = [
     "Trust",
     "UnknownNoteError",
     "__version__",
+    "from_anthropic_messages",
     "from_openai_messages",
     "get_embedder",
     "get_profile",
     "pack",
     "read_items",
     "read_jsonl",
+    "read_openai_conversations",
     "read_openai_jsonl",
     "read_parquet",
+    "to_anthropic_messages",
     "to_openai_messages",
     "write_jsonl",
     "write_parquet",

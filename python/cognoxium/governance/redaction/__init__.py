@@ -22,9 +22,9 @@ Matching rules, the same in both paths:
 - A recogniser with context words (``SSN``, ``phone``, ``bind``) also
   matches them just before the value, with separators and at most three
   filler words between (:data:`CONTEXT_FILLERS`: ``phone number is``), and
-  its validator learns whether they were there: ``078 05 1120`` is an SSN
+  its validator learns whether they were there: ``536 22 8726`` is an SSN
   after ``SSN:`` and not alone. In JSON, a member whose key names the
-  words (``{"ssn": "078051120"}``) counts as them.
+  words (``{"ssn": "536228726"}``) counts as them.
 - Overlapping spans of different recognisers: the longest wins, ties go to
   the recogniser that comes first in :data:`RECOGNISERS`.
 - Redaction repeats until no recogniser matches (a fixed point), so a value

@@ -92,7 +92,7 @@ CONTEXT_FILLERS: tuple[str, ...] = (
 )  # fmt: skip
 """Words that may stand between a recogniser's context words and its value.
 
-``phone number is 0532...``, ``SSN no. 078...``, ``call me at ...``,
+``phone number is 0532...``, ``SSN no. 536...``, ``call me at ...``,
 ``Telefon numaram ...``: at most three of them, each after one to three
 characters that are no letter, digit or line break (``: ``, `` ``, ``. ``).
 Any other word in between (``call about order 12345678``) breaks the
@@ -143,8 +143,8 @@ class Recogniser:
         value to be taken as a whole: the value is redacted when the
         recogniser accepts all of it (with ``context``, as if the context
         words preceded it). So ``{"api_key": "..."}`` is redacted like
-        ``api_key=...`` in text, and ``{"ssn": "078051120"}`` like ``SSN
-        078051120``.
+        ``api_key=...`` in text, and ``{"ssn": "536228726"}`` like ``SSN
+        536228726``.
     refine
         For patterns that match a whole run (a run of digit groups, of
         colon-separated hex groups): called on each candidate value (group
@@ -156,7 +156,7 @@ class Recogniser:
     context
         Words (a pattern in the shared subset, in full words) that make a
         value likelier when they are written just before it: ``SSN`` before
-        ``078 05 1120``, ``phone`` before ``05321234567``. The scan then
+        ``536 22 8726``, ``phone`` before ``05321234567``. The scan then
         also matches, in place of the lead, the words, separators and up to
         three of :data:`CONTEXT_FILLERS` (``phone number is``, ``SSN no.``),
         and the value; ``validator`` or ``refine`` tells by its second

@@ -255,8 +255,8 @@ Each type and what it finds (and, in brackets, what checks a candidate):
   groups of 4 separated by spaces or dashes [the country's length, ISO 7064
   mod 97-10].
 - ``US_SSN``: ``AAA-GG-SSSS``; with dots, spaces or no separator only after
-  ``SSN`` or ``social security`` (``my SSN is 078051120``), or as the value
-  of a JSON member whose key names one (``{"ssn": "078 05 1120"}``) [not
+  ``SSN`` or ``social security`` (``my SSN is 536228726``), or as the value
+  of a JSON member whose key names one (``{"ssn": "536 22 8726"}``) [not
   area 000/666/9xx, group 00, serial 0000; one kind of separator].
 - ``EMAIL``: ``local@domain.tld``, also with internationalised domains in
   Unicode (``bücher.de``) or punycode (``example.xn--p1ai``) [RFC 5321
