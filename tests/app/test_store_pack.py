@@ -206,3 +206,29 @@ def test_check_store_names_an_id_repeated_in_a_later_batch_at_its_rows(tmp_path:
     with pytest.raises(RecordError) as caught:
         check_store(root, batch_rows=5)
     assert (caught.value.row, caught.value.field) == (9, "priority")
+
+
+def test_a_store_the_scan_refuses_is_read_whole_and_says_why(
+    tmp_path: Path, small_tasks: None
+) -> None:
+    # A store written by Polars' own partition_by, with some item columns, was read whole
+    # without a word: memory that followed the scopes then followed the store.
+    root = tmp_path / "store"
+    few = items().select("id", "role", "text", "created_at", "metadata")
+    for (conversation,), part in few.with_columns(
+        conversation=pl.col("metadata").str.json_path_match("$.conversation")
+    ).group_by("conversation", maintain_order=True):
+        folder = root / f"conversation={conversation}"
+        folder.mkdir(parents=True)
+        part.drop("conversation").write_parquet(folder / "part.parquet")
+    batch = write_requests(tmp_path / "r.jsonl", requests())
+    args = [str(root), str(batch), "--rank", "bm25", "--as-of", AS_OF, "--workers", "1"]
+    result = runner.invoke(app, ["pack", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == EXIT_OK, result.stderr
+    warning = " ".join(result.stderr.split())
+    assert f"warning: {root} is read whole, not scanned a scope at a time" in warning
+    assert "a scan needs every item column; missing" in warning
+    assert "cognoxium.items.write_partitioned" in warning
+    quiet = runner.invoke(app, ["pack", *args, "--quiet", "--out", str(tmp_path / "q")])
+    assert quiet.exit_code == EXIT_OK
+    assert "read whole" not in quiet.stderr

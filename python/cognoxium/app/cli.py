@@ -705,14 +705,16 @@ def _readable_manifests(path: Path) -> Path:
     return checked
 
 
-def _pack_store(items: Path) -> CognitionFrame:
+def _pack_store(items: Path, *, quiet: bool = False) -> CognitionFrame:
     """The items pack packs: a store directory scanned lazily, any other store read whole.
 
     A hive-partitioned directory is checked whole first, a batch of rows at
     a time (:func:`~cognoxium.items.store.check_store`), then scanned: each
     scope reads only its partitions, so the memory follows the scopes packed
-    at once, not the store. A directory that fails the check is read whole
-    (:func:`~cognoxium.items.store.read_store`), which raises its error.
+    at once, not the store. A directory that fails the check or the scan is
+    read whole (:func:`~cognoxium.items.store.read_store`), which raises its
+    error; when that read succeeds, standard error says why the store was
+    not scanned (unless ``quiet``).
     """
     import polars as pl
 
@@ -731,8 +733,16 @@ def _pack_store(items: Path) -> CognitionFrame:
     try:
         check_store(items)
         scan = scan_parquet_items(items, hive_partitioning=True, hive_schema={key: pl.String()})
-    except (CognoxiumError, OSError, pl.exceptions.PolarsError):
-        return CognitionFrame._of_checked(read_store(items))
+    except (CognoxiumError, OSError, pl.exceptions.PolarsError) as exc:
+        whole = CognitionFrame._of_checked(read_store(items))
+        if not quiet:
+            typer.echo(
+                f"warning: {items} is read whole, not scanned a scope at a time, so memory "
+                f"follows the store: {exc}; a store written by "
+                "cognoxium.items.write_partitioned (every item column) is scanned",
+                err=True,
+            )
+        return whole
     return CognitionFrame._wrap(Scan(source=LazySource(scan))).select(*COLUMNS)
 
 
@@ -1198,7 +1208,7 @@ def _batch_runner(
     if not isinstance(items, Path):
         return partial(run_batch, items, workers=workers)
     try:
-        return partial(run_batch, _pack_store(items), workers=workers)
+        return partial(run_batch, _pack_store(items, quiet=quiet), workers=workers)
     except (OSError, UnicodeDecodeError) as exc:
         _fail_io(exc, "read", items)
     except CognoxiumError as exc:
