@@ -260,9 +260,41 @@ class RecordError(CognoxiumError, ValueError):
 
 
 class SchemaError(CognoxiumError, ValueError):
-    """A table does not match the canonical context-item schema."""
+    """A table does not match the canonical context-item schema.
+
+    Parameters
+    ----------
+    message
+        What was wrong and what to do.
+    file
+        The file at fault, when one is known (a file of a store directory).
+    code, params
+        As for :class:`CognoxiumError`.
+
+    Examples
+    --------
+    >>> error = SchemaError("s/k=a/p.parquet: not Parquet", file="s/k=a/p.parquet")
+    >>> error.code, error.to_dict()["file"]
+    ('schema.invalid', 's/k=a/p.parquet')
+    """
 
     default_code: ClassVar[str] = "schema.invalid"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        file: str | None = None,
+        code: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.file = file
+        super().__init__(message, code=code, params=params)
+
+    @property
+    def location(self) -> tuple[str | None, int | None, str | None]:
+        """``(file, None, None)``: the file at fault, if known."""
+        return self.file, None, None
 
 
 class PlanError(CognoxiumError, ValueError):

@@ -17,7 +17,7 @@ from cognoxium.app._scopes import ScopeIndex, batch_units
 from cognoxium.app.batch import Request, run_batch
 from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_OK, _pack_store, app
 from cognoxium.engine.plan import LazySource, Scan, Select
-from cognoxium.exceptions import RecordError
+from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.store import check_store, read_store, write_partitioned
 from cognoxium.packing.options import PackOptions
@@ -232,3 +232,23 @@ def test_a_store_the_scan_refuses_is_read_whole_and_says_why(
     quiet = runner.invoke(app, ["pack", *args, "--quiet", "--out", str(tmp_path / "q")])
     assert quiet.exit_code == EXIT_OK
     assert "read whole" not in quiet.stderr
+
+
+@pytest.mark.parametrize("fault", ["epoch times", "truncated"])
+def test_a_store_with_one_bad_file_names_that_file(store: Path, tmp_path: Path, fault: str) -> None:
+    # Only the store was named: with thousands of partitions, the user had to bisect.
+    bad = sorted(store.rglob("*.parquet"))[3]
+    if fault == "truncated":
+        bad.write_bytes(bad.read_bytes()[:100])
+    else:
+        pl.read_parquet(bad).with_columns(pl.col("created_at").dt.epoch("s")).write_parquet(bad)
+    batch = write_requests(tmp_path / "r.jsonl", requests())
+    args = [str(store), str(batch), "--out", str(tmp_path / "out"), "--rank", "bm25", "--json"]
+    result = runner.invoke(app, ["pack", *args, "--as-of", AS_OF, "--workers", "1"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json.loads(result.stdout)["error"]
+    assert error["file"] == str(bad)
+    assert error["message"].startswith(f"{store}: not a readable Parquet store: {bad}: ")
+    with pytest.raises(SchemaError) as caught:
+        read_store(store)
+    assert caught.value.file == str(bad)

@@ -115,7 +115,7 @@ from cognoxium.exceptions import (
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.predicate import parse_predicate
 from cognoxium.items.schema import POLARS_SCHEMA
-from cognoxium.items.store import collect_store, partition_key, scan_store
+from cognoxium.items.store import collect_store, partition_key, scan_store, unreadable_store
 from cognoxium.packing.manifests import ManifestForm
 from cognoxium.packing.options import PackOptions
 from cognoxium.retrieval.embeddings import CACHE_DIR_ENV
@@ -635,7 +635,7 @@ def _ray_tasks(units: Sequence[Unit], store: Path) -> list[_RayTask]:
     try:
         ranges = task_ranges(unit_weights(units, _whole(store)))
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{store}: not a readable Parquet store: {exc}") from None
+        raise unreadable_store(Path(store), exc) from None
     return [
         _RayTask(k, tuple((position, units[position]) for position in positions))
         for k, positions in enumerate(ranges)

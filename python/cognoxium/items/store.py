@@ -34,6 +34,7 @@ __all__ = [
     "partition_key",
     "read_store",
     "scan_store",
+    "unreadable_store",
     "write_partitioned",
 ]
 
@@ -139,14 +140,64 @@ def collect_store(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataF
     try:
         positioned = STORE_POSITION in lazy.collect_schema()
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+        raise unreadable_store(source, exc) from None
     if positioned:  # the items in the order they were written, whatever the partitions
         lazy = lazy.sort(STORE_POSITION).drop(STORE_POSITION)
     try:
         table = lazy.collect()
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+        raise unreadable_store(source, exc) from None
     return conform(table, source=str(source))
+
+
+def unreadable_store(source: Path, error: Exception) -> SchemaError:
+    """The error of a store directory Polars cannot read, naming the file at fault if it can.
+
+    Polars reads a store's files as one table and says what failed, not
+    where. Each file's Parquet metadata is read in path order: the first
+    whose metadata cannot be read, or whose columns differ from the first
+    file's, is named (in the message and as the error's ``file``).
+
+    Parameters
+    ----------
+    source
+        The store directory (a file is taken as the one file at fault).
+    error
+        Polars' error.
+
+    Returns
+    -------
+    SchemaError
+        ``"<source>: not a readable Parquet store: ..."``.
+    """
+    fault = _file_at_fault(source)
+    if fault is None:
+        return SchemaError(f"{source}: not a readable Parquet store: {error}")
+    file, why = fault
+    return SchemaError(
+        f"{source}: not a readable Parquet store: {file}: {why} (Polars: {error})", file=str(file)
+    )
+
+
+def _file_at_fault(source: Path) -> tuple[Path, str] | None:
+    """The first file of ``source`` whose metadata is unreadable or differs, and how."""
+    files = sorted(source.rglob("*.parquet")) if source.is_dir() else [source]
+    first: tuple[Path, dict[str, pl.DataType]] | None = None
+    for file in files:
+        try:
+            schema = pl.read_parquet_schema(file)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            return file, f"cannot read its Parquet metadata: {exc}"
+        if first is None:
+            first = (file, schema)
+        elif schema != first[1]:
+            differ = [
+                f"{name} {schema.get(name, 'missing')} (there {first[1].get(name, 'missing')})"
+                for name in dict.fromkeys([*first[1], *schema])
+                if schema.get(name) != first[1].get(name)
+            ]
+            return file, f"its columns differ from those of {first[0]}: {', '.join(differ)}"
+    return None
 
 
 def read_store(path: str | os.PathLike[str]) -> pl.DataFrame:
@@ -234,7 +285,7 @@ def check_store(path: str | os.PathLike[str], *, batch_rows: int = CHECK_ROWS) -
         if STORE_POSITION in lazy.collect_schema():
             lazy = lazy.drop(STORE_POSITION)
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+        raise unreadable_store(source, exc) from None
     at = (str(source), None)
     ids: list[pl.Series] = []
     offset = 0
@@ -249,7 +300,7 @@ def check_store(path: str | os.PathLike[str], *, batch_rows: int = CHECK_ROWS) -
                 raise _at(exc, offset) from None
             offset += batch.height
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{source}: not a readable Parquet store: {exc}") from None
+        raise unreadable_store(source, exc) from None
     if len(ids) > 1:  # each batch was checked alone
         check_unique_ids(pl.concat(ids).to_frame(), *at)
 
