@@ -219,6 +219,28 @@ def test_a_prepared_scope_is_reused_across_calls() -> None:
     assert prepared.pack(Request(id="x", budget=1)) is prepared.pack(Request(id="y", budget=1))
 
 
+def test_a_scope_is_counted_at_once_only_for_packs_that_reach_most_of_it() -> None:
+    # One pack of 100 tokens over a scope of about 8,000 counted every row first.
+    rows = [
+        {"id": f"d{k}", "role": "document", "text": f"refund note {k} " + "word " * 60}
+        for k in range(120)
+    ]
+    store = CognitionFrame(rows)
+    settings = BatchSettings(PackOptions(as_of=AS_OF), "bm25")
+    few = [Request(id="a", budget=100, query="refund"), Request(id="b", budget=300, query="x")]
+    many = [Request(id=f"r{k}", budget=400, query="refund") for k in range(12)]
+    for batch, at_once in ((few, False), (many, True)):
+        prepared = PreparedScope(store, store.collect(), settings)
+        prepared.count_tokens(batch)
+        assert (prepared.pack(batch[0])._row_tokens is not None) == at_once
+    lazily = pack_scope(store, few, settings)
+    counted = PreparedScope(store, store.collect(), settings)
+    counted.pack(few[0]).count_tokens()  # every row counted first: the same packs
+    first = pack_scope(store, few, settings, prepared=counted)
+    assert lazily.packs.equals(first.packs)
+    assert lazily.entries.equals(first.entries, null_equal=True)
+
+
 @needs_locomo
 @pytest.mark.parametrize("method", ["bm25", "recency"])
 def test_a_locomo_subset_batch_equals_one_request_packs(method: RankMethod, tmp_path: Path) -> None:

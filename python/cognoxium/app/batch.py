@@ -1295,6 +1295,10 @@ class BatchSettings:
         return self.rank != NO_RANK and rank_entry(self.rank).reads_lineage
 
 
+BYTES_PER_TOKEN = 4.0
+"""The bytes of English text per token, as an estimate (about 4 for cl100k_base)."""
+
+
 class PreparedScope:
     """The work one scope's requests share: its rows, its :class:`PackScope` and its ranks.
 
@@ -1337,12 +1341,24 @@ class PreparedScope:
     def count_tokens(self, requests: Sequence[Request]) -> None:
         """Count the scope's token costs for ``requests``' packs (:meth:`PackScope.count_tokens`).
 
-        Rows that cannot fit whole in the largest of their budgets are left
-        to the pack that reaches them.
+        Counted at once only when the packs together may reach most rows:
+        their budgets add up to at least half the scope's text, estimated at
+        :data:`BYTES_PER_TOKEN` bytes a token. Otherwise (a few packs over a
+        large scope) each pack counts the rows its selection reaches. Rows
+        that cannot fit whole in the largest of the budgets are left to the
+        pack that reaches them. The packs are the same either way.
         """
+        if 2 * sum(r.budget for r in requests) < self._text_tokens:
+            return
         scope = self.pack(requests[0])
         within = max(r.budget for r in requests)
         _packing(requests[0], lambda: scope.count_tokens(within))
+
+    @cached_property
+    def _text_tokens(self) -> float:
+        """The scope's text in tokens, estimated from its UTF-8 bytes."""
+        text = self.df.get_column("text").str.len_bytes().sum()
+        return float(text or 0) / BYTES_PER_TOKEN
 
     def rank(self, request: Request, as_of: datetime | None) -> pl.Series | None:
         """The rank of the scope's rows for ``request`` (``None``: the rows' own rank).
