@@ -313,3 +313,18 @@ def test_every_bm25_reads_a_huge_text_to_its_first_max_read_chars() -> None:
     assert only_past.get_column("rank")[2] == 0.0
     backend = TextBackend(ItemStore(CognitionFrame(store(t3=huge))))
     assert "t3" not in backend.search("Lyon").get_column("id").to_list()
+
+
+@pytest.mark.parametrize(
+    ("text", "query"),
+    [("Cafe\u0301 opening hours", "café"), ("Caf\u00e9 opening hours", "cafe\u0301")],
+)
+def test_bm25_reads_a_letter_and_its_combining_mark_as_the_composed_letter(
+    text: str, query: str
+) -> None:
+    # Text with combining marks (macOS, some exports) scored 0 against the same-looking query.
+    from cognoxium.retrieval.ranking import bm25_scores
+
+    scores = bm25_scores([text, "Opening hours of the shop", "Menu"], query)
+    assert scores[0] > 0
+    assert int(scores.argmax()) == 0

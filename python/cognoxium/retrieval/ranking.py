@@ -17,6 +17,7 @@ import hashlib
 import math
 import sys
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from datetime import datetime, timedelta
@@ -130,10 +131,12 @@ def _stemmer() -> Any:
 
 
 def _tokenize(texts: list[str], *, ids: bool) -> Any:
+    """bm25s' tokens of ``texts`` in Unicode NFC: a letter and its combining mark are one."""
     import bm25s
 
+    composed = [unicodedata.normalize("NFC", text) for text in texts]
     return bm25s.tokenize(
-        texts, stopwords="en", stemmer=_stemmer(), return_ids=ids, show_progress=False
+        composed, stopwords="en", stemmer=_stemmer(), return_ids=ids, show_progress=False
     )
 
 
@@ -194,9 +197,10 @@ def bm25_scores(
     """Score each text against ``query`` with Okapi BM25.
 
     The corpus is exactly ``texts``: document frequencies, and so the IDF of
-    every term, come from these texts only. Tokenization is bm25s': lowercase,
-    words of two or more word characters, English stop words removed, Snowball
-    stemming when PyStemmer is installed. Scoring is bm25s' ``lucene`` variant
+    every term, come from these texts only. Tokenization is bm25s', of the texts
+    in Unicode NFC (a letter and its combining mark read as the composed letter):
+    lowercase, words of two or more word characters, English stop words
+    removed, Snowball stemming when PyStemmer is installed. Scoring is bm25s' ``lucene`` variant
     (k1 = 1.5, b = 0.75), from Robertson and Zaragoza, *The Probabilistic
     Relevance Framework: BM25 and Beyond* (2009).
 
