@@ -74,6 +74,9 @@ MERGE_RULES: Final[dict[str, str]] = {
     "trust": "least trust (untrusted if any copy is)",
     "sensitivity": "highest sensitivity",
     "retention": "strongest retention",
+    "created_at": (
+        "earliest creation (of the copies kept), so no kept row expires before it is created"
+    ),
     "expires_at": "earliest expiry (of the copies kept)",
     "valid_from": "latest start of validity (of the copies kept)",
     "priority": "highest priority",

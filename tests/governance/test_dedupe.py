@@ -145,3 +145,22 @@ def test_every_normalisation_is_applied() -> None:
     assert NORMALIZATIONS == ("whitespace", "case", "nfc")
     for steps, kept in [(NORMALIZATIONS, 1), (("whitespace", "case"), 2), (("nfc", "case"), 2)]:
         assert dedupe_frame(df, normalize=steps).height == kept, steps
+
+
+def test_a_merge_without_a_clock_keeps_every_row_valid() -> None:
+    # The kept row took the newer copy's created_at and the older copy's expiry, so it
+    # expired before it was created and to_records() refused it.
+    frame = CognitionFrame(
+        [
+            {"id": "old", "role": "document", "text": "Refund policy: 30 days.",
+             "created_at": "2025-01-01T00:00:00Z", "expires_at": "2025-06-01T00:00:00Z"},
+            {"id": "new", "role": "document", "text": "Refund policy: 30 days.",
+             "created_at": "2025-07-01T00:00:00Z"},
+        ]
+    )  # fmt: skip
+    merged = frame.dedupe()
+    row = merged.collect().row(0, named=True)
+    assert (row["id"], row["merged_ids"]) == ("new", ["old"])
+    assert row["created_at"] == datetime(2025, 1, 1, tzinfo=UTC)
+    assert row["expires_at"] == datetime(2025, 6, 1, tzinfo=UTC)
+    assert [r["id"] for r in merged.to_records()] == ["new"]

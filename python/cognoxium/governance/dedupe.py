@@ -136,7 +136,8 @@ def dedupe_frame(
     the kept row is the group's representative (best ``rank``, then smallest
     ``id``; nulls last) absorbing its copies by the rules of
     :data:`cognoxium._columns.MERGE_RULES`: least trust, highest
-    sensitivity, strongest retention, earliest ``expires_at``, latest
+    sensitivity, strongest retention, earliest ``created_at`` and
+    ``expires_at``, latest
     ``valid_from``, highest priority, best rank, sorted unions of
     ``sources``, ``parents`` and ``lineage`` (plus a ``merge`` edge from each
     folded copy); other columns are the representative's.
@@ -361,7 +362,7 @@ def _merge_agg(name: str, dtype: pl.DataType, edges: bool) -> pl.Expr:
         return col.first()
     if name in ("trust", "sensitivity", "priority", "valid_from", "rank"):
         return col.max()  # untrusted > trusted; restricted is the highest sensitivity
-    if name in ("retention", "expires_at"):
+    if name in ("retention", "created_at", "expires_at"):
         return col.min()  # required is the strongest retention
     union = col.list.explode(keep_nulls=False, empty_as_null=False)
     if name == "lineage" and edges:  # the folded copies become merge edges
