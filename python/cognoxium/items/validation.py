@@ -468,19 +468,19 @@ def json_text_expr(name: str, schema: pl.Schema, where: str) -> pl.Expr | None:
     """The JSON text of column ``name`` (``metadata`` or ``json``) when it is a struct column.
 
     A struct (as Polars and Arrow hold JSON objects) is encoded as JSON,
-    each field a key, a null field ``null``; text is left as it is
-    (``None``).
+    each field a key, a null field ``null``; text (and a column Polars
+    casts to text as it is: null, categorical) is left to the cast (``None``).
 
     Raises
     ------
     SchemaError
-        If the column is neither text nor a struct.
+        If the column holds numbers, booleans, lists or arrays.
     """
     dtype = schema.get(name)
-    if dtype is None or dtype in (pl.String, pl.Null):
-        return None
     if isinstance(dtype, pl.Struct):
         return pl.col(name).struct.json_encode()
+    if dtype is None or not (dtype.is_nested() or dtype.is_numeric() or dtype == pl.Boolean):
+        return None  # missing, text, null, categorical: cast to text as it is
     raise SchemaError(
         f"{where}column {name!r} is {dtype}: it holds JSON objects, as JSON text or as a "
         "struct column"
