@@ -722,7 +722,9 @@ class ContextPack:
           block as ``"<name>: "``; a tool result's ``name`` is not sent (its
           call's ``tool_use`` block names the function).
         - Empty or whitespace-only text is not sent (the API rejects such
-          text blocks); a message left with nothing to send is left out. A
+          text blocks); a message left with nothing to send is left out
+          (its item stays included in the manifest: it was packed, and
+          holds nothing to send). A
           request that ends on an ``assistant`` message (a prefill) has the
           whitespace at its end stripped, which the API also rejects.
         - A tool call id outside the API's form ``^[a-zA-Z0-9_-]+$`` (ids
@@ -742,10 +744,12 @@ class ContextPack:
           :data:`~cognoxium.packing._renderers.OPENING`, ``"(earlier
           messages omitted)"``), so the request is always one the API takes.
           A pack built for Anthropic (``target="anthropic"``) starts on a
-          user message (units before it are dropped as with
-          ``start_on="user"``) and, when it sends no message besides its
-          system block, counts that opening message in ``used_tokens`` and
-          ``pack_overhead_tokens``; other packs do not count it.
+          user message when it may send one (units before it are dropped
+          as with ``start_on="user"``) and, when it starts on none (it
+          sends no message besides its system block, or it is an agent
+          loop without a user message), counts that opening message in
+          ``used_tokens`` and ``pack_overhead_tokens``; other packs do not
+          count it.
         - Tool calls keep the rules of the API when the pack keeps those of
           Chat Completions (``tool_errors``, see
           :class:`~cognoxium.packing.options.PackOptions`): the rendered
