@@ -102,7 +102,10 @@ def _keywise_dtype(texts: pl.Series, error: pl.exceptions.PolarsError) -> pl.Dat
             raise PlanError(
                 f"cannot decode the metadata JSON: {polars_error_text(error)}"
             ) from error
-    return _json_dtype(values)
+    other = next((v for v in values if not isinstance(v, dict)), None)
+    if other is not None:
+        raise PlanError(f"metadata must hold JSON objects, found {type(other).__name__}")
+    return _fields_dtype(values)  # the objects as a whole have no type: Polars said so
 
 
 def _json_dtype(values: list[Any]) -> pl.DataType:
@@ -111,7 +114,11 @@ def _json_dtype(values: list[Any]) -> pl.DataType:
     try:
         return texts.str.json_decode(infer_schema_length=None).dtype
     except pl.exceptions.PolarsError:
-        pass
+        return _fields_dtype(values)
+
+
+def _fields_dtype(values: list[Any]) -> pl.DataType:
+    """The struct type of JSON objects ``values``, each key's type apart; else ``MIXED_JSON``."""
     objects = [value for value in values if value is not None]
     if not all(isinstance(value, dict) for value in objects):
         return MIXED_JSON
