@@ -90,3 +90,16 @@ def test_a_time_column_of_numbers_is_refused_not_read_as_microseconds(
         CognitionFrame.scan_parquet(path).collect()
     fixed = table.with_columns(pl.from_epoch("created_at", "s"), pl.from_epoch("expires_at", "s"))
     assert conform(fixed)["created_at"].dt.year().to_list() == [2025, 2025]
+
+
+@pytest.mark.parametrize(
+    ("column", "values"),
+    [("priority", ["5", "2"]), ("priority", [True, False]), ("rank", ["0.5", "1"])],
+)
+def test_a_number_column_of_text_or_booleans_is_refused_as_a_record_refuses_it(
+    column: str, values: list[object]
+) -> None:
+    # A priority of "5" or true was cast to 5 or 1, where a record refuses both.
+    table = _table([1.0, 2.0]).with_columns(pl.Series(column, values))
+    with pytest.raises(SchemaError, match=rf"number columns hold text or booleans: {column} "):
+        conform(table)

@@ -440,15 +440,17 @@ TIME_COLUMNS = ("created_at", "valid_from", "expires_at")
 
 
 def check_time_types(schema: pl.Schema, where: str) -> None:
-    """Refuse time columns that hold numbers: a cast would read them as microseconds.
+    """Refuse time columns of numbers, and number columns of text or booleans.
 
     Unix seconds (``1767000000``) cast to a timestamp are 1970-01-01T00:29:27Z,
-    and an item would be silently expired; times are datetimes or ISO 8601 text.
+    and an item would be silently expired; times are datetimes or ISO 8601
+    text. A ``priority`` of ``"5"`` or ``true`` would be cast to 5 or 1,
+    which a record refuses; numbers are numbers.
 
     Raises
     ------
     SchemaError
-        Naming the columns, their types and the conversion to use.
+        Naming the columns, their types and what to store.
     """
     numbers = [
         f"{name} ({schema[name]})"
@@ -461,6 +463,17 @@ def check_time_types(schema: pl.Schema, where: str) -> None:
             "ISO 8601 text with an offset, not a number, which would be read as microseconds "
             "since 1970; convert epoch numbers first, such as pl.from_epoch('created_at', "
             "time_unit='s')"
+        )
+    texts = [
+        f"{name} ({schema[name]})"
+        for name in ("priority", "rank")
+        if schema.get(name, pl.Null) in (pl.String, pl.Boolean)
+        or isinstance(schema.get(name), pl.Categorical)
+    ]
+    if texts:
+        raise SchemaError(
+            f"{where}number columns hold text or booleans: {', '.join(texts)}; store numbers "
+            '(a record refuses "5" and true for them too)'
         )
 
 
