@@ -1694,3 +1694,32 @@ def test_pack_conversations_names_the_budget_a_long_system_prompt_needs(
     assert short == EXIT_BUDGET
     fits, _, stderr = pack(str(chats), *args, "--budget", str(needed), "--out", str(tmp_path / "c"))
     assert fits == EXIT_OK, stderr
+
+
+def test_pack_scopes_by_a_metadata_key_beside_one_whose_values_differ_in_type(
+    tmp_path: Path,
+) -> None:
+    # The batch's split decoded the whole metadata: Polars' ComputeError came through, exit 1.
+    items = tmp_path / "items.jsonl"
+    rows = [
+        {"id": "a", "role": "document", "text": "A", "metadata": {"source": "kb", "l": {"h": 1}}},
+        {"id": "b", "role": "document", "text": "B", "metadata": {"source": "web", "l": "x"}},
+        {"id": "c", "role": "document", "text": "C", "metadata": {"source": "kb", "vip": 1}},
+        {"id": "d", "role": "document", "text": "D", "metadata": {"source": "kb", "vip": True}},
+    ]
+    items.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    wheres = ["metadata.source = 'kb'", "metadata.source IN ('web')", "metadata.vip = 1"]
+    requests = tmp_path / "requests.jsonl"
+    lines = [json.dumps({"id": f"r{k}", "budget": 100, "where": w}) for k, w in enumerate(wheres)]
+    requests.write_text("\n".join(lines[:2]) + "\n")
+    args = ("--rank", "none", "--as-of", AS_OF, "--json")
+    code, _, stderr = pack(str(items), str(requests), "--out", str(tmp_path / "o"), *args)
+    assert code == EXIT_OK, stderr
+    assert [line["ids"] for line in records(tmp_path / "o")] == [["a", "c", "d"], ["b"]]
+    requests.write_text(json.dumps({"id": "vip", "budget": 100, "where": wheres[2]}) + "\n")
+    code, stdout, _ = pack(str(items), str(requests), "--out", str(tmp_path / "p"), *args)
+    assert code == EXIT_BAD_INPUT
+    assert (
+        "metadata.vip holds values of different JSON types"
+        in json.loads(stdout)["error"]["message"]
+    )

@@ -535,12 +535,14 @@ class ScopeIndex:
     def _split(self) -> dict[str, pl.Series]:
         """The row numbers of each value of the split key (one pass, made once).
 
-        The key of every item is decoded as the clauses decode it.
+        The key of every item is decoded as the clauses decode it, alone
+        (another key's values may have no one type).
         """
         if self._groups is None:
             assert self.key is not None
             assert self._dtype is not None
-            decoded = pl.col("metadata").str.json_decode(self._dtype)
+            field = [f for f in self._dtype.fields if f.name == self.key]
+            decoded = pl.col("metadata").str.json_decode(pl.Struct(field))
             grouped = (
                 self.df.select(decoded.struct.field(self.key).alias(_KEY))
                 .with_row_index(_ROW)

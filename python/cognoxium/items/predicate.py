@@ -616,8 +616,8 @@ def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
             f"{'.'.join(names)} is not allowed: only metadata.<key> reaches into a value "
             "(a field of the metadata JSON object)",
         )
-    _check_nested_keys(low, node, names)
     _check_one_type(low, node, names)
+    _check_nested_keys(low, node, names)
     expr = low.metadata(names)
     for key in names[1:]:
         expr = expr.struct.field(key)

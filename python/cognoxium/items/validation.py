@@ -452,16 +452,13 @@ def check_time_types(schema: pl.Schema, where: str) -> None:
     SchemaError
         Naming the columns, their types and what to store.
     """
-    numbers = [
-        f"{name} ({schema[name]})"
-        for name in TIME_COLUMNS
-        if schema.get(name, pl.Null).is_numeric()
-    ]
+    numbers = [name for name in TIME_COLUMNS if schema.get(name, pl.Null).is_numeric()]
     if numbers:
+        shown = ", ".join(f"{name} ({schema[name]})" for name in numbers)
         raise SchemaError(
-            f"{where}time columns hold numbers: {', '.join(numbers)}; a time is a datetime or "
-            "ISO 8601 text with an offset, not a number, which would be read as microseconds "
-            "since 1970; convert epoch numbers first, such as pl.from_epoch('created_at', "
+            f"{where}time columns hold numbers: {shown}; a time is a datetime or ISO 8601 "
+            "text with an offset, not a number, which would be read as microseconds since "
+            f"1970; convert epoch numbers first, such as pl.from_epoch({numbers[0]!r}, "
             "time_unit='s')"
         )
     texts = [
