@@ -717,13 +717,13 @@ def test_the_result_an_unfinished_agent_loop_awaits_is_cut_to_fit_with_defaults(
     kept, note = sent[-1]["content"].rsplit("\n", 1)
     assert LOG.startswith(kept)
     assert len(kept) < len(LOG)
-    assert packed.used_tokens == 4096
+    assert packed.remaining_tokens <= 1  # cut to fill the room, to a token
     (cut,) = packed.manifest.truncations
     assert (cut.id, cut.side) == ("loop:9", "head")
     assert cut.kept_tokens >= 64
     # the model reads that the log goes on, where a log cut mid-line would read as whole
     assert note == f"[{cut.original_tokens - cut.kept_tokens} tokens cut]"
-    assert sum(map(PROFILE.message_tokens, sent)) + PROFILE.tokens_per_pack == 4096
+    assert sum(map(PROFILE.message_tokens, sent)) + PROFILE.tokens_per_pack == packed.used_tokens
     assert openai_faults(sent) == []
     # Its own mark is the one used.
     marked = frame.to_polars().with_columns(
@@ -1179,3 +1179,30 @@ def test_a_bad_message_of_the_third_conversation_names_its_line_field_and_messag
     roles = ", ".join(repr(role) for role in openai_format.MESSAGE_ROLES)
     assert str(caught.value) == f"{path}:{at}: field {field}: " + message.format(roles=roles)
     assert (caught.value.source, caught.value.line, caught.value.field) == (str(path), at, field)
+
+
+def test_an_awaited_result_larger_than_the_budget_leaves_the_steps_before_it_half() -> None:
+    # It was cut to fill the budget: 300 steps went down to the task and the call.
+    def call(i: str) -> dict[str, Any]:
+        return {"id": i, "type": "function", "function": {"name": "run", "arguments": "{}"}}
+
+    def step(i: str, text: str) -> list[dict[str, Any]]:
+        called = {"role": "assistant", "content": None, "tool_calls": [call(i)]}
+        return [called, {"role": "tool", "tool_call_id": i, "content": text}]
+
+    task = [{"role": "system", "content": "agent"}, {"role": "user", "content": "TASK"}]
+    steps = [m for s in range(300) for m in step(f"c{s}", "ok " * 50)]
+    awaited = step("big", "log line\n" * 40_000)
+    budget = 20_000
+    long = from_openai_messages([*task, *steps, *awaited], conversation_id="r")
+    packed = long.pack(budget, as_of=AS_OF)
+    (cut,) = packed.manifest.truncations
+    room = budget - PROFILE.tokens_per_pack - sum(map(PROFILE.message_tokens, task))
+    assert cut.id == f"r:{len(task) + len(steps) + 1}"
+    assert room // 2 - 64 <= cut.kept_tokens <= room // 2 + 64  # half, and what is left
+    assert len(packed.ids) > 250
+    assert packed.remaining_tokens <= 1
+    short = from_openai_messages([*task, *awaited], conversation_id="s").pack(4_000, as_of=AS_OF)
+    (alone,) = short.manifest.truncations
+    assert short.remaining_tokens <= 1  # the room no step takes goes back to the result
+    assert alone.kept_tokens > 3_900

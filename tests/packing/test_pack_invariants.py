@@ -320,7 +320,8 @@ def _check_invariants(
     profile = options.profile
     assert not isinstance(profile, str)
     messages = list(result.messages)
-    if call["target"] == "anthropic" and all(m["role"] in SYSTEM_ROLES for m in messages):
+    conversing = [m["role"] for m in messages if m["role"] not in SYSTEM_ROLES]
+    if call["target"] == "anthropic" and conversing[:1] in ([], ["assistant"]):
         messages.append({"role": "user", "content": OPENING})  # the request's opening, counted
     sent = profile.request_tokens(messages, image_sizes=_image_sizes(rows))
     assert sent == result.used_tokens
@@ -378,11 +379,25 @@ def _check_invariants(
                 assert message["role"] not in {"system", "developer"}, (item_id, message)
 
 
+_NOT_CANDIDATES = {
+    "not_packable", "quarantined", "policy", "expired", "not_yet_valid", "group_incomplete",
+    "tool_call_unanswered", "tool_result_orphan", "tool_result_duplicate",
+}  # fmt: skip
+"""Reasons of rows that were never candidates of the selection."""
+
+
 def _check_start(result: ContextPack, call: dict[str, Any]) -> None:
-    """start_on="user" (and the Anthropic target): after the system block, a user's message."""
-    if call["start_on"] == "user" or call["target"] == "anthropic":
-        roles = [m["role"] for m in result.messages]
+    """start_on="user" (and the Anthropic target): after the system block, a user's message.
+
+    The Anthropic target starts on one only when some user message was a candidate.
+    """
+    roles = [m["role"] for m in result.messages]
+    if call["start_on"] == "user":
         assert _opening(roles) in {None, "user"}, roles
+    elif call["target"] == "anthropic" and _opening(roles) not in {None, "user"}:
+        entries = result.manifest.to_polars()
+        users = entries.filter(pl.col("role").cast(pl.String).is_in(["user", "document", "memory"]))
+        assert set(users["reason"].cast(pl.String).to_list()) <= _NOT_CANDIDATES, roles
 
 
 def _opening(roles: list[str]) -> str | None:

@@ -442,13 +442,26 @@ def select_units(
         chosen: Any = _select_known(costs, rest, remaining)
     else:
         block_start, block_end = _blocks(tuple(key[queue.n_required :] for key in queue.keys))
+        if cutter is not None:
+            cutter.cap = int(remaining * AWAITED_SHARE)
         chosen = _select(
             costs, rest, block_start, block_end, queue.cheap, queue.unit_ids, remaining, cutter
         )
+        if cutter is not None and cutter.capped:
+            cutter.regrow(remaining - int(costs.cost[np.asarray(chosen, dtype=np.int64)].sum()))
     included = np.zeros(costs.units.n_units, dtype=bool)
     included[required] = True
     included[np.asarray(chosen, dtype=np.int64)] = True
     return included
+
+
+AWAITED_SHARE = 0.5
+"""The share of the room left after the required items that an awaited tool result keeps.
+
+A result the loop awaits larger than the room is cut to this share, so the
+steps before it keep the rest; what they leave goes back to the result
+(see :meth:`~cognoxium.packing._truncation.Cutter.fit`).
+"""
 
 
 def _whole_order(queue: Queue, costs: UnitCosts) -> np.ndarray:

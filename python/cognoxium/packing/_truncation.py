@@ -27,7 +27,10 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
   64, "note": "[{n} tokens cut]"}}`` (head kept, then a line naming the
   tokens cut; see :func:`mark_awaited`): the model reads them next, and
   their call left out with them would have it make the same call again.
-  Their own mark, when they have one, is the one used. A pack that
+  Their own mark, when they have one, is the one used. Cut, they keep at
+  most :data:`~cognoxium.packing._selection.AWAITED_SHARE` of the room the
+  required items leave, so the steps before them keep the rest, and then
+  the room those steps leave (:meth:`Cutter.regrow`). A pack that
   continues an earlier one evicts history to send them whole before it
   cuts them.
 - A cut item keeps its id and gets a new content hash; its lineage gains an
@@ -267,6 +270,10 @@ class Cutter:
         self.cuts: dict[int, _Cut] = {}
         self.pinned: np.ndarray | None = None
         self.replayed: dict[int, EarlierCut] = {}
+        self.cap: int | None = None
+        """The most a unit holding an awaited result keeps when cut (see :meth:`fit`)."""
+        self.capped: list[int] = []
+        """The units cut to :attr:`cap`, in the order cut (see :meth:`regrow`)."""
         self._uncut_rows: dict[int, int] = {}  # a cut row's cost before its cut
         self._uncut_units: dict[int, int] = {}  # a cut unit's cost before its cut
 
@@ -282,6 +289,8 @@ class Cutter:
         self._uncut_rows.clear()
         self._uncut_units.clear()
         self.cuts.clear()
+        self.cap = None
+        self.capped = []
         self._make_replayed()
 
     def replay(self, cuts: dict[int, EarlierCut]) -> None:
@@ -326,8 +335,54 @@ class Cutter:
         With ``partial``, a unit that cannot reach ``allowed`` is cut as far
         as its members' ``min_tokens`` allow (its new cost is then above
         ``allowed``). Nothing changes when ``None`` is returned. A replayed
-        row starts from its earlier cut.
+        row starts from its earlier cut. A unit holding an awaited result
+        (none replayed) is cut to :attr:`cap` when that is less and its
+        ``min_tokens`` allow it, so that the history before it keeps room;
+        :meth:`regrow` gives it the room the history leaves.
         """
+        if self.cap is not None and self.cap < allowed and self._awaits(unit):
+            capped = self._fit(unit, self.cap, partial=partial)
+            if capped is not None:
+                self.capped.append(unit)
+                return capped
+        return self._fit(unit, allowed, partial=partial)
+
+    def regrow(self, left: int) -> int:
+        """Give ``left`` tokens back to the units cut to :attr:`cap`; the tokens they take.
+
+        Each is cut again from its whole text to its cost plus what is left,
+        the first cut first.
+        """
+        taken = 0
+        for unit in self.capped:
+            before = int(self.costs.cost[unit])
+            self._uncut(unit)
+            after = self._fit(unit, before + left - taken)
+            assert after is not None  # the shorter cut fit, so a longer one does
+            taken += after - before
+        self.capped = []
+        return taken
+
+    def _awaits(self, unit: int) -> bool:
+        """Whether ``unit`` holds an awaited result and no replayed row."""
+        rows, _ = self.costs.units.rows_of(np.asarray([unit], dtype=np.int64))
+        members = rows.tolist()
+        return any(r in self.marks.awaited for r in members) and not any(
+            r in self.replayed for r in members
+        )
+
+    def _uncut(self, unit: int) -> None:
+        """Undo the cuts of ``unit``'s rows (none replayed), restoring its whole costs."""
+        rows, _ = self.costs.units.rows_of(np.asarray([unit], dtype=np.int64))
+        for row in rows.tolist():
+            if row in self.cuts:
+                self.costs.row_tokens[row] = self._uncut_rows.pop(row)
+                del self.cuts[row]
+        if unit in self._uncut_units:
+            self.costs.cost[unit] = self._uncut_units.pop(unit)
+
+    def _fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
+        """:meth:`fit` without the cap."""
         rows, _ = self.costs.units.rows_of(np.asarray([unit], dtype=np.int64))
         marked = [
             r

@@ -106,8 +106,9 @@ class PackOptions:
         Once answered, the results it awaits (the tool messages after the
         last user or assistant message) are cut to fit rather than left
         out with their call, their head kept and at least 64 tokens of it,
-        followed by a line ``[<n> tokens cut]`` (see
-        :mod:`cognoxium.packing._truncation`).
+        followed by a line ``[<n> tokens cut]``, and to at most half the
+        room the required items leave when the steps before them can use
+        the rest (see :mod:`cognoxium.packing._truncation`).
         ``"error"`` raises :class:`~cognoxium.exceptions.MessageError`
         naming the message of the pack, its item and the rule.
     target
