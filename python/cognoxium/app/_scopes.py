@@ -84,6 +84,7 @@ from cognoxium.engine.plan import (
 from cognoxium.engine.predicates import infer_metadata_struct, stored_metadata
 from cognoxium.exceptions import PlanError, PredicateError
 from cognoxium.frame.frame import CognitionFrame
+from cognoxium.items.predicate import path_struct
 from cognoxium.items.store import PLAIN_KEY
 
 if TYPE_CHECKING:
@@ -541,8 +542,7 @@ class ScopeIndex:
         if self._groups is None:
             assert self.key is not None
             assert self._dtype is not None
-            field = [f for f in self._dtype.fields if f.name == self.key]
-            decoded = pl.col("metadata").str.json_decode(pl.Struct(field))
+            decoded = pl.col("metadata").str.json_decode(path_struct(self._dtype, [self.key]))
             grouped = (
                 self.df.select(decoded.struct.field(self.key).alias(_KEY))
                 .with_row_index(_ROW)

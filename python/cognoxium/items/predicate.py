@@ -115,6 +115,7 @@ __all__ = [
     "comparable_types",
     "describe_type",
     "parse_predicate",
+    "path_struct",
     "value_dtype",
 ]
 
@@ -199,7 +200,7 @@ class _Lowering:
         dtype = None if self.dtypes is None else self.dtypes.get("metadata")
         if not (self.decode and isinstance(dtype, pl.Struct)):
             return pl.col("metadata")
-        return pl.col("metadata").str.json_decode(_path_struct(dtype, names[1:]))
+        return pl.col("metadata").str.json_decode(path_struct(dtype, names[1:]))
 
     def error(self, node: exp.Expr | None, message: str) -> PredicateError:
         return PredicateError(
@@ -624,12 +625,23 @@ def _column(low: _Lowering, node: exp.Expr) -> pl.Expr:
     return expr
 
 
-def _path_struct(dtype: pl.Struct, keys: Sequence[str]) -> pl.Struct:
-    """``dtype`` with the fields on the path ``keys`` only (the last one's whole type)."""
+def path_struct(dtype: pl.Struct, keys: Sequence[str]) -> pl.Struct:
+    """``dtype`` with the fields on the path ``keys`` only (the last one's whole type).
+
+    What to decode the metadata JSON to for one path: the other keys are
+    not decoded, so a key whose values have no one type elsewhere does not
+    fail it.
+
+    Examples
+    --------
+    >>> path_struct(pl.Struct({"a": pl.Struct({"b": pl.Int64, "c": pl.String}), "d": pl.Int64}),
+    ...             ["a", "b"])
+    Struct({'a': Struct({'b': Int64})})
+    """
     field = next(f for f in dtype.fields if f.name == keys[0])
     inner = field.dtype
     if len(keys) > 1 and isinstance(inner, pl.Struct):
-        inner = _path_struct(inner, keys[1:])
+        inner = path_struct(inner, keys[1:])
     return pl.Struct([pl.Field(keys[0], inner)])
 
 

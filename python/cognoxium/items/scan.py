@@ -69,7 +69,7 @@ from cognoxium.items.io import ITEM_FORMATS, atomic_path, read_jsonl
 from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
 from cognoxium.items.validation import (
     canonical_json_columns,
-    check_time_types,
+    check_column_types,
     conform,
     json_text_expr,
     row_checks,
@@ -326,7 +326,7 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
             f"{where}: a scan needs every item column; missing {missing} (read_parquet and "
             "from_polars of a DataFrame fill defaults)"
         )
-    check_time_types(schema, f"{where}: ")
+    check_column_types(schema, f"{where}: ")
     floats = [n for n in COLUMNS if POLARS_SCHEMA[n].is_integer() and schema[n].is_float()]
     if floats:
         raise SchemaError(

@@ -439,7 +439,7 @@ TIME_COLUMNS = ("created_at", "valid_from", "expires_at")
 """The item columns of UTC times."""
 
 
-def check_time_types(schema: pl.Schema, where: str) -> None:
+def check_column_types(schema: pl.Schema, where: str) -> None:
     """Refuse time columns of numbers, and number columns of text or booleans.
 
     Unix seconds (``1767000000``) cast to a timestamp are 1970-01-01T00:29:27Z,
@@ -499,7 +499,7 @@ def json_text_expr(name: str, schema: pl.Schema, where: str) -> pl.Expr | None:
 
 def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.DataFrame:
     """Parse timestamp text, cast to :data:`POLARS_SCHEMA`, check ``created_at`` and ``rank``."""
-    check_time_types(df.schema, where)
+    check_column_types(df.schema, where)
     encoded = [json_text_expr(name, df.schema, where) for name in ("json", "metadata")]
     df = df.with_columns(e for e in encoded if e is not None)
     _raise_first(df, _whole_number_checks(df.schema), source)
