@@ -355,6 +355,8 @@ class Cutter:
         """
         taken = 0
         for unit in self.capped:
+            if taken >= left:  # nothing left: the cut to the cap stands
+                break
             before = int(self.costs.cost[unit])
             self._uncut(unit)
             after = self._fit(unit, before + left - taken)
