@@ -55,6 +55,7 @@ ERROR_CODES: dict[str, str] = {
     "error": "an error of Cognoxium without a more specific code",
     "file.unreadable": "an input file is missing, unreadable or not UTF-8 text",
     "file.unwritable": "an output file or directory cannot be written",
+    "internal.error": "a fault of Cognoxium, not of the input: an exception no command expects",
     "messages.invalid": "chat messages break a documented rule of the API they are sent to",
     "model.unavailable": "an embedding model is unknown, not installed or not as published",
     "note.unknown": "a note id is not in the memory backend",

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cognoxium.app.cli import EXIT_BAD_INPUT, EXIT_BUDGET, EXIT_OK, EXIT_USAGE, app
+from cognoxium.app.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_BUDGET,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    app,
+)
 from cognoxium.packing.manifests import read_manifests
 from cognoxium.tokens.profiles import get_profile
 from tests.app.parts import joined, layout, records
@@ -689,9 +696,8 @@ def test_help_shows_examples_and_exit_codes() -> None:
 
     top = text(["--help"])
     assert "cognoxium pack examples/sample/items.jsonl" in top
-    assert (
-        "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget (pack, locomo)." in top
-    )
+    codes = "2 bad input, 3 infeasible budget (pack, locomo), 4 internal error."
+    assert f"Exit codes: 0 ok, 1 usage error, {codes}" in top
     pack_help = text(["pack", "--help"])
     assert "--as-of" in pack_help
     assert "byte-identical" in pack_help
@@ -994,9 +1000,10 @@ def test_every_command_help_has_examples_and_exit_codes(command: str) -> None:
     assert f"cognoxium {command} " in text
     # Only the commands that pack can exit with 3 (infeasible budget).
     if command in ("pack", "locomo"):
-        assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget." in text
+        codes = "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget, 4 internal"
+        assert codes in text
     else:
-        assert "Exit codes: 0 ok, 1 usage error, 2 bad input." in text
+        assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 4 internal error." in text
         assert "infeasible" not in text
     assert "--quiet" in text
     assert "--json" in text
@@ -1257,6 +1264,51 @@ def test_every_command_prints_one_json_error(tmp_path: Path, command: str) -> No
     assert error["code"] == "file.unreadable"
     assert error["file"] == absent
     assert error["params"] == {"reason": "no such file"}
+
+
+def _sample_pack_args(tmp_path: Path) -> list[str]:
+    items, requests = str(SAMPLE / "items.jsonl"), str(SAMPLE / "requests.jsonl")
+    return ["pack", items, requests, "--out", str(tmp_path / "o"), "--as-of", AS_OF]
+
+
+def test_an_unexpected_exception_exits_4_with_one_json_error_and_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import polars as pl
+
+    import cognoxium.app.cli as cli
+
+    def broken(summary: dict[str, object], *, json_output: bool) -> None:
+        raise pl.exceptions.ComputeError("a fault inside")
+
+    monkeypatch.setattr(cli, "_report", broken)
+    result = runner.invoke(app, [*_sample_pack_args(tmp_path), "--json"])
+    assert result.exit_code == EXIT_INTERNAL
+    error = json_error(result)
+    assert error["code"] == "internal.error"
+    assert error["params"] == {"exception": "polars.exceptions.ComputeError"}
+    assert "a fault inside" in str(error["message"])
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.splitlines()[-1] == f"error: {error['message']}"
+    plain = runner.invoke(app, _sample_pack_args(tmp_path))
+    assert (plain.exit_code, plain.stdout) == (EXIT_INTERNAL, "")
+
+
+def test_a_cognoxium_error_no_command_expects_is_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cognoxium.app.cli as cli
+    from cognoxium.exceptions import PlanError
+
+    def refused(summary: dict[str, object], *, json_output: bool) -> None:
+        raise PlanError("a plan refused", params={"node": "x"})
+
+    monkeypatch.setattr(cli, "_report", refused)
+    result = runner.invoke(app, [*_sample_pack_args(tmp_path), "--json"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json_error(result)
+    assert (error["code"], error["params"]) == ("plan.invalid", {"node": "x"})
+    assert one_line_error(result.stderr) == "error: a plan refused"
 
 
 def test_json_redact_usage_errors(tmp_path: Path) -> None:

@@ -35,8 +35,13 @@ Exit codes
 3
     Infeasible budget: a request's required items alone exceed its token
     budget.
+4
+    Internal error: an exception no command expects, a fault of Cognoxium.
 
 Errors are printed to standard error as one message, without a traceback.
+An exception no command expects is a fault of Cognoxium, not of the input:
+it exits with 4 (:data:`EXIT_INTERNAL`), code ``internal.error``, and its
+traceback goes to standard error before the message, to report.
 With ``--json``, a failed command also prints exactly one JSON object to
 standard output (canonical: sorted keys, compact)::
 
@@ -67,6 +72,7 @@ import json
 import os
 import re
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -99,6 +105,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_BUDGET",
+    "EXIT_INTERNAL",
     "EXIT_OK",
     "EXIT_USAGE",
     "PIPED_HELP_WIDTH",
@@ -114,6 +121,8 @@ EXIT_BAD_INPUT = 2
 """Invalid input records or requests, or an input or output path that fails."""
 EXIT_BUDGET = 3
 """A request's required items alone exceed its token budget."""
+EXIT_INTERNAL = 4
+"""An internal error: a fault of Cognoxium, not of the input (traceback on standard error)."""
 
 
 def _usage_exit(exc: typer.TyperException) -> None:
@@ -231,15 +240,39 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except _CommandError as failure:
-            typer.echo(f"error: {failure.error['message']}", err=True)
-            if wants_json:
-                typer.echo(_canonical_json({"error": failure.error}))
+            _report_failure(failure.error, wants_json=wants_json)
             raise typer.Exit(failure.exit_code) from None
         except typer.TyperException as exc:
             _usage_exit(exc)
             if wants_json and hasattr(exc, "format_message"):
                 typer.echo(_canonical_json({"error": _usage_error(exc)}))
             raise
+        except (typer.Exit, typer.Abort):
+            raise
+        except CognoxiumError as exc:
+            _report_failure(exc.to_dict(), wants_json=wants_json)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except Exception as exc:
+            traceback.print_exc()
+            _report_failure(_internal_error(exc), wants_json=wants_json)
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _report_failure(error: dict[str, Any], *, wants_json: bool) -> None:
+    """Print a failed command's message to standard error and, with ``--json``, its object."""
+    typer.echo(f"error: {error['message']}", err=True)
+    if wants_json:
+        typer.echo(_canonical_json({"error": error}))
+
+
+def _internal_error(exc: Exception) -> dict[str, Any]:
+    """The ``error`` object of an exception no command expects: a fault to report."""
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    message = (
+        f"internal error ({kind}: {exc}); this is a fault of cognoxium, not of the input: "
+        "please report it with the traceback above"
+    )
+    return _error_dict("internal.error", message, params={"exception": kind})
 
 
 def _name_params(params: Any) -> None:
@@ -261,9 +294,11 @@ def _name_params(params: Any) -> None:
             param.metavar = ""
 
 
-_EXIT_CODES_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget."
+_EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget, 4 internal error."
+)
 """The exit codes line of the help of the commands that pack (pack, locomo)."""
-_EXIT_CODES_NO_PACK_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input."
+_EXIT_CODES_NO_PACK_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input, 4 internal error."
 """The exit codes line of the help of the commands that do not pack (they never exit with 3)."""
 
 _Quiet = Annotated[
@@ -325,7 +360,8 @@ app = typer.Typer(
         "  cognoxium locomo ../shared/data/locomo/locomo7.json --out out/locomo "
         "--budgets 1024,2048\n\n"
         "  cognoxium inspect out/sample --items examples/sample/items.jsonl\n\n"
-        f"Every command takes --quiet and --json. {_EXIT_CODES_HELP[:-1]} (pack, locomo)."
+        "Every command takes --quiet and --json. Exit codes: 0 ok, 1 usage error, 2 bad "
+        "input, 3 infeasible budget (pack, locomo), 4 internal error."
     ),
     no_args_is_help=True,
     add_completion=False,
