@@ -122,9 +122,9 @@ def test_a_record_error_locates_itself() -> None:
         "code": "record.invalid",
         "message": "",
         "file": None,
-        "line": 1,
+        "line": None,
         "field": "role",
-        "params": {},
+        "params": {"row": 0},
     }
     located = RecordError("bad", source="t.parquet", row=4, field="id")
     assert located.to_dict()["params"] == {"row": 4}

@@ -794,5 +794,5 @@ def test_records_found_by_the_strategies_are_record_errors(
     record = to_python({**GOOD_ITEM, **changes})
     with pytest.raises(RecordError) as info:
         records_to_frame([GOOD_ITEM, record], source="<found>")
-    assert (info.value.source, info.value.line, info.value.field) == ("<found>", 2, field)
+    assert (info.value.source, info.value.row, info.value.field) == ("<found>", 1, field)
     assert message in info.value.message

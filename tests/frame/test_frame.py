@@ -126,7 +126,7 @@ def test_input_is_validated() -> None:
         CognitionFrame([{"id": "x", "role": "king", "text": "hi"}])
     with pytest.raises(RecordError) as info:
         CognitionFrame.from_records([{"role": "user", "text": "a"}, {"role": "user"}])
-    assert info.value.line == 2
+    assert (info.value.line, info.value.row) == (None, 1)
     with pytest.raises(SchemaError, match="unknown columns"):
         CognitionFrame(pl.DataFrame({"role": ["user"], "text": ["x"], "colour": ["red"]}))
     with pytest.raises(RecordError, match="content_hash"):

@@ -340,7 +340,7 @@ def test_a_bad_time_among_utc_times_is_named_at_its_line() -> None:
     ]
     with pytest.raises(RecordError) as caught:
         records_to_frame(rows)
-    assert (caught.value.line, caught.value.field) == (2, "created_at")
+    assert (caught.value.row, caught.value.field) == (1, "created_at")
     assert caught.value.message.endswith("day value is outside expected range")
 
 
@@ -393,7 +393,7 @@ def test_a_record_of_as_many_fields_with_an_unknown_one_is_refused_at_its_line()
     ]
     with pytest.raises(RecordError) as caught:
         records_to_frame(rows)
-    assert (caught.value.line, caught.value.field) == (2, "colour")
+    assert (caught.value.row, caught.value.field) == (1, "colour")
 
 
 @pytest.mark.parametrize(("first", "second"), [("id", "created_at"), ("created_at", "id")])
@@ -406,7 +406,7 @@ def test_the_first_failing_record_is_named_whichever_check_finds_it(
     rows[1][first], rows[2][second] = bad[first], bad[second]
     with pytest.raises(RecordError) as caught:
         records_to_frame(rows)
-    assert (caught.value.line, caught.value.field) == (2, first)
+    assert (caught.value.row, caught.value.field) == (1, first)
 
 
 @pytest.mark.parametrize(
@@ -427,11 +427,11 @@ def test_a_field_given_by_one_record_is_checked(extra: dict[str, Any], field: st
 
 
 def assert_second_record_refused(record: dict[str, Any], field: str) -> None:
-    """``records_to_frame`` of a good record, then ``record``, names line 2 and ``field``."""
+    """``records_to_frame`` of a good record, then ``record``, names row 1 and ``field``."""
     rows = [{"id": "a", "role": "user", "text": "t"}, {"id": "b", **record}]
     with pytest.raises(RecordError) as caught:
         records_to_frame(rows)
-    assert caught.value.line == 2
+    assert caught.value.row == 1
     assert (caught.value.field or "").split(".")[0] == field
 
 

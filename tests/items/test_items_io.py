@@ -467,7 +467,7 @@ def test_a_bad_record_gives_the_same_error_as_a_record_and_as_a_jsonl_line(
 ) -> None:
     records = [GOOD, {**GOOD, "id": "ok2"}, bad, {**GOOD, "id": "after", "role": "narrator"}]
     with pytest.raises(RecordError) as from_records:
-        records_to_frame(records, source="items.jsonl")  # type: ignore[list-item]
+        records_to_frame(records, source="items.jsonl", first_line=1)  # type: ignore[list-item]
     path = tmp_path / "items.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     with pytest.raises(RecordError) as from_jsonl:
@@ -478,14 +478,16 @@ def test_a_bad_record_gives_the_same_error_as_a_record_and_as_a_jsonl_line(
     if isinstance(bad, dict):
         with pytest.raises(RecordError) as from_frame:
             CognitionFrame(records)
-        assert (from_frame.value.line, from_frame.value.message) == (3, a.message)
+        held = from_frame.value  # records in memory are named by their index
+        assert (held.line, held.row, held.message) == (None, 2, a.message)
+        assert str(held) == f"row 2: field {field}: {a.message}"
 
 
 def test_the_first_bad_record_is_named_whatever_check_fails_later() -> None:
     records = [GOOD, {**GOOD, "id": "b", "priority": "high"}, {**GOOD, "id": "c", "role": "x"}]
     with pytest.raises(RecordError) as info:
         records_to_frame(records)
-    assert (info.value.line, info.value.field) == (2, "priority")
+    assert (info.value.row, info.value.field) == (1, "priority")
 
 
 def test_record_errors_keep_the_item_model_wording() -> None:
@@ -496,13 +498,13 @@ def test_record_errors_keep_the_item_model_wording() -> None:
     except ValidationError as exc:
         expected = exc.errors()[0]["msg"]
     assert info.value.message == expected
-    assert str(info.value) == f"s.jsonl:2: field role: {expected}"
+    assert str(info.value) == f"s.jsonl: row 1: field role: {expected}"
 
 
 def test_rank_nan_is_rejected_on_every_path(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="finite number") as from_records:
         records_to_frame([{**GOOD, "rank": float("nan")}])
-    assert (from_records.value.line, from_records.value.field) == (1, "rank")
+    assert (from_records.value.row, from_records.value.field) == (0, "rank")
     with pytest.raises(RecordError, match="finite number"):
         conform(pl.DataFrame({"role": ["user"], "text": ["x"], "rank": [float("nan")]}))
 
@@ -534,7 +536,7 @@ def test_valid_records_give_equal_frames_through_records_jsonl_and_parquet(
 def test_an_empty_id_is_rejected_by_records_and_tables_alike() -> None:
     with pytest.raises(RecordError) as from_records:
         records_to_frame([{**GOOD, "id": ""}])
-    assert (from_records.value.line, from_records.value.field) == (1, "id")
+    assert (from_records.value.row, from_records.value.field) == (0, "id")
     with pytest.raises(RecordError, match="must not be blank") as from_table:
         conform(pl.DataFrame({"id": ["a", ""], "role": ["user"] * 2, "text": ["x", "y"]}))
     assert (from_table.value.row, from_table.value.field) == (1, "id")
@@ -627,7 +629,7 @@ def test_one_naive_datetime_on_every_record_fails_at_the_first() -> None:
         records_to_frame(
             [{"id": f"r{i}", "role": "user", "text": "hi", "created_at": naive} for i in range(3)]
         )
-    assert (caught.value.line, caught.value.field) == (1, "created_at")
+    assert (caught.value.row, caught.value.field) == (0, "created_at")
 
 
 # Times a Python datetime cannot hold once in UTC: year 0, and offsets that
@@ -653,7 +655,7 @@ def test_records_refuse_times_outside_the_years_1_to_9999(stamp: str, field: str
         record[field] = stamp
     with pytest.raises(RecordError) as caught:
         records_to_frame([record], source="items.jsonl")
-    assert (caught.value.line, caught.value.source) == (1, "items.jsonl")
+    assert (caught.value.row, caught.value.source) == (0, "items.jsonl")
     assert field in str(caught.value)
     with pytest.raises(ValidationError):
         ContextItem.model_validate(record)

@@ -206,7 +206,8 @@ class CognitionFrame:
         Raises
         ------
         RecordError
-            At the first invalid record, naming its 1-based position and field.
+            At the first invalid record, naming its 0-based row (its index
+            in ``records``) and field.
 
         Examples
         --------

@@ -502,7 +502,8 @@ def read_jsonl(path: str | os.PathLike[str], *, max_item_bytes: int | None = Non
     with _collection_paused():
         lines = parse_json_lines(source)
         try:
-            frame = records_to_frame([record for _, record in lines], source=str(source))
+            records = [record for _, record in lines]
+            frame = records_to_frame(records, source=str(source), first_line=1)
         except RecordError as exc:
             # records_to_frame numbers records from 1; map back to file lines.
             if exc.line is not None and 1 <= exc.line <= len(lines):

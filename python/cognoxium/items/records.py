@@ -379,36 +379,46 @@ _CHAT_DATA = {
 """Fields of chat data given where an item is expected, and what to read such data with."""
 
 
-def _record_error_at(record: Any, fail: Failures, source: str | None, line: int) -> RecordError:
-    """Word the error of a failing record as the item model does, or else from ``fail``."""
+def _record_error_at(
+    record: Any, fail: Failures, source: str | None, line: int | None, row: int | None
+) -> RecordError:
+    """Word the error of a failing record as the item model does, or else from ``fail``.
+
+    The record is named by its 1-based ``line`` in a file, or else its 0-based ``row``.
+    """
+
+    def at(message: str, field: str | None = None) -> RecordError:
+        return RecordError(message, source=source, line=line, row=row, field=field)
+
     if not isinstance(record, Mapping):
-        return RecordError("a record must be a JSON object", source=source, line=line)
+        return at("a record must be a JSON object")
     if "text" not in record and "payload" not in record:
         for field, hint in _CHAT_DATA.items():
             if field in record:
-                return RecordError(hint, source=source, line=line, field=field)
-        return RecordError(
+                return at(hint, field)
+        return at(
             "no content: give 'text' for plain text, or 'payload' = "
             '{"kind": "json"|"binary"|"reference", ...}',
-            source=source,
-            line=line,
-            field="text",
+            "text",
         )
     try:
         ContextItem.model_validate(record)
     except ValidationError as exc:
-        error = record_error(exc, source, line=line)
+        error = record_error(exc, source, line=line, row=row)
         if error.field is None and fail.field is not None:
             # A whole-record rule of the model: name the field the columns found.
-            return RecordError(error.message, source=source, line=line, field=fail.field)
+            return at(error.message, fail.field)
         return error
     except (RecursionError, ValueError, TypeError):
         pass  # worded from the column checks below
-    return RecordError(fail.message, source=source, line=line, field=fail.field)
+    return at(fail.message, fail.field)
 
 
 def records_to_frame(
-    records: Iterable[Mapping[str, Any]], *, source: str | None = None, first_line: int = 1
+    records: Iterable[Mapping[str, Any]],
+    *,
+    source: str | None = None,
+    first_line: int | None = None,
 ) -> pl.DataFrame:
     """Validate JSON records as items and lay them out as a frame; all or nothing.
 
@@ -426,7 +436,9 @@ def records_to_frame(
     source
         Named in errors (a file path, for example).
     first_line
-        The line number of the first record, for errors.
+        The line number of the first record in its file: errors name lines
+        from it. ``None`` (records held in memory, the default): errors name
+        0-based rows, as indexes of ``records`` and as a table's errors do.
 
     Returns
     -------
@@ -436,7 +448,8 @@ def records_to_frame(
     Raises
     ------
     RecordError
-        At the first invalid record, naming its line and field. Nothing is returned.
+        At the first invalid record, naming its line (or row) and field.
+        Nothing is returned.
 
     Examples
     --------
@@ -456,6 +469,8 @@ def records_to_frame(
             fail.add(row, field, DEPTH_MESSAGE)
     hashes = _hash_failure(df, digests.fetch_blocking().to_series(), fail)
     if fail.row is not None:
-        raise _record_error_at(rows[fail.row], fail, source, first_line + fail.row)
+        line = None if first_line is None else first_line + fail.row
+        row = fail.row if first_line is None else None
+        raise _record_error_at(rows[fail.row], fail, source, line, row)
     check_unique_ids(df, source, first_line)
     return df.with_columns(hashes).cast(dict(POLARS_SCHEMA.items()))
