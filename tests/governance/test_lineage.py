@@ -87,3 +87,78 @@ def test_manifest_links_included_items_to_their_lineage() -> None:
     }
     small = frame().dedupe().filter(pl.col("id") == "m1").pack(1000, as_of=AS_OF)
     assert [e["child_id"] for e in small.manifest.lineage] == ["m1"]
+
+
+MAIL = "Write to ana@example.org, please. " + "More words follow here. " * 40
+TRUNCATABLE = {"truncate": {"side": "head", "min_tokens": 5}}
+
+
+def copies() -> CognitionFrame:
+    return CognitionFrame(
+        [
+            {"id": "t1", "role": "document", "text": MAIL, "metadata": TRUNCATABLE},
+            {"id": "t2", "role": "document", "text": MAIL, "metadata": TRUNCATABLE},
+        ]
+    )
+
+
+def nodes(edges: pl.DataFrame, side: str) -> list[tuple[str, str]]:
+    return edges.select(f"{side}_id", f"{side}_hash").rows()
+
+
+def assert_steps_chain(edges: pl.DataFrame, finals: dict[str, str]) -> None:
+    """Every step's child is a step's parent or an item's final node: one path per item."""
+    parents = set(nodes(edges, "parent"))
+    for child in nodes(edges, "child"):
+        assert child in parents or finals.get(child[0]) == child[1], child
+
+
+def test_each_step_links_to_the_state_it_made_redact_then_truncate() -> None:
+    frame = CognitionFrame([{"id": "d", "role": "document", "text": MAIL, "metadata": TRUNCATABLE}])
+    original = frame.collect()["content_hash"][0]
+    redacted = frame.redact().collect()["content_hash"][0]
+    pack = frame.redact().pack(40, as_of=AS_OF)
+    edges = pl.DataFrame(pack.manifest.lineage)
+    cut = pack.manifest.entries[0].content_hash
+    assert edges.select("operation", "parent_hash", "child_hash").rows() == [
+        ("redact", original, redacted),
+        ("truncate", redacted, cut),
+    ]
+    assert len({original, redacted, cut}) == 3
+
+
+def test_a_folded_copys_steps_stay_its_own_and_the_merge_links_the_states() -> None:
+    edges = copies().redact().dedupe().lineage()
+    original = copies().collect()["content_hash"][0]
+    redacted = copies().redact().collect()["content_hash"][0]
+    assert edges.select(
+        "operation", "parent_id", "parent_hash", "child_id", "child_hash"
+    ).rows() == [
+        ("redact", "t1", original, "t1", redacted),
+        ("redact", "t2", original, "t2", redacted),
+        ("merge", "t2", redacted, "t1", redacted),
+    ]
+
+
+def test_a_merge_before_a_redaction_links_to_the_kept_copy_as_it_was() -> None:
+    edges = copies().dedupe().redact().lineage()
+    original = copies().collect()["content_hash"][0]
+    redacted = copies().redact().collect()["content_hash"][0]
+    assert edges.select(
+        "operation", "parent_id", "parent_hash", "child_id", "child_hash"
+    ).rows() == [
+        ("merge", "t2", original, "t1", original),
+        ("redact", "t1", original, "t1", redacted),
+    ]
+
+
+def test_steps_chain_through_a_store_round_trip_and_a_pack(tmp_path: Path) -> None:
+    write_jsonl(copies().redact().collect(), tmp_path / "redacted.jsonl")
+    stored = CognitionFrame.read_jsonl(tmp_path / "redacted.jsonl")
+    pack = stored.dedupe().redact(types=["PHONE"]).pack(60, as_of=AS_OF)
+    edges = pl.DataFrame(pack.manifest.lineage)
+    assert sorted(edges["operation"]) == ["merge", "redact", "redact", "truncate"]
+    finals = {entry.id: entry.content_hash for entry in pack.manifest.entries}
+    assert_steps_chain(edges, finals)
+    merged = copies().redact().dedupe()
+    assert_steps_chain(merged.lineage(), dict(merged.collect().select("id", "content_hash").rows()))

@@ -364,14 +364,10 @@ def _merge_agg(name: str, dtype: pl.DataType, edges: bool) -> pl.Expr:
         return col.max()  # untrusted > trusted; restricted is the highest sensitivity
     if name in ("retention", "created_at", "expires_at"):
         return col.min()  # required is the strongest retention
-    union = col.list.explode(keep_nulls=False, empty_as_null=False)
-    if name == "lineage" and edges:  # the folded copies become merge edges
-        union = union.append(pl.col(_EDGE).slice(1)).drop_nulls()
-    union = union.unique()
     if name == "lineage":
-        fields = [union.struct.field(f) for f in ("parent_id", "parent_hash", "operation")]
-        union = union.sort_by(*fields, union.struct.field("detail"), nulls_last=True)
+        union = _merged_lineage(edges)
     elif name == "sources":
+        union = col.list.explode(keep_nulls=False, empty_as_null=False).unique()
         union = union.sort_by(
             union.struct.field("uri"),
             union.struct.field("kind"),
@@ -379,7 +375,7 @@ def _merge_agg(name: str, dtype: pl.DataType, edges: bool) -> pl.Expr:
             nulls_last=True,
         )
     else:
-        union = union.sort()
+        union = col.list.explode(keep_nulls=False, empty_as_null=False).unique().sort()
     # A row without duplicates keeps its own list, in its own order.
     return pl.when(pl.len() > 1).then(union.implode()).otherwise(col.first())
 
@@ -482,6 +478,22 @@ def _group_records(schema: pl.Schema) -> tuple[list[pl.Expr], pl.Expr]:
     if MERGE_CONFLICTS in schema:
         conflicts = pl.coalesce(conflicts, pl.col(MERGE_CONFLICTS))
     return records, conflicts
+
+
+def _merged_lineage(edges: bool) -> pl.Expr:
+    """A group's lineage edges in the order the steps happened, each edge once.
+
+    The kept copy's edges come first, then each folded copy's edges followed
+    by its ``merge`` edge (``edges``), copies best first: every copy's steps
+    keep their order, which :func:`~cognoxium.governance.lineage.lineage_edges`
+    reads to link each step to the state it made.
+    """
+    lineage = pl.col("lineage").fill_null(pl.lit([], POLARS_SCHEMA["lineage"]))
+    if edges:
+        folded = pl.when(pl.int_range(pl.len()) > 0).then(pl.col(_EDGE))
+        lineage = pl.concat_list(lineage, folded)
+    union = lineage.explode(keep_nulls=False, empty_as_null=False).drop_nulls()
+    return union.unique(maintain_order=True)
 
 
 def _merge_edge() -> pl.Expr:

@@ -71,6 +71,7 @@ def lineage_edges(df: pl.DataFrame, known: pl.DataFrame | None = None) -> pl.Dat
         .unnest("lineage")
         .rename({"id": "child_id", "content_hash": "child_hash"})
     )
+    explicit = _link_steps(explicit)
     hashes = _hashes(df)
     if known is not None:
         more = _hashes(known).join(hashes, on="parent_id", how="anti", maintain_order="left")
@@ -93,6 +94,59 @@ def lineage_edges(df: pl.DataFrame, known: pl.DataFrame | None = None) -> pl.Dat
     columns = ["__row", "__k", *EDGE_SCHEMA.names()]
     edges = pl.concat([explicit.select(columns), derived.select(columns)])
     return edges.sort("__row", "__k").drop("__row", "__k").cast(dict(EDGE_SCHEMA.items()))
+
+
+def _link_steps(edges: pl.DataFrame) -> pl.DataFrame:
+    """Each ``lineage`` edge's child: the state its step made, not the item's last.
+
+    An item's ``lineage`` lists its steps in the order they happened (a
+    merge lists the kept copy's, then each folded copy's followed by its
+    ``merge`` edge). A step of an id (``redact``, ``truncate``: the
+    parent's id) made that id's next state: the parent of the id's next
+    step, or else its last state (the item's hash, or a folded copy's
+    hash in its ``merge`` edge). A ``merge`` made the item's state then. An
+    edge from an id that is neither the item nor a folded copy keeps the
+    item as its child.
+
+    Parameters
+    ----------
+    edges
+        One row per edge, in order within each ``__row`` (``__k``), with the
+        item's ``child_id`` and ``child_hash``.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``edges`` with ``child_id`` and ``child_hash`` of each step's own result.
+    """
+    merge = pl.col("operation") == "merge"
+    folded = (  # a folded copy's last state: the parent of its merge edge
+        edges.filter(merge)
+        .group_by("__row", "parent_id", maintain_order=True)
+        .agg(pl.col("parent_hash").first().alias("__last"))
+    )
+    edges = edges.join(folded, on=["__row", "parent_id"], how="left", maintain_order="left")
+    owner = (
+        pl.when(merge | (pl.col("parent_id") == pl.col("child_id")))
+        .then(pl.col("child_id"))
+        .when(pl.col("__last").is_not_null())
+        .then(pl.col("parent_id"))
+    )
+    step = pl.when(merge.not_()).then(pl.col("parent_hash"))
+    next_state = step.shift(-1).backward_fill().over("__row", "__owner", order_by="__k")
+    last_state = pl.when(pl.col("__owner") == pl.col("child_id")).then("child_hash")
+    made = pl.when(pl.col("__owner").is_not_null()).then(
+        pl.coalesce(next_state, last_state.otherwise("__last"))
+    )
+    return (
+        edges.with_columns(owner.alias("__owner"))
+        .with_columns(made.alias("__made"))
+        .with_columns(
+            pl.coalesce("__owner", "child_id").alias("child_id"),
+            pl.coalesce("__made", "child_hash").alias("child_hash"),
+        )
+        .drop("__owner", "__made", "__last")
+    )
 
 
 def _hashes(df: pl.DataFrame) -> pl.DataFrame:
