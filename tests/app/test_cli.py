@@ -1067,6 +1067,22 @@ def test_redact_exit_codes(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_BAD_INPUT
 
 
+def test_a_store_redacted_by_the_command_line_packs_with_its_counts(tmp_path: Path) -> None:
+    items, redacted = tmp_path / "items.jsonl", tmp_path / "redacted.jsonl"
+    items.write_text('{"id": "t1", "role": "user", "text": "Mail ana@example.org"}\n')
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "r1", "budget": 100}\n')
+    assert runner.invoke(app, ["redact", str(items), str(redacted), "-q"]).exit_code == EXIT_OK
+    out = tmp_path / "out"
+    args = [str(redacted), str(requests), "--out", str(out), "--rank", "none", "-q"]
+    assert runner.invoke(app, ["pack", *args, "--as-of", AS_OF]).exit_code == EXIT_OK
+    (manifest,) = read_manifests(out)
+    assert manifest.entries[0].redactions == '{"EMAIL":1}'
+    assert manifest.totals.redactions == {"EMAIL": 1}
+    summary = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)
+    assert summary["redactions"] == {"EMAIL": 1}
+
+
 def test_the_python_api_packs_what_the_command_line_packs(tmp_path: Path) -> None:
     """Each request of the sample, ranked and packed by hand, gives the CLI's manifest bytes."""
     from datetime import datetime

@@ -162,3 +162,25 @@ def test_steps_chain_through_a_store_round_trip_and_a_pack(tmp_path: Path) -> No
     assert_steps_chain(edges, finals)
     merged = copies().redact().dedupe()
     assert_steps_chain(merged.lineage(), dict(merged.collect().select("id", "content_hash").rows()))
+
+
+def test_a_file_of_redacted_items_packs_with_the_counts_its_lineage_holds(tmp_path: Path) -> None:
+    items = [
+        {"id": "a", "role": "user", "text": "Mail ana@example.org or bo@example.org."},
+        {"id": "b", "role": "user", "text": "Call +1 415 555 0100 now."},
+        {"id": "c", "role": "user", "text": "Nothing to hide."},
+    ]
+    frame = CognitionFrame(items)
+    in_memory = frame.redact(types=["EMAIL"]).redact().pack(1000, as_of=AS_OF).manifest
+    write_jsonl(frame.redact(types=["EMAIL"]).collect(), tmp_path / "red.jsonl")
+    stored = CognitionFrame.read_jsonl(tmp_path / "red.jsonl")
+    as_read = stored.pack(1000, as_of=AS_OF).manifest
+    again = stored.redact().pack(1000, as_of=AS_OF).manifest
+
+    def counts(manifest: object) -> dict[str, object]:
+        return {e.id: e.redactions for e in manifest.entries}  # type: ignore[attr-defined]
+
+    assert counts(as_read) == {"a": '{"EMAIL":2}', "b": None, "c": None}
+    both = {"a": '{"EMAIL":2}', "b": '{"PHONE":1}', "c": None}
+    assert counts(again) == counts(in_memory) == both
+    assert again.totals.redactions == in_memory.totals.redactions == {"EMAIL": 2, "PHONE": 1}

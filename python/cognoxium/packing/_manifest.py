@@ -122,6 +122,13 @@ class ManifestBasis:
         return self.df.height
 
 
+def _lineage_redactions(df: pl.DataFrame) -> pl.Series:
+    """Each item's redaction counts from its lineage (see ``redactions_from_lineage``)."""
+    from cognoxium.governance.redaction import redactions_from_lineage
+
+    return redactions_from_lineage(df)
+
+
 def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
     """The parts of the manifests of packs over ``df`` that every pack shares.
 
@@ -142,11 +149,9 @@ def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
     provenance = pl.when(quarantine.is_not_null()).then(
         pl.col("sources").list.eval(pl.element().struct.field("uri"))
     )
-    redactions = (
-        pl.col(REDACTIONS).replace("{}", None)
-        if REDACTIONS in df.columns
-        else pl.lit(None, pl.String)
-    )
+    redactions = pl.col(REDACTIONS).replace("{}", None)
+    if REDACTIONS not in df.columns:  # items read back from a file: their lineage has them
+        redactions = pl.lit(_lineage_redactions(df)).replace("{}", None)
     columns = df.select(
         pl.int_range(n, dtype=pl.Int64).alias("position"),
         "id",
