@@ -97,6 +97,51 @@ def test_a_cut_is_a_prefix_or_suffix_that_re_encodes_within_the_count() -> None:
             assert text.startswith(cut) if side == "head" else text.endswith(cut)
 
 
+def whole_text_cut(text: str, keep: int, side: str) -> tuple[str, int]:
+    """The cut made from the tokens of the whole text, as a reference."""
+    encoding = CL100K.encoding
+    tokens = encoding.encode_ordinary(text)
+    take = keep
+    while take > 0:
+        piece = tokens[:take] if side == "head" else tokens[len(tokens) - take :]
+        cut = encoding.decode_bytes(piece).decode("utf-8", errors="ignore")
+        count = len(encoding.encode_ordinary(cut))
+        if count <= keep and (text.startswith(cut) if side == "head" else text.endswith(cut)):
+            return cut, count
+        take -= max(count - keep, 1)
+    return "", 0
+
+
+PIECES = ["x", " ", "\n", "ab", "東", "👍🏽", "1", "INFO worker-3 latency=12ms ok\n", "    ", "é"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    parts=st.lists(
+        st.tuples(st.sampled_from(PIECES), st.sampled_from([1, 3, 50, 2000])), min_size=1
+    ),
+    keep=st.integers(1, 60),
+    side=st.sampled_from(["head", "tail"]),
+)
+def test_a_cut_of_a_long_text_keeps_as_many_tokens_as_a_cut_of_all_its_tokens(
+    parts: list[tuple[str, int]], keep: int, side: str
+) -> None:
+    text = "".join(piece * n for piece, n in parts)
+    if len(CL100K.encoding.encode_ordinary(text)) <= keep:
+        return
+    cut, count = cut_tokens(CL100K, text, keep, side)  # type: ignore[arg-type]
+    assert count == len(CL100K.encoding.encode_ordinary(cut)) <= keep
+    assert text.startswith(cut) if side == "head" else text.endswith(cut)
+    assert count == whole_text_cut(text, keep, side)[1]
+
+
+def test_a_cut_of_one_character_repeated_millions_of_times_keeps_its_count() -> None:
+    text = "x" * 2_000_000
+    for side in ("head", "tail"):
+        cut, count = cut_tokens(CL100K, text, 500, side)  # type: ignore[arg-type]
+        assert (cut, count) == whole_text_cut(text, 500, side)
+
+
 def test_cut_refuses_a_negative_count_and_an_unknown_side() -> None:
     with pytest.raises(ValueError, match="keep must be"):
         cut_tokens(CL100K, "abc", -1, "head")

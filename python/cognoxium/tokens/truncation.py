@@ -14,6 +14,11 @@ and a prefix (head) or suffix (tail) of the original. A decoded slice may
 re-encode to a different number of tokens (byte-pair merges across the new
 edge); the cut is shortened until the result re-encodes to at most the
 requested count, and the count returned is that of the result.
+
+Only the side kept is encoded: a window of the text from that side, grown
+until it holds more tokens than the cut keeps (with a margin, so the window's
+edge is far from the cut), so a cut of a 50 MB text to a few thousand tokens
+encodes a few thousand tokens' worth of it, not all of it.
 """
 
 from __future__ import annotations
@@ -22,13 +27,18 @@ import codecs
 from typing import Literal
 
 from cognoxium.exceptions import ProfileError
-from cognoxium.tokens.profiles import TokenProfile
+from cognoxium.tokens.profiles import Encoder, TokenProfile
 
 __all__ = ["SIDES", "Side", "cut_tokens"]
 
 Side = Literal["head", "tail"]
 SIDES: tuple[Side, ...] = ("head", "tail")
 """The sides a cut may keep: ``head`` (the first tokens) or ``tail`` (the last)."""
+
+_CHARS_PER_TOKEN = 8
+"""The first window's characters per token kept: more than most tokens hold."""
+_MARGIN = 16
+"""Tokens a window holds past the cut, so that its edge does not change the cut's tokens."""
 
 
 def cut_tokens(profile: TokenProfile, text: str, keep: int, side: Side) -> tuple[str, int]:
@@ -76,7 +86,7 @@ def cut_tokens(profile: TokenProfile, text: str, keep: int, side: Side) -> tuple
     if side not in SIDES:
         raise ValueError(f"side must be 'head' or 'tail', got {side!r}")
     encoding = profile.encoding
-    tokens = encoding.encode_ordinary(text)
+    tokens = _kept_side_tokens(encoding, text, keep, side)
     if len(tokens) <= keep:
         return text, len(tokens)
     take = keep
@@ -95,6 +105,22 @@ def cut_tokens(profile: TokenProfile, text: str, keep: int, side: Side) -> tuple
             return cut, count
         take -= count - keep
     return "", 0
+
+
+def _kept_side_tokens(encoding: Encoder, text: str, keep: int, side: Side) -> list[int]:
+    """The tokens of a window of ``text`` from ``side`` that holds the cut, or of all of it.
+
+    The window grows fourfold until it holds more than ``keep`` tokens and
+    a margin; a text no window holds is encoded whole.
+    """
+    width = (keep + _MARGIN) * _CHARS_PER_TOKEN
+    while width < len(text):
+        window = text[:width] if side == "head" else text[len(text) - width :]
+        tokens = encoding.encode_ordinary(window)
+        if len(tokens) > keep + _MARGIN:
+            return tokens
+        width *= 4
+    return encoding.encode_ordinary(text)
 
 
 def _whole_characters(data: bytes, side: Side) -> str:

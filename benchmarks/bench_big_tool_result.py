@@ -1,0 +1,173 @@
+"""A huge awaited tool result: an agent loop whose last step returned megabytes of text.
+
+The loop is an OpenAI chat: a system prompt, the task, an assistant's tool
+call and its result of ``--mb`` megabytes (10^6 bytes), the step the model
+waits for. A fresh pack of it under ``--budget`` tokens (default rank, no
+settings) must send the call and cut the result to what fits. Two texts:
+
+log
+    server log lines, numbered (a realistic tool output);
+run
+    one character repeated (``x``): a single pre-token, the tokenizer's
+    slowest input.
+
+Timed, each in a process of its own (wall-clock seconds, CPU seconds and
+peak resident memory of the child), the runs taking turns in every round:
+
+pack
+    the user's whole call: ``from_openai_messages(chat).pack(budget, as_of=...)``;
+floor
+    the least work any exact pack of it does: read the same file and count
+    the result's tokens once with the same profile.
+
+Reported: the medians, and the ratio pack / floor (each round's, then the
+median). Results go to ``benchmarks/results/big_tool_result.json`` and
+``big_tool_result.md``.
+
+Usage: ``python benchmarks/bench_big_tool_result.py [--mb 50] [--repeats 3] [--out FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from processes import measured
+from reports import write_report
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BUDGET = 8000
+AS_OF = "2026-01-01T00:00:00+00:00"
+
+PACK = """
+import json, sys
+from datetime import datetime
+from cognoxium import from_openai_messages
+chat = json.loads(open(sys.argv[1], encoding="utf-8").read())
+pack = from_openai_messages(chat, conversation_id="loop").pack(
+    int(sys.argv[2]), as_of=datetime.fromisoformat(sys.argv[3]))
+assert pack.ids[-1] == "loop:3" and pack.manifest.used_tokens <= int(sys.argv[2])
+"""
+
+FLOOR = """
+import json, sys
+from cognoxium.tokens.profiles import get_profile
+chat = json.loads(open(sys.argv[1], encoding="utf-8").read())
+assert get_profile("o200k_base").count([chat[-1]["content"]])[0] > int(sys.argv[2])
+"""
+
+
+def tool_text(kind: str, size: int) -> str:
+    """``size`` bytes of a tool's output: numbered log lines, or one character repeated."""
+    if kind == "run":
+        return "x" * size
+    lines = (
+        f"2026-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}Z INFO worker-{i % 17} request "
+        f"id={i} path=/api/v1/items/{i * 7 % 1000} status=200 latency={i % 300}ms\n"
+        for i in range(size // 60 + 1)
+    )
+    return "".join(lines)[:size]
+
+
+def write_chat(path: Path, kind: str, megabytes: float) -> None:
+    """The agent loop as an OpenAI chat, its last message the big tool result."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "logs", "arguments": "{}"}}
+    chat = [
+        {"role": "system", "content": "You are an SRE agent. Use the tools."},
+        {"role": "user", "content": "Why is the service slow?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": tool_text(kind, int(megabytes * 1e6)),
+        },
+    ]
+    path.write_text(json.dumps(chat), encoding="utf-8")
+
+
+def measure(kind: str, megabytes: float, repeats: int, work: Path) -> dict[str, Any]:
+    """Both runs ``repeats`` times, taking turns; the medians and the ratio."""
+    chat = work / f"{kind}.json"
+    write_chat(chat, kind, megabytes)
+    commands = {
+        "pack": [sys.executable, "-c", PACK, str(chat), str(BUDGET), AS_OF],
+        "floor": [sys.executable, "-c", FLOOR, str(chat), str(BUDGET)],
+    }
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+    for k in range(repeats):
+        for name in list(commands) if k % 2 == 0 else list(commands)[::-1]:
+            runs[name].append(asdict(measured(commands[name])))
+            print(kind, name, json.dumps(runs[name][-1]), flush=True)
+    ratios = [p["wall_s"] / f["wall_s"] for p, f in zip(runs["pack"], runs["floor"], strict=True)]
+    return {
+        "runs": {
+            name: {
+                "median_s": round(statistics.median(r["wall_s"] for r in rows), 3),
+                "cpu_median_s": round(statistics.median(r["cpu_s"] for r in rows), 3),
+                "peak_mb": round(max(r["peak_mb"] for r in rows), 1),
+                "runs": rows,
+            }
+            for name, rows in runs.items()
+        },
+        "pack_over_floor_median": round(statistics.median(ratios), 3),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """A Markdown section: each text's runs, and the ratio pack / floor."""
+    rows = [
+        f"| {kind} | {name} | {r['median_s']:.2f} | {r['cpu_median_s']:.2f} | {r['peak_mb']:,.0f} |"
+        for kind, figures in result["texts"].items()
+        for name, r in figures["runs"].items()
+    ]
+    ratios = ", ".join(
+        f"{kind} **{figures['pack_over_floor_median']:.2f}x**"
+        for kind, figures in result["texts"].items()
+    )
+    return (
+        f"## A {result['megabytes']:g} MB awaited tool result ({result['repeats']} rounds)\n\n"
+        "An agent loop (system prompt, task, tool call) whose last message is a tool result "
+        f"of {result['megabytes']:g} MB, packed fresh under {result['budget']:,} tokens with "
+        "no settings (`from_openai_messages(chat).pack(budget)`), against the floor: reading "
+        "the same file and counting the result's tokens once. Each run a new process; medians "
+        "and the peak resident memory of the largest run.\n\n"
+        "| text | run | median s | CPU median s | peak MB |\n|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nPack / floor (each round's ratio, median): {ratios}.\n"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Parse the arguments, measure both texts, print and write the JSON result."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--mb", type=float, default=50.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=RESULTS / "big_tool_result.json")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.mb <= 0:
+        parser.error("need --repeats >= 1 and --mb > 0")
+    with tempfile.TemporaryDirectory() as work:
+        texts = {kind: measure(kind, args.mb, args.repeats, Path(work)) for kind in ("log", "run")}
+    result = {
+        "megabytes": args.mb,
+        "budget": BUDGET,
+        "repeats": args.repeats,
+        "python": platform.python_version(),
+        "cores": os.cpu_count(),
+        "texts": texts,
+    }
+    write_report(args.out, result, markdown(result), echo=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
