@@ -17,7 +17,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, Self, TypeVar, overload
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 from pydantic import (
@@ -35,15 +34,14 @@ from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._display import fields_html, table_html
-from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing._renderers import (
-    RANKED_ROLES,
     Renderer,
     anthropic_request,
     failed_calls,
     mark_cache,
     text_transcript,
 )
+from cognoxium.packing._request_prefix import cache_breakpoints, pack_prefix
 from cognoxium.packing.cache_models import CacheModel, get_cache_model
 
 __all__ = [
@@ -797,24 +795,14 @@ class ContextPack:
         if not cache:
             return request
         model = _breakpoints_model(self.manifest, cache_model)
-        roles = self.frame.get_column("role").cast(pl.String).to_list()
-        stable = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
-        sent = self.manifest.to_polars().filter(pl.col("pack_position").is_not_null())
-        tokens = sent.sort("pack_position").get_column("tokens").fill_null(0).to_list()
-        system = 0
-        for role, cost in zip(roles, tokens, strict=True):
-            if role not in ("system", "developer"):
-                break
-            system += cost
-        # The stable rows as messages: the parts of one message are sent as one.
-        sent_as = sent_messages(message_parts(self.frame), np.arange(len(roles), dtype=np.int64))
+        prefix = pack_prefix(self, anthropic=True)
+        marks = cache_breakpoints(prefix, model)
+        skipped = int(prefix.blocks[0]) if prefix.system else 0
         return mark_cache(
             request,
-            self.messages,
-            sum(min(positions) < stable for positions in sent_as),
-            system_cacheable=system >= model.min_tokens,
+            [int(prefix.ends_blocks[m]) - 1 - skipped for m in marks if m or not prefix.system],
+            system=prefix.system and 0 in marks,
             ttl="1h" if model.ttl_seconds >= 3600 else None,
-            placeholder=placeholder,
         )
 
     def to_text(self) -> str:
