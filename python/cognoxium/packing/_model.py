@@ -755,13 +755,20 @@ class ContextPack:
           :func:`~cognoxium.packing.message_rules.validate_anthropic_messages`.
 
         With ``cache=True`` the request marks prompt cache breakpoints
-        (``cache_control``): one on the last block of the pack's stable
-        prefix (its history: every message before its document and memory
-        items, the prefix a continuing pack keeps, see
-        :mod:`cognoxium.packing.cache`), and one on the system prompt, then
-        sent as one text block, when it alone is at least the cache model's
-        minimum: never more than 2 of the API's 4. The model's TTL sets
-        ``"ttl": "1h"`` for the 1-hour cache.
+        (``cache_control``), never more than the API's 4: one on the last
+        block of the pack's stable prefix (its history: every message
+        before its document and memory items, gap notes included, the
+        prefix a continuing pack keeps, see :mod:`cognoxium.packing.cache`);
+        one on the system prompt, then sent as one text block, when it
+        alone is at least the cache model's minimum; and, while an earlier
+        block end of at least that minimum lies beyond the lookback of the
+        earliest mark (Anthropic looks for earlier cache entries about 20
+        blocks back from each mark, ``lookback_blocks``), one more within
+        it, so that a later request whose new messages add more than 20
+        blocks (an agent turn of many tool calls) still reads this one's
+        cache (see
+        :func:`~cognoxium.packing._request_prefix.cache_breakpoints`). The
+        model's TTL sets ``"ttl": "1h"`` for the 1-hour cache.
 
         Parameters
         ----------

@@ -93,7 +93,8 @@ evicted). A unit with a required item is never evicted.
    continues it.
 
 The manifest's ``cache`` section (:class:`CacheReport`) says which items
-were sent as the earlier prefix and its length in tokens, what was evicted
+were sent as the earlier prefix and its length in tokens (read on the
+request as the target sends it, see :mod:`cognoxium.packing._request_prefix`), what was evicted
 and why, and, with the ``cache_model`` option, the expected cached, written
 and uncached input tokens and the billed input cost in units of one uncached
 token. The same inputs give a byte-identical manifest.
