@@ -28,15 +28,22 @@ class CacheReport(BaseModel):
         The share of the evictable history evicted at each eviction step.
     prefix_items, prefix_tokens
         The leading messages this pack sends exactly as the earlier pack
-        sent them, and their tokens: the prefix a provider can read from
-        its cache.
+        sent them (messages of :attr:`ContextPack.messages`: a user message
+        of a text and an image is one), and the tokens of all their items:
+        the prefix a provider can read from its cache. They are compared
+        on the request as the target sends it: the OpenAI messages in
+        order, or, with ``target="anthropic"`` or a ``breakpoints`` cache
+        model, the Anthropic request as the provider reads it, its
+        ``system`` block (every system and developer message) first, then
+        the messages' content blocks; a changed system block shares nothing.
     prefix_ids
         The ids of those messages' items, in pack order.
     stable_tokens
         The tokens of this pack's history (every message before its
-        document and memory items): the prefix the next pack keeps, where
+        document and memory items, and for Anthropic the system block):
+        the prefix the next pack keeps, where
         :meth:`~cognoxium.packing.ContextPack.to_anthropic` places the
-        ``cache_control`` breakpoint.
+        history's ``cache_control`` breakpoint.
     evicted
         Ids of the earlier pack's items this pack evicted (reason
         ``evicted_for_cache``), in input order, the documents and memories
@@ -56,7 +63,11 @@ class CacheReport(BaseModel):
     input_tokens, cached_tokens, cache_write_tokens, uncached_tokens
         The request's input tokens (``used_tokens``) as the model's cache
         bills them against the earlier pack (see
-        :func:`~cognoxium.packing.cache_models.bill`).
+        :func:`~cognoxium.packing.cache_models.bill`). A ``breakpoints``
+        model reads the longest of the earlier request's marks that is in
+        the shared prefix and ends at most ``lookback_blocks - 1`` content
+        blocks before one of this request's marks, and writes up to this
+        request's last mark.
     billed_tokens
         The input price in units of one uncached token.
     """

@@ -17,7 +17,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, Self, TypeVar, overload
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 from pydantic import (
@@ -35,15 +34,14 @@ from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._display import fields_html, table_html
-from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing._renderers import (
-    RANKED_ROLES,
     Renderer,
     anthropic_request,
     failed_calls,
     mark_cache,
     text_transcript,
 )
+from cognoxium.packing._request_prefix import cache_breakpoints, pack_prefix
 from cognoxium.packing.cache_models import CacheModel, get_cache_model
 
 __all__ = [
@@ -757,13 +755,20 @@ class ContextPack:
           :func:`~cognoxium.packing.message_rules.validate_anthropic_messages`.
 
         With ``cache=True`` the request marks prompt cache breakpoints
-        (``cache_control``): one on the last block of the pack's stable
-        prefix (its history: every message before its document and memory
-        items, the prefix a continuing pack keeps, see
-        :mod:`cognoxium.packing.cache`), and one on the system prompt, then
-        sent as one text block, when it alone is at least the cache model's
-        minimum: never more than 2 of the API's 4. The model's TTL sets
-        ``"ttl": "1h"`` for the 1-hour cache.
+        (``cache_control``), never more than the API's 4: one on the last
+        block of the pack's stable prefix (its history: every message
+        before its document and memory items, gap notes included, the
+        prefix a continuing pack keeps, see :mod:`cognoxium.packing.cache`);
+        one on the system prompt, then sent as one text block, when it
+        alone is at least the cache model's minimum; and, while an earlier
+        block end of at least that minimum lies beyond the lookback of the
+        earliest mark (Anthropic looks for earlier cache entries about 20
+        blocks back from each mark, ``lookback_blocks``), one more within
+        it, so that a later request whose new messages add more than 20
+        blocks (an agent turn of many tool calls) still reads this one's
+        cache (see
+        :func:`~cognoxium.packing._request_prefix.cache_breakpoints`). The
+        model's TTL sets ``"ttl": "1h"`` for the 1-hour cache.
 
         Parameters
         ----------
@@ -797,24 +802,14 @@ class ContextPack:
         if not cache:
             return request
         model = _breakpoints_model(self.manifest, cache_model)
-        roles = self.frame.get_column("role").cast(pl.String).to_list()
-        stable = next((k for k, role in enumerate(roles) if role in RANKED_ROLES), len(roles))
-        sent = self.manifest.to_polars().filter(pl.col("pack_position").is_not_null())
-        tokens = sent.sort("pack_position").get_column("tokens").fill_null(0).to_list()
-        system = 0
-        for role, cost in zip(roles, tokens, strict=True):
-            if role not in ("system", "developer"):
-                break
-            system += cost
-        # The stable rows as messages: the parts of one message are sent as one.
-        sent_as = sent_messages(message_parts(self.frame), np.arange(len(roles), dtype=np.int64))
+        prefix = pack_prefix(self, anthropic=True)
+        marks = cache_breakpoints(prefix, model)
+        skipped = int(prefix.blocks[0]) if prefix.system else 0
         return mark_cache(
             request,
-            self.messages,
-            sum(min(positions) < stable for positions in sent_as),
-            system_cacheable=system >= model.min_tokens,
+            [int(prefix.ends_blocks[m]) - 1 - skipped for m in marks if m or not prefix.system],
+            system=prefix.system and 0 in marks,
             ttl="1h" if model.ttl_seconds >= 3600 else None,
-            placeholder=placeholder,
         )
 
     def to_text(self) -> str:

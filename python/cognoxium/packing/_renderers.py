@@ -32,11 +32,14 @@ if TYPE_CHECKING:
 __all__ = [
     "OPENING",
     "RANKED_ROLES",
+    "SYSTEM_ROLES",
     "Renderer",
     "anthropic_request",
     "anthropic_tool_id",
+    "anthropic_turn",
     "failed_calls",
     "mark_cache",
+    "system_text",
     "text_transcript",
 ]
 
@@ -45,7 +48,8 @@ OPENING = "(earlier messages omitted)"
 
 RequestT_co = TypeVar("RequestT_co", covariant=True)
 
-_SYSTEM_ROLES = ("system", "developer")
+SYSTEM_ROLES: tuple[str, ...] = ("system", "developer")
+"""Message roles an Anthropic request sends in its ``system`` block."""
 RANKED_ROLES: tuple[str, ...] = ("document", "memory")
 """Item roles of ranked content: a continuing pack sends them after its stable history."""
 _DATA_PREFIX = "data:"
@@ -179,10 +183,10 @@ def failed_calls(df: pl.DataFrame) -> frozenset[str]:
     return frozenset(out)
 
 
-def _anthropic_turn(
+def anthropic_turn(
     message: dict[str, Any], row: int, failed: frozenset[str]
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The Anthropic role and blocks of one non-system OpenAI message."""
+    """The Anthropic role and blocks of one non-system OpenAI message (``row``: its index)."""
     role, content = message["role"], message.get("content")
     if role == "tool":
         result: Any = content if isinstance(content, str) else _content_blocks(content, None)
@@ -196,6 +200,12 @@ def _anthropic_turn(
         calls = message.get("tool_calls") or ()
         blocks += [_tool_use(call, row, j) for j, call in enumerate(calls)]
     return role, blocks
+
+
+def system_text(message: dict[str, Any]) -> str:
+    """The text a system or developer message adds to an Anthropic request's ``system``."""
+    blocks = _content_blocks(message.get("content"), message.get("name"))
+    return "\n".join(b["text"] for b in blocks if b["type"] == "text")
 
 
 def _end_without_whitespace(turns: list[dict[str, Any]]) -> None:
@@ -270,11 +280,10 @@ def anthropic_request(
     system: list[str] = []
     turns: list[dict[str, Any]] = []
     for row, message in enumerate(messages):
-        if message["role"] in _SYSTEM_ROLES:
-            blocks = _content_blocks(message.get("content"), message.get("name"))
-            system.append("\n".join(b["text"] for b in blocks if b["type"] == "text"))
+        if message["role"] in SYSTEM_ROLES:
+            system.append(system_text(message))
             continue
-        role, blocks = _anthropic_turn(message, row, failed)
+        role, blocks = anthropic_turn(message, row, failed)
         if not blocks:
             continue
         if not turns and role == "assistant":
@@ -357,34 +366,28 @@ def text_transcript(messages: Sequence[dict[str, Any]]) -> str:
 
 def mark_cache(
     request: dict[str, Any],
-    messages: Sequence[dict[str, Any]],
-    stable: int,
+    blocks: Sequence[int],
     *,
-    system_cacheable: bool,
+    system: bool,
     ttl: str | None = None,
-    placeholder: str | None = None,
 ) -> dict[str, Any]:
     """Put Anthropic ``cache_control`` breakpoints on a request made by :func:`anthropic_request`.
 
-    One breakpoint goes on the last block of the stable prefix (the request
-    made from the first ``stable`` messages), and one on the system prompt
-    when ``system_cacheable`` (it is then sent as one text block): never more
-    than 2 of the API's 4.
+    Where they go is decided by
+    :func:`~cognoxium.packing._request_prefix.cache_breakpoints`; this
+    only writes them.
 
     Parameters
     ----------
     request
-        ``anthropic_request(messages, placeholder=placeholder)``; changed in place.
-    messages
-        The OpenAI messages it was made from.
-    stable
-        How many leading messages form the stable prefix.
-    system_cacheable
-        The system prompt alone is long enough to be cached.
+        ``anthropic_request(...)``; changed in place.
+    blocks
+        The 0-based indexes of the blocks to mark, counted over the content
+        blocks of ``request["messages"]`` in order.
+    system
+        Mark the system prompt (it is then sent as one text block).
     ttl
         ``"1h"`` for the 1-hour cache; ``None``: the default 5-minute cache.
-    placeholder
-        As given to :func:`anthropic_request`.
 
     Returns
     -------
@@ -395,7 +398,7 @@ def mark_cache(
     --------
     >>> messages = [{"role": "system", "content": "Be brief."},
     ...             {"role": "user", "content": "Hi"}, {"role": "user", "content": "Doc"}]
-    >>> marked = mark_cache(anthropic_request(messages), messages, 2, system_cacheable=True)
+    >>> marked = mark_cache(anthropic_request(messages), [0], system=True)
     >>> marked["system"]
     [{'type': 'text', 'text': 'Be brief.', 'cache_control': {'type': 'ephemeral'}}]
     >>> marked["messages"][0]["content"]
@@ -405,14 +408,11 @@ def mark_cache(
     control: dict[str, Any] = {"type": "ephemeral"}
     if ttl is not None:
         control["ttl"] = ttl
-    if system_cacheable and request.get("system"):
+    if system and request.get("system"):
         request["system"] = [
             {"type": "text", "text": request["system"], "cache_control": dict(control)}
         ]
-    if all(m["role"] in _SYSTEM_ROLES for m in messages[:stable]):
-        return request  # no stable message: its request would be the opening alone
-    head = anthropic_request(messages[:stable], placeholder=placeholder)["messages"]
-    if head:
-        block = request["messages"][len(head) - 1]["content"][len(head[-1]["content"]) - 1]
-        block["cache_control"] = dict(control)
+    flat = [block for message in request["messages"] for block in message["content"]]
+    for at in blocks:
+        flat[at]["cache_control"] = dict(control)
     return request

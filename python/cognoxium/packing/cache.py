@@ -93,7 +93,8 @@ evicted). A unit with a required item is never evicted.
    continues it.
 
 The manifest's ``cache`` section (:class:`CacheReport`) says which items
-were sent as the earlier prefix and its length in tokens, what was evicted
+were sent as the earlier prefix and its length in tokens (read on the
+request as the target sends it, see :mod:`cognoxium.packing._request_prefix`), what was evicted
 and why, and, with the ``cache_model`` option, the expected cached, written
 and uncached input tokens and the billed input cost in units of one uncached
 token. The same inputs give a byte-identical manifest.
@@ -132,7 +133,16 @@ from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._costing import UnitCosts
 from cognoxium.packing._exclusions import Exclusions
 from cognoxium.packing._model import REASON_CODE, UNSET, ContextPack, Reason
-from cognoxium.packing._renderers import RANKED_ROLES
+from cognoxium.packing._renderers import RANKED_ROLES, failed_calls
+from cognoxium.packing._request_prefix import (
+    RequestPrefix,
+    cache_breakpoints,
+    message_rows,
+    pack_prefix,
+    reachable_breakpoints,
+    request_prefix,
+    shared_units,
+)
 from cognoxium.packing._truncation import EarlierCut
 from cognoxium.packing._units import Units
 from cognoxium.packing.cache_models import CacheBill, CacheModel, bill, get_cache_model
@@ -245,39 +255,41 @@ class Continuation:
         row_tokens: np.ndarray,
         messages: Sequence[dict[str, Any]],
     ) -> CacheReport:
-        """The manifest's ``cache`` section for the pack these decisions make."""
+        """The manifest's ``cache`` section for the pack these decisions make.
+
+        The prefix shared with the earlier pack is that of the requests as
+        the target renders them (see :mod:`cognoxium.packing._request_prefix`):
+        the Anthropic request with ``target="anthropic"`` or a
+        ``breakpoints`` cache model, the OpenAI messages otherwise.
+        """
         previous = self.previous
-        before = previous.messages
-        shared = 0
-        for mine, theirs in zip(messages, before, strict=False):
-            if mine != theirs:
-                break
-            shared += 1
+        model = call.options.cache_model
+        cache = get_cache_model(model) if model is not None else None
+        anthropic = call.options.target == "anthropic" or (
+            cache is not None and cache.kind == "breakpoints"
+        )
         selected = decisions.selected
-        tokens = row_tokens[selected]
-        roles = df.get_column("role").gather(selected).to_list()
-        prefix_tokens = int(tokens[:shared].sum())
-        system, stable = pack_breakpoints(roles, tokens.tolist())
+        now = _current_prefix(df.gather(selected), row_tokens[selected], messages, anthropic)
+        before = pack_prefix(previous, anthropic=anthropic)
+        shared = shared_units(before, now)
+        rows = np.sort(np.array([r for held in now.rows[:shared] for r in held], dtype=np.int64))
         ids = df.get_column("id")
         report: dict[str, Any] = {
             "continues": previous.manifest.digest,
             "eviction_share": self.share,
-            "prefix_items": shared,
-            "prefix_tokens": prefix_tokens,
-            "prefix_ids": ids.gather(selected[:shared]).to_list(),
-            "stable_tokens": stable,
+            "prefix_items": int(now.messages[:shared].sum()),
+            "prefix_tokens": int(now.tokens[:shared].sum()),
+            "prefix_ids": ids.gather(selected[rows]).to_list(),
+            "stable_tokens": int(now.tokens[: now.stable].sum()),
             "evicted": ids.gather(self.evicted).to_list(),
             "eviction_steps": self.steps,
             "eviction_detail": self.detail,
             "replayed_cuts": ids.gather(np.intersect1d(self.replayed, selected)).to_list(),
         }
-        model = call.options.cache_model
-        if model is not None:
-            cache = get_cache_model(model)
-            charged = _bill(cache, previous, decisions.used_tokens, prefix_tokens, system, stable)
+        if cache is not None:
             elapsed = (call.as_of - previous.manifest.as_of).total_seconds()
-            if elapsed > cache.ttl_seconds:
-                charged = _bill(cache, None, decisions.used_tokens, 0, system, stable)
+            earlier = previous.used_tokens if elapsed <= cache.ttl_seconds else None
+            charged = _bill(cache, earlier, before, now, shared, decisions.used_tokens)
             report |= {
                 "cache_model": cache.name,
                 "input_tokens": charged.input_tokens,
@@ -289,44 +301,55 @@ class Continuation:
         return CacheReport(**report)
 
 
-def _bill(
-    model: CacheModel,
-    previous: ContextPack | None,
-    input_tokens: int,
-    shared: int,
-    system: int,
-    stable: int,
-) -> CacheBill:
-    """Bill a pack of these sizes under ``model`` against ``previous`` (``None``: a cold cache)."""
-    if previous is None:
-        return bill(model, input_tokens=input_tokens, breakpoints=_marks(model, system, stable))
-    before = _pack_shape(previous)
-    return bill(
-        model,
-        input_tokens=input_tokens,
-        shared_tokens=shared,
-        previous_input_tokens=previous.used_tokens,
-        previous_breakpoints=_marks(model, *before),
-        breakpoints=_marks(model, system, stable),
+def _current_prefix(
+    frame: pl.DataFrame, tokens: np.ndarray, messages: Sequence[dict[str, Any]], anthropic: bool
+) -> RequestPrefix:
+    """The :func:`request_prefix` of the pack being made: its rows in pack order and messages.
+
+    A continuing pack has no gap note, so each message sends items.
+    """
+    rows = message_rows(frame)
+    roles = frame.get_column("role").cast(pl.String).to_numpy()
+    return request_prefix(
+        messages,
+        rows,
+        np.array([int(tokens[r].sum()) for r in rows], dtype=np.int64),
+        np.array([roles[r[0]] in RANKED_ROLES for r in rows], dtype=bool),
+        anthropic=anthropic,
+        failed=failed_calls(frame) if anthropic else frozenset(),
     )
 
 
-def _marks(model: CacheModel, system: int, stable: int) -> list[int]:
-    """The prefix lengths a request marks: the system block when cacheable alone, the history."""
-    if model.kind != "breakpoints":
-        return []
-    marks = [stable] if stable else []
-    if system >= model.min_tokens and system < stable:
-        marks.insert(0, system)
-    return marks
+def _bill(
+    model: CacheModel,
+    earlier_tokens: int | None,
+    before: RequestPrefix,
+    now: RequestPrefix,
+    shared: int,
+    input_tokens: int,
+) -> CacheBill:
+    """Bill request ``now`` under ``model`` against ``before`` (``earlier_tokens=None``: expired).
 
-
-def _pack_shape(pack: ContextPack) -> tuple[int, int]:
-    """The system block's and the history's tokens of ``pack``, from its manifest."""
-    entries = pack.manifest.to_polars().filter(pl.col("pack_position").is_not_null())
-    entries = entries.sort("pack_position")
-    roles = entries.get_column("role").cast(pl.String).to_list()
-    return pack_breakpoints(roles, entries.get_column("tokens").fill_null(0).to_list())
+    ``shared`` units lead both requests. A ``breakpoints`` model writes at
+    this request's marks and reads the longest of the earlier request's
+    marks that is shared and within the lookback of one of this request's
+    (see :func:`~cognoxium.packing._request_prefix.reachable_breakpoints`).
+    """
+    marks = cache_breakpoints(now, model)
+    ends = [int(now.ends_tokens[m]) for m in marks]
+    if earlier_tokens is None:
+        return bill(model, input_tokens=input_tokens, breakpoints=ends)
+    earlier = cache_breakpoints(before, model)
+    return bill(
+        model,
+        input_tokens=input_tokens,
+        shared_tokens=int(now.tokens[:shared].sum()),
+        previous_input_tokens=earlier_tokens,
+        previous_breakpoints=reachable_breakpoints(
+            before, earlier, now, marks, shared, model.lookback_blocks
+        ),
+        breakpoints=ends,
+    )
 
 
 def pack_breakpoints(roles: Sequence[str], tokens: Sequence[int]) -> tuple[int, int]:

@@ -15,7 +15,10 @@ row, not new code; :func:`register_cache_model` adds your own):
   ends of prefixes with ``cache_control``; a marked prefix of at least
   ``min_tokens`` tokens is written to the cache at ``write_multiplier`` times
   the input price (1.25 for the 5-minute cache, 2 for the 1-hour one) and a
-  later request that repeats it reads it at ``read_multiplier`` (0.1).
+  later request that repeats it reads it at ``read_multiplier`` (0.1), when
+  one of its marks ends at the cached prefix or at most
+  ``lookback_blocks - 1`` content blocks after it: from each mark, earlier
+  cache entries are looked for about 20 blocks back, no further.
   (Anthropic, "Prompt caching" documentation.)
 
 A cache entry lives ``ttl_seconds`` after its last use; :func:`bill` reads
@@ -83,6 +86,11 @@ class CacheModel:
         hold (Anthropic: 4); ``automatic``: 0.
     ttl_seconds
         How long a cache entry lives after its last use, in seconds (> 0).
+    lookback_blocks
+        ``breakpoints``: how many content blocks a mark looks back for an
+        earlier cache entry, its own block included (Anthropic: 20); a
+        later request reads an entry only from a mark that ends at it or
+        fewer blocks after it. Not used by ``automatic`` caches.
 
     Raises
     ------
@@ -106,6 +114,7 @@ class CacheModel:
     increment: int = 1
     write_multiplier: float = 1.0
     max_breakpoints: int = 0
+    lookback_blocks: int = 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -113,7 +122,7 @@ class CacheModel:
         where = f"cache model {self.name!r}"
         if self.kind not in CACHE_KINDS:
             raise PackError(f"{where}: kind must be one of {list(CACHE_KINDS)}, got {self.kind!r}")
-        for field in ("min_tokens", "increment", "ttl_seconds"):
+        for field in ("min_tokens", "increment", "ttl_seconds", "lookback_blocks"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise PackError(f"{where}: {field} must be a whole number > 0, got {value!r}")
@@ -146,6 +155,7 @@ _OPENAI = {"kind": "automatic", "min_tokens": 1024, "increment": 128, "ttl_secon
 _ANTHROPIC_5M = {
     "kind": "breakpoints",
     "max_breakpoints": 4,
+    "lookback_blocks": 20,
     "read_multiplier": 0.1,
     "write_multiplier": 1.25,
     "ttl_seconds": 300,
