@@ -200,7 +200,8 @@ def test_parquet_headers_and_entries_must_agree(tmp_path: Path) -> None:
     broken["totals"]["items"] = 3
     lines = [headers[0], json.dumps(broken), headers[2]]
     (folder / MANIFEST_HEADERS).write_text("\n".join(lines) + "\n")
-    with pytest.raises(RecordError, match=r"'b60' has 4 entries in p, its header counts 3") as info:
+    counted = r"'b60' has 4 entries in part-00000.parquet, its header counts 3"
+    with pytest.raises(RecordError, match=counted) as info:
         summarize_manifests(folder)
     assert (info.value.source, info.value.line, info.value.field) == (
         str(folder / MANIFEST_HEADERS),
@@ -212,8 +213,11 @@ def test_parquet_headers_and_entries_must_agree(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="duplicate request id 'b30'"):
         read_manifests(folder)
     (folder / MANIFEST_HEADERS).unlink()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(RecordError, match="the manifest_headers table lacks part 0") as info:
         summarize_manifests(folder)
+    assert info.value.source == str(folder / MANIFEST_HEADERS)
+    with pytest.raises(FileNotFoundError):
+        summarize_manifests(folder / MANIFESTS_PARQUET)
 
 
 def test_a_parquet_file_of_other_columns_is_refused(tmp_path: Path) -> None:
@@ -413,10 +417,10 @@ def test_a_manifest_whose_token_counts_do_not_add_up_is_refused(
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_parts_are_read_in_number_order_as_one_table(tmp_path: Path, form: str) -> None:
     manifests = [m.model_copy(update={"label": f"r{i}"}) for i, m in enumerate(packed() * 4)]
-    # Parts 0, 2, 10 and 100000: a name sort would put 100000 before 2 and 10.
+    # Written out of order; part_files orders by number, whatever the digits.
     for part, group in zip(
-        (10, 0, 100000, 2),
-        (manifests[6:9], manifests[:3], manifests[9:], manifests[3:6]),
+        (3, 0, 1, 2),
+        (manifests[9:], manifests[:3], manifests[3:6], manifests[6:9]),
         strict=True,
     ):
         write(tmp_path / "p", form, group, part=part)
@@ -427,7 +431,7 @@ def test_parts_are_read_in_number_order_as_one_table(tmp_path: Path, form: str) 
     items = frame().collect()
     assert summarize_manifests(folder, items=items) == summarize_manifests(whole, items=items)
     # One part alone, by its path.
-    assert read_manifests(folder / "manifests" / f"part-00002.{form}") == manifests[3:6]
+    assert read_manifests(folder / "manifests" / f"part-00002.{form}") == manifests[6:9]
 
 
 def test_the_parts_of_jsonl_concatenate_to_the_one_file(tmp_path: Path) -> None:
@@ -445,8 +449,8 @@ def test_a_part_written_again_replaces_the_first(tmp_path: Path, form: str) -> N
     # A task run again (its worker died) writes its part again: the part is
     # replaced, never doubled, and no temporary file is left.
     manifests = packed()
-    first = files(write(tmp_path / "p", form, manifests[:2], part=3))
-    write(tmp_path / "p", form, manifests[:2], part=3)
+    first = files(write(tmp_path / "p", form, manifests[:2], part=0))
+    write(tmp_path / "p", form, manifests[:2], part=0)
     assert files(tmp_path / "p") == first
     assert read_manifests(tmp_path / "p") == manifests[:2]
 
