@@ -890,10 +890,15 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
     ------
     RecordError
         If a directory holds no manifests (or parts of both forms), or a
-        Parquet file's columns differ from :data:`PARQUET_SCHEMA` (naming
-        the column), or a JSON document is invalid (see :func:`read_manifests`). Values of JSONL
-        entries are checked when the frame is collected: a bad value raises
-        a Polars error then (:func:`summarize_manifests` names its line).
+        run's tables lack a part (see :func:`read_manifests`), or a Parquet
+        file's metadata cannot be read or its columns differ from
+        :data:`PARQUET_SCHEMA` (naming the file and the column: every
+        part's footer is read, not its rows), or a JSONL file's last line is
+        cut short (naming the file and the line), or a JSON document is
+        invalid (see :func:`read_manifests`). Values of entries are checked
+        when the frame is collected: a bad value, or a Parquet page that
+        cannot be read, raises a Polars error then
+        (:func:`read_manifests` and :func:`summarize_manifests` name the file).
     OSError
         If a file cannot be read.
 
@@ -940,7 +945,11 @@ def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
     Raises
     ------
     RecordError
-        If a directory holds no pack parts.
+        If a directory holds no pack parts, or a run's tables lack a part
+        (see :func:`read_manifests`), or a part's last line is cut short
+        (naming the file and the line, as :func:`read_bodies` does). Other
+        bad lines raise a Polars error when the frame is collected;
+        :func:`read_bodies` names them.
 
     Examples
     --------
@@ -977,7 +986,9 @@ def read_bodies(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, A
     Raises
     ------
     RecordError
-        If a directory holds no pack parts.
+        If a directory holds no pack parts, a run's tables lack a part, or
+        a line is not UTF-8, not JSON (a part cut short) or not an object
+        with a string ``request_id``: the error names the file and the line.
 
     Examples
     --------
@@ -1054,11 +1065,20 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
     ------
     RecordError
         At the first bad manifest: not UTF-8, invalid JSON, not an object,
-        or a missing, unknown or invalid field. The error names the file,
-        the 1-based line (for JSONL; the 0-based row for a JSON list) and
-        the field, for example ``entries[3].reason``. For Parquet, also a
-        column that differs from :data:`PARQUET_SCHEMA`, or a request whose
-        entries do not match its header's ``totals.items``.
+        a ``format`` missing or other than ``cognoxium.pack_manifest/1``
+        (params ``format`` and ``expected``), a missing, unknown or invalid
+        field, entries that disagree with the header's ``totals`` (items,
+        included, excluded, counted, not counted, by reason; params
+        ``found`` and ``recorded``) or an entry whose ``decision`` is not
+        that of its ``reason``. The error names the file, the 1-based line
+        (for JSONL and the Parquet form's headers; the 0-based row for a
+        JSON list) and the field, for example ``entries[3].reason`` or
+        ``totals.items``. For Parquet, also a part whose metadata or rows
+        cannot be read or whose columns differ from :data:`PARQUET_SCHEMA`,
+        naming the part. A run's tables must hold the parts 0 to ``n - 1``,
+        the same in every table, as a run writes them: a missing part is
+        named (``params["part"]``); nothing records ``n``, so a run whose
+        last parts are gone from every table reads as a shorter run.
     OSError
         If a file cannot be read.
 
