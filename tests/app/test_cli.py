@@ -1791,3 +1791,33 @@ def test_pack_scopes_by_a_metadata_key_beside_one_whose_values_differ_in_type(
         "metadata.vip holds values of different JSON types"
         in json.loads(stdout)["error"]["message"]
     )
+
+
+def test_inspect_refuses_a_run_of_another_format_or_missing_a_part(
+    sample_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(sample_runs["parquet"].resolve(), run)
+    headers = run / "manifest_headers" / "part-00000.jsonl"
+    text = headers.read_text()
+    headers.write_text(text.replace("pack_manifest/1", "pack_manifest/9"))
+    result = runner.invoke(app, ["inspect", str(run), "--json"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json.loads(result.stdout)["error"]
+    assert (error["file"], error["line"], error["field"]) == (str(headers), 1, "format")
+    assert error["params"]["format"] == "cognoxium.pack_manifest/9"
+    headers.write_text(text)
+    for table, suffix in (("manifests", "parquet"), ("manifest_headers", "jsonl")):
+        shutil.copy(run / table / f"part-00000.{suffix}", run / table / f"part-00002.{suffix}")
+    result = runner.invoke(app, ["inspect", str(run), "--json"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json.loads(result.stdout)["error"]
+    assert error["file"] == str(run / "manifests" / "part-00001.parquet")
+
+
+def test_inspect_limit_help_names_every_table_it_cuts() -> None:
+    result = runner.invoke(app, ["inspect", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.stdout.split())
+    assert "Rows shown in each of the tables by role, tier and source, and per manifest" in text

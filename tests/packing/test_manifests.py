@@ -21,6 +21,7 @@ from cognoxium.packing.manifests import (
     NO_SOURCE,
     NOT_IN_ITEMS,
     ManifestWriter,
+    read_bodies,
     read_manifests,
     scan_manifests,
     scan_packs,
@@ -200,7 +201,8 @@ def test_parquet_headers_and_entries_must_agree(tmp_path: Path) -> None:
     broken["totals"]["items"] = 3
     lines = [headers[0], json.dumps(broken), headers[2]]
     (folder / MANIFEST_HEADERS).write_text("\n".join(lines) + "\n")
-    with pytest.raises(RecordError, match=r"'b60' has 4 entries in p, its header counts 3") as info:
+    counted = r"'b60' has 4 entries in part-00000.parquet, its header counts 3"
+    with pytest.raises(RecordError, match=counted) as info:
         summarize_manifests(folder)
     assert (info.value.source, info.value.line, info.value.field) == (
         str(folder / MANIFEST_HEADERS),
@@ -212,8 +214,11 @@ def test_parquet_headers_and_entries_must_agree(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="duplicate request id 'b30'"):
         read_manifests(folder)
     (folder / MANIFEST_HEADERS).unlink()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(RecordError, match="the manifest_headers table lacks part 0") as info:
         summarize_manifests(folder)
+    assert info.value.source == str(folder / MANIFEST_HEADERS)
+    with pytest.raises(FileNotFoundError):
+        summarize_manifests(folder / MANIFESTS_PARQUET)
 
 
 def test_a_parquet_file_of_other_columns_is_refused(tmp_path: Path) -> None:
@@ -413,10 +418,10 @@ def test_a_manifest_whose_token_counts_do_not_add_up_is_refused(
 @pytest.mark.parametrize("form", ["parquet", "jsonl"])
 def test_parts_are_read_in_number_order_as_one_table(tmp_path: Path, form: str) -> None:
     manifests = [m.model_copy(update={"label": f"r{i}"}) for i, m in enumerate(packed() * 4)]
-    # Parts 0, 2, 10 and 100000: a name sort would put 100000 before 2 and 10.
+    # Written out of order; part_files orders by number, whatever the digits.
     for part, group in zip(
-        (10, 0, 100000, 2),
-        (manifests[6:9], manifests[:3], manifests[9:], manifests[3:6]),
+        (3, 0, 1, 2),
+        (manifests[9:], manifests[:3], manifests[3:6], manifests[6:9]),
         strict=True,
     ):
         write(tmp_path / "p", form, group, part=part)
@@ -427,7 +432,7 @@ def test_parts_are_read_in_number_order_as_one_table(tmp_path: Path, form: str) 
     items = frame().collect()
     assert summarize_manifests(folder, items=items) == summarize_manifests(whole, items=items)
     # One part alone, by its path.
-    assert read_manifests(folder / "manifests" / f"part-00002.{form}") == manifests[3:6]
+    assert read_manifests(folder / "manifests" / f"part-00002.{form}") == manifests[6:9]
 
 
 def test_the_parts_of_jsonl_concatenate_to_the_one_file(tmp_path: Path) -> None:
@@ -445,8 +450,8 @@ def test_a_part_written_again_replaces_the_first(tmp_path: Path, form: str) -> N
     # A task run again (its worker died) writes its part again: the part is
     # replaced, never doubled, and no temporary file is left.
     manifests = packed()
-    first = files(write(tmp_path / "p", form, manifests[:2], part=3))
-    write(tmp_path / "p", form, manifests[:2], part=3)
+    first = files(write(tmp_path / "p", form, manifests[:2], part=0))
+    write(tmp_path / "p", form, manifests[:2], part=0)
     assert files(tmp_path / "p") == first
     assert read_manifests(tmp_path / "p") == manifests[:2]
 
@@ -499,3 +504,243 @@ def test_scan_packs_reads_the_parts_in_order(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecordError, match="holds no packs"):
         scan_packs(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------
+# bad input read back: a typed error naming the file at fault, in every form
+
+
+def _run(tmp_path: Path, form: str, parts: int = 3) -> Path:
+    """A run of ``parts`` parts (manifests and packs), one manifest of ``packed()`` each."""
+    folder = tmp_path / "run"
+    for part, manifest in enumerate(packed()[:parts]):
+        write(folder, form, [manifest], part=part)
+        line = {"body": None, "budget": manifest.budget, "ids": [], "request_id": manifest.label}
+        (folder / "packs").mkdir(exist_ok=True)
+        (folder / "packs" / f"part-{part:05d}.jsonl").write_text(json.dumps(line) + "\n")
+    return folder
+
+
+def _readers(folder: Path) -> list[object]:
+    return [
+        lambda: read_manifests(folder),
+        lambda: summarize_manifests(folder),
+        lambda: scan_manifests(folder).collect(),
+    ]
+
+
+def _manifest_lines(folder: Path, form: str, part: int) -> tuple[Path, list[dict[str, object]]]:
+    """The file holding a part's headers (Parquet) or manifests (JSONL), and its objects."""
+    table = "manifest_headers" if form == "parquet" else "manifests"
+    path = folder / table / f"part-{part:05d}.jsonl"
+    return path, [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+@pytest.mark.parametrize("found", ["cognoxium.pack_manifest/9", "something-else", None])
+def test_a_manifest_of_another_format_is_refused_naming_its_line(
+    tmp_path: Path, form: str, found: str | None
+) -> None:
+    folder = _run(tmp_path, form)
+    path, lines = _manifest_lines(folder, form, 1)
+    if found is None:
+        del lines[0]["format"]
+    else:
+        lines[0]["format"] = found
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for read in (read_manifests, summarize_manifests):
+        with pytest.raises(RecordError) as info:
+            read(folder)  # type: ignore[operator]
+        assert (info.value.source, info.value.line, info.value.field) == (str(path), 1, "format")
+        assert info.value.params == {"format": found, "expected": "cognoxium.pack_manifest/1"}
+        assert "cognoxium.pack_manifest/1" in str(info.value)
+        assert found is None or repr(found) in str(info.value)
+
+
+@pytest.mark.parametrize("found", ["something-else", None])
+def test_from_json_and_a_json_document_refuse_another_format(
+    tmp_path: Path, found: str | None
+) -> None:
+    data = json.loads(packed()[0].to_json())
+    data["format"] = found
+    if found is None:
+        del data["format"]
+    with pytest.raises(RecordError) as info:
+        PackManifest.from_json(json.dumps(data))
+    assert (info.value.field, info.value.params["format"]) == ("format", found)
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps([json.loads(packed()[0].to_json()), data], indent=1))
+    with pytest.raises(RecordError) as info:
+        read_manifests(path)
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 1, "format")
+    assert info.value.params["format"] == found
+
+
+def test_from_json_raises_a_record_error_for_what_is_not_a_manifest() -> None:
+    manifest = packed()[0]
+    header = manifest._header()
+    cases = [
+        (json.dumps(header), "missing", "entries"),
+        ("[1]", "must be a JSON object, got list", None),
+        ("{bad", "invalid JSON at line 1 column 2", None),
+        ('"text"', "must be a JSON object, got str", None),
+    ]
+    for text, message, field in cases:
+        with pytest.raises(RecordError, match=message) as info:
+            PackManifest.from_json(text)
+        assert info.value.field == field
+    assert PackManifest.from_json(manifest.to_json()) == manifest
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"items": 999}, "totals.items"),
+        ({"included": 0, "excluded": 4}, "totals.included"),
+        ({"counted": 0}, "totals.counted"),
+        ({"not_counted": 9}, "totals.not_counted"),
+        ({"by_reason": {"selected": 4}}, "totals.by_reason"),
+    ],
+)
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_a_header_whose_totals_its_entries_do_not_add_up_to_is_refused_in_every_form(
+    tmp_path: Path, form: str, change: dict[str, object], field: str
+) -> None:
+    folder = _run(tmp_path, form)
+    path, lines = _manifest_lines(folder, form, 2)
+    lines[0]["totals"] |= change  # type: ignore[operator]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for read in (read_manifests, summarize_manifests):
+        with pytest.raises(RecordError) as info:
+            read(folder)  # type: ignore[operator]
+        assert (info.value.source, info.value.line, info.value.field) == (str(path), 1, field)
+    whole = json.loads(packed()[2].to_json())
+    whole["totals"] |= change
+    with pytest.raises(RecordError) as info:
+        PackManifest.from_json(json.dumps(whole))
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl", "json"])
+def test_an_entry_whose_decision_is_not_that_of_its_reason_is_refused(
+    tmp_path: Path, form: str
+) -> None:
+    manifest = packed()[2]
+    entries = manifest.to_polars()
+    at = entries.get_column("reason").cast(pl.String).index_of("required")
+    changed = manifest.model_copy()
+    changed._entries = entries.with_columns(
+        pl.when(pl.int_range(pl.len()) == at)
+        .then(pl.lit("excluded"))
+        .otherwise(pl.col("decision"))
+        .cast(entries.schema["decision"])
+        .alias("decision")
+    )
+    if form == "json":
+        with pytest.raises(RecordError, match="decision 'excluded' and reason 'required'") as info:
+            PackManifest.from_json(changed.to_json())
+        assert info.value.field == "entries.decision"
+        return
+    folder = write(tmp_path / "run", form, [changed])
+    for read in (read_manifests, summarize_manifests):
+        with pytest.raises(RecordError, match="decision 'excluded' and reason 'required'") as info:
+            read(folder)  # type: ignore[operator]
+        assert (info.value.line, info.value.field) == (1, "entries.decision")
+
+
+def test_every_parquet_part_is_checked_and_a_bad_one_named(tmp_path: Path) -> None:
+    folder = _run(tmp_path, "parquet")
+    part = folder / "manifests" / "part-00001.parquet"
+    rows = pl.read_parquet(part)
+    rows.drop("redactions").write_parquet(part)
+    for read in _readers(folder):
+        with pytest.raises(RecordError, match="missing column") as info:
+            read()  # type: ignore[operator]
+        assert (info.value.source, info.value.field) == (str(part), "redactions")
+    rows.write_parquet(part)
+    assert read_manifests(folder) == packed()
+    part.write_bytes(part.read_bytes()[:-50])  # cut short: its footer is gone
+    for read in _readers(folder):
+        with pytest.raises(RecordError, match="not a readable Parquet file") as info:
+            read()  # type: ignore[operator]
+        assert info.value.source == str(part)
+
+
+def test_a_parquet_part_whose_rows_cannot_be_read_is_named(tmp_path: Path) -> None:
+    folder = _run(tmp_path, "parquet")
+    part = folder / "manifests" / "part-00002.parquet"
+    data = bytearray(part.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    data[4 : len(data) - footer - 8] = b"\xff" * (len(data) - footer - 12)  # pages, not footer
+    part.write_bytes(bytes(data))
+    for read in (read_manifests, summarize_manifests):
+        with pytest.raises(RecordError) as info:
+            read(folder)  # type: ignore[operator]
+        assert info.value.source == str(part)
+
+
+def test_a_parquet_entry_without_a_required_value_is_named_at_its_part_and_row(
+    tmp_path: Path,
+) -> None:
+    folder = _run(tmp_path, "parquet")
+    part = folder / "manifests" / "part-00001.parquet"
+    rows = pl.read_parquet(part)
+    rows.with_columns(
+        pl.when(pl.int_range(pl.len()) == 2).then(None).otherwise(pl.col("id")).alias("id")
+    ).write_parquet(part)
+    with pytest.raises(RecordError) as info:
+        summarize_manifests(folder)
+    assert (info.value.source, info.value.row, info.value.field) == (str(part), 2, "id")
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_a_part_cut_short_is_named_at_its_line(tmp_path: Path, form: str) -> None:
+    folder = _run(tmp_path, form)
+    packs = folder / "packs" / "part-00001.jsonl"
+    packs.write_bytes(packs.read_bytes()[:-10])
+    for read in (lambda: list(read_bodies(folder)), lambda: scan_packs(folder).collect()):
+        with pytest.raises(RecordError, match="invalid JSON at column") as info:
+            read()
+        assert (info.value.source, info.value.line) == (str(packs), 1)
+    part, _ = _manifest_lines(folder, form, 2)
+    part.write_bytes(b"\n" + part.read_bytes()[:-30])
+    # A scan of Parquet entries reads no header.
+    for read in _readers(folder)[: 2 if form == "parquet" else 3]:
+        with pytest.raises(RecordError, match="invalid JSON at column") as info:
+            read()  # type: ignore[operator]
+        assert (info.value.source, info.value.line) == (str(part), 2)
+
+
+def test_a_pack_line_that_is_not_a_pack_is_named(tmp_path: Path) -> None:
+    folder = _run(tmp_path, "jsonl")
+    packs = folder / "packs" / "part-00000.jsonl"
+    for text, field in (("[1]\n", None), ('{"body": null}\n', "request_id")):
+        packs.write_text(text)
+        with pytest.raises(RecordError) as info:
+            list(read_bodies(folder))
+        assert (info.value.source, info.value.line, info.value.field) == (str(packs), 1, field)
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_a_run_missing_a_part_is_refused_naming_it(tmp_path: Path, form: str) -> None:
+    folder = _run(tmp_path, form, parts=3)
+    suffix = ".parquet" if form == "parquet" else ".jsonl"
+    removed = [folder / "manifests" / f"part-00001{suffix}", folder / "packs" / "part-00001.jsonl"]
+    if form == "parquet":
+        removed.append(folder / "manifest_headers" / "part-00001.jsonl")
+    for path in removed:
+        path.unlink()  # a middle part of every table
+    readers = [*_readers(folder), lambda: scan_packs(folder), lambda: list(read_bodies(folder))]
+    for read in readers:
+        with pytest.raises(RecordError, match="lacks part 1 of at least 3") as info:
+            read()  # type: ignore[operator]
+        assert info.value.params == {"part": 1}
+        assert Path(info.value.source or "").name in {p.name for p in removed}
+    # One table without the last part of the others: the part is named too.
+    folder = _run(tmp_path / "last", form, parts=3)
+    (folder / "manifests" / f"part-00002{suffix}").unlink()
+    with pytest.raises(RecordError, match="lacks part 2") as info:
+        read_manifests(folder)
+    assert info.value.source == str(folder / "manifests" / f"part-00002{suffix}")
+    with pytest.raises(RecordError, match="lacks part 2"):
+        scan_packs(folder)

@@ -1694,7 +1694,11 @@ def inspect_command(
     ] = None,
     limit: Annotated[
         int,
-        typer.Option(min=1, help="Rows shown per table (sources, per-manifest); --json lists all."),
+        typer.Option(
+            min=1,
+            help="Rows shown in each of the tables by role, tier and source, and per manifest; "
+            "--json lists all.",
+        ),
     ] = 20,
     quiet: _Quiet = False,
     json_output: _Json = False,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Self, TypeVar, overload
+from typing import Any, Final, Literal, Self, TypeVar, overload
 
 import polars as pl
 import pyarrow as pa
@@ -67,7 +67,8 @@ __all__ = [
 
 RequestT = TypeVar("RequestT")
 
-MANIFEST_FORMAT = "cognoxium.pack_manifest/1"
+MANIFEST_FORMAT: Final = "cognoxium.pack_manifest/1"
+"""The ``format`` every manifest names; a manifest read back must name it (no other is read)."""
 
 TIERS: dict[str, int] = {"required": 0, "preferred": 1, "optional": 2}
 """Retention -> tier code; lower tiers are considered first."""
@@ -332,7 +333,7 @@ class PackManifest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    format: str = MANIFEST_FORMAT
+    format: Literal["cognoxium.pack_manifest/1"] = MANIFEST_FORMAT
     label: str | None
     budget: int
     used_tokens: int
@@ -456,12 +457,45 @@ class PackManifest(BaseModel):
 
     @classmethod
     def from_json(cls, text: str) -> PackManifest:
-        """Parse and validate a manifest written by :meth:`to_json`."""
-        data = json.loads(text)
-        entries = [ManifestEntry.model_validate(e) for e in data.pop("entries")]
-        manifest = cls.model_validate(data)
-        manifest._entries = entries_frame([e.model_dump(mode="json") for e in entries])
-        return manifest
+        """Parse and validate a manifest written by :meth:`to_json`.
+
+        The checks of every reader of manifests (see
+        :func:`~cognoxium.packing.manifests.read_manifests`): the format,
+        every header field and entry, and the entries against the header's
+        ``totals``.
+
+        Parameters
+        ----------
+        text
+            One manifest as JSON.
+
+        Returns
+        -------
+        PackManifest
+            Equal to the manifest written (``==``, the same :meth:`to_json`).
+
+        Raises
+        ------
+        RecordError
+            If ``text`` is not JSON or not an object, its ``format`` is
+            missing or not :data:`MANIFEST_FORMAT`, a field or entry is
+            missing, unknown or invalid, or the entries disagree with
+            ``totals``; the error names the field (``entries[3].reason``).
+
+        Examples
+        --------
+        >>> PackManifest.from_json('{"format": "other/9", "entries": []}')
+        Traceback (most recent call last):
+        ...
+        cognoxium.exceptions.RecordError: field format: manifest format 'other/9': this version ...
+        """
+        from cognoxium.packing._reading import invalid_json, parse_manifest
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise invalid_json(exc, None, None) from None
+        return parse_manifest(data, None, None)
 
     @property
     def digest(self) -> str:

@@ -17,6 +17,12 @@ the number order; :func:`part_files` orders by number whatever the count.
 Every batch writes at least part 0, empty for an empty batch, so a table
 always has a part to read.
 
+A run's tasks are numbered from 0, and each writes its part of every table,
+so a run's tables hold the same parts, 0 to ``n - 1``: :func:`run_parts`
+refuses a table with a gap in its numbers, or tables whose parts differ,
+naming the part missing. Nothing records ``n``, so a run that lost its last
+parts (of every table) reads as a shorter run.
+
 A part is written under a hidden temporary name in its table's directory and
 renamed onto its own name when complete (:func:`staged`), so a part is whole
 or missing, and a task run again (a Ray task whose worker died) replaces its
@@ -29,9 +35,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+from cognoxium.exceptions import RecordError
 
 __all__ = [
     "HEADERS",
@@ -40,6 +48,7 @@ __all__ = [
     "TABLES",
     "part_files",
     "part_path",
+    "run_parts",
     "staged",
     "sweep",
 ]
@@ -85,6 +94,11 @@ def part_files(directory: str | os.PathLike[str], suffix: str) -> list[Path]:
     >>> [p.name for p in part_files(table, ".jsonl")]
     ['part-00002.jsonl', 'part-99999.jsonl', 'part-100000.jsonl']
     """
+    return [path for _, path in _numbered(directory, suffix)]
+
+
+def _numbered(directory: str | os.PathLike[str], suffix: str) -> list[tuple[int, Path]]:
+    """``(number, path)`` of the parts of a table directory, in number order."""
     found: list[tuple[int, Path]] = []
     try:
         entries = list(os.scandir(directory))
@@ -94,7 +108,60 @@ def part_files(directory: str | os.PathLike[str], suffix: str) -> list[Path]:
         match = _PART.fullmatch(entry.name)
         if match is not None and match.group(2) == suffix:
             found.append((int(match.group(1)), Path(directory) / entry.name))
-    return [path for _, path in sorted(found)]
+    return sorted(found)
+
+
+def run_parts(tables: Sequence[tuple[Path, str]]) -> list[list[Path]]:
+    """The parts of the tables of one run, each in number order, checked whole.
+
+    Parameters
+    ----------
+    tables
+        ``(table directory, suffix)`` of each table of the run to read;
+        every table must hold the parts 0 to ``n - 1``, ``n - 1`` the
+        highest part number of any of them.
+
+    Returns
+    -------
+    list of list of Path
+        Each table's parts, in number order.
+
+    Raises
+    ------
+    RecordError
+        If a table lacks one of those parts: the error's ``source`` is the
+        first part missing and ``params`` its ``part`` number.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> table = pathlib.Path(tempfile.mkdtemp())
+    >>> for n in (0, 2):
+    ...     _ = (table / f"part-{n:05d}.jsonl").write_text("")
+    >>> run_parts([(table, ".jsonl")])
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: .../part-00001.jsonl: missing: ...
+    """
+    found = [_numbered(directory, suffix) for directory, suffix in tables]
+    count = max((parts[-1][0] + 1 for parts in found if parts), default=0)
+    for (directory, suffix), parts in zip(tables, found, strict=True):
+        held = {number for number, _ in parts}
+        gap = next((n for n in range(count) if n not in held), None)
+        if gap is not None:
+            raise _missing(directory, suffix, gap, count)
+    return [[path for _, path in parts] for parts in found]
+
+
+def _missing(directory: Path, suffix: str, number: int, count: int) -> RecordError:
+    """The error of part ``number`` missing from a table of a run of ``count`` parts or more."""
+    return RecordError(
+        f"missing: a run writes parts 0 to n - 1 of each of its tables, and the "
+        f"{directory.name} table lacks part {number} of at least {count}; "
+        "was a part removed, or not copied?",
+        source=str(directory / f"part-{number:05d}{suffix}"),
+        params={"part": number},
+    )
 
 
 @contextmanager

@@ -65,8 +65,6 @@ import json
 import os
 import queue
 import threading
-import types
-import typing
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -75,13 +73,32 @@ from typing import IO, Any, Literal
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
 
 from cognoxium.exceptions import PlanError, RecordError
 from cognoxium.items.model import canonical_json
-from cognoxium.packing._parts import HEADERS, MANIFESTS, PACKS, part_files, part_path, staged
-from cognoxium.packing.packer import ENTRY_SCHEMA, ManifestEntry, PackManifest
+from cognoxium.packing._parts import (
+    HEADERS,
+    MANIFESTS,
+    PACKS,
+    part_files,
+    part_path,
+    run_parts,
+    staged,
+)
+from cognoxium.packing._reading import (
+    NOT_NULL,
+    Tally,
+    check_entries,
+    header_model,
+    invalid_json,
+    parse_manifest,
+    split_manifest,
+    tallies,
+    tally_groups,
+)
+from cognoxium.packing.packer import ENTRY_SCHEMA, ManifestTotals, PackManifest
 
 __all__ = [
     "MANIFESTS",
@@ -483,103 +500,6 @@ def _write_row_group(writer: pq.ParquetWriter, frames: list[pl.DataFrame]) -> No
         writer.write_table(table, row_group_size=table.num_rows)
 
 
-_FIELDS = frozenset(ManifestEntry.model_fields)
-_STRINGS = {
-    name: (pl.String() if isinstance(dtype, pl.Enum) else dtype)
-    for name, dtype in ENTRY_SCHEMA.items()
-}
-
-
-def _nullable(annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    return (origin is types.UnionType or origin is typing.Union) and type(None) in typing.get_args(
-        annotation
-    )
-
-
-_NOT_NULL = tuple(
-    name for name, info in ManifestEntry.model_fields.items() if not _nullable(info.annotation)
-)
-
-
-def _bad_entry(entries: list[Any], source: str, line: int | None, start: int = 0) -> RecordError:
-    """Find the first invalid entry from ``start`` on with pydantic, to name it and its field."""
-    for index, entry in enumerate(entries[start:], start=start):
-        try:
-            ManifestEntry.model_validate(entry)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            return RecordError(
-                first["msg"], source=source, line=line, field=f"entries[{index}].{field}"
-            )
-    return RecordError("invalid entries", source=source, line=line, field="entries")
-
-
-def _entry_list(entries: Any, source: str, line: int | None) -> list[dict[str, Any]]:
-    """Check the shape of a manifest's entries: a list of objects with the entry fields."""
-    if not isinstance(entries, list):
-        raise RecordError(
-            f"must be a list of entries, got {type(entries).__name__}",
-            source=source,
-            line=line,
-            field="entries",
-        )
-    if any(not isinstance(e, dict) or e.keys() != _FIELDS for e in entries):
-        raise _bad_entry(entries, source, line)
-    return entries
-
-
-def _entries(entries: list[dict[str, Any]], source: str, line: int | None) -> pl.DataFrame:
-    """Entries of the checked shape as a frame of the entry schema, checked column-wise."""
-    try:
-        raw = pl.DataFrame(entries, schema=_STRINGS)
-    except (pl.exceptions.PolarsError, TypeError, ValueError):
-        raise _bad_entry(entries, source, line) from None
-    bad = pl.lit(False)
-    for name in _NOT_NULL:
-        bad = bad | pl.col(name).is_null()
-    for name, dtype in ENTRY_SCHEMA.items():
-        if isinstance(dtype, pl.Enum):
-            bad = bad | ~pl.col(name).is_in(dtype.categories.to_list()).fill_null(True)
-    flagged = raw.select(bad.arg_max().alias("at"), bad.any().alias("any")).row(0)
-    if flagged[1]:
-        raise _bad_entry(entries, source, line, flagged[0])
-    return raw.cast(dict(ENTRY_SCHEMA.items()))
-
-
-def _split(data: Any, source: str, line: int | None) -> tuple[PackManifest, list[dict[str, Any]]]:
-    """A manifest's validated header, and its entries of the checked shape."""
-    if not isinstance(data, dict):
-        raise RecordError(
-            f"a manifest must be a JSON object, got {type(data).__name__}", source=source, line=line
-        )
-    header = dict(data)
-    if "entries" not in header:
-        raise RecordError("missing", source=source, line=line, field="entries")
-    entries = _entry_list(header.pop("entries"), source, line)
-    try:
-        return PackManifest.model_validate(header), entries
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        raise RecordError(first["msg"], source=source, line=line, field=field) from None
-
-
-def _manifest(data: Any, source: str, line: int | None) -> PackManifest:
-    manifest, entries = _split(data, source, line)
-    manifest._entries = _entries(entries, source, line)
-    return manifest
-
-
-def _checked_header(data: Any, source: str, line: int | None) -> PackManifest:
-    """A manifest's header, validated, after a check of its entries' shape.
-
-    The entries' values are checked by the scan (:func:`_scan_jsonl`).
-    """
-    return _split(data, source, line)[0]
-
-
 def _raw_lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
     r"""``(line number, bytes, JSON value)`` of each non-blank line, one line at a time.
 
@@ -599,15 +519,23 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
             try:
                 yield number, raw, json.loads(text)
             except json.JSONDecodeError as exc:
-                raise RecordError(
-                    f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
-                ) from None
+                raise invalid_json(exc, source, number) from None
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, JSON value)`` of each non-blank line (see :func:`_raw_lines`)."""
     for number, _, data in _raw_lines(path):
         yield number, data
+
+
+def _manifest_tables(folder: Path) -> list[tuple[Path, str]]:
+    """The manifests tables of a run's ``folder`` and the suffix of their parts (none: no parts)."""
+    table = folder / MANIFESTS
+    if part_files(table, ".parquet"):
+        return [(table, ".parquet"), (folder / HEADERS, ".jsonl")]
+    if part_files(table, ".jsonl"):
+        return [(table, ".jsonl")]
+    return []
 
 
 def _is_document(path: Path) -> bool:
@@ -645,16 +573,18 @@ def _read_document(path: Path) -> list[PackManifest]:
         whole = None
     if isinstance(whole, dict):
         lines = [n for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
-        return [_manifest(whole, source, lines[0] if len(lines) == 1 else None)]
+        return [parse_manifest(whole, source, lines[0] if len(lines) == 1 else None)]
     if isinstance(whole, list):
         manifests = []
         for row, data in enumerate(whole):
             try:
-                manifests.append(_manifest(data, source, None))
+                manifests.append(parse_manifest(data, source, None))
             except RecordError as exc:
-                raise RecordError(exc.message, source=source, row=row, field=exc.field) from None
+                raise RecordError(
+                    exc.message, source=source, row=row, field=exc.field, params=exc.params
+                ) from None
         return manifests
-    return [_manifest(data, source, number) for number, data in _lines(path)]
+    return [parse_manifest(data, source, number) for number, data in _lines(path)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -673,8 +603,13 @@ class _Stored:
     source: Path
 
 
-def _parts_of(table: Path, source: Path) -> _Stored | None:
-    """The parts of a ``manifests`` table directory (``None``: it holds none)."""
+def _parts_of(table: Path, source: Path, packs: Path | None) -> _Stored | None:
+    """The parts of a ``manifests`` table directory (``None``: it holds none), checked whole.
+
+    The parts of the run's tables (the headers for Parquet, and ``packs``
+    when given) must be numbered 0 to ``n - 1``, the same in every table
+    (:func:`~cognoxium.packing._parts.run_parts`).
+    """
     parquet = part_files(table, ".parquet")
     jsonl = part_files(table, ".jsonl")
     if parquet and jsonl:
@@ -682,12 +617,17 @@ def _parts_of(table: Path, source: Path) -> _Stored | None:
             f"holds parts of both manifest forms ({parquet[0].name}, {jsonl[0].name})",
             source=str(table),
         )
-    if parquet:
-        headers = tuple(table.parent / HEADERS / f"{p.stem}.jsonl" for p in parquet)
-        return _Stored("parquet", tuple(parquet), headers, source)
-    if jsonl:
-        return _Stored("jsonl", tuple(jsonl), None, source)
-    return None
+    if not (parquet or jsonl):
+        return None
+    form: ManifestForm = "parquet" if parquet else "jsonl"
+    tables = [(table, _SUFFIX[form])]
+    if form == "parquet":
+        tables.append((table.parent / HEADERS, ".jsonl"))
+    if packs is not None:
+        tables.append((packs, ".jsonl"))
+    parts = run_parts(tables)
+    headers = tuple(parts[1]) if form == "parquet" else None
+    return _Stored(form, tuple(parts[0]), headers, source)
 
 
 def _form(path: str | os.PathLike[str]) -> _Stored:
@@ -698,8 +638,10 @@ def _form(path: str | os.PathLike[str]) -> _Stored:
     """
     given = Path(path)
     if given.is_dir():
-        table = given / MANIFESTS if (given / MANIFESTS).is_dir() else given
-        stored = _parts_of(table, given)
+        run = (given / MANIFESTS).is_dir()
+        table = given / MANIFESTS if run else given
+        packs = given / PACKS if run and (given / PACKS).is_dir() else None
+        stored = _parts_of(table, given, packs)
         if stored is None:
             raise RecordError(
                 f"holds no manifests ({MANIFESTS}/part-<n>.parquet or .jsonl); give the --out "
@@ -737,40 +679,84 @@ def _parquet_headers(paths: Sequence[Path]) -> Iterator[tuple[str, PackManifest,
                     line=number,
                     field="request_id",
                 )
-            try:
-                yield request_id, PackManifest.model_validate(header), path, number
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                field = ".".join(str(p) for p in first["loc"]) or None
-                raise RecordError(first["msg"], source=source, line=number, field=field) from None
+            yield request_id, header_model(header, source, number), path, number
 
 
-def _scan_parquet(paths: Sequence[Path], source: Path) -> pl.LazyFrame:
-    """The entries of Parquet files, in order; columns checked against :data:`PARQUET_SCHEMA`.
+def _scan_parquet(paths: Sequence[Path], *, part_column: str | None = None) -> pl.LazyFrame:
+    """The entries of Parquet files, in order, each file's columns checked.
 
-    An enumeration written with the values of an earlier version (the
+    Every file's schema is read from its metadata (its footer, not its
+    rows), so a file cut short or of other columns is named, whichever part
+    it is. An enumeration written with the values of an earlier version (the
     expected values' head: a reason added since, such as ``before_tail``) is
-    read as the expected one.
+    read as the expected one. ``part_column``: a column of each row's file.
     """
-    scan = pl.scan_parquet(list(paths), hive_partitioning=False)
+    casts = [_part_casts(path) for path in paths]
+    if all(cast == casts[0] for cast in casts):
+        return _scan_parts(paths, casts[0], part_column)
+    return pl.concat(
+        [_scan_parts([path], cast, part_column) for path, cast in zip(paths, casts, strict=True)]
+    )
+
+
+def _scan_parts(
+    paths: Sequence[Path], casts: tuple[str, ...], part_column: str | None
+) -> pl.LazyFrame:
+    """One scan of Parquet files of one schema, ``casts`` read as :data:`PARQUET_SCHEMA`'s types."""
+    scan = pl.scan_parquet(list(paths), hive_partitioning=False, include_file_paths=part_column)
+    return scan.with_columns(pl.col(name).cast(PARQUET_SCHEMA[name]) for name in casts)
+
+
+def _part_casts(path: Path) -> tuple[str, ...]:
+    """The columns of a Parquet file of entries written with earlier enumerations.
+
+    Raises RecordError naming the file when its metadata cannot be read or
+    its columns differ from :data:`PARQUET_SCHEMA`.
+    """
+    source = str(path)
     try:
-        schema = scan.collect_schema()
+        schema = pl.read_parquet_schema(path)
     except pl.exceptions.PolarsError as exc:
-        raise RecordError(f"not a readable Parquet file: {exc}", source=str(source)) from None
-    earlier = []
+        raise RecordError(f"not a readable Parquet file: {exc}", source=source) from None
+    casts = []
     for name, dtype in PARQUET_SCHEMA.items():
         if name not in schema:
-            raise RecordError("missing column", source=str(source), field=name)
+            raise RecordError("missing column", source=source, field=name)
         if _earlier_enum(schema[name], dtype):
-            earlier.append(pl.col(name).cast(dtype))
+            casts.append(name)
         elif schema[name] != dtype:
             raise RecordError(
-                f"has type {schema[name]}, expected {dtype}", source=str(source), field=name
+                f"has type {schema[name]}, expected {dtype}", source=source, field=name
             )
     extra = [name for name in schema if name not in PARQUET_SCHEMA]
     if extra:
-        raise RecordError("unknown column", source=str(source), field=extra[0])
-    return scan.with_columns(earlier) if earlier else scan
+        raise RecordError("unknown column", source=source, field=extra[0])
+    return tuple(casts)
+
+
+def _collected(queries: list[pl.LazyFrame], stored: _Stored) -> list[pl.DataFrame]:
+    """Queries over the Parquet entries of ``stored``, collected by the streaming engine.
+
+    When Polars cannot read them, the error names the first part that
+    pyarrow cannot read either, row group by row group; else (a value
+    Polars refuses) the whole.
+    """
+    try:
+        return pl.collect_all(queries, engine="streaming")
+    except pl.exceptions.PolarsError as exc:
+        raise _unreadable(stored.entries, exc, stored.source) from None
+
+
+def _unreadable(parts: Sequence[Path], exc: Exception, source: Path) -> RecordError:
+    """The error of Parquet entries Polars could not read: the first bad part, if one is."""
+    for part in parts:
+        try:
+            file = pq.ParquetFile(part)
+            for index in range(file.num_row_groups):
+                file.read_row_group(index)
+        except (pa.ArrowException, OSError) as bad:
+            return RecordError(f"not a readable Parquet file: {bad}", source=str(part))
+    return RecordError(f"invalid entries: {exc}", source=str(source))
 
 
 def _earlier_enum(written: pl.DataType, expected: pl.DataType) -> bool:
@@ -785,10 +771,13 @@ _JSONL = {"label": pl.String(), "entries": pl.List(pl.Struct(dict(ENTRY_SCHEMA.i
 """What a scan of manifests JSONL reads of each line; the other fields are not parsed."""
 
 
-def _exploded(scan: pl.LazyFrame) -> pl.LazyFrame:
-    """A scan of manifests JSONL as one row per entry; ``request_id`` is the label."""
+def _exploded(scan: pl.LazyFrame, *keep: str) -> pl.LazyFrame:
+    """A scan of manifests JSONL as one row per entry; ``request_id`` is the label.
+
+    ``keep``: columns of the lines to keep before ``request_id``.
+    """
     return (
-        scan.select(pl.col("label").alias("request_id"), "entries")
+        scan.select(*keep, pl.col("label").alias("request_id"), "entries")
         .explode("entries")
         .unnest("entries")
     )
@@ -796,7 +785,68 @@ def _exploded(scan: pl.LazyFrame) -> pl.LazyFrame:
 
 def _scan_jsonl(paths: Sequence[Path]) -> pl.LazyFrame:
     """The entries of manifests JSONL files, in order; ``request_id`` is each manifest's label."""
-    return _exploded(pl.scan_ndjson(list(paths), schema=_JSONL, infer_schema_length=None))
+    return _exploded(pl.scan_ndjson(_whole_lines(paths), schema=_JSONL, infer_schema_length=None))
+
+
+def _whole_lines(paths: Sequence[Path]) -> list[Path]:
+    """``paths``, each checked to end in a whole JSON line (a file cut short is named).
+
+    Reads a file's last line only, unless it is cut short: then the lines
+    before it are counted, to name it.
+
+    Raises
+    ------
+    RecordError
+        Naming the file and the line, as :func:`read_manifests` does.
+    """
+    for path in paths:
+        with path.open("rb") as handle:
+            start, last = _last_line(handle)
+            try:
+                json.loads(last) if last.strip() else None
+            except json.JSONDecodeError as exc:
+                raise invalid_json(exc, str(path), _line_at(handle, start)) from None
+            except UnicodeDecodeError as exc:
+                raise RecordError(
+                    f"not UTF-8 text ({exc.reason})", source=str(path), line=_line_at(handle, start)
+                ) from None
+    return list(paths)
+
+
+_BLOCK = 1 << 20
+"""Bytes read at once when a file is searched for a line."""
+
+
+def _last_line(handle: IO[bytes]) -> tuple[int, bytes]:
+    r"""``(offset, bytes)`` of a file's last line if it lacks its ``\n``, else ``(0, b"")``."""
+    end = handle.seek(0, os.SEEK_END)
+    if end == 0:
+        return 0, b""
+    handle.seek(end - 1)
+    if handle.read(1) == b"\n":
+        return 0, b""
+    start = end
+    while start > 0:
+        step = min(_BLOCK, start)
+        handle.seek(start - step)
+        found = handle.read(step).rfind(b"\n")
+        if found >= 0:
+            start = start - step + found + 1
+            break
+        start -= step
+    handle.seek(start)
+    return start, handle.read()
+
+
+def _line_at(handle: IO[bytes], offset: int) -> int:
+    r"""The 1-based number of the line that starts at byte ``offset`` (``\n`` ends a line)."""
+    handle.seek(0)
+    lines, left = 1, offset
+    while left > 0:
+        block = handle.read(min(_BLOCK, left))
+        lines += block.count(b"\n")
+        left -= len(block)
+    return lines
 
 
 def _frames(manifests: Iterable[tuple[str | None, PackManifest]]) -> pl.LazyFrame:
@@ -840,10 +890,15 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
     ------
     RecordError
         If a directory holds no manifests (or parts of both forms), or a
-        Parquet file's columns differ from :data:`PARQUET_SCHEMA` (naming
-        the column), or a JSON document is invalid (see :func:`read_manifests`). Values of JSONL
-        entries are checked when the frame is collected: a bad value raises
-        a Polars error then (:func:`summarize_manifests` names its line).
+        run's tables lack a part (see :func:`read_manifests`), or a Parquet
+        file's metadata cannot be read or its columns differ from
+        :data:`PARQUET_SCHEMA` (naming the file and the column: every
+        part's footer is read, not its rows), or a JSONL file's last line is
+        cut short (naming the file and the line), or a JSON document is
+        invalid (see :func:`read_manifests`). Values of entries are checked
+        when the frame is collected: a bad value, or a Parquet page that
+        cannot be read, raises a Polars error then
+        (:func:`read_manifests` and :func:`summarize_manifests` name the file).
     OSError
         If a file cannot be read.
 
@@ -861,7 +916,7 @@ def scan_manifests(path: str | os.PathLike[str]) -> pl.LazyFrame:
     """
     stored = _form(path)
     if stored.form == "parquet":
-        return _scan_parquet(stored.entries, stored.source)
+        return _scan_parquet(stored.entries)
     if stored.form == "jsonl":
         return _scan_jsonl(stored.entries)
     return _frames((m.label, m) for m in _read_document(stored.entries[0]))
@@ -890,7 +945,11 @@ def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
     Raises
     ------
     RecordError
-        If a directory holds no pack parts.
+        If a directory holds no pack parts, or a run's tables lack a part
+        (see :func:`read_manifests`), or a part's last line is cut short
+        (naming the file and the line, as :func:`read_bodies` does). Other
+        bad lines raise a Polars error when the frame is collected;
+        :func:`read_bodies` names them.
 
     Examples
     --------
@@ -903,7 +962,7 @@ def scan_packs(path: str | os.PathLike[str]) -> pl.LazyFrame:
     >>> scan_packs(folder).select("request_id", "ids").collect().rows()
     [('r1', ['a']), ('r2', ['a'])]
     """
-    return pl.scan_ndjson(_pack_files(path), schema=PACKS_SCHEMA)
+    return pl.scan_ndjson(_whole_lines(_pack_files(path)), schema=PACKS_SCHEMA)
 
 
 def read_bodies(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
@@ -927,7 +986,9 @@ def read_bodies(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, A
     Raises
     ------
     RecordError
-        If a directory holds no pack parts.
+        If a directory holds no pack parts, a run's tables lack a part, or
+        a line is not UTF-8, not JSON (a part cut short) or not an object
+        with a string ``request_id``: the error names the file and the line.
 
     Examples
     --------
@@ -939,19 +1000,34 @@ def read_bodies(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, A
     [('r1', 'C:\\new\tdir')]
     """
     for file in _pack_files(path):
-        with open(file, encoding="utf-8") as lines:
-            for line in lines:
-                pack = json.loads(line)
-                yield pack["request_id"], pack.get("body")
+        for number, pack in _lines(file):
+            request_id = pack.get("request_id") if isinstance(pack, dict) else None
+            if not isinstance(request_id, str):
+                raise _bad_pack(pack, str(file), number)
+            yield request_id, pack.get("body")
+
+
+def _bad_pack(pack: Any, source: str, line: int) -> RecordError:
+    """The error of a pack line that is not an object with a string ``request_id``."""
+    if not isinstance(pack, dict):
+        message = f"a pack must be a JSON object, got {type(pack).__name__}"
+        return RecordError(message, source=source, line=line)
+    found = pack.get("request_id")
+    message = "missing" if found is None else f"must be a string, got {type(found).__name__}"
+    return RecordError(message, source=source, line=line, field="request_id")
 
 
 def _pack_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The packs parts of ``path``: a batch's ``--out`` directory, its packs or a part."""
+    """The packs parts of ``path``: a batch's ``--out`` directory, its packs or a part.
+
+    The parts of a run's tables are checked whole (:func:`_run_tables`).
+    """
     given = Path(path)
     if not given.is_dir():
         return [given]
-    table = given / PACKS if (given / PACKS).is_dir() else given
-    files = part_files(table, ".jsonl")
+    run = (given / PACKS).is_dir()
+    table = given / PACKS if run else given
+    files = run_parts([(table, ".jsonl"), *(_manifest_tables(given) if run else [])])[0]
     if not files:
         raise RecordError(
             f"holds no packs ({PACKS}/part-<n>.jsonl); give the --out directory of "
@@ -989,11 +1065,20 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
     ------
     RecordError
         At the first bad manifest: not UTF-8, invalid JSON, not an object,
-        or a missing, unknown or invalid field. The error names the file,
-        the 1-based line (for JSONL; the 0-based row for a JSON list) and
-        the field, for example ``entries[3].reason``. For Parquet, also a
-        column that differs from :data:`PARQUET_SCHEMA`, or a request whose
-        entries do not match its header's ``totals.items``.
+        a ``format`` missing or other than ``cognoxium.pack_manifest/1``
+        (params ``format`` and ``expected``), a missing, unknown or invalid
+        field, entries that disagree with the header's ``totals`` (items,
+        included, excluded, counted, not counted, by reason; params
+        ``found`` and ``recorded``) or an entry whose ``decision`` is not
+        that of its ``reason``. The error names the file, the 1-based line
+        (for JSONL and the Parquet form's headers; the 0-based row for a
+        JSON list) and the field, for example ``entries[3].reason`` or
+        ``totals.items``. For Parquet, also a part whose metadata or rows
+        cannot be read or whose columns differ from :data:`PARQUET_SCHEMA`,
+        naming the part. A run's tables must hold the parts 0 to ``n - 1``,
+        the same in every table, as a run writes them: a missing part is
+        named (``params["part"]``); nothing records ``n``, so a run whose
+        last parts are gone from every table reads as a shorter run.
     OSError
         If a file cannot be read.
 
@@ -1012,37 +1097,45 @@ def read_manifests(path: str | os.PathLike[str]) -> list[PackManifest]:
         return _read_document(stored.entries[0])
     if stored.form == "jsonl":
         return [
-            _manifest(data, str(part), number)
+            parse_manifest(data, str(part), number)
             for part in stored.entries
             for number, data in _lines(part)
         ]
     assert stored.headers is not None
-    rows = _scan_parquet(stored.entries, stored.source).collect()
+    read = list(_parquet_headers(stored.headers))
+    rows = _collected([_scan_parquet(stored.entries, part_column=_PART)], stored)[0]
+    _check_requests(read, tallies(tally_groups(rows.lazy(), _KEYS).collect(), _KEYS), stored)
     by_request = {
-        key[0]: frame.drop("request_id")
+        key[0]: frame.drop("request_id", _PART)
         for key, frame in rows.partition_by("request_id", as_dict=True, maintain_order=True).items()
     }
-    read = list(_parquet_headers(stored.headers))
-    counts = {request_id: frame.height for request_id, frame in by_request.items()}
-    _check_counts(read, counts, stored)
     empty = pl.DataFrame(schema=ENTRY_SCHEMA)
     for request_id, manifest, _, _ in read:
         manifest._entries = by_request.get(request_id, empty)
     return [manifest for _, manifest, _, _ in read]
 
 
-def _check_counts(
+_PART = "__part"
+"""The column of each entry's Parquet file while the entries are checked against the headers."""
+
+_KEYS = (_PART, "request_id")
+"""What names a request's entries in a Parquet run: its part and its request id."""
+
+
+def _check_requests(
     headers: Sequence[tuple[str, PackManifest, Path, int]],
-    counts: dict[str, int],
+    found: dict[tuple[Any, ...], Tally],
     stored: _Stored,
 ) -> None:
-    """Every header's ``totals.items`` matches its entries; every entry has a header.
+    """Every header's entries, in the entries part of the same number, match its header.
 
-    Raises RecordError naming the header's file and line, or the request id
-    of entries without a header.
+    ``found``: the tally of the entries per :data:`_KEYS`. Request ids are
+    unique; every entry has a header. Raises RecordError naming the
+    header's file and line, or the entries part of entries without a header.
     """
+    assert stored.headers is not None
+    part_of = dict(zip(stored.headers, stored.entries, strict=True))
     seen: dict[str, tuple[Path, int]] = {}
-    entries = stored.source.name
     for request_id, manifest, path, number in headers:
         if request_id in seen:
             first, line = seen[request_id]
@@ -1053,20 +1146,23 @@ def _check_counts(
                 field="request_id",
             )
         seen[request_id] = (path, number)
-        found = counts.get(request_id, 0)
-        if found != manifest.totals.items:
-            raise RecordError(
-                f"request {request_id!r} has {found} entries in {entries}, "
-                f"its header counts {manifest.totals.items}",
-                source=str(path),
-                line=number,
-                field="totals.items",
-            )
-    orphans = [request_id for request_id in counts if request_id not in seen]
-    if orphans:
+        part = part_of[path]
+        tally = found.pop((str(part), request_id), Tally())
+        where = f" in {part.name}"
+        check_entries(
+            manifest.totals,
+            tally,
+            str(path),
+            number,
+            subject=f"request {request_id!r}",
+            where=where,
+        )
+    if found:
+        part, request_id = next(iter(found))
+        headers_part = {str(e): h for h, e in part_of.items()}[part]
         raise RecordError(
-            f"entries of request {orphans[0]!r} have no header in the headers files",
-            source=str(stored.source),
+            f"entries of request {request_id!r} have no header in {headers_part.name}",
+            source=part,
             field="request_id",
         )
 
@@ -1102,7 +1198,7 @@ def _grouped(entries: pl.LazyFrame, *, by_id: bool) -> pl.LazyFrame:
     return entries.group_by(*keys, pl.col("tokens").is_not_null().alias("counted")).agg(
         pl.len().alias("items"),
         pl.col("tokens").sum().alias("tokens"),
-        pl.any_horizontal(*(pl.col(name).is_null() for name in _NOT_NULL)).sum().alias("invalid"),
+        pl.any_horizontal(*(pl.col(name).is_null() for name in NOT_NULL)).sum().alias("invalid"),
     )
 
 
@@ -1112,10 +1208,15 @@ def _entry_groups(entries: pl.LazyFrame, *, by_id: bool, source: str) -> pl.Data
         groups = _grouped(entries, by_id=by_id).collect(engine="streaming")
     except pl.exceptions.PolarsError as exc:
         raise RecordError(f"invalid entries: {exc}", source=source) from None
+    return _checked_groups(groups, source)
+
+
+def _checked_groups(groups: pl.DataFrame, source: str) -> pl.DataFrame:
+    """Groups of :func:`_grouped` whose entries all hold the required values (else RecordError)."""
     invalid = int(groups.get_column("invalid").sum())
     if invalid:
         raise RecordError(
-            f"{invalid} entries lack a value in one of the required columns {list(_NOT_NULL)}",
+            f"{invalid} entries lack a value in one of the required columns {list(NOT_NULL)}",
             source=source,
         )
     return groups
@@ -1129,38 +1230,58 @@ def _merged(parts: list[pl.DataFrame], *, by_id: bool) -> pl.DataFrame:
     return pl.concat(parts).group_by(keys).agg(pl.col("items", "tokens", "invalid").sum())
 
 
+_LINE = "__line"
+"""The column of each entry's line in a chunk of JSONL (0-based, among the chunk's lines)."""
+
+
+def _chunk_groups(
+    entries: pl.LazyFrame, *, by_id: bool, source: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`_entry_groups` and :func:`tally_groups` per line of a chunk of JSONL entries."""
+    queries = [_grouped(entries, by_id=by_id), tally_groups(entries, (_LINE,))]
+    try:
+        groups, counted = pl.collect_all(queries, engine="streaming")
+    except pl.exceptions.PolarsError as exc:
+        raise RecordError(f"invalid entries: {exc}", source=source) from None
+    return _checked_groups(groups, source), counted
+
+
 def _jsonl_pass(paths: Sequence[Path], *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
     """Header figures and entry groups of manifests JSONL files, in one pass, file by file.
 
     Each line's header is validated as it is read; the entries are
     aggregated by Polars per chunk of whole lines (about 32 MB), so memory
-    holds one chunk, whatever the size of the files. A chunk whose values
-    Polars refuses is validated line by line, to name the file, the line
-    and the field.
+    holds one chunk, whatever the size of the files, and each manifest's
+    entries are checked against its header (:func:`check_entries`). A chunk
+    whose values Polars refuses is validated line by line, to name the
+    file, the line and the field.
     """
     figures: list[dict[str, Any]] = []
     parts: list[pl.DataFrame] = []
 
-    def flush(source: str, chunk: list[tuple[int, bytes]]) -> None:
-        text = b"".join(raw for _, raw in chunk)
+    def flush(source: str, chunk: list[tuple[int, bytes, ManifestTotals]]) -> None:
+        text = b"".join(raw for _, raw, _ in chunk)
+        entries = _exploded(pl.scan_ndjson(text, schema=_JSONL, row_index_name=_LINE), _LINE)
         try:
-            parts.append(
-                _entry_groups(
-                    _exploded(pl.scan_ndjson(text, schema=_JSONL)), by_id=by_id, source=source
-                )
-            )
+            groups, counted = _chunk_groups(entries, by_id=by_id, source=source)
         except RecordError:
-            for number, raw in chunk:
-                _manifest(json.loads(raw), source, number)
+            for number, raw, _ in chunk:
+                parse_manifest(json.loads(raw), source, number)
             raise
+        parts.append(groups)
+        found = tallies(counted, (_LINE,))
+        for index, (number, _, totals) in enumerate(chunk):
+            tally = found.get((index,), Tally())
+            check_entries(totals, tally, source, number, subject="the manifest")
 
     for path in paths:
         source = str(path)
-        chunk: list[tuple[int, bytes]] = []
+        chunk: list[tuple[int, bytes, ManifestTotals]] = []
         size = 0
         for number, raw, data in _raw_lines(path):
-            figures.append(_figures(_checked_header(data, source, number)))
-            chunk.append((number, raw if raw.endswith(b"\n") else raw + b"\n"))
+            header = split_manifest(data, source, number)[0]
+            figures.append(_figures(header))
+            chunk.append((number, raw if raw.endswith(b"\n") else raw + b"\n", header.totals))
             size += len(raw)
             if size >= _CHUNK_BYTES:
                 flush(source, chunk)
@@ -1171,14 +1292,36 @@ def _jsonl_pass(paths: Sequence[Path], *, by_id: bool) -> tuple[list[dict[str, A
 
 
 def _parquet_pass(stored: _Stored, *, by_id: bool) -> tuple[list[dict[str, Any]], pl.DataFrame]:
-    """Header figures and entry groups of the Parquet form; entries per request checked."""
+    """Header figures and entry groups of the Parquet form; each request's entries checked."""
     assert stored.headers is not None
     read = list(_parquet_headers(stored.headers))
-    scan = _scan_parquet(stored.entries, stored.source)
-    groups = _entry_groups(scan, by_id=by_id, source=str(stored.source))
-    counts = scan.group_by("request_id").agg(pl.len()).collect(engine="streaming")
-    _check_counts(read, dict(counts.iter_rows()), stored)
+    scan = _scan_parquet(stored.entries, part_column=_PART)
+    groups, counted = _collected([_grouped(scan, by_id=by_id), tally_groups(scan, _KEYS)], stored)
+    if groups.get_column("invalid").sum():
+        raise _null_entry(stored.entries)
+    _check_requests(read, tallies(counted, _KEYS), stored)
     return [_figures(m) for _, m, _, _ in read], groups
+
+
+def _null_entry(parts: Sequence[Path]) -> RecordError:
+    """The error of the first entry, part by part, that lacks a required value (its 0-based row)."""
+    for part in parts:
+        nulls = [pl.col(name).is_null() for name in NOT_NULL]
+        first = (
+            pl.scan_parquet(part)
+            .with_row_index("__row")
+            .filter(pl.any_horizontal(nulls))
+            .select(
+                "__row", *(null.alias(name) for null, name in zip(nulls, NOT_NULL, strict=True))
+            )
+            .head(1)
+            .collect()
+        )
+        if first.height:
+            row = first.row(0, named=True)
+            name = next(name for name in NOT_NULL if row[name])
+            return RecordError("missing", source=str(part), row=row["__row"], field=name)
+    return RecordError("an entry lacks a required value", source=str(parts[0]))
 
 
 def _summary_parts(
