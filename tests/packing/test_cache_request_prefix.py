@@ -385,3 +385,63 @@ def test_a_cache_model_checks_its_lookback() -> None:
             lookback_blocks=0,
         )
     assert get_cache_model("anthropic").lookback_blocks == LOOKBACK
+
+
+def _turns_chat(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Policy. " * 1500}]
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": f"q{i}"},
+            {"role": "assistant", "content": f"a{i}"},
+        ]
+    return messages
+
+
+def _continued(first: dict[str, Any], then: dict[str, Any]) -> Any:
+    """The cache report of a turn packed with ``then`` after two packed with ``first``."""
+    chat = _turns_chat(3)
+    start = from_openai_messages(chat[:2], conversation_id="c").pack(20000, as_of=WHEN, **first)
+    earlier = from_openai_messages(chat[:4], conversation_id="c").pack(
+        20000, as_of=WHEN, previous=start, **first
+    )
+    now = from_openai_messages([*chat, {"role": "user", "content": "next"}], conversation_id="c")
+    report = now.pack(20000, as_of=WHEN, previous=earlier, **then).manifest.cache
+    assert report is not None
+    return report
+
+
+ANTHROPIC = {"target": "anthropic", "cache_model": "anthropic"}
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ({}, ANTHROPIC),
+        ({"target": "anthropic"}, {"cache_model": "openai:gpt-5"}),
+        ({"cache_model": "openai:gpt-5"}, {"cache_model": "anthropic"}),
+        (ANTHROPIC, {"target": "anthropic", "cache_model": "openai:gpt-5"}),
+    ],
+)
+def test_a_request_to_another_provider_reads_nothing_of_the_earlier_ones_cache(
+    first: dict[str, Any], then: dict[str, Any]
+) -> None:
+    report = _continued(first, then)
+    assert (report.prefix_items, report.prefix_tokens, report.prefix_ids) == (0, 0, [])
+    assert report.cached_tokens == 0
+    assert report.billed_tokens >= report.input_tokens
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ({}, {"cache_model": "openai:gpt-5"}),
+        (ANTHROPIC, ANTHROPIC),
+        ({"target": "anthropic"}, ANTHROPIC),
+    ],
+)
+def test_a_request_to_the_same_provider_reads_the_earlier_ones_cache(
+    first: dict[str, Any], then: dict[str, Any]
+) -> None:
+    report = _continued(first, then)
+    assert report.prefix_tokens > 3000
+    assert report.cached_tokens > 2900  # OpenAI caches whole 128-token steps

@@ -145,7 +145,13 @@ from cognoxium.packing._request_prefix import (
 )
 from cognoxium.packing._truncation import EarlierCut
 from cognoxium.packing._units import Units
-from cognoxium.packing.cache_models import CacheBill, CacheModel, bill, get_cache_model
+from cognoxium.packing.cache_models import (
+    CacheBill,
+    CacheModel,
+    bill,
+    cache_models,
+    get_cache_model,
+)
 
 if TYPE_CHECKING:
     from cognoxium.packing._checks import PackCall
@@ -271,7 +277,7 @@ class Continuation:
         selected = decisions.selected
         now = _current_prefix(df.gather(selected), row_tokens[selected], messages, anthropic)
         before = pack_prefix(previous, anthropic=anthropic)
-        shared = shared_units(before, now)
+        shared = shared_units(before, now) if _same_provider(previous, call, cache) else 0
         rows = np.sort(np.array([r for held in now.rows[:shared] for r in held], dtype=np.int64))
         ids = df.get_column("id")
         report: dict[str, Any] = {
@@ -299,6 +305,23 @@ class Continuation:
                 "billed_tokens": charged.billed_tokens,
             }
         return CacheReport(**report)
+
+
+def _same_provider(previous: ContextPack, call: PackCall, cache: CacheModel | None) -> bool:
+    """Whether the earlier pack's request went to the API this one goes to.
+
+    A request built for another target (``openai`` or ``anthropic``), or
+    billed under a cache model of the other kind (``automatic`` or
+    ``breakpoints``), went to another provider, whose cache this request
+    cannot read: nothing of it is shared.
+    """
+    if previous.manifest.target != call.options.target:
+        return False
+    earlier = previous.manifest.cache
+    if cache is None or earlier is None or earlier.cache_model in (None, cache.name):
+        return True
+    known = cache_models().get(earlier.cache_model)  # a model not registered: taken as the same
+    return known is None or known.kind == cache.kind
 
 
 def _current_prefix(
