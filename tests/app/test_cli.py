@@ -778,6 +778,30 @@ def test_inspect_prints_budget_use_reasons_and_tokens(sample_out: Path) -> None:
     assert all(label in text for label in labels)
 
 
+def test_inspect_source_shares_are_of_the_included_tokens(tmp_path: Path) -> None:
+    items = tmp_path / "items.jsonl"
+    two = [{"uri": "kb://a", "kind": "kb"}, {"uri": "kb://b", "kind": "kb"}]
+    lines = [
+        {"id": "d1", "role": "document", "text": "Refunds within 30 days.", "sources": two},
+        {"id": "d2", "role": "document", "text": "Shipping is free.", "sources": two[:1]},
+    ]
+    items.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "r1", "budget": 200}\n')
+    out = tmp_path / "out"
+    args = ["pack", str(items), str(requests), "--out", str(out), "--rank", "none", "-q"]
+    assert runner.invoke(app, [*args, "--as-of", AS_OF]).exit_code == EXIT_OK
+    (manifest,) = read_manifests(out)
+    tokens = {e.id: e.tokens for e in manifest.entries}
+    result = runner.invoke(app, ["inspect", str(out), "--items", str(items)])
+    assert result.exit_code == EXIT_OK, result.stderr
+    cells = [line.replace("│", " ").split() for line in result.stdout.splitlines()]
+    rows = {cell[0]: cell for cell in cells if cell and cell[0].startswith("kb://")}
+    assert rows["kb://a"][-1] == "100.0%"  # behind every included token, though d1 counts twice
+    share_b = 100 * tokens["d1"] / (tokens["d1"] + tokens["d2"])
+    assert rows["kb://b"][-1] == f"{share_b:.1f}%"
+
+
 def test_inspect_limit_cuts_the_per_manifest_rows_and_says_so(sample_out: Path) -> None:
     result = runner.invoke(app, ["inspect", str(sample_out / MANIFESTS_JSONL), "--limit", "2"])
     assert result.exit_code == EXIT_OK, result.stderr

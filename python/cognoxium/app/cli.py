@@ -1531,12 +1531,18 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit: int) -> Table:
-    """Items, included items and included tokens per group, most tokens first."""
+def _group_table(
+    title: str, key: str, groups: dict[str, dict[str, int]], limit: int, total: int
+) -> Table:
+    """Items, included items and included tokens per group, most tokens first.
+
+    A group's share is of ``total``, the included tokens of every manifest:
+    an item of several sources counts under each, so the source shares may
+    add up to more than 100%.
+    """
     from rich.table import Table
 
     ranked = sorted(groups.items(), key=lambda kv: (-kv[1]["included_tokens"], kv[0]))
-    total = sum(g["included_tokens"] for g in groups.values())
     shown = ranked[:limit]
     caption = None
     if len(ranked) > limit:
@@ -1563,10 +1569,18 @@ def _group_table(title: str, key: str, groups: dict[str, dict[str, int]], limit:
 def _inspect_tables(summary: dict[str, Any], limit: int) -> list[Table]:
     """The tables of ``cognoxium inspect``: budget use, reasons, tokens by role, tier, source."""
     tables = [_use_table(summary), _reasons_table(summary)]
-    tables.append(_group_table("Tokens by role", "role", summary["by_role"], limit))
-    tables.append(_group_table("Tokens by retention tier", "tier", summary["by_tier"], limit))
-    if summary["by_source"] is not None:
-        tables.append(_group_table("Tokens by source", "source", summary["by_source"], limit))
+    total = sum(group["included_tokens"] for group in summary["by_role"].values())
+    for title, key, groups in (
+        ("Tokens by role", "role", summary["by_role"]),
+        ("Tokens by retention tier", "tier", summary["by_tier"]),
+        (
+            "Tokens by source (an item of several sources counts under each)",
+            "source",
+            summary["by_source"],
+        ),
+    ):
+        if groups is not None:
+            tables.append(_group_table(title, key, groups, limit, total))
     extra = [("redactions", summary["redactions"]), ("policy outcomes", summary["policy_outcomes"])]
     tables += [_count_table(title, counts) for title, counts in extra if counts]
     if len(summary["per_manifest"]) > 1:
