@@ -137,14 +137,57 @@ def test_turns_bind_tool_exchanges_and_leave_documents_alone() -> None:
 
 
 def test_a_group_spanning_two_turns_joins_them() -> None:
+    messages = [("q1", "user", "a"), ("c", "assistant", "b"), ("q2", "user", "c")]
     df = chat(
-        [("q1", "user", "a"), ("c", "assistant", "b"), ("q2", "user", "c"), ("r", "tool", "d")],
-        group_id=[None, "g", None, "g"],
+        [*messages, ("r", "tool", "d"), ("a2", "assistant", "e")],
+        group_id=[None, "g", None, "g", None],
     )
-    grouped = pl.Series([False, True, False, True]).to_numpy()
+    grouped = pl.Series([False, True, False, True, False]).to_numpy()
     units = form_units(df, grouped, turns=True)
     assert units.unit_of_row is not None
-    assert units.unit_of_row.tolist() == [0, 0, 0, 0]
+    assert units.unit_of_row.tolist() == [0, 0, 0, 0, 0]
+
+
+def agent_loop(steps: int, *, answered: bool) -> pl.DataFrame:
+    """A chat whose last turn is a task and ``steps`` tool steps, answered or still running."""
+    rows = [
+        ("sys", "system", "You are an agent."),
+        ("q0", "user", "Hi"),
+        ("a0", "assistant", "Hi!"),
+    ]
+    rows.append(("task", "user", "Audit every host. " + LONG))
+    groups: list[str | None] = [None] * len(rows)
+    for i in range(steps):
+        rows += [(f"call{i}", "assistant", f"ssh h{i}"), (f"res{i}", "tool", f"h{i}: " + LONG)]
+        groups += [f"s{i}", f"s{i}"]
+    if answered:
+        rows.append(("done", "assistant", "Every host is fine."))
+        groups.append(None)
+    return chat(rows, group_id=groups)
+
+
+def test_a_turn_still_in_progress_packs_its_task_and_newest_steps_with_whole_turns() -> None:
+    loop = agent_loop(30, answered=False)
+    units = form_units(loop, loop.get_column("group_id").is_not_null().to_numpy(), turns=True)
+    assert units.unit_of_row is not None
+    assert units.unit_of_row.tolist()[:4] == [0, 1, 1, 2]  # the earlier turn stays whole
+    whole = pack(loop, 1000, PackOptions(as_of=AS_OF, turns=True))
+    steps = pack(loop, 1000, PackOptions(as_of=AS_OF))
+    assert whole.ids == steps.ids
+    assert whole.ids[:4] == ["sys", "q0", "a0", "task"]
+    assert whole.ids[-2:] == ["call29", "res29"]
+    assert len(whole.ids) > 6
+
+
+def test_an_answered_turn_is_still_packed_whole_or_not_at_all() -> None:
+    loop = agent_loop(30, answered=True)
+    result = pack(loop, 1000, PackOptions(as_of=AS_OF, turns=True))
+    assert result.ids == ["sys"]
+    assert reasons(result)["task"] == "group_over_budget"
+    filled = pack(loop, 1000, PackOptions(as_of=AS_OF, turns=True, gaps="fill"))
+    assert filled.ids == ["sys", "q0", "a0"]
+    fits = pack(loop, 100_000, PackOptions(as_of=AS_OF, turns=True))
+    assert fits.ids == loop.get_column("id").to_list()
 
 
 @reaching(0.8, label="some turns packed, some dropped")

@@ -92,8 +92,9 @@ def form_units(df: pl.DataFrame, grouped: np.ndarray, *, turns: bool = False) ->
     turns
         Bind each turn's rows into one unit: a ``user`` row with the
         :data:`TURN_ROLES` rows after it, up to the next ``user`` row. Rows
-        before the first ``user`` row, and rows of other roles (system,
-        developer, document, memory), are not in a turn.
+        before the first ``user`` row, rows of other roles (system,
+        developer, document, memory) and the rows of a last turn still in
+        progress (its last message a ``tool`` result) are not in a turn.
 
     Returns
     -------
@@ -124,6 +125,22 @@ def form_units(df: pl.DataFrame, grouped: np.ndarray, *, turns: bool = False) ->
     return Units(n_units=n_units, unit_of_row=unit_of_row, sorted_rows=sorted_rows, offsets=offsets)
 
 
+def _turn_in_progress(df: pl.DataFrame) -> list[int]:
+    """The user row opening the last turn when that turn is in progress, else nothing.
+
+    A turn is in progress when its last message is a ``tool`` result: the
+    model has not answered it yet (an agent loop's steps). Its rows are not
+    bound, so a pack keeps its task and its newest steps when the whole turn
+    does not fit, as a pack without whole turns does.
+    """
+    role = df.get_column("role").cast(pl.String)
+    spoken = role.is_in(["user", *TURN_ROLES]).arg_true()
+    users = (role == "user").arg_true()
+    if spoken.len() == 0 or users.len() == 0 or role[int(spoken[-1])] != "tool":
+        return []
+    return [int(users[-1])]
+
+
 def _turn_and_group_heads(df: pl.DataFrame, grouped: np.ndarray) -> np.ndarray | None:
     """Each row's unit head (the smallest row of its component of groups and turns).
 
@@ -148,6 +165,7 @@ def _turn_and_group_heads(df: pl.DataFrame, grouped: np.ndarray) -> np.ndarray |
             .then(pl.col("opened_by"))
             .alias("turn")
         )
+        .with_columns(pl.col("turn").replace(_turn_in_progress(df), None))
     )
     turn = keys.get_column("turn")
     if turn.drop_nulls().is_duplicated().sum() == 0:

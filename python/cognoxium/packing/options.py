@@ -88,7 +88,9 @@ class PackOptions:
     turns
         Pack whole turns: a ``user`` message and the ``assistant`` and
         ``tool`` messages after it, up to the next ``user`` message, are one
-        unit, kept or dropped together.
+        unit, kept or dropped together. The last turn while still in
+        progress (its last message a ``tool`` result) is not bound, so an
+        agent loop keeps its task and newest steps.
     start_on
         ``"user"``: after the leading system block the pack starts on a
         message sent with the ``user`` role; ``None``: no such rule.
