@@ -41,7 +41,6 @@ Usage: ``python benchmarks/bench_big_item.py [--mb 50] [--repeats 3] [--out FILE
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -57,7 +56,7 @@ import numpy as np
 
 from cognoxium.retrieval.embeddings import MAX_READ_CHARS
 from processes import measured
-from reports import write_report
+from reports import megabyte_args, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -222,13 +221,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse the arguments, run :func:`measure`, print and write the JSON result."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--mb", type=float, default=50.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS / "big_item.json")
-    args = parser.parse_args(argv)
-    if args.repeats < 1 or args.mb <= 0:
-        parser.error("need --repeats >= 1 and --mb > 0")
+    args = megabyte_args(argv, __doc__, RESULTS / "big_item.json")
     with tempfile.TemporaryDirectory() as work:
         result = measure(args.mb, args.repeats, Path(work))
     write_report(args.out, result, markdown(result), echo=True)

@@ -29,7 +29,6 @@ Usage: ``python benchmarks/bench_big_tool_result.py [--mb 50] [--repeats 3] [--o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from processes import measured
-from reports import write_report
+from reports import megabyte_args, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUDGET = 8000
@@ -148,13 +147,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse the arguments, measure both texts, print and write the JSON result."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--mb", type=float, default=50.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS / "big_tool_result.json")
-    args = parser.parse_args(argv)
-    if args.repeats < 1 or args.mb <= 0:
-        parser.error("need --repeats >= 1 and --mb > 0")
+    args = megabyte_args(argv, __doc__, RESULTS / "big_tool_result.json")
     with tempfile.TemporaryDirectory() as work:
         texts = {kind: measure(kind, args.mb, args.repeats, Path(work)) for kind in ("log", "run")}
     result = {

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_report"]
+__all__ = ["megabyte_args", "write_report"]
 
 
 def write_report(out: Path, result: dict[str, Any], text: str, *, echo: bool = False) -> None:
@@ -20,3 +22,18 @@ def write_report(out: Path, result: dict[str, Any], text: str, *, echo: bool = F
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     out.with_suffix(".md").write_text(text, encoding="utf-8")
+
+
+def megabyte_args(argv: Sequence[str] | None, doc: str | None, out: Path) -> argparse.Namespace:
+    """The arguments of a benchmark of one huge input: ``--mb``, ``--repeats`` and ``--out``.
+
+    Exits with a usage error unless ``--repeats`` is at least 1 and ``--mb`` positive.
+    """
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--mb", type=float, default=50.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=out)
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.mb <= 0:
+        parser.error("need --repeats >= 1 and --mb > 0")
+    return args
