@@ -87,8 +87,8 @@ MESSAGE_RULES: dict[str, str] = {
     "^[a-zA-Z0-9_-]+$",
     "final_assistant_whitespace": "a request that ends on an assistant message does not end "
     "it with whitespace",
-    "tool_call_arguments_invalid": "for Anthropic, a tool call's arguments are a JSON object, "
-    "its tool_use input (blank arguments are the empty object)",
+    "tool_call_arguments_invalid": "for Anthropic, a tool call's arguments, its tool_use "
+    "input, are a JSON object; blank arguments are the empty object",
 }
 """Every rule checked, by name: what a request must do."""
 
