@@ -840,6 +840,36 @@ def test_each_request_packs_with_its_own_target_tool_errors_and_gap_note(tmp_pat
     assert "target" not in back[0].to_record()  # options left out unless given
 
 
+def test_requests_for_anthropic_and_openai_over_one_store_each_keep_their_target(
+    tmp_path: Path,
+) -> None:
+    """A call whose arguments are cut off: sent to OpenAI, left out of the Anthropic body."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1'}}
+    history = [
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        {"role": "user", "content": "Thanks."},
+    ]
+    chat = from_openai_messages(history, conversation_id="c").collect()
+    requests = [
+        Request(id="gpt", budget=200),
+        Request(id="claude", budget=200, target="anthropic"),
+        Request(id="gpt-again", budget=200),
+    ]
+    run_batch(chat, requests, out_dir=tmp_path, rank="none", options=PackOptions(as_of=AS_OF))
+    gpt, claude, again = records(tmp_path)
+    assert gpt["ids"] == again["ids"] == ["c:0", "c:1", "c:2", "c:3"]
+    assert gpt["body"]["messages"][1]["tool_calls"] == [call]
+    assert claude["ids"] == ["c:0", "c:3"]
+    assert claude["body"] == {
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "Go."}, {"type": "text", "text": "Thanks."}]},
+        ]
+    }  # fmt: skip
+
+
 def test_each_pack_line_holds_the_body_its_pack_sends_cuts_notes_and_all(tmp_path: Path) -> None:
     long_reply = pl.col("text").str.starts_with("It is 18 C")
     truncatable = pl.lit('{"conversation":"c","truncate":{"min_tokens":5}}')
@@ -911,9 +941,10 @@ def test_the_stats_list_the_requests_that_left_out_their_newest_user_message(
     assert entry.reason == "over_budget"  # the manifest tells which message and why
 
 
-def test_a_pack_its_target_cannot_send_names_its_request_and_writes_nothing(
+def test_a_call_anthropic_cannot_take_is_left_out_of_its_request_alone(
     tmp_path: Path,
 ) -> None:
+    """The batch writes every request: only the Anthropic body leaves the call out."""
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}
     chat = [
         {"role": "user", "content": "Sum?"},
@@ -925,12 +956,16 @@ def test_a_pack_its_target_cannot_send_names_its_request_and_writes_nothing(
         Request(id="openai", budget=200),
         Request(id="claude", budget=200, target="anthropic"),
     ]
-    with pytest.raises(RecordError, match=r"request 'claude'.*anthropic.*tool call 'c1' of 'f'"):
-        run_batch(items, requests, out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF))
-    assert not (tmp_path / "out").exists()
-    run_batch(items, requests[:1], out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF))
-    (line,) = records(tmp_path / "out")
-    assert line["body"]["messages"][1]["tool_calls"] == [call]  # Chat Completions takes it
+    run_batch(items, requests, out_dir=tmp_path / "out", options=PackOptions(as_of=AS_OF))
+    openai, claude = records(tmp_path / "out")
+    assert openai["body"]["messages"][1]["tool_calls"] == [call]  # Chat Completions takes it
+    assert claude["ids"] == ["c:0"]
+    assert claude["body"] == {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Sum?"}]}]}  # fmt: skip
+    strict = [Request(id="claude", budget=200, target="anthropic", tool_errors="error")]
+    with pytest.raises(MessageError, match=r"rule tool_call_arguments_invalid"):
+        run_batch(items, strict, out_dir=tmp_path / "strict", options=PackOptions(as_of=AS_OF))
+    assert not (tmp_path / "strict").exists()
 
 
 def read_requests_back(requests: list[Request], tmp_path: Path) -> list[Request]:

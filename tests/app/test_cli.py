@@ -1701,6 +1701,76 @@ def test_pack_conversations_with_tool_errors_error_refuses_a_broken_export(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def _now(call_id: str, arguments: str) -> dict[str, object]:
+    return {"id": call_id, "type": "function", "function": {"name": "now", "arguments": arguments}}
+
+
+TRUNCATED_CALL: dict[str, list[dict[str, object]]] = {
+    "greet": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+    ],
+    "clock": [  # one call of two cut off mid-arguments: Anthropic takes no such tool_use
+        {"role": "user", "content": "Time in Paris and Rome?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            _now("c1", '{"city": "Par'), _now("c2", '{"city": "Rome"}')]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12:00"},
+        {"role": "tool", "tool_call_id": "c2", "content": "12:00"},
+        {"role": "user", "content": "Thanks"},
+    ],
+    "weather": [  # blank arguments: a tool without parameters, the empty input
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [_now("w1", "")]},
+        {"role": "tool", "tool_call_id": "w1", "content": "sunny"},
+    ],
+}  # fmt: skip
+
+
+def test_pack_conversations_for_anthropic_leaves_out_a_call_it_cannot_send(
+    tmp_path: Path,
+) -> None:
+    from cognoxium.packing.message_rules import validate_anthropic_messages
+
+    chats = write_chats(tmp_path / "chats.jsonl", TRUNCATED_CALL)
+    args = ("--budget", "200", "--as-of", AS_OF, "--manifests", "jsonl", "--target", "anthropic")
+    code, _, stderr = pack(str(chats), "--conversations", "--out", str(tmp_path / "out"), *args)
+    assert code == EXIT_OK, stderr
+    lines = records(tmp_path / "out")
+    assert [line["request_id"] for line in lines] == ["greet", "clock", "weather"]
+    assert [line["ids"] for line in lines] == [
+        ["greet:0", "greet:1", "greet:2"],
+        ["clock:0", "clock:4"],  # the question and the thanks; the call and its results out
+        ["weather:0", "weather:1", "weather:2"],
+    ]
+    for line in lines:
+        validate_anthropic_messages(line["body"])
+    assert lines[2]["body"]["messages"][1]["content"][0]["input"] == {}
+    manifests = records(tmp_path / "out", "manifests")
+    reasons = {e["id"]: e["reason"] for e in manifests[1]["entries"]}
+    assert [reasons[f"clock:{k}"] for k in (1, 2, 3)] == ["tool_call_arguments_invalid"] * 3
+    profile = get_profile("cl100k_base")
+    sent = [{"role": "user", "content": "Time in Paris and Rome?"}, TRUNCATED_CALL["clock"][4]]
+    assert lines[1]["used_tokens"] == profile.request_tokens(sent)
+    # without the target the call is sent as it came, for Chat Completions
+    code, _, stderr = pack(str(chats), "--conversations", "--out", str(tmp_path / "o"), *args[:6])
+    assert code == EXIT_OK, stderr
+    assert records(tmp_path / "o")[1]["ids"] == [f"clock:{k}" for k in range(5)]
+
+
+def test_pack_conversations_for_anthropic_with_tool_errors_error_names_the_call(
+    tmp_path: Path,
+) -> None:
+    chats = write_chats(tmp_path / "chats.jsonl", TRUNCATED_CALL)
+    args = ("--budget", "200", "--target", "anthropic", "--tool-errors", "error")
+    code, _, stderr = pack(str(chats), "--conversations", "--out", str(tmp_path / "out"), *args)
+    assert code == EXIT_BAD_INPUT
+    assert "request 'clock': message 1 of the pack (item 'clock:1', row 1)" in stderr
+    assert "rule tool_call_arguments_invalid" in stderr
+    assert "['c1']" in stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_pack_conversations_names_the_line_of_a_bad_conversation(tmp_path: Path) -> None:
     chats = write_chats(tmp_path / "chats.jsonl", CHATS)
     with chats.open("a", encoding="utf-8") as out:

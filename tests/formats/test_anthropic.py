@@ -607,12 +607,17 @@ def test_blank_tool_arguments_are_an_empty_input(arguments: str, sent: dict[str,
     [('{"city": "Par', "the arguments are not JSON"), ("[1, 2]", "got list"), ('"x"', "got str")],
 )
 def test_tool_arguments_with_no_anthropic_form_name_the_call(arguments: str, why: str) -> None:
+    """A pack built for OpenAI sends them; its Anthropic rendering names the call it cannot send."""
     call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": arguments}}
     history = [
         {"role": "user", "content": "Time?"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "12:00"},
     ]
-    packed = from_openai_messages(history).pack(500, PackOptions(target="anthropic"))
+    packed = from_openai_messages(history).pack(500)
+    assert packed.to_openai()[1]["tool_calls"] == [call]
     with pytest.raises(RecordError, match=f"tool call 'c1' of 'now': .* JSON object.*{why}"):
         packed.to_anthropic()
+    built = from_openai_messages(history).pack(500, PackOptions(target="anthropic"))
+    assert built.ids == ["msg:0"]
+    validate_anthropic_messages(built.to_anthropic())

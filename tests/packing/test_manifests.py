@@ -242,8 +242,8 @@ def test_a_parquet_file_of_earlier_reasons_is_read_with_the_current_ones(tmp_pat
     rows = pl.read_parquet(folder / MANIFESTS_PARQUET)
     reasons = [r.value for r in Reason]
     assert rows.schema["reason"] == pl.Enum(reasons)
-    assert reasons[-1] == "before_tail"
-    earlier = pl.Enum(reasons[:-1])  # as written before before_tail was a reason
+    assert reasons[-2:] == ["before_tail", "tool_call_arguments_invalid"]
+    earlier = pl.Enum(reasons[:-1])  # as written before tool_call_arguments_invalid was a reason
     rows.with_columns(pl.col("reason").cast(pl.String).cast(earlier)).write_parquet(
         folder / MANIFESTS_PARQUET
     )

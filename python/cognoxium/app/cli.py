@@ -916,7 +916,8 @@ def pack_command(
         ToolErrors,
         typer.Option(
             help="Tool messages the chat APIs reject (a call without its result, a result "
-            "without its call or after another message, a call answered twice): 'repair' "
+            "without its call or after another message, a call answered twice; for "
+            "--target anthropic, a call whose arguments are not a JSON object): 'repair' "
             "leaves them out, each with its reason in the manifest; 'error' fails the "
             "request (exit 2); for requests without their own tool_errors.",
         ),

@@ -444,7 +444,8 @@ def to_anthropic_messages(
     ------
     RecordError, SchemaError
         As :func:`~cognoxium.formats.openai.to_openai_messages` raises them,
-        and if a tool call's arguments are not a JSON object.
+        and if a tool call's arguments are not a JSON object (a pack built
+        with ``target="anthropic"`` holds no such call).
     """
     if isinstance(data, ContextPack):
         return data.to_anthropic(placeholder=placeholder)

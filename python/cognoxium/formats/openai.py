@@ -63,7 +63,10 @@ Tool calls are checked against the rules of the chat APIs (see
 :mod:`cognoxium.packing.message_rules`): every call needs a unique ``id``,
 ``type`` ``"function"`` and ``function`` ``{"name": str, "arguments": str}``
 (``arguments`` is kept verbatim, even when it is not valid JSON, as models
-produce it); a tool result must answer a call of the assistant message right
+produce it: Chat Completions takes it back as it is, and a pack built for
+Anthropic, whose ``tool_use`` input must be an object, leaves out a call
+whose arguments are not a JSON object with its results, rule
+``tool_call_arguments_invalid``); a tool result must answer a call of the assistant message right
 before its run of tool messages (no other message between them, rule
 ``tool_result_orphan``) that no earlier result answered (rule
 ``tool_result_duplicate``); ``tool_errors="keep"`` imports a result that

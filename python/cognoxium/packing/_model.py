@@ -104,6 +104,13 @@ class Reason(StrEnum):
     unanswered call with its partial results, an orphan or duplicate result
     alone (with the other items of its packing unit, when it shares one).
 
+    ``tool_call_arguments_invalid``: with ``tool_errors="repair"`` and
+    ``target="anthropic"``, the item is an assistant message making a tool
+    call whose arguments are not a JSON object (invalid or truncated JSON,
+    an array, a number, a string, ``null``), which Anthropic cannot take as
+    a ``tool_use`` input, or a result of that message's calls: left out
+    together, so every ``tool_use`` sent has its result.
+
     ``evicted_for_cache``: a pack that continues an earlier one left the
     item out to keep the earlier pack's prefix, or evicted it in an eviction
     step (see :mod:`cognoxium.packing.cache`).
@@ -137,6 +144,7 @@ class Reason(StrEnum):
     EVICTED_FOR_CACHE = "evicted_for_cache"
     GAP = "gap"
     BEFORE_TAIL = "before_tail"
+    TOOL_CALL_ARGUMENTS_INVALID = "tool_call_arguments_invalid"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on
@@ -742,9 +750,14 @@ class ContextPack:
         - ``assistant`` messages become ``assistant`` messages: a ``text``
           block for their text, then one ``tool_use`` block per tool call
           (``id``, function ``name``, and ``input``, the arguments parsed as
-          JSON; blank arguments, ``""``, are ``{}``). Arguments that are
-          not a JSON object (truncated JSON, a list) have no Anthropic form:
-          a ``RecordError`` names the call and its function.
+          JSON; blank arguments, ``""`` or whitespace, are ``{}``, as Chat
+          Completions sends them for a tool without parameters). Arguments
+          that are not a JSON object (truncated JSON, an array, a number, a
+          string, ``null``) have no Anthropic form: a pack built for
+          Anthropic leaves such a call out with its results (reason
+          ``tool_call_arguments_invalid``), and in a pack built for OpenAI,
+          which sends them, a ``RecordError`` names the call and its
+          function.
         - ``tool`` results become ``tool_result`` blocks (``tool_use_id``,
           ``content``) inside a ``user`` message, with ``"is_error": true``
           when the result item says the tool failed (``metadata.is_error``,
@@ -829,7 +842,8 @@ class ContextPack:
         Raises
         ------
         RecordError
-            If a tool call's arguments are not a JSON object.
+            If a tool call's arguments are not a JSON object; never for a
+            pack built with ``target="anthropic"``.
         """
         failed = failed_calls(self.frame)
         request = anthropic_request(self.messages, placeholder=placeholder, failed=failed)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import polars as pl
 
 from cognoxium.exceptions import RecordError
+from cognoxium.packing.message_rules import tool_input
 
 if TYPE_CHECKING:
     from cognoxium.packing._model import ContextPack
@@ -137,24 +138,23 @@ def _tool_use(call: dict[str, Any], row: int, j: int) -> dict[str, Any]:
     """The ``tool_use`` block of an OpenAI tool call; its arguments must be a JSON object.
 
     Blank arguments (``""``, which OpenAI-compatible providers send for a
-    call without arguments) are the empty object. Anything else that is
-    not a JSON object cannot be an Anthropic ``input``: the error names the
-    message's index (``row``), the call's id and its function.
+    call without arguments) are the empty object
+    (:func:`~cognoxium.packing.message_rules.tool_input`). Anything else that
+    is not a JSON object cannot be an Anthropic ``input``: the error names
+    the message's index (``row``), the call's id and its function. A pack
+    built for Anthropic holds no such call (rule
+    ``tool_call_arguments_invalid``).
     """
     function = call["function"]
-    field = f"tool_calls[{j}].function.arguments"
-    where = f"tool call {call['id']!r} of {function['name']!r}: Anthropic tool_use input must be"
-    text = function["arguments"]
     try:
-        arguments = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
+        arguments = tool_input(function["arguments"])
+    except ValueError as exc:
         raise RecordError(
-            f"{where} a JSON object; the arguments are not JSON ({exc})", row=row, field=field
+            f"tool call {call['id']!r} of {function['name']!r}: Anthropic tool_use input must "
+            f"be a JSON object, {exc}; pack with target='anthropic' to leave such calls out",
+            row=row,
+            field=f"tool_calls[{j}].function.arguments",
         ) from None
-    if not isinstance(arguments, dict):
-        raise RecordError(
-            f"{where} a JSON object, got {type(arguments).__name__}", row=row, field=field
-        )
     tool_id = anthropic_tool_id(call["id"])
     return {"type": "tool_use", "id": tool_id, "name": function["name"], "input": arguments}
 

@@ -7,7 +7,10 @@ the assistant row and its partial result are left out with reason
 
 The rules are those of :mod:`cognoxium.packing.message_rules` (every call
 answered by the tool messages right after it, no orphan result, no call
-answered twice). A pack keeps them in two steps:
+answered twice) and, for a pack built for Anthropic (``target``), the rule
+of its ``tool_use`` input: every call's arguments a JSON object (a call
+that breaks it is left out with its results, as an unanswered call is). A
+pack keeps them in two steps:
 
 1. the input: the faults of the rows as they stand (every row as the chat
    message it sends, in input order) are found once per scope; with
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -38,7 +42,13 @@ from cognoxium.packing._messages import ChatColumns
 from cognoxium.packing._model import REASON_CODE, REASONS, UNSET, Reason
 from cognoxium.packing._selection import Queue
 from cognoxium.packing._units import Units
-from cognoxium.packing.message_rules import MESSAGE_RULES, Fault, tool_call_faults
+from cognoxium.packing.message_rules import (
+    MESSAGE_RULES,
+    Fault,
+    argument_faults,
+    tool_call_faults,
+    tool_input,
+)
 
 __all__ = ["RULE_REASONS", "SelectionCheck", "ToolRows", "detached", "raise_first_fault"]
 
@@ -46,6 +56,7 @@ RULE_REASONS: dict[str, Reason] = {
     "tool_call_unanswered": Reason.TOOL_CALL_UNANSWERED,
     "tool_result_orphan": Reason.TOOL_RESULT_ORPHAN,
     "tool_result_duplicate": Reason.TOOL_RESULT_DUPLICATE,
+    "tool_call_arguments_invalid": Reason.TOOL_CALL_ARGUMENTS_INVALID,
 }
 """The manifest reason of a row left out for breaking each tool rule."""
 
@@ -62,11 +73,16 @@ class ToolRows:
         Row -> the ids of its tool calls, for the assistant rows that call tools.
     results
         Row -> the call id it answers, for the rows sent as ``tool`` messages.
+    invalid
+        Row -> the ids of its calls whose arguments are not a JSON object
+        (:func:`~cognoxium.packing.message_rules.tool_input`), for the
+        assistant rows that make such calls: what Anthropic cannot take.
     """
 
     roles: list[str]
     calls: dict[int, list[str]]
     results: dict[int, str | None]
+    invalid: dict[int, list[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, chat: ChatColumns) -> ToolRows:
@@ -74,30 +90,42 @@ class ToolRows:
         roles = chat.role.cast(pl.String).to_list()
         calls: dict[int, list[str]] = {}
         results: dict[int, str | None] = {}
+        invalid: dict[int, list[str]] = {}
         for row, fields in chat.fields.items():
             if roles[row] == "assistant" and fields.get("tool_calls"):
                 calls[row] = [str(c.get("id")) for c in fields["tool_calls"]]
+                bad = [str(c.get("id")) for c in fields["tool_calls"] if not _an_object(c)]
+                if bad:
+                    invalid[row] = bad
             elif roles[row] == "tool":
                 results[row] = fields.get("tool_call_id")
         for row in np.flatnonzero((chat.role == "tool").to_numpy()).tolist():
             results.setdefault(row, None)
-        return cls(roles, calls, results)
+        return cls(roles, calls, results, invalid)
 
-    def faults(self, rows: np.ndarray) -> list[Fault]:
-        """The faults of the messages of ``rows`` (``(k,)`` int64, in pack order), by position."""
+    def faults(self, rows: np.ndarray, target: str = "openai") -> list[Fault]:
+        """The faults of the messages of ``rows`` (``(k,)`` int64, in pack order), by position.
+
+        ``target`` is the API the messages are sent to: ``"anthropic"`` adds
+        the faults of calls whose arguments are not a JSON object.
+        """
         position = {int(row): k for k, row in enumerate(rows.tolist())}
         roles = [self.roles[row] for row in position]
         calls = {position[r]: ids for r, ids in self.calls.items() if r in position}
         results = {position[r]: c for r, c in self.results.items() if r in position}
-        return tool_call_faults(roles, calls, results)
+        faults = tool_call_faults(roles, calls, results)
+        if target == "anthropic" and self.invalid:
+            invalid = {position[r]: ids for r, ids in self.invalid.items() if r in position}
+            faults += argument_faults(calls, results, invalid)
+        return sorted(faults, key=lambda f: -1 if f.index is None else f.index)
 
-    def left_out(self) -> np.ndarray | None:
+    def left_out(self, target: str = "openai") -> np.ndarray | None:
         """``(n,)`` int64: the reason code of each row a fault of the input leaves out.
 
         :data:`~cognoxium.packing._model.UNSET` for the others; ``None`` when
-        the input keeps every rule.
+        the input keeps every rule of ``target``.
         """
-        faults = self.faults(np.arange(len(self.roles), dtype=np.int64))
+        faults = self.faults(np.arange(len(self.roles), dtype=np.int64), target)
         if not faults:
             return None
         codes = np.full(len(self.roles), UNSET, dtype=np.int64)
@@ -106,6 +134,15 @@ class ToolRows:
             out = out[codes[out] == UNSET]
             codes[out] = REASON_CODE[RULE_REASONS[fault.rule]]
         return codes
+
+
+def _an_object(call: dict[str, Any]) -> bool:
+    """Whether a tool call's arguments are a JSON object (blank ones are the empty object)."""
+    try:
+        tool_input(call["function"]["arguments"])
+    except ValueError:
+        return False
+    return True
 
 
 def leave_out(df: pl.DataFrame, rows: Exclusions, codes: np.ndarray) -> Exclusions:
@@ -170,6 +207,7 @@ class SelectionCheck:
     rows: Exclusions
     units: Units
     select: Callable[[Queue], np.ndarray]
+    target: str = "openai"
     dropped: np.ndarray = field(init=False)
     codes: np.ndarray = field(init=False)
 
@@ -183,7 +221,7 @@ class SelectionCheck:
                 queue = queue.without(self.dropped)
             included = self.select(queue)
             rows = packed_rows(self.rows, self.units, included)
-            faults = self.tools.faults(rows)
+            faults = self.tools.faults(rows, self.target)
             if not faults:
                 return included
             for fault in faults:
@@ -215,7 +253,9 @@ def packed_rows(rows: Exclusions, units: Units, included: np.ndarray) -> np.ndar
     return np.flatnonzero(unit_in & rows.eligible)
 
 
-def raise_first_fault(df: pl.DataFrame, tools: ToolRows, selected: np.ndarray) -> None:
+def raise_first_fault(
+    df: pl.DataFrame, tools: ToolRows, selected: np.ndarray, target: str = "openai"
+) -> None:
     """Raise MessageError at the first message of the pack that breaks a tool rule.
 
     Parameters
@@ -226,6 +266,9 @@ def raise_first_fault(df: pl.DataFrame, tools: ToolRows, selected: np.ndarray) -
         The rows' tool messages.
     selected
         ``(k,)`` int64: the packed rows, in pack order.
+    target
+        The API the pack is built for; ``"anthropic"`` adds the rule of its
+        ``tool_use`` input (``tool_call_arguments_invalid``).
 
     Raises
     ------
@@ -233,24 +276,30 @@ def raise_first_fault(df: pl.DataFrame, tools: ToolRows, selected: np.ndarray) -
         Naming the message's pack position (``index``), the rule, the item
         ``id`` and its input ``row``.
     """
-    faults = tools.faults(selected)
+    faults = tools.faults(selected, target)
     if not faults:
         return
     fault = faults[0]
     at = fault.index if fault.index is not None else 0
     row = int(selected[at])
     item = df.get_column("id")[row]
-    hint = (
-        "Give a call and its results one group_id so they are packed together, or "
-        if fault.rule == "tool_result_orphan"
-        else ""
-    )
     raise MessageError(
         f"message {at} of the pack (item {item!r}, row {row}) breaks rule {fault.rule} "
-        f"({MESSAGE_RULES[fault.rule]}): {fault.text}; the chat APIs reject such a request. "
-        f"{hint}{'p' if hint else 'P'}ack with tool_errors='repair' to leave out what cannot "
-        "be sent",
+        f"({MESSAGE_RULES[fault.rule]}): {fault.text}; {_what_to_do(fault.rule)}",
         index=at,
         rule=fault.rule,
         params={"id": item, "row": row},
     )
+
+
+def _what_to_do(rule: str) -> str:
+    """Who rejects a request that breaks ``rule``, and how to pack one that is sent."""
+    repair = "ack with tool_errors='repair' to leave out what cannot be sent"
+    if rule == "tool_call_arguments_invalid":
+        return f"Anthropic rejects such a request. Fix the call's arguments, or p{repair}"
+    if rule == "tool_result_orphan":
+        return (
+            "the chat APIs reject such a request. Give a call and its results one group_id "
+            f"so they are packed together, or p{repair}"
+        )
+    return f"the chat APIs reject such a request. P{repair}"

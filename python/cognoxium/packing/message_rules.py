@@ -18,6 +18,17 @@ preceding message with 'tool_calls'"):
   intervening user message, or for a call no message makes, is an orphan);
 - ``tool_result_duplicate``: no call is answered twice.
 
+Chat Completions takes any string as a call's ``function.arguments``; the
+Anthropic Messages API takes a ``tool_use`` block's ``input`` only as an
+object. So a call whose arguments are not a JSON object (a model's
+truncated or invalid JSON, an array, a number, a string, ``null``) cannot
+be sent to Anthropic: ``tool_call_arguments_invalid``
+(:func:`argument_faults`, and on ``tool_use`` blocks in
+:func:`anthropic_faults`). Blank arguments (``""`` or whitespace), which
+Chat Completions returns for a call of a tool without parameters and
+Anthropic's streaming for a ``tool_use`` without input, are the empty
+object (:func:`tool_input`).
+
 Anthropic Messages (the "Messages" and "Implement tool use" guides: the first
 message is a user message, at least one message, ``tool_result`` blocks
 "must immediately follow their corresponding tool use blocks" in the next
@@ -32,8 +43,8 @@ three tool rules above on ``tool_use`` and ``tool_result`` blocks, and
 request that alternates reads as the conversation it is, and the renderer
 of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
 never sends two), ``content_empty`` (whitespace-only text included),
-``block_misplaced``, ``tool_result_not_first``, ``tool_id_invalid`` and
-``final_assistant_whitespace``.
+``block_misplaced``, ``tool_result_not_first``, ``tool_id_invalid``,
+``tool_call_arguments_invalid`` and ``final_assistant_whitespace``.
 
 The validators raise :class:`~cognoxium.exceptions.MessageError` at the first
 fault, naming the message index and the rule.
@@ -41,6 +52,7 @@ fault, naming the message index and the rule.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +64,10 @@ __all__ = [
     "MESSAGE_RULES",
     "Fault",
     "anthropic_faults",
+    "argument_faults",
     "openai_faults",
     "tool_call_faults",
+    "tool_input",
     "validate_anthropic_messages",
     "validate_openai_messages",
 ]
@@ -73,6 +87,8 @@ MESSAGE_RULES: dict[str, str] = {
     "^[a-zA-Z0-9_-]+$",
     "final_assistant_whitespace": "a request that ends on an assistant message does not end "
     "it with whitespace",
+    "tool_call_arguments_invalid": "for Anthropic, a tool call's arguments, its tool_use "
+    "input, are a JSON object; blank arguments are the empty object",
 }
 """Every rule checked, by name: what a request must do."""
 
@@ -93,8 +109,10 @@ class Fault:
         What is wrong, naming the messages and call ids.
     left_out
         The indices of the messages a repair leaves out so that the rest
-        can be sent: an unanswered call with its partial results, an
-        orphan or duplicate result alone (OpenAI rules only).
+        can be sent: an unanswered call, or one whose arguments are not a
+        JSON object, with its results, an orphan or duplicate result alone
+        (the rules of :func:`tool_call_faults` and :func:`argument_faults`
+        only).
     """
 
     index: int | None
@@ -241,6 +259,102 @@ def _orphan(
     )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """The Anthropic ``tool_use`` input of a tool call's JSON ``arguments``.
+
+    Parameters
+    ----------
+    arguments
+        A Chat Completions call's ``function.arguments``: JSON text.
+
+    Returns
+    -------
+    dict
+        The object the text holds; ``{}`` for blank text (``""`` or
+        whitespace), what Chat Completions returns for a call of a tool
+        without parameters.
+
+    Raises
+    ------
+    ValueError
+        If the text is not JSON (truncated, say, or with ``NaN``), or holds
+        a value other than an object (an array, a number, a string,
+        ``null``); the message says which.
+
+    Examples
+    --------
+    >>> tool_input('{"city": "Paris"}'), tool_input("")
+    ({'city': 'Paris'}, {})
+    >>> tool_input("[1, 2]")
+    Traceback (most recent call last):
+    ...
+    ValueError: got list
+    """
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise ValueError(f"the arguments are not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"got {type(value).__name__}")
+    return value
+
+
+def argument_faults(
+    calls: Mapping[int, list[str]],
+    results: Mapping[int, str | None],
+    invalid: Mapping[int, list[str]],
+) -> list[Fault]:
+    """The calls whose arguments cannot be an Anthropic ``tool_use`` input (see the module).
+
+    Parameters
+    ----------
+    calls
+        Message index -> the call ids of its ``tool_calls``, for the
+        assistant messages that make calls.
+    results
+        Message index -> the ``tool_call_id`` it answers, for every ``tool``
+        message.
+    invalid
+        Message index -> the ids of its calls whose arguments are not a
+        JSON object (:func:`tool_input` raises), for the assistant messages
+        that make such calls.
+
+    Returns
+    -------
+    list of Fault
+        One ``tool_call_arguments_invalid`` fault per message of
+        ``invalid``, in message order. Its repair leaves out the message
+        with the results right after it that answer its calls: every
+        ``tool_use`` of a message sent to Anthropic needs its result, so a
+        message cannot be sent without its one bad call.
+
+    Examples
+    --------
+    >>> faults = argument_faults(
+    ...     {1: ["c1", "c2"]}, {2: "c1", 3: "c2"}, {1: ["c2"]})
+    >>> [(f.index, f.rule, f.left_out) for f in faults]
+    [(1, 'tool_call_arguments_invalid', (1, 2, 3))]
+    """
+    faults = []
+    for at in sorted(invalid):
+        answers, k = [], at + 1
+        while k in results:  # the run of tool messages right after it
+            answers += [k] if results[k] in calls.get(at, ()) else []
+            k += 1
+        text = (
+            f"message {at} makes tool calls {invalid[at]} whose arguments are not a JSON "
+            "object, the only tool_use input Anthropic takes"
+        )
+        faults.append(Fault(at, "tool_call_arguments_invalid", text, (at, *answers)))
+    return faults
+
+
 def openai_faults(messages: Sequence[Mapping[str, Any]]) -> list[Fault]:
     """Every fault of OpenAI Chat Completions messages against the rules (see the module).
 
@@ -369,11 +483,8 @@ def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
             faults.append(
                 Fault(at, "content_empty", f"message {at} block {j} is empty or whitespace text")
             )
-        tool_id = block.get("id" if kind == "tool_use" else "tool_use_id") if kind else None
-        if kind in ("tool_use", "tool_result") and not _valid_tool_id(tool_id):
-            faults.append(
-                Fault(at, "tool_id_invalid", f"message {at} block {j} has the id {tool_id!r}")
-            )
+        if kind in ("tool_use", "tool_result"):
+            faults += _tool_block_faults(at, j, kind, block)
         misplaced = (kind == "tool_use" and role != "assistant") or (
             kind == "tool_result" and role != "user"
         )
@@ -390,6 +501,21 @@ def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
                 )
             )
         other_seen = other_seen or kind != "tool_result"
+    return faults
+
+
+def _tool_block_faults(at: int, j: int, kind: str, block: Mapping[str, Any]) -> list[Fault]:
+    """The faults of a ``tool_use`` or ``tool_result`` block: its id, and a use's input."""
+    faults = []
+    tool_id = block.get("id" if kind == "tool_use" else "tool_use_id")
+    if not _valid_tool_id(tool_id):
+        faults.append(
+            Fault(at, "tool_id_invalid", f"message {at} block {j} has the id {tool_id!r}")
+        )
+    if kind == "tool_use" and not isinstance(block.get("input"), Mapping):
+        kind_of = type(block.get("input")).__name__
+        text = f"message {at} block {j} is a tool_use whose input is a {kind_of}, not an object"
+        faults.append(Fault(at, "tool_call_arguments_invalid", text))
     return faults
 
 
@@ -513,8 +639,9 @@ def validate_anthropic_messages(
     whitespace-only content or text block, each ``tool_use`` answered by a
     ``tool_result`` block in the next message (once, placed before that
     message's other blocks), no ``tool_result`` without a ``tool_use`` in
-    the message before, tool ids of the form ``^[a-zA-Z0-9_-]+$``, and a
-    last assistant message (a prefill) that does not end with whitespace.
+    the message before, tool ids of the form ``^[a-zA-Z0-9_-]+$``, each
+    ``tool_use`` input an object, and a last assistant message (a prefill)
+    that does not end with whitespace.
 
     Parameters
     ----------

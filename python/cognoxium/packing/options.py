@@ -111,6 +111,12 @@ class PackOptions:
         followed by a line ``[<n> tokens cut]``, and to at most half the
         room the required items leave when the steps before them can use
         the rest (see :mod:`cognoxium.packing._truncation`).
+        With ``target="anthropic"`` a call whose arguments are not a JSON
+        object (invalid or truncated JSON, an array, a number, a string,
+        ``null``; blank arguments are the empty object), which Anthropic
+        cannot take as a ``tool_use`` input, breaks a rule too
+        (``tool_call_arguments_invalid``): its message is left out with
+        every result of its calls.
         ``"error"`` raises :class:`~cognoxium.exceptions.MessageError`
         naming the message of the pack, its item and the rule.
     target
@@ -121,7 +127,9 @@ class PackOptions:
         user message (as ``start_on="user"``) when it may send one, and,
         when it does not start on one (it holds no message besides system
         ones, or it is an agent loop without a user message), the opening
-        user message the rendering adds is counted in ``used_tokens``.
+        user message the rendering adds is counted in ``used_tokens``; a
+        tool call whose arguments are not a JSON object is not sent (see
+        ``tool_errors``).
     eviction_share
         For a pack that continues an earlier one (``previous=``, see
         :mod:`cognoxium.packing.cache`): the share of the evictable history's

@@ -62,8 +62,11 @@ candidates. Tool messages keep the rules of the chat APIs (``_tool_rules``,
 out with its partial results, and an orphan or duplicate result alone, each
 with the rule as its reason; with ``"error"`` the pack raises
 :class:`~cognoxium.exceptions.MessageError`. A pack built for Anthropic
-(``target="anthropic"``) starts on a user message when it may send one, and
-counts the user message its rendering opens with when it starts on none.
+(``target="anthropic"``) starts on a user message when it may send one,
+counts the user message its rendering opens with when it starts on none, and
+keeps one more tool rule: a call whose arguments are not a JSON object (its
+``tool_use`` input) is left out with its results
+(``tool_call_arguments_invalid``).
 
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
@@ -173,6 +176,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _AS_OF_KEPT = 16
 """How many spans of ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
 
+_Shape = tuple[bool, str | None]
+"""What a scope's packing units depend on: whole turns, and the tool rules whose faults of the
+input leave rows out (``None`` when no row is left out)."""
+
 _VALIDITY_TIMES = ("created_at", "valid_from", "expires_at")
 """The times of a row at which its validity can change."""
 
@@ -210,10 +217,12 @@ def pack(
         ``user`` role; units before it are dropped with reason
         ``before_first_user``), ``tool_errors`` (``"repair"``: tool messages
         the chat APIs reject are left out, reasons ``tool_call_unanswered``,
-        ``tool_result_orphan``, ``tool_result_duplicate``; ``"error"``:
+        ``tool_result_orphan``, ``tool_result_duplicate``, and for
+        ``target="anthropic"`` ``tool_call_arguments_invalid``; ``"error"``:
         :class:`~cognoxium.exceptions.MessageError`), ``target``
         (``"anthropic"``: the pack renders as a valid Anthropic request,
-        what the rendering adds counted) and ``gaps`` (``"stop"``: the
+        what the rendering adds counted, and holds no tool call whose
+        arguments are not a JSON object) and ``gaps`` (``"stop"``: the
         conversation items without a rank, taken newest first, end at the
         first that does not fit; ``"fill"``: older ones fill the space, and
         each hole is marked). ``turns``, ``start_on``,
@@ -265,8 +274,10 @@ def pack(
     MessageError
         With ``tool_errors="error"``, if a message of the pack would break a
         tool rule of the chat APIs (a call not answered right after it, a
-        result without its call, a call answered twice); it names the
-        message's pack position, the item, its input row and the rule.
+        result without its call, a call answered twice) or, with
+        ``target="anthropic"``, send a call whose arguments are not a JSON
+        object; it names the message's pack position, the item, its input
+        row, the rule and the call ids.
     RecordError
         If a ``content_hash`` is not the hash of its row's payload (see
         :func:`~cognoxium.items.hashing.check_content_hashes`), a truncation
@@ -489,11 +500,13 @@ class PackScope:
                 "cognoxium-basis", lambda: manifest_basis(df, review)
             )
         self._rows: dict[int, Exclusions] = {}
-        # Keyed by the shape of the units: (turns, tool rows of the input left out).
-        self._units: dict[tuple[bool, bool], Units] = {}
-        self._groups: dict[tuple[int, bool, bool], Exclusions] = {}
-        self._queues: dict[tuple[int, bool, bool], Queue] = {}
-        self._known: dict[tuple[bool, bool], KnownCosts] = {}
+        # Keyed by the shape of the units: (turns, the tool rules whose faults of the input
+        # leave rows out, or None).
+        self._units: dict[_Shape, Units] = {}
+        self._groups: dict[tuple[int, bool, str | None], Exclusions] = {}
+        self._queues: dict[tuple[int, bool, str | None], Queue] = {}
+        self._known: dict[_Shape, KnownCosts] = {}
+        self._tool_codes: dict[str, np.ndarray | None] = {}
         self._row_tokens: np.ndarray | None = None
 
     @cached_property
@@ -576,7 +589,7 @@ class PackScope:
                 self._queues.clear()
             rows = self._rows[span] = find_exclusions(self.df, call.as_of, self.review)
         shape = self._shape(call)
-        codes = self._tool_codes if shape[1] else None
+        codes = None if shape[1] is None else self._codes(shape[1])
         units = self._units.get(shape)
         if units is None:
             frame = self.df if codes is None else detached(self.df, codes)
@@ -588,14 +601,27 @@ class PackScope:
             whole = self._groups[key] = exclude_incomplete_groups(self.df, kept, units)
         return whole, units
 
-    def _shape(self, call: PackCall) -> tuple[bool, bool]:
-        """What the packing units depend on: whole turns, and rows of the input left out.
+    def _shape(self, call: PackCall) -> _Shape:
+        """What the packing units depend on: whole turns, and the rows of the input left out.
 
         Rows are left out when the pack repairs tool messages and the input
-        breaks a tool rule (see :mod:`cognoxium.packing._tool_rules`).
+        breaks a tool rule (see :mod:`cognoxium.packing._tool_rules`); the
+        rules are those of the pack's target (:meth:`_rules`).
         """
-        repair = call.options.tool_errors == "repair" and self._tool_codes is not None
-        return call.options.turns, repair
+        rules = self._rules(call.options.target)
+        repair = call.options.tool_errors == "repair" and self._codes(rules) is not None
+        return call.options.turns, rules if repair else None
+
+    def _rules(self, target: str) -> str:
+        """The tool rules a pack for ``target`` keeps, by the rows' faults they find.
+
+        ``"anthropic"`` when some call's arguments are not a JSON object
+        (Anthropic's rule of its ``tool_use`` input), else ``"openai"``:
+        without such a call both targets find the same faults, so their
+        packs share units and costs.
+        """
+        tools = self._tools
+        return "anthropic" if target == "anthropic" and tools and tools.invalid else "openai"
 
     @cached_property
     def _tools(self) -> ToolRows | None:
@@ -604,10 +630,12 @@ class PackScope:
         calls = any("tool_calls" in fields for fields in chat.fields.values())
         return ToolRows.of(chat) if calls or self._tool_rows else None
 
-    @cached_property
-    def _tool_codes(self) -> np.ndarray | None:
-        """``(n,)`` the reason of each row the input's tool faults leave out, or ``None``."""
-        return None if self._tools is None else self._tools.left_out()
+    def _codes(self, rules: str) -> np.ndarray | None:
+        """``(n,)`` each row's reason when the input's faults of ``rules`` leave it out, or None."""
+        if rules not in self._tool_codes:
+            tools = self._tools
+            self._tool_codes[rules] = None if tools is None else tools.left_out(rules)
+        return self._tool_codes[rules]
 
     @cached_property
     def _conversing(self) -> np.ndarray:
@@ -620,7 +648,7 @@ class PackScope:
         """``(n,)`` bool: the row is a user message (its item's ``role``)."""
         return (self.df.get_column("role").cast(pl.String) == "user").to_numpy()
 
-    def _costs(self, units: Units, shape: tuple[bool, bool]) -> UnitCosts:
+    def _costs(self, units: Units, shape: _Shape) -> UnitCosts:
         """Fresh unit costs of one pack, reading and filling what the scope knows."""
         known = self._known.get(shape)
         if known is None:
@@ -968,10 +996,10 @@ class PackScope:
         ``start_on="user"`` (or the Anthropic target) the pack then starts on
         a user message (see :func:`~cognoxium.packing._conversation.start_on_user`).
         """
-        tools = self._tools
+        tools, target = self._tools, self._rules(call.options.target)
         check = None
         if tools is not None and call.options.tool_errors == "repair":
-            check = SelectionCheck(self.df, tools, rows, units, select)
+            check = SelectionCheck(self.df, tools, rows, units, select, target)
             select = check
         included = select(queue)
         if _starts_on_user(call, self._chat_roles.is_user & rows.eligible):
@@ -986,7 +1014,7 @@ class PackScope:
         if check is not None:
             rows = check.applied(rows)
         elif tools is not None:
-            raise_first_fault(self.df, tools, packed_rows(rows, units, included))
+            raise_first_fault(self.df, tools, packed_rows(rows, units, included), target)
         return included, rows
 
     def _opens(self, call: PackCall, rows: Exclusions, units: Units) -> np.ndarray | None:
