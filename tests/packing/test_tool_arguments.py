@@ -294,3 +294,29 @@ def test_the_manifest_json_names_the_reason() -> None:
         "tool_call_arguments_invalid",
         "tool_call_arguments_invalid",
     ]
+
+
+def test_a_report_under_an_anthropic_cache_model_reads_a_call_no_anthropic_request_sends() -> None:
+    from cognoxium.formats.openai import from_openai_messages
+
+    bad = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1'}}
+    chat = [
+        {"role": "system", "content": "Policy. " * 1500},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [bad]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    first = from_openai_messages(chat, conversation_id="c").pack(
+        20000, as_of=when, cache_model="anthropic"
+    )
+    more = [*chat, {"role": "user", "content": "next"}]
+    pack = from_openai_messages(more, conversation_id="c").pack(
+        20000, as_of=when, previous=first, cache_model="anthropic"
+    )
+    report = pack.manifest.cache
+    assert report is not None
+    assert report.prefix_ids == ["c:0", "c:1", "c:2", "c:3", "c:4"]
+    with pytest.raises(RecordError, match="pack with target='anthropic'"):
+        pack.to_anthropic()

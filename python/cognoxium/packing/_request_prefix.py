@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from cognoxium.exceptions import RecordError
 from cognoxium.packing._messages import message_parts, sent_messages
 from cognoxium.packing._renderers import (
     RANKED_ROLES,
@@ -209,7 +210,7 @@ def _anthropic_units(
         held = tuple(sorted(r for i in system for r in rows[i]))
         units.append(_Unit(("system", text), held, len(system), int(tokens[system].sum()), 1))
     turns = [
-        (i, *anthropic_turn(m, i, failed))
+        (i, *_turn_or_raw(m, i, failed))
         for i, m in enumerate(messages)
         if m["role"] not in SYSTEM_ROLES
     ]
@@ -225,9 +226,26 @@ def _anthropic_units(
     return units
 
 
+def _turn_or_raw(
+    message: dict[str, Any], row: int, failed: frozenset[str]
+) -> tuple[str, list[dict[str, Any]]]:
+    """The Anthropic turn of a message, or, when it cannot be one, the message as it is.
+
+    A pack built for OpenAI may hold a tool call whose arguments are not a
+    JSON object (no Anthropic request can send it: ``to_anthropic`` refuses
+    the pack); its report under an Anthropic cache model still compares
+    requests, reading such a message as one block per call and its text.
+    """
+    try:
+        return anthropic_turn(message, row, failed)
+    except RecordError:
+        calls = message.get("tool_calls") or ()
+        return message["role"], [message] * (1 + len(calls))
+
+
 def _strip_end(blocks: list[dict[str, Any]]) -> None:
     """Strip the whitespace ending the last block, as the request's last assistant turn is sent."""
-    if blocks[-1]["type"] == "text":
+    if blocks[-1].get("type") == "text":
         blocks[-1] = {**copy.deepcopy(blocks[-1]), "text": blocks[-1]["text"].rstrip()}
 
 
