@@ -255,3 +255,49 @@ def test_redact_options_reach_the_plan_and_the_manifest() -> None:
     assert "unredacted" not in json.loads(full.to_json())
     with pytest.raises(PlanError, match="redact metadata must be True or False"):
         cf.redact(metadata="yes")  # type: ignore[arg-type]
+
+
+SECRET_ID = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"  # a call id shaped like a key
+CARD_ID = "4111111111111111"  # a call id shaped like a card number
+
+
+def agent_chat() -> list[dict[str, object]]:
+    def call(call_id: str, arguments: str) -> dict[str, object]:
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "send", "arguments": arguments},
+        }
+
+    return [
+        {"role": "user", "content": "email bob@example.com"},
+        {
+            "role": "assistant",
+            "content": "Sending.",  # text beside the calls: they are kept in metadata
+            "tool_calls": [call(SECRET_ID, '{"to": "bob@example.com", "ssn": "536228726"}')],
+        },
+        {"role": "tool", "tool_call_id": SECRET_ID, "content": "sent"},
+        {"role": "assistant", "content": None, "tool_calls": [call(CARD_ID, "to bob@example.com")]},
+        {"role": "tool", "tool_call_id": CARD_ID, "content": "sent to bob@example.com"},
+    ]
+
+
+@pytest.mark.parametrize("metadata", [False, True])
+def test_tool_call_arguments_are_redacted_and_call_ids_kept(metadata: bool) -> None:
+    from cognoxium.formats.openai import from_openai_messages, to_openai_messages
+    from cognoxium.tokens.profiles import get_profile
+
+    frame = from_openai_messages(agent_chat(), conversation_id="c").redact(metadata=metadata)
+    pack = frame.pack(1000, as_of=AS_OF)
+    sent = to_openai_messages(pack)
+    assert len(sent) == 5  # every call still paired with its result
+    calls = [c for m in sent for c in m.get("tool_calls") or ()]  # type: ignore[attr-defined]
+    assert [c["id"] for c in calls] == [SECRET_ID, CARD_ID]
+    assert [c["function"]["arguments"] for c in calls] == [
+        '{"to": "[EMAIL]", "ssn": "[US_SSN]"}',
+        "to [EMAIL]",
+    ]
+    assert [m.get("tool_call_id") for m in sent if m["role"] == "tool"] == [SECRET_ID, CARD_ID]
+    assert "bob@example.com" not in json.dumps(sent)
+    assert pack.manifest.totals.redactions == {"EMAIL": 4, "US_SSN": 1}
+    assert pack.used_tokens == get_profile("o200k_base").request_tokens(sent)

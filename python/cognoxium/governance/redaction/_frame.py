@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import polars as pl
 
@@ -315,7 +316,11 @@ def redact_frame(
         is redacted), as :func:`redact_json` does.
     metadata
         Also redact the ``metadata`` column (canonical JSON) as by
-        :func:`redact_json`. It is not part of the content hash.
+        :func:`redact_json`. It is not part of the content hash. Without
+        it, the tool calls a message sends beside its text
+        (``metadata.tool_calls``) are still redacted: their arguments, as
+        the calls of a Json payload are. Call ids and ``tool_call_id`` /
+        ``tool_call_ids``, which pair a call with its result, never are.
     sources
         Also redact the ``uri`` and ``title`` of every entry of the
         ``sources`` column as by :func:`redact_text`.
@@ -402,6 +407,8 @@ def redact_frame(
         _write_back(columns, payload, hits, new_values, row_counts)
     if metadata:
         columns.update(_redact_metadata(df, columns["redactions"], recs, style, hkey, keys))
+    elif "metadata" in df.columns:  # the calls a message sends beside its text
+        columns.update(_redact_metadata_calls(df, columns["redactions"], recs, style, hkey, keys))
     if sources:
         columns.update(_redact_sources(df, columns["redactions"], recs, style, hkey))
     columns["unredacted"] = _unredacted(df, metadata=metadata, sources=sources)
@@ -440,6 +447,77 @@ def _payload_columns(df: pl.DataFrame) -> dict[str, pl.Series]:
     }
 
 
+_CALL_IDS = frozenset({"tool_call_id", "tool_call_ids"})
+"""Members that pair a tool result with its call: ids, never redacted."""
+
+
+def _redact_doc(
+    doc: Any,
+    recs: tuple[Source, ...],
+    style: str,
+    hkey: bytes | None,
+    counts: dict[str, int],
+    keys: bool,
+) -> Any:
+    """A JSON document redacted but for what pairs tool calls with their results.
+
+    The ``tool_call_id`` and ``tool_call_ids`` members are kept, and of each
+    call under ``tool_calls`` only its arguments are redacted (see
+    :func:`_redact_calls`): a call's id redacted would no longer match the
+    ``tool_call_id`` of its result, and the pack would drop both.
+    """
+    if not isinstance(doc, dict):
+        return redact_value(doc, recs, style, hkey, counts, keys)
+    structural = {k: v for k, v in doc.items() if k in _CALL_IDS}
+    rest = {k: v for k, v in doc.items() if k not in _CALL_IDS and k != "tool_calls"}
+    out = {**redact_value(rest, recs, style, hkey, counts, keys), **structural}
+    if "tool_calls" in doc:
+        out["tool_calls"] = _redact_calls(doc["tool_calls"], recs, style, hkey, counts, keys)
+    return out
+
+
+def _redact_calls(
+    calls: Any,
+    recs: tuple[Source, ...],
+    style: str,
+    hkey: bytes | None,
+    counts: dict[str, int],
+    keys: bool,
+) -> Any:
+    """OpenAI tool calls with their ``function.arguments`` redacted, ids and names kept.
+
+    Arguments that are a JSON object are redacted as one (a member such as
+    ``"ssn"`` names its value) and written back compactly when anything was
+    redacted; other arguments are redacted as text. Anything else than a
+    list of calls is redacted whole.
+    """
+    if not isinstance(calls, list) or not all(_is_call(call) for call in calls):
+        return redact_value(calls, recs, style, hkey, counts, keys)
+    out = []
+    for call in calls:
+        arguments = call["function"]["arguments"]
+        found: dict[str, int] = {}
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            redacted = redact_value(parsed, recs, style, hkey, found, keys)
+            new = json.dumps(redacted, ensure_ascii=False) if found else arguments
+        else:
+            new = redact_str(arguments, recs, style, hkey, found)
+        for name, n in found.items():
+            counts[name] = counts.get(name, 0) + n
+        out.append({**call, "function": {**call["function"], "arguments": new}})
+    return out
+
+
+def _is_call(call: Any) -> bool:
+    """Whether ``call`` is an OpenAI tool call whose arguments are text."""
+    function = call.get("function") if isinstance(call, dict) else None
+    return isinstance(function, dict) and isinstance(function.get("arguments"), str)
+
+
 def _redact_docs(
     values: pl.Series, recs: tuple[Source, ...], style: str, hkey: bytes | None, keys: bool
 ) -> tuple[list[str], list[dict[str, int]]]:
@@ -448,7 +526,7 @@ def _redact_docs(
     for value in values.to_list():
         counts: dict[str, int] = {}
         doc = json.loads(value)
-        new_values.append(canonical_json(redact_value(doc, recs, style, hkey, counts, keys)))
+        new_values.append(canonical_json(_redact_doc(doc, recs, style, hkey, counts, keys)))
         row_counts.append(counts)
     return new_values, row_counts
 
@@ -493,6 +571,44 @@ def _redact_metadata(
     return {
         "metadata": column.clone().scatter(rows, pl.Series(new_values, dtype=pl.String)),
         "redactions": redactions.clone().scatter(rows, pl.Series(new_counts, dtype=pl.String)),
+    }
+
+
+def _redact_metadata_calls(
+    df: pl.DataFrame,
+    redactions: pl.Series,
+    recs: tuple[Source, ...],
+    style: str,
+    hkey: bytes | None,
+    keys: bool,
+) -> dict[str, pl.Series]:
+    """``metadata.tool_calls`` redacted (see :func:`_redact_calls`), the rest kept, and counts.
+
+    A message with text keeps the tool calls it sends in its metadata: they
+    are part of what a pack sends, so they are redacted with the payload.
+    """
+    column = df.get_column("metadata").cast(pl.String)
+    rows = column.str.contains('"tool_calls"', literal=True).fill_null(False).arg_true()
+    changed: list[int] = []
+    new_values: list[str] = []
+    row_counts: list[dict[str, int]] = []
+    for row, value in zip(rows.to_list(), column.gather(rows).to_list(), strict=True):
+        doc = json.loads(value)
+        counts: dict[str, int] = {}
+        if not isinstance(doc, dict) or "tool_calls" not in doc:
+            continue
+        calls = _redact_calls(doc["tool_calls"], recs, style, hkey, counts, keys)
+        if counts:
+            changed.append(row)
+            new_values.append(canonical_json({**doc, "tool_calls": calls}))
+            row_counts.append(counts)
+    if not changed:
+        return {}
+    at = pl.Series(changed, dtype=pl.UInt32)
+    new_counts = _merged_counts(redactions.gather(at), row_counts)
+    return {
+        "metadata": column.clone().scatter(changed, pl.Series(new_values, dtype=pl.String)),
+        "redactions": redactions.clone().scatter(changed, pl.Series(new_counts, dtype=pl.String)),
     }
 
 
