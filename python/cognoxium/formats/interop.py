@@ -167,7 +167,12 @@ def from_langchain_messages(
     + ``index`` microseconds, and a tool-calling assistant message grouped
     with its tool results. A message's own LangChain ``id``, when set, is kept
     as ``metadata["message_id"]``. System (and developer) messages are
-    ``required`` by default, every other message ``optional``.
+    ``required`` by default, every other message ``optional``. What
+    ``convert_to_openai_messages`` leaves out is not kept either: a
+    message's ``additional_kwargs``, ``response_metadata`` and
+    ``usage_metadata``, and a ``ToolMessage``'s ``artifact`` (none of them
+    is sent to a model); keep what you need in the items' metadata with
+    ``with_columns``.
 
     Content may be a string or a list of content parts: text parts, and in
     a ``HumanMessage`` image parts in LangChain's documented shapes, the
