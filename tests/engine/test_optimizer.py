@@ -637,3 +637,32 @@ def test_collect_equal_on_an_example_with_every_rule_firing() -> None:
     assert "TopK" not in plan  # the select sits between limit and sort
     assert_frame_equal(q.collect(), q.collect(OptFlags.none()))
     assert q.collect()["id"].to_list() == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("reaching", "removed"),
+    [
+        ({"conversation": None, "turn": 3}, {"conversation": "c1", "turn": 1}),  # null / text
+        ({"conversation": "c2", "turn": 3}, {"conversation": 7, "turn": "late"}),  # text / number
+        ({"conversation": "c1", "turn": 3}, {"conversation": {"id": 1}, "turn": True}),
+        ({"conversation": "c3", "turn": 3.5}, {"conversation": ["c1"], "turn": [3]}),
+    ],
+)
+def test_a_metadata_predicate_after_a_filter_reads_only_the_types_of_the_rows_it_reaches(
+    reaching: dict[str, object], removed: dict[str, object]
+) -> None:
+    # Polars merges the two filters into one expression over every row: the rows the
+    # first filter removes hold other JSON types for the keys the second one reads.
+    rows = [
+        {"id": "kept", "role": "user", "text": "a", "priority": 1, "metadata": reaching},
+        {"id": "gone", "role": "tool", "text": "b", "priority": 1, "metadata": removed},
+        {"id": "empty", "role": "user", "text": "c", "priority": 0, "metadata": {}},
+    ]
+    frame = (
+        CognitionFrame(rows)
+        .filter(pl.col("role") == "user")
+        .quarantine(pl.col("priority") > 0, reason="p")
+        .filter("metadata.conversation = 'c1' OR metadata.turn > 2")
+    )
+    for flags in (OptFlags.none(), OptFlags()):
+        assert frame.collect(flags).get_column("id").to_list() == ["kept"]

@@ -200,6 +200,9 @@ class _Lowering:
         dtype = None if self.dtypes is None else self.dtypes.get("metadata")
         if not (self.decode and isinstance(dtype, pl.Struct)):
             return pl.col("metadata")
+        leaf = self.path_dtype(names)
+        if leaf is not None and (leaf.is_numeric() or leaf in (pl.String, pl.Boolean, pl.Null)):
+            return _read_path(names[1:], leaf)
         return pl.col("metadata").str.json_decode(path_struct(dtype, names[1:]))
 
     def error(self, node: exp.Expr | None, message: str) -> PredicateError:
@@ -643,6 +646,31 @@ def path_struct(dtype: pl.Struct, keys: Sequence[str]) -> pl.Struct:
     if len(keys) > 1 and isinstance(inner, pl.Struct):
         inner = path_struct(inner, keys[1:])
     return pl.Struct([pl.Field(keys[0], inner)])
+
+
+def _read_path(keys: Sequence[str], leaf: pl.DataType) -> pl.Expr:
+    """The struct of one metadata path to a scalar, its value read as text then as ``leaf``.
+
+    The type is that of the rows a predicate reaches, but Polars may
+    evaluate the predicate on more rows (a filter before it is merged with
+    it, or it is pushed below a join), whose values of the key may be of
+    another JSON type. Read as text (``json_path_match``) and converted
+    leniently (a value of another type is null), those rows cannot fail the
+    query, and the rows the predicate reaches read as a decode would read
+    them.
+    """
+    quoted = (key.replace("\\", "\\\\").replace("'", "\\'") for key in keys)
+    text = pl.col("metadata").str.json_path_match("$" + "".join(f"['{k}']" for k in quoted))
+    value: pl.Expr
+    if leaf == pl.Boolean:
+        value = pl.when(text == "true").then(True).when(text == "false").then(False)
+    elif leaf == pl.Null:
+        value = pl.when(text.is_null()).then(None)
+    else:
+        value = text if leaf == pl.String else text.cast(leaf, strict=False)
+    for key in reversed(keys):
+        value = pl.struct(value.alias(key))
+    return value
 
 
 def _mixed(dtype: pl.DataType | DataTypeClass | None) -> bool:
