@@ -14,11 +14,14 @@ JSONL round trips.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 import polars as pl
 
-__all__ = ["EDGE_SCHEMA", "ancestors", "descendants", "lineage_edges"]
+from cognoxium.items.model import canonical_json
+
+__all__ = ["EDGE_SCHEMA", "ancestors", "descendants", "lineage_edges", "redactions_from_lineage"]
 
 EDGE_SCHEMA = pl.Schema(
     {
@@ -188,3 +191,57 @@ def ancestors(edges: pl.DataFrame, item_id: str) -> pl.DataFrame:
 def descendants(edges: pl.DataFrame, item_id: str) -> pl.DataFrame:
     """The edges leading from ``item_id`` to everything made from it (see :func:`ancestors`)."""
     return _walk(edges, [item_id], forward=True)
+
+
+def redactions_from_lineage(df: pl.DataFrame) -> pl.Series:
+    """Each item's redaction counts as its ``lineage`` records them.
+
+    A ``redact`` edge's detail holds the item's counts after that step
+    (counts add up over successive redactions), so the counts of an item
+    read back from a file are, per type, the most its own ``redact`` edges
+    give: what a ``redactions`` column said before the file was written.
+
+    Parameters
+    ----------
+    df
+        ``n`` items with ``id`` and ``lineage`` (without ``lineage``: no counts).
+
+    Returns
+    -------
+    polars.Series
+        ``redactions``: ``n`` canonical JSON objects ``{type: count}``,
+        ``"{}"`` for an item its lineage records no redaction of.
+
+    Examples
+    --------
+    >>> edge = {"parent_id": "a", "parent_hash": "0" * 64, "operation": "redact",
+    ...         "detail": '{"EMAIL":1}'}
+    >>> df = pl.DataFrame({"id": ["a", "b"], "lineage": [[edge], []]})
+    >>> redactions_from_lineage(df).to_list()
+    ['{"EMAIL":1}', '{}']
+    """
+    counts = pl.Series("redactions", ["{}"] * df.height, pl.String)
+    if "lineage" not in df.columns or not df.select(pl.col("lineage").list.len().sum()).item():
+        return counts
+    own = (pl.col("operation") == "redact") & (pl.col("parent_id") == pl.col("id"))
+    steps = (
+        df.select("id", "lineage")
+        .with_row_index("__row")
+        .explode("lineage")
+        .filter(pl.col("lineage").is_not_null())
+        .unnest("lineage")
+        .filter(own & pl.col("detail").is_not_null())
+        .group_by("__row", maintain_order=True)
+        .agg("detail")
+    )
+    merged = [_most_counts(details) for details in steps.get_column("detail").to_list()]
+    return counts.scatter(steps.get_column("__row"), pl.Series(merged, dtype=pl.String))
+
+
+def _most_counts(details: list[str]) -> str:
+    """The per-type most of counts given as JSON objects, as canonical JSON."""
+    most: dict[str, int] = {}
+    for detail in details:
+        for kind, n in json.loads(detail).items():
+            most[kind] = max(most.get(kind, 0), n)
+    return canonical_json(most)

@@ -30,6 +30,7 @@ from cognoxium._columns import (
     REDACTIONS,
     UNREDACTED,
 )
+from cognoxium.governance.lineage import redactions_from_lineage
 from cognoxium.items.model import canonical_json
 from cognoxium.packing._checks import PackCall
 from cognoxium.packing._exclusions import quarantine_expr
@@ -122,13 +123,6 @@ class ManifestBasis:
         return self.df.height
 
 
-def _lineage_redactions(df: pl.DataFrame) -> pl.Series:
-    """Each item's redaction counts from its lineage (see ``redactions_from_lineage``)."""
-    from cognoxium.governance.redaction import redactions_from_lineage
-
-    return redactions_from_lineage(df)
-
-
 def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
     """The parts of the manifests of packs over ``df`` that every pack shares.
 
@@ -151,7 +145,7 @@ def manifest_basis(df: pl.DataFrame, review: PolicyReview) -> ManifestBasis:
     )
     redactions = pl.col(REDACTIONS).replace("{}", None)
     if REDACTIONS not in df.columns:  # items read back from a file: their lineage has them
-        redactions = pl.lit(_lineage_redactions(df)).replace("{}", None)
+        redactions = pl.lit(redactions_from_lineage(df)).replace("{}", None)
     columns = df.select(
         pl.int_range(n, dtype=pl.Int64).alias("position"),
         "id",

@@ -65,7 +65,7 @@ from cognoxium.governance.redaction._engine import find_spans, redact_json, reda
 
 # Not public: checks the ``recognisers=`` argument of CognitionFrame.redact.
 from cognoxium.governance.redaction._engine import recogniser_pool as recogniser_pool
-from cognoxium.governance.redaction._frame import redact_frame, redactions_from_lineage
+from cognoxium.governance.redaction._frame import redact_frame
 from cognoxium.governance.redaction._model import (
     CONTEXT_FILLERS,
     Recogniser,
@@ -90,5 +90,4 @@ __all__ = [
     "redact_frame",
     "redact_json",
     "redact_text",
-    "redactions_from_lineage",
 ]

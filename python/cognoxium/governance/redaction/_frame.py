@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from cognoxium.exceptions import SchemaError
+from cognoxium.governance.lineage import redactions_from_lineage
 from cognoxium.governance.redaction._engine import (
     apply_spans,
     hash_key,
@@ -224,60 +225,6 @@ def _merge_counts(old: str | None, new: Mapping[str, int]) -> str:
     for kind, n in new.items():
         merged[kind] = merged.get(kind, 0) + n
     return canonical_json(merged)
-
-
-def redactions_from_lineage(df: pl.DataFrame) -> pl.Series:
-    """Each item's redaction counts as its ``lineage`` records them.
-
-    A ``redact`` edge's detail holds the item's counts after that step
-    (counts add up over successive redactions), so the counts of an item
-    read back from a file are, per type, the most its own ``redact`` edges
-    give: what a ``redactions`` column said before the file was written.
-
-    Parameters
-    ----------
-    df
-        ``n`` items with ``id`` and ``lineage`` (without ``lineage``: no counts).
-
-    Returns
-    -------
-    polars.Series
-        ``redactions``: ``n`` canonical JSON objects ``{type: count}``,
-        ``"{}"`` for an item its lineage records no redaction of.
-
-    Examples
-    --------
-    >>> edge = {"parent_id": "a", "parent_hash": "0" * 64, "operation": "redact",
-    ...         "detail": '{"EMAIL":1}'}
-    >>> df = pl.DataFrame({"id": ["a", "b"], "lineage": [[edge], []]})
-    >>> redactions_from_lineage(df).to_list()
-    ['{"EMAIL":1}', '{}']
-    """
-    counts = pl.Series("redactions", ["{}"] * df.height, pl.String)
-    if "lineage" not in df.columns:
-        return counts
-    own = (pl.col("operation") == "redact") & (pl.col("parent_id") == pl.col("id"))
-    steps = (
-        df.select("id", "lineage")
-        .with_row_index("__row")
-        .explode("lineage")
-        .filter(pl.col("lineage").is_not_null())
-        .unnest("lineage")
-        .filter(own & pl.col("detail").is_not_null())
-        .group_by("__row", maintain_order=True)
-        .agg("detail")
-    )
-    merged = [_most_counts(details) for details in steps.get_column("detail").to_list()]
-    return counts.scatter(steps.get_column("__row"), pl.Series(merged, dtype=pl.String))
-
-
-def _most_counts(details: list[str]) -> str:
-    """The per-type most of counts given as JSON objects, as canonical JSON."""
-    most: dict[str, int] = {}
-    for detail in details:
-        for kind, n in json.loads(detail).items():
-            most[kind] = max(most.get(kind, 0), n)
-    return canonical_json(most)
 
 
 def _merged_counts(old: pl.Series, new: list[dict[str, int]]) -> list[str]:
