@@ -56,7 +56,7 @@ import numpy as np
 
 from cognoxium.retrieval.embeddings import MAX_READ_CHARS
 from processes import measured
-from reports import megabyte_args, write_report
+from reports import megabyte_args, run_figures, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -148,15 +148,7 @@ def measure(megabytes: float, repeats: int, work: Path) -> dict[str, Any]:
                 env = {**os.environ, "COGNOXIUM_CACHE_DIR": cache}
                 runs[name].append(asdict(measured(commands[name], env=env)))
             print(name, json.dumps(runs[name][-1]), flush=True)
-    figures: dict[str, dict[str, Any]] = {
-        name: {
-            "median_s": round(statistics.median(r["wall_s"] for r in rows), 3),
-            "cpu_median_s": round(statistics.median(r["cpu_s"] for r in rows), 3),
-            "peak_mb": round(max(r["peak_mb"] for r in rows), 1),
-            "runs": rows,
-        }
-        for name, rows in runs.items()
-    }
+    figures = run_figures(runs)
     ratios = [b["wall_s"] / f["wall_s"] for b, f in zip(runs["big"], runs["floor"], strict=True)]
     big = figures["big"]
     return {

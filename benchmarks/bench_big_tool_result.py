@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from processes import measured
-from reports import megabyte_args, write_report
+from reports import megabyte_args, run_figures, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUDGET = 8000
@@ -108,15 +108,7 @@ def measure(kind: str, megabytes: float, repeats: int, work: Path) -> dict[str, 
             print(kind, name, json.dumps(runs[name][-1]), flush=True)
     ratios = [p["wall_s"] / f["wall_s"] for p, f in zip(runs["pack"], runs["floor"], strict=True)]
     return {
-        "runs": {
-            name: {
-                "median_s": round(statistics.median(r["wall_s"] for r in rows), 3),
-                "cpu_median_s": round(statistics.median(r["cpu_s"] for r in rows), 3),
-                "peak_mb": round(max(r["peak_mb"] for r in rows), 1),
-                "runs": rows,
-            }
-            for name, rows in runs.items()
-        },
+        "runs": run_figures(runs),
         "pack_over_floor_median": round(statistics.median(ratios), 3),
     }
 

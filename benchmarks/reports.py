@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["megabyte_args", "write_report"]
+__all__ = ["megabyte_args", "run_figures", "write_report"]
 
 
 def write_report(out: Path, result: dict[str, Any], text: str, *, echo: bool = False) -> None:
@@ -37,3 +38,16 @@ def megabyte_args(argv: Sequence[str] | None, doc: str | None, out: Path) -> arg
     if args.repeats < 1 or args.mb <= 0:
         parser.error("need --repeats >= 1 and --mb > 0")
     return args
+
+
+def run_figures(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Each run's median seconds and CPU seconds, its peak MB, and its rounds (``runs``)."""
+    return {
+        name: {
+            "median_s": round(statistics.median(r["wall_s"] for r in rows), 3),
+            "cpu_median_s": round(statistics.median(r["cpu_s"] for r in rows), 3),
+            "peak_mb": round(max(r["peak_mb"] for r in rows), 1),
+            "runs": rows,
+        }
+        for name, rows in runs.items()
+    }
