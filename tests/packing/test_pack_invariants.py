@@ -238,9 +238,15 @@ def pack_calls(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _units(rows: pl.DataFrame, turns: bool) -> list[list[str]]:
-    """The rows packed or dropped together: groups and, with ``turns``, whole turns, joined."""
+    """The rows packed or dropped together: groups and, with ``turns``, whole turns, joined.
+
+    The last turn is not bound while in progress: its last message a tool result.
+    """
     ids = rows.get_column("id").to_list()
     parent = {i: i for i in ids}
+    spoken = rows.filter(pl.col("role").cast(pl.String).is_in(["user", "assistant", "tool"]))
+    users = spoken.filter(pl.col("role").cast(pl.String) == "user").get_column("id")
+    running = users[-1] if spoken.height and users.len() and spoken["role"][-1] == "tool" else None
 
     def find(i: str) -> str:
         while parent[i] != i:
@@ -257,7 +263,7 @@ def _units(rows: pl.DataFrame, turns: bool) -> list[list[str]]:
             join(row["id"], first_of_group.setdefault(row["group_id"], row["id"]))
         if row["role"] == "user":
             opened_by = row["id"]
-        elif turns and opened_by is not None and row["role"] in {"assistant", "tool"}:
+        elif turns and opened_by not in (None, running) and row["role"] in {"assistant", "tool"}:
             join(row["id"], opened_by)
     units: dict[str, list[str]] = {}
     for i in ids:
