@@ -128,6 +128,37 @@ def test_an_empty_pack_for_anthropic_counts_the_opening_message_and_the_priming(
     assert built.to_anthropic() == {"messages": [OPENING_MESSAGE]}
 
 
+BLANK_FIRST = {
+    "a blank message alone": [{"role": "user", "content": "\n"}],
+    "a blank question, then a reply": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": " \t"},
+        {"role": "assistant", "content": "Hello."},
+    ],
+    "a separator only Python strips": [{"role": "user", "content": "\x1c"}],
+    "a blank question, then a named reply": [
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": "", "name": "bot"},
+    ],
+}
+
+
+@pytest.mark.parametrize("messages", BLANK_FIRST.values(), ids=list(BLANK_FIRST))
+def test_a_blank_first_message_is_not_sent_so_the_opening_message_is_counted(
+    messages: list[dict[str, str]],
+) -> None:
+    """A user message of blank text renders no Anthropic block: the opening takes its place."""
+    df = from_openai_messages(messages, conversation_id="c", system_retention="optional")
+    built = pack(df.collect(), 60, PackOptions(as_of=AS_OF, target="anthropic"))
+    profile = get_profile("cl100k_base")
+    request = built.to_anthropic()
+    assert built.ids == [f"c:{k}" for k in range(len(messages))]
+    assert request["messages"][0] == OPENING_MESSAGE
+    opening = {"role": "user", "content": OPENING}
+    assert built.used_tokens == profile.request_tokens([opening, *built.messages])
+    validate_anthropic_messages(request)
+
+
 def test_a_budget_too_small_for_the_opening_message_is_a_budget_error() -> None:
     frame = CognitionFrame(SYSTEM_ONLY.to_dicts())
     with pytest.raises(BudgetError, match="user message an Anthropic request opens with"):

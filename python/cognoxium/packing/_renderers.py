@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from cognoxium.packing._model import ContextPack
 
 __all__ = [
+    "NOT_BLANK",
     "OPENING",
     "RANKED_ROLES",
     "SYSTEM_ROLES",
@@ -40,6 +41,7 @@ __all__ = [
     "anthropic_turn",
     "failed_calls",
     "mark_cache",
+    "sends_blocks",
     "system_text",
     "text_transcript",
 ]
@@ -53,6 +55,8 @@ SYSTEM_ROLES: tuple[str, ...] = ("system", "developer")
 """Message roles an Anthropic request sends in its ``system`` block."""
 RANKED_ROLES: tuple[str, ...] = ("document", "memory")
 """Item roles of ranked content: a continuing pack sends them after its stable history."""
+NOT_BLANK = r"[^\s\x1c-\x1f]"
+"""A regex (Polars syntax) of a character ``str.strip`` keeps: text without one is blank."""
 _DATA_PREFIX = "data:"
 
 
@@ -200,6 +204,21 @@ def anthropic_turn(
         calls = message.get("tool_calls") or ()
         blocks += [_tool_use(call, row, j) for j, call in enumerate(calls)]
     return role, blocks
+
+
+def sends_blocks(message: dict[str, Any]) -> bool:
+    """Whether an OpenAI message is sent in an Anthropic request's ``messages``.
+
+    A system or developer message goes to ``system``; a user or assistant
+    message whose content renders no block (blank text, no image, no name)
+    and that makes no tool call is left out.
+    """
+    role = message["role"]
+    if role in SYSTEM_ROLES:
+        return False
+    if role == "tool" or (role == "assistant" and message.get("tool_calls")):
+        return True
+    return bool(_content_blocks(message.get("content"), message.get("name")))
 
 
 def system_text(message: dict[str, Any]) -> str:

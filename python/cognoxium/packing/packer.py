@@ -129,7 +129,7 @@ from cognoxium.packing._model import (
     TruncationRecord,
 )
 from cognoxium.packing._policies import review_policies
-from cognoxium.packing._renderers import OPENING
+from cognoxium.packing._renderers import NOT_BLANK, OPENING, sends_blocks
 from cognoxium.packing._selection import (
     Decisions,
     Queue,
@@ -639,9 +639,18 @@ class PackScope:
 
     @cached_property
     def _conversing(self) -> np.ndarray:
-        """``(n,)`` bool: the row is sent as a user, assistant or tool message (not system)."""
-        role = self._rendering.chat.role
-        return (~role.is_in(["system", "developer"])).to_numpy()
+        """``(n,)`` bool: the row sends an Anthropic user, assistant or tool message.
+
+        Not a system or developer row (it goes to ``system``), nor a message
+        the rendering leaves out for sending no block: blank text with no
+        image, name or tool call (see :func:`sends_blocks`).
+        """
+        chat = self._rendering.chat
+        sent = chat.role.is_in(["user", "assistant"]) & chat.content.str.contains(NOT_BLANK)
+        conversing = (sent.fill_null(False) | (chat.role == "tool")).to_numpy()
+        for row in (*chat.images, *chat.fields):
+            conversing[row] = sends_blocks(chat.message(row))
+        return conversing
 
     @cached_property
     def _user_rows(self) -> np.ndarray:
@@ -1034,16 +1043,16 @@ class PackScope:
     def _reopens(self, continuation: Continuation | None) -> bool:
         """Whether a continuing pack keeps the room of the earlier pack's opening message.
 
-        The earlier pack sent only system messages, so an Anthropic request
-        opened with the placeholder user message, and the continuation pins no
-        message that would open it instead. Keeping the room from the first
+        The earlier pack sent no message besides system ones (see
+        :func:`sends_blocks`), so an Anthropic request opened with the
+        placeholder user message, and the continuation pins no message that
+        would open it instead. Keeping the room from the first
         selection makes the earlier pack's choices again: without it, the
         placeholder's room, freed by a replayed cut, would go to another item.
         """
         if continuation is None or self._conversing[continuation.pinned].any():
             return False
-        roles = {message.get("role") for message in continuation.previous.messages}
-        return roles <= {"system", "developer"}
+        return not any(sends_blocks(m) for m in continuation.previous.messages)
 
     def _converses_required(self, queue: Queue, units: Units) -> bool:
         """Whether the required units send a message besides system and developer ones."""
