@@ -10,11 +10,13 @@ import pytest
 
 from cognoxium import ContextPack, Renderer
 from cognoxium.exceptions import RecordError
+from cognoxium.formats.anthropic import from_anthropic_messages
 from cognoxium.formats.openai import from_openai_messages, to_openai_messages
 from cognoxium.governance.policies import BoundaryPolicy
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import ContextItem, Json, Reference, Source, Text
 from cognoxium.items.records import records_to_frame
+from cognoxium.packing.message_rules import anthropic_faults
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from tests.packing.test_chat_costs import CL100K, cookbook_tokens
@@ -462,3 +464,52 @@ def test_renderings_are_deterministic() -> None:
     assert json.dumps(first.to_anthropic()) == json.dumps(second.to_anthropic())
     assert first.to_text() == second.to_text()
     assert first.manifest.to_json() == second.manifest.to_json()
+
+
+FAILED_RESULTS: dict[str, Any] = {
+    "no content": None,
+    "empty text": "",
+    "whitespace": " \n",
+    "no block": [],
+    "a blank text block": [{"type": "text", "text": "  "}],
+}
+
+
+@pytest.mark.parametrize("content", FAILED_RESULTS.values(), ids=list(FAILED_RESULTS))
+def test_a_failed_tool_result_without_content_is_sent_without_its_error_mark(content: Any) -> None:
+    """Anthropic refuses ``is_error`` on a blank ``tool_result``; a failure with text keeps it."""
+
+    def last_result(result: Any) -> dict[str, Any]:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": "t1", "is_error": True}
+        if result is not None:
+            block["content"] = result
+        frame = from_anthropic_messages(
+            [
+                {"role": "user", "content": "Run it."},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}],
+                },
+                {"role": "user", "content": [block]},
+            ]
+        )
+        request = frame.pack(1000, as_of=AS_OF, target="anthropic").to_anthropic()
+        assert anthropic_faults(request) == []
+        sent: dict[str, Any] = request["messages"][-1]["content"][0]
+        return sent
+
+    assert "is_error" not in last_result(content)
+    assert last_result([{"type": "text", "text": "exit 1"}])["is_error"] is True
+
+
+def test_the_anthropic_rules_refuse_a_failed_tool_result_without_content() -> None:
+    use = {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}
+    request = [
+        {"role": "user", "content": "Run it."},
+        {"role": "assistant", "content": [use]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True}],
+        },
+    ]
+    assert [(f.index, f.rule) for f in anthropic_faults(request)] == [(2, "tool_error_empty")]

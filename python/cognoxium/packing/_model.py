@@ -762,7 +762,9 @@ class ContextPack:
           ``content``) inside a ``user`` message, with ``"is_error": true``
           when the result item says the tool failed (``metadata.is_error``,
           as :func:`~cognoxium.formats.anthropic.from_anthropic_messages` and
-          :func:`~cognoxium.formats.interop.from_langchain_messages` keep it).
+          :func:`~cognoxium.formats.interop.from_langchain_messages` keep it)
+          and it has content: the API refuses a failed result that has none,
+          which is sent without the mark, as Chat Completions sends it.
         - A message's ``name`` (the format has none) starts its first text
           block as ``"<name>: "``; a tool result's ``name`` is not sent (its
           call's ``tool_use`` block names the function).

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import polars as pl
 
 from cognoxium.exceptions import RecordError
-from cognoxium.packing.message_rules import tool_input
+from cognoxium.packing.message_rules import blank_result, tool_input
 
 if TYPE_CHECKING:
     from cognoxium.packing._model import ContextPack
@@ -196,8 +196,8 @@ def anthropic_turn(
         result: Any = content if isinstance(content, str) else _content_blocks(content, None)
         tool_id = anthropic_tool_id(message["tool_call_id"])
         block = {"type": "tool_result", "tool_use_id": tool_id, "content": result}
-        if message["tool_call_id"] in failed:
-            block["is_error"] = True
+        if message["tool_call_id"] in failed and not blank_result(result):
+            block["is_error"] = True  # the API refuses a failed result without content
         return "user", [block]
     blocks = _content_blocks(content, message.get("name"))
     if role == "assistant":
@@ -263,7 +263,8 @@ def anthropic_request(
     failed
         The ids of the tool calls whose results say the tool failed
         (:func:`failed_calls`): their ``tool_result`` blocks are sent with
-        ``"is_error": true``.
+        ``"is_error": true``, unless blank (see
+        :func:`~cognoxium.packing.message_rules.blank_result`).
 
     Returns
     -------

@@ -36,7 +36,7 @@ user message, "tool_result blocks must come FIRST in the content array",
 text blocks must be non-empty; the API's own errors: "text content blocks
 must contain non-whitespace text", "final assistant content cannot end with
 trailing whitespace", "tool_use.id: String should match pattern
-'^[a-zA-Z0-9_-]+$'"), checked by :func:`anthropic_faults`: the
+'^[a-zA-Z0-9_-]+$'", "content cannot be empty if is_error is true"), checked by :func:`anthropic_faults`: the
 three tool rules above on ``tool_use`` and ``tool_result`` blocks, and
 ``messages_empty``, ``role_invalid``, ``first_not_user``,
 ``roles_not_alternating`` (the API merges consecutive turns of one role; a
@@ -44,7 +44,9 @@ request that alternates reads as the conversation it is, and the renderer
 of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
 never sends two), ``content_empty`` (whitespace-only text included),
 ``block_misplaced``, ``tool_result_not_first``, ``tool_id_invalid``,
-``tool_call_arguments_invalid`` and ``final_assistant_whitespace``.
+``tool_call_arguments_invalid``, ``final_assistant_whitespace`` and
+``tool_error_empty`` (a ``tool_result`` marked ``is_error`` with no content
+but whitespace: :func:`blank_result`).
 
 The validators raise :class:`~cognoxium.exceptions.MessageError` at the first
 fault, naming the message index and the rule.
@@ -65,6 +67,7 @@ __all__ = [
     "Fault",
     "anthropic_faults",
     "argument_faults",
+    "blank_result",
     "openai_faults",
     "tool_call_faults",
     "tool_input",
@@ -89,6 +92,7 @@ MESSAGE_RULES: dict[str, str] = {
     "it with whitespace",
     "tool_call_arguments_invalid": "for Anthropic, a tool call's arguments, its tool_use "
     "input, are a JSON object; blank arguments are the empty object",
+    "tool_error_empty": "a tool_result marked is_error holds more than whitespace",
 }
 """Every rule checked, by name: what a request must do."""
 
@@ -516,7 +520,30 @@ def _tool_block_faults(at: int, j: int, kind: str, block: Mapping[str, Any]) -> 
         kind_of = type(block.get("input")).__name__
         text = f"message {at} block {j} is a tool_use whose input is a {kind_of}, not an object"
         faults.append(Fault(at, "tool_call_arguments_invalid", text))
+    if kind == "tool_result" and block.get("is_error") is True and blank_result(block.get("content")):
+        text = f"message {at} block {j} is a tool_result marked is_error without content"
+        faults.append(Fault(at, "tool_error_empty", text))
     return faults
+
+
+def blank_result(content: Any) -> bool:
+    """Whether a ``tool_result``'s content holds no block but whitespace text, or nothing.
+
+    Anthropic refuses such a result marked ``is_error`` (rule
+    ``tool_error_empty``): a pack sends it without the mark, as Chat
+    Completions, which has no such mark, sends it.
+
+    Examples
+    --------
+    >>> blank_result(" "), blank_result([]), blank_result([{"type": "text", "text": "Err"}])
+    (True, True, False)
+    """
+    if content is None or isinstance(content, str):
+        return not (content or "").strip()
+    return all(
+        isinstance(b, Mapping) and b.get("type") == "text" and not str(b.get("text", "")).strip()
+        for b in _blocks_of(content)
+    )
 
 
 def _ids(content: Any, kind: str, key: str) -> list[str]:
@@ -640,8 +667,9 @@ def validate_anthropic_messages(
     ``tool_result`` block in the next message (once, placed before that
     message's other blocks), no ``tool_result`` without a ``tool_use`` in
     the message before, tool ids of the form ``^[a-zA-Z0-9_-]+$``, each
-    ``tool_use`` input an object, and a last assistant message (a prefill)
-    that does not end with whitespace.
+    ``tool_use`` input an object, a ``tool_result`` marked ``is_error``
+    with content, and a last assistant message (a prefill) that does not
+    end with whitespace.
 
     Parameters
     ----------
