@@ -68,6 +68,8 @@ ERROR_CODES: dict[str, str] = {
     "profile.invalid": "a token profile's tokenizer files are missing or not as published",
     "profile.unknown": "a token profile or model name is not known",
     "rank.invalid": "scores, ranked lists or embeddings are invalid",
+    "record.image_invalid": "an inline image (a data: URL) is not base64 PNG, JPEG, GIF or WebP "
+    "data of its declared type",
     "record.invalid": "a record cannot be turned into a ContextItem",
     "record.too_large": "an item's payload is larger than the maximum item size",
     "request.invalid": "a pack request is invalid or cannot be packed",

@@ -1070,7 +1070,7 @@ MIXED_CONVERSATIONS: list[dict[str, Any]] = [
                     {"type": "text", "text": "What is this?"},
                     {
                         "type": "image_url",
-                        "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"},
+                        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
                     },
                     {"type": "image_url", "image_url": {"url": "https://example.com/b.jpg"}},
                 ],

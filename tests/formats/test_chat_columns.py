@@ -39,18 +39,25 @@ TEXTS = st.one_of(
 )
 NAMES = st.one_of(st.none(), st.sampled_from(["ada", "bo", "名前"]), st.just(""), st.just(7))
 CALL_IDS = st.sampled_from(["c1", "c2", "c3"])
+VALID_IMAGES: list[dict[str, Any]] = [
+    {"type": "image_url", "image_url": {"url": "https://x.org/a.png"}},
+    {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+    },
+]
 IMAGE = st.sampled_from(
     [
-        {"type": "image_url", "image_url": {"url": "https://x.org/a.png"}},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+        *VALID_IMAGES,
         {"type": "image_url", "image_url": {"url": ""}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},  # not a PNG
     ]
 )
 
 
 VALID_TEXTS = TEXTS.filter(lambda t: "\ud800" not in t)
 VALID_NAMES = st.one_of(st.none(), st.sampled_from(["ada", "bo", "名前"]))
-VALID_IMAGE = IMAGE.filter(lambda part: bool(part["image_url"]["url"]))
+VALID_IMAGE = st.sampled_from(VALID_IMAGES)
 
 
 @st.composite
@@ -59,7 +66,7 @@ def openai_message(draw: st.DrawFn, valid: bool = False) -> Any:
 
     With ``valid``, only what the importers take: no unknown role, no tool
     result (whose call may be missing), no lone surrogate, empty or non-text
-    name, empty image URL or tool arguments that are not JSON.
+    name, empty image URL, inline image that is not one or tool arguments that are not JSON.
     """
     roles = ["system", "developer", "user", "assistant"]
     role = draw(st.sampled_from(roles if valid else [*roles, "tool", "robot"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from base64 import b64encode
 from datetime import UTC, datetime
 from typing import Any
@@ -11,15 +12,16 @@ import numpy as np
 import polars as pl
 import pytest
 
+from cognoxium.exceptions import RecordError
 from cognoxium.formats.anthropic import from_anthropic_messages, to_anthropic_messages
 from cognoxium.formats.interop import from_langchain_messages, to_langchain_messages
-from cognoxium.formats.openai import from_openai_messages, to_openai_messages
+from cognoxium.formats.openai import from_openai_messages, read_openai_jsonl, to_openai_messages
 from cognoxium.packing._messages import chat_columns, message_parts, sent_messages
 from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.tokens.profiles import get_profile
-from tests.image_files import png
+from tests.image_files import BUILDERS, png
 from tests.packing.chats import documents
 
 PROFILE = get_profile("cl100k_base")
@@ -180,16 +182,10 @@ def test_a_large_data_url_image_is_tiled_as_the_provider_documents(
     assert result.to_openai() == messages
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "data:image/bmp;base64,Qk0eAAAAAAAAABoAAAAMAAAAAQABAAEAGAAAAP8A",  # a type the API refuses
-        "data:image/svg+xml;base64,PHN2Zy8+",
-        "data:image/png;base64,iVBORw0KGgo=",  # truncated before its size
-    ],
-)
-def test_a_data_url_of_no_readable_image_stays_an_image_at_the_most_it_can_cost(url: str) -> None:
-    # Before, a bmp or svg data URL was sent as a text message holding the URL.
+def test_a_png_data_url_cut_before_its_size_stays_an_image_at_the_most_it_can_cost() -> None:
+    # Its signature is a PNG's, so it is taken; its size cannot be read. (A bmp or svg data
+    # URL, once sent as text and then as an image at this cost, is refused: see below.)
+    url = "data:image/png;base64,iVBORw0KGgo="
     messages = [{"role": "user", "content": [image_url(url)]}]
     result = from_openai_messages(messages, conversation_id="c").pack(
         10_000, as_of=AS_OF, profile=PROFILE
@@ -298,3 +294,198 @@ def test_anthropic_cache_breakpoint_counts_a_multi_part_message_once() -> None:
         "cache_control": {"type": "ephemeral", "ttl": "1h"},
     }
     validate_anthropic_messages(request)
+
+
+def b64(data: bytes) -> str:
+    return b64encode(data).decode("ascii")
+
+
+# Inline images both providers refuse: (media type, base64 data) of an Anthropic base64
+# source, or a data URL without ;base64 (an Anthropic url source); the problem; the field
+# of an Anthropic block at fault; words of the message.
+REFUSED: dict[str, tuple[tuple[str, str] | str, str, str, str]] = {
+    "svg": (("image/svg+xml", "PHN2Zz48L3N2Zz4="), "media_type", "media_type", "'image/svg+xml'"),
+    "not base64": (("image/png", "!!!"), "invalid_base64", "data", "not valid base64"),
+    "not base64-encoded": ("data:image/png,abc", "not_base64", "url", "must be base64-encoded"),
+    "jpeg declared, png bytes": (
+        ("image/jpeg", b64(png(8, 8))),
+        "signature",
+        "media_type",
+        "declares 'image/jpeg' but its bytes are a PNG image (image/png)",
+    ),
+}
+ACCEPTED = "accepted: base64 data of image/png, image/jpeg, image/gif or image/webp"
+
+
+def data_url_of(image: tuple[str, str] | str) -> str:
+    return image if isinstance(image, str) else f"data:{image[0]};base64,{image[1]}"
+
+
+def anthropic_source(image: tuple[str, str] | str) -> dict[str, Any]:
+    if isinstance(image, str):
+        return {"type": "url", "url": image}
+    return {"type": "base64", "media_type": image[0], "data": image[1]}
+
+
+def import_openai(image: tuple[str, str] | str) -> tuple[str, Any]:
+    messages = [
+        {"role": "user", "content": "Hi."},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": [text("See:"), image_url(data_url_of(image))]},
+    ]
+    return "content[1].image_url.url", from_openai_messages(messages)
+
+
+def import_anthropic(image: tuple[str, str] | str) -> tuple[str, Any]:
+    messages = [
+        {"role": "user", "content": "Hi."},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": [text("See:"), anthropic_image(anthropic_source(image))]},
+    ]
+    return "content[1].source", from_anthropic_messages(messages, system="Be brief.")
+
+
+def import_langchain(image: tuple[str, str] | str) -> tuple[str, Any]:
+    m = pytest.importorskip("langchain_core.messages")
+    history = [
+        m.HumanMessage("Hi."),
+        m.AIMessage("Hello."),
+        m.HumanMessage([text("See:"), image_url(data_url_of(image))]),
+    ]
+    return "content[1].image_url.url", from_langchain_messages(history)
+
+
+IMPORTERS = {"openai": import_openai, "anthropic": import_anthropic, "langchain": import_langchain}
+
+
+@pytest.mark.parametrize("importer", sorted(IMPORTERS))
+@pytest.mark.parametrize(
+    ("image", "problem", "part", "words"), list(REFUSED.values()), ids=list(REFUSED)
+)
+def test_an_inline_image_both_providers_refuse_is_refused_at_import_naming_its_part(
+    importer: str, image: tuple[str, str] | str, problem: str, part: str, words: str
+) -> None:
+    # Before, each was imported and sent to both providers (svg costed at 1445 tokens).
+    with pytest.raises(RecordError) as caught:
+        IMPORTERS[importer](image)
+    error = caught.value
+    field = "content[1].image_url.url"
+    if importer == "anthropic":
+        field = f"content[1].source.{part}"
+    assert (error.code, error.row, error.field) == ("record.image_invalid", 2, field)
+    assert error.params["problem"] == problem
+    assert str(error).startswith(f"row 2: field {field}: ")
+    assert words in error.message
+    assert error.message.endswith(ACCEPTED)
+
+
+def test_an_anthropic_image_after_a_tool_result_is_named_by_its_own_block() -> None:
+    # The tool result becomes a message of its own: the image is part 1 of the next one,
+    # but the error names the Anthropic block, content[2].
+    bad = {"type": "base64", "media_type": "image/png", "data": "!!!"}
+    messages = [
+        {"role": "user", "content": "Look it up."},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "find", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "found"},
+                text("See:"),
+                anthropic_image(bad),
+            ],
+        },
+    ]
+    with pytest.raises(RecordError) as caught:
+        from_anthropic_messages(messages)
+    assert (caught.value.row, caught.value.field) == (2, "content[2].source.data")
+
+
+def test_an_inline_image_refused_in_a_jsonl_file_names_its_line(tmp_path: Any) -> None:
+    path = tmp_path / "chat.jsonl"
+    lines = [
+        {"role": "user", "content": "Hi."},
+        {"role": "user", "content": [image_url("data:image/svg+xml;base64,PHN2Zz48L3N2Zz4=")]},
+    ]
+    path.write_text("\n".join(map(json.dumps, lines)) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError) as caught:
+        read_openai_jsonl(path)
+    error = caught.value
+    assert (error.code, error.line, error.field) == (
+        "record.image_invalid",
+        2,
+        "content[0].image_url.url",
+    )
+    assert "(message 1)" in error.message
+
+
+@pytest.mark.parametrize("importer", sorted(IMPORTERS))
+@pytest.mark.parametrize("media_type", sorted(BUILDERS))
+def test_an_inline_image_of_each_accepted_type_imports_and_renders_to_both_providers(
+    importer: str, media_type: str
+) -> None:
+    data = b64(BUILDERS[media_type](640, 480))
+    _, cf = IMPORTERS[importer]((media_type, data))
+    result = cf.pack(10_000, as_of=AS_OF, profile=PROFILE)
+    url = f"data:{media_type};base64,{data}"
+    assert result.messages[-1] == {"role": "user", "content": [text("See:"), image_url(url)]}
+    source = {"type": "base64", "media_type": media_type, "data": data}
+    assert result.to_anthropic()["messages"][-1] == {
+        "role": "user",
+        "content": [text("See:"), anthropic_image(source)],
+    }
+    images = result.frame.filter(pl.col("payload_kind") == "reference")
+    assert [json.loads(m)["media_type"] for m in images["metadata"]] == [media_type]
+    assert_counted(result)
+    # Costed at its size read from the header: 640 x 480 is 2 x 1 tiles, 85 + 2 * 170.
+    manifest = result.manifest.to_polars()
+    assert manifest.filter(pl.col("id") == images["id"][0])["tokens"].to_list() == [425]
+
+
+def test_a_langchain_standard_base64_block_of_svg_is_refused() -> None:
+    m = pytest.importorskip("langchain_core.messages")
+    block = {"type": "image", "base64": "PHN2Zz48L3N2Zz4=", "mime_type": "image/svg+xml"}
+    with pytest.raises(RecordError) as caught:
+        from_langchain_messages([m.HumanMessage([text("See:"), block])])
+    assert (caught.value.code, caught.value.row) == ("record.image_invalid", 0)
+    assert caught.value.field == "content[1].image_url.url"
+
+
+def test_an_https_image_is_kept_as_it_is_not_fetched() -> None:
+    for importer in ("openai", "anthropic"):
+        url = "https://example.org/not-even-an-image.svg"
+        if importer == "openai":
+            cf = from_openai_messages([{"role": "user", "content": [image_url(url)]}])
+        else:
+            source = {"type": "url", "url": url}
+            cf = from_anthropic_messages([{"role": "user", "content": [anthropic_image(source)]}])
+        assert cf.collect()["ref_uri"].to_list() == [url]
+
+
+def test_a_llamaindex_image_of_svg_bytes_is_refused_naming_its_block() -> None:
+    llms = pytest.importorskip("llama_index.core.llms")
+    from cognoxium.formats.interop import from_llamaindex_messages
+
+    svg = llms.ImageBlock(image=b"<svg></svg>", image_mimetype="image/svg+xml")
+    message = llms.ChatMessage(role="user", blocks=[llms.TextBlock(text="See:"), svg])
+    with pytest.raises(RecordError) as caught:
+        from_llamaindex_messages([message])
+    error = caught.value
+    assert (error.code, error.row, error.field) == ("record.image_invalid", 0, "blocks[1]")
+    assert error.params["problem"] == "media_type"
+
+
+def test_an_inline_image_written_in_another_case_is_sent_as_a_base64_source() -> None:
+    # Before, "DATA:IMAGE/PNG;BASE64,..." became an Anthropic url source holding the data URL.
+    data = b64(png(8, 8))
+    messages = [{"role": "user", "content": [image_url(f"DATA:IMAGE/PNG;BASE64,{data}")]}]
+    result = from_openai_messages(messages).pack(10_000, as_of=AS_OF, profile=PROFILE)
+    assert result.messages == [
+        {"role": "user", "content": [image_url(f"data:image/png;base64,{data}")]}
+    ]
+    source = {"type": "base64", "media_type": "image/png", "data": data}
+    assert result.to_anthropic() == {
+        "messages": [{"role": "user", "content": [anthropic_image(source)]}]
+    }

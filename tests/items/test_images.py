@@ -11,7 +11,9 @@ import pytest
 from cognoxium.exceptions import RecordError
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.images import (
+    IMAGE_MEDIA_TYPES,
     ImageSpec,
+    check_image_data_url,
     data_url_size,
     image_media_type,
     image_size,
@@ -244,3 +246,85 @@ def test_an_image_part_has_a_detail_only_when_given() -> None:
     assert ImageSpec(url=url, detail="low", size=None).part()["image_url"]["detail"] == "low"
     found = specs(item(0, {"kind": "reference", "uri": url}))
     assert found[0].detail is None
+
+
+# An inline image (a data: URL) that OpenAI and Anthropic both refuse, the problem the
+# check names, the part of the URL at fault, and words its message must hold.
+BAD_INLINE_IMAGES = {
+    "svg": ("data:image/svg+xml;base64,PHN2Zz48L3N2Zz4=", "media_type", "media_type", "svg"),
+    "bmp": (data_url("image/bmp", b"BM" + b"\0" * 28), "media_type", "media_type", "bmp"),
+    "jpg alias": (data_url("image/jpg", jpeg(8, 8)), "media_type", "media_type", "'image/jpg'"),
+    "no type": ("data:;base64," + PNG_1X1, "media_type", "media_type", "media type is ''"),
+    "not base64 data": ("data:image/png;base64,!!!", "invalid_base64", "data", "not valid base64"),
+    "percent-encoded": ("data:image/png,%89PNG%0D%0A", "not_base64", "data", "base64-encoded"),
+    "plain text data": ("data:image/png,abc", "not_base64", "data", "base64-encoded"),
+    "no comma": ("data:image/png;base64", "not_base64", "data", "base64-encoded"),
+    "unpadded": (data_url("image/png", png(8, 8))[:-1], "invalid_base64", "data", "base64"),
+    "line breaks": (data_url("image/png", png(8, 8)) + "\nAAAA", "invalid_base64", "data", "line"),
+    "bad far after the header": (
+        data_url("image/png", png(8, 8) + b"\0" * 30_000)[:-8] + "%%%%AAAA",
+        "invalid_base64",
+        "data",
+        "not valid base64",
+    ),
+    "jpeg declared, png bytes": (
+        data_url("image/jpeg", png(8, 8)),
+        "signature",
+        "media_type",
+        "declares 'image/jpeg' but its bytes are a PNG image (image/png); declare 'image/png'",
+    ),
+    "gif declared, webp bytes": (
+        data_url("image/gif", BUILDERS["image/webp"](8, 8)),
+        "signature",
+        "media_type",
+        "a WebP image (image/webp)",
+    ),
+    "no image": (
+        "data:image/png;base64,bm90IGFuIGltYWdl",
+        "signature",
+        "data",
+        "no PNG, JPEG, GIF or WebP image",
+    ),
+    "empty": ("data:image/png;base64,", "signature", "data", "no PNG, JPEG, GIF or WebP image"),
+}
+
+
+@pytest.mark.parametrize(
+    ("url", "problem", "part", "words"),
+    list(BAD_INLINE_IMAGES.values()),
+    ids=list(BAD_INLINE_IMAGES),
+)
+def test_an_inline_image_the_chat_apis_refuse_is_a_record_error(
+    url: str, problem: str, part: str, words: str
+) -> None:
+    with pytest.raises(RecordError) as caught:
+        check_image_data_url(url)
+    error = caught.value
+    assert error.code == "record.image_invalid"
+    assert (error.params["problem"], error.params["part"]) == (problem, part)
+    assert error.params["accepted"] == ["image/png", "image/jpeg", "image/gif", "image/webp"]
+    assert words in error.message
+    assert error.message.endswith(
+        "accepted: base64 data of image/png, image/jpeg, image/gif or image/webp"
+    )
+    assert len(error.message) < 400  # the data is not quoted whole
+
+
+@pytest.mark.parametrize("media_type", IMAGE_MEDIA_TYPES)
+def test_an_inline_image_of_an_accepted_type_passes_as_it_is(media_type: str) -> None:
+    url = data_url(media_type, BUILDERS[media_type](8, 8) + b"\0" * 1000)
+    checked, found = check_image_data_url(url)
+    assert (checked, found) == (url, media_type)
+    assert checked is url  # not copied
+
+
+def test_gif87a_and_a_truncated_png_pass_the_signature_check() -> None:
+    # The signature is what is checked; a header cut before the size costs as the most.
+    assert check_image_data_url(data_url("image/gif", b"GIF87a" + b"\0" * 7))[1] == "image/gif"
+    assert check_image_data_url("data:image/png;base64,iVBORw0KGgo=")[1] == "image/png"
+
+
+def test_an_inline_image_is_written_as_the_renderers_send_it() -> None:
+    data = base64.b64encode(png(8, 8)).decode("ascii")
+    checked = check_image_data_url(f"DATA:Image/PNG;name=cat.png;BASE64,{data}")
+    assert checked == (f"data:image/png;base64,{data}", "image/png")

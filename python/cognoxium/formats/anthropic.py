@@ -18,10 +18,17 @@ Mapping
     joined with ``"\n"``; an ``image`` block with a ``base64`` source is the
     URL ``data:<media_type>;base64,<data>``, one with a ``url`` source that
     URL, so a message with images becomes grouped text and image items as in
-    the OpenAI mapping). Each ``tool_result`` block becomes a ``tool`` message
-    answering its ``tool_use_id``, in block order (its content a string or
-    ``text`` blocks joined with ``"\n"``; ``is_error: true`` is kept as
-    ``metadata.is_error``, which the Anthropic rendering sends back).
+    the OpenAI mapping). An inline image is checked as the OpenAI importer
+    checks a ``data:`` URL: base64 data of a PNG, JPEG, GIF or WebP image of
+    its ``media_type``, else a ``RecordError`` (code
+    ``record.image_invalid``) naming the block's ``source.media_type`` (a
+    type the APIs do not take, or bytes of another image type),
+    ``source.data`` (not base64, or no image) or ``source.url`` (a
+    ``data:`` URL given as a url source). Each ``tool_result`` block
+    becomes a ``tool`` message answering its ``tool_use_id``, in block
+    order (its content a string or ``text`` blocks joined with ``"\n"``;
+    ``is_error: true`` is kept as ``metadata.is_error``, which the Anthropic
+    rendering sends back).
 ``assistant`` message
     One assistant message: its ``text`` blocks joined with ``"\n"``, and one
     tool call per ``tool_use`` block (``id``, ``name``, and ``input`` as
@@ -108,10 +115,26 @@ class _AnthropicWhere(MessageLocation):
 
     origins: list[_Origin] = field(default_factory=list)
 
-    def error(self, index: int, field: str | None, message: str) -> RecordError:
+    def error(
+        self,
+        index: int,
+        field: str | None,
+        message: str,
+        *,
+        code: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> RecordError:
+        """The error of the block behind OpenAI message ``index``'s ``field``.
+
+        An image's ``data:`` URL stands for a base64 source's ``media_type``
+        and ``data``: ``params["part"]`` says which one is at fault.
+        """
         origin = self.origins[index]
-        path = origin.paths.get(field or "", field)
-        return RecordError(message, source=self.source, row=origin.index, field=path)
+        part = (params or {}).get("part")
+        path = origin.paths.get(f"{field}:{part}") or origin.paths.get(field or "", field)
+        return RecordError(
+            message, source=self.source, row=origin.index, field=path, code=code, params=params
+        )
 
 
 def _fail(index: int | None, field: str | None, message: str, source: str | None) -> RecordError:
@@ -211,15 +234,22 @@ class _Conversation:
 
     def user(self, index: int, blocks: list[tuple[str, str, Mapping[str, Any]]]) -> None:
         parts: list[dict[str, Any]] = []
+        paths: dict[str, str] = {"content": "content"}  # the OpenAI fields' Anthropic paths
         for kind, at, block in blocks:
             if kind == "text":
                 parts.append({"type": "text", "text": _text(block, index, at, self.source)})
             elif kind == "image":
                 url = _image_url(block, index, at, self.source)
+                field = f"content[{len(parts)}].image_url.url"
+                if block["source"]["type"] == "url":
+                    paths[field] = f"{at}.source.url"
+                else:
+                    paths[f"{field}:media_type"] = f"{at}.source.media_type"
+                    paths[f"{field}:data"] = f"{at}.source.data"
                 parts.append({"type": "image_url", "image_url": {"url": url}})
             else:
-                self._flush(index, parts)
-                parts = []
+                self._flush(index, parts, paths)
+                parts, paths = [], {"content": "content"}
                 is_error = block.get("is_error", False)
                 if not isinstance(is_error, bool):
                     raise _fail(index, f"{at}.is_error", "must be a boolean", self.source)
@@ -229,11 +259,11 @@ class _Conversation:
                     "content": _result_text(block, index, at, self.source),
                 }
                 self.add(message, _Origin(index, {"tool_call_id": f"{at}.tool_use_id"}, is_error))
-        self._flush(index, parts)
+        self._flush(index, parts, paths)
 
-    def _flush(self, index: int, parts: list[dict[str, Any]]) -> None:
+    def _flush(self, index: int, parts: list[dict[str, Any]], paths: dict[str, str]) -> None:
         if parts:
-            self.add({"role": "user", "content": parts}, _Origin(index, {"content": "content"}))
+            self.add({"role": "user", "content": parts}, _Origin(index, paths))
 
     def assistant(self, index: int, blocks: list[tuple[str, str, Mapping[str, Any]]]) -> None:
         texts: list[str] = []

@@ -60,6 +60,7 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
 from types import ModuleType
@@ -182,7 +183,10 @@ def from_langchain_messages(
     A message with images becomes one item per segment (a run of text, or
     one image as a Reference payload), grouped, as
     :mod:`cognoxium.formats.openai` describes; a base64 image becomes a
-    ``data:`` URL.
+    ``data:`` URL, which must hold a PNG, JPEG, GIF or WebP image of its
+    declared type (an SVG, data that is not base64 or bytes of another
+    type raise ``RecordError``, code ``record.image_invalid``, field
+    ``content[1].image_url.url``).
 
     Parameters
     ----------
@@ -568,6 +572,31 @@ def to_langchain_messages(data: ContextPack | CognitionFrame | pl.DataFrame) -> 
 
 
 _LLAMAINDEX_KIND = "llamaindex_messages"
+
+
+@dataclass(frozen=True)
+class _LlamaIndexWhere(MessageLocation):
+    """Names the LlamaIndex block of an image whose ``data:`` URL is refused.
+
+    A message with an image has one content part per block, in order, so
+    the URL of part ``content[j]`` is the image of ``blocks[j]``.
+    """
+
+    def error(
+        self,
+        index: int,
+        field: str | None,
+        message: str,
+        *,
+        code: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> RecordError:
+        """The error of message ``index``, an image's field named as its LlamaIndex block."""
+        if field is not None and field.startswith("content[") and field.endswith(".image_url.url"):
+            field = "blocks" + field.removeprefix("content").removesuffix(".image_url.url")
+        return super().error(index, field, message, code=code, params=params)
+
+
 _LLAMAINDEX_ROLES = {
     "system": "system",
     "developer": "developer",
@@ -632,7 +661,10 @@ def from_llamaindex_messages(
         mapped (a ``function`` role, a block other than text or image, an
         image outside a user message, an unknown ``additional_kwargs`` key,
         a tool result without its call), naming its 0-based ``row`` and the
-        field; nothing is returned.
+        field (``blocks[1]``); nothing is returned. An image given by bytes
+        that are not a PNG, JPEG, GIF or WebP image of its
+        ``image_mimetype`` is refused as the OpenAI importer refuses its
+        ``data:`` URL (code ``record.image_invalid``).
 
     Examples
     --------
@@ -650,7 +682,7 @@ def from_llamaindex_messages(
      ('c:3', 'tool', 'c:tools:2')]
     """
     llms = _require("llama_index.core.llms")
-    where = MessageLocation(source)
+    where = _LlamaIndexWhere(source)
     columns = ChatColumns(
         where, conversation_id, start, system_retention, _LLAMAINDEX_KIND, tool_errors=tool_errors
     )

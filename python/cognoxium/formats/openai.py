@@ -23,11 +23,18 @@ payload
     group ``"<conversation_id>:parts:<index>"`` so they are packed together,
     each with ``metadata.message_part`` ``k`` so the renderers send them as
     one message again (its parts in order, its framing counted once);
-    an image is a Reference payload whose ``uri`` is the part's URL (a
-    ``data:`` URL stays one), its ``detail`` (when given) in
-    ``metadata.detail`` and its ``metadata.media_type`` the one a ``data:``
-    URL names when it is PNG, JPEG, GIF or WebP, else ``"image/*"``, so it
-    is sent as an image (see :mod:`cognoxium.items.images`). An assistant message with tool calls
+    an image is a Reference payload whose ``uri`` is the part's URL, its
+    ``detail`` (when given) in ``metadata.detail`` and its
+    ``metadata.media_type`` ``"image/*"`` for a URL of another scheme
+    (``https:``, kept as it is and not fetched), so it is sent as an image
+    (see :mod:`cognoxium.items.images`). A ``data:`` URL (an inline image)
+    must be base64 data of a PNG, JPEG, GIF or WebP image of the type it
+    declares, the images both OpenAI and Anthropic take
+    (:func:`~cognoxium.items.images.check_image_data_url`), else it is a
+    :class:`~cognoxium.exceptions.RecordError` (code
+    ``record.image_invalid``) naming the message and the part
+    (``content[1].image_url.url``); its media type is the item's
+    ``metadata.media_type``. An assistant message with tool calls
     and no text (``content`` null, absent, ``""`` or no parts) gets a Json
     payload ``{"tool_calls": [...]}`` instead, so the calls are what is
     packed and costed.
@@ -103,7 +110,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -119,7 +125,12 @@ from cognoxium.exceptions import CognoxiumError, RecordError, SchemaError
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items._checks import TIME_RANGE_MESSAGE, id_problem, text_problem
 from cognoxium.items.hashing import digests_in_background
-from cognoxium.items.images import ANY_IMAGE, IMAGE_MEDIA_TYPES, image_media_type_expr
+from cognoxium.items.images import (
+    ANY_IMAGE,
+    check_image_data_url,
+    image_media_type_expr,
+    is_data_url,
+)
 from cognoxium.items.io import parse_json_lines
 from cognoxium.items.model import (
     UNDATED,
@@ -202,20 +213,41 @@ class MessageLocation:
     source: str | None
     lines: Sequence[int] | None = None
 
-    def error(self, index: int, field: str | None, message: str) -> RecordError:
+    def error(
+        self,
+        index: int,
+        field: str | None,
+        message: str,
+        *,
+        code: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> RecordError:
+        """The error of message ``index``'s ``field``, with ``code`` and ``params`` if given."""
         if self.lines is None:
-            return RecordError(message, source=self.source, row=index, field=field)
+            return RecordError(
+                message, source=self.source, row=index, field=field, code=code, params=params
+            )
         return RecordError(
-            f"{message} (message {index})", source=self.source, line=self.lines[index], field=field
+            f"{message} (message {index})",
+            source=self.source,
+            line=self.lines[index],
+            field=field,
+            code=code,
+            params=params,
         )
 
 
 @dataclass(frozen=True)
 class _Image:
-    """An ``image_url`` content part: the URL (or data URL) and its ``detail``, if given."""
+    """An ``image_url`` content part: its URL, ``detail`` (if given) and image media type.
+
+    The media type is the one of a checked ``data:`` URL, else
+    :data:`~cognoxium.items.images.ANY_IMAGE`.
+    """
 
     url: str
     detail: str | None
+    media_type: str
 
 
 def _image_of(part: Mapping[str, Any], index: int, at: str, where: MessageLocation) -> _Image:
@@ -238,7 +270,15 @@ def _image_of(part: Mapping[str, Any], index: int, at: str, where: MessageLocati
         raise where.error(
             index, f"{at}.image_url.detail", f"must be one of {list(IMAGE_DETAILS)}, got {detail!r}"
         )
-    return _Image(url, detail)
+    if not is_data_url(url):
+        return _Image(url, detail, ANY_IMAGE)
+    try:
+        url, media_type = check_image_data_url(url)
+    except RecordError as error:
+        raise where.error(
+            index, f"{at}.image_url.url", error.message, code=error.code, params=error.params
+        ) from None
+    return _Image(url, detail, media_type)
 
 
 def _segments_of(
@@ -510,17 +550,6 @@ _Part = tuple[str, Role | str, str, Any, str | None, dict[str, Any]]
 value or the reference's uri), group id, metadata."""
 
 
-def _image_media_type(url: str) -> str:
-    """The image media type a ``data:`` URL names, else :data:`~cognoxium.items.images.ANY_IMAGE`.
-
-    A type the API does not take (``image/bmp``) is :data:`ANY_IMAGE` too, so the part is
-    still sent as the image it was (of unknown size, costed at the most its detail can).
-    """
-    match = re.match(r"(?i)data:(image/[a-z0-9.+-]+)[;,]", url)
-    media_type = match.group(1).lower() if match else ANY_IMAGE
-    return media_type if media_type in IMAGE_MEDIA_TYPES else ANY_IMAGE
-
-
 def _user_parts(
     segments: list[str | _Image], index: int, prefix: str, metadata: dict[str, Any]
 ) -> list[_Part]:
@@ -533,7 +562,7 @@ def _user_parts(
         if isinstance(segment, str):
             parts.append((item_id, Role.USER, "text", segment, group_id, part_meta))
             continue
-        image_meta = {**part_meta, "media_type": _image_media_type(segment.url)}
+        image_meta = {**part_meta, "media_type": segment.media_type}
         if segment.detail is not None:
             image_meta["detail"] = segment.detail
         parts.append((item_id, Role.USER, "reference", segment.url, group_id, image_meta))
@@ -1195,7 +1224,10 @@ def openai_messages_to_items(
         that comes after another message than its call's assistant message
         and results (the error names the rule), a repeated call id, a naive
         ``start``, an empty ``conversation_id`` and a ``system_retention``
-        that is not a retention tier.
+        that is not a retention tier. Code ``record.image_invalid`` for an
+        image part whose ``data:`` URL (field ``content[1].image_url.url``)
+        is not base64 data of a PNG, JPEG, GIF or WebP image of its declared
+        type (see :func:`~cognoxium.items.images.check_image_data_url`).
 
     Examples
     --------

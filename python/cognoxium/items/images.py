@@ -27,6 +27,17 @@ Reference   ``metadata.media_type`` is one of :data:`IMAGE_MEDIA_TYPES` or
             neither). A reference that is not an image is sent as a link.
 ==========  ===================================================================
 
+An inline image, a ``data:`` URL that a chat importer reads from an image
+part (:mod:`cognoxium.formats`), is checked when it becomes an item, by
+:func:`check_image_data_url`: it must be base64-encoded
+(``data:<media type>;base64,<data>``), its media type one of
+:data:`IMAGE_MEDIA_TYPES` (the formats both OpenAI and Anthropic accept; not
+``image/svg+xml``, ``image/bmp``, ...), its data valid base64 and its bytes
+start with that format's signature; otherwise the importer raises a
+:class:`~cognoxium.exceptions.RecordError` (code ``record.image_invalid``)
+naming the message and the content part. A URL of another scheme
+(``https:``) is kept as it is: it is not fetched.
+
 Either kind takes ``metadata.detail``, one of :data:`IMAGE_DETAILS`. It is
 sent as the part's ``detail`` when given; when absent the part has no
 ``detail`` and is costed as ``"auto"``, the API's default. What an image
@@ -43,6 +54,8 @@ True
 >>> import base64
 >>> data_url_size("data:image/png;base64," + base64.b64encode(png).decode())
 (640, 480)
+>>> check_image_data_url("data:image/png;base64," + base64.b64encode(png).decode())[1]
+'image/png'
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +77,7 @@ __all__ = [
     "IMAGE_DETAILS",
     "IMAGE_MEDIA_TYPES",
     "ImageSpec",
+    "check_image_data_url",
     "data_url_size",
     "image_media_type",
     "image_media_type_expr",
@@ -91,6 +106,12 @@ _GIF89 = ((0, b"GIF89a"),)
 _DATA_URL = r"(?i)^data:"
 _IMAGE_DATA_URL = r"(?i)^data:image/(?:png|jpeg|gif|webp)[;,]"
 _IMAGE_PATH = r"(?i)^[^?#]*\.(?:png|jpe?g|gif|webp)(?:[?#]|$)"
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+"""Standard base64 with its padding (RFC 4648, section 4), no whitespace; the length is apart."""
+_HEADER_CHARS = 256
+"""How far a ``data:`` URL's comma is looked for: a media type and its parameters are short."""
+_ACCEPTED = f"base64 data of {', '.join(IMAGE_MEDIA_TYPES[:-1])} or {IMAGE_MEDIA_TYPES[-1]}"
+_FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +220,144 @@ class _Base64Reader:
         return self._position
 
 
+def _data_url_header(url: str) -> tuple[str, bool, int] | None:
+    """``(media type, base64, start of the data)`` of a ``data:`` URL, or ``None``.
+
+    The media type is lowercased, its parameters left out; ``base64`` says
+    whether the last parameter is ``;base64`` (in any case, RFC 2397). ``None``
+    when ``url`` is not a ``data:`` URL or has no comma in its first
+    :data:`_HEADER_CHARS` characters. Only the header is read, never copied
+    with the data.
+    """
+    if not is_data_url(url):
+        return None
+    comma = url.find(",", 5, _HEADER_CHARS)
+    if comma < 0:
+        return None
+    media_type, *parameters = url[5:comma].split(";")
+    encoded = bool(parameters) and parameters[-1].strip().lower() == "base64"
+    return media_type.strip().lower(), encoded, comma + 1
+
+
+def _shown(url: str) -> str:
+    """The start of ``url``, to quote in an error without its megabytes of data."""
+    return repr(url if len(url) <= 48 else url[:40] + "...")
+
+
+def check_image_data_url(url: str) -> tuple[str, str]:
+    r"""Check an inline image, a ``data:`` URL, as the chat APIs take it; return it and its type.
+
+    OpenAI's Chat Completions API and Anthropic's Messages API take an
+    inline image as base64 data of a PNG, JPEG, GIF or WebP file, whose
+    declared media type must be the file's (OpenAI, "Images and vision";
+    Anthropic, "Vision": ``media_type`` one of ``image/jpeg``, ``image/png``,
+    ``image/gif``, ``image/webp``). This is the check every chat importer
+    of :mod:`cognoxium.formats` runs on an image part's ``data:`` URL before
+    the part becomes an item.
+
+    The whole data is checked to be base64 (RFC 4648 alphabet and padding,
+    a length that is a multiple of 4) without being decoded or copied; only
+    its first 12 bytes are decoded, to read the format's signature (magic
+    number): PNG ``\x89PNG\r\n\x1a\n``, JPEG ``\xff\xd8\xff``, GIF
+    ``GIF87a`` or ``GIF89a``, WebP ``RIFF`` then ``WEBP`` at byte 8.
+
+    Parameters
+    ----------
+    url
+        A ``data:`` URL, ``data:<media type>;base64,<data>`` (the scheme,
+        media type and ``base64`` in any case, parameters before
+        ``;base64`` allowed, as RFC 2397 writes them).
+
+    Returns
+    -------
+    tuple of str
+        ``(url, media_type)``: the URL as the renderers send it,
+        ``data:<media type>;base64,<data>`` (``url`` itself when it is
+        already so written, else rebuilt once with the media type
+        lowercased and its parameters left out), and its media type, one of
+        :data:`IMAGE_MEDIA_TYPES`.
+
+    Raises
+    ------
+    RecordError
+        Code ``record.image_invalid``, without a row or field (the importer
+        adds them), saying what was wrong and what is accepted; ``params``:
+        ``problem`` (``"not_base64"``: no ``;base64`` before the data;
+        ``"media_type"``: a type not in :data:`IMAGE_MEDIA_TYPES`;
+        ``"invalid_base64"``: data that is not base64; ``"signature"``: bytes
+        that are not of the declared type), ``part`` (``"media_type"`` or
+        ``"data"``: the part of the URL to fix), ``media_type`` (declared),
+        ``detected`` (the type the bytes show, or ``None``) and ``accepted``.
+
+    See Also
+    --------
+    data_url_size : the size of a data URL's image, from its header.
+
+    Examples
+    --------
+    >>> gif = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
+    >>> check_image_data_url(gif)[1]
+    'image/gif'
+    >>> check_image_data_url("data:image/svg+xml;base64,PHN2Zz48L3N2Zz4=")
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: an inline image's media type is 'image/svg+xml', which ...
+    """
+    header = _data_url_header(url)
+    media_type, encoded, start = header if header is not None else ("", False, len(url))
+    params: dict[str, Any] = {"media_type": media_type or None, "detected": None}
+    if not encoded:
+        raise _image_error(
+            f"an inline image must be base64-encoded, data:<media type>;base64,<data>; "
+            f"got {_shown(url)}",
+            "not_base64",
+            "data",
+            params,
+        )
+    if media_type not in IMAGE_MEDIA_TYPES:
+        raise _image_error(
+            f"an inline image's media type is {media_type!r}, which the chat APIs do not "
+            "take as an image; convert the image to PNG, JPEG, GIF or WebP",
+            "media_type",
+            "media_type",
+            params,
+        )
+    if (len(url) - start) % 4 or _BASE64.fullmatch(url, start) is None:
+        raise _image_error(
+            "an inline image's data is not valid base64: only the characters A-Z, a-z, 0-9, "
+            "+ and /, padded with = to a multiple of 4 characters, no spaces or line breaks",
+            "invalid_base64",
+            "data",
+            params,
+        )
+    detected = image_media_type(_Base64Reader(url, start).read(12))
+    if detected != media_type:
+        shown = (
+            f"a {_FORMATS[detected]} image ({detected})"
+            if detected
+            else "no PNG, JPEG, GIF or WebP image"
+        )
+        raise _image_error(
+            f"an inline image declares {media_type!r} but its bytes are {shown}; "
+            + (f"declare {detected!r}" if detected else "send the image's own bytes"),
+            "signature",
+            "media_type" if detected else "data",
+            {**params, "detected": detected},
+        )
+    prefix = f"data:{media_type};base64,"
+    if len(prefix) != start or not url.startswith(prefix):
+        url = prefix + url[start:]
+    return url, media_type
+
+
+def _image_error(message: str, problem: str, part: str, params: dict[str, Any]) -> RecordError:
+    return RecordError(
+        f"{message}; accepted: {_ACCEPTED}",
+        code="record.image_invalid",
+        params={**params, "problem": problem, "part": part, "accepted": list(IMAGE_MEDIA_TYPES)},
+    )
+
+
 def data_url_size(url: str) -> tuple[int, int] | None:
     """Return ``(width, height)`` in pixels of the image a base64 ``data:`` URL holds, if readable.
 
@@ -221,8 +380,9 @@ def data_url_size(url: str) -> tuple[int, int] | None:
         not a multiple of 4, a character outside the base64 alphabet in the
         bytes read), its bytes do not start as a PNG, JPEG, GIF or WebP
         image, or the header gives no size. Bytes after the header are not
-        read, so a bad character there goes unnoticed. Costing takes an
-        image whose size is ``None`` at the most its detail can cost (see
+        read, so a bad character there goes unnoticed (the chat importers
+        check the whole data, :func:`check_image_data_url`). Costing takes
+        an image whose size is ``None`` at the most its detail can cost (see
         :mod:`cognoxium.tokens.images`), which is never less than its real
         cost.
 
@@ -236,14 +396,12 @@ def data_url_size(url: str) -> tuple[int, int] | None:
     >>> data_url_size("https://example.org/cat.png") is None
     True
     """
-    if not is_data_url(url):
-        return None
-    comma = url.find(",")
-    if comma < 0 or not url[:comma].lower().endswith(";base64") or (len(url) - comma - 1) % 4:
+    header = _data_url_header(url)
+    if header is None or not header[1] or (len(url) - header[2]) % 4:
         return None
     import imagesize  # with its urllib and XML imports, only when an image is read
 
-    reader = _Base64Reader(url, comma + 1)
+    reader = _Base64Reader(url, header[2])
     try:
         if image_media_type(reader.read(12)) is None:
             return None
