@@ -1771,6 +1771,47 @@ def test_pack_conversations_for_anthropic_with_tool_errors_error_names_the_call(
     assert not (tmp_path / "out").exists()
 
 
+REUSED_CALL_IDS: dict[str, list[dict[str, object]]] = {
+    "greet": TRUNCATED_CALL["greet"],
+    "clock": [  # a local model server that numbers each turn's calls from call_0
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": None, "tool_calls": [_now("call_0", "{}")]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "12:00"},
+        {"role": "assistant", "content": None, "tool_calls": [_now("call_0", "{}")]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "12:01"},
+        {"role": "assistant", "content": "It is 12:01."},
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["openai", "anthropic"])
+@pytest.mark.parametrize("tool_errors", ["repair", "error"])
+def test_pack_conversations_takes_a_call_id_reused_by_a_later_turn(
+    tmp_path: Path, target: str, tool_errors: str
+) -> None:
+    from cognoxium.packing.message_rules import (
+        validate_anthropic_messages,
+        validate_openai_messages,
+    )
+
+    chats = write_chats(tmp_path / "chats.jsonl", REUSED_CALL_IDS)
+    args = ("--budget", "500", "--as-of", AS_OF, "--target", target, "--tool-errors", tool_errors)
+    code, _, stderr = pack(str(chats), "--conversations", "--out", str(tmp_path / "out"), *args)
+    assert code == EXIT_OK, stderr
+    lines = records(tmp_path / "out")
+    assert [line["ids"] for line in lines] == [
+        ["greet:0", "greet:1", "greet:2"],
+        [f"clock:{k}" for k in range(6)],
+    ]
+    body = lines[1]["body"]
+    if target == "anthropic":
+        validate_anthropic_messages(body)
+        assert body["messages"][3]["content"][0]["id"] == "call_0-2"
+    else:
+        validate_openai_messages(body["messages"])
+        assert body["messages"][4]["tool_call_id"] == "call_0-2"
+
+
 def test_pack_conversations_names_the_line_of_a_bad_conversation(tmp_path: Path) -> None:
     chats = write_chats(tmp_path / "chats.jsonl", CHATS)
     with chats.open("a", encoding="utf-8") as out:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cognoxium.exceptions import RecordError
+from cognoxium.exceptions import MessageError, RecordError
 from cognoxium.formats.anthropic import (
     anthropic_messages_to_items,
     from_anthropic_messages,
@@ -374,13 +375,6 @@ CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "k", "name":
             "already answered",
         ),
         (
-            [user({"type": "text", "text": "go"}), CALL, CALL],
-            None,
-            2,
-            "content[0].id",
-            "already declared",
-        ),
-        (
             [
                 user({"type": "text", "text": "go"}),
                 CALL,
@@ -407,6 +401,23 @@ CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "k", "name":
             2,
             "content[0].content[0].type",
             "text blocks only",
+        ),
+        (
+            [
+                user({"type": "text", "text": "go"}),
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Twice."},
+                        {"type": "tool_use", "id": "k", "name": "f", "input": {}},
+                        {"type": "tool_use", "id": "k", "name": "g", "input": {}},
+                    ],
+                },
+            ],
+            None,
+            1,
+            "content[2].id",
+            "appears twice in this message",
         ),
         ([], [{"type": "image"}], None, "system[0].type", "must be a text block"),
         ([], 7, None, "system", "string or a list"),
@@ -621,3 +632,45 @@ def test_tool_arguments_with_no_anthropic_form_name_the_call(arguments: str, why
     built = from_openai_messages(history).pack(500, PackOptions(target="anthropic"))
     assert built.ids == ["msg:0"]
     validate_anthropic_messages(built.to_anthropic())
+
+
+def reused_use_ids() -> list[dict[str, Any]]:
+    """A history whose every assistant turn numbers its tool_use blocks from ``call_0``."""
+    use = {"type": "tool_use", "id": "call_0", "name": "now", "input": {}}
+    return [
+        user({"type": "text", "text": "Time?"}),
+        {"role": "assistant", "content": [use]},
+        user({"type": "tool_result", "tool_use_id": "call_0", "content": "12:00"}),
+        {"role": "assistant", "content": [use]},
+        user(
+            {"type": "tool_result", "tool_use_id": "call_0", "content": "12:01", "is_error": True}
+        ),
+        {"role": "assistant", "content": [{"type": "text", "text": "It is 12:01."}]},
+    ]
+
+
+@pytest.mark.parametrize("tool_errors", ["error", "keep"])
+def test_a_reused_tool_use_id_gets_a_new_id_and_the_request_is_valid(tool_errors: str) -> None:
+    messages = reused_use_ids()
+    with pytest.raises(MessageError, match="rule tool_use_id_duplicate") as info:
+        validate_anthropic_messages(messages)  # as given, Anthropic refuses it
+    assert info.value.index == 3
+    frame = from_anthropic_messages(messages, conversation_id="c", tool_errors=tool_errors)
+    metadata = [json.loads(m) for m in frame.to_polars().get_column("metadata")]
+    assert metadata[1:5] == [
+        {"tool_call_ids": ["call_0"]},
+        {"tool_call_id": "call_0"},
+        {"tool_call_ids": ["call_0-2"], "original_tool_call_ids": ["call_0"]},
+        {"tool_call_id": "call_0-2", "original_tool_call_id": "call_0", "is_error": True},
+    ]
+    result = frame.pack(1_000, as_of=AS_OF, target="anthropic")
+    assert {e.reason.value for e in result.manifest.entries} == {"selected"}
+    request = result.to_anthropic()
+    validate_anthropic_messages(request)
+    assert request["messages"][3]["content"][0]["id"] == "call_0-2"
+    assert request["messages"][4]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "call_0-2",
+        "content": "12:01",
+        "is_error": True,
+    }

@@ -176,9 +176,11 @@ def test_a_langchain_tool_message_without_its_call_is_kept_for_the_pack_to_leave
 
 
 @st.composite
-def tool_histories(draw: st.DrawFn) -> list[dict[str, Any]]:
+def tool_histories(draw: st.DrawFn, reuse: bool = False) -> list[dict[str, Any]]:
     """Histories of user, assistant, call and result messages in any order; results answer a
-    call made before, made after, answered already, or none (unique call ids)."""
+    call made before, made after, answered already, or none (unique call ids, or with
+    ``reuse`` ids that a later call may give again, as providers that number each turn's
+    calls from call_0 do)."""
     messages: list[dict[str, Any]] = [SYSTEM]
     made: list[str] = []
     for _ in range(draw(st.integers(1, 12))):
@@ -189,6 +191,8 @@ def tool_histories(draw: st.DrawFn) -> list[dict[str, Any]]:
             messages.append(REPLY)
         elif kind == "call":
             ids = [f"c{len(made) + j}" for j in range(draw(st.integers(1, 2)))]
+            if reuse:
+                ids = [f"c{j}" for j in range(len(ids))] if draw(st.booleans()) else ids
             made += ids
             message = call(ids[0])
             message["tool_calls"] += [{**message["tool_calls"][0], "id": i} for i in ids[1:]]
@@ -228,3 +232,31 @@ def test_any_tool_history_kept_whole_packs_to_requests_the_apis_take(
     assert set(left) == {f"msg:{i}" for f in faults for i in f.left_out}
     if result_faults:
         reached("broken")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tool_histories(reuse=True))
+def test_a_history_reusing_call_ids_imports_and_packs_as_the_rules_read_it(
+    messages: list[dict[str, Any]],
+) -> None:
+    faults = openai_faults(messages)
+    note(f"faults {[(f.index, f.rule) for f in faults]}")
+    result_faults = [f for f in faults if f.rule in RESULT_RULES]
+    if result_faults:
+        with pytest.raises(RecordError, match=result_faults[0].rule):
+            from_openai_messages(messages)
+    else:
+        from_openai_messages(messages)  # a reused id alone is no fault
+    frame = from_openai_messages(messages, tool_errors="keep")
+    calls = [
+        i for m in frame.to_polars()["metadata"] for i in json.loads(m).get("tool_call_ids", [])
+    ]
+    assert len(calls) == len(set(calls))  # unique in the conversation's items
+    pack = frame.pack(100_000)
+    validate_openai_messages(pack.messages)
+    validate_anthropic_messages(to_anthropic_messages(pack))
+    left = {e.id for e in pack.manifest.entries if e.decision.value == "excluded"}
+    # The pack leaves out what the rules' repair of the history as given does.
+    assert left == {f"msg:{i}" for f in faults for i in f.left_out}
+    for_anthropic = frame.pack(100_000, target="anthropic")  # starts on a user message
+    validate_anthropic_messages(for_anthropic.to_anthropic())

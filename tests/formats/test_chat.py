@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,19 +15,27 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from cognoxium.exceptions import BudgetError, RecordError, SchemaError
+from cognoxium.exceptions import BudgetError, MessageError, RecordError, SchemaError
 from cognoxium.formats.openai import (
     CHAT_EPOCH,
+    IMPORT_TOOL_ERRORS,
+    ORIGINAL_CALL_ID_KEY,
+    ORIGINAL_CALL_IDS_KEY,
     from_openai_messages,
     openai_messages_to_items,
+    read_openai_conversations,
     read_openai_jsonl,
     to_openai_messages,
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.convert import items_to_frame
 from cognoxium.items.model import UNDATED, ContextItem, Retention
-from cognoxium.packing.message_rules import openai_faults
-from cognoxium.packing.options import GAP_MODES, PackOptions
+from cognoxium.packing.message_rules import (
+    openai_faults,
+    validate_anthropic_messages,
+    validate_openai_messages,
+)
+from cognoxium.packing.options import GAP_MODES, TOOL_ERRORS, PackOptions
 from cognoxium.packing.packer import pack
 from cognoxium.testing.strategies import chat_histories_strategy
 from cognoxium.tokens.profiles import get_profile
@@ -381,16 +390,6 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
             0,
             "tool_calls[1].id",
             "appears twice",
-        ),
-        (
-            [
-                {"role": "assistant", "tool_calls": [call("c", "f", {})]},
-                {"role": "tool", "tool_call_id": "c", "content": "1"},
-                {"role": "assistant", "tool_calls": [call("c", "f", {})]},
-            ],
-            2,
-            "tool_calls[0].id",
-            "already declared",
         ),
         ([{"role": "tool", "content": "1"}], 0, "tool_call_id", "non-blank string"),
         ([{"role": "tool", "content": "1", "tool_call_id": "\t"}], 0, "tool_call_id", "non-blank"),
@@ -1206,3 +1205,236 @@ def test_an_awaited_result_larger_than_the_budget_leaves_the_steps_before_it_hal
     (alone,) = short.manifest.truncations
     assert short.remaining_tokens <= 1  # the room no step takes goes back to the result
     assert alone.kept_tokens > 3_900
+
+
+# A provider or local model server that numbers each turn's tool calls from call_0.
+def now_call(*ids: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [call(i, "now", {}) for i in ids or ("call_0",)],
+    }
+
+
+def now_result(text: str, call_id: str = "call_0") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+REUSED_IDS: list[dict[str, Any]] = [
+    {"role": "user", "content": "Time?"},
+    now_call(),
+    now_result("12:00"),
+    now_call(),
+    now_result("12:01"),
+    {"role": "assistant", "content": "It is 12:01."},
+]
+
+
+def tool_ids(frame: CognitionFrame) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """Each item's id, group and metadata (without the conversation a file names)."""
+    rows = frame.select("id", "group_id", "metadata").to_polars().rows()
+    out = []
+    for item_id, group_id, metadata in rows:
+        meta = json.loads(metadata)
+        meta.pop("conversation", None)
+        out.append((item_id, group_id, meta))
+    return out
+
+
+def jsonl_frame(tmp_path: Path, messages: list[Any], **kwargs: Any) -> CognitionFrame:
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
+    return read_openai_jsonl(path, conversation_id="c", **kwargs)
+
+
+def conversations_frame(tmp_path: Path, messages: list[Any], **kwargs: Any) -> CognitionFrame:
+    path = tmp_path / "chats.jsonl"
+    path.write_text(json.dumps({"conversation_id": "c", "messages": messages}) + "\n")
+    return read_openai_conversations(path, **kwargs)
+
+
+OPENAI_IMPORTERS: dict[str, Callable[..., CognitionFrame]] = {
+    "from_openai_messages": lambda _, m, **kw: from_openai_messages(m, conversation_id="c", **kw),
+    "openai_messages_to_items": lambda _, m, **kw: CognitionFrame.from_items(
+        openai_messages_to_items(m, conversation_id="c", **kw)
+    ),
+    "read_openai_jsonl": jsonl_frame,
+    "read_openai_conversations": conversations_frame,
+}
+EACH_OPENAI_IMPORTER = pytest.mark.parametrize("importer", sorted(OPENAI_IMPORTERS))
+
+
+@EACH_OPENAI_IMPORTER
+@pytest.mark.parametrize("tool_errors", IMPORT_TOOL_ERRORS)
+def test_a_call_id_reused_by_a_later_turn_gets_a_new_id_and_keeps_the_given_one(
+    tmp_path: Path, importer: str, tool_errors: str
+) -> None:
+    frame = OPENAI_IMPORTERS[importer](tmp_path, REUSED_IDS, tool_errors=tool_errors)
+    assert tool_ids(frame) == [
+        ("c:0", None, {}),
+        ("c:1", "c:tools:1", {"tool_call_ids": ["call_0"]}),
+        ("c:2", "c:tools:1", {"tool_call_id": "call_0"}),
+        (
+            "c:3",
+            "c:tools:3",
+            {"tool_call_ids": ["call_0-2"], ORIGINAL_CALL_IDS_KEY: ["call_0"]},
+        ),
+        ("c:4", "c:tools:3", {"tool_call_id": "call_0-2", ORIGINAL_CALL_ID_KEY: "call_0"}),
+        ("c:5", None, {}),
+    ]
+    calls = frame.to_polars().get_column("json")[3]
+    assert json.loads(calls)["tool_calls"][0]["id"] == "call_0-2"  # what is packed and costed
+
+
+@pytest.mark.parametrize("tool_errors", IMPORT_TOOL_ERRORS)
+@pytest.mark.parametrize("pack_tool_errors", TOOL_ERRORS)
+@pytest.mark.parametrize("target", ["openai", "anthropic"])
+def test_a_history_reusing_a_call_id_packs_whole_and_valid_for_both_apis(
+    tool_errors: str, pack_tool_errors: str, target: str
+) -> None:
+    frame = from_openai_messages(REUSED_IDS, conversation_id="c", tool_errors=tool_errors)
+    result = frame.pack(1_000, as_of=AS_OF, tool_errors=pack_tool_errors, target=target)
+    assert reasons(result) == {f"c:{k}": "selected" for k in range(6)}  # every call paired
+    sent = result.to_openai()
+    validate_openai_messages(sent)
+    validate_anthropic_messages(result.to_anthropic())
+    assert [m.get("tool_call_id") or [c["id"] for c in m.get("tool_calls", ())] for m in sent] == [
+        [],
+        ["call_0"],
+        "call_0",
+        ["call_0-2"],
+        "call_0-2",
+        [],
+    ]
+    uses = [
+        block["id"]
+        for message in result.to_anthropic()["messages"]
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    ]
+    assert uses == ["call_0", "call_0-2"]
+
+
+def test_the_ids_made_for_reused_ones_are_the_same_on_every_import() -> None:
+    def manifest() -> str:
+        frame = from_openai_messages(copy.deepcopy(REUSED_IDS), conversation_id="c")
+        return frame.pack(1_000, as_of=AS_OF).manifest.to_json()
+
+    first = manifest()
+    assert manifest() == first  # byte-identical
+    frames = [from_openai_messages(REUSED_IDS, conversation_id="c") for _ in range(2)]
+    assert_frame_equal(frames[0].to_polars(), frames[1].to_polars())
+
+
+def test_three_turns_reusing_one_call_id_get_three_ids() -> None:
+    messages = [
+        {"role": "user", "content": "Time, three times?"},
+        now_call(),
+        now_result("12:00"),
+        now_call(),
+        now_result("12:01"),
+        now_call(),
+        now_result("12:02"),
+        {"role": "assistant", "content": "Done."},
+    ]
+    frame = from_openai_messages(messages, conversation_id="c")
+    metadata = [m for _, _, m in tool_ids(frame)]
+    assert [m.get("tool_call_ids") or m.get("tool_call_id") for m in metadata[1:7]] == [
+        ["call_0"],
+        "call_0",
+        ["call_0-2"],
+        "call_0-2",
+        ["call_0-3"],
+        "call_0-3",
+    ]
+    assert [m.get(ORIGINAL_CALL_ID_KEY) for m in metadata[2:7:2]] == [None, "call_0", "call_0"]
+    result = frame.pack(1_000, as_of=AS_OF)
+    assert set(reasons(result).values()) == {"selected"}
+    validate_openai_messages(result.to_openai())
+    validate_anthropic_messages(result.to_anthropic())
+
+
+def test_a_made_id_avoids_every_id_of_the_conversation_even_a_later_one() -> None:
+    # call_0-2 is taken by a later call, and a late result names call_0-3: the reused call_0
+    # becomes call_0-4, and nothing it pairs with changes.
+    messages = [
+        {"role": "user", "content": "Time?"},
+        now_call(),
+        now_result("12:00"),
+        now_call(),
+        now_result("12:01"),
+        now_call("call_0-2"),
+        now_result("12:02", "call_0-2"),
+        {"role": "user", "content": "And?"},
+        now_result("late", "call_0-3"),
+    ]
+    frame = from_openai_messages(messages, conversation_id="c", tool_errors="keep")
+    metadata = [m for _, _, m in tool_ids(frame)]
+    assert metadata[3] == {"tool_call_ids": ["call_0-4"], ORIGINAL_CALL_IDS_KEY: ["call_0"]}
+    assert metadata[5] == {"tool_call_ids": ["call_0-2"]}
+    assert metadata[8] == {"tool_call_id": "call_0-3"}  # an orphan, kept as given
+    result = frame.pack(1_000, as_of=AS_OF)
+    assert {k: v for k, v in reasons(result).items() if v != "selected"} == {
+        "c:8": "tool_result_orphan"
+    }
+    validate_openai_messages(result.to_openai())
+    validate_anthropic_messages(result.to_anthropic())
+
+
+def test_a_reused_id_whose_earlier_call_is_unanswered_pairs_with_the_later_call() -> None:
+    messages = [
+        {"role": "user", "content": "Time?"},
+        now_call(),  # its result never came back
+        {"role": "user", "content": "Still there?"},
+        now_call(),
+        now_result("12:01"),
+        {"role": "assistant", "content": "It is 12:01."},
+    ]
+    assert openai_faults(messages)[0].index == 1  # the earlier call alone is unanswered
+    frame = from_openai_messages(messages, conversation_id="c")
+    assert [(g, m) for _, g, m in tool_ids(frame)][3:5] == [
+        ("c:tools:3", {"tool_call_ids": ["call_0-2"], ORIGINAL_CALL_IDS_KEY: ["call_0"]}),
+        ("c:tools:3", {"tool_call_id": "call_0-2", ORIGINAL_CALL_ID_KEY: "call_0"}),
+    ]
+    for target in ("openai", "anthropic"):
+        result = frame.pack(1_000, as_of=AS_OF, target=target)
+        assert {k: v for k, v in reasons(result).items() if v != "selected"} == {
+            "c:1": "tool_call_unanswered"
+        }
+        validate_openai_messages(result.to_openai())
+        validate_anthropic_messages(result.to_anthropic())
+    with pytest.raises(MessageError, match="tool_call_unanswered") as info:
+        frame.pack(1_000, as_of=AS_OF, tool_errors="error")
+    assert info.value.index == 1
+
+
+def test_a_result_after_a_reused_calls_run_is_out_of_place_for_the_latest_call() -> None:
+    messages = [
+        {"role": "user", "content": "Time?"},
+        now_call(),
+        now_result("12:00"),
+        now_call(),
+        {"role": "user", "content": "Well?"},
+        now_result("12:01"),
+    ]
+    with pytest.raises(RecordError, match="'call_0' of message 3 comes after message 4") as info:
+        from_openai_messages(messages)
+    assert (info.value.row, info.value.field) == (5, "tool_call_id")
+    kept = from_openai_messages(messages, tool_errors="keep")
+    assert tool_ids(kept)[5][2] == {"tool_call_id": "call_0-2", ORIGINAL_CALL_ID_KEY: "call_0"}
+
+
+@EACH_OPENAI_IMPORTER
+@pytest.mark.parametrize("tool_errors", IMPORT_TOOL_ERRORS)
+def test_one_call_id_twice_in_one_message_is_an_error_naming_message_and_field(
+    tmp_path: Path, importer: str, tool_errors: str
+) -> None:
+    messages = [{"role": "user", "content": "Time?"}, now_call("call_0", "call_0")]
+    with pytest.raises(RecordError, match="appears twice in this message's tool_calls") as info:
+        OPENAI_IMPORTERS[importer](tmp_path, messages, tool_errors=tool_errors)
+    assert info.value.field == "tool_calls[1].id"
+    lines = {"read_openai_jsonl": 2, "read_openai_conversations": 1}  # the message's line
+    if importer in lines:
+        assert (info.value.line, "(message 1)") == (lines[importer], str(info.value)[-11:])
+    else:
+        assert info.value.row == 1

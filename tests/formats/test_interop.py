@@ -618,3 +618,57 @@ def test_langchain_system_messages_are_required_by_default(lc: Any) -> None:
         messages, conversation_id="w", system_retention="optional"
     ).to_polars()
     assert optional.get_column("retention").to_list() == ["optional"] * 6
+
+
+def test_langchain_and_llamaindex_histories_reusing_a_call_id_import_and_pack(lc: Any) -> None:
+    llms = pytest.importorskip("llama_index.core.llms")
+    from cognoxium.formats.interop import from_llamaindex_messages
+    from cognoxium.packing.message_rules import (
+        validate_anthropic_messages,
+        validate_openai_messages,
+    )
+
+    call = {"id": "call_0", "type": "function", "function": {"name": "now", "arguments": "{}"}}
+    langchain = [lc.HumanMessage("Time?")]
+    llamaindex = [llms.ChatMessage(role="user", content="Time?")]
+    for text in ("12:00", "12:01"):
+        langchain += [
+            lc.AIMessage("", tool_calls=[{"id": "call_0", "name": "now", "args": {}}]),
+            lc.ToolMessage(text, tool_call_id="call_0"),
+        ]
+        llamaindex += [
+            llms.ChatMessage(
+                role="assistant", content="", additional_kwargs={"tool_calls": [call]}
+            ),
+            llms.ChatMessage(
+                role="tool", content=text, additional_kwargs={"tool_call_id": "call_0"}
+            ),
+        ]
+    for frame in (from_langchain_messages(langchain), from_llamaindex_messages(llamaindex)):
+        metadata = [json.loads(m) for m in frame.to_polars().get_column("metadata")]
+        assert [m.get("tool_call_ids") or m.get("tool_call_id") for m in metadata[1:]] == [
+            ["call_0"],
+            "call_0",
+            ["call_0-2"],
+            "call_0-2",
+        ]
+        assert metadata[4]["original_tool_call_id"] == "call_0"
+        for target in ("openai", "anthropic"):
+            pack = frame.pack(1_000, as_of=AS_OF, target=target)
+            assert {e.reason.value for e in pack.manifest.entries} == {"selected"}
+            validate_openai_messages(pack.to_openai())
+            validate_anthropic_messages(pack.to_anthropic())
+
+
+def test_a_llamaindex_rule_error_before_a_message_that_does_not_convert_is_raised_first() -> None:
+    llms = pytest.importorskip("llama_index.core.llms")
+    from cognoxium.formats.interop import from_llamaindex_messages
+
+    messages = [
+        llms.ChatMessage(role="user", content="hi"),
+        llms.ChatMessage(role="tool", content="42", additional_kwargs={"tool_call_id": "x"}),
+        llms.ChatMessage(role="function", content="x"),
+    ]
+    with pytest.raises(RecordError, match="rule tool_result_orphan") as info:
+        from_llamaindex_messages(messages)
+    assert (info.value.row, info.value.field) == (1, "tool_call_id")

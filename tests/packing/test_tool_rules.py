@@ -453,6 +453,24 @@ def test_the_langchain_importer_names_a_result_after_an_intervening_message() ->
                 {"role": "user", "content": "Hi"},
                 {
                     "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "c", "name": "f", "input": {}},
+                        {"type": "tool_use", "id": "c", "name": "g", "input": {}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "c", "content": "1"}],
+                },
+            ],
+            1,
+            "tool_use_id_duplicate",
+        ),
+        (
+            [
+                {"role": "user", "content": "Hi"},
+                {
+                    "role": "assistant",
                     "content": [{"type": "tool_use", "id": "c", "name": "f", "input": {}}],
                 },
                 {
@@ -494,6 +512,84 @@ def test_valid_requests_pass_both_validators() -> None:
     frame = from_openai_messages(messages)
     request = frame.pack(10_000, as_of=AS_OF).to_anthropic()
     assert anthropic_faults(request) == []
+
+
+# A provider that numbers each turn's calls from call_0: every assistant message reuses the id.
+REUSED: list[dict[str, Any]] = [
+    user("Time?"),
+    asks("call_0"),
+    tool_result("call_0", "12:00"),
+    asks("call_0"),
+    tool_result("call_0", "12:01"),
+    {"role": "assistant", "content": "It is 12:01."},
+]
+
+
+def anthropic_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as Anthropic turns, ids as they are (tool results as user turns)."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "tool":
+            block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": "1"}
+            turns.append({"role": "user", "content": [block]})
+        elif message.get("tool_calls"):
+            uses = [
+                {"type": "tool_use", "id": c["id"], "name": "f", "input": {}}
+                for c in message["tool_calls"]
+            ]
+            turns.append({"role": "assistant", "content": uses})
+        else:
+            turns.append({"role": message["role"], "content": message["content"]})
+    return turns
+
+
+def test_the_openai_validator_takes_a_call_id_a_later_assistant_message_reuses() -> None:
+    assert openai_faults(REUSED) == []
+    validate_openai_messages(REUSED)
+    third = [*REUSED[:5], asks("call_0"), tool_result("call_0", "12:02")]
+    assert openai_faults(third) == []
+
+
+def test_the_anthropic_validator_names_a_reused_tool_use_id_not_its_result() -> None:
+    faults = anthropic_faults(anthropic_turns(REUSED))
+    assert [(f.index, f.rule) for f in faults] == [(3, "tool_use_id_duplicate")]
+    assert "message 1 already gives a tool_use" in faults[0].text
+
+
+def test_an_unanswered_call_that_reuses_an_id_is_named_with_its_own_results() -> None:
+    # The second call_0 gets no result right after it: its late result is named, not
+    # called a second answer of the first call_0, which message 2 answered.
+    messages = [*REUSED[:4], user("Well?"), tool_result("call_0", "12:01")]
+    faults = openai_faults(messages)
+    assert [(f.index, f.rule, f.left_out) for f in faults] == [
+        (3, "tool_call_unanswered", (3,)),
+        (5, "tool_result_orphan", (5,)),
+    ]
+    assert faults[0].text == (
+        "message 3 makes tool calls ['call_0'] that the tool messages right after it do not "
+        "answer; results come later, after another message: 'call_0' at message 5; an earlier "
+        "call has the same id ('call_0' by message 1), and the results right after that "
+        "message answer that call"
+    )
+    assert "its call is made by message 3, but message 4 (user)" in faults[1].text
+    # A second result right after the reused call is a duplicate of that call's answer.
+    twice = [*REUSED[:5], tool_result("call_0", "again")]
+    assert [(f.index, f.rule) for f in openai_faults(twice)] == [(5, "tool_result_duplicate")]
+    assert "which message 4 already answered" in openai_faults(twice)[0].text
+
+
+def test_an_earlier_unanswered_call_does_not_take_the_later_calls_result() -> None:
+    messages = [user("Time?"), asks("call_0"), user("Still there?"), *REUSED[3:5]]
+    faults = openai_faults(messages)
+    assert [(f.index, f.rule, f.left_out) for f in faults] == [(1, "tool_call_unanswered", (1,))]
+    assert faults[0].text == (
+        "message 1 makes tool calls ['call_0'] that the tool messages right after it do not answer"
+    )
+    turns = anthropic_turns(messages)
+    assert [(f.index, f.rule) for f in anthropic_faults(turns)] == [
+        (1, "tool_call_unanswered"),
+        (3, "tool_use_id_duplicate"),
+    ]
 
 
 # Every class of fault, made from valid histories: a pack with "repair" is always valid,

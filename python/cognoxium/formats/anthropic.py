@@ -368,7 +368,13 @@ def anthropic_messages_to_items(
         is not an object, a ``tool_result`` whose call no earlier
         ``tool_use`` made, that an earlier result answered, or that is not
         in the message right after its ``tool_use`` (before any text of
-        that message), and a repeated call id. A ``tool_use`` without its
+        that message), and one id given to two ``tool_use`` blocks of one
+        message. An id that a ``tool_use`` of a later message reuses is
+        accepted: that call and its results get a new id, the given one
+        kept in ``metadata.original_tool_call_ids`` and
+        ``metadata.original_tool_call_id`` (see
+        :mod:`cognoxium.formats.openai`), so the request a pack renders
+        holds each ``tool_use`` id once. A ``tool_use`` without its
         result is accepted: an agent loop's last call waits for it (a pack
         leaves it out, see ``tool_errors`` in
         :class:`~cognoxium.packing.options.PackOptions`).

@@ -686,14 +686,24 @@ def from_llamaindex_messages(
     columns = ChatColumns(
         where, conversation_id, start, system_retention, _LLAMAINDEX_KIND, tool_errors=tool_errors
     )
-    for row, message in enumerate(messages):
-        if not isinstance(message, llms.ChatMessage):
-            raise RecordError(
-                f"expected a llama_index ChatMessage, got {type(message).__name__}",
-                source=source,
-                row=row,
-            )
-        columns.add(row, _llamaindex_openai(llms, message, row, where))
+    converted: list[Any] = []
+    failure: RecordError | None = None
+    try:
+        for row, message in enumerate(messages):
+            if not isinstance(message, llms.ChatMessage):
+                raise RecordError(
+                    f"expected a llama_index ChatMessage, got {type(message).__name__}",
+                    source=source,
+                    row=row,
+                )
+            converted.append(_llamaindex_openai(llms, message, row, where))
+    except RecordError as exc:
+        failure = exc
+    # Added at once, so that a call id made for a reused one avoids every id of the
+    # conversation; an error of a message before the one that failed is raised first.
+    columns.add_all(converted)
+    if failure is not None:
+        raise failure
     return CognitionFrame.from_conformed(columns.frame())
 
 

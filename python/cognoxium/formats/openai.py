@@ -51,7 +51,11 @@ group_id
 metadata
     ``{"tool_call_ids": [...]}`` on an assistant message with tool calls,
     plus ``{"tool_calls": [...]}`` when it also has text;
-    ``{"tool_call_id": ...}`` on a tool result; ``{"name": ...}`` when the
+    ``{"tool_call_id": ...}`` on a tool result; for a call id reused from
+    an earlier assistant message, the new id there and the given one in
+    ``original_tool_call_ids`` (on the call, parallel to ``tool_call_ids``)
+    and ``original_tool_call_id`` (on its results), see below;
+    ``{"name": ...}`` when the
     message has a ``name``; ``{"message_part": k}`` on each part of a user
     message with images.
 sources
@@ -67,8 +71,10 @@ trust, sensitivity, priority
     the frame, for example with ``with_columns``.
 
 Tool calls are checked against the rules of the chat APIs (see
-:mod:`cognoxium.packing.message_rules`): every call needs a unique ``id``,
-``type`` ``"function"`` and ``function`` ``{"name": str, "arguments": str}``
+:mod:`cognoxium.packing.message_rules`): every call needs an ``id`` that
+no other call of its message has (else a result could not say which call
+it answers: this raises whatever ``tool_errors`` is), ``type``
+``"function"`` and ``function`` ``{"name": str, "arguments": str}``
 (``arguments`` is kept verbatim, even when it is not valid JSON, as models
 produce it: Chat Completions takes it back as it is, and a pack built for
 Anthropic, whose ``tool_use`` input must be an object, leaves out a call
@@ -84,6 +90,21 @@ then holds the call and whichever results exist; the APIs reject such a call
 (rule ``tool_call_unanswered``), so a pack leaves it out with its partial
 results (``tool_errors="repair"``, the default) or raises
 (``tool_errors="error"``); append the missing results to send it.
+
+A call may reuse the id of a call of an earlier assistant message (some
+providers and local model servers number each turn's calls from
+``call_0``): Chat Completions takes it, each run of tool messages
+answering the assistant message right before it, but the items pair a call
+with its results by id within the conversation, and Anthropic takes each
+``tool_use`` id once in a request. Such a call, and the results that answer
+it, get a new id: the first of ``<id>-2``, ``<id>-3``, ... that no call or
+result of the conversation has (so the same messages always get the same
+ids, and an id of Anthropic's form ``^[a-zA-Z0-9_-]+$`` keeps it); the
+given id is kept in :data:`ORIGINAL_CALL_IDS_KEY` and
+:data:`ORIGINAL_CALL_ID_KEY`. This is no fault under either
+``tool_errors``: a result after that message's run is out of place for the
+latest call with its id, one more result right after it a duplicate of
+that call's answer.
 
 Keys that SDK response objects carry with empty values (``refusal``,
 ``audio``, ``function_call``, ``annotations``: null or empty) are accepted and
@@ -158,6 +179,8 @@ __all__ = [
     "IMAGE_DETAILS",
     "IMPORT_TOOL_ERRORS",
     "MESSAGE_ROLES",
+    "ORIGINAL_CALL_IDS_KEY",
+    "ORIGINAL_CALL_ID_KEY",
     "ChatColumns",
     "from_openai_messages",
     "openai_messages_to_items",
@@ -186,7 +209,25 @@ IMPORT_TOOL_ERRORS: tuple[ImportToolErrors, ...] = ("error", "keep")
 ``"error"`` raises :class:`~cognoxium.exceptions.RecordError` at it;
 ``"keep"`` imports it as a tool message of its own (no group), which a pack
 leaves out (``tool_errors="repair"``, reason ``tool_result_orphan`` or
-``tool_result_duplicate``) or refuses (``tool_errors="error"``)."""
+``tool_result_duplicate``) or refuses (``tool_errors="error"``).
+
+A duplicate result is a second result for one call. A call id that a later
+assistant message reuses is none: that call gets a new id and imports with
+either value (see :mod:`cognoxium.formats.openai`); one id given to two
+calls of one message raises with either value."""
+
+ORIGINAL_CALL_IDS_KEY = "original_tool_call_ids"
+"""The metadata key of an assistant item's call ids as the conversation gave them.
+
+Written only when one of them was reused from an earlier assistant message
+and the item's ``tool_call_ids`` (and calls) hold a new id for it; the two
+lists are parallel."""
+
+ORIGINAL_CALL_ID_KEY = "original_tool_call_id"
+"""The metadata key of a tool item's ``tool_call_id`` as the conversation gave it.
+
+Written only when the call it answers was given a new id (see
+:data:`ORIGINAL_CALL_IDS_KEY`); the item's ``tool_call_id`` is the new one."""
 
 _KEYS: dict[str, frozenset[str]] = {
     "system": frozenset({"role", "content", "name"}),
@@ -349,7 +390,12 @@ def _tool_calls(value: Any, index: int, where: MessageLocation) -> list[dict[str
         if not isinstance(call_id, str) or not call_id.strip():
             raise where.error(index, f"{at}.id", f"must be a non-blank string, got {call_id!r}")
         if call_id in seen:
-            raise where.error(index, f"{at}.id", f"tool call id {call_id!r} appears twice")
+            raise where.error(
+                index,
+                f"{at}.id",
+                f"tool call id {call_id!r} appears twice in this message's tool_calls, so a "
+                "result could not tell which call it answers; give each call its own id",
+            )
         seen.add(call_id)
         if call.get("type") != "function":
             raise where.error(
@@ -384,22 +430,84 @@ def _tool_calls(value: Any, index: int, where: MessageLocation) -> list[dict[str
 class _CallLedger:
     """A conversation's tool calls so far: the group declaring each, the result answering it.
 
-    ``waiting`` holds the calls whose results may come next: those of the
-    last assistant message, while only tool messages have followed it;
-    ``closed_by`` is the message that ended that run (its index and role).
+    A call is known by its id in the items (``metadata.tool_call_ids``):
+    the id the conversation gives it, or a new one when an earlier
+    assistant message already made a call with that id (see
+    :meth:`declare`). ``latest`` maps an id the conversation gives to the
+    item id of the latest call made with it; ``waiting`` does the same for
+    the calls whose results may come next (those of the last assistant
+    message, while only tool messages have followed it); ``closed_by`` is
+    the message that ended that run (its index and role).
     """
 
-    group_of: dict[str, str] = field(default_factory=dict)  # call id -> group id
-    made_at: dict[str, int] = field(default_factory=dict)  # call id -> index of its message
-    answered: dict[str, int] = field(default_factory=dict)  # call id -> index of its result
-    waiting: frozenset[str] = frozenset()
+    group_of: dict[str, str] = field(default_factory=dict)  # item call id -> group id
+    made_at: dict[str, int] = field(default_factory=dict)  # item call id -> index of its message
+    answered: dict[str, int] = field(default_factory=dict)  # item call id -> index of its result
+    latest: dict[str, str] = field(default_factory=dict)  # given call id -> item call id
+    waiting: dict[str, str] = field(default_factory=dict)  # given call id -> item call id
+    taken: set[str] = field(default_factory=set)  # every call id of the conversation, and made
     closed_by: tuple[int, str] | None = None
     keep: bool = False  # tool_errors="keep": a result that breaks a rule is kept, ungrouped
 
     def close(self, index: int, role: str) -> None:
         """Message ``index`` of ``role`` is not a result: no earlier call is answered after it."""
         if self.waiting:
-            self.waiting, self.closed_by = frozenset(), (index, role)
+            self.waiting, self.closed_by = {}, (index, role)
+
+    def declare(self, given: list[str], index: int, group_id: str) -> list[str]:
+        """Record the calls of assistant message ``index``, given ids ``given``; their item ids.
+
+        A call keeps its id unless an earlier call of the conversation has
+        it (a provider that numbers each turn's calls from ``call_0``); then
+        its item id is the first of ``<id>-2``, ``<id>-3``, ... that no
+        message of the conversation uses, so it pairs only with the results
+        that answer it, and stays of the form Anthropic takes when the
+        given id is.
+        """
+        ids = []
+        for call_id in given:
+            item_id = call_id
+            if call_id in self.latest or call_id in self.made_at:
+                k = 2
+                while f"{call_id}-{k}" in self.taken:
+                    k += 1
+                item_id = f"{call_id}-{k}"
+            self.taken.update((call_id, item_id))
+            self.latest[call_id] = item_id
+            self.group_of[item_id], self.made_at[item_id] = group_id, index
+            ids.append(item_id)
+        self.waiting, self.closed_by = dict(zip(given, ids, strict=True)), (index, "assistant")
+        return ids
+
+    def item_id(self, call_id: str) -> str:
+        """The item id of the call a result with ``tool_call_id`` ``call_id`` answers.
+
+        That of the last assistant message's call with that id when there
+        is one, else of the latest call with it, else ``call_id`` itself
+        (no call has it).
+        """
+        return self.waiting.get(call_id) or self.latest.get(call_id, call_id)
+
+
+def _tool_call_ids_in(messages: Sequence[Any]) -> set[str]:
+    """Every tool call id of chat messages: their calls' ``id``, their results' ``tool_call_id``.
+
+    Read before the messages are checked, so malformed ones are passed
+    over; a call id made for a reused one avoids them all.
+    """
+    ids: set[str] = set()
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        result = message.get("tool_call_id")
+        if isinstance(result, str):
+            ids.add(result)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            ids.update(
+                c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)
+            )
+    return ids
 
 
 def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> datetime:
@@ -473,19 +581,14 @@ def _assistant_payload(
 ) -> tuple[str, Any, str | None]:
     """An assistant message's payload and group id; declares its tool calls in ``ledger``."""
     calls = _tool_calls(message.get("tool_calls"), index, where)
-    for j, call in enumerate(calls):
-        if call["id"] in ledger.group_of:
-            raise where.error(
-                index,
-                f"tool_calls[{j}].id",
-                f"tool call id {call['id']!r} was already declared by an earlier "
-                "assistant message; call ids must be unique in a conversation",
-            )
     if calls:
-        ledger.group_of.update(dict.fromkeys((c["id"] for c in calls), group_id))
-        ledger.made_at.update(dict.fromkeys((c["id"] for c in calls), index))
-        ledger.waiting, ledger.closed_by = frozenset(c["id"] for c in calls), (index, "assistant")
-        metadata["tool_call_ids"] = [c["id"] for c in calls]
+        given = [c["id"] for c in calls]
+        ids = ledger.declare(given, index, group_id)
+        for call, item_id in zip(calls, ids, strict=True):
+            call["id"] = item_id
+        metadata["tool_call_ids"] = ids
+        if ids != given:
+            metadata[ORIGINAL_CALL_IDS_KEY] = given
     else:
         ledger.close(index, "assistant")
     if calls and not text:
@@ -499,20 +602,21 @@ def _assistant_payload(
 
 def _tool_result_group(
     message: Mapping[str, Any], index: int, where: MessageLocation, ledger: _CallLedger
-) -> tuple[str, str | None]:
-    """Check a tool result's ``tool_call_id``; return it and its call's group id.
+) -> tuple[str, str, str | None]:
+    """Check a tool result's ``tool_call_id``; return it, its call's item id and group id.
 
     A result that breaks a rule raises, or with ``ledger.keep`` has no group.
     """
     call_id = message.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id.strip():
         raise where.error(index, "tool_call_id", f"must be a non-blank string, got {call_id!r}")
-    fault = _result_fault(call_id, ledger)
+    item_id = ledger.item_id(call_id)
+    fault = _result_fault(call_id, item_id, ledger)
     if fault is None:
-        ledger.answered[call_id] = index
-        return call_id, ledger.group_of[call_id]
+        ledger.answered[item_id] = index
+        return call_id, item_id, ledger.group_of[item_id]
     if ledger.keep:
-        return call_id, None
+        return call_id, item_id, None
     keep = (
         "; or import with tool_errors='keep' (cognoxium pack --conversations: "
         "--tool-errors repair) for the pack to leave it out"
@@ -520,21 +624,22 @@ def _tool_result_group(
     raise where.error(index, "tool_call_id", fault + keep)
 
 
-def _result_fault(call_id: str, ledger: _CallLedger) -> str | None:
-    """The rule a result for ``call_id`` breaks here, worded; None when it breaks none."""
-    if call_id not in ledger.group_of:
+def _result_fault(call_id: str, item_id: str, ledger: _CallLedger) -> str | None:
+    """The rule a result for ``call_id`` (its call's ``item_id``) breaks here, worded; or None."""
+    if call_id not in ledger.latest:
         return (
             f"tool result for call {call_id!r}, which no earlier assistant message "
             "declared in its tool_calls (rule tool_result_orphan); put the assistant "
             "message with that call right before its result"
         )
-    if call_id in ledger.answered:
+    if item_id in ledger.answered:
         return (
-            f"call {call_id!r} was already answered by message {ledger.answered[call_id]} "
+            f"call {call_id!r} of message {ledger.made_at[item_id]} was already answered by "
+            f"message {ledger.answered[item_id]} "
             "(rule tool_result_duplicate: a tool call is answered once)"
         )
     if call_id not in ledger.waiting:
-        made = ledger.made_at[call_id]
+        made = ledger.made_at[item_id]
         after, role = ledger.closed_by or (made, "assistant")
         return (
             f"tool result for call {call_id!r} of message {made} comes after message "
@@ -593,8 +698,10 @@ def _message_content(
         raise where.error(index, "content", f"a {role} message needs content")
     group_id = None
     if role == "tool":
-        call_id, group_id = _tool_result_group(message, index, where, ledger)
-        metadata["tool_call_id"] = call_id
+        call_id, answers, group_id = _tool_result_group(message, index, where, ledger)
+        metadata["tool_call_id"] = answers
+        if answers != call_id:
+            metadata[ORIGINAL_CALL_ID_KEY] = call_id
     return [(item_id, role, "text", text, group_id, metadata)]
 
 
@@ -709,6 +816,8 @@ def indexed_chat_items(
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _ledger(tool_errors, where)
+    messages = list(messages)
+    ledger.taken.update(_tool_call_ids_in(messages))
     return [
         (index, _part_item(index, part, first, sources, instructions, where))
         for index, message in enumerate(messages)
@@ -780,7 +889,13 @@ class ChatColumns:
         self.background_digests = background_digests
 
     def add(self, index: int, message: Any) -> None:
-        """Check message ``index`` and append its items; ``RecordError`` if it is malformed."""
+        """Check message ``index`` and append its items; ``RecordError`` if it is malformed.
+
+        A call that reuses an earlier call's id gets a new id (see
+        :data:`ORIGINAL_CALL_IDS_KEY`) that avoids the ids of the messages
+        added so far; :meth:`add_all` makes it avoid those of all its
+        messages, as a conversation's ids must.
+        """
         for item_id, role, kind, value, group_id, metadata in _message_content(
             message, index, self.where, self.prefix, self.ledger
         ):
@@ -851,6 +966,7 @@ class ChatColumns:
             fields = (list(map(dict.get, rows, repeat(key))) for key in ("role", "content", "name"))
             if self.add_plain(*fields):
                 return self
+        self.ledger.taken.update(_tool_call_ids_in(rows))
         try:
             for index, message in enumerate(rows):
                 self.add(index, message)
@@ -1200,13 +1316,16 @@ def openai_messages_to_items(
         exceed the budget); ``"optional"`` gives them the item default, as
         every other message has.
     tool_errors
-        A tool result that breaks the rules below (an orphan, a duplicate, a
-        result after another message than its call's): ``"error"`` (the
-        default) raises; ``"keep"`` imports it as a tool message with no
-        group, so the history imports whole and a pack leaves the result
-        out (``tool_errors="repair"``, the pack's default; reasons
-        ``tool_result_orphan``, ``tool_result_duplicate``), and its call
-        too when nothing else answers it (``tool_call_unanswered``).
+        A tool result that breaks the rules below (an orphan, a duplicate
+        result of one call, a result after another message than its
+        call's): ``"error"`` (the default) raises; ``"keep"`` imports it as
+        a tool message with no group, so the history imports whole and a
+        pack leaves the result out (``tool_errors="repair"``, the pack's
+        default; reasons ``tool_result_orphan``, ``tool_result_duplicate``),
+        and its call too when nothing else answers it
+        (``tool_call_unanswered``). A call id reused by a later assistant
+        message is no fault: the call and its results get a new id (see
+        the module) with either value.
 
     Returns
     -------
@@ -1222,7 +1341,9 @@ def openai_messages_to_items(
         for an unknown role, a tool result whose ``tool_call_id`` no earlier
         assistant message declared, that an earlier result answered, or
         that comes after another message than its call's assistant message
-        and results (the error names the rule), a repeated call id, a naive
+        and results (the error names the rule), one call id given to two
+        calls of one message (``field`` ``tool_calls[<k>].id``, the
+        second), a naive
         ``start``, an empty ``conversation_id`` and a ``system_retention``
         that is not a retention tier. Code ``record.image_invalid`` for an
         image part whose ``data:`` URL (field ``content[1].image_url.url``)

@@ -18,6 +18,13 @@ preceding message with 'tool_calls'"):
   intervening user message, or for a call no message makes, is an orphan);
 - ``tool_result_duplicate``: no call is answered twice.
 
+A call is the assistant message that makes it and its id: Chat Completions
+takes a history whose assistant messages reuse ids (a provider or local
+model server that numbers each turn's calls from ``call_0``), since each
+run of ``tool`` messages answers the assistant message right before it.
+Within one message, two calls with one id would be ambiguous; the chat
+importers refuse them.
+
 Chat Completions takes any string as a call's ``function.arguments``; the
 Anthropic Messages API takes a ``tool_use`` block's ``input`` only as an
 object. So a call whose arguments are not a JSON object (a model's
@@ -39,7 +46,9 @@ trailing whitespace", "tool_use.id: String should match pattern
 '^[a-zA-Z0-9_-]+$'", "content cannot be empty if is_error is true"), checked by :func:`anthropic_faults`: the
 three tool rules above on ``tool_use`` and ``tool_result`` blocks, and
 ``messages_empty``, ``role_invalid``, ``first_not_user``,
-``roles_not_alternating`` (the API merges consecutive turns of one role; a
+``tool_use_id_duplicate`` (the API's own error: "`tool_use` ids must be
+unique": unlike Chat Completions, Anthropic takes each id once in a
+request), ``roles_not_alternating`` (the API merges consecutive turns of one role; a
 request that alternates reads as the conversation it is, and the renderer
 of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
 never sends two), ``content_empty`` (whitespace-only text included),
@@ -79,6 +88,7 @@ MESSAGE_RULES: dict[str, str] = {
     "tool_call_unanswered": "every tool call is answered right after the message that makes it",
     "tool_result_orphan": "a tool result answers a call of the message right before its results",
     "tool_result_duplicate": "a tool call is answered once",
+    "tool_use_id_duplicate": "an Anthropic request's tool_use blocks each have their own id",
     "role_invalid": "a message has a role the API takes",
     "messages_empty": "an Anthropic request has at least one message",
     "first_not_user": "an Anthropic request's first message is a user message",
@@ -172,9 +182,11 @@ def tool_call_faults(
     [(3, 'tool_result_duplicate', (3,))]
     """
     faults: list[Fault] = []
-    answered: dict[str, int] = {}  # call id -> the message answering it
-    declared: dict[str, int] = {}  # call id -> the message making it
-    orphans: dict[str, int] = {}  # call id -> a result of it out of place
+    # A call is the message making it and its id: a later message may make a call with
+    # the id of an earlier one, and its results right after it answer it alone.
+    answered: dict[tuple[int, str], int] = {}  # call -> the message answering it
+    declared: dict[str, int] = {}  # call id -> the latest message making a call with it
+    orphans: dict[tuple[int, str], int] = {}  # call -> a result of it out of place
     unanswered: list[_Run] = []
     run: _Run | None = None  # the assistant message whose results may follow
     for at in sorted({*calls, *results}):
@@ -183,20 +195,21 @@ def tool_call_faults(
             run = None
         if at in calls:
             run = _Run(at, calls[at], at + 1)
-            for made in calls[at]:
-                declared.setdefault(made, at)
+            run.reused = {c: declared[c] for c in calls[at] if c in declared}
+            declared.update(dict.fromkeys(calls[at], at))
             continue
         call_id = results[at]
         in_run = run is not None and at == run.end
         if run is not None and in_run:
             run.end = at + 1
-        if call_id is not None and call_id in answered:
-            faults.append(_duplicate(at, call_id, answered[call_id]))
+        made = declared.get(call_id) if call_id is not None else None
+        if call_id is not None and made is not None and (made, call_id) in answered:
+            faults.append(_duplicate(at, call_id, answered[made, call_id]))
         elif run is not None and in_run and call_id in run.calls:
-            run.got[call_id] = answered[call_id] = at
+            run.got[call_id] = answered[run.at, call_id] = at
         else:
-            if call_id in declared:
-                orphans.setdefault(call_id, at)
+            if call_id is not None and made is not None:
+                orphans.setdefault((made, call_id), at)
             faults.append(_orphan(at, call_id, declared, roles))
     unanswered += [run] if run is not None and run.missing() else []
     faults += [r.fault(orphans) for r in unanswered]
@@ -211,16 +224,29 @@ class _Run:
     calls: list[str]
     end: int  # the index its next result must have
     got: dict[str, int] = field(default_factory=dict)  # call id -> the result answering it
+    reused: dict[str, int] = field(default_factory=dict)  # call id -> an earlier message making it
 
     def missing(self) -> list[str]:
         """The calls no result of the run answers."""
         return [c for c in self.calls if c not in self.got]
 
-    def fault(self, orphans: Mapping[str, int]) -> Fault:
-        """The unanswered fault: left out with its partial results; names late results."""
+    def fault(self, orphans: Mapping[tuple[int, str], int]) -> Fault:
+        """The unanswered fault: left out with its partial results; names late results.
+
+        Also names the earlier messages that made a call with a missing
+        call's id: their results answer those calls, not this one.
+        """
         missing = self.missing()
-        later = [f"{c!r} at message {orphans[c]}" for c in missing if c in orphans]
+        later = [
+            f"{c!r} at message {orphans[self.at, c]}" for c in missing if (self.at, c) in orphans
+        ]
         where = f"; results come later, after another message: {', '.join(later)}" if later else ""
+        earlier = [f"{c!r} by message {self.reused[c]}" for c in missing if c in self.reused]
+        if earlier:
+            where += (
+                f"; an earlier call has the same id ({', '.join(earlier)}), and the results "
+                "right after that message answer that call"
+            )
         return Fault(
             self.at,
             "tool_call_unanswered",
@@ -587,7 +613,8 @@ def anthropic_faults(
         return [Fault(None, "messages_empty", "the request has no message")]
     faults: list[Fault] = []
     roles = [m.get("role") if isinstance(m, Mapping) else None for m in messages]
-    answered: dict[str, int] = {}
+    answered: dict[tuple[int | None, str], int] = {}  # (tool_use message, id) -> result message
+    used: dict[str, int] = {}  # tool_use id -> the latest message using it
     for at, (message, role) in enumerate(zip(messages, roles, strict=True)):
         if role not in ("user", "assistant"):
             faults.append(Fault(at, "role_invalid", f"message {at} has role {role!r}"))
@@ -598,9 +625,10 @@ def anthropic_faults(
         if role == "assistant":
             after = messages[at + 1] if at + 1 < len(messages) else None
             faults += _unanswered_uses(at, content, after)
+            faults += _reused_uses(at, content, used)
         else:
             before = messages[at - 1] if at > 0 and roles[at - 1] == "assistant" else None
-            faults += _result_faults(at, content, before, answered)
+            faults += _result_faults(at, content, before, answered, used)
     return faults + _final_faults(messages)
 
 
@@ -630,20 +658,49 @@ def _unanswered_uses(at: int, content: Any, after: Any) -> list[Fault]:
     return [Fault(at, "tool_call_unanswered", text)]
 
 
-def _result_faults(at: int, content: Any, before: Any, answered: dict[str, int]) -> list[Fault]:
+def _reused_uses(at: int, content: Any, used: dict[str, int]) -> list[Fault]:
+    """An assistant message's tool_use blocks whose id an earlier tool_use of the request has.
+
+    ``used`` (id -> the latest message using it) is updated.
+    """
+    faults = []
+    for j, block in enumerate(_blocks_of(content)):
+        if not isinstance(block, Mapping) or block.get("type") != "tool_use":
+            continue
+        use_id = str(block.get("id"))
+        if use_id in used:
+            first = "an earlier block" if used[use_id] == at else f"message {used[use_id]}"
+            text = (
+                f"message {at} block {j} is a tool_use with the id {use_id!r}, which "
+                f"{first} already gives a tool_use; give each call its own id"
+            )
+            faults.append(Fault(at, "tool_use_id_duplicate", text))
+        used[use_id] = at
+    return faults
+
+
+def _result_faults(
+    at: int,
+    content: Any,
+    before: Any,
+    answered: dict[tuple[int | None, str], int],
+    used: Mapping[str, int],
+) -> list[Fault]:
     """A user message's tool_result blocks: each answers, once, a use of the message before.
 
     ``before`` is that message when it is an assistant's, else ``None``;
-    ``answered`` (call id -> message) is updated.
+    ``answered`` ((use message, id) -> result message) is updated; a result
+    is of the latest use with its id (``used``).
     """
     uses = before.get("content") if isinstance(before, Mapping) else None
     uses_before = set(_ids(uses, "tool_use", "id")) if uses is not None else set()
     faults = []
     for call_id in _ids(content, "tool_result", "tool_use_id"):
-        if call_id in answered:
+        use = (used.get(call_id), call_id)
+        if use in answered:
             text = (
                 f"message {at} answers tool_use {call_id!r}, which message "
-                f"{answered[call_id]} already answered"
+                f"{answered[use]} already answered"
             )
             faults.append(Fault(at, "tool_result_duplicate", text))
         elif call_id not in uses_before:
@@ -652,7 +709,7 @@ def _result_faults(at: int, content: Any, before: Any, answered: dict[str, int])
                 "before it does not make"
             )
             faults.append(Fault(at, "tool_result_orphan", text))
-        answered.setdefault(call_id, at)
+        answered.setdefault(use, at)
     return faults
 
 
@@ -663,7 +720,8 @@ def validate_anthropic_messages(
 
     The rules are those of :func:`anthropic_faults`: at least one message,
     the first a user message, user and assistant alternating, no empty or
-    whitespace-only content or text block, each ``tool_use`` answered by a
+    whitespace-only content or text block, each ``tool_use`` with an id of
+    its own in the request, answered by a
     ``tool_result`` block in the next message (once, placed before that
     message's other blocks), no ``tool_result`` without a ``tool_use`` in
     the message before, tool ids of the form ``^[a-zA-Z0-9_-]+$``, each
