@@ -111,6 +111,8 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 _HEADER_CHARS = 256
 """How far a ``data:`` URL's comma is looked for: a media type and its parameters are short."""
 _ACCEPTED = f"base64 data of {', '.join(IMAGE_MEDIA_TYPES[:-1])} or {IMAGE_MEDIA_TYPES[-1]}"
+_ALIASES = {"image/jpg": "image/jpeg"}
+"""Media types some tools write for an accepted one: read as it, sent as it."""
 _FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 
 
@@ -266,7 +268,8 @@ def check_image_data_url(url: str) -> tuple[str, str]:
     url
         A ``data:`` URL, ``data:<media type>;base64,<data>`` (the scheme,
         media type and ``base64`` in any case, parameters before
-        ``;base64`` allowed, as RFC 2397 writes them).
+        ``;base64`` allowed, as RFC 2397 writes them; ``image/jpg``, which
+        some tools write, is read as ``image/jpeg``).
 
     Returns
     -------
@@ -305,6 +308,7 @@ def check_image_data_url(url: str) -> tuple[str, str]:
     """
     header = _data_url_header(url)
     media_type, encoded, start = header if header is not None else ("", False, len(url))
+    media_type = _ALIASES.get(media_type, media_type)
     params: dict[str, Any] = {"media_type": media_type or None, "detected": None}
     if not encoded:
         raise _image_error(
