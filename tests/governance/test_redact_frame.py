@@ -301,3 +301,20 @@ def test_tool_call_arguments_are_redacted_and_call_ids_kept(metadata: bool) -> N
     assert "bob@example.com" not in json.dumps(sent)
     assert pack.manifest.totals.redactions == {"EMAIL": 4, "US_SSN": 1}
     assert pack.used_tokens == get_profile("o200k_base").request_tokens(sent)
+
+
+def test_the_ids_a_provider_gave_reused_calls_are_kept_by_metadata_redaction() -> None:
+    from cognoxium.formats.openai import (
+        ORIGINAL_CALL_ID_KEY,
+        ORIGINAL_CALL_IDS_KEY,
+        from_openai_messages,
+    )
+
+    chat = agent_chat()
+    chat[3] = {**chat[3], "tool_calls": [{**chat[1]["tool_calls"][0]}]}  # type: ignore[index]
+    chat[4] = {**chat[4], "tool_call_id": SECRET_ID}
+    frame = from_openai_messages(chat, conversation_id="c").redact(metadata=True).collect()
+    metadata = [json.loads(m) for m in frame.get_column("metadata").to_list()]
+    assert metadata[3][ORIGINAL_CALL_IDS_KEY] == [SECRET_ID]
+    assert metadata[4][ORIGINAL_CALL_ID_KEY] == SECRET_ID
+    assert metadata[3]["tool_call_ids"] == [f"{SECRET_ID}-2"]

@@ -242,14 +242,15 @@ def test_a_parquet_file_of_earlier_reasons_is_read_with_the_current_ones(tmp_pat
     rows = pl.read_parquet(folder / MANIFESTS_PARQUET)
     reasons = [r.value for r in Reason]
     assert rows.schema["reason"] == pl.Enum(reasons)
-    assert reasons[-2:] == ["before_tail", "tool_call_arguments_invalid"]
-    earlier = pl.Enum(reasons[:-1])  # as written before tool_call_arguments_invalid was a reason
-    rows.with_columns(pl.col("reason").cast(pl.String).cast(earlier)).write_parquet(
-        folder / MANIFESTS_PARQUET
-    )
-    assert pl.read_parquet_schema(folder / MANIFESTS_PARQUET)["reason"] == earlier
-    assert scan_manifests(folder).collect().equals(rows)
-    assert read_manifests(folder) == expected
+    assert reasons[-3:] == ["before_tail", "tool_call_arguments_invalid", "tool_use_id_duplicate"]
+    for known in (len(reasons) - 2, len(reasons) - 1):  # as written before the newest reasons
+        earlier = pl.Enum(reasons[:known])
+        rows.with_columns(pl.col("reason").cast(pl.String).cast(earlier)).write_parquet(
+            folder / MANIFESTS_PARQUET
+        )
+        assert pl.read_parquet_schema(folder / MANIFESTS_PARQUET)["reason"] == earlier
+        assert scan_manifests(folder).collect().equals(rows)
+        assert read_manifests(folder) == expected
     other = pl.Enum([*reasons[1:], reasons[0]])  # not an earlier version's values: refused
     rows.with_columns(pl.col("reason").cast(pl.String).cast(other)).write_parquet(
         folder / MANIFESTS_PARQUET

@@ -592,6 +592,33 @@ def test_an_earlier_unanswered_call_does_not_take_the_later_calls_result() -> No
     ]
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_items_that_reuse_a_call_id_are_sent_whole_to_openai_and_repaired_for_anthropic(
+    grouped: bool,
+) -> None:
+    """Items made without the importers keep a reused id: only Anthropic refuses it."""
+    groups = ["g1", "g1", "g2", "g2"] if grouped else [None] * 4
+    df = items(
+        [
+            (f"m{k}", m, g)
+            for k, (m, g) in enumerate(zip(REUSED, [None, *groups, None], strict=True))
+        ]
+    )
+    sent = pack(df, 1000, PackOptions(as_of=AS_OF))
+    assert sent.ids == [f"m{k}" for k in range(6)]
+    assert openai_faults(sent.to_openai()) == []
+    repaired = pack(df, 1000, PackOptions(as_of=AS_OF, target="anthropic"))
+    assert repaired.ids == ["m0", "m1", "m2", "m5"]
+    assert {k: reasons(repaired)[k] for k in ("m3", "m4")} == dict.fromkeys(
+        ("m3", "m4"), "tool_use_id_duplicate"
+    )
+    assert anthropic_faults(repaired.to_anthropic()) == []
+    strict = PackOptions(as_of=AS_OF, target="anthropic", tool_errors="error")
+    with pytest.raises(MessageError, match="rule tool_use_id_duplicate") as info:
+        pack(df, 1000, strict)
+    assert info.value.params["id"] == "m3"
+
+
 # Every class of fault, made from valid histories: a pack with "repair" is always valid,
 # one with "error" is valid or names the message.
 

@@ -111,6 +111,13 @@ class Reason(StrEnum):
     a ``tool_use`` input, or a result of that message's calls: left out
     together, so every ``tool_use`` sent has its result.
 
+    ``tool_use_id_duplicate``: with ``tool_errors="repair"`` and
+    ``target="anthropic"``, the item is an assistant message making a tool
+    call whose id a call of an earlier message has (Chat Completions takes
+    that, Anthropic takes each ``tool_use`` id once in a request; the chat
+    importers give such a call a new id, so only items made otherwise hold
+    one), or a result of that message's calls: left out together.
+
     ``evicted_for_cache``: a pack that continues an earlier one left the
     item out to keep the earlier pack's prefix, or evicted it in an eviction
     step (see :mod:`cognoxium.packing.cache`).
@@ -145,6 +152,7 @@ class Reason(StrEnum):
     GAP = "gap"
     BEFORE_TAIL = "before_tail"
     TOOL_CALL_ARGUMENTS_INVALID = "tool_call_arguments_invalid"
+    TOOL_USE_ID_DUPLICATE = "tool_use_id_duplicate"
 
 
 # Every manifest model sets defer_build: it builds its validator and serializer on

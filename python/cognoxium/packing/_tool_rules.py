@@ -46,6 +46,7 @@ from cognoxium.packing.message_rules import (
     MESSAGE_RULES,
     Fault,
     argument_faults,
+    reused_id_faults,
     tool_call_faults,
     tool_input,
 )
@@ -57,6 +58,7 @@ RULE_REASONS: dict[str, Reason] = {
     "tool_result_orphan": Reason.TOOL_RESULT_ORPHAN,
     "tool_result_duplicate": Reason.TOOL_RESULT_DUPLICATE,
     "tool_call_arguments_invalid": Reason.TOOL_CALL_ARGUMENTS_INVALID,
+    "tool_use_id_duplicate": Reason.TOOL_USE_ID_DUPLICATE,
 }
 """The manifest reason of a row left out for breaking each tool rule."""
 
@@ -77,12 +79,16 @@ class ToolRows:
         Row -> the ids of its calls whose arguments are not a JSON object
         (:func:`~cognoxium.packing.message_rules.tool_input`), for the
         assistant rows that make such calls: what Anthropic cannot take.
+    reused
+        Some call has the id of an earlier row's call: Anthropic takes each
+        ``tool_use`` id once in a request.
     """
 
     roles: list[str]
     calls: dict[int, list[str]]
     results: dict[int, str | None]
     invalid: dict[int, list[str]] = field(default_factory=dict)
+    reused: bool = False
 
     @classmethod
     def of(cls, chat: ChatColumns) -> ToolRows:
@@ -101,13 +107,15 @@ class ToolRows:
                 results[row] = fields.get("tool_call_id")
         for row in np.flatnonzero((chat.role == "tool").to_numpy()).tolist():
             results.setdefault(row, None)
-        return cls(roles, calls, results, invalid)
+        made = [c for ids in calls.values() for c in ids]
+        return cls(roles, calls, results, invalid, len(set(made)) < len(made))
 
     def faults(self, rows: np.ndarray, target: str = "openai") -> list[Fault]:
         """The faults of the messages of ``rows`` (``(k,)`` int64, in pack order), by position.
 
         ``target`` is the API the messages are sent to: ``"anthropic"`` adds
-        the faults of calls whose arguments are not a JSON object.
+        the faults of calls whose arguments are not a JSON object, and of
+        calls whose id an earlier message's call has.
         """
         position = {int(row): k for k, row in enumerate(rows.tolist())}
         roles = [self.roles[row] for row in position]
@@ -117,6 +125,8 @@ class ToolRows:
         if target == "anthropic" and self.invalid:
             invalid = {position[r]: ids for r, ids in self.invalid.items() if r in position}
             faults += argument_faults(calls, results, invalid)
+        if target == "anthropic" and self.reused:
+            faults += reused_id_faults(calls, results)
         return sorted(faults, key=lambda f: -1 if f.index is None else f.index)
 
     def left_out(self, target: str = "openai") -> np.ndarray | None:

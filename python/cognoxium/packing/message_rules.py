@@ -43,13 +43,14 @@ user message, "tool_result blocks must come FIRST in the content array",
 text blocks must be non-empty; the API's own errors: "text content blocks
 must contain non-whitespace text", "final assistant content cannot end with
 trailing whitespace", "tool_use.id: String should match pattern
-'^[a-zA-Z0-9_-]+$'", "content cannot be empty if is_error is true"), checked by :func:`anthropic_faults`: the
-three tool rules above on ``tool_use`` and ``tool_result`` blocks, and
-``messages_empty``, ``role_invalid``, ``first_not_user``,
-``tool_use_id_duplicate`` (the API's own error: "`tool_use` ids must be
-unique": unlike Chat Completions, Anthropic takes each id once in a
-request), ``roles_not_alternating`` (the API merges consecutive turns of one role; a
-request that alternates reads as the conversation it is, and the renderer
+'^[a-zA-Z0-9_-]+$'", "content cannot be empty if is_error is true"),
+checked by :func:`anthropic_faults`: the three tool rules above on
+``tool_use`` and ``tool_result`` blocks, and ``messages_empty``,
+``role_invalid``, ``first_not_user``, ``tool_use_id_duplicate`` (the API's
+own error: "`tool_use` ids must be unique": unlike Chat Completions,
+Anthropic takes each id once in a request), ``roles_not_alternating`` (the
+API merges consecutive turns of one role; a request that alternates reads
+as the conversation it is, and the renderer
 of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
 never sends two), ``content_empty`` (whitespace-only text included),
 ``block_misplaced``, ``tool_result_not_first``, ``tool_id_invalid``,
@@ -78,6 +79,7 @@ __all__ = [
     "argument_faults",
     "blank_result",
     "openai_faults",
+    "reused_id_faults",
     "tool_call_faults",
     "tool_input",
     "validate_anthropic_messages",
@@ -385,6 +387,51 @@ def argument_faults(
     return faults
 
 
+def reused_id_faults(
+    calls: Mapping[int, list[str]], results: Mapping[int, str | None]
+) -> list[Fault]:
+    """The messages whose calls reuse the id of an earlier message's call: Anthropic refuses them.
+
+    Chat Completions takes a call id again in a later assistant message;
+    an Anthropic request takes each ``tool_use`` id once
+    (``tool_use_id_duplicate``). The chat importers give such a call a new
+    id (:mod:`cognoxium.formats.openai`); items made otherwise may hold one.
+
+    Parameters
+    ----------
+    calls, results
+        As for :func:`argument_faults`.
+
+    Returns
+    -------
+    list of Fault
+        One ``tool_use_id_duplicate`` fault per message that makes a call
+        whose id an earlier message's call has, in message order. Its repair
+        leaves out the message with the results right after it that answer
+        its calls, as :func:`argument_faults` does.
+
+    Examples
+    --------
+    >>> faults = reused_id_faults({1: ["c1"], 3: ["c1"]}, {2: "c1", 4: "c1"})
+    >>> [(f.index, f.rule, f.left_out) for f in faults]
+    [(3, 'tool_use_id_duplicate', (3, 4))]
+    """
+    seen: set[str] = set()
+    faults = []
+    for at in sorted(calls):
+        reused = [c for c in calls[at] if c in seen]
+        seen.update(calls[at])
+        if not reused:
+            continue
+        answers, k = [], at + 1
+        while k in results:  # the run of tool messages right after it
+            answers += [k] if results[k] in calls[at] else []
+            k += 1
+        text = f"message {at} makes tool calls {reused} whose ids an earlier message's calls have"
+        faults.append(Fault(at, "tool_use_id_duplicate", text, (at, *answers)))
+    return faults
+
+
 def openai_faults(messages: Sequence[Mapping[str, Any]]) -> list[Fault]:
     """Every fault of OpenAI Chat Completions messages against the rules (see the module).
 
@@ -546,7 +593,8 @@ def _tool_block_faults(at: int, j: int, kind: str, block: Mapping[str, Any]) -> 
         kind_of = type(block.get("input")).__name__
         text = f"message {at} block {j} is a tool_use whose input is a {kind_of}, not an object"
         faults.append(Fault(at, "tool_call_arguments_invalid", text))
-    if kind == "tool_result" and block.get("is_error") is True and blank_result(block.get("content")):
+    failed = kind == "tool_result" and block.get("is_error") is True
+    if failed and blank_result(block.get("content")):
         text = f"message {at} block {j} is a tool_result marked is_error without content"
         faults.append(Fault(at, "tool_error_empty", text))
     return faults

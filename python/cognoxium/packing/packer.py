@@ -64,9 +64,10 @@ with the rule as its reason; with ``"error"`` the pack raises
 :class:`~cognoxium.exceptions.MessageError`. A pack built for Anthropic
 (``target="anthropic"``) starts on a user message when it may send one,
 counts the user message its rendering opens with when it starts on none, and
-keeps one more tool rule: a call whose arguments are not a JSON object (its
+keeps two more tool rules: a call whose arguments are not a JSON object (its
 ``tool_use`` input) is left out with its results
-(``tool_call_arguments_invalid``).
+(``tool_call_arguments_invalid``), and so is a call whose id an earlier
+message's call has (``tool_use_id_duplicate``).
 
 Only what can matter is tokenized: candidates are costed in selection order,
 in batches, and a unit whose proven lower bound (see
@@ -218,7 +219,8 @@ def pack(
         ``before_first_user``), ``tool_errors`` (``"repair"``: tool messages
         the chat APIs reject are left out, reasons ``tool_call_unanswered``,
         ``tool_result_orphan``, ``tool_result_duplicate``, and for
-        ``target="anthropic"`` ``tool_call_arguments_invalid``; ``"error"``:
+        ``target="anthropic"`` ``tool_call_arguments_invalid`` and
+        ``tool_use_id_duplicate``; ``"error"``:
         :class:`~cognoxium.exceptions.MessageError`), ``target``
         (``"anthropic"``: the pack renders as a valid Anthropic request,
         what the rendering adds counted, and holds no tool call whose
@@ -616,12 +618,14 @@ class PackScope:
         """The tool rules a pack for ``target`` keeps, by the rows' faults they find.
 
         ``"anthropic"`` when some call's arguments are not a JSON object
-        (Anthropic's rule of its ``tool_use`` input), else ``"openai"``:
+        (Anthropic's rule of its ``tool_use`` input) or some call reuses an
+        earlier call's id (Anthropic takes each once), else ``"openai"``:
         without such a call both targets find the same faults, so their
         packs share units and costs.
         """
         tools = self._tools
-        return "anthropic" if target == "anthropic" and tools and tools.invalid else "openai"
+        own = tools is not None and bool(tools.invalid or tools.reused)
+        return "anthropic" if target == "anthropic" and own else "openai"
 
     @cached_property
     def _tools(self) -> ToolRows | None:

@@ -394,8 +394,14 @@ def _payload_columns(df: pl.DataFrame) -> dict[str, pl.Series]:
     }
 
 
-_CALL_IDS = frozenset({"tool_call_id", "tool_call_ids"})
-"""Members that pair a tool result with its call: ids, never redacted."""
+_CALL_IDS = frozenset(
+    {"tool_call_id", "tool_call_ids", "original_tool_call_id", "original_tool_call_ids"}
+)
+"""Members that pair a tool result with its call, and the ids the provider gave: never redacted.
+
+The ``original_`` keys hold a call id a chat importer replaced, because an
+earlier call of the conversation had it (:mod:`cognoxium.formats.openai`).
+"""
 
 
 def _redact_doc(
