@@ -1506,10 +1506,11 @@ def test_pack_names_the_requests_that_left_out_their_newest_user_message(tmp_pat
         "".join(json.dumps({**r, "created_at": "2025-01-01T00:00:00Z"}) + "\n" for r in rows)
     )
     requests = [
-        {"id": "short", "budget": 100},
-        {"id": "fill", "budget": 100, "gaps": "fill"},  # sends the older question instead
+        {"id": "short", "budget": 60},  # too small for the question, even cut to 64 tokens
+        {"id": "fill", "budget": 60, "gaps": "fill"},  # sends the older question instead
         {"id": "whole", "budget": 2000},
         {"id": "ranked", "budget": 100, "query": "refunds"},  # a ranked pack is not a chat tail
+        {"id": "cut", "budget": 100},  # the question the model answers next, cut to fit
     ]
     lines = tmp_path / "requests.jsonl"
     lines.write_text("".join(json.dumps(r) + "\n" for r in requests))
@@ -1521,6 +1522,7 @@ def test_pack_names_the_requests_that_left_out_their_newest_user_message(tmp_pat
                                     "truncatable (metadata.truncate)")  # fmt: skip
     ids = {r["request_id"]: r["ids"] for r in records(tmp_path / "out", "packs")}
     assert (ids["short"], ids["fill"], ids["whole"][-1]) == (["sys"], ["sys", "q1", "a1"], "q2")
+    assert ids["cut"] == ["sys", "q2"]
     code, stdout, stderr = pack(str(items), str(lines), *args, "--json")
     assert (code, json.loads(stdout)["newest_user_left_out"], stderr) == (EXIT_OK, 2, "")
 

@@ -96,7 +96,7 @@ SYSTEM_ONLY = pl.DataFrame(
 
 def test_a_pack_of_only_system_items_renders_one_opening_user_message() -> None:
     frame = CognitionFrame(SYSTEM_ONLY.to_dicts())
-    result = frame.pack(100, as_of=AS_OF)
+    result = frame.pack(60, as_of=AS_OF)  # too small for the question, even cut to 64 tokens
     assert result.ids == ["sys"]
     assert result.to_anthropic() == {"system": "Be brief.", "messages": [OPENING_MESSAGE]}
     assert result.to_anthropic(placeholder="(start)")["messages"][0]["content"][0]["text"] == (
@@ -107,13 +107,13 @@ def test_a_pack_of_only_system_items_renders_one_opening_user_message() -> None:
 def test_a_pack_for_anthropic_of_only_system_items_counts_the_opening_message() -> None:
     frame = CognitionFrame(SYSTEM_ONLY.to_dicts())
     profile = get_profile("cl100k_base")
-    plain = frame.pack(100, as_of=AS_OF)
-    built = frame.pack(100, as_of=AS_OF, target="anthropic")
+    plain = frame.pack(60, as_of=AS_OF)
+    built = frame.pack(60, as_of=AS_OF, target="anthropic")
     opening = profile.message_tokens({"role": "user", "content": OPENING})
     assert built.ids == ["sys"]
     assert built.used_tokens == plain.used_tokens + opening
     assert built.manifest.pack_overhead_tokens == profile.tokens_per_pack + opening
-    assert built.remaining_tokens == 100 - built.used_tokens
+    assert built.remaining_tokens == 60 - built.used_tokens
     assert built.manifest.fingerprints["settings"] != plain.manifest.fingerprints["settings"]
     validate_anthropic_messages(built.to_anthropic())
 

@@ -27,6 +27,10 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
   64, "note": "[{n} tokens cut]"}}`` (head kept, then a line naming the
   tokens cut; see :func:`mark_awaited`): the model reads them next, and
   their call left out with them would have it make the same call again.
+  In a pack newest first (no rank), so is the last ``user`` or
+  ``assistant`` message when it is a ``user`` message with a text payload:
+  the question the model answers next, which left out would leave a
+  request asking nothing (``question`` of :func:`mark_awaited`).
   Their own mark, when they have one, is the one used. Cut, they keep at
   most :data:`~cognoxium.packing._selection.AWAITED_SHARE` of the room the
   required items leave, so the steps before them keep the rest, and then
@@ -151,12 +155,17 @@ def find_marks(df: pl.DataFrame) -> Marks:
     return Marks(rows=rows, floor=floor)
 
 
-def mark_awaited(marks: Marks, role: pl.Series, payload_kind: pl.Series) -> Marks:
-    """``marks`` with the awaited tool results that have no mark marked :data:`AWAITED_MARK`.
+def mark_awaited(
+    marks: Marks, role: pl.Series, payload_kind: pl.Series, *, question: bool = False
+) -> Marks:
+    """``marks`` with the awaited messages that have no mark marked :data:`AWAITED_MARK`.
 
-    The awaited results are the ``tool`` messages after the last ``user`` or
-    ``assistant`` message: what the conversation's last tool call returned,
-    which the model reads next. Only text payloads are marked.
+    The awaited messages are the ``tool`` messages after the last ``user``
+    or ``assistant`` message: what the conversation's last tool call
+    returned, which the model reads next; with ``question``, also that last
+    message when it is a ``user`` message: the question the model answers
+    (for a conversation packed newest first: in a pack by rank the last
+    message is one candidate among others). Only text payloads are marked.
 
     Parameters
     ----------
@@ -179,11 +188,18 @@ def mark_awaited(marks: Marks, role: pl.Series, payload_kind: pl.Series) -> Mark
     >>> none = Marks(rows={}, floor=np.full(5, UNSET, dtype=np.int64))
     >>> sorted(mark_awaited(none, role, kind).rows)
     [3]
+    >>> asked = pl.Series(["system", "assistant", "user"])
+    >>> sorted(mark_awaited(none, asked, kind[:3], question=True).rows)
+    [2]
     """
-    result = (role == "tool").to_numpy()
     replies = np.flatnonzero(role.is_in(["user", "assistant"]).to_numpy())
-    after = replies[-1] + 1 if replies.size else 0  # the tool messages after the last reply
-    awaited = np.flatnonzero(result[after:] & (payload_kind == "text").to_numpy()[after:]) + after
+    last = replies[-1] if replies.size else -1
+    # The tool messages after the last reply, or (question) that reply when a user's.
+    awaited = (role == "tool").to_numpy()
+    awaited[: last + 1] = False
+    if question and last >= 0 and role[int(last)] == "user":
+        awaited[last] = True
+    awaited = np.flatnonzero(awaited & (payload_kind == "text").to_numpy())
     new = [row for row in awaited.tolist() if row not in marks.rows]
     if not new:
         return marks

@@ -107,8 +107,10 @@ class PackOptions:
         packed, and the pack then holds everything before that call.
         Once answered, the results it awaits (the tool messages after the
         last user or assistant message) are cut to fit rather than left
-        out with their call, their head kept and at least 64 tokens of it,
-        followed by a line ``[<n> tokens cut]``, and to at most half the
+        out with their call (and so is, in a conversation packed newest
+        first, a last user message: the question the model answers next),
+        their head kept and at least 64 tokens of it, followed by a line
+        ``[<n> tokens cut]``, and to at most half the
         room the required items leave when the steps before them can use
         the rest (see :mod:`cognoxium.packing._truncation`).
         With ``target="anthropic"`` a call whose arguments are not a JSON

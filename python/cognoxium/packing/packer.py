@@ -513,6 +513,14 @@ class PackScope:
 
     @cached_property
     def _marks(self) -> Marks:
+        """The rows' marks, the awaited messages' included: what a pack newest first may cut."""
+        role = self._rendering.chat.role
+        kind = self.df.get_column("payload_kind")
+        return mark_awaited(self._ranked_marks, role, kind, question=True)
+
+    @cached_property
+    def _ranked_marks(self) -> Marks:
+        """The marks a pack by rank cuts by: the newest user message is a candidate as any."""
         role = self._rendering.chat.role
         return mark_awaited(find_marks(self.df), role, self.df.get_column("payload_kind"))
 
@@ -807,7 +815,7 @@ class PackScope:
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
         costs = self._costs(units, self._shape(call))
-        marks = self._marks
+        marks = self._marks if rank is None else self._ranked_marks
         cutter = None
         if marks.rows:  # only a cut reads the rows with their rank
             ranked = df if rank is None else _ranked(df, rank)
