@@ -779,7 +779,10 @@ class ContextPack:
         - Empty or whitespace-only text is not sent (the API rejects such
           text blocks); a message left with nothing to send is left out
           (its item stays included in the manifest: it was packed, and
-          holds nothing to send). A
+          holds nothing to send; a pack built for Anthropic counts the
+          opening message when the first message it sends is such a one).
+          So a history ending on a blank user message ends on the reply
+          before it, which the API reads as a prefill to continue. A
           request that ends on an ``assistant`` message (a prefill) has the
           whitespace at its end stripped, which the API also rejects.
         - A tool call id outside the API's form ``^[a-zA-Z0-9_-]+$`` (ids
