@@ -11,7 +11,7 @@ rank        subpackages
 3 packing   ``packing`` (phases, pack, manifest)
 4 frame     ``frame`` (the user's handle on a plan)
 5 services  ``formats``, ``strategies``, ``continuity``
-6 app       ``app`` (batch, command line, LoCoMo adapter)
+6 app       ``app`` (batch, command line, LoCoMo adapter), ``__main__``
 7 testing   ``testing``
 ==========  ===============================================================
 
@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "strategies": 5,
     "continuity": 5,
     "app": 6,
+    "__main__": 6,  # python -m cognoxium: the command line
     "testing": 7,
 }
 KERNELS = ("items", "tokens", "governance", "retrieval")

@@ -632,6 +632,16 @@ def test_version() -> None:
     assert result.stdout == f"cognoxium {version('cognoxium-engine')}\n"
 
 
+def test_python_dash_m_runs_the_command_line() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "cognoxium", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (run.returncode, run.stdout) == (EXIT_OK, f"cognoxium {version('cognoxium-engine')}\n")
+
+
 @pytest.mark.parametrize(
     ("budgets", "message"),
     [
