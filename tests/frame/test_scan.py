@@ -207,19 +207,21 @@ def test_an_invalid_row_names_its_file_row_and_field(tmp_path: Path) -> None:
     assert cf.filter(pl.col("id") != "b-4").count() == 11
 
 
-def test_a_null_priority_names_the_row_of_its_partition_file(tmp_path: Path) -> None:
+def test_a_nan_rank_names_the_row_of_its_partition_file(tmp_path: Path) -> None:
     write_raw(raw_frame("a"), tmp_path / "scope=a" / "part.parquet")
     broken = raw_frame("b").with_columns(
-        priority=pl.when(pl.int_range(pl.len()) == 2).then(None).otherwise(pl.col("priority"))
+        rank=pl.when(pl.int_range(pl.len()) == 2).then(float("nan")).otherwise(pl.col("rank"))
     )
     bad_path = write_raw(broken, tmp_path / "scope=b" / "part.parquet")
     cf = CognitionFrame.scan_parquet(tmp_path)
     with pytest.raises(RecordError) as info:
-        cf.select("id", "priority").collect()
-    assert (info.value.source, info.value.row, info.value.field) == (str(bad_path), 2, "priority")
-    assert str(info.value) == f"{bad_path}: row 2: field priority: must not be null"
+        cf.select("id", "rank").collect()
+    assert (info.value.source, info.value.row, info.value.field) == (str(bad_path), 2, "rank")
+    assert str(info.value) == (
+        f"{bad_path}: row 2: field rank: must be a finite number (NaN and infinity are refused)"
+    )
     # the other partition alone is never read from the broken file
-    assert cf.filter(pl.col("scope") == "a").select("priority").collect().height == 6
+    assert cf.filter(pl.col("scope") == "a").select("rank").collect().height == 6
 
 
 def test_a_wrong_content_hash_is_caught_when_every_column_is_read(tmp_path: Path) -> None:
@@ -429,7 +431,7 @@ def test_sink_parquet_round_trips(store: Path, tmp_path: Path) -> None:
 def test_sink_parquet_leaves_no_partial_file_on_error(tmp_path: Path) -> None:
     bad = write_raw(
         raw_frame().with_columns(
-            priority=pl.when(pl.int_range(pl.len()) == 5).then(None).otherwise("priority")
+            rank=pl.when(pl.int_range(pl.len()) == 5).then(float("nan")).otherwise("rank")
         ),
         tmp_path / "in" / "bad.parquet",
     )
@@ -499,13 +501,13 @@ def test_sink_parquet_onto_a_directory_names_the_directory(tmp_path: Path) -> No
 
 def test_an_invalid_row_in_a_later_batch_names_its_row_in_the_file(tmp_path: Path) -> None:
     broken = records_to_frame(records("a", 40)).with_columns(
-        priority=pl.when(pl.int_range(pl.len()) == 31).then(None).otherwise("priority")
+        rank=pl.when(pl.int_range(pl.len()) == 31).then(float("nan")).otherwise("rank")
     )
     path = write_raw(broken, tmp_path / "items.parquet")
     cf = CognitionFrame.scan_parquet(path)
     with pl.Config(streaming_chunk_size=7), pytest.raises(RecordError) as info:
         cf.collect()
-    assert (info.value.source, info.value.row, info.value.field) == (str(path), 31, "priority")
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 31, "rank")
     assert cf.read_statistics()[0].rows < 40  # the run stopped at the bad batch
 
 
@@ -624,13 +626,13 @@ def test_a_count_reads_only_the_columns_of_its_predicate(one_file: Path) -> None
 
 def test_a_count_checks_the_columns_of_its_predicate(tmp_path: Path) -> None:
     broken = raw_frame(n=6).with_columns(
-        priority=pl.when(pl.int_range(pl.len()) == 3).then(None).otherwise(pl.col("priority")),
+        rank=pl.when(pl.int_range(pl.len()) == 3).then(float("nan")).otherwise(pl.col("rank")),
     )
     path = write_raw(broken, tmp_path / "items.parquet")
     cf = CognitionFrame.scan_parquet(path)
     with pytest.raises(RecordError) as info:
-        cf.filter(pl.col("priority").is_null() | (pl.col("priority") >= 0)).count()
-    assert (info.value.source, info.value.row, info.value.field) == (str(path), 3, "priority")
+        cf.filter(pl.col("rank").is_nan() | (pl.col("priority") >= 0)).count()
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 3, "rank")
 
 
 def test_a_count_does_not_check_the_columns_it_does_not_read(tmp_path: Path) -> None:

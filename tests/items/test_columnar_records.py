@@ -401,7 +401,7 @@ def test_the_first_failing_record_is_named_whichever_check_finds_it(
     first: str, second: str
 ) -> None:
     """The checks of flat fields run while the rest are laid out; the first row still wins."""
-    bad = {"id": " ", "created_at": None}
+    bad = {"id": " ", "created_at": "yesterday"}
     rows = [{"id": f"r{i}", "role": "user", "text": "t"} for i in range(4)]
     rows[1][first], rows[2][second] = bad[first], bad[second]
     with pytest.raises(RecordError) as caught:

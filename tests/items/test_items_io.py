@@ -430,9 +430,7 @@ BAD_RECORDS = [
     ({"id": None, "role": "user", "text": "x"}, "id"),
     ({"id": "b", "role": "user", "text": "x", "created_at": "2024-01-01T00:00:00"}, "created_at"),
     ({"id": "b", "role": "user", "text": "x", "created_at": "yesterday"}, "created_at"),
-    ({"id": "b", "role": "user", "text": "x", "created_at": None}, "created_at"),
     ({"id": "b", "role": "user", "text": "x", "priority": 1.5}, "priority"),
-    ({"id": "b", "role": "user", "text": "x", "priority": None}, "priority"),
     ({"id": "b", "role": "user", "text": "x", "trust": "sure"}, "trust"),
     ({"id": "b", "role": "user", "text": "x", "metadata": [1]}, "metadata"),
     ({"id": "b", "role": "user", "text": "x", "parents": "a"}, "parents"),
@@ -806,3 +804,144 @@ def test_payload_bytes_of_every_payload_kind() -> None:
     )
     sizes = frame.select(payload_bytes_expr()).to_series().to_list()
     assert sizes == [6, len('{"a":1}'), 3, len("https://x.org/a") + len("Spec")]
+
+
+# A warehouse export holds nulls where a field has no value. In a column with a
+# documented default a null is that default, row by row: the same item as the
+# row with the key left out, on every reader.
+GIVEN_VALUES: dict[str, object] = {
+    "sources": [{"uri": "https://example.org/a"}],
+    "trust": "trusted",
+    "sensitivity": "public",
+    "retention": "required",
+    "priority": 5,
+    "created_at": "2025-01-01T10:00:00Z",
+    "parents": ["p-1"],
+    "lineage": [{"parent_id": "p-1", "parent_hash": "h", "operation": "redact"}],
+    "metadata": {"topic": "billing"},
+}
+DEFAULTED = list(GIVEN_VALUES)
+
+
+def _null_and_left_out(column: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Two records, the first giving ``column``; the second with it null, and left out."""
+    given = {"id": "a", "role": "user", "text": "given", column: GIVEN_VALUES[column]}
+    left_out = {"id": "b", "role": "assistant", "text": "null here"}
+    return [given, {**left_out, column: None}], [given, left_out]
+
+
+def _null_table(column: str) -> pl.DataFrame:
+    """The records of :func:`_null_and_left_out` as a typed table, null in row 1 of ``column``."""
+    _, left_out = _null_and_left_out(column)
+    given = records_to_frame([left_out[0], {**left_out[1], column: GIVEN_VALUES[column]}])
+    second = pl.int_range(pl.len()) == 1
+    return given.with_columns(pl.when(~second).then(pl.col(column)).alias(column))
+
+
+@pytest.mark.parametrize("column", DEFAULTED)
+@pytest.mark.parametrize("reader", ["records", "jsonl", "parquet", "scan", "table", "item"])
+def test_a_null_in_a_defaulted_column_reads_as_the_key_left_out(
+    tmp_path: Path, column: str, reader: str
+) -> None:
+    with_null, left_out = _null_and_left_out(column)
+    expected = records_to_frame(left_out)
+    if reader == "records":
+        got = records_to_frame(with_null)
+    elif reader == "jsonl":
+        path = tmp_path / "items.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in with_null), encoding="utf-8")
+        got = read_jsonl(path)
+    elif reader == "parquet":
+        path = tmp_path / "items.parquet"
+        _null_table(column).write_parquet(path)
+        got = read_parquet(path)
+    elif reader == "scan":
+        path = tmp_path / "items.parquet"
+        _null_table(column).write_parquet(path)
+        scan = CognitionFrame.scan_parquet(path)
+        assert_frame_equal(scan.select("id", column).collect(), expected.select("id", column))
+        got = scan.collect()
+    elif reader == "table":
+        got = conform(_null_table(column).drop("content_hash"))
+    else:
+        got = items_to_frame([ContextItem.model_validate(r) for r in with_null])
+    assert_frame_equal(got, expected)
+    assert got["content_hash"].to_list() == expected["content_hash"].to_list()
+    default = ContextItem(id="b", role="assistant", text="null here")
+    assert got.row(1, named=True)[column] == items_to_frame([default]).row(0, named=True)[column]
+
+
+@pytest.mark.parametrize("column", DEFAULTED)
+def test_a_null_column_reads_as_the_column_left_out(tmp_path: Path, column: str) -> None:
+    rows = pl.DataFrame({"id": ["a", "b"], "role": ["user", "tool"], "text": ["x", "y"]})
+    nulls = rows.with_columns(pl.lit(None).alias(column))
+    path = tmp_path / "items.parquet"
+    nulls.write_parquet(path)
+    assert_frame_equal(read_parquet(path), conform(rows))
+    assert_frame_equal(conform(nulls), conform(rows))
+
+
+@pytest.mark.parametrize(
+    ("column", "message", "field"),
+    [
+        ("id", "must not be null", "id"),
+        ("role", "must be one of ['system', 'developer', 'user', 'assistant', 'tool', ", "role"),
+        (
+            "text",
+            "no payload: one of the columns text, json, binary, ref_uri must hold a value",
+            "payload.text.text",
+        ),
+    ],
+)
+def test_a_null_in_a_required_column_is_still_refused(
+    tmp_path: Path, column: str, message: str, field: str
+) -> None:
+    table = records_to_frame([{"id": "a", "role": "user", "text": "x"}]).drop(
+        "content_hash", "payload_kind"
+    )
+    table = table.with_columns(pl.lit(None, table.schema[column]).alias(column))
+    path = tmp_path / "items.parquet"
+    table.write_parquet(path)
+    with pytest.raises(RecordError) as from_parquet:
+        read_parquet(path)
+    assert (from_parquet.value.row, from_parquet.value.field) == (0, column)
+    assert from_parquet.value.message.startswith(message)
+    record = {"id": "a", "role": "user", "text": "x", column: None}
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(RecordError) as from_jsonl:
+        read_jsonl(path)
+    assert (from_jsonl.value.line, from_jsonl.value.field) == (1, field)
+    with pytest.raises(RecordError) as from_records:
+        records_to_frame([record])
+    assert (from_records.value.row, from_records.value.field) == (0, field)
+
+
+def test_a_text_time_without_an_offset_is_refused_in_parquet_as_in_jsonl(tmp_path: Path) -> None:
+    stamps = ["2025-01-01T10:00:00Z", "2025-01-01T12:00:00+02:00", "2025-01-01T10:00:00"]
+    table = pl.DataFrame(
+        {"id": ["a", "b", "c"], "role": ["user"] * 3, "text": ["x"] * 3, "created_at": stamps}
+    )
+    path = tmp_path / "items.parquet"
+    table.write_parquet(path)
+    with pytest.raises(RecordError) as from_parquet:
+        read_parquet(path)
+    assert (from_parquet.value.row, from_parquet.value.field) == (2, "created_at")
+    lines = tmp_path / "items.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in table.to_dicts()), encoding="utf-8")
+    with pytest.raises(RecordError) as from_jsonl:
+        read_jsonl(lines)
+    assert (from_jsonl.value.line, from_jsonl.value.field) == (3, "created_at")
+    assert from_parquet.value.message == from_jsonl.value.message
+    assert "UTC offset" in from_parquet.value.message
+    assert "2024-01-01T00:00:00Z" in from_parquet.value.message  # what to write instead
+    with pytest.raises(RecordError, match="UTC offset") as in_memory:
+        conform(table.head(2).with_columns(valid_from=pl.lit("2025-01-01 09:00")))
+    assert (in_memory.value.row, in_memory.value.field) == (0, "valid_from")
+    # With an offset, Z or +02:00, the times read as the instants they name.
+    table.head(2).write_parquet(path)
+    when = datetime(2025, 1, 1, 10, tzinfo=UTC)
+    assert read_parquet(path)["created_at"].to_list() == [when, when]
+    # A datetime column without a time zone is read as UTC, as documented.
+    naive = table.with_columns(created_at=pl.lit(datetime(2025, 1, 1, 10)))
+    assert conform(naive)["created_at"].to_list() == [when] * 3

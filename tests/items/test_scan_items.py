@@ -41,8 +41,8 @@ def frame(n: int = 5) -> pl.DataFrame:
 
 
 def test_row_checks_keep_only_the_checks_of_the_given_columns() -> None:
-    fields = {field for _, field, _ in row_checks(["role", "priority"])}
-    assert fields == {"role", "priority"}
+    fields = {field for _, field, _ in row_checks(["role", "rank"])}
+    assert fields == {"role", "rank"}
     assert row_checks([]) == []
     # a payload check needs payload_kind and its column
     assert not [c for c in row_checks(["text"]) if c[1] == "text"]
@@ -58,7 +58,7 @@ def test_row_checks_keep_only_the_checks_of_the_given_columns() -> None:
     ("column", "value", "message"),
     [
         ("role", "robot", "must be one of"),
-        ("priority", None, "must not be null"),
+        ("rank", float("nan"), "must be a finite number"),
         ("metadata", "[]", "must be a JSON object"),
         ("id", " ", "must not be blank"),
     ],
@@ -116,11 +116,11 @@ def test_a_lazyframe_scan_validates_the_rows_it_reads() -> None:
     with pytest.raises(SchemaError, match=r"missing \['rank'\]"):
         scan_lazy_items(lf.drop("rank"))
     broken = lf.with_columns(
-        priority=pl.when(pl.col("id") == "i4").then(None).otherwise("priority")
+        rank=pl.when(pl.col("id") == "i4").then(float("nan")).otherwise("rank")
     )
     with pytest.raises(RecordError) as info:
-        scan_lazy_items(broken, source="memory").lazy().select("priority").collect()
-    assert (info.value.source, info.value.row, info.value.field) == ("memory", 4, "priority")
+        scan_lazy_items(broken, source="memory").lazy().select("rank").collect()
+    assert (info.value.source, info.value.row, info.value.field) == ("memory", 4, "rank")
 
 
 def test_an_ndjson_scan_reads_every_file_then_filters(tmp_path: Path) -> None:
@@ -320,16 +320,16 @@ def test_an_equality_on_an_enumeration_skips_the_rows_it_leaves_out_unchecked(
 ) -> None:
     path = tmp_path / "items.parquet"
     robot = pl.when(pl.int_range(pl.len()) == 2).then(pl.lit("robot")).otherwise("role")
-    missing = pl.when(pl.int_range(pl.len()) == 3).then(None).otherwise("priority")
+    nan = pl.when(pl.int_range(pl.len()) == 3).then(float("nan")).otherwise("rank")
     items = mixed().with_columns(pl.col("role").cast(pl.String))
-    items.with_columns(role=robot, priority=missing).write_parquet(path)
+    items.with_columns(role=robot, rank=nan).write_parquet(path)
     lf = scan_parquet_items(path).lazy()
     # row 2 is no user (not even a role): left out, so not checked
     users = lf.filter(pl.col("role") == "user").select("id").collect()
     assert users["id"].to_list() == ["i0", "i3", "i4", "i7"]
-    with pytest.raises(RecordError) as info:  # row 3 is a user without a priority
-        lf.filter(pl.col("role") == "user").select("priority").collect()
-    assert (info.value.source, info.value.row, info.value.field) == (str(path), 3, "priority")
+    with pytest.raises(RecordError) as info:  # row 3 is a user with a NaN rank
+        lf.filter(pl.col("role") == "user").select("rank").collect()
+    assert (info.value.source, info.value.row, info.value.field) == (str(path), 3, "rank")
     with pytest.raises(RecordError) as info:  # a cast role checked at its own row
         lf.filter(pl.col("role").is_null()).select(pl.len()).collect()
     assert (info.value.row, info.value.field) == (2, "role")

@@ -22,6 +22,8 @@ __all__ = [
     "MAX_INT",
     "MAX_JSON_DEPTH",
     "MIN_INT",
+    "NAIVE_TIME_MESSAGE",
+    "OFFSET_PATTERN",
     "TIME_RANGE_MESSAGE",
     "ItemId",
     "UnicodeStr",
@@ -30,6 +32,7 @@ __all__ = [
     "json_depth",
     "json_problem",
     "json_text_depth",
+    "naive_time_problem",
     "raising",
     "text_problem",
     "to_utc",
@@ -196,6 +199,45 @@ FINE_TIME_MESSAGE = (
     "such as 2024-01-01T00:00:00.123456Z"
 )
 """The one precision of times: microseconds, what a Python ``datetime`` holds."""
+
+NAIVE_TIME_MESSAGE = (
+    "must have a UTC offset (timezone info), such as 2024-01-01T00:00:00Z (UTC) or "
+    "2024-01-01T02:00:00+02:00: a time without one names no instant; add the offset it was "
+    "recorded in"
+)
+"""The error of a time given as text without a UTC offset, in records and tables alike."""
+
+OFFSET_PATTERN = r"[Tt ]\d{2}(?::?\d{2}){0,2}(?:[.,]\d+)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
+"""ISO 8601 text ending in a time of day and a UTC offset (``Z``, ``+02:00``, ``-0500``), as
+a regular expression that Python's ``re`` and Polars' ``str.contains`` both read."""
+
+_OFFSET = re.compile(OFFSET_PATTERN)
+
+
+def naive_time_problem(value: Any) -> str | None:
+    """:data:`NAIVE_TIME_MESSAGE` for a time without a UTC offset, else ``None``.
+
+    ``value`` is a time as a record gives it: a ``datetime`` without
+    ``tzinfo``, or ISO 8601 text that Python reads as one. Anything else
+    (text that is no time, a number) is left to the time's own checks.
+
+    Examples
+    --------
+    >>> naive_time_problem("2025-01-01T10:00:00Z") is None
+    True
+    >>> naive_time_problem("2025-01-01T10:00:00") == NAIVE_TIME_MESSAGE
+    True
+    """
+    if isinstance(value, datetime):
+        return NAIVE_TIME_MESSAGE if value.utcoffset() is None else None
+    if isinstance(value, str) and _OFFSET.search(value.strip()) is None:
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+        return NAIVE_TIME_MESSAGE if parsed.utcoffset() is None else None
+    return None
+
 
 _FINER_THAN_MICROSECONDS = re.compile(r"[Tt ]\d{2}:\d{2}:\d{2}[.,]\d{7,}")
 

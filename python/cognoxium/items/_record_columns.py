@@ -259,11 +259,16 @@ def _mixed_times(values: list[Any], name: str, fail: Failures) -> pl.Series:
 
 
 def _flatten(values: list[Any], name: str, fail: Failures) -> tuple[list[int], list[Any]]:
-    """Offsets and entries of a column of lists; a row that is not a list fails, as empty."""
+    """Offsets and entries of a column of lists; a row that is not a list fails, as empty.
+
+    A null (``None``) is an empty list: the default of the list fields.
+    """
     if not all(type(v) is list or type(v) is tuple for v in values):
         rows = []
         for row, value in enumerate(values):
-            if not isinstance(value, list | tuple):
+            if value is None:
+                value = ()
+            elif not isinstance(value, list | tuple):
                 fail.add(row, name, "must be a list")
                 value = ()
             rows.append(value)
@@ -430,7 +435,24 @@ _CANONICAL = json.JSONEncoder(
 
 
 def metadata_column(values: list[Any], fail: Failures) -> pl.Series:
-    """The ``metadata`` column: each object as canonical JSON text; a non-object fails."""
+    """The ``metadata`` column: each object as canonical JSON text; a non-object fails.
+
+    A null (``None``) stays null, for the default to fill; the objects are
+    encoded together as when there is none.
+    """
+    if None in values:
+        given = [row for row, value in enumerate(values) if value is not None]
+        inner = Failures()
+        encoded = _metadata_objects([values[row] for row in given], inner)
+        if inner.row is not None:
+            fail.add(given[inner.row], inner.field, inner.message)
+        nulls = pl.Series("metadata", [None] * len(values), pl.String)
+        return nulls.scatter(given, encoded) if given else nulls
+    return _metadata_objects(values, fail)
+
+
+def _metadata_objects(values: list[Any], fail: Failures) -> pl.Series:
+    """:func:`metadata_column` of values none of which is ``None``."""
     exact = canonical_object_column(values, "metadata")
     if exact is not None:
         return exact  # objects without floats (the usual case): encoded by orjson, valid UTF-8

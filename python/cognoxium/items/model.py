@@ -39,6 +39,7 @@ from cognoxium.items._checks import (
     UnicodeStr,
     finer_than_microseconds,
     json_problem,
+    naive_time_problem,
     raising,
     to_utc,
 )
@@ -287,7 +288,7 @@ class Source(BaseModel):
     def _time_form(cls, value: Any) -> Any:
         if isinstance(value, str) and finer_than_microseconds(value):
             raise ValueError(FINE_TIME_MESSAGE)
-        return value
+        return raising(naive_time_problem)(value)
 
     @field_validator("retrieved_at")
     @classmethod
@@ -400,6 +401,13 @@ class Truncation(BaseModel):
         return f"{kept}\n{line}" if self.side == "head" else f"{line}\n{kept}"
 
 
+_NULL_IS_DEFAULT = frozenset(
+    {"sources", "trust", "sensitivity", "retention", "priority", "created_at"}
+    | {"parents", "lineage", "metadata"}
+)
+"""The fields whose default is not ``None``: given as ``None``, each takes its default."""
+
+
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -464,10 +472,18 @@ class ContextItem(BaseModel):
         The key ``truncate`` marks the item truncatable: a
         :class:`Truncation` (Text payloads only).
 
+    Notes
+    -----
+    A field with a default other than ``None`` (``sources``, ``trust``,
+    ``sensitivity``, ``retention``, ``priority``, ``created_at``,
+    ``parents``, ``lineage``, ``metadata``) given as ``None`` (JSON
+    ``null``) takes its default, exactly as when it is left out; the same
+    holds for a null in a column of a table.
+
     Raises
     ------
     pydantic.ValidationError
-        On an unknown field, a wrong type, a naive timestamp, a payload
+        On an unknown field, a wrong type, a time without a UTC offset, a payload
         that does not match its kind, an invalid id, text holding a lone
         surrogate (anywhere: text, ids, sources, metadata, JSON payloads),
         ``expires_at`` before ``created_at``, or a malformed
@@ -506,7 +522,8 @@ class ContextItem(BaseModel):
         """Accept ``text`` as shorthand for a Text payload and check a given content_hash."""
         expected = None
         if isinstance(data, dict):
-            data = dict(data)
+            # A null field with a default means that default, as the field left out.
+            data = {k: v for k, v in data.items() if v is not None or k not in _NULL_IS_DEFAULT}
             if "text" in data:
                 if "payload" in data:
                     raise ValueError("give either 'text' or 'payload', not both")
@@ -526,7 +543,7 @@ class ContextItem(BaseModel):
         if isinstance(value, str) and finer_than_microseconds(value):
             raise ValueError(FINE_TIME_MESSAGE)
         if value is None or isinstance(value, str | datetime):
-            return value
+            return raising(naive_time_problem)(value)
         raise ValueError("must be an ISO 8601 time with a UTC offset, such as 2024-01-01T00:00:00Z")
 
     @field_validator("created_at", "valid_from", "expires_at")

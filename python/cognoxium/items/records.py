@@ -44,6 +44,7 @@ from cognoxium.items.validation import (
     DEPTH_MESSAGE,
     check_unique_ids,
     fill_defaults,
+    fill_null_defaults,
     record_error,
     too_deep,
     typed_checks,
@@ -232,7 +233,9 @@ def _record_frame(
 
     ``fields`` holds every field that some record gives, read by
     :func:`_record_shapes`; a field that no record gives becomes its default
-    column at once (:func:`fill_defaults`), without a value per record.
+    column at once (:func:`fill_defaults`), without a value per record, and
+    a null in a field with a default becomes that default
+    (:func:`fill_null_defaults`).
     Also returns the query computing, in the background, the sha256 digest
     of every row's payload (:func:`~cognoxium.items.hashing.digests_in_background`).
 
@@ -254,6 +257,8 @@ def _record_frame(
             columns.append(_RECORD_COLUMNS[name][1](fields[name], fail))
     columns += [parsed() for parsed in times]
     df = fill_defaults(pl.DataFrame(columns))
+    # A null (JSON null) in a field with a default is that default, as the key left out.
+    df = df.with_columns(fill_null_defaults(fields))
     return df.select(POLARS_SCHEMA.names()), digests
 
 

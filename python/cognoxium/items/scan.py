@@ -66,11 +66,13 @@ from polars.io.plugins import register_io_source
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.io import ITEM_FORMATS, atomic_path, read_jsonl
-from cognoxium.items.schema import COLUMNS, POLARS_SCHEMA
+from cognoxium.items.schema import COLUMNS, DEFAULTS, POLARS_SCHEMA
 from cognoxium.items.validation import (
+    DEFAULTED_COLUMNS,
     canonical_json_columns,
     check_column_types,
     conform,
+    fill_null_defaults,
     json_text_expr,
     row_checks,
 )
@@ -310,10 +312,12 @@ def _output(df: pl.DataFrame, wanted: list[str]) -> pl.DataFrame:
 
 
 def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
-    """Casts of the item columns whose type differs from the canonical one.
+    """Casts of the item columns whose type differs from the canonical one, and null defaults.
 
     Enumerations are cast leniently (an unknown value becomes null, which the
-    row checks then report); other columns strictly.
+    row checks then report); other columns strictly. A null in a column with
+    a default is that default (:func:`~cognoxium.items.validation.fill_null_defaults`),
+    filled before an enumeration's cast, so an unknown value is still reported.
 
     Raises
     ------
@@ -342,6 +346,14 @@ def _casts(schema: pl.Schema, where: str) -> list[pl.Expr]:
         encoded = json_text_expr(name, schema, f"{where}: ")
         if encoded is not None:
             casts[name] = encoded
+    # An enumeration is filled as stored, before its lenient cast; the others once cast.
+    stored = {name: pl.col(name) for name in DEFAULTED_COLUMNS if name in _ENUMS and name in casts}
+    filled = fill_null_defaults(stored, {name: pl.col(name).cast(pl.String) for name in stored})
+    for name, expr in zip(stored, filled, strict=True):
+        casts[name] = expr.cast(POLARS_SCHEMA[name], strict=False).alias(name)
+    others = [name for name in DEFAULTED_COLUMNS if name not in stored]
+    for name, expr in zip(others, fill_null_defaults(others, casts), strict=True):
+        casts[name] = expr.alias(name)
     return list(casts.values())
 
 
@@ -434,8 +446,10 @@ def _split_predicate(predicate: pl.Expr | None, enums: frozenset[str]) -> _Split
     scan evaluates them on the stored (dictionary-encoded) values, and the
     column is cast only for the rows they keep. A column they hold to a
     single value that no other term reads is not read at all: its value is
-    known. Terms over columns that are not cast need nothing here: Polars
-    moves them below the casts itself.
+    known. A null is the column's default (:func:`_casts` fills it), so a
+    term that keeps the default also keeps the stored nulls. Terms over
+    columns that are not cast need nothing here: Polars moves them below the
+    casts itself.
 
     Examples
     --------
@@ -454,8 +468,10 @@ def _split_predicate(predicate: pl.Expr | None, enums: frozenset[str]) -> _Split
         if match is None:
             rest.append(term)
             continue
-        stored.append(term)
         name, values = match
+        if name in DEFAULTED_COLUMNS and DEFAULTS[name] in values:
+            term = term | pl.col(name).is_null()  # a null is the default, which the term keeps
+        stored.append(term)
         allowed[name] = allowed.get(name, values) & values
     if not stored:
         return _Split(stored=None, cast=predicate, fixed={})

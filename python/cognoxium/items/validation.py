@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -27,6 +27,8 @@ from cognoxium.items._checks import (
     CONTROL_PATTERN,
     MAX_ID_LENGTH,
     MAX_JSON_DEPTH,
+    NAIVE_TIME_MESSAGE,
+    OFFSET_PATTERN,
     TIME_RANGE_MESSAGE,
     json_text_depth,
 )
@@ -43,6 +45,7 @@ from cognoxium.items.schema import (
 )
 
 __all__ = [
+    "DEFAULTED_COLUMNS",
     "DEPTH_MESSAGE",
     "canonical_json_columns",
     "check_items",
@@ -50,6 +53,8 @@ __all__ = [
     "complete_valid_columns",
     "conform",
     "fill_defaults",
+    "fill_null_defaults",
+    "naive_time_checks",
     "record_error",
     "row_checks",
     "too_deep",
@@ -58,7 +63,34 @@ __all__ = [
 ]
 
 
-_REQUIRED = ("id", "metadata", "priority", "sources", "parents", "lineage")
+_REQUIRED = ("id",)
+"""The columns refused when null that :func:`value_checks` checks (``role`` is an
+enumeration, the payload is checked by kind)."""
+
+DEFAULTED_COLUMNS: tuple[str, ...] = (
+    "sources",
+    "trust",
+    "sensitivity",
+    "retention",
+    "priority",
+    "created_at",
+    "parents",
+    "lineage",
+    "metadata",
+)
+"""The item columns with a default other than null: a null in one of them reads as
+that default, exactly as the column or key left out (:func:`fill_null_defaults`)."""
+
+
+def _default_value(name: str) -> pl.Expr:
+    """The default of defaulted column ``name`` as a literal of its :data:`POLARS_SCHEMA` type."""
+    dtype = POLARS_SCHEMA[name]
+    if name == "created_at":
+        return pl.lit(UNDATED, dtype=POLARS_TIMESTAMP)
+    if name in ("sources", "parents", "lineage"):
+        return pl.lit([], dtype=dtype)
+    return pl.lit(DEFAULTS[name], dtype=dtype)
+
 
 _PAYLOAD_COLUMN = {"text": "text", "json": "json", "binary": "binary", "reference": "ref_uri"}
 
@@ -243,15 +275,53 @@ def fill_defaults(df: pl.DataFrame) -> pl.DataFrame:
             continue
         if name == "id":
             fill.append(pl.Series(name, [str(uuid.uuid4()) for _ in range(df.height)], pl.String))
-        elif name == "created_at":
-            fill.append(pl.lit(UNDATED, dtype=POLARS_TIMESTAMP).alias(name))
-        elif name in ("sources", "parents", "lineage"):
-            fill.append(pl.lit([], dtype=dtype).alias(name))
-        elif name in DEFAULTS:
-            fill.append(pl.lit(DEFAULTS[name]).alias(name))
+        elif name in DEFAULTED_COLUMNS:
+            fill.append(_default_value(name).alias(name))
         else:
             fill.append(pl.lit(None, dtype=dtype).alias(name))
     return df.with_columns(fill)
+
+
+def fill_null_defaults(
+    columns: Iterable[str], values: Mapping[str, pl.Expr] | None = None
+) -> list[pl.Expr]:
+    """Expressions reading a null in each defaulted column of ``columns`` as its default.
+
+    A null in a column of :data:`DEFAULTED_COLUMNS` means what leaving the
+    column (or a record's key) out means: ``created_at``
+    :data:`~cognoxium.items.model.UNDATED`, empty ``sources``, ``parents``
+    and ``lineage``, and the :data:`~cognoxium.items.schema.DEFAULTS` of the
+    others, row by row. The other columns are left as they are (their
+    default is null, or, as ``id``, ``role`` and the payload, they are
+    required).
+
+    Parameters
+    ----------
+    columns
+        Column names; those of :data:`DEFAULTED_COLUMNS` must hold their
+        :data:`POLARS_SCHEMA` types (enumerations may also be text).
+    values
+        The expression to fill for a column (a cast of it, say) in place of
+        the column itself; ``None``: the columns as they are.
+
+    Returns
+    -------
+    list of polars.Expr
+        One ``fill_null`` per defaulted column of ``columns``, in
+        :data:`DEFAULTED_COLUMNS` order, named as the column.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"priority": [3, None], "rank": [None, 0.5]})
+    >>> df.with_columns(fill_null_defaults(df.columns)).rows()
+    [(3, None), (0, 0.5)]
+    """
+    have, given = set(columns), values or {}
+    return [
+        given.get(name, pl.col(name)).fill_null(_default_value(name)).alias(name)
+        for name in DEFAULTED_COLUMNS
+        if name in have
+    ]
 
 
 def _infer_payload_kind(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
@@ -278,6 +348,16 @@ def _infer_payload_kind(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     return df
 
 
+def _outside(text: pl.Expr, values: tuple[str, ...], name: str) -> pl.Expr:
+    """Whether each value of enumeration ``name`` (as text) is not one of ``values``.
+
+    A null is outside unless the column has a default (:data:`DEFAULTED_COLUMNS`).
+    """
+    if name in DEFAULTED_COLUMNS:
+        return text.is_not_null() & ~text.is_in(values)
+    return text.is_null() | ~text.is_in(values)
+
+
 def value_checks() -> list[tuple[pl.Expr, str, str]]:
     """Row checks of every input before the cast: (bad-row mask, column, message), in order.
 
@@ -287,12 +367,13 @@ def value_checks() -> list[tuple[pl.Expr, str, str]]:
     -------
     list of (polars.Expr, str, str)
         ``(bad-row mask, field, message)``: enumeration values outside their
-        :data:`~cognoxium.items.schema.ENUM_VALUES`, then nulls in the
-        required columns.
+        :data:`~cognoxium.items.schema.ENUM_VALUES` (a null only where the
+        column has no default: ``role``, ``payload_kind``), then nulls in
+        ``id``.
     """
     checks = [
         (
-            pl.col(name).cast(pl.String).is_null() | ~pl.col(name).cast(pl.String).is_in(values),
+            _outside(pl.col(name).cast(pl.String), values, name),
             name,
             f"must be one of {list(values)}",
         )
@@ -344,13 +425,12 @@ def typed_checks() -> list[tuple[pl.Expr, str, str]]:
     Returns
     -------
     list of (polars.Expr, str, str)
-        ``(bad-row mask, field, message)``: a null ``created_at``, a rank that
-        is not finite, an expiry before creation, times outside the years 1
-        to 9999, and ids (``id``, ``group_id``, parents, lineage parent ids)
-        that are blank, too long or hold control characters.
+        ``(bad-row mask, field, message)``: a rank that is not finite, an
+        expiry before creation, times outside the years 1 to 9999, and ids
+        (``id``, ``group_id``, parents, lineage parent ids) that are blank,
+        too long or hold control characters.
     """
     checks = [
-        (pl.col("created_at").is_null(), "created_at", "must not be null"),
         (
             pl.col("rank").is_nan() | pl.col("rank").is_infinite(),
             "rank",
@@ -502,7 +582,7 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
     check_column_types(df.schema, where)
     encoded = [json_text_expr(name, df.schema, where) for name in ("json", "metadata")]
     df = df.with_columns(e for e in encoded if e is not None)
-    _raise_first(df, _whole_number_checks(df.schema), source)
+    _raise_first(df, _whole_number_checks(df.schema) + naive_time_checks(df.schema), source)
     try:
         df = df.select(
             [
@@ -512,11 +592,49 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
                 for name in POLARS_SCHEMA
             ]
         )
-        df = df.cast(dict(POLARS_SCHEMA.items()))
+        df = df.cast(dict(POLARS_SCHEMA.items())).with_columns(fill_null_defaults(POLARS_SCHEMA))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
     _raise_first(df, typed_checks(), source)
     return df
+
+
+def naive_time_checks(schema: pl.Schema) -> list[tuple[pl.Expr, str, str]]:
+    """Row checks that time columns of text give a UTC offset, as a record's times must.
+
+    ``2025-01-01T10:00:00`` names no instant: it is refused with the
+    wording of the records' error (:data:`~cognoxium.items.NAIVE_TIME_MESSAGE`)
+    rather than read as UTC. A column of datetimes without a time zone is
+    read as UTC, as documented, and is not checked here.
+
+    Parameters
+    ----------
+    schema
+        The columns of the input table.
+
+    Returns
+    -------
+    list of (polars.Expr, str, str)
+        ``(bad-row mask, field, message)``, one per time column of text, in
+        :data:`TIME_COLUMNS` order.
+
+    Examples
+    --------
+    >>> df = pl.DataFrame({"created_at": ["2025-01-01T10:00:00Z", "2025-01-01T10:00:00"]})
+    >>> [(field, df.select(bad).to_series().to_list()) for bad, field, _
+    ...  in naive_time_checks(df.schema)]
+    [('created_at', [False, True])]
+    """
+    return [
+        (
+            pl.col(name).str.contains(r"^\s*\d{4}-\d{2}-\d{2}")
+            & ~pl.col(name).str.strip_chars().str.contains(OFFSET_PATTERN),
+            name,
+            NAIVE_TIME_MESSAGE,
+        )
+        for name in TIME_COLUMNS
+        if schema.get(name) == pl.String
+    ]
 
 
 def _whole_number_checks(schema: pl.Schema) -> list[tuple[pl.Expr, str, str]]:
@@ -697,6 +815,9 @@ def check_items(df: pl.DataFrame, *, finite_rank: bool = True) -> pl.DataFrame:
     For rows a query computed (``with_columns``, ``select``, ``join``) before
     they are packed or written: the same checks and errors as reading them
     back, including unique ids and content hashes that match the payload.
+    A null a query computed in a column with a default is refused (``must
+    not be null``), not read as the default as a reader reads a stored one:
+    a query computes each value.
 
     Parameters
     ----------
@@ -734,6 +855,12 @@ def check_items(df: pl.DataFrame, *, finite_rank: bool = True) -> pl.DataFrame:
     """
     require_item_columns(df.schema)
     items = df.select(COLUMNS)
+    # A null a query computed is refused: a reader reads a stored null as the default.
+    _raise_first(
+        items,
+        [(pl.col(name).is_null(), name, "must not be null") for name in DEFAULTED_COLUMNS],
+        None,
+    )
     rank = items.get_column("rank")
     if not finite_rank:
         items = items.with_columns(rank=pl.when(pl.col("rank").is_finite()).then(pl.col("rank")))
@@ -767,10 +894,10 @@ def row_checks(columns: Iterable[str]) -> list[tuple[pl.Expr, str, str]]:
 
     Examples
     --------
-    >>> df = pl.DataFrame({"priority": [1, None]})
+    >>> df = pl.DataFrame({"rank": [1.0, float("nan")]})
     >>> [(field, msg, df.select(bad).to_series().to_list()) for bad, field, msg
     ...  in row_checks(df.columns)]
-    [('priority', 'must not be null', [False, True])]
+    [('rank', 'must be a finite number (NaN and infinity are refused)', [False, True])]
     """
     have = set(columns)
     metadata = [(~pl.col("metadata").str.starts_with("{"), "metadata", "must be a JSON object")]
