@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -1354,3 +1355,32 @@ def test_conversation_requests_name_an_item_without_a_conversation_and_a_bad_id(
     rows[1]["metadata"] = {"conversation": "c\x07"}
     with pytest.raises(RecordError, match="conversation 'c\\\\x07' cannot be a request id"):
         conversation_requests(CognitionFrame(rows), 64)
+
+
+def test_a_batch_off_a_terminal_writes_a_progress_line_every_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long run in a log or a job says how far it is; a terminal gets its bar instead."""
+    lines = batch_module._ProgressLines(total=4, every=0.01)
+    with lines:
+        lines.advance()
+        deadline = time.monotonic() + 10
+        while "of 4 requests" not in capsys.readouterr().err and time.monotonic() < deadline:
+            time.sleep(0.01)
+        line = lines.line()
+        lines.advance(3)  # all done: no more lines
+        time.sleep(0.05)
+        capsys.readouterr()
+        time.sleep(0.05)
+    assert capsys.readouterr().err == ""
+    assert re.fullmatch(r"packing: 1 of 4 requests, \d+ s, about \d+ s left", line)
+    assert batch_module._duration(59.6) == "1 min 0 s"
+    assert batch_module._duration(8045) == "2 h 14 min"
+    # Through run_batch: lines while it runs, none with progress off.
+    monkeypatch.setattr(batch_module, "PROGRESS_EVERY_S", 0.001)
+    requests = [Request(id=f"r{k}", budget=200) for k in range(3)]
+    options = PackOptions(as_of=AS_OF)
+    run_batch(store(), requests, out_dir=tmp_path / "on", options=options, progress=True)
+    assert "packing: " in capsys.readouterr().err
+    run_batch(store(), requests, out_dir=tmp_path / "off", options=options, progress=False)
+    assert capsys.readouterr().err == ""

@@ -196,13 +196,14 @@ def test_a_bad_row_of_a_partitioned_store_is_named_at_its_file_and_row(tmp_path:
     write_partitioned(interleaved(), tmp_path / "store", key="key")
     part = tmp_path / "store" / "key=m" / "part-0.parquet"
     table = pq.read_table(part)
-    priority = table.column("priority").to_pylist()
-    priority[2] = None  # item i7, third in its file, eighth in the store
-    index = table.schema.get_field_index("priority")
-    pq.write_table(table.set_column(index, "priority", pa.array(priority, pa.int64())), part)
+    roles = table.column("role").to_pylist()
+    roles[2] = "narrator"  # item i7, third in its file, eighth in the store: no such role
+    index = table.schema.get_field_index("role")
+    column = pa.array(roles, table.schema.field("role").type)
+    pq.write_table(table.set_column(index, "role", column), part)
     with pytest.raises(RecordError) as caught:
         CognitionFrame.scan_parquet(tmp_path / "store").to_polars()
-    assert (caught.value.source, caught.value.row, caught.value.field) == (str(part), 2, "priority")
+    assert (caught.value.source, caught.value.row, caught.value.field) == (str(part), 2, "role")
 
 
 def sample_store(root: Path) -> Path:

@@ -53,6 +53,8 @@ import dataclasses
 import difflib
 import gc
 import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -850,9 +852,19 @@ def _percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else 0.0
 
 
+PROGRESS_EVERY_S = 60.0
+"""Seconds between the progress lines of a batch whose standard error is not a terminal."""
+
+
 @contextmanager
 def _progress(total: int, enabled: bool) -> Iterator[Callable[..., None]]:
-    """Give a callback advancing a progress bar (by 1, or a count), shown only on a terminal."""
+    """Give a callback advancing the progress (by 1, or a count) of ``total`` requests.
+
+    On a terminal, a progress bar; otherwise (a log, a pipe, a scheduler's
+    job), a line on standard error every :data:`PROGRESS_EVERY_S` seconds
+    (see :class:`_ProgressLines`), so that a long first run, which embeds
+    every item its rank reads, says how far it is.
+    """
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -863,6 +875,10 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[..., None]]:
     )
 
     console = Console(stderr=True)
+    if enabled and not console.is_terminal:
+        with _ProgressLines(total, PROGRESS_EVERY_S) as lines:
+            yield lines.advance
+        return
     with Progress(
         TextColumn("packing"),
         BarColumn(),
@@ -874,6 +890,60 @@ def _progress(total: int, enabled: bool) -> Iterator[Callable[..., None]]:
     ) as bar:
         task = bar.add_task("packing", total=total)
         yield partial(bar.advance, task)
+
+
+class _ProgressLines:
+    """Write ``packing: k of n requests, <elapsed>, about <left> left`` every ``every`` seconds.
+
+    A thread of its own writes the line, so a request that takes long (the
+    first of a large scope, whose items are embedded) still shows the time
+    going. ``left`` is the elapsed time scaled by the requests not done, once
+    one is done. It writes nothing once every request is done, or after the
+    ``with`` block.
+    """
+
+    def __init__(self, total: int, every: float) -> None:
+        self.total, self.every = total, every
+        self.done = 0
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="progress-lines", daemon=True)
+
+    def __enter__(self) -> _ProgressLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+
+    def line(self) -> str:
+        """The progress line as it stands now."""
+        elapsed = time.monotonic() - self.started
+        text = f"packing: {self.done:,} of {self.total:,} requests, {_duration(elapsed)}"
+        if self.done:
+            text += f", about {_duration(elapsed * (self.total - self.done) / self.done)} left"
+        return text
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            if self.done >= self.total:
+                return
+            sys.stderr.write(self.line() + "\n")
+            sys.stderr.flush()
+
+
+def _duration(seconds: float) -> str:
+    """``"42 s"``, ``"3 min 5 s"`` or ``"2 h 14 min"``."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
 def run_batch(
@@ -986,7 +1056,8 @@ def run_batch(
         task writes its own part of every table where it is packed; this
         process only collects the tasks' latencies and commits.
     progress
-        Show a progress bar on standard error, when it is a terminal.
+        Show progress on standard error: a bar when it is a terminal, else
+        a line every :data:`PROGRESS_EVERY_S` seconds.
     commit
         Commit the files in one step, as described under ``out_dir``.
         ``False`` writes them straight into ``out_dir`` (created if missing),

@@ -317,8 +317,8 @@ _Json = Annotated[
 _Progress = Annotated[
     bool,
     typer.Option(
-        help="Show a progress bar on standard error (only on a terminal; never with --quiet "
-        "or --json)."
+        help="Show progress on standard error: a bar on a terminal, else a line every minute "
+        "(never with --quiet or --json)."
     ),
 ]
 
