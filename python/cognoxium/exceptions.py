@@ -49,6 +49,7 @@ __all__ = [
 ERROR_CODES: dict[str, str] = {
     "budget.required_overflow": "the required items alone exceed the token budget",
     "budget.reserve_invalid": "the reply reserve is not a whole number from 0 to the budget",
+    "command.interrupted": "a command was stopped by SIGINT or SIGTERM before it finished",
     "config.invalid": "a configuration file or setting is invalid",
     "contract.broken": "a continuity input or output breaks its contract",
     "dependency.missing": "an optional dependency is not installed",

@@ -18,6 +18,7 @@ from cognoxium.app.cli import (
     EXIT_BAD_INPUT,
     EXIT_BUDGET,
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     app,
@@ -706,7 +707,7 @@ def test_help_shows_examples_and_exit_codes() -> None:
 
     top = text(["--help"])
     assert "cognoxium pack examples/sample/items.jsonl" in top
-    codes = "2 bad input, 3 infeasible budget (pack, locomo), 4 internal error."
+    codes = "2 bad input, 3 infeasible budget (pack, locomo), 4 internal error, 130 SIGINT, 143"
     assert f"Exit codes: 0 ok, 1 usage error, {codes}" in top
     pack_help = text(["pack", "--help"])
     assert "--as-of" in pack_help
@@ -1037,7 +1038,8 @@ def test_every_command_help_has_examples_and_exit_codes(command: str) -> None:
         codes = "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget, 4 internal"
         assert codes in text
     else:
-        assert "Exit codes: 0 ok, 1 usage error, 2 bad input, 4 internal error." in text
+        codes = "Exit codes: 0 ok, 1 usage error, 2 bad input, 4 internal error, 130 SIGINT, 143"
+        assert codes in text
         assert "infeasible" not in text
     assert "--quiet" in text
     assert "--json" in text
@@ -1342,6 +1344,27 @@ def test_an_unexpected_exception_exits_4_with_one_json_error_and_its_traceback(
     assert result.stderr.splitlines()[-1] == f"error: {error['message']}"
     plain = runner.invoke(app, _sample_pack_args(tmp_path))
     assert (plain.exit_code, plain.stdout) == (EXIT_INTERNAL, "")
+
+
+def test_ctrl_c_exits_130_with_one_json_error_and_commits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, click turned KeyboardInterrupt into "Aborted!" and exit code 1 (a usage error).
+    import signal
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cognoxium.app.batch.finish_parts", interrupted)
+    handler = signal.getsignal(signal.SIGTERM)
+    result = runner.invoke(app, [*_sample_pack_args(tmp_path), "--json"])
+    assert result.exit_code == EXIT_INTERRUPTED == 130
+    error = json_error(result)
+    assert error["code"] == "command.interrupted"
+    assert error["params"] == {"signal": "SIGINT"}
+    assert result.stderr == f"error: {error['message']}\n"
+    assert list(tmp_path.iterdir()) == []  # no output, no version directory, no lock file
+    assert signal.getsignal(signal.SIGTERM) is handler  # SIGTERM raises only while a command runs
 
 
 def test_a_cognoxium_error_no_command_expects_is_bad_input(

@@ -328,3 +328,83 @@ def test_a_task_sent_to_a_worker_carries_its_own_rows_only(tmp_path: Path) -> No
     assert sent.lineage[0] is not None
     assert sent.lineage[0].equals(scope.head(3))
     assert len(pickle.dumps(sent)) * 20 < len(pickle.dumps(task))
+
+
+_SLOW_PACK = """
+import os, sys, time
+from pathlib import Path
+from cognoxium.app import _workers
+from cognoxium.app.cli import main
+
+# Run in the command's process and, as the spawned workers' __mp_main__, in each worker.
+_workers.TASK_ITEMS = 1  # a task per scope: the sample makes several
+_pack = _workers.pack_task
+
+
+def slow_pack(task, *args):
+    (Path(os.environ["STARTED"]) / str(os.getpid())).touch()  # packing has begun here
+    time.sleep(600)  # a task that packs for many minutes
+    return _pack(task, *args)
+
+
+_workers.pack_task = slow_pack
+
+if __name__ == "__main__":
+    sys.argv = ["cognoxium", *sys.argv[1:]]
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_signal_to_the_batch_process_alone_stops_its_workers_and_commits_nothing(
+    tmp_path: Path, stop: signal.Signals, code: int
+) -> None:
+    # Before, SIGINT sent to `cognoxium pack` alone (kill -INT, timeout -s INT, a
+    # supervisor; not a terminal's Ctrl-C, which every worker gets too) left the
+    # command waiting for its workers' running tasks, minutes each; SIGTERM left the
+    # run's directory, its lock file and "leaked semaphore" warnings behind.
+    from typer.testing import CliRunner
+
+    from cognoxium.app.cli import app
+    from tests.app.test_outputs import SAMPLE, beside, committed, pack_args
+
+    out = tmp_path / "out"
+    requests = SAMPLE / "requests.jsonl"
+    assert CliRunner().invoke(app, pack_args(requests, out)).exit_code == 0
+    before = committed(out)
+    files = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    script = tmp_path / "slow_pack.py"
+    script.write_text(_SLOW_PACK)
+    started = tmp_path / "started"
+    started.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *pack_args(requests, out), "--workers", "2"],
+        env={**os.environ, "STARTED": str(started)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(started.iterdir())) < 2 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the workers never started packing"
+            time.sleep(0.1)
+        workers = [int(path.name) for path in started.iterdir()]
+        assert len(workers) == 2, proc.communicate()
+        proc.send_signal(stop)  # the command's process only, not its workers
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # its workers follow within a second (watch_parent)
+            proc.communicate()
+    assert proc.returncode == code, stderr
+    assert f"interrupted by {stop.name}" in stderr
+    assert "Traceback" not in stderr
+    assert "leaked semaphore" not in stderr
+    for worker in workers:  # ended and reaped before the command exited
+        assert not Path(f"/proc/{worker}").exists(), worker
+    assert committed(out) == before  # the previous run's files, no leftover, no lock file
+    assert beside(out) == before
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == files

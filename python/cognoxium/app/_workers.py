@@ -19,7 +19,11 @@ thread pool is inherited), at most ``2 * N`` tasks in flight, which bounds
 the memory: a task holds its units' rows (and, for the ranks that read
 lineage, the items derived from them), so a worker never reads the store.
 A task's error (a bad budget, an infeasible request) is raised in the
-parent, for the first failing task in order.
+parent, for the first failing task in order. An interrupt
+(``KeyboardInterrupt``, which the command line also raises on ``SIGTERM``)
+ends the workers at once, their running tasks included (:func:`end_workers`):
+a task writes its part under a temporary name, so a task cut short leaves no
+part that looks complete.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import ExitStack, contextmanager
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -51,14 +55,17 @@ if TYPE_CHECKING:
     from cognoxium.packing.manifests import ManifestForm
 
 __all__ = [
+    "INTERRUPT_POLL_SECONDS",
     "PARENT_POLL_SECONDS",
     "TASK_ITEMS",
     "Task",
     "TaskStats",
     "default_workers",
+    "end_workers",
     "finish_parts",
     "open_part",
     "pack_task",
+    "result_of",
     "run_tasks",
     "task_ranges",
     "tasks_of",
@@ -294,13 +301,13 @@ def watch_parent(parent: int, every: float) -> None:
     """End this worker process once ``parent`` (the batch's process) is gone.
 
     A pool's workers outlive a parent killed by a signal it cannot clean up
-    after (``SIGKILL``, or ``SIGTERM``, whose default ends the process at
-    once): they would hold their memory, and a pipe the caller reads, for
-    good. A daemon thread checks every ``every`` seconds whether this
-    process's parent is still ``parent`` (an orphan is adopted by another
-    process) and ends the worker with exit status 1 when it is not; the
-    task it was packing writes no part (its temporary files stay for the
-    next run into the same directory to sweep).
+    after (``SIGKILL``, or ``SIGTERM`` in a program that leaves it to its
+    default, which ends the process at once): they would hold their memory,
+    and a pipe the caller reads, for good. A daemon thread checks every
+    ``every`` seconds whether this process's parent is still ``parent`` (an
+    orphan is adopted by another process) and ends the worker with exit
+    status 1 when it is not; the task it was packing writes no part (its
+    temporary files stay for the next run into the same directory to sweep).
     """
 
     def watch() -> None:
@@ -311,12 +318,56 @@ def watch_parent(parent: int, every: float) -> None:
     threading.Thread(target=watch, name="cognoxium-parent-watch", daemon=True).start()
 
 
+INTERRUPT_POLL_SECONDS = 0.25
+"""The longest (seconds) the batch's process waits for a task before it sees a pending interrupt."""
+
+
+def result_of(future: Future[TaskStats]) -> TaskStats:
+    """The task's stats, waited for :data:`INTERRUPT_POLL_SECONDS` at a time.
+
+    Polars installs its ``SIGINT`` handler with ``SA_RESTART``
+    (https://github.com/pola-rs/polars/issues/21739), so a wait on a lock
+    with no timeout is resumed after ``SIGINT`` and never raises
+    ``KeyboardInterrupt`` until the task ends (minutes); a timed wait
+    returns to Python, which raises it.
+    """
+    while not future.done():
+        wait([future], timeout=INTERRUPT_POLL_SECONDS)
+    return future.result()
+
+
+def end_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel the pool's tasks not started and end its workers now, those packing included.
+
+    ``shutdown(wait=False, cancel_futures=True)`` alone leaves a running
+    task packing to its end (minutes), and leaving the pool's ``with`` block
+    waits for it. Each worker gets ``SIGTERM``: it writes nothing more, and
+    its part stays under its temporary name. The pool is unusable after;
+    its workers are reaped in the background (at the latest when this
+    process exits).
+    """
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:  # Python 3.14+: the documented way
+        terminate()
+        return
+    # Python 3.11-3.13 have no public way to end a running task: what terminate_workers
+    # does, over the pool's private map of its processes (missing: no worker to end).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with suppress(ValueError):  # a process already closed
+            process.terminate()
+
+
 def run_tasks(
     tasks: Iterator[Task], settings: BatchSettings, form: ManifestForm, folder: Path, workers: int
 ) -> Iterator[TaskStats]:
     """Pack every task into its part, here or in ``workers`` processes; their stats in order.
 
     A batch of one task is packed in this process whatever ``workers``.
+    Interrupted (``KeyboardInterrupt``, or the generator closed before its
+    end), it ends the workers at once (:func:`end_workers`) before the
+    interrupt goes on; after a task's error it waits for the running tasks.
 
     Raises
     ------
@@ -341,9 +392,13 @@ def run_tasks(
             for task in tasks:
                 pending.append(pool.submit(pack_task, task.compacted(), settings, form, folder))
                 while len(pending) >= 2 * workers:
-                    yield pending.popleft().result()
+                    yield result_of(pending.popleft())
             while pending:
-                yield pending.popleft().result()
+                yield result_of(pending.popleft())
+        except BaseException as stop:
+            if not isinstance(stop, Exception):  # KeyboardInterrupt, GeneratorExit: nobody waits
+                end_workers(pool)
+            raise
         finally:
             for future in pending:
                 future.cancel()

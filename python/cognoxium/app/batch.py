@@ -1054,7 +1054,9 @@ def run_batch(
         same, byte for byte, whatever the number: the scopes are cut into
         tasks of about 20,000 items, the same whatever the number, and each
         task writes its own part of every table where it is packed; this
-        process only collects the tasks' latencies and commits.
+        process only collects the tasks' latencies and commits. A
+        ``KeyboardInterrupt`` ends the workers at once, their running tasks
+        included, and commits nothing.
     progress
         Show progress on standard error: a bar when it is a terminal, else
         a line every :data:`PROGRESS_EVERY_S` seconds.

@@ -37,6 +37,16 @@ Exit codes
     budget.
 4
     Internal error: an exception no command expects, a fault of Cognoxium.
+130
+    Interrupted by ``SIGINT`` (``Ctrl-C``, ``kill -INT``).
+143
+    Stopped by ``SIGTERM`` (``kill``).
+
+A command stops the same way on either signal: ``pack`` ends its worker
+processes at once, those packing included, and leaves ``--out`` as the last
+run that finished left it (see :func:`cognoxium.app.batch.run_batch`); its
+message is ``interrupted by SIGINT`` (or ``SIGTERM``), code
+``command.interrupted``.
 
 Errors are printed to standard error as one message, without a traceback.
 An exception no command expects is a fault of Cognoxium, not of the input:
@@ -71,7 +81,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -106,7 +118,9 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_BUDGET",
     "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "PIPED_HELP_WIDTH",
     "app",
@@ -123,6 +137,37 @@ EXIT_BUDGET = 3
 """A request's required items alone exceed its token budget."""
 EXIT_INTERNAL = 4
 """An internal error: a fault of Cognoxium, not of the input (traceback on standard error)."""
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""Interrupted by ``SIGINT`` (130, as a shell reports a process that ``SIGINT`` ended)."""
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""Stopped by ``SIGTERM`` (143, as a shell reports a process that ``SIGTERM`` ended)."""
+
+
+class _Terminated(KeyboardInterrupt):
+    """``SIGTERM``, raised where ``SIGINT`` raises ``KeyboardInterrupt``, to stop the same way."""
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While in the block, ``SIGTERM`` raises :class:`_Terminated` in the main thread.
+
+    Its default ends the process at once, with no cleanup: the run's
+    directory and lock file stay, and ``multiprocessing``'s resource tracker
+    warns of the pool's semaphores. Off the main thread (where a handler
+    cannot be set) the signal keeps its handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _usage_exit(exc: typer.TyperException) -> None:
@@ -238,7 +283,13 @@ class _Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         wants_json = "--json" in [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
-            return super().invoke(ctx)
+            with _sigterm_interrupts():
+                return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            terminated = isinstance(stop, _Terminated)
+            signum = signal.SIGTERM if terminated else signal.SIGINT
+            _report_failure(_interrupted(signum), wants_json=wants_json)
+            raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
         except _CommandError as failure:
             _report_failure(failure.error, wants_json=wants_json)
             raise typer.Exit(failure.exit_code) from None
@@ -263,6 +314,12 @@ def _report_failure(error: dict[str, Any], *, wants_json: bool) -> None:
     typer.echo(f"error: {error['message']}", err=True)
     if wants_json:
         typer.echo(_canonical_json({"error": error}))
+
+
+def _interrupted(signum: signal.Signals) -> dict[str, Any]:
+    """The ``error`` object of a command stopped by ``signum`` (``command.interrupted``)."""
+    message = f"interrupted by {signum.name}; the command stopped before it finished"
+    return _error_dict("command.interrupted", message, params={"signal": signum.name})
 
 
 def _internal_error(exc: Exception) -> dict[str, Any]:
@@ -295,10 +352,13 @@ def _name_params(params: Any) -> None:
 
 
 _EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget, 4 internal error."
+    "Exit codes: 0 ok, 1 usage error, 2 bad input, 3 infeasible budget, 4 internal error, "
+    "130 SIGINT, 143 SIGTERM."
 )
 """The exit codes line of the help of the commands that pack (pack, locomo)."""
-_EXIT_CODES_NO_PACK_HELP = "Exit codes: 0 ok, 1 usage error, 2 bad input, 4 internal error."
+_EXIT_CODES_NO_PACK_HELP = (
+    "Exit codes: 0 ok, 1 usage error, 2 bad input, 4 internal error, 130 SIGINT, 143 SIGTERM."
+)
 """The exit codes line of the help of the commands that do not pack (they never exit with 3)."""
 
 _Quiet = Annotated[
@@ -361,7 +421,7 @@ app = typer.Typer(
         "--budgets 1024,2048\n\n"
         "  cognoxium inspect out/sample --items examples/sample/items.jsonl\n\n"
         "Every command takes --quiet and --json. Exit codes: 0 ok, 1 usage error, 2 bad "
-        "input, 3 infeasible budget (pack, locomo), 4 internal error."
+        "input, 3 infeasible budget (pack, locomo), 4 internal error, 130 SIGINT, 143 SIGTERM."
     ),
     no_args_is_help=True,
     add_completion=False,
