@@ -5,22 +5,26 @@ budget was packed as its system prompt alone: a request asking nothing.
 That message is the question the model answers next; as the results a
 half-finished agent loop awaits, it is truncatable without a mark (head
 kept, at least 64 tokens, a ``[<n> tokens cut]`` line), in a pack newest
-first only: in a pack by rank it is one candidate among others.
+first only: in a pack by rank it is one candidate among others. Only a ``user`` item is
+a question: a document or memory sent with that role is not.
 """
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
 import pytest
 
+from cognoxium import CognitionFrame
 from cognoxium.formats.openai import from_openai_messages
 from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.tokens.profiles import get_profile
+from tests.image_files import png
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 CL100K = get_profile("cl100k_base")
@@ -92,3 +96,34 @@ def test_a_chat_that_ends_on_a_reply_does_not_cut_its_last_question() -> None:
     result = pack(chat(reply="Send the first error only."), 200, PackOptions(as_of=AS_OF))
     assert "c:3" not in result.ids
     assert result.manifest.truncations == []
+
+
+@pytest.mark.parametrize("role", ["document", "memory", "tool"])
+def test_a_last_item_that_is_not_a_user_message_is_not_cut(role: str) -> None:
+    """Items sent with the user role (a document, a memory, a tool output without a call)."""
+    rows = [
+        {"id": "s", "role": "system", "text": "Be brief."},
+        {"id": "q", "role": "user", "text": "short q"},
+        {"id": "d", "role": role, "text": LOG},
+    ]
+    result = CognitionFrame(rows).pack(200, as_of=AS_OF)
+    assert result.ids == ["s", "q"]
+    assert result.manifest.truncations == []
+
+
+@pytest.mark.parametrize("image_first", [False, True])
+def test_a_last_question_with_an_image_has_its_text_cut(image_first: bool) -> None:
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(8, 8)).decode()},
+    }
+    text = {"type": "text", "text": LOG}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [image, text] if image_first else [text, image]},
+    ]
+    result = from_openai_messages(messages, conversation_id="c").pack(3000, as_of=AS_OF)
+    assert result.ids == ["c:0", "c:1.0", "c:1.1"]
+    [cut] = result.manifest.truncations
+    assert cut.id == ("c:1.1" if image_first else "c:1.0")
+    assert result.used_tokens <= 3000

@@ -45,6 +45,7 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -156,16 +157,16 @@ def find_marks(df: pl.DataFrame) -> Marks:
 
 
 def mark_awaited(
-    marks: Marks, role: pl.Series, payload_kind: pl.Series, *, question: bool = False
+    marks: Marks, role: pl.Series, payload_kind: pl.Series, *, question: Sequence[int] = ()
 ) -> Marks:
     """``marks`` with the awaited messages that have no mark marked :data:`AWAITED_MARK`.
 
     The awaited messages are the ``tool`` messages after the last ``user``
     or ``assistant`` message: what the conversation's last tool call
-    returned, which the model reads next; with ``question``, also that last
-    message when it is a ``user`` message: the question the model answers
-    (for a conversation packed newest first: in a pack by rank the last
-    message is one candidate among others). Only text payloads are marked.
+    returned, which the model reads next; and the rows of ``question``, the
+    user message the conversation ends on (the packer gives it for a
+    conversation packed newest first: in a pack by rank the last message is
+    one candidate among others). Only text payloads are marked.
 
     Parameters
     ----------
@@ -189,16 +190,14 @@ def mark_awaited(
     >>> sorted(mark_awaited(none, role, kind).rows)
     [3]
     >>> asked = pl.Series(["system", "assistant", "user"])
-    >>> sorted(mark_awaited(none, asked, kind[:3], question=True).rows)
+    >>> sorted(mark_awaited(none, asked, kind[:3], question=[2]).rows)
     [2]
     """
     replies = np.flatnonzero(role.is_in(["user", "assistant"]).to_numpy())
-    last = replies[-1] if replies.size else -1
-    # The tool messages after the last reply, or (question) that reply when a user's.
+    after = replies[-1] + 1 if replies.size else 0  # the tool messages after the last reply
     awaited = (role == "tool").to_numpy()
-    awaited[: last + 1] = False
-    if question and last >= 0 and role[int(last)] == "user":
-        awaited[last] = True
+    awaited[:after] = False
+    awaited[np.asarray(question, dtype=np.int64)] = True
     awaited = np.flatnonzero(awaited & (payload_kind == "text").to_numpy())
     new = [row for row in awaited.tolist() if row not in marks.rows]
     if not new:

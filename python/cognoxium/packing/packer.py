@@ -516,7 +516,24 @@ class PackScope:
         """The rows' marks, the awaited messages' included: what a pack newest first may cut."""
         role = self._rendering.chat.role
         kind = self.df.get_column("payload_kind")
-        return mark_awaited(self._ranked_marks, role, kind, question=True)
+        return mark_awaited(self._ranked_marks, role, kind, question=self._question())
+
+    def _question(self) -> list[int]:
+        """The rows of the user message the conversation ends on, if it ends on one.
+
+        The last row sent as a user or assistant message, when its item is a
+        ``user`` item (not a document or memory sent with that role), with
+        the other parts of its message (text beside an image).
+        """
+        chat = self._rendering.chat
+        replies = np.flatnonzero(chat.role.is_in(["user", "assistant"]).to_numpy())
+        if not replies.size or not self._user_rows[replies[-1]]:
+            return []
+        last = int(replies[-1])
+        part = chat.parts.get(last)
+        if part is None:
+            return [last]
+        return [row for row, (group, _) in chat.parts.items() if group == part[0]]
 
     @cached_property
     def _ranked_marks(self) -> Marks:
