@@ -871,6 +871,30 @@ def test_a_null_in_a_defaulted_column_reads_as_the_key_left_out(
     assert got.row(1, named=True)[column] == items_to_frame([default]).row(0, named=True)[column]
 
 
+@pytest.mark.parametrize("reader", ["table", "parquet", "scan"])
+def test_a_null_row_of_a_struct_metadata_column_reads_as_the_key_left_out(
+    tmp_path: Path, reader: str
+) -> None:
+    """Metadata held as a struct column (as Arrow and Polars hold objects): a null row is ``{}``."""
+    _, left_out = _null_and_left_out("metadata")
+    expected = records_to_frame(left_out)
+    table = expected.with_columns(
+        pl.Series("metadata", [{"topic": "billing"}, None], pl.Struct({"topic": pl.String}))
+    )
+    if reader == "table":
+        got = conform(table)
+    else:
+        path = tmp_path / "items.parquet"
+        table.write_parquet(path)
+        got = (
+            read_parquet(path)
+            if reader == "parquet"
+            else CognitionFrame.scan_parquet(path).collect()
+        )
+    assert got.get_column("metadata").to_list() == ['{"topic":"billing"}', "{}"]
+    assert got["content_hash"].to_list() == expected["content_hash"].to_list()
+
+
 @pytest.mark.parametrize("column", DEFAULTED)
 def test_a_null_column_reads_as_the_column_left_out(tmp_path: Path, column: str) -> None:
     rows = pl.DataFrame({"id": ["a", "b"], "role": ["user", "tool"], "text": ["x", "y"]})

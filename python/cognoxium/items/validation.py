@@ -558,8 +558,10 @@ def json_text_expr(name: str, schema: pl.Schema, where: str) -> pl.Expr | None:
     """The JSON text of column ``name`` (``metadata`` or ``json``) when it is a struct column.
 
     A struct (as Polars and Arrow hold JSON objects) is encoded as JSON,
-    each field a key, a null field ``null``; text (and a column Polars
-    casts to text as it is: null, categorical) is left to the cast (``None``).
+    each field a key, a null field ``null``, a null row null (not the text
+    ``null``: a null ``metadata`` is then its default); text (and a column
+    Polars casts to text as it is: null, categorical) is left to the cast
+    (``None``).
 
     Raises
     ------
@@ -568,7 +570,8 @@ def json_text_expr(name: str, schema: pl.Schema, where: str) -> pl.Expr | None:
     """
     dtype = schema.get(name)
     if isinstance(dtype, pl.Struct):
-        return pl.col(name).struct.json_encode()
+        column = pl.col(name)
+        return pl.when(column.is_not_null()).then(column.struct.json_encode()).alias(name)
     if dtype is None or not (dtype.is_nested() or dtype.is_numeric() or dtype == pl.Boolean):
         return None  # missing, text, null, categorical: cast to text as it is
     raise SchemaError(
