@@ -691,3 +691,26 @@ def test_a_required_item_that_cannot_be_sent_is_an_error() -> None:
         pack(df, 10_000, PackOptions(as_of=AS_OF))
     with pytest.raises(MessageError, match="message 1 of the pack"):
         pack(df, 10_000, PackOptions(as_of=AS_OF, tool_errors="error"))
+
+
+def test_a_call_reusing_an_id_is_sent_to_anthropic_when_the_earlier_call_is_not() -> None:
+    """Anthropic takes each tool_use id once per request: a pack that leaves one out sends both."""
+    long = "word " * 300
+    df = items(
+        [
+            ("u", user("Time?"), None),
+            ("a1", asks("x"), "g1"),
+            ("r1", tool_result("x", long), "g1"),
+            ("u1", user("Again?"), None),
+            ("a2", asks("x"), "g2"),
+            ("r2", tool_result("x", "12:01"), "g2"),
+            ("u2", user("Thanks."), None),
+        ]
+    )
+    result = pack(df, 100, PackOptions(as_of=AS_OF, target="anthropic"))
+    assert result.ids == ["u1", "a2", "r2", "u2"]
+    assert reasons(result)["a1"] == "group_over_budget"
+    assert anthropic_faults(result.to_anthropic()) == []
+    both = pack(df, 2000, PackOptions(as_of=AS_OF, target="anthropic"))
+    assert "a2" not in both.ids
+    assert reasons(both)["a2"] == "tool_use_id_duplicate"

@@ -133,9 +133,12 @@ class ToolRows:
         """``(n,)`` int64: the reason code of each row a fault of the input leaves out.
 
         :data:`~cognoxium.packing._model.UNSET` for the others; ``None`` when
-        the input keeps every rule of ``target``.
+        the input keeps every rule of ``target``. A call reusing an earlier
+        call's id is no fault of the input: only of a pack that sends both,
+        which the selection's check (:class:`SelectionCheck`) finds.
         """
-        faults = self.faults(np.arange(len(self.roles), dtype=np.int64), target)
+        every = self.faults(np.arange(len(self.roles), dtype=np.int64), target)
+        faults = [f for f in every if f.rule != "tool_use_id_duplicate"]
         if not faults:
             return None
         codes = np.full(len(self.roles), UNSET, dtype=np.int64)
