@@ -113,7 +113,7 @@ class Reason(StrEnum):
 
     ``tool_use_id_duplicate``: with ``tool_errors="repair"`` and
     ``target="anthropic"``, the item is an assistant message making a tool
-    call whose id a call of an earlier message has (Chat Completions takes
+    call whose id a call of an earlier message the pack sends has (Chat Completions takes
     that, Anthropic takes each ``tool_use`` id once in a request; the chat
     importers give such a call a new id, so only items made otherwise hold
     one), or a result of that message's calls: left out together.

@@ -119,7 +119,7 @@ class PackOptions:
         cannot take as a ``tool_use`` input, breaks a rule too
         (``tool_call_arguments_invalid``): its message is left out with
         every result of its calls; so is a call whose id a call of an
-        earlier message has (``tool_use_id_duplicate``: Anthropic takes
+        earlier message the pack sends has (``tool_use_id_duplicate``: Anthropic takes
         each ``tool_use`` id once).
         ``"error"`` raises :class:`~cognoxium.exceptions.MessageError`
         naming the message of the pack, its item and the rule.
