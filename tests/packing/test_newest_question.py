@@ -127,3 +127,31 @@ def test_a_last_question_with_an_image_has_its_text_cut(image_first: bool) -> No
     [cut] = result.manifest.truncations
     assert cut.id == ("c:1.1" if image_first else "c:1.0")
     assert result.used_tokens <= 3000
+
+
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # one grapheme, many tokens
+
+
+@pytest.mark.parametrize("last", ["user", "tool"])
+def test_an_awaited_cut_given_back_room_it_cannot_use_keeps_its_cut_to_the_cap(last: str) -> None:
+    """A cut's cost is not monotonic in what it keeps: regrowing may find no longer cut."""
+    text = "refund " * 19 + "refund " + " ".join([FAMILY] * 4)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "refund refund refund refund " + FAMILY},
+        {"role": "system", "content": f"refund refund refund refund {FAMILY} {FAMILY}"},
+    ]
+    if last == "user":
+        messages.append({"role": "user", "content": text})
+    else:
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        messages += [
+            {"role": "user", "content": "refund?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": text},
+        ]
+    frame = from_openai_messages(messages, conversation_id="c", system_retention="optional")
+    df = frame.collect()
+    for budget in range(60, 200):
+        result = pack(df, budget, PackOptions(as_of=AS_OF))
+        assert result.used_tokens <= budget
+        assert result.used_tokens == CL100K.request_tokens(result.messages)

@@ -190,7 +190,7 @@ def mark_awaited(
     >>> sorted(mark_awaited(none, role, kind).rows)
     [3]
     >>> asked = pl.Series(["system", "assistant", "user"])
-    >>> sorted(mark_awaited(none, asked, kind[:3], question=[2]).rows)
+    >>> sorted(mark_awaited(none, asked, pl.Series(["text"] * 3), question=[2]).rows)
     [2]
     """
     replies = np.flatnonzero(role.is_in(["user", "assistant"]).to_numpy())
@@ -366,7 +366,10 @@ class Cutter:
         """Give ``left`` tokens back to the units cut to :attr:`cap`; the tokens they take.
 
         Each is cut again from its whole text to its cost plus what is left,
-        the first cut first.
+        the first cut first. A cut's cost is not monotonic in the tokens it
+        keeps (the note's count has fewer digits, a cut splits a grapheme
+        the whole text encodes in fewer tokens): when no longer cut fits,
+        the cut to the cap is made again.
         """
         taken = 0
         for unit in self.capped:
@@ -375,7 +378,10 @@ class Cutter:
             before = int(self.costs.cost[unit])
             self._uncut(unit)
             after = self._fit(unit, before + left - taken)
-            assert after is not None  # the shorter cut fit, so a longer one does
+            if after is None:
+                assert self.cap is not None  # set while units are cut to it
+                after = self._fit(unit, self.cap, partial=True)
+            assert after is not None  # the cut to the cap, made again
             taken += after - before
         self.capped = []
         return taken
