@@ -168,7 +168,7 @@ def _rewrite(part: Path, column: str, change: object) -> None:
 @pytest.mark.parametrize(
     ("column", "change"),
     [
-        ("priority", None),
+        ("role", "narrator"),  # no such role (a null priority is the default, 0)
         ("id", "c3-0"),  # an id of another partition
         ("metadata", "{not json"),
         ("metadata", "[1, 2]"),  # JSON, not an object
@@ -202,10 +202,10 @@ def test_check_store_names_an_id_repeated_in_a_later_batch_at_its_rows(tmp_path:
     assert (caught.value.row, caught.value.field) == (9, "id")
     assert "duplicate id 'c0-3' (first at row 3)" in str(caught.value)
     _rewrite(root / "conversation=c02" / "part-0.parquet", "id", "c2-1")
-    _rewrite(root / "conversation=c02" / "part-0.parquet", "priority", None)
+    _rewrite(root / "conversation=c02" / "part-0.parquet", "role", "narrator")
     with pytest.raises(RecordError) as caught:
         check_store(root, batch_rows=5)
-    assert (caught.value.row, caught.value.field) == (9, "priority")
+    assert (caught.value.row, caught.value.field) == (9, "role")
 
 
 def test_a_store_the_scan_refuses_is_read_whole_and_says_why(
