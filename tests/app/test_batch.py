@@ -6,6 +6,8 @@ import gc
 import json
 import re
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -1173,12 +1175,12 @@ def test_a_task_packed_again_replaces_its_parts(
     )
     packing = _workers.pack_task
 
-    def twice(task: Any, settings: Any, form: Any, folder: Path) -> Any:
+    def twice(task: Any, settings: Any, form: Any, folder: Path, done: Any = None) -> Any:
         stale = folder / "manifests" / f".part-{task.index:05d}.parquet.0123456789abcdef.tmp"
         stale.parent.mkdir(parents=True, exist_ok=True)
         stale.write_bytes(b"half a part")
         packing(task, settings, form, folder)
-        return packing(task, settings, form, folder)
+        return packing(task, settings, form, folder, done)
 
     monkeypatch.setattr(_workers, "pack_task", twice)
     run_batch(
@@ -1384,3 +1386,25 @@ def test_a_batch_off_a_terminal_writes_a_progress_line_every_interval(
     assert "packing: " in capsys.readouterr().err
     run_batch(store(), requests, out_dir=tmp_path / "off", options=options, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_progress_counts_each_scope_packed_in_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of one task reports each scope as it is packed, not only at its end."""
+    counts: list[int] = []
+
+    @contextmanager
+    def recording(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
+        assert (total, enabled) == (3, True)
+        yield counts.append
+
+    monkeypatch.setattr(batch_module, "_progress", recording)
+    requests = [
+        Request(id="billing", budget=200, where="metadata.topic = 'billing'"),
+        Request(id="bugs", budget=200, where="metadata.topic = 'bugs'"),
+        Request(id="all", budget=4000),
+    ]
+    options = PackOptions(as_of=AS_OF)
+    run_batch(store(), requests, out_dir=tmp_path, options=options, rank="bm25", progress=True)
+    assert counts == [1, 1, 1]

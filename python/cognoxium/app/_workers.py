@@ -271,11 +271,18 @@ def finish_parts(folder: str | os.PathLike[str], form: ManifestForm, tasks: int)
     sweep(folder)
 
 
-def pack_task(task: Task, settings: BatchSettings, form: ManifestForm, folder: Path) -> TaskStats:
+def pack_task(
+    task: Task,
+    settings: BatchSettings,
+    form: ManifestForm,
+    folder: Path,
+    done: Callable[[int], None] | None = None,
+) -> TaskStats:
     """Pack a task's units one by one into its part of the files, in ``folder``.
 
     Each unit's manifest rows are encoded on the writer's thread while the
-    next unit is packed.
+    next unit is packed. ``done``, when given, is called with the number of
+    requests of each unit once it is packed.
     """
     from cognoxium.app.batch import PreparedScope, pack_scope
     from cognoxium.frame.frame import CognitionFrame
@@ -290,6 +297,8 @@ def pack_task(task: Task, settings: BatchSettings, form: ManifestForm, folder: P
             result.write(packs, manifests)
             latencies.extend(result.latencies_ms)
             left_out.extend(result.newest_user_left_out)
+            if done is not None:
+                done(len(result.latencies_ms))
     return TaskStats(task.index, np.asarray(latencies, dtype=np.float64), tuple(left_out))
 
 
@@ -359,12 +368,27 @@ def end_workers(pool: ProcessPoolExecutor) -> None:
             process.terminate()
 
 
+def _counted(stats: TaskStats, done: Callable[[int], None] | None) -> TaskStats:
+    """``stats``, once ``done`` is told how many requests its task packed."""
+    if done is not None:
+        done(len(stats.latencies_ms))
+    return stats
+
+
 def run_tasks(
-    tasks: Iterator[Task], settings: BatchSettings, form: ManifestForm, folder: Path, workers: int
+    tasks: Iterator[Task],
+    settings: BatchSettings,
+    form: ManifestForm,
+    folder: Path,
+    workers: int,
+    done: Callable[[int], None] | None = None,
 ) -> Iterator[TaskStats]:
     """Pack every task into its part, here or in ``workers`` processes; their stats in order.
 
     A batch of one task is packed in this process whatever ``workers``.
+    ``done``, when given, is called with the number of requests packed as
+    they are: after each unit of a task packed here, after each task packed
+    in a worker.
     Interrupted (``KeyboardInterrupt``, or the generator closed before its
     end), it ends the workers at once (:func:`end_workers`) before the
     interrupt goes on; after a task's error it waits for the running tasks.
@@ -378,7 +402,7 @@ def run_tasks(
     tasks = itertools.chain(head, tasks)
     if workers <= 1 or len(head) < 2:  # a single task is packed here: no process to start
         for task in tasks:
-            yield pack_task(task, settings, form, folder)
+            yield pack_task(task, settings, form, folder, done)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
@@ -392,9 +416,9 @@ def run_tasks(
             for task in tasks:
                 pending.append(pool.submit(pack_task, task.compacted(), settings, form, folder))
                 while len(pending) >= 2 * workers:
-                    yield result_of(pending.popleft())
+                    yield _counted(result_of(pending.popleft()), done)
             while pending:
-                yield result_of(pending.popleft())
+                yield _counted(result_of(pending.popleft()), done)
         except BaseException as stop:
             if not isinstance(stop, Exception):  # KeyboardInterrupt, GeneratorExit: nobody waits
                 end_workers(pool)

@@ -1280,10 +1280,9 @@ def _write_batch(
     unscoped: list[str] = []
     with _progress(len(requests), progress) as advance, _heap_frozen():
         tasks = _noting_unscoped(tasks_of(units, ranges, scopes.rows_of, lineage), unscoped)
-        for stats in run_tasks(tasks, settings, manifests, folder, workers):
+        for stats in run_tasks(tasks, settings, manifests, folder, workers, done=advance):
             parts.append(stats.latencies_ms)
             left_out.extend(stats.newest_user_left_out)
-            advance(len(stats.latencies_ms))
     finish_parts(folder, manifests, len(ranges))
     latencies = np.concatenate(parts) if parts else np.empty(0)
     seconds = time.perf_counter() - started
