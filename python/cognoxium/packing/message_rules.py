@@ -375,16 +375,24 @@ def argument_faults(
     """
     faults = []
     for at in sorted(invalid):
-        answers, k = [], at + 1
-        while k in results:  # the run of tool messages right after it
-            answers += [k] if results[k] in calls.get(at, ()) else []
-            k += 1
+        answers = _answers(at, calls, results)
         text = (
             f"message {at} makes tool calls {invalid[at]} whose arguments are not a JSON "
             "object, the only tool_use input Anthropic takes"
         )
         faults.append(Fault(at, "tool_call_arguments_invalid", text, (at, *answers)))
     return faults
+
+
+def _answers(
+    at: int, calls: Mapping[int, list[str]], results: Mapping[int, str | None]
+) -> list[int]:
+    """The tool messages of the run right after message ``at`` that answer its calls."""
+    answers, k = [], at + 1
+    while k in results:
+        answers += [k] if results[k] in calls.get(at, ()) else []
+        k += 1
+    return answers
 
 
 def reused_id_faults(
@@ -423,10 +431,7 @@ def reused_id_faults(
         seen.update(calls[at])
         if not reused:
             continue
-        answers, k = [], at + 1
-        while k in results:  # the run of tool messages right after it
-            answers += [k] if results[k] in calls[at] else []
-            k += 1
+        answers = _answers(at, calls, results)
         text = f"message {at} makes tool calls {reused} whose ids an earlier message's calls have"
         faults.append(Fault(at, "tool_use_id_duplicate", text, (at, *answers)))
     return faults

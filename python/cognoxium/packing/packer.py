@@ -677,8 +677,9 @@ class PackScope:
         chat = self._rendering.chat
         sent = chat.role.is_in(["user", "assistant"]) & chat.content.str.contains(NOT_BLANK)
         conversing = (sent.fill_null(False) | (chat.role == "tool")).to_numpy()
-        for row in (*chat.images, *chat.fields):
-            conversing[row] = sends_blocks(chat.message(row))
+        for row in (*chat.images, *chat.fields):  # blank text, sent for its image, name or call
+            if not conversing[row]:
+                conversing[row] = sends_blocks(chat.message(row))
         return conversing
 
     @cached_property
