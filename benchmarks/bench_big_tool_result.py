@@ -1,9 +1,17 @@
-"""A huge awaited tool result: an agent loop whose last step returned megabytes of text.
+"""A huge awaited message: a chat whose last message is megabytes of text.
 
-The loop is an OpenAI chat: a system prompt, the task, an assistant's tool
-call and its result of ``--mb`` megabytes (10^6 bytes), the step the model
-waits for. A fresh pack of it under ``--budget`` tokens (default rank, no
-settings) must send the call and cut the result to what fits. Two texts:
+Two shapes of OpenAI chat, each ending on ``--mb`` megabytes (10^6 bytes) of
+text, the message the model reads next:
+
+tool
+    an agent loop: a system prompt, the task, an assistant's tool call and
+    its result;
+user
+    an exported chat: a system prompt, a question, a reply, and the user's
+    pasted text.
+
+A fresh pack of it under ``--budget`` tokens (default rank, no settings)
+must send the last message cut to what fits (with its call). Two texts:
 
 log
     server log lines, numbered (a realistic tool output);
@@ -20,8 +28,8 @@ floor
     the least work any exact pack of it does: read the same file and count
     the result's tokens once with the same profile.
 
-Reported: the medians, and the ratio pack / floor (each round's, then the
-median). Results go to ``benchmarks/results/big_tool_result.json`` and
+Reported, for each shape and text: the medians, and the ratio pack / floor
+(each round's, then the median). Results go to ``benchmarks/results/big_tool_result.json`` and
 ``big_tool_result.md``.
 
 Usage: ``python benchmarks/bench_big_tool_result.py [--mb 50] [--repeats 3] [--out FILE]``
@@ -77,26 +85,31 @@ def tool_text(kind: str, size: int) -> str:
     return "".join(lines)[:size]
 
 
-def write_chat(path: Path, kind: str, megabytes: float) -> None:
-    """The agent loop as an OpenAI chat, its last message the big tool result."""
+def write_chat(path: Path, shape: str, kind: str, megabytes: float) -> None:
+    """The chat of ``shape`` (``tool`` or ``user``), its last message the big text."""
+    text = tool_text(kind, int(megabytes * 1e6))
     call = {"id": "call_1", "type": "function", "function": {"name": "logs", "arguments": "{}"}}
+    last: list[dict[str, Any]] = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": text},
+    ]
+    if shape == "user":
+        last = [
+            {"role": "assistant", "content": "Send me the logs."},
+            {"role": "user", "content": text},
+        ]
     chat = [
         {"role": "system", "content": "You are an SRE agent. Use the tools."},
         {"role": "user", "content": "Why is the service slow?"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {
-            "role": "tool",
-            "tool_call_id": "call_1",
-            "content": tool_text(kind, int(megabytes * 1e6)),
-        },
+        *last,
     ]
     path.write_text(json.dumps(chat), encoding="utf-8")
 
 
-def measure(kind: str, megabytes: float, repeats: int, work: Path) -> dict[str, Any]:
+def measure(shape: str, kind: str, megabytes: float, repeats: int, work: Path) -> dict[str, Any]:
     """Both runs ``repeats`` times, taking turns; the medians and the ratio."""
-    chat = work / f"{kind}.json"
-    write_chat(chat, kind, megabytes)
+    chat = work / f"{shape}-{kind}.json"
+    write_chat(chat, shape, kind, megabytes)
     commands = {
         "pack": [sys.executable, "-c", PACK, str(chat), str(BUDGET), AS_OF],
         "floor": [sys.executable, "-c", FLOOR, str(chat), str(BUDGET)],
@@ -105,7 +118,7 @@ def measure(kind: str, megabytes: float, repeats: int, work: Path) -> dict[str, 
     for k in range(repeats):
         for name in list(commands) if k % 2 == 0 else list(commands)[::-1]:
             runs[name].append(asdict(measured(commands[name])))
-            print(kind, name, json.dumps(runs[name][-1]), flush=True)
+            print(shape, kind, name, json.dumps(runs[name][-1]), flush=True)
     ratios = [p["wall_s"] / f["wall_s"] for p, f in zip(runs["pack"], runs["floor"], strict=True)]
     return {
         "runs": run_figures(runs),
@@ -114,24 +127,25 @@ def measure(kind: str, megabytes: float, repeats: int, work: Path) -> dict[str, 
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """A Markdown section: each text's runs, and the ratio pack / floor."""
+    """A Markdown section: each shape's and text's runs, and the ratio pack / floor."""
     rows = [
-        f"| {kind} | {name} | {r['median_s']:.2f} | {r['cpu_median_s']:.2f} | {r['peak_mb']:,.0f} |"
-        for kind, figures in result["texts"].items()
+        f"| {case} | {name} | {r['median_s']:.2f} | {r['cpu_median_s']:.2f} | {r['peak_mb']:,.0f} |"
+        for case, figures in result["texts"].items()
         for name, r in figures["runs"].items()
     ]
     ratios = ", ".join(
-        f"{kind} **{figures['pack_over_floor_median']:.2f}x**"
-        for kind, figures in result["texts"].items()
+        f"{case} **{figures['pack_over_floor_median']:.2f}x**"
+        for case, figures in result["texts"].items()
     )
     return (
-        f"## A {result['megabytes']:g} MB awaited tool result ({result['repeats']} rounds)\n\n"
-        "An agent loop (system prompt, task, tool call) whose last message is a tool result "
-        f"of {result['megabytes']:g} MB, packed fresh under {result['budget']:,} tokens with "
-        "no settings (`from_openai_messages(chat).pack(budget)`), against the floor: reading "
-        "the same file and counting the result's tokens once. Each run a new process; medians "
-        "and the peak resident memory of the largest run.\n\n"
-        "| text | run | median s | CPU median s | peak MB |\n|---|---|---|---|---|\n"
+        f"## A {result['megabytes']:g} MB awaited message ({result['repeats']} rounds)\n\n"
+        "An agent loop (system prompt, task, tool call) whose last message is a tool result, "
+        "and an exported chat (system prompt, question, reply) whose last message is a user's "
+        f"paste, each of {result['megabytes']:g} MB, packed fresh under {result['budget']:,} "
+        "tokens with no settings (`from_openai_messages(chat).pack(budget)`), against the "
+        "floor: reading the same file and counting the last message's tokens once. Each run a "
+        "new process; medians and the peak resident memory of the largest run.\n\n"
+        "| shape, text | run | median s | CPU median s | peak MB |\n|---|---|---|---|---|\n"
         + "\n".join(rows)
         + f"\n\nPack / floor (each round's ratio, median): {ratios}.\n"
     )
@@ -141,7 +155,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse the arguments, measure both texts, print and write the JSON result."""
     args = megabyte_args(argv, __doc__, RESULTS / "big_tool_result.json")
     with tempfile.TemporaryDirectory() as work:
-        texts = {kind: measure(kind, args.mb, args.repeats, Path(work)) for kind in ("log", "run")}
+        texts = {
+            f"{shape} {kind}": measure(shape, kind, args.mb, args.repeats, Path(work))
+            for shape in ("tool", "user")
+            for kind in ("log", "run")
+        }
     result = {
         "megabytes": args.mb,
         "budget": BUDGET,
