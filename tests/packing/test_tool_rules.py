@@ -617,6 +617,10 @@ def test_items_that_reuse_a_call_id_are_sent_whole_to_openai_and_repaired_for_an
     with pytest.raises(MessageError, match="rule tool_use_id_duplicate") as info:
         pack(df, 1000, strict)
     assert info.value.params["id"] == "m3"
+    with pytest.raises(RecordError, match="pack with target='anthropic'") as named:
+        sent.to_anthropic()  # a pack for OpenAI sends the reused id: Anthropic refuses it
+    assert (named.value.row, named.value.field) == (3, "tool_calls[0].id")
+    assert "'call_0' was given by message 1 too" in str(named.value)
 
 
 # Every class of fault, made from valid histories: a pack with "repair" is always valid,

@@ -277,7 +277,8 @@ def anthropic_request(
     ------
     RecordError
         If a tool call's arguments are not a JSON object (``row`` the
-        message's index, ``field`` ``tool_calls[j].function.arguments``).
+        message's index, ``field`` ``tool_calls[j].function.arguments``),
+        or its id is an earlier call's (``field`` ``tool_calls[j].id``).
 
     Examples
     --------
@@ -299,11 +300,13 @@ def anthropic_request(
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
+    given: dict[str, int] = {}  # tool_use id -> the message that gives it
     for row, message in enumerate(messages):
         if message["role"] in SYSTEM_ROLES:
             system.append(system_text(message))
             continue
         role, blocks = anthropic_turn(message, row, failed)
+        _check_tool_use_ids(message, blocks, row, given)
         if not blocks:
             continue
         if not turns and role == "assistant":
@@ -318,6 +321,28 @@ def anthropic_request(
     request: dict[str, Any] = {"system": "\n\n".join(system)} if system else {}
     request["messages"] = turns
     return request
+
+
+def _check_tool_use_ids(
+    message: dict[str, Any], blocks: list[dict[str, Any]], row: int, given: dict[str, int]
+) -> None:
+    """Raise :class:`RecordError` if a ``tool_use`` of ``blocks`` reuses an id of ``given``.
+
+    Anthropic takes each ``tool_use`` id once per request. A pack built for
+    Anthropic leaves a reused call out (rule ``tool_use_id_duplicate``); one
+    built for OpenAI, which takes a reused id, may hold it.
+    """
+    uses = [block["id"] for block in blocks if block["type"] == "tool_use"]
+    for j, use in enumerate(uses):
+        if use in given:
+            raise RecordError(
+                f"tool call id {message['tool_calls'][j]['id']!r} was given by message "
+                f"{given[use]} too: Anthropic takes each tool_use id once per request; pack "
+                "with target='anthropic' to leave the reused call out",
+                row=row,
+                field=f"tool_calls[{j}].id",
+            )
+        given[use] = row
 
 
 def _text_part(part: dict[str, Any]) -> str:
