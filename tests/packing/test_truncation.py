@@ -422,6 +422,12 @@ def test_overflow_truncate_fails_when_min_tokens_cannot_be_met() -> None:
             PackOptions(overflow="truncate", as_of=AS_OF),
         )
     assert info.value.costs == {"doc": 105, "sys": 7}
+    # The advice is what is left to do: overflow='truncate' is already given.
+    assert "overflow='truncate'" not in str(info.value)
+    assert str(info.value).endswith(
+        "raise the budget, lower their retention, or mark more of them truncatable or lower "
+        "their min_tokens"
+    )
 
 
 def test_overflow_must_be_a_known_mode() -> None:

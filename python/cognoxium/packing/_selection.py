@@ -425,12 +425,16 @@ def select_units(
         if cutter is None or not cutter.fit_required(
             _whole_order(queue, costs), allowed, overflow=overflow
         ):
+            advice = (
+                "mark more of them truncatable or lower their min_tokens"
+                if overflow == "truncate"
+                else "mark them truncatable and pack with overflow='truncate'"
+            )
             raise BudgetError(
                 f"required items need {required_cost + overhead} tokens "
                 f"({required_cost} for the items, {overhead} of reply priming) but the budget is "
                 f"{budget}{' even cut to their min_tokens' if cut else ''}: {detail}; raise the "
-                "budget, lower their retention, or mark them truncatable and pack with "
-                "overflow='truncate'",
+                f"budget, lower their retention, or {advice}",
                 costs=detail,
                 budget=budget,
                 params={"budget_needed": required_cost + overhead},
