@@ -19,6 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import polars as pl
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -71,15 +72,37 @@ def _check(packed: ContextPack, history: list[dict[str, Any]], budget: int, opti
         assert {f"msg:{i}" for i in newest} <= set(packed.ids), (budget, packed.ids)
 
 
-def _check_awaited(packed: ContextPack, history: list[dict[str, Any]], budget: int) -> None:
-    """The awaited results, cut to 64 tokens if need be, are sent with their call and task."""
+def _check_awaited(
+    packed: ContextPack,
+    history: list[dict[str, Any]],
+    budget: int,
+    previous: ContextPack | None,
+) -> None:
+    """The awaited results, cut to 64 tokens if need be, are sent with their call and task.
+
+    No other item is cut, but for those ``previous`` (the pack continued) cut.
+    """
     newest = _newest_step(history)
     call, results = history[newest[0]], [history[i] for i in newest[1:]]
     shortest = [_shortest(m) for m in results]
     cut = {t.id for t in packed.manifest.truncations}
-    assert cut <= {f"msg:{i}" for i in newest[1:]}, cut
+    earlier = set() if previous is None else {t.id for t in previous.manifest.truncations}
+    assert cut <= {f"msg:{i}" for i in newest[1:]} | earlier, cut
     if _cost([*history[:2], call]) + sum(shortest) <= budget:
         assert {"msg:1", *(f"msg:{i}" for i in newest)} <= set(packed.ids), (budget, packed.ids)
+
+
+def _check_replayed(packed: ContextPack, previous: ContextPack) -> None:
+    """What the earlier pack sent cut is sent cut again, no longer, or evicted for the cache."""
+    entries = packed.manifest.to_polars()
+    kept = {t.id: t.kept_tokens for t in packed.manifest.truncations}
+    for earlier in previous.manifest.truncations:
+        entry = entries.row(by_predicate=pl.col("id") == earlier.id, named=True)
+        if entry["decision"] == "included":
+            assert earlier.id in packed.manifest.cache.replayed_cuts, entry
+            assert kept[earlier.id] <= earlier.kept_tokens, (kept, earlier)
+        else:
+            assert entry["reason"] == "evicted_for_cache", entry
 
 
 def _shortest(result: dict[str, Any]) -> int:
@@ -127,7 +150,9 @@ def test_agent_loops_pack_valid_deterministic_and_keep_their_task(loop: tuple) -
         for packed in (fresh, continued):
             _check(packed, history, budget, options)
             if not pending:
-                _check_awaited(packed, history, budget)
+                _check_awaited(packed, history, budget, previous if packed is continued else None)
+        if previous is not None:
+            _check_replayed(continued, previous)
         again = frame.pack(budget, as_of=AS_OF, previous=previous, **options)
         assert again.manifest.to_json() == continued.manifest.to_json()
         if previous is not None:

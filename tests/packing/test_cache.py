@@ -502,18 +502,25 @@ def test_to_openai_passes_a_prompt_cache_key() -> None:
         packed.to_openai(prompt_cache_key="")
 
 
-def test_evicting_everything_still_starts_the_history_on_a_user_turn() -> None:
-    packs = replay(synthetic_chat(60), 1200, eviction_share=1.0)
+@pytest.mark.parametrize("start_on", [None, "user"])
+def test_evicting_everything_keeps_the_new_messages_as_a_pack_of_its_own(
+    start_on: str | None,
+) -> None:
+    # The new reply before the new question is not evicted to open the request on a
+    # user message (it was, though it fits): the earlier pack did not send it, and a
+    # pack of its own sends it. start_on="user" drops it, as in a pack of its own.
+    packs = replay(synthetic_chat(60), 1200, eviction_share=1.0, start_on=start_on)
     evicting = [p for p, _ in packs if p.manifest.cache and p.manifest.cache.eviction_steps]
     assert evicting
     for packed in evicting:
-        # all the history goes, and the reply before the new question with it
-        assert [m["role"] for m in packed.messages] == ["system", "user"]
+        roles = [m["role"] for m in packed.messages]
+        assert roles == ["system", "user"] if start_on else ["system", "assistant", "user"]
         reasons = dict(packed.manifest.to_polars().select("id", "reason").iter_rows())
-        newest = int(packed.ids[1][1:])
-        assert reasons[f"m{newest - 1:03}"] == "evicted_for_cache"
+        newest = int(packed.ids[-1][1:])
+        reply = f"m{newest - 1:03}"
+        assert reasons[reply] == ("before_first_user" if start_on else "selected")
         assert packed.manifest.cache is not None
-        assert f"m{newest - 1:03}" not in packed.manifest.cache.evicted  # not sent before
+        assert reply not in packed.manifest.cache.evicted  # not sent before
 
 
 # Packing units that hold history and a document
@@ -1281,6 +1288,53 @@ def test_an_agent_loop_evicts_its_oldest_steps_and_keeps_its_task() -> None:
     assert report is not None
     assert (report.eviction_steps, report.evicted) == (1, ["msg:10", "msg:11", "msg:12", "msg:13"])
     assert report.prefix_ids == ["msg:0", "msg:1"]
+
+
+def test_a_user_message_amid_a_long_loop_does_not_evict_the_task_and_its_steps() -> None:
+    # A user interrupts the loop after 11 steps. The first step that must evict ran up to
+    # that message: the task and 11 steps (23 items) went to free 66 tokens, and the pack
+    # sent 1,091 of 3,000 tokens. Units up to the next user message far beyond the share
+    # are not evicted to reach it: the task stays, and the share after it goes.
+    from cognoxium.formats.openai import from_openai_messages
+
+    task = "TASK: find why the integration tests fail and propose a fix."
+    history = [{"role": "system", "content": "Agent."}, {"role": "user", "content": task}]
+    previous: ContextPack | None = None
+    for i in range(18):
+        history += _tool_step(i, 150)
+        if i == 10:
+            history.append({"role": "user", "content": "Also check the Dockerfile."})
+        previous = from_openai_messages(history).pack(3000, as_of=AS_OF, previous=previous)
+        assert "msg:1" in previous.ids, i
+    assert previous is not None
+    report = previous.manifest.cache
+    assert report is not None
+    assert report.eviction_steps == 1
+    assert report.evicted == [f"msg:{k}" for k in range(2, 16)]  # steps 0 to 6
+    assert previous.used_tokens > 1800  # 1,851
+
+
+def test_steps_do_not_evict_the_new_reply_to_open_on_a_user_message() -> None:
+    # The steps evicted the task and the cut log, then the new call, its result and a
+    # long reply, to open the request on the new question: 19 of 2,000 tokens sent.
+    from cognoxium.formats.openai import from_openai_messages
+
+    history = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Why?"}]
+    history += _tool_step(0, 4000)
+    first = from_openai_messages(history).pack(2000, as_of=AS_OF)
+    assert [t.id for t in first.manifest.truncations] == ["msg:3"]
+    history += _tool_step(1, 3)
+    history += [
+        {"role": "assistant", "content": "word " * 1900},
+        {"role": "user", "content": "And?"},
+    ]
+    later = from_openai_messages(history).pack(2000, as_of=AS_OF, previous=first)
+    assert later.ids == ["msg:0", "msg:4", "msg:5", "msg:6", "msg:7"]
+    assert later.ids == from_openai_messages(history).pack(2000, as_of=AS_OF).ids
+    report = later.manifest.cache
+    assert report is not None
+    assert report.evicted == ["msg:1", "msg:2", "msg:3"]
+    assert later.used_tokens > 1900
 
 
 def test_an_awaited_result_larger_than_the_budget_is_sent_cut_after_evictions() -> None:

@@ -20,7 +20,9 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
   if they still do not fit, :class:`~cognoxium.exceptions.BudgetError`.
 - A pack that continues an earlier one (``previous``) starts each item
   that pack cut, still unchanged and marked alike, from that cut
-  (:meth:`Cutter.replay`): it may be cut further, never sent longer.
+  (:meth:`Cutter.replay`): it may be cut further, never sent longer. An
+  item cut without a mark (an awaited result, a question) is marked alike
+  (:func:`mark_earlier_cuts`), though the conversation has gone on since.
 - The results a half-finished agent loop awaits (the ``tool`` messages with
   a text payload after the last ``user`` or ``assistant`` message) are
   truncatable without a mark, as if marked ``{"truncate": {"min_tokens":
@@ -68,6 +70,7 @@ __all__ = [
     "find_marks",
     "lower_cheap",
     "mark_awaited",
+    "mark_earlier_cuts",
 ]
 
 AWAITED_MARK = Truncation(min_tokens=64, note="[{n} tokens cut]")
@@ -199,13 +202,40 @@ def mark_awaited(
     awaited[:after] = False
     awaited[np.asarray(question, dtype=np.int64)] = True
     awaited = np.flatnonzero(awaited & (payload_kind == "text").to_numpy())
-    new = [row for row in awaited.tolist() if row not in marks.rows]
+    return _marked(marks, awaited.tolist(), awaited=True)
+
+
+def mark_earlier_cuts(marks: Marks, rows: Sequence[int]) -> Marks:
+    """``marks`` with the rows of ``rows`` that have no mark marked :data:`AWAITED_MARK`.
+
+    ``rows`` are the items an earlier pack cut, still unchanged, that a
+    pack continuing it reads (see :func:`~cognoxium.packing.cache.earlier_cut_rows`).
+    One without a mark of its own was cut as an awaited result or as the
+    question the conversation ended on: the conversation has gone on since,
+    so it is neither now, but its cut is what the provider cached, and the
+    continuing pack makes it again (:meth:`Cutter.replay`) rather than send
+    the item whole or leave it out. Such rows are not :attr:`Marks.awaited`.
+
+    Examples
+    --------
+    >>> none = Marks(rows={}, floor=np.full(3, UNSET, dtype=np.int64))
+    >>> marks = mark_earlier_cuts(none, [1])
+    >>> sorted(marks.rows), marks.floor.tolist(), sorted(marks.awaited)
+    ([1], [-1, 64, -1], [])
+    """
+    return _marked(marks, rows, awaited=False)
+
+
+def _marked(marks: Marks, rows: Sequence[int], *, awaited: bool) -> Marks:
+    """``marks`` with the rows of ``rows`` that have no mark marked :data:`AWAITED_MARK`."""
+    new = [row for row in rows if row not in marks.rows]
     if not new:
         return marks
     floor = marks.floor.copy()
     floor[new] = AWAITED_MARK.min_tokens
-    rows = {**marks.rows, **dict.fromkeys(new, AWAITED_MARK)}
-    return Marks(rows=rows, floor=floor, awaited=marks.awaited | frozenset(new))
+    rows_marked = {**marks.rows, **dict.fromkeys(new, AWAITED_MARK)}
+    also = frozenset(new) if awaited else frozenset()
+    return Marks(rows=rows_marked, floor=floor, awaited=marks.awaited | also)
 
 
 def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int | None) -> Rendering:

@@ -47,7 +47,9 @@ evicted). A unit with a required item is never evicted.
    message, the selection keeps the placeholder's room first, as the
    earlier pack's did, and gives it up only when a message that opens the
    request is selected. An item the earlier pack cut to fit, still
-   here unchanged and marked alike, is sent cut as it was then, or cut
+   here unchanged and marked alike (one cut without a mark, as an awaited
+   result or the question the chat ended on, is marked alike though it is
+   neither once the conversation goes on), is sent cut as it was then, or cut
    further when what is left needs it, never longer, whatever the budget
    (the manifest's ``cache.replayed_cuts``): its bytes stay those the
    provider cached, and what else fits stays what fitted then. To send it
@@ -56,13 +58,20 @@ evicted). A unit with a required item is never evicted.
    prefix are evicted in steps: each step evicts at least
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
    tokens, oldest first, and then up to the next unit that opens with a
-   ``user`` message, so the history still starts on a user turn. When
-   no such unit follows (the newest turn is an agent loop's task and its
-   tool steps, or a question whose steps ran long), that turn's user
-   message stays: the step evicts the units before it and the oldest of
-   those after it, so the task goes on with its newest steps. It stays
-   while a unit after it does, or new steps follow with no new user
-   message; otherwise the step evicts the turn whole. Units
+   ``user`` message, so the history still starts on a user turn, when
+   those units cost at most half the share taken (a step evicts at most
+   one and a half times its share). When that unit is farther, or none
+   follows (the newest turn is an agent loop's task and its tool steps, a
+   question whose steps ran long, or a task whose loop a user message
+   interrupted), the user message of the turn the share ends in stays:
+   the step evicts the units before it and the oldest of those after it,
+   up to the next user turn, so the task goes on with its newest steps.
+   It stays while a unit after it does, or new steps follow with no new
+   user message; otherwise the step evicts the turn whole. Only the
+   prefix is evicted: the new history is never evicted to open the
+   request on a user message (``start_on="user"`` and the Anthropic
+   target drop what comes before one, reason ``before_first_user``, as in
+   a pack of their own). Units
    with a required item, or with a ``system`` or ``developer`` message, are
    never evicted. Steps are taken until the rest fits; the evicted items
    get reason ``evicted_for_cache``. A step frees room for several turns,
@@ -75,8 +84,9 @@ evicted). A unit with a required item is never evicted.
    ``min_tokens`` allow, and is cut before any history is evicted. If even
    then the units after the prefix do not fit, they are selected as usual;
    one that exceeds the items' budget alone is never pinned (it is left
-   out, as in a pack of its own), and steps that would evict all the new
-   history too (it opened on a reply) are not taken. If the evictions
+   out, as in a pack of its own), and steps that would leave the history
+   no user message are not taken (a pack of its own ends on the question
+   a reply answers rather than send the reply alone). If the evictions
    leave no room for the prefix itself (a budget below its system prompt,
    say), nothing is pinned nor evicted: the pack selects as a pack of its
    own, holding out what the earlier pack left out.
@@ -162,6 +172,8 @@ __all__ = [
     "RANKED_ROLES",
     "CacheReport",
     "Continuation",
+    "check_previous",
+    "earlier_cut_rows",
     "pack_breakpoints",
     "plan_continuation",
     "shared_prefix_tokens",
@@ -489,7 +501,7 @@ def plan_continuation(
         If ``previous`` is not a :class:`~cognoxium.packing.ContextPack`, or
         was packed with another token profile.
     """
-    _check_previous(previous, call)
+    check_previous(previous, call)
     replayed: dict[int, EarlierCut] = {}
     if cutter is not None:
         replayed = _earlier_cuts(df, previous, cutter)
@@ -629,7 +641,7 @@ class _Rows:
         return found[order], first[at][order]
 
 
-def _check_previous(previous: object, call: PackCall) -> None:
+def check_previous(previous: object, call: PackCall) -> None:
     """Raise :class:`PackError` unless ``previous`` is a pack of ``call``'s token profile."""
     if not isinstance(previous, ContextPack):
         raise PackError(
@@ -642,16 +654,22 @@ def _check_previous(previous: object, call: PackCall) -> None:
         )
 
 
-def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> dict[int, EarlierCut]:
-    """Row -> its cut by ``previous``, for the cut items here unchanged.
+def earlier_cut_rows(df: pl.DataFrame, previous: ContextPack) -> list[int]:
+    """The rows of ``df`` whose items ``previous`` cut, unchanged since, ascending.
 
     An item is unchanged when its id and its uncut content hash are the
-    same, and it still carries a truncation mark of the same side whose
-    ``min_tokens`` the cut kept. The cut's text is the one ``previous`` sent.
+    same. The packer marks those without a truncation mark of their own
+    (:func:`~cognoxium.packing._truncation.mark_earlier_cuts`), so their cut
+    is made again.
     """
+    if not previous.manifest.truncations:
+        return []
+    return _found_cuts(df, previous).get_column("row").sort().to_list()
+
+
+def _found_cuts(df: pl.DataFrame, previous: ContextPack) -> pl.DataFrame:
+    """``row``, ``side``, ``kept`` and ``sent`` (text) of the items ``previous`` cut, unchanged."""
     records = previous.manifest.truncations
-    if not records:
-        return {}
     cut = pl.DataFrame(
         {
             "id": [r.id for r in records],
@@ -662,14 +680,26 @@ def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> di
         schema={"id": pl.String, "content_hash": pl.String, "side": pl.String, "kept": pl.Int64},
     )
     sent = previous.frame.select("id", pl.col("text").alias("sent"))
-    found = (
+    return (
         df.select("id", "content_hash")
         .with_row_index("row")
         .join(cut, on=["id", "content_hash"], how="inner", maintain_order="left")
         .join(sent, on="id", how="inner", maintain_order="left")
+        .select("row", "side", "kept", "sent")
     )
+
+
+def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> dict[int, EarlierCut]:
+    """Row -> its cut by ``previous``, for the cut items here unchanged.
+
+    An item is unchanged when its id and its uncut content hash are the
+    same, and it still carries a truncation mark of the same side whose
+    ``min_tokens`` the cut kept. The cut's text is the one ``previous`` sent.
+    """
+    if not previous.manifest.truncations:
+        return {}
     out: dict[int, EarlierCut] = {}
-    for row, side, kept, text in found.select("row", "side", "kept", "sent").iter_rows():
+    for row, side, kept, text in _found_cuts(df, previous).iter_rows():
         mark = cutter.marks.rows.get(row)
         if mark is not None and mark.side == side and kept >= mark.min_tokens:
             out[row] = EarlierCut(kept_tokens=kept, text=text)
@@ -747,11 +777,9 @@ def _evicted(
     first_need = int(tokens.sum())
     evictable, _ = at.units_in(in_prefix & at.movable)
     evicted, steps = _steps(at, tokens, evictable, pinned, first_need - room, call)
-    if steps:
-        new = pinned & ~in_prefix & at.history
-        evicted |= _to_user_turn(at, pinned & ~evicted)
-        if new.any() and not (new & ~evicted).any():  # it evicted the new history too
-            evicted, steps = np.zeros(len(at.unit), dtype=bool), 0
+    asks = pinned & at.history & (at.roles == "user")
+    if steps and asks.any() and not (asks & ~evicted).any():  # no question would be left
+        evicted, steps = np.zeros(len(at.unit), dtype=bool), 0
     if first_need - int(tokens[evicted].sum()) > room:  # the new turn does not fit: select it
         pinned = pinned & in_prefix
         kept_need = np.where(in_prefix | (at.eligible & at.required), tokens, 0)
@@ -829,23 +857,6 @@ def _lead_roles(at: _Rows, units: np.ndarray) -> np.ndarray:
     lead = np.empty(len(units), dtype=object)
     lead[np.searchsorted(found, units, sorter=np.argsort(found))] = at.roles[first]
     return lead
-
-
-def _to_user_turn(at: _Rows, left: np.ndarray) -> np.ndarray:
-    """``(n,)`` bool: the units of ``left`` before its first user turn (the history starts on one).
-
-    Units holding a ``system`` or ``developer`` message are passed over; a
-    required unit ends the search.
-    """
-    movable = left & ~at.whole(np.isin(at.roles, _NEVER_EVICTED))
-    order, first = at.units_in(movable)
-    required = at.required
-    gone = np.zeros(len(at.unit), dtype=bool)
-    for unit, row in zip(order.tolist(), first.tolist(), strict=True):
-        if at.roles[row] == "user" or required[row]:
-            break
-        gone |= (at.unit == unit) & left
-    return gone
 
 
 def _sent_amid_history(df: pl.DataFrame, pack: ContextPack) -> np.ndarray:
@@ -982,14 +993,18 @@ def _eviction_step(
     At least ``share`` of the evictable units' tokens (``cost``, ``(k,)``
     int64 in tokens), then up to the next unit that opens with a ``user``
     message (``lead``, ``(k,)``: each unit's first history role), so the
-    history left starts on a user turn. When no such unit follows, the last
-    one that opens with a user message (the task of the newest turn: an
-    agent loop's, or a turn whose tool steps ran long) stays: the step
-    evicts every unit before it and at least ``share`` of the tokens of the
-    units after it, oldest first, leaving a hole after it. It stays only
-    while something answers it: a unit after it that the step leaves, or,
-    with no new user message (``open_turn``), the new steps of its loop.
-    Otherwise, and with no user message at all, the step evicts every unit.
+    history left starts on a user turn, when the units up to it cost at
+    most half the share taken: a step evicts at most one and a half times it.
+    When that unit is farther (a turn whose tool steps ran long) or none
+    follows (an agent loop's newest turn), the user message of the turn the
+    share ends in (its task) stays: the step evicts every unit before it
+    and at least ``share`` of the tokens of the units after it, oldest
+    first, up to the next user turn at most, leaving a hole after it. The
+    task stays only while something answers it: a unit after it that the
+    step leaves, or, with no new user message (``open_turn``), the new
+    steps of its loop. Otherwise, and with no user message at all, the step
+    evicts every unit; with no user message in the share and the next one
+    far, it evicts the share alone.
 
     Returns
     -------
@@ -1011,15 +1026,23 @@ def _eviction_step(
     [0, 1]
     >>> _eviction_step(np.array([10, 30]), 0.4, loop[:2], open_turn=True).tolist()
     [1]
+    >>> long = np.array(["user", *["assistant"] * 14, "user", "assistant"], dtype=object)
+    >>> _eviction_step(np.full(17, 10), 0.4, long).tolist()  # a far user turn: the task stays
+    [1, 2, 3, 4, 5, 6, 7]
     """
     upto = _share_end(cost, share)
     users = np.flatnonzero(lead == "user")
-    later = users[users >= upto]
+    later, earlier = users[users >= upto], users[users < upto]
     if len(later):
-        return np.arange(int(later[0]), dtype=np.int64)
-    if len(users):
-        task = int(users[-1])
-        after = task + 1 + _share_end(cost[task + 1 :], share)
+        turn = int(later[0])
+        if 2 * int(cost[upto:turn].sum()) <= int(cost[:upto].sum()):
+            return np.arange(turn, dtype=np.int64)
+        if not len(earlier):  # the share ends mid-turn, its user message already gone
+            return np.arange(upto, dtype=np.int64)
+    if len(earlier):
+        task = int(earlier[-1])
+        end = int(later[0]) if len(later) else len(cost)
+        after = min(task + 1 + _share_end(cost[task + 1 :], share), end)
         answered = after < len(cost) or open_turn
         if answered and (task > 0 or after > task + 1):
             return np.concatenate([np.arange(task), np.arange(task + 1, after)]).astype(np.int64)

@@ -147,9 +147,21 @@ from cognoxium.packing._tool_rules import (
     packed_rows,
     raise_first_fault,
 )
-from cognoxium.packing._truncation import Cutter, Marks, find_marks, lower_cheap, mark_awaited
+from cognoxium.packing._truncation import (
+    Cutter,
+    Marks,
+    find_marks,
+    lower_cheap,
+    mark_awaited,
+    mark_earlier_cuts,
+)
 from cognoxium.packing._units import Units, form_units
-from cognoxium.packing.cache import Continuation, plan_continuation
+from cognoxium.packing.cache import (
+    Continuation,
+    check_previous,
+    earlier_cut_rows,
+    plan_continuation,
+)
 from cognoxium.packing.options import PackOptions
 from cognoxium.tokens.profiles import TokenProfile, get_profile
 
@@ -584,12 +596,17 @@ class PackScope:
         units: Units,
         rank: pl.Series | None,
         costs: UnitCosts,
+        marks: Marks,
     ) -> Queue:
-        """The candidate units in selection order; kept for the rows' own rank (``None``)."""
+        """The candidate units in selection order; kept for the rows' own rank (``None``).
+
+        A unit's cheap bound counts each row of ``marks`` at its shortest cut.
+        """
         if rank is not None:
-            return order_units(
-                self.df, rows, units, self._lowered, rank, self._id_order, costs.cost
-            )
+            lowered = self._lowered
+            if marks is not self._marks and marks is not self._ranked_marks:
+                lowered = lower_cheap(self._rendering, marks, self.profile.longest_token_bytes)
+            return order_units(self.df, rows, units, lowered, rank, self._id_order, costs.cost)
         key = (self._validity_span(call.as_of), *self._shape(call))
         queue = self._queues.get(key)
         if queue is None:
@@ -687,8 +704,11 @@ class PackScope:
         """``(n,)`` bool: the row is a user message (its item's ``role``)."""
         return (self.df.get_column("role").cast(pl.String) == "user").to_numpy()
 
-    def _costs(self, units: Units, shape: _Shape) -> UnitCosts:
-        """Fresh unit costs of one pack, reading and filling what the scope knows."""
+    def _costs(self, units: Units, shape: _Shape, marks: Marks) -> UnitCosts:
+        """Fresh unit costs of one pack, reading and filling what the scope knows.
+
+        ``marks`` are the pack's truncation marks: a marked row's bound is its shortest cut's.
+        """
         known = self._known.get(shape)
         if known is None:
             known = self._known[shape] = KnownCosts(self.df.height, units.n_units)
@@ -699,7 +719,6 @@ class PackScope:
                 cost = units.per_unit(tokens, starts)
                 uncounted = units.per_unit((tokens == UNSET).astype(np.int64), starts) > 0
                 known.cost[:] = np.where(uncounted, UNSET, cost)
-        marks = self._marks
         floor = marks.floor if marks.rows else None
         return UnitCosts(self.profile, self._rendering, units, floor, known)
 
@@ -832,8 +851,11 @@ class PackScope:
         df = self.df
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
-        costs = self._costs(units, self._shape(call))
         marks = self._marks if rank is None else self._ranked_marks
+        if previous is not None:  # what it cut is cut again, marked or not
+            check_previous(previous, call)
+            marks = mark_earlier_cuts(marks, earlier_cut_rows(df, previous))
+        costs = self._costs(units, self._shape(call), marks)
         cutter = None
         if marks.rows:  # only a cut reads the rows with their rank
             ranked = df if rank is None else _ranked(df, rank)
@@ -851,7 +873,7 @@ class PackScope:
                     "gap_note is not supported for a pack that continues an earlier one "
                     "(previous=): a note would move the cached prefix; pack without gap_note"
                 )
-        queue = self._queue(call, candidates, units, rank, costs)
+        queue = self._queue(call, candidates, units, rank, costs, marks)
         rank = df.get_column("rank") if rank is None else rank
         return _Plan(call, candidates, units, costs, cutter, queue, rank, continuation)
 
