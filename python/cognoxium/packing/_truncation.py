@@ -375,6 +375,7 @@ class Cutter:
         """The units cut to :attr:`cap`, in the order cut (see :meth:`regrow`)."""
         self._uncut_rows: dict[int, int] = {}  # a cut row's cost before its cut
         self._uncut_units: dict[int, int] = {}  # a cut unit's cost before its cut
+        self._replayed_cuts: list[tuple[int, int, _Cut]] = []  # made once, committed at resets
 
     def reset(self) -> None:
         """Undo every cut but the replayed ones: a new selection starts from the whole texts.
@@ -400,24 +401,26 @@ class Cutter:
         ``min_tokens``), never longer: its bytes stay those the provider cached.
         """
         self.replayed = dict(sorted(cuts.items()))
+        self._replayed_cuts = []
         self.reset()
 
     def _make_replayed(self) -> None:
-        """Commit the replayed cuts, counting their units first."""
+        """Commit the replayed cuts, made (their units counted first) at the first reset."""
         if not self.replayed:
             return
-        rows = np.fromiter(self.replayed, dtype=np.int64, count=len(self.replayed))
-        of_row = self.costs.units.unit_of_row
-        units = rows if of_row is None else of_row[rows]
-        self.costs.count(np.unique(units))
-        texts = self.df.get_column("text").gather(rows).to_list()
-        keys = self.df.get_column("content_hash").gather(rows).to_list()
-        wholes = self.costs.profile.count_cached(keys, texts).tolist()
-        for row, unit, text, whole in zip(
-            rows.tolist(), units.tolist(), texts, wholes, strict=True
-        ):
-            cut = self._cut(row, text, whole, self.replayed[row].kept_tokens)
-            self._commit(row, int(unit), cut)
+        if not self._replayed_cuts:
+            rows = np.fromiter(self.replayed, dtype=np.int64, count=len(self.replayed))
+            of_row = self.costs.units.unit_of_row
+            units = rows if of_row is None else of_row[rows]
+            self.costs.count(np.unique(units))
+            texts = self.df.get_column("text").gather(rows).to_list()
+            keys = self.df.get_column("content_hash").gather(rows).to_list()
+            wholes = self.costs.profile.count_cached(keys, texts).tolist()
+            keeps = [cut.kept_tokens for cut in self.replayed.values()]
+            cuts = self._cuts(rows.tolist(), texts, wholes, keeps)
+            self._replayed_cuts = list(zip(rows.tolist(), units.tolist(), cuts, strict=True))
+        for row, unit, cut in self._replayed_cuts:
+            self._commit(row, unit, cut)
 
     def _commit(self, row: int, unit: int, cut: _Cut) -> None:
         """Record ``row``'s cut and write its new cost and its unit's."""
@@ -503,14 +506,16 @@ class Cutter:
         whole = dict(
             zip(marked, self.costs.profile.count_cached(keys, texts).tolist(), strict=True)
         )
-        text_of = dict(zip(marked, texts, strict=True))
         target = {r: min(whole[r], self._ceiling(r, whole[r])) for r in marked}
         total = int(self.costs.cost[unit])
         chosen: dict[int, _Cut] = {}
         while total > allowed:
             if not self._shed(marked, target, total - allowed) and not partial:
                 return None
-            trial = {r: self._cut(r, text_of[r], whole[r], target[r]) for r in marked}
+            cuts = self._cuts(
+                marked, texts, [whole[r] for r in marked], [target[r] for r in marked]
+            )
+            trial = dict(zip(marked, cuts, strict=True))
             if any(
                 whole[r] > c.kept_tokens < self.marks.rows[r].min_tokens for r, c in trial.items()
             ):
@@ -544,32 +549,53 @@ class Cutter:
         earlier = self.replayed.get(row)
         return whole if earlier is None else earlier.kept_tokens
 
-    def _cut(self, row: int, text: str, whole: int, keep: int) -> _Cut:
-        """Cut ``row``'s text to at most ``keep`` tokens and price the message it then sends.
+    def _cuts(
+        self, rows: Sequence[int], texts: Sequence[str], wholes: Sequence[int], keeps: Sequence[int]
+    ) -> list[_Cut]:
+        """Cut each row's text to at most its ``keeps`` tokens and price the message it then sends.
 
-        A replayed row kept at its earlier cut's tokens sends that cut's text.
+        ``rows``, their whole ``texts``, the ``wholes`` tokens of those texts
+        and the ``keeps``, ``(k,)`` each; the messages are rendered in one
+        call. A replayed row kept at its earlier cut's tokens sends that
+        cut's text.
         """
-        mark = self.marks.rows[row]
-        earlier = self.replayed.get(row)
-        if keep >= whole:
-            kept, tokens = text, whole
-        elif earlier is not None and keep >= earlier.kept_tokens:
-            kept, tokens = earlier.text, earlier.kept_tokens
-        else:
-            kept, tokens = cut_tokens(self.costs.profile, text, keep, mark.side)
-            kept = mark.noted(kept, whole - tokens)
-        sub = self.df[[row]].with_columns(pl.lit(kept, pl.String).alias("text"))
-        action = None if self.action is None else self.action.gather([row])
-        content = chat_columns(sub, action).content[0]
-        old_content = self.costs.content[row]
-        old_key = self.costs.hashes[row]
-        old = int(self.costs.profile.count_cached([old_key], [old_content])[0])
-        new = int(self.costs.profile.count([content])[0]) if content is not None else 0
-        uncut = self._uncut_rows.get(row, int(self.costs.row_tokens[row]))
-        cost = uncut - old + new
-        return _Cut(
-            text=kept, content=content, original_tokens=whole, kept_tokens=tokens, cost=cost
+        kept_texts, kept_tokens = [], []
+        for row, text, whole, keep in zip(rows, texts, wholes, keeps, strict=True):
+            mark = self.marks.rows[row]
+            earlier = self.replayed.get(row)
+            if keep >= whole:
+                kept, tokens = text, whole
+            elif earlier is not None and keep >= earlier.kept_tokens:
+                kept, tokens = earlier.text, earlier.kept_tokens
+            else:
+                kept, tokens = cut_tokens(self.costs.profile, text, keep, mark.side)
+                kept = mark.noted(kept, whole - tokens)
+            kept_texts.append(kept)
+            kept_tokens.append(tokens)
+        at = list(rows)
+        sub = self.df[at].with_columns(pl.Series("text", kept_texts, pl.String))
+        action = None if self.action is None else self.action.gather(at)
+        contents = chat_columns(sub, action).content.to_list()
+        profile = self.costs.profile
+        olds = profile.count_cached(
+            self.costs.hashes.gather(at).to_list(), self.costs.content.gather(at).to_list()
         )
+        sent = [c for c in contents if c is not None]
+        news = iter(profile.count(sent).tolist() if sent else [])
+        out = []
+        for k, row in enumerate(at):
+            new = next(news) if contents[k] is not None else 0
+            uncut = self._uncut_rows.get(row, int(self.costs.row_tokens[row]))
+            out.append(
+                _Cut(
+                    text=kept_texts[k],
+                    content=contents[k],
+                    original_tokens=wholes[k],
+                    kept_tokens=kept_tokens[k],
+                    cost=uncut - int(olds[k]) + new,
+                )
+            )
+        return out
 
     def fit_required(self, required: np.ndarray, allowed: int, *, overflow: str) -> bool:
         """Cut the required units (in selection order) so they cost at most ``allowed`` in all.
@@ -608,9 +634,9 @@ class Cutter:
         texts = self.df.get_column("text").gather(at).to_list()
         keys = self.df.get_column("content_hash").gather(at).to_list()
         wholes = self.costs.profile.count_cached(keys, texts).tolist()
-        for k, r, text, whole in zip(marked.tolist(), at.tolist(), texts, wholes, strict=True):
-            keep = min(whole, self.marks.rows[r].min_tokens)
-            out[k] = self._cut(r, text, whole, keep).cost
+        keeps = [min(w, self.marks.rows[r].min_tokens) for r, w in zip(at, wholes, strict=True)]
+        cuts = self._cuts(at.tolist(), texts, wholes, keeps)
+        out[marked] = [cut.cost for cut in cuts]
         return out
 
     def records(self, selected: np.ndarray) -> list[TruncationRecord]:
