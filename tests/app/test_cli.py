@@ -10,6 +10,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -1365,6 +1366,47 @@ def test_ctrl_c_exits_130_with_one_json_error_and_commits_nothing(
     assert result.stderr == f"error: {error['message']}\n"
     assert list(tmp_path.iterdir()) == []  # no output, no version directory, no lock file
     assert signal.getsignal(signal.SIGTERM) is handler  # SIGTERM raises only while a command runs
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_signal_before_the_commit_stops_the_run_and_one_after_it_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: str
+) -> None:
+    # A signal that came once --out held the new run (while the run before it was
+    # removed, or the run's memory freed) exited 130 and said the command stopped
+    # before it finished: a scheduler took a committed run for a failed one.
+    import os
+    import signal
+
+    import cognoxium.app._outputs as outputs
+
+    sent = signal.Signals[signum]
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    publish, retire = outputs._publish, outputs._retire
+
+    def signalled(step: Any) -> Any:
+        def step_then_signal(*args: Any) -> None:
+            os.kill(os.getpid(), sent)
+            step(*args)
+
+        return step_then_signal
+
+    monkeypatch.setattr(outputs, "_publish", signalled(publish))
+    early = runner.invoke(app, [*_sample_pack_args(tmp_path), "--json"])
+    assert early.exit_code == 128 + sent
+    assert json_error(early)["params"] == {"signal": signum}
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(outputs, "_publish", publish)
+    monkeypatch.setattr(outputs, "_retire", signalled(retire))
+    late = runner.invoke(app, [*_sample_pack_args(tmp_path), "--json"])
+    assert late.exit_code == 0
+    assert json.loads(late.stdout)["command"] == "pack"
+    assert late.stderr == (
+        f"note: {signum} came after the run was committed; the command finished it\n"
+    )
+    assert (tmp_path / "o").is_symlink()
+    assert (tmp_path / "o" / "packs").is_dir()
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
 def test_a_cognoxium_error_no_command_expects_is_bad_input(

@@ -282,6 +282,36 @@ def test_a_worker_ends_soon_after_the_batch_process_is_killed(tmp_path: Path) ->
     assert not Path(f"/proc/{worker}").exists()
 
 
+_ENDED = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from cognoxium.app._workers import end_workers, start_worker
+from cognoxium.retrieval.ranking import _tokenize
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(
+        1, mp_context=context, initializer=start_worker, initargs=(os.getpid(), 1.0)
+    )
+    pool.submit(_tokenize, ["refund policy"], ids=False).result()  # bm25s runs tqdm
+    pool.submit(time.sleep, 120)  # the worker is busy packing
+    time.sleep(0.5)
+    end_workers(pool)  # as an interrupted batch does
+"""
+
+
+def test_a_worker_ended_at_once_leaves_no_semaphore_to_report(tmp_path: Path) -> None:
+    # A worker ended by SIGTERM never released the lock tqdm made (a named semaphore):
+    # every Ctrl-C of `cognoxium pack --workers 2` printed the resource tracker's
+    # "There appear to be 2 leaked semaphore objects" after its one error line.
+    script = tmp_path / "ended.py"
+    script.write_text(_ENDED)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_the_batch_pool_watches_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[dict[str, object]] = []
     real = _workers.ProcessPoolExecutor
@@ -297,7 +327,7 @@ def test_the_batch_pool_watches_its_parent(tmp_path: Path, monkeypatch: pytest.M
         options=PackOptions(as_of=AS_OF),
     )  # fmt: skip
     (kwargs,) = made
-    assert kwargs["initializer"] is _workers.watch_parent
+    assert kwargs["initializer"] is _workers.start_worker
     assert kwargs["initargs"] == (os.getpid(), _workers.PARENT_POLL_SECONDS)
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from cognoxium.exceptions import OutputError
 
-__all__ = ["committed_output", "lock_path", "version_dirs"]
+__all__ = ["committed_output", "lock_path", "publications", "version_dirs"]
 
 _RUN_ID = r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}"
 
@@ -230,11 +230,24 @@ def _swap(link: Path, target: Path) -> None:
     os.replace(link, target)
 
 
+_PUBLISHED = [0]  # how many runs this process has committed
+
+
+def publications() -> int:
+    """How many runs this process has committed so far (:func:`committed_output`).
+
+    A command that reads it before its run and again when a signal comes
+    knows whether the signal came after its files were committed.
+    """
+    return _PUBLISHED[0]
+
+
 def _publish(target: Path, version: Path) -> None:
     _sync(version)
     link = _link(target, version)
     try:
         _swap(link, target)
+        _PUBLISHED[0] += 1
     except BaseException:
         with suppress(OSError):
             os.unlink(link)

@@ -67,6 +67,7 @@ __all__ = [
     "pack_task",
     "result_of",
     "run_tasks",
+    "start_worker",
     "task_ranges",
     "tasks_of",
     "unit_weights",
@@ -327,6 +328,25 @@ def watch_parent(parent: int, every: float) -> None:
     threading.Thread(target=watch, name="cognoxium-parent-watch", daemon=True).start()
 
 
+def start_worker(parent: int, every: float) -> None:
+    """Start a worker: it watches ``parent`` (:func:`watch_parent`) and locks no semaphore.
+
+    tqdm, which bm25s' tokenizer calls with its bar disabled, makes a
+    ``multiprocessing`` lock on first use: a named semaphore, registered
+    with the resource tracker the workers share. A worker ended by
+    ``SIGTERM`` (:func:`end_workers`) never releases it, and the tracker
+    reports it leaked on the command's standard error at exit. A worker
+    draws no bar, so tqdm gets a thread lock instead (``tqdm.set_lock``),
+    when tqdm is installed.
+    """
+    watch_parent(parent, every)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return
+    tqdm.set_lock(threading.RLock())
+
+
 INTERRUPT_POLL_SECONDS = 0.25
 """The longest (seconds) the batch's process waits for a task before it sees a pending interrupt."""
 
@@ -408,7 +428,7 @@ def run_tasks(
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=context,
-        initializer=watch_parent,
+        initializer=start_worker,
         initargs=(os.getpid(), PARENT_POLL_SECONDS),
     ) as pool:
         pending: deque[Future[TaskStats]] = deque()

@@ -46,7 +46,9 @@ A command stops the same way on either signal: ``pack`` ends its worker
 processes at once, those packing included, and leaves ``--out`` as the last
 run that finished left it (see :func:`cognoxium.app.batch.run_batch`); its
 message is ``interrupted by SIGINT`` (or ``SIGTERM``), code
-``command.interrupted``.
+``command.interrupted``. A signal that comes once the run is committed
+(``--out`` holds it) does not stop the command: it finishes, exits 0 and
+notes the signal on standard error.
 
 Errors are printed to standard error as one message, without a traceback.
 An exception no command expects is a fault of Cognoxium, not of the input:
@@ -97,6 +99,7 @@ import typer
 from typer.core import TyperGroup
 
 from cognoxium._distribution import DISTRIBUTION
+from cognoxium.app._outputs import publications
 from cognoxium.exceptions import BudgetError, CognoxiumError, ProfileError, SchemaError
 from cognoxium.tokens._names import PROFILE_NAMES
 
@@ -148,26 +151,41 @@ class _Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """While in the block, ``SIGTERM`` raises :class:`_Terminated` in the main thread.
+def _interrupts() -> Iterator[list[signal.Signals]]:
+    """While in the block, ``SIGINT`` and ``SIGTERM`` stop the command, until its run is committed.
 
-    Its default ends the process at once, with no cleanup: the run's
-    directory and lock file stay, and ``multiprocessing``'s resource tracker
-    warns of the pool's semaphores. Off the main thread (where a handler
-    cannot be set) the signal keeps its handler.
+    ``SIGINT`` raises ``KeyboardInterrupt`` and ``SIGTERM``
+    :class:`_Terminated` in the main thread. ``SIGTERM``'s default ends the
+    process at once, with no cleanup: the run's directory and lock file
+    stay, and ``multiprocessing``'s resource tracker warns of the pool's
+    semaphores. Once the command has committed its run (its ``--out`` link
+    swapped, see :func:`~cognoxium.app._outputs.publications`), a signal
+    no longer stops it: ``--out`` holds the whole run, so the command
+    finishes (removing the run before it, writing its summary) and the
+    signal is added to the list the block is given. Off the main thread
+    (where a handler cannot be set) the signals keep their handlers.
     """
+    late: list[signal.Signals] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield late
         return
+    before = publications()
 
     def interrupt(signum: int, frame: object) -> None:
-        raise _Terminated
+        if publications() > before:
+            late.append(signal.Signals(signum))
+            return
+        raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {signum: signal.signal(signum, interrupt) for signum in _STOPS}
     try:
-        yield
+        yield late
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _usage_exit(exc: typer.TyperException) -> None:
@@ -281,10 +299,18 @@ class _Group(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
-        wants_json = "--json" in [*getattr(ctx, "_protected_args", []), *ctx.args]
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        wants_json = "--json" in args
         try:
-            with _sigterm_interrupts():
-                return super().invoke(ctx)
+            with _interrupts() as late:
+                result = super().invoke(ctx)
+            if late and "--quiet" not in args:
+                typer.echo(
+                    f"note: {late[0].name} came after the run was committed; the command "
+                    "finished it",
+                    err=True,
+                )
+            return result
         except KeyboardInterrupt as stop:
             terminated = isinstance(stop, _Terminated)
             signum = signal.SIGTERM if terminated else signal.SIGINT
