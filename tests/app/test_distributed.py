@@ -727,6 +727,11 @@ def test_a_bad_request_row_of_a_parquet_file_names_its_row(tmp_path: Path) -> No
     (tmp_path / "broken.parquet").write_text("not parquet")
     with pytest.raises(RecordError, match="not a readable Parquet file"):
         read_requests(tmp_path / "broken.parquet")
+    latin1 = pa.array([b"refund", b"caf\xe9"], type=pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": ["a", "b"], "budget": [10, 20], "query": latin1}), path)
+    with pytest.raises(RecordError, match="row 1: field query: not UTF-8 text") as caught:
+        read_requests(path)
+    assert caught.value.source == str(path)
 
 
 def test_workers_share_the_embedding_cache_directory(

@@ -234,6 +234,26 @@ def test_a_store_the_scan_refuses_is_read_whole_and_says_why(
     assert "read whole" not in quiet.stderr
 
 
+def test_a_store_with_text_that_is_not_utf8_names_file_row_and_column(
+    store: Path, tmp_path: Path
+) -> None:
+    bad = sorted(store.rglob("*.parquet"))[2]
+    table = pq.read_table(bad)
+    texts = [t.encode() for t in table.column("text").to_pylist()]
+    texts[3] = "caf\u00e9".encode("latin-1")
+    latin1 = pa.array(texts, type=pa.large_binary()).view(table.schema.field("text").type)
+    pq.write_table(table.set_column(table.schema.get_field_index("text"), "text", latin1), bad)
+    with pytest.raises(RecordError) as caught:
+        read_store(store)
+    assert (caught.value.source, caught.value.row, caught.value.field) == (str(bad), 3, "text")
+    batch = write_requests(tmp_path / "r.jsonl", requests())
+    args = [str(store), str(batch), "--out", str(tmp_path / "out"), "--rank", "bm25", "--json"]
+    result = runner.invoke(app, ["pack", *args, "--as-of", AS_OF, "--workers", "1"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json.loads(result.stdout)["error"]
+    assert (error["file"], error["field"], error["params"]) == (str(bad), "text", {"row": 3})
+
+
 @pytest.mark.parametrize("fault", ["epoch times", "truncated"])
 def test_a_store_with_one_bad_file_names_that_file(store: Path, tmp_path: Path, fault: str) -> None:
     # Only the store was named: with thousands of partitions, the user had to bisect.

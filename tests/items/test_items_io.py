@@ -379,6 +379,46 @@ def test_table_errors_name_the_file_and_the_row(tmp_path: Path) -> None:
         read_parquet(path)
 
 
+def _latin1_table(rows: int) -> pa.Table:
+    """``rows`` items whose last text is Latin-1 bytes (``café``) typed as a string."""
+    texts = [b"hello"] * (rows - 1) + [b"caf\xe9"]
+    return pa.table(
+        {
+            "id": [f"i{k}" for k in range(rows)],
+            "role": ["user"] * rows,
+            "text": pa.array(texts, type=pa.large_binary()).view(pa.large_string()),
+        }
+    )
+
+
+@pytest.mark.parametrize("directory", [False, True])
+def test_text_that_is_not_utf8_is_named_by_file_row_and_column(
+    tmp_path: Path, directory: bool
+) -> None:
+    # Polars refused the file whole ("String data contained invalid UTF-8"), naming no row
+    # nor column, and the command line's --json gave no file.
+    folder = tmp_path / "store"
+    folder.mkdir()
+    pq.write_table(_latin1_table(3).slice(0, 2), folder / "a.parquet")
+    bad = folder / "b.parquet"
+    pq.write_table(_latin1_table(5), bad, row_group_size=2)  # the bad value in a later chunk
+    with pytest.raises(RecordError) as caught:
+        read_parquet(folder if directory else bad)
+    error = caught.value
+    assert (error.source, error.row, error.field) == (str(bad), 4, "text")
+    assert "not UTF-8 text" in str(error)
+    assert error.to_dict()["file"] == str(bad)
+
+
+def test_an_unreadable_parquet_file_names_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "cut.parquet"
+    pl.DataFrame({"id": ["a"], "text": ["x"]}).write_parquet(path)
+    path.write_bytes(path.read_bytes()[:30])
+    with pytest.raises(SchemaError, match="not a readable Parquet file") as caught:
+        read_parquet(path)
+    assert caught.value.to_dict()["file"] == str(path)
+
+
 def test_record_without_content_says_text_or_payload(tmp_path: Path) -> None:
     path = tmp_path / "items.jsonl"
     path.write_text('{"id": "a", "role": "user"}\n')

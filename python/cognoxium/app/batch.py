@@ -106,7 +106,7 @@ from cognoxium.items._checks import (
     to_utc,
 )
 from cognoxium.items._json import canonical_json_list
-from cognoxium.items.io import json_lines
+from cognoxium.items.io import invalid_utf8_error, json_lines
 from cognoxium.items.model import canonical_json
 from cognoxium.packing.cache_models import get_cache_model
 from cognoxium.packing.manifests import (
@@ -519,6 +519,9 @@ def _parquet_rows(path: str | os.PathLike[str]) -> list[tuple[int, Any]]:
     try:
         rows = pl.read_parquet(Path(path)).to_dicts()
     except pl.exceptions.PolarsError as exc:
+        bad = invalid_utf8_error([Path(path)])
+        if bad is not None:
+            raise bad from None
         raise RecordError(
             f"not a readable Parquet file: {polars_error_text(exc)}",
             source=str(path),

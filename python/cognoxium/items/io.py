@@ -20,8 +20,9 @@ import errno
 import gc
 import json
 import os
+import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from typing import IO, Any
 
 import orjson
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import ConfigError, RecordError, SchemaError
@@ -46,6 +49,8 @@ __all__ = [
     "atomic_path",
     "atomic_write",
     "check_item_sizes",
+    "find_invalid_utf8",
+    "invalid_utf8_error",
     "item_format",
     "json_lines",
     "max_item_bytes",
@@ -566,12 +571,76 @@ def read_parquet(
     try:
         table = pl.read_parquet(source)
     except pl.exceptions.PolarsError as exc:
-        raise SchemaError(f"{path}: not a readable Parquet file: {exc}") from None
+        bad = invalid_utf8_error(sorted(source.glob("*.parquet")) if source.is_dir() else [source])
+        if bad is not None:
+            raise bad from None
+        raise SchemaError(f"{path}: not a readable Parquet file: {exc}", file=str(path)) from None
     if STORE_POSITION in table.columns:
         table = table.sort(STORE_POSITION).drop(STORE_POSITION)
     items = conform(table, source=str(path))
     check_item_sizes(items, limit, source=str(path))
     return items
+
+
+_UTF8_AT = re.compile(r"Invalid UTF8 sequence at string index (\d+)")
+
+
+def invalid_utf8_error(files: Sequence[Path]) -> RecordError | None:
+    """A :class:`RecordError` naming the first value of ``files`` that is not UTF-8, if any.
+
+    For Parquet files Polars refuses: its ``source``, ``row`` (from 0) and
+    ``field`` (the column) are those of the first string that is not UTF-8
+    (see :func:`find_invalid_utf8`).
+    """
+    found = find_invalid_utf8(files)
+    if found is None:
+        return None
+    file, row, column = found
+    return RecordError(
+        "not UTF-8 text: Parquet strings are UTF-8; decode the column's bytes (Latin-1, say) "
+        "before writing it",
+        source=file,
+        row=row,
+        field=column,
+    )
+
+
+def find_invalid_utf8(files: Sequence[Path]) -> tuple[str, int, str] | None:
+    """The first file, row (from 0) and column of ``files`` whose text is not UTF-8, if any.
+
+    Polars refuses such a file whole, naming no row nor column. Arrow reads
+    it without checking the strings; a full validation of each string column
+    names the first bad value.
+
+    Parameters
+    ----------
+    files
+        Parquet files, in the order they are read.
+
+    Returns
+    -------
+    tuple of (str, int, str) or None
+        The file, the row in it and the column; ``None`` when every string is UTF-8.
+    """
+    for file in files:
+        try:
+            table = pq.read_table(file)
+        except (pa.ArrowException, OSError):  # unreadable for another reason
+            continue
+        for name in table.column_names:
+            column = table.column(name)
+            if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                continue
+            start = 0
+            for chunk in column.chunks:
+                try:
+                    chunk.validate(full=True)
+                except pa.ArrowInvalid as exc:
+                    at = _UTF8_AT.search(str(exc))
+                    if at is not None:
+                        return str(file), start + int(at.group(1)), name
+                start += len(chunk)
+    return None
 
 
 def _refuse_partitions(directory: Path) -> None:

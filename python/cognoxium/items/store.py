@@ -23,7 +23,7 @@ import polars as pl
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import RecordError, SchemaError
 from cognoxium.items.convert import to_arrow
-from cognoxium.items.io import read_items
+from cognoxium.items.io import invalid_utf8_error, read_items
 from cognoxium.items.validation import check_unique_ids, conform
 
 __all__ = [
@@ -150,13 +150,16 @@ def collect_store(lazy: pl.LazyFrame, key: str | None, source: Path) -> pl.DataF
     return conform(table, source=str(source))
 
 
-def unreadable_store(source: Path, error: Exception) -> SchemaError:
+def unreadable_store(source: Path, error: Exception) -> SchemaError | RecordError:
     """The error of a store directory Polars cannot read, naming the file at fault if it can.
 
     Polars reads a store's files as one table and says what failed, not
     where. Each file's Parquet metadata is read in path order: the first
     whose metadata cannot be read, or whose columns differ from the first
-    file's, is named (in the message and as the error's ``file``).
+    file's, is named (in the message and as the error's ``file``). When
+    every file's metadata reads alike, a string that is not UTF-8 is named
+    by its file, row and column (a :class:`RecordError`, see
+    :func:`~cognoxium.items.io.invalid_utf8_error`).
 
     Parameters
     ----------
@@ -167,12 +170,14 @@ def unreadable_store(source: Path, error: Exception) -> SchemaError:
 
     Returns
     -------
-    SchemaError
-        ``"<source>: not a readable Parquet store: ..."``.
+    SchemaError or RecordError
+        ``"<source>: not a readable Parquet store: ..."``, or the value that is not UTF-8.
     """
     fault = _file_at_fault(source)
     if fault is None:
-        return SchemaError(f"{source}: not a readable Parquet store: {error}")
+        files = sorted(source.rglob("*.parquet")) if source.is_dir() else [source]
+        bad = invalid_utf8_error(files)
+        return bad or SchemaError(f"{source}: not a readable Parquet store: {error}")
     file, why = fault
     return SchemaError(
         f"{source}: not a readable Parquet store: {file}: {why} (Polars: {error})", file=str(file)
