@@ -438,7 +438,7 @@ def assert_second_record_refused(record: dict[str, Any], field: str) -> None:
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
-        ({"text": "bad \ud800"}, "payload"),
+        ({"text": "bad \ud800"}, "text"),  # the record gives text, not a payload
         ({"text": "t", "metadata": {"k": "bad \udfff"}}, "metadata"),
         ({"text": "t", "sources": [{"uri": "u\ud800"}]}, "sources"),
     ],

@@ -215,6 +215,11 @@ def test_jsonl_syntax_errors_give_the_column_on_their_line(tmp_path: Path, endin
     with pytest.raises(RecordError, match=f"at column {parsed.value.colno}$") as info:
         read_jsonl(path)
     assert info.value.line == 2
+    # json's message ends on "at" before its position: it read "starting at at column".
+    path.write_text('{"id": "b", "role": "user", "text": "cut\n')
+    with pytest.raises(RecordError) as cut:
+        read_jsonl(path)
+    assert str(cut.value).endswith("invalid JSON: Unterminated string starting at column 37")
 
 
 @pytest.mark.parametrize(
@@ -419,6 +424,28 @@ def test_an_unreadable_parquet_file_names_its_file(tmp_path: Path) -> None:
     assert caught.value.to_dict()["file"] == str(path)
 
 
+def test_a_null_role_and_a_lone_surrogate_are_worded_alike_in_records_and_tables(
+    tmp_path: Path,
+) -> None:
+    # A null role was "Input should be 'system', ..." in JSONL and "must be one of [...]"
+    # in Parquet (now both the latter); a lone surrogate in a record's text was named
+    # field payload.text.text.
+    roles = "['system', 'developer', 'user', 'assistant', 'tool', 'document', 'memory']"
+    lines = tmp_path / "items.jsonl"
+    lines.write_text('{"id": "a", "role": null, "text": "x"}\n')
+    table = tmp_path / "items.parquet"
+    frame = pl.DataFrame({"id": ["a"], "role": [None], "text": ["x"]})
+    frame.cast({"role": pl.String}).write_parquet(table)
+    for path, place in ((lines, ":1: field role"), (table, ": row 0: field role")):
+        with pytest.raises(RecordError) as caught:
+            read_items(path)
+        assert str(caught.value) == f"{path}{place}: must be one of {roles}"
+    lines.write_text('{"id": "a", "role": "user", "text": "\\ud800 x"}\n')
+    with pytest.raises(RecordError) as surrogate:
+        read_items(lines)
+    assert (surrogate.value.line, surrogate.value.field) == (1, "text")
+
+
 def test_record_without_content_says_text_or_payload(tmp_path: Path) -> None:
     path = tmp_path / "items.jsonl"
     path.write_text('{"id": "a", "role": "user"}\n')
@@ -465,7 +492,7 @@ BAD_RECORDS = [
     ({"id": "b", "role": "user"}, "text"),
     ({"id": "b", "role": "user", "text": "x", "colour": "red"}, "colour"),
     ({"id": "b", "role": "user", "text": "x", "payload": {"kind": "text", "text": "y"}}, "text"),
-    ({"id": "b", "role": "user", "text": 5}, "payload.text.text"),
+    ({"id": "b", "role": "user", "text": 5}, "text"),
     ({"id": "", "role": "user", "text": "x"}, "id"),
     ({"id": None, "role": "user", "text": "x"}, "id"),
     ({"id": "b", "role": "user", "text": "x", "created_at": "2024-01-01T00:00:00"}, "created_at"),
@@ -530,13 +557,18 @@ def test_the_first_bad_record_is_named_whatever_check_fails_later() -> None:
 
 def test_record_errors_keep_the_item_model_wording() -> None:
     with pytest.raises(RecordError) as info:
-        records_to_frame([GOOD, {**GOOD, "id": "b", "role": "narrator"}], source="s.jsonl")
+        records_to_frame([GOOD, {**GOOD, "id": "b", "priority": "high"}], source="s.jsonl")
     try:
-        ContextItem.model_validate({**GOOD, "role": "narrator"})
+        ContextItem.model_validate({**GOOD, "priority": "high"})
     except ValidationError as exc:
         expected = exc.errors()[0]["msg"]
     assert info.value.message == expected
-    assert str(info.value) == f"s.jsonl: row 1: field role: {expected}"
+    assert str(info.value) == f"s.jsonl: row 1: field priority: {expected}"
+    # An enumeration is worded as a table's check words it, not as the model does.
+    with pytest.raises(RecordError) as role:
+        records_to_frame([GOOD, {**GOOD, "id": "b", "role": "narrator"}], source="s.jsonl")
+    roles = "['system', 'developer', 'user', 'assistant', 'tool', 'document', 'memory']"
+    assert str(role.value) == f"s.jsonl: row 1: field role: must be one of {roles}"
 
 
 def test_rank_nan_is_rejected_on_every_path(tmp_path: Path) -> None:
@@ -953,7 +985,7 @@ def test_a_null_column_reads_as_the_column_left_out(tmp_path: Path, column: str)
         (
             "text",
             "no payload: one of the columns text, json, binary, ref_uri must hold a value",
-            "payload.text.text",
+            "text",
         ),
     ],
 )

@@ -69,6 +69,7 @@ import polars as pl
 
 from cognoxium.app.batch import Request
 from cognoxium.exceptions import RecordError
+from cognoxium.items._checks import invalid_json
 from cognoxium.items.records import records_to_frame
 
 __all__ = [
@@ -313,9 +314,7 @@ def _read_json(path: str | os.PathLike[str]) -> Any:
             f"cannot read the LoCoMo file: {exc.strerror}", source=str(path)
         ) from None
     except json.JSONDecodeError as exc:
-        raise RecordError(
-            f"invalid JSON: {exc.msg} at column {exc.colno}", source=str(path), line=exc.lineno
-        ) from None
+        raise RecordError(invalid_json(exc), source=str(path), line=exc.lineno) from None
 
 
 def _need(container: Mapping[str, Any], key: str, kind: type, where: str, source: str) -> Any:

@@ -29,6 +29,7 @@ __all__ = [
     "UnicodeStr",
     "finer_than_microseconds",
     "id_problem",
+    "invalid_json",
     "json_depth",
     "json_problem",
     "json_text_depth",
@@ -313,3 +314,17 @@ UnicodeStr = Annotated[str, AfterValidator(raising(text_problem))]
 
 ItemId = Annotated[str, AfterValidator(raising(id_problem))]
 """An id: non-blank, at most MAX_ID_LENGTH characters, no control characters."""
+
+
+def invalid_json(exc: json.JSONDecodeError) -> str:
+    """What a JSON parser refused, and where on its line: ``invalid JSON: ... at column N``.
+
+    Examples
+    --------
+    >>> try:
+    ...     json.loads('{"text": "cut')
+    ... except json.JSONDecodeError as exc:
+    ...     invalid_json(exc)
+    'invalid JSON: Unterminated string starting at column 10'
+    """
+    return f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"

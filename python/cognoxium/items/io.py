@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from cognoxium._columns import STORE_POSITION
 from cognoxium.exceptions import ConfigError, RecordError, SchemaError
-from cognoxium.items._checks import MAX_JSON_DEPTH, json_text_depth
+from cognoxium.items._checks import MAX_JSON_DEPTH, invalid_json, json_text_depth
 from cognoxium.items.convert import frame_to_items, to_arrow
 from cognoxium.items.records import item_to_record, records_to_frame
 from cognoxium.items.validation import conform
@@ -329,9 +329,7 @@ def _line_value(raw: bytes, number: int, source: str) -> tuple[bool, Any]:
         # Without its line terminator, so an error's column is on this line.
         return True, json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
-        raise RecordError(
-            f"invalid JSON: {exc.msg} at column {exc.colno}", source=source, line=number
-        ) from None
+        raise RecordError(invalid_json(exc), source=source, line=number) from None
     except _DuplicateKeyError as exc:
         raise RecordError(
             f"the key {exc.key!r} appears twice in one object; JSON readers keep the last, "

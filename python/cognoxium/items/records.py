@@ -413,6 +413,8 @@ def _record_error_at(
         if error.field is None and fail.field is not None:
             # A whole-record rule of the model: name the field the columns found.
             return at(error.message, fail.field)
+        if "payload" not in record and (error.field or "").startswith("payload"):
+            return at(error.message, "text")  # the model's payload is the record's text
         return error
     except (RecursionError, ValueError, TypeError):
         pass  # worded from the column checks below

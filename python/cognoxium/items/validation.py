@@ -121,6 +121,8 @@ def record_error(
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or None
     message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "enum" and field in ENUM_VALUES:
+        message = enum_problem(field)
     return RecordError(message, source=source, line=line, row=row, field=field)
 
 
@@ -348,16 +350,6 @@ def _infer_payload_kind(df: pl.DataFrame, source: str | None) -> pl.DataFrame:
     return df
 
 
-def _outside(text: pl.Expr, values: tuple[str, ...], name: str) -> pl.Expr:
-    """Whether each value of enumeration ``name`` (as text) is not one of ``values``.
-
-    A null is outside unless the column has a default (:data:`DEFAULTED_COLUMNS`).
-    """
-    if name in DEFAULTED_COLUMNS:
-        return text.is_not_null() & ~text.is_in(values)
-    return text.is_null() | ~text.is_in(values)
-
-
 def value_checks() -> list[tuple[pl.Expr, str, str]]:
     """Row checks of every input before the cast: (bad-row mask, column, message), in order.
 
@@ -372,15 +364,36 @@ def value_checks() -> list[tuple[pl.Expr, str, str]]:
         ``id``.
     """
     checks = [
-        (
-            _outside(pl.col(name).cast(pl.String), values, name),
-            name,
-            f"must be one of {list(values)}",
-        )
+        (_outside(pl.col(name).cast(pl.String), values, name), name, enum_problem(name))
         for name, values in ENUM_VALUES.items()
     ]
     checks += [(pl.col(name).is_null(), name, "must not be null") for name in _REQUIRED]
     return checks
+
+
+def _outside(text: pl.Expr, values: tuple[str, ...], name: str) -> pl.Expr:
+    """Whether each value of enumeration ``name`` (as text) is not one of ``values``.
+
+    A null is outside unless the column has a default (:data:`DEFAULTED_COLUMNS`).
+    """
+    if name in DEFAULTED_COLUMNS:
+        return text.is_not_null() & ~text.is_in(values)
+    return text.is_null() | ~text.is_in(values)
+
+
+def enum_problem(name: str) -> str:
+    """Why a value (or a null, where the column has no default) is refused as enumeration ``name``.
+
+    The one wording of records, tables and scans: a scan reads an
+    enumeration with a lenient cast, so a value outside it and a null are
+    one fault there.
+
+    Examples
+    --------
+    >>> enum_problem("retention")
+    "must be one of ['required', 'preferred', 'optional']"
+    """
+    return f"must be one of {list(ENUM_VALUES[name])}"
 
 
 def _id_checks(ids: pl.Expr, field: str) -> list[tuple[pl.Expr, str, str]]:

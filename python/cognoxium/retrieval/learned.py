@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cognoxium.exceptions import PlanError, RecordError
+from cognoxium.items._checks import invalid_json
 from cognoxium.retrieval.features import FEATURE_NAMES, FeatureExtractor
 
 __all__ = [
@@ -356,7 +357,7 @@ def _load(path: str, mtime_ns: int, size: int) -> LearnedModel:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RecordError(f"invalid JSON: {exc.msg}", source=path, line=exc.lineno) from None
+        raise RecordError(invalid_json(exc), source=path, line=exc.lineno) from None
     return LearnedModel.from_dict(data, source=path)
 
 
