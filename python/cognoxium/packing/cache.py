@@ -59,8 +59,8 @@ evicted). A unit with a required item is never evicted.
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
    tokens, oldest first, and then up to the next unit that opens with a
    ``user`` message, so the history still starts on a user turn, when
-   those units cost at most half the share taken (a step evicts at most
-   one and a half times its share). When that unit is farther, or none
+   one unit is left before it (a reply) or those units cost at most half
+   the share taken. When that unit is farther, or none
    follows (the newest turn is an agent loop's task and its tool steps, a
    question whose steps ran long, or a task whose loop a user message
    interrupted), the user message of the turn the share ends in stays:
@@ -993,9 +993,9 @@ def _eviction_step(
     At least ``share`` of the evictable units' tokens (``cost``, ``(k,)``
     int64 in tokens), then up to the next unit that opens with a ``user``
     message (``lead``, ``(k,)``: each unit's first history role), so the
-    history left starts on a user turn, when the units up to it cost at
-    most half the share taken: a step evicts at most one and a half times it.
-    When that unit is farther (a turn whose tool steps ran long) or none
+    history left starts on a user turn, when one unit is left before it (a
+    reply) or the units up to it cost at most half the share taken. When
+    that unit is farther (a turn whose tool steps ran long) or none
     follows (an agent loop's newest turn), the user message of the turn the
     share ends in (its task) stays: the step evicts every unit before it
     and at least ``share`` of the tokens of the units after it, oldest
@@ -1026,6 +1026,9 @@ def _eviction_step(
     [0, 1]
     >>> _eviction_step(np.array([10, 30]), 0.4, loop[:2], open_turn=True).tolist()
     [1]
+    >>> chat = lead[[0, 1, 0, 1, 0]]  # one long reply before the next question: it goes
+    >>> _eviction_step(np.array([10, 10, 10, 500, 10]), 0.05, chat).tolist()
+    [0, 1, 2, 3]
     >>> long = np.array(["user", *["assistant"] * 14, "user", "assistant"], dtype=object)
     >>> _eviction_step(np.full(17, 10), 0.4, long).tolist()  # a far user turn: the task stays
     [1, 2, 3, 4, 5, 6, 7]
@@ -1035,7 +1038,7 @@ def _eviction_step(
     later, earlier = users[users >= upto], users[users < upto]
     if len(later):
         turn = int(later[0])
-        if 2 * int(cost[upto:turn].sum()) <= int(cost[:upto].sum()):
+        if turn - upto <= 1 or 2 * int(cost[upto:turn].sum()) <= int(cost[:upto].sum()):
             return np.arange(turn, dtype=np.int64)
         if not len(earlier):  # the share ends mid-turn, its user message already gone
             return np.arange(upto, dtype=np.int64)
