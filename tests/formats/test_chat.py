@@ -645,11 +645,11 @@ def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
     return df, cost, budget
 
 
-def test_awaited_parallel_results_that_do_not_fit_are_cut_to_one_level() -> None:
-    df, _, budget = parallel_frame()
+def test_awaited_parallel_results_that_do_not_fit_are_cut_the_last_first() -> None:
+    df, cost, budget = parallel_frame()
     # The results end the history: the model reads them next, so they are cut to fit
-    # rather than left out with their call. The longest sheds first: both are cut to one
-    # level (before, the last was cut to 64 tokens while the first kept 142).
+    # rather than left out with their call. The group's last row sheds first, down to
+    # the 64 tokens an awaited result keeps at least, then the one before it.
     for gaps in GAP_MODES:
         result = pack(df, budget, PackOptions(as_of=AS_OF, gaps=gaps))
         assert result.ids == ["trip:0", "trip:1", "trip:2", "trip:3"]
@@ -657,17 +657,16 @@ def test_awaited_parallel_results_that_do_not_fit_are_cut_to_one_level() -> None
         cuts = {
             t.id: (t.kept_tokens, t.original_tokens, t.side) for t in result.manifest.truncations
         }
-        assert cuts.keys() == {"trip:2", "trip:3"}
-        assert abs(cuts["trip:2"][0] - cuts["trip:3"][0]) <= 1
-        assert cuts["trip:3"][0] > 64
+        framing = {row: cost[row] - cuts[row][1] for row in cuts}
+        assert cuts["trip:3"] == (64, cost["trip:3"] - framing["trip:3"], "head")
         sent = to_openai_messages(result)
         assert sent[:2] == PARALLEL[:2]
         for message, whole, row in zip(sent[2:], (FLIGHTS, HOTELS), cuts, strict=True):
             kept, note = message["content"].rsplit("\n", 1)
             assert whole.startswith(kept)
             assert note == f"[{cuts[row][1] - cuts[row][0]} tokens cut]"
-        # The room of the first result's whole cost holds both, cut alike: the messages
-        # sent cost the budget, their notes counted.
+        # The room of the first result's whole cost holds both, the second at 64 tokens:
+        # the messages sent cost the budget, their notes counted.
         assert sum(map(PROFILE.message_tokens, sent)) + PROFILE.tokens_per_pack == budget
         assert [m["tool_call_id"] for m in sent[2:]] == ["c1", "c2"]
 

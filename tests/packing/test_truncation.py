@@ -273,47 +273,6 @@ def test_a_grouped_tool_result_is_cut_and_its_call_kept() -> None:
     assert result.manifest.truncations[0].kept_tokens == 101 - cut_by
 
 
-@pytest.mark.parametrize("order", ["log last", "log first"])
-def test_parallel_awaited_results_shed_the_longest_first(order: str) -> None:
-    # Two files read beside a long grep log: the last result shed first, so the files
-    # were cut to 64 tokens each while the log kept thousands.
-    from cognoxium.formats.openai import from_openai_messages
-
-    outputs = {"c1": "def f(): pass\n" * 60, "c2": "x = 1\n" * 90, "c3": "log " * 5000}
-    ids = ["c1", "c2", "c3"] if order == "log last" else ["c3", "c1", "c2"]
-    calls = [
-        {"id": i, "type": "function", "function": {"name": "read", "arguments": "{}"}} for i in ids
-    ]
-    messages = [
-        {"role": "user", "content": "Why?"},
-        {"role": "assistant", "content": None, "tool_calls": calls},
-        *({"role": "tool", "tool_call_id": i, "content": outputs[i]} for i in ids),
-    ]
-    result = from_openai_messages(messages, conversation_id="a").pack(2000, as_of=AS_OF)
-    assert result.used_tokens <= 2000
-    tool_ids = {f"a:{2 + k}": i for k, i in enumerate(ids)}
-    cut = {tool_ids[t.id]: t.kept_tokens for t in result.manifest.truncations}
-    assert list(cut) == ["c3"]  # the files are whole, the log is cut to what is left
-    sent = {m["tool_call_id"]: m["content"] for m in result.messages if m["role"] == "tool"}
-    assert sent["c1"] == outputs["c1"]
-    assert sent["c2"] == outputs["c2"]
-    assert result.remaining_tokens < 10  # the log takes the rest
-
-
-def test_a_group_of_marked_documents_is_cut_to_one_level() -> None:
-    def chunk(k: int, words: int) -> dict[str, Any]:
-        return doc(min_tokens=10, id=f"d{k}", group_id="g", text="word " * words)
-
-    records = [SYSTEM, chunk(0, 100), chunk(1, 30), chunk(2, 100)]  # 101, 31, 101 tokens
-    result = pack(frame(*records), 150, PackOptions(as_of=AS_OF))
-    assert result.ids == ["sys", "d0", "d1", "d2"]
-    kept = {t.id: t.kept_tokens for t in result.manifest.truncations}
-    # 150 - 3 - 7 - 3 * 4 = 128 tokens of text: d1 whole (31), d0 and d2 cut to one level
-    assert kept.keys() == {"d0", "d2"}
-    assert abs(kept["d0"] - kept["d2"]) <= 1
-    assert result.used_tokens == CL100K.request_tokens(result.messages) <= 150
-
-
 def test_a_cut_data_block_is_priced_as_sent() -> None:
     policy = BoundaryPolicy(wrap_untrusted=True)
     result = pack(

@@ -12,8 +12,8 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
 - A unit that does not fit whole when selection reaches it is cut to fit
   what is left when its truncatable members can shed enough tokens while
   each keeps at least its ``min_tokens``; otherwise it is skipped as before.
-  In a unit of several rows the longest rows shed first: all are cut to one
-  level, none below its ``min_tokens`` (:func:`water_fill`).
+  In a unit of several rows the last row (input order) sheds first, down to
+  its ``min_tokens``, then the one before it.
 - With ``overflow="truncate"``, when the required units alone exceed the
   budget, they are cut in reverse selection order (the unit considered last
   is cut first), each as far as needed down to its members' ``min_tokens``;
@@ -71,7 +71,6 @@ __all__ = [
     "lower_cheap",
     "mark_awaited",
     "mark_earlier_cuts",
-    "water_fill",
 ]
 
 AWAITED_MARK = Truncation(min_tokens=64, note="[{n} tokens cut]")
@@ -237,59 +236,6 @@ def _marked(marks: Marks, rows: Sequence[int], *, awaited: bool) -> Marks:
     rows_marked = {**marks.rows, **dict.fromkeys(new, AWAITED_MARK)}
     also = frozenset(new) if awaited else frozenset()
     return Marks(rows=rows_marked, floor=floor, awaited=marks.awaited | also)
-
-
-def water_fill(tokens: Sequence[int], floor: Sequence[int], excess: int) -> list[int]:
-    """The tokens each row keeps when ``excess`` tokens are shed, the longest rows first.
-
-    Water-filling: every row is cut down to one level, the highest at which
-    the rows shed ``excess``, and no row below its ``floor``; a row shorter
-    than the level keeps its tokens. The tokens the level sheds beyond
-    ``excess`` go back one per row, to the rows cut to the level, the first
-    rows first. When even their floors do not shed ``excess``, every row
-    keeps its floor. So of three parallel tool results, a long log is cut
-    before the two short files read beside it.
-
-    Parameters
-    ----------
-    tokens
-        ``(k,)``: each row's tokens now.
-    floor
-        ``(k,)``: the fewest tokens each row may keep (at most its ``tokens``).
-    excess
-        The tokens to shed.
-
-    Returns
-    -------
-    list of int
-        ``(k,)``: the tokens each row keeps.
-
-    Examples
-    --------
-    >>> water_fill([300, 300, 5000], [64, 64, 64], 2000)
-    [300, 300, 3000]
-    >>> water_fill([300, 300, 500], [64, 64, 64], 601)
-    [167, 166, 166]
-    """
-
-    def shed(level: int) -> int:
-        return sum(max(t - max(level, f), 0) for t, f in zip(tokens, floor, strict=True))
-
-    if excess <= 0:
-        return list(tokens)
-    if shed(0) <= excess:
-        return list(floor)
-    low, high = 0, max(tokens)  # shed(low) >= excess > shed(high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if shed(mid) >= excess else (low, mid)
-    kept = [min(t, max(low, f)) for t, f in zip(tokens, floor, strict=True)]
-    back = shed(low) - excess
-    for k, (t, f) in enumerate(zip(tokens, floor, strict=True)):
-        if back and kept[k] == low < t and f <= low:
-            kept[k] += 1
-            back -= 1
-    return kept
 
 
 def lower_cheap(rendering: Rendering, marks: Marks, longest_token_bytes: int | None) -> Rendering:
@@ -534,15 +480,17 @@ class Cutter:
         return int(self.costs.cost[unit])
 
     def _shed(self, marked: list[int], target: dict[int, int], excess: int) -> bool:
-        """Lower ``target`` by ``excess`` tokens, longest first, none below its ``min_tokens``.
+        """Lower ``target`` by ``excess`` tokens, last row first, each down to its ``min_tokens``.
 
-        See :func:`water_fill`. Returns whether the whole excess could be shed.
+        Returns whether the whole excess could be shed.
         """
-        floor = [min(target[r], self.marks.rows[r].min_tokens) for r in marked]
-        kept = water_fill([target[r] for r in marked], floor, excess)
-        shed = sum(target[r] - k for r, k in zip(marked, kept, strict=True))
-        target.update(zip(marked, kept, strict=True))
-        return shed >= excess
+        for r in reversed(marked):
+            if excess <= 0:
+                break
+            shed = min(excess, max(target[r] - self.marks.rows[r].min_tokens, 0))
+            target[r] -= shed
+            excess -= shed
+        return excess <= 0
 
     def _ceiling(self, row: int, whole: int) -> int:
         """The most tokens ``row`` may keep: its earlier cut's when replayed, else ``whole``."""
