@@ -93,16 +93,25 @@ def _check_awaited(
 
 
 def _check_replayed(packed: ContextPack, previous: ContextPack) -> None:
-    """What the earlier pack sent cut is sent cut again, no longer, or evicted for the cache."""
-    entries = packed.manifest.to_polars()
+    """What the earlier pack sent cut is sent cut again, no longer, or left out for room.
+
+    Evicted for the cache, or left out (a unit after the kept prefix is selected as
+    usual) only when the room left would not hold its earlier cut: before, a result cut
+    without a mark was left out as a gap with its room to spare.
+    """
+    entries, sent = packed.manifest.to_polars(), previous.manifest.to_polars()
     kept = {t.id: t.kept_tokens for t in packed.manifest.truncations}
     for earlier in previous.manifest.truncations:
         entry = entries.row(by_predicate=pl.col("id") == earlier.id, named=True)
         if entry["decision"] == "included":
             assert earlier.id in packed.manifest.cache.replayed_cuts, entry
             assert kept[earlier.id] <= earlier.kept_tokens, (kept, earlier)
-        else:
-            assert entry["reason"] == "evicted_for_cache", entry
+        elif entry["reason"] != "evicted_for_cache":  # its group as sent then did not fit
+            unit = pl.col("id") == earlier.id
+            if entry["group_id"] is not None:
+                unit = pl.col("group_id") == entry["group_id"]
+            group = sent.filter(unit & (pl.col("decision") == "included"))
+            assert packed.remaining_tokens < group.get_column("tokens").sum(), entry
 
 
 def _shortest(result: dict[str, Any]) -> int:

@@ -22,7 +22,7 @@ from cognoxium import CognitionFrame
 from cognoxium.formats.openai import from_openai_messages
 from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.options import PackOptions
-from cognoxium.packing.packer import ContextPack, pack
+from cognoxium.packing.packer import ContextPack, PackScope, pack
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import png
 
@@ -90,6 +90,21 @@ def test_a_pack_by_rank_does_not_cut_the_last_message() -> None:
     assert result.ids == ["c:0", "c:1", "c:2"]
     assert reasons(result)["c:3"] == "over_budget"
     assert result.manifest.truncations == []
+
+
+def test_a_rank_equal_to_the_rows_own_cuts_the_question_as_no_rank_does() -> None:
+    # The question was cut only without a rank argument: a rank of nulls (the rows' own)
+    # packs newest first too, yet left the question out whole, and a budget too small for
+    # the required items named different remedies (found by test_known_costs).
+    df = chat()
+    own = pack(df, 300, PackOptions(as_of=AS_OF))
+    scope = PackScope(df)
+    given = scope.pack(300, PackOptions(as_of=AS_OF), rank=df.get_column("rank"))
+    assert given.manifest.to_json() == own.manifest.to_json()
+    assert [t.id for t in given.manifest.truncations] == ["c:3"]
+    ranks = pl.Series("rank", [1.0, 4.0, 3.0, 2.0])
+    ranked = scope.pack(300, PackOptions(as_of=AS_OF), rank=ranks)
+    assert ranked.manifest.truncations == []  # ranked, the question is one candidate
 
 
 def test_a_chat_that_ends_on_a_reply_does_not_cut_its_last_question() -> None:

@@ -528,8 +528,9 @@ class PackScope:
         """The rows' marks, the awaited messages' included: what a pack newest first may cut."""
         role = self._rendering.chat.role
         kind = self.df.get_column("payload_kind")
-        return mark_awaited(self._ranked_marks, role, kind, question=self._question())
+        return mark_awaited(self._ranked_marks, role, kind, question=self._question)
 
+    @cached_property
     def _question(self) -> list[int]:
         """The rows of the user message the conversation ends on, if it ends on one.
 
@@ -546,6 +547,17 @@ class PackScope:
         if part is None:
             return [last]
         return [row for row, (group, _) in chat.parts.items() if group == part[0]]
+
+    def _newest_first(self, rank: pl.Series | None) -> bool:
+        """Whether the question the conversation ends on is reached newest first under ``rank``.
+
+        It is when its rank (``rank``, or the rows' own when ``None``) is
+        null: unranked rows are packed newest first. Then it may be cut
+        (:attr:`_marks`); ranked, it is one candidate among others.
+        """
+        rows = self._question
+        ranks = self.df.get_column("rank") if rank is None else rank
+        return bool(rows) and bool(ranks.gather(rows).is_null().all())
 
     @cached_property
     def _ranked_marks(self) -> Marks:
@@ -851,7 +863,7 @@ class PackScope:
         df = self.df
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
-        marks = self._marks if rank is None else self._ranked_marks
+        marks = self._marks if self._newest_first(rank) else self._ranked_marks
         if previous is not None:  # what it cut is cut again, marked or not
             check_previous(previous, call)
             marks = mark_earlier_cuts(marks, earlier_cut_rows(df, previous))
