@@ -608,7 +608,15 @@ def _cast_to_schema(df: pl.DataFrame, where: str, source: str | None) -> pl.Data
                 for name in POLARS_SCHEMA
             ]
         )
-        df = df.cast(dict(POLARS_SCHEMA.items())).with_columns(fill_null_defaults(POLARS_SCHEMA))
+        # Structs are matched by field name (a source without its title); Polars casts them
+        # strictly only field for field in order.
+        structs = [
+            pl.col(name).cast(dtype, strict=False)
+            for name, dtype in POLARS_SCHEMA.items()
+            if dtype.is_nested() and df.schema[name] != dtype and df.schema[name].is_nested()
+        ]
+        df = df.with_columns(structs).cast(dict(POLARS_SCHEMA.items()))
+        df = df.with_columns(fill_null_defaults(POLARS_SCHEMA))
     except pl.exceptions.PolarsError as exc:
         raise SchemaError(f"{where}cannot cast to the item schema: {exc}") from None
     _raise_first(df, typed_checks(), source)

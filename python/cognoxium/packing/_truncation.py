@@ -455,9 +455,13 @@ class Cutter:
         target = {r: min(whole[r], self._ceiling(r, whole[r])) for r in marked}
         total = int(self.costs.cost[unit])
         chosen: dict[int, _Cut] = {}
+        push = 0  # tokens to shed beyond the excess: a first cut adds its note
         while total > allowed:
-            if not self._shed(marked, target, total - allowed) and not partial:
+            before = dict(target)
+            if not self._shed(marked, target, total - allowed + push) and not partial:
                 return None
+            if target == before:  # every row at its floor
+                break
             cuts = self._cuts(
                 marked, texts, [whole[r] for r in marked], [target[r] for r in marked]
             )
@@ -469,9 +473,10 @@ class Cutter:
             new_total = int(self.costs.cost[unit]) + sum(
                 c.cost - int(self.costs.row_tokens[r]) for r, c in trial.items()
             )
-            if new_total >= total:  # nothing more can be shed
-                break
-            chosen, total = trial, new_total
+            if new_total >= total:  # the note cost what the cut shed: shed that much more
+                push += new_total - total + 1
+                continue
+            chosen, total, push = trial, new_total, 0
         if total > allowed and not partial:
             return None
         for r, c in chosen.items():

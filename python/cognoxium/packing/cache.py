@@ -84,8 +84,8 @@ evicted). A unit with a required item is never evicted.
    ``min_tokens`` allow, and is cut before any history is evicted. If even
    then the units after the prefix do not fit, they are selected as usual;
    one that exceeds the items' budget alone is never pinned (it is left
-   out, as in a pack of its own), and steps that would leave the history
-   no user message are not taken (a pack of its own ends on the question
+   out, as in a pack of its own), and a step that would leave the history
+   no user message is not taken (a pack of its own ends on the question
    a reply answers rather than send the reply alone). If the evictions
    leave no room for the prefix itself (a budget below its system prompt,
    say), nothing is pinned nor evicted: the pack selects as a pack of its
@@ -777,9 +777,6 @@ def _evicted(
     first_need = int(tokens.sum())
     evictable, _ = at.units_in(in_prefix & at.movable)
     evicted, steps = _steps(at, tokens, evictable, pinned, first_need - room, call)
-    asks = pinned & at.history & (at.roles == "user")
-    if steps and asks.any() and not (asks & ~evicted).any():  # no question would be left
-        evicted, steps = np.zeros(len(at.unit), dtype=bool), 0
     if first_need - int(tokens[evicted].sum()) > room:  # the new turn does not fit: select it
         pinned = pinned & in_prefix
         kept_need = np.where(in_prefix | (at.eligible & at.required), tokens, 0)
@@ -817,11 +814,15 @@ def _steps(
     ).any()
     share = call.options.eviction_share
     steps = 0
+    asks = pinned & at.history & (at.roles == "user")
     while int(tokens[evicted].sum()) < excess and len(evictable):
         lead = _lead_roles(at, evictable)
         cost = unit_cost[evictable].astype(np.int64)
         taken = _eviction_step(cost, share, lead, open_turn=open_turn)
-        evicted |= np.isin(at.unit, evictable[taken]) & pinned
+        gone = np.isin(at.unit, evictable[taken]) & pinned
+        if asks.any() and not (asks & ~(evicted | gone)).any():
+            break  # it would leave no user message: a pack of its own ends on the question
+        evicted |= gone
         evictable = np.delete(evictable, taken)
         steps += 1
     return evicted, steps
