@@ -720,8 +720,13 @@ class PackScope:
         """Fresh unit costs of one pack, reading and filling what the scope knows.
 
         ``marks`` are the pack's truncation marks: a marked row's bound is its shortest cut's.
+        Marks of an earlier pack's cuts (a continuing pack's) lower bounds the scope's
+        other packs did not: those costs are the pack's own, not the scope's.
         """
-        known = self._known.get(shape)
+        own = marks is not self._marks and marks is not self._ranked_marks
+        known = None if own else self._known.get(shape)
+        if known is None and own:
+            known = KnownCosts(self.df.height, units.n_units)
         if known is None:
             known = self._known[shape] = KnownCosts(self.df.height, units.n_units)
             if self._row_tokens is not None:
