@@ -121,3 +121,22 @@ def test_continuing_a_cut_is_deterministic() -> None:
     first = packed(FIRST, 2000)
     again = [packed(LATER, 1500, previous=first).manifest.to_json() for _ in range(2)]
     assert again[0] == again[1]
+
+
+def test_a_step_passed_over_after_an_eviction_does_not_end_the_tail_before_an_older_cut() -> None:
+    # Found by tests/packing/test_agent_loops.py. The continuing pack's queue puts the
+    # pinned task first, and "newer than every user message taken" was read from the
+    # queue's order: the step that no longer fit ended the tail, and the older step,
+    # its result cut as sent before (115 tokens), was left out as a gap with 168 free.
+    history = [SYSTEM, {"role": "user", "content": "task"}]
+    packs: list[ContextPack] = []
+    for i, words in enumerate([600, 600, 150, 190]):
+        history += [call(i), result(i, "log " * words)]
+        packs.append(packed(history, 400, previous=packs[-1] if packs else None))
+    before, last = packs[-2:]
+    assert last.manifest.cache.evicted == ["a:2", "a:3"]
+    assert last.ids == ["a:0", "a:1", "a:4", "a:5", "a:8", "a:9"]
+    assert last.manifest.cache.replayed_cuts == ["a:5"]
+    step = sum(entry(before, item)["tokens"] for item in ("a:6", "a:7"))
+    assert entry(last, "a:7")["reason"] == "gap"  # passed over: it does not fit
+    assert last.remaining_tokens < step

@@ -108,7 +108,7 @@ def stop_at_first_miss(
         included = select(queue)
         run = queue.order[queue.newest_first]
         taken = included[run]
-        end = tail_end(~taken, taken, None if opens is None else opens[run])
+        end = tail_end(~taken, taken, None if opens is None else opens[run], run)
         if end is None:
             return included
         later = run[end + 1 :]
@@ -121,7 +121,12 @@ def stop_at_first_miss(
     return stopping
 
 
-def tail_end(missed: np.ndarray, taken: np.ndarray, opens: np.ndarray | None = None) -> int | None:
+def tail_end(
+    missed: np.ndarray,
+    taken: np.ndarray,
+    opens: np.ndarray | None = None,
+    units: np.ndarray | None = None,
+) -> int | None:
     """Where the newest-first units' tail ends: the place of the miss that ends it.
 
     Parameters
@@ -133,10 +138,15 @@ def tail_end(missed: np.ndarray, taken: np.ndarray, opens: np.ndarray | None = N
         ``(k,)`` bool: the same units in the pack.
     opens
         ``(k,)`` bool: the unit holds a user message, or ``None``. When
-        given, before the first unit taken that holds one, a miss that
-        holds none (a tool exchange, a reply) is passed over: a tail of
+        given, a miss that holds none (a tool exchange, a reply), newer
+        than every unit taken that holds one, is passed over: a tail of
         tool exchanges whose task lies past a tool result too long to fit
         would hold no user message.
+    units
+        ``(k,)`` int64: the units' numbers, in the order of their first row,
+        which tell which is newer; ``None``: the units are newest first. A
+        continuing pack's queue puts the units it pins first, whatever their
+        age.
 
     Returns
     -------
@@ -155,14 +165,20 @@ def tail_end(missed: np.ndarray, taken: np.ndarray, opens: np.ndarray | None = N
     1
     >>> tail_end(missed, taken, opens=np.array([False, True, True, False]))  # a user message
     1
+
+    The task pinned first, in a continuing pack: the miss is newer than it.
+
+    >>> opens = np.array([True, False, False, False])
+    >>> print(tail_end(missed, taken, opens, units=np.array([1, 9, 7, 5])))
+    None
     """
     if opens is None:
         ends = missed
     else:
-        users = np.flatnonzero(taken & opens)
-        reach = int(users[0]) if len(users) else len(missed)
-        ends = missed.copy()
-        ends[:reach] &= opens[:reach]
+        age = -np.arange(len(missed)) if units is None else units
+        users = age[taken & opens]
+        newer = age > users.max() if len(users) else np.ones(len(missed), dtype=bool)
+        ends = missed & (opens | ~newer)
     return int(np.argmax(ends)) if ends.any() else None
 
 
@@ -202,7 +218,7 @@ def mark_tail(
     left = ~decisions.included[rows] & np.isin(decisions.reason[rows], _BUDGET_REASONS)
     missed = np.logical_or.reduceat(left, starts)
     taken = np.logical_or.reduceat(decisions.included[rows], starts)
-    end = tail_end(missed, taken, None if opens is None else opens[newest])
+    end = tail_end(missed, taken, None if opens is None else opens[newest], newest)
     if end is None:
         return decisions
     unit_at = np.repeat(np.arange(len(newest)), np.diff(np.append(starts, len(rows))))

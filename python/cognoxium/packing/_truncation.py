@@ -209,7 +209,7 @@ def mark_earlier_cuts(marks: Marks, rows: Sequence[int]) -> Marks:
     """``marks`` with the rows of ``rows`` that have no mark marked :data:`AWAITED_MARK`.
 
     ``rows`` are the items an earlier pack cut, still unchanged, that a
-    pack continuing it reads (see :func:`~cognoxium.packing.cache.earlier_cut_rows`).
+    pack continuing it reads (see :func:`~cognoxium.packing.cache.earlier_cuts`).
     One without a mark of its own was cut as an awaited result or as the
     question the conversation ended on: the conversation has gone on since,
     so it is neither now, but its cut is what the provider cached, and the

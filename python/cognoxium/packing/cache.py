@@ -173,7 +173,7 @@ __all__ = [
     "CacheReport",
     "Continuation",
     "check_previous",
-    "earlier_cut_rows",
+    "earlier_cuts",
     "pack_breakpoints",
     "plan_continuation",
     "shared_prefix_tokens",
@@ -459,6 +459,7 @@ def plan_continuation(
     costs: UnitCosts,
     call: PackCall,
     previous: ContextPack,
+    cuts: pl.DataFrame,
     cutter: Cutter | None = None,
 ) -> Continuation:
     """Find the kept prefix, the rows held out and the eviction steps of a continuing pack.
@@ -482,6 +483,8 @@ def plan_continuation(
         The checked budget and options (``eviction_share`` is read).
     previous
         The earlier pack.
+    cuts
+        The items here that ``previous`` cut (:func:`earlier_cuts`).
     cutter
         Cuts the truncatable rows (``None``: no row is truncatable). A
         pinned unit whose truncatable rows are documents and memories, or
@@ -504,7 +507,7 @@ def plan_continuation(
     check_previous(previous, call)
     replayed: dict[int, EarlierCut] = {}
     if cutter is not None:
-        replayed = _earlier_cuts(df, previous, cutter)
+        replayed = _replayed(cuts, cutter)
         cutter.replay(replayed)
     replayed_rows = np.fromiter(sorted(replayed), dtype=np.int64, count=len(replayed))
     at = _Rows.of(df, rows, units, replayed_rows, previous)
@@ -654,21 +657,31 @@ def check_previous(previous: object, call: PackCall) -> None:
         )
 
 
-def earlier_cut_rows(df: pl.DataFrame, previous: ContextPack) -> list[int]:
-    """The rows of ``df`` whose items ``previous`` cut, unchanged since, ascending.
+_CUTS_SCHEMA = {"row": pl.UInt32, "side": pl.String, "kept": pl.Int64, "sent": pl.String}
+
+
+def earlier_cuts(df: pl.DataFrame, previous: ContextPack) -> pl.DataFrame:
+    """The items of ``df`` that ``previous`` cut, unchanged since, by row ascending.
 
     An item is unchanged when its id and its uncut content hash are the
     same. The packer marks those without a truncation mark of their own
     (:func:`~cognoxium.packing._truncation.mark_earlier_cuts`), so their cut
-    is made again.
+    is made again, and :func:`plan_continuation` replays them.
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows in input order.
+    previous
+        The earlier pack.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per cut item found: ``row`` (its row in ``df``), ``side``
+        (the side cut), ``kept`` (the tokens kept) and ``sent`` (the text
+        ``previous`` sent).
     """
-    if not previous.manifest.truncations:
-        return []
-    return _found_cuts(df, previous).get_column("row").sort().to_list()
-
-
-def _found_cuts(df: pl.DataFrame, previous: ContextPack) -> pl.DataFrame:
-    """``row``, ``side``, ``kept`` and ``sent`` (text) of the items ``previous`` cut, unchanged."""
     records = previous.manifest.truncations
     cut = pl.DataFrame(
         {
@@ -679,6 +692,8 @@ def _found_cuts(df: pl.DataFrame, previous: ContextPack) -> pl.DataFrame:
         },
         schema={"id": pl.String, "content_hash": pl.String, "side": pl.String, "kept": pl.Int64},
     )
+    if not records:
+        return pl.DataFrame(schema=_CUTS_SCHEMA)
     sent = previous.frame.select("id", pl.col("text").alias("sent"))
     return (
         df.select("id", "content_hash")
@@ -689,17 +704,15 @@ def _found_cuts(df: pl.DataFrame, previous: ContextPack) -> pl.DataFrame:
     )
 
 
-def _earlier_cuts(df: pl.DataFrame, previous: ContextPack, cutter: Cutter) -> dict[int, EarlierCut]:
-    """Row -> its cut by ``previous``, for the cut items here unchanged.
+def _replayed(cuts: pl.DataFrame, cutter: Cutter) -> dict[int, EarlierCut]:
+    """Row -> its cut by the earlier pack, for the ``cuts`` (see :func:`earlier_cuts`) replayed.
 
-    An item is unchanged when its id and its uncut content hash are the
-    same, and it still carries a truncation mark of the same side whose
-    ``min_tokens`` the cut kept. The cut's text is the one ``previous`` sent.
+    A cut is replayed when its row still carries a truncation mark of the
+    same side whose ``min_tokens`` the cut kept. The cut's text is the one
+    the earlier pack sent.
     """
-    if not previous.manifest.truncations:
-        return {}
     out: dict[int, EarlierCut] = {}
-    for row, side, kept, text in _found_cuts(df, previous).iter_rows():
+    for row, side, kept, text in cuts.iter_rows():
         mark = cutter.marks.rows.get(row)
         if mark is not None and mark.side == side and kept >= mark.min_tokens:
             out[row] = EarlierCut(kept_tokens=kept, text=text)

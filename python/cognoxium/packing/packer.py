@@ -159,7 +159,7 @@ from cognoxium.packing._units import Units, form_units
 from cognoxium.packing.cache import (
     Continuation,
     check_previous,
-    earlier_cut_rows,
+    earlier_cuts,
     plan_continuation,
 )
 from cognoxium.packing.options import PackOptions
@@ -869,17 +869,21 @@ class PackScope:
         rank = self._checked_rank(rank)
         candidates, units = self._exclusions(call)
         marks = self._marks if self._newest_first(rank) else self._ranked_marks
+        cuts = None
         if previous is not None:  # what it cut is cut again, marked or not
             check_previous(previous, call)
-            marks = mark_earlier_cuts(marks, earlier_cut_rows(df, previous))
+            cuts = earlier_cuts(df, previous)
+            marks = mark_earlier_cuts(marks, cuts.get_column("row").to_list())
         costs = self._costs(units, self._shape(call), marks)
         cutter = None
         if marks.rows:  # only a cut reads the rows with their rank
             ranked = df if rank is None else _ranked(df, rank)
             cutter = Cutter(ranked, marks, costs, self.review.column("action"))
         continuation = None
-        if previous is not None:
-            continuation = plan_continuation(df, candidates, units, costs, call, previous, cutter)
+        if previous is not None and cuts is not None:
+            continuation = plan_continuation(
+                df, candidates, units, costs, call, previous, cuts, cutter
+            )
             candidates = continuation.rows
             if cutter is not None:
                 cutter.pinned = continuation.pinned_units
