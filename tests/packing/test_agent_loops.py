@@ -143,6 +143,8 @@ def _newest_step(history: list[dict[str, Any]]) -> list[int]:
 # "msg:5", "msg:6"] where the task, steps 3 and 4 fit).
 @example(loop=(50, [[1], [1, 1], [40], [40, 40], [150, 600]], False, START[0], 1000))
 @example(loop=(26, [[5, 150]], False, {}, 150))  # the note counted in the 64-token floor
+# A step passed over after an eviction ended the tail before an older replayed cut.
+@example(loop=(1, [[600], [600], [150], [40, 150]], False, {}, 400))
 def test_agent_loops_pack_valid_deterministic_and_keep_their_task(loop: tuple) -> None:
     task_words, steps, pending, options, budget = loop
     history: list[dict[str, Any]] = [

@@ -1314,6 +1314,36 @@ def test_a_user_message_amid_a_long_loop_does_not_evict_the_task_and_its_steps()
     assert previous.used_tokens > 1800  # 1,851
 
 
+def test_a_task_whose_newest_step_is_left_keeps_it_and_the_step_evicts_no_more_than_its_share() -> (
+    None
+):
+    # Tasks A, B and C, each with tool steps; the next pack is 44 tokens over. The share
+    # of the step ended in task B's steps, one unit (its newest step) before task C: that
+    # step was taken for a reply and evicted with task B, 10 of 13 items, and the pack
+    # sent 254 of 1,150 tokens. A tool step is no reply, and after the task the step
+    # evicts what reaches its share of the tokens, so task B stays with its newest step.
+    from cognoxium.formats.openai import from_openai_messages
+
+    def task(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": text}
+
+    history = [{"role": "system", "content": "Agent."}, task("Task A: fix the build.")]
+    history += [*_tool_step(0, 150), *_tool_step(1, 150), task("Task B: update the docs.")]
+    history += [*_tool_step(2, 250), *_tool_step(3, 300), task("Task C: run the tests.")]
+    history += _tool_step(4, 100)
+    first = from_openai_messages(history).pack(1150, as_of=AS_OF)
+    assert first.ids == [f"msg:{k}" for k in range(14)]
+    later = from_openai_messages([*history, *_tool_step(5, 100)]).pack(
+        1150, as_of=AS_OF, previous=first
+    )
+    report = later.manifest.cache
+    assert report is not None
+    assert report.evicted == ["msg:1", "msg:2", "msg:3", "msg:4", "msg:5", "msg:7", "msg:8"]
+    assert {"msg:6", "msg:9", "msg:10"} <= set(later.ids)  # task B and its newest step
+    evicted = sum(e.tokens or 0 for e in first.manifest.entries if e.id in report.evicted)
+    assert evicted >= report.eviction_share * (first.used_tokens - 6)  # the share, no less
+
+
 def test_steps_do_not_evict_the_new_reply_to_open_on_a_user_message() -> None:
     # The steps evicted the task and the cut log, then the new call, its result and a
     # long reply, to open the request on the new question: 19 of 2,000 tokens sent.

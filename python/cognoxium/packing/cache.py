@@ -59,13 +59,14 @@ evicted). A unit with a required item is never evicted.
    ``eviction_share`` (an option, 0.4 by default) of the evictable units'
    tokens, oldest first, and then up to the next unit that opens with a
    ``user`` message, so the history still starts on a user turn, when
-   one unit is left before it (a reply) or those units cost at most half
-   the share taken. When that unit is farther, or none
+   one unit is left before it (a reply, not a tool exchange) or those
+   units cost at most half the share taken. When that unit is farther, or none
    follows (the newest turn is an agent loop's task and its tool steps, a
    question whose steps ran long, or a task whose loop a user message
    interrupted), the user message of the turn the share ends in stays:
    the step evicts the units before it and the oldest of those after it,
-   up to the next user turn, so the task goes on with its newest steps.
+   until it has evicted its share, up to the next user turn at most, so
+   the task goes on with its newest steps.
    It stays while a unit after it does, or new steps follow with no new
    user message; otherwise the step evicts the turn whole. Only the
    prefix is evicted: the new history is never evicted to open the
@@ -831,7 +832,8 @@ def _steps(
     while int(tokens[evicted].sum()) < excess and len(evictable):
         lead = _lead_roles(at, evictable)
         cost = unit_cost[evictable].astype(np.int64)
-        taken = _eviction_step(cost, share, lead, open_turn=open_turn)
+        tool = np.isin(evictable, at.unit[at.history & (at.roles == "tool")])
+        taken = _eviction_step(cost, share, lead, tool, open_turn=open_turn)
         gone = np.isin(at.unit, evictable[taken]) & pinned
         if asks.any() and not (asks & ~(evicted | gone)).any():
             break  # it would leave no user message: a pack of its own ends on the question
@@ -1000,7 +1002,12 @@ def _before_late_required(at: _Rows, prefix: np.ndarray) -> np.ndarray:
 
 
 def _eviction_step(
-    cost: np.ndarray, share: float, lead: np.ndarray, *, open_turn: bool = False
+    cost: np.ndarray,
+    share: float,
+    lead: np.ndarray,
+    tool: np.ndarray | None = None,
+    *,
+    open_turn: bool = False,
 ) -> np.ndarray:
     """Which of the evictable units one step evicts: their positions, oldest first.
 
@@ -1008,12 +1015,14 @@ def _eviction_step(
     int64 in tokens), then up to the next unit that opens with a ``user``
     message (``lead``, ``(k,)``: each unit's first history role), so the
     history left starts on a user turn, when one unit is left before it (a
-    reply) or the units up to it cost at most half the share taken. When
-    that unit is farther (a turn whose tool steps ran long) or none
+    reply, not a tool exchange: ``tool``, ``(k,)`` bool, the unit holds a
+    tool result) or the units up to it cost at most half the share taken.
+    When that unit is farther (a turn whose tool steps ran long) or none
     follows (an agent loop's newest turn), the user message of the turn the
     share ends in (its task) stays: the step evicts every unit before it
-    and at least ``share`` of the tokens of the units after it, oldest
-    first, up to the next user turn at most, leaving a hole after it. The
+    and the units after it, oldest first, until it has evicted ``share``
+    of the tokens, up to the next user turn at most, leaving a hole after
+    it. The
     task stays only while something answers it: a unit after it that the
     step leaves, or, with no new user message (``open_turn``), the new
     steps of its loop. Otherwise, and with no user message at all, the step
@@ -1046,20 +1055,27 @@ def _eviction_step(
     >>> long = np.array(["user", *["assistant"] * 14, "user", "assistant"], dtype=object)
     >>> _eviction_step(np.full(17, 10), 0.4, long).tolist()  # a far user turn: the task stays
     [1, 2, 3, 4, 5, 6, 7]
+    >>> steps = np.array([False, True, True, False, True, True, False, True])
+    >>> tasks = np.where(steps, "assistant", "user").astype(object)
+    >>> cost = np.array([10, 160, 160, 10, 260, 310, 10, 110])
+    >>> _eviction_step(cost, 0.4, tasks, steps).tolist()  # the task's newest step is no reply
+    [0, 1, 2, 4]
     """
     upto = _share_end(cost, share)
     users = np.flatnonzero(lead == "user")
     later, earlier = users[users >= upto], users[users < upto]
     if len(later):
         turn = int(later[0])
-        if turn - upto <= 1 or 2 * int(cost[upto:turn].sum()) <= int(cost[:upto].sum()):
+        reply = turn == upto or (turn - upto == 1 and (tool is None or not tool[upto]))
+        if reply or 2 * int(cost[upto:turn].sum()) <= int(cost[:upto].sum()):
             return np.arange(turn, dtype=np.int64)
         if not len(earlier):  # the share ends mid-turn, its user message already gone
             return np.arange(upto, dtype=np.int64)
     if len(earlier):
         task = int(earlier[-1])
         end = int(later[0]) if len(later) else len(cost)
-        after = min(task + 1 + _share_end(cost[task + 1 :], share), end)
+        rest = math.ceil(share * int(cost.sum())) - int(cost[:task].sum())
+        after = min(task + 1 + _reach(cost[task + 1 :], rest), end)
         answered = after < len(cost) or open_turn
         if answered and (task > 0 or after > task + 1):
             return np.concatenate([np.arange(task), np.arange(task + 1, after)]).astype(np.int64)
@@ -1068,5 +1084,9 @@ def _eviction_step(
 
 def _share_end(cost: np.ndarray, share: float) -> int:
     """How many of the units, oldest first, it takes to reach ``share`` of ``cost``'s sum."""
-    target = math.ceil(share * int(cost.sum()))
-    return min(int(np.searchsorted(np.cumsum(cost), target, side="left")) + 1, len(cost))
+    return _reach(cost, math.ceil(share * int(cost.sum())))
+
+
+def _reach(cost: np.ndarray, tokens: int) -> int:
+    """How many of the units, oldest first, it takes to reach ``tokens`` (one at least)."""
+    return min(int(np.searchsorted(np.cumsum(cost), tokens, side="left")) + 1, len(cost))
