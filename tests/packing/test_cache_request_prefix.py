@@ -445,3 +445,27 @@ def test_a_request_to_the_same_provider_reads_the_earlier_ones_cache(
     report = _continued(first, then)
     assert report.prefix_tokens > 3000
     assert report.cached_tokens > 2900  # OpenAI caches whole 128-token steps
+
+
+@pytest.mark.parametrize("text", ["Working on it.\n", "Working on it. ", "Done.\n\n"])
+def test_an_anthropic_reply_ending_in_whitespace_is_sent_the_same_once_a_question_follows(
+    text: str,
+) -> None:
+    # The whitespace ending the last assistant turn was stripped (the API refuses it in a
+    # prefill) and sent again once a user message followed: the bytes of the earlier
+    # request changed with no eviction, and the provider's cache missed from there.
+    history = [
+        {"role": "system", "content": "You are an agent. " * 200},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": text},
+    ]
+    first = from_openai_messages(history).pack(4000, as_of=WHEN, target="anthropic")
+    later = from_openai_messages([*history, {"role": "user", "content": "and?"}]).pack(
+        4000, as_of=WHEN, target="anthropic", previous=first, cache_model="anthropic:claude-sonnet-4-5"
+    )
+    sent, now = first.to_anthropic()["messages"], later.to_anthropic()["messages"]
+    assert _without_marks(_flat_blocks({"messages": now[:2]})) == _without_marks(
+        _flat_blocks({"messages": sent})
+    )
+    assert sent[1]["content"][0]["text"] == text.rstrip()
+    assert later.manifest.cache.prefix_items == 3

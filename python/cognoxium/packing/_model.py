@@ -782,9 +782,11 @@ class ContextPack:
           holds nothing to send; a pack built for Anthropic counts the
           opening message when the first message it sends is such a one).
           So a history ending on a blank user message ends on the reply
-          before it, which the API reads as a prefill to continue. A
-          request that ends on an ``assistant`` message (a prefill) has the
-          whitespace at its end stripped, which the API also rejects.
+          before it, which the API reads as a prefill to continue. The
+          whitespace ending an ``assistant`` text block is stripped, as the
+          API rejects it at the end of a request (a prefill), in every
+          turn: a message is sent the same whether or not one follows, so
+          a continuing pack keeps the earlier request's bytes.
         - A tool call id outside the API's form ``^[a-zA-Z0-9_-]+$`` (ids
           such as ``functions.get_weather:0`` come from other providers) is
           sent as :func:`~cognoxium.packing._renderers.anthropic_tool_id`

@@ -201,6 +201,9 @@ def anthropic_turn(
         return "user", [block]
     blocks = _content_blocks(content, message.get("name"))
     if role == "assistant":
+        for block in blocks:  # the API refuses a last assistant turn ending in whitespace
+            if block["type"] == "text":  # stripped in every turn: its bytes stay when one follows
+                block["text"] = block["text"].rstrip()
         calls = message.get("tool_calls") or ()
         blocks += [_tool_use(call, row, j) for j, call in enumerate(calls)]
     return role, blocks
@@ -225,16 +228,6 @@ def system_text(message: dict[str, Any]) -> str:
     """The text a system or developer message adds to an Anthropic request's ``system``."""
     blocks = _content_blocks(message.get("content"), message.get("name"))
     return "\n".join(b["text"] for b in blocks if b["type"] == "text")
-
-
-def _end_without_whitespace(turns: list[dict[str, Any]]) -> None:
-    """Strip the whitespace that ends a last assistant turn: the API refuses such a prefill."""
-    if not turns or turns[-1]["role"] != "assistant":
-        return
-    blocks = turns[-1]["content"]
-    last = blocks[-1]
-    if last["type"] == "text":
-        last["text"] = last["text"].rstrip()  # not blank: blank text blocks are left out
 
 
 def _opening(placeholder: str | None) -> dict[str, Any]:
@@ -315,7 +308,6 @@ def anthropic_request(
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    _end_without_whitespace(turns)
     if not turns:
         turns.append(_opening(placeholder))
     request: dict[str, Any] = {"system": "\n\n".join(system)} if system else {}

@@ -35,7 +35,6 @@ Examples
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -217,8 +216,6 @@ def _anthropic_units(
     spoken = [turn for turn in turns if turn[2]]
     if not spoken or spoken[0][1] == "assistant":
         units.append(_Unit(("opening",), (), 0, 0, 1))
-    if spoken and spoken[-1][1] == "assistant":
-        _strip_end(spoken[-1][2])
     for i, role, blocks in turns:
         units.append(
             _Unit((role, blocks), tuple(rows[i]), 1, int(tokens[i]), len(blocks), bool(ranked[i]))
@@ -241,12 +238,6 @@ def _turn_or_raw(
     except RecordError:
         calls = message.get("tool_calls") or ()
         return message["role"], [message] * (1 + len(calls))
-
-
-def _strip_end(blocks: list[dict[str, Any]]) -> None:
-    """Strip the whitespace ending the last block, as the request's last assistant turn is sent."""
-    if blocks[-1].get("type") == "text":
-        blocks[-1] = {**copy.deepcopy(blocks[-1]), "text": blocks[-1]["text"].rstrip()}
 
 
 def pack_prefix(pack: ContextPack, *, anthropic: bool) -> RequestPrefix:
