@@ -461,7 +461,11 @@ def test_an_anthropic_reply_ending_in_whitespace_is_sent_the_same_once_a_questio
     ]
     first = from_openai_messages(history).pack(4000, as_of=WHEN, target="anthropic")
     later = from_openai_messages([*history, {"role": "user", "content": "and?"}]).pack(
-        4000, as_of=WHEN, target="anthropic", previous=first, cache_model="anthropic:claude-sonnet-4-5"
+        4000,
+        as_of=WHEN,
+        target="anthropic",
+        previous=first,
+        cache_model="anthropic:claude-sonnet-4-5",
     )
     sent, now = first.to_anthropic()["messages"], later.to_anthropic()["messages"]
     assert _without_marks(_flat_blocks({"messages": now[:2]})) == _without_marks(
