@@ -189,8 +189,10 @@ def _quarantine(node: Quarantine, lf: pl.LazyFrame) -> pl.LazyFrame:
     if node.predicate is None:
         from cognoxium.governance.injection import detect_injection
 
-        signs = packed_text_expr().map_batches(
-            detect_injection, return_dtype=pl.String, is_elementwise=True
+        signs = _own_calls_kept(
+            packed_text_expr().map_batches(
+                detect_injection, return_dtype=pl.String, is_elementwise=True
+            )
         )
         reason = pl.when(pl.col("trust").cast(pl.String) == "untrusted").then(
             pl.concat_str([pl.lit(f"{node.reason}: "), signs])
@@ -199,6 +201,24 @@ def _quarantine(node: Quarantine, lf: pl.LazyFrame) -> pl.LazyFrame:
     matched = _with_match(lf, node.predicate)
     reason = pl.when(pl.col(_MATCH)).then(pl.lit(node.reason))
     return matched.with_columns(pl.coalesce(earlier, reason).alias(QUARANTINE_COLUMN)).drop(_MATCH)
+
+
+def _own_calls_kept(signs: pl.Expr) -> pl.Expr:
+    """``signs`` without ``tool_call_json`` for an assistant message's own tool calls.
+
+    A chat's assistant message that calls tools holds them as its JSON
+    payload (``{"tool_calls": [...]}``): they are the message, not JSON
+    shaped like a tool call inside a text. Its other signs stand.
+    """
+    own = (pl.col("role").cast(pl.String) == "assistant") & (
+        pl.col("payload_kind").cast(pl.String) == "json"
+    )
+    kept = (
+        signs.str.split(",")
+        .list.eval(pl.element().filter(pl.element() != "tool_call_json"))
+        .list.join(",")
+    )
+    return pl.when(own).then(pl.when(kept != "").then(kept)).otherwise(signs)
 
 
 _RETENTION_CODES = {"required": 0, "preferred": 1, "optional": 2}

@@ -1183,7 +1183,9 @@ class CognitionFrame:
             the default detector: untrusted items whose packed text carries
             instruction-injection signs (see
             :func:`cognoxium.governance.injection.detect_injection`), with
-            the signs appended to ``reason``.
+            the signs appended to ``reason``. An assistant message's own
+            tool calls (its JSON payload) are not a ``tool_call_json`` sign;
+            the other signs are read in them.
         reason
             Why, recorded per item (non-empty).
 

@@ -126,10 +126,13 @@ def find_exclusions(df: pl.DataFrame, as_of: datetime, review: PolicyReview) -> 
     tier = cols.get_column("tier").to_numpy()
     held = (reason == REASON_CODE[Reason.QUARANTINED]) & (tier == 0)
     if held.any():
-        ids = sorted(df.get_column("id").filter(pl.Series(held)).to_list())
+        found = df.filter(pl.Series(held)).select("id", quarantine_expr(df).alias("why"))
+        reasons = dict(sorted(found.iter_rows()))
         raise PackError(
-            f"required items {ids} are quarantined: a quarantined item never enters a pack; "
-            "lower their retention or lift the quarantine"
+            f"required items are quarantined: {reasons}; a quarantined item never enters a "
+            "pack: lower their retention or lift the quarantine (the default detector, "
+            "quarantine() with no predicate, reads untrusted items only: mark an item the "
+            "application wrote, such as its system prompt, trust='trusted')"
         )
     if review.policies:
         check_outcomes(df, review, reason, tier)
