@@ -541,3 +541,37 @@ def test_a_cut_made_for_a_selection_left_behind_does_not_carry_over() -> None:
     assert packed.ids == ["s0", "s1", "m00", "m03", "m06"]
     assert packed.manifest.truncations == []
     assert packed.used_tokens == CL100K.request_tokens(packed.messages)
+
+
+@pytest.mark.parametrize("last", ["result", "question"])
+@pytest.mark.parametrize("budget", [140, 160])
+def test_a_cut_last_message_leaves_the_history_its_room_when_half_of_it_is_below_its_floor(
+    last: str, budget: int
+) -> None:
+    # The cut of an awaited result (or of the question a chat ends on) keeps half the room
+    # so that the history before it keeps the rest. When half the room was below its
+    # 64-token floor, the cut took the whole room instead: a 12- and a 10-token message
+    # were left out at 140 tokens, where 79 tokens of the log and both fit.
+    from cognoxium.formats.openai import from_openai_messages
+
+    log = "line of output " * 300
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Check the logs of the hub please."},
+        {"role": "assistant", "content": "Looking at the earlier session."},
+    ]
+    call = {"id": "c1", "type": "function", "function": {"name": "read_log", "arguments": "{}"}}
+    if last == "result":
+        history += [
+            {"role": "user", "content": "Also the router."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": log},
+        ]
+    else:
+        history.append({"role": "user", "content": "Why does this fail?\n" + log})
+    packed = from_openai_messages(history).pack(budget, as_of=AS_OF)
+    assert packed.ids == [f"msg:{i}" for i in range(len(history))]
+    (cut,) = packed.manifest.truncations
+    assert cut.id == f"msg:{len(history) - 1}"
+    assert cut.kept_tokens >= 64
+    assert packed.used_tokens == budget  # what the history leaves goes back to the cut

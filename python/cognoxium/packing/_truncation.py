@@ -384,16 +384,20 @@ class Cutter:
         as its members' ``min_tokens`` allow (its new cost is then above
         ``allowed``). Nothing changes when ``None`` is returned. A replayed
         row starts from its earlier cut. A unit holding an awaited result
-        (none replayed) is cut to :attr:`cap` when that is less and its
-        ``min_tokens`` allow it, so that the history before it keeps room;
-        :meth:`regrow` gives it the room the history leaves.
+        (none replayed) is cut to :attr:`cap` when that is less, or as far
+        as its ``min_tokens`` allow when the cap is below them, so that the
+        history before it keeps room; :meth:`regrow` gives it the room the
+        history leaves.
         """
-        if self.cap is not None and self.cap < allowed and self._awaits(unit):
-            capped = self._fit(unit, self.cap, partial=partial)
-            if capped is not None:
-                self.capped.append(unit)
-                return capped
-        return self._fit(unit, allowed, partial=partial)
+        if self.cap is None or self.cap >= allowed or not self._awaits(unit):
+            return self._fit(unit, allowed, partial=partial)
+        capped = self._fit(unit, self.cap, partial=True)
+        if capped is not None and (capped <= allowed or partial):
+            self.capped.append(unit)
+            return capped
+        if capped is not None:  # its min_tokens cost more than allowed: nothing changes
+            self._uncut(unit)
+        return None
 
     def regrow(self, left: int) -> int:
         """Give ``left`` tokens back to the units cut to :attr:`cap`; the tokens they take.
