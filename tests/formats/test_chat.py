@@ -301,10 +301,22 @@ def test_empty_assistant_text_next_to_tool_calls_becomes_a_json_payload() -> Non
             "an image part is sent in a user message only",
         ),
         (
-            [{"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"}]}],
+            [{"role": "assistant", "content": [{"type": "reasoning", "reasoning": "hmm"}]}],
             0,
             "content[0].type",
-            "'thinking' part holds the model's reasoning, which is not packed",
+            "'reasoning' part holds the model's reasoning, which is not packed",
+        ),
+        (
+            [{"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"}]}],
+            0,
+            "content[0].signature",
+            "must be a non-empty string, got None",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "redacted_thinking", "data": "x"}]}],
+            0,
+            "content[0].type",
+            "'redacted_thinking' part is Anthropic's signed reasoning",
         ),
         (
             [{"role": "assistant", "content": [{"type": "input_audio", "input_audio": {}}]}],

@@ -32,13 +32,22 @@ Mapping
 ``assistant`` message
     One assistant message: its ``text`` blocks joined with ``"\n"``, and one
     tool call per ``tool_use`` block (``id``, ``name``, and ``input`` as
-    compact JSON ``arguments``, keys in their order).
+    compact JSON ``arguments``, keys in their order). Its ``thinking`` and
+    ``redacted_thinking`` blocks (extended thinking), which must come before
+    its other blocks, are kept byte for byte in the item's
+    ``metadata.thinking_blocks`` (see
+    :data:`~cognoxium.packing._messages.THINKING_KEY`): packed with the
+    message and its tool calls, sent first in it by the Anthropic rendering,
+    as received, and left out of every other rendering (they are
+    Anthropic's, signed). A ``thinking`` block needs a non-empty
+    ``signature``, a ``redacted_thinking`` block its ``data``.
 
 Indices count the OpenAI messages: with a system prompt, the first user
 message is index 1, and a user message holding two tool results and a text
 stands for three messages. ``cache_control`` on a block is accepted and not
 kept (it is a caching hint, not content). Other block types (``document``,
-``thinking``, ...) and unknown keys raise.
+``server_tool_use``, ...), thinking blocks in a user message or after
+another block, and unknown keys raise.
 
 Examples
 --------
@@ -78,6 +87,7 @@ from cognoxium.formats.openai import (
 )
 from cognoxium.frame.frame import CognitionFrame
 from cognoxium.items.model import ContextItem, Retention
+from cognoxium.packing._messages import THINKING_TYPES, sent_thinking
 from cognoxium.packing._renderers import anthropic_request, failed_calls
 from cognoxium.packing.message_rules import validate_anthropic_messages
 from cognoxium.packing.packer import ContextPack
@@ -95,9 +105,13 @@ _BLOCK_KEYS: dict[str, frozenset[str]] = {
     "image": frozenset({"type", "source"}),
     "tool_use": frozenset({"type", "id", "name", "input"}),
     "tool_result": frozenset({"type", "tool_use_id", "content", "is_error"}),
+    **{kind: frozenset({"type", *keys}) for kind, keys in THINKING_TYPES.items()},
 }
 _IGNORED = frozenset({"cache_control"})
-_BLOCKS_OF = {"user": ("text", "image", "tool_result"), "assistant": ("text", "tool_use")}
+_BLOCKS_OF = {
+    "user": ("text", "image", "tool_result"),
+    "assistant": ("text", "tool_use", *THINKING_TYPES),
+}
 
 
 @dataclass(frozen=True)
@@ -268,8 +282,14 @@ class _Conversation:
     def assistant(self, index: int, blocks: list[tuple[str, str, Mapping[str, Any]]]) -> None:
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
+        thinking: list[dict[str, Any]] = []
         paths: dict[str, str] = {"content": "content"}
         for kind, at, block in blocks:
+            if kind in THINKING_TYPES:
+                if texts or calls:
+                    raise _fail(index, f"{at}.type", _THINKING_LATE.format(kind), self.source)
+                thinking.append({k: v for k, v in block.items() if k not in _IGNORED})
+                continue
             if kind == "text":
                 texts.append(_text(block, index, at, self.source))
                 continue
@@ -287,10 +307,19 @@ class _Conversation:
                     "function": {"name": name, "arguments": encoded},
                 }
             )
-        message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+        text = "\n".join(texts)
+        # Thinking blocks lead the content parts (so their paths are the blocks' own).
+        content: Any = [*thinking, {"type": "text", "text": text}] if thinking else text
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
         self.add(message, _Origin(index, paths))
+
+
+_THINKING_LATE = (
+    "a {} block after a text or tool_use block; thinking blocks come first in an assistant "
+    "message, as the model returned them"
+)
 
 
 def _blocks(message: Any, index: int, source: str | None) -> tuple[str, list[Any]]:
@@ -487,4 +516,5 @@ def to_anthropic_messages(
         return data.to_anthropic(placeholder=placeholder)
     frame = data.collect() if isinstance(data, CognitionFrame) else data
     messages = to_openai_messages(frame)
-    return anthropic_request(messages, placeholder=placeholder, failed=failed_calls(frame))
+    failed, thinking = failed_calls(frame), sent_thinking(frame)
+    return anthropic_request(messages, placeholder=placeholder, failed=failed, thinking=thinking)

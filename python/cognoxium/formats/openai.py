@@ -57,7 +57,13 @@ metadata
     and ``original_tool_call_id`` (on its results), see below;
     ``{"name": ...}`` when the
     message has a ``name``; ``{"message_part": k}`` on each part of a user
-    message with images.
+    message with images; ``{"thinking_blocks": [...]}`` on an assistant
+    message whose content parts start with Anthropic ``thinking`` or
+    ``redacted_thinking`` blocks (LangChain's converter leaves them there):
+    they are kept byte for byte, only an Anthropic request sends them back
+    (see :data:`~cognoxium.packing._messages.THINKING_KEY`); a thinking
+    block after another part, or without its ``signature`` (``data``),
+    raises.
 sources
     ``[{"uri": source, "kind": "openai_messages"}]`` when ``source`` is given.
 retention
@@ -167,7 +173,14 @@ from cognoxium.items.model import (
 )
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.items.validation import complete_valid_columns, conform
-from cognoxium.packing._messages import PART_KEY, chat_columns, check_tool_results
+from cognoxium.packing._messages import (
+    PART_KEY,
+    THINKING_KEY,
+    THINKING_TYPES,
+    chat_columns,
+    check_tool_results,
+    thinking_block,
+)
 from cognoxium.packing.message_rules import validate_openai_messages
 from cognoxium.packing.packer import ContextPack
 
@@ -322,13 +335,42 @@ def _image_of(part: Mapping[str, Any], index: int, at: str, where: MessageLocati
     return _Image(url, detail, media_type)
 
 
+def _thinking_of(content: Any, index: int, where: MessageLocation) -> list[dict[str, str]]:
+    """The thinking parts an assistant message's content starts with, checked.
+
+    A thinking part after another part raises: the blocks are sent back
+    first in the message, so they must have come first.
+    """
+    if not isinstance(content, list):
+        return []
+    blocks: list[dict[str, str]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind not in THINKING_TYPES:
+            break
+        try:
+            blocks.append(thinking_block(part))
+        except RecordError as error:
+            raise where.error(index, f"content[{j}].{error.field}", error.message) from None
+    for j, part in enumerate(content[len(blocks) :], start=len(blocks)):
+        if isinstance(part, Mapping) and part.get("type") in THINKING_TYPES:
+            raise where.error(
+                index,
+                f"content[{j}].type",
+                f"a {part['type']} part after another part; thinking blocks come first in an "
+                "assistant message, as the model returned them",
+            )
+    return blocks
+
+
 def _segments_of(
-    content: Any, index: int, where: MessageLocation, *, images: bool
+    content: Any, index: int, where: MessageLocation, *, images: bool, skip: int = 0
 ) -> list[str | _Image] | None:
     """The message content as text and image segments, None when absent.
 
     Consecutive text parts are joined with newlines into one segment; each
     image part is a segment of its own (only when ``images`` is allowed).
+    The first ``skip`` parts (an assistant message's thinking parts) are passed over.
     """
     if content is None or isinstance(content, str):
         return None if content is None else [content]
@@ -340,7 +382,7 @@ def _segments_of(
         )
     segments: list[str | _Image] = []
     texts: list[str] = []
-    for j, part in enumerate(content):
+    for j, part in enumerate(content[skip:], start=skip):
         at = f"content[{j}]"
         if not isinstance(part, Mapping):
             raise where.error(index, at, f"a content part must be an object, got {part!r}")
@@ -531,16 +573,18 @@ def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> 
     return start
 
 
-_REASONING_PARTS = frozenset({"reasoning", "thinking", "redacted_thinking"})
-
-
 def _part_refused(kind: object, images: bool) -> str:
     """Why a content part of type ``kind`` is refused, and what to do instead."""
     if kind == "image_url":
         return "an image part is sent in a user message only, not in this one"
-    if kind in _REASONING_PARTS:
+    if kind in THINKING_TYPES:
         return (
-            f"a {kind!r} part holds the model's reasoning, which is not packed as message "
+            f"a {kind!r} part is Anthropic's signed reasoning, kept only at the start of an "
+            "assistant message"
+        )
+    if kind == "reasoning":
+        return (
+            "a 'reasoning' part holds the model's reasoning, which is not packed as message "
             "content; leave it out of the content (keep its text parts)"
         )
     allowed = "text and image_url parts" if images else "text parts"
@@ -683,8 +727,12 @@ def _message_content(
         ledger.close(index, role.value)
     name = message.get("name")
     item_id = f"{prefix}:{index}"
-    segments = _segments_of(message.get("content"), index, where, images=role == "user")
+    content = message.get("content")
+    thinking = _thinking_of(content, index, where) if role == "assistant" else []
+    segments = _segments_of(content, index, where, images=role == "user", skip=len(thinking))
     metadata: dict[str, Any] = {} if name is None else {"name": name}
+    if thinking:
+        metadata[THINKING_KEY] = thinking
     if segments is not None and any(isinstance(s, _Image) for s in segments):
         return _user_parts(segments, index, prefix, metadata)
     text = None if segments is None else str(segments[0])

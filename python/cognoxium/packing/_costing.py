@@ -4,7 +4,10 @@ An item costs the tokens of the chat message it sends, by the chat costing
 rule of :mod:`cognoxium.tokens.profiles`: the framing of its role (and name),
 its content, its tool call id or tool calls (ids, function names,
 arguments), and its image by the profile's image rule
-(:mod:`cognoxium.tokens.images`). :func:`render` lays out every row's message once
+(:mod:`cognoxium.tokens.images`); in a pack built for Anthropic, an
+assistant message's thinking blocks too (their text, see
+:meth:`~cognoxium.packing._messages.ChatColumns.thinking_texts`), which only
+an Anthropic request sends. :func:`render` lays out every row's message once
 (:func:`~cognoxium.packing._messages.chat_columns`), which both the costs and
 ``ContextPack.messages`` read; :class:`UnitCosts` counts tokens lazily, only
 for the units the selection reaches, in batches, and proves cheaper lower
@@ -195,7 +198,12 @@ class UnitCosts:
     known
         Bounds and costs found by earlier packs over the same frame, units,
         profile and rendering: this pack starts from them and fills in
-        what it counts (``None``: count everything here).
+        what it counts (``None``: count everything here); they must have
+        been found with the same ``thinking``.
+    thinking
+        Count the assistant rows' thinking blocks, as an Anthropic request
+        sends them (a pack built for Anthropic); ``False``: the rows cost
+        their OpenAI message alone.
     """
 
     def __init__(
@@ -205,12 +213,20 @@ class UnitCosts:
         units: Units,
         floor: np.ndarray | None = None,
         known: KnownCosts | None = None,
+        *,
+        thinking: bool = False,
     ) -> None:
         self.profile = profile
         self.known = known
         self.content = rendering.texts
         self.hashes = rendering.chat.key
         self.tool_texts = rendering.chat.tool_texts
+        if thinking and rendering.chat.thinking:
+            texts = rendering.chat.thinking_texts()
+            tools = self.tool_texts
+            self.tool_texts = {
+                row: [*texts.get(row, ()), *tools.get(row, ())] for row in {*texts, *tools}
+            }
         self.fixed = rendering.framing + rendering.image_tokens
         self.units = units
         if known is None:

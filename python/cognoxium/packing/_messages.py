@@ -36,6 +36,10 @@ policy renders as ``user``  a ``tool`` message only as the result of a call
 policy ``render_as_user``   ``user``, the packed text, nothing else
 policy ``render_as_data``   ``user``, the packed text in a data block, nothing
                             else
+assistant with              no key of the OpenAI message (the blocks are
+``thinking_blocks`` in its  Anthropic's, signed): an Anthropic request sends
+metadata                    them first in the message, as received (see
+                            :data:`THINKING_KEY`)
 a part of a user message    one message with the other parts of its message
 (``metadata.message_part``  (same ``group_id``) that are sent, at the place
 the part's 0-based index,   of the first of them: ``content`` lists their
@@ -53,7 +57,7 @@ drops the message whole and it is sent as the one message it was.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,13 +75,19 @@ __all__ = [
     "ATTRIBUTED_ROLES",
     "CHAT_ROLE",
     "PART_KEY",
+    "THINKING_KEY",
+    "THINKING_TYPES",
     "ChatColumns",
     "chat_columns",
     "chat_message",
     "check_tool_results",
     "message_parts",
+    "message_rows",
     "sent_messages",
+    "sent_thinking",
     "source_lines",
+    "thinking_block",
+    "thinking_rows",
 ]
 
 _NAMED_ROLES = [role for role, chat in CHAT_ROLES.items() if role == chat]
@@ -88,6 +98,21 @@ ATTRIBUTED_ROLES: tuple[str, ...] = ("document", "memory")
 _NO_CONTENT_KEY = "no-content"
 PART_KEY = "message_part"
 """The metadata key of an item that is one part of a user message: the part's 0-based index."""
+THINKING_KEY = "thinking_blocks"
+"""The metadata key of an assistant item's Anthropic thinking blocks, in the order received.
+
+A list of ``{"type": "thinking", "thinking", "signature"}`` and
+``{"type": "redacted_thinking", "data"}`` blocks, kept byte for byte: the
+API checks their signature, and in a tool-use loop with thinking on it
+takes the assistant turn that makes a ``tool_use`` only when it starts with
+them. They are part of the item, so they are packed with its message and
+its tool calls or not at all; only an Anthropic request sends them (first
+in the message), and only a pack built for Anthropic counts them."""
+THINKING_TYPES: dict[str, tuple[str, ...]] = {
+    "thinking": ("thinking", "signature"),
+    "redacted_thinking": ("data",),
+}
+"""Each Anthropic thinking block type and its keys after ``type``, in the API's order."""
 
 
 def chat_message(
@@ -194,6 +219,10 @@ class ChatColumns:
         ``(n,)`` bool: the row is a part of a message whose earlier part is
         in the frame, so it is sent in that part's message, not framed on
         its own.
+    thinking
+        Row -> its thinking blocks (:func:`thinking_rows`), for the rows
+        sent as ``assistant`` messages that hold any; no OpenAI message
+        sends them.
     """
 
     role: pl.Series
@@ -204,6 +233,20 @@ class ChatColumns:
     images: dict[int, ImageSpec]
     parts: dict[int, tuple[str, int]]
     continued: np.ndarray
+    thinking: dict[int, list[dict[str, str]]]
+
+    def thinking_texts(self) -> dict[int, list[str]]:
+        """Row -> the texts an Anthropic request's thinking blocks of the row cost.
+
+        A ``thinking`` block's text and a ``redacted_thinking`` block's
+        ``data`` (its encrypted text: Anthropic counts what it stands for
+        and does not say how much that is, so its count is an estimate);
+        the signature is not counted.
+        """
+        return {
+            row: [block.get("thinking", block.get("data", "")) for block in blocks]
+            for row, blocks in self.thinking.items()
+        }
 
     def message(self, row: int) -> dict[str, Any]:
         """The message dict of ``row`` alone."""
@@ -307,6 +350,7 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         If a tool call of a row is malformed (it lacks a string ``id``,
         ``function.name`` or ``function.arguments``), naming the row and the
         field (``metadata.tool_calls[0].id`` or ``json.tool_calls[0].id``);
+        if a thinking block is (see :func:`thinking_rows`);
         if an image's metadata is wrong (see
         :func:`~cognoxium.items.images.image_specs`), or an image would be
         sent in a message other than a user one (field ``role``).
@@ -342,6 +386,7 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
     fields = {r: f for r, f in fields.items() if f}
     _check_image_roles(df, chat, images)
     parts = message_parts(df)
+    thinking = {row: b for row, b in thinking_rows(df).items() if chat[row] == "assistant"}
     return ChatColumns(
         role=chat,
         content=content_col,
@@ -351,6 +396,7 @@ def chat_columns(df: pl.DataFrame, action: pl.Series | None = None) -> ChatColum
         images=images,
         parts=parts,
         continued=_continued(df.height, parts),
+        thinking=thinking,
     )
 
 
@@ -544,3 +590,161 @@ def check_tool_results(messages: Sequence[dict[str, Any]]) -> int | None:
         if message["role"] == "tool" and message.get("tool_call_id") not in declared:
             return index
     return None
+
+
+def thinking_block(block: Any) -> dict[str, str]:
+    """Check one Anthropic thinking block; return it with its keys in the API's order.
+
+    Parameters
+    ----------
+    block
+        ``{"type": "thinking", "thinking": str, "signature": str}`` (the
+        text may be empty, the signature may not) or ``{"type":
+        "redacted_thinking", "data": str}`` (not empty).
+
+    Returns
+    -------
+    dict
+        The block, ``type`` first and then the keys of :data:`THINKING_TYPES`;
+        its values are the given strings, unchanged.
+
+    Raises
+    ------
+    RecordError
+        If it is not such a block; ``field`` names the key at fault
+        (``type``, ``signature``, ``data``, an unknown key), relative to the block.
+
+    Examples
+    --------
+    >>> thinking_block({"signature": "c2ln", "thinking": "x", "type": "thinking"})
+    {'type': 'thinking', 'thinking': 'x', 'signature': 'c2ln'}
+    >>> thinking_block({"type": "thinking", "thinking": "x"})
+    Traceback (most recent call last):
+    ...
+    cognoxium.exceptions.RecordError: field signature: must be a non-empty string, got None; ...
+    """
+    if not isinstance(block, Mapping):
+        raise RecordError(f"a thinking block must be an object, got {block!r}")
+    kind = block.get("type")
+    if kind not in THINKING_TYPES:
+        raise RecordError(f"must be one of {list(THINKING_TYPES)}, got {kind!r}", field="type")
+    keys = THINKING_TYPES[kind]
+    extra = sorted(set(block) - {"type", *keys})
+    if extra:
+        raise RecordError(f"unknown key in a {kind} block", field=extra[0])
+    checked = {"type": kind}
+    for key in keys:
+        value = block.get(key)
+        if not isinstance(value, str) or (not value and key != "thinking"):
+            raise RecordError(
+                f"must be a non-empty string, got {value!r}; a {kind} block is sent back "
+                "exactly as the API returned it",
+                field=key,
+            )
+        checked[key] = value
+    return checked
+
+
+def thinking_rows(df: pl.DataFrame) -> dict[int, list[dict[str, str]]]:
+    """The assistant rows of ``df`` that hold thinking blocks (:data:`THINKING_KEY`).
+
+    Parameters
+    ----------
+    df
+        The items, ``n`` rows (``role`` and ``metadata`` are read).
+
+    Returns
+    -------
+    dict
+        Row -> its blocks, checked by :func:`thinking_block`, in order; empty
+        when no row has any.
+
+    Raises
+    ------
+    RecordError
+        If an assistant row's ``metadata.thinking_blocks`` is not a list of
+        thinking blocks; it names the row and the field
+        (``metadata.thinking_blocks[0].signature``).
+    """
+    flagged = (pl.col("role") == "assistant") & pl.col("metadata").str.contains(
+        f'"{THINKING_KEY}":', literal=True
+    )
+    rows = np.flatnonzero(df.select(flagged.fill_null(False)).to_series().to_numpy())
+    out: dict[int, list[dict[str, str]]] = {}
+    if len(rows) == 0:
+        return out
+    texts = df.get_column("metadata").gather(rows).to_list()
+    for row, text in zip(rows.tolist(), texts, strict=True):
+        blocks = json.loads(text).get(THINKING_KEY)
+        field = f"metadata.{THINKING_KEY}"
+        if not isinstance(blocks, list):
+            raise RecordError("must be a list of thinking blocks", row=row, field=field)
+        checked = []
+        for j, block in enumerate(blocks):
+            try:
+                checked.append(thinking_block(block))
+            except RecordError as error:
+                at = f"{field}[{j}]" + (f".{error.field}" if error.field else "")
+                raise RecordError(error.message, row=row, field=at) from None
+        if checked:
+            out[row] = checked
+    return out
+
+
+def message_rows(frame: pl.DataFrame, notes: Sequence[int] = ()) -> list[list[int]]:
+    """The pack positions of the items each message of the pack sends.
+
+    Parameters
+    ----------
+    frame
+        The packed rows, ``k`` of them, in pack order (``role``, ``group_id``
+        and ``metadata`` are read).
+    notes
+        The indexes in the messages of the gap notes (``GapRecord.note_at``),
+        ascending: they send no item.
+
+    Returns
+    -------
+    list of list of int
+        One list per message, in order; ``[]`` for a gap note.
+    """
+    rows = sent_messages(message_parts(frame), np.arange(frame.height, dtype=np.int64))
+    for at in notes:
+        rows.insert(at, [])
+    return rows
+
+
+def sent_thinking(
+    frame: pl.DataFrame, notes: Sequence[int] = ()
+) -> dict[int, list[dict[str, str]]]:
+    """The thinking blocks an Anthropic request sends, by the index of their message.
+
+    Parameters
+    ----------
+    frame
+        The rows sent, ``k`` of them, in order (``role``, ``group_id`` and
+        ``metadata`` are read).
+    notes
+        The indexes of the gap notes in the messages, ascending (see
+        :func:`message_rows`).
+
+    Returns
+    -------
+    dict
+        Message index (in :func:`message_rows` order) -> the thinking blocks
+        of the assistant item it sends (:func:`thinking_rows`); the
+        renderer sends them only in a message sent as the assistant's.
+
+    Raises
+    ------
+    RecordError
+        As :func:`thinking_rows`.
+    """
+    by_row = thinking_rows(frame)
+    if not by_row:
+        return {}
+    return {
+        at: by_row[held[0]]
+        for at, held in enumerate(message_rows(frame, notes))
+        if held and held[0] in by_row
+    }

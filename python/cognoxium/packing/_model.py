@@ -34,6 +34,7 @@ from cognoxium.items.model import ContextItem, canonical_json
 from cognoxium.items.schema import POLARS_SCHEMA
 from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._display import fields_html, table_html
+from cognoxium.packing._messages import sent_thinking
 from cognoxium.packing._renderers import (
     Renderer,
     anthropic_request,
@@ -699,6 +700,12 @@ class ContextPack:
     ) -> list[dict[str, Any]] | dict[str, Any]:
         """The OpenAI Chat Completions messages of the pack: a copy of :attr:`messages`.
 
+        An assistant item's Anthropic thinking blocks
+        (``metadata.thinking_blocks``) are not sent: they are Anthropic's,
+        signed for its API, which alone takes them back; a pack built for
+        OpenAI does not count them, one built for Anthropic does (see
+        :meth:`to_anthropic`).
+
         The messages of the same items are the same bytes in every pack (the
         keys and parts in one order), so a pack that continues an earlier
         one (``pack(budget, previous=...)``) starts with the earlier
@@ -755,7 +762,11 @@ class ContextPack:
           messages of ``text`` blocks; ``image_url`` parts become ``image``
           blocks (a ``data:<media type>;base64,<data>`` URL as a ``base64``
           source, any other URL as a ``url`` source).
-        - ``assistant`` messages become ``assistant`` messages: a ``text``
+        - ``assistant`` messages become ``assistant`` messages: first the
+          item's thinking blocks (``thinking`` and ``redacted_thinking``,
+          ``metadata.thinking_blocks``, as
+          :func:`~cognoxium.formats.anthropic.from_anthropic_messages` keeps
+          them), exactly as received, then a ``text``
           block for their text, then one ``tool_use`` block per tool call
           (``id``, function ``name``, and ``input``, the arguments parsed as
           JSON; blank arguments, ``""`` or whitespace, are ``{}``, as Chat
@@ -792,7 +803,8 @@ class ContextPack:
           sent as :func:`~cognoxium.packing._renderers.anthropic_tool_id`
           makes it, the same in its ``tool_use`` and ``tool_result``.
         - Consecutive messages of the same role are merged into one message,
-          their blocks in order, so ``user`` and ``assistant`` alternate as
+          their blocks in order (but for thinking blocks, which go before
+          the merged message's other blocks), so ``user`` and ``assistant`` alternate as
           the API requires; a tool call and its results thus become an
           ``assistant`` message of ``tool_use`` blocks followed by one
           ``user`` message of ``tool_result`` blocks.
@@ -861,7 +873,11 @@ class ContextPack:
             pack built with ``target="anthropic"``.
         """
         failed = failed_calls(self.frame)
-        request = anthropic_request(self.messages, placeholder=placeholder, failed=failed)
+        notes = sorted(g.note_at for g in self.manifest.gap_records if g.note_at is not None)
+        thinking = sent_thinking(self.frame, notes)
+        request = anthropic_request(
+            self.messages, placeholder=placeholder, failed=failed, thinking=thinking
+        )
         if not cache:
             return request
         model = _breakpoints_model(self.manifest, cache_model)

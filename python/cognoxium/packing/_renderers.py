@@ -19,12 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import polars as pl
 
 from cognoxium.exceptions import RecordError
+from cognoxium.packing._messages import THINKING_TYPES
 from cognoxium.packing.message_rules import blank_result, tool_input
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ __all__ = [
     "anthropic_turn",
     "failed_calls",
     "mark_cache",
+    "merge_turn",
     "sends_blocks",
     "system_text",
     "text_transcript",
@@ -188,9 +190,16 @@ def failed_calls(df: pl.DataFrame) -> frozenset[str]:
 
 
 def anthropic_turn(
-    message: dict[str, Any], row: int, failed: frozenset[str]
+    message: dict[str, Any],
+    row: int,
+    failed: frozenset[str],
+    thinking: Sequence[dict[str, str]] = (),
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The Anthropic role and blocks of one non-system OpenAI message (``row``: its index)."""
+    """The Anthropic role and blocks of one non-system OpenAI message (``row``: its index).
+
+    An assistant message starts with its item's ``thinking`` blocks (see
+    :data:`~cognoxium.packing._messages.THINKING_KEY`), copied as they are.
+    """
     role, content = message["role"], message.get("content")
     if role == "tool":
         result: Any = content if isinstance(content, str) else _content_blocks(content, None)
@@ -206,7 +215,29 @@ def anthropic_turn(
                 block["text"] = block["text"].rstrip()
         calls = message.get("tool_calls") or ()
         blocks += [_tool_use(call, row, j) for j, call in enumerate(calls)]
+        blocks[:0] = [dict(block) for block in thinking]
     return role, blocks
+
+
+def _thinking_ahead(blocks: list[dict[str, Any]]) -> int:
+    """How many blocks at the start of ``blocks`` are thinking blocks."""
+    n = 0
+    while n < len(blocks) and blocks[n]["type"] in THINKING_TYPES:
+        n += 1
+    return n
+
+
+def merge_turn(turn: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    """Append a message's ``blocks`` to the blocks of the turn of its role before it.
+
+    The thinking blocks ``blocks`` starts with go after those ``turn``
+    starts with, before its other blocks, so the merged turn starts with
+    every thinking block it holds, as the API takes an assistant turn.
+    """
+    ahead = _thinking_ahead(blocks)
+    at = _thinking_ahead(turn)
+    turn[at:at] = blocks[:ahead]
+    turn.extend(blocks[ahead:])
 
 
 def sends_blocks(message: dict[str, Any]) -> bool:
@@ -241,6 +272,7 @@ def anthropic_request(
     *,
     placeholder: str | None = None,
     failed: frozenset[str] = frozenset(),
+    thinking: Mapping[int, Sequence[dict[str, str]]] | None = None,
 ) -> dict[str, Any]:
     """Render OpenAI chat messages as an Anthropic request (rules: ``ContextPack.to_anthropic``).
 
@@ -258,6 +290,10 @@ def anthropic_request(
         (:func:`failed_calls`): their ``tool_result`` blocks are sent with
         ``"is_error": true``, unless blank (see
         :func:`~cognoxium.packing.message_rules.blank_result`).
+    thinking
+        Message index -> the thinking blocks of its item
+        (:func:`~cognoxium.packing._messages.sent_thinking`): an assistant
+        message sends them first, as they are; ``None``: none.
 
     Returns
     -------
@@ -298,14 +334,14 @@ def anthropic_request(
         if message["role"] in SYSTEM_ROLES:
             system.append(system_text(message))
             continue
-        role, blocks = anthropic_turn(message, row, failed)
+        role, blocks = anthropic_turn(message, row, failed, (thinking or {}).get(row, ()))
         _check_tool_use_ids(message, blocks, row, given)
         if not blocks:
             continue
         if not turns and role == "assistant":
             turns.append(_opening(placeholder))
         if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
+            merge_turn(turns[-1]["content"], blocks)
         else:
             turns.append({"role": role, "content": blocks})
     if not turns:

@@ -43,7 +43,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium.exceptions import RecordError
-from cognoxium.packing._messages import message_parts, sent_messages
+from cognoxium.packing._messages import message_rows, sent_thinking
 from cognoxium.packing._renderers import (
     RANKED_ROLES,
     SYSTEM_ROLES,
@@ -120,29 +120,6 @@ class _Unit:
     ranked: bool = False
 
 
-def message_rows(frame: pl.DataFrame, notes: Sequence[int] = ()) -> list[list[int]]:
-    """The pack positions of the items each message of the pack sends.
-
-    Parameters
-    ----------
-    frame
-        The packed rows, ``k`` of them, in pack order (``role``, ``group_id``
-        and ``metadata`` are read).
-    notes
-        The indexes in the messages of the gap notes (``GapRecord.note_at``),
-        ascending: they send no item.
-
-    Returns
-    -------
-    list of list of int
-        One list per message, in order; ``[]`` for a gap note.
-    """
-    rows = sent_messages(message_parts(frame), np.arange(frame.height, dtype=np.int64))
-    for at in notes:
-        rows.insert(at, [])
-    return rows
-
-
 def request_prefix(
     messages: Sequence[dict[str, Any]],
     rows: Sequence[Sequence[int]],
@@ -151,6 +128,7 @@ def request_prefix(
     *,
     anthropic: bool,
     failed: frozenset[str] = frozenset(),
+    thinking: dict[int, list[dict[str, str]]] | None = None,
 ) -> RequestPrefix:
     """The units of the request made from ``messages`` (see the module's notes).
 
@@ -169,6 +147,9 @@ def request_prefix(
     failed
         Tool calls whose results say the tool failed (see
         :func:`~cognoxium.packing._renderers.failed_calls`).
+    thinking
+        Message index -> the thinking blocks an Anthropic request sends
+        first in it (:func:`~cognoxium.packing._messages.sent_thinking`).
 
     Returns
     -------
@@ -176,7 +157,7 @@ def request_prefix(
         The units, in the provider's order.
     """
     if anthropic:
-        units = _anthropic_units(messages, rows, tokens, ranked, failed)
+        units = _anthropic_units(messages, rows, tokens, ranked, failed, thinking or {})
     else:
         units = [
             _Unit(m, tuple(r), 1, int(t), 1, bool(k))
@@ -200,6 +181,7 @@ def _anthropic_units(
     tokens: np.ndarray,
     ranked: np.ndarray,
     failed: frozenset[str],
+    thinking: dict[int, list[dict[str, str]]],
 ) -> list[_Unit]:
     """The system block, the opening user message when there is one, and each message's blocks."""
     system = [i for i, m in enumerate(messages) if m["role"] in SYSTEM_ROLES]
@@ -209,7 +191,7 @@ def _anthropic_units(
         held = tuple(sorted(r for i in system for r in rows[i]))
         units.append(_Unit(("system", text), held, len(system), int(tokens[system].sum()), 1))
     turns = [
-        (i, *_turn_or_raw(m, i, failed))
+        (i, *_turn_or_raw(m, i, failed, thinking.get(i, [])))
         for i, m in enumerate(messages)
         if m["role"] not in SYSTEM_ROLES
     ]
@@ -224,7 +206,7 @@ def _anthropic_units(
 
 
 def _turn_or_raw(
-    message: dict[str, Any], row: int, failed: frozenset[str]
+    message: dict[str, Any], row: int, failed: frozenset[str], thinking: list[dict[str, str]]
 ) -> tuple[str, list[dict[str, Any]]]:
     """The Anthropic turn of a message, or, when it cannot be one, the message as it is.
 
@@ -234,10 +216,10 @@ def _turn_or_raw(
     requests, reading such a message as one block per call and its text.
     """
     try:
-        return anthropic_turn(message, row, failed)
+        return anthropic_turn(message, row, failed, thinking)
     except RecordError:
         calls = message.get("tool_calls") or ()
-        return message["role"], [message] * (1 + len(calls))
+        return message["role"], [*thinking, *[message] * (1 + len(calls))]
 
 
 def pack_prefix(pack: ContextPack, *, anthropic: bool) -> RequestPrefix:
@@ -253,7 +235,10 @@ def pack_prefix(pack: ContextPack, *, anthropic: bool) -> RequestPrefix:
     )
     ranked = np.array([bool(r) and roles[r[0]] in RANKED_ROLES for r in rows], dtype=bool)
     failed = failed_calls(pack.frame) if anthropic else frozenset()
-    return request_prefix(pack.messages, rows, tokens, ranked, anthropic=anthropic, failed=failed)
+    thinking = sent_thinking(pack.frame, sorted(notes)) if anthropic else {}
+    return request_prefix(
+        pack.messages, rows, tokens, ranked, anthropic=anthropic, failed=failed, thinking=thinking
+    )
 
 
 def shared_units(before: RequestPrefix, now: RequestPrefix) -> int:

@@ -143,6 +143,7 @@ from cognoxium.exceptions import PackError
 from cognoxium.packing._cache_report import CacheReport
 from cognoxium.packing._costing import UnitCosts
 from cognoxium.packing._exclusions import Exclusions
+from cognoxium.packing._messages import sent_thinking
 from cognoxium.packing._model import REASON_CODE, UNSET, ContextPack, Reason
 from cognoxium.packing._renderers import RANKED_ROLES, failed_calls
 from cognoxium.packing._request_prefix import (
@@ -353,6 +354,7 @@ def _current_prefix(
         np.array([roles[r[0]] in RANKED_ROLES for r in rows], dtype=bool),
         anthropic=anthropic,
         failed=failed_calls(frame) if anthropic else frozenset(),
+        thinking=sent_thinking(frame) if anthropic else {},
     )
 
 

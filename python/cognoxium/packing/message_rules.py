@@ -54,9 +54,13 @@ as the conversation it is, and the renderer
 of :meth:`ContextPack.to_anthropic <cognoxium.packing.packer.ContextPack.to_anthropic>`
 never sends two), ``content_empty`` (whitespace-only text included),
 ``block_misplaced``, ``tool_result_not_first``, ``tool_id_invalid``,
-``tool_call_arguments_invalid``, ``final_assistant_whitespace`` and
+``tool_call_arguments_invalid``, ``final_assistant_whitespace``,
 ``tool_error_empty`` (a ``tool_result`` marked ``is_error`` with no content
-but whitespace: :func:`blank_result`).
+but whitespace: :func:`blank_result`) and ``thinking_misplaced`` (the
+"Extended thinking" guide: with thinking on, the assistant turn of a
+tool-use loop is sent back starting with its unmodified ``thinking`` or
+``redacted_thinking`` blocks; the API's own error: "Expected `thinking` or
+`redacted_thinking`, but found `tool_use`"; a user message holds none).
 
 The validators raise :class:`~cognoxium.exceptions.MessageError` at the first
 fault, naming the message index and the rule.
@@ -71,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cognoxium.exceptions import MessageError
+from cognoxium.packing._messages import THINKING_TYPES
 
 __all__ = [
     "MESSAGE_RULES",
@@ -105,6 +110,8 @@ MESSAGE_RULES: dict[str, str] = {
     "tool_call_arguments_invalid": "for Anthropic, a tool call's arguments, its tool_use "
     "input, are a JSON object; blank arguments are the empty object",
     "tool_error_empty": "a tool_result marked is_error holds more than whitespace",
+    "thinking_misplaced": "thinking and redacted_thinking blocks are sent by the assistant, "
+    "before its other blocks",
 }
 """Every rule checked, by name: what a request must do."""
 
@@ -558,6 +565,7 @@ def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
         return [Fault(at, "content_empty", f"message {at} has no content")]
     faults: list[Fault] = []
     other_seen = False
+    leading = True  # no block but thinking blocks so far
     for j, block in enumerate(_blocks_of(content)):
         kind = block.get("type") if isinstance(block, Mapping) else None
         text = block.get("text") if kind == "text" else None
@@ -583,6 +591,11 @@ def _block_faults(at: int, role: str, content: Any) -> list[Fault]:
                 )
             )
         other_seen = other_seen or kind != "tool_result"
+        if kind in THINKING_TYPES and (role != "assistant" or not leading):
+            where = "in a user message" if role != "assistant" else "after another block"
+            text = f"message {at} block {j} is a {kind} block {where}"
+            faults.append(Fault(at, "thinking_misplaced", text))
+        leading = leading and kind in THINKING_TYPES
     return faults
 
 
@@ -779,8 +792,9 @@ def validate_anthropic_messages(
     message's other blocks), no ``tool_result`` without a ``tool_use`` in
     the message before, tool ids of the form ``^[a-zA-Z0-9_-]+$``, each
     ``tool_use`` input an object, a ``tool_result`` marked ``is_error``
-    with content, and a last assistant message (a prefill) that does not
-    end with whitespace.
+    with content, a last assistant message (a prefill) that does not
+    end with whitespace, and ``thinking`` and ``redacted_thinking`` blocks
+    only in assistant messages, before their other blocks.
 
     Parameters
     ----------

@@ -189,9 +189,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _AS_OF_KEPT = 16
 """How many spans of ``as_of`` times a :class:`PackScope` keeps the exclusions of."""
 
-_Shape = tuple[bool, str | None]
-"""What a scope's packing units depend on: whole turns, and the tool rules whose faults of the
-input leave rows out (``None`` when no row is left out)."""
+_Shape = tuple[bool, str | None, bool]
+"""What a scope's packing units and costs depend on: whole turns, the tool rules whose faults of
+the input leave rows out (``None`` when no row is left out), and whether thinking blocks are
+counted (a pack built for Anthropic over rows that hold some)."""
 
 _VALIDITY_TIMES = ("created_at", "valid_from", "expires_at")
 """The times of a row at which its validity can change."""
@@ -515,10 +516,10 @@ class PackScope:
             )
         self._rows: dict[int, Exclusions] = {}
         # Keyed by the shape of the units: (turns, the tool rules whose faults of the input
-        # leave rows out, or None).
+        # leave rows out, or None, thinking blocks counted).
         self._units: dict[_Shape, Units] = {}
-        self._groups: dict[tuple[int, bool, str | None], Exclusions] = {}
-        self._queues: dict[tuple[int, bool, str | None], Queue] = {}
+        self._groups: dict[tuple[int, bool, str | None, bool], Exclusions] = {}
+        self._queues: dict[tuple[int, bool, str | None, bool], Queue] = {}
         self._known: dict[_Shape, KnownCosts] = {}
         self._tool_codes: dict[str, np.ndarray | None] = {}
         self._row_tokens: np.ndarray | None = None
@@ -658,7 +659,7 @@ class PackScope:
         return whole, units
 
     def _shape(self, call: PackCall) -> _Shape:
-        """What the packing units depend on: whole turns, and the rows of the input left out.
+        """What the units and costs depend on: turns, the rows left out, thinking counted.
 
         Rows are left out when the pack repairs tool messages and the input
         breaks a tool rule (see :mod:`cognoxium.packing._tool_rules`); the
@@ -666,7 +667,8 @@ class PackScope:
         """
         rules = self._rules(call.options.target)
         repair = call.options.tool_errors == "repair" and self._codes(rules) is not None
-        return call.options.turns, rules if repair else None
+        thinking = call.options.target == "anthropic" and bool(self._rendering.chat.thinking)
+        return call.options.turns, rules if repair else None, thinking
 
     def _rules(self, target: str) -> str:
         """The tool rules a pack for ``target`` keeps, by the rows' faults they find.
@@ -701,11 +703,12 @@ class PackScope:
 
         Not a system or developer row (it goes to ``system``), nor a message
         the rendering leaves out for sending no block: blank text with no
-        image, name or tool call (see :func:`sends_blocks`).
+        image, name, tool call or thinking block (see :func:`sends_blocks`).
         """
         chat = self._rendering.chat
         sent = chat.role.is_in(["user", "assistant"]) & chat.content.str.contains(NOT_BLANK)
         conversing = (sent.fill_null(False) | (chat.role == "tool")).to_numpy()
+        conversing[list(chat.thinking)] = True  # sent as assistant messages, for their blocks
         for row in (*chat.images, *chat.fields):  # blank text, sent for its image, name or call
             if not conversing[row]:
                 conversing[row] = sends_blocks(chat.message(row))
@@ -729,7 +732,7 @@ class PackScope:
             known = KnownCosts(self.df.height, units.n_units)
         if known is None:
             known = self._known[shape] = KnownCosts(self.df.height, units.n_units)
-            if self._row_tokens is not None:
+            if self._row_tokens is not None and not shape[2]:  # counted without thinking
                 rows, starts = units.rows_of(np.arange(units.n_units, dtype=np.int64))
                 known.row_tokens[:] = self._row_tokens
                 tokens = self._row_tokens[rows]
@@ -737,7 +740,7 @@ class PackScope:
                 uncounted = units.per_unit((tokens == UNSET).astype(np.int64), starts) > 0
                 known.cost[:] = np.where(uncounted, UNSET, cost)
         floor = marks.floor if marks.rows else None
-        return UnitCosts(self.profile, self._rendering, units, floor, known)
+        return UnitCosts(self.profile, self._rendering, units, floor, known, thinking=shape[2])
 
     def count_tokens(self, within: int | None = None) -> None:
         """Count the rows' costs now, in one call to the tokenizer, for the packs to come.
