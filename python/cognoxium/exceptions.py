@@ -32,6 +32,7 @@ __all__ = [
     "DependencyError",
     "MessageError",
     "ModelError",
+    "OrderWarning",
     "OutputError",
     "PackError",
     "PlanError",
@@ -557,3 +558,17 @@ class PolicyError(PackError):
     def __init__(self, message: str, *, outcomes: list[dict[str, str]]) -> None:
         self.outcomes = list(outcomes)
         super().__init__(message, params={"outcomes": list(self.outcomes)})
+
+
+class OrderWarning(UserWarning):
+    """A chat history's input order runs against its timestamps.
+
+    A pack without a rank takes the conversation items newest first from
+    the last one in input order back (the input order is the
+    conversation's order). When their ``created_at`` falls as the input
+    goes on (a frame sorted newest first, the Polars idiom for "the latest
+    N"), that pack keeps the oldest messages and sends them in reverse:
+    sort by ``created_at`` ascending after choosing the latest, or keep
+    the order the messages came in. A warning, not an error: the packer
+    does not reorder what it is given.
+    """

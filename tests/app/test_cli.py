@@ -1597,7 +1597,7 @@ def test_pack_names_the_requests_that_left_out_their_newest_user_message(tmp_pat
                                     "truncatable (metadata.truncate)")  # fmt: skip
     ids = {r["request_id"]: r["ids"] for r in records(tmp_path / "out", "packs")}
     assert (ids["short"], ids["fill"], ids["whole"][-1]) == (["sys"], ["sys", "q1", "a1"], "q2")
-    assert ids["cut"] == ["sys", "q2"]
+    assert ids["cut"] == ["sys", "q1", "a1", "q2"]  # cut to its floor, the history beside it
     code, stdout, stderr = pack(str(items), str(lines), *args, "--json")
     assert (code, json.loads(stdout)["newest_user_left_out"], stderr) == (EXIT_OK, 2, "")
 

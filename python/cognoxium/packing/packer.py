@@ -80,6 +80,9 @@ manifest does not depend on how far ahead costs were counted.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import warnings
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -92,7 +95,7 @@ import polars as pl
 
 from cognoxium._columns import CHAT_ROLES
 from cognoxium._threads import in_daemon_thread
-from cognoxium.exceptions import BudgetError, MessageError, PackError
+from cognoxium.exceptions import BudgetError, MessageError, OrderWarning, PackError
 from cognoxium.governance.lineage import lineage_edges
 from cognoxium.governance.policies import Policy
 from cognoxium.items.hashing import check_content_hashes
@@ -549,6 +552,30 @@ class PackScope:
             return [last]
         return [row for row, (group, _) in chat.parts.items() if group == part[0]]
 
+    def _warn_if_backwards(self, rank: pl.Series | None) -> None:
+        """Warn (:class:`~cognoxium.exceptions.OrderWarning`) when the unranked chat runs backwards.
+
+        The conversation items without a rank are taken newest first from
+        the last in input order; when their ``created_at`` falls more often
+        than it rises along the input, that order is reversed.
+        """
+        ranks = self.df.get_column("rank") if rank is None else rank
+        roles = self.df.get_column("role").cast(pl.String)
+        chat = (roles.is_in(_CONVERSATION_ROLES) & ranks.is_null()).to_numpy()
+        if chat.sum() < 2:
+            return
+        times = self.df.get_column("created_at").to_physical().to_numpy()[chat]
+        steps = np.diff(times)
+        if (steps < 0).sum() > (steps > 0).sum():
+            warnings.warn(
+                "the conversation items' created_at falls along their input order (a frame "
+                "sorted newest first?): a pack takes the last rows as the newest messages, so "
+                "it keeps the oldest and sends them in reverse; sort by created_at ascending "
+                "after choosing the latest, or keep the order the messages came in",
+                OrderWarning,
+                stacklevel=_caller_level(),
+            )
+
     def _newest_first(self, rank: pl.Series | None) -> bool:
         """Whether the question the conversation ends on is reached newest first under ``rank``.
 
@@ -870,6 +897,7 @@ class PackScope:
         """The candidates, costs, cutter and queue of one pack, continuing ``previous`` if given."""
         df = self.df
         rank = self._checked_rank(rank)
+        self._warn_if_backwards(rank)
         candidates, units = self._exclusions(call)
         marks = self._marks if self._newest_first(rank) else self._ranked_marks
         cuts = None
@@ -1478,3 +1506,17 @@ def _with_opening(decisions: Decisions, opening: int, call: PackCall) -> Decisio
     return dataclasses.replace(
         decisions, used_tokens=used, pack_overhead=decisions.pack_overhead + opening + priming
     )
+
+
+_CONVERSATION_ROLES = ("user", "assistant", "tool")
+"""The roles packed newest first without a rank (see :meth:`PackScope._warn_if_backwards`)."""
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` for :func:`warnings.warn` naming the first caller outside the package."""
+    level, frame = 2, sys._getframe(2)  # the frame of the caller of the function that warns
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
