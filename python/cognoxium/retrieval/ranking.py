@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import sys
 import threading
 import unicodedata
@@ -26,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+import regex
 
 from cognoxium.exceptions import PlanError
 from cognoxium.items._checks import to_utc
@@ -130,13 +132,73 @@ def _stemmer() -> Any:
     return Stemmer.Stemmer("english")
 
 
-def _tokenize(texts: list[str], *, ids: bool) -> Any:
-    """bm25s' tokens of ``texts`` in Unicode NFC: a letter and its combining mark are one."""
-    import bm25s
+_WORDS = re.compile(r"(?u)\b\w\w+\b")
+"""bm25s' default token pattern: runs of two or more word characters."""
 
+_CJK_RUN = regex.compile(r"(?V1)([[\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}]&&[\p{L}\p{N}]]+)")
+"""A run of Han, Hiragana and Katakana letters and numbers (Unicode Script_Extensions).
+
+Hangul is not among them: Korean puts spaces between words.
+"""
+
+_PAST_CJK_START = regex.compile("[\u3005-\U0010ffff]")
+"""A character at or past U+3005 (々), the first character :data:`_CJK_RUN` reads.
+
+A cheap test that a text has no CJK run: most non-ASCII Latin texts fail it.
+"""
+
+
+def _words(text: str) -> list[str]:
+    """The BM25 words of ``text``: word runs, and overlapping bigrams of CJK runs.
+
+    Text outside Han, Hiragana and Katakana splits as bm25s splits it, into
+    runs of two or more word characters. Chinese and Japanese are written
+    without spaces, so a CJK run becomes its overlapping character bigrams,
+    or the character alone when the run has one, as Lucene's
+    ``CJKBigramFilter`` (Elasticsearch's ``cjk_bigram`` token filter) does:
+    https://lucene.apache.org/core/9_0_0/analysis/common/org/apache/lucene/analysis/cjk/CJKBigramFilter.html.
+    A text without CJK characters splits exactly as bm25s splits it; the test
+    for them costs nothing on ASCII text and one scan for a character past
+    U+3005 on other text.
+
+    Examples
+    --------
+    >>> _words("東京都は、日本の首都であり")
+    ['東京', '京都', '都は', '日本', '本の', 'の首', '首都', '都で', 'であ', 'あり']
+    >>> _words("refund 退款 in 5 days, 返金ポリシー")
+    ['refund', '退款', 'in', 'days', '返金', '金ポ', 'ポリ', 'リシ', 'シー']
+    >>> _words("환불 정책 a straße")
+    ['환불', '정책', 'straße']
+    """
+    if text.isascii() or _PAST_CJK_START.search(text) is None:
+        return _WORDS.findall(text)
+    words: list[str] = []
+    for i, part in enumerate(_CJK_RUN.split(text)):  # odd parts are the CJK runs
+        if i % 2 == 0:
+            words.extend(_WORDS.findall(part))
+        elif len(part) == 1:
+            words.append(part)
+        else:
+            words.extend(part[j : j + 2] for j in range(len(part) - 1))
+    return words
+
+
+def _tokenizer() -> Any:
+    """A bm25s tokenizer of :func:`_words`: lowercase, English stop words, stemming."""
+    import bm25s.tokenization
+
+    return bm25s.tokenization.Tokenizer(splitter=_words, stopwords="en", stemmer=_stemmer())
+
+
+def _tokenize(texts: list[str], *, ids: bool) -> Any:
+    """BM25 tokens of ``texts`` in Unicode NFC (a letter and its combining mark are one).
+
+    ``ids``: a ``bm25s.tokenization.Tokenized`` (token ids and vocabulary) to
+    index; otherwise the tokens of each text, to look up in an index.
+    """
     composed = [unicodedata.normalize("NFC", text) for text in texts]
-    return bm25s.tokenize(
-        composed, stopwords="en", stemmer=_stemmer(), return_ids=ids, show_progress=False
+    return _tokenizer().tokenize(
+        composed, return_as="tuple" if ids else "string", show_progress=False, allow_empty=False
     )
 
 
@@ -200,7 +262,11 @@ def bm25_scores(
     every term, come from these texts only. Tokenization is bm25s', of the texts
     in Unicode NFC (a letter and its combining mark read as the composed letter):
     lowercase, words of two or more word characters, English stop words
-    removed, Snowball stemming when PyStemmer is installed. Scoring is bm25s' ``lucene`` variant
+    removed, Snowball stemming when PyStemmer is installed. Chinese and
+    Japanese have no spaces between words, so a run of Han, Hiragana and
+    Katakana characters is read as its overlapping character bigrams (a lone
+    character as itself), as Lucene's ``CJKBigramFilter`` reads it; Korean
+    splits at spaces like Latin text. Scoring is bm25s' ``lucene`` variant
     (k1 = 1.5, b = 0.75), from Robertson and Zaragoza, *The Probabilistic
     Relevance Framework: BM25 and Beyond* (2009).
 
@@ -226,6 +292,9 @@ def bm25_scores(
     >>> scores = bm25_scores(["the cat sat", "a dog barked", "birds sing"], "barking dog")
     >>> scores.dtype, int(scores.argmax()), scores[0], scores[2]
     (dtype('float64'), 1, np.float64(0.0), np.float64(0.0))
+    >>> scores = bm25_scores(["退款政策：重复扣款将在5个工作日内退还。", "配送时间"], "退款")
+    >>> int(scores.argmax()), bool(scores[0] > 0), scores[1]
+    (0, True, np.float64(0.0))
     """
     return bm25_scores_many(texts, [query], cache_key=cache_key)[0]
 
