@@ -1,16 +1,18 @@
-"""OpenAI's image rule: the documented examples, the scaling steps, and image parts in messages."""
+"""The image rules (OpenAI's tiles, Anthropic's area): documented examples, scaling, image parts."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import math
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cognoxium.exceptions import RecordError
-from cognoxium.tokens.images import GPT_4O_IMAGES, ImageRule
+from cognoxium.tokens.images import CLAUDE_IMAGES, GPT_4O_IMAGES, AnthropicImageRule, ImageRule
 from cognoxium.tokens.profiles import get_profile
 from tests.image_files import BUILDERS, png
 
@@ -89,6 +91,64 @@ def test_the_default_rule_keeps_the_fingerprint_another_changes_it() -> None:
     assert other.fingerprint != profile.fingerprint
     with pytest.raises(ValueError, match="image_rule"):
         dataclasses.replace(profile, image_rule=(85, 170))  # type: ignore[arg-type]
+
+
+def claude_tokens(width: int, height: int) -> int:
+    """Anthropic's rule by hand: long edge to 1568 px, ceil(w * h / 750), at most 1600."""
+    scale = min(Fraction(1), Fraction(1568, max(width, height)))
+    return min(math.ceil(width * scale * height * scale / 750), 1600)
+
+
+def test_anthropic_documented_examples() -> None:
+    # "Calculate image costs": 200 x 200 about 54, 1000 x 1000 about 1334, 1092 x 1092 about 1590
+    sizes = [(200, 200), (1000, 1000), (1092, 1092)]
+    assert [CLAUDE_IMAGES.tokens("auto", size) for size in sizes] == [54, 1334, 1590]
+
+
+@pytest.mark.parametrize(
+    ("size", "tokens"),
+    [
+        ((3136, 200), 210),  # long edge 1568: 1568 x 100 = 156,800 px, 209.07 tokens
+        ((1568, 100), 210),  # already within: the same pixels
+        ((1500, 1000), 1600),  # 2,000 tokens: scaled down to the cap
+        ((4000, 3000), 1600),  # 1568 x 1176 = 1,843,968 px, 2458.6 tokens: then to the cap
+        ((1, 1), 1),  # small images are not enlarged
+        ((1095, 1095), 1599),  # 1,199,025 px: 1598.7 tokens, just under the cap
+    ],
+)
+def test_anthropic_scaling(size: tuple[int, int], tokens: int) -> None:
+    assert CLAUDE_IMAGES.tokens("high", size) == tokens == claude_tokens(*size)
+    assert CLAUDE_IMAGES.tokens("auto", size) == CLAUDE_IMAGES.tokens("low", size) == tokens
+    assert CLAUDE_IMAGES.tokens("high", (size[1], size[0])) == tokens
+
+
+def test_anthropic_long_edge_is_scaled_exactly() -> None:
+    # 4000 x 3000 fits to 1568 x 1176; 3137 x 1000 to 1568 x 499.8 (not rounded to pixels)
+    assert CLAUDE_IMAGES.pixels(4000, 3000) == 1568 * 1176
+    assert CLAUDE_IMAGES.pixels(3137, 1000) == Fraction(1568 * 1568 * 1000, 3137)
+    assert CLAUDE_IMAGES.tokens("high", (3137, 1000)) == 1046  # 1045.0001 tokens
+
+
+def test_anthropic_image_of_unknown_size_costs_the_most_any_image_can() -> None:
+    assert [CLAUDE_IMAGES.tokens(d, None) for d in ("low", "high", "auto")] == [1600] * 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 20000), st.integers(1, 20000))
+def test_anthropic_cost_is_the_documented_formula(width: int, height: int) -> None:
+    assert CLAUDE_IMAGES.tokens("high", (width, height)) == claude_tokens(width, height) <= 1600
+
+
+def test_anthropic_rule_figures_and_errors() -> None:
+    assert AnthropicImageRule(long_edge_px=2576, max_tokens=4784).tokens("auto", (2576, 1)) == 4
+    with pytest.raises(ValueError, match="image rule: max_tokens"):
+        AnthropicImageRule(max_tokens=0)
+    with pytest.raises(ValueError, match="image rule: pixels_per_token"):
+        AnthropicImageRule(pixels_per_token=True)
+    with pytest.raises(ValueError, match="one of low, high, auto"):
+        CLAUDE_IMAGES.tokens("medium", (10, 10))
+    with pytest.raises(ValueError, match="positive"):
+        CLAUDE_IMAGES.tokens("high", (10, -1))
 
 
 def image_message(url: str, detail: str | None = None, text: str | None = None) -> dict:

@@ -4,10 +4,12 @@ An item costs the tokens of the chat message it sends, by the chat costing
 rule of :mod:`cognoxium.tokens.profiles`: the framing of its role (and name),
 its content, its tool call id or tool calls (ids, function names,
 arguments), and its image by the profile's image rule
-(:mod:`cognoxium.tokens.images`); in a pack built for Anthropic, an
-assistant message's thinking blocks too (their text, see
+(:mod:`cognoxium.tokens.images`). A pack built for Anthropic costs the
+rows as an Anthropic request sends them (:meth:`Rendering.for_anthropic`):
+an assistant message's thinking blocks too (their text, see
 :meth:`~cognoxium.packing._messages.ChatColumns.thinking_texts`), which only
-an Anthropic request sends. :func:`render` lays out every row's message once
+an Anthropic request sends, and its images by Anthropic's rule
+(:data:`~cognoxium.tokens.images.CLAUDE_IMAGES`). :func:`render` lays out every row's message once
 (:func:`~cognoxium.packing._messages.chat_columns`), which both the costs and
 ``ContextPack.messages`` read; :class:`UnitCosts` counts tokens lazily, only
 for the units the selection reaches, in batches, and proves cheaper lower
@@ -21,7 +23,7 @@ that cannot fit is passed over without counting every word of it.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -32,6 +34,7 @@ from cognoxium.packing._messages import CHAT_ROLE, ChatColumns, chat_columns
 from cognoxium.packing._model import UNSET
 from cognoxium.packing._policies import PolicyReview
 from cognoxium.packing._units import Units
+from cognoxium.tokens.images import CLAUDE_IMAGES, AnthropicImageRule, ImageRule
 from cognoxium.tokens.profiles import MAX_WORDS_TESTED, TokenProfile
 
 __all__ = ["KnownCosts", "Rendering", "UnitCosts", "render"]
@@ -60,12 +63,31 @@ class Rendering:
         real cost, ``framing + image_tokens + ceil(UTF-8 bytes / longest
         token bytes)`` over the content and each tool-call text (the last
         term 0 when the profile has no byte bound), in tokens.
+    anthropic
+        The rows are costed as an Anthropic request sends them (see
+        :meth:`for_anthropic`); ``False``: as their OpenAI messages.
     """
 
     chat: ChatColumns
     framing: np.ndarray
     image_tokens: np.ndarray
     cheap: pl.Series
+    anthropic: bool = False
+
+    def for_anthropic(self) -> Rendering:
+        """The rendering costed as an Anthropic request sends the rows.
+
+        Its images cost Anthropic's rule
+        (:data:`~cognoxium.tokens.images.CLAUDE_IMAGES`) and its
+        ``cheap`` bounds change by as much; :class:`UnitCosts` of it
+        count the assistant rows' thinking blocks. When no row holds an
+        image or a thinking block, both requests cost the same: ``self``.
+        """
+        if self.anthropic or not (self.chat.images or self.chat.thinking):
+            return self
+        images = _image_tokens(self.chat, CLAUDE_IMAGES)
+        cheap = self.cheap + pl.Series(images - self.image_tokens)
+        return replace(self, image_tokens=images, cheap=cheap, anthropic=True)
 
     def messages(self, rows: np.ndarray) -> list[dict[str, Any]]:
         """OpenAI chat messages of ``rows`` (``(k,)`` int64), in order."""
@@ -111,11 +133,17 @@ def render(df: pl.DataFrame, profile: TokenProfile, review: PolicyReview) -> Ren
     # A later part of a multi-part message is sent in its first part's message: framed once.
     framing[chat.continued] = 0
     bytes_bound = _bytes_bound(chat, profile.longest_token_bytes)
-    images = np.zeros(len(framing), dtype=np.int64)
-    for row, image in chat.images.items():
-        images[row] = profile.image_rule.tokens(image.costed_detail, image.size)
+    images = _image_tokens(chat, profile.image_rule)
     cheap = pl.Series("cheap", framing + images + bytes_bound)
     return Rendering(chat=chat, framing=framing, image_tokens=images, cheap=cheap)
+
+
+def _image_tokens(chat: ChatColumns, rule: ImageRule | AnthropicImageRule) -> np.ndarray:
+    """``(n,)`` int64: the tokens of each row's image by ``rule`` (0 for none)."""
+    images = np.zeros(len(chat.content), dtype=np.int64)
+    for row, image in chat.images.items():
+        images[row] = rule.tokens(image.costed_detail, image.size)
+    return images
 
 
 def _bytes_bound(chat: ChatColumns, width: int | None) -> np.ndarray:
@@ -199,11 +227,13 @@ class UnitCosts:
         Bounds and costs found by earlier packs over the same frame, units,
         profile and rendering: this pack starts from them and fills in
         what it counts (``None``: count everything here); they must have
-        been found with the same ``thinking``.
-    thinking
-        Count the assistant rows' thinking blocks, as an Anthropic request
-        sends them (a pack built for Anthropic); ``False``: the rows cost
-        their OpenAI message alone.
+        been found with the same ``rendering.anthropic``.
+
+    Notes
+    -----
+    A rendering for Anthropic (``rendering.anthropic``, see
+    :meth:`Rendering.for_anthropic`) counts the assistant rows' thinking
+    blocks too; its images cost what its ``image_tokens`` say.
     """
 
     def __init__(
@@ -213,15 +243,13 @@ class UnitCosts:
         units: Units,
         floor: np.ndarray | None = None,
         known: KnownCosts | None = None,
-        *,
-        thinking: bool = False,
     ) -> None:
         self.profile = profile
         self.known = known
         self.content = rendering.texts
         self.hashes = rendering.chat.key
         self.tool_texts = rendering.chat.tool_texts
-        if thinking and rendering.chat.thinking:
+        if rendering.anthropic and rendering.chat.thinking:
             texts = rendering.chat.thinking_texts()
             tools = self.tool_texts
             self.tool_texts = {

@@ -221,7 +221,7 @@ def manifest_header(
         reserve_tokens=call.options.reserve,
         overflow=call.options.overflow,
         truncations=list(truncations),
-        estimated=call.profile.estimated,
+        estimated=call.profile.estimated or call.options.target == "anthropic",
         order=order,
         gaps=call.options.gaps,
         gap_records=list(gap_records),

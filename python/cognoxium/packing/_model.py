@@ -329,10 +329,15 @@ class PackManifest(BaseModel):
     held data and was not redacted (see
     :meth:`cognoxium.CognitionFrame.redact`); it is left out of the JSON and
     Arrow forms when empty, so manifests without such items read as before.
-    ``estimated`` is true when the token profile's costs are not exact counts
-    (``approximate``, an upper bound; ``huggingface:PATH``, assumed chat
-    framing; see :attr:`cognoxium.tokens.profiles.TokenProfile.estimated`);
-    it is left out when false, so exact manifests keep their bytes.
+    ``estimated`` is true when the costs are not exact counts of what the
+    model receives: the token profile's are not (``approximate``, an upper
+    bound; ``huggingface:PATH``, assumed chat framing; see
+    :attr:`cognoxium.tokens.profiles.TokenProfile.estimated`), or the pack
+    was built for Anthropic (``target="anthropic"``), whose tokenizer is not
+    available offline: its text is counted with the profile's encoding and
+    its images by Anthropic's documented rule
+    (:data:`~cognoxium.tokens.images.CLAUDE_IMAGES`). It is left out when
+    false, so exact manifests keep their bytes.
     ``cache`` is the account of a pack that continues an earlier one
     (:class:`~cognoxium.packing._cache_report.CacheReport`: the prefix kept,
     the items evicted, the billed input); left out when the pack continues none.

@@ -133,7 +133,12 @@ class PackOptions:
         ones, or it is an agent loop without a user message), the opening
         user message the rendering adds is counted in ``used_tokens``; a
         tool call whose arguments are not a JSON object is not sent (see
-        ``tool_errors``).
+        ``tool_errors``). Its items cost what an Anthropic request sends:
+        assistant messages their thinking blocks too, and images
+        Anthropic's rule (:data:`~cognoxium.tokens.images.CLAUDE_IMAGES`,
+        by area, at most 1,600 tokens) instead of OpenAI's tiles. Claude's
+        tokenizer is not available offline, so text is counted with the
+        profile's encoding and the manifest says ``estimated``.
     eviction_share
         For a pack that continues an earlier one (``previous=``, see
         :mod:`cognoxium.packing.cache`): the share of the evictable history's

@@ -194,8 +194,9 @@ _AS_OF_KEPT = 16
 
 _Shape = tuple[bool, str | None, bool]
 """What a scope's packing units and costs depend on: whole turns, the tool rules whose faults of
-the input leave rows out (``None`` when no row is left out), and whether thinking blocks are
-counted (a pack built for Anthropic over rows that hold some)."""
+the input leave rows out (``None`` when no row is left out), and whether the rows are costed as an
+Anthropic request sends them (a pack built for Anthropic over rows that hold thinking blocks or
+images, see :meth:`~cognoxium.packing._costing.Rendering.for_anthropic`)."""
 
 _VALIDITY_TIMES = ("created_at", "valid_from", "expires_at")
 """The times of a row at which its validity can change."""
@@ -519,13 +520,15 @@ class PackScope:
             )
         self._rows: dict[int, Exclusions] = {}
         # Keyed by the shape of the units: (turns, the tool rules whose faults of the input
-        # leave rows out, or None, thinking blocks counted).
+        # leave rows out, or None, costed as Anthropic sends the rows).
         self._units: dict[_Shape, Units] = {}
         self._groups: dict[tuple[int, bool, str | None, bool], Exclusions] = {}
         self._queues: dict[tuple[int, bool, str | None, bool], Queue] = {}
         self._known: dict[_Shape, KnownCosts] = {}
         self._tool_codes: dict[str, np.ndarray | None] = {}
         self._row_tokens: np.ndarray | None = None
+        # Each costed rendering with the cheap bounds of _marks lowered, by shape[2].
+        self._lowered: dict[bool, Rendering] = {}
 
     @cached_property
     def _marks(self) -> Marks:
@@ -598,8 +601,22 @@ class PackScope:
         return render(self.df, self.profile, self.review)
 
     @cached_property
-    def _lowered(self) -> Rendering:
-        return lower_cheap(self._rendering, self._marks, self.profile.longest_token_bytes)
+    def _anthropic(self) -> Rendering:
+        """The rendering costed as an Anthropic request sends the rows."""
+        return self._rendering.for_anthropic()
+
+    def _costed(self, shape: _Shape) -> Rendering:
+        """The rendering that costs the packs of ``shape``: OpenAI's or Anthropic's."""
+        return self._anthropic if shape[2] else self._rendering
+
+    def _lowered_for(self, shape: _Shape) -> Rendering:
+        """The rendering of ``shape`` with the cheap bounds of :attr:`_marks` lowered."""
+        lowered = self._lowered.get(shape[2])
+        if lowered is None:
+            rendering = self._costed(shape)
+            lowered = lower_cheap(rendering, self._marks, self.profile.longest_token_bytes)
+            self._lowered[shape[2]] = lowered
+        return lowered
 
     @cached_property
     def _id_order(self) -> np.ndarray:
@@ -642,18 +659,19 @@ class PackScope:
 
         A unit's cheap bound counts each row of ``marks`` at its shortest cut.
         """
+        shape = self._shape(call)
         if rank is not None:
-            lowered = self._lowered
+            lowered = self._lowered_for(shape)
             if marks is not self._marks and marks is not self._ranked_marks:
-                lowered = lower_cheap(self._rendering, marks, self.profile.longest_token_bytes)
+                rendering = self._costed(shape)
+                lowered = lower_cheap(rendering, marks, self.profile.longest_token_bytes)
             return order_units(self.df, rows, units, lowered, rank, self._id_order, costs.cost)
-        key = (self._validity_span(call.as_of), *self._shape(call))
+        key = (self._validity_span(call.as_of), *shape)
         queue = self._queues.get(key)
         if queue is None:
             own = self.df.get_column("rank")
-            queue = order_units(
-                self.df, rows, units, self._lowered, own, self._id_order, costs.cost
-            )
+            lowered = self._lowered_for(shape)
+            queue = order_units(self.df, rows, units, lowered, own, self._id_order, costs.cost)
             self._queues[key] = queue
         return queue
 
@@ -686,16 +704,18 @@ class PackScope:
         return whole, units
 
     def _shape(self, call: PackCall) -> _Shape:
-        """What the units and costs depend on: turns, the rows left out, thinking counted.
+        """What the units and costs depend on: turns, the rows left out, costed for Anthropic.
 
         Rows are left out when the pack repairs tool messages and the input
         breaks a tool rule (see :mod:`cognoxium.packing._tool_rules`); the
-        rules are those of the pack's target (:meth:`_rules`).
+        rules are those of the pack's target (:meth:`_rules`). A pack built
+        for Anthropic is costed as an Anthropic request sends the rows when
+        that differs from OpenAI's (thinking blocks, images).
         """
         rules = self._rules(call.options.target)
         repair = call.options.tool_errors == "repair" and self._codes(rules) is not None
-        thinking = call.options.target == "anthropic" and bool(self._rendering.chat.thinking)
-        return call.options.turns, rules if repair else None, thinking
+        anthropic = call.options.target == "anthropic" and self._anthropic.anthropic
+        return call.options.turns, rules if repair else None, anthropic
 
     def _rules(self, target: str) -> str:
         """The tool rules a pack for ``target`` keeps, by the rows' faults they find.
@@ -759,7 +779,7 @@ class PackScope:
             known = KnownCosts(self.df.height, units.n_units)
         if known is None:
             known = self._known[shape] = KnownCosts(self.df.height, units.n_units)
-            if self._row_tokens is not None and not shape[2]:  # counted without thinking
+            if self._row_tokens is not None and not shape[2]:  # counted as OpenAI sends them
                 rows, starts = units.rows_of(np.arange(units.n_units, dtype=np.int64))
                 known.row_tokens[:] = self._row_tokens
                 tokens = self._row_tokens[rows]
@@ -767,7 +787,7 @@ class PackScope:
                 uncounted = units.per_unit((tokens == UNSET).astype(np.int64), starts) > 0
                 known.cost[:] = np.where(uncounted, UNSET, cost)
         floor = marks.floor if marks.rows else None
-        return UnitCosts(self.profile, self._rendering, units, floor, known, thinking=shape[2])
+        return UnitCosts(self.profile, self._costed(shape), units, floor, known)
 
     def count_tokens(self, within: int | None = None) -> None:
         """Count the rows' costs now, in one call to the tokenizer, for the packs to come.

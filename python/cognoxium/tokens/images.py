@@ -1,5 +1,7 @@
-"""What an image costs: OpenAI's tile rule for the ``image_url`` parts of a chat message.
+"""What an image costs: OpenAI's tile rule and Anthropic's area rule.
 
+OpenAI's tile rule
+------------------
 Source: OpenAI API documentation, "Images and vision", section "Calculating
 costs" (https://platform.openai.com/docs/guides/images-vision#calculating-costs).
 For the GPT-4o family (``gpt-4o``, ``gpt-4.1``, ``gpt-4.5``, and ``gpt-4-turbo``
@@ -39,6 +41,33 @@ Choices where the page is silent, each keeping the cost an upper bound:
 * An image of unknown size at high detail costs the most any image can:
   ``base_tokens + tile_tokens * 8`` (a 768 x 2048 image fills 2 x 4 tiles,
   and no image covers more after scaling); 1445 for the GPT-4o family.
+
+Anthropic's area rule
+---------------------
+Source: Anthropic API documentation, "Vision", sections "Evaluate image
+size" and "Calculate image costs"
+(https://docs.anthropic.com/en/docs/build-with-claude/vision). An image
+whose long edge is more than 1568 px, or that is more than about 1,600
+tokens, is first scaled down, keeping its aspect ratio, until it is within
+both limits; it then costs ``tokens = (width px * height px) / 750``. The
+documented examples: 200 x 200 costs about 54, 1000 x 1000 about 1334,
+1092 x 1092 (the largest square sent unscaled) about 1590. A pack built for
+Anthropic costs its images by :data:`CLAUDE_IMAGES`
+(:class:`AnthropicImageRule`); Anthropic's API has no ``detail``, so an
+image costs the same at every detail.
+
+Choices where the page is silent:
+
+* The quotient is rounded up to a whole token, as the three documented
+  examples are (53.3, 1333.3 and 1589.95 give 54, 1334 and 1590).
+* Scaling only shrinks, and scaled sizes are kept exact: the long edge is
+  brought to 1568 px, then an image still over ``max_tokens`` (1,600) is
+  scaled to cost exactly that, so no image costs more than 1,600 tokens.
+  (The page's table of sizes sent unscaled ends at 784 x 1568, 1,639.1 by
+  the formula: its limits are approximate, and a pack built for Anthropic
+  says its counts are estimated.)
+* An image of unknown size costs the most any image can: ``max_tokens``
+  (1,600).
 """
 
 from __future__ import annotations
@@ -49,7 +78,7 @@ from fractions import Fraction
 
 from cognoxium.items.images import IMAGE_DETAILS
 
-__all__ = ["GPT_4O_IMAGES", "ImageRule"]
+__all__ = ["CLAUDE_IMAGES", "GPT_4O_IMAGES", "AnthropicImageRule", "ImageRule"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,16 +161,111 @@ class ImageRule:
         """
         if detail == "low":
             return self.base_tokens
-        if detail not in IMAGE_DETAILS:
-            known = ", ".join(IMAGE_DETAILS)
-            raise ValueError(f"an image's detail is one of {known}, got {detail!r}")
+        _check_detail(detail)
         if size is None:
             return self.base_tokens + self.tile_tokens * self.max_tiles
-        width, height = size
-        if width <= 0 or height <= 0:
-            raise ValueError(f"an image's size is positive, got {width} x {height}")
+        width, height = _checked_size(size)
         return self.base_tokens + self.tile_tokens * self.tiles(width, height)
 
 
 GPT_4O_IMAGES = ImageRule(base_tokens=85, tile_tokens=170)
 """The image rule of the GPT-4o family (and GPT-4 Turbo): 85 tokens base, 170 per tile."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnthropicImageRule:
+    """Anthropic's area rule for the cost of one image, in tokens (see the module's notes).
+
+    Parameters
+    ----------
+    pixels_per_token
+        Pixels of the image (after scaling) per token (750).
+    long_edge_px
+        The longest edge an image is sent with (1568), in pixels; a longer
+        one is scaled down to it.
+    max_tokens
+        The most an image costs (1,600): one that would cost more after
+        fitting its long edge is scaled down to cost that.
+
+    Raises
+    ------
+    ValueError
+        If a figure is not an ``int`` >= 1.
+
+    Examples
+    --------
+    >>> [CLAUDE_IMAGES.tokens("auto", size) for size in [(200, 200), (1000, 1000), (1092, 1092)]]
+    [54, 1334, 1590]
+    >>> CLAUDE_IMAGES.tokens("high", (4000, 3000)), CLAUDE_IMAGES.tokens("low", None)
+    (1600, 1600)
+    """
+
+    pixels_per_token: int = 750
+    long_edge_px: int = 1568
+    max_tokens: int = 1600
+
+    def __post_init__(self) -> None:
+        for field in ("pixels_per_token", "long_edge_px", "max_tokens"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"image rule: {field} must be an int >= 1, got {value!r}")
+
+    def pixels(self, width: int, height: int) -> Fraction:
+        """The pixels an image of ``width`` x ``height`` is sent with, after fitting its long edge.
+
+        Exact (a :class:`~fractions.Fraction`), before the cap of
+        ``max_tokens``, which :meth:`tokens` applies.
+        """
+        area = Fraction(width * height)
+        longest = max(width, height)
+        if longest > self.long_edge_px:
+            area *= Fraction(self.long_edge_px, longest) ** 2
+        return area
+
+    def tokens(self, detail: str, size: tuple[int, int] | None) -> int:
+        """Return the tokens of one image.
+
+        Parameters
+        ----------
+        detail
+            ``"low"``, ``"high"`` or ``"auto"``: checked, then ignored
+            (Anthropic's API takes no detail).
+        size
+            ``(width, height)`` in pixels, or ``None`` when unknown (the
+            image then costs ``max_tokens``).
+
+        Returns
+        -------
+        int
+            ``min(ceil(pixels / pixels_per_token), max_tokens)``, with
+            ``pixels`` as :meth:`pixels` gives them.
+
+        Raises
+        ------
+        ValueError
+            If ``detail`` is none of the three, or a size is not positive.
+        """
+        _check_detail(detail)
+        if size is None:
+            return self.max_tokens
+        width, height = _checked_size(size)
+        return min(math.ceil(self.pixels(width, height) / self.pixels_per_token), self.max_tokens)
+
+
+CLAUDE_IMAGES = AnthropicImageRule()
+"""Claude's image rule: 750 pixels a token, 1568 px long edge, 1,600 tokens at most."""
+
+
+def _check_detail(detail: str) -> None:
+    """Raise ``ValueError`` unless ``detail`` is one of :data:`IMAGE_DETAILS`."""
+    if detail not in IMAGE_DETAILS:
+        known = ", ".join(IMAGE_DETAILS)
+        raise ValueError(f"an image's detail is one of {known}, got {detail!r}")
+
+
+def _checked_size(size: tuple[int, int]) -> tuple[int, int]:
+    """``size`` as ``(width, height)``; ``ValueError`` unless both are positive."""
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise ValueError(f"an image's size is positive, got {width} x {height}")
+    return width, height
