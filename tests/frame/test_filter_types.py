@@ -117,6 +117,46 @@ def test_a_metadata_key_of_mixed_types_reads_as_text_and_says_so() -> None:
     assert ids(frame.filter("metadata.x = '1'")) == ["b"]  # the form the hint gives
 
 
+SCORES = [
+    {"id": "a", "role": "document", "text": "a", "metadata": {"score": 1, "flag": True}},
+    {"id": "b", "role": "document", "text": "b", "metadata": {"score": "3", "flag": "yes"}},
+    {"id": "c", "role": "document", "text": "c", "metadata": {"score": 10}},
+]
+
+
+def _hint(frame: CognitionFrame, predicate: str) -> str:
+    with pytest.raises(PredicateError) as info:
+        frame.filter(predicate)
+    return str(info.value)
+
+
+def test_the_hints_for_mixed_metadata_give_forms_that_find_the_right_items() -> None:
+    # The hint said to compare with text, as metadata.score = '2': for an order that
+    # compares characters ('10' < '2'), and metadata.score > '2' left out c (10). It said
+    # metadata.flag = 'TRUE' for the JSON true, stored as 'true': nothing matched.
+    frame = CognitionFrame(SCORES)
+    message = _hint(frame, "metadata.score > 2")
+    polars_form = message.split("as pl.col")[1]
+    assert polars_form == (
+        "('metadata').str.json_path_match(\"$['score']\").cast(pl.Float64, strict=False) > 2"
+    )
+    expr = eval("pl.col" + polars_form)  # the form the hint gives, as written
+    assert ids(frame.filter(expr)) == ["b", "c"]
+    assert "metadata.flag = 'true'" in _hint(frame, "metadata.flag = true")
+    assert ids(frame.filter("metadata.flag = 'true'")) == ["a"]
+
+
+def test_the_time_hint_gives_the_one_form_that_parses() -> None:
+    frame = CognitionFrame(SCORES)
+    message = _hint(frame, "created_at > '2025-12-01T00:00:00Z'")
+    assert message.endswith("write the time as TIMESTAMP '2025-12-01T00:00:00Z'; a bare "
+                            "string is text, not a time")  # fmt: skip
+    frame.filter("created_at > TIMESTAMP '2025-12-01T00:00:00Z'").collect()
+    forms = "TIMESTAMP '2025-12-01' (or DATE '2025-12-01');"
+    assert f"write the time as {forms}" in _hint(frame, "created_at > '2025-12-01'")
+    frame.filter("created_at > DATE '2025-12-01'").collect()
+
+
 def test_a_metadata_object_compared_with_a_value_is_refused_not_empty() -> None:
     frame = CognitionFrame(MIXED)
     with pytest.raises(PredicateError) as info:

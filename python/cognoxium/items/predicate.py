@@ -555,18 +555,14 @@ def _mismatch_hint(low: _Lowering, *sides: Side) -> str:
             _sql(other),
         )
         if family == "time" and other_family == "text" and _is_literal(other):
-            return (
-                f"write the time as TIMESTAMP {other_sql} (or DATE {other_sql}); "
-                "a bare string is text, not a time"
-            )
+            forms = f"TIMESTAMP {other_sql}"
+            if _DATE_ONLY.fullmatch(str(_unparen(other).this)):  # DATE takes a date alone
+                forms += f" (or DATE {other_sql})"
+            return f"write the time as {forms}; a bare string is text, not a time"
         if family == "object":
             return f"{name} is an object: compare one of its keys, as {name}.<key>"
         if low.is_metadata(node) and family == "text" and _is_literal(other):
-            return (
-                f"when the items give {name} values of several types (text in some, "
-                f"{other_family} in others), every value reads as text: compare with "
-                f"text, as {name} = '{other_sql}'"
-            )
+            return _mixed_metadata_hint(name, other, other_family)
     (node, dtype), (other, other_dtype) = pairs
     if _is_literal(node):
         node, dtype = other, other_dtype
@@ -575,6 +571,35 @@ def _mismatch_hint(low: _Lowering, *sides: Side) -> str:
     if family is not None and family in _ARTICLE:
         return f"compare {name} with {_ARTICLE[family]}{family}"
     return f"compare {name} with a value of type {dtype}"
+
+
+_DATE_ONLY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _mixed_metadata_hint(name: str, literal: exp.Expr, family: str | None) -> str:
+    """What to write for a metadata key read as text, compared with a literal of ``family``.
+
+    Its values are of several JSON types, so each reads as its JSON text: a
+    boolean as ``'true'``, a number as its digits. Text orders character by
+    character (``'10' < '2'``), so an order of numbers needs a cast.
+    """
+    value = _unparen(literal)
+    text = _sql(value)
+    if isinstance(value, exp.Boolean):
+        text = "true" if value.this else "false"
+    hint = (
+        f"when the items give {name} values of several types (text in some, {family} in "
+        f"others), every value reads as its JSON text: compare with text for equality, as "
+        f"{name} = '{text}'"
+    )
+    if family != "number":
+        return hint
+    path = "$" + "".join(f"['{key}']" for key in name.split(".")[1:])
+    return (
+        f"{hint}; text orders character by character ('10' < '2'), so to order them as "
+        f"numbers filter with a Polars expression, as pl.col('metadata').str."
+        f'json_path_match("{path}").cast(pl.Float64, strict=False) > {text}'
+    )
 
 
 # ---------------------------------------------------------------------------
