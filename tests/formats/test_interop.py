@@ -286,19 +286,48 @@ def test_langchain_message_errors_name_row_and_field(lc: Any) -> None:
     with pytest.raises(RecordError) as info:
         from_langchain_messages([m.SystemMessage(image)])
     assert (info.value.row, info.value.field) == (0, "content[0].type")
-    # A call whose arguments did not parse is refused, not lost (its result was then
-    # refused as an orphan, blamed for the lost call).
-    invalid = {"name": "weather", "args": '{"city": "Par', "id": "c9", "error": "Unterminated"}
-    broken = m.AIMessage("", invalid_tool_calls=[{**invalid, "type": "invalid_tool_call"}])
     with pytest.raises(RecordError, match="RemoveMessage is an instruction") as info:
         from_langchain_messages([m.HumanMessage("hi"), m.RemoveMessage(id="x")])
     assert (info.value.row, info.value.field) == (1, "type")
-    answer = m.ToolMessage("Error: invalid args", tool_call_id="c9", status="error")
-    asked = [m.HumanMessage("weather?"), broken]
-    for history in (asked, [*asked, answer]):
-        with pytest.raises(RecordError, match=r"invalid tool calls \['c9'\]") as info:
-            from_langchain_messages(history)
-        assert (info.value.row, info.value.field) == (1, "invalid_tool_calls")
+
+
+def test_an_invalid_tool_call_is_kept_as_chat_completions_returned_it() -> None:
+    # LangChain's converter leaves out invalid_tool_calls (arguments that did not parse,
+    # such as a call cut off by the output limit). Before, such a message was refused
+    # under every tool_errors; the OpenAI importer keeps the same call word for word.
+    m = pytest.importorskip("langchain_core.messages")
+    from cognoxium.formats.openai import from_openai_messages
+
+    invalid = {"name": "weather", "args": '{"city": "Par', "id": "c9", "error": "Unterminated"}
+    valid = {"name": "time", "args": {"tz": "UTC"}, "id": "c8"}
+    broken = m.AIMessage(
+        "", tool_calls=[valid], invalid_tool_calls=[{**invalid, "type": "invalid_tool_call"}]
+    )
+    history = [
+        m.HumanMessage("weather?"),
+        broken,
+        m.ToolMessage("12:00", tool_call_id="c8"),
+        m.ToolMessage("Error: invalid args", tool_call_id="c9", status="error"),
+    ]
+    frame = from_langchain_messages(history)
+
+    def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+        function = {"name": name, "arguments": arguments}
+        return {"id": call_id, "type": "function", "function": function}
+
+    calls = [call("c8", "time", '{"tz": "UTC"}'), call("c9", "weather", '{"city": "Par')]
+    as_openai = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c8", "content": "12:00"},
+        {"role": "tool", "tool_call_id": "c9", "content": "Error: invalid args"},
+    ]  # fmt: skip
+    sent = frame.pack(1000, as_of=AS_OF).to_openai()
+    assert sent == from_openai_messages(as_openai).pack(1000, as_of=AS_OF).to_openai()
+    assert sent[1]["tool_calls"][1]["function"]["arguments"] == '{"city": "Par'
+    anthropic = frame.pack(1000, as_of=AS_OF, target="anthropic")
+    entries = anthropic.manifest.to_polars().select("id", "reason").rows()
+    assert ("msg:1", "tool_call_arguments_invalid") in entries
 
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

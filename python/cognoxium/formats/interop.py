@@ -166,8 +166,10 @@ def from_langchain_messages(
     mapped as :func:`cognoxium.formats.openai.openai_messages_to_items` maps OpenAI
     messages: ids ``"<conversation_id>:<index>"``, ``created_at`` = ``start``
     + ``index`` microseconds, and a tool-calling assistant message grouped
-    with its tool results. A message's own LangChain ``id``, when set, is kept
-    as ``metadata["message_id"]``. System (and developer) messages are
+    with its tool results. An ``AIMessage``'s ``invalid_tool_calls`` (which
+    the converter leaves out) follow its valid calls, their ``args`` text
+    as the arguments, as Chat Completions returned them. A message's own
+    LangChain ``id``, when set, is kept as ``metadata["message_id"]``. System (and developer) messages are
     ``required`` by default, every other message ``optional``. What
     ``convert_to_openai_messages`` leaves out is not kept either: a
     message's ``additional_kwargs``, ``response_metadata`` and
@@ -227,8 +229,7 @@ def from_langchain_messages(
         At the first message that is not a ``BaseMessage`` or cannot be
         mapped (an unsupported role such as ``function``, an image given by
         a provider file id, audio, an image outside a ``HumanMessage``, a
-        tool result without its call, an ``AIMessage`` with
-        ``invalid_tool_calls``), naming its 0-based ``row`` and the
+        tool result without its call), naming its 0-based ``row`` and the
         field, or when ``system_retention`` is not a retention tier; nothing
         is returned.
 
@@ -326,8 +327,12 @@ def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) 
     """One LangChain message as an OpenAI message dict, by LangChain's own converter.
 
     LangChain's converter leaves out an ``AIMessage``'s ``invalid_tool_calls``
-    (calls whose arguments did not parse); such a message is refused, so
-    that no call is lost and a result answering one is not blamed for it.
+    (calls whose arguments did not parse, such as a call cut off by the
+    output limit): they are put back after its valid calls, their
+    ``args`` text as the ``arguments`` word for word, as Chat Completions
+    returned them, so that no call is lost and the results answering them
+    pair with them. The importer's ``tool_errors`` then decides, as for
+    OpenAI messages (:func:`~cognoxium.formats.openai.from_openai_messages`).
     """
     if isinstance(message, lc.RemoveMessage):
         raise RecordError(
@@ -337,17 +342,18 @@ def _openai_message(lc: ModuleType, message: Any, row: int, source: str | None) 
             row=row,
             field="type",
         )
+    converted = _converted(lc, message, row, source)
     invalid = getattr(message, "invalid_tool_calls", None)
     if invalid:
-        ids = [call.get("id") for call in invalid]
-        raise RecordError(
-            f"the message holds invalid tool calls {ids} (arguments that did not parse), "
-            "which no chat API takes as they are: give them valid arguments, or leave the "
-            "message and the results that answer its calls out of the history",
-            source=source,
-            row=row,
-            field="invalid_tool_calls",
-        )
+        calls = converted.setdefault("tool_calls", [])
+        for call in invalid:
+            function = {"name": call.get("name"), "arguments": call.get("args") or ""}
+            calls.append({"id": call.get("id"), "type": "function", "function": function})
+    return converted
+
+
+def _converted(lc: ModuleType, message: Any, row: int, source: str | None) -> Any:
+    """LangChain's own conversion of one message to an OpenAI message dict."""
     try:
         return lc.convert_to_openai_messages(message)
     except ValueError as exc:
