@@ -169,9 +169,10 @@ def from_langchain_messages(
     with its tool results. An ``AIMessage``'s ``invalid_tool_calls`` (which
     the converter leaves out) follow its valid calls, their ``args`` text
     as the arguments, as Chat Completions returned them. A message's own
-    LangChain ``id``, when set, is kept as ``metadata["message_id"]``. System (and developer) messages are
-    ``required`` by default, every other message ``optional``. What
-    ``convert_to_openai_messages`` leaves out is not kept either: a
+    LangChain ``id``, when set, is kept as ``metadata["message_id"]``.
+    System (and developer) messages are ``required`` by default, every
+    other message ``optional``. What ``convert_to_openai_messages`` leaves
+    out is not kept either: a
     message's ``additional_kwargs``, ``response_metadata`` and
     ``usage_metadata``, and a ``ToolMessage``'s ``artifact`` (none of them
     is sent to a model); keep what you need in the items' metadata with
