@@ -49,12 +49,14 @@ from cognoxium import CognitionFrame
 from cognoxium.exceptions import BudgetError, MessageError, PackError, PolicyError
 from cognoxium.frame.frame import OptFlags
 from cognoxium.governance.policies import BoundaryPolicy, Policy
+from cognoxium.items.images import data_url_size, is_data_url
 from cognoxium.packing._renderers import OPENING, RANKED_ROLES
 from cognoxium.packing.message_rules import validate_anthropic_messages, validate_openai_messages
 from cognoxium.packing.options import PackOptions
 from cognoxium.packing.packer import ContextPack, pack
 from cognoxium.testing import assert_pack_equal
-from cognoxium.tokens.profiles import clear_cache
+from cognoxium.tokens.images import CLAUDE_IMAGES
+from cognoxium.tokens.profiles import TokenProfile, clear_cache
 from tests.image_files import gif, jpeg, png
 from tests.reach import reached, reaching
 
@@ -309,6 +311,22 @@ def _pack_or_error(run: Any) -> ContextPack | PackError | MessageError:
     return result
 
 
+def _claude_image_delta(
+    messages: list[dict[str, Any]], profile: TokenProfile, sizes: dict[str, tuple[int, int]]
+) -> int:
+    """What the messages' images cost by Anthropic's rule less what they cost by the profile's."""
+    delta = 0
+    for message in messages:
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            if part.get("type") != "image_url":
+                continue
+            url, detail = part["image_url"]["url"], part["image_url"].get("detail", "auto")
+            size = data_url_size(url) if is_data_url(url) else sizes.get(url)
+            delta += CLAUDE_IMAGES.tokens(detail, size) - profile.image_rule.tokens(detail, size)
+    return delta
+
+
 def _check_invariants(
     result: ContextPack, rows: pl.DataFrame, call: dict[str, Any], options: PackOptions
 ) -> None:
@@ -329,7 +347,10 @@ def _check_invariants(
     conversing = [m["role"] for m in messages if m["role"] not in SYSTEM_ROLES]
     if call["target"] == "anthropic" and conversing[:1] in ([], ["assistant"]):
         messages.append({"role": "user", "content": OPENING})  # the request's opening, counted
-    sent = profile.request_tokens(messages, image_sizes=_image_sizes(rows))
+    sizes = _image_sizes(rows)
+    sent = profile.request_tokens(messages, image_sizes=sizes)
+    if call["target"] == "anthropic":  # images cost Anthropic's area rule, not OpenAI's tiles
+        sent += _claude_image_delta(messages, profile, sizes)
     assert sent == result.used_tokens
     # Every row has one entry, in row order; the pack keeps the row order.
     row_ids = rows.get_column("id").to_list()
