@@ -575,3 +575,29 @@ def test_a_cut_last_message_leaves_the_history_its_room_when_half_of_it_is_below
     assert cut.id == f"msg:{len(history) - 1}"
     assert cut.kept_tokens >= 64
     assert packed.used_tokens == budget  # what the history leaves goes back to the cut
+
+
+def test_parallel_results_are_cut_the_longest_first_not_the_last_first() -> None:
+    # Three results of one call: a long log first, then two files of 300 words. The last
+    # rows were cut first: both files to their 64-token floor while the log kept 800
+    # tokens. The longest is now cut first, toward one level, and the files fit whole.
+    from cognoxium.formats.openai import from_openai_messages
+
+    def call(k: int) -> dict[str, Any]:
+        return {"id": f"c{k}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+
+    log = "".join(f"line {i}: ERROR in module {i % 97}\n" for i in range(3000))
+    history = [
+        {"role": "system", "content": "Agent."},
+        {"role": "user", "content": "Why does the build fail?"},
+        {"role": "assistant", "content": None, "tool_calls": [call(k) for k in range(3)]},
+        {"role": "tool", "tool_call_id": "c0", "content": log},
+        {"role": "tool", "tool_call_id": "c1", "content": "word " * 300},
+        {"role": "tool", "tool_call_id": "c2", "content": "word " * 300},
+    ]
+    packed = from_openai_messages(history).pack(1000, as_of=AS_OF)
+    assert packed.ids == [f"msg:{i}" for i in range(6)]
+    (cut,) = packed.manifest.truncations
+    assert cut.id == "msg:3"
+    assert cut.kept_tokens > 300  # the log keeps more than a file, and no file is cut
+    assert packed.used_tokens >= 1000 - 2

@@ -35,6 +35,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,7 @@ import numpy as np
 import polars as pl
 
 from cognoxium.exceptions import RecordError
-from cognoxium.packing._messages import message_rows, sent_thinking
+from cognoxium.packing._messages import THINKING_TYPES, message_rows, sent_thinking
 from cognoxium.packing._renderers import (
     RANKED_ROLES,
     SYSTEM_ROLES,
@@ -198,11 +199,28 @@ def _anthropic_units(
     spoken = [turn for turn in turns if turn[2]]
     if not spoken or spoken[0][1] == "assistant":
         units.append(_Unit(("opening",), (), 0, 0, 1))
+    moved = _moved_by_thinking(spoken)
     for i, role, blocks in turns:
-        units.append(
-            _Unit((role, blocks), tuple(rows[i]), 1, int(tokens[i]), len(blocks), bool(ranked[i]))
-        )
+        key = (role, blocks, "thinking put before") if i in moved else (role, blocks)
+        units.append(_Unit(key, tuple(rows[i]), 1, int(tokens[i]), len(blocks), bool(ranked[i])))
     return units
+
+
+def _moved_by_thinking(spoken: list[tuple[int, str, list[dict[str, Any]]]]) -> set[int]:
+    """The messages whose blocks a later message's thinking blocks go before.
+
+    Messages of one role in a row are one turn, which starts with every
+    thinking block it holds (see :func:`~cognoxium.packing._renderers.merge_turn`):
+    a message with other blocks followed, in its turn, by one with thinking
+    blocks is not sent as it was when it ended the request, so its unit
+    differs from the one it was then.
+    """
+    moved: set[int] = set()
+    for (i, role, blocks), (_, next_role, next_blocks) in itertools.pairwise(spoken):
+        leads = bool(next_blocks) and next_blocks[0].get("type") in THINKING_TYPES
+        if role == next_role and leads and any(b.get("type") not in THINKING_TYPES for b in blocks):
+            moved.add(i)
+    return moved
 
 
 def _turn_or_raw(

@@ -47,7 +47,7 @@ Rules (see :func:`~cognoxium.packing.packer.pack`):
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -442,7 +442,29 @@ class Cutter:
             self.costs.cost[unit] = self._uncut_units.pop(unit)
 
     def _fit(self, unit: int, allowed: int, *, partial: bool = False) -> int | None:
-        """:meth:`fit` without the cap."""
+        """:meth:`fit` without the cap: the longest rows cut first, or the last first.
+
+        The rows of a unit (a call's parallel results) are cut to one level,
+        the longest first (:meth:`_level`), so that a long log does not keep
+        thousands of tokens while the files beside it are cut to their
+        floor. Each row cut sends its own ``[n tokens cut]`` note, so cutting
+        several rows can cost more than cutting one: when no level fits, the
+        last row is cut first (:meth:`_shed`), as before.
+        """
+        cost = self._fit_by(unit, allowed, self._level)
+        if cost is not None:
+            return cost
+        return self._fit_by(unit, allowed, self._shed, partial=partial)
+
+    def _fit_by(
+        self,
+        unit: int,
+        allowed: int,
+        shed: Callable[[list[int], dict[int, int], int], bool],
+        *,
+        partial: bool = False,
+    ) -> int | None:
+        """Cut ``unit`` to at most ``allowed`` tokens, lowering its rows' targets by ``shed``."""
         rows, _ = self.costs.units.rows_of(np.asarray([unit], dtype=np.int64))
         marked = [
             r
@@ -462,7 +484,7 @@ class Cutter:
         push = 0  # tokens to shed beyond the excess: a first cut adds its note
         while total > allowed:
             before = dict(target)
-            if not self._shed(marked, target, total - allowed + push) and not partial:
+            if not shed(marked, target, total - allowed + push) and not partial:
                 return None
             if target == before:  # every row at its floor
                 break
@@ -500,6 +522,29 @@ class Cutter:
             target[r] -= shed
             excess -= shed
         return excess <= 0
+
+    def _level(self, marked: list[int], target: dict[int, int], excess: int) -> bool:
+        """Lower ``target`` by ``excess`` tokens, the highest first, toward one level.
+
+        Water-filling: the rows at the highest target come down together
+        (in input order, the first ones a token more when the tokens do not
+        divide), to the next target or their ``min_tokens``. Returns whether
+        the whole excess could be shed.
+        """
+        floors = {r: self.marks.rows[r].min_tokens for r in marked}
+        while excess > 0:
+            above = [r for r in marked if target[r] > floors[r]]
+            if not above:
+                return False
+            top = max(target[r] for r in above)
+            tops = [r for r in above if target[r] == top]
+            lower = max((target[r] for r in above if target[r] < top), default=0)
+            step = min(top - lower, *(top - floors[r] for r in tops), -(-excess // len(tops)))
+            for r in tops:
+                shed = min(step, excess)
+                target[r] -= shed
+                excess -= shed
+        return True
 
     def _ceiling(self, row: int, whole: int) -> int:
         """The most tokens ``row`` may keep: its earlier cut's when replayed, else ``whole``."""
