@@ -141,3 +141,31 @@ def test_a_merged_assistant_turn_starts_with_its_thinking_blocks() -> None:
     validate_anthropic_messages(request)
     kinds = [b["type"] for b in request["messages"][1]["content"]]
     assert kinds == ["thinking", "text", "tool_use"]
+
+
+@pytest.mark.parametrize("first", ["thinking and text", "text"])
+def test_a_reply_that_thinking_blocks_go_before_is_not_reported_as_the_cached_prefix(
+    first: str,
+) -> None:
+    # A turn starts with every thinking block it holds: a reply followed by an assistant
+    # message with thinking blocks is sent with them before its text, not as it was sent
+    # when it ended the request. The report still counted it in the prefix.
+    text = {"type": "text", "text": "I'll check."}
+    reply = [{"type": "thinking", "thinking": "plan", "signature": "s1"}, text]
+    messages = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": reply if first == "thinking and text" else [text]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "call", "signature": "s2"},
+            {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+        ]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}]},
+    ]  # fmt: skip
+    before = from_anthropic_messages(messages[:2], conversation_id="x")
+    earlier = before.pack(1000, as_of=AS_OF, target="anthropic")
+    later = from_anthropic_messages(messages, conversation_id="x").pack(
+        1000, as_of=AS_OF, target="anthropic", previous=earlier
+    )
+    sent, now = earlier.to_anthropic()["messages"], later.to_anthropic()["messages"]
+    assert now[1]["content"][: len(sent[1]["content"])] != sent[1]["content"]
+    assert later.manifest.cache.prefix_ids == ["x:0"]
