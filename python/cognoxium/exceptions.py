@@ -569,6 +569,8 @@ class OrderWarning(UserWarning):
     goes on (a frame sorted newest first, the Polars idiom for "the latest
     N"), that pack keeps the oldest messages and sends them in reverse:
     sort by ``created_at`` ascending after choosing the latest, or keep
-    the order the messages came in. A warning, not an error: the packer
+    the order the messages came in. It is raised when ``created_at`` falls
+    more than twice as often as it rises along the unranked conversation
+    items. A warning, not an error: the packer
     does not reorder what it is given.
     """

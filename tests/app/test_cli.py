@@ -2033,3 +2033,31 @@ def test_inspect_limit_help_names_every_table_it_cuts() -> None:
     result = runner.invoke(app, ["inspect", "--help"], env={"COLUMNS": "200"})
     text = " ".join(result.stdout.split())
     assert "Rows shown in each of the tables by role, tier and source, and per manifest" in text
+
+
+def test_an_order_warning_is_a_plain_line_naming_no_library_source(tmp_path: Path) -> None:
+    # Python printed the warning after the source line that raised it, for the command a
+    # line of typer's main.py; the command prints it as its other warnings, once.
+    rows = [
+        {"id": f"m{i}", "role": "user" if i % 2 else "assistant", "text": f"message {i}",
+         "created_at": f"2025-01-01T00:{59 - i:02d}:00Z"}
+        for i in range(8)
+    ]  # fmt: skip
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text('{"id": "a", "budget": 60}\n{"id": "b", "budget": 80}\n')
+    args = ["pack", str(items), str(requests), "--out", str(tmp_path / "out"), "--rank", "none"]
+    code = "from cognoxium.app.cli import main; import sys; sys.argv[0] = 'cognoxium'; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, "--as-of", AS_OF, "--no-progress"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "created_at falls" in line]
+    assert len(warned) == 1
+    assert warned[0].startswith("warning: the conversation items' created_at falls")

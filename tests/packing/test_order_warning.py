@@ -31,6 +31,16 @@ def chat(turns: int = 12) -> CognitionFrame:
     ])  # fmt: skip
 
 
+def interleaved() -> CognitionFrame:
+    """Two conversations in turn, each in order, the second a month older than the first."""
+    return CognitionFrame([
+        {"id": f"{c}{i}", "role": "user" if i % 2 == 0 else "assistant", "text": f"{c} {i}",
+         "created_at": START - timedelta(days=30 * k) + timedelta(minutes=i)}
+        for i in range(6)
+        for k, c in enumerate("ab")
+    ])  # fmt: skip
+
+
 def test_the_latest_sorted_newest_first_warns_where_the_pack_is_called() -> None:
     latest = chat().sort("created_at", descending=True).limit(6)
     with pytest.warns(OrderWarning, match="sort by created_at ascending") as caught:
@@ -61,6 +71,7 @@ def test_the_latest_sorted_newest_first_warns_where_the_pack_is_called() -> None
             lambda: chat().with_columns(created_at=pl.lit(START, pl.Datetime("us", "UTC"))),
             id="one time",
         ),
+        pytest.param(lambda: interleaved(), id="two conversations interleaved, each in order"),
     ],
 )
 def test_no_warning_for_a_chat_in_order_ranked_or_without_distinct_times(

@@ -559,8 +559,10 @@ class PackScope:
         """Warn (:class:`~cognoxium.exceptions.OrderWarning`) when the unranked chat runs backwards.
 
         The conversation items without a rank are taken newest first from
-        the last in input order; when their ``created_at`` falls more often
-        than it rises along the input, that order is reversed.
+        the last in input order; when their ``created_at`` falls more than
+        twice as often as it rises along the input, that order is reversed
+        (conversations interleaved, each in order, fall about as often as
+        they rise).
         """
         ranks = self.df.get_column("rank") if rank is None else rank
         roles = self.df.get_column("role").cast(pl.String)
@@ -569,7 +571,7 @@ class PackScope:
             return
         times = self.df.get_column("created_at").to_physical().to_numpy()[chat]
         steps = np.diff(times)
-        if (steps < 0).sum() > (steps > 0).sum():
+        if (steps < 0).sum() > 2 * (steps > 0).sum():
             warnings.warn(
                 "the conversation items' created_at falls along their input order (a frame "
                 "sorted newest first?): a pack takes the last rows as the newest messages, so "
