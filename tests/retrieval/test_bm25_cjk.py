@@ -2,7 +2,8 @@
 
 Text without spaces was one token per run of word characters, so a Chinese or
 Japanese query scored every item 0.0 unless it matched a whole run. Latin,
-Korean and every other text without CJK characters tokenizes exactly as before.
+Every text without CJK characters (Han, Hiragana, Katakana, Hangul) or their width
+forms tokenizes exactly as before.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from cognoxium.retrieval.embeddings import EmbeddingCache
 from cognoxium.retrieval.features import FeatureExtractor
 from cognoxium.retrieval.ranking import (
     _CJK_RUN,
-    _PAST_CJK_START,
+    _MAYBE_CJK,
+    _WIDTH_FORMS,
     _tokenize,
     _words,
     bm25_cache_clear,
@@ -43,18 +45,17 @@ DOCS = [
 ]
 
 # Latin-script and other spaced text, with what can trip a tokenizer: accents
-# composed and decomposed, ß, digits, underscores, apostrophes, emoji, Korean,
-# Cyrillic, Greek, Arabic, and characters past U+3005 that are not CJK.
+# composed and decomposed, ß, digits, underscores, apostrophes, emoji,
+# Cyrillic, Greek, Arabic, and characters past U+1100 that are not CJK.
 LATIN = [
     "The refund policy: duplicate charges are refunded within 5 business days.",
     "Café opening hours changed; the cafe\u0301 now opens at 07:30.",
     "Die Rückerstattung erfolgt innerhalb von fünf Werktagen. Straße 12",
     "La politique de remboursement s'applique aux débits en double.",
-    "환불 정책: 중복 청구는 영업일 기준 5일 이내에 환불됩니다.",
     "Политика возврата средств: двойные списания возвращаются за 5 дней.",
     "Η πολιτική επιστροφής χρημάτων ισχύει για διπλές χρεώσεις.",
     "سياسة الاسترداد تنطبق على الرسوم المكررة",
-    "user_id=42 API_KEY rotated 🔑 ok \ufb01ne ＡＢＣ ｆｕｌｌ width",
+    "user_id=42 API_KEY rotated 🔑 ok \ufb01ne",
     "",
     "a I x",
     "refunds refunded refunding REFUND",
@@ -137,13 +138,35 @@ def test_mixed_script_text_reads_each_script_its_own_way() -> None:
         assert scores[best] > 0
 
 
-def test_korean_splits_at_spaces() -> None:
-    assert _words("환불 정책은 영업일") == ["환불", "정책은", "영업일"]
+def test_korean_is_read_as_bigrams_so_a_noun_matches_it_with_its_particle() -> None:
+    # Korean was read word by word: 환불 (refund) never matched 환불은 (refund + topic
+    # particle), the form Korean text writes it in.
+    assert _words("환불은 정책") == ["환불", "불은", "정책"]
+    korean = "환불은 영업일 기준 5일 이내에 처리됩니다. 환불정책을 확인하세요."
+    scores = bm25_scores([korean, "배송은 이틀 걸립니다."], "환불")
+    assert int(scores.argmax()) == 0
+    assert scores[0] > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "query"),
+    [
+        ("ＶＩＰ会员可以退款", "VIP"),
+        ("VIP members get refunds", "ＶＩＰ"),
+        ("ﾎﾟｲﾝﾄ還元", "ポイント"),
+    ],
+)
+def test_width_forms_match_their_usual_width(text: str, query: str) -> None:
+    # Input methods type full-width Latin (ＶＩＰ) and half-width Katakana (ﾎﾟｲﾝﾄ): they
+    # matched only a query typed the same way.
+    scores = bm25_scores([text, "something else entirely"], query)
+    assert int(scores.argmax()) == 0
+    assert scores[0] > 0
 
 
 def test_a_latin_corpus_scores_exactly_as_before() -> None:
     bm25_cache_clear()
-    for query in ["refund policy", "café", "Straße", "환불 정책", "возврата", "api_key", "🔑 fine"]:
+    for query in ["refund policy", "café", "Straße", "возврата", "api_key", "🔑 fine"]:
         now = bm25_scores(LATIN, query)
         assert now.tobytes() == _previous_scores(LATIN, query).tobytes(), query
 
@@ -155,15 +178,15 @@ def test_a_latin_corpus_tokenizes_exactly_as_before() -> None:
 @given(st.text(max_size=80))
 def test_text_without_cjk_tokenizes_exactly_as_before(text: str) -> None:
     assume(_CJK_RUN.search(unicodedata.normalize("NFC", text).lower()) is None)
+    assume(_WIDTH_FORMS.search(text) is None)
     assert _tokenize([text], ids=False) == _previous_tokens([text], ids=False)
 
 
-def test_no_cjk_character_comes_before_u3005() -> None:
-    # The fast path skips texts with no character at or past U+3005.
-    first = next(c for c in range(0x110000) if _CJK_RUN.match(chr(c)))
-    assert first == 0x3005
-    assert _PAST_CJK_START.match(chr(first))
-    assert not _PAST_CJK_START.match(chr(first - 1))
+def test_every_cjk_character_is_in_the_blocks_the_fast_path_tests_for() -> None:
+    # The fast path skips texts with no character of those blocks.
+    read = [c for c in range(0x110000) if _CJK_RUN.match(chr(c)) or _WIDTH_FORMS.match(chr(c))]
+    assert all(_MAYBE_CJK.match(chr(c)) for c in read)
+    assert not _MAYBE_CJK.search("it’s — “quoted” café Straße возврат")
 
 
 def test_batched_queries_score_as_single_queries() -> None:

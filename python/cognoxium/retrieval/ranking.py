@@ -135,31 +135,58 @@ def _stemmer() -> Any:
 _WORDS = re.compile(r"(?u)\b\w\w+\b")
 """bm25s' default token pattern: runs of two or more word characters."""
 
-_CJK_RUN = regex.compile(r"(?V1)([[\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}]&&[\p{L}\p{N}]]+)")
-"""A run of Han, Hiragana and Katakana letters and numbers (Unicode Script_Extensions).
+_CJK_RUN = regex.compile(
+    r"(?V1)([[\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hangul}]&&[\p{L}\p{N}]]+)"
+)
+"""A run of Han, Hiragana, Katakana and Hangul letters and numbers (Unicode Script_Extensions).
 
-Hangul is not among them: Korean puts spaces between words.
+Hangul is among them, as in Lucene's ``CJKBigramFilter`` by default: Korean
+puts spaces between words, but a noun carries its particle (환불은, 환불을),
+so a query of the bare noun shares a bigram with it and not a word.
 """
 
-_PAST_CJK_START = regex.compile("[\u3005-\U0010ffff]")
-"""A character at or past U+3005 (々), the first character :data:`_CJK_RUN` reads.
+_MAYBE_CJK = re.compile("[\u1100-\u11ff\u2e80-\U0010ffff]")
+"""A character of Hangul Jamo (U+1100-11FF) or at or past U+2E80: every character
+:data:`_CJK_RUN` and :data:`_WIDTH_FORMS` read is one.
 
-A cheap test that a text has no CJK run: most non-ASCII Latin texts fail it.
+A cheap test that a text has none: Latin, Cyrillic, Greek and Arabic text,
+with its curly quotes and dashes (U+2000-206F), fails it.
 """
+
+_WIDTH_FORMS = re.compile("[\uff01-\uff5e\uff65-\uff9f]+")
+"""Full-width ASCII (U+FF01-FF5E) and half-width Katakana (U+FF65-FF9F)."""
+
+
+def _folded(text: str) -> str:
+    """``text`` in NFC, its full-width ASCII and half-width Katakana folded to their usual width.
+
+    As Lucene's ``CJKWidthFilter`` folds them before its bigrams: input
+    methods type ``ＶＩＰ`` and ``ﾎﾟｲﾝﾄ`` for ``VIP`` and ``ポイント``. Only
+    those forms are folded (by NFKC), so other text is only composed.
+
+    Examples
+    --------
+    >>> _folded("ＶＩＰ会员 ﾎﾟｲﾝﾄ")
+    'VIP会员 ポイント'
+    """
+    if not text.isascii() and _MAYBE_CJK.search(text):
+        text = _WIDTH_FORMS.sub(lambda run: unicodedata.normalize("NFKC", run.group()), text)
+    return unicodedata.normalize("NFC", text)
 
 
 def _words(text: str) -> list[str]:
     """The BM25 words of ``text``: word runs, and overlapping bigrams of CJK runs.
 
-    Text outside Han, Hiragana and Katakana splits as bm25s splits it, into
-    runs of two or more word characters. Chinese and Japanese are written
-    without spaces, so a CJK run becomes its overlapping character bigrams,
+    Text outside Han, Hiragana, Katakana and Hangul splits as bm25s splits
+    it, into runs of two or more word characters. Chinese and Japanese are
+    written without spaces, and a Korean noun carries its particle, so a
+    CJK run becomes its overlapping character bigrams,
     or the character alone when the run has one, as Lucene's
     ``CJKBigramFilter`` (Elasticsearch's ``cjk_bigram`` token filter) does:
     https://lucene.apache.org/core/9_0_0/analysis/common/org/apache/lucene/analysis/cjk/CJKBigramFilter.html.
     A text without CJK characters splits exactly as bm25s splits it; the test
-    for them costs nothing on ASCII text and one scan for a character past
-    U+3005 on other text.
+    for them costs nothing on ASCII text and one scan for a character of
+    the blocks that hold them (:data:`_MAYBE_CJK`) on other text.
 
     Examples
     --------
@@ -167,10 +194,10 @@ def _words(text: str) -> list[str]:
     ['東京', '京都', '都は', '日本', '本の', 'の首', '首都', '都で', 'であ', 'あり']
     >>> _words("refund 退款 in 5 days, 返金ポリシー")
     ['refund', '退款', 'in', 'days', '返金', '金ポ', 'ポリ', 'リシ', 'シー']
-    >>> _words("환불 정책 a straße")
-    ['환불', '정책', 'straße']
+    >>> _words("환불은 정책 a straße")
+    ['환불', '불은', '정책', 'straße']
     """
-    if text.isascii() or _PAST_CJK_START.search(text) is None:
+    if text.isascii() or _MAYBE_CJK.search(text) is None:
         return _WORDS.findall(text)
     words: list[str] = []
     for i, part in enumerate(_CJK_RUN.split(text)):  # odd parts are the CJK runs
@@ -191,12 +218,12 @@ def _tokenizer() -> Any:
 
 
 def _tokenize(texts: list[str], *, ids: bool) -> Any:
-    """BM25 tokens of ``texts`` in Unicode NFC (a letter and its combining mark are one).
+    """BM25 tokens of ``texts``, folded (:func:`_folded`: NFC, and the width forms of CJK text).
 
     ``ids``: a ``bm25s.tokenization.Tokenized`` (token ids and vocabulary) to
     index; otherwise the tokens of each text, to look up in an index.
     """
-    composed = [unicodedata.normalize("NFC", text) for text in texts]
+    composed = [_folded(text) for text in texts]
     return _tokenizer().tokenize(
         composed, return_as="tuple" if ids else "string", show_progress=False, allow_empty=False
     )
@@ -260,13 +287,14 @@ def bm25_scores(
 
     The corpus is exactly ``texts``: document frequencies, and so the IDF of
     every term, come from these texts only. Tokenization is bm25s', of the texts
-    in Unicode NFC (a letter and its combining mark read as the composed letter):
+    in Unicode NFC (a letter and its combining mark read as the composed letter,
+    full-width ASCII and half-width Katakana at their usual width):
     lowercase, words of two or more word characters, English stop words
     removed, Snowball stemming when PyStemmer is installed. Chinese and
-    Japanese have no spaces between words, so a run of Han, Hiragana and
-    Katakana characters is read as its overlapping character bigrams (a lone
-    character as itself), as Lucene's ``CJKBigramFilter`` reads it; Korean
-    splits at spaces like Latin text. Scoring is bm25s' ``lucene`` variant
+    Japanese have no spaces between words, and a Korean noun carries its
+    particle, so a run of Han, Hiragana, Katakana and Hangul characters is
+    read as its overlapping character bigrams (a lone character as itself),
+    as Lucene's ``CJKBigramFilter`` reads it by default. Scoring is bm25s' ``lucene`` variant
     (k1 = 1.5, b = 0.75), from Robertson and Zaragoza, *The Probabilistic
     Relevance Framework: BM25 and Beyond* (2009).
 
