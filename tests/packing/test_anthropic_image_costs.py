@@ -2,9 +2,9 @@
 
 The expected figures are worked out here from the documented rule (Anthropic,
 "Vision", "Evaluate image size" and "Calculate image costs"): an image whose
-long edge is over 1568 px is scaled down to it, one still over about 1,600
-tokens is scaled down to that, and an image costs ``width * height / 750``
-tokens, rounded up.
+long edge is over 1568 px is scaled down to it, one still over 1,640 tokens
+(784 x 1568, the largest size the documented table sends unscaled) is scaled
+down to that, and an image costs ``width * height / 750`` tokens, rounded up.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SHOT = "https://example.org/shot.png"
 QUESTION = "What is in this screenshot?"
 QUESTION_TOKENS = 10  # framing 4 ("user" and 3) + 6 for the question, as OpenAI's packs cost it
 PRIMING = 3
-CAP = 1600  # "more than ~1,600 tokens ... is first scaled down"
+CAP = 1640  # 784 x 1568, the largest size the documented table sends unscaled
 
 
 def screenshot(size: tuple[int, int] | None = None, detail: str | None = None) -> CognitionFrame:

@@ -136,7 +136,7 @@ class PackOptions:
         ``tool_errors``). Its items cost what an Anthropic request sends:
         assistant messages their thinking blocks too, and images
         Anthropic's rule (:data:`~cognoxium.tokens.images.CLAUDE_IMAGES`,
-        by area, at most 1,600 tokens) instead of OpenAI's tiles. Claude's
+        by area, at most 1,640 tokens) instead of OpenAI's tiles. Claude's
         tokenizer is not available offline, so text is counted with the
         profile's encoding and the manifest says ``estimated``.
     eviction_share

@@ -61,13 +61,14 @@ Choices where the page is silent:
 * The quotient is rounded up to a whole token, as the three documented
   examples are (53.3, 1333.3 and 1589.95 give 54, 1334 and 1590).
 * Scaling only shrinks, and scaled sizes are kept exact: the long edge is
-  brought to 1568 px, then an image still over ``max_tokens`` (1,600) is
-  scaled to cost exactly that, so no image costs more than 1,600 tokens.
-  (The page's table of sizes sent unscaled ends at 784 x 1568, 1,639.1 by
-  the formula: its limits are approximate, and a pack built for Anthropic
-  says its counts are estimated.)
+  brought to 1568 px, then an image still over ``max_tokens`` (1,640) is
+  scaled to cost exactly that, so no image costs more than 1,640 tokens.
+  The cap is not the page's "about 1,600": its table of sizes sent
+  unscaled ends at 784 x 1568, 1,639.1 tokens by the formula, and a count
+  meant to fit a budget stays at or above what the API sends (a pack built
+  for Anthropic says its counts are estimated).
 * An image of unknown size costs the most any image can: ``max_tokens``
-  (1,600).
+  (1,640).
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ class AnthropicImageRule:
         The longest edge an image is sent with (1568), in pixels; a longer
         one is scaled down to it.
     max_tokens
-        The most an image costs (1,600): one that would cost more after
+        The most an image costs (1,640, that of 784 x 1568, the largest size
+        Anthropic's table sends unscaled): one that would cost more after
         fitting its long edge is scaled down to cost that.
 
     Raises
@@ -197,12 +199,12 @@ class AnthropicImageRule:
     >>> [CLAUDE_IMAGES.tokens("auto", size) for size in [(200, 200), (1000, 1000), (1092, 1092)]]
     [54, 1334, 1590]
     >>> CLAUDE_IMAGES.tokens("high", (4000, 3000)), CLAUDE_IMAGES.tokens("low", None)
-    (1600, 1600)
+    (1640, 1640)
     """
 
     pixels_per_token: int = 750
     long_edge_px: int = 1568
-    max_tokens: int = 1600
+    max_tokens: int = 1640
 
     def __post_init__(self) -> None:
         for field in ("pixels_per_token", "long_edge_px", "max_tokens"):
@@ -253,7 +255,7 @@ class AnthropicImageRule:
 
 
 CLAUDE_IMAGES = AnthropicImageRule()
-"""Claude's image rule: 750 pixels a token, 1568 px long edge, 1,600 tokens at most."""
+"""Claude's image rule: 750 pixels a token, 1568 px long edge, 1,640 tokens at most."""
 
 
 def _check_detail(detail: str) -> None:
