@@ -657,11 +657,11 @@ def parallel_frame() -> tuple[pl.DataFrame, dict[str, int], int]:
     return df, cost, budget
 
 
-def test_awaited_parallel_results_that_do_not_fit_are_cut_the_last_first() -> None:
+def test_awaited_parallel_results_that_do_not_fit_are_cut_to_one_level() -> None:
     df, cost, budget = parallel_frame()
     # The results end the history: the model reads them next, so they are cut to fit
-    # rather than left out with their call. The group's last row sheds first, down to
-    # the 64 tokens an awaited result keeps at least, then the one before it.
+    # rather than left out with their call. They are cut toward one level, the longest
+    # first (the last row was cut to its 64-token floor before the first was cut).
     for gaps in GAP_MODES:
         result = pack(df, budget, PackOptions(as_of=AS_OF, gaps=gaps))
         assert result.ids == ["trip:0", "trip:1", "trip:2", "trip:3"]
@@ -670,15 +670,16 @@ def test_awaited_parallel_results_that_do_not_fit_are_cut_the_last_first() -> No
             t.id: (t.kept_tokens, t.original_tokens, t.side) for t in result.manifest.truncations
         }
         framing = {row: cost[row] - cuts[row][1] for row in cuts}
-        assert cuts["trip:3"] == (64, cost["trip:3"] - framing["trip:3"], "head")
+        assert cuts["trip:3"] == (142, cost["trip:3"] - framing["trip:3"], "head")
+        assert cuts["trip:2"] == (142, cost["trip:2"] - framing["trip:2"], "head")
         sent = to_openai_messages(result)
         assert sent[:2] == PARALLEL[:2]
         for message, whole, row in zip(sent[2:], (FLIGHTS, HOTELS), cuts, strict=True):
             kept, note = message["content"].rsplit("\n", 1)
             assert whole.startswith(kept)
             assert note == f"[{cuts[row][1] - cuts[row][0]} tokens cut]"
-        # The room of the first result's whole cost holds both, the second at 64 tokens:
-        # the messages sent cost the budget, their notes counted.
+        # The room of the first result's whole cost holds both at one level: the messages
+        # sent cost the budget, their notes counted.
         assert sum(map(PROFILE.message_tokens, sent)) + PROFILE.tokens_per_pack == budget
         assert [m["tool_call_id"] for m in sent[2:]] == ["c1", "c2"]
 

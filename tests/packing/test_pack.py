@@ -144,7 +144,7 @@ def reference_pack(
     Conversation units (every member user, assistant or tool) without a rank
     go after the others of their tier and priority, newest first; with
     ``gaps="stop"`` the first of them that does not fit ends them, but for
-    one holding no user message before any holding one is taken (passed over).
+    one holding no user message newer than every one taken (passed over).
     With ``gaps="stop"`` a choice that sends no user message may then drop
     units to start on one (``reach_user``): :func:`_reached_user` tells it.
     """
@@ -191,21 +191,35 @@ def reference_pack(
 
 
 def _greedy(keyed: list[Any], room: int, gaps: str, dropped: set[str]) -> set[str]:
-    """The ids the greedy skip takes from the sorted units, but for the ``dropped`` units."""
+    """The ids the greedy skip takes from the sorted units, but for the ``dropped`` units.
+
+    With ``gaps="stop"`` the skip runs once whole; the first conversation unit
+    it misses (in sorted order) that holds a user message, or that is older than
+    a user message taken, ends the tail; the units after it are dropped and the
+    skip runs again.
+    """
+    chosen = _skip(keyed, room, dropped)
+    if gaps != "stop":
+        return chosen
+    talks = [k for k in keyed if k[0][0] != 0 and k[0][3] == 1 and k[1][0] not in dropped]
+    users = [-k[0][4] for k in talks if k[3] and k[1][0] in chosen]  # the input places taken
+    newest = max(users, default=-1)
+    for at, k in enumerate(talks):
+        if k[1][0] not in chosen and (k[3] or -k[0][4] < newest):
+            later = {u[1][0] for u in talks[at + 1 :]}
+            return _skip(keyed, room, dropped | later) if later & chosen else chosen
+    return chosen
+
+
+def _skip(keyed: list[Any], room: int, dropped: set[str]) -> set[str]:
+    """The ids the greedy skip-and-continue takes from the sorted units, but ``dropped``."""
     chosen = {i for k in keyed if k[0][0] == 0 for i in k[1]}
-    stopped = user_taken = False
     for k in keyed:
         if k[0][0] == 0 or k[1][0] in dropped:
-            continue
-        talk = k[0][3] == 1
-        if talk and stopped:
             continue
         if k[2] <= room:
             chosen.update(k[1])
             room -= k[2]
-            user_taken = user_taken or (talk and k[3])
-        elif talk and gaps == "stop" and (user_taken or k[3]):
-            stopped = True
     return chosen
 
 
@@ -596,6 +610,13 @@ def test_ties_are_broken_by_cost_then_id(
 
 
 @settings(max_examples=60, deadline=None)
+@example(  # the newest reply, passed over, is newer than the users taken first by priority
+    lengths=[16, 40, 0, 0, 0, 1],
+    roles=["user"] * 5 + ["assistant"] + ["user"] * 34,
+    priorities=[1, 1] + [0] * 38,
+    budget=71,
+    gaps="stop",
+)
 @example(  # the newest is a reply that fits alone: "fill" too drops it for the question
     lengths=[0, 0, 0, 0],
     roles=["user", "user", "user", "assistant"] + ["user"] * 36,

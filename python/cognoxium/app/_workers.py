@@ -33,7 +33,6 @@ import multiprocessing
 import os
 import threading
 import time
-import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
@@ -47,7 +46,7 @@ import polars as pl
 import pyarrow as pa
 
 from cognoxium.app._scopes import Unit, fixed_values
-from cognoxium.exceptions import OrderWarning
+from cognoxium.app._warnings import plain_warnings
 from cognoxium.packing._parts import PACKS, part_path, staged, sweep
 from cognoxium.packing.manifests import ManifestWriter
 
@@ -67,7 +66,6 @@ __all__ = [
     "finish_parts",
     "open_part",
     "pack_task",
-    "plain_warnings",
     "result_of",
     "run_tasks",
     "start_worker",
@@ -329,29 +327,6 @@ def watch_parent(parent: int, every: float) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="cognoxium-parent-watch", daemon=True).start()
-
-
-def plain_warnings() -> None:
-    """Print the package's own warnings as ``warning: <message>`` lines on standard error.
-
-    Python prints a warning after the source line that raised it; for a
-    command's user that is a line of the command-line library, not of their
-    input. Other warnings keep Python's form.
-    """
-    default = warnings.formatwarning
-
-    def formatted(
-        message: Warning | str,
-        category: type[Warning],
-        filename: str,
-        lineno: int,
-        line: str | None = None,
-    ) -> str:
-        if issubclass(category, OrderWarning):
-            return f"warning: {message}\n"
-        return default(message, category, filename, lineno, line)
-
-    warnings.formatwarning = formatted
 
 
 def start_worker(parent: int, every: float) -> None:

@@ -1841,7 +1841,7 @@ def inspect_command(
 
 def main() -> None:
     """Run the ``cognoxium`` command line (the console-script entry point)."""
-    from cognoxium.app._workers import plain_warnings
+    from cognoxium.app._warnings import plain_warnings
 
     plain_warnings()
     app(prog_name="cognoxium")
