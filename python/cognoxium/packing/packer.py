@@ -564,14 +564,8 @@ class PackScope:
         (conversations interleaved, each in order, fall about as often as
         they rise).
         """
-        ranks = self.df.get_column("rank") if rank is None else rank
-        roles = self.df.get_column("role").cast(pl.String)
-        chat = (roles.is_in(_CONVERSATION_ROLES) & ranks.is_null()).to_numpy()
-        if chat.sum() < 2:
-            return
-        times = self.df.get_column("created_at").to_physical().to_numpy()[chat]
-        steps = np.diff(times)
-        if (steps < 0).sum() > 2 * (steps > 0).sum():
+        backwards = self._own_order_backwards if rank is None else self._backwards(rank)
+        if backwards:
             warnings.warn(
                 "the conversation items' created_at falls along their input order (a frame "
                 "sorted newest first?): a pack takes the last rows as the newest messages, so "
@@ -580,6 +574,24 @@ class PackScope:
                 OrderWarning,
                 stacklevel=_caller_level(),
             )
+
+    @cached_property
+    def _own_order_backwards(self) -> bool:
+        """:meth:`_backwards` under the rows' own rank, found once for the scope's packs."""
+        return self._backwards(self.df.get_column("rank"))
+
+    @cached_property
+    def _talk_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(n,)`` bool, the row is a conversation item, and ``(n,)`` int64, its ``created_at``."""
+        roles = self.df.get_column("role").cast(pl.String)
+        times = self.df.get_column("created_at").to_physical().to_numpy()
+        return roles.is_in(_CONVERSATION_ROLES).to_numpy(), times
+
+    def _backwards(self, rank: pl.Series) -> bool:
+        """Whether the unranked conversation rows fall in time over twice as often as they rise."""
+        talk, times = self._talk_times
+        steps = np.diff(times[talk & rank.is_null().to_numpy()])
+        return bool((steps < 0).sum() > 2 * (steps > 0).sum())
 
     def _newest_first(self, rank: pl.Series | None) -> bool:
         """Whether the question the conversation ends on is reached newest first under ``rank``.
