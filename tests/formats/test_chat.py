@@ -1367,9 +1367,9 @@ def test_three_turns_reusing_one_call_id_get_three_ids() -> None:
     validate_anthropic_messages(result.to_anthropic())
 
 
-def test_a_made_id_avoids_every_id_of_the_conversation_even_a_later_one() -> None:
-    # call_0-2 is taken by a later call, and a late result names call_0-3: the reused call_0
-    # becomes call_0-4, and nothing it pairs with changes.
+def test_a_made_id_depends_on_earlier_messages_only_and_a_later_clash_is_renamed() -> None:
+    # call_0-2 is made for the reused call_0 before a later call is given call_0-2: that later
+    # call is renamed (call_0-2-2), and a late result naming call_0-2 is read as the later call's.
     messages = [
         {"role": "user", "content": "Time?"},
         now_call(),
@@ -1379,19 +1379,44 @@ def test_a_made_id_avoids_every_id_of_the_conversation_even_a_later_one() -> Non
         now_call("call_0-2"),
         now_result("12:02", "call_0-2"),
         {"role": "user", "content": "And?"},
-        now_result("late", "call_0-3"),
+        now_result("late", "call_0-2"),
     ]
     frame = from_openai_messages(messages, conversation_id="c", tool_errors="keep")
     metadata = [m for _, _, m in tool_ids(frame)]
-    assert metadata[3] == {"tool_call_ids": ["call_0-4"], ORIGINAL_CALL_IDS_KEY: ["call_0"]}
-    assert metadata[5] == {"tool_call_ids": ["call_0-2"]}
-    assert metadata[8] == {"tool_call_id": "call_0-3"}  # an orphan, kept as given
+    assert metadata[3] == {"tool_call_ids": ["call_0-2"], ORIGINAL_CALL_IDS_KEY: ["call_0"]}
+    assert metadata[5] == {"tool_call_ids": ["call_0-2-2"], ORIGINAL_CALL_IDS_KEY: ["call_0-2"]}
+    assert metadata[6] == {"tool_call_id": "call_0-2-2", ORIGINAL_CALL_ID_KEY: "call_0-2"}
+    assert metadata[8] == {"tool_call_id": "call_0-2-2", ORIGINAL_CALL_ID_KEY: "call_0-2"}
     result = frame.pack(1_000, as_of=AS_OF)
     assert {k: v for k, v in reasons(result).items() if v != "selected"} == {
-        "c:8": "tool_result_orphan"
+        "c:8": "tool_result_duplicate"
     }
     validate_openai_messages(result.to_openai())
     validate_anthropic_messages(result.to_anthropic())
+
+
+@pytest.mark.parametrize(
+    "appended",
+    [
+        [now_call("call_0-2"), now_result("12:02", "call_0-2")],
+        [now_result("late", "call_0-2")],
+        [now_call("call_0-3"), now_result("12:03", "call_0-3"), now_call(), now_result("12:04")],
+    ],
+    ids=["a call given the made id", "an orphan naming it", "more reuse"],
+)
+def test_appending_messages_never_changes_the_ids_of_the_calls_before_them(
+    appended: list[dict[str, Any]],
+) -> None:
+    # The earlier request is sent again byte for byte (a provider's prompt cache); with ids
+    # made to avoid the whole conversation, a later call given call_0-2 renamed the earlier one.
+    before = from_openai_messages(REUSED_IDS, conversation_id="c", tool_errors="keep")
+    after = from_openai_messages([*REUSED_IDS, *appended], conversation_id="c", tool_errors="keep")
+    assert tool_ids(after)[: len(REUSED_IDS)] == tool_ids(before)
+    made = {i for _, _, m in tool_ids(before) for i in m.get("tool_call_ids", ())}
+    later = [m for _, _, m in tool_ids(after)[len(REUSED_IDS) :]]
+    assert not made & {i for m in later for i in m.get("tool_call_ids", [m.get("tool_call_id")])}
+    sent = before.pack(1_000, as_of=AS_OF).to_openai()
+    assert after.pack(1_000, as_of=AS_OF).to_openai()[: len(sent)] == sent
 
 
 def test_a_reused_id_whose_earlier_call_is_unanswered_pairs_with_the_later_call() -> None:

@@ -706,8 +706,7 @@ def from_llamaindex_messages(
             converted.append(_llamaindex_openai(llms, message, row, where))
     except RecordError as exc:
         failure = exc
-    # Added at once, so that a call id made for a reused one avoids every id of the
-    # conversation; an error of a message before the one that failed is raised first.
+    # Added at once, so that an error of a message before the one that failed is raised first.
     columns.add_all(converted)
     if failure is not None:
         raise failure

@@ -103,9 +103,10 @@ providers and local model servers number each turn's calls from
 answering the assistant message right before it, but the items pair a call
 with its results by id within the conversation, and Anthropic takes each
 ``tool_use`` id once in a request. Such a call, and the results that answer
-it, get a new id: the first of ``<id>-2``, ``<id>-3``, ... that no call or
-result of the conversation has (so the same messages always get the same
-ids, and an id of Anthropic's form ``^[a-zA-Z0-9_-]+$`` keeps it); the
+it, get a new id: the first of ``<id>-2``, ``<id>-3``, ... that no earlier
+call or result of the conversation has (so the same messages always get the
+same ids, a message appended later changes no earlier id, and an id of
+Anthropic's form ``^[a-zA-Z0-9_-]+$`` keeps it); the
 given id is kept in :data:`ORIGINAL_CALL_IDS_KEY` and
 :data:`ORIGINAL_CALL_ID_KEY`. This is no fault under either
 ``tool_errors``: a result after that message's run is out of place for the
@@ -487,7 +488,7 @@ class _CallLedger:
     answered: dict[str, int] = field(default_factory=dict)  # item call id -> index of its result
     latest: dict[str, str] = field(default_factory=dict)  # given call id -> item call id
     waiting: dict[str, str] = field(default_factory=dict)  # given call id -> item call id
-    taken: set[str] = field(default_factory=set)  # every call id of the conversation, and made
+    taken: set[str] = field(default_factory=set)  # every call id read so far, and made
     closed_by: tuple[int, str] | None = None
     keep: bool = False  # tool_errors="keep": a result that breaks a rule is kept, ungrouped
 
@@ -500,20 +501,20 @@ class _CallLedger:
         """Record the calls of assistant message ``index``, given ids ``given``; their item ids.
 
         A call keeps its id unless an earlier call of the conversation has
-        it (a provider that numbers each turn's calls from ``call_0``); then
-        its item id is the first of ``<id>-2``, ``<id>-3``, ... that no
-        message of the conversation uses, so it pairs only with the results
-        that answer it, and stays of the form Anthropic takes when the
-        given id is.
+        it, given or made (a provider that numbers each turn's calls from
+        ``call_0``); then its item id is the first of ``<id>-2``,
+        ``<id>-3``, ... that no earlier message uses and no earlier call
+        was given, so it pairs only with the results that answer it, and
+        stays of the form Anthropic takes when the given id is. Only earlier
+        messages decide it: a message appended later never changes the id
+        of a call before it (a later call given a made id is renamed in
+        turn), so an earlier request is sent again byte for byte.
         """
         ids = []
         for call_id in given:
             item_id = call_id
             if call_id in self.latest or call_id in self.made_at:
-                k = 2
-                while f"{call_id}-{k}" in self.taken:
-                    k += 1
-                item_id = f"{call_id}-{k}"
+                item_id = self._new_id(call_id)
             self.taken.update((call_id, item_id))
             self.latest[call_id] = item_id
             self.group_of[item_id], self.made_at[item_id] = group_id, index
@@ -525,31 +526,23 @@ class _CallLedger:
         """The item id of the call a result with ``tool_call_id`` ``call_id`` answers.
 
         That of the last assistant message's call with that id when there
-        is one, else of the latest call with it, else ``call_id`` itself
-        (no call has it).
+        is one, else of the latest call with it, else (no call was given
+        it: an orphan) ``call_id`` itself, or a new id like a reused call's
+        when ``call_id`` is the id made for an earlier call, which the
+        result does not answer.
         """
-        return self.waiting.get(call_id) or self.latest.get(call_id, call_id)
+        item_id = self.waiting.get(call_id) or self.latest.get(call_id)
+        if item_id is None:
+            item_id = call_id if call_id not in self.made_at else self._new_id(call_id)
+        self.taken.update((call_id, item_id))
+        return item_id
 
-
-def _tool_call_ids_in(messages: Sequence[Any]) -> set[str]:
-    """Every tool call id of chat messages: their calls' ``id``, their results' ``tool_call_id``.
-
-    Read before the messages are checked, so malformed ones are passed
-    over; a call id made for a reused one avoids them all.
-    """
-    ids: set[str] = set()
-    for message in messages:
-        if not isinstance(message, Mapping):
-            continue
-        result = message.get("tool_call_id")
-        if isinstance(result, str):
-            ids.add(result)
-        calls = message.get("tool_calls")
-        if isinstance(calls, list):
-            ids.update(
-                c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)
-            )
-    return ids
+    def _new_id(self, call_id: str) -> str:
+        """The first of ``<id>-2``, ``<id>-3``, ... that no id read or made so far is."""
+        k = 2
+        while f"{call_id}-{k}" in self.taken:
+            k += 1
+        return f"{call_id}-{k}"
 
 
 def _checked_start(conversation_id: Any, start: Any, where: MessageLocation) -> datetime:
@@ -864,8 +857,6 @@ def indexed_chat_items(
     prefix = conversation_id or "msg"
     sources = (Source(uri=where.source, kind=_SOURCE_KIND),) if where.source else ()
     ledger = _ledger(tool_errors, where)
-    messages = list(messages)
-    ledger.taken.update(_tool_call_ids_in(messages))
     return [
         (index, _part_item(index, part, first, sources, instructions, where))
         for index, message in enumerate(messages)
@@ -1014,7 +1005,6 @@ class ChatColumns:
             fields = (list(map(dict.get, rows, repeat(key))) for key in ("role", "content", "name"))
             if self.add_plain(*fields):
                 return self
-        self.ledger.taken.update(_tool_call_ids_in(rows))
         try:
             for index, message in enumerate(rows):
                 self.add(index, message)
