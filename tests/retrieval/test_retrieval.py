@@ -125,12 +125,12 @@ def test_cosines_are_the_embedding_lists_of_any_query() -> None:
 
 
 def test_each_text_is_embedded_once() -> None:
-    # 6 turns, the windows of turns 2 to 6 (the first window is turn 1 itself), 1 observation.
+    # 6 turns and 1 observation: the windows are made from the turns' vectors.
     frame = store()
     cache = EmbeddingCache(persist=False)
     settings = RetrievalSettings(model="local_hash")
     ScopeRetriever(scope_of(frame), "hybrid-lineage", settings, lineage=frame, cache=cache)
-    assert cache.info().computed == 6 + 5 + 1
+    assert cache.info().computed == 6 + 1
 
 
 def test_derived_items_link_to_their_scope_parents() -> None:
@@ -170,14 +170,17 @@ def test_lineage_needs_derived_items() -> None:
         ScopeRetriever(scope_of(store()), "hybrid-lineage", RetrievalSettings(model="local_hash"))
 
 
-def test_window_joins_each_item_with_the_one_before() -> None:
+def test_window_reads_each_item_with_the_one_before() -> None:
     query = "what brand is the red bicycle"
     scores = retriever().list_scores(query)["window"]
     texts = scope_of(store()).get_column("text").to_list()
     embedder = LocalHashEmbedder()
     q = embedder.vector(query)
-    expected = [float(embedder.vector(texts[0]) @ q)] + [
-        float(embedder.vector(f"{a}\n{b}") @ q) for a, b in itertools.pairwise(texts)
+    vectors = embedder.embed(texts)
+    weights = [len(t) for t in texts]
+    expected = [float(vectors[0] @ q)] + [
+        float((w1 * v1 + w2 * v2) @ q / np.linalg.norm(w1 * v1 + w2 * v2))
+        for (w1, v1), (w2, v2) in itertools.pairwise(zip(weights, vectors, strict=True))
     ]
     np.testing.assert_allclose(scores, expected, atol=1e-6)
     assert int(np.argmax(scores)) == 4  # t5 read with t4

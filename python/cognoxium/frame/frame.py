@@ -1057,7 +1057,9 @@ class CognitionFrame:
                        ``query``, ``model``, ``rrf_k``, ``neighbours``
         hybrid-lineage reciprocal rank fusion of bm25, embedding, the cosine of
                        each item with the item before it (a reply with the
-                       turn it answers) and the best cosine of the items of
+                       turn it answers, from their two vectors:
+                       :func:`~cognoxium.retrieval.scope.window_vectors`)
+                       and the best cosine of the items of
                        ``lineage`` derived from it (observations, summaries);
                        ``query``, ``model``, ``rrf_k``, ``neighbours``,
                        ``lineage``

@@ -33,7 +33,9 @@ bm25_lineage_rank      ``lrank`` of the lineage BM25
 cos                    cosine of the item's packed text with the query (the
                        retriever's embedder, rounded to 6 decimals)
 cos_gap                ``cos - max(cos)`` over the scope (<= 0)
-cos_window             cosine of the item joined with the item before it
+cos_window             cosine of the item read with the item before it (their
+                       vectors' length-weighted mean,
+                       :func:`~cognoxium.retrieval.scope.window_vectors`)
 cos_window_gap         ``cos_window - max(cos_window)``
 cos_unnamed            ``cos`` of the query with the scope's speakers' names
                        taken out (with a possessive ``'s`` or ``'``); ``cos``

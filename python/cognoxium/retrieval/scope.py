@@ -11,8 +11,9 @@ fusion (Cormack, Clarke and Büttcher, SIGIR 2009), up to four ranked lists:
     sentence-embedding model (:mod:`cognoxium.retrieval.embeddings`).
 ``window``
     Cosine similarity of each item *together with the item before it* in the
-    scope (a two-item sliding window, joined by a newline): a reply is often
-    only understandable with the turn it answers.
+    scope (a two-item sliding window): a reply is often only understandable
+    with the turn it answers. The window's vector is made from the two
+    items' vectors (:func:`window_vectors`), with no second run of the model.
 ``lineage``
     Lineage expansion: derived items (observations, summaries) whose
     ``parents`` include scope items, looked up in a lineage frame (often the
@@ -31,8 +32,8 @@ id, so the same scope, query and settings give the same scores.
 
 Every list reads at most the first
 :data:`~cognoxium.retrieval.embeddings.MAX_READ_CHARS` characters of each
-text (a window joins those of its two items), so a huge item costs what an
-ordinary one does; a text of up to that many characters is read whole.
+text, so a huge item costs what an ordinary one does; a text of up to that
+many characters is read whole.
 """
 
 from __future__ import annotations
@@ -71,12 +72,17 @@ __all__ = [
     "read_texts",
     "scope_retriever",
     "window_texts",
+    "window_vectors",
 ]
 
 RETRIEVAL_LISTS: Final[tuple[str, ...]] = ("bm25", "embedding", "window", "lineage")
 """The ranked lists a :class:`ScopeRetriever` can fuse."""
 
 _SCORE_DECIMALS: Final = 6
+
+WINDOW_WEIGHT_CHARS: Final = 1024
+"""The most characters an item weighs in a window's vector: about the 256 word pieces
+MiniLM reads of a text (:func:`window_vectors`)."""
 
 
 RETRIEVAL_METHODS: Final[dict[str, tuple[str, ...]]] = {
@@ -99,11 +105,11 @@ stay held out), among k in {5, 10, 20, 30, 60}:
 ======  =====================  =====================
 k       hybrid (1,024 / 2,048)  hybrid-lineage
 ======  =====================  =====================
-5       0.750 / 0.829          0.830 / 0.902
-10      0.745 / 0.831          0.834 / 0.902
-20      0.745 / 0.827          0.824 / 0.906
-30      0.748 / 0.829          0.804 / 0.906
-60      0.734 / 0.828          0.790 / 0.883
+5       0.750 / 0.829          0.828 / 0.899
+10      0.745 / 0.831          0.835 / 0.903
+20      0.745 / 0.827          0.817 / 0.909
+30      0.748 / 0.829          0.816 / 0.905
+60      0.734 / 0.828          0.789 / 0.886
 ======  =====================  =====================
 
 A small k favours the top of each list. For ``hybrid`` the constants 5 to
@@ -300,13 +306,48 @@ def window_texts(texts: pl.Series) -> pl.Series:
     )
 
 
-def _window_keys(hashes: pl.Series) -> list[str]:
-    """The embedding cache keys of the windows (the first is its item's own text and key)."""
-    previous = hashes.shift(1).to_list()
-    return [
-        h if p is None else hashlib.sha256(f"window\x00{p}\x00{h}".encode()).hexdigest()
-        for p, h in zip(previous, hashes.to_list(), strict=True)
-    ]
+def window_vectors(vectors: npt.NDArray[np.float32], texts: pl.Series) -> npt.NDArray[np.float32]:
+    """Each item's vector read with the one before it: the vector of a two-item window.
+
+    A sentence embedding mean-pools its text's token vectors, so the vector
+    of two texts read together is close to the mean of theirs, each weighted
+    by its length (Reimers and Gurevych, *Sentence-BERT*, EMNLP 2019, on mean
+    pooling). The window of item ``i`` is ``w[i-1] · v[i-1] + w[i] · v[i]``,
+    L2-normalised, with ``w`` each text's characters, at most
+    :data:`WINDOW_WEIGHT_CHARS`; the first item's window is its own vector.
+    Made from vectors already computed, it costs no run of the model (the
+    model read of the joined text cost twice the tokens of the items, for
+    the same evidence recall on LoCoMo: ``benchmarks/results/learned.md``).
+
+    Parameters
+    ----------
+    vectors
+        ``(n, d)`` float32, the items' L2-normalised vectors, in scope order.
+    texts
+        ``(n,)`` String, the texts they embed (null weighs 0).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n, d)`` float32, rows L2-normalised (a zero row where both
+        items' vectors are zero).
+
+    Examples
+    --------
+    >>> v = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
+    >>> windows = window_vectors(v, pl.Series(["Hi", "Where to?", "Lyon"]))
+    >>> np.round(windows.astype(np.float64), 3).tolist()
+    [[1.0, 0.0], [0.217, 0.976], [0.406, 0.914]]
+    """
+    weights = texts.str.len_chars().fill_null(0).clip(upper_bound=WINDOW_WEIGHT_CHARS)
+    weighted = vectors * weights.to_numpy().astype(np.float32)[:, None]
+    windows = weighted.copy()
+    windows[1:] += weighted[:-1]
+    norms = np.linalg.norm(windows, axis=1, keepdims=True)
+    out: npt.NDArray[np.float32] = np.divide(
+        windows, norms, out=np.zeros_like(windows), where=norms > 0
+    )
+    return out
 
 
 class ScopeRetriever:
@@ -389,8 +430,7 @@ class ScopeRetriever:
         model, out = self._embedder, {}
         out["embedding"] = self._cache.embed(model, self._texts, hashes)
         if "window" in self.lists:
-            windows = window_texts(self._texts)
-            out["window"] = self._cache.embed(model, windows, _window_keys(hashes))
+            out["window"] = window_vectors(out["embedding"], self._texts)
         self._links: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
         self.derived: pl.DataFrame | None = None
         if "lineage" in self.lists:
@@ -465,7 +505,7 @@ class ScopeRetriever:
             The query text.
         name
             An embedding list of the method: ``"embedding"`` (the items),
-            ``"window"`` (each item joined to the one before it) or
+            ``"window"`` (each item read with the one before it) or
             ``"lineage"`` (the derived items).
 
         Returns
