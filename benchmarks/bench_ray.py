@@ -102,10 +102,13 @@ def make_store(root: Path, items: int, scopes: int) -> None:
     write_partitioned(df, root, key="conversation")
 
 
-def make_requests(count: int, scopes: int, seed: int = 11) -> list[Request]:
+def make_requests(
+    count: int, scopes: int, seed: int = 11, *, in_turn: bool = False
+) -> list[Request]:
+    """``count`` requests, each over one of ``scopes`` conversations, drawn at random or in turn."""
     rng = np.random.default_rng(seed)
     width = len(str(scopes - 1))
-    picks = rng.integers(0, scopes, size=count)
+    picks = np.arange(count) % scopes if in_turn else rng.integers(0, scopes, size=count)
     words = rng.integers(0, len(QUERY_WORDS), size=(count, 3))
     return [
         Request(

@@ -228,14 +228,16 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"].values():
-        m, peak = row["median_s"], row["median_peak_mb"]
+        m = row["median_s"]
+        peaks = row.get("median_peak_mb", {})  # none in the runs before it was measured
+        peak = {k: f"{v:,.0f}" for k, v in peaks.items()}
         lines.append(
             f"| {row['items']:,} | {row['scopes']:,} | {row['requests']:,} | {m['floor']:.2f} | "
             f"{m['default']:.2f} | {row['ratio_default_to_floor']:.2f}x | {m['workers_1']:.2f} | "
             f"{row['ratio_workers_1_to_floor']:.2f}x | "
             f"{row['speedup_default_over_workers_1']:.2f}x | "
             f"{'yes' if row['same_files_workers_1_and_default'] else 'NO'} | "
-            f"{peak['default']:,.0f} | {peak['workers_1']:,.0f} |"
+            f"{peak.get('default', '-')} | {peak.get('workers_1', '-')} |"
         )
     flat = result.get("per_request_1M_over_100k")
     if flat is not None:

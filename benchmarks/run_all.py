@@ -71,6 +71,11 @@ import
     pyarrow, numpy, pydantic, sqlglot`` (floor) and ``cognoxium --help``, each
     in a fresh process, alternating, 15 rounds, median and min.
     ``--quick``: 5 rounds.
+cold_store
+    The default rank over a store of 20,000 chat items no run has embedded
+    (``bench_cold_store``): the cold ``cognoxium pack`` against MiniLM
+    embedding each item once, the warm run and ``--rank bm25``, 3 rounds.
+    ``--quick``: 5,000 items, 1 round.
 first_run
     The sample's ``cognoxium pack`` as a whole process (``bench_first_run``):
     cold (a new, empty embedding cache) against warm (the same command
@@ -117,6 +122,7 @@ import polars as pl
 import bench_batch
 import bench_big_item
 import bench_cache
+import bench_cold_store
 import bench_first_run
 import bench_import
 import bench_ingest
@@ -150,6 +156,7 @@ SUITES = (
     "locomo",
     "import",
     "first_run",
+    "cold_store",
     "big_item",
     "cache",
 )
@@ -656,6 +663,7 @@ def replot() -> None:
         "scale": (None, bench_scale.markdown),
         "import": (None, bench_import.markdown),
         "first_run": (None, bench_first_run.markdown),
+        "cold_store": (None, bench_cold_store.saved_markdown),
         "big_item": (None, bench_big_item.markdown),
     }
     for suite, (plot, markdown) in makers.items():
@@ -730,6 +738,9 @@ def main() -> None:
         (RESULTS / "import.md").write_text(bench_import.markdown(result))
     if "first_run" in chosen:
         bench_first_run.main(["--rounds", "2"] if args.quick else [])
+    if "cold_store" in chosen:
+        size = ["--items", "5000", "--scopes", "5", "--rounds", "1"]
+        bench_cold_store.main(size if args.quick else [])
     if "big_item" in chosen:
         bench_big_item.main(["--mb", "10", "--repeats", "1"] if args.quick else [])
     if "ray" in chosen:
