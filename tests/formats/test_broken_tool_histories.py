@@ -19,6 +19,7 @@ from cognoxium.formats.openai import (
     IMPORT_TOOL_ERRORS,
     from_openai_messages,
     openai_messages_to_items,
+    read_openai_conversations,
     read_openai_jsonl,
 )
 from cognoxium.packing.message_rules import (
@@ -157,6 +158,23 @@ def test_an_anthropic_tool_result_without_its_use_is_kept_for_the_pack_to_leave_
     left = {e.id: e.reason.value for e in pack.manifest.entries if e.decision.value == "excluded"}
     assert left == {"msg:4": "tool_result_orphan"}
     to_anthropic_messages(pack)  # the mended pack converts
+
+
+def test_only_a_chat_export_error_names_the_command_option_that_reads_it(tmp_path: Path) -> None:
+    # `cognoxium pack --conversations` reads a chat export; from a list, an Anthropic history or
+    # a file of messages, that option cannot help, so the error names tool_errors='keep' alone.
+    messages, _ = BROKEN["orphan"]
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps({"conversation_id": "c", "messages": messages}) + "\n")
+    with pytest.raises(RecordError, match="tool_errors='keep'") as caught:
+        read_openai_conversations(export)
+    assert "cognoxium pack --conversations: --tool-errors repair" in str(caught.value)
+    refusals = [lambda: from_anthropic_messages(anthropic_orphan())]
+    refusals += [lambda i=i: IMPORTERS[i](tmp_path, messages) for i in sorted(IMPORTERS)]
+    for refuse in refusals:
+        with pytest.raises(RecordError, match="tool_errors='keep'") as caught:
+            refuse()
+        assert "--conversations" not in str(caught.value)
 
 
 def test_a_langchain_tool_message_without_its_call_is_kept_for_the_pack_to_leave_out() -> None:

@@ -262,11 +262,14 @@ _SOURCE_KIND = "openai_messages"
 class MessageLocation:
     """Where chat messages come from, to name in errors: a list (row = index) or a file's lines.
 
-    Shared by the chat importers of :mod:`cognoxium.formats`.
+    Shared by the chat importers of :mod:`cognoxium.formats`. ``export`` marks
+    a chat export of conversations, the file ``cognoxium pack --conversations``
+    reads, so that an error may name the command's option too.
     """
 
     source: str | None
     lines: Sequence[int] | None = None
+    export: bool = False
 
     def error(
         self,
@@ -654,10 +657,8 @@ def _tool_result_group(
         return call_id, item_id, ledger.group_of[item_id]
     if ledger.keep:
         return call_id, item_id, None
-    keep = (
-        "; or import with tool_errors='keep' (cognoxium pack --conversations: "
-        "--tool-errors repair) for the pack to leave it out"
-    )
+    command = " (cognoxium pack --conversations: --tool-errors repair)" if where.export else ""
+    keep = f"; or import with tool_errors='keep'{command} for the pack to leave it out"
     raise where.error(index, "tool_call_id", fault + keep)
 
 
@@ -1601,7 +1602,7 @@ def read_openai_conversations(
     try:
         for line, record in lines:
             conversation, messages = _conversation_line(record, name, line, id_field, first_line)
-            where = MessageLocation(name, [line] * len(messages))
+            where = MessageLocation(name, [line] * len(messages), export=True)
             columns = ChatColumns(
                 where,
                 conversation,
