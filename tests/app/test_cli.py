@@ -109,6 +109,7 @@ def test_pack_on_the_sample(tmp_path: Path) -> None:
     assert code == EXIT_OK, stderr
     assert "6 requests" in stdout
     assert "packs/s" in stdout
+    assert "a pack after its scope's shared work (embeddings, indexes): p50" in stdout
     assert "p95" in stdout
     packs = records(out)
     manifests = [m.to_dict() for m in read_manifests(out)]

@@ -1145,7 +1145,8 @@ def pack_command(
         return
     typer.echo(
         f"{stats.requests} requests in {stats.seconds:.2f} s: "
-        f"{stats.packs_per_s:.1f} packs/s, p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
+        f"{stats.packs_per_s:.1f} packs/s; a pack after its scope's shared work (embeddings, "
+        f"indexes): p50 {stats.p50_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms"
     )
     typer.echo(f"wrote the parts of {files['packs']} and {files['manifests']}")
 
