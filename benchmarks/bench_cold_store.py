@@ -51,6 +51,7 @@ from typing import Any
 
 import polars as pl
 
+from bench_first_run import cached_rows
 from bench_ray import make_requests, make_store
 from processes import measured
 from reports import run_figures, write_report
@@ -88,12 +89,6 @@ def commands(store: Path, requests: Path, out: Path) -> dict[str, list[str]]:
     return {"cold": pack, "warm": pack, "bm25": [*pack, "--rank", "bm25"], "embed floor": floor}
 
 
-def cached_rows(cache: Path) -> int:
-    """The vectors written to the embedding cache directory ``cache``."""
-    shards = sorted(cache.rglob("shard-*.parquet"))
-    return sum(pl.scan_parquet(s).select(pl.len()).collect().item() for s in shards)
-
-
 def measure(work: Path, items: int, scopes: int, rounds: int) -> dict[str, Any]:
     """``rounds`` rounds of the four runs, each round over a new cache."""
     store, requests = build(work, items, scopes)
@@ -106,7 +101,7 @@ def measure(work: Path, items: int, scopes: int, rounds: int) -> dict[str, Any]:
             run = measured(lines[name], env=env, cwd=HERE)
             runs[name].append({"wall_s": run.wall_s, "cpu_s": run.cpu_s, "peak_mb": run.peak_mb})
             if name == "cold":
-                embedded.append(cached_rows(work / f"cache-{k}"))
+                embedded.append(cached_rows(work / f"cache-{k}")[0])
         print(
             f"round {k + 1}: " + ", ".join(f"{n} {r[-1]['wall_s']:.1f} s" for n, r in runs.items()),
             flush=True,
